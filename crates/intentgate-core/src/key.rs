@@ -1,0 +1,358 @@
+//! Intent-key templates: one key per business intent, never per attempt.
+//!
+//! A template such as `refund:{order_id}:{amount:.2}` is rendered from the validated
+//! arguments, so every retry of one intent, from any layer, renders the same key. A
+//! template may refer only to the tool's arguments and to `{intent_id}` (an id the
+//! application creates once per intent); anything else could change between attempts and
+//! is refused when the tool is loaded.
+//!
+//! Syntax: literal text with placeholders `{name}`, `{a.b}` (a field of an object
+//! argument) or `{name:.N}` (an exact decimal with N places). `{{` and `}}` are literal
+//! braces. Rendered values are percent-encoded where they could be confused with the
+//! template's own separators, so `{a}:{b}` can't render the same key for `a="x:y", b="z"`
+//! and `a="x", b="y:z"`.
+
+use serde_json::Value;
+
+use crate::decimal::{Decimal, DecimalError};
+use crate::limits::{DECIMAL_PLACES_MAX, INTENT_ID_LENGTH_MAX, INTENT_KEY_LENGTH_MAX};
+
+/// The placeholder that refers to the application's intent id.
+pub const INTENT_ID_PLACEHOLDER: &str = "intent_id";
+
+/// Argument names that usually hold a value minted per attempt. A key built from one of
+/// them changes on every retry, which is the bug this product exists to prevent.
+pub const PER_ATTEMPT_NAMES: &[&str] = &[
+    "tool_call_id", "toolcallid", "call_id", "callid", "request_id", "requestid", "attempt",
+    "attempt_id", "attempt_number", "retry", "retry_count", "try", "timestamp", "time", "now",
+    "created_at", "nonce", "uuid", "guid", "random", "trace_id", "span_id", "message_id",
+    "run_id", "turn_id", "idempotency_key",
+];
+
+/// True when an argument name suggests a value that changes per attempt.
+pub fn looks_per_attempt(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    PER_ATTEMPT_NAMES.iter().any(|suspect| lower == *suspect || lower.ends_with(&format!("_{suspect}")))
+}
+
+/// A parsed key template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyTemplate {
+    source: String,
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Literal(String),
+    Field { path: Vec<String>, places: Option<u32> },
+    IntentId,
+}
+
+/// Why a template can't be used, or why it can't be rendered for some arguments.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("key template `{template}`: {reason} at character {position}")]
+    Syntax { template: String, position: usize, reason: &'static str },
+    #[error(
+        "key template `{0}` has no placeholder, so every call would be one intent; build it from the \
+         arguments that identify the intent, e.g. refund:{{order_id}}:{{amount:.2}}"
+    )]
+    Constant(String),
+    #[error(
+        "key template refers to `{name}`, which is not an argument of the tool; a key may use only \
+         the tool's arguments and {{intent_id}}, so that every attempt of one intent gets the same key"
+    )]
+    NotAnArgument { name: String },
+    #[error(
+        "key template uses `{name}`, which looks like a value that changes on every attempt (a tool \
+         call id, request id, timestamp or nonce); build the key from the business intent, e.g. \
+         refund:{{order_id}}:{{amount:.2}}, or from {{intent_id}} created once by the application"
+    )]
+    PerAttempt { name: String },
+    #[error("the key needs argument `{0}`, which the call did not provide")]
+    MissingArgument(String),
+    #[error(
+        "this tool's key uses {{intent_id}}: the calling application must pass an intent id \
+         (HTTP header Intent-Id, MCP _meta \"intentgate/intent_id\") created once per intent"
+    )]
+    MissingIntentId,
+    #[error("the intent id is empty or longer than {INTENT_ID_LENGTH_MAX} characters")]
+    BadIntentId,
+    #[error("argument `{name}` can't be part of a key: {reason}")]
+    BadValue { name: String, reason: String },
+    #[error("argument `{name}`: {error}")]
+    Decimal { name: String, error: DecimalError },
+    #[error("the rendered key is {0} bytes long; the limit is {INTENT_KEY_LENGTH_MAX}")]
+    TooLong(usize),
+}
+
+impl KeyTemplate {
+    /// Parses a template. Checks syntax only; [`KeyTemplate::check_arguments`] checks names.
+    pub fn parse(template: &str) -> Result<KeyTemplate, KeyError> {
+        let syntax = |position, reason| KeyError::Syntax { template: template.to_owned(), position, reason };
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let mut chars = template.char_indices().peekable();
+        while let Some((at, c)) = chars.next() {
+            match c {
+                '{' if chars.peek().map(|(_, c)| *c) == Some('{') => {
+                    chars.next();
+                    literal.push('{');
+                }
+                '}' if chars.peek().map(|(_, c)| *c) == Some('}') => {
+                    chars.next();
+                    literal.push('}');
+                }
+                '}' => return Err(syntax(at, "unmatched `}` (write `}}` for a literal brace)")),
+                '{' => {
+                    let mut inner = String::new();
+                    loop {
+                        match chars.next() {
+                            Some((_, '}')) => break,
+                            Some((_, c)) => inner.push(c),
+                            None => return Err(syntax(at, "unclosed `{`")),
+                        }
+                    }
+                    if !literal.is_empty() {
+                        parts.push(Part::Literal(std::mem::take(&mut literal)));
+                    }
+                    parts.push(parse_placeholder(&inner).map_err(|reason| syntax(at, reason))?);
+                }
+                c => literal.push(c),
+            }
+        }
+        if !literal.is_empty() {
+            parts.push(Part::Literal(literal));
+        }
+        if !parts.iter().any(|part| !matches!(part, Part::Literal(_))) {
+            return Err(KeyError::Constant(template.to_owned()));
+        }
+        Ok(KeyTemplate { source: template.to_owned(), parts })
+    }
+
+    /// Refuses a template that refers to anything but the tool's arguments (`argument_names`,
+    /// the top-level properties of its input schema) and `{intent_id}`, or to an argument
+    /// whose name suggests a per-attempt value.
+    pub fn check_arguments(&self, argument_names: &[&str]) -> Result<(), KeyError> {
+        for name in self.argument_names() {
+            if !argument_names.contains(&name) {
+                if looks_per_attempt(name) {
+                    return Err(KeyError::PerAttempt { name: name.to_owned() });
+                }
+                return Err(KeyError::NotAnArgument { name: name.to_owned() });
+            }
+            if looks_per_attempt(name) {
+                return Err(KeyError::PerAttempt { name: name.to_owned() });
+            }
+        }
+        Ok(())
+    }
+
+    /// The top-level argument names the template refers to, in order.
+    pub fn argument_names(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|part| match part {
+            Part::Field { path, .. } => Some(path[0].as_str()),
+            _ => None,
+        })
+    }
+
+    /// True when the template uses `{intent_id}`.
+    pub fn uses_intent_id(&self) -> bool {
+        self.parts.iter().any(|part| matches!(part, Part::IntentId))
+    }
+
+    /// The template as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// Renders the key for one call.
+    pub fn render(&self, arguments: &Value, intent_id: Option<&str>) -> Result<String, KeyError> {
+        let mut key = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Literal(text) => key.push_str(text),
+                Part::IntentId => {
+                    let id = intent_id.ok_or(KeyError::MissingIntentId)?;
+                    if id.is_empty() || id.len() > INTENT_ID_LENGTH_MAX {
+                        return Err(KeyError::BadIntentId);
+                    }
+                    escape_into(&mut key, id);
+                }
+                Part::Field { path, places } => {
+                    let name = path.join(".");
+                    let value = path
+                        .iter()
+                        .try_fold(arguments, |value, field| value.get(field))
+                        .ok_or_else(|| KeyError::MissingArgument(name.clone()))?;
+                    escape_into(&mut key, &render_value(&name, value, *places)?);
+                }
+            }
+        }
+        if key.len() > INTENT_KEY_LENGTH_MAX {
+            return Err(KeyError::TooLong(key.len()));
+        }
+        Ok(key)
+    }
+}
+
+fn parse_placeholder(inner: &str) -> Result<Part, &'static str> {
+    let (name, format) = match inner.split_once(':') {
+        Some((name, format)) => (name.trim(), Some(format.trim())),
+        None => (inner.trim(), None),
+    };
+    if name.is_empty() {
+        return Err("empty placeholder");
+    }
+    let places = match format {
+        None => None,
+        Some(format) => {
+            let digits = format.strip_prefix('.').ok_or("a format must look like `.2` (decimal places)")?;
+            let places: u32 = digits.parse().map_err(|_| "a format must look like `.2` (decimal places)")?;
+            if places > DECIMAL_PLACES_MAX {
+                return Err("too many decimal places (at most 18)");
+            }
+            Some(places)
+        }
+    };
+    if name == INTENT_ID_PLACEHOLDER {
+        if places.is_some() {
+            return Err("{intent_id} takes no format");
+        }
+        return Ok(Part::IntentId);
+    }
+    let path: Vec<String> = name.split('.').map(str::to_owned).collect();
+    let valid = |segment: &String| {
+        !segment.is_empty() && segment.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
+    if !path.iter().all(valid) {
+        return Err("a placeholder names an argument: letters, digits, `_`, `-`, and `.` for a nested field");
+    }
+    Ok(Part::Field { path, places })
+}
+
+fn render_value(name: &str, value: &Value, places: Option<u32>) -> Result<String, KeyError> {
+    let decimal_error = |error| KeyError::Decimal { name: name.to_owned(), error };
+    if let Some(places) = places {
+        return Decimal::from_json(value).and_then(|decimal| decimal.format_places(places)).map_err(decimal_error);
+    }
+    match value {
+        Value::String(text) => Ok(text.clone()),
+        Value::Number(_) => Ok(Decimal::from_json(value).map_err(decimal_error)?.to_string()),
+        Value::Bool(flag) => Ok(flag.to_string()),
+        Value::Null => Err(KeyError::BadValue { name: name.to_owned(), reason: "it is null".into() }),
+        Value::Array(_) | Value::Object(_) => Err(KeyError::BadValue {
+            name: name.to_owned(),
+            reason: "it is an array or object; use one of its fields, like {customer.id}".into(),
+        }),
+    }
+}
+
+/// Percent-encodes the characters that could blur the boundaries between key parts.
+fn escape_into(key: &mut String, value: &str) {
+    for c in value.chars() {
+        if matches!(c, '%' | ':' | '/' | '{' | '}' | '#' | '?') || c.is_whitespace() || c.is_control() {
+            let mut buffer = [0u8; 4];
+            for byte in c.encode_utf8(&mut buffer).bytes() {
+                key.push_str(&format!("%{byte:02X}"));
+            }
+        } else {
+            key.push(c);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn render(template: &str, arguments: Value) -> Result<String, KeyError> {
+        KeyTemplate::parse(template).unwrap().render(&arguments, None)
+    }
+
+    #[test]
+    fn amounts_written_three_ways_give_one_key() {
+        let keys: Vec<String> = [json!(49), json!(49.0), json!("49.00")]
+            .into_iter()
+            .map(|amount| render("refund:{order_id}:{amount:.2}", json!({"order_id": "8812", "amount": amount})).unwrap())
+            .collect();
+        assert_eq!(keys, ["refund:8812:49.00"; 3]);
+    }
+
+    #[test]
+    fn unformatted_numbers_are_canonical_and_strings_verbatim() {
+        assert_eq!(render("x:{n}", json!({"n": 12.50})).unwrap(), "x:12.5");
+        assert_eq!(render("x:{n}", json!({"n": "12.50"})).unwrap(), "x:12.50");
+        assert_eq!(render("x:{b}", json!({"b": true})).unwrap(), "x:true");
+        assert_eq!(render("{customer.id}/{{lit}}", json!({"customer": {"id": "c1"}})).unwrap(), "c1/{lit}");
+    }
+
+    #[test]
+    fn separators_inside_values_are_escaped_so_keys_stay_distinct() {
+        let a = render("{a}:{b}", json!({"a": "x:y", "b": "z"})).unwrap();
+        let b = render("{a}:{b}", json!({"a": "x", "b": "y:z"})).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a, "x%3Ay:z");
+        assert_eq!(render("{a}", json!({"a": "50% off\n"})).unwrap(), "50%25%20off%0A");
+    }
+
+    #[test]
+    fn a_template_referring_to_anything_but_arguments_is_refused_with_the_reason() {
+        let template = KeyTemplate::parse("refund:{order_id}:{tool_call_id}").unwrap();
+        let error = template.check_arguments(&["order_id", "amount"]).unwrap_err();
+        assert_eq!(error, KeyError::PerAttempt { name: "tool_call_id".into() });
+        assert!(error.to_string().contains("changes on every attempt"), "{error}");
+
+        let template = KeyTemplate::parse("refund:{order}:{amount:.2}").unwrap();
+        let error = template.check_arguments(&["order_id", "amount"]).unwrap_err();
+        assert_eq!(error, KeyError::NotAnArgument { name: "order".into() });
+        assert!(error.to_string().contains("only the tool's arguments and {intent_id}"), "{error}");
+
+        // Even a declared argument is refused when its name says it changes per attempt.
+        let template = KeyTemplate::parse("refund:{request_id}").unwrap();
+        assert!(matches!(template.check_arguments(&["request_id"]), Err(KeyError::PerAttempt { .. })));
+
+        for (template, names) in [("refund:{order_id}:{amount:.2}", &["order_id", "amount"][..]), ("r:{intent_id}", &[][..])] {
+            KeyTemplate::parse(template).unwrap().check_arguments(names).unwrap();
+        }
+    }
+
+    #[test]
+    fn per_attempt_names_are_recognised() {
+        for name in ["tool_call_id", "TOOL_CALL_ID", "openai_request_id", "timestamp", "nonce", "uuid", "attempt"] {
+            assert!(looks_per_attempt(name), "{name}");
+        }
+        for name in ["order_id", "amount", "customer_id", "reason", "currency"] {
+            assert!(!looks_per_attempt(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn malformed_templates_are_refused() {
+        for template in ["refund:{order_id", "refund:order_id}", "x:{}", "x:{a:2}", "x:{a:.x}", "x:{a b}", "x:{intent_id:.2}"] {
+            assert!(matches!(KeyTemplate::parse(template), Err(KeyError::Syntax { .. })), "{template}");
+        }
+        assert!(matches!(KeyTemplate::parse("refund"), Err(KeyError::Constant(_))));
+    }
+
+    #[test]
+    fn intent_id_comes_from_the_application() {
+        let template = KeyTemplate::parse("refund:{intent_id}").unwrap();
+        assert!(template.uses_intent_id());
+        assert_eq!(template.render(&json!({}), Some("int_7")).unwrap(), "refund:int_7");
+        assert_eq!(template.render(&json!({}), None), Err(KeyError::MissingIntentId));
+        assert_eq!(template.render(&json!({}), Some("")), Err(KeyError::BadIntentId));
+    }
+
+    #[test]
+    fn render_errors_name_the_argument() {
+        let error = render("r:{order_id}:{amount:.2}", json!({"order_id": "1"})).unwrap_err();
+        assert_eq!(error, KeyError::MissingArgument("amount".into()));
+        let error = render("r:{amount:.2}", json!({"amount": 49.005})).unwrap_err();
+        assert!(error.to_string().contains("amount") && error.to_string().contains("round"), "{error}");
+        assert!(matches!(render("r:{a}", json!({"a": null})), Err(KeyError::BadValue { .. })));
+        assert!(matches!(render("r:{a}", json!({"a": "x".repeat(600)})), Err(KeyError::TooLong(_))));
+    }
+}

@@ -1,0 +1,30 @@
+//! The I/O-free heart of intentgate.
+//!
+//! Everything that decides *what* a retry-safe call does lives here: the effect classes,
+//! tool definitions, intent-key templates with exact decimals, argument fingerprints, the
+//! intent state machine, the classification of what an upstream did, and the statuses the
+//! model sees.
+//!
+//! **Architecture invariant:** this crate performs no I/O. It depends on no async runtime,
+//! no database and no HTTP library, never reads the clock and never draws randomness. Every
+//! time value arrives as an argument. That keeps every rule here testable in isolation and
+//! usable from any store or transport.
+
+pub mod decimal;
+pub mod effect;
+pub mod fingerprint;
+pub mod intent;
+pub mod key;
+pub mod limits;
+pub mod outcome;
+pub mod status;
+pub mod tool;
+
+pub use decimal::Decimal;
+pub use effect::Effect;
+pub use fingerprint::{Fingerprint, differing_fields, fingerprint};
+pub use intent::{IllegalTransition, IntentStatus};
+pub use key::{KeyError, KeyTemplate};
+pub use outcome::{OutcomeClass, UpstreamObservation, classify};
+pub use status::{CallStatus, Messages};
+pub use tool::{ToolDefinition, ToolError};

@@ -1,0 +1,211 @@
+//! Tool definitions as the engine sees them, checked once when they are loaded.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::effect::Effect;
+use crate::key::{KeyError, KeyTemplate};
+use crate::limits::TOOL_NAME_LENGTH_MAX;
+use crate::status::Messages;
+
+/// Longest tool timeout. A call held longer than this holds its lease too long for a
+/// waiting caller to be answered in reasonable time.
+pub const TIMEOUT_MS_MAX: u64 = 10 * 60 * 1000;
+/// Most bounded retries of one call (reads; not-processed shapes of side effects).
+pub const RETRY_BUDGET_MAX: u32 = 10;
+
+/// A tool, as loaded and checked. Built with [`ToolDefinition::new`], which refuses any
+/// definition the gateway must not run.
+#[derive(Debug, Clone)]
+pub struct ToolDefinition {
+    pub name: String,
+    /// The description as configured; [`ToolDefinition::published_description`] is what
+    /// models read.
+    pub description: String,
+    pub effect: Effect,
+    /// JSON Schema of the arguments (an object schema).
+    pub input_schema: Value,
+    /// The intent key; present exactly when `effect` is `side_effect`.
+    pub key: Option<KeyTemplate>,
+    /// Upper bound on one upstream request. Set it from the real API's p99.
+    pub timeout: Duration,
+    /// Bounded retries: of any failure for reads and idempotent tools; of not-processed
+    /// shapes (429, 503 with Retry-After, not sent) for side effects.
+    pub retry_budget: u32,
+    /// Who decides about this tool's mismatches and alerts.
+    pub owner: Option<String>,
+    pub messages: Messages,
+    /// A rejected intent may start a new attempt later (a declined card may pass tomorrow);
+    /// the new attempt uses a provider key that carries the attempt's epoch.
+    pub retry_rejected: bool,
+    /// What "once per ..." names in the published description ("order", "customer").
+    pub once_per: String,
+}
+
+/// Why a tool definition is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    #[error("tool name `{0}` must be 1 to {TOOL_NAME_LENGTH_MAX} letters, digits, `_`, `-` or `.`")]
+    BadName(String),
+    #[error("tool `{0}`: side-effecting tools need an intent key, e.g. key: \"refund:{{order_id}}:{{amount:.2}}\"")]
+    MissingKey(String),
+    #[error("tool `{0}`: only side-effecting tools take an intent key (reads and idempotent tools need none)")]
+    UnexpectedKey(String),
+    #[error("tool `{tool}`: {error}")]
+    Key { tool: String, error: KeyError },
+    #[error("tool `{0}`: input_schema must be a JSON Schema object with \"type\": \"object\"")]
+    BadSchema(String),
+    #[error("tool `{tool}`: timeout must be between 1 ms and {TIMEOUT_MS_MAX} ms, got {timeout_ms} ms")]
+    BadTimeout { tool: String, timeout_ms: u64 },
+    #[error("tool `{tool}`: retry budget {budget} is above the limit of {RETRY_BUDGET_MAX}")]
+    BadRetryBudget { tool: String, budget: u32 },
+}
+
+impl ToolDefinition {
+    /// Checks and builds a definition. `key` is the template text for side-effecting tools.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        name: &str,
+        description: &str,
+        effect: Effect,
+        input_schema: Value,
+        key: Option<&str>,
+        timeout: Duration,
+        retry_budget: u32,
+    ) -> Result<ToolDefinition, ToolError> {
+        let valid_name = !name.is_empty()
+            && name.len() <= TOOL_NAME_LENGTH_MAX
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if !valid_name {
+            return Err(ToolError::BadName(name.to_owned()));
+        }
+        let tool = || name.to_owned();
+        if input_schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(ToolError::BadSchema(tool()));
+        }
+        let timeout_ms = timeout.as_millis() as u64;
+        if timeout_ms == 0 || timeout_ms > TIMEOUT_MS_MAX {
+            return Err(ToolError::BadTimeout { tool: tool(), timeout_ms });
+        }
+        if retry_budget > RETRY_BUDGET_MAX {
+            return Err(ToolError::BadRetryBudget { tool: tool(), budget: retry_budget });
+        }
+        let key = match (effect, key) {
+            (Effect::SideEffect, None) => return Err(ToolError::MissingKey(tool())),
+            (Effect::SideEffect, Some(text)) => {
+                let template = KeyTemplate::parse(text).map_err(|error| ToolError::Key { tool: tool(), error })?;
+                let names = argument_names(&input_schema);
+                template.check_arguments(&names).map_err(|error| ToolError::Key { tool: tool(), error })?;
+                Some(template)
+            }
+            (_, Some(_)) => return Err(ToolError::UnexpectedKey(tool())),
+            (_, None) => None,
+        };
+        let once_per = key.as_ref().and_then(default_once_per).unwrap_or_else(|| "request".to_owned());
+        Ok(ToolDefinition {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            effect,
+            input_schema,
+            key,
+            timeout,
+            retry_budget,
+            owner: None,
+            messages: Messages::default(),
+            retry_rejected: false,
+            once_per,
+        })
+    }
+
+    /// The description models read. For a side-effecting tool it ends with the sentence that
+    /// tells the model a repeat is harmless and unnecessary.
+    pub fn published_description(&self) -> String {
+        if self.effect != Effect::SideEffect {
+            return self.description.clone();
+        }
+        let sentence = self.once_per_sentence();
+        let description = self.description.trim_end();
+        if description.is_empty() {
+            sentence
+        } else if description.ends_with(&sentence) {
+            description.to_owned()
+        } else {
+            format!("{description} {sentence}")
+        }
+    }
+
+    /// "Safe to call once per order. Repeated calls return the original result."
+    pub fn once_per_sentence(&self) -> String {
+        format!("Safe to call once per {}. Repeated calls return the original result.", self.once_per)
+    }
+}
+
+/// The top-level property names of an object schema.
+fn argument_names(schema: &Value) -> Vec<&str> {
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|properties| properties.keys().map(String::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// "order" for a key whose first argument is `order_id`.
+fn default_once_per(key: &KeyTemplate) -> Option<String> {
+    if key.uses_intent_id() {
+        return Some("request".to_owned());
+    }
+    let first = key.argument_names().next()?;
+    let noun = first.strip_suffix("_id").unwrap_or(first);
+    Some(noun.replace('_', " "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn refund_schema() -> Value {
+        json!({"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}, "tool_call_id": {"type": "string"}}})
+    }
+
+    fn refund(key: Option<&str>) -> Result<ToolDefinition, ToolError> {
+        ToolDefinition::new("refund_order", "Refund an order.", Effect::SideEffect, refund_schema(), key, Duration::from_secs(10), 2)
+    }
+
+    #[test]
+    fn a_side_effecting_tool_publishes_the_once_per_intent_sentence() {
+        let tool = refund(Some("refund:{order_id}:{amount:.2}")).unwrap();
+        assert_eq!(
+            tool.published_description(),
+            "Refund an order. Safe to call once per order. Repeated calls return the original result."
+        );
+        let read = ToolDefinition::new("get_order", "Get it.", Effect::Read, json!({"type": "object"}), None, Duration::from_secs(1), 3).unwrap();
+        assert_eq!(read.published_description(), "Get it.");
+    }
+
+    #[test]
+    fn a_side_effecting_tool_without_a_usable_key_is_refused() {
+        assert_eq!(refund(None).unwrap_err(), ToolError::MissingKey("refund_order".into()));
+        let error = refund(Some("refund:{tool_call_id}")).unwrap_err();
+        assert!(matches!(&error, ToolError::Key { error: KeyError::PerAttempt { name }, .. } if name == "tool_call_id"));
+        assert!(error.to_string().starts_with("tool `refund_order`: key template uses `tool_call_id`"), "{error}");
+        let error = refund(Some("refund:{order_id}:{now}")).unwrap_err();
+        assert!(matches!(error, ToolError::Key { error: KeyError::PerAttempt { .. }, .. }));
+        let error = refund(Some("refund:{customer}")).unwrap_err();
+        assert!(matches!(error, ToolError::Key { error: KeyError::NotAnArgument { .. }, .. }));
+    }
+
+    #[test]
+    fn other_definition_errors_say_what_to_fix() {
+        let schema = refund_schema();
+        let bad = |name: &str, effect, schema: Value, key: Option<&str>, timeout_ms, budget| {
+            ToolDefinition::new(name, "", effect, schema, key, Duration::from_millis(timeout_ms), budget).unwrap_err()
+        };
+        assert!(matches!(bad("refund order", Effect::Read, schema.clone(), None, 10, 0), ToolError::BadName(_)));
+        assert!(matches!(bad("r", Effect::Read, json!({"type": "array"}), None, 10, 0), ToolError::BadSchema(_)));
+        assert!(matches!(bad("r", Effect::Read, schema.clone(), Some("k:{order_id}"), 10, 0), ToolError::UnexpectedKey(_)));
+        assert!(matches!(bad("r", Effect::Read, schema.clone(), None, 0, 0), ToolError::BadTimeout { .. }));
+        assert!(matches!(bad("r", Effect::Read, schema, None, 10, 99), ToolError::BadRetryBudget { .. }));
+    }
+}
