@@ -25,7 +25,9 @@ pub struct Decimal {
 /// Why a value is not an exact decimal.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecimalError {
-    #[error("`{0}` is not a decimal number (expected digits with an optional sign and point, like 49.00)")]
+    #[error(
+        "`{0}` is not a decimal number (expected digits with an optional sign and point, like 49.00)"
+    )]
     Syntax(String),
     #[error("`{0}` has more than {DECIMAL_DIGITS_MAX} significant digits")]
     TooLong(String),
@@ -56,7 +58,11 @@ impl Decimal {
         if whole.is_empty() && fraction.is_empty() {
             return Err(syntax());
         }
-        if !whole.bytes().chain(fraction.bytes()).all(|b| b.is_ascii_digit()) {
+        if !whole
+            .bytes()
+            .chain(fraction.bytes())
+            .all(|b| b.is_ascii_digit())
+        {
             return Err(syntax());
         }
         let mut digits: String = whole.chars().chain(fraction.chars()).collect();
@@ -68,7 +74,11 @@ impl Decimal {
             digits.extend(std::iter::repeat_n('0', (-scale) as usize));
             scale = 0;
         }
-        let mut decimal = Decimal { negative, digits, scale: 0 };
+        let mut decimal = Decimal {
+            negative,
+            digits,
+            scale: 0,
+        };
         decimal.scale = u32::try_from(scale).map_err(|_| DecimalError::TooLong(text.to_owned()))?;
         decimal.normalise();
         if decimal.digits.len() > DECIMAL_DIGITS_MAX {
@@ -91,9 +101,15 @@ impl Decimal {
 
     /// Formats with exactly `places` decimal places, refusing to drop a non-zero digit.
     pub fn format_places(&self, places: u32) -> Result<String, DecimalError> {
-        assert!(places <= DECIMAL_PLACES_MAX, "places checked when the template was parsed");
+        assert!(
+            places <= DECIMAL_PLACES_MAX,
+            "places checked when the template was parsed"
+        );
         if self.scale > places {
-            return Err(DecimalError::TooManyPlaces { value: self.to_string(), places });
+            return Err(DecimalError::TooManyPlaces {
+                value: self.to_string(),
+                places,
+            });
         }
         let mut digits = self.digits.clone();
         digits.extend(std::iter::repeat_n('0', (places - self.scale) as usize));
@@ -107,7 +123,11 @@ impl Decimal {
         }
         let significant = self.digits.trim_start_matches('0');
         if significant.is_empty() {
-            *self = Decimal { negative: false, digits: "0".to_owned(), scale: 0 };
+            *self = Decimal {
+                negative: false,
+                digits: "0".to_owned(),
+                scale: 0,
+            };
         } else {
             self.digits = significant.to_owned();
         }
@@ -117,10 +137,18 @@ impl Decimal {
 /// Places the decimal point `scale` digits from the right, padding with zeros.
 fn render(negative: bool, digits: &str, scale: u32) -> String {
     let scale = scale as usize;
-    let padded = if digits.len() <= scale { format!("{digits:0>width$}", width = scale + 1) } else { digits.to_owned() };
+    let padded = if digits.len() <= scale {
+        format!("{digits:0>width$}", width = scale + 1)
+    } else {
+        digits.to_owned()
+    };
     let (whole, fraction) = padded.split_at(padded.len() - scale);
     let sign = if negative { "-" } else { "" };
-    if fraction.is_empty() { format!("{sign}{whole}") } else { format!("{sign}{whole}.{fraction}") }
+    if fraction.is_empty() {
+        format!("{sign}{whole}")
+    } else {
+        format!("{sign}{whole}.{fraction}")
+    }
 }
 
 impl fmt::Display for Decimal {
@@ -157,27 +185,69 @@ mod tests {
             let decimal = Decimal::from_json(&value).unwrap();
             assert_eq!(decimal.format_places(2).unwrap(), "49.00", "{value}");
         }
-        assert_eq!(Decimal::from_json(&json!(0.1)).unwrap().format_places(2).unwrap(), "0.10");
-        assert_eq!(Decimal::from_json(&json!(-3)).unwrap().format_places(0).unwrap(), "-3");
-        assert_eq!(Decimal::from_json(&json!(0.05)).unwrap().format_places(4).unwrap(), "0.0500");
+        assert_eq!(
+            Decimal::from_json(&json!(0.1))
+                .unwrap()
+                .format_places(2)
+                .unwrap(),
+            "0.10"
+        );
+        assert_eq!(
+            Decimal::from_json(&json!(-3))
+                .unwrap()
+                .format_places(0)
+                .unwrap(),
+            "-3"
+        );
+        assert_eq!(
+            Decimal::from_json(&json!(0.05))
+                .unwrap()
+                .format_places(4)
+                .unwrap(),
+            "0.0500"
+        );
     }
 
     #[test]
     fn extra_places_are_refused_not_rounded() {
-        let error = Decimal::parse("49.005").unwrap().format_places(2).unwrap_err();
-        assert_eq!(error, DecimalError::TooManyPlaces { value: "49.005".into(), places: 2 });
+        let error = Decimal::parse("49.005")
+            .unwrap()
+            .format_places(2)
+            .unwrap_err();
+        assert_eq!(
+            error,
+            DecimalError::TooManyPlaces {
+                value: "49.005".into(),
+                places: 2
+            }
+        );
         assert!(error.to_string().contains("round"));
         // Trailing zeros are not extra places.
-        assert_eq!(Decimal::parse("49.0000").unwrap().format_places(2).unwrap(), "49.00");
+        assert_eq!(
+            Decimal::parse("49.0000").unwrap().format_places(2).unwrap(),
+            "49.00"
+        );
     }
 
     #[test]
     fn malformed_values_are_refused_with_the_reason() {
         for text in ["", "abc", "1.2.3", "--1", "1e", "0x10", "1,5", "."] {
-            assert!(matches!(Decimal::parse(text), Err(DecimalError::Syntax(_))), "{text}");
+            assert!(
+                matches!(Decimal::parse(text), Err(DecimalError::Syntax(_))),
+                "{text}"
+            );
         }
-        assert!(matches!(Decimal::from_json(&json!(true)), Err(DecimalError::NotANumber("boolean"))));
-        assert!(matches!(Decimal::parse("1e400"), Err(DecimalError::TooLong(_))));
-        assert!(matches!(Decimal::parse(&"9".repeat(41)), Err(DecimalError::TooLong(_))));
+        assert!(matches!(
+            Decimal::from_json(&json!(true)),
+            Err(DecimalError::NotANumber("boolean"))
+        ));
+        assert!(matches!(
+            Decimal::parse("1e400"),
+            Err(DecimalError::TooLong(_))
+        ));
+        assert!(matches!(
+            Decimal::parse(&"9".repeat(41)),
+            Err(DecimalError::TooLong(_))
+        ));
     }
 }

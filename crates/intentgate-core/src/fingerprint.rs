@@ -104,7 +104,11 @@ fn collect_differences(a: &Value, b: &Value, path: &mut String, out: &mut Vec<St
         }
         _ => {
             if canonical(a) != canonical(b) {
-                out.push(if path.is_empty() { "(arguments)".to_owned() } else { path.clone() });
+                out.push(if path.is_empty() {
+                    "(arguments)".to_owned()
+                } else {
+                    path.clone()
+                });
             }
         }
     }
@@ -123,8 +127,12 @@ mod tests {
 
     #[test]
     fn member_order_and_number_spelling_do_not_change_the_fingerprint() {
-        let a = fingerprint(&json!({"order_id": "8812", "amount": 49, "meta": {"x": 1, "y": [1.50, 2]}}));
-        let b = fingerprint(&json!({"meta": {"y": [1.5, 2.0], "x": 1.0}, "amount": 49.0, "order_id": "8812"}));
+        let a = fingerprint(
+            &json!({"order_id": "8812", "amount": 49, "meta": {"x": 1, "y": [1.50, 2]}}),
+        );
+        let b = fingerprint(
+            &json!({"meta": {"y": [1.5, 2.0], "x": 1.0}, "amount": 49.0, "order_id": "8812"}),
+        );
         assert_eq!(a, b);
         assert_eq!(a.as_str().len(), 64);
     }
@@ -146,7 +154,10 @@ mod tests {
     fn a_conflict_names_the_fields_that_differ() {
         let stored = json!({"order_id": "8812", "amount": 49, "reason": "late", "meta": {"agent": "a", "n": 1}});
         let requested = json!({"order_id": "8812", "amount": 59.0, "meta": {"agent": "b", "n": 1.0}, "note": "x"});
-        assert_eq!(differing_fields(&stored, &requested), ["amount", "meta.agent", "note", "reason"]);
+        assert_eq!(
+            differing_fields(&stored, &requested),
+            ["amount", "meta.agent", "note", "reason"]
+        );
         assert!(differing_fields(&stored, &stored).is_empty());
     }
 }

@@ -73,13 +73,20 @@ impl IntentStatus {
 
     /// Checks a transition; stores call this before every status write.
     pub fn transition(self, to: IntentStatus) -> Result<IntentStatus, IllegalTransition> {
-        if self.can_become(to) { Ok(to) } else { Err(IllegalTransition { from: self, to }) }
+        if self.can_become(to) {
+            Ok(to)
+        } else {
+            Err(IllegalTransition { from: self, to })
+        }
     }
 
     /// Settled statuses need no further work from the gateway. `rejected` and
     /// `not_executed` may still start a new attempt when a later call allows it.
     pub fn is_settled(self) -> bool {
-        matches!(self, IntentStatus::Done | IntentStatus::Rejected | IntentStatus::NotExecuted)
+        matches!(
+            self,
+            IntentStatus::Done | IntentStatus::Rejected | IntentStatus::NotExecuted
+        )
     }
 
     pub fn as_str(self) -> &'static str {
@@ -137,7 +144,10 @@ mod tests {
                 assert_eq!(from.transition(to).is_ok(), legal, "{from} -> {to}");
                 if !legal {
                     let error = from.transition(to).unwrap_err();
-                    assert_eq!(error.to_string(), format!("illegal intent transition {from} -> {to}"));
+                    assert_eq!(
+                        error.to_string(),
+                        format!("illegal intent transition {from} -> {to}")
+                    );
                 }
             }
         }

@@ -23,16 +23,40 @@ pub const INTENT_ID_PLACEHOLDER: &str = "intent_id";
 /// Argument names that usually hold a value minted per attempt. A key built from one of
 /// them changes on every retry, which is the bug this product exists to prevent.
 pub const PER_ATTEMPT_NAMES: &[&str] = &[
-    "tool_call_id", "toolcallid", "call_id", "callid", "request_id", "requestid", "attempt",
-    "attempt_id", "attempt_number", "retry", "retry_count", "try", "timestamp", "time", "now",
-    "created_at", "nonce", "uuid", "guid", "random", "trace_id", "span_id", "message_id",
-    "run_id", "turn_id", "idempotency_key",
+    "tool_call_id",
+    "toolcallid",
+    "call_id",
+    "callid",
+    "request_id",
+    "requestid",
+    "attempt",
+    "attempt_id",
+    "attempt_number",
+    "retry",
+    "retry_count",
+    "try",
+    "timestamp",
+    "time",
+    "now",
+    "created_at",
+    "nonce",
+    "uuid",
+    "guid",
+    "random",
+    "trace_id",
+    "span_id",
+    "message_id",
+    "run_id",
+    "turn_id",
+    "idempotency_key",
 ];
 
 /// True when an argument name suggests a value that changes per attempt.
 pub fn looks_per_attempt(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
-    PER_ATTEMPT_NAMES.iter().any(|suspect| lower == *suspect || lower.ends_with(&format!("_{suspect}")))
+    PER_ATTEMPT_NAMES
+        .iter()
+        .any(|suspect| lower == *suspect || lower.ends_with(&format!("_{suspect}")))
 }
 
 /// A parsed key template.
@@ -45,7 +69,10 @@ pub struct KeyTemplate {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Part {
     Literal(String),
-    Field { path: Vec<String>, places: Option<u32> },
+    Field {
+        path: Vec<String>,
+        places: Option<u32>,
+    },
     IntentId,
 }
 
@@ -53,7 +80,11 @@ enum Part {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
     #[error("key template `{template}`: {reason} at character {position}")]
-    Syntax { template: String, position: usize, reason: &'static str },
+    Syntax {
+        template: String,
+        position: usize,
+        reason: &'static str,
+    },
     #[error(
         "key template `{0}` has no placeholder, so every call would be one intent; build it from the \
          arguments that identify the intent, e.g. refund:{{order_id}}:{{amount:.2}}"
@@ -90,7 +121,11 @@ pub enum KeyError {
 impl KeyTemplate {
     /// Parses a template. Checks syntax only; [`KeyTemplate::check_arguments`] checks names.
     pub fn parse(template: &str) -> Result<KeyTemplate, KeyError> {
-        let syntax = |position, reason| KeyError::Syntax { template: template.to_owned(), position, reason };
+        let syntax = |position, reason| KeyError::Syntax {
+            template: template.to_owned(),
+            position,
+            reason,
+        };
         let mut parts = Vec::new();
         let mut literal = String::new();
         let mut chars = template.char_indices().peekable();
@@ -128,7 +163,10 @@ impl KeyTemplate {
         if !parts.iter().any(|part| !matches!(part, Part::Literal(_))) {
             return Err(KeyError::Constant(template.to_owned()));
         }
-        Ok(KeyTemplate { source: template.to_owned(), parts })
+        Ok(KeyTemplate {
+            source: template.to_owned(),
+            parts,
+        })
     }
 
     /// Refuses a template that refers to anything but the tool's arguments (`argument_names`,
@@ -138,12 +176,18 @@ impl KeyTemplate {
         for name in self.argument_names() {
             if !argument_names.contains(&name) {
                 if looks_per_attempt(name) {
-                    return Err(KeyError::PerAttempt { name: name.to_owned() });
+                    return Err(KeyError::PerAttempt {
+                        name: name.to_owned(),
+                    });
                 }
-                return Err(KeyError::NotAnArgument { name: name.to_owned() });
+                return Err(KeyError::NotAnArgument {
+                    name: name.to_owned(),
+                });
             }
             if looks_per_attempt(name) {
-                return Err(KeyError::PerAttempt { name: name.to_owned() });
+                return Err(KeyError::PerAttempt {
+                    name: name.to_owned(),
+                });
             }
         }
         Ok(())
@@ -208,8 +252,12 @@ fn parse_placeholder(inner: &str) -> Result<Part, &'static str> {
     let places = match format {
         None => None,
         Some(format) => {
-            let digits = format.strip_prefix('.').ok_or("a format must look like `.2` (decimal places)")?;
-            let places: u32 = digits.parse().map_err(|_| "a format must look like `.2` (decimal places)")?;
+            let digits = format
+                .strip_prefix('.')
+                .ok_or("a format must look like `.2` (decimal places)")?;
+            let places: u32 = digits
+                .parse()
+                .map_err(|_| "a format must look like `.2` (decimal places)")?;
             if places > DECIMAL_PLACES_MAX {
                 return Err("too many decimal places (at most 18)");
             }
@@ -224,24 +272,39 @@ fn parse_placeholder(inner: &str) -> Result<Part, &'static str> {
     }
     let path: Vec<String> = name.split('.').map(str::to_owned).collect();
     let valid = |segment: &String| {
-        !segment.is_empty() && segment.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        !segment.is_empty()
+            && segment
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     };
     if !path.iter().all(valid) {
-        return Err("a placeholder names an argument: letters, digits, `_`, `-`, and `.` for a nested field");
+        return Err(
+            "a placeholder names an argument: letters, digits, `_`, `-`, and `.` for a nested field",
+        );
     }
     Ok(Part::Field { path, places })
 }
 
 fn render_value(name: &str, value: &Value, places: Option<u32>) -> Result<String, KeyError> {
-    let decimal_error = |error| KeyError::Decimal { name: name.to_owned(), error };
+    let decimal_error = |error| KeyError::Decimal {
+        name: name.to_owned(),
+        error,
+    };
     if let Some(places) = places {
-        return Decimal::from_json(value).and_then(|decimal| decimal.format_places(places)).map_err(decimal_error);
+        return Decimal::from_json(value)
+            .and_then(|decimal| decimal.format_places(places))
+            .map_err(decimal_error);
     }
     match value {
         Value::String(text) => Ok(text.clone()),
-        Value::Number(_) => Ok(Decimal::from_json(value).map_err(decimal_error)?.to_string()),
+        Value::Number(_) => Ok(Decimal::from_json(value)
+            .map_err(decimal_error)?
+            .to_string()),
         Value::Bool(flag) => Ok(flag.to_string()),
-        Value::Null => Err(KeyError::BadValue { name: name.to_owned(), reason: "it is null".into() }),
+        Value::Null => Err(KeyError::BadValue {
+            name: name.to_owned(),
+            reason: "it is null".into(),
+        }),
         Value::Array(_) | Value::Object(_) => Err(KeyError::BadValue {
             name: name.to_owned(),
             reason: "it is an array or object; use one of its fields, like {customer.id}".into(),
@@ -252,7 +315,10 @@ fn render_value(name: &str, value: &Value, places: Option<u32>) -> Result<String
 /// Percent-encodes the characters that could blur the boundaries between key parts.
 fn escape_into(key: &mut String, value: &str) {
     for c in value.chars() {
-        if matches!(c, '%' | ':' | '/' | '{' | '}' | '#' | '?') || c.is_whitespace() || c.is_control() {
+        if matches!(c, '%' | ':' | '/' | '{' | '}' | '#' | '?')
+            || c.is_whitespace()
+            || c.is_control()
+        {
             let mut buffer = [0u8; 4];
             for byte in c.encode_utf8(&mut buffer).bytes() {
                 key.push_str(&format!("%{byte:02X}"));
@@ -269,14 +335,22 @@ mod tests {
     use serde_json::json;
 
     fn render(template: &str, arguments: Value) -> Result<String, KeyError> {
-        KeyTemplate::parse(template).unwrap().render(&arguments, None)
+        KeyTemplate::parse(template)
+            .unwrap()
+            .render(&arguments, None)
     }
 
     #[test]
     fn amounts_written_three_ways_give_one_key() {
         let keys: Vec<String> = [json!(49), json!(49.0), json!("49.00")]
             .into_iter()
-            .map(|amount| render("refund:{order_id}:{amount:.2}", json!({"order_id": "8812", "amount": amount})).unwrap())
+            .map(|amount| {
+                render(
+                    "refund:{order_id}:{amount:.2}",
+                    json!({"order_id": "8812", "amount": amount}),
+                )
+                .unwrap()
+            })
             .collect();
         assert_eq!(keys, ["refund:8812:49.00"; 3]);
     }
@@ -286,7 +360,10 @@ mod tests {
         assert_eq!(render("x:{n}", json!({"n": 12.50})).unwrap(), "x:12.5");
         assert_eq!(render("x:{n}", json!({"n": "12.50"})).unwrap(), "x:12.50");
         assert_eq!(render("x:{b}", json!({"b": true})).unwrap(), "x:true");
-        assert_eq!(render("{customer.id}/{{lit}}", json!({"customer": {"id": "c1"}})).unwrap(), "c1/{lit}");
+        assert_eq!(
+            render("{customer.id}/{{lit}}", json!({"customer": {"id": "c1"}})).unwrap(),
+            "c1/{lit}"
+        );
     }
 
     #[test]
@@ -295,33 +372,75 @@ mod tests {
         let b = render("{a}:{b}", json!({"a": "x", "b": "y:z"})).unwrap();
         assert_ne!(a, b);
         assert_eq!(a, "x%3Ay:z");
-        assert_eq!(render("{a}", json!({"a": "50% off\n"})).unwrap(), "50%25%20off%0A");
+        assert_eq!(
+            render("{a}", json!({"a": "50% off\n"})).unwrap(),
+            "50%25%20off%0A"
+        );
     }
 
     #[test]
     fn a_template_referring_to_anything_but_arguments_is_refused_with_the_reason() {
         let template = KeyTemplate::parse("refund:{order_id}:{tool_call_id}").unwrap();
-        let error = template.check_arguments(&["order_id", "amount"]).unwrap_err();
-        assert_eq!(error, KeyError::PerAttempt { name: "tool_call_id".into() });
-        assert!(error.to_string().contains("changes on every attempt"), "{error}");
+        let error = template
+            .check_arguments(&["order_id", "amount"])
+            .unwrap_err();
+        assert_eq!(
+            error,
+            KeyError::PerAttempt {
+                name: "tool_call_id".into()
+            }
+        );
+        assert!(
+            error.to_string().contains("changes on every attempt"),
+            "{error}"
+        );
 
         let template = KeyTemplate::parse("refund:{order}:{amount:.2}").unwrap();
-        let error = template.check_arguments(&["order_id", "amount"]).unwrap_err();
-        assert_eq!(error, KeyError::NotAnArgument { name: "order".into() });
-        assert!(error.to_string().contains("only the tool's arguments and {intent_id}"), "{error}");
+        let error = template
+            .check_arguments(&["order_id", "amount"])
+            .unwrap_err();
+        assert_eq!(
+            error,
+            KeyError::NotAnArgument {
+                name: "order".into()
+            }
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("only the tool's arguments and {intent_id}"),
+            "{error}"
+        );
 
         // Even a declared argument is refused when its name says it changes per attempt.
         let template = KeyTemplate::parse("refund:{request_id}").unwrap();
-        assert!(matches!(template.check_arguments(&["request_id"]), Err(KeyError::PerAttempt { .. })));
+        assert!(matches!(
+            template.check_arguments(&["request_id"]),
+            Err(KeyError::PerAttempt { .. })
+        ));
 
-        for (template, names) in [("refund:{order_id}:{amount:.2}", &["order_id", "amount"][..]), ("r:{intent_id}", &[][..])] {
-            KeyTemplate::parse(template).unwrap().check_arguments(names).unwrap();
+        for (template, names) in [
+            ("refund:{order_id}:{amount:.2}", &["order_id", "amount"][..]),
+            ("r:{intent_id}", &[][..]),
+        ] {
+            KeyTemplate::parse(template)
+                .unwrap()
+                .check_arguments(names)
+                .unwrap();
         }
     }
 
     #[test]
     fn per_attempt_names_are_recognised() {
-        for name in ["tool_call_id", "TOOL_CALL_ID", "openai_request_id", "timestamp", "nonce", "uuid", "attempt"] {
+        for name in [
+            "tool_call_id",
+            "TOOL_CALL_ID",
+            "openai_request_id",
+            "timestamp",
+            "nonce",
+            "uuid",
+            "attempt",
+        ] {
             assert!(looks_per_attempt(name), "{name}");
         }
         for name in ["order_id", "amount", "customer_id", "reason", "currency"] {
@@ -331,19 +450,42 @@ mod tests {
 
     #[test]
     fn malformed_templates_are_refused() {
-        for template in ["refund:{order_id", "refund:order_id}", "x:{}", "x:{a:2}", "x:{a:.x}", "x:{a b}", "x:{intent_id:.2}"] {
-            assert!(matches!(KeyTemplate::parse(template), Err(KeyError::Syntax { .. })), "{template}");
+        for template in [
+            "refund:{order_id",
+            "refund:order_id}",
+            "x:{}",
+            "x:{a:2}",
+            "x:{a:.x}",
+            "x:{a b}",
+            "x:{intent_id:.2}",
+        ] {
+            assert!(
+                matches!(KeyTemplate::parse(template), Err(KeyError::Syntax { .. })),
+                "{template}"
+            );
         }
-        assert!(matches!(KeyTemplate::parse("refund"), Err(KeyError::Constant(_))));
+        assert!(matches!(
+            KeyTemplate::parse("refund"),
+            Err(KeyError::Constant(_))
+        ));
     }
 
     #[test]
     fn intent_id_comes_from_the_application() {
         let template = KeyTemplate::parse("refund:{intent_id}").unwrap();
         assert!(template.uses_intent_id());
-        assert_eq!(template.render(&json!({}), Some("int_7")).unwrap(), "refund:int_7");
-        assert_eq!(template.render(&json!({}), None), Err(KeyError::MissingIntentId));
-        assert_eq!(template.render(&json!({}), Some("")), Err(KeyError::BadIntentId));
+        assert_eq!(
+            template.render(&json!({}), Some("int_7")).unwrap(),
+            "refund:int_7"
+        );
+        assert_eq!(
+            template.render(&json!({}), None),
+            Err(KeyError::MissingIntentId)
+        );
+        assert_eq!(
+            template.render(&json!({}), Some("")),
+            Err(KeyError::BadIntentId)
+        );
     }
 
     #[test]
@@ -351,8 +493,71 @@ mod tests {
         let error = render("r:{order_id}:{amount:.2}", json!({"order_id": "1"})).unwrap_err();
         assert_eq!(error, KeyError::MissingArgument("amount".into()));
         let error = render("r:{amount:.2}", json!({"amount": 49.005})).unwrap_err();
-        assert!(error.to_string().contains("amount") && error.to_string().contains("round"), "{error}");
-        assert!(matches!(render("r:{a}", json!({"a": null})), Err(KeyError::BadValue { .. })));
-        assert!(matches!(render("r:{a}", json!({"a": "x".repeat(600)})), Err(KeyError::TooLong(_))));
+        assert!(
+            error.to_string().contains("amount") && error.to_string().contains("round"),
+            "{error}"
+        );
+        assert!(matches!(
+            render("r:{a}", json!({"a": null})),
+            Err(KeyError::BadValue { .. })
+        ));
+        assert!(matches!(
+            render("r:{a}", json!({"a": "x".repeat(600)})),
+            Err(KeyError::TooLong(_))
+        ));
+    }
+}
+
+/// Longest idempotency key sent to a provider (Stripe's limit is 255).
+pub const PROVIDER_KEY_LENGTH_MAX: usize = 255;
+
+/// The idempotency key sent to the provider for an intent: readable where it fits
+/// (`refund_order:refund:8812:49.00`), scoped by tenant and tool so two tools or tenants
+/// never share a provider key, and carrying the epoch after a rejected intent starts again
+/// (`...#2`), so the provider does not replay the old rejection. Too long a key is replaced
+/// by its SHA-256, which is just as stable.
+pub fn provider_key(tenant: &str, tool: &str, key: &str, epoch: u32) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write as _;
+    let mut text = if tenant == "default" {
+        format!("{tool}:{key}")
+    } else {
+        format!("{tenant}/{tool}:{key}")
+    };
+    if epoch > 1 {
+        write!(text, "#{epoch}").expect("writing to a String can't fail");
+    }
+    if text.len() <= PROVIDER_KEY_LENGTH_MAX {
+        return text;
+    }
+    let digest = Sha256::digest(text.as_bytes());
+    let mut hashed = String::from("ig-sha256-");
+    for byte in digest.iter() {
+        write!(hashed, "{byte:02x}").expect("writing to a String can't fail");
+    }
+    hashed
+}
+
+#[cfg(test)]
+mod provider_key_tests {
+    use super::provider_key;
+
+    #[test]
+    fn provider_keys_are_scoped_stable_and_bounded() {
+        assert_eq!(
+            provider_key("default", "refund_order", "refund:8812:49.00", 1),
+            "refund_order:refund:8812:49.00"
+        );
+        assert_eq!(
+            provider_key("acme", "refund_order", "r:1", 1),
+            "acme/refund_order:r:1"
+        );
+        assert_eq!(
+            provider_key("default", "charge_card", "c:1", 2),
+            "charge_card:c:1#2"
+        );
+        let long = provider_key("default", "t", &"k".repeat(400), 1);
+        assert_eq!(long.len(), "ig-sha256-".len() + 64);
+        assert_eq!(long, provider_key("default", "t", &"k".repeat(400), 1));
     }
 }

@@ -13,7 +13,11 @@ use serde_json::Value;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum UpstreamObservation {
     /// A response arrived. `body` is the decoded JSON body (`null` when it had none).
-    Response { status: u16, retry_after_ms: Option<u64>, body: Value },
+    Response {
+        status: u16,
+        retry_after_ms: Option<u64>,
+        body: Value,
+    },
     /// The request never left: connection refused, DNS or TLS failure.
     NotSent { reason: String },
     /// No response within the tool's timeout.
@@ -68,19 +72,41 @@ impl Ambiguity {
 /// Classifies one observation (SPEC section 5's table).
 pub fn classify(observation: &UpstreamObservation) -> OutcomeClass {
     match observation {
-        UpstreamObservation::Response { status, retry_after_ms, .. } => match *status {
+        UpstreamObservation::Response {
+            status,
+            retry_after_ms,
+            ..
+        } => match *status {
             200..=299 => OutcomeClass::Done,
-            429 | 425 => OutcomeClass::NotProcessed { retry_after_ms: *retry_after_ms },
-            503 if retry_after_ms.is_some() => OutcomeClass::NotProcessed { retry_after_ms: *retry_after_ms },
-            409 => OutcomeClass::Ambiguous { why: Ambiguity::KeyInUse },
-            408 => OutcomeClass::Ambiguous { why: Ambiguity::Unexpected },
+            429 | 425 => OutcomeClass::NotProcessed {
+                retry_after_ms: *retry_after_ms,
+            },
+            503 if retry_after_ms.is_some() => OutcomeClass::NotProcessed {
+                retry_after_ms: *retry_after_ms,
+            },
+            409 => OutcomeClass::Ambiguous {
+                why: Ambiguity::KeyInUse,
+            },
+            408 => OutcomeClass::Ambiguous {
+                why: Ambiguity::Unexpected,
+            },
             400..=499 => OutcomeClass::Rejected,
-            500..=599 => OutcomeClass::Ambiguous { why: Ambiguity::ServerError },
-            _ => OutcomeClass::Ambiguous { why: Ambiguity::Unexpected },
+            500..=599 => OutcomeClass::Ambiguous {
+                why: Ambiguity::ServerError,
+            },
+            _ => OutcomeClass::Ambiguous {
+                why: Ambiguity::Unexpected,
+            },
         },
-        UpstreamObservation::NotSent { .. } => OutcomeClass::NotProcessed { retry_after_ms: None },
-        UpstreamObservation::Timeout => OutcomeClass::Ambiguous { why: Ambiguity::Timeout },
-        UpstreamObservation::Dropped { .. } => OutcomeClass::Ambiguous { why: Ambiguity::Dropped },
+        UpstreamObservation::NotSent { .. } => OutcomeClass::NotProcessed {
+            retry_after_ms: None,
+        },
+        UpstreamObservation::Timeout => OutcomeClass::Ambiguous {
+            why: Ambiguity::Timeout,
+        },
+        UpstreamObservation::Dropped { .. } => OutcomeClass::Ambiguous {
+            why: Ambiguity::Dropped,
+        },
     }
 }
 
@@ -90,7 +116,11 @@ mod tests {
     use serde_json::json;
 
     fn response(status: u16, retry_after_ms: Option<u64>) -> UpstreamObservation {
-        UpstreamObservation::Response { status, retry_after_ms, body: json!({}) }
+        UpstreamObservation::Response {
+            status,
+            retry_after_ms,
+            body: json!({}),
+        }
     }
 
     #[test]
@@ -103,20 +133,76 @@ mod tests {
             (response(402, None), OutcomeClass::Rejected),
             (response(404, None), OutcomeClass::Rejected),
             (response(422, None), OutcomeClass::Rejected),
-            (response(429, Some(2000)), OutcomeClass::NotProcessed { retry_after_ms: Some(2000) }),
-            (response(429, None), OutcomeClass::NotProcessed { retry_after_ms: None }),
-            (response(425, None), OutcomeClass::NotProcessed { retry_after_ms: None }),
-            (response(503, Some(1000)), OutcomeClass::NotProcessed { retry_after_ms: Some(1000) }),
-            (UpstreamObservation::NotSent { reason: "connection refused".into() }, OutcomeClass::NotProcessed { retry_after_ms: None }),
-            (UpstreamObservation::Timeout, OutcomeClass::Ambiguous { why: Timeout }),
-            (UpstreamObservation::Dropped { reason: "reset".into() }, OutcomeClass::Ambiguous { why: Dropped }),
-            (response(500, None), OutcomeClass::Ambiguous { why: ServerError }),
-            (response(502, None), OutcomeClass::Ambiguous { why: ServerError }),
-            (response(504, None), OutcomeClass::Ambiguous { why: ServerError }),
-            (response(503, None), OutcomeClass::Ambiguous { why: ServerError }),
-            (response(409, None), OutcomeClass::Ambiguous { why: KeyInUse }),
-            (response(408, None), OutcomeClass::Ambiguous { why: Unexpected }),
-            (response(302, None), OutcomeClass::Ambiguous { why: Unexpected }),
+            (
+                response(429, Some(2000)),
+                OutcomeClass::NotProcessed {
+                    retry_after_ms: Some(2000),
+                },
+            ),
+            (
+                response(429, None),
+                OutcomeClass::NotProcessed {
+                    retry_after_ms: None,
+                },
+            ),
+            (
+                response(425, None),
+                OutcomeClass::NotProcessed {
+                    retry_after_ms: None,
+                },
+            ),
+            (
+                response(503, Some(1000)),
+                OutcomeClass::NotProcessed {
+                    retry_after_ms: Some(1000),
+                },
+            ),
+            (
+                UpstreamObservation::NotSent {
+                    reason: "connection refused".into(),
+                },
+                OutcomeClass::NotProcessed {
+                    retry_after_ms: None,
+                },
+            ),
+            (
+                UpstreamObservation::Timeout,
+                OutcomeClass::Ambiguous { why: Timeout },
+            ),
+            (
+                UpstreamObservation::Dropped {
+                    reason: "reset".into(),
+                },
+                OutcomeClass::Ambiguous { why: Dropped },
+            ),
+            (
+                response(500, None),
+                OutcomeClass::Ambiguous { why: ServerError },
+            ),
+            (
+                response(502, None),
+                OutcomeClass::Ambiguous { why: ServerError },
+            ),
+            (
+                response(504, None),
+                OutcomeClass::Ambiguous { why: ServerError },
+            ),
+            (
+                response(503, None),
+                OutcomeClass::Ambiguous { why: ServerError },
+            ),
+            (
+                response(409, None),
+                OutcomeClass::Ambiguous { why: KeyInUse },
+            ),
+            (
+                response(408, None),
+                OutcomeClass::Ambiguous { why: Unexpected },
+            ),
+            (
+                response(302, None),
+                OutcomeClass::Ambiguous { why: Unexpected },
+            ),
         ];
         for (observation, expected) in rows {
             assert_eq!(classify(&observation), expected, "{observation:?}");

@@ -54,7 +54,10 @@ impl CallStatus {
 
     /// True where the model must act differently from "it worked" (over MCP: `isError`).
     pub fn needs_model_action(self) -> bool {
-        matches!(self, CallStatus::Rejected | CallStatus::Conflict | CallStatus::InvalidArguments)
+        matches!(
+            self,
+            CallStatus::Rejected | CallStatus::Conflict | CallStatus::InvalidArguments
+        )
     }
 
     /// The default instruction. `{tool}` is replaced by the tool's name; `{details}` by
@@ -106,9 +109,19 @@ pub struct Messages(pub BTreeMap<CallStatus, String>);
 impl Messages {
     /// The instruction for `status`, with `{tool}` and `{details}` filled in.
     pub fn render(&self, status: CallStatus, tool: &str, details: &str) -> String {
-        let template = self.0.get(&status).map(String::as_str).unwrap_or(status.default_message());
-        let details = if details.is_empty() { "no details" } else { details };
-        template.replace("{tool}", tool).replace("{details}", details)
+        let template = self
+            .0
+            .get(&status)
+            .map(String::as_str)
+            .unwrap_or(status.default_message());
+        let details = if details.is_empty() {
+            "no details"
+        } else {
+            details
+        };
+        template
+            .replace("{tool}", tool)
+            .replace("{details}", details)
     }
 }
 
@@ -120,7 +133,10 @@ mod tests {
     fn defaults_fill_in_the_tool_and_details() {
         let messages = Messages::default();
         let text = messages.render(CallStatus::Conflict, "refund_order", "amount");
-        assert!(text.contains("(amount)") && text.contains("Do not retry"), "{text}");
+        assert!(
+            text.contains("(amount)") && text.contains("Do not retry"),
+            "{text}"
+        );
         let text = messages.render(CallStatus::PendingUnknown, "refund_order", "");
         assert!(text.contains("Do not retry refund_order"), "{text}");
     }
@@ -128,9 +144,18 @@ mod tests {
     #[test]
     fn a_tool_can_override_one_message() {
         let mut messages = Messages::default();
-        messages.0.insert(CallStatus::Done, "Refund {tool} sent.".into());
-        assert_eq!(messages.render(CallStatus::Done, "refund_order", ""), "Refund refund_order sent.");
-        assert!(messages.render(CallStatus::AlreadyDone, "refund_order", "").starts_with("Completed earlier"));
+        messages
+            .0
+            .insert(CallStatus::Done, "Refund {tool} sent.".into());
+        assert_eq!(
+            messages.render(CallStatus::Done, "refund_order", ""),
+            "Refund refund_order sent."
+        );
+        assert!(
+            messages
+                .render(CallStatus::AlreadyDone, "refund_order", "")
+                .starts_with("Completed earlier")
+        );
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub struct ToolDefinition {
     pub retry_rejected: bool,
     /// What "once per ..." names in the published description ("order", "customer").
     pub once_per: String,
+    /// JSON pointer to the provider's id for the effect in a success body.
+    pub external_id_pointer: String,
 }
 
 /// Why a tool definition is refused.
@@ -48,15 +50,21 @@ pub struct ToolDefinition {
 pub enum ToolError {
     #[error("tool name `{0}` must be 1 to {TOOL_NAME_LENGTH_MAX} letters, digits, `_`, `-` or `.`")]
     BadName(String),
-    #[error("tool `{0}`: side-effecting tools need an intent key, e.g. key: \"refund:{{order_id}}:{{amount:.2}}\"")]
+    #[error(
+        "tool `{0}`: side-effecting tools need an intent key, e.g. key: \"refund:{{order_id}}:{{amount:.2}}\""
+    )]
     MissingKey(String),
-    #[error("tool `{0}`: only side-effecting tools take an intent key (reads and idempotent tools need none)")]
+    #[error(
+        "tool `{0}`: only side-effecting tools take an intent key (reads and idempotent tools need none)"
+    )]
     UnexpectedKey(String),
     #[error("tool `{tool}`: {error}")]
     Key { tool: String, error: KeyError },
     #[error("tool `{0}`: input_schema must be a JSON Schema object with \"type\": \"object\"")]
     BadSchema(String),
-    #[error("tool `{tool}`: timeout must be between 1 ms and {TIMEOUT_MS_MAX} ms, got {timeout_ms} ms")]
+    #[error(
+        "tool `{tool}`: timeout must be between 1 ms and {TIMEOUT_MS_MAX} ms, got {timeout_ms} ms"
+    )]
     BadTimeout { tool: String, timeout_ms: u64 },
     #[error("tool `{tool}`: retry budget {budget} is above the limit of {RETRY_BUDGET_MAX}")]
     BadRetryBudget { tool: String, budget: u32 },
@@ -76,7 +84,9 @@ impl ToolDefinition {
     ) -> Result<ToolDefinition, ToolError> {
         let valid_name = !name.is_empty()
             && name.len() <= TOOL_NAME_LENGTH_MAX
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
         if !valid_name {
             return Err(ToolError::BadName(name.to_owned()));
         }
@@ -86,23 +96,40 @@ impl ToolDefinition {
         }
         let timeout_ms = timeout.as_millis() as u64;
         if timeout_ms == 0 || timeout_ms > TIMEOUT_MS_MAX {
-            return Err(ToolError::BadTimeout { tool: tool(), timeout_ms });
+            return Err(ToolError::BadTimeout {
+                tool: tool(),
+                timeout_ms,
+            });
         }
         if retry_budget > RETRY_BUDGET_MAX {
-            return Err(ToolError::BadRetryBudget { tool: tool(), budget: retry_budget });
+            return Err(ToolError::BadRetryBudget {
+                tool: tool(),
+                budget: retry_budget,
+            });
         }
         let key = match (effect, key) {
             (Effect::SideEffect, None) => return Err(ToolError::MissingKey(tool())),
             (Effect::SideEffect, Some(text)) => {
-                let template = KeyTemplate::parse(text).map_err(|error| ToolError::Key { tool: tool(), error })?;
+                let template = KeyTemplate::parse(text).map_err(|error| ToolError::Key {
+                    tool: tool(),
+                    error,
+                })?;
                 let names = argument_names(&input_schema);
-                template.check_arguments(&names).map_err(|error| ToolError::Key { tool: tool(), error })?;
+                template
+                    .check_arguments(&names)
+                    .map_err(|error| ToolError::Key {
+                        tool: tool(),
+                        error,
+                    })?;
                 Some(template)
             }
             (_, Some(_)) => return Err(ToolError::UnexpectedKey(tool())),
             (_, None) => None,
         };
-        let once_per = key.as_ref().and_then(default_once_per).unwrap_or_else(|| "request".to_owned());
+        let once_per = key
+            .as_ref()
+            .and_then(default_once_per)
+            .unwrap_or_else(|| "request".to_owned());
         Ok(ToolDefinition {
             name: name.to_owned(),
             description: description.to_owned(),
@@ -115,6 +142,7 @@ impl ToolDefinition {
             messages: Messages::default(),
             retry_rejected: false,
             once_per,
+            external_id_pointer: "/id".to_owned(),
         })
     }
 
@@ -137,7 +165,10 @@ impl ToolDefinition {
 
     /// "Safe to call once per order. Repeated calls return the original result."
     pub fn once_per_sentence(&self) -> String {
-        format!("Safe to call once per {}. Repeated calls return the original result.", self.once_per)
+        format!(
+            "Safe to call once per {}. Repeated calls return the original result.",
+            self.once_per
+        )
     }
 }
 
@@ -170,7 +201,15 @@ mod tests {
     }
 
     fn refund(key: Option<&str>) -> Result<ToolDefinition, ToolError> {
-        ToolDefinition::new("refund_order", "Refund an order.", Effect::SideEffect, refund_schema(), key, Duration::from_secs(10), 2)
+        ToolDefinition::new(
+            "refund_order",
+            "Refund an order.",
+            Effect::SideEffect,
+            refund_schema(),
+            key,
+            Duration::from_secs(10),
+            2,
+        )
     }
 
     #[test]
@@ -180,32 +219,94 @@ mod tests {
             tool.published_description(),
             "Refund an order. Safe to call once per order. Repeated calls return the original result."
         );
-        let read = ToolDefinition::new("get_order", "Get it.", Effect::Read, json!({"type": "object"}), None, Duration::from_secs(1), 3).unwrap();
+        let read = ToolDefinition::new(
+            "get_order",
+            "Get it.",
+            Effect::Read,
+            json!({"type": "object"}),
+            None,
+            Duration::from_secs(1),
+            3,
+        )
+        .unwrap();
         assert_eq!(read.published_description(), "Get it.");
     }
 
     #[test]
     fn a_side_effecting_tool_without_a_usable_key_is_refused() {
-        assert_eq!(refund(None).unwrap_err(), ToolError::MissingKey("refund_order".into()));
+        assert_eq!(
+            refund(None).unwrap_err(),
+            ToolError::MissingKey("refund_order".into())
+        );
         let error = refund(Some("refund:{tool_call_id}")).unwrap_err();
-        assert!(matches!(&error, ToolError::Key { error: KeyError::PerAttempt { name }, .. } if name == "tool_call_id"));
-        assert!(error.to_string().starts_with("tool `refund_order`: key template uses `tool_call_id`"), "{error}");
+        assert!(
+            matches!(&error, ToolError::Key { error: KeyError::PerAttempt { name }, .. } if name == "tool_call_id")
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with("tool `refund_order`: key template uses `tool_call_id`"),
+            "{error}"
+        );
         let error = refund(Some("refund:{order_id}:{now}")).unwrap_err();
-        assert!(matches!(error, ToolError::Key { error: KeyError::PerAttempt { .. }, .. }));
+        assert!(matches!(
+            error,
+            ToolError::Key {
+                error: KeyError::PerAttempt { .. },
+                ..
+            }
+        ));
         let error = refund(Some("refund:{customer}")).unwrap_err();
-        assert!(matches!(error, ToolError::Key { error: KeyError::NotAnArgument { .. }, .. }));
+        assert!(matches!(
+            error,
+            ToolError::Key {
+                error: KeyError::NotAnArgument { .. },
+                ..
+            }
+        ));
     }
 
     #[test]
     fn other_definition_errors_say_what_to_fix() {
         let schema = refund_schema();
         let bad = |name: &str, effect, schema: Value, key: Option<&str>, timeout_ms, budget| {
-            ToolDefinition::new(name, "", effect, schema, key, Duration::from_millis(timeout_ms), budget).unwrap_err()
+            ToolDefinition::new(
+                name,
+                "",
+                effect,
+                schema,
+                key,
+                Duration::from_millis(timeout_ms),
+                budget,
+            )
+            .unwrap_err()
         };
-        assert!(matches!(bad("refund order", Effect::Read, schema.clone(), None, 10, 0), ToolError::BadName(_)));
-        assert!(matches!(bad("r", Effect::Read, json!({"type": "array"}), None, 10, 0), ToolError::BadSchema(_)));
-        assert!(matches!(bad("r", Effect::Read, schema.clone(), Some("k:{order_id}"), 10, 0), ToolError::UnexpectedKey(_)));
-        assert!(matches!(bad("r", Effect::Read, schema.clone(), None, 0, 0), ToolError::BadTimeout { .. }));
-        assert!(matches!(bad("r", Effect::Read, schema, None, 10, 99), ToolError::BadRetryBudget { .. }));
+        assert!(matches!(
+            bad("refund order", Effect::Read, schema.clone(), None, 10, 0),
+            ToolError::BadName(_)
+        ));
+        assert!(matches!(
+            bad("r", Effect::Read, json!({"type": "array"}), None, 10, 0),
+            ToolError::BadSchema(_)
+        ));
+        assert!(matches!(
+            bad(
+                "r",
+                Effect::Read,
+                schema.clone(),
+                Some("k:{order_id}"),
+                10,
+                0
+            ),
+            ToolError::UnexpectedKey(_)
+        ));
+        assert!(matches!(
+            bad("r", Effect::Read, schema.clone(), None, 0, 0),
+            ToolError::BadTimeout { .. }
+        ));
+        assert!(matches!(
+            bad("r", Effect::Read, schema, None, 10, 99),
+            ToolError::BadRetryBudget { .. }
+        ));
     }
 }

@@ -1,1 +1,22 @@
+//! `Gate`: the retry-safe call path of intentgate.
+//!
+//! A [`Gate`] holds the tool definitions, a [`Ledger`](intentgate_ledger::Ledger) and an
+//! [`Upstream`]. [`Gate::call`] runs one tool call the way SPEC section 5 says: validate,
+//! honour the kill switch, derive the intent key, get-or-create the intent, take its lease,
+//! write `in_flight` durably, call the upstream with the intent's idempotency key, classify
+//! what happened, look the effect up when that is ambiguous, and store the answer that every
+//! later repeat receives. Reads and idempotent tools skip the ledger and are retried within
+//! a bound.
+//!
+//! **API boundary:** the gate owns no transport. The HTTP and MCP servers, the CLI and Rust
+//! agents all call [`Gate::call`] and turn its [`CallOutcome`] into their own wire format.
 
+mod clock;
+mod gate;
+mod outcome;
+mod upstream;
+
+pub use clock::{Clock, SystemClock, TokioClock};
+pub use gate::{CallContext, Gate, GateError, GateOptions};
+pub use outcome::CallOutcome;
+pub use upstream::{LookupOutcome, Upstream, UpstreamCall};

@@ -1,1 +1,251 @@
+//! The durable intent ledger.
+//!
+//! One trait, [`Ledger`], and its stores. The ledger remembers every business intent the
+//! gateway has seen, keyed by (tenant, tool, key): its fingerprint and arguments, its status,
+//! who holds its lease, the stored result or rejection, and an append-only log of every call
+//! and transition. The gateway's guarantees rest on three of its operations:
+//!
+//! - [`Ledger::begin`] gets or creates the intent and, when this caller may act, takes the
+//!   lease and writes `in_flight` durably, in one transaction, before the upstream call;
+//! - [`Ledger::finish`] stores what the attempt learned and releases the lease;
+//! - [`Ledger::wait_for_change`] lets a concurrent caller wait for the lease holder.
+//!
+//! **API boundary:** stores check every status change with
+//! [`IntentStatus::transition`](intentgate_core::IntentStatus::transition) and bound every
+//! text they write by the limits in `intentgate_core::limits`; callers pass the clock in
+//! (`now_ms`), so the ledger never reads it.
 
+mod error;
+mod record;
+pub mod sqlite;
+mod waiters;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use intentgate_core::IntentStatus;
+use serde_json::Value;
+
+pub use error::LedgerError;
+pub use record::{Event, IntentId, IntentRecord, ToolFlag};
+pub use sqlite::{SqliteLedger, SqliteOptions};
+
+/// How much a ledger write promises before the upstream call leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// The `in_flight` write is on disk (fsync) before the request leaves: survives a power
+    /// loss. Later writes of the call may be batched without their own fsync, because
+    /// recovery of an `in_flight` intent goes through the lookup.
+    #[default]
+    Strict,
+    /// No fsync: survives a crash of the process, not of the machine. After a power loss
+    /// the provider's idempotency-key window is the backstop.
+    Relaxed,
+}
+
+/// What a caller asks of [`Ledger::begin`].
+#[derive(Debug, Clone)]
+pub struct BeginRequest {
+    pub tenant: String,
+    pub tool: String,
+    pub key: String,
+    /// Hex SHA-256 of the canonical arguments.
+    pub fingerprint: String,
+    pub arguments: Value,
+    /// This caller's lease owner id, unique per call across replicas.
+    pub lease_owner: String,
+    /// When this caller's lease would expire, if it gets one.
+    pub lease_expires_ms: i64,
+    pub now_ms: i64,
+    /// Count this as a new call (false when the same call asks again after waiting).
+    pub count_call: bool,
+    /// The tool lets a rejected intent start a new attempt.
+    pub retry_rejected: bool,
+    /// Least time between two lookups of one unknown intent; callers in between are
+    /// answered from the ledger at once.
+    pub lookup_interval_ms: i64,
+}
+
+/// What [`Ledger::begin`] decided. Every variant carries the intent as it now stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Begin {
+    /// This caller holds the lease and the intent is durably `in_flight`: execute it.
+    Execute(IntentRecord),
+    /// This caller holds the lease on an `unknown` intent: look it up.
+    Lookup(IntentRecord),
+    /// Another caller holds the lease until `lease_expires_ms`: wait, then ask again.
+    Busy(IntentRecord),
+    /// Nothing to do here: answer from the record.
+    Settled(IntentRecord),
+    /// The key exists with another fingerprint: nothing executes.
+    Conflict(IntentRecord),
+}
+
+/// What an attempt learned, for [`Ledger::finish`].
+#[derive(Debug, Clone)]
+pub struct Finish {
+    pub id: IntentId,
+    pub lease_owner: String,
+    /// The attempt this caller started (or looked up); a later attempt supersedes it.
+    pub attempt: u32,
+    pub now_ms: i64,
+    /// The status to record. `unknown` on an intent that is already unknown only releases
+    /// the lease (a lookup that found nothing).
+    pub status: IntentStatus,
+    /// The stored result (done) or rejection (rejected).
+    pub result: Option<Value>,
+    pub external_id: Option<String>,
+    /// Who settled it: "upstream", "lookup", "sweeper".
+    pub resolved_by: &'static str,
+    /// A short reason for the event log.
+    pub detail: String,
+}
+
+/// What [`Ledger::finish`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finished {
+    /// Recorded; the intent as it now stands.
+    Recorded(IntentRecord),
+    /// A later attempt owns the intent now, or it was settled meanwhile (by an operator,
+    /// reconciliation or the lookup of another caller): nothing was written.
+    Superseded(IntentRecord),
+}
+
+/// A manual or automatic resolution of an intent (operator, reconciliation).
+#[derive(Debug, Clone)]
+pub struct Resolve {
+    pub id: IntentId,
+    pub status: IntentStatus,
+    pub external_id: Option<String>,
+    pub result: Option<Value>,
+    pub actor: String,
+    pub reason: String,
+    pub now_ms: i64,
+}
+
+/// The durable intent ledger. Implementations: [`SqliteLedger`].
+#[async_trait]
+pub trait Ledger: Send + Sync + 'static {
+    /// Gets or creates the intent for (tenant, tool, key) and decides what this caller does.
+    /// When it returns [`Begin::Execute`], `in_flight` is durable (per the store's
+    /// [`Durability`]) before it returns.
+    async fn begin(&self, request: BeginRequest) -> Result<Begin, LedgerError>;
+
+    /// Records what an attempt (or a lookup) learned and releases the lease.
+    async fn finish(&self, finish: Finish) -> Result<Finished, LedgerError>;
+
+    /// Counts a repeated call answered from a read (the already-done fast path).
+    async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<(), LedgerError>;
+
+    /// Reads an intent by its scope and key.
+    async fn get(
+        &self,
+        tenant: &str,
+        tool: &str,
+        key: &str,
+    ) -> Result<Option<IntentRecord>, LedgerError>;
+
+    /// Reads an intent by id.
+    async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>, LedgerError>;
+
+    /// Intents in a status whose lease is free or expired at `now_ms` (for the sweeper and
+    /// for recovery), oldest first, at most `limit`.
+    async fn stale(
+        &self,
+        status: IntentStatus,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<IntentRecord>, LedgerError>;
+
+    /// Every intent, in id order, `limit` at a time after `after_id` (for checks and reports).
+    async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>, LedgerError>;
+
+    /// The intent's event log, oldest first.
+    async fn events(&self, id: IntentId) -> Result<Vec<Event>, LedgerError>;
+
+    /// Sets an intent's status by hand (operator) or by proof (reconciliation).
+    async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord, LedgerError>;
+
+    /// Records a call refused because the tool is switched off.
+    async fn record_disabled_call(
+        &self,
+        tenant: &str,
+        tool: &str,
+        now_ms: i64,
+    ) -> Result<(), LedgerError>;
+
+    /// Switches a tool on or off.
+    async fn set_tool_flag(&self, flag: ToolFlag) -> Result<(), LedgerError>;
+
+    /// Every stored tool flag.
+    async fn tool_flags(&self) -> Result<Vec<ToolFlag>, LedgerError>;
+
+    /// Deletes settled intents (done, rejected, not_executed) not seen since `before_ms`,
+    /// with their events. Unknown and in-flight intents are kept until resolved.
+    async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError>;
+
+    /// Waits until the intent may have changed, or `timeout` passes. Spurious wake-ups are
+    /// allowed: callers read the intent again afterwards.
+    async fn wait_for_change(&self, id: IntentId, timeout: Duration);
+}
+
+#[async_trait]
+impl<L: Ledger + ?Sized> Ledger for std::sync::Arc<L> {
+    async fn begin(&self, request: BeginRequest) -> Result<Begin, LedgerError> {
+        (**self).begin(request).await
+    }
+    async fn finish(&self, finish: Finish) -> Result<Finished, LedgerError> {
+        (**self).finish(finish).await
+    }
+    async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<(), LedgerError> {
+        (**self).record_call(id, now_ms).await
+    }
+    async fn get(
+        &self,
+        tenant: &str,
+        tool: &str,
+        key: &str,
+    ) -> Result<Option<IntentRecord>, LedgerError> {
+        (**self).get(tenant, tool, key).await
+    }
+    async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>, LedgerError> {
+        (**self).get_by_id(id).await
+    }
+    async fn stale(
+        &self,
+        status: IntentStatus,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<IntentRecord>, LedgerError> {
+        (**self).stale(status, now_ms, limit).await
+    }
+    async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>, LedgerError> {
+        (**self).list(after_id, limit).await
+    }
+    async fn events(&self, id: IntentId) -> Result<Vec<Event>, LedgerError> {
+        (**self).events(id).await
+    }
+    async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord, LedgerError> {
+        (**self).resolve(resolve).await
+    }
+    async fn record_disabled_call(
+        &self,
+        tenant: &str,
+        tool: &str,
+        now_ms: i64,
+    ) -> Result<(), LedgerError> {
+        (**self).record_disabled_call(tenant, tool, now_ms).await
+    }
+    async fn set_tool_flag(&self, flag: ToolFlag) -> Result<(), LedgerError> {
+        (**self).set_tool_flag(flag).await
+    }
+    async fn tool_flags(&self) -> Result<Vec<ToolFlag>, LedgerError> {
+        (**self).tool_flags().await
+    }
+    async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError> {
+        (**self).purge(before_ms).await
+    }
+    async fn wait_for_change(&self, id: IntentId, timeout: Duration) {
+        (**self).wait_for_change(id, timeout).await
+    }
+}

@@ -1,0 +1,674 @@
+//! The call path (SPEC section 5), one method per phase.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use intentgate_core::key::provider_key;
+use intentgate_core::{
+    CallStatus, Effect, IntentStatus, OutcomeClass, ToolDefinition, UpstreamObservation, classify,
+    differing_fields, fingerprint,
+};
+use intentgate_ledger::{Begin, BeginRequest, Finish, Finished, IntentRecord, Ledger, LedgerError};
+use serde_json::Value;
+
+use crate::clock::Clock;
+use crate::outcome::CallOutcome;
+use crate::upstream::{LookupOutcome, Upstream, UpstreamCall};
+
+/// Time a waiting caller gives the lease holder beyond the tool's timeout before it answers
+/// from the ledger.
+pub const WAIT_MARGIN: Duration = Duration::from_secs(1);
+/// Time added to a lease beyond the attempt's worst case, so a slow but healthy holder is
+/// not taken for a crashed one.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
+/// Longest `Retry-After` the gate honours; a longer one ends the retries (`not_executed`).
+pub const RETRY_AFTER_CAP: Duration = Duration::from_secs(5);
+/// First backoff of a bounded retry; doubles per retry, capped by [`RETRY_AFTER_CAP`].
+pub const BACKOFF_BASE: Duration = Duration::from_millis(100);
+/// Least time between two lookups of one unknown intent; repeats in between get
+/// `pending_unknown` at once, so a storm does not become a storm of lookups.
+pub const LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
+/// How long a cached kill-switch flag is trusted before the ledger is read again. Bounds
+/// how late a replica honours a switch.
+pub const FLAG_REFRESH: Duration = Duration::from_millis(500);
+
+/// Settings of a gate.
+#[derive(Debug, Clone)]
+pub struct GateOptions {
+    /// This process's id in lease owners; unique among replicas sharing a ledger.
+    pub instance: String,
+    pub lookup_interval: Duration,
+    pub retry_after_cap: Duration,
+    pub backoff_base: Duration,
+}
+
+impl Default for GateOptions {
+    fn default() -> GateOptions {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|elapsed| elapsed.subsec_nanos())
+            .unwrap_or(0);
+        GateOptions {
+            instance: format!("{}-{nanos:x}", std::process::id()),
+            lookup_interval: LOOKUP_INTERVAL,
+            retry_after_cap: RETRY_AFTER_CAP,
+            backoff_base: BACKOFF_BASE,
+        }
+    }
+}
+
+/// Who is calling, beyond the arguments.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    pub tenant: String,
+    /// The application's intent id, for tools whose key uses `{intent_id}`.
+    pub intent_id: Option<String>,
+}
+
+impl Default for CallContext {
+    fn default() -> CallContext {
+        CallContext {
+            tenant: "default".to_owned(),
+            intent_id: None,
+        }
+    }
+}
+
+/// Errors of the gate itself, as opposed to outcomes of a call.
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    #[error("no tool named `{0}`")]
+    UnknownTool(String),
+    #[error("tool `{tool}`: its input schema is not a valid JSON Schema: {reason}")]
+    BadSchema { tool: String, reason: String },
+    #[error("two tools are named `{0}`")]
+    DuplicateTool(String),
+    /// The ledger failed before anything was sent upstream: nothing was executed.
+    #[error("the intent ledger is unavailable, nothing was executed: {0}")]
+    Ledger(#[from] LedgerError),
+}
+
+struct Tool {
+    definition: ToolDefinition,
+    validator: jsonschema::Validator,
+}
+
+/// The retry-safe gateway engine. Cheap to share: wrap it in an `Arc`.
+pub struct Gate {
+    tools: HashMap<String, Tool>,
+    ledger: Arc<dyn Ledger>,
+    upstream: Arc<dyn Upstream>,
+    clock: Arc<dyn Clock>,
+    options: GateOptions,
+    calls: AtomicU64,
+    flags: Mutex<FlagCache>,
+}
+
+#[derive(Default)]
+struct FlagCache {
+    read_ms: Option<i64>,
+    disabled: HashMap<String, bool>,
+}
+
+impl Gate {
+    pub fn new(
+        tools: Vec<ToolDefinition>,
+        ledger: Arc<dyn Ledger>,
+        upstream: Arc<dyn Upstream>,
+        clock: Arc<dyn Clock>,
+        options: GateOptions,
+    ) -> Result<Gate, GateError> {
+        let mut by_name = HashMap::new();
+        for definition in tools {
+            let validator =
+                jsonschema::validator_for(&definition.input_schema).map_err(|error| {
+                    GateError::BadSchema {
+                        tool: definition.name.clone(),
+                        reason: error.to_string(),
+                    }
+                })?;
+            let name = definition.name.clone();
+            if by_name
+                .insert(
+                    name.clone(),
+                    Tool {
+                        definition,
+                        validator,
+                    },
+                )
+                .is_some()
+            {
+                return Err(GateError::DuplicateTool(name));
+            }
+        }
+        Ok(Gate {
+            tools: by_name,
+            ledger,
+            upstream,
+            clock,
+            options,
+            calls: AtomicU64::new(0),
+            flags: Mutex::default(),
+        })
+    }
+
+    /// The loaded tools, sorted by name.
+    pub fn tools(&self) -> Vec<&ToolDefinition> {
+        let mut tools: Vec<&ToolDefinition> =
+            self.tools.values().map(|tool| &tool.definition).collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools
+    }
+
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.ledger
+    }
+
+    /// Runs one tool call. Returns `Err` only for an unknown tool or a ledger that failed
+    /// before anything was sent; every outcome of the call itself is a [`CallOutcome`].
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: Value,
+        context: &CallContext,
+    ) -> Result<CallOutcome, GateError> {
+        let tool = self
+            .tools
+            .get(tool)
+            .ok_or_else(|| GateError::UnknownTool(tool.to_owned()))?;
+        let definition = &tool.definition;
+        let errors: Vec<String> = tool
+            .validator
+            .iter_errors(&arguments)
+            .map(|error| {
+                let path = error.instance_path().to_string();
+                if path.is_empty() {
+                    error.to_string()
+                } else {
+                    format!("{path}: {error}")
+                }
+            })
+            .collect();
+        if !errors.is_empty() {
+            return Ok(self
+                .outcome(definition, CallStatus::InvalidArguments, &errors.join("; "))
+                .with_errors(errors));
+        }
+        if self.is_disabled(&definition.name).await? {
+            self.ledger
+                .record_disabled_call(&context.tenant, &definition.name, self.clock.now_ms())
+                .await?;
+            tracing::warn!(tool = %definition.name, "call refused: the tool is switched off");
+            return Ok(self.outcome(definition, CallStatus::Disabled, ""));
+        }
+        match definition.effect {
+            Effect::Read | Effect::Idempotent => Ok(self.call_direct(definition, &arguments).await),
+            Effect::SideEffect => self.call_side_effect(definition, arguments, context).await,
+        }
+    }
+
+    /// Reads and idempotent tools: no ledger, bounded retries with the same arguments.
+    async fn call_direct(&self, tool: &ToolDefinition, arguments: &Value) -> CallOutcome {
+        let call = UpstreamCall {
+            tool,
+            arguments,
+            idempotency_key: None,
+            intent_key: None,
+            timeout: tool.timeout,
+        };
+        let mut retry = 0;
+        loop {
+            let observation = self.send(call).await;
+            let class = classify(&observation);
+            let retry_after = match &class {
+                OutcomeClass::Done => {
+                    return self
+                        .outcome(tool, CallStatus::Done, "")
+                        .with_result(body(observation), None);
+                }
+                OutcomeClass::Rejected => {
+                    let reason = rejection_reason(&observation);
+                    return self
+                        .outcome(tool, CallStatus::Rejected, &reason)
+                        .with_result(body(observation), None);
+                }
+                OutcomeClass::NotProcessed { retry_after_ms } => *retry_after_ms,
+                OutcomeClass::Ambiguous { .. } => None,
+            };
+            match self.backoff(retry, tool.retry_budget, retry_after) {
+                Some(pause) => {
+                    tokio::time::sleep(pause).await;
+                    retry += 1;
+                }
+                None => return self.outcome(tool, CallStatus::NotExecuted, ""),
+            }
+        }
+    }
+
+    async fn call_side_effect(
+        &self,
+        tool: &ToolDefinition,
+        arguments: Value,
+        context: &CallContext,
+    ) -> Result<CallOutcome, GateError> {
+        let template = tool
+            .key
+            .as_ref()
+            .expect("side-effecting tools have a key (checked at load)");
+        let key = match template.render(&arguments, context.intent_id.as_deref()) {
+            Ok(key) => key,
+            Err(error) => {
+                let reason = error.to_string();
+                return Ok(self
+                    .outcome(tool, CallStatus::InvalidArguments, &reason)
+                    .with_errors(vec![reason]));
+            }
+        };
+        let fingerprint = fingerprint(&arguments);
+
+        // Fast path: a repeat of a settled intent is answered from a read, without a
+        // durable write (the call is still counted).
+        if let Some(intent) = self.ledger.get(&context.tenant, &tool.name, &key).await?
+            && intent.fingerprint == fingerprint.as_str()
+            && (intent.status == IntentStatus::Done
+                || (intent.status == IntentStatus::Rejected && !tool.retry_rejected))
+        {
+            if let Err(error) = self
+                .ledger
+                .record_call(intent.id, self.clock.now_ms())
+                .await
+            {
+                tracing::warn!(tool = %tool.name, key = %key, %error, "could not count a repeated call");
+            }
+            return Ok(self.answer_from(tool, &intent));
+        }
+
+        let owner = format!(
+            "{}/{}",
+            self.options.instance,
+            self.calls.fetch_add(1, Ordering::Relaxed)
+        );
+        let wait_until = self.clock.now_ms() + (tool.timeout + WAIT_MARGIN).as_millis() as i64;
+        let mut count_call = true;
+        loop {
+            let now_ms = self.clock.now_ms();
+            let begin = self
+                .ledger
+                .begin(BeginRequest {
+                    tenant: context.tenant.clone(),
+                    tool: tool.name.clone(),
+                    key: key.clone(),
+                    fingerprint: fingerprint.as_str().to_owned(),
+                    arguments: arguments.clone(),
+                    lease_owner: owner.clone(),
+                    lease_expires_ms: now_ms + self.lease_duration(tool).as_millis() as i64,
+                    now_ms,
+                    count_call,
+                    retry_rejected: tool.retry_rejected,
+                    lookup_interval_ms: self.options.lookup_interval.as_millis() as i64,
+                })
+                .await?;
+            count_call = false;
+            match begin {
+                Begin::Execute(intent) => {
+                    return Ok(self.execute(tool, &arguments, intent, &owner).await);
+                }
+                Begin::Lookup(intent) => {
+                    return Ok(self.look_up_unknown(tool, &arguments, intent, &owner).await);
+                }
+                Begin::Settled(intent) => return Ok(self.answer_from(tool, &intent)),
+                Begin::Conflict(intent) => {
+                    let fields = differing_fields(&intent.arguments, &arguments);
+                    tracing::warn!(tool = %tool.name, key = %key, fields = ?fields, "conflict: same key, other arguments");
+                    let mut outcome = self.outcome(tool, CallStatus::Conflict, &fields.join(", "));
+                    outcome.intent_key = Some(key);
+                    outcome.differing_fields = fields;
+                    return Ok(outcome);
+                }
+                Begin::Busy(intent) => {
+                    let remaining_ms = wait_until - self.clock.now_ms();
+                    if remaining_ms <= 0 {
+                        return Ok(self.answer_from(tool, &intent));
+                    }
+                    self.ledger
+                        .wait_for_change(intent.id, Duration::from_millis(remaining_ms as u64))
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Under the lease, with `in_flight` durable: call the upstream, classify, settle.
+    async fn execute(
+        &self,
+        tool: &ToolDefinition,
+        arguments: &Value,
+        intent: IntentRecord,
+        owner: &str,
+    ) -> CallOutcome {
+        let idempotency_key = provider_key(&intent.tenant, &intent.tool, &intent.key, intent.epoch);
+        let call = UpstreamCall {
+            tool,
+            arguments,
+            idempotency_key: Some(&idempotency_key),
+            intent_key: Some(&intent.key),
+            timeout: tool.timeout,
+        };
+        let mut retry = 0;
+        loop {
+            let observation = self.send(call).await;
+            let class = classify(&observation);
+            tracing::info!(tool = %tool.name, key = %intent.key, attempt = intent.attempt, ?class, "upstream answered");
+            let (status, detail) = match class {
+                OutcomeClass::Done => (IntentStatus::Done, "the upstream confirmed it".to_owned()),
+                OutcomeClass::Rejected => (IntentStatus::Rejected, rejection_reason(&observation)),
+                OutcomeClass::NotProcessed { retry_after_ms } => {
+                    let pause = self.backoff(retry, tool.retry_budget, retry_after_ms);
+                    if let Some(pause) =
+                        pause.filter(|pause| self.fits_lease(&intent, tool, *pause))
+                    {
+                        tokio::time::sleep(pause).await;
+                        retry += 1;
+                        continue;
+                    }
+                    (
+                        IntentStatus::NotExecuted,
+                        "not processed by the upstream; retries spent".to_owned(),
+                    )
+                }
+                OutcomeClass::Ambiguous { why } => {
+                    let found = self.lookup(call).await;
+                    tracing::info!(tool = %tool.name, key = %intent.key, why = why.as_str(), ?found, "ambiguous outcome looked up");
+                    return self
+                        .settle_lookup(tool, intent, owner, found, why.as_str(), CallStatus::Done)
+                        .await;
+                }
+            };
+            let (result, external_id) = match status {
+                IntentStatus::Done => {
+                    let result = body(observation);
+                    let external_id = external_id(tool, &result);
+                    (Some(result), external_id)
+                }
+                IntentStatus::Rejected => (Some(body(observation)), None),
+                _ => (None, None),
+            };
+            let finish = Finish {
+                id: intent.id,
+                lease_owner: owner.to_owned(),
+                attempt: intent.attempt,
+                now_ms: self.clock.now_ms(),
+                status,
+                result,
+                external_id,
+                resolved_by: "upstream",
+                detail,
+            };
+            return self.record(tool, finish).await;
+        }
+    }
+
+    /// Under the lookup lease of an `unknown` intent: find out whether it happened.
+    async fn look_up_unknown(
+        &self,
+        tool: &ToolDefinition,
+        arguments: &Value,
+        intent: IntentRecord,
+        owner: &str,
+    ) -> CallOutcome {
+        let call = UpstreamCall {
+            tool,
+            arguments,
+            idempotency_key: None,
+            intent_key: Some(&intent.key),
+            timeout: tool.timeout,
+        };
+        let found = self.lookup(call).await;
+        self.settle_lookup(
+            tool,
+            intent,
+            owner,
+            found,
+            "unknown intent",
+            CallStatus::AlreadyDone,
+        )
+        .await
+    }
+
+    /// Records what a lookup found: `done` when found (answered as `found_status`),
+    /// otherwise the intent is or stays `unknown`.
+    async fn settle_lookup(
+        &self,
+        tool: &ToolDefinition,
+        intent: IntentRecord,
+        owner: &str,
+        found: LookupOutcome,
+        why: &str,
+        found_status: CallStatus,
+    ) -> CallOutcome {
+        let mut finish = Finish {
+            id: intent.id,
+            lease_owner: owner.to_owned(),
+            attempt: intent.attempt,
+            now_ms: self.clock.now_ms(),
+            status: IntentStatus::Unknown,
+            result: None,
+            external_id: None,
+            resolved_by: "lookup",
+            detail: String::new(),
+        };
+        match found {
+            LookupOutcome::Found {
+                external_id,
+                result,
+            } => {
+                finish.status = IntentStatus::Done;
+                finish.external_id = external_id;
+                finish.result = Some(result);
+                finish.detail = format!("{why}; the lookup found the effect");
+            }
+            LookupOutcome::NotFound => {
+                finish.detail = format!("{why}; the lookup found nothing yet")
+            }
+            LookupOutcome::Failed(reason) => {
+                finish.detail = format!("{why}; the lookup failed: {reason}")
+            }
+            LookupOutcome::Unsupported => finish.detail = format!("{why}; the tool has no lookup"),
+        }
+        let mut outcome = self.record(tool, finish).await;
+        if outcome.status == CallStatus::Done {
+            outcome.status = found_status;
+            outcome.message = tool.messages.render(found_status, &tool.name, "");
+        }
+        outcome
+    }
+
+    /// Stores an attempt's outcome and answers from what the ledger now holds. If the
+    /// ledger write fails the answer still tells the truth this call learned; the intent
+    /// stays `in_flight` and is resolved later through the lookup.
+    async fn record(&self, tool: &ToolDefinition, finish: Finish) -> CallOutcome {
+        let learned = finish.status;
+        let key_for_log = finish.id;
+        match self.ledger.finish(finish.clone()).await {
+            Ok(Finished::Recorded(intent)) => {
+                let mut outcome = self.answer_from(tool, &intent);
+                if learned == IntentStatus::Done && outcome.status == CallStatus::AlreadyDone {
+                    outcome.status = CallStatus::Done;
+                    outcome.message = tool.messages.render(CallStatus::Done, &tool.name, "");
+                }
+                outcome
+            }
+            Ok(Finished::Superseded(intent)) => {
+                tracing::warn!(tool = %tool.name, key = %intent.key, status = %intent.status, "attempt superseded; answering from the ledger");
+                self.answer_from(tool, &intent)
+            }
+            Err(error) => {
+                tracing::error!(tool = %tool.name, intent = key_for_log, %error, "could not record the outcome; the intent stays in flight until looked up");
+                let status = match learned {
+                    IntentStatus::Done => CallStatus::Done,
+                    IntentStatus::Rejected => CallStatus::Rejected,
+                    IntentStatus::NotExecuted => CallStatus::NotExecuted,
+                    _ => CallStatus::PendingUnknown,
+                };
+                self.outcome(tool, status, "")
+                    .with_result(finish.result.unwrap_or(Value::Null), finish.external_id)
+            }
+        }
+    }
+
+    /// The answer a repeat gets from the ledger.
+    fn answer_from(&self, tool: &ToolDefinition, intent: &IntentRecord) -> CallOutcome {
+        let (status, details) = match intent.status {
+            IntentStatus::Done => (CallStatus::AlreadyDone, String::new()),
+            IntentStatus::Rejected => (
+                CallStatus::Rejected,
+                intent
+                    .result
+                    .as_ref()
+                    .map(rejection_text)
+                    .unwrap_or_default(),
+            ),
+            IntentStatus::NotExecuted => (CallStatus::NotExecuted, String::new()),
+            IntentStatus::Pending | IntentStatus::InFlight | IntentStatus::Unknown => {
+                (CallStatus::PendingUnknown, String::new())
+            }
+        };
+        let mut outcome = self.outcome(tool, status, &details);
+        outcome.intent_key = Some(intent.key.clone());
+        if matches!(intent.status, IntentStatus::Done | IntentStatus::Rejected) {
+            outcome.result = intent.result.clone();
+            outcome.external_id = intent.external_id.clone();
+        }
+        outcome
+    }
+
+    fn outcome(&self, tool: &ToolDefinition, status: CallStatus, details: &str) -> CallOutcome {
+        CallOutcome {
+            status,
+            message: tool.messages.render(status, &tool.name, details),
+            tool: tool.name.clone(),
+            intent_key: None,
+            result: None,
+            external_id: None,
+            differing_fields: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// One upstream request, bounded by the tool's timeout.
+    async fn send(&self, call: UpstreamCall<'_>) -> UpstreamObservation {
+        tokio::time::timeout(call.timeout, self.upstream.execute(call))
+            .await
+            .unwrap_or(UpstreamObservation::Timeout)
+    }
+
+    /// One lookup, bounded by the tool's timeout.
+    async fn lookup(&self, call: UpstreamCall<'_>) -> LookupOutcome {
+        match tokio::time::timeout(call.timeout, self.upstream.lookup(call)).await {
+            Ok(found) => found,
+            Err(_) => LookupOutcome::Failed("the lookup timed out".to_owned()),
+        }
+    }
+
+    /// The pause before retry number `retry + 1`, or `None` when the budget is spent or the
+    /// provider asks for a longer pause than the cap.
+    fn backoff(&self, retry: u32, budget: u32, retry_after_ms: Option<u64>) -> Option<Duration> {
+        if retry >= budget {
+            return None;
+        }
+        let cap = self.options.retry_after_cap;
+        match retry_after_ms.map(Duration::from_millis) {
+            Some(asked) if asked > cap => None,
+            Some(asked) => Some(asked),
+            None => Some((self.options.backoff_base * 2u32.saturating_pow(retry)).min(cap)),
+        }
+    }
+
+    /// A lease covers every attempt of one call: each timeout, each capped pause, a margin.
+    fn lease_duration(&self, tool: &ToolDefinition) -> Duration {
+        let attempts = tool.retry_budget + 1;
+        tool.timeout * attempts + self.options.retry_after_cap * tool.retry_budget + LEASE_MARGIN
+    }
+
+    /// True when one more pause and attempt end before the lease does.
+    fn fits_lease(&self, intent: &IntentRecord, tool: &ToolDefinition, pause: Duration) -> bool {
+        let end_ms = self.clock.now_ms() + (pause + tool.timeout).as_millis() as i64;
+        intent
+            .lease_expires_ms
+            .is_some_and(|expiry| end_ms < expiry)
+    }
+
+    async fn is_disabled(&self, tool: &str) -> Result<bool, GateError> {
+        let now_ms = self.clock.now_ms();
+        {
+            let cache = self.flags.lock().expect("flag cache lock");
+            if cache
+                .read_ms
+                .is_some_and(|read| now_ms - read < FLAG_REFRESH.as_millis() as i64)
+            {
+                return Ok(cache.disabled.get(tool).copied().unwrap_or(false));
+            }
+        }
+        let flags = self.ledger.tool_flags().await?;
+        let mut cache = self.flags.lock().expect("flag cache lock");
+        cache.read_ms = Some(now_ms);
+        cache.disabled = flags
+            .into_iter()
+            .map(|flag| (flag.tool, !flag.enabled))
+            .collect();
+        Ok(cache.disabled.get(tool).copied().unwrap_or(false))
+    }
+}
+
+impl CallOutcome {
+    fn with_result(mut self, result: Value, external_id: Option<String>) -> CallOutcome {
+        self.result = Some(result);
+        self.external_id = external_id;
+        self
+    }
+
+    fn with_errors(mut self, errors: Vec<String>) -> CallOutcome {
+        self.errors = errors;
+        self
+    }
+}
+
+fn body(observation: UpstreamObservation) -> Value {
+    match observation {
+        UpstreamObservation::Response { body, .. } => body,
+        _ => Value::Null,
+    }
+}
+
+fn external_id(tool: &ToolDefinition, result: &Value) -> Option<String> {
+    match result.pointer(&tool.external_id_pointer)? {
+        Value::String(id) => Some(id.clone()),
+        Value::Number(id) => Some(id.to_string()),
+        _ => None,
+    }
+}
+
+fn rejection_reason(observation: &UpstreamObservation) -> String {
+    match observation {
+        UpstreamObservation::Response { status, body, .. } => {
+            let text = rejection_text(body);
+            if text.is_empty() {
+                format!("HTTP {status}")
+            } else {
+                format!("HTTP {status}: {text}")
+            }
+        }
+        _ => String::new(),
+    }
+}
+
+/// The provider's own words for a refusal, from common error body shapes.
+fn rejection_text(body: &Value) -> String {
+    ["/error/message", "/message", "/error", "/detail"]
+        .iter()
+        .find_map(|pointer| body.pointer(pointer).and_then(Value::as_str))
+        .unwrap_or_default()
+        .to_owned()
+}

@@ -1,0 +1,51 @@
+//! The upstream: whatever actually performs a tool's effect (an HTTP API, a fake provider,
+//! a Rust function).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use intentgate_core::{ToolDefinition, UpstreamObservation};
+use serde_json::Value;
+
+/// One request to the upstream.
+#[derive(Debug, Clone, Copy)]
+pub struct UpstreamCall<'a> {
+    pub tool: &'a ToolDefinition,
+    pub arguments: &'a Value,
+    /// The intent's provider idempotency key (side-effecting tools only). The same for
+    /// every attempt of one intent, within an epoch.
+    pub idempotency_key: Option<&'a str>,
+    /// The intent's key, for upstreams that record it beside the effect (metadata) so the
+    /// lookup can find it later.
+    pub intent_key: Option<&'a str>,
+    /// The tool's timeout. The gate also enforces it; an upstream may use it to bound its
+    /// own requests.
+    pub timeout: Duration,
+}
+
+/// What a lookup found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LookupOutcome {
+    /// The effect exists.
+    Found {
+        external_id: Option<String>,
+        result: Value,
+    },
+    /// The provider answered and has no such effect (yet).
+    NotFound,
+    /// The lookup itself failed; nothing is known.
+    Failed(String),
+    /// The tool has no lookup; its ambiguous outcomes stay unknown until someone decides.
+    Unsupported,
+}
+
+/// Performs tools' effects and finds them afterwards.
+#[async_trait]
+pub trait Upstream: Send + Sync + 'static {
+    /// Sends the request once. Never retries: the gate decides that.
+    async fn execute(&self, call: UpstreamCall<'_>) -> UpstreamObservation;
+
+    /// Read-only: finds the effect of a side-effecting call by its business fields or its
+    /// intent key, without performing it.
+    async fn lookup(&self, call: UpstreamCall<'_>) -> LookupOutcome;
+}

@@ -1,0 +1,41 @@
+//! Ledger errors: operating errors a caller handles (a full disk, a closed store) and the
+//! few that report a bug (an illegal transition), kept apart by variant.
+
+use intentgate_core::IllegalTransition;
+
+use crate::record::IntentId;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LedgerError {
+    /// The store failed to read or write (disk full, I/O error, database locked too long).
+    /// Nothing of the failed operation was written.
+    #[error("ledger storage error: {0}")]
+    Storage(String),
+    /// The ledger could not be opened; says which file and what to do.
+    #[error("can't open the ledger at {path}: {reason}")]
+    Open { path: String, reason: String },
+    /// A value is over its limit; nothing was written.
+    #[error("{field} is {length} bytes long; the limit is {limit}")]
+    TooLarge {
+        field: &'static str,
+        length: usize,
+        limit: usize,
+    },
+    /// The store has shut down.
+    #[error("the ledger is closed")]
+    Closed,
+    /// A row the store can't read back (edited by hand, or written by a newer version).
+    #[error("corrupt ledger row: {0}")]
+    Corrupt(String),
+    #[error("no intent with id {0}")]
+    NotFound(IntentId),
+    /// A status change the state machine does not allow.
+    #[error(transparent)]
+    Transition(#[from] IllegalTransition),
+}
+
+impl From<rusqlite::Error> for LedgerError {
+    fn from(error: rusqlite::Error) -> LedgerError {
+        LedgerError::Storage(error.to_string())
+    }
+}

@@ -1,0 +1,436 @@
+//! The SQLite store: one file, WAL, grouped commits.
+//!
+//! Every write goes to one writer thread that owns the write connection. It takes every
+//! write waiting in its queue (up to [`BATCH_MAX`]), runs each in its own savepoint inside
+//! one transaction, commits once and only then answers each caller. Under concurrency one
+//! fsync covers a whole batch, so throughput is not bound to one fsync per call. A batch
+//! is fsynced (`synchronous = FULL`) only when it holds a write that must be durable before
+//! the upstream call (the `in_flight` write, under [`Durability::Strict`]); other batches
+//! commit without their own fsync (`NORMAL`), and the next durable commit covers them, as
+//! the WAL is written in order.
+//!
+//! Reads run on a small pool of read connections, which WAL lets proceed beside the writer.
+//!
+//! [`SqliteOptions::inline`] runs every write on the calling thread instead, one
+//! transaction each. The deterministic simulation uses it, so that a seed fixes the order
+//! of every ledger operation.
+
+mod ops;
+mod schema;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use intentgate_core::IntentStatus;
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::waiters::Waiters;
+use crate::{
+    Begin, BeginRequest, Durability, Event, Finish, Finished, IntentId, IntentRecord, Ledger,
+    LedgerError, Resolve, ToolFlag,
+};
+
+/// Most writes committed together. Bounds one transaction's size and the time the first
+/// caller of a batch waits for the last.
+pub const BATCH_MAX: usize = 256;
+/// Most writes queued for the writer thread; callers beyond it wait (back-pressure).
+pub const WRITE_QUEUE_MAX: usize = 4096;
+/// Read connections kept open for reuse.
+pub const READERS_MAX: usize = 8;
+/// How long SQLite waits for a lock held by another connection before failing.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for a change before a waiting caller reads again. Bounds the cost of a
+/// missed wake-up.
+pub const WAIT_POLL: Duration = Duration::from_millis(25);
+
+/// How to open a SQLite ledger.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SqliteOptions {
+    pub durability: Durability,
+    /// Run writes on the calling thread, one transaction each, instead of grouping them
+    /// on a writer thread. Deterministic; for simulation and tools, not for serving.
+    pub inline: bool,
+}
+
+impl SqliteOptions {
+    pub fn inline(durability: Durability) -> SqliteOptions {
+        SqliteOptions {
+            durability,
+            inline: true,
+        }
+    }
+}
+
+/// A write: runs inside the batch's transaction (or learns that the transaction could not
+/// begin) and returns what to do once the batch's commit has succeeded or failed.
+type Job = Box<dyn FnOnce(Result<&Connection, LedgerError>) -> Completion + Send>;
+type Completion = Box<dyn FnOnce(Result<(), LedgerError>) + Send>;
+
+struct Queued {
+    durable: bool,
+    job: Job,
+}
+
+enum Engine {
+    Grouped {
+        queue: Option<mpsc::Sender<Queued>>,
+        writer: Option<JoinHandle<()>>,
+    },
+    Inline {
+        connection: Mutex<Connection>,
+        synchronous_full: Mutex<Option<bool>>,
+    },
+}
+
+/// The SQLite [`Ledger`].
+pub struct SqliteLedger {
+    path: PathBuf,
+    durability: Durability,
+    engine: Engine,
+    readers: Mutex<Vec<Connection>>,
+    waiters: Arc<Waiters>,
+}
+
+impl SqliteLedger {
+    /// Opens (creating if needed) the ledger file at `path` and applies any missing
+    /// migrations.
+    pub fn open(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<SqliteLedger, LedgerError> {
+        let path = path.as_ref().to_path_buf();
+        let open_error = |reason: String| LedgerError::Open {
+            path: path.display().to_string(),
+            reason,
+        };
+        if let Some(parent) = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+            && !parent.is_dir()
+        {
+            return Err(open_error(format!(
+                "the folder {} does not exist; create it first",
+                parent.display()
+            )));
+        }
+        let mut connection =
+            open_connection(&path, false).map_err(|error| open_error(error.to_string()))?;
+        let mode: String = connection
+            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+            .map_err(|error| open_error(format!("{error} (is this an SQLite file?)")))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(open_error(format!(
+                "the file system refused WAL mode (got {mode})"
+            )));
+        }
+        schema::migrate(&mut connection).map_err(|error| open_error(error.to_string()))?;
+        let engine = if options.inline {
+            Engine::Inline {
+                connection: Mutex::new(connection),
+                synchronous_full: Mutex::new(None),
+            }
+        } else {
+            let (queue, receiver) = mpsc::channel(WRITE_QUEUE_MAX);
+            let strict = options.durability == Durability::Strict;
+            let writer = std::thread::Builder::new()
+                .name("intentgate-ledger-writer".into())
+                .spawn(move || write_loop(connection, receiver, strict))
+                .map_err(|error| open_error(format!("can't start the writer thread: {error}")))?;
+            Engine::Grouped {
+                queue: Some(queue),
+                writer: Some(writer),
+            }
+        };
+        Ok(SqliteLedger {
+            path,
+            durability: options.durability,
+            engine,
+            readers: Mutex::new(Vec::new()),
+            waiters: Arc::default(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Runs `work` in its own savepoint of the next commit and answers after the commit.
+    /// `durable` asks for the commit to be fsynced (under strict durability); `notify`
+    /// wakes callers waiting on that intent once committed.
+    async fn write<T: Send + 'static>(
+        &self,
+        durable: bool,
+        notify: Option<IntentId>,
+        work: impl FnOnce(&Connection) -> Result<T, LedgerError> + Send + 'static,
+    ) -> Result<T, LedgerError> {
+        let (answer, answered) = oneshot::channel();
+        let waiters = self.waiters.clone();
+        let job: Job = Box::new(move |connection| {
+            let result = connection.and_then(|connection| in_savepoint(connection, work));
+            Box::new(move |committed| {
+                let outcome = committed.and(result);
+                if let (Ok(_), Some(id)) = (&outcome, notify) {
+                    waiters.notify(id);
+                }
+                let _ = answer.send(outcome);
+            })
+        });
+        let queued = Queued { durable, job };
+        match &self.engine {
+            Engine::Inline {
+                connection,
+                synchronous_full,
+            } => {
+                let connection = connection.lock().map_err(|_| LedgerError::Closed)?;
+                let mut full = synchronous_full.lock().map_err(|_| LedgerError::Closed)?;
+                commit_batch(
+                    &connection,
+                    vec![queued],
+                    self.durability == Durability::Strict,
+                    &mut full,
+                );
+            }
+            Engine::Grouped { queue, .. } => {
+                let queue = queue.as_ref().ok_or(LedgerError::Closed)?;
+                queue.send(queued).await.map_err(|_| LedgerError::Closed)?;
+            }
+        }
+        answered.await.map_err(|_| LedgerError::Closed)?
+    }
+
+    /// Runs a read on a pooled read connection (the write connection when inline).
+    fn read<T>(
+        &self,
+        work: impl FnOnce(&Connection) -> Result<T, LedgerError>,
+    ) -> Result<T, LedgerError> {
+        if let Engine::Inline { connection, .. } = &self.engine {
+            return work(&*connection.lock().map_err(|_| LedgerError::Closed)?);
+        }
+        let pooled = self.readers.lock().map_err(|_| LedgerError::Closed)?.pop();
+        let connection = match pooled {
+            Some(connection) => connection,
+            None => open_connection(&self.path, true)?,
+        };
+        let result = work(&connection);
+        let mut readers = self.readers.lock().map_err(|_| LedgerError::Closed)?;
+        if readers.len() < READERS_MAX {
+            readers.push(connection);
+        }
+        result
+    }
+}
+
+impl Drop for SqliteLedger {
+    fn drop(&mut self) {
+        if let Engine::Grouped { queue, writer } = &mut self.engine {
+            // Closing the queue lets the writer finish what is queued, then stop.
+            queue.take();
+            if let Some(writer) = writer.take() {
+                let _ = writer.join();
+            }
+        }
+    }
+}
+
+fn open_connection(path: &Path, read_only: bool) -> Result<Connection, LedgerError> {
+    let flags = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    };
+    let connection = Connection::open_with_flags(path, flags)?;
+    connection.busy_timeout(BUSY_TIMEOUT)?;
+    connection.set_prepared_statement_cache_capacity(64);
+    Ok(connection)
+}
+
+fn in_savepoint<T>(
+    connection: &Connection,
+    work: impl FnOnce(&Connection) -> Result<T, LedgerError>,
+) -> Result<T, LedgerError> {
+    connection.execute_batch("SAVEPOINT operation")?;
+    let result = match catch_unwind(AssertUnwindSafe(|| work(connection))) {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|text| text.to_string()))
+                .unwrap_or_default();
+            tracing::error!(%message, "bug: a ledger operation panicked; it was rolled back");
+            Err(LedgerError::Storage(format!(
+                "internal error, rolled back: {message}"
+            )))
+        }
+    };
+    match &result {
+        Ok(_) => connection.execute_batch("RELEASE operation")?,
+        Err(_) => connection.execute_batch("ROLLBACK TO operation; RELEASE operation")?,
+    }
+    result
+}
+
+/// Runs a batch in one transaction and answers every job once the commit is known.
+fn commit_batch(
+    connection: &Connection,
+    batch: Vec<Queued>,
+    strict: bool,
+    synchronous_full: &mut Option<bool>,
+) {
+    let full = strict && batch.iter().any(|queued| queued.durable);
+    if *synchronous_full != Some(full) {
+        match connection.pragma_update(None, "synchronous", if full { "FULL" } else { "NORMAL" }) {
+            Ok(()) => *synchronous_full = Some(full),
+            Err(error) => {
+                let error = LedgerError::from(error);
+                for queued in batch {
+                    (queued.job)(Err(error.clone()))(Err(error.clone()));
+                }
+                return;
+            }
+        }
+    }
+    if let Err(error) = connection.execute_batch("BEGIN IMMEDIATE") {
+        let error = LedgerError::from(error);
+        for queued in batch {
+            (queued.job)(Err(error.clone()))(Err(error.clone()));
+        }
+        return;
+    }
+    let completions: Vec<Completion> = batch
+        .into_iter()
+        .map(|queued| (queued.job)(Ok(connection)))
+        .collect();
+    let committed = connection
+        .execute_batch("COMMIT")
+        .map_err(LedgerError::from);
+    if committed.is_err() {
+        let _ = connection.execute_batch("ROLLBACK");
+    }
+    for completion in completions {
+        completion(committed.clone());
+    }
+}
+
+fn write_loop(connection: Connection, mut receiver: mpsc::Receiver<Queued>, strict: bool) {
+    let mut synchronous_full = None;
+    while let Some(first) = receiver.blocking_recv() {
+        let mut batch = vec![first];
+        while batch.len() < BATCH_MAX {
+            match receiver.try_recv() {
+                Ok(queued) => batch.push(queued),
+                Err(_) => break,
+            }
+        }
+        commit_batch(&connection, batch, strict, &mut synchronous_full);
+    }
+}
+
+#[async_trait]
+impl Ledger for SqliteLedger {
+    async fn begin(&self, request: BeginRequest) -> Result<Begin, LedgerError> {
+        self.write(true, None, move |connection| {
+            ops::begin(connection, &request)
+        })
+        .await
+    }
+
+    async fn finish(&self, finish: Finish) -> Result<Finished, LedgerError> {
+        let id = finish.id;
+        self.write(false, Some(id), move |connection| {
+            ops::finish(connection, &finish)
+        })
+        .await
+    }
+
+    async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<(), LedgerError> {
+        self.write(false, None, move |connection| {
+            ops::record_call(connection, id, now_ms)
+        })
+        .await
+    }
+
+    async fn get(
+        &self,
+        tenant: &str,
+        tool: &str,
+        key: &str,
+    ) -> Result<Option<IntentRecord>, LedgerError> {
+        self.read(|connection| ops::get(connection, tenant, tool, key))
+    }
+
+    async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>, LedgerError> {
+        self.read(|connection| ops::get_by_id(connection, id))
+    }
+
+    async fn stale(
+        &self,
+        status: IntentStatus,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<IntentRecord>, LedgerError> {
+        self.read(|connection| ops::stale(connection, status, now_ms, limit))
+    }
+
+    async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>, LedgerError> {
+        self.read(|connection| ops::list(connection, after_id, limit))
+    }
+
+    async fn events(&self, id: IntentId) -> Result<Vec<Event>, LedgerError> {
+        self.read(|connection| ops::events(connection, id))
+    }
+
+    async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord, LedgerError> {
+        let id = resolve.id;
+        self.write(true, Some(id), move |connection| {
+            ops::resolve(connection, &resolve)
+        })
+        .await
+    }
+
+    async fn record_disabled_call(
+        &self,
+        tenant: &str,
+        tool: &str,
+        now_ms: i64,
+    ) -> Result<(), LedgerError> {
+        let (tenant, tool) = (tenant.to_owned(), tool.to_owned());
+        self.write(false, None, move |connection| {
+            ops::record_disabled_call(connection, &tenant, &tool, now_ms)
+        })
+        .await
+    }
+
+    async fn set_tool_flag(&self, flag: ToolFlag) -> Result<(), LedgerError> {
+        self.write(true, None, move |connection| {
+            ops::set_tool_flag(connection, &flag)
+        })
+        .await
+    }
+
+    async fn tool_flags(&self) -> Result<Vec<ToolFlag>, LedgerError> {
+        self.read(ops::tool_flags)
+    }
+
+    async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError> {
+        self.write(false, None, move |connection| {
+            ops::purge(connection, before_ms)
+        })
+        .await
+    }
+
+    async fn wait_for_change(&self, id: IntentId, timeout: Duration) {
+        self.waiters.wait(id, timeout.min(WAIT_POLL)).await
+    }
+}

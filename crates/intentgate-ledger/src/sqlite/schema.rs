@@ -1,0 +1,97 @@
+//! The SQLite schema, as embedded, append-only migrations.
+//!
+//! Never edit a migration that has shipped: add a new one. Every text column has a length
+//! check matching `intentgate_core::limits`, so no input can grow a row without bound even
+//! if a caller skips the checks in Rust.
+
+use rusqlite::{Connection, params};
+
+use crate::LedgerError;
+
+/// Migrations in order; the ledger records the highest applied in `schema_migrations`.
+const MIGRATIONS: &[&str] = &[
+    // 1: intents, the event log and tool flags.
+    r#"
+    CREATE TABLE intents (
+        id INTEGER PRIMARY KEY,
+        tenant TEXT NOT NULL CHECK (length(tenant) BETWEEN 1 AND 128),
+        tool TEXT NOT NULL CHECK (length(tool) BETWEEN 1 AND 128),
+        intent_key TEXT NOT NULL CHECK (length(intent_key) BETWEEN 1 AND 512),
+        fingerprint TEXT NOT NULL CHECK (length(fingerprint) = 64),
+        arguments TEXT NOT NULL CHECK (length(arguments) <= 65536),
+        status TEXT NOT NULL CHECK (status IN
+            ('pending', 'in_flight', 'done', 'rejected', 'not_executed', 'unknown')),
+        attempt INTEGER NOT NULL CHECK (attempt >= 0),
+        epoch INTEGER NOT NULL CHECK (epoch >= 1),
+        lease_owner TEXT CHECK (length(lease_owner) <= 128),
+        lease_expires_ms INTEGER,
+        result TEXT CHECK (length(result) <= 65536),
+        external_id TEXT CHECK (length(external_id) <= 256),
+        resolved_by TEXT CHECK (length(resolved_by) <= 256),
+        call_count INTEGER NOT NULL CHECK (call_count >= 0),
+        first_seen_ms INTEGER NOT NULL,
+        last_seen_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL,
+        last_lookup_ms INTEGER,
+        UNIQUE (tenant, tool, intent_key)
+    ) STRICT;
+    CREATE INDEX intents_by_status ON intents (status, updated_ms);
+    CREATE INDEX intents_by_last_seen ON intents (last_seen_ms);
+
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        intent_id INTEGER,
+        tenant TEXT NOT NULL CHECK (length(tenant) <= 128),
+        tool TEXT NOT NULL CHECK (length(tool) <= 128),
+        at_ms INTEGER NOT NULL,
+        kind TEXT NOT NULL CHECK (length(kind) <= 32),
+        from_status TEXT CHECK (length(from_status) <= 16),
+        to_status TEXT CHECK (length(to_status) <= 16),
+        attempt INTEGER,
+        actor TEXT CHECK (length(actor) <= 256),
+        detail TEXT CHECK (length(detail) <= 4096)
+    ) STRICT;
+    CREATE INDEX events_by_intent ON events (intent_id, id);
+    CREATE TRIGGER events_append_only BEFORE UPDATE ON events
+    BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+
+    CREATE TABLE tool_flags (
+        tool TEXT PRIMARY KEY CHECK (length(tool) BETWEEN 1 AND 128),
+        enabled INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+        reason TEXT NOT NULL CHECK (length(reason) <= 4096),
+        actor TEXT NOT NULL CHECK (length(actor) <= 256),
+        updated_ms INTEGER NOT NULL
+    ) STRICT;
+    "#,
+];
+
+/// Applies the migrations this file lacks, in one transaction. Refuses a file written by a
+/// newer intentgate rather than guess at its schema.
+pub fn migrate(connection: &mut Connection) -> Result<(), LedgerError> {
+    let transaction =
+        connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    transaction.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version INTEGER PRIMARY KEY, applied_ms INTEGER NOT NULL) STRICT;",
+    )?;
+    let applied: i64 = transaction.query_row(
+        "SELECT coalesce(max(version), 0) FROM schema_migrations",
+        [],
+        |row| row.get(0),
+    )?;
+    let known = MIGRATIONS.len() as i64;
+    if applied > known {
+        return Err(LedgerError::Corrupt(format!(
+            "the ledger has schema version {applied}, this intentgate knows up to {known}: upgrade intentgate"
+        )));
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
+        transaction.execute_batch(sql)?;
+        transaction.execute(
+            "INSERT INTO schema_migrations (version, applied_ms) VALUES (?1, CAST(unixepoch('subsec') * 1000 AS INTEGER))",
+            params![index as i64 + 1],
+        )?;
+    }
+    transaction.commit()?;
+    Ok(())
+}
