@@ -33,6 +33,8 @@ pub const LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a cached kill-switch flag is trusted before the ledger is read again. Bounds
 /// how late a replica honours a switch.
 pub const FLAG_REFRESH: Duration = Duration::from_millis(500);
+/// How long a test waits for a changed flag to be seen.
+pub const FLAG_REFRESH_FOR_TESTS: Duration = Duration::from_millis(600);
 
 /// Settings of a gate.
 #[derive(Debug, Clone)]
@@ -404,6 +406,7 @@ impl Gate {
                 result,
                 external_id,
                 resolved_by: "upstream",
+                looked_up: false,
                 detail,
             };
             return self.record(tool, finish).await;
@@ -457,6 +460,7 @@ impl Gate {
             result: None,
             external_id: None,
             resolved_by: "lookup",
+            looked_up: true,
             detail: String::new(),
         };
         match found {

@@ -17,6 +17,6 @@ mod outcome;
 mod upstream;
 
 pub use clock::{Clock, SystemClock, TokioClock};
-pub use gate::{CallContext, Gate, GateError, GateOptions};
+pub use gate::{CallContext, FLAG_REFRESH, FLAG_REFRESH_FOR_TESTS, Gate, GateError, GateOptions};
 pub use outcome::CallOutcome;
 pub use upstream::{LookupOutcome, Upstream, UpstreamCall};

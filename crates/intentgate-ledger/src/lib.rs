@@ -97,6 +97,8 @@ pub struct Finish {
     pub external_id: Option<String>,
     /// Who settled it: "upstream", "lookup", "sweeper".
     pub resolved_by: &'static str,
+    /// A lookup was made at `now_ms` (it counts toward the lookup rate limit).
+    pub looked_up: bool,
     /// A short reason for the event log.
     pub detail: String,
 }

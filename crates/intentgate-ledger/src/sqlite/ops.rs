@@ -468,6 +468,9 @@ pub fn finish(connection: &Connection, finish: &Finish) -> Result<Finished, Ledg
         next.lease_expires_ms = None;
     }
     next.updated_ms = finish.now_ms;
+    if finish.looked_up {
+        next.last_lookup_ms = Some(finish.now_ms);
+    }
     if matches!(finish.status, IntentStatus::Done | IntentStatus::Rejected) {
         next.result = finish.result.clone();
         next.external_id = finish.external_id.clone();

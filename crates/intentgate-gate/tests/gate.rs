@@ -1,0 +1,547 @@
+//! The call path of a side-effecting tool, row by row of SPEC section 5, through a real
+//! SQLite ledger and the fake provider.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use intentgate_core::{CallStatus, IntentStatus};
+use intentgate_gate::{CallContext, Clock, GateError, TokioClock};
+use intentgate_ledger::{BeginRequest, Ledger, ToolFlag};
+use intentgate_mock::{FaultPlan, Scripted, Shape};
+use serde_json::json;
+use support::{Harness, get_order_tool, refund, refund_tool};
+
+const KEY: &str = "refund:8812:49.00";
+
+fn scripted(shape: Shape, commit: bool) -> Scripted {
+    Scripted { shape, commit }
+}
+
+#[tokio::test]
+async fn a_success_is_done_once_and_every_repeat_gets_the_stored_result() {
+    let h = Harness::new(FaultPlan::none());
+    let first = h.call("refund_order", refund("8812", json!(49))).await;
+    assert_eq!(first.status, CallStatus::Done);
+    assert_eq!(first.external_id.as_deref(), Some("re_000001"));
+    assert_eq!(first.intent_key.as_deref(), Some(KEY));
+    for amount in [json!(49.0), json!("49.00"), json!(49)] {
+        let again = h.call("refund_order", refund("8812", amount)).await;
+        // "49.00" is a string, so its fingerprint differs from the number 49: a conflict,
+        // never a second refund.
+        assert!(
+            matches!(again.status, CallStatus::AlreadyDone | CallStatus::Conflict),
+            "{again:?}"
+        );
+        if again.status == CallStatus::AlreadyDone {
+            assert_eq!(again.external_id.as_deref(), Some("re_000001"));
+            assert!(again.message.contains("Do not call refund_order again"));
+        }
+    }
+    assert_eq!(h.provider.effect_count(KEY), 1);
+    assert_eq!(h.provider.requests(), 1);
+    let intent = h.intent(KEY).await;
+    assert_eq!((intent.status, intent.call_count), (IntentStatus::Done, 4));
+}
+
+#[tokio::test]
+async fn a_rejection_is_stored_and_replayed_without_asking_the_provider_again() {
+    let h = Harness::new(FaultPlan::none());
+    h.provider.script([scripted(Shape::Reject, false)]);
+    let first = h.call("refund_order", refund("8812", json!(49))).await;
+    assert_eq!(first.status, CallStatus::Rejected);
+    assert!(
+        first.message.contains("Your card was declined."),
+        "{}",
+        first.message
+    );
+    let again = h.call("refund_order", refund("8812", json!(49))).await;
+    assert_eq!(again.status, CallStatus::Rejected);
+    assert_eq!(again.result, first.result);
+    assert_eq!(
+        (h.provider.requests(), h.provider.effect_count(KEY)),
+        (1, 0)
+    );
+}
+
+#[tokio::test]
+async fn a_rejected_intent_of_a_retry_rejected_tool_starts_a_new_attempt_with_a_new_provider_key() {
+    let mut tool = refund_tool();
+    tool.retry_rejected = true;
+    let h = Harness::with_tools(
+        FaultPlan::none(),
+        vec![tool],
+        Arc::new(intentgate_gate::SystemClock),
+    );
+    h.provider.script([scripted(Shape::Reject, false)]);
+    assert_eq!(
+        h.call("refund_order", refund("8812", json!(49)))
+            .await
+            .status,
+        CallStatus::Rejected
+    );
+    assert_eq!(
+        h.call("refund_order", refund("8812", json!(49)))
+            .await
+            .status,
+        CallStatus::Done
+    );
+    let effects = h.provider.effects();
+    assert_eq!(effects.len(), 1);
+    assert_eq!(
+        effects[0].idempotency_key.as_deref(),
+        Some("refund_order:refund:8812:49.00#2")
+    );
+    let intent = h.intent(KEY).await;
+    assert_eq!((intent.attempt, intent.epoch), (2, 2));
+}
+
+#[tokio::test]
+async fn not_processed_shapes_are_retried_with_the_same_key_within_the_budget() {
+    let h = Harness::new(FaultPlan {
+        retry_after: Duration::from_millis(10),
+        ..FaultPlan::none()
+    });
+    h.provider.script([
+        scripted(Shape::RateLimited, false),
+        scripted(Shape::NotSent, false),
+    ]);
+    let outcome = h.call("refund_order", refund("8812", json!(49))).await;
+    assert_eq!(outcome.status, CallStatus::Done);
+    assert_eq!(h.provider.requests(), 3);
+    assert_eq!(h.provider.effect_count(KEY), 1);
+    assert_eq!(
+        h.intent(KEY).await.attempt,
+        1,
+        "retries of one attempt are not new attempts"
+    );
+}
+
+#[tokio::test]
+async fn spent_retries_are_not_executed_and_a_later_call_may_try_again() {
+    let h = Harness::new(FaultPlan {
+        retry_after: Duration::from_millis(10),
+        ..FaultPlan::none()
+    });
+    h.provider.script([
+        scripted(Shape::Unavailable, false),
+        scripted(Shape::RateLimited, false),
+        scripted(Shape::NotSent, false),
+    ]);
+    let outcome = h.call("refund_order", refund("8812", json!(49))).await;
+    assert_eq!(outcome.status, CallStatus::NotExecuted);
+    assert!(outcome.message.contains("safe to try again"));
+    assert_eq!(h.intent(KEY).await.status, IntentStatus::NotExecuted);
+    let later = h.call("refund_order", refund("8812", json!(49))).await;
+    assert_eq!(later.status, CallStatus::Done);
+    assert_eq!(h.intent(KEY).await.attempt, 2);
+    assert_eq!(h.provider.effect_count(KEY), 1);
+}
+
+#[tokio::test]
+async fn a_retry_after_beyond_the_cap_ends_the_retries() {
+    let h = Harness::new(FaultPlan {
+        retry_after: Duration::from_secs(60),
+        ..FaultPlan::none()
+    });
+    h.provider.script([scripted(Shape::RateLimited, false)]);
+    assert_eq!(
+        h.call("refund_order", refund("8812", json!(49)))
+            .await
+            .status,
+        CallStatus::NotExecuted
+    );
+    assert_eq!(h.provider.requests(), 1);
+}
+
+#[tokio::test]
+async fn every_ambiguous_shape_that_committed_is_found_by_the_lookup() {
+    for shape in [
+        Shape::Timeout,
+        Shape::Dropped,
+        Shape::ServerError(500),
+        Shape::ServerError(502),
+        Shape::ServerError(503),
+        Shape::ServerError(504),
+    ] {
+        let h = Harness::new(FaultPlan::none());
+        h.provider.script([scripted(shape, true)]);
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(10),
+            h.call("refund_order", refund("8812", json!(49))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.status, CallStatus::Done, "{shape:?}");
+        assert_eq!(
+            outcome.external_id.as_deref(),
+            Some("re_000001"),
+            "{shape:?}"
+        );
+        assert_eq!(
+            (h.provider.requests(), h.provider.lookups()),
+            (1, 1),
+            "{shape:?}: looked up, not retried"
+        );
+        let intent = h.intent(KEY).await;
+        assert_eq!(
+            (intent.status, intent.resolved_by.as_deref()),
+            (IntentStatus::Done, Some("lookup"))
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_ambiguous_shape_that_did_not_commit_stays_unknown_and_is_never_retried_blindly() {
+    for shape in [Shape::Timeout, Shape::Dropped, Shape::ServerError(500)] {
+        let h = Harness::new(FaultPlan::none());
+        h.provider.script([scripted(shape, false)]);
+        let outcome = h.call("refund_order", refund("8812", json!(49))).await;
+        assert_eq!(outcome.status, CallStatus::PendingUnknown, "{shape:?}");
+        assert!(outcome.message.contains("Do not retry"));
+        assert_eq!(h.intent(KEY).await.status, IntentStatus::Unknown);
+        // A repeat right away is answered at once: the lookup is rate-limited per intent.
+        assert_eq!(
+            h.call("refund_order", refund("8812", json!(49)))
+                .await
+                .status,
+            CallStatus::PendingUnknown
+        );
+        assert_eq!(
+            (
+                h.provider.requests(),
+                h.provider.lookups(),
+                h.provider.effect_count(KEY)
+            ),
+            (1, 1, 0),
+            "{shape:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_409_key_in_use_is_looked_up() {
+    let h = Harness::new(FaultPlan::none());
+    h.provider.script([scripted(Shape::Ok, true)]);
+    // Another attempt holds the key at the provider: simulate it by sending first outside the gate.
+    let tool = refund_tool();
+    let arguments = refund("8812", json!(49));
+    let slow = FaultPlan {
+        latency_min: Duration::from_secs(3),
+        latency_max: Duration::from_secs(3),
+        ..FaultPlan::none()
+    };
+    h.provider.set_plan(slow);
+    let provider = h.provider.clone();
+    let outside = tokio::spawn(async move {
+        use intentgate_gate::{Upstream, UpstreamCall};
+        let call = UpstreamCall {
+            tool: &tool,
+            arguments: &arguments,
+            idempotency_key: Some("refund_order:refund:8812:49.00"),
+            intent_key: Some(KEY),
+            timeout: Duration::from_secs(5),
+        };
+        provider.execute(call).await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    h.provider.set_plan(FaultPlan::none());
+    let outcome = h.call("refund_order", refund("8812", json!(49))).await;
+    // The provider answered 409; the lookup found the effect of the other attempt.
+    assert_eq!(outcome.status, CallStatus::Done);
+    assert_eq!((h.provider.lookups(), h.provider.effect_count(KEY)), (1, 1));
+    outside.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unknown_intent_is_looked_up_again_after_the_interval() {
+    let clock = Arc::new(TokioClock::new(1_700_000_000_000));
+    let h = Harness::with_tools(FaultPlan::none(), vec![refund_tool()], clock);
+    h.provider.script([scripted(Shape::Dropped, true)]);
+    h.provider.script_lookups([false]);
+    assert_eq!(
+        h.call("refund_order", refund("8812", json!(49)))
+            .await
+            .status,
+        CallStatus::PendingUnknown
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let later = h.call("refund_order", refund("8812", json!(49))).await;
+    assert_eq!(later.status, CallStatus::AlreadyDone);
+    assert_eq!(later.external_id.as_deref(), Some("re_000001"));
+    assert_eq!(
+        (
+            h.provider.requests(),
+            h.provider.lookups(),
+            h.provider.effect_count(KEY)
+        ),
+        (1, 2, 1)
+    );
+}
+
+#[tokio::test]
+async fn changed_arguments_under_one_key_are_a_conflict_that_names_the_fields() {
+    let mut tool = refund_tool();
+    tool.key = Some(intentgate_core::KeyTemplate::parse("refund:{order_id}").unwrap());
+    let h = Harness::with_tools(
+        FaultPlan::none(),
+        vec![tool],
+        Arc::new(intentgate_gate::SystemClock),
+    );
+    assert_eq!(
+        h.call("refund_order", refund("8812", json!(49)))
+            .await
+            .status,
+        CallStatus::Done
+    );
+    let conflict = h.call("refund_order", refund("8812", json!(59))).await;
+    assert_eq!(conflict.status, CallStatus::Conflict);
+    assert_eq!(conflict.differing_fields, ["amount"]);
+    assert!(
+        conflict.message.contains("(amount)"),
+        "{}",
+        conflict.message
+    );
+    assert_eq!(h.provider.requests(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hundred_concurrent_calls_for_one_intent_make_one_upstream_execution() {
+    let slow = FaultPlan {
+        latency_min: Duration::from_millis(200),
+        latency_max: Duration::from_millis(200),
+        ..FaultPlan::none()
+    };
+    let h = Harness::new(slow);
+    let calls: Vec<_> = (0..100)
+        .map(|_| {
+            let gate = h.gate.clone();
+            tokio::spawn(async move {
+                gate.call(
+                    "refund_order",
+                    refund("8812", json!(49)),
+                    &CallContext::default(),
+                )
+                .await
+                .unwrap()
+            })
+        })
+        .collect();
+    let mut statuses = std::collections::BTreeMap::new();
+    for call in calls {
+        let outcome = call.await.unwrap();
+        assert_eq!(
+            outcome.external_id.as_deref(),
+            Some("re_000001"),
+            "{outcome:?}"
+        );
+        *statuses.entry(outcome.status).or_insert(0) += 1;
+    }
+    assert_eq!(h.provider.requests(), 1);
+    assert_eq!(h.provider.effect_count(KEY), 1);
+    assert_eq!(statuses.get(&CallStatus::Done), Some(&1), "{statuses:?}");
+    assert_eq!(
+        statuses.get(&CallStatus::AlreadyDone),
+        Some(&99),
+        "{statuses:?}"
+    );
+    assert_eq!(h.intent(KEY).await.call_count, 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_in_flight_intent_is_resolved_by_lookup_and_never_executed_again() {
+    let clock = Arc::new(TokioClock::new(1_700_000_000_000));
+    for committed in [true, false] {
+        let h = Harness::with_tools(FaultPlan::none(), vec![refund_tool()], clock.clone());
+        // An executor took the lease, wrote in_flight, and died (its call never returned).
+        let now_ms = clock.now_ms();
+        let request = BeginRequest {
+            tenant: "default".into(),
+            tool: "refund_order".into(),
+            key: KEY.into(),
+            fingerprint: intentgate_core::fingerprint(&refund("8812", json!(49)))
+                .as_str()
+                .into(),
+            arguments: refund("8812", json!(49)),
+            lease_owner: "dead/1".into(),
+            lease_expires_ms: now_ms + 30_000,
+            now_ms,
+            count_call: true,
+            retry_rejected: false,
+            lookup_interval_ms: 5_000,
+        };
+        assert!(matches!(
+            h.ledger.begin(request).await.unwrap(),
+            intentgate_ledger::Begin::Execute(_)
+        ));
+        if committed {
+            // It reached the provider before dying.
+            use intentgate_gate::{Upstream, UpstreamCall};
+            let tool = refund_tool();
+            let arguments = refund("8812", json!(49));
+            let call = UpstreamCall {
+                tool: &tool,
+                arguments: &arguments,
+                idempotency_key: Some("k"),
+                intent_key: Some(KEY),
+                timeout: Duration::from_secs(1),
+            };
+            h.provider.execute(call).await;
+        }
+        let requests_before = h.provider.requests();
+        // While the lease lives, a caller waits (bounded) and is told it is being confirmed.
+        assert_eq!(
+            h.call("refund_order", refund("8812", json!(49)))
+                .await
+                .status,
+            CallStatus::PendingUnknown
+        );
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        let outcome = h.call("refund_order", refund("8812", json!(49))).await;
+        let expected = if committed {
+            CallStatus::AlreadyDone
+        } else {
+            CallStatus::PendingUnknown
+        };
+        assert_eq!(outcome.status, expected);
+        assert_eq!(
+            h.provider.requests(),
+            requests_before,
+            "never executed again"
+        );
+        assert_eq!(h.provider.effect_count(KEY), usize::from(committed));
+        let intent = h.intent(KEY).await;
+        assert_eq!(
+            intent.status,
+            if committed {
+                IntentStatus::Done
+            } else {
+                IntentStatus::Unknown
+            }
+        );
+        let kinds: Vec<String> = h
+            .ledger
+            .events(intent.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|event| event.kind)
+            .collect();
+        assert!(kinds.contains(&"transition".to_owned()), "{kinds:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_retry_after_the_provider_forgot_the_key_is_answered_from_the_ledger() {
+    let h = Harness::new(FaultPlan::none());
+    assert_eq!(
+        h.call("refund_order", refund("8812", json!(49)))
+            .await
+            .status,
+        CallStatus::Done
+    );
+    h.provider.advance(Duration::from_secs(25 * 60 * 60));
+    let late = h.call("refund_order", refund("8812", json!(49))).await;
+    assert_eq!(late.status, CallStatus::AlreadyDone);
+    assert_eq!(
+        (h.provider.requests(), h.provider.effect_count(KEY)),
+        (1, 1)
+    );
+}
+
+#[tokio::test]
+async fn invalid_arguments_record_nothing_and_say_what_is_wrong() {
+    let h = Harness::new(FaultPlan::none());
+    let outcome = h.call("refund_order", json!({"order_id": 8812})).await;
+    assert_eq!(outcome.status, CallStatus::InvalidArguments);
+    assert!(
+        outcome.errors.iter().any(|error| error.contains("amount")),
+        "{:?}",
+        outcome.errors
+    );
+    let outcome = h.call("refund_order", refund("8812", json!(49.005))).await;
+    assert_eq!(outcome.status, CallStatus::InvalidArguments);
+    assert!(
+        outcome.message.contains("more than 2 decimal places"),
+        "{}",
+        outcome.message
+    );
+    assert!(h.ledger.list(0, 10).await.unwrap().is_empty());
+    assert_eq!(h.provider.requests(), 0);
+}
+
+#[tokio::test]
+async fn an_unknown_tool_is_an_error_not_an_outcome() {
+    let h = Harness::new(FaultPlan::none());
+    let error = h
+        .gate
+        .call("refund_everything", json!({}), &CallContext::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, GateError::UnknownTool(name) if name == "refund_everything"));
+}
+
+#[tokio::test]
+async fn a_switched_off_tool_is_disabled_and_executes_nothing() {
+    let h = Harness::new(FaultPlan::none());
+    let flag = |enabled| ToolFlag {
+        tool: "refund_order".into(),
+        enabled,
+        reason: "incident".into(),
+        actor: "ops".into(),
+        updated_ms: 1,
+    };
+    h.ledger.set_tool_flag(flag(false)).await.unwrap();
+    let outcome = h.call("refund_order", refund("8812", json!(49))).await;
+    assert_eq!(outcome.status, CallStatus::Disabled);
+    assert!(outcome.message.contains("a person will follow up"));
+    assert_eq!(h.provider.requests(), 0);
+    h.ledger.set_tool_flag(flag(true)).await.unwrap();
+    tokio::time::sleep(intentgate_gate::FLAG_REFRESH_FOR_TESTS).await;
+    assert_eq!(
+        h.call("refund_order", refund("8812", json!(49)))
+            .await
+            .status,
+        CallStatus::Done
+    );
+}
+
+#[tokio::test]
+async fn reads_are_retried_without_the_ledger() {
+    let h = Harness::new(FaultPlan::none());
+    h.provider.script([
+        scripted(Shape::ServerError(502), false),
+        scripted(Shape::Timeout, false),
+    ]);
+    let outcome = h.call("get_order", json!({"order_id": "8812"})).await;
+    assert_eq!(outcome.status, CallStatus::Done);
+    assert_eq!(h.provider.requests(), 3);
+    assert!(h.ledger.list(0, 10).await.unwrap().is_empty());
+    let _ = get_order_tool();
+}
+
+#[tokio::test]
+async fn an_intent_id_from_the_application_keeps_two_equal_refunds_apart() {
+    let mut tool = refund_tool();
+    tool.key = Some(intentgate_core::KeyTemplate::parse("refund:{intent_id}").unwrap());
+    let h = Harness::with_tools(
+        FaultPlan::none(),
+        vec![tool],
+        Arc::new(intentgate_gate::SystemClock),
+    );
+    let context = |id: &str| CallContext {
+        tenant: "default".into(),
+        intent_id: Some(id.into()),
+    };
+    for id in ["int_1", "int_2", "int_1"] {
+        h.gate
+            .call("refund_order", refund("8812", json!(49)), &context(id))
+            .await
+            .unwrap();
+    }
+    assert_eq!(h.provider.effects().len(), 2);
+    let missing = h.call("refund_order", refund("8812", json!(49))).await;
+    assert_eq!(missing.status, CallStatus::InvalidArguments);
+    assert!(missing.message.contains("Intent-Id"));
+}
