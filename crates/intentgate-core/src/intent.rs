@@ -21,7 +21,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// Where an intent stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IntentStatus {
     /// Recorded; no attempt has started.

@@ -218,6 +218,7 @@ impl Gate {
             arguments,
             idempotency_key: None,
             intent_key: None,
+            attempt: 0,
             timeout: tool.timeout,
         };
         let mut retry = 0;
@@ -356,6 +357,7 @@ impl Gate {
             arguments,
             idempotency_key: Some(&idempotency_key),
             intent_key: Some(&intent.key),
+            attempt: intent.attempt,
             timeout: tool.timeout,
         };
         let mut retry = 0;
@@ -426,6 +428,7 @@ impl Gate {
             arguments,
             idempotency_key: None,
             intent_key: Some(&intent.key),
+            attempt: intent.attempt,
             timeout: tool.timeout,
         };
         let found = self.lookup(call).await;

@@ -18,6 +18,9 @@ pub struct UpstreamCall<'a> {
     /// The intent's key, for upstreams that record it beside the effect (metadata) so the
     /// lookup can find it later.
     pub intent_key: Option<&'a str>,
+    /// The intent's attempt number (0 for reads and idempotent tools), for logs and
+    /// headers. The idempotency key does not change with it.
+    pub attempt: u32,
     /// The tool's timeout. The gate also enforces it; an upstream may use it to bound its
     /// own requests.
     pub timeout: Duration,

@@ -241,6 +241,7 @@ async fn a_409_key_in_use_is_looked_up() {
             arguments: &arguments,
             idempotency_key: Some("refund_order:refund:8812:49.00"),
             intent_key: Some(KEY),
+            attempt: 1,
             timeout: Duration::from_secs(5),
         };
         provider.execute(call).await

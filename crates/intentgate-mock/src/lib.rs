@@ -124,6 +124,8 @@ pub struct Effect {
     /// The intent key the request carried as metadata (how the lookup finds it).
     pub intent_key: Option<String>,
     pub idempotency_key: Option<String>,
+    /// The gate's attempt that made it.
+    pub attempt: u32,
     pub arguments: Value,
     pub at_ms: i64,
 }
@@ -311,6 +313,7 @@ impl FakeProvider {
                 tool: call.tool.name.clone(),
                 intent_key: call.intent_key.map(str::to_owned),
                 idempotency_key: call.idempotency_key.map(str::to_owned),
+                attempt: call.attempt,
                 arguments: call.arguments.clone(),
                 at_ms: now_ms,
             });
