@@ -386,6 +386,7 @@ async fn an_expired_in_flight_intent_is_resolved_by_lookup_and_never_executed_ag
                 arguments: &arguments,
                 idempotency_key: Some("k"),
                 intent_key: Some(KEY),
+                attempt: 1,
                 timeout: Duration::from_secs(1),
             };
             h.provider.execute(call).await;

@@ -113,7 +113,7 @@ fn key(intent: usize, amount_cents: u64) -> String {
 /// The amount as the model happened to write it this time: one value, several spellings.
 fn amount(rng: &mut Rng, cents: u64) -> Value {
     let value = json!(cents as f64 / 100.0);
-    if cents % 100 == 0 && rng.chance(500) {
+    if cents.is_multiple_of(100) && rng.chance(500) {
         json!(cents / 100)
     } else {
         value

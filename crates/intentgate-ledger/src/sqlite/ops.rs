@@ -338,6 +338,10 @@ fn start_attempt(
 ) -> Result<Begin, LedgerError> {
     let mut next = intent.clone();
     next.status = IntentStatus::InFlight;
+    // A new attempt starts clean: a retried rejection must not carry the old refusal.
+    next.result = None;
+    next.external_id = None;
+    next.resolved_by = None;
     next.attempt += 1;
     next.epoch += u32::from(new_epoch);
     next.lease_owner = Some(request.lease_owner.clone());
@@ -352,6 +356,7 @@ fn start_attempt(
 }
 
 pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, LedgerError> {
+    check_length("lease_owner", &request.lease_owner, LEASE_OWNER_LENGTH_MAX)?;
     let Some(mut intent) = get(connection, &request.tenant, &request.tool, &request.key)? else {
         let intent = insert(connection, request)?;
         return start_attempt(connection, intent, request, false);
@@ -448,6 +453,16 @@ pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, L
 }
 
 pub fn finish(connection: &Connection, finish: &Finish) -> Result<Finished, LedgerError> {
+    if matches!(
+        finish.status,
+        IntentStatus::InFlight | IntentStatus::Pending
+    ) {
+        debug_assert!(false, "finish records an outcome, not {}", finish.status);
+        return Err(IntentStatus::InFlight
+            .transition(finish.status)
+            .unwrap_err()
+            .into());
+    }
     let intent = must_get(connection, finish.id)?;
     let holds_lease = intent.lease_owner.as_deref() == Some(finish.lease_owner.as_str());
     let current = intent.attempt == finish.attempt
@@ -608,8 +623,9 @@ pub fn purge(connection: &Connection, before_ms: i64) -> Result<u64, LedgerError
         &format!("DELETE FROM events WHERE intent_id IN (SELECT id FROM intents WHERE {SETTLED})"),
         params![before_ms],
     )?;
+    // Refused calls of a switched-off tool can pile up; switch changes are kept (audit).
     connection.execute(
-        "DELETE FROM events WHERE intent_id IS NULL AND at_ms < ?1",
+        "DELETE FROM events WHERE intent_id IS NULL AND kind = 'disabled_call' AND at_ms < ?1",
         params![before_ms],
     )?;
     Ok(connection.execute(

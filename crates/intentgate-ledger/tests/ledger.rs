@@ -1,0 +1,1294 @@
+//! The behavioural suite of the `Ledger` trait.
+//!
+//! The gateway's guarantees (one execution per intent, a stored answer for every repeat, no
+//! blind retry of an unknown outcome) rest on what a ledger promises, so every store must
+//! keep the same promises. Each behaviour is written once below, as an `async fn` that takes
+//! a `&dyn Ledger` and knows nothing of the store behind it. `mod sqlite` runs each one on a
+//! fresh SQLite ledger in a temporary folder, in both write modes: grouped commits on the
+//! writer thread and inline writes. A second store (PostgreSQL) gets its own module of
+//! runners calling the same behaviours.
+//!
+//! The clock is passed in (`now_ms`) and the ledger never reads it, so leases expire and
+//! lookups fall due by choosing `now_ms`, never by sleeping. What only a file store has
+//! (reopening, open errors, the append-only trigger seen from outside) is tested in
+//! `mod sqlite` alone.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use intentgate_core::limits::{ARGUMENTS_BYTES_MAX, INTENT_KEY_LENGTH_MAX, TENANT_LENGTH_MAX};
+use intentgate_core::{IllegalTransition, IntentStatus, fingerprint};
+use intentgate_ledger::{
+    Begin, BeginRequest, Event, Finish, Finished, IntentRecord, Ledger, LedgerError, Resolve,
+    ToolFlag,
+};
+use serde_json::{Value, json};
+
+const TENANT: &str = "acme";
+const TOOL: &str = "refund";
+/// A plausible wall-clock time, so that no test leans on times near zero.
+const T0: i64 = 1_760_000_000_000;
+/// How long a caller's lease lasts in these tests.
+const LEASE_MS: i64 = 30_000;
+/// Least time between two lookups of one unknown intent; longer than a lease, so a lookup
+/// lease can expire before the next lookup is due.
+const LOOKUP_INTERVAL_MS: i64 = 60_000;
+
+/// Unwraps one variant of `Begin` or `Finished`, or fails showing what came instead.
+macro_rules! expect {
+    ($variant:path, $value:expr) => {
+        match $value {
+            $variant(record) => record,
+            other => panic!("expected {}, got {other:?}", stringify!($variant)),
+        }
+    };
+}
+
+/// A first call for `key` by `lease_owner` at `now_ms`, with the defaults of a plain tool:
+/// counted, a lease of `LEASE_MS`, rejections not retried.
+fn request(key: &str, lease_owner: &str, now_ms: i64) -> BeginRequest {
+    with_arguments(
+        BeginRequest {
+            tenant: TENANT.into(),
+            tool: TOOL.into(),
+            key: key.into(),
+            fingerprint: String::new(),
+            arguments: Value::Null,
+            lease_owner: lease_owner.into(),
+            lease_expires_ms: now_ms + LEASE_MS,
+            now_ms,
+            count_call: true,
+            retry_rejected: false,
+            lookup_interval_ms: LOOKUP_INTERVAL_MS,
+        },
+        json!({ "order": key, "amount": "49.00" }),
+    )
+}
+
+/// `request` with other arguments, and the fingerprint that goes with them.
+fn with_arguments(request: BeginRequest, arguments: Value) -> BeginRequest {
+    BeginRequest {
+        fingerprint: fingerprint(&arguments).as_str().to_owned(),
+        arguments,
+        ..request
+    }
+}
+
+/// What `lease_owner` learned about its attempt on `intent`: no result, from the upstream.
+fn finish(intent: &IntentRecord, lease_owner: &str, status: IntentStatus, now_ms: i64) -> Finish {
+    Finish {
+        id: intent.id,
+        lease_owner: lease_owner.into(),
+        attempt: intent.attempt,
+        now_ms,
+        status,
+        result: None,
+        external_id: None,
+        resolved_by: "upstream",
+        looked_up: false,
+        detail: format!("{lease_owner} learned {status}"),
+    }
+}
+
+/// Starts a new intent for `key` and returns it in flight under `lease_owner`.
+async fn started(ledger: &dyn Ledger, key: &str, lease_owner: &str, now_ms: i64) -> IntentRecord {
+    let begun = ledger.begin(request(key, lease_owner, now_ms)).await;
+    expect!(Begin::Execute, begun.expect("begin"))
+}
+
+/// Starts a new intent for `key` and settles it with `status` at once.
+async fn settled(
+    ledger: &dyn Ledger,
+    key: &str,
+    status: IntentStatus,
+    now_ms: i64,
+) -> IntentRecord {
+    let intent = started(ledger, key, "owner-settle", now_ms).await;
+    let finished = ledger
+        .finish(finish(&intent, "owner-settle", status, now_ms))
+        .await;
+    expect!(Finished::Recorded, finished.expect("finish"))
+}
+
+async fn read(ledger: &dyn Ledger, intent: &IntentRecord) -> IntentRecord {
+    let read = ledger.get_by_id(intent.id).await.expect("get_by_id");
+    read.unwrap_or_else(|| panic!("intent {} is gone", intent.id))
+}
+
+async fn events(ledger: &dyn Ledger, intent: &IntentRecord) -> Vec<Event> {
+    ledger.events(intent.id).await.expect("events")
+}
+
+async fn all_intents(ledger: &dyn Ledger) -> Vec<IntentRecord> {
+    ledger.list(0, 100_000).await.expect("list")
+}
+
+// ---------------------------------------------------------------------------------------
+// The behaviours, store-independent.
+// ---------------------------------------------------------------------------------------
+
+async fn a_new_key_starts_its_first_attempt_in_flight(ledger: &dyn Ledger) {
+    let asked = request("order-1", "owner-a", T0);
+    let intent = expect!(Begin::Execute, ledger.begin(asked.clone()).await.unwrap());
+
+    assert_eq!(intent.status, IntentStatus::InFlight);
+    assert_eq!((intent.attempt, intent.epoch), (1, 1));
+    assert_eq!(intent.lease_owner.as_deref(), Some("owner-a"));
+    assert_eq!(intent.lease_expires_ms, Some(T0 + LEASE_MS));
+    assert_eq!(intent.call_count, 1);
+    assert_eq!(
+        (&intent.tenant, &intent.tool, &intent.key),
+        (&asked.tenant, &asked.tool, &asked.key)
+    );
+    assert_eq!(intent.fingerprint, asked.fingerprint);
+    assert_eq!(intent.arguments, asked.arguments);
+    assert_eq!((intent.first_seen_ms, intent.last_seen_ms), (T0, T0));
+    assert_eq!(intent.result, None);
+    assert_eq!(intent.external_id, None);
+    assert_eq!(intent.resolved_by, None);
+    assert_eq!(intent.last_lookup_ms, None);
+
+    let by_key = ledger.get(TENANT, TOOL, "order-1").await.unwrap();
+    assert_eq!(by_key.as_ref(), Some(&intent));
+    assert_eq!(ledger.get_by_id(intent.id).await.unwrap(), Some(intent));
+    assert_eq!(ledger.get(TENANT, TOOL, "order-2").await.unwrap(), None);
+}
+
+async fn a_second_caller_is_busy_while_the_lease_lives(ledger: &dyn Ledger) {
+    let intent = started(ledger, "order-1", "owner-a", T0).await;
+    let last_live_ms = T0 + LEASE_MS - 1;
+
+    let busy = expect!(
+        Begin::Busy,
+        ledger
+            .begin(request("order-1", "owner-b", last_live_ms))
+            .await
+            .unwrap()
+    );
+    assert_eq!(busy.status, IntentStatus::InFlight);
+    assert_eq!(busy.lease_owner.as_deref(), Some("owner-a"));
+    assert_eq!(busy.lease_expires_ms, Some(T0 + LEASE_MS));
+    assert_eq!(busy.attempt, 1);
+    assert_eq!(busy.call_count, 2, "a new call is counted");
+    assert_eq!(read(ledger, &intent).await, busy);
+
+    // The same call asking again after waiting is not a new call.
+    let again = BeginRequest {
+        count_call: false,
+        ..request("order-1", "owner-b", last_live_ms)
+    };
+    let busy_again = expect!(Begin::Busy, ledger.begin(again).await.unwrap());
+    assert_eq!(busy_again.call_count, 2);
+    assert_eq!(read(ledger, &intent).await, busy_again);
+}
+
+async fn the_lease_holder_settles_the_intent_and_later_calls_get_it(ledger: &dyn Ledger) {
+    let intent = started(ledger, "order-1", "owner-a", T0).await;
+    let result = json!({ "refund": "re_123", "amount": "49.00" });
+
+    let done = Finish {
+        result: Some(result.clone()),
+        external_id: Some("re_123".into()),
+        ..finish(&intent, "owner-a", IntentStatus::Done, T0 + 10)
+    };
+    let done = expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
+    assert_eq!(done.status, IntentStatus::Done);
+    assert_eq!(done.result, Some(result));
+    assert_eq!(done.external_id.as_deref(), Some("re_123"));
+    assert_eq!(done.resolved_by.as_deref(), Some("upstream"));
+    assert_eq!(
+        (done.lease_owner.as_ref(), done.lease_expires_ms),
+        (None, None)
+    );
+    assert_eq!(done.updated_ms, T0 + 10);
+    assert_eq!((done.attempt, done.epoch), (1, 1));
+    assert_eq!(read(ledger, &intent).await, done);
+
+    let later = ledger
+        .begin(request("order-1", "owner-b", T0 + 20))
+        .await
+        .unwrap();
+    let answered = expect!(Begin::Settled, later);
+    assert_eq!(
+        answered,
+        IntentRecord {
+            call_count: 2,
+            last_seen_ms: T0 + 20,
+            ..done
+        }
+    );
+    assert_eq!(read(ledger, &intent).await, answered);
+}
+
+async fn a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing(ledger: &dyn Ledger) {
+    // A caller that does not hold the lease.
+    let intent = started(ledger, "order-1", "owner-a", T0).await;
+    let logged = events(ledger, &intent).await;
+    let stranger = finish(&intent, "owner-b", IntentStatus::Done, T0 + 10);
+    let refused = expect!(Finished::Superseded, ledger.finish(stranger).await.unwrap());
+    assert_eq!(refused, intent);
+    assert_eq!(read(ledger, &intent).await, intent);
+    assert_eq!(events(ledger, &intent).await, logged);
+
+    // Attempt 1 learns its outcome only after its lease expired, the intent went unknown,
+    // a lookup found it not executed and attempt 2 started and went unknown in turn. The
+    // owner is not checked on an unknown intent, so only the attempt number stops it.
+    let one = started(ledger, "order-2", "owner-1", T0).await;
+    let lookup_ms = T0 + LEASE_MS;
+    let looking = ledger
+        .begin(request("order-2", "owner-l", lookup_ms))
+        .await
+        .unwrap();
+    let looking = expect!(Begin::Lookup, looking);
+    let not_executed = Finish {
+        resolved_by: "lookup",
+        looked_up: true,
+        ..finish(
+            &looking,
+            "owner-l",
+            IntentStatus::NotExecuted,
+            lookup_ms + 1,
+        )
+    };
+    expect!(
+        Finished::Recorded,
+        ledger.finish(not_executed).await.unwrap()
+    );
+    let two = ledger
+        .begin(request("order-2", "owner-2", lookup_ms + 2))
+        .await
+        .unwrap();
+    let two = expect!(Begin::Execute, two);
+    assert_eq!(two.attempt, 2);
+    let gave_up = finish(&two, "owner-2", IntentStatus::Unknown, lookup_ms + 3);
+    let unknown = expect!(Finished::Recorded, ledger.finish(gave_up).await.unwrap());
+    assert_eq!(unknown.status, IntentStatus::Unknown);
+
+    let logged = events(ledger, &unknown).await;
+    let late = finish(&one, "owner-1", IntentStatus::Done, lookup_ms + 4);
+    let refused = expect!(Finished::Superseded, ledger.finish(late).await.unwrap());
+    assert_eq!(refused, unknown);
+    assert_eq!(read(ledger, &unknown).await, unknown);
+    assert_eq!(events(ledger, &unknown).await, logged);
+
+    // Nothing at all may change a done intent through `finish`.
+    let done = settled(ledger, "order-3", IntentStatus::Done, T0).await;
+    let logged = events(ledger, &done).await;
+    for status in [IntentStatus::Unknown, IntentStatus::NotExecuted] {
+        let again = finish(&done, "owner-settle", status, T0 + 10);
+        let refused = expect!(Finished::Superseded, ledger.finish(again).await.unwrap());
+        assert_eq!(refused, done);
+    }
+    assert_eq!(read(ledger, &done).await, done);
+    assert_eq!(events(ledger, &done).await, logged);
+}
+
+async fn the_same_key_with_other_arguments_is_a_conflict(ledger: &dyn Ledger) {
+    let intent = started(ledger, "order-1", "owner-a", T0).await;
+    let other = with_arguments(
+        request("order-1", "owner-b", T0 + 5),
+        json!({ "order": "order-1", "amount": "4900.00" }),
+    );
+    assert_ne!(other.fingerprint, intent.fingerprint);
+
+    // Conflict wins over Busy: the lease of the first caller is live.
+    let conflict = expect!(Begin::Conflict, ledger.begin(other.clone()).await.unwrap());
+    let expected = IntentRecord {
+        call_count: 2,
+        last_seen_ms: T0 + 5,
+        ..intent.clone()
+    };
+    assert_eq!(conflict, expected);
+    assert_eq!(read(ledger, &intent).await, expected);
+
+    // Not counted: nothing changes at all.
+    let uncounted = BeginRequest {
+        count_call: false,
+        now_ms: T0 + 6,
+        ..other
+    };
+    let conflict = expect!(Begin::Conflict, ledger.begin(uncounted).await.unwrap());
+    assert_eq!(conflict, expected);
+    assert_eq!(read(ledger, &intent).await, expected);
+    assert_eq!(all_intents(ledger).await.len(), 1);
+}
+
+async fn the_same_key_under_another_tenant_or_tool_is_another_intent(ledger: &dyn Ledger) {
+    let first = started(ledger, "order-1", "owner-a", T0).await;
+    let other_tenant = BeginRequest {
+        tenant: "globex".into(),
+        ..request("order-1", "owner-b", T0 + 1)
+    };
+    let other_tenant = expect!(Begin::Execute, ledger.begin(other_tenant).await.unwrap());
+    let other_tool = BeginRequest {
+        tool: "charge".into(),
+        ..request("order-1", "owner-c", T0 + 2)
+    };
+    let other_tool = expect!(Begin::Execute, ledger.begin(other_tool).await.unwrap());
+
+    let ids: HashSet<_> = [first.id, other_tenant.id, other_tool.id].into();
+    assert_eq!(ids.len(), 3, "three intents");
+    for intent in [&first, &other_tenant, &other_tool] {
+        assert_eq!((intent.attempt, intent.call_count), (1, 1));
+    }
+
+    // Settling one leaves the others as they were.
+    let done = ledger
+        .finish(finish(&first, "owner-a", IntentStatus::Done, T0 + 3))
+        .await;
+    expect!(Finished::Recorded, done.unwrap());
+    let tenant_copy = ledger.get("globex", TOOL, "order-1").await.unwrap();
+    assert_eq!(tenant_copy, Some(other_tenant));
+    let tool_copy = ledger.get(TENANT, "charge", "order-1").await.unwrap();
+    assert_eq!(tool_copy, Some(other_tool));
+    let original = ledger.get(TENANT, TOOL, "order-1").await.unwrap().unwrap();
+    assert_eq!(original.status, IntentStatus::Done);
+}
+
+async fn an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up(ledger: &dyn Ledger) {
+    let intent = started(ledger, "order-1", "owner-a", T0).await;
+
+    // At the expiry the lease is over: the next caller turns the intent unknown and gets
+    // the lookup lease. The attempt and the provider key stay those of the lost attempt.
+    let lookup_ms = T0 + LEASE_MS;
+    let lookup = ledger
+        .begin(request("order-1", "owner-b", lookup_ms))
+        .await
+        .unwrap();
+    let lookup = expect!(Begin::Lookup, lookup);
+    assert_eq!(lookup.status, IntentStatus::Unknown);
+    assert_eq!(lookup.lease_owner.as_deref(), Some("owner-b"));
+    assert_eq!(lookup.lease_expires_ms, Some(lookup_ms + LEASE_MS));
+    assert_eq!(lookup.last_lookup_ms, Some(lookup_ms));
+    assert_eq!((lookup.attempt, lookup.epoch), (1, 1));
+    assert_eq!(read(ledger, &intent).await, lookup);
+
+    // Another caller meanwhile is answered from the ledger at once.
+    let meanwhile = ledger
+        .begin(request("order-1", "owner-c", lookup_ms + 1))
+        .await
+        .unwrap();
+    let meanwhile = expect!(Begin::Settled, meanwhile);
+    assert_eq!(meanwhile.status, IntentStatus::Unknown);
+    assert_eq!(meanwhile.lease_owner.as_deref(), Some("owner-b"));
+
+    // The lookup found nothing: the lease is released and the next lookup is due one
+    // interval after this one, not after the lookup lease was taken.
+    let nothing_ms = lookup_ms + 5_000;
+    let nothing = Finish {
+        resolved_by: "lookup",
+        looked_up: true,
+        ..finish(&lookup, "owner-b", IntentStatus::Unknown, nothing_ms)
+    };
+    let nothing = expect!(Finished::Recorded, ledger.finish(nothing).await.unwrap());
+    assert_eq!(nothing.status, IntentStatus::Unknown);
+    assert_eq!(nothing.lease_owner, None);
+    assert_eq!(nothing.last_lookup_ms, Some(nothing_ms));
+
+    let early = ledger
+        .begin(request(
+            "order-1",
+            "owner-d",
+            lookup_ms + LOOKUP_INTERVAL_MS,
+        ))
+        .await
+        .unwrap();
+    let early = expect!(Begin::Settled, early);
+    assert_eq!(early.status, IntentStatus::Unknown);
+    assert_eq!(early.lease_owner, None);
+
+    let due_ms = nothing_ms + LOOKUP_INTERVAL_MS;
+    let due = ledger
+        .begin(request("order-1", "owner-e", due_ms))
+        .await
+        .unwrap();
+    let due = expect!(Begin::Lookup, due);
+    assert_eq!(due.lease_owner.as_deref(), Some("owner-e"));
+    assert_eq!(due.last_lookup_ms, Some(due_ms));
+
+    // This lookup finds the effect: the intent is done.
+    let found = Finish {
+        result: Some(json!({ "refund": "re_123" })),
+        external_id: Some("re_123".into()),
+        resolved_by: "lookup",
+        looked_up: true,
+        ..finish(&due, "owner-e", IntentStatus::Done, due_ms + 10)
+    };
+    let found = expect!(Finished::Recorded, ledger.finish(found).await.unwrap());
+    assert_eq!(found.status, IntentStatus::Done);
+    assert_eq!(found.resolved_by.as_deref(), Some("lookup"));
+    assert_eq!(found.external_id.as_deref(), Some("re_123"));
+    assert_eq!(found.lease_owner, None);
+
+    let after = ledger
+        .begin(request("order-1", "owner-f", due_ms + 20))
+        .await
+        .unwrap();
+    assert_eq!(expect!(Begin::Settled, after).status, IntentStatus::Done);
+}
+
+async fn lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited(ledger: &dyn Ledger) {
+    started(ledger, "order-1", "owner-a", T0).await;
+    let lookup_ms = T0 + LEASE_MS;
+    let lookup = ledger
+        .begin(request("order-1", "owner-b", lookup_ms))
+        .await
+        .unwrap();
+    expect!(Begin::Lookup, lookup);
+
+    // A live lookup lease is never taken over, even by a caller whose tool has a shorter
+    // lookup interval than the lease.
+    let impatient = BeginRequest {
+        lookup_interval_ms: 1_000,
+        ..request("order-1", "owner-i", lookup_ms + 2_000)
+    };
+    let impatient = expect!(Begin::Settled, ledger.begin(impatient).await.unwrap());
+    assert_eq!(impatient.lease_owner.as_deref(), Some("owner-b"));
+    assert_eq!(impatient.last_lookup_ms, Some(lookup_ms));
+
+    // The lookup holder vanished; its lease is over but the next lookup is not due yet.
+    let lapsed_ms = lookup_ms + LEASE_MS + 1;
+    assert!(lapsed_ms < lookup_ms + LOOKUP_INTERVAL_MS);
+    let lapsed = ledger
+        .begin(request("order-1", "owner-c", lapsed_ms))
+        .await
+        .unwrap();
+    assert_eq!(
+        expect!(Begin::Settled, lapsed).status,
+        IntentStatus::Unknown
+    );
+
+    let due_ms = lookup_ms + LOOKUP_INTERVAL_MS;
+    let due = ledger
+        .begin(request("order-1", "owner-d", due_ms))
+        .await
+        .unwrap();
+    let due = expect!(Begin::Lookup, due);
+    assert_eq!(due.lease_owner.as_deref(), Some("owner-d"));
+    assert_eq!(due.attempt, 1, "a lookup is not a new attempt");
+}
+
+async fn a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key(
+    ledger: &dyn Ledger,
+) {
+    let first = settled(ledger, "order-1", IntentStatus::NotExecuted, T0).await;
+    assert_eq!(first.status, IntentStatus::NotExecuted);
+    assert_eq!(first.lease_owner, None);
+
+    let again = ledger
+        .begin(request("order-1", "owner-b", T0 + 100))
+        .await
+        .unwrap();
+    let again = expect!(Begin::Execute, again);
+    assert_eq!(again.id, first.id);
+    assert_eq!(again.status, IntentStatus::InFlight);
+    assert_eq!((again.attempt, again.epoch), (2, 1));
+    assert_eq!(again.lease_owner.as_deref(), Some("owner-b"));
+    assert_eq!(again.call_count, 2);
+    assert_eq!(read(ledger, &first).await, again);
+}
+
+async fn a_rejected_intent_is_settled_unless_the_tool_retries_rejections(ledger: &dyn Ledger) {
+    let intent = started(ledger, "order-1", "owner-a", T0).await;
+    let refusal = json!({ "error": "card_declined" });
+    let rejected = Finish {
+        result: Some(refusal.clone()),
+        ..finish(&intent, "owner-a", IntentStatus::Rejected, T0 + 10)
+    };
+    let rejected = expect!(Finished::Recorded, ledger.finish(rejected).await.unwrap());
+    assert_eq!(rejected.status, IntentStatus::Rejected);
+    assert_eq!(rejected.result, Some(refusal.clone()));
+
+    let replayed = ledger
+        .begin(request("order-1", "owner-b", T0 + 20))
+        .await
+        .unwrap();
+    let replayed = expect!(Begin::Settled, replayed);
+    assert_eq!(replayed.status, IntentStatus::Rejected);
+    assert_eq!(replayed.result, Some(refusal));
+    assert_eq!((replayed.attempt, replayed.epoch), (1, 1));
+
+    // A new attempt under a new provider key, so the provider can't replay its refusal.
+    let retried = BeginRequest {
+        retry_rejected: true,
+        ..request("order-1", "owner-c", T0 + 30)
+    };
+    let retried = expect!(Begin::Execute, ledger.begin(retried).await.unwrap());
+    assert_eq!(retried.status, IntentStatus::InFlight);
+    assert_eq!((retried.attempt, retried.epoch), (2, 2));
+    assert_eq!(retried.lease_owner.as_deref(), Some("owner-c"));
+    assert_eq!(read(ledger, &intent).await, retried);
+}
+
+async fn every_call_and_transition_is_logged_oldest_first(ledger: &dyn Ledger) {
+    let intent = started(ledger, "order-1", "owner-a", T0).await;
+    let busy = ledger.begin(request("order-1", "owner-b", T0 + 1)).await;
+    expect!(Begin::Busy, busy.unwrap());
+    let conflicting = with_arguments(
+        request("order-1", "owner-c", T0 + 2),
+        json!({ "order": "order-1", "amount": "1.00" }),
+    );
+    expect!(Begin::Conflict, ledger.begin(conflicting).await.unwrap());
+    let done = finish(&intent, "owner-a", IntentStatus::Done, T0 + 3);
+    expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
+    let repeat = ledger.begin(request("order-1", "owner-d", T0 + 4)).await;
+    expect!(Begin::Settled, repeat.unwrap());
+    ledger.record_call(intent.id, T0 + 5).await.unwrap();
+
+    let log = events(ledger, &intent).await;
+    let summary: Vec<_> = log
+        .iter()
+        .map(|event| {
+            (
+                event.kind.as_str(),
+                event.from_status.as_deref(),
+                event.to_status.as_deref(),
+                event.at_ms - T0,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("created", None, Some("pending"), 0),
+            ("transition", Some("pending"), Some("in_flight"), 0),
+            ("call", None, None, 1),
+            ("call", None, None, 2),
+            ("conflict", None, None, 2),
+            ("transition", Some("in_flight"), Some("done"), 3),
+            ("call", None, None, 4),
+            ("call", None, None, 5),
+        ]
+    );
+    assert!(
+        log.windows(2).all(|pair| pair[0].id < pair[1].id),
+        "oldest first: {log:?}"
+    );
+    for event in &log {
+        assert_eq!(event.intent_id, Some(intent.id));
+        assert_eq!((event.tenant.as_str(), event.tool.as_str()), (TENANT, TOOL));
+    }
+    let settling = &log[5];
+    assert_eq!(settling.actor.as_deref(), Some("upstream"));
+    assert_eq!(settling.attempt, Some(1));
+    assert_eq!(settling.detail.as_deref(), Some("owner-a learned done"));
+
+    assert_eq!(ledger.events(intent.id + 1_000).await.unwrap(), []);
+    let missing = ledger.record_call(intent.id + 1_000, T0 + 6).await;
+    assert_eq!(missing, Err(LedgerError::NotFound(intent.id + 1_000)));
+}
+
+async fn an_operator_resolves_an_unknown_intent_and_illegal_resolutions_are_refused(
+    ledger: &dyn Ledger,
+) {
+    let unknown = settled(ledger, "order-1", IntentStatus::Unknown, T0).await;
+    assert_eq!(unknown.status, IntentStatus::Unknown);
+
+    let result = json!({ "refund": "re_9" });
+    let resolved = ledger
+        .resolve(Resolve {
+            id: unknown.id,
+            status: IntentStatus::Done,
+            external_id: Some("re_9".into()),
+            result: Some(result.clone()),
+            actor: "operator:alice".into(),
+            reason: "seen in the provider's dashboard".into(),
+            now_ms: T0 + 100,
+        })
+        .await
+        .unwrap();
+    assert_eq!(resolved.status, IntentStatus::Done);
+    assert_eq!(resolved.external_id.as_deref(), Some("re_9"));
+    assert_eq!(resolved.result, Some(result));
+    assert_eq!(resolved.resolved_by.as_deref(), Some("operator:alice"));
+    assert_eq!(
+        (resolved.lease_owner.as_ref(), resolved.lease_expires_ms),
+        (None, None)
+    );
+    assert_eq!(resolved.updated_ms, T0 + 100);
+    assert_eq!(read(ledger, &unknown).await, resolved);
+
+    let log = events(ledger, &unknown).await;
+    let last = log.last().expect("a resolve event");
+    assert_eq!(last.kind, "resolve");
+    assert_eq!(last.from_status.as_deref(), Some("unknown"));
+    assert_eq!(last.to_status.as_deref(), Some("done"));
+    assert_eq!(last.actor.as_deref(), Some("operator:alice"));
+    assert_eq!(
+        last.detail.as_deref(),
+        Some("seen in the provider's dashboard")
+    );
+    assert_eq!(last.at_ms, T0 + 100);
+
+    // A done intent is final.
+    let illegal = ledger
+        .resolve(Resolve {
+            id: unknown.id,
+            status: IntentStatus::NotExecuted,
+            external_id: None,
+            result: None,
+            actor: "operator:mallory".into(),
+            reason: "undo".into(),
+            now_ms: T0 + 200,
+        })
+        .await;
+    assert_eq!(
+        illegal,
+        Err(LedgerError::Transition(IllegalTransition {
+            from: IntentStatus::Done,
+            to: IntentStatus::NotExecuted,
+        }))
+    );
+    assert_eq!(read(ledger, &unknown).await, resolved);
+    assert_eq!(events(ledger, &unknown).await, log);
+
+    let missing = ledger
+        .resolve(Resolve {
+            id: unknown.id + 1_000,
+            status: IntentStatus::Done,
+            external_id: None,
+            result: None,
+            actor: "operator:alice".into(),
+            reason: "typo".into(),
+            now_ms: T0 + 300,
+        })
+        .await;
+    assert_eq!(missing, Err(LedgerError::NotFound(unknown.id + 1_000)));
+}
+
+async fn values_over_their_limit_are_refused_and_nothing_is_written(ledger: &dyn Ledger) {
+    let long_key = "k".repeat(INTENT_KEY_LENGTH_MAX + 1);
+    let refused = ledger.begin(request(&long_key, "owner-a", T0)).await;
+    assert_eq!(
+        refused,
+        Err(LedgerError::TooLarge {
+            field: "key",
+            length: INTENT_KEY_LENGTH_MAX + 1,
+            limit: INTENT_KEY_LENGTH_MAX,
+        })
+    );
+
+    let long_tenant = "t".repeat(TENANT_LENGTH_MAX + 1);
+    let refused = ledger
+        .begin(BeginRequest {
+            tenant: long_tenant.clone(),
+            ..request("order-1", "owner-a", T0)
+        })
+        .await;
+    assert_eq!(
+        refused,
+        Err(LedgerError::TooLarge {
+            field: "tenant",
+            length: TENANT_LENGTH_MAX + 1,
+            limit: TENANT_LENGTH_MAX,
+        })
+    );
+
+    let big = json!({ "note": "x".repeat(ARGUMENTS_BYTES_MAX) });
+    let refused = ledger
+        .begin(with_arguments(
+            request("order-2", "owner-a", T0),
+            big.clone(),
+        ))
+        .await;
+    match refused {
+        Err(LedgerError::TooLarge {
+            field: "arguments",
+            length,
+            limit: ARGUMENTS_BYTES_MAX,
+        }) => assert!(length > ARGUMENTS_BYTES_MAX),
+        other => panic!("expected arguments to be too large, got {other:?}"),
+    }
+
+    assert_eq!(all_intents(ledger).await, []);
+    assert_eq!(ledger.get(TENANT, TOOL, &long_key).await.unwrap(), None);
+    assert_eq!(
+        ledger.get(&long_tenant, TOOL, "order-1").await.unwrap(),
+        None
+    );
+    assert_eq!(ledger.get(TENANT, TOOL, "order-2").await.unwrap(), None);
+
+    // The limits themselves are allowed.
+    let longest_key = "k".repeat(INTENT_KEY_LENGTH_MAX);
+    started(ledger, &longest_key, "owner-a", T0).await;
+    let longest_tenant = BeginRequest {
+        tenant: "t".repeat(TENANT_LENGTH_MAX),
+        ..request("order-1", "owner-a", T0)
+    };
+    expect!(Begin::Execute, ledger.begin(longest_tenant).await.unwrap());
+    assert_eq!(all_intents(ledger).await.len(), 2);
+}
+
+async fn a_tool_flag_is_stored_once_per_tool_and_updated_in_place(ledger: &dyn Ledger) {
+    assert_eq!(ledger.tool_flags().await.unwrap(), []);
+    let off = ToolFlag {
+        tool: TOOL.into(),
+        enabled: false,
+        reason: "refunds double-paid on 2 May".into(),
+        actor: "operator:alice".into(),
+        updated_ms: T0,
+    };
+    ledger.set_tool_flag(off.clone()).await.unwrap();
+    assert_eq!(ledger.tool_flags().await.unwrap(), [off]);
+
+    let on = ToolFlag {
+        tool: TOOL.into(),
+        enabled: true,
+        reason: "fixed upstream".into(),
+        actor: "operator:bob".into(),
+        updated_ms: T0 + 1_000,
+    };
+    ledger.set_tool_flag(on.clone()).await.unwrap();
+    assert_eq!(
+        ledger.tool_flags().await.unwrap(),
+        std::slice::from_ref(&on)
+    );
+
+    let other = ToolFlag {
+        tool: "charge".into(),
+        enabled: false,
+        reason: "maintenance".into(),
+        actor: "operator:bob".into(),
+        updated_ms: T0 + 2_000,
+    };
+    ledger.set_tool_flag(other.clone()).await.unwrap();
+    let mut flags = ledger.tool_flags().await.unwrap();
+    flags.sort_by(|a, b| a.tool.cmp(&b.tool));
+    assert_eq!(flags, [other, on]);
+}
+
+async fn purge_deletes_old_settled_intents_and_keeps_unresolved_ones(ledger: &dyn Ledger) {
+    let cutoff_ms = T0 + 1_000;
+    let old_done = settled(ledger, "old-done", IntentStatus::Done, T0).await;
+    let old_rejected = settled(ledger, "old-rejected", IntentStatus::Rejected, T0).await;
+    let old_not_executed = settled(ledger, "old-not-executed", IntentStatus::NotExecuted, T0).await;
+    let old_unknown = settled(ledger, "old-unknown", IntentStatus::Unknown, T0).await;
+    let old_in_flight = started(ledger, "old-in-flight", "owner-a", T0).await;
+    // Created long ago, but called again after the cutoff.
+    let seen_again = settled(ledger, "seen-again", IntentStatus::Done, T0).await;
+    let repeat = ledger
+        .begin(request("seen-again", "owner-b", cutoff_ms + 1))
+        .await;
+    expect!(Begin::Settled, repeat.unwrap());
+    let recent = settled(ledger, "recent-done", IntentStatus::Done, cutoff_ms).await;
+
+    let kept = [&old_unknown, &old_in_flight, &seen_again, &recent];
+    let mut kept_before = Vec::new();
+    for intent in kept {
+        kept_before.push((read(ledger, intent).await, events(ledger, intent).await));
+    }
+
+    assert_eq!(ledger.purge(cutoff_ms).await.unwrap(), 3);
+
+    for gone in [&old_done, &old_rejected, &old_not_executed] {
+        assert_eq!(
+            ledger.get_by_id(gone.id).await.unwrap(),
+            None,
+            "{}",
+            gone.key
+        );
+        assert_eq!(events(ledger, gone).await, [], "{}", gone.key);
+    }
+    for (intent, (record, log)) in kept.into_iter().zip(kept_before) {
+        assert_eq!(read(ledger, intent).await, record, "{}", intent.key);
+        assert_eq!(events(ledger, intent).await, log, "{}", intent.key);
+    }
+    assert_eq!(all_intents(ledger).await.len(), kept.len());
+
+    // However old, unknown and in-flight intents wait for their resolution.
+    assert_eq!(ledger.purge(T0 + 1_000_000_000).await.unwrap(), 2);
+    let left: HashSet<_> = all_intents(ledger)
+        .await
+        .into_iter()
+        .map(|intent| intent.id)
+        .collect();
+    assert_eq!(left, [old_unknown.id, old_in_flight.id].into());
+}
+
+async fn stale_lists_in_flight_intents_whose_lease_has_expired(ledger: &dyn Ledger) {
+    let expired = started(ledger, "expired", "owner-a", T0).await;
+    let expired_later = started(ledger, "expired-later", "owner-b", T0 + 1).await;
+    let live = started(ledger, "live", "owner-c", T0 + 10_000).await;
+    settled(ledger, "done", IntentStatus::Done, T0).await;
+
+    // At its expiry a lease is over, as `begin` sees it too.
+    let now_ms = T0 + LEASE_MS + 1;
+    assert!(!expired_later.lease_live(now_ms) && live.lease_live(now_ms));
+    let stale = ledger
+        .stale(IntentStatus::InFlight, now_ms, 10)
+        .await
+        .unwrap();
+    let ids: Vec<_> = stale.iter().map(|intent| intent.id).collect();
+    assert_eq!(ids, [expired.id, expired_later.id], "oldest first");
+
+    let first = ledger
+        .stale(IntentStatus::InFlight, now_ms, 1)
+        .await
+        .unwrap();
+    assert_eq!(first, std::slice::from_ref(&expired));
+
+    let before_any_expiry = ledger
+        .stale(IntentStatus::InFlight, T0 + LEASE_MS - 1, 10)
+        .await
+        .unwrap();
+    assert_eq!(before_any_expiry, []);
+}
+
+async fn concurrent_begins_on_distinct_keys_all_commit(ledger: Arc<dyn Ledger>) {
+    const TASKS: usize = 64;
+    const BEGINS_PER_TASK: usize = 50;
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..TASKS {
+        let ledger = ledger.clone();
+        tasks.spawn(async move {
+            for begin in 0..BEGINS_PER_TASK {
+                let key = format!("task-{task}-begin-{begin}");
+                let owner = format!("owner-{task}-{begin}");
+                let now_ms = T0 + begin as i64;
+                let begun = ledger.begin(request(&key, &owner, now_ms)).await;
+                let intent = expect!(Begin::Execute, begun.expect("begin"));
+                assert_eq!(intent.key, key);
+            }
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.expect("a task failed");
+    }
+
+    // Read back page by page, as `list` is meant to be used.
+    let mut intents = Vec::new();
+    loop {
+        let after_id = intents.last().map_or(0, |intent: &IntentRecord| intent.id);
+        let page = ledger.list(after_id, 500).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        intents.extend(page);
+    }
+    assert_eq!(intents.len(), TASKS * BEGINS_PER_TASK);
+    let ids: HashSet<_> = intents.iter().map(|intent| intent.id).collect();
+    assert_eq!(ids.len(), TASKS * BEGINS_PER_TASK, "distinct ids");
+    let keys: HashSet<_> = intents.iter().map(|intent| intent.key.as_str()).collect();
+    assert_eq!(keys.len(), TASKS * BEGINS_PER_TASK, "distinct keys");
+    assert!(
+        intents
+            .iter()
+            .all(|intent| intent.status == IntentStatus::InFlight && intent.attempt == 1)
+    );
+}
+
+/// `wait_for_change` may wake up early (a store may poll), so this bounds what a waiting
+/// caller observes, as the gateway uses it: wait, read again, repeat.
+async fn a_waiter_sees_the_lease_holder_finish_promptly(ledger: Arc<dyn Ledger>) {
+    /// What a waiting caller is given; far beyond the bound the test checks.
+    const WAIT: Duration = Duration::from_secs(5);
+    /// The bound on the wake-up: generous, so a loaded machine does not fail it.
+    const PROMPTLY: Duration = Duration::from_secs(2);
+
+    let intent = started(&*ledger, "order-1", "owner-a", T0).await;
+    let id = intent.id;
+    let waiter = tokio::spawn({
+        let ledger = ledger.clone();
+        async move {
+            // As a busy caller does: wait, read again, until the intent has moved on.
+            let started = Instant::now();
+            loop {
+                ledger.wait_for_change(id, WAIT).await;
+                let current = ledger.get_by_id(id).await.unwrap().unwrap();
+                if current.status != IntentStatus::InFlight {
+                    return (Instant::now(), current.status);
+                }
+                assert!(
+                    started.elapsed() < 2 * WAIT,
+                    "the waiter never saw a change"
+                );
+            }
+        }
+    });
+    // Let the waiter get to its wait before the holder finishes.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiter.is_finished());
+
+    let finished_at = Instant::now();
+    let done = finish(&intent, "owner-a", IntentStatus::Done, T0 + 10);
+    expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
+    let (seen_at, status) = tokio::time::timeout(WAIT, waiter)
+        .await
+        .expect("the waiter is still waiting")
+        .expect("the waiter failed");
+    assert_eq!(status, IntentStatus::Done);
+    let delay = seen_at.saturating_duration_since(finished_at);
+    assert!(
+        delay < PROMPTLY,
+        "the waiter saw the finish after {delay:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The SQLite store.
+// ---------------------------------------------------------------------------------------
+
+// Regressions, each named after what broke.
+
+/// A rejected intent restarted under `retry_rejected` kept the old refusal as its result, so
+/// a later resolution to done without a result replayed "card declined" as the success.
+async fn a_restarted_rejection_does_not_carry_the_old_refusal(ledger: &dyn Ledger) {
+    let intent = started(ledger, "order-r", "owner-a", T0).await;
+    let mut rejected = finish(&intent, "owner-a", IntentStatus::Rejected, T0 + 1);
+    rejected.result = Some(json!({"error": "card_declined"}));
+    rejected.external_id = Some("ch_rej".into());
+    expect!(Finished::Recorded, ledger.finish(rejected).await.unwrap());
+    let mut again = request("order-r", "owner-b", T0 + 2);
+    again.retry_rejected = true;
+    let restarted = expect!(Begin::Execute, ledger.begin(again).await.unwrap());
+    assert_eq!((restarted.attempt, restarted.epoch), (2, 2));
+    assert_eq!(
+        (
+            restarted.result,
+            restarted.external_id,
+            restarted.resolved_by
+        ),
+        (None, None, None)
+    );
+}
+
+/// An over-long lease owner on an existing intent surfaced as a storage failure (the
+/// schema's CHECK) instead of a refused value.
+async fn an_over_long_lease_owner_is_refused_as_too_large_on_every_path(ledger: &dyn Ledger) {
+    settled(ledger, "order-l", IntentStatus::NotExecuted, T0).await;
+    let owner = "o".repeat(129);
+    let error = ledger
+        .begin(request("order-l", &owner, T0 + 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            LedgerError::TooLarge {
+                field: "lease_owner",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+mod sqlite {
+    use std::path::Path;
+
+    use intentgate_ledger::{Durability, SqliteLedger, SqliteOptions};
+
+    use super::*;
+
+    /// Grouped commits on the writer thread, the serving mode.
+    const GROUPED: SqliteOptions = SqliteOptions {
+        durability: Durability::Strict,
+        inline: false,
+    };
+    /// Every write on the calling thread, the simulation's mode.
+    const INLINE: SqliteOptions = SqliteOptions {
+        durability: Durability::Strict,
+        inline: true,
+    };
+
+    fn open(path: &Path, options: SqliteOptions) -> SqliteLedger {
+        SqliteLedger::open(path, options)
+            .unwrap_or_else(|error| panic!("can't open {}: {error}", path.display()))
+    }
+
+    /// Runs `behaviour` on a fresh ledger in each write mode.
+    async fn on_each_mode(behaviour: impl AsyncFn(&dyn Ledger)) {
+        for (mode, options) in [("grouped", GROUPED), ("inline", INLINE)] {
+            let folder = tempfile::tempdir().unwrap();
+            let ledger = open(&folder.path().join("ledger.db"), options);
+            // Printed with the output of a failing test, to say which mode failed.
+            eprintln!("sqlite ledger, {mode} writes");
+            behaviour(&ledger).await;
+        }
+    }
+
+    /// Runs `behaviour` on a fresh, shared ledger with grouped commits.
+    async fn on_grouped(behaviour: impl AsyncFn(Arc<dyn Ledger>)) {
+        let folder = tempfile::tempdir().unwrap();
+        let ledger = open(&folder.path().join("ledger.db"), GROUPED);
+        behaviour(Arc::new(ledger)).await;
+    }
+
+    #[tokio::test]
+    async fn a_restarted_rejection_does_not_carry_the_old_refusal() {
+        on_each_mode(super::a_restarted_rejection_does_not_carry_the_old_refusal).await;
+    }
+
+    #[tokio::test]
+    async fn an_over_long_lease_owner_is_refused_as_too_large_on_every_path() {
+        on_each_mode(super::an_over_long_lease_owner_is_refused_as_too_large_on_every_path).await;
+    }
+
+    /// Purging old intents also erased the kill-switch audit trail (the events without an
+    /// intent), which the trait does not promise to delete.
+    #[tokio::test]
+    async fn purge_keeps_the_kill_switch_history() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        let ledger = open(&path, GROUPED);
+        let flag = ToolFlag {
+            tool: TOOL.into(),
+            enabled: false,
+            reason: "incident".into(),
+            actor: "ops".into(),
+            updated_ms: 0,
+        };
+        ledger.set_tool_flag(flag).await.unwrap();
+        ledger.record_disabled_call(TENANT, TOOL, 0).await.unwrap();
+        assert_eq!(ledger.purge(T0).await.unwrap(), 0);
+        let outside = rusqlite::Connection::open(&path).unwrap();
+        let kinds: Vec<String> = outside
+            .prepare("SELECT kind FROM events ORDER BY id")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            kinds,
+            ["tool_disabled"],
+            "switch changes stay; old refused calls go"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_new_key_starts_its_first_attempt_in_flight() {
+        on_each_mode(super::a_new_key_starts_its_first_attempt_in_flight).await;
+    }
+
+    #[tokio::test]
+    async fn a_second_caller_is_busy_while_the_lease_lives() {
+        on_each_mode(super::a_second_caller_is_busy_while_the_lease_lives).await;
+    }
+
+    #[tokio::test]
+    async fn the_lease_holder_settles_the_intent_and_later_calls_get_it() {
+        on_each_mode(super::the_lease_holder_settles_the_intent_and_later_calls_get_it).await;
+    }
+
+    #[tokio::test]
+    async fn a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing() {
+        on_each_mode(super::a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing).await;
+    }
+
+    #[tokio::test]
+    async fn the_same_key_with_other_arguments_is_a_conflict() {
+        on_each_mode(super::the_same_key_with_other_arguments_is_a_conflict).await;
+    }
+
+    #[tokio::test]
+    async fn the_same_key_under_another_tenant_or_tool_is_another_intent() {
+        on_each_mode(super::the_same_key_under_another_tenant_or_tool_is_another_intent).await;
+    }
+
+    #[tokio::test]
+    async fn an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up() {
+        on_each_mode(super::an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up)
+            .await;
+    }
+
+    #[tokio::test]
+    async fn lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited() {
+        on_each_mode(super::lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited).await;
+    }
+
+    #[tokio::test]
+    async fn a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key() {
+        on_each_mode(super::a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key)
+            .await;
+    }
+
+    #[tokio::test]
+    async fn a_rejected_intent_is_settled_unless_the_tool_retries_rejections() {
+        on_each_mode(super::a_rejected_intent_is_settled_unless_the_tool_retries_rejections).await;
+    }
+
+    #[tokio::test]
+    async fn every_call_and_transition_is_logged_oldest_first() {
+        on_each_mode(super::every_call_and_transition_is_logged_oldest_first).await;
+    }
+
+    #[tokio::test]
+    async fn an_operator_resolves_an_unknown_intent_and_illegal_resolutions_are_refused() {
+        on_each_mode(
+            super::an_operator_resolves_an_unknown_intent_and_illegal_resolutions_are_refused,
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn values_over_their_limit_are_refused_and_nothing_is_written() {
+        on_each_mode(super::values_over_their_limit_are_refused_and_nothing_is_written).await;
+    }
+
+    #[tokio::test]
+    async fn a_tool_flag_is_stored_once_per_tool_and_updated_in_place() {
+        on_each_mode(super::a_tool_flag_is_stored_once_per_tool_and_updated_in_place).await;
+    }
+
+    #[tokio::test]
+    async fn purge_deletes_old_settled_intents_and_keeps_unresolved_ones() {
+        on_each_mode(super::purge_deletes_old_settled_intents_and_keeps_unresolved_ones).await;
+    }
+
+    #[tokio::test]
+    async fn stale_lists_in_flight_intents_whose_lease_has_expired() {
+        on_each_mode(super::stale_lists_in_flight_intents_whose_lease_has_expired).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+    async fn concurrent_begins_on_distinct_keys_all_commit() {
+        on_grouped(super::concurrent_begins_on_distinct_keys_all_commit).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_sees_the_lease_holder_finish_promptly() {
+        on_grouped(super::a_waiter_sees_the_lease_holder_finish_promptly).await;
+    }
+
+    #[tokio::test]
+    async fn the_event_log_refuses_updates() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        let ledger = open(&path, GROUPED);
+        let intent = settled(&ledger, "order-1", IntentStatus::Done, T0).await;
+        let log = events(&ledger, &intent).await;
+        assert!(!log.is_empty());
+
+        let outside = rusqlite::Connection::open(&path).unwrap();
+        outside
+            .busy_timeout(Duration::from_secs(5))
+            .expect("busy timeout");
+        let edited = outside.execute("UPDATE events SET detail = 'edited'", []);
+        let error = edited.expect_err("the event log was edited");
+        assert!(error.to_string().contains("append-only"), "{error}");
+        let rewritten =
+            outside.execute("UPDATE events SET kind = 'call' WHERE kind = 'created'", []);
+        assert!(rewritten.is_err(), "an event's kind was rewritten");
+
+        assert_eq!(events(&ledger, &intent).await, log);
+    }
+
+    #[tokio::test]
+    async fn everything_written_survives_a_reopen() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        let flag = ToolFlag {
+            tool: "charge".into(),
+            enabled: false,
+            reason: "maintenance".into(),
+            actor: "operator:alice".into(),
+            updated_ms: T0,
+        };
+        let written = {
+            let ledger = open(&path, GROUPED);
+            let done = Finish {
+                result: Some(json!({ "refund": "re_1" })),
+                external_id: Some("re_1".into()),
+                ..finish(
+                    &started(&ledger, "order-1", "owner-a", T0).await,
+                    "owner-a",
+                    IntentStatus::Done,
+                    T0 + 1,
+                )
+            };
+            expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
+            started(&ledger, "order-2", "owner-b", T0 + 2).await;
+            settled(&ledger, "order-3", IntentStatus::Unknown, T0 + 3).await;
+            ledger.set_tool_flag(flag.clone()).await.unwrap();
+            snapshot(&ledger).await
+            // Dropped here: the writer thread stops and the file is closed.
+        };
+        assert_eq!(written.0.len(), 3);
+        assert_eq!(written.2, [flag]);
+        let migrations = applied_migrations(&path);
+        assert!(!migrations.is_empty());
+
+        for options in [GROUPED, INLINE] {
+            let reopened = open(&path, options);
+            assert_eq!(snapshot(&reopened).await, written);
+            drop(reopened);
+            assert_eq!(applied_migrations(&path), migrations, "migrated again");
+        }
+
+        // The reopened ledger goes on from where it was.
+        let ledger = open(&path, GROUPED);
+        let repeat = ledger.begin(request("order-1", "owner-c", T0 + 10)).await;
+        let repeat = expect!(Begin::Settled, repeat.unwrap());
+        assert_eq!(repeat.external_id.as_deref(), Some("re_1"));
+        let next = started(&ledger, "order-4", "owner-d", T0 + 11).await;
+        assert!(written.0.iter().all(|intent| intent.id != next.id));
+    }
+
+    /// Every intent with its events, and the tool flags.
+    async fn snapshot(ledger: &dyn Ledger) -> (Vec<IntentRecord>, Vec<Vec<Event>>, Vec<ToolFlag>) {
+        let intents = all_intents(ledger).await;
+        let mut logs = Vec::new();
+        for intent in &intents {
+            logs.push(events(ledger, intent).await);
+        }
+        (intents, logs, ledger.tool_flags().await.unwrap())
+    }
+
+    /// The migration versions recorded in the file, with their times.
+    fn applied_migrations(path: &Path) -> Vec<(i64, i64)> {
+        let connection = rusqlite::Connection::open(path).unwrap();
+        let mut statement = connection
+            .prepare("SELECT version, applied_ms FROM schema_migrations ORDER BY version")
+            .unwrap();
+        let rows = statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap();
+        rows.collect::<Result<_, _>>().unwrap()
+    }
+
+    #[tokio::test]
+    async fn opening_in_a_missing_folder_says_the_folder_does_not_exist() {
+        let folder = tempfile::tempdir().unwrap();
+        let missing = folder.path().join("missing");
+        let path = missing.join("ledger.db");
+        for options in [GROUPED, INLINE] {
+            match SqliteLedger::open(&path, options) {
+                Err(LedgerError::Open {
+                    path: named,
+                    reason,
+                }) => {
+                    assert!(named.ends_with("ledger.db"), "{named}");
+                    assert!(reason.contains("does not exist"), "{reason}");
+                    assert!(reason.contains("missing"), "names the folder: {reason}");
+                }
+                Err(other) => panic!("expected an open error, got {other:?}"),
+                Ok(_) => panic!("opened a ledger in a folder that does not exist"),
+            }
+        }
+        assert!(!missing.exists(), "the folder was created");
+    }
+
+    #[tokio::test]
+    async fn opening_a_file_that_is_not_sqlite_fails_and_leaves_it_alone() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        let garbage: Vec<u8> = (0..8192u32).map(|n| (n * 31 % 251) as u8).collect();
+        std::fs::write(&path, &garbage).unwrap();
+        for options in [GROUPED, INLINE] {
+            match SqliteLedger::open(&path, options) {
+                Err(LedgerError::Open { path: named, .. }) => {
+                    assert!(named.ends_with("ledger.db"), "{named}");
+                }
+                Err(other) => panic!("expected an open error, got {other:?}"),
+                Ok(_) => panic!("opened a file of garbage as a ledger"),
+            }
+        }
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            garbage,
+            "the file was changed"
+        );
+    }
+}

@@ -1,0 +1,681 @@
+//! `intentgate bench ledger`: the overhead of a new side-effecting call through the gate and
+//! its SQLite ledger, against one fsync of the same disk (SPEC section 12).
+//!
+//! Everything runs in one temporary folder inside `--dir`, so that the baseline (one fsync)
+//! and the ledger share a disk. The gate is the real [`Gate`] with one side-effecting tool;
+//! its upstream answers at once, so the figures are the gateway's and the ledger's alone.
+//! A benchmark that silently measured failures would be worthless, so every call must return
+//! `done`, the upstream must see exactly one request per call, and the ledger must hold
+//! exactly one `done` intent per call; anything else ends the run with an error.
+
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use async_trait::async_trait;
+use intentgate_core::{CallStatus, Effect, IntentStatus, ToolDefinition, UpstreamObservation};
+use intentgate_gate::{
+    CallContext, Gate, GateOptions, LookupOutcome, SystemClock, Upstream, UpstreamCall,
+};
+use intentgate_ledger::{IntentId, Ledger, SqliteLedger, SqliteOptions};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::cli::{DurabilityArgument, LedgerBenchArgs};
+
+/// Default new intents per concurrency level: enough for a stable figure at 64 callers in
+/// a few seconds.
+pub const INTENTS_DEFAULT: u32 = 5_000;
+/// Most new intents per level. Bounds the run's time, its disk use and the memory of the
+/// per-call latencies it keeps.
+pub const INTENTS_MAX: u32 = 1_000_000;
+/// Most new intents at 1 caller. Under strict durability each costs one fsync (about 4 ms
+/// on the reference disk), so more would only make the run longer.
+pub const SEQUENTIAL_INTENTS_MAX: u32 = 2_000;
+/// Concurrent callers of the throughput level the SPEC target names.
+pub const CONCURRENT_CALLERS: u32 = 64;
+/// Calls made before measuring, so that opening read connections and filling statement
+/// caches is not counted as the cost of an intent.
+const WARM_UP_CALLS: u32 = 20;
+
+/// Timed fsyncs of the probe file; enough for a stable median and a meaningful p99.
+const FSYNC_SAMPLES: usize = 200;
+/// Untimed fsyncs first, so that the first flush of a cold file does not skew the figures.
+const FSYNC_WARM_UP_ROUNDS: usize = 5;
+/// Bytes written before each fsync: one page, as small as a commit gets.
+const FSYNC_BLOCK_BYTES: usize = 4096;
+
+/// Intents read per page when counting the ledger; bounds the memory of the check.
+const LIST_PAGE_SIZE: u32 = 1_000;
+
+/// The benchmark's one side-effecting tool.
+const TOOL_NAME: &str = "refund_order";
+/// Its intent key, as an operator would configure it.
+const TOOL_KEY: &str = "refund:{order_id}:{amount:.2}";
+/// The upstream answers at once, so the timeout never fires; a realistic value keeps the
+/// gate's lease arithmetic the same as in production.
+const TOOL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Retries of not-processed shapes; never used, since the upstream always answers 200.
+const TOOL_RETRY_BUDGET: u32 = 2;
+/// Every refund is of the same amount; the order ids keep the intents distinct.
+const REFUND_AMOUNT: f64 = 49.0;
+
+/// SPEC target: new side-effecting intents per second at 64 concurrent callers (the SPEC
+/// states it for 2 cores).
+const TARGET_INTENTS_PER_SECOND_64: f64 = 5_000.0;
+/// SPEC target under strict durability: p50 latency of a new intent over one fsync.
+const TARGET_RATIO_P50_TO_FSYNC_STRICT: f64 = 1.2;
+/// SPEC target under relaxed durability: p50 latency of a new intent, in microseconds.
+const TARGET_LATENCY_P50_US_RELAXED: f64 = 500.0;
+
+/// Runs the benchmark and prints its report.
+pub async fn run(arguments: LedgerBenchArgs) -> anyhow::Result<()> {
+    let dir = existing_folder(&arguments.dir)?;
+    // Declared before the ledger so that it is removed after the ledger has closed, also
+    // when the run fails.
+    let scratch = tempfile::Builder::new()
+        .prefix("intentgate-bench-")
+        .tempdir_in(&dir)
+        .with_context(|| format!("can't create a temporary folder in {}", dir.display()))?;
+    let progress = |message: &str| {
+        if !arguments.json {
+            eprintln!("{message}");
+        }
+    };
+
+    progress("measuring one fsync of this disk ...");
+    let probe_dir = scratch.path().to_path_buf();
+    let fsync_samples = tokio::task::spawn_blocking(move || measure_fsync(&probe_dir))
+        .await
+        .context("the fsync probe panicked")?
+        .with_context(|| format!("can't measure an fsync in {}", dir.display()))?;
+
+    let ledger = Arc::new(SqliteLedger::open(
+        scratch.path().join("ledger.sqlite3"),
+        SqliteOptions {
+            durability: arguments.durability.into(),
+            inline: false,
+        },
+    )?);
+    let upstream = Arc::new(InstantUpstream::default());
+    let gate = Arc::new(Gate::new(
+        vec![refund_tool()?],
+        ledger.clone(),
+        upstream.clone(),
+        Arc::new(SystemClock),
+        GateOptions::default(),
+    )?);
+
+    for index in 0..WARM_UP_CALLS {
+        call_refund(&gate, &format!("warm-up-{index}")).await?;
+    }
+    let intents_1 = arguments.intents.min(SEQUENTIAL_INTENTS_MAX);
+    progress(&format!(
+        "measuring {intents_1} new intents with 1 caller ..."
+    ));
+    let sequential = measure_sequential(&gate, intents_1).await?;
+    let intents_64 = arguments.intents;
+    progress(&format!(
+        "measuring {intents_64} new intents with {CONCURRENT_CALLERS} callers ..."
+    ));
+    let concurrent_elapsed = measure_concurrent(&gate, intents_64).await?;
+
+    let calls = u64::from(WARM_UP_CALLS + intents_1 + intents_64);
+    let requests = upstream.requests.load(Ordering::Relaxed);
+    ensure!(
+        requests == calls,
+        "the upstream received {requests} requests for {calls} calls; expected one per call"
+    );
+    let intents_in_ledger = count_done_intents(ledger.as_ref()).await?;
+    ensure!(
+        intents_in_ledger == calls,
+        "the ledger holds {intents_in_ledger} intents after {calls} calls; expected one per call"
+    );
+
+    // The ledger closes (its writer thread drains and stops) before its folder goes.
+    drop(gate);
+    drop(ledger);
+    scratch
+        .close()
+        .with_context(|| format!("can't remove the temporary folder in {}", dir.display()))?;
+
+    let report = Report::new(
+        arguments.durability,
+        &dir,
+        &fsync_samples,
+        intents_1,
+        &sequential,
+        intents_64,
+        concurrent_elapsed,
+        intents_in_ledger,
+    );
+    if arguments.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}
+
+/// The folder to measure in, made absolute; says which folder when it is unusable.
+fn existing_folder(dir: &Path) -> anyhow::Result<PathBuf> {
+    if !dir.exists() {
+        bail!(
+            "the folder {} does not exist; pass an existing folder with --dir",
+            dir.display()
+        );
+    }
+    if !dir.is_dir() {
+        bail!(
+            "{} is not a folder; pass an existing folder with --dir",
+            dir.display()
+        );
+    }
+    std::fs::canonicalize(dir)
+        .with_context(|| format!("can't resolve the folder {}", dir.display()))
+}
+
+/// Times `FSYNC_SAMPLES` rounds of writing one block and `sync_data`, in `dir`.
+///
+/// Each round overwrites the same block of a file allocated beforehand. SQLite's WAL is
+/// reused from its start after every checkpoint, so its commits mostly overwrite blocks too;
+/// and an overwrite needs no metadata flush, which makes it the cheapest honest fsync, so
+/// the ratio to it is not flattered.
+fn measure_fsync(dir: &Path) -> std::io::Result<Vec<Duration>> {
+    let mut file = OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(dir.join("fsync-probe"))?;
+    let block = vec![0x5a_u8; FSYNC_BLOCK_BYTES];
+    file.write_all(&block)?;
+    file.sync_all()?;
+    let mut samples = Vec::with_capacity(FSYNC_SAMPLES);
+    for round in 0..FSYNC_WARM_UP_ROUNDS + FSYNC_SAMPLES {
+        file.seek(SeekFrom::Start(0))?;
+        let started = Instant::now();
+        file.write_all(&block)?;
+        file.sync_data()?;
+        let elapsed = started.elapsed();
+        if round >= FSYNC_WARM_UP_ROUNDS {
+            samples.push(elapsed);
+        }
+    }
+    Ok(samples)
+}
+
+/// What the 1-caller level measured.
+struct Sequential {
+    elapsed: Duration,
+    /// One entry per call, in call order.
+    latencies: Vec<Duration>,
+}
+
+/// Makes `intents` new intents one after another, timing each.
+async fn measure_sequential(gate: &Gate, intents: u32) -> anyhow::Result<Sequential> {
+    let mut latencies = Vec::with_capacity(intents as usize);
+    let started = Instant::now();
+    for index in 0..intents {
+        let call_started = Instant::now();
+        call_refund(gate, &format!("sequential-{index}")).await?;
+        latencies.push(call_started.elapsed());
+    }
+    Ok(Sequential {
+        elapsed: started.elapsed(),
+        latencies,
+    })
+}
+
+/// Makes `intents` new intents from `CONCURRENT_CALLERS` tasks, each issuing its share one
+/// after another; returns the time until the last one finished.
+async fn measure_concurrent(gate: &Arc<Gate>, intents: u32) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let callers: Vec<_> = (0..CONCURRENT_CALLERS)
+        .map(|caller| {
+            let share =
+                intents / CONCURRENT_CALLERS + u32::from(caller < intents % CONCURRENT_CALLERS);
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                for index in 0..share {
+                    call_refund(&gate, &format!("concurrent-{caller}-{index}")).await?;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for caller in callers {
+        caller.await.context("a benchmark caller panicked")??;
+    }
+    Ok(started.elapsed())
+}
+
+/// One new refund through the gate; anything but `done` is an error.
+async fn call_refund(gate: &Gate, order_id: &str) -> anyhow::Result<()> {
+    let arguments = json!({"order_id": order_id, "amount": REFUND_AMOUNT});
+    let outcome = gate
+        .call(TOOL_NAME, arguments, &CallContext::default())
+        .await
+        .with_context(|| format!("the gate failed the refund of order {order_id}"))?;
+    if outcome.status != CallStatus::Done {
+        bail!(
+            "the refund of order {order_id} returned `{}` instead of `done`: {}",
+            outcome.status,
+            outcome.message
+        );
+    }
+    Ok(())
+}
+
+/// Counts the ledger's intents, page by page; every one must be `done`.
+async fn count_done_intents(ledger: &dyn Ledger) -> anyhow::Result<u64> {
+    let mut count = 0;
+    let mut after_id = IntentId::MIN;
+    loop {
+        let page = ledger.list(after_id, LIST_PAGE_SIZE).await?;
+        let Some(last) = page.last() else {
+            return Ok(count);
+        };
+        after_id = last.id;
+        if let Some(intent) = page
+            .iter()
+            .find(|intent| intent.status != IntentStatus::Done)
+        {
+            bail!(
+                "intent {} ({}) is `{}` in the ledger instead of `done`",
+                intent.id,
+                intent.key,
+                intent.status
+            );
+        }
+        count += page.len() as u64;
+    }
+}
+
+/// The benchmark's tool, defined the way an operator would configure it.
+fn refund_tool() -> anyhow::Result<ToolDefinition> {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "order_id": {"type": "string"},
+            "amount": {"type": "number"}
+        },
+        "required": ["order_id", "amount"],
+        "additionalProperties": false
+    });
+    Ok(ToolDefinition::new(
+        TOOL_NAME,
+        "Refund an order.",
+        Effect::SideEffect,
+        schema,
+        Some(TOOL_KEY),
+        TOOL_TIMEOUT,
+        TOOL_RETRY_BUDGET,
+    )?)
+}
+
+/// An upstream that performs every request at once and successfully, so that only the
+/// gateway and the ledger are measured. Counts requests, to prove one per intent.
+#[derive(Debug, Default)]
+struct InstantUpstream {
+    requests: AtomicU64,
+}
+
+#[async_trait]
+impl Upstream for InstantUpstream {
+    async fn execute(&self, _call: UpstreamCall<'_>) -> UpstreamObservation {
+        let request = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
+        UpstreamObservation::Response {
+            status: 200,
+            retry_after_ms: None,
+            body: json!({"id": format!("re_bench_{request}")}),
+        }
+    }
+
+    async fn lookup(&self, _call: UpstreamCall<'_>) -> LookupOutcome {
+        // Every request succeeds, so no outcome is ambiguous and nothing is ever looked up.
+        LookupOutcome::NotFound
+    }
+}
+
+/// The value at `fraction` (0 to 1) of sorted samples, by nearest rank.
+fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
+    assert!(!sorted.is_empty(), "a percentile of no samples");
+    assert!(
+        sorted.windows(2).all(|pair| pair[0] <= pair[1]),
+        "samples must be sorted"
+    );
+    let rank = (fraction * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn microseconds(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1_000_000.0
+}
+
+fn per_second(count: u32, elapsed: Duration) -> f64 {
+    f64::from(count) / elapsed.as_secs_f64()
+}
+
+/// Rounds to `places` decimals, so that the JSON shows what the measurement can resolve.
+fn rounded(value: f64, places: i32) -> f64 {
+    let scale = 10_f64.powi(places);
+    (value * scale).round() / scale
+}
+
+/// A whole number with commas between thousands ("5,000"), as the SPEC writes them.
+fn grouped_thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.abs());
+    let mut text = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            text.push(',');
+        }
+        text.push(digit);
+    }
+    if value.round() < 0.0 {
+        text.insert(0, '-');
+    }
+    text
+}
+
+/// What the run measured. Serialised by `--json`: its field names are a promise to users.
+#[derive(Debug, Serialize)]
+struct Report {
+    durability: &'static str,
+    /// The folder measured in (absolute).
+    dir: String,
+    /// Cores this process may use; the SPEC's throughput target is stated for 2.
+    cores: usize,
+    fsync_samples: usize,
+    fsync_median_us: f64,
+    fsync_p99_us: f64,
+    /// Unmeasured calls made first.
+    warm_up_intents: u32,
+    /// New intents measured at 1 caller.
+    intents_1: u32,
+    /// New intents measured at 64 callers.
+    intents_64: u32,
+    concurrent_callers: u32,
+    intents_per_second_1: f64,
+    intents_per_second_64: f64,
+    /// Latency of one new intent at 1 caller.
+    latency_p50_us: f64,
+    latency_p99_us: f64,
+    /// p50 latency over the fsync median: what a new intent costs in fsyncs.
+    ratio_p50_to_fsync: f64,
+    /// 64-caller throughput over 1-caller throughput: how much grouped commits gain.
+    ratio_64_to_1: f64,
+    /// Intents found in the ledger afterwards, all `done`: one per call, warm-up included.
+    intents_in_ledger: u64,
+    /// The SPEC targets that apply to this durability, and whether each is met.
+    targets: Vec<TargetCheck>,
+}
+
+/// One SPEC target against its figure.
+#[derive(Debug, Serialize)]
+struct TargetCheck {
+    /// The report field the target is about.
+    field: &'static str,
+    /// The target, in words.
+    target: String,
+    met: bool,
+}
+
+impl Report {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        durability: DurabilityArgument,
+        dir: &Path,
+        fsync_samples: &[Duration],
+        intents_1: u32,
+        sequential: &Sequential,
+        intents_64: u32,
+        concurrent_elapsed: Duration,
+        intents_in_ledger: u64,
+    ) -> Report {
+        let mut fsyncs = fsync_samples.to_vec();
+        fsyncs.sort_unstable();
+        let mut latencies = sequential.latencies.clone();
+        latencies.sort_unstable();
+        let fsync_median_us = microseconds(percentile(&fsyncs, 0.5));
+        let latency_p50_us = microseconds(percentile(&latencies, 0.5));
+        let intents_per_second_1 = per_second(intents_1, sequential.elapsed);
+        let intents_per_second_64 = per_second(intents_64, concurrent_elapsed);
+        let ratio_p50_to_fsync = latency_p50_us / fsync_median_us;
+
+        let mut targets = vec![TargetCheck {
+            field: "intents_per_second_64",
+            target: format!(
+                "at least {} per second (on 2 cores)",
+                grouped_thousands(TARGET_INTENTS_PER_SECOND_64)
+            ),
+            met: intents_per_second_64 >= TARGET_INTENTS_PER_SECOND_64,
+        }];
+        match durability {
+            DurabilityArgument::Strict => targets.push(TargetCheck {
+                field: "ratio_p50_to_fsync",
+                target: format!("at most {TARGET_RATIO_P50_TO_FSYNC_STRICT} (strict)"),
+                met: ratio_p50_to_fsync <= TARGET_RATIO_P50_TO_FSYNC_STRICT,
+            }),
+            DurabilityArgument::Relaxed => targets.push(TargetCheck {
+                field: "latency_p50_us",
+                target: format!("under {TARGET_LATENCY_P50_US_RELAXED} us (relaxed)"),
+                met: latency_p50_us < TARGET_LATENCY_P50_US_RELAXED,
+            }),
+        }
+
+        Report {
+            durability: durability.as_str(),
+            dir: dir.display().to_string(),
+            cores: std::thread::available_parallelism().map_or(1, |cores| cores.get()),
+            fsync_samples: fsyncs.len(),
+            fsync_median_us: rounded(fsync_median_us, 1),
+            fsync_p99_us: rounded(microseconds(percentile(&fsyncs, 0.99)), 1),
+            warm_up_intents: WARM_UP_CALLS,
+            intents_1,
+            intents_64,
+            concurrent_callers: CONCURRENT_CALLERS,
+            intents_per_second_1: rounded(intents_per_second_1, 1),
+            intents_per_second_64: rounded(intents_per_second_64, 1),
+            latency_p50_us: rounded(latency_p50_us, 1),
+            latency_p99_us: rounded(microseconds(percentile(&latencies, 0.99)), 1),
+            ratio_p50_to_fsync: rounded(ratio_p50_to_fsync, 3),
+            ratio_64_to_1: rounded(intents_per_second_64 / intents_per_second_1, 2),
+            intents_in_ledger,
+            targets,
+        }
+    }
+
+    /// The human report: one row per figure, with its SPEC target where one applies.
+    fn table(&self) -> String {
+        let target = |field: &str| {
+            self.targets
+                .iter()
+                .find(|check| check.field == field)
+                .map(|check| {
+                    let met = if check.met { "yes" } else { "NO" };
+                    (check.target.clone(), met.to_owned())
+                })
+                .unwrap_or_default()
+        };
+        let plain = |label: String, value: String| [label, value, String::new(), String::new()];
+        let checked = |label: String, value: String, field: &str| {
+            let (target, met) = target(field);
+            [label, value, target, met]
+        };
+        let rows = [
+            [
+                "measure".to_owned(),
+                "value".to_owned(),
+                "SPEC target".to_owned(),
+                "met".to_owned(),
+            ],
+            plain(
+                "one fsync of this disk, median".to_owned(),
+                format!("{:.1} us", self.fsync_median_us),
+            ),
+            plain(
+                "one fsync of this disk, p99".to_owned(),
+                format!("{:.1} us", self.fsync_p99_us),
+            ),
+            plain(
+                "new intents per second, 1 caller".to_owned(),
+                grouped_thousands(self.intents_per_second_1),
+            ),
+            checked(
+                format!(
+                    "new intents per second, {} callers",
+                    self.concurrent_callers
+                ),
+                grouped_thousands(self.intents_per_second_64),
+                "intents_per_second_64",
+            ),
+            checked(
+                "latency of a new intent, 1 caller, p50".to_owned(),
+                format!("{:.1} us", self.latency_p50_us),
+                "latency_p50_us",
+            ),
+            plain(
+                "latency of a new intent, 1 caller, p99".to_owned(),
+                format!("{:.1} us", self.latency_p99_us),
+            ),
+            checked(
+                "p50 latency / fsync median".to_owned(),
+                format!("{:.2}", self.ratio_p50_to_fsync),
+                "ratio_p50_to_fsync",
+            ),
+            plain(
+                format!("throughput, {} callers / 1 caller", self.concurrent_callers),
+                format!("{:.1}", self.ratio_64_to_1),
+            ),
+        ];
+        let width = |column: usize| {
+            rows.iter()
+                .map(|row| row[column].chars().count())
+                .max()
+                .unwrap_or(0)
+        };
+        let widths = [width(0), width(1), width(2)];
+
+        let mut text = format!(
+            "intentgate bench ledger: SQLite ledger, durability {}, in {} ({} cores)\n\
+             {} + {} new intents measured ({} callers for the second); every call returned \
+             `done`, the upstream saw one request per call, and the ledger holds {} `done` \
+             intents, one per call ({} warm-up calls included).\n\n",
+            self.durability,
+            self.dir,
+            self.cores,
+            self.intents_1,
+            self.intents_64,
+            self.concurrent_callers,
+            self.intents_in_ledger,
+            self.warm_up_intents,
+        );
+        for row in &rows {
+            let line = format!(
+                "{:<w0$}  {:>w1$}  {:<w2$}  {}",
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                w0 = widths[0],
+                w1 = widths[1],
+                w2 = widths[2],
+            );
+            text.push_str(line.trim_end());
+            text.push('\n');
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn milliseconds(values: &[u64]) -> Vec<Duration> {
+        values.iter().copied().map(Duration::from_millis).collect()
+    }
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let samples = milliseconds(&(1..=100).collect::<Vec<_>>());
+        assert_eq!(percentile(&samples, 0.5), Duration::from_millis(50));
+        assert_eq!(percentile(&samples, 0.99), Duration::from_millis(99));
+        assert_eq!(percentile(&samples, 1.0), Duration::from_millis(100));
+        assert_eq!(percentile(&samples, 0.0), Duration::from_millis(1));
+        let one = milliseconds(&[7]);
+        assert_eq!(percentile(&one, 0.5), Duration::from_millis(7));
+        assert_eq!(percentile(&one, 0.99), Duration::from_millis(7));
+    }
+
+    #[test]
+    fn thousands_are_grouped_as_the_spec_writes_them() {
+        assert_eq!(grouped_thousands(5_000.0), "5,000");
+        assert_eq!(grouped_thousands(999.4), "999");
+        assert_eq!(grouped_thousands(1_234_567.8), "1,234,568");
+        assert_eq!(grouped_thousands(0.0), "0");
+        assert_eq!(grouped_thousands(-12_345.0), "-12,345");
+    }
+
+    /// An upstream that refuses every request, as a misconfigured benchmark would see.
+    struct RefusingUpstream;
+
+    #[async_trait]
+    impl Upstream for RefusingUpstream {
+        async fn execute(&self, _call: UpstreamCall<'_>) -> UpstreamObservation {
+            UpstreamObservation::Response {
+                status: 400,
+                retry_after_ms: None,
+                body: json!({"error": {"message": "no such order"}}),
+            }
+        }
+
+        async fn lookup(&self, _call: UpstreamCall<'_>) -> LookupOutcome {
+            LookupOutcome::NotFound
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_that_is_not_done_fails_the_benchmark() {
+        let scratch = tempfile::tempdir().unwrap();
+        let ledger = Arc::new(
+            SqliteLedger::open(
+                scratch.path().join("ledger.sqlite3"),
+                SqliteOptions::inline(intentgate_ledger::Durability::Relaxed),
+            )
+            .unwrap(),
+        );
+        let gate = Gate::new(
+            vec![refund_tool().unwrap()],
+            ledger.clone(),
+            Arc::new(RefusingUpstream),
+            Arc::new(SystemClock),
+            GateOptions::default(),
+        )
+        .unwrap();
+        let error = call_refund(&gate, "8812").await.unwrap_err().to_string();
+        assert!(
+            error.contains("order 8812") && error.contains("`rejected` instead of `done`"),
+            "{error}"
+        );
+        // The intent exists but is not done, so the ledger check refuses it too.
+        let error = count_done_intents(ledger.as_ref()).await.unwrap_err();
+        assert!(error.to_string().contains("`rejected`"), "{error}");
+    }
+
+    #[test]
+    fn the_benchmark_tool_is_a_valid_side_effecting_tool() {
+        let tool = refund_tool().unwrap();
+        assert_eq!(tool.effect, Effect::SideEffect);
+        let key = tool
+            .key
+            .unwrap()
+            .render(&json!({"order_id": "8812", "amount": 49}), None)
+            .unwrap();
+        assert_eq!(key, "refund:8812:49.00");
+    }
+}

@@ -1,0 +1,131 @@
+//! The command line, as clap definitions only: what each command and flag means.
+//!
+//! The commands run elsewhere (one module per command); `main` dispatches on [`Command`].
+//! Flags that an operator may want to set once for a machine also read the environment.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use intentgate_ledger::Durability;
+
+use crate::bench::ledger::{INTENTS_DEFAULT, INTENTS_MAX, SEQUENTIAL_INTENTS_MAX};
+
+/// The `intentgate` command.
+#[derive(Debug, Parser)]
+#[command(
+    name = "intentgate",
+    version,
+    about = "A retry-safe tool gateway for AI agents.",
+    long_about = "A retry-safe tool gateway for AI agents: it runs between agents and the APIs \
+their tools call, and gives every side-effecting call one key per business intent, so that \
+retries from the model, the framework, the HTTP client or the user land on the same answer \
+instead of acting twice. After an ambiguous error it checks whether the effect happened \
+instead of trying again blindly, and it keeps a durable ledger of every intent."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Every top-level command.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Measure intentgate on this machine against the SPEC targets.
+    Bench(BenchArgs),
+}
+
+/// `intentgate bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+/// Every benchmark.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Measure the overhead of a new side-effecting call through the gate and its SQLite
+    /// ledger, against one fsync of the same disk.
+    #[command(
+        long_about = "Measure the overhead of a new side-effecting call through the gate \
+and its SQLite ledger.
+
+Builds a fresh ledger in a temporary folder inside --dir, and a gate with one side-effecting \
+tool (refund_order) whose upstream answers at once, so only the gateway and the ledger are \
+measured. In the same run it measures one fsync of the same disk (the baseline), the \
+throughput of new intents with 1 caller and with 64 concurrent callers, and the latency of \
+one new intent. It checks that every call returned `done` and that the ledger holds one \
+intent per call, and compares the figures with the SPEC targets. The temporary folder is \
+removed afterwards."
+    )]
+    Ledger(LedgerBenchArgs),
+}
+
+/// `intentgate bench ledger`.
+#[derive(Debug, Args)]
+pub struct LedgerBenchArgs {
+    /// The folder to measure in: the ledger and the fsync probe go in a temporary folder
+    /// inside it. Pick a folder on the disk that will hold the real ledger.
+    #[arg(long, env = "INTENTGATE_BENCH_DIR", default_value = ".")]
+    pub dir: PathBuf,
+
+    // The help is built at run time so that it states the limits' actual values.
+    #[arg(
+        long,
+        default_value_t = INTENTS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(INTENTS_MAX)),
+        help = format!(
+            "New intents per concurrency level (1 to {INTENTS_MAX}). The 1-caller level makes \
+at most {SEQUENTIAL_INTENTS_MAX} of them, since under strict durability each costs an fsync"
+        )
+    )]
+    pub intents: u32,
+
+    /// What a ledger write promises before the upstream call: `strict` fsyncs it (survives a
+    /// power loss), `relaxed` does not (survives a crash of the process).
+    #[arg(long, env = "INTENTGATE_DURABILITY", value_enum, default_value_t = DurabilityArgument::Strict)]
+    pub durability: DurabilityArgument,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The ledger's durability as a flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DurabilityArgument {
+    /// The write before the upstream call is on disk (fsync) before the request leaves.
+    Strict,
+    /// No fsync: survives a crash of the process, not a power loss.
+    Relaxed,
+}
+
+impl DurabilityArgument {
+    /// The name used on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DurabilityArgument::Strict => "strict",
+            DurabilityArgument::Relaxed => "relaxed",
+        }
+    }
+}
+
+impl From<DurabilityArgument> for Durability {
+    fn from(argument: DurabilityArgument) -> Durability {
+        match argument {
+            DurabilityArgument::Strict => Durability::Strict,
+            DurabilityArgument::Relaxed => Durability::Relaxed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,115 @@
+//! The `intentgate` command, run as a process the way an operator runs it.
+//!
+//! These tests assert behaviour (exit status, what is printed), never speed: a benchmark's
+//! figures depend on the machine, its correctness does not.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The built binary, with the environment variables its flags read removed, so that the
+/// developer's environment can't change what a test runs.
+fn intentgate() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_intentgate"));
+    command
+        .env_remove("INTENTGATE_BENCH_DIR")
+        .env_remove("INTENTGATE_DURABILITY")
+        .env_remove("RUST_LOG");
+    command
+}
+
+fn run(command: &mut Command) -> Output {
+    command.output().expect("the intentgate binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn help_lists_the_bench_command() {
+    let output = run(intentgate().arg("--help"));
+    assert!(output.status.success(), "{output:?}");
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("bench"), "{stdout}");
+    assert!(stdout.contains("retry-safe tool gateway"), "{stdout}");
+}
+
+#[test]
+fn bench_ledger_help_documents_every_flag() {
+    let output = run(intentgate().args(["bench", "ledger", "--help"]));
+    assert!(output.status.success(), "{output:?}");
+    let stdout = text(&output.stdout);
+    for flag in [
+        "--dir",
+        "--intents",
+        "--durability",
+        "--json",
+        "strict",
+        "relaxed",
+        "INTENTGATE_BENCH_DIR",
+    ] {
+        assert!(stdout.contains(flag), "`{flag}` is not in:\n{stdout}");
+    }
+}
+
+#[test]
+fn bench_ledger_prints_positive_figures_as_json_and_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(intentgate()
+        .args([
+            "bench",
+            "ledger",
+            "--intents",
+            "200",
+            "--durability",
+            "relaxed",
+            "--json",
+            "--dir",
+        ])
+        .arg(dir.path()));
+    assert!(output.status.success(), "{output:?}");
+    let stdout = text(&output.stdout);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|error| {
+        panic!("stdout is not one JSON object ({error}):\n{stdout}");
+    });
+    for field in [
+        "intents_per_second_64",
+        "intents_per_second_1",
+        "fsync_median_us",
+        "latency_p50_us",
+    ] {
+        let value = report[field].as_f64();
+        assert!(
+            value.is_some_and(|value| value > 0.0),
+            "{field} is not a positive number: {report}"
+        );
+    }
+    assert_eq!(report["durability"], "relaxed", "{report}");
+    assert_eq!(report["intents_1"], 200, "{report}");
+    assert_eq!(report["intents_64"], 200, "{report}");
+    let expected_in_ledger = 200 + 200 + report["warm_up_intents"].as_u64().unwrap();
+    assert_eq!(report["intents_in_ledger"], expected_in_ledger, "{report}");
+    let remaining: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(
+        remaining.is_empty(),
+        "the temporary folder was left behind: {remaining:?}"
+    );
+}
+
+#[test]
+fn bench_ledger_in_a_missing_folder_fails_and_names_it() {
+    let parent = tempfile::tempdir().unwrap();
+    let missing = parent.path().join("no-such-folder");
+    let output = run(intentgate()
+        .args(["bench", "ledger", "--intents", "10", "--dir"])
+        .arg(&missing));
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(&missing.display().to_string()),
+        "the error does not name {}:\n{stderr}",
+        missing.display()
+    );
+    assert!(stderr.contains("does not exist"), "{stderr}");
+}
