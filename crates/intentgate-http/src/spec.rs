@@ -1,0 +1,171 @@
+//! How a tool maps onto HTTP requests. These types are deserialised from the tool config
+//! (YAML) and published in its JSON Schema, so they are a promise to users.
+//!
+//! Templates. Path, query values, header values and the body may hold placeholders:
+//! `{name}` (an argument; `{customer.id}` for a nested field), `{name:.2}` (an exact decimal
+//! with 2 places), and the gateway's own values `{intent_key}` (the intent's key),
+//! `{idempotency_key}` (the key sent to the provider) and `{intent_id}` (the application's
+//! intent id). In the path every value is percent-encoded as one path segment, so an
+//! argument can never change which URL is called (`../`, `?`, `#`, `%2F` and newlines are
+//! encoded, not interpreted). In the body, a string that is exactly one placeholder becomes
+//! the argument's JSON value with its type (a number stays a number); any other string is
+//! rendered as text. Secrets come from `${ENV}` references, resolved when the config is
+//! loaded, and are never logged or returned.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// HTTP methods a tool may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Method {
+    Get,
+    Post,
+    Put,
+    Patch,
+    Delete,
+}
+
+/// A named upstream API: where it is and what every request to it carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSpec {
+    /// Base URL, e.g. `https://api.example.com` (may use `${ENV}`).
+    pub base_url: String,
+    /// Headers sent with every request to this upstream (e.g. `Authorization: Bearer
+    /// ${PAYMENTS_API_KEY}`). Values are never logged.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The header that carries the intent's idempotency key on side-effecting calls.
+    #[serde(default = "default_idempotency_header")]
+    pub idempotency_header: String,
+    /// The upstream stores the first response for a key and replays it (Stripe-like). Lets
+    /// the gateway re-send an unknown intent with the same key inside the key window.
+    #[serde(default)]
+    pub honours_idempotency_keys: bool,
+    /// How long the upstream remembers an idempotency key, in hours (Stripe: 24).
+    #[serde(default = "default_key_window_hours")]
+    pub key_window_hours: u32,
+    /// Longest `Retry-After` honoured, in milliseconds; a longer one ends the retries.
+    #[serde(default = "default_retry_after_cap_ms")]
+    pub retry_after_cap_ms: u64,
+}
+
+pub fn default_idempotency_header() -> String {
+    "Idempotency-Key".to_owned()
+}
+
+fn default_key_window_hours() -> u32 {
+    24
+}
+
+fn default_retry_after_cap_ms() -> u64 {
+    5_000
+}
+
+/// The request that performs a tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallSpec {
+    /// The name of an entry of `upstreams`.
+    pub upstream: String,
+    pub method: Method,
+    /// Path template, appended to the upstream's base URL: `/v1/orders/{order_id}`.
+    pub path: String,
+    /// Query parameters; values are templates.
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    /// Extra headers; values are templates.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// JSON body template (none for GET and DELETE).
+    #[serde(default)]
+    pub body: Option<Value>,
+    /// What to take from a successful response.
+    #[serde(default)]
+    pub result: ResultSpec,
+}
+
+/// What to take from a successful response.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResultSpec {
+    /// JSON pointer to the provider's id for the effect (default `/id`).
+    #[serde(default)]
+    pub external_id: Option<String>,
+    /// JSON pointer to the part of the body returned to the model (default: all of it).
+    #[serde(default)]
+    pub pointer: Option<String>,
+}
+
+/// A read-only request that finds a side effect by its business fields or its intent key,
+/// without performing it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LookupSpec {
+    /// Defaults to the tool's upstream.
+    #[serde(default)]
+    pub upstream: Option<String>,
+    #[serde(default = "default_get")]
+    pub method: Method,
+    pub path: String,
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// JSON pointer that holds the effect when it was found (`/data/0`); absent, null or an
+    /// empty array or object there means not found.
+    pub found: String,
+    /// Statuses that mean "not found" rather than "the lookup failed" (default 404).
+    #[serde(default = "default_not_found_statuses")]
+    pub not_found_statuses: Vec<u16>,
+    /// JSON pointer, inside the found object, to the provider's id (default `/id`).
+    #[serde(default)]
+    pub external_id: Option<String>,
+}
+
+fn default_get() -> Method {
+    Method::Get
+}
+
+fn default_not_found_statuses() -> Vec<u16> {
+    vec![404]
+}
+
+/// How to page through the provider's records of a tool's effects over a time window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListSpec {
+    #[serde(default)]
+    pub upstream: Option<String>,
+    pub path: String,
+    /// Query templates; may use `{since_ms}`, `{until_ms}`, `{cursor}` and `{limit}`.
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// JSON pointer to the array of records in a page (`/data`).
+    pub items: String,
+    /// JSON pointer to the next page's cursor; absent or null ends the listing.
+    pub next_cursor: String,
+    /// Pointers inside one record.
+    pub fields: ListFields,
+}
+
+/// Where a listed record keeps what reconciliation compares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListFields {
+    /// The intent key the gateway sent with the effect (metadata).
+    pub intent_key: String,
+    pub external_id: String,
+    /// The amount, when the tool moves money.
+    #[serde(default)]
+    pub amount: Option<String>,
+    /// Who was affected (customer or order), for the report.
+    #[serde(default)]
+    pub subject: Option<String>,
+}
