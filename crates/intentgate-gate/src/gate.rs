@@ -164,6 +164,11 @@ impl Gate {
         tools
     }
 
+    /// One loaded tool.
+    pub fn tool(&self, name: &str) -> Option<&ToolDefinition> {
+        self.tools.get(name).map(|tool| &tool.definition)
+    }
+
     pub fn ledger(&self) -> &Arc<dyn Ledger> {
         &self.ledger
     }

@@ -1,0 +1,131 @@
+//! The HTTP API of intentgate.
+//!
+//! | route | what it does |
+//! |---|---|
+//! | `GET /healthz` | liveness: answers at once, touches nothing |
+//! | `GET /v1/tools` | the tools, with their published descriptions and input schemas |
+//! | `POST /v1/tools/{name}/call` | calls a tool through the [`Gate`]; body `{"arguments": {...}}` |
+//! | `GET /v1/intents/{tool}/{key}` | an intent as the ledger holds it |
+//!
+//! A call's outcome, whatever it is (`done`, `pending_unknown`, `conflict`, ...), is a 200
+//! with the outcome object: the call worked, and the status tells the model what happened.
+//! Malformed requests get a 4xx `application/problem+json` saying what is wrong.
+//!
+//! A call runs in its own task, so a client that disconnects never cancels a call that is
+//! talking to the upstream: the intent is settled in the ledger either way. Shutdown stops
+//! accepting, then waits (bounded) for running calls; a call still running when the grace
+//! period ends is left `in_flight` in the ledger, where its lease expires and the lookup
+//! resolves it.
+
+mod problem;
+mod routes;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use intentgate_gate::Gate;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+pub use problem::Problem;
+
+/// Largest request body accepted by default: tool arguments are small JSON objects.
+pub const BODY_LIMIT_BYTES_DEFAULT: usize = 1024 * 1024;
+/// Calls running at once by default; beyond it, callers get 503 with Retry-After.
+pub const CONCURRENCY_LIMIT_DEFAULT: usize = 256;
+/// How long shutdown waits for running calls by default.
+pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
+
+/// Settings of the HTTP server.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub body_limit_bytes: usize,
+    pub concurrency_limit: usize,
+    pub shutdown_grace: Duration,
+    /// The tenant of calls that don't send an `Intentgate-Tenant` header.
+    pub tenant: String,
+}
+
+impl Default for ServerOptions {
+    fn default() -> ServerOptions {
+        ServerOptions {
+            body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
+            concurrency_limit: CONCURRENCY_LIMIT_DEFAULT,
+            shutdown_grace: SHUTDOWN_GRACE_DEFAULT,
+            tenant: "default".to_owned(),
+        }
+    }
+}
+
+/// What every handler shares.
+pub(crate) struct AppState {
+    pub gate: Arc<Gate>,
+    pub options: ServerOptions,
+    /// One permit per running call: bounds concurrency, and shutdown waits for all of them.
+    pub calls: Arc<Semaphore>,
+}
+
+/// The router, for embedding in another axum app or testing without a socket.
+pub fn router(gate: Arc<Gate>, options: ServerOptions) -> axum::Router {
+    routes::router(state(gate, options))
+}
+
+fn state(gate: Arc<Gate>, options: ServerOptions) -> Arc<AppState> {
+    let calls = Arc::new(Semaphore::new(options.concurrency_limit));
+    Arc::new(AppState {
+        gate,
+        options,
+        calls,
+    })
+}
+
+/// Serves until `shutdown` completes, then waits up to the grace period for running calls.
+pub async fn run(
+    listener: TcpListener,
+    gate: Arc<Gate>,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let state = state(gate, options);
+    let app = routes::router(state.clone());
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    let permits = state.options.concurrency_limit as u32;
+    let drained = tokio::time::timeout(
+        state.options.shutdown_grace,
+        state.calls.acquire_many(permits),
+    )
+    .await;
+    match drained {
+        Ok(_) => tracing::info!("every call finished; stopped"),
+        Err(_) => tracing::warn!(
+            running = permits as usize - state.calls.available_permits(),
+            "shutdown grace period over; calls still running stay in_flight in the ledger and are resolved by lookup"
+        ),
+    }
+    Ok(())
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+}

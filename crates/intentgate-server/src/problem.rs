@@ -1,0 +1,56 @@
+//! Errors as `application/problem+json` (RFC 9457): a type, a title and a detail that
+//! says what to change. Internals (paths, SQL, secrets) never reach the body.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// One problem response.
+#[derive(Debug, Clone)]
+pub struct Problem {
+    pub status: StatusCode,
+    /// A stable, short identifier (`unknown-tool`), sent as `urn:intentgate:problem:<kind>`.
+    pub kind: &'static str,
+    pub title: &'static str,
+    pub detail: String,
+    /// Seconds after which a retry may succeed (503).
+    pub retry_after_seconds: Option<u64>,
+}
+
+impl Problem {
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Problem {
+        Problem {
+            status,
+            kind,
+            title,
+            detail: detail.into(),
+            retry_after_seconds: None,
+        }
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "type": format!("urn:intentgate:problem:{}", self.kind),
+            "title": self.title,
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        });
+        let mut response = (self.status, body.to_string()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(seconds) = self.retry_after_seconds {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}

@@ -1,0 +1,270 @@
+//! The handlers, one per route.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use intentgate_gate::{CallContext, GateError};
+use intentgate_ledger::IntentRecord;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::problem::Problem;
+
+/// The header that carries the application's intent id.
+pub const INTENT_ID_HEADER: &str = "intent-id";
+/// The header that names the tenant (default: the server's tenant).
+pub const TENANT_HEADER: &str = "intentgate-tenant";
+/// Seconds an overloaded caller is asked to wait.
+const OVERLOADED_RETRY_AFTER_SECONDS: u64 = 1;
+
+pub fn router(state: Arc<AppState>) -> axum::Router {
+    let body_limit = state.options.body_limit_bytes;
+    axum::Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/tools", get(list_tools))
+        .route("/v1/tools/{name}/call", post(call_tool))
+        .route("/v1/intents/{tool}/{*key}", get(get_intent))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn not_found() -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "not-found",
+        "No such route",
+        "see GET /v1/tools for the tools this gateway serves",
+    )
+}
+
+async fn list_tools(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let tools: Vec<Value> = state
+        .gate
+        .tools()
+        .into_iter()
+        .map(|tool| {
+            json!({
+                "name": tool.name,
+                "description": tool.published_description(),
+                "effect": tool.effect,
+                "input_schema": tool.input_schema,
+            })
+        })
+        .collect();
+    Json(json!({ "tools": tools }))
+}
+
+fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, Problem> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => value
+            .to_str()
+            .map(|text| Some(text.trim().to_owned()))
+            .map_err(|_| {
+                Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad-header",
+                    "Unreadable header",
+                    format!("the {name} header must be visible ASCII"),
+                )
+            }),
+    }
+}
+
+async fn call_tool(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match call_tool_inner(state, name, headers, body).await {
+        Ok(response) => response,
+        Err(problem) => problem.into_response(),
+    }
+}
+
+async fn call_tool_inner(
+    state: Arc<AppState>,
+    name: String,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body-too-large",
+                "Request body too large",
+                format!(
+                    "the body is over {} bytes; tool arguments should be small",
+                    state.options.body_limit_bytes
+                ),
+            )
+        } else {
+            Problem::new(
+                rejection.status(),
+                "bad-body",
+                "Unreadable body",
+                rejection.body_text(),
+            )
+        }
+    })?;
+    if state.gate.tool(&name).is_none() {
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown-tool",
+            "Unknown tool",
+            format!("no tool named `{name}`; GET /v1/tools lists the tools"),
+        ));
+    }
+    let request: Value = serde_json::from_slice(&body).map_err(|error| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "malformed-json",
+            "Malformed JSON",
+            format!("the body is not JSON: {error}"),
+        )
+    })?;
+    let arguments = match request {
+        Value::Object(mut object) => object.remove("arguments").ok_or_else(|| {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "missing-arguments",
+                "Missing arguments",
+                "the body must be {\"arguments\": {...}}",
+            )
+        })?,
+        _ => {
+            return Err(Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "missing-arguments",
+                "Missing arguments",
+                "the body must be a JSON object: {\"arguments\": {...}}",
+            ));
+        }
+    };
+    let context = CallContext {
+        tenant: header_text(&headers, TENANT_HEADER)?
+            .unwrap_or_else(|| state.options.tenant.clone()),
+        intent_id: header_text(&headers, INTENT_ID_HEADER)?,
+    };
+    let permit = state.calls.clone().try_acquire_owned().map_err(|_| {
+        let mut problem = Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "Too many calls at once",
+            "the gateway is at its concurrency limit; nothing was executed, try again shortly",
+        );
+        problem.retry_after_seconds = Some(OVERLOADED_RETRY_AFTER_SECONDS);
+        problem
+    })?;
+    // The call runs in its own task: a client that goes away does not cancel it.
+    let gate = state.gate.clone();
+    let task = tokio::spawn(async move {
+        let outcome = gate.call(&name, arguments, &context).await;
+        drop(permit);
+        outcome
+    });
+    let outcome = task.await.map_err(|error| {
+        tracing::error!(%error, "bug: a call task failed");
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "Internal error",
+            "the call failed inside the gateway",
+        )
+    })?;
+    match outcome {
+        Ok(outcome) => Ok(Json(outcome.to_json()).into_response()),
+        Err(GateError::UnknownTool(name)) => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown-tool",
+            "Unknown tool",
+            format!("no tool named `{name}`; GET /v1/tools lists the tools"),
+        )),
+        Err(GateError::Ledger(error)) => {
+            tracing::error!(%error, "the ledger failed before the upstream call");
+            let mut problem = Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ledger-unavailable",
+                "The intent ledger is unavailable",
+                "nothing was executed; try again shortly",
+            );
+            problem.retry_after_seconds = Some(OVERLOADED_RETRY_AFTER_SECONDS);
+            Err(problem)
+        }
+        Err(error) => {
+            tracing::error!(%error, "gate error");
+            Err(Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+                "the call failed inside the gateway",
+            ))
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct IntentQuery {
+    tenant: Option<String>,
+}
+
+async fn get_intent(
+    State(state): State<Arc<AppState>>,
+    Path((tool, key)): Path<(String, String)>,
+    Query(query): Query<IntentQuery>,
+) -> Response {
+    let tenant = query.tenant.unwrap_or_else(|| state.options.tenant.clone());
+    match state.gate.ledger().get(&tenant, &tool, &key).await {
+        Ok(Some(intent)) => Json(intent_view(&intent)).into_response(),
+        Ok(None) => Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown-intent",
+            "No such intent",
+            format!("no intent for tool `{tool}` with key `{key}` (tenant `{tenant}`)"),
+        )
+        .into_response(),
+        Err(error) => {
+            tracing::error!(%error, "ledger read failed");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ledger-unavailable",
+                "The intent ledger is unavailable",
+                "try again shortly",
+            )
+            .into_response()
+        }
+    }
+}
+
+/// An intent as the API shows it: no lease owners (internal), no arguments beyond what the
+/// caller sent.
+fn intent_view(intent: &IntentRecord) -> Value {
+    json!({
+        "tenant": intent.tenant,
+        "tool": intent.tool,
+        "key": intent.key,
+        "status": intent.status,
+        "arguments": intent.arguments,
+        "attempts": intent.attempt,
+        "result": intent.result,
+        "external_id": intent.external_id,
+        "resolved_by": intent.resolved_by,
+        "call_count": intent.call_count,
+        "first_seen_ms": intent.first_seen_ms,
+        "last_seen_ms": intent.last_seen_ms,
+    })
+}

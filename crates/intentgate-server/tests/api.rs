@@ -1,0 +1,345 @@
+//! The HTTP API through a real server on a loopback port, with a real SQLite ledger and the
+//! in-process fake provider as the upstream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use intentgate_core::{Effect, ToolDefinition};
+use intentgate_gate::{Gate, GateOptions, SystemClock};
+use intentgate_ledger::{Durability, SqliteLedger, SqliteOptions};
+use intentgate_mock::{FakeProvider, FaultPlan};
+use intentgate_server::ServerOptions;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+struct Server {
+    base: String,
+    provider: Arc<FakeProvider>,
+    stop: Option<oneshot::Sender<()>>,
+    stopped: tokio::task::JoinHandle<std::io::Result<()>>,
+    _dir: tempfile::TempDir,
+    client: reqwest::Client,
+}
+
+fn refund_tool() -> ToolDefinition {
+    let schema = json!({
+        "type": "object",
+        "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
+        "required": ["order_id", "amount"],
+        "additionalProperties": false
+    });
+    ToolDefinition::new(
+        "refund_order",
+        "Refund an order.",
+        Effect::SideEffect,
+        schema,
+        Some("refund:{order_id}:{amount:.2}"),
+        Duration::from_secs(5),
+        2,
+    )
+    .unwrap()
+}
+
+async fn start(plan: FaultPlan, options: ServerOptions) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(
+        SqliteLedger::open(
+            dir.path().join("ledger.db"),
+            SqliteOptions {
+                durability: Durability::Relaxed,
+                inline: false,
+            },
+        )
+        .unwrap(),
+    );
+    let provider = Arc::new(FakeProvider::new(3, plan, Arc::new(SystemClock)));
+    let gate = Arc::new(
+        Gate::new(
+            vec![refund_tool()],
+            ledger,
+            provider.clone(),
+            Arc::new(SystemClock),
+            GateOptions::default(),
+        )
+        .unwrap(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped_signal) = oneshot::channel::<()>();
+    let stopped = tokio::spawn(intentgate_server::run(listener, gate, options, async {
+        let _ = stopped_signal.await;
+    }));
+    Server {
+        base,
+        provider,
+        stop: Some(stop),
+        stopped,
+        _dir: dir,
+        client: client(None),
+    }
+}
+
+/// reqwest is built without a default TLS provider (the build stays small); plain HTTP still
+/// needs one installed.
+fn client(timeout: Option<Duration>) -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let builder = reqwest::Client::builder();
+    let builder = match timeout {
+        Some(timeout) => builder.timeout(timeout),
+        None => builder,
+    };
+    builder.build().unwrap()
+}
+
+impl Server {
+    async fn call(&self, arguments: Value) -> (u16, String, Value) {
+        self.post(
+            "/v1/tools/refund_order/call",
+            json!({ "arguments": arguments }).to_string(),
+        )
+        .await
+    }
+
+    async fn post(&self, path: &str, body: String) -> (u16, String, Value) {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        read(response).await
+    }
+}
+
+async fn read(response: reqwest::Response) -> (u16, String, Value) {
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let body = response.json().await.unwrap_or(Value::Null);
+    (status, content_type, body)
+}
+
+#[tokio::test]
+async fn a_call_is_done_once_and_its_repeat_is_already_done() {
+    let server = start(FaultPlan::none(), ServerOptions::default()).await;
+    let (status, _, first) = server.call(json!({"order_id": "8812", "amount": 49})).await;
+    assert_eq!(status, 200);
+    assert_eq!(first["status"], "done");
+    assert_eq!(first["intent_key"], "refund:8812:49.00");
+    let (_, _, again) = server
+        .call(json!({"order_id": "8812", "amount": 49.0}))
+        .await;
+    assert_eq!(again["status"], "already_done");
+    assert_eq!(again["external_id"], first["external_id"]);
+    assert_eq!(server.provider.effect_count("refund:8812:49.00"), 1);
+
+    let response = server
+        .client
+        .get(format!(
+            "{}/v1/intents/refund_order/refund:8812:49.00",
+            server.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    let (status, _, intent) = read(response).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (intent["status"].as_str(), intent["call_count"].as_u64()),
+        (Some("done"), Some(2))
+    );
+}
+
+#[tokio::test]
+async fn every_outcome_is_a_200_with_its_status() {
+    let server = start(FaultPlan::none(), ServerOptions::default()).await;
+    let (status, _, outcome) = server.call(json!({"order_id": "8812"})).await;
+    assert_eq!(
+        (status, outcome["status"].as_str()),
+        (200, Some("invalid_arguments"))
+    );
+    assert!(outcome["errors"][0].as_str().unwrap().contains("amount"));
+}
+
+#[tokio::test]
+async fn malformed_requests_are_problems_that_say_what_is_wrong() {
+    let server = start(
+        FaultPlan::none(),
+        ServerOptions {
+            body_limit_bytes: 1024,
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    let cases = [
+        (
+            "/v1/tools/refund_everything/call",
+            json!({"arguments": {}}).to_string(),
+            404,
+            "unknown-tool",
+        ),
+        (
+            "/v1/tools/refund_order/call",
+            "{not json".to_owned(),
+            400,
+            "malformed-json",
+        ),
+        (
+            "/v1/tools/refund_order/call",
+            json!({"args": {}}).to_string(),
+            422,
+            "missing-arguments",
+        ),
+        (
+            "/v1/tools/refund_order/call",
+            json!([1, 2]).to_string(),
+            422,
+            "missing-arguments",
+        ),
+        (
+            "/v1/tools/refund_order/call",
+            json!({"arguments": {"pad": "x".repeat(2048)}}).to_string(),
+            413,
+            "body-too-large",
+        ),
+        ("/v1/nothing", String::new(), 404, "not-found"),
+    ];
+    for (path, body, expected, kind) in cases {
+        let (status, content_type, problem) = server.post(path, body).await;
+        assert_eq!(status, expected, "{path} {problem}");
+        assert_eq!(content_type, "application/problem+json", "{path}");
+        assert_eq!(problem["type"], format!("urn:intentgate:problem:{kind}"));
+        assert!(!problem["detail"].as_str().unwrap().is_empty());
+    }
+    assert_eq!(server.provider.requests(), 0);
+    let response = server
+        .client
+        .get(format!(
+            "{}/v1/intents/refund_order/refund:1:1.00",
+            server.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read(response).await.0, 404);
+}
+
+#[tokio::test]
+async fn the_tool_list_publishes_the_once_per_intent_sentence() {
+    let server = start(FaultPlan::none(), ServerOptions::default()).await;
+    let response = server
+        .client
+        .get(format!("{}/v1/tools", server.base))
+        .send()
+        .await
+        .unwrap();
+    let (status, _, body) = read(response).await;
+    assert_eq!(status, 200);
+    let tool = &body["tools"][0];
+    assert_eq!(tool["name"], "refund_order");
+    assert_eq!(tool["effect"], "side_effect");
+    assert!(
+        tool["description"]
+            .as_str()
+            .unwrap()
+            .ends_with("Repeated calls return the original result.")
+    );
+    assert_eq!(
+        tool["input_schema"]["required"],
+        json!(["order_id", "amount"])
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_call_does_not_lose_the_intent() {
+    let slow = FaultPlan {
+        latency_min: Duration::from_millis(500),
+        latency_max: Duration::from_millis(500),
+        ..FaultPlan::none()
+    };
+    let server = start(slow, ServerOptions::default()).await;
+    let impatient = client(Some(Duration::from_millis(100)));
+    let sent = impatient
+        .post(format!("{}/v1/tools/refund_order/call", server.base))
+        .json(&json!({"arguments": {"order_id": "7", "amount": 10}}))
+        .send()
+        .await;
+    assert!(
+        sent.is_err(),
+        "the client gave up before the provider answered"
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (_, _, again) = server.call(json!({"order_id": "7", "amount": 10})).await;
+    assert_eq!(
+        again["status"], "already_done",
+        "the abandoned call finished and was recorded"
+    );
+    assert_eq!(server.provider.requests(), 1);
+}
+
+#[tokio::test]
+async fn shutdown_lets_a_running_call_finish() {
+    let slow = FaultPlan {
+        latency_min: Duration::from_millis(300),
+        latency_max: Duration::from_millis(300),
+        ..FaultPlan::none()
+    };
+    let mut server = start(slow, ServerOptions::default()).await;
+    let client = server.client.clone();
+    let url = format!("{}/v1/tools/refund_order/call", server.base);
+    let running = tokio::spawn(async move {
+        let response = client
+            .post(url)
+            .json(&json!({"arguments": {"order_id": "9", "amount": 1}}))
+            .send()
+            .await
+            .unwrap();
+        read(response).await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.stop.take().unwrap().send(()).unwrap();
+    let (status, _, outcome) = running.await.unwrap();
+    assert_eq!((status, outcome["status"].as_str()), (200, Some("done")));
+    server.stopped.await.unwrap().unwrap();
+    assert_eq!(server.provider.effect_count("refund:9:1.00"), 1);
+}
+
+#[tokio::test]
+async fn calls_beyond_the_concurrency_limit_are_refused_before_anything_runs() {
+    let slow = FaultPlan {
+        latency_min: Duration::from_millis(400),
+        latency_max: Duration::from_millis(400),
+        ..FaultPlan::none()
+    };
+    let server = Arc::new(
+        start(
+            slow,
+            ServerOptions {
+                concurrency_limit: 1,
+                ..ServerOptions::default()
+            },
+        )
+        .await,
+    );
+    let first = {
+        let server = server.clone();
+        tokio::spawn(async move { server.call(json!({"order_id": "1", "amount": 1})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let response = server
+        .client
+        .post(format!("{}/v1/tools/refund_order/call", server.base))
+        .json(&json!({"arguments": {"order_id": "2", "amount": 1}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert_eq!(first.await.unwrap().2["status"], "done");
+    assert_eq!(server.provider.requests(), 1);
+}
