@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use intentgate_core::key::provider_key;
+use intentgate_core::limits::RESULT_BYTES_MAX;
 use intentgate_core::{
     CallStatus, Effect, IntentStatus, OutcomeClass, ToolDefinition, UpstreamObservation, classify,
     differing_fields, fingerprint,
@@ -223,6 +224,7 @@ impl Gate {
             arguments,
             idempotency_key: None,
             intent_key: None,
+            intent_id: None,
             attempt: 0,
             timeout: tool.timeout,
         };
@@ -321,10 +323,14 @@ impl Gate {
             count_call = false;
             match begin {
                 Begin::Execute(intent) => {
-                    return Ok(self.execute(tool, &arguments, intent, &owner).await);
+                    return Ok(self
+                        .execute(tool, &arguments, context, intent, &owner)
+                        .await);
                 }
                 Begin::Lookup(intent) => {
-                    return Ok(self.look_up_unknown(tool, &arguments, intent, &owner).await);
+                    return Ok(self
+                        .look_up_unknown(tool, &arguments, context, intent, &owner)
+                        .await);
                 }
                 Begin::Settled(intent) => return Ok(self.answer_from(tool, &intent)),
                 Begin::Conflict(intent) => {
@@ -353,15 +359,18 @@ impl Gate {
         &self,
         tool: &ToolDefinition,
         arguments: &Value,
+        context: &CallContext,
         intent: IntentRecord,
         owner: &str,
     ) -> CallOutcome {
+        let intent_id = context.intent_id.as_deref();
         let idempotency_key = provider_key(&intent.tenant, &intent.tool, &intent.key, intent.epoch);
         let call = UpstreamCall {
             tool,
             arguments,
             idempotency_key: Some(&idempotency_key),
             intent_key: Some(&intent.key),
+            intent_id,
             attempt: intent.attempt,
             timeout: tool.timeout,
         };
@@ -399,9 +408,9 @@ impl Gate {
                 IntentStatus::Done => {
                     let result = body(observation);
                     let external_id = external_id(tool, &result);
-                    (Some(result), external_id)
+                    (Some(storable(result)), external_id)
                 }
-                IntentStatus::Rejected => (Some(body(observation)), None),
+                IntentStatus::Rejected => (Some(storable(body(observation))), None),
                 _ => (None, None),
             };
             let finish = Finish {
@@ -425,14 +434,17 @@ impl Gate {
         &self,
         tool: &ToolDefinition,
         arguments: &Value,
+        context: &CallContext,
         intent: IntentRecord,
         owner: &str,
     ) -> CallOutcome {
+        let intent_id = context.intent_id.as_deref();
         let call = UpstreamCall {
             tool,
             arguments,
             idempotency_key: None,
             intent_key: Some(&intent.key),
+            intent_id,
             attempt: intent.attempt,
             timeout: tool.timeout,
         };
@@ -652,6 +664,21 @@ fn body(observation: UpstreamObservation) -> Value {
         UpstreamObservation::Response { body, .. } => body,
         _ => Value::Null,
     }
+}
+
+/// A result the ledger can store: one over the ledger's limit is replaced by a note saying
+/// so, rather than failing the write that settles the intent.
+fn storable(result: Value) -> Value {
+    let bytes = result.to_string().len();
+    if bytes <= RESULT_BYTES_MAX {
+        return result;
+    }
+    tracing::warn!(
+        bytes,
+        limit = RESULT_BYTES_MAX,
+        "upstream result too large to store; storing a note instead"
+    );
+    serde_json::json!({"truncated": true, "bytes": bytes, "note": "the upstream's answer was too large to store"})
 }
 
 fn external_id(tool: &ToolDefinition, result: &Value) -> Option<String> {

@@ -18,6 +18,9 @@ pub struct UpstreamCall<'a> {
     /// The intent's key, for upstreams that record it beside the effect (metadata) so the
     /// lookup can find it later.
     pub intent_key: Option<&'a str>,
+    /// The application's intent id, when the call carried one (for templates that use
+    /// `{intent_id}`).
+    pub intent_id: Option<&'a str>,
     /// The intent's attempt number (0 for reads and idempotent tools), for logs and
     /// headers. The idempotency key does not change with it.
     pub attempt: u32,

@@ -241,6 +241,7 @@ async fn a_409_key_in_use_is_looked_up() {
             arguments: &arguments,
             idempotency_key: Some("refund_order:refund:8812:49.00"),
             intent_key: Some(KEY),
+            intent_id: None,
             attempt: 1,
             timeout: Duration::from_secs(5),
         };
@@ -386,6 +387,7 @@ async fn an_expired_in_flight_intent_is_resolved_by_lookup_and_never_executed_ag
                 arguments: &arguments,
                 idempotency_key: Some("k"),
                 intent_key: Some(KEY),
+                intent_id: None,
                 attempt: 1,
                 timeout: Duration::from_secs(1),
             };
@@ -546,4 +548,50 @@ async fn an_intent_id_from_the_application_keeps_two_equal_refunds_apart() {
     let missing = h.call("refund_order", refund("8812", json!(49))).await;
     assert_eq!(missing.status, CallStatus::InvalidArguments);
     assert!(missing.message.contains("Intent-Id"));
+}
+
+/// An upstream answer over the ledger's result limit made the write that settles the intent
+/// fail, leaving a done refund in flight until a lookup.
+#[tokio::test]
+async fn a_result_too_large_to_store_still_settles_the_intent() {
+    use async_trait::async_trait;
+    use intentgate_core::UpstreamObservation;
+    use intentgate_gate::{Gate, GateOptions, LookupOutcome, SystemClock, Upstream, UpstreamCall};
+    struct Huge;
+    #[async_trait]
+    impl Upstream for Huge {
+        async fn execute(&self, _call: UpstreamCall<'_>) -> UpstreamObservation {
+            let body = json!({"id": "re_big", "blob": "x".repeat(100 * 1024)});
+            UpstreamObservation::Response {
+                status: 200,
+                retry_after_ms: None,
+                body,
+            }
+        }
+        async fn lookup(&self, _call: UpstreamCall<'_>) -> LookupOutcome {
+            LookupOutcome::Unsupported
+        }
+    }
+    let h = Harness::new(FaultPlan::none());
+    let gate = Gate::new(
+        vec![refund_tool()],
+        h.ledger.clone(),
+        Arc::new(Huge),
+        Arc::new(SystemClock),
+        GateOptions::default(),
+    )
+    .unwrap();
+    let outcome = gate
+        .call(
+            "refund_order",
+            refund("8812", json!(49)),
+            &CallContext::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, CallStatus::Done);
+    assert_eq!(outcome.external_id.as_deref(), Some("re_big"));
+    let intent = h.intent(KEY).await;
+    assert_eq!(intent.status, IntentStatus::Done);
+    assert_eq!(intent.result.unwrap()["truncated"], true);
 }

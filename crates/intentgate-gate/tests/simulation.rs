@@ -291,6 +291,7 @@ async fn simulate(seed: u64, intents: usize, sabotage: bool) -> Report {
             arguments: &done.arguments,
             idempotency_key: Some("call_abc123"),
             intent_key: Some(&done.key),
+            intent_id: None,
             attempt: 1,
             timeout: Duration::from_secs(5),
         };

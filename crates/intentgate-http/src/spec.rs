@@ -10,9 +10,11 @@
 //! encoded, not interpreted). In the body, a string that is exactly one placeholder becomes
 //! the argument's JSON value with its type (a number stays a number); any other string is
 //! rendered as text. Secrets come from `${ENV}` references, resolved when the config is
-//! loaded, and are never logged or returned.
+//! loaded, and are never logged or returned: the `Debug` output of these types shows header
+//! names only, and a base URL without its credentials or query.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -30,13 +32,14 @@ pub enum Method {
 }
 
 /// A named upstream API: where it is and what every request to it carries.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamSpec {
     /// Base URL, e.g. `https://api.example.com` (may use `${ENV}`).
     pub base_url: String,
     /// Headers sent with every request to this upstream (e.g. `Authorization: Bearer
-    /// ${PAYMENTS_API_KEY}`). Values are never logged.
+    /// ${PAYMENTS_API_KEY}`). Values are taken literally, not as templates (a secret may hold
+    /// braces), and are never logged.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// The header that carries the intent's idempotency key on side-effecting calls.
@@ -67,7 +70,7 @@ fn default_retry_after_cap_ms() -> u64 {
 }
 
 /// The request that performs a tool.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CallSpec {
     /// The name of an entry of `upstreams`.
@@ -103,7 +106,7 @@ pub struct ResultSpec {
 
 /// A read-only request that finds a side effect by its business fields or its intent key,
 /// without performing it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LookupSpec {
     /// Defaults to the tool's upstream.
@@ -136,7 +139,7 @@ fn default_not_found_statuses() -> Vec<u16> {
 }
 
 /// How to page through the provider's records of a tool's effects over a time window.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListSpec {
     #[serde(default)]
@@ -168,4 +171,113 @@ pub struct ListFields {
     /// Who was affected (customer or order), for the report.
     #[serde(default)]
     pub subject: Option<String>,
+}
+
+/// Header names with their values hidden: values hold secrets.
+struct RedactedHeaders<'a>(&'a BTreeMap<String, String>);
+
+impl fmt::Debug for RedactedHeaders<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.keys().map(|name| (name, "<redacted>")))
+            .finish()
+    }
+}
+
+/// A base URL without credentials, query or fragment, which may hold secrets.
+struct RedactedUrl<'a>(&'a str);
+
+impl fmt::Debug for RedactedUrl<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match reqwest::Url::parse(self.0) {
+            Ok(url) => write!(
+                f,
+                "\"{}://{}{}{}\"",
+                url.scheme(),
+                url.host_str().unwrap_or_default(),
+                url.port()
+                    .map(|port| format!(":{port}"))
+                    .unwrap_or_default(),
+                url.path()
+            ),
+            Err(_) => f.write_str("<unparseable>"),
+        }
+    }
+}
+
+impl fmt::Debug for UpstreamSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamSpec")
+            .field("base_url", &RedactedUrl(&self.base_url))
+            .field("headers", &RedactedHeaders(&self.headers))
+            .field("idempotency_header", &self.idempotency_header)
+            .field("honours_idempotency_keys", &self.honours_idempotency_keys)
+            .field("key_window_hours", &self.key_window_hours)
+            .field("retry_after_cap_ms", &self.retry_after_cap_ms)
+            .finish()
+    }
+}
+
+impl fmt::Debug for CallSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallSpec")
+            .field("upstream", &self.upstream)
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field("query", &self.query)
+            .field("headers", &RedactedHeaders(&self.headers))
+            .field("body", &self.body)
+            .field("result", &self.result)
+            .finish()
+    }
+}
+
+impl fmt::Debug for LookupSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LookupSpec")
+            .field("upstream", &self.upstream)
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field("query", &self.query)
+            .field("headers", &RedactedHeaders(&self.headers))
+            .field("found", &self.found)
+            .field("not_found_statuses", &self.not_found_statuses)
+            .field("external_id", &self.external_id)
+            .finish()
+    }
+}
+
+impl fmt::Debug for ListSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListSpec")
+            .field("upstream", &self.upstream)
+            .field("path", &self.path)
+            .field("query", &self.query)
+            .field("headers", &RedactedHeaders(&self.headers))
+            .field("items", &self.items)
+            .field("next_cursor", &self.next_cursor)
+            .field("fields", &self.fields)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_hides_header_values_and_url_secrets() {
+        let spec = UpstreamSpec {
+            base_url: "https://user:sk_live_1@api.example.com:8443/v2?key=sk_live_2".to_owned(),
+            headers: BTreeMap::from([("Authorization".to_owned(), "Bearer sk_live_3".to_owned())]),
+            idempotency_header: default_idempotency_header(),
+            honours_idempotency_keys: true,
+            key_window_hours: 24,
+            retry_after_cap_ms: 5000,
+        };
+        let text = format!("{spec:?}");
+        assert!(!text.contains("sk_live"), "{text}");
+        assert!(text.contains("https://api.example.com:8443/v2"), "{text}");
+        assert!(text.contains("Authorization"), "{text}");
+    }
 }

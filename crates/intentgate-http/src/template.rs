@@ -1,0 +1,1085 @@
+//! Request templates: how a tool's arguments become a path, query and header values and a
+//! JSON body.
+//!
+//! Syntax (shared with intent keys): literal text with placeholders `{name}` (an argument),
+//! `{a.b}` (a field of an object argument; `{items.0}` an element of an array), `{name:.N}`
+//! (an exact decimal with N places, refused rather than rounded when the value has more), and
+//! the gateway's own values `{intent_key}`, `{idempotency_key}` and `{intent_id}`. `{{` and
+//! `}}` are literal braces. A gateway value's name wins over an argument of the same name.
+//!
+//! Each place a value lands has its own renderer, because each has its own way to be abused:
+//!
+//! - **Path**: every value is percent-encoded as exactly one path segment (everything but
+//!   RFC 3986's unreserved `A-Za-z0-9-._~` is encoded), so `../`, `?`, `#`, `%2F`, spaces and
+//!   newlines in an argument can never change which URL is called. An empty value and a
+//!   segment that is `.` or `..` are refused: URL parsers remove dot segments, and an empty
+//!   segment calls another route.
+//! - **Text** (query values, header values): the raw text; the HTTP layer encodes query
+//!   values. A header value with CR or LF is refused: it could add a header or end the head.
+//! - **JSON body**: a string that is exactly one placeholder becomes the argument's JSON value
+//!   with its type (a number stays a number; a decimal format such as `{amount:.2}` gives the
+//!   string `"49.00"`, which a JSON number can't carry); any other string is rendered as
+//!   text. Objects and arrays are rendered member by member; object keys are literal.
+//!
+//! A value that is exactly one placeholder for an absent (or null) optional argument is left
+//! out: the object member, query parameter or header is omitted. Anywhere else a missing
+//! argument is an error that names it. In the body a null argument stays `null`, since there
+//! JSON can say so.
+//!
+//! Templates are parsed once, when the tools are loaded; [`check_template`] and
+//! [`check_body_template`] also check that every placeholder names an argument of the tool
+//! (or a gateway value), so that a bad config is refused before the gateway starts.
+//!
+//! Header templates may hold secrets (resolved from `${ENV}` when the config is loaded), so
+//! neither a [`Template`]'s `Debug` output nor any [`TemplateError`] contains template text.
+
+use std::fmt;
+
+use intentgate_core::Decimal;
+use intentgate_core::decimal::DecimalError;
+use intentgate_core::limits::DECIMAL_PLACES_MAX;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde_json::{Map, Value};
+
+/// Characters a path value keeps as they are: RFC 3986's unreserved set. Everything else,
+/// `/`, `?`, `#`, `%`, spaces and control characters included, is percent-encoded, so a
+/// value always stays inside its one segment.
+const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The names of the gateway's own values, usable in every template of a tool.
+pub const GATEWAY_VALUE_NAMES: [&str; 3] = ["intent_key", "idempotency_key", "intent_id"];
+
+/// The gateway's own values for one request. Any of them may be absent: reads have no intent,
+/// lookups may run without the idempotency key, and most tools have no application intent id.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GatewayValues<'a> {
+    /// The intent's key (`refund:8812:49.00`).
+    pub intent_key: Option<&'a str>,
+    /// The idempotency key sent to the provider for this intent.
+    pub idempotency_key: Option<&'a str>,
+    /// The application's intent id.
+    pub intent_id: Option<&'a str>,
+}
+
+/// Everything a template may refer to for one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Values<'a> {
+    /// The tool's validated arguments (a JSON object).
+    pub arguments: &'a Value,
+    pub gateway: GatewayValues<'a>,
+}
+
+/// Why a template can't be used, or can't be rendered for some arguments. No message holds
+/// template text: header templates may hold secrets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// The template is malformed.
+    #[error("{reason} at character {position}")]
+    Syntax {
+        position: usize,
+        reason: &'static str,
+    },
+    /// A placeholder refers to something the request can't have.
+    #[error(
+        "placeholder {{{name}}} names neither an argument of the tool nor a gateway value \
+         ({{intent_key}}, {{idempotency_key}}, {{intent_id}})"
+    )]
+    UnknownName { name: String },
+    /// A placeholder refers to a gateway value where none exist (list requests).
+    #[error("placeholder {{{name}}} is not available here; this template may use only {allowed}")]
+    NotAvailableHere { name: String, allowed: String },
+    /// A path template must be a path and nothing else.
+    #[error("{0}")]
+    BadPath(&'static str),
+    /// A body template's problem, with where in the body it is.
+    #[error("body at `{pointer}`: {error}")]
+    InBody {
+        pointer: String,
+        error: Box<TemplateError>,
+    },
+    /// The call lacks an argument the request needs.
+    #[error("the request needs argument `{0}`, which the call did not provide")]
+    MissingArgument(String),
+    /// The gateway has no such value for this call (e.g. `{idempotency_key}` on a read).
+    #[error("the request needs {{{0}}}, which the gateway does not have for this call")]
+    MissingGatewayValue(&'static str),
+    /// An argument's value can't be written where the template puts it.
+    #[error("argument `{name}` can't be placed in the request: {reason}")]
+    BadValue { name: String, reason: &'static str },
+    /// An argument declared as a decimal is not one, or has more places than declared.
+    #[error("argument `{name}`: {error}")]
+    Decimal { name: String, error: DecimalError },
+    /// An empty path segment would call another route (`/orders/` instead of `/orders/7`).
+    #[error("argument `{0}` is empty, and an empty path segment would call another URL")]
+    EmptyPathSegment(String),
+    /// A dot segment is removed by URL parsers, moving the request to another URL.
+    #[error(
+        "the path would hold the segment `{0}`, which URL parsers remove; refused so that an \
+         argument can't change which URL is called"
+    )]
+    DotSegment(String),
+    /// CR or LF in a header value could add a header or end the request head.
+    #[error("header `{0}` would contain a line break (CR or LF); refused")]
+    HeaderLineBreak(String),
+    /// Other control characters are not allowed in header values either.
+    #[error("header `{0}` would contain a control character; refused")]
+    HeaderControl(String),
+}
+
+/// One of the gateway's own values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GatewayValue {
+    IntentKey,
+    IdempotencyKey,
+    IntentId,
+}
+
+impl GatewayValue {
+    fn from_name(name: &str) -> Option<GatewayValue> {
+        match name {
+            "intent_key" => Some(GatewayValue::IntentKey),
+            "idempotency_key" => Some(GatewayValue::IdempotencyKey),
+            "intent_id" => Some(GatewayValue::IntentId),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            GatewayValue::IntentKey => "intent_key",
+            GatewayValue::IdempotencyKey => "idempotency_key",
+            GatewayValue::IntentId => "intent_id",
+        }
+    }
+
+    fn get<'a>(self, gateway: &GatewayValues<'a>) -> Option<&'a str> {
+        match self {
+            GatewayValue::IntentKey => gateway.intent_key,
+            GatewayValue::IdempotencyKey => gateway.idempotency_key,
+            GatewayValue::IntentId => gateway.intent_id,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Placeholder {
+    Argument {
+        /// The field path: `["customer", "id"]` for `{customer.id}`.
+        path: Vec<String>,
+        places: Option<u32>,
+    },
+    Gateway(GatewayValue),
+}
+
+impl Placeholder {
+    fn name(&self) -> String {
+        match self {
+            Placeholder::Argument { path, .. } => path.join("."),
+            Placeholder::Gateway(value) => value.name().to_owned(),
+        }
+    }
+
+    /// The error for a value the call does not have.
+    fn missing(&self) -> TemplateError {
+        match self {
+            Placeholder::Argument { .. } => TemplateError::MissingArgument(self.name()),
+            Placeholder::Gateway(value) => TemplateError::MissingGatewayValue(value.name()),
+        }
+    }
+
+    /// The placeholder's value as JSON, or `None` when the call does not have it.
+    fn resolve<'a>(&self, values: &Values<'a>) -> Option<Resolved<'a>> {
+        match self {
+            Placeholder::Argument { path, .. } => path
+                .iter()
+                .try_fold(values.arguments, |value, field| match value {
+                    Value::Object(members) => members.get(field),
+                    Value::Array(items) => field.parse::<usize>().ok().and_then(|i| items.get(i)),
+                    _ => None,
+                })
+                .map(Resolved::Json),
+            Placeholder::Gateway(value) => value.get(&values.gateway).map(Resolved::Gateway),
+        }
+    }
+
+    /// The placeholder's value as text. `Ok(None)` when the call does not have it, or (with
+    /// `null_is_absent`) when it is null.
+    fn text(
+        &self,
+        values: &Values<'_>,
+        null_is_absent: bool,
+    ) -> Result<Option<String>, TemplateError> {
+        let Some(resolved) = self.resolve(values) else {
+            return Ok(None);
+        };
+        let value = match resolved {
+            Resolved::Gateway(text) => return Ok(Some(text.to_owned())),
+            Resolved::Json(value) => value,
+        };
+        if value.is_null() && null_is_absent {
+            return Ok(None);
+        }
+        let name = || self.name();
+        let decimal_error = |error| TemplateError::Decimal {
+            name: name(),
+            error,
+        };
+        if let Placeholder::Argument {
+            places: Some(places),
+            ..
+        } = self
+        {
+            return Decimal::from_json(value)
+                .and_then(|decimal| decimal.format_places(*places))
+                .map(Some)
+                .map_err(decimal_error);
+        }
+        match value {
+            Value::String(text) => Ok(Some(text.clone())),
+            // The exact decimal text, so `49.0` and `49` are written alike and a float
+            // never shows up as `0.30000000000000004`.
+            Value::Number(_) => Decimal::from_json(value)
+                .map(|decimal| Some(decimal.to_string()))
+                .map_err(decimal_error),
+            Value::Bool(flag) => Ok(Some(flag.to_string())),
+            Value::Null => Err(TemplateError::BadValue {
+                name: name(),
+                reason: "it is null",
+            }),
+            Value::Array(_) | Value::Object(_) => Err(TemplateError::BadValue {
+                name: name(),
+                reason: "it is an array or object; use one of its fields, like {customer.id}",
+            }),
+        }
+    }
+
+    /// The placeholder's value in a JSON body when it is the whole string: the argument's
+    /// own JSON value, or a string for a decimal format and for gateway values.
+    fn json(&self, values: &Values<'_>) -> Result<Option<Value>, TemplateError> {
+        match (self, self.resolve(values)) {
+            (_, None) => Ok(None),
+            (Placeholder::Argument { places: None, .. }, Some(Resolved::Json(value))) => {
+                Ok(Some(value.clone()))
+            }
+            _ => Ok(self.text(values, false)?.map(Value::String)),
+        }
+    }
+}
+
+enum Resolved<'a> {
+    Json(&'a Value),
+    Gateway(&'a str),
+}
+
+#[derive(Clone, PartialEq, Eq)]
+enum Part {
+    Literal(String),
+    Placeholder(Placeholder),
+}
+
+/// A parsed text template (a path, a query value or a header value).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Template {
+    parts: Vec<Part>,
+}
+
+impl fmt::Debug for Template {
+    /// Placeholder names only: the literal text of a header template may be a secret.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Template")
+            .field(
+                "placeholders",
+                &self
+                    .placeholders()
+                    .map(Placeholder::name)
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Template {
+    /// Parses a template; checks syntax only.
+    pub fn parse(template: &str) -> Result<Template, TemplateError> {
+        let syntax = |position, reason| TemplateError::Syntax { position, reason };
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let mut chars = template.char_indices().peekable();
+        while let Some((at, c)) = chars.next() {
+            match c {
+                '{' if chars.peek().map(|(_, c)| *c) == Some('{') => {
+                    chars.next();
+                    literal.push('{');
+                }
+                '}' if chars.peek().map(|(_, c)| *c) == Some('}') => {
+                    chars.next();
+                    literal.push('}');
+                }
+                '}' => return Err(syntax(at, "unmatched `}` (write `}}` for a literal brace)")),
+                '{' => {
+                    let mut inner = String::new();
+                    loop {
+                        match chars.next() {
+                            Some((_, '}')) => break,
+                            Some((_, '{')) => return Err(syntax(at, "`{` inside a placeholder")),
+                            Some((_, c)) => inner.push(c),
+                            None => return Err(syntax(at, "unclosed `{`")),
+                        }
+                    }
+                    if !literal.is_empty() {
+                        parts.push(Part::Literal(std::mem::take(&mut literal)));
+                    }
+                    let placeholder =
+                        parse_placeholder(&inner).map_err(|reason| syntax(at, reason))?;
+                    parts.push(Part::Placeholder(placeholder));
+                }
+                c => literal.push(c),
+            }
+        }
+        if !literal.is_empty() {
+            parts.push(Part::Literal(literal));
+        }
+        Ok(Template { parts })
+    }
+
+    /// Refuses a placeholder that names neither one of `argument_names` (the top-level
+    /// properties of the tool's input schema) nor a gateway value.
+    pub fn check(&self, argument_names: &[&str]) -> Result<(), TemplateError> {
+        self.check_names(argument_names, true)
+    }
+
+    /// Like [`Template::check`]; with `gateway_allowed` false, gateway values are refused too
+    /// (list requests have no intent).
+    pub(crate) fn check_names(
+        &self,
+        names: &[&str],
+        gateway_allowed: bool,
+    ) -> Result<(), TemplateError> {
+        for placeholder in self.placeholders() {
+            match placeholder {
+                Placeholder::Argument { path, .. } if names.contains(&path[0].as_str()) => {}
+                Placeholder::Gateway(_) if gateway_allowed => {}
+                Placeholder::Gateway(value) => {
+                    return Err(TemplateError::NotAvailableHere {
+                        name: value.name().to_owned(),
+                        allowed: allowed_list(names),
+                    });
+                }
+                Placeholder::Argument { .. } if !gateway_allowed => {
+                    return Err(TemplateError::NotAvailableHere {
+                        name: placeholder.name(),
+                        allowed: allowed_list(names),
+                    });
+                }
+                Placeholder::Argument { .. } => {
+                    return Err(TemplateError::UnknownName {
+                        name: placeholder.name(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a path template that is not a plain absolute path: it must start with `/`, and
+    /// its literal text may hold only characters a path keeps as they are (a query belongs
+    /// under `query`, never in the path).
+    pub fn check_path(&self) -> Result<(), TemplateError> {
+        match self.parts.first() {
+            Some(Part::Literal(text)) if text.starts_with('/') => {}
+            _ => return Err(TemplateError::BadPath("a path must start with `/`")),
+        }
+        for part in &self.parts {
+            if let Part::Literal(text) = part
+                && !text.bytes().all(is_path_literal_byte)
+            {
+                return Err(TemplateError::BadPath(
+                    "a path may hold only letters, digits and -._~!$&'()*+,;=:@/% outside its \
+                     placeholders; put query parameters under `query`",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Renders a path: each value percent-encoded as one segment.
+    pub fn render_path(&self, values: &Values<'_>) -> Result<String, TemplateError> {
+        let mut path = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Literal(text) => path.push_str(text),
+                Part::Placeholder(placeholder) => {
+                    let text = placeholder
+                        .text(values, false)?
+                        .ok_or_else(|| placeholder.missing())?;
+                    if text.is_empty() {
+                        return Err(TemplateError::EmptyPathSegment(placeholder.name()));
+                    }
+                    path.extend(utf8_percent_encode(&text, PATH_SEGMENT));
+                }
+            }
+        }
+        // Unreserved characters include `.`, so a value `..` is still `..` here.
+        if let Some(segment) = path.split('/').find(|segment| is_dot_segment(segment)) {
+            return Err(TemplateError::DotSegment(segment.to_owned()));
+        }
+        Ok(path)
+    }
+
+    /// Renders text (a query value). `Ok(None)` when the template is exactly one placeholder
+    /// whose value the call does not have (or is null): the parameter is then left out.
+    pub fn render_text(&self, values: &Values<'_>) -> Result<Option<String>, TemplateError> {
+        if let [Part::Placeholder(placeholder)] = self.parts.as_slice() {
+            return placeholder.text(values, true);
+        }
+        let mut text = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Literal(literal) => text.push_str(literal),
+                Part::Placeholder(placeholder) => {
+                    let value = placeholder
+                        .text(values, false)?
+                        .ok_or_else(|| placeholder.missing())?;
+                    text.push_str(&value);
+                }
+            }
+        }
+        Ok(Some(text))
+    }
+
+    /// Renders a header value, refusing line breaks and other control characters (a tab is
+    /// allowed, as in HTTP). `header` is the header's name, for the error.
+    pub fn render_header(
+        &self,
+        header: &str,
+        values: &Values<'_>,
+    ) -> Result<Option<String>, TemplateError> {
+        let Some(text) = self.render_text(values)? else {
+            return Ok(None);
+        };
+        if text.contains(['\r', '\n']) {
+            return Err(TemplateError::HeaderLineBreak(header.to_owned()));
+        }
+        if text.chars().any(|c| c != '\t' && (c.is_ascii_control())) {
+            return Err(TemplateError::HeaderControl(header.to_owned()));
+        }
+        Ok(Some(text))
+    }
+
+    fn placeholders(&self) -> impl Iterator<Item = &Placeholder> {
+        self.parts.iter().filter_map(|part| match part {
+            Part::Placeholder(placeholder) => Some(placeholder),
+            Part::Literal(_) => None,
+        })
+    }
+
+    /// The whole template when it is exactly one placeholder.
+    fn single_placeholder(&self) -> Option<&Placeholder> {
+        match self.parts.as_slice() {
+            [Part::Placeholder(placeholder)] => Some(placeholder),
+            _ => None,
+        }
+    }
+
+    /// The text of a template without placeholders (braces unescaped).
+    fn literal_text(&self) -> Option<String> {
+        self.parts
+            .iter()
+            .map(|part| match part {
+                Part::Literal(text) => Some(text.as_str()),
+                Part::Placeholder(_) => None,
+            })
+            .collect()
+    }
+}
+
+/// A parsed JSON body template.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BodyTemplate {
+    root: Node,
+}
+
+impl fmt::Debug for BodyTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BodyTemplate").finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, PartialEq, Eq)]
+enum Node {
+    /// JSON without placeholders, sent as it is.
+    Literal(Value),
+    /// A string that is exactly one placeholder: the value keeps its JSON type.
+    Whole(Placeholder),
+    /// A string with placeholders and other text.
+    Text(Template),
+    Array(Vec<Node>),
+    Object(Vec<(String, Node)>),
+}
+
+impl BodyTemplate {
+    /// Parses every string of a JSON body template; checks syntax only. An error says where
+    /// in the body it is.
+    pub fn parse(template: &Value) -> Result<BodyTemplate, TemplateError> {
+        let mut pointer = String::new();
+        let root = parse_node(template, &mut pointer)?;
+        Ok(BodyTemplate { root })
+    }
+
+    /// Refuses a placeholder that names neither an argument nor a gateway value.
+    pub fn check(&self, argument_names: &[&str]) -> Result<(), TemplateError> {
+        self.check_names(argument_names, true)
+    }
+
+    /// Like [`BodyTemplate::check`]; with `gateway_allowed` false, gateway values are refused.
+    pub(crate) fn check_names(
+        &self,
+        names: &[&str],
+        gateway_allowed: bool,
+    ) -> Result<(), TemplateError> {
+        let mut pointer = String::new();
+        check_node(&self.root, names, gateway_allowed, &mut pointer)
+    }
+
+    /// Renders the body for one call.
+    pub fn render(&self, values: &Values<'_>) -> Result<Value, TemplateError> {
+        render_node(&self.root, values)
+    }
+}
+
+fn parse_node(template: &Value, pointer: &mut String) -> Result<Node, TemplateError> {
+    let in_body = |error| TemplateError::InBody {
+        pointer: pointer_or_root(pointer),
+        error: Box::new(error),
+    };
+    Ok(match template {
+        Value::String(text) => {
+            let parsed = Template::parse(text).map_err(in_body)?;
+            if let Some(placeholder) = parsed.single_placeholder() {
+                Node::Whole(placeholder.clone())
+            } else if let Some(literal) = parsed.literal_text() {
+                Node::Literal(Value::String(literal))
+            } else {
+                Node::Text(parsed)
+            }
+        }
+        Value::Array(items) => {
+            let mut nodes = Vec::with_capacity(items.len());
+            for (index, item) in items.iter().enumerate() {
+                nodes.push(within(pointer, &index.to_string(), |pointer| {
+                    parse_node(item, pointer)
+                })?);
+            }
+            Node::Array(nodes)
+        }
+        Value::Object(members) => {
+            let mut nodes = Vec::with_capacity(members.len());
+            for (key, member) in members {
+                let node = within(pointer, key, |pointer| parse_node(member, pointer))?;
+                nodes.push((key.clone(), node));
+            }
+            Node::Object(nodes)
+        }
+        other => Node::Literal(other.clone()),
+    })
+}
+
+fn check_node(
+    node: &Node,
+    names: &[&str],
+    gateway_allowed: bool,
+    pointer: &mut String,
+) -> Result<(), TemplateError> {
+    let in_body = |error, pointer: &String| TemplateError::InBody {
+        pointer: pointer_or_root(pointer),
+        error: Box::new(error),
+    };
+    match node {
+        Node::Literal(_) => Ok(()),
+        Node::Whole(placeholder) => {
+            let template = Template {
+                parts: vec![Part::Placeholder(placeholder.clone())],
+            };
+            template
+                .check_names(names, gateway_allowed)
+                .map_err(|error| in_body(error, pointer))
+        }
+        Node::Text(template) => template
+            .check_names(names, gateway_allowed)
+            .map_err(|error| in_body(error, pointer)),
+        Node::Array(items) => items.iter().enumerate().try_for_each(|(index, item)| {
+            within(pointer, &index.to_string(), |pointer| {
+                check_node(item, names, gateway_allowed, pointer)
+            })
+        }),
+        Node::Object(members) => members.iter().try_for_each(|(key, member)| {
+            within(pointer, key, |pointer| {
+                check_node(member, names, gateway_allowed, pointer)
+            })
+        }),
+    }
+}
+
+fn render_node(node: &Node, values: &Values<'_>) -> Result<Value, TemplateError> {
+    match node {
+        Node::Literal(value) => Ok(value.clone()),
+        Node::Whole(placeholder) => placeholder
+            .json(values)?
+            .ok_or_else(|| placeholder.missing()),
+        Node::Text(template) => {
+            Ok(Value::String(template.render_text(values)?.expect(
+                "a text node has more than one part, so it is never left out",
+            )))
+        }
+        Node::Array(items) => items
+            .iter()
+            .map(|item| render_node(item, values))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array),
+        Node::Object(members) => {
+            let mut object = Map::new();
+            for (key, member) in members {
+                // An optional argument the call left out leaves its member out.
+                if let Node::Whole(placeholder) = member {
+                    if let Some(value) = placeholder.json(values)? {
+                        object.insert(key.clone(), value);
+                    }
+                    continue;
+                }
+                object.insert(key.clone(), render_node(member, values)?);
+            }
+            Ok(Value::Object(object))
+        }
+    }
+}
+
+/// Runs `f` with `key` appended to the JSON pointer (escaped per RFC 6901).
+fn within<T>(pointer: &mut String, key: &str, f: impl FnOnce(&mut String) -> T) -> T {
+    let length = pointer.len();
+    pointer.push('/');
+    pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+    let result = f(pointer);
+    pointer.truncate(length);
+    result
+}
+
+fn pointer_or_root(pointer: &str) -> String {
+    if pointer.is_empty() {
+        "/".to_owned()
+    } else {
+        pointer.to_owned()
+    }
+}
+
+fn allowed_list(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|name| format!("{{{name}}}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn parse_placeholder(inner: &str) -> Result<Placeholder, &'static str> {
+    let (name, format) = match inner.split_once(':') {
+        Some((name, format)) => (name.trim(), Some(format.trim())),
+        None => (inner.trim(), None),
+    };
+    if name.is_empty() {
+        return Err("empty placeholder");
+    }
+    let places = match format {
+        None => None,
+        Some(format) => {
+            let digits = format
+                .strip_prefix('.')
+                .ok_or("a format must look like `.2` (decimal places)")?;
+            let places: u32 = digits
+                .parse()
+                .map_err(|_| "a format must look like `.2` (decimal places)")?;
+            if places > DECIMAL_PLACES_MAX {
+                return Err("too many decimal places (at most 18)");
+            }
+            Some(places)
+        }
+    };
+    if let Some(value) = GatewayValue::from_name(name) {
+        if places.is_some() {
+            return Err(
+                "gateway values ({intent_key}, {idempotency_key}, {intent_id}) take no format",
+            );
+        }
+        return Ok(Placeholder::Gateway(value));
+    }
+    let path: Vec<String> = name.split('.').map(str::to_owned).collect();
+    let valid = |segment: &String| {
+        !segment.is_empty()
+            && segment
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
+    if !path.iter().all(valid) {
+        return Err(
+            "a placeholder names an argument: letters, digits, `_`, `-`, and `.` for a nested field",
+        );
+    }
+    Ok(Placeholder::Argument { path, places })
+}
+
+/// `.` and `..`, also written with `%2e`: URL parsers (WHATWG, RFC 3986) remove them.
+fn is_dot_segment(segment: &str) -> bool {
+    let decoded = segment.to_ascii_lowercase().replace("%2e", ".");
+    decoded == "." || decoded == ".."
+}
+
+/// RFC 3986 `pchar` and `/`, with `%` for escapes written by the operator.
+fn is_path_literal_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/%".contains(&byte)
+}
+
+/// Checks a text template (path, query value or header value) when the config is loaded:
+/// its syntax, and that every placeholder names one of `argument_names` (the top-level
+/// properties of the tool's input schema) or a gateway value.
+pub fn check_template(template: &str, argument_names: &[&str]) -> Result<(), TemplateError> {
+    Template::parse(template)?.check(argument_names)
+}
+
+/// Checks a JSON body template when the config is loaded, like [`check_template`].
+pub fn check_body_template(template: &Value, argument_names: &[&str]) -> Result<(), TemplateError> {
+    BodyTemplate::parse(template)?.check(argument_names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn values(arguments: &Value) -> Values<'_> {
+        Values {
+            arguments,
+            gateway: GatewayValues {
+                intent_key: Some("refund:8812:49.00"),
+                idempotency_key: Some("refund_order:refund:8812:49.00"),
+                intent_id: None,
+            },
+        }
+    }
+
+    fn path(template: &str, arguments: Value) -> Result<String, TemplateError> {
+        Template::parse(template)?.render_path(&values(&arguments))
+    }
+
+    fn text(template: &str, arguments: Value) -> Result<Option<String>, TemplateError> {
+        Template::parse(template)?.render_text(&values(&arguments))
+    }
+
+    fn body(template: Value, arguments: Value) -> Result<Value, TemplateError> {
+        BodyTemplate::parse(&template)?.render(&values(&arguments))
+    }
+
+    #[test]
+    fn path_values_are_one_encoded_segment_each() {
+        let rows = [
+            ("8812", "8812"),
+            ("../admin", "..%2Fadmin"),
+            ("a?b=c", "a%3Fb%3Dc"),
+            ("x#top", "x%23top"),
+            ("%2F", "%252F"),
+            ("a b", "a%20b"),
+            ("line\nbreak", "line%0Abreak"),
+            ("é", "%C3%A9"),
+            ("a-b.c_d~e", "a-b.c_d~e"),
+        ];
+        for (value, encoded) in rows {
+            assert_eq!(
+                path("/v1/orders/{id}/refunds", json!({ "id": value })).unwrap(),
+                format!("/v1/orders/{encoded}/refunds"),
+                "{value:?}"
+            );
+        }
+        assert_eq!(
+            path("/v1/orders/{id}", json!({"id": 7})).unwrap(),
+            "/v1/orders/7"
+        );
+        assert_eq!(
+            path("/v1/{customer.id}/x", json!({"customer": {"id": "c/1"}})).unwrap(),
+            "/v1/c%2F1/x"
+        );
+    }
+
+    #[test]
+    fn path_values_that_would_move_the_request_are_refused() {
+        for value in ["..", ".", "%2e%2e"] {
+            let error = path("/v1/orders/{id}", json!({ "id": value }));
+            // `%2e%2e` is encoded to `%252e%252e`, which is not a dot segment.
+            if value == "%2e%2e" {
+                assert_eq!(error.unwrap(), "/v1/orders/%252e%252e");
+            } else {
+                assert!(
+                    matches!(error, Err(TemplateError::DotSegment(_))),
+                    "{value}"
+                );
+            }
+        }
+        assert_eq!(
+            path("/v1/orders/{id}", json!({"id": ""})),
+            Err(TemplateError::EmptyPathSegment("id".into()))
+        );
+        assert_eq!(
+            path("/v1/orders/{id}", json!({})),
+            Err(TemplateError::MissingArgument("id".into()))
+        );
+        // A value with more text around it is not a dot segment.
+        assert_eq!(path("/v1/o-{id}", json!({"id": ".."})).unwrap(), "/v1/o-..");
+    }
+
+    #[test]
+    fn decimals_are_exact_and_refused_rather_than_rounded() {
+        for amount in [json!(49), json!(49.0), json!("49.00")] {
+            assert_eq!(
+                text("{amount:.2}", json!({ "amount": amount }))
+                    .unwrap()
+                    .unwrap(),
+                "49.00"
+            );
+        }
+        let error = text("{amount:.2}", json!({"amount": 49.005})).unwrap_err();
+        assert!(matches!(error, TemplateError::Decimal { ref name, .. } if name == "amount"));
+        assert!(error.to_string().contains("round"), "{error}");
+        assert_eq!(text("{n}", json!({"n": 49.0})).unwrap().unwrap(), "49");
+        assert_eq!(text("{n}", json!({"n": 0.1})).unwrap().unwrap(), "0.1");
+    }
+
+    #[test]
+    fn text_is_raw_and_a_lone_absent_placeholder_is_left_out() {
+        assert_eq!(
+            text("a b&c={x}", json!({"x": "1/2?#"})).unwrap().unwrap(),
+            "a b&c=1/2?#"
+        );
+        assert_eq!(
+            text("{flag}", json!({"flag": true})).unwrap().unwrap(),
+            "true"
+        );
+        assert_eq!(text("{x}", json!({})).unwrap(), None);
+        assert_eq!(text("{x}", json!({"x": null})).unwrap(), None);
+        assert_eq!(
+            text("id:{x}", json!({})),
+            Err(TemplateError::MissingArgument("x".into()))
+        );
+        assert!(matches!(
+            text("id:{x}", json!({"x": null})),
+            Err(TemplateError::BadValue { .. })
+        ));
+        assert!(matches!(
+            text("{x}", json!({"x": {"a": 1}})),
+            Err(TemplateError::BadValue { .. })
+        ));
+        assert_eq!(
+            text("{{literal}}", json!({})).unwrap().unwrap(),
+            "{literal}"
+        );
+        assert_eq!(
+            text("{items.1}", json!({"items": ["a", "b"]}))
+                .unwrap()
+                .unwrap(),
+            "b"
+        );
+    }
+
+    #[test]
+    fn gateway_values_render_and_are_named_when_missing() {
+        assert_eq!(
+            text("{idempotency_key}", json!({})).unwrap().unwrap(),
+            "refund_order:refund:8812:49.00"
+        );
+        assert_eq!(
+            text("k={intent_key}", json!({})).unwrap().unwrap(),
+            "k=refund:8812:49.00"
+        );
+        assert_eq!(
+            text("id={intent_id}", json!({})),
+            Err(TemplateError::MissingGatewayValue("intent_id"))
+        );
+        assert_eq!(text("{intent_id}", json!({})).unwrap(), None);
+    }
+
+    #[test]
+    fn header_values_with_line_breaks_are_refused() {
+        let template = Template::parse("note {note}").unwrap();
+        for note in ["a\r\nX-Evil: 1", "a\nb", "a\rb"] {
+            let arguments = json!({ "note": note });
+            assert_eq!(
+                template.render_header("X-Note", &values(&arguments)),
+                Err(TemplateError::HeaderLineBreak("X-Note".into()))
+            );
+        }
+        let arguments = json!({"note": "a\u{0}b"});
+        assert_eq!(
+            template.render_header("X-Note", &values(&arguments)),
+            Err(TemplateError::HeaderControl("X-Note".into()))
+        );
+        let arguments = json!({"note": "tab\tand é"});
+        assert_eq!(
+            template
+                .render_header("X-Note", &values(&arguments))
+                .unwrap()
+                .unwrap(),
+            "note tab\tand é"
+        );
+        let error = TemplateError::HeaderLineBreak("X-Note".into()).to_string();
+        assert!(
+            error.contains("line break") && error.contains("X-Note"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_body_keeps_json_types_and_leaves_out_absent_optional_members() {
+        let template = json!({
+            "order_id": "{order_id}",
+            "amount": "{amount:.2}",
+            "count": "{count}",
+            "price": "{price}",
+            "flag": "{flag}",
+            "tags": "{tags}",
+            "note": "refund for {order_id}",
+            "reason": "{reason}",
+            "explicit_null": "{nothing}",
+            "literal": "{{not a placeholder}}",
+            "list": ["{count}", 1, "x"],
+            "metadata": {"intent_key": "{intent_key}", "intent_id": "{intent_id}"},
+        });
+        let arguments = json!({
+            "order_id": "8812", "amount": 49, "count": 3, "price": 9.5, "flag": false,
+            "tags": ["a"], "nothing": null,
+        });
+        let rendered = body(template, arguments).unwrap();
+        assert_eq!(
+            rendered,
+            json!({
+                "order_id": "8812",
+                "amount": "49.00",
+                "count": 3,
+                "price": 9.5,
+                "flag": false,
+                "tags": ["a"],
+                "note": "refund for 8812",
+                "explicit_null": null,
+                "literal": "{not a placeholder}",
+                "list": [3, 1, "x"],
+                "metadata": {"intent_key": "refund:8812:49.00"},
+            })
+        );
+        assert!(rendered["count"].is_u64() && rendered["price"].is_f64());
+    }
+
+    #[test]
+    fn a_body_refuses_missing_arguments_where_they_cant_be_left_out() {
+        assert_eq!(
+            body(json!({"note": "for {order_id}"}), json!({})),
+            Err(TemplateError::MissingArgument("order_id".into()))
+        );
+        assert_eq!(
+            body(json!(["{order_id}"]), json!({})),
+            Err(TemplateError::MissingArgument("order_id".into()))
+        );
+        assert_eq!(
+            body(json!("{order_id}"), json!({})),
+            Err(TemplateError::MissingArgument("order_id".into()))
+        );
+    }
+
+    #[test]
+    fn templates_are_checked_against_the_tools_arguments() {
+        let names = ["order_id", "amount", "customer"];
+        check_template("/v1/orders/{order_id}", &names).unwrap();
+        check_template("{customer.id}:{amount:.2}:{intent_key}:{intent_id}", &names).unwrap();
+        check_template("{idempotency_key}", &names).unwrap();
+        let error = check_template("/v1/orders/{order}", &names).unwrap_err();
+        assert_eq!(
+            error,
+            TemplateError::UnknownName {
+                name: "order".into()
+            }
+        );
+        assert!(error.to_string().contains("{order}"), "{error}");
+
+        let error = check_body_template(&json!({"metadata": {"k": "{nope}"}}), &names).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("body at `/metadata/k`: placeholder {nope}"),
+            "{error}"
+        );
+        check_body_template(&json!({"a": ["{amount}", "x {order_id}"]}), &names).unwrap();
+    }
+
+    #[test]
+    fn malformed_templates_are_refused_without_echoing_them() {
+        for template in [
+            "/v1/{order_id",
+            "/v1/order_id}",
+            "{}",
+            "{a:2}",
+            "{a:.x}",
+            "{a b}",
+            "{intent_key:.2}",
+            "{a:.19}",
+            "{a{b}",
+        ] {
+            let error = Template::parse(template).unwrap_err();
+            assert!(matches!(error, TemplateError::Syntax { .. }), "{template}");
+        }
+        let error = check_body_template(&json!({"auth": "Bearer sk_live_{"}), &[]).unwrap_err();
+        assert!(!error.to_string().contains("sk_live"), "{error}");
+        assert!(error.to_string().contains("/auth"), "{error}");
+        let template = Template::parse("Bearer sk_live_secret {x}").unwrap();
+        assert!(!format!("{template:?}").contains("sk_live"));
+    }
+
+    #[test]
+    fn paths_must_be_plain_absolute_paths() {
+        Template::parse("/v1/orders/{id}/refunds")
+            .unwrap()
+            .check_path()
+            .unwrap();
+        for template in [
+            "v1/orders",
+            "{id}/x",
+            "/v1/search?q={q}",
+            "/v1/x#y",
+            "/v1/a b",
+        ] {
+            assert!(
+                matches!(
+                    Template::parse(template).unwrap().check_path(),
+                    Err(TemplateError::BadPath(_))
+                ),
+                "{template}"
+            );
+        }
+    }
+
+    #[test]
+    fn list_templates_may_not_use_gateway_values() {
+        let names = ["since_ms", "cursor"];
+        let template = Template::parse("{intent_key}").unwrap();
+        assert!(matches!(
+            template.check_names(&names, false),
+            Err(TemplateError::NotAvailableHere { .. })
+        ));
+        let template = Template::parse("{order_id}").unwrap();
+        let error = template.check_names(&names, false).unwrap_err();
+        assert!(
+            error.to_string().contains("{since_ms}, {cursor}"),
+            "{error}"
+        );
+        Template::parse("{cursor}")
+            .unwrap()
+            .check_names(&names, false)
+            .unwrap();
+    }
+}

@@ -1,0 +1,878 @@
+//! `HttpUpstream` against a real HTTP server on a loopback port: every observation shape of
+//! SPEC section 5, the idempotency header, URL safety of path arguments, body templates,
+//! header injection, redirects, lookups and secrets.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::{StatusCode, Uri, header};
+use axum::response::IntoResponse;
+use axum::routing::{any, get, post};
+use common::*;
+use intentgate_core::{Effect, OutcomeClass, UpstreamObservation, classify};
+use intentgate_gate::{LookupOutcome, Upstream};
+use intentgate_http::{HttpError, HttpTool, HttpUpstream, NOT_BUILT_STATUS};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn refund_call() -> intentgate_http::spec::CallSpec {
+    call_spec(json!({
+        "upstream": "payments",
+        "method": "POST",
+        "path": "/v1/refunds",
+        "body": {"order_id": "{order_id}", "amount": "{amount:.2}"},
+        "result": {"pointer": "/refund"},
+    }))
+}
+
+fn body_of(observation: &UpstreamObservation) -> &Value {
+    match observation {
+        UpstreamObservation::Response { body, .. } => body,
+        other => panic!("expected a response, got {other:?}"),
+    }
+}
+
+/// A response's message for a request that was never sent.
+fn not_built_message(observation: &UpstreamObservation) -> String {
+    match observation {
+        UpstreamObservation::Response { status, body, .. } => {
+            assert_eq!(*status, NOT_BUILT_STATUS, "{body}");
+            assert_eq!(body["error"]["type"], "request_not_built", "{body}");
+            assert_eq!(body["error"]["sent"], false, "{body}");
+            body["error"]["message"].as_str().unwrap().to_owned()
+        }
+        other => panic!("expected a not-built response, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_2xx_becomes_a_response_with_the_whole_json_body() {
+    let base = serve(Router::new().route(
+        "/v1/refunds",
+        post(|| async { axum::Json(json!({"id": "re_1", "refund": {"amount": "49.00"}})) }),
+    ))
+    .await;
+    let upstream = upstream_with(&base, "refund_order", refund_call(), None);
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "8812", "amount": 49});
+
+    let observation = upstream.execute(call(&tool, &arguments)).await;
+
+    assert_eq!(
+        observation,
+        UpstreamObservation::Response {
+            status: 200,
+            retry_after_ms: None,
+            body: json!({"id": "re_1", "refund": {"amount": "49.00"}}),
+        }
+    );
+    assert_eq!(classify(&observation), OutcomeClass::Done);
+    // The gate keeps the whole body (it reads the external id from it); the model sees the
+    // result pointer's part.
+    assert_eq!(
+        upstream.result_view("refund_order", body_of(&observation)),
+        json!({"amount": "49.00"})
+    );
+    // A body without that part (an error) is shown whole.
+    assert_eq!(
+        upstream.result_view("refund_order", &json!({"error": "x"})),
+        json!({"error": "x"})
+    );
+}
+
+#[tokio::test]
+async fn a_402_is_a_response_that_the_gate_classifies_as_rejected() {
+    let base = serve(Router::new().route(
+        "/v1/refunds",
+        post(|| async {
+            let body = json!({"error": {"type": "card_error", "message": "card declined"}});
+            (StatusCode::PAYMENT_REQUIRED, axum::Json(body))
+        }),
+    ))
+    .await;
+    let upstream = upstream_with(&base, "refund_order", refund_call(), None);
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "8812", "amount": 49});
+
+    let observation = upstream.execute(call(&tool, &arguments)).await;
+
+    assert_eq!(
+        observation,
+        UpstreamObservation::Response {
+            status: 402,
+            retry_after_ms: None,
+            body: json!({"error": {"type": "card_error", "message": "card declined"}}),
+        }
+    );
+    assert_eq!(classify(&observation), OutcomeClass::Rejected);
+}
+
+#[tokio::test]
+async fn a_429_carries_retry_after_given_in_seconds_or_as_a_date() {
+    let base = serve(
+        Router::new()
+            .route(
+                "/seconds",
+                post(|| async { (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "2")]) }),
+            )
+            .route(
+                "/date",
+                post(|| async {
+                    let date = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(10));
+                    (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, date)])
+                }),
+            ),
+    )
+    .await;
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "8812", "amount": 49});
+
+    let seconds = upstream_with(
+        &base,
+        "refund_order",
+        call_spec(json!({"upstream": "payments", "method": "POST", "path": "/seconds"})),
+        None,
+    );
+    let observation = seconds.execute(call(&tool, &arguments)).await;
+    assert_eq!(
+        observation,
+        UpstreamObservation::Response {
+            status: 429,
+            retry_after_ms: Some(2000),
+            body: Value::Null,
+        }
+    );
+    assert_eq!(
+        classify(&observation),
+        OutcomeClass::NotProcessed {
+            retry_after_ms: Some(2000)
+        }
+    );
+
+    let date = upstream_with(
+        &base,
+        "refund_order",
+        call_spec(json!({"upstream": "payments", "method": "POST", "path": "/date"})),
+        None,
+    );
+    let observation = date.execute(call(&tool, &arguments)).await;
+    let UpstreamObservation::Response {
+        status: 429,
+        retry_after_ms: Some(retry_after_ms),
+        ..
+    } = observation
+    else {
+        panic!("expected a 429 with Retry-After, got {observation:?}");
+    };
+    // Ten seconds from when the server wrote it, at one-second resolution, less however
+    // long the answer took to arrive: a date read relative to now, not zero and not epoch.
+    assert!(
+        (1_000..=10_000).contains(&retry_after_ms),
+        "{retry_after_ms}"
+    );
+}
+
+#[tokio::test]
+async fn a_closed_port_is_not_sent_and_the_reason_hides_secrets() {
+    let base = closed_port_url();
+    let upstream = upstream_with(&base, "refund_order", refund_call(), None);
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "8812", "amount": 49});
+
+    let observation = upstream.execute(call(&tool, &arguments)).await;
+
+    let UpstreamObservation::NotSent { reason } = &observation else {
+        panic!("expected not sent, got {observation:?}");
+    };
+    assert!(reason.contains("could not connect"), "{reason}");
+    assert!(
+        !reason.contains(SECRET) && !reason.contains(&base),
+        "{reason}"
+    );
+    assert_eq!(
+        classify(&observation),
+        OutcomeClass::NotProcessed {
+            retry_after_ms: None
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_tls_handshake_that_fails_is_not_sent() {
+    let recorder = Recorder::default();
+    let base = serve(
+        Router::new()
+            .fallback(record_and_echo)
+            .with_state(recorder.clone()),
+    )
+    .await;
+    // The server speaks plain HTTP, so the TLS handshake fails before any request is written.
+    let base = base.replace("http://", "https://");
+    let upstream = upstream_with(&base, "refund_order", refund_call(), None);
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "8812", "amount": 49});
+
+    let observation = upstream.execute(call(&tool, &arguments)).await;
+
+    assert!(
+        matches!(observation, UpstreamObservation::NotSent { .. }),
+        "{observation:?}"
+    );
+    assert!(recorder.seen().is_empty());
+}
+
+#[tokio::test]
+async fn a_handler_slower_than_the_timeout_is_a_timeout() {
+    let base = serve(Router::new().route(
+        "/v1/refunds",
+        post(|| async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            axum::Json(json!({"id": "re_1"}))
+        }),
+    ))
+    .await;
+    let upstream = upstream_with(&base, "refund_order", refund_call(), None);
+    let tool = definition(
+        "refund_order",
+        Effect::SideEffect,
+        Duration::from_millis(200),
+    );
+    let arguments = json!({"order_id": "8812", "amount": 49});
+
+    let observation = upstream.execute(call(&tool, &arguments)).await;
+
+    assert_eq!(observation, UpstreamObservation::Timeout);
+}
+
+#[tokio::test]
+async fn a_body_stream_that_fails_after_the_status_is_dropped() {
+    let base = serve(Router::new().route(
+        "/v1/refunds",
+        post(|| async {
+            // The status and the start of the body go out, then the body fails.
+            let stream = futures_util::stream::unfold(0, |step| async move {
+                match step {
+                    0 => Some((Ok(Bytes::from_static(b"{\"id\": \"re_")), 1)),
+                    1 => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Some((Err(std::io::Error::other("the provider crashed")), 2))
+                    }
+                    _ => None,
+                }
+            });
+            (StatusCode::OK, Body::from_stream(stream))
+        }),
+    ))
+    .await;
+    let upstream = upstream_with(&base, "refund_order", refund_call(), None);
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "8812", "amount": 49});
+
+    let observation = upstream.execute(call(&tool, &arguments)).await;
+
+    assert!(
+        matches!(observation, UpstreamObservation::Dropped { .. }),
+        "{observation:?}"
+    );
+    assert!(matches!(
+        classify(&observation),
+        OutcomeClass::Ambiguous { .. }
+    ));
+}
+
+/// A server that reads one request and answers with `response`, then closes the connection.
+async fn raw_server(response: &'static [u8]) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while !request.windows(4).any(|window| window == b"\r\n\r\n") {
+            let read = socket.read(&mut buffer).await.unwrap();
+            if read == 0 {
+                return;
+            }
+            request.extend_from_slice(&buffer[..read]);
+        }
+        socket.write_all(response).await.unwrap();
+        // Dropping the socket closes the connection.
+    });
+    format!("http://{address}")
+}
+
+#[tokio::test]
+async fn a_body_shorter_than_its_content_length_is_dropped() {
+    let base = raw_server(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"id\":",
+    )
+    .await;
+    let upstream = upstream_with(&base, "refund_order", refund_call(), None);
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "8812", "amount": 49});
+
+    let observation = upstream.execute(call(&tool, &arguments)).await;
+
+    assert!(
+        matches!(observation, UpstreamObservation::Dropped { .. }),
+        "{observation:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_connection_closed_after_the_request_was_read_is_dropped() {
+    let base = raw_server(b"").await;
+    let upstream = upstream_with(&base, "refund_order", refund_call(), None);
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "8812", "amount": 49});
+
+    let observation = upstream.execute(call(&tool, &arguments)).await;
+
+    let UpstreamObservation::Dropped { reason } = &observation else {
+        panic!("expected dropped, got {observation:?}");
+    };
+    assert!(!reason.contains(&base), "{reason}");
+}
+
+#[tokio::test]
+async fn the_idempotency_header_carries_the_key_on_side_effects_only() {
+    let recorder = Recorder::default();
+    let base = serve(
+        Router::new()
+            .route("/v1/refunds", post(record_and_echo))
+            .route("/v1/orders/{order_id}", get(record_and_echo))
+            .with_state(recorder.clone()),
+    )
+    .await;
+    let tools = BTreeMap::from([
+        (
+            "refund_order".to_owned(),
+            HttpTool {
+                call: refund_call(),
+                lookup: None,
+            },
+        ),
+        (
+            "get_order".to_owned(),
+            HttpTool {
+                call: call_spec(json!({
+                    "upstream": "payments", "method": "GET", "path": "/v1/orders/{order_id}",
+                    "query": {"expand": "customer", "note": "{note}"},
+                    "headers": {"Authorization": "Bearer override", "X-Order": "{order_id}"},
+                })),
+                lookup: None,
+            },
+        ),
+    ]);
+    let upstream = HttpUpstream::new(payments(&base), tools).unwrap();
+    let refund = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let get_order = definition("get_order", Effect::Read, TIMEOUT);
+    let refund_arguments = json!({"order_id": "8812", "amount": 49});
+    let read_arguments = json!({"order_id": "8812"});
+
+    upstream.execute(call(&refund, &refund_arguments)).await;
+    upstream.execute(call(&get_order, &read_arguments)).await;
+
+    let seen = recorder.seen();
+    assert_eq!(seen.len(), 2);
+    let (side_effect, read) = (&seen[0], &seen[1]);
+    assert_eq!(side_effect.method, "POST");
+    assert_eq!(
+        side_effect.headers["idempotency-key"],
+        "refund_order:refund:8812"
+    );
+    assert_eq!(
+        side_effect.headers["authorization"],
+        format!("Bearer {SECRET}").as_str()
+    );
+    assert_eq!(side_effect.headers["content-type"], "application/json");
+    assert_eq!(read.method, "GET");
+    assert!(!read.headers.contains_key("idempotency-key"));
+    // A tool header replaces the upstream's header of the same name.
+    assert_eq!(read.headers["authorization"], "Bearer override");
+    assert_eq!(read.headers["x-order"], "8812");
+    // The optional `note` was not given, so its parameter is left out.
+    assert_eq!(read.query.as_deref(), Some("expand=customer"));
+    assert!(read.body.is_empty());
+}
+
+async fn record_and_echo(State(recorder): State<Recorder>, request: Request) -> impl IntoResponse {
+    let seen = recorder.record(request).await;
+    let received: Value = serde_json::from_slice(&seen.body).unwrap_or(Value::Null);
+    axum::Json(json!({"id": "re_1", "received": received, "raw_path": seen.raw_path}))
+}
+
+#[tokio::test]
+async fn path_arguments_reach_the_server_inside_one_segment() {
+    let base = serve(
+        Router::new()
+            .route(
+                "/v1/orders/{order_id}",
+                get(|Path(order_id): Path<String>, uri: Uri| async move {
+                    axum::Json(
+                        json!({"route": "order", "order_id": order_id, "raw_path": uri.path()}),
+                    )
+                }),
+            )
+            .fallback(any(|uri: Uri| async move {
+                (
+                    StatusCode::NOT_FOUND,
+                    axum::Json(json!({"route": "fallback", "raw_path": uri.path()})),
+                )
+            })),
+    )
+    .await;
+    let upstream = upstream_with(
+        &base,
+        "get_order",
+        call_spec(
+            json!({"upstream": "payments", "method": "GET", "path": "/v1/orders/{order_id}"}),
+        ),
+        None,
+    );
+    let tool = definition("get_order", Effect::Read, TIMEOUT);
+    let rows = [
+        ("../admin", "..%2Fadmin"),
+        ("../../v1/admin/keys", "..%2F..%2Fv1%2Fadmin%2Fkeys"),
+        ("8812?admin=true", "8812%3Fadmin%3Dtrue"),
+        ("8812#fragment", "8812%23fragment"),
+        ("a%2Fb", "a%252Fb"),
+        ("order 8812", "order%208812"),
+        ("8812\nX-Evil: 1", "8812%0AX-Evil%3A%201"),
+    ];
+    for (order_id, encoded) in rows {
+        let arguments = json!({ "order_id": order_id });
+
+        let observation = upstream.execute(call(&tool, &arguments)).await;
+
+        let body = body_of(&observation);
+        assert_eq!(body["route"], "order", "{order_id:?}: {body}");
+        assert_eq!(body["order_id"], order_id, "{order_id:?}: {body}");
+        assert_eq!(
+            body["raw_path"],
+            format!("/v1/orders/{encoded}"),
+            "{order_id:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn path_arguments_that_would_change_the_url_are_never_sent() {
+    let recorder = Recorder::default();
+    let base = serve(
+        Router::new()
+            .fallback(record_and_echo)
+            .with_state(recorder.clone()),
+    )
+    .await;
+    let upstream = upstream_with(
+        &base,
+        "get_order",
+        call_spec(
+            json!({"upstream": "payments", "method": "GET", "path": "/v1/orders/{order_id}/refunds"}),
+        ),
+        None,
+    );
+    let tool = definition("get_order", Effect::Read, TIMEOUT);
+    for (arguments, expected) in [
+        (json!({"order_id": ".."}), "URL parsers remove"),
+        (json!({"order_id": "."}), "URL parsers remove"),
+        (json!({"order_id": ""}), "empty"),
+        (json!({}), "argument `order_id`"),
+        (json!({"order_id": {"id": 1}}), "array or object"),
+    ] {
+        let observation = upstream.execute(call(&tool, &arguments)).await;
+
+        let message = not_built_message(&observation);
+        assert!(message.contains(expected), "{arguments}: {message}");
+        assert_eq!(classify(&observation), OutcomeClass::Rejected);
+    }
+    assert!(recorder.seen().is_empty(), "{:?}", recorder.seen());
+}
+
+#[tokio::test]
+async fn a_body_template_keeps_number_types() {
+    let recorder = Recorder::default();
+    let base = serve(
+        Router::new()
+            .route("/v1/refunds", post(record_and_echo))
+            .with_state(recorder.clone()),
+    )
+    .await;
+    let upstream = upstream_with(
+        &base,
+        "refund_order",
+        call_spec(json!({
+            "upstream": "payments", "method": "POST", "path": "/v1/refunds",
+            "body": {
+                "order_id": "{order_id}",
+                "amount": "{amount}",
+                "amount_text": "{amount:.2}",
+                "count": "{count}",
+                "note": "{note}",
+                "customer_id": "{customer.id}",
+                "description": "refund of order {order_id}",
+                "metadata": {"intent_key": "{intent_key}"},
+            },
+        })),
+        None,
+    );
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "8812", "amount": 49.5, "count": 3, "customer": {"id": 7}});
+
+    let observation = upstream.execute(call(&tool, &arguments)).await;
+
+    let received = &body_of(&observation)["received"];
+    assert_eq!(
+        received,
+        &json!({
+            "order_id": "8812",
+            "amount": 49.5,
+            "amount_text": "49.50",
+            "count": 3,
+            "customer_id": 7,
+            "description": "refund of order 8812",
+            "metadata": {"intent_key": "refund:8812"},
+        })
+    );
+    assert!(received["amount"].is_f64() && received["count"].is_u64());
+    assert!(received.get("note").is_none());
+}
+
+#[tokio::test]
+async fn a_header_value_with_a_newline_is_refused_and_nothing_is_sent() {
+    let recorder = Recorder::default();
+    let base = serve(
+        Router::new()
+            .fallback(record_and_echo)
+            .with_state(recorder.clone()),
+    )
+    .await;
+    let upstream = upstream_with(
+        &base,
+        "refund_order",
+        call_spec(json!({
+            "upstream": "payments", "method": "POST", "path": "/v1/refunds",
+            "headers": {"X-Note": "note: {note}"},
+        })),
+        None,
+    );
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    for note in ["a\r\nX-Evil: 1", "a\nb"] {
+        let arguments = json!({"order_id": "8812", "note": note});
+
+        let observation = upstream.execute(call(&tool, &arguments)).await;
+
+        let message = not_built_message(&observation);
+        assert!(
+            message.contains("X-Note") && message.contains("line break"),
+            "{message}"
+        );
+    }
+    assert!(recorder.seen().is_empty());
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    let recorder = Recorder::default();
+    let base = serve(
+        Router::new()
+            .route(
+                "/v1/refunds",
+                post(|| async {
+                    (
+                        StatusCode::TEMPORARY_REDIRECT,
+                        [(header::LOCATION, "/v1/elsewhere")],
+                    )
+                }),
+            )
+            .route("/v1/elsewhere", any(record_and_echo))
+            .with_state(recorder.clone()),
+    )
+    .await;
+    let upstream = upstream_with(&base, "refund_order", refund_call(), None);
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "8812", "amount": 49});
+
+    let observation = upstream.execute(call(&tool, &arguments)).await;
+
+    assert!(
+        matches!(
+            observation,
+            UpstreamObservation::Response { status: 307, .. }
+        ),
+        "{observation:?}"
+    );
+    assert!(matches!(
+        classify(&observation),
+        OutcomeClass::Ambiguous { .. }
+    ));
+    assert!(recorder.seen().is_empty());
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_json_is_kept_as_bounded_text() {
+    let base = serve(
+        Router::new()
+            .route(
+                "/small",
+                post(|| async { (StatusCode::BAD_GATEWAY, "<html>bad gateway</html>") }),
+            )
+            .route(
+                "/huge",
+                post(|| async { (StatusCode::BAD_GATEWAY, "x".repeat(3 * 1024 * 1024)) }),
+            ),
+    )
+    .await;
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "8812"});
+
+    let small = upstream_with(
+        &base,
+        "refund_order",
+        call_spec(json!({"upstream": "payments", "method": "POST", "path": "/small"})),
+        None,
+    );
+    let observation = small.execute(call(&tool, &arguments)).await;
+    assert_eq!(
+        body_of(&observation),
+        &json!({"text": "<html>bad gateway</html>"})
+    );
+
+    let huge = upstream_with(
+        &base,
+        "refund_order",
+        call_spec(json!({"upstream": "payments", "method": "POST", "path": "/huge"})),
+        None,
+    );
+    let observation = huge.execute(call(&tool, &arguments)).await;
+    let body = body_of(&observation);
+    assert_eq!(body["truncated"], true);
+    assert_eq!(
+        body["text"].as_str().unwrap().len(),
+        intentgate_http::TEXT_BODY_BYTES_MAX
+    );
+}
+
+fn refund_lookup() -> intentgate_http::spec::LookupSpec {
+    lookup_spec(json!({
+        "path": "/v1/refunds",
+        "query": {"intent_key": "{intent_key}", "order_id": "{order_id}"},
+        "found": "/data/0",
+    }))
+}
+
+/// A provider whose refund list answers by order id: `found`, `none`, `missing` (404),
+/// `broken` (500), `slow`.
+async fn lookup_server(recorder: Recorder) -> String {
+    serve(
+        Router::new()
+            .route(
+                "/v1/refunds",
+                get(
+                    |State(recorder): State<Recorder>, request: Request| async move {
+                        let seen = recorder.record(request).await;
+                        let query = seen.query.unwrap_or_default();
+                        if query.contains("order_id=found") {
+                            let refund = json!({"id": "re_9", "amount": "49.00"});
+                            (StatusCode::OK, axum::Json(json!({"data": [refund]})))
+                        } else if query.contains("order_id=none") {
+                            (StatusCode::OK, axum::Json(json!({"data": []})))
+                        } else if query.contains("order_id=missing") {
+                            (StatusCode::NOT_FOUND, axum::Json(json!({})))
+                        } else if query.contains("order_id=slow") {
+                            tokio::time::sleep(Duration::from_secs(30)).await;
+                            (StatusCode::OK, axum::Json(json!({})))
+                        } else {
+                            (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(json!({})))
+                        }
+                    },
+                ),
+            )
+            .with_state(recorder),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_lookup_finds_the_effect_or_says_why_not() {
+    let recorder = Recorder::default();
+    let base = lookup_server(recorder.clone()).await;
+    let upstream = upstream_with(&base, "refund_order", refund_call(), Some(refund_lookup()));
+    let tool = definition(
+        "refund_order",
+        Effect::SideEffect,
+        Duration::from_millis(500),
+    );
+
+    let found = json!({"order_id": "found"});
+    assert_eq!(
+        upstream.lookup(call(&tool, &found)).await,
+        LookupOutcome::Found {
+            external_id: Some("re_9".into()),
+            result: json!({"id": "re_9", "amount": "49.00"}),
+        }
+    );
+    let none = json!({"order_id": "none"});
+    assert_eq!(
+        upstream.lookup(call(&tool, &none)).await,
+        LookupOutcome::NotFound
+    );
+    let missing = json!({"order_id": "missing"});
+    assert_eq!(
+        upstream.lookup(call(&tool, &missing)).await,
+        LookupOutcome::NotFound
+    );
+    let broken = json!({"order_id": "broken"});
+    assert_eq!(
+        upstream.lookup(call(&tool, &broken)).await,
+        LookupOutcome::Failed("the lookup answered HTTP 500".into())
+    );
+    let slow = json!({"order_id": "slow"});
+    assert_eq!(
+        upstream.lookup(call(&tool, &slow)).await,
+        LookupOutcome::Failed("the lookup timed out".into())
+    );
+
+    let seen = recorder.seen();
+    assert_eq!(seen.len(), 5);
+    for request in &seen {
+        // A lookup performs nothing, so it carries no idempotency key.
+        assert!(!request.headers.contains_key("idempotency-key"));
+        assert!(
+            request
+                .query
+                .as_deref()
+                .unwrap()
+                .starts_with("intent_key=refund%3A8812&order_id="),
+            "{:?}",
+            request.query
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_lookup_that_can_not_connect_fails_and_a_tool_without_one_is_unsupported() {
+    let base = closed_port_url();
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "found"});
+
+    let upstream = upstream_with(&base, "refund_order", refund_call(), Some(refund_lookup()));
+    let LookupOutcome::Failed(reason) = upstream.lookup(call(&tool, &arguments)).await else {
+        panic!("expected a failed lookup");
+    };
+    assert!(reason.starts_with("the lookup was not sent"), "{reason}");
+    assert!(!reason.contains(SECRET), "{reason}");
+
+    let without = upstream_with(&base, "refund_order", refund_call(), None);
+    assert_eq!(
+        without.lookup(call(&tool, &arguments)).await,
+        LookupOutcome::Unsupported
+    );
+}
+
+#[test]
+fn bad_configs_are_refused_when_the_upstream_is_built() {
+    let tool = |call: Value| {
+        BTreeMap::from([(
+            "refund_order".to_owned(),
+            HttpTool {
+                call: call_spec(call),
+                lookup: None,
+            },
+        )])
+    };
+    let base = "https://api.example.com";
+
+    let error = HttpUpstream::new(
+        payments(base),
+        tool(json!({"upstream": "stripe", "method": "POST", "path": "/v1/refunds"})),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(error, HttpError::UnknownUpstream { ref upstream, .. } if upstream == "stripe"),
+        "{error}"
+    );
+
+    for bad_base in [
+        "not a url",
+        "ftp://api.example.com",
+        "https://api.example.com/#x",
+    ] {
+        let error = HttpUpstream::new(payments(bad_base), BTreeMap::new()).unwrap_err();
+        assert!(
+            matches!(error, HttpError::BadBaseUrl { .. }),
+            "{bad_base}: {error}"
+        );
+    }
+
+    let error = HttpUpstream::new(
+        payments(base),
+        tool(json!({"upstream": "payments", "method": "POST", "path": "/v1/refunds/{id"})),
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "tool `refund_order` call, path: unclosed `{` at character 12"
+    );
+
+    let error = HttpUpstream::new(
+        payments(base),
+        tool(
+            json!({"upstream": "payments", "method": "POST", "path": "/v1/refunds",
+                    "headers": {"Bad Name": "x"}}),
+        ),
+    )
+    .unwrap_err();
+    assert!(matches!(error, HttpError::BadHeaderName { .. }), "{error}");
+
+    let mut upstreams = payments(base);
+    upstreams.get_mut("payments").unwrap().headers.insert(
+        "Authorization".to_owned(),
+        format!("Bearer {SECRET}\r\nX-Evil: 1"),
+    );
+    let error = HttpUpstream::new(upstreams, BTreeMap::new()).unwrap_err();
+    assert!(matches!(error, HttpError::BadHeaderValue { .. }), "{error}");
+    assert!(!error.to_string().contains(SECRET), "{error}");
+
+    // Placeholder names are checked against the tool's arguments.
+    let http_tool = HttpTool {
+        call: call_spec(
+            json!({"upstream": "payments", "method": "POST", "path": "/v1/refunds",
+                               "body": {"order": "{order}"}}),
+        ),
+        lookup: Some(refund_lookup()),
+    };
+    let error = http_tool
+        .check("refund_order", &["order_id", "amount"])
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "tool `refund_order` call, body: body at `/order`: placeholder {order} names neither an \
+         argument of the tool nor a gateway value ({intent_key}, {idempotency_key}, {intent_id})"
+    );
+    HttpTool {
+        call: refund_call(),
+        lookup: Some(refund_lookup()),
+    }
+    .check("refund_order", &["order_id", "amount"])
+    .unwrap();
+}
+
+#[test]
+fn secrets_never_show_in_debug_output() {
+    let upstream = upstream_with(
+        "https://api.example.com",
+        "refund_order",
+        refund_call(),
+        None,
+    );
+    let text = format!("{upstream:?} {:?}", payments("https://api.example.com"));
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(text.contains("refund_order"), "{text}");
+}
