@@ -29,6 +29,17 @@ impl Rng {
         self.below(1000) < u64::from(per_thousand)
     }
 
+    /// Uniform in the open interval (0, 1), with 53 bits of precision.
+    pub fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// A standard normal draw (Box-Muller), for log-normal latencies.
+    pub fn normal(&mut self) -> f64 {
+        let (first, second) = (self.unit(), self.unit());
+        (-2.0 * first.ln()).sqrt() * (std::f64::consts::TAU * second).cos()
+    }
+
     /// Uniform between two durations, at millisecond resolution.
     pub fn between(&mut self, low: Duration, high: Duration) -> Duration {
         let (low, high) = (low.as_millis() as u64, high.as_millis() as u64);

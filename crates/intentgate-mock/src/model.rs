@@ -1,0 +1,776 @@
+//! The provider's model, independent of any transport: a request in, a decision out.
+//!
+//! Both faces of the mock provider share it: [`crate::FakeProvider`] (the in-process
+//! `Upstream` of the simulation tests) and [`crate::MockProvider`] (the HTTP server). It
+//! holds what a real payments provider holds (the idempotency-key store, the effect log and
+//! its indexes) plus what only a fake has: the seeded generator, the fault plan and the
+//! scripts that override it. It never sleeps and never does I/O; it says what the caller
+//! should see ([`UpstreamObservation`]) and after how long, and the transport acts it out.
+//!
+//! The order of draws from the generator is part of the contract "same seed and same
+//! requests, same faults": for a side effect, the shape (and for a server error its
+//! status), then whether an ambiguous shape committed, then the latency; for a lookup,
+//! whether it fails, then the latency.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use intentgate_core::UpstreamObservation;
+use intentgate_core::fingerprint::fingerprint;
+use intentgate_gate::Clock;
+use serde_json::{Map, Value, json};
+
+use crate::rng::Rng;
+
+/// How long the provider remembers an idempotency key (Stripe: at least 24 hours).
+pub const KEY_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Most effects kept in the log. Every effect is kept until a reset (it is the ground truth
+/// of exactly-once checks, so none may be evicted); this bounds the memory of a long demo at
+/// a few gigabytes. When full, a request that would commit is refused with 507.
+pub const EFFECTS_MAX: usize = 10_000_000;
+
+/// Most idempotency keys remembered inside the key window. Keys older than the window are
+/// purged as new ones arrive; when the window alone holds this many, a request with a new key
+/// is refused with 507 before anything happens.
+pub const KEYS_MAX: usize = 10_000_000;
+
+/// Longest latency drawn: the log-normal tail is unbounded, a held connection must not be.
+pub const LATENCY_MAX: Duration = Duration::from_secs(10 * 60);
+
+/// z-score of the 95th percentile of a standard normal: turns a p95 into a log-normal sigma.
+const Z_95: f64 = 1.644_853_626_951_472_2;
+
+/// What one request does, one variant per row of the outcome table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Shape {
+    /// 200: committed.
+    Ok,
+    /// 402 card declined: refused, nothing happened.
+    Reject,
+    /// 429 with Retry-After: not processed.
+    RateLimited,
+    /// 503 with Retry-After: not processed.
+    Unavailable,
+    /// Connection refused before the request was sent: not processed. (The HTTP server can't
+    /// refuse a connection it accepted: a scripted `NotSent` cuts it without processing.)
+    NotSent,
+    /// No answer within the caller's timeout; may have committed.
+    Timeout,
+    /// The connection drops after the request was sent; may have committed.
+    Dropped,
+    /// 500, 502, 504 or 503 without Retry-After; may have committed. Stored for the key and
+    /// replayed, as Stripe does.
+    ServerError(u16),
+}
+
+/// A scripted request: the shape, and for ambiguous shapes whether the provider commits.
+#[derive(Debug, Clone, Copy)]
+pub struct Scripted {
+    pub shape: Shape,
+    pub commit: bool,
+}
+
+/// The kinds of side effect the provider performs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EffectKind {
+    Refund,
+    Charge,
+    Email,
+}
+
+impl EffectKind {
+    pub const ALL: [EffectKind; 3] = [EffectKind::Refund, EffectKind::Charge, EffectKind::Email];
+
+    /// The `object` field of its JSON form: `refund`.
+    pub fn object(self) -> &'static str {
+        match self {
+            EffectKind::Refund => "refund",
+            EffectKind::Charge => "charge",
+            EffectKind::Email => "email",
+        }
+    }
+
+    /// The collection in paths and stats: `refunds`.
+    pub fn plural(self) -> &'static str {
+        match self {
+            EffectKind::Refund => "refunds",
+            EffectKind::Charge => "charges",
+            EffectKind::Email => "emails",
+        }
+    }
+
+    /// The prefix of its ids: `re_000001`.
+    pub fn id_prefix(self) -> &'static str {
+        match self {
+            EffectKind::Refund => "re_",
+            EffectKind::Charge => "ch_",
+            EffectKind::Email => "em_",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The sequence number in an id of this kind (`re_000042` is 42), if it is one.
+    pub fn sequence_of(self, id: &str) -> Option<usize> {
+        let digits = id.strip_prefix(self.id_prefix())?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok().filter(|sequence| *sequence > 0)
+    }
+}
+
+/// One real effect at the provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effect {
+    pub id: String,
+    pub kind: EffectKind,
+    /// The tool that made it (in process), or the kind's object name (over HTTP).
+    pub tool: String,
+    /// The intent key the request carried as metadata (how the lookup finds it).
+    pub intent_key: Option<String>,
+    pub idempotency_key: Option<String>,
+    /// The gate's attempt that made it (0 over HTTP, which does not carry it).
+    pub attempt: u32,
+    /// The request's parameters, normalised (amounts with two places over HTTP).
+    pub arguments: Value,
+    /// The object as the provider returns it: answers, replays, lookups and lists.
+    pub object: Value,
+    pub at_ms: i64,
+}
+
+/// How latency is drawn.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Latency {
+    /// Uniform between two bounds (the in-process plan).
+    Uniform { min: Duration, max: Duration },
+    /// Log-normal with this median and 95th percentile, times `scale` (the HTTP plan).
+    LogNormal {
+        p50: Duration,
+        p95: Duration,
+        scale: f64,
+    },
+}
+
+impl Latency {
+    fn draw(&self, rng: &mut Rng) -> Duration {
+        match self {
+            Latency::Uniform { min, max } => rng.between(*min, *max),
+            Latency::LogNormal { p50, p95, scale } => {
+                let median_ms = p50.as_secs_f64() * 1000.0;
+                let sigma = if *p95 > *p50 && median_ms > 0.0 {
+                    (p95.as_secs_f64() / p50.as_secs_f64()).ln() / Z_95
+                } else {
+                    0.0
+                };
+                // Always draw, so the sequence of faults does not depend on the latency.
+                let z = rng.normal();
+                let ms = median_ms * (sigma * z).exp() * scale;
+                if !ms.is_finite() || ms <= 0.0 {
+                    return Duration::ZERO;
+                }
+                Duration::from_millis(ms.round() as u64).min(LATENCY_MAX)
+            }
+        }
+    }
+}
+
+/// The odds the model draws from, whichever face's plan they came from.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Plan {
+    /// Per thousand side-effecting requests, one weight per fault shape.
+    pub reject: u32,
+    pub rate_limited: u32,
+    pub unavailable: u32,
+    pub not_sent: u32,
+    pub timeout: u32,
+    pub dropped: u32,
+    pub server_error: u32,
+    /// Per thousand: an ambiguous shape committed anyway.
+    pub commit_when_ambiguous: u32,
+    /// Per thousand: a lookup or a list fails.
+    pub lookup_failure: u32,
+    pub latency: Latency,
+    /// Retry-After sent with 429 and 503.
+    pub retry_after: Duration,
+}
+
+/// A side-effecting request, already validated and normalised by the transport.
+#[derive(Debug)]
+pub(crate) struct EffectRequest<'a> {
+    pub kind: EffectKind,
+    pub tool: &'a str,
+    /// What the idempotency check compares (by fingerprint) and the effect log keeps.
+    pub parameters: &'a Value,
+    /// The object to return on success, without its `id` (the model adds it).
+    pub object: Map<String, Value>,
+    pub idempotency_key: Option<&'a str>,
+    pub intent_key: Option<&'a str>,
+    pub attempt: u32,
+}
+
+/// What the model decided for one side-effecting request.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Decision {
+    /// What the caller will see. `Timeout` means no answer (the transport holds it).
+    pub reply: UpstreamObservation,
+    /// How long before the reply (not used for `Timeout`, which has its own hold).
+    pub latency: Duration,
+}
+
+/// A lookup's draw: does it answer, and after how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LookupDraw {
+    pub answers: bool,
+    pub latency: Duration,
+}
+
+/// Filters of a list; every one that is set must match.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ListFilter {
+    pub intent_key: Option<String>,
+    /// A top-level string field of the object and the value it must have (`order_id`).
+    pub field: Option<(&'static str, String)>,
+    pub created_gte_ms: Option<i64>,
+    pub created_lt_ms: Option<i64>,
+    /// Start after this sequence number of the kind (from `starting_after`).
+    pub after_sequence: usize,
+}
+
+/// One page of a list.
+#[derive(Debug, Clone)]
+pub(crate) struct Page {
+    pub data: Vec<Value>,
+    pub has_more: bool,
+}
+
+/// What a stored key replays.
+#[derive(Debug, Clone)]
+enum Stored {
+    /// The success that made this effect (an index into the log: replays can't drift).
+    Effect(usize),
+    /// Any other stored answer: a rejection or a server error.
+    Response(u16, Value),
+}
+
+struct KeyEntry {
+    /// Fingerprint of the first request's parameters.
+    parameters: String,
+    /// The stored response, replayed for repeats. `None` when the request neither
+    /// committed nor answered (a timeout or drop that did not commit): a repeat is processed.
+    response: Option<Stored>,
+    created_ms: i64,
+    /// A request with this key is being processed until then: a concurrent one gets 409.
+    busy_until_ms: i64,
+}
+
+/// The provider's state. Callers keep it behind one mutex and never hold that across an
+/// await.
+pub(crate) struct Model {
+    clock: Arc<dyn Clock>,
+    /// Added to the clock: `/admin/clock` and `advance` move it forward.
+    skew_ms: i64,
+    rng: Rng,
+    plan: Plan,
+    script: VecDeque<Scripted>,
+    lookup_script: VecDeque<bool>,
+    keys: HashMap<String, KeyEntry>,
+    /// Keys in the order they were stored, to purge the ones older than the window.
+    key_order: VecDeque<(i64, String)>,
+    effects: Vec<Effect>,
+    /// Indexes into `effects`, one list per kind in id order: sequence `n` is at `n - 1`.
+    by_kind: [Vec<usize>; 3],
+    by_intent: HashMap<String, Vec<usize>>,
+    /// Refunds by their `order_id`.
+    by_order: HashMap<String, Vec<usize>>,
+    requests: u64,
+    lookups: u64,
+    reads: u64,
+}
+
+impl Model {
+    pub fn new(seed: u64, plan: Plan, clock: Arc<dyn Clock>) -> Model {
+        Model {
+            clock,
+            skew_ms: 0,
+            rng: Rng::new(seed),
+            plan,
+            script: VecDeque::new(),
+            lookup_script: VecDeque::new(),
+            keys: HashMap::new(),
+            key_order: VecDeque::new(),
+            effects: Vec::new(),
+            by_kind: [Vec::new(), Vec::new(), Vec::new()],
+            by_intent: HashMap::new(),
+            by_order: HashMap::new(),
+            requests: 0,
+            lookups: 0,
+            reads: 0,
+        }
+    }
+
+    /// The provider's clock: the injected clock plus every advance.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms() + self.skew_ms
+    }
+
+    pub fn advance(&mut self, by: Duration) {
+        self.skew_ms = self
+            .skew_ms
+            .saturating_add(i64::try_from(by.as_millis()).unwrap_or(i64::MAX));
+    }
+
+    pub fn set_plan(&mut self, plan: Plan) {
+        self.plan = plan;
+    }
+
+    pub fn reseed(&mut self, seed: u64) {
+        self.rng = Rng::new(seed);
+    }
+
+    pub fn script(&mut self, shapes: impl IntoIterator<Item = Scripted>) {
+        self.script.extend(shapes);
+    }
+
+    pub fn script_lookups(&mut self, answers: impl IntoIterator<Item = bool>) {
+        self.lookup_script.extend(answers);
+    }
+
+    /// Forgets every effect, key, count and script; keeps the plan, the clock and the
+    /// generator's position (the caller re-seeds it if it wants a replay).
+    pub fn reset(&mut self) {
+        self.script.clear();
+        self.lookup_script.clear();
+        self.keys.clear();
+        self.key_order.clear();
+        self.effects.clear();
+        self.by_kind = [Vec::new(), Vec::new(), Vec::new()];
+        self.by_intent.clear();
+        self.by_order.clear();
+        self.requests = 0;
+        self.lookups = 0;
+        self.reads = 0;
+    }
+
+    pub fn effects(&self) -> &[Effect] {
+        &self.effects
+    }
+
+    pub fn effect_count(&self, intent_key: &str) -> usize {
+        self.by_intent.get(intent_key).map_or(0, Vec::len)
+    }
+
+    /// Effect counts by intent key (only effects that carried one).
+    pub fn by_intent(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.by_intent
+            .iter()
+            .map(|(key, found)| (key.as_str(), found.len()))
+    }
+
+    /// Refund counts by order id.
+    pub fn by_order(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.by_order
+            .iter()
+            .map(|(order, found)| (order.as_str(), found.len()))
+    }
+
+    pub fn count_of(&self, kind: EffectKind) -> usize {
+        self.by_kind[kind.index()].len()
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    pub fn lookups(&self) -> u64 {
+        self.lookups
+    }
+
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+
+    pub fn count_read(&mut self) {
+        self.reads += 1;
+    }
+
+    /// The first effect made for an intent key: what a lookup finds.
+    pub fn first_for_intent(&self, intent_key: &str) -> Option<&Effect> {
+        let index = *self.by_intent.get(intent_key)?.first()?;
+        Some(&self.effects[index])
+    }
+
+    /// One effect by its id.
+    pub fn effect(&self, kind: EffectKind, id: &str) -> Option<&Effect> {
+        let sequence = kind.sequence_of(id)?;
+        let index = *self.by_kind[kind.index()].get(sequence - 1)?;
+        Some(&self.effects[index]).filter(|effect| effect.id == id)
+    }
+
+    /// Effects of a kind that match `filter`, oldest first, at most `limit`.
+    pub fn list(&self, kind: EffectKind, filter: &ListFilter, limit: usize) -> Page {
+        // Narrow by the most selective index available, then check every filter.
+        let candidates: Box<dyn Iterator<Item = usize> + '_> =
+            match (&filter.intent_key, &filter.field) {
+                (Some(key), _) => Box::new(self.by_intent.get(key).into_iter().flatten().copied()),
+                (None, Some(("order_id", order))) if kind == EffectKind::Refund => {
+                    Box::new(self.by_order.get(order).into_iter().flatten().copied())
+                }
+                _ => Box::new(
+                    self.by_kind[kind.index()]
+                        .iter()
+                        .skip(filter.after_sequence)
+                        .copied(),
+                ),
+            };
+        let mut data = Vec::new();
+        let mut has_more = false;
+        for index in candidates {
+            let effect = &self.effects[index];
+            if !self.matches(kind, effect, filter) {
+                continue;
+            }
+            if data.len() == limit {
+                has_more = true;
+                break;
+            }
+            data.push(effect.object.clone());
+        }
+        Page { data, has_more }
+    }
+
+    fn matches(&self, kind: EffectKind, effect: &Effect, filter: &ListFilter) -> bool {
+        effect.kind == kind
+            && kind
+                .sequence_of(&effect.id)
+                .is_some_and(|sequence| sequence > filter.after_sequence)
+            && filter
+                .intent_key
+                .as_deref()
+                .is_none_or(|key| effect.intent_key.as_deref() == Some(key))
+            && filter.field.as_ref().is_none_or(|(name, value)| {
+                effect.object.get(*name).and_then(Value::as_str) == Some(value.as_str())
+            })
+            && filter.created_gte_ms.is_none_or(|gte| effect.at_ms >= gte)
+            && filter.created_lt_ms.is_none_or(|lt| effect.at_ms < lt)
+    }
+
+    /// Draws whether a lookup (or a list) answers, and its latency.
+    pub fn draw_lookup(&mut self) -> LookupDraw {
+        self.lookups += 1;
+        let answers = match self.lookup_script.pop_front() {
+            Some(answers) => answers,
+            None => !self.rng.chance(self.plan.lookup_failure),
+        };
+        let latency = self.plan.latency.draw(&mut self.rng);
+        LookupDraw { answers, latency }
+    }
+
+    /// Decides and applies one side-effecting request. An effect drawn as committed is in
+    /// the log when this returns, whatever the caller will see.
+    pub fn side_effect(&mut self, request: EffectRequest<'_>) -> Decision {
+        let now_ms = self.now_ms();
+        self.requests += 1;
+        self.purge_keys(now_ms);
+        let (shape, commit) = match self.script.pop_front() {
+            Some(scripted) => (scripted.shape, scripted.commit),
+            None => {
+                let shape = draw_shape(&mut self.rng, &self.plan);
+                (shape, self.rng.chance(self.plan.commit_when_ambiguous))
+            }
+        };
+        let latency = self.plan.latency.draw(&mut self.rng);
+        let retry_after_ms = Some(self.plan.retry_after.as_millis() as u64);
+        let decided = |reply| Decision { reply, latency };
+        // Shapes that never reach the idempotency layer.
+        match shape {
+            Shape::NotSent => {
+                return Decision {
+                    reply: UpstreamObservation::NotSent {
+                        reason: "connection refused".into(),
+                    },
+                    latency: Duration::ZERO,
+                };
+            }
+            Shape::RateLimited => {
+                return decided(response(
+                    429,
+                    retry_after_ms,
+                    error_body("rate_limit_error", "Too many requests; retry later."),
+                ));
+            }
+            Shape::Unavailable => {
+                return decided(response(
+                    503,
+                    retry_after_ms,
+                    error_body(
+                        "api_error",
+                        "The service is down for maintenance; retry later.",
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        let parameters = fingerprint(request.parameters).as_str().to_owned();
+        if let Some(key) = request.idempotency_key {
+            let window_ms = KEY_WINDOW.as_millis() as i64;
+            match self
+                .keys
+                .get(key)
+                .filter(|entry| now_ms - entry.created_ms < window_ms)
+            {
+                Some(entry) => {
+                    if entry.parameters != parameters {
+                        return decided(response(
+                            400,
+                            None,
+                            error_body(
+                                "idempotency_error",
+                                "Keys for idempotent requests can only be used with the same parameters they were first used with.",
+                            ),
+                        ));
+                    }
+                    if entry.busy_until_ms > now_ms {
+                        return decided(response(
+                            409,
+                            None,
+                            error_body(
+                                "idempotency_error",
+                                "A request with this idempotency key is in progress.",
+                            ),
+                        ));
+                    }
+                    if let Some(stored) = &entry.response {
+                        // Replayed: no new effect, though the way back can still fail.
+                        let replay = match stored {
+                            Stored::Effect(index) => {
+                                response(200, None, self.effects[*index].object.clone())
+                            }
+                            Stored::Response(status, body) => response(*status, None, body.clone()),
+                        };
+                        return decided(transport(shape, replay));
+                    }
+                }
+                None => {
+                    if self.key_order.len() >= KEYS_MAX {
+                        return decided(full(format!(
+                            "The provider remembers at most {KEYS_MAX} idempotency keys within its key window; reset it or move its clock."
+                        )));
+                    }
+                }
+            }
+        }
+        let committed = match shape {
+            Shape::Ok => true,
+            Shape::Reject => false,
+            _ => commit,
+        };
+        if committed && self.effects.len() >= EFFECTS_MAX {
+            return decided(full(format!(
+                "The provider keeps at most {EFFECTS_MAX} effects; reset it."
+            )));
+        }
+        let mut stored = if committed {
+            Some(Stored::Effect(self.commit(request.kind, &request, now_ms)))
+        } else if shape == Shape::Reject {
+            Some(Stored::Response(402, decline()))
+        } else {
+            None
+        };
+        if let Shape::ServerError(status) = shape {
+            stored = Some(Stored::Response(
+                status,
+                error_body("api_error", "An internal error occurred."),
+            ));
+        }
+        let answer = stored.as_ref().map(|stored| match stored {
+            Stored::Effect(index) => response(200, None, self.effects[*index].object.clone()),
+            Stored::Response(status, body) => response(*status, None, body.clone()),
+        });
+        if let Some(key) = request.idempotency_key {
+            self.keys.insert(
+                key.to_owned(),
+                KeyEntry {
+                    parameters,
+                    response: stored,
+                    created_ms: now_ms,
+                    busy_until_ms: now_ms.saturating_add(latency.as_millis() as i64),
+                },
+            );
+            self.key_order.push_back((now_ms, key.to_owned()));
+        }
+        let observation = answer.unwrap_or(UpstreamObservation::Timeout);
+        decided(transport(shape, observation))
+    }
+
+    /// Appends the effect to the log and its indexes; returns its index.
+    fn commit(&mut self, kind: EffectKind, request: &EffectRequest<'_>, now_ms: i64) -> usize {
+        let index = self.effects.len();
+        let sequence = self.by_kind[kind.index()].len() + 1;
+        let id = format!("{}{sequence:06}", kind.id_prefix());
+        let mut object = request.object.clone();
+        object.insert("id".into(), Value::String(id.clone()));
+        if let Some(intent_key) = request.intent_key {
+            self.by_intent
+                .entry(intent_key.to_owned())
+                .or_default()
+                .push(index);
+        }
+        if kind == EffectKind::Refund
+            && let Some(order) = request.parameters.get("order_id").and_then(Value::as_str)
+        {
+            self.by_order
+                .entry(order.to_owned())
+                .or_default()
+                .push(index);
+        }
+        self.by_kind[kind.index()].push(index);
+        self.effects.push(Effect {
+            id,
+            kind,
+            tool: request.tool.to_owned(),
+            intent_key: request.intent_key.map(str::to_owned),
+            idempotency_key: request.idempotency_key.map(str::to_owned),
+            attempt: request.attempt,
+            arguments: request.parameters.clone(),
+            object: Value::Object(object),
+            at_ms: now_ms,
+        });
+        index
+    }
+
+    /// Forgets keys stored longer ago than the window.
+    fn purge_keys(&mut self, now_ms: i64) {
+        let window_ms = KEY_WINDOW.as_millis() as i64;
+        while let Some((created_ms, _)) = self.key_order.front() {
+            if now_ms - *created_ms < window_ms {
+                break;
+            }
+            let (created_ms, key) = self.key_order.pop_front().expect("front exists");
+            // A key stored again later has a newer entry: only the one from then goes.
+            if self
+                .keys
+                .get(&key)
+                .is_some_and(|entry| entry.created_ms == created_ms)
+            {
+                self.keys.remove(&key);
+            }
+        }
+    }
+}
+
+/// What the transport does to a response on the way back.
+fn transport(shape: Shape, answer: UpstreamObservation) -> UpstreamObservation {
+    match shape {
+        Shape::Timeout => UpstreamObservation::Timeout,
+        Shape::Dropped => UpstreamObservation::Dropped {
+            reason: "connection reset after the request was sent".into(),
+        },
+        _ => answer,
+    }
+}
+
+fn response(status: u16, retry_after_ms: Option<u64>, body: Value) -> UpstreamObservation {
+    UpstreamObservation::Response {
+        status,
+        retry_after_ms,
+        body,
+    }
+}
+
+/// A Stripe-like error body.
+pub(crate) fn error_body(kind: &str, message: &str) -> Value {
+    json!({"error": {"type": kind, "message": message}})
+}
+
+/// 507: a bound of the mock itself was reached; nothing happened.
+fn full(message: String) -> UpstreamObservation {
+    response(507, None, error_body("api_error", &message))
+}
+
+/// The stored refusal of a `reject` shape: a decline, whatever the kind (a card processor's
+/// words, as the in-process fake always answered).
+fn decline() -> Value {
+    error_body("card_error", "Your card was declined.")
+}
+
+fn draw_shape(rng: &mut Rng, plan: &Plan) -> Shape {
+    let roll = rng.below(1000) as u32;
+    let table = [
+        (plan.reject, Shape::Reject),
+        (plan.rate_limited, Shape::RateLimited),
+        (plan.unavailable, Shape::Unavailable),
+        (plan.not_sent, Shape::NotSent),
+        (plan.timeout, Shape::Timeout),
+        (plan.dropped, Shape::Dropped),
+        (plan.server_error, Shape::ServerError(0)),
+    ];
+    let mut threshold = 0;
+    for (weight, shape) in table {
+        threshold += weight;
+        if roll < threshold {
+            if shape == Shape::ServerError(0) {
+                return Shape::ServerError([500, 502, 503, 504][rng.below(4) as usize]);
+            }
+            return shape;
+        }
+    }
+    Shape::Ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_normal_latency_has_the_configured_median_and_p95() {
+        let latency = Latency::LogNormal {
+            p50: Duration::from_millis(300),
+            p95: Duration::from_millis(4800),
+            scale: 1.0,
+        };
+        let mut rng = Rng::new(42);
+        let mut draws: Vec<u128> = (0..20_000)
+            .map(|_| latency.draw(&mut rng).as_millis())
+            .collect();
+        draws.sort_unstable();
+        let (p50, p95) = (draws[10_000], draws[19_000]);
+        assert!((270..=330).contains(&p50), "p50 {p50}");
+        assert!((4_200..=5_400).contains(&p95), "p95 {p95}");
+    }
+
+    #[test]
+    fn latency_scale_multiplies_and_equal_percentiles_are_constant() {
+        let mut rng = Rng::new(1);
+        let constant = Latency::LogNormal {
+            p50: Duration::from_millis(500),
+            p95: Duration::from_millis(500),
+            scale: 0.1,
+        };
+        for _ in 0..100 {
+            assert_eq!(constant.draw(&mut rng), Duration::from_millis(50));
+        }
+        let huge = Latency::LogNormal {
+            p50: Duration::from_secs(3600),
+            p95: Duration::from_secs(3600),
+            scale: 100.0,
+        };
+        assert_eq!(huge.draw(&mut rng), LATENCY_MAX);
+    }
+
+    #[test]
+    fn ids_and_sequences_round_trip() {
+        assert_eq!(EffectKind::Refund.sequence_of("re_000042"), Some(42));
+        assert_eq!(
+            EffectKind::Refund.sequence_of("re_1234567"),
+            Some(1_234_567)
+        );
+        for bad in ["ch_000001", "re_", "re_00a1", "re_000000", "re_-1", "re_+1"] {
+            assert_eq!(EffectKind::Refund.sequence_of(bad), None, "{bad}");
+        }
+    }
+}
