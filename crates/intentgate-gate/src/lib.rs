@@ -17,6 +17,9 @@ mod outcome;
 mod upstream;
 
 pub use clock::{Clock, SystemClock, TokioClock};
-pub use gate::{CallContext, FLAG_REFRESH, FLAG_REFRESH_FOR_TESTS, Gate, GateError, GateOptions};
+pub use gate::{
+    BACKOFF_BASE, CallContext, FLAG_REFRESH, FLAG_REFRESH_FOR_TESTS, Gate, GateError, GateOptions,
+    LEASE_MARGIN, LOOKUP_INTERVAL, RETRY_AFTER_CAP, WAIT_MARGIN,
+};
 pub use outcome::CallOutcome;
 pub use upstream::{LookupOutcome, Upstream, UpstreamCall};

@@ -109,6 +109,21 @@ pub enum PlanError {
 }
 
 impl HttpFaultPlan {
+    /// Every fault shape, often (about a third of side-effecting requests fail somehow),
+    /// with the default latency: what demos and storms use.
+    pub fn stormy() -> HttpFaultPlan {
+        HttpFaultPlan {
+            reject: 30,
+            rate_limited: 50,
+            unavailable: 30,
+            timeout: 60,
+            dropped: 40,
+            server_error: 60,
+            lookup_failure: 150,
+            ..HttpFaultPlan::default()
+        }
+    }
+
     /// No faults and no latency: what tests start from.
     pub fn quiet() -> HttpFaultPlan {
         HttpFaultPlan {

@@ -30,8 +30,89 @@ pub struct Cli {
 /// Every top-level command.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the configured tools over HTTP, through the intent ledger.
+    Serve(ServeArgs),
+    /// Replay the double-refund incident: a naive wrapper against intentgate, side by side.
+    Demo(DemoArgs),
+    /// Run the mock payments provider (Stripe-like keys, seeded faults) for tests and demos.
+    MockProvider(MockProviderArgs),
+    /// Print the config file's JSON Schema, or check a config file.
+    Config(ConfigArgs),
     /// Measure intentgate on this machine against the SPEC targets.
     Bench(BenchArgs),
+}
+
+/// `intentgate serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The tool config (YAML); `intentgate config check FILE` explains any error in it.
+    #[arg(long, env = "INTENTGATE_CONFIG")]
+    pub config: PathBuf,
+    /// Address to listen on (overrides `gateway.listen`; port 0 picks a free port).
+    #[arg(long, env = "INTENTGATE_LISTEN")]
+    pub listen: Option<String>,
+    /// The SQLite ledger file (overrides `gateway.ledger`).
+    #[arg(long, env = "INTENTGATE_LEDGER")]
+    pub ledger: Option<PathBuf>,
+    /// Durability of the ledger (overrides `gateway.durability`).
+    #[arg(long, env = "INTENTGATE_DURABILITY", value_enum)]
+    pub durability: Option<DurabilityArgument>,
+}
+
+/// `intentgate demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Customers, each wanting one refund.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=20_000))]
+    pub customers: u32,
+    /// Seed of the customers, the agents' retries and the provider's faults.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Fault plan of the mock provider: `stormy` (every fault shape, often), `none`, or a
+    /// JSON file with the fields of `PUT /admin/faults`.
+    #[arg(long, default_value = "stormy")]
+    pub faults: String,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `intentgate mock-provider`.
+#[derive(Debug, Args)]
+pub struct MockProviderArgs {
+    /// Address to listen on (port 0 picks a free port; the address is printed).
+    #[arg(long, env = "INTENTGATE_MOCK_LISTEN", default_value = "127.0.0.1:8090")]
+    pub listen: String,
+    /// Fault plan: `none` (no faults, realistic latency), `quiet` (no faults, no latency),
+    /// `stormy` (every fault shape, often), or a JSON file with the fields of
+    /// `PUT /admin/faults`. Change it at runtime with `PUT /admin/faults`.
+    #[arg(long, default_value = "none")]
+    pub faults: String,
+    /// Seed of the fault draws (overrides the plan's).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Multiplies every latency (0.01 turns a 4.8 s p95 into 48 ms).
+    #[arg(long)]
+    pub latency_scale: Option<f64>,
+}
+
+/// `intentgate config`.
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    pub command: ConfigCommand,
+}
+
+/// What to do with a config.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the JSON Schema of the config file (for editors and CI).
+    Schema,
+    /// Check a config file: every error with its line, what is wrong and how to fix it.
+    Check {
+        /// The config file (YAML).
+        file: PathBuf,
+    },
 }
 
 /// `intentgate bench`.

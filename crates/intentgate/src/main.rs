@@ -6,6 +6,11 @@
 
 mod bench;
 mod cli;
+mod config_command;
+mod demo;
+mod faults;
+mod mock_provider;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -28,6 +33,10 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
+        Command::Serve(arguments) => serve::run(arguments).await,
+        Command::Demo(arguments) => demo::run(arguments).await,
+        Command::MockProvider(arguments) => mock_provider::run(arguments).await,
+        Command::Config(arguments) => config_command::run(arguments),
         Command::Bench(arguments) => bench::run(arguments).await,
     };
     match result {

@@ -1,0 +1,343 @@
+//! The loaded config, as the CLI and the server use it: checked, with `${NAME}` references
+//! resolved, and without source positions (except one line per tool, for reports).
+//!
+//! Resolved values can be secrets (an `Authorization` header, a URL with a token in it), so
+//! the types that hold them implement `Debug` by hand: header values print as `<redacted>`
+//! and URLs as their origin only. None of these types implements `Serialize`, so a loaded
+//! config can't be written back out with its secrets by accident.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+
+use intentgate_core::{Effect, Messages};
+use intentgate_http::spec::{CallSpec, ListSpec, LookupSpec, UpstreamSpec};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A checked config file.
+#[derive(Clone, PartialEq)]
+pub struct Config {
+    pub gateway: GatewayConfig,
+    /// Upstream APIs by name, with `${NAME}` references in `base_url` and `headers` resolved.
+    pub upstreams: BTreeMap<String, UpstreamSpec>,
+    /// Who is told about each tool's mismatches and alerts, by name.
+    pub owners: BTreeMap<String, OwnerConfig>,
+    /// The tools, in file order.
+    pub tools: Vec<ToolConfig>,
+}
+
+/// Settings of the gateway process. Every field has a default.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Address and port the HTTP API and MCP over HTTP listen on.
+    pub listen: SocketAddr,
+    /// The intent ledger: a SQLite file path.
+    pub ledger: String,
+    /// What the write before each upstream call promises: `strict` (on disk, survives a power
+    /// loss) or `relaxed` (survives a crash of the process; the provider's key window is the
+    /// backstop).
+    pub durability: DurabilityMode,
+    /// The tenant intents are scoped to when a caller names none.
+    pub tenant: String,
+    /// How long intents are kept, in days: far longer than providers keep idempotency keys
+    /// (Stripe: 24 hours), so a late retry is still caught.
+    pub retention_days: u32,
+    /// Largest HTTP request body accepted, in bytes.
+    pub body_limit_bytes: u64,
+    /// Most requests served at once.
+    pub concurrency_limit: u32,
+    /// How long a shutdown waits for calls in flight, in milliseconds.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            ledger: "intentgate.db".to_owned(),
+            durability: DurabilityMode::Strict,
+            tenant: "default".to_owned(),
+            retention_days: 30,
+            body_limit_bytes: 1024 * 1024,
+            concurrency_limit: 256,
+            shutdown_grace_ms: 30_000,
+        }
+    }
+}
+
+impl fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatewayConfig")
+            .field("listen", &self.listen)
+            // A ledger URL (postgres://user:password@...) would carry a password.
+            .field("ledger", &RedactedUrl(&self.ledger))
+            .field("durability", &self.durability)
+            .field("tenant", &self.tenant)
+            .field("retention_days", &self.retention_days)
+            .field("body_limit_bytes", &self.body_limit_bytes)
+            .field("concurrency_limit", &self.concurrency_limit)
+            .field("shutdown_grace_ms", &self.shutdown_grace_ms)
+            .finish()
+    }
+}
+
+/// How durable the ledger's write before each upstream call is (converts into
+/// `intentgate_ledger::Durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DurabilityMode {
+    /// The write before the upstream call is on disk (fsync) before the request leaves.
+    #[default]
+    Strict,
+    /// No fsync: survives a crash of the process, not a power loss.
+    Relaxed,
+}
+
+impl From<DurabilityMode> for intentgate_ledger::Durability {
+    fn from(mode: DurabilityMode) -> Self {
+        match mode {
+            DurabilityMode::Strict => intentgate_ledger::Durability::Strict,
+            DurabilityMode::Relaxed => intentgate_ledger::Durability::Relaxed,
+        }
+    }
+}
+
+/// Someone who decides about a tool's reconciliation mismatches and duplicate-call alerts.
+#[derive(Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OwnerConfig {
+    /// An http or https URL that receives each mismatch and alert as a JSON POST.
+    pub webhook: Option<String>,
+    /// Also write each mismatch and alert to the gateway's log.
+    #[serde(default = "log_by_default")]
+    pub log: bool,
+}
+
+/// A log line is the one route that always works, so an owner gets one unless it opts out.
+fn log_by_default() -> bool {
+    true
+}
+
+impl fmt::Debug for OwnerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnerConfig")
+            // Chat webhooks (Slack, Teams) carry their credential in the path.
+            .field("webhook", &self.webhook.as_deref().map(RedactedUrl))
+            .field("log", &self.log)
+            .finish()
+    }
+}
+
+/// One tool, as configured (the engine's checked form is
+/// [`ToolDefinition`](intentgate_core::ToolDefinition), in [`LoadedConfig`](crate::LoadedConfig)).
+#[derive(Clone, PartialEq)]
+pub struct ToolConfig {
+    pub name: String,
+    pub description: String,
+    pub effect: Effect,
+    pub owner: Option<String>,
+    pub once_per: Option<String>,
+    pub input_schema: Value,
+    pub key: Option<String>,
+    pub timeout_ms: u64,
+    pub retry_budget: u32,
+    pub retry_rejected: bool,
+    /// MCP `destructiveHint`.
+    pub destructive: Option<bool>,
+    /// MCP `openWorldHint`.
+    pub open_world: Option<bool>,
+    pub messages: Messages,
+    /// The request that performs the tool, with `${NAME}` references in headers resolved.
+    pub call: CallSpec,
+    pub lookup: Option<LookupSpec>,
+    pub list: Option<ListSpec>,
+    /// The line of the config file where the tool starts, for reports that point at it.
+    pub line: u64,
+}
+
+impl fmt::Debug for ToolConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolConfig")
+            .field("name", &self.name)
+            .field("description", &self.description)
+            .field("effect", &self.effect)
+            .field("owner", &self.owner)
+            .field("once_per", &self.once_per)
+            .field("input_schema", &self.input_schema)
+            .field("key", &self.key)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("retry_budget", &self.retry_budget)
+            .field("retry_rejected", &self.retry_rejected)
+            .field("destructive", &self.destructive)
+            .field("open_world", &self.open_world)
+            .field("messages", &self.messages)
+            .field("call", &RedactedCall(&self.call))
+            .field("lookup", &self.lookup.as_ref().map(RedactedLookup))
+            .field("list", &self.list.as_ref().map(RedactedList))
+            .field("line", &self.line)
+            .finish()
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let upstreams: BTreeMap<&String, RedactedUpstream<'_>> = self
+            .upstreams
+            .iter()
+            .map(|(name, upstream)| (name, RedactedUpstream(upstream)))
+            .collect();
+        f.debug_struct("Config")
+            .field("gateway", &self.gateway)
+            .field("upstreams", &upstreams)
+            .field("owners", &self.owners)
+            .field("tools", &self.tools)
+            .finish()
+    }
+}
+
+/// Prints `<redacted>`.
+struct Redacted;
+
+impl fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Header names with every value redacted: headers are where credentials go.
+struct RedactedHeaders<'a>(&'a BTreeMap<String, String>);
+
+impl fmt::Debug for RedactedHeaders<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.keys().map(|name| (name, Redacted)))
+            .finish()
+    }
+}
+
+/// A URL as its origin (`https://api.example.com:443`): user info, path and query can hold
+/// credentials (`https://user:pw@...`, `/services/T0/B0/token`, `?key=...`). Text that is
+/// not a URL (a SQLite path) prints as written.
+struct RedactedUrl<'a>(&'a str);
+
+impl fmt::Debug for RedactedUrl<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.0.contains("://") {
+            return write!(f, "{:?}", self.0);
+        }
+        match reqwest::Url::parse(self.0) {
+            Ok(url) if url.has_host() => {
+                let mut origin = format!("{}://{}", url.scheme(), url.host_str().unwrap_or(""));
+                if let Some(port) = url.port() {
+                    origin.push_str(&format!(":{port}"));
+                }
+                let bare = url.username().is_empty()
+                    && url.password().is_none()
+                    && matches!(url.path(), "" | "/")
+                    && url.query().is_none()
+                    && url.fragment().is_none();
+                if bare {
+                    write!(f, "{origin:?}")
+                } else {
+                    write!(f, "\"{origin}/<redacted>\"")
+                }
+            }
+            _ => f.write_str("<redacted>"),
+        }
+    }
+}
+
+struct RedactedUpstream<'a>(&'a UpstreamSpec);
+
+impl fmt::Debug for RedactedUpstream<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let upstream = self.0;
+        f.debug_struct("UpstreamSpec")
+            .field("base_url", &RedactedUrl(&upstream.base_url))
+            .field("headers", &RedactedHeaders(&upstream.headers))
+            .field("idempotency_header", &upstream.idempotency_header)
+            .field(
+                "honours_idempotency_keys",
+                &upstream.honours_idempotency_keys,
+            )
+            .field("key_window_hours", &upstream.key_window_hours)
+            .field("retry_after_cap_ms", &upstream.retry_after_cap_ms)
+            .finish()
+    }
+}
+
+struct RedactedCall<'a>(&'a CallSpec);
+
+impl fmt::Debug for RedactedCall<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let call = self.0;
+        f.debug_struct("CallSpec")
+            .field("upstream", &call.upstream)
+            .field("method", &call.method)
+            .field("path", &call.path)
+            .field("query", &call.query)
+            .field("headers", &RedactedHeaders(&call.headers))
+            .field("body", &call.body)
+            .field("result", &call.result)
+            .finish()
+    }
+}
+
+struct RedactedLookup<'a>(&'a LookupSpec);
+
+impl fmt::Debug for RedactedLookup<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lookup = self.0;
+        f.debug_struct("LookupSpec")
+            .field("upstream", &lookup.upstream)
+            .field("method", &lookup.method)
+            .field("path", &lookup.path)
+            .field("query", &lookup.query)
+            .field("headers", &RedactedHeaders(&lookup.headers))
+            .field("found", &lookup.found)
+            .field("not_found_statuses", &lookup.not_found_statuses)
+            .field("external_id", &lookup.external_id)
+            .finish()
+    }
+}
+
+struct RedactedList<'a>(&'a ListSpec);
+
+impl fmt::Debug for RedactedList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = self.0;
+        f.debug_struct("ListSpec")
+            .field("upstream", &list.upstream)
+            .field("path", &list.path)
+            .field("query", &list.query)
+            .field("headers", &RedactedHeaders(&list.headers))
+            .field("items", &list.items)
+            .field("next_cursor", &list.next_cursor)
+            .field("fields", &list.fields)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_print_as_their_origin() {
+        let debug = |url: &str| format!("{:?}", RedactedUrl(url));
+        assert_eq!(debug("http://127.0.0.1:8090"), "\"http://127.0.0.1:8090\"");
+        assert_eq!(
+            debug("https://user:pw@api.example.com/v1?key=k"),
+            "\"https://api.example.com/<redacted>\""
+        );
+        assert_eq!(
+            debug("https://hooks.slack.com/services/T0/B0/token"),
+            "\"https://hooks.slack.com/<redacted>\""
+        );
+        assert_eq!(debug("intentgate.db"), "\"intentgate.db\"");
+        assert_eq!(debug("postgres://u:p@db/x"), "\"postgres://db/<redacted>\"");
+    }
+}

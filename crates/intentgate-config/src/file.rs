@@ -1,0 +1,157 @@
+//! The config file as written: the types serde reads and the JSON Schema is derived from.
+//!
+//! Field names here are a promise to users. Every struct refuses unknown fields, so a
+//! misspelt field is an error rather than a silently ignored setting. These types differ
+//! from the public [`Config`](crate::Config) in one way: a tool's `effect` is read as
+//! optional, so that a tool without one is reported by name, alongside the file's other
+//! errors, instead of stopping the parse. The published schema still marks it required.
+
+use std::collections::BTreeMap;
+
+use intentgate_core::{CallStatus, Effect};
+use intentgate_http::spec::{CallSpec, ListSpec, LookupSpec, UpstreamSpec};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::{GatewayConfig, OwnerConfig};
+
+/// An intentgate config: the gateway's settings, the upstream APIs its tools call, the
+/// owners who hear about problems, and the tools.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename = "Config")]
+#[schemars(title = "intentgate config")]
+pub(crate) struct ConfigFile {
+    /// Settings of the gateway process; every field has a default.
+    #[serde(default)]
+    pub gateway: GatewayConfig,
+    /// Upstream APIs by name. `base_url` and `headers` values may use `${NAME}` and
+    /// `${NAME:-default}` references to environment variables (for secrets).
+    #[serde(default)]
+    pub upstreams: BTreeMap<String, UpstreamSpec>,
+    /// Who decides about each tool's reconciliation mismatches and duplicate-call alerts,
+    /// by name.
+    #[serde(default)]
+    pub owners: BTreeMap<String, OwnerConfig>,
+    /// The tools agents may call through the gateway.
+    pub tools: Vec<ToolFile>,
+}
+
+/// A tool: what it does to the world (`effect`), its arguments, its intent key, and the
+/// HTTP requests that perform it, find its effect afterwards and list its effects.
+#[derive(Deserialize, JsonSchema)]
+// The name appears in parser errors ("expected struct Tool").
+#[serde(deny_unknown_fields, rename = "Tool")]
+pub(crate) struct ToolFile {
+    /// The name models call it by: letters, digits, `_`, `-` or `.`.
+    pub name: String,
+    /// What the tool does, for the model. For a side-effecting tool the gateway appends
+    /// "Safe to call once per ... Repeated calls return the original result."
+    pub description: String,
+    /// What calling the tool does to the world, and so how the gateway may retry it.
+    /// Required: a tool without an effect is refused.
+    #[schemars(required, with = "EffectName")]
+    pub effect: Option<Effect>,
+    /// The entry of `owners` that hears about this tool's mismatches and alerts.
+    pub owner: Option<String>,
+    /// What one intent is "once per" in the published description ("order"); defaults to
+    /// the key's first argument without `_id`.
+    pub once_per: Option<String>,
+    /// JSON Schema of the arguments; its top-level `properties` are the names that the key
+    /// and the request templates may use.
+    #[schemars(schema_with = "object_schema")]
+    pub input_schema: Value,
+    /// The intent key template, required for side effects and refused for others:
+    /// `refund:{order_id}:{amount:.2}`. It may use only arguments and `{intent_id}`.
+    pub key: Option<String>,
+    /// Upper bound on one upstream request, in milliseconds. Take it from the real API's
+    /// p99 latency, not from a mock's.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Bounded retries: of any failure for reads and idempotent tools; of failures known
+    /// not to have been processed (429, 503 with Retry-After, not sent) for side effects.
+    #[serde(default = "default_retry_budget")]
+    pub retry_budget: u32,
+    /// A rejected intent may start a new attempt later (a declined card may pass tomorrow).
+    #[serde(default)]
+    pub retry_rejected: bool,
+    /// MCP `destructiveHint`: the effect destroys or overwrites something.
+    pub destructive: Option<bool>,
+    /// MCP `openWorldHint`: the tool reaches outside the organisation (a provider, email).
+    pub open_world: Option<bool>,
+    /// Instructions to the model by call status, replacing the defaults. `{tool}` and
+    /// `{details}` are filled in.
+    #[serde(default)]
+    #[schemars(schema_with = "messages_schema")]
+    pub messages: BTreeMap<String, String>,
+    /// The request that performs the tool.
+    pub call: CallSpec,
+    /// A read-only request that finds the effect after an ambiguous failure (side effects).
+    pub lookup: Option<LookupSpec>,
+    /// How to list the provider's records of this tool's effects, for reconciliation.
+    pub list: Option<ListSpec>,
+}
+
+/// Ten seconds: the p99 of a payment provider's write endpoints is a few seconds.
+pub(crate) const TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// Two retries: enough to ride out a blip without stacking on the other retrying layers.
+pub(crate) const RETRY_BUDGET_DEFAULT: u32 = 2;
+
+fn default_timeout_ms() -> u64 {
+    TIMEOUT_MS_DEFAULT
+}
+
+fn default_retry_budget() -> u32 {
+    RETRY_BUDGET_DEFAULT
+}
+
+/// How `effect` is published (the core's `Effect` has no schema: the core depends on no
+/// schema library).
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "Effect")]
+#[allow(dead_code)]
+enum EffectName {
+    /// Changes nothing (get_order). Retried freely on failure, bounded, with backoff.
+    Read,
+    /// Repeating it with the same arguments changes nothing more (set_ticket_status).
+    /// Retried with exactly the same arguments, bounded.
+    Idempotent,
+    /// Each execution acts (refund_order, charge_card, send_email). Goes through the intent
+    /// ledger and is never retried blindly.
+    SideEffect,
+}
+
+fn object_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "description": "A JSON Schema (draft 2020-12) with \"type\": \"object\".",
+        "required": ["type"],
+        "properties": {"type": {"const": "object"}}
+    })
+}
+
+/// An object whose keys are call statuses, each with its default message.
+fn messages_schema(_: &mut SchemaGenerator) -> Schema {
+    let properties: serde_json::Map<String, Value> = CallStatus::ALL
+        .iter()
+        .map(|status| {
+            let description = format!("Default: {}", status.default_message());
+            (
+                status.as_str().to_owned(),
+                serde_json::json!({"type": "string", "description": description}),
+            )
+        })
+        .collect();
+    json_schema!({
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": false
+    })
+}
+
+/// The published JSON Schema (draft 2020-12) of the config file.
+pub(crate) fn schema() -> Value {
+    let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    generator.into_root_schema_for::<ConfigFile>().to_value()
+}

@@ -1,0 +1,183 @@
+//! The intentgate config file: one YAML file that declares the gateway's settings, the
+//! upstream APIs, the owners who hear about problems, and every tool with its effect.
+//!
+//! Loading goes through four steps, and every error of every step says where (file, line,
+//! column), what is wrong and what to change:
+//!
+//! 1. **Positions** (`source_map`): the YAML is read into a tree of positions. This is where
+//!    syntax errors are reported, and where later checks find the line of a field.
+//! 2. **Types** (`file`): the YAML is read into the wire types, which refuse unknown fields
+//!    and wrong types. Their JSON Schema is [`schema`].
+//! 3. **Checks** (`check`): what a parser can't know. A tool without an effect, a key that
+//!    changes per attempt, an owner or upstream that does not exist, a template placeholder
+//!    that is not an argument, a value out of range. All of them are collected.
+//! 4. **References** (`env`): `${NAME}` and `${NAME:-default}` in upstream `base_url` and
+//!    `headers` values and in tools' request `headers` values are resolved from the
+//!    environment.
+//!
+//! **API boundary:** [`load_file`], [`load_str`] and [`schema`]. A [`LoadedConfig`] holds
+//! the plain [`Config`] and the engine's [`ToolDefinition`]s, built by
+//! `ToolDefinition::new` and completed with the tool's owner, messages, `retry_rejected`,
+//! `once_per` and external-id pointer.
+//!
+//! **Invariant:** a resolved `${NAME}` value (a secret) never appears in an error, a `Debug`
+//! print or anything this crate renders: errors quote only text written in the file, and
+//! the types that hold resolved values print them as `<redacted>`.
+
+mod check;
+mod config;
+mod env;
+mod error;
+mod file;
+pub mod limits;
+mod source_map;
+
+use std::io::Read;
+use std::path::Path;
+
+use intentgate_core::ToolDefinition;
+
+pub use config::{Config, DurabilityMode, GatewayConfig, OwnerConfig, ToolConfig};
+pub use error::{ConfigError, ConfigErrors};
+
+use crate::error::Errors;
+use crate::file::ConfigFile;
+use crate::limits::{CONFIG_ALIASES_MAX, CONFIG_BYTES_MAX, CONFIG_DEPTH_MAX, CONFIG_NODES_MAX};
+use crate::source_map::{Position, SourceMap};
+
+/// A config that passed every check.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    pub config: Config,
+    /// One definition per tool, in file order: what the engine runs.
+    pub tools: Vec<ToolDefinition>,
+}
+
+/// Reads and checks the config at `path`, resolving `${NAME}` references from the process
+/// environment.
+pub fn load_file(path: &Path) -> Result<LoadedConfig, ConfigErrors> {
+    let source = path.display().to_string();
+    let text = read_bounded(path).map_err(|(message, fix)| {
+        let mut errors = Errors::new(&source);
+        errors.push(Position::default(), message, fix);
+        errors.finish()
+    })?;
+    load_str(&text, &source, &|name| std::env::var(name).ok())
+}
+
+/// Checks the config in `text`. `source` names it in errors (a path, or `<stdin>`); `env`
+/// looks up the variables of `${NAME}` references.
+pub fn load_str(
+    text: &str,
+    source: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<LoadedConfig, ConfigErrors> {
+    let mut errors = Errors::new(source);
+    if text.len() > CONFIG_BYTES_MAX {
+        errors.push(
+            Position::default(),
+            format!(
+                "the file is {} bytes; a config is at most {CONFIG_BYTES_MAX}",
+                text.len()
+            ),
+            "check that this is the config file; split a very large one across gateways",
+        );
+        return Err(errors.finish());
+    }
+    let has_content = text.lines().any(|line| {
+        let line = line.trim();
+        !line.is_empty() && !line.starts_with('#') && line != "---"
+    });
+    if !has_content {
+        errors.push(
+            Position::default(),
+            "the config file is empty",
+            "add at least a `tools:` list; examples/support-agent.yaml is a complete config",
+        );
+        return Err(errors.finish());
+    }
+    let map = match SourceMap::parse(text, parser_options()) {
+        Ok(map) => map,
+        Err(error) => {
+            errors.parser(&error, text, None);
+            return Err(errors.finish());
+        }
+    };
+    if !map.is_mapping() {
+        errors.push(
+            map.value(&[]),
+            "the config is not a mapping",
+            "write the top-level fields `gateway:`, `upstreams:`, `owners:` and `tools:`, each \
+             at the start of a line; examples/support-agent.yaml is a complete config",
+        );
+        return Err(errors.finish());
+    }
+    check::tools_have_effects(&map, &mut errors);
+    let file: ConfigFile = match serde_saphyr::from_str_with_options(text, parser_options()) {
+        Ok(file) => file,
+        Err(error) => {
+            errors.parser(&error, text, Some(&map));
+            return Err(errors.finish());
+        }
+    };
+    match check::check(file, &map, env, &mut errors) {
+        Some((config, tools)) if errors.is_empty() => Ok(LoadedConfig { config, tools }),
+        _ => Err(errors.finish()),
+    }
+}
+
+/// The published JSON Schema (draft 2020-12) of the config file, with the doc comments of
+/// its types as titles and descriptions. Editors use it for completion and validation.
+pub fn schema() -> serde_json::Value {
+    file::schema()
+}
+
+/// How every config is parsed: bounded, and strict where YAML is loose.
+fn parser_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_depth: CONFIG_DEPTH_MAX,
+            max_nodes: CONFIG_NODES_MAX,
+            max_aliases: CONFIG_ALIASES_MAX,
+            max_documents: 1,
+        },
+        // `yes`, `no`, `on` and `off` stay strings in schemas and bodies, and a boolean
+        // field wants `true` or `false`: the Norway problem has no place in a request body.
+        strict_booleans: true,
+        // Errors are rendered here, with a fix; the parser's snippets would be dropped.
+        with_snippet: false,
+    }
+}
+
+/// Reads at most [`CONFIG_BYTES_MAX`] bytes of UTF-8 text; the error is a message and a fix.
+fn read_bounded(path: &Path) -> Result<String, (String, String)> {
+    let file = std::fs::File::open(path).map_err(|error| {
+        (
+            format!("can't open the config file: {error}"),
+            "check the path".to_owned(),
+        )
+    })?;
+    let mut bytes = Vec::new();
+    let limit = CONFIG_BYTES_MAX as u64 + 1;
+    file.take(limit).read_to_end(&mut bytes).map_err(|error| {
+        (
+            format!("can't read the config file: {error}"),
+            "check that the path is a readable file".to_owned(),
+        )
+    })?;
+    if bytes.len() > CONFIG_BYTES_MAX {
+        return Err((
+            format!("the file is larger than {CONFIG_BYTES_MAX} bytes"),
+            "check that this is the config file; split a very large one across gateways".to_owned(),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|error| {
+        (
+            format!(
+                "the file is not UTF-8 text (invalid byte at offset {})",
+                error.utf8_error().valid_up_to()
+            ),
+            "save the file as UTF-8".to_owned(),
+        )
+    })
+}

@@ -1,0 +1,49 @@
+//! Named limits of the config file and of the values in it. A config is written by an
+//! operator, but it may also be generated, templated or fetched, so nothing in it is allowed
+//! to grow without bound: not the file, not its nesting, not the number of errors reported.
+
+/// Largest config file. A support agent's 14 tools take about 20 KiB; 1 MiB leaves room for
+/// hundreds of tools with long schemas, and keeps a wrong path (a log file, a binary) from
+/// being read into memory whole.
+pub const CONFIG_BYTES_MAX: usize = 1024 * 1024;
+/// Deepest nesting of mappings and sequences. Input schemas and body templates nest a few
+/// levels; anything deeper is a mistake or an attack on the parser's stack.
+pub const CONFIG_DEPTH_MAX: usize = 32;
+/// Most YAML nodes (scalars, mappings, sequences) in one file: generous for 1 MiB of config.
+pub const CONFIG_NODES_MAX: usize = 200_000;
+/// Most aliases (`*name`). Anchors are handy for shared schemas; thousands of aliases are an
+/// expansion bomb.
+pub const CONFIG_ALIASES_MAX: usize = 1_000;
+/// Most tools in one config. MCP clients show every tool to the model, and models choose
+/// badly among more than a few hundred.
+pub const TOOLS_MAX: usize = 512;
+/// Longest tool description, in characters. Models read it on every turn.
+pub const DESCRIPTION_LENGTH_MAX: usize = 4096;
+/// Longest per-status message override, in characters.
+pub const MESSAGE_LENGTH_MAX: usize = 2048;
+/// Longest `once_per` noun ("order", "customer and amount"), in characters.
+pub const ONCE_PER_LENGTH_MAX: usize = 64;
+/// Longest value of one `${NAME}` reference, in bytes. Servers refuse header values past
+/// about 8 KiB, so a longer value is a wrong variable, not a credential.
+pub const ENV_VALUE_BYTES_MAX: usize = 8 * 1024;
+/// Most errors reported for one file. After a hundred, the rest are noise (and a broken
+/// generator could otherwise print millions of lines).
+pub const ERRORS_MAX: usize = 100;
+
+/// Longest retention of intents, in days. Ten years is past any audit requirement.
+pub const RETENTION_DAYS_MAX: u32 = 3650;
+/// Smallest HTTP request body limit: a tool call with small arguments must fit.
+pub const BODY_LIMIT_BYTES_MIN: u64 = 1024;
+/// Largest HTTP request body limit. Stored arguments are capped at 64 KiB anyway
+/// (`intentgate_core::limits::ARGUMENTS_BYTES_MAX`); 64 MiB bounds memory per request.
+pub const BODY_LIMIT_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// Most requests served at once. Each holds a connection and possibly a lease.
+pub const CONCURRENCY_LIMIT_MAX: u32 = 65_536;
+/// Longest shutdown grace. In-flight side effects should finish, but an orchestrator kills
+/// a process that takes longer than a few minutes anyway.
+pub const SHUTDOWN_GRACE_MS_MAX: u64 = 10 * 60 * 1000;
+/// Longest provider key window, in hours (a year). Stripe keeps keys for at least 24 hours.
+pub const KEY_WINDOW_HOURS_MAX: u32 = 24 * 365;
+/// Longest `Retry-After` cap, in milliseconds. A retry that waits longer than a tool's
+/// timeout helps nobody.
+pub const RETRY_AFTER_CAP_MS_MAX: u64 = 10 * 60 * 1000;

@@ -1,0 +1,584 @@
+//! A corpus of broken configs. Each one is the small valid config below with one mistake,
+//! and each test asserts the exact line (and column) of the error and that its message says
+//! what is wrong and its fix says what to change.
+
+use intentgate_config::{ConfigError, ConfigErrors, load_str};
+
+/// A valid config with a read and a side effect. Mistakes are made by replacing one line.
+const BASE: &str = r#"upstreams:
+  payments:
+    base_url: ${MOCK_URL:-http://127.0.0.1:8090}
+    headers: {Authorization: "Bearer ${PAYMENTS_API_KEY}"}
+    honours_idempotency_keys: true
+owners:
+  payments-team: {log: true}
+tools:
+  - name: get_order
+    description: Look up an order.
+    effect: read
+    input_schema: {type: object, properties: {order_id: {type: string}}, required: [order_id]}
+    call: {upstream: payments, method: GET, path: "/v1/orders/{order_id}"}
+  - name: refund_order
+    description: Refund an order.
+    effect: side_effect
+    owner: payments-team
+    input_schema:
+      type: object
+      properties:
+        order_id: {type: string}
+        amount: {type: number}
+      required: [order_id, amount]
+    key: "refund:{order_id}:{amount:.2}"
+    timeout_ms: 10000
+    call:
+      upstream: payments
+      method: POST
+      path: /v1/refunds
+      body:
+        order_id: "{order_id}"
+        amount: "{amount:.2}"
+        metadata: {intent_key: "{intent_key}"}
+    lookup: {path: /v1/refunds, query: {intent_key: "{intent_key}"}, found: /data/0}
+"#;
+
+/// The secret the environment holds; it must never appear in an error.
+const SECRET: &str = "sk_live_51SECRETSECRET";
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "PAYMENTS_API_KEY" => Some(SECRET.to_owned()),
+        _ => None,
+    }
+}
+
+/// `BASE` with `old` (a whole line, or part of one) replaced by `new`.
+fn broken(old: &str, new: &str) -> String {
+    assert!(BASE.contains(old), "the base config has no `{old}`");
+    BASE.replacen(old, new, 1)
+}
+
+fn errors(text: &str) -> ConfigErrors {
+    let errors = load_str(text, "agent.yaml", &env).expect_err("the config must be refused");
+    let rendered = errors.to_string();
+    assert!(
+        !rendered.contains(SECRET),
+        "a secret leaked into errors:\n{rendered}"
+    );
+    assert!(!format!("{errors:?}").contains(SECRET));
+    errors
+}
+
+/// The only error of `text`.
+fn only_error(text: &str) -> ConfigError {
+    let errors = errors(text);
+    assert_eq!(errors.len(), 1, "expected one error, got:\n{errors}");
+    errors.errors[0].clone()
+}
+
+/// 1-based line and column where `needle` starts in `text` (its first occurrence).
+fn position(text: &str, needle: &str) -> (u64, u64) {
+    let offset = text
+        .find(needle)
+        .unwrap_or_else(|| panic!("`{needle}` is not in the text"));
+    let before = &text[..offset];
+    let line = before.matches('\n').count() as u64 + 1;
+    let column = (offset - before.rfind('\n').map_or(0, |newline| newline + 1)) as u64 + 1;
+    (line, column)
+}
+
+fn assert_at(error: &ConfigError, text: &str, needle: &str) {
+    assert_eq!(
+        (error.line, error.column),
+        position(text, needle),
+        "error at the wrong place (expected `{needle}`): {error}"
+    );
+}
+
+fn assert_says(error: &ConfigError, message: &[&str], fix: &[&str]) {
+    for part in message {
+        assert!(
+            error.message.contains(part),
+            "message lacks `{part}`: {error}"
+        );
+    }
+    for part in fix {
+        assert!(error.fix.contains(part), "fix lacks `{part}`: {error}");
+    }
+}
+
+#[test]
+fn the_base_config_is_valid() {
+    let loaded = load_str(BASE, "agent.yaml", &env).unwrap_or_else(|errors| panic!("{errors}"));
+    assert_eq!(loaded.tools.len(), 2);
+}
+
+#[test]
+fn a_tool_without_an_effect_is_named_at_its_first_line() {
+    let text = broken("    effect: side_effect\n", "");
+    let error = only_error(&text);
+    assert_at(&error, &text, "name: refund_order");
+    assert_says(
+        &error,
+        &["tool `refund_order` has no effect"],
+        &["add `effect: read`, `idempotent` or `side_effect`"],
+    );
+    assert_eq!(error.source, "agent.yaml");
+}
+
+#[test]
+fn a_missing_effect_is_reported_even_next_to_a_parse_error() {
+    // How it broke (by design, guarded here): a typed parse stops at its first error, so a
+    // tool without an effect would hide behind any typo elsewhere.
+    let text =
+        broken("    effect: side_effect\n", "").replace("timeout_ms: 10000", "timout_ms: 10000");
+    let errors = errors(&text);
+    assert_eq!(errors.len(), 2, "{errors}");
+    assert_says(
+        &errors.errors[0],
+        &["tool `refund_order` has no effect"],
+        &[],
+    );
+    assert_says(
+        &errors.errors[1],
+        &["unknown field `timout_ms`"],
+        &["`timeout_ms`"],
+    );
+}
+
+#[test]
+fn an_empty_effect_is_as_missing_as_no_effect() {
+    // How it could break: `effect:` parses as null, which the typed parse reads as "no
+    // effect" without complaint; the tool must not be dropped silently.
+    let text = broken("    effect: side_effect\n", "    effect:\n");
+    let error = only_error(&text);
+    assert_at(&error, &text, "name: refund_order");
+    assert_says(&error, &["tool `refund_order` has no effect"], &[]);
+}
+
+#[test]
+fn a_misspelt_field_is_an_error_with_a_suggestion() {
+    let text = broken("    timeout_ms: 10000", "    timout_ms: 10000");
+    let error = only_error(&text);
+    assert_at(&error, &text, "timout_ms");
+    assert_says(
+        &error,
+        &["unknown field `timout_ms`", "`tools[1]`"],
+        &["did you mean `timeout_ms`?"],
+    );
+}
+
+#[test]
+fn bad_yaml_syntax_is_reported_where_the_parser_stopped() {
+    // The flow mapping of `call` is never closed. YAML lets a flow mapping go on over
+    // several lines, so the parser can only notice at the next line, where a block item
+    // starts inside it; the fix says to look just above.
+    let text = broken(
+        r#"path: "/v1/orders/{order_id}"}"#,
+        r#"path: "/v1/orders/{order_id}""#,
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "- name: refund_order");
+    assert_says(
+        &error,
+        &["invalid YAML"],
+        &["here or just above", "`{` is closed"],
+    );
+
+    let text = broken("    effect: read\n", "\teffect: read\n");
+    let error = only_error(&text);
+    assert_eq!(error.line, position(&text, "\teffect").0, "{error}");
+    assert_says(&error, &["tab"], &["indent with spaces"]);
+}
+
+#[test]
+fn a_key_from_the_tool_call_id_is_refused() {
+    let text = broken(
+        "        amount: {type: number}\n",
+        "        amount: {type: number}\n        tool_call_id: {type: string}\n",
+    )
+    .replace(
+        "refund:{order_id}:{amount:.2}",
+        "refund:{order_id}:{tool_call_id}",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "\"refund:{order_id}:{tool_call_id}\"");
+    assert_says(
+        &error,
+        &["{tool_call_id}", "changes on every attempt"],
+        &[
+            "refund:{order_id}:{amount:.2}",
+            "{intent_id}",
+            "remove `{tool_call_id}`",
+        ],
+    );
+}
+
+#[test]
+fn a_key_from_a_name_that_is_not_an_argument_is_refused() {
+    let text = broken(
+        "refund:{order_id}:{amount:.2}",
+        "refund:{order}:{amount:.2}",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "\"refund:{order}");
+    assert_says(
+        &error,
+        &["`{order}`", "not an argument"],
+        &[
+            "`order_id`",
+            "`amount`",
+            "add `order` to input_schema.properties",
+        ],
+    );
+}
+
+#[test]
+fn a_key_on_a_read_tool_is_refused() {
+    let text = broken(
+        "    effect: read\n",
+        "    effect: read\n    key: \"order:{order_id}\"\n",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "\"order:{order_id}\"");
+    assert_says(
+        &error,
+        &[
+            "tool `get_order`",
+            "only side-effecting tools take an intent key",
+        ],
+        &["remove `key:`"],
+    );
+}
+
+#[test]
+fn a_side_effect_without_a_key_is_refused_at_its_effect() {
+    let text = broken("    key: \"refund:{order_id}:{amount:.2}\"\n", "");
+    let error = only_error(&text);
+    assert_at(&error, &text, "side_effect");
+    assert_says(
+        &error,
+        &["no intent key"],
+        &["key: \"refund:{order_id}:{amount:.2}\""],
+    );
+}
+
+#[test]
+fn an_unknown_upstream_is_named_with_the_ones_that_exist() {
+    let text = broken("      upstream: payments\n", "      upstream: payment\n");
+    let error = only_error(&text);
+    assert_at(&error, &text, "payment\n");
+    assert_says(
+        &error,
+        &["tool `refund_order` uses upstream `payment`, which is not in `upstreams`"],
+        &["use one of: `payments`"],
+    );
+}
+
+#[test]
+fn an_unknown_owner_is_named_with_the_ones_that_exist() {
+    let text = broken("    owner: payments-team\n", "    owner: payments\n");
+    let error = only_error(&text);
+    assert_at(&error, &text, "payments\n");
+    assert_says(
+        &error,
+        &["owner `payments`, which is not in `owners`"],
+        &["add `payments: {log: true}`", "`payments-team`"],
+    );
+}
+
+#[test]
+fn an_unset_variable_is_named_with_the_fix_and_never_its_value() {
+    let text = BASE.to_owned();
+    let errors = load_str(&text, "agent.yaml", &|_| None).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors}");
+    let error = &errors.errors[0];
+    assert_at(error, &text, "\"Bearer ${PAYMENTS_API_KEY}\"");
+    assert_says(error, &["`PAYMENTS_API_KEY`", "is not set"], &[]);
+    assert_eq!(
+        error.fix,
+        "export PAYMENTS_API_KEY, or write ${PAYMENTS_API_KEY:-value}"
+    );
+}
+
+#[test]
+fn a_secret_set_in_the_environment_never_appears_in_errors() {
+    // The secret is resolved in the upstream and in a tool header; around it: an unset
+    // variable, a header template with a bad placeholder next to the secret, and a base URL
+    // from the environment that is not a URL.
+    let text = broken(
+        "    lookup: {path: /v1/refunds,",
+        "    lookup: {headers: {X-Signature: \"${PAYMENTS_API_KEY}{nope}\", X-Other: \"${OTHER_TOKEN}\"}, path: /v1/refunds,",
+    );
+    let environment = |name: &str| match name {
+        "PAYMENTS_API_KEY" => Some(SECRET.to_owned()),
+        "MOCK_URL" => Some(format!("not a url {SECRET}")),
+        _ => None,
+    };
+    let errors = load_str(&text, "agent.yaml", &environment).unwrap_err();
+    let rendered = errors.to_string();
+    assert!(!rendered.contains(SECRET), "{rendered}");
+    assert!(!format!("{errors:?}").contains(SECRET));
+    assert_eq!(errors.len(), 3, "{rendered}");
+    assert_says(
+        &errors.errors[0],
+        &["`upstreams.payments.base_url`", "${MOCK_URL:-"],
+        &[],
+    );
+    assert_says(&errors.errors[1], &["{nope}"], &["`order_id`"]);
+    assert_says(
+        &errors.errors[2],
+        &["`OTHER_TOKEN`"],
+        &["export OTHER_TOKEN"],
+    );
+
+    // A secret that parses as a URL scheme must not be quoted as "the scheme".
+    let scheme_secret = "sklive51SECRETSECRET";
+    let environment = |name: &str| match name {
+        "PAYMENTS_API_KEY" => Some(SECRET.to_owned()),
+        "MOCK_URL" => Some(format!("{scheme_secret}:opaque")),
+        _ => None,
+    };
+    let errors = load_str(BASE, "agent.yaml", &environment).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors}");
+    assert!(!errors.to_string().contains(scheme_secret), "{errors}");
+    assert_says(&errors.errors[0], &["scheme is not http or https"], &[]);
+}
+
+#[test]
+fn an_input_schema_that_is_not_json_schema_is_refused_at_the_keyword() {
+    let text = broken(
+        "        amount: {type: number}",
+        "        amount: {type: numbr}",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "numbr");
+    assert_says(
+        &error,
+        &[
+            "tool `refund_order`: input_schema is not a valid JSON Schema at `/properties/amount/type`",
+        ],
+        &["JSON Schema"],
+    );
+
+    // Valid JSON Schema, but not an object schema: the engine refuses it.
+    let text = broken(
+        "    input_schema: {type: object, properties: {order_id: {type: string}}, required: [order_id]}",
+        "    input_schema: {type: array}",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "{type: array}");
+    assert_says(&error, &["object schema"], &["type: object"]);
+}
+
+#[test]
+fn duplicate_tool_names_are_refused_at_the_second() {
+    let text = broken("  - name: refund_order\n", "  - name: get_order\n");
+    let errors = errors(&text);
+    // The second `get_order` is a side effect named like the read: one error for the name.
+    let error = errors
+        .iter()
+        .find(|error| error.message.contains("already used"))
+        .unwrap_or_else(|| panic!("{errors}"));
+    assert_eq!(errors.len(), 1, "{errors}");
+    assert_eq!((error.line, error.column), (14, 11));
+    assert_says(
+        error,
+        &["tool name `get_order` is already used by the tool at line 9"],
+        &["rename one of the two tools"],
+    );
+}
+
+#[test]
+fn a_wrong_type_says_what_to_write() {
+    let text = broken("    timeout_ms: 10000", "    timeout_ms: ten");
+    let error = only_error(&text);
+    assert_at(&error, &text, "ten\n");
+    assert_says(
+        &error,
+        &["`tools[1].timeout_ms` has the wrong type"],
+        &["`timeout_ms: 10000`", "milliseconds"],
+    );
+}
+
+#[test]
+fn an_unknown_effect_lists_the_effects() {
+    let text = broken("    effect: side_effect", "    effect: write");
+    let error = only_error(&text);
+    assert_at(&error, &text, "write");
+    assert_says(
+        &error,
+        &["`tools[1].effect` can't be `write`"],
+        &["`read`, `idempotent`, `side_effect`"],
+    );
+}
+
+#[test]
+fn message_keys_must_be_statuses() {
+    let text = broken(
+        "    timeout_ms: 10000\n",
+        "    timeout_ms: 10000\n    messages:\n      pending: Do not retry.\n",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "pending:");
+    assert_says(
+        &error,
+        &["`pending` in `messages` is not a call status"],
+        &["`pending_unknown`", "`already_done`"],
+    );
+}
+
+#[test]
+fn a_template_placeholder_must_be_an_argument_or_a_gateway_value() {
+    let text = broken("/v1/orders/{order_id}", "/v1/orders/{orderid}");
+    let error = only_error(&text);
+    assert_at(&error, &text, "\"/v1/orders/{orderid}\"");
+    assert_says(
+        &error,
+        &["tool `get_order`", "`call.path`", "{orderid}"],
+        &["add `orderid` to input_schema.properties", "`order_id`"],
+    );
+
+    // In a body, the error points at the string itself.
+    let text = broken(r#"amount: "{amount:.2}""#, r#"amount: "{amount_due:.2}""#);
+    let error = only_error(&text);
+    assert_at(&error, &text, "\"{amount_due:.2}\"");
+    assert_says(
+        &error,
+        &["`call.body at `/amount``", "{amount_due}"],
+        &["`amount`"],
+    );
+
+    // A list runs outside any call: no intent key there.
+    let text = format!(
+        "{BASE}    list:\n      path: /v1/refunds\n      query: {{intent_key: \"{{intent_key}}\"}}\n      items: /data\n      next_cursor: /next_cursor\n      fields: {{intent_key: /metadata/intent_key, external_id: /id}}\n"
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "\"{intent_key}\"}\n      items");
+    assert_says(
+        &error,
+        &["{intent_key}", "not available here"],
+        &["{since_ms}"],
+    );
+}
+
+#[test]
+fn an_invalid_base_url_is_refused() {
+    let text = broken("${MOCK_URL:-http://127.0.0.1:8090}", "localhost:8090");
+    let error = only_error(&text);
+    assert_at(&error, &text, "localhost:8090");
+    assert_says(
+        &error,
+        &["`localhost:8090` is not a usable URL"],
+        &["https://api.example.com"],
+    );
+}
+
+#[test]
+fn gateway_values_out_of_range_are_refused() {
+    let text = format!("gateway:\n  retention_days: 0\n  concurrency_limit: 0\n{BASE}");
+    let errors = errors(&text);
+    assert_eq!(errors.len(), 2, "{errors}");
+    assert_at(&errors.errors[0], &text, "0\n  concurrency");
+    assert_says(
+        &errors.errors[0],
+        &["`retention_days` is 0, outside 1 to 3650"],
+        &["between 1 and 3650"],
+    );
+    assert_eq!(errors.errors[1].line, 3);
+}
+
+#[test]
+fn every_error_of_a_file_is_reported_in_file_order() {
+    let text = broken("    owner: payments-team\n", "    owner: nobody\n")
+        .replace("/v1/orders/{order_id}", "/v1/orders/{id}")
+        .replace("refund:{order_id}:{amount:.2}", "refund:{request_id}");
+    let errors = errors(&text);
+    assert_eq!(errors.len(), 3, "{errors}");
+    let lines: Vec<u64> = errors.iter().map(|error| error.line).collect();
+    assert_eq!(lines, [13, 17, 24]);
+    let rendered = errors.to_string();
+    assert!(
+        rendered.starts_with("agent.yaml:13:51: tool `get_order`: `call.path`"),
+        "{rendered}"
+    );
+    assert_eq!(rendered.lines().count(), 6, "{rendered}");
+    assert!(
+        rendered
+            .lines()
+            .skip(1)
+            .step_by(2)
+            .all(|line| line.starts_with("  fix: ")),
+        "{rendered}"
+    );
+}
+
+#[test]
+fn a_side_effect_without_a_lookup_or_key_honouring_upstream_is_not_an_error() {
+    // The audit reports a missing lookup; loading accepts it.
+    let text = broken(
+        "    lookup: {path: /v1/refunds, query: {intent_key: \"{intent_key}\"}, found: /data/0}\n",
+        "",
+    )
+    .replace("    honours_idempotency_keys: true\n", "");
+    load_str(&text, "agent.yaml", &env).unwrap_or_else(|errors| panic!("{errors}"));
+}
+
+#[test]
+fn an_oversized_or_unreadable_file_is_refused_before_parsing() {
+    let text = format!(
+        "{BASE}#{}\n",
+        "x".repeat(intentgate_config::limits::CONFIG_BYTES_MAX)
+    );
+    let error = only_error(&text);
+    assert_eq!((error.line, error.column), (0, 0));
+    assert_says(&error, &["a config is at most"], &[]);
+
+    let missing = std::path::Path::new("/nonexistent/intentgate.yaml");
+    let errors = intentgate_config::load_file(missing).unwrap_err();
+    assert!(
+        errors
+            .to_string()
+            .starts_with("/nonexistent/intentgate.yaml: can't open the config file"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn a_duplicate_yaml_key_is_refused() {
+    let text = broken(
+        "    timeout_ms: 10000\n",
+        "    timeout_ms: 10000\n    timeout_ms: 20000\n",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "timeout_ms: 20000");
+    assert_says(&error, &["`timeout_ms` is written twice"], &["keep one"]);
+}
+
+#[test]
+fn a_missing_required_field_names_the_tool_at_its_first_line() {
+    let text = broken(
+        "    call: {upstream: payments, method: GET, path: \"/v1/orders/{order_id}\"}\n",
+        "",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "name: get_order");
+    assert_says(
+        &error,
+        &["tool `get_order` has no `call`"],
+        &["add `call: {upstream: payments"],
+    );
+}
+
+#[test]
+fn an_empty_file_or_a_list_is_not_a_config() {
+    let error = only_error("# nothing here yet\n\n");
+    assert_says(&error, &["the config file is empty"], &["`tools:`"]);
+    assert_eq!(
+        error.to_string().lines().next(),
+        Some("agent.yaml: the config file is empty")
+    );
+
+    let error = only_error("- get_order\n- refund_order\n");
+    assert_eq!((error.line, error.column), (1, 1));
+    assert_says(&error, &["not a mapping"], &["`tools:`"]);
+}

@@ -1,0 +1,284 @@
+//! The example config (`examples/support-agent.yaml`) loads, is what it says it is, and
+//! validates against the published JSON Schema; a loaded config never prints a secret.
+
+use std::path::PathBuf;
+
+use intentgate_config::{LoadedConfig, load_file, load_str, schema};
+use intentgate_core::{CallStatus, Effect};
+use serde_json::{Value, json};
+
+fn example_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/support-agent.yaml")
+}
+
+fn example_text() -> String {
+    std::fs::read_to_string(example_path()).expect("the example config exists")
+}
+
+fn load(text: &str, env: &dyn Fn(&str) -> Option<String>) -> LoadedConfig {
+    load_str(text, "support-agent.yaml", env).unwrap_or_else(|errors| panic!("{errors}"))
+}
+
+const SECRET: &str = "sk_live_51Hx9SECRETvalue";
+
+#[test]
+fn the_example_has_the_fourteen_tools_of_a_support_agent() {
+    let loaded = load(&example_text(), &|_| None);
+    let by_effect = |effect: Effect| -> Vec<&str> {
+        loaded
+            .tools
+            .iter()
+            .filter(|tool| tool.effect == effect)
+            .map(|tool| tool.name.as_str())
+            .collect()
+    };
+    assert_eq!(loaded.tools.len(), 14);
+    assert_eq!(
+        by_effect(Effect::Read),
+        [
+            "get_order",
+            "check_refund_status",
+            "get_customer",
+            "list_customer_orders",
+            "list_payment_methods",
+            "get_product",
+            "track_shipment",
+            "get_ticket",
+            "search_help_articles"
+        ]
+    );
+    assert_eq!(
+        by_effect(Effect::Idempotent),
+        ["set_ticket_status", "update_address"]
+    );
+    assert_eq!(
+        by_effect(Effect::SideEffect),
+        ["refund_order", "charge_card", "send_email"]
+    );
+    // The plain config and the definitions are in the same order.
+    let names: Vec<&str> = loaded
+        .config
+        .tools
+        .iter()
+        .map(|tool| tool.name.as_str())
+        .collect();
+    let definitions: Vec<&str> = loaded.tools.iter().map(|tool| tool.name.as_str()).collect();
+    assert_eq!(names, definitions);
+}
+
+#[test]
+fn side_effects_are_keyed_by_intent_and_found_by_their_intent_key() {
+    let loaded = load(&example_text(), &|_| None);
+    let tool = |name: &str| loaded.tools.iter().find(|tool| tool.name == name).unwrap();
+    let config = |name: &str| {
+        loaded
+            .config
+            .tools
+            .iter()
+            .find(|tool| tool.name == name)
+            .unwrap()
+    };
+
+    let key = |name: &str| tool(name).key.as_ref().map(|key| key.as_str().to_owned());
+    assert_eq!(
+        key("refund_order").as_deref(),
+        Some("refund:{order_id}:{amount:.2}")
+    );
+    let charge = tool("charge_card").key.as_ref().unwrap();
+    assert!(
+        charge.uses_intent_id(),
+        "a customer may be charged the same amount twice"
+    );
+    assert_eq!(
+        charge.argument_names().collect::<Vec<_>>(),
+        ["customer_id", "amount"]
+    );
+    assert_eq!(
+        key("send_email").as_deref(),
+        Some("email:{to}:{template_id}:{reference}")
+    );
+
+    for name in ["refund_order", "charge_card", "send_email"] {
+        let definition = tool(name);
+        let config = config(name);
+        assert!(definition.owner.is_some(), "{name} has an owner");
+        assert_eq!(definition.external_id_pointer, "/id");
+        let lookup = config.lookup.as_ref().expect("a lookup");
+        assert_eq!(lookup.found, "/data/0");
+        assert_eq!(
+            lookup.query.get("intent_key").map(String::as_str),
+            Some("{intent_key}")
+        );
+        let list = config.list.as_ref().expect("a list for reconciliation");
+        assert_eq!(list.fields.intent_key, "/metadata/intent_key");
+        let body = config.call.body.as_ref().expect("a body");
+        assert_eq!(body["metadata"]["intent_key"], "{intent_key}", "{name}");
+        assert!(
+            definition
+                .published_description()
+                .ends_with("Repeated calls return the original result."),
+            "{name}"
+        );
+        assert_eq!(config.destructive, Some(true));
+    }
+    let refund = tool("refund_order");
+    assert_eq!(refund.owner.as_deref(), Some("payments-team"));
+    assert_eq!(refund.once_per, "order and amount");
+    assert_eq!(refund.timeout.as_millis(), 10_000);
+    assert!(refund.messages.0.contains_key(&CallStatus::PendingUnknown));
+    assert!(!refund.retry_rejected);
+    assert!(tool("charge_card").retry_rejected);
+    assert!(
+        tool("charge_card")
+            .messages
+            .0
+            .contains_key(&CallStatus::Rejected)
+    );
+
+    // Reads and idempotent tools have no key; every schema is closed and says what it needs.
+    for (definition, config) in loaded.tools.iter().zip(&loaded.config.tools) {
+        assert_eq!(
+            definition.key.is_some(),
+            definition.effect == Effect::SideEffect
+        );
+        assert_eq!(
+            config.input_schema["additionalProperties"],
+            json!(false),
+            "{}",
+            config.name
+        );
+        assert!(
+            config.input_schema["required"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
+        );
+        assert!(config.line > 0);
+    }
+}
+
+#[test]
+fn the_example_resolves_its_environment() {
+    let text = example_text();
+    let defaults = load(&text, &|_| None);
+    let payments = &defaults.config.upstreams["payments"];
+    assert_eq!(payments.base_url, "http://127.0.0.1:8090");
+    assert_eq!(payments.headers["Authorization"], "Bearer sk_test_mock");
+    assert!(payments.honours_idempotency_keys);
+
+    let set = load(&text, &|name| match name {
+        "INTENTGATE_MOCK_URL" => Some("http://10.0.0.7:9000".to_owned()),
+        "PAYMENTS_API_KEY" => Some(SECRET.to_owned()),
+        _ => None,
+    });
+    let payments = &set.config.upstreams["payments"];
+    assert_eq!(payments.base_url, "http://10.0.0.7:9000");
+    assert_eq!(
+        payments.headers["Authorization"],
+        format!("Bearer {SECRET}")
+    );
+
+    // And through the file, with the process environment.
+    let loaded = load_file(&example_path()).unwrap_or_else(|errors| panic!("{errors}"));
+    assert_eq!(loaded.tools.len(), 14);
+}
+
+#[test]
+fn debug_of_a_loaded_config_never_contains_a_secret() {
+    // Secrets in an upstream header, in a base URL (user info and path) and in a tool's
+    // lookup header.
+    let text = example_text().replacen(
+        "    lookup:\n      method: GET\n      path: /v1/refunds\n",
+        "    lookup:\n      method: GET\n      headers: {X-Lookup-Token: \"${LOOKUP_TOKEN}\"}\n      path: /v1/refunds\n",
+        1,
+    );
+    assert!(text.contains("LOOKUP_TOKEN"));
+    let env = |name: &str| match name {
+        "PAYMENTS_API_KEY" => Some(SECRET.to_owned()),
+        "LOOKUP_TOKEN" => Some(format!("lookup-{SECRET}")),
+        "INTENTGATE_MOCK_URL" => Some(format!(
+            "https://agent:{SECRET}@mock.example.com/t/{SECRET}"
+        )),
+        _ => None,
+    };
+    let loaded = load(&text, &env);
+    let refund = loaded
+        .config
+        .tools
+        .iter()
+        .find(|tool| tool.name == "refund_order")
+        .unwrap();
+    let lookup = refund.lookup.as_ref().unwrap();
+    assert_eq!(
+        lookup.headers["X-Lookup-Token"],
+        format!("lookup-{SECRET}"),
+        "resolved"
+    );
+
+    for debug in [
+        format!("{loaded:?}"),
+        format!("{loaded:#?}"),
+        format!("{:?}", loaded.config),
+        format!("{:?}", loaded.config.tools),
+        format!("{:?}", loaded.config.gateway),
+    ] {
+        assert!(
+            !debug.contains(SECRET),
+            "a secret in Debug output:\n{debug}"
+        );
+    }
+    let debug = format!("{:?}", loaded.config);
+    assert!(debug.contains("\"Authorization\": <redacted>"), "{debug}");
+    assert!(debug.contains("\"X-Lookup-Token\": <redacted>"), "{debug}");
+    assert!(
+        debug.contains("https://mock.example.com/<redacted>"),
+        "{debug}"
+    );
+}
+
+#[test]
+fn the_example_validates_against_the_published_schema() {
+    let schema = schema();
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    assert_eq!(schema["title"], "intentgate config");
+    let tool = &schema["$defs"]["Tool"];
+    assert_eq!(tool["additionalProperties"], json!(false));
+    assert!(
+        tool["required"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("effect")),
+        "effect is required in the schema even though the loader reads it as optional"
+    );
+    assert!(
+        tool["properties"]["timeout_ms"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("p99")
+    );
+
+    let validator = jsonschema::validator_for(&schema).expect("the schema is a valid JSON Schema");
+    let document: Value = serde_saphyr::from_str(&example_text()).expect("the example is YAML");
+    let errors: Vec<String> = validator
+        .iter_errors(&document)
+        .map(|error| error.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+
+    // The schema refuses what the loader refuses: a missing effect, a misspelt field, a
+    // message key that is not a status.
+    let mut missing_effect = document.clone();
+    missing_effect["tools"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("effect");
+    assert!(!validator.is_valid(&missing_effect));
+    let mut typo = document.clone();
+    typo["tools"][0]["timout_ms"] = json!(1000);
+    assert!(!validator.is_valid(&typo));
+    let mut message = document;
+    message["tools"][11]["messages"]["pending"] = json!("wait");
+    assert!(!validator.is_valid(&message));
+}

@@ -1,0 +1,36 @@
+//! `intentgate config schema|check`.
+
+use std::collections::BTreeMap;
+
+use intentgate_core::Effect;
+
+use crate::cli::{ConfigArgs, ConfigCommand};
+
+pub fn run(arguments: ConfigArgs) -> anyhow::Result<()> {
+    match arguments.command {
+        ConfigCommand::Schema => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&intentgate_config::schema())?
+            );
+            Ok(())
+        }
+        ConfigCommand::Check { file } => {
+            let loaded = crate::serve::load(&file)?;
+            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+            for tool in &loaded.tools {
+                *counts.entry(tool.effect.as_str()).or_default() += 1;
+            }
+            let count = |effect: Effect| counts.get(effect.as_str()).copied().unwrap_or(0);
+            println!(
+                "{}: ok, {} tools ({} read, {} idempotent, {} side_effect)",
+                file.display(),
+                loaded.tools.len(),
+                count(Effect::Read),
+                count(Effect::Idempotent),
+                count(Effect::SideEffect)
+            );
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! `intentgate demo`: the incident, replayed in seconds.
+//!
+//! A population of customers each wants one refund. Their support agent retries the way real
+//! agents do: the framework re-runs a tool that raised (same tool call), the model calls the
+//! tool again after an error because its prompt says "retry once" (a new tool call), and
+//! some customers come back to ask "did my refund go through?", which makes the model call
+//! the tool again (another new tool call). The same seeded customers and agents run twice
+//! against the mock payments provider over real HTTP, with the same fault plan:
+//!
+//! 1. through a naive wrapper whose idempotency key is the tool call id, with an HTTP client
+//!    that retries timeouts and 5xx twice under the same key;
+//! 2. through intentgate (a `Gate` over a SQLite ledger in a temporary folder and the HTTP
+//!    upstream that `examples/support-agent.yaml` describes).
+//!
+//! Latencies and timeouts are scaled down a hundredfold so the replay takes seconds; the
+//! provider's faults and its independence of commit from answer are unchanged.
+
+mod agent;
+mod naive;
+mod report;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use intentgate_core::IntentStatus;
+use intentgate_gate::{CallContext, GateOptions, SystemClock};
+use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions};
+use intentgate_mock::{MockOptions, MockProvider, MockServer};
+use tokio::sync::Semaphore;
+
+use crate::cli::DemoArgs;
+use agent::{Agent, Customer, Tool};
+pub use report::{Report, Run};
+
+/// The example config, embedded so the demo needs no files.
+const EXAMPLE_CONFIG: &str = include_str!("../../../../examples/support-agent.yaml");
+/// Everything slow is scaled by this: a 4.8 s p95 becomes 48 ms, a 10 s timeout 100 ms.
+const TIME_SCALE: f64 = 0.01;
+/// Customers served at once, as an agent fleet would.
+const AGENTS_AT_ONCE: usize = 64;
+
+pub async fn run(arguments: DemoArgs) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let started = Instant::now();
+    let customers = agent::customers(arguments.seed, arguments.customers as usize);
+    let progress = if arguments.json {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(customers.len() as u64 * 2);
+        bar.set_style(
+            ProgressStyle::with_template("{msg:>22} [{bar:40}] {pos}/{len} customers")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        );
+        bar
+    };
+
+    progress.set_message("naive wrapper");
+    let naive = run_naive(&arguments, &customers, &progress).await?;
+    progress.set_message("intentgate");
+    let gated = run_intentgate(&arguments, &customers, &progress).await?;
+    progress.finish_and_clear();
+
+    let report = Report {
+        customers: customers.len(),
+        seed: arguments.seed,
+        faults: arguments.faults.clone(),
+        naive,
+        intentgate: gated,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    if arguments.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}
+
+/// The mock provider with the demo's plan, on a loopback port.
+async fn start_provider(arguments: &DemoArgs) -> anyhow::Result<MockServer> {
+    let mut plan = crate::faults::plan(&arguments.faults)?;
+    plan.seed = arguments.seed;
+    plan.latency_scale *= TIME_SCALE;
+    plan.retry_after_ms = scale(Duration::from_millis(plan.retry_after_ms)).as_millis() as u64;
+    plan.timeout_hold_ms = scale(Duration::from_millis(plan.timeout_hold_ms)).as_millis() as u64;
+    let provider = MockProvider::new(MockOptions::new(plan)).context("the fault plan")?;
+    MockServer::start(provider)
+        .await
+        .context("starting the mock provider on a loopback port")
+}
+
+fn scale(duration: Duration) -> Duration {
+    duration.mul_f64(TIME_SCALE).max(Duration::from_millis(1))
+}
+
+/// Serves every customer with at most [`AGENTS_AT_ONCE`] agents at a time.
+async fn serve_customers(
+    customers: &[Customer],
+    tool: Arc<dyn Tool>,
+    progress: &ProgressBar,
+) -> anyhow::Result<Vec<agent::Served>> {
+    let slots = Arc::new(Semaphore::new(AGENTS_AT_ONCE));
+    let mut running = tokio::task::JoinSet::new();
+    for customer in customers.iter().cloned() {
+        let slot = slots.clone().acquire_owned().await?;
+        let tool = tool.clone();
+        running.spawn(async move {
+            let served = Agent::new(customer).serve(&*tool).await;
+            drop(slot);
+            served
+        });
+    }
+    let mut served = Vec::with_capacity(customers.len());
+    while let Some(done) = running.join_next().await {
+        served.push(done.context("an agent task failed")?);
+        progress.inc(1);
+    }
+    Ok(served)
+}
+
+async fn run_naive(
+    arguments: &DemoArgs,
+    customers: &[Customer],
+    progress: &ProgressBar,
+) -> anyhow::Result<Run> {
+    let server = start_provider(arguments).await?;
+    let tool: Arc<dyn Tool> = Arc::new(naive::NaiveRefund::new(
+        &server.url(),
+        scale(Duration::from_secs(10)),
+    )?);
+    let served = serve_customers(customers, tool, progress).await?;
+    let run = Run::collect(
+        "naive wrapper (key = tool call id)",
+        &served,
+        server.provider(),
+        None,
+    );
+    server.stop().await?;
+    Ok(run)
+}
+
+async fn run_intentgate(
+    arguments: &DemoArgs,
+    customers: &[Customer],
+    progress: &ProgressBar,
+) -> anyhow::Result<Run> {
+    let server = start_provider(arguments).await?;
+    let url = server.url();
+    let environment = move |name: &str| (name == "INTENTGATE_MOCK_URL").then(|| url.clone());
+    let mut loaded =
+        intentgate_config::load_str(EXAMPLE_CONFIG, "examples/support-agent.yaml", &environment)
+            .map_err(|errors| anyhow::anyhow!("{errors}"))?;
+    for tool in &mut loaded.tools {
+        tool.timeout = scale(tool.timeout);
+    }
+    let folder = tempfile::tempdir().context("a temporary folder for the ledger")?;
+    let ledger = Arc::new(SqliteLedger::open(
+        folder.path().join("ledger.db"),
+        SqliteOptions {
+            durability: Durability::Strict,
+            inline: false,
+        },
+    )?);
+    let options = GateOptions {
+        lookup_interval: scale(intentgate_gate::LOOKUP_INTERVAL),
+        retry_after_cap: scale(intentgate_gate::RETRY_AFTER_CAP),
+        backoff_base: scale(intentgate_gate::BACKOFF_BASE),
+        ..GateOptions::default()
+    };
+    let gate = Arc::new(crate::serve::build_gate_with(
+        &loaded,
+        ledger.clone(),
+        Arc::new(SystemClock),
+        options,
+    )?);
+    let tool: Arc<dyn Tool> = Arc::new(agent::GatedRefund { gate: gate.clone() });
+    let served = serve_customers(customers, tool, progress).await?;
+
+    // What is still unknown once each unknown intent has been looked up one more time.
+    tokio::time::sleep(scale(intentgate_gate::LOOKUP_INTERVAL) * 2).await;
+    let mut unknown = 0;
+    let mut after_id = 0;
+    loop {
+        let page = ledger.list(after_id, 1000).await?;
+        let Some(last) = page.last() else { break };
+        after_id = last.id;
+        for intent in page
+            .iter()
+            .filter(|intent| intent.status == IntentStatus::Unknown)
+        {
+            gate.call(
+                &intent.tool,
+                intent.arguments.clone(),
+                &CallContext::default(),
+            )
+            .await?;
+            let now = ledger
+                .get_by_id(intent.id)
+                .await?
+                .map(|intent| intent.status);
+            unknown += usize::from(now == Some(IntentStatus::Unknown));
+        }
+    }
+    let run = Run::collect("intentgate", &served, server.provider(), Some(unknown));
+    server.stop().await?;
+    Ok(run)
+}
