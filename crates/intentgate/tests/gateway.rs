@@ -1,0 +1,532 @@
+//! The gateway as an operator runs it: the real `intentgate` binary serving
+//! `examples/support-agent.yaml`, in front of the real `intentgate mock-provider`, both on
+//! loopback ports, talked to over HTTP.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// Tool timeouts in the test config: short, so the timeout rows take a second, not ten.
+const TOOL_TIMEOUT_MS: u64 = 700;
+/// Retries of a call refused because the gateway is at its concurrency limit.
+const OVERLOAD_RETRIES_MAX: usize = 200;
+/// How long the mock holds a "timeout" answer: well past the tool timeout.
+const TIMEOUT_HOLD_MS: u64 = 2_000;
+
+/// A child process that is killed when dropped.
+struct Running {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `intentgate ARGS` and reads the `... listening on http://ADDR` line it prints.
+fn start(args: &[&str], env: &[(&str, &str)]) -> Running {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_intentgate"));
+    command
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .env_remove("RUST_LOG");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().expect("intentgate starts");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("it prints where it listens");
+    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
+    assert!(
+        url.starts_with("http://127.0.0.1:"),
+        "unexpected first line: {line:?}"
+    );
+    Running { child, url }
+}
+
+/// The example config with short timeouts, written to `folder`.
+fn test_config(folder: &std::path::Path) -> std::path::PathBuf {
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/support-agent.yaml"
+    ))
+    .unwrap();
+    let mut text = String::new();
+    for line in example.lines() {
+        if line.trim_start().starts_with("timeout_ms:") {
+            let indent = &line[..line.len() - line.trim_start().len()];
+            text.push_str(&format!("{indent}timeout_ms: {TOOL_TIMEOUT_MS}\n"));
+        } else {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    let path = folder.join("support-agent.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+struct Stack {
+    mock: Running,
+    gateway: Running,
+    client: reqwest::Client,
+    _folder: tempfile::TempDir,
+}
+
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// The mock provider (quiet) and a gateway in front of it, or in front of `upstream_url`.
+fn stack_with(upstream_url: Option<&str>) -> Stack {
+    let folder = tempfile::tempdir().unwrap();
+    let mock = start(
+        &[
+            "mock-provider",
+            "--listen",
+            "127.0.0.1:0",
+            "--faults",
+            "quiet",
+        ],
+        &[],
+    );
+    let config = test_config(folder.path());
+    let ledger = folder.path().join("ledger.db");
+    let upstream = upstream_url.unwrap_or(&mock.url).to_owned();
+    let gateway = start(
+        &[
+            "serve",
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--ledger",
+            ledger.to_str().unwrap(),
+        ],
+        &[("INTENTGATE_MOCK_URL", &upstream)],
+    );
+    Stack {
+        mock,
+        gateway,
+        client: client(),
+        _folder: folder,
+    }
+}
+
+fn stack() -> Stack {
+    stack_with(None)
+}
+
+impl Stack {
+    async fn call(&self, tool: &str, arguments: Value) -> Value {
+        let response = self
+            .client
+            .post(format!("{}/v1/tools/{tool}/call", self.gateway.url))
+            .json(&json!({ "arguments": arguments }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        response.json().await.unwrap()
+    }
+
+    /// A call the way an HTTP client layer makes it: a 503 with Retry-After (the gateway at
+    /// its concurrency limit, nothing executed) is retried.
+    async fn call_retrying_overload(&self, tool: &str, arguments: Value) -> Value {
+        for _ in 0..OVERLOAD_RETRIES_MAX {
+            let response = self
+                .client
+                .post(format!("{}/v1/tools/{tool}/call", self.gateway.url))
+                .json(&json!({ "arguments": arguments }))
+                .send()
+                .await
+                .unwrap();
+            if response.status().as_u16() == 503 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            assert_eq!(response.status().as_u16(), 200);
+            return response.json().await.unwrap();
+        }
+        panic!("the gateway stayed overloaded");
+    }
+
+    async fn faults(&self, plan: Value) {
+        let mut full = json!({"latency_p50_ms": 0, "latency_p95_ms": 0, "retry_after_ms": 10, "timeout_hold_ms": TIMEOUT_HOLD_MS});
+        full.as_object_mut()
+            .unwrap()
+            .extend(plan.as_object().unwrap().clone());
+        let response = self
+            .client
+            .put(format!("{}/admin/faults", self.mock.url))
+            .json(&full)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{:?}",
+            response.text().await
+        );
+    }
+
+    async fn effects(&self) -> Value {
+        self.client
+            .get(format!("{}/admin/effects", self.mock.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+fn refund(order: &str, amount: f64) -> Value {
+    json!({"order_id": order, "amount": amount, "reason": "requested_by_customer"})
+}
+
+#[tokio::test]
+async fn every_row_of_the_outcome_table_gives_the_right_status() {
+    let stack = stack();
+    let rows: Vec<(&str, Value, &str, u64)> = vec![
+        ("ok", json!({}), "done", 1),
+        ("reject", json!({"reject": 1000}), "rejected", 0),
+        (
+            "rate_limited",
+            json!({"rate_limited": 1000}),
+            "not_executed",
+            0,
+        ),
+        (
+            "unavailable",
+            json!({"unavailable": 1000}),
+            "not_executed",
+            0,
+        ),
+        (
+            "timeout, committed",
+            json!({"timeout": 1000, "commit_when_ambiguous": 1000}),
+            "done",
+            1,
+        ),
+        (
+            "timeout, not committed",
+            json!({"timeout": 1000, "commit_when_ambiguous": 0}),
+            "pending_unknown",
+            0,
+        ),
+        (
+            "dropped, committed",
+            json!({"dropped": 1000, "commit_when_ambiguous": 1000}),
+            "done",
+            1,
+        ),
+        (
+            "dropped, not committed",
+            json!({"dropped": 1000, "commit_when_ambiguous": 0}),
+            "pending_unknown",
+            0,
+        ),
+        (
+            "5xx, committed",
+            json!({"server_error": 1000, "commit_when_ambiguous": 1000}),
+            "done",
+            1,
+        ),
+        (
+            "5xx, not committed",
+            json!({"server_error": 1000, "commit_when_ambiguous": 0}),
+            "pending_unknown",
+            0,
+        ),
+    ];
+    for (index, (row, plan, expected, effects)) in rows.into_iter().enumerate() {
+        stack.faults(plan).await;
+        let order = format!("row{index}");
+        let outcome = stack.call("refund_order", refund(&order, 10.0)).await;
+        assert_eq!(outcome["status"], expected, "{row}: {outcome}");
+        let counts = stack.effects().await;
+        let made = counts["by_order"][&order].as_u64().unwrap_or(0);
+        assert_eq!(made, effects, "{row}: effects at the provider");
+        // Every repeat lands on the same answer, and never makes a second effect.
+        stack.faults(json!({})).await;
+        let again = stack.call("refund_order", refund(&order, 10.0)).await;
+        let same = match expected {
+            "done" => "already_done",
+            "not_executed" => "done",
+            other => other,
+        };
+        assert_eq!(again["status"], same, "{row}, repeated: {again}");
+        let after = stack.effects().await["by_order"][&order]
+            .as_u64()
+            .unwrap_or(0);
+        assert!(after <= 1, "{row}: a repeat made a second effect");
+    }
+}
+
+#[tokio::test]
+async fn a_connection_refused_before_sending_is_not_executed() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let stack = stack_with(Some(&dead));
+    let outcome = stack.call("refund_order", refund("refused", 10.0)).await;
+    assert_eq!(outcome["status"], "not_executed", "{outcome}");
+    let read = stack.call("get_order", json!({"order_id": "o1"})).await;
+    assert_eq!(read["status"], "not_executed", "{read}");
+}
+
+#[tokio::test]
+async fn a_409_from_another_attempt_holding_the_key_is_looked_up() {
+    let stack = stack();
+    // Another attempt is at the provider with the gateway's key, and slow.
+    stack
+        .faults(json!({"latency_p50_ms": 3000, "latency_p95_ms": 3000, "latency_scale": 1.0}))
+        .await;
+    let body = json!({"order_id": "o409", "amount": "10.00", "reason": "requested_by_customer", "metadata": {"intent_key": "refund:o409:10.00"}});
+    let holder = {
+        let client = stack.client.clone();
+        let url = format!("{}/v1/refunds", stack.mock.url);
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .header("Idempotency-Key", "refund_order:refund:o409:10.00")
+                .json(&body)
+                .send()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stack.faults(json!({})).await;
+    let outcome = stack.call("refund_order", refund("o409", 10.0)).await;
+    assert_eq!(
+        outcome["status"], "done",
+        "the lookup found the other attempt's effect: {outcome}"
+    );
+    assert_eq!(stack.effects().await["by_order"]["o409"], 1);
+    holder.abort();
+}
+
+#[tokio::test]
+async fn a_storm_of_eighteen_calls_per_intent_with_faults_makes_one_effect_per_intent() {
+    let stack = Arc::new(stack());
+    stack
+        .faults(json!({"reject": 30, "rate_limited": 50, "unavailable": 30, "timeout": 60, "dropped": 40,
+                       "server_error": 60, "lookup_failure": 150, "latency_p50_ms": 5, "latency_p95_ms": 80, "seed": 7}))
+        .await;
+    let mut calls = tokio::task::JoinSet::new();
+    for intent in 0..40 {
+        for call in 0..18 {
+            let stack = stack.clone();
+            calls.spawn(async move {
+                // Some layers fire together, some a little later.
+                tokio::time::sleep(Duration::from_millis((call % 6) as u64 * 40)).await;
+                stack
+                    .call_retrying_overload("refund_order", refund(&format!("storm{intent}"), 25.0))
+                    .await
+            });
+        }
+    }
+    let mut statuses = std::collections::BTreeMap::new();
+    while let Some(outcome) = calls.join_next().await {
+        *statuses
+            .entry(outcome.unwrap()["status"].as_str().unwrap().to_owned())
+            .or_insert(0) += 1;
+    }
+    let counts = stack.effects().await;
+    assert_eq!(counts["duplicates"], json!([]), "{counts}");
+    for intent in 0..40 {
+        let made = counts["by_order"][&format!("storm{intent}")]
+            .as_u64()
+            .unwrap_or(0);
+        assert!(made <= 1, "storm{intent} has {made} effects");
+    }
+    let total: u64 = statuses.values().sum();
+    assert_eq!(total, 40 * 18, "{statuses:?}");
+    println!(
+        "storm: 40 intents x 18 calls, statuses {statuses:?}, effects {}",
+        counts["total"]
+    );
+}
+
+#[tokio::test]
+async fn changed_arguments_under_one_key_are_a_conflict() {
+    let stack = stack();
+    assert_eq!(
+        stack.call("refund_order", refund("c1", 49.0)).await["status"],
+        "done"
+    );
+    let mut changed = refund("c1", 49.0);
+    changed["reason"] = json!("damaged");
+    let conflict = stack.call("refund_order", changed).await;
+    assert_eq!(conflict["status"], "conflict");
+    assert_eq!(conflict["differing_fields"], json!(["reason"]));
+}
+
+#[tokio::test]
+async fn arguments_can_never_change_the_upstream_url() {
+    let stack = stack();
+    for id in [
+        "../admin/stats",
+        "a?b=c",
+        "x#y",
+        "a%2Fb",
+        "a/b",
+        "%2e%2e",
+        "a b",
+    ] {
+        let outcome = stack.call("get_order", json!({"order_id": id})).await;
+        assert_eq!(outcome["status"], "done", "{id:?}: {outcome}");
+        assert_eq!(
+            outcome["result"]["id"], id,
+            "{id:?} reached another URL: {outcome}"
+        );
+    }
+    // A newline reaches the order route intact, where the provider refuses such an id.
+    let newline = stack
+        .call("get_order", json!({"order_id": "line\nbreak"}))
+        .await;
+    assert_eq!(newline["status"], "rejected", "{newline}");
+    assert_eq!(newline["result"]["error"]["param"], "id", "{newline}");
+    let dots = stack.call("get_order", json!({"order_id": ".."})).await;
+    assert_eq!(
+        dots["status"], "rejected",
+        "a `..` segment is never sent: {dots}"
+    );
+}
+
+#[tokio::test]
+async fn malformed_requests_get_problem_json() {
+    let stack = stack();
+    let response = stack
+        .client
+        .post(format!(
+            "{}/v1/tools/refund_everything/call",
+            stack.gateway.url
+        ))
+        .json(&json!({"arguments": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 404);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let huge = json!({"arguments": {"order_id": "x".repeat(2 * 1024 * 1024)}});
+    let response = stack
+        .client
+        .post(format!("{}/v1/tools/get_order/call", stack.gateway.url))
+        .json(&huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 413);
+    let tools: Value = stack
+        .client
+        .get(format!("{}/v1/tools", stack.gateway.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(tools["tools"].as_array().unwrap().len(), 14);
+}
+
+#[test]
+fn the_demo_refunds_customers_twice_without_intentgate_and_never_with_it() {
+    let output = Command::new(env!("CARGO_BIN_EXE_intentgate"))
+        .args(["demo", "--customers", "150", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(
+        report["naive"]["customers_refunded_twice"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{report}"
+    );
+    assert_eq!(
+        report["intentgate"]["customers_refunded_twice"], 0,
+        "{report}"
+    );
+    assert_eq!(report["intentgate"]["extra_refunds"], 0, "{report}");
+}
+
+#[test]
+fn config_check_says_which_line_and_what_to_change() {
+    let folder = tempfile::tempdir().unwrap();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/support-agent.yaml"
+    ))
+    .unwrap();
+    let broken = example.replace(
+        "key: \"refund:{order_id}:{amount:.2}\"",
+        "key: \"refund:{tool_call_id}\"",
+    );
+    assert_ne!(broken, example);
+    let path = folder.path().join("broken.yaml");
+    std::fs::write(&path, &broken).unwrap();
+    let line = broken
+        .lines()
+        .position(|line| line.contains("refund:{tool_call_id}"))
+        .unwrap()
+        + 1;
+    let output = Command::new(env!("CARGO_BIN_EXE_intentgate"))
+        .args(["config", "check", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&format!("broken.yaml:{line}:")), "{stderr}");
+    assert!(
+        stderr.contains("tool_call_id") && stderr.contains("fix:"),
+        "{stderr}"
+    );
+
+    let good = Command::new(env!("CARGO_BIN_EXE_intentgate"))
+        .args([
+            "config",
+            "check",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../examples/support-agent.yaml"
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(good.status.success());
+    assert!(
+        String::from_utf8_lossy(&good.stdout)
+            .contains("14 tools (9 read, 2 idempotent, 3 side_effect)")
+    );
+    let schema = Command::new(env!("CARGO_BIN_EXE_intentgate"))
+        .args(["config", "schema"])
+        .output()
+        .unwrap();
+    let schema: Value = serde_json::from_slice(&schema.stdout).unwrap();
+    assert!(schema["properties"]["tools"].is_object());
+}
