@@ -285,13 +285,14 @@ impl Gate {
             && (intent.status == IntentStatus::Done
                 || (intent.status == IntentStatus::Rejected && !tool.retry_rejected))
         {
-            if let Err(error) = self
-                .ledger
-                .record_call(intent.id, self.clock.now_ms())
-                .await
-            {
-                tracing::warn!(tool = %tool.name, key = %key, %error, "could not count a repeated call");
-            }
+            // Counting the call is bookkeeping: the answer does not wait for its commit.
+            let ledger = self.ledger.clone();
+            let (id, now_ms, tool_name) = (intent.id, self.clock.now_ms(), tool.name.clone());
+            tokio::spawn(async move {
+                if let Err(error) = ledger.record_call(id, now_ms).await {
+                    tracing::warn!(tool = %tool_name, intent = id, %error, "could not count a repeated call");
+                }
+            });
             return Ok(self.answer_from(tool, &intent));
         }
 

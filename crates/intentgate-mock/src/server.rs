@@ -535,6 +535,14 @@ fn cut_connection() -> Response {
     response
 }
 
+/// Sleeps for a drawn latency. No latency means no sleep at all: tokio rounds even a zero
+/// sleep up to its next 1 ms tick, which would add a millisecond to every quiet request.
+async fn pause(latency: Duration) {
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+}
+
 /// Acts out a decision: waits, then answers, or holds and cuts.
 async fn act_out(decision: Decision, timeout_hold: Duration) -> Response {
     match decision.reply {
@@ -543,7 +551,7 @@ async fn act_out(decision: Decision, timeout_hold: Duration) -> Response {
             retry_after_ms,
             body,
         } => {
-            tokio::time::sleep(decision.latency).await;
+            pause(decision.latency).await;
             json_response(status, retry_after_ms, body)
         }
         UpstreamObservation::Timeout => {
@@ -551,7 +559,7 @@ async fn act_out(decision: Decision, timeout_hold: Duration) -> Response {
             cut_connection()
         }
         UpstreamObservation::Dropped { .. } => {
-            tokio::time::sleep(decision.latency).await;
+            pause(decision.latency).await;
             cut_connection()
         }
         // Only a script can ask for it: cut at once, nothing was processed.

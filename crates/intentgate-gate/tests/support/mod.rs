@@ -111,6 +111,23 @@ impl Harness {
             .unwrap()
     }
 
+    /// The intent once its call count has reached `calls`: repeats answered from the ledger
+    /// are counted in the background, after the answer.
+    pub async fn intent_after_calls(
+        &self,
+        key: &str,
+        calls: u64,
+    ) -> intentgate_ledger::IntentRecord {
+        for _ in 0..200 {
+            let intent = self.intent(key).await;
+            if intent.call_count >= calls {
+                return intent;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.intent(key).await
+    }
+
     pub async fn intent(&self, key: &str) -> intentgate_ledger::IntentRecord {
         self.ledger
             .get("default", "refund_order", key)
