@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use intentgate_core::limits::TENANT_LENGTH_MAX;
 use intentgate_core::tool::{RETRY_BUDGET_MAX, TIMEOUT_MS_MAX};
-use intentgate_core::{CallStatus, KeyError, KeyTemplate, Messages, ToolDefinition, ToolError};
+use intentgate_core::{
+    CallStatus, Effect, KeyError, KeyTemplate, Messages, ToolDefinition, ToolError,
+};
 use intentgate_http::spec::{CallSpec, ListFields, ListSpec, LookupSpec, Method, UpstreamSpec};
 use intentgate_http::template::{
     GATEWAY_VALUE_NAMES, Template, TemplateError, check_body_template, check_template,
@@ -439,7 +441,13 @@ impl Checker<'_, '_> {
             }
         }
 
+        let call_uses_intent_id = backstop_tool.call_uses_intent_id(&name);
         let mut definition = definition?;
+        definition.resend_window = resend_window(
+            &definition,
+            upstreams.get(&call.upstream),
+            call_uses_intent_id,
+        );
         definition.owner = tool.owner.clone();
         definition.messages = messages.clone();
         definition.retry_rejected = tool.retry_rejected;
@@ -1025,6 +1033,31 @@ impl Checker<'_, '_> {
         }
         resolved
     }
+}
+
+/// How long the sweeper may re-send an unknown intent of `definition` with its provider key
+/// (`ToolDefinition::resend_window`): the key window of its call's upstream less
+/// [`RESEND_WINDOW_MARGIN`], when that upstream honours idempotency keys. None for a tool
+/// whose request uses `{intent_id}` while its key does not: the ledger keeps the key, so
+/// the sweeper could not send that request the way the first attempt did. Nothing is
+/// refused here: a tool without a window only never has its unknown intents re-sent.
+fn resend_window(
+    definition: &ToolDefinition,
+    upstream: Option<&UpstreamSpec>,
+    call_uses_intent_id: bool,
+) -> Option<Duration> {
+    let upstream = upstream.filter(|upstream| upstream.honours_idempotency_keys)?;
+    let key_has_intent_id = definition
+        .key
+        .as_ref()
+        .is_some_and(KeyTemplate::uses_intent_id);
+    if definition.effect != Effect::SideEffect || (call_uses_intent_id && !key_has_intent_id) {
+        return None;
+    }
+    let window = Duration::from_secs(u64::from(upstream.key_window_hours) * 60 * 60);
+    window
+        .checked_sub(RESEND_WINDOW_MARGIN)
+        .filter(|left| !left.is_zero())
 }
 
 /// The message and fix for a key template the core refused.

@@ -18,7 +18,8 @@
 //! **API boundary:** [`load_file`], [`load_str`] and [`schema`]. A [`LoadedConfig`] holds
 //! the plain [`Config`] and the engine's [`ToolDefinition`]s, built by
 //! `ToolDefinition::new` and completed with the tool's owner, messages, `retry_rejected`,
-//! `once_per` and external-id pointer.
+//! `once_per`, external-id pointer and resend window (from its upstream's
+//! `honours_idempotency_keys` and `key_window_hours`, less `limits::RESEND_WINDOW_MARGIN`).
 //!
 //! **Invariant:** a resolved `${NAME}` value (a secret) never appears in an error, a `Debug`
 //! print or anything this crate renders: errors quote only text written in the file, and

@@ -44,6 +44,15 @@ pub const CONCURRENCY_LIMIT_MAX: u32 = 65_536;
 pub const SHUTDOWN_GRACE_MS_MAX: u64 = 10 * 60 * 1000;
 /// Longest provider key window, in hours (a year). Stripe keeps keys for at least 24 hours.
 pub const KEY_WINDOW_HOURS_MAX: u32 = 24 * 365;
+/// Taken off an upstream's idempotency-key window before the sweeper relies on it to re-send
+/// an unknown intent with the same key: clock skew between the gateway and the provider (NTP
+/// keeps it under a second; a drifting VM or a provider that counts from its own receipt
+/// can be minutes off) and the time a request takes to get there. The gate also requires
+/// the whole re-send, retries included, to end inside what is left. An hour of Stripe's 24
+/// costs little: a re-send refused for lateness leaves the intent unknown, while one sent
+/// after the provider forgot the key could pay out twice. A window of an hour or less
+/// leaves nothing, and such a tool is never re-sent.
+pub const RESEND_WINDOW_MARGIN: std::time::Duration = std::time::Duration::from_secs(60 * 60);
 /// Longest `Retry-After` cap, in milliseconds. A retry that waits longer than a tool's
 /// timeout helps nobody.
 pub const RETRY_AFTER_CAP_MS_MAX: u64 = 10 * 60 * 1000;

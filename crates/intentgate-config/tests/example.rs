@@ -156,6 +156,52 @@ fn side_effects_are_keyed_by_intent_and_found_by_their_intent_key() {
     }
 }
 
+/// A tool's resend window: its upstream's key window less the margin, only where that
+/// upstream honours idempotency keys and the sweeper could send the request again as it was.
+#[test]
+fn side_effects_on_an_upstream_that_honours_keys_get_a_resend_window() {
+    use intentgate_config::limits::RESEND_WINDOW_MARGIN;
+    use std::time::Duration;
+
+    let window = |text: &str, name: &str| {
+        load(text, &|_| None)
+            .tools
+            .into_iter()
+            .find(|tool| tool.name == name)
+            .unwrap()
+            .resend_window
+    };
+    let text = example_text();
+    let hours = |hours: u64| Some(Duration::from_secs(hours * 60 * 60) - RESEND_WINDOW_MARGIN);
+    for tool in ["refund_order", "charge_card", "send_email"] {
+        // charge_card's key uses {intent_id}: the sweeper recovers it from the key.
+        assert_eq!(window(&text, tool), hours(24), "{tool}");
+    }
+    assert_eq!(window(&text, "update_address"), None, "not a side effect");
+    assert_eq!(window(&text, "get_order"), None, "not a side effect");
+
+    let shorter = text.replace("key_window_hours: 24", "key_window_hours: 6");
+    assert_eq!(window(&shorter, "refund_order"), hours(6));
+    // The margin leaves nothing of a one-hour window; the config is still accepted.
+    let tiny = text.replace("key_window_hours: 24", "key_window_hours: 1");
+    assert_eq!(window(&tiny, "refund_order"), None);
+    let forgetful = text.replace(
+        "honours_idempotency_keys: true",
+        "honours_idempotency_keys: false",
+    );
+    assert_eq!(window(&forgetful, "refund_order"), None);
+
+    // A request that needs the application's intent id while the key does not hold it
+    // can't be sent again the same way: never re-sent.
+    let needs_id = text.replacen(
+        "metadata: {intent_key: \"{intent_key}\"}",
+        "metadata: {intent_key: \"{intent_key}\", intent_id: \"{intent_id}\"}",
+        1,
+    );
+    assert_ne!(needs_id, text);
+    assert_eq!(window(&needs_id, "refund_order"), None);
+}
+
 #[test]
 fn the_example_resolves_its_environment() {
     let text = example_text();

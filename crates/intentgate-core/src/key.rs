@@ -239,6 +239,74 @@ impl KeyTemplate {
         }
         Ok(key)
     }
+
+    /// The application's intent id that `key` was rendered with, recovered from the key and
+    /// the stored `arguments`; `None` when the template has no `{intent_id}` or the key was
+    /// not rendered from these arguments. The ledger keeps the key, not the id, so this is
+    /// how a caller without the original call (the sweeper) gets the id back. A recovered id
+    /// renders exactly `key` again: that is checked before it is returned.
+    pub fn intent_id_in(&self, key: &str, arguments: &Value) -> Option<String> {
+        if !self.uses_intent_id() {
+            return None;
+        }
+        // Every part but the intent id renders from the arguments alone.
+        let mut rendered = Vec::with_capacity(self.parts.len());
+        for part in &self.parts {
+            rendered.push(match part {
+                Part::Literal(text) => Some(text.clone()),
+                Part::IntentId => None,
+                Part::Field { path, places } => {
+                    let name = path.join(".");
+                    let value = path
+                        .iter()
+                        .try_fold(arguments, |value, field| value.get(field))?;
+                    let mut text = String::new();
+                    escape_into(&mut text, &render_value(&name, value, *places).ok()?);
+                    Some(text)
+                }
+            });
+        }
+        // Each occurrence of the id has the same escaped length.
+        let known: usize = rendered.iter().flatten().map(String::len).sum();
+        let occurrences = rendered.iter().filter(|part| part.is_none()).count();
+        let id_length = key.len().checked_sub(known)? / occurrences;
+        let mut rest = key;
+        let mut escaped: Option<&str> = None;
+        for part in &rendered {
+            match part {
+                Some(text) => rest = rest.strip_prefix(text.as_str())?,
+                None => {
+                    let id = rest.get(..id_length)?;
+                    if escaped.is_some_and(|first| first != id) {
+                        return None;
+                    }
+                    escaped = Some(id);
+                    rest = &rest[id_length..];
+                }
+            }
+        }
+        let id = unescape(escaped?)?;
+        (rest.is_empty() && self.render(arguments, Some(&id)).ok()? == key).then_some(id)
+    }
+}
+
+/// Reverses [`escape_into`]: `%XX` back to its byte. `None` for text `escape_into` can't
+/// have written.
+fn unescape(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(at + 1..at + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            at += 3;
+        } else {
+            out.push(bytes[at]);
+            at += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 fn parse_placeholder(inner: &str) -> Result<Part, &'static str> {
@@ -486,6 +554,33 @@ mod tests {
             template.render(&json!({}), Some("")),
             Err(KeyError::BadIntentId)
         );
+    }
+
+    #[test]
+    fn the_intent_id_is_recovered_from_the_key_it_rendered() {
+        let arguments = json!({"order_id": "88:12", "amount": 49});
+        for (template, id) in [
+            ("refund:{intent_id}", "int_7"),
+            ("refund:{order_id}:{intent_id}:{amount:.2}", "int 7/ü%"),
+            ("{intent_id}", "a:b"),
+            ("r:{intent_id}:again:{intent_id}", "int_9"),
+        ] {
+            let template = KeyTemplate::parse(template).unwrap();
+            let key = template.render(&arguments, Some(id)).unwrap();
+            assert_eq!(
+                template.intent_id_in(&key, &arguments).as_deref(),
+                Some(id),
+                "{key}"
+            );
+        }
+        let template = KeyTemplate::parse("refund:{order_id}:{intent_id}").unwrap();
+        let key = template.render(&arguments, Some("int_7")).unwrap();
+        let other = json!({"order_id": "9", "amount": 49});
+        assert_eq!(template.intent_id_in(&key, &other), None, "other arguments");
+        assert_eq!(template.intent_id_in("refund:88%3A12:", &arguments), None);
+        assert_eq!(template.intent_id_in("elsewhere", &arguments), None);
+        let without = KeyTemplate::parse("refund:{order_id}").unwrap();
+        assert_eq!(without.intent_id_in("refund:88%3A12", &arguments), None);
     }
 
     #[test]

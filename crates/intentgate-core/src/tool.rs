@@ -43,6 +43,13 @@ pub struct ToolDefinition {
     pub once_per: String,
     /// JSON pointer to the provider's id for the effect in a success body.
     pub external_id_pointer: String,
+    /// How long the upstream stores and replays its response per idempotency key, already
+    /// shortened by a safety margin; `None` (the default) when it does not, or nobody said.
+    /// Within this window, counted from when the intent was first seen, the sweeper may
+    /// re-send an `unknown` intent with the same provider key (SPEC section 5): if the first
+    /// attempt committed, the provider replays its answer and nothing happens twice. Outside
+    /// it, or without it, an unknown intent is never sent again.
+    pub resend_window: Option<Duration>,
 }
 
 /// Why a tool definition is refused.
@@ -143,7 +150,21 @@ impl ToolDefinition {
             retry_rejected: false,
             once_per,
             external_id_pointer: "/id".to_owned(),
+            resend_window: None,
         })
+    }
+
+    /// True when an `unknown` intent first seen at `first_seen_ms` may be re-sent with its
+    /// provider key at `now_ms` by an attempt that may take up to `attempt` (its lease):
+    /// every request of that attempt must leave inside the resend window, since after the
+    /// window the provider may have forgotten the key and would perform the effect again.
+    pub fn may_resend(&self, first_seen_ms: i64, now_ms: i64, attempt: Duration) -> bool {
+        let Some(window) = self.resend_window else {
+            return false;
+        };
+        let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+        let attempt_ms = i64::try_from(attempt.as_millis()).unwrap_or(i64::MAX);
+        now_ms.saturating_add(attempt_ms) < first_seen_ms.saturating_add(window_ms)
     }
 
     /// The description models read. For a side-effecting tool it ends with the sentence that
@@ -264,6 +285,21 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_resend_must_end_inside_the_window_and_needs_one() {
+        let mut tool = refund(Some("refund:{order_id}:{amount:.2}")).unwrap();
+        let attempt = Duration::from_secs(30);
+        assert!(!tool.may_resend(0, 0, attempt), "no window, no re-send");
+        tool.resend_window = Some(Duration::from_secs(3600));
+        assert!(tool.may_resend(0, 0, attempt));
+        assert!(tool.may_resend(1_000, 3_570_999, attempt));
+        assert!(
+            !tool.may_resend(1_000, 3_571_000, attempt),
+            "the attempt would end as the window does"
+        );
+        assert!(!tool.may_resend(0, i64::MAX, attempt));
     }
 
     #[test]

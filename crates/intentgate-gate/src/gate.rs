@@ -93,18 +93,43 @@ pub enum GateError {
     Ledger(#[from] LedgerError),
 }
 
-struct Tool {
-    definition: ToolDefinition,
+/// Why an attempt is being made, which decides what a spent retry budget means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// A caller's attempt: nothing was sent before it under this attempt, so a budget spent
+    /// on not-processed answers means the intent is certainly not done.
+    Call,
+    /// The sweeper's same-key re-send of an `unknown` intent: a budget spent on
+    /// not-processed answers proves nothing about the attempt it repeats, so the intent
+    /// stays `unknown`.
+    Resend,
+}
+
+/// What a lookup of an `unknown` intent found, once its answer is in the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Looked {
+    /// The effect exists: the intent is done.
+    Found,
+    /// The provider answered and has no such effect (yet).
+    NotFound,
+    /// The lookup itself failed: nothing is known.
+    Failed,
+    /// The tool has no lookup.
+    Unsupported,
+}
+
+pub(crate) struct Tool {
+    pub(crate) definition: ToolDefinition,
     validator: jsonschema::Validator,
 }
 
 /// The retry-safe gateway engine. Cheap to share: wrap it in an `Arc`.
 pub struct Gate {
-    tools: HashMap<String, Tool>,
-    ledger: Arc<dyn Ledger>,
+    pub(crate) tools: HashMap<String, Tool>,
+    pub(crate) ledger: Arc<dyn Ledger>,
     upstream: Arc<dyn Upstream>,
-    clock: Arc<dyn Clock>,
-    options: GateOptions,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) options: GateOptions,
     calls: AtomicU64,
     flags: Mutex<FlagCache>,
 }
@@ -296,11 +321,7 @@ impl Gate {
             return Ok(self.answer_from(tool, &intent));
         }
 
-        let owner = format!(
-            "{}/{}",
-            self.options.instance,
-            self.calls.fetch_add(1, Ordering::Relaxed)
-        );
+        let owner = self.lease_owner("");
         let wait_until = self.clock.now_ms() + (tool.timeout + WAIT_MARGIN).as_millis() as i64;
         let mut count_call = true;
         loop {
@@ -319,19 +340,23 @@ impl Gate {
                     count_call,
                     retry_rejected: tool.retry_rejected,
                     lookup_interval_ms: self.options.lookup_interval.as_millis() as i64,
+                    resend_unknown: false,
                 })
                 .await?;
             count_call = false;
             match begin {
                 Begin::Execute(intent) => {
+                    let intent_id = context.intent_id.as_deref();
                     return Ok(self
-                        .execute(tool, &arguments, context, intent, &owner)
+                        .execute(tool, &arguments, intent_id, intent, &owner, Attempt::Call)
                         .await);
                 }
                 Begin::Lookup(intent) => {
-                    return Ok(self
-                        .look_up_unknown(tool, &arguments, context, intent, &owner)
-                        .await);
+                    let intent_id = context.intent_id.as_deref();
+                    let (outcome, _) = self
+                        .look_up_unknown(tool, &arguments, intent_id, intent, &owner, "lookup")
+                        .await;
+                    return Ok(outcome);
                 }
                 Begin::Settled(intent) => return Ok(self.answer_from(tool, &intent)),
                 Begin::Conflict(intent) => {
@@ -356,15 +381,16 @@ impl Gate {
     }
 
     /// Under the lease, with `in_flight` durable: call the upstream, classify, settle.
-    async fn execute(
+    /// `intent_id` is the application's intent id, for upstream templates that use it.
+    pub(crate) async fn execute(
         &self,
         tool: &ToolDefinition,
         arguments: &Value,
-        context: &CallContext,
+        intent_id: Option<&str>,
         intent: IntentRecord,
         owner: &str,
+        attempt: Attempt,
     ) -> CallOutcome {
-        let intent_id = context.intent_id.as_deref();
         let idempotency_key = provider_key(&intent.tenant, &intent.tool, &intent.key, intent.epoch);
         let call = UpstreamCall {
             tool,
@@ -392,17 +418,36 @@ impl Gate {
                         retry += 1;
                         continue;
                     }
-                    (
-                        IntentStatus::NotExecuted,
-                        "not processed by the upstream; retries spent".to_owned(),
-                    )
+                    match attempt {
+                        Attempt::Call => (
+                            IntentStatus::NotExecuted,
+                            "not processed by the upstream; retries spent".to_owned(),
+                        ),
+                        // This request did nothing, but the attempt it repeats may have: that
+                        // one's outcome is as unknown as before.
+                        Attempt::Resend => (
+                            IntentStatus::Unknown,
+                            "re-send not processed by the upstream; retries spent; the first \
+                             attempt's outcome is still unknown"
+                                .to_owned(),
+                        ),
+                    }
                 }
                 OutcomeClass::Ambiguous { why } => {
                     let found = self.lookup(call).await;
                     tracing::info!(tool = %tool.name, key = %intent.key, why = why.as_str(), ?found, "ambiguous outcome looked up");
-                    return self
-                        .settle_lookup(tool, intent, owner, found, why.as_str(), CallStatus::Done)
+                    let (outcome, _) = self
+                        .settle_lookup(
+                            tool,
+                            intent,
+                            owner,
+                            found,
+                            why.as_str(),
+                            CallStatus::Done,
+                            "lookup",
+                        )
                         .await;
+                    return outcome;
                 }
             };
             let (result, external_id) = match status {
@@ -430,16 +475,18 @@ impl Gate {
         }
     }
 
-    /// Under the lookup lease of an `unknown` intent: find out whether it happened.
-    async fn look_up_unknown(
+    /// Under the lookup lease of an `unknown` intent: find out whether it happened. Returns
+    /// the answer, and what the lookup found; `resolved_by` names who settles the intent if
+    /// it is found ("lookup" for a caller, "sweeper").
+    pub(crate) async fn look_up_unknown(
         &self,
         tool: &ToolDefinition,
         arguments: &Value,
-        context: &CallContext,
+        intent_id: Option<&str>,
         intent: IntentRecord,
         owner: &str,
-    ) -> CallOutcome {
-        let intent_id = context.intent_id.as_deref();
+        resolved_by: &'static str,
+    ) -> (CallOutcome, Looked) {
         let call = UpstreamCall {
             tool,
             arguments,
@@ -457,12 +504,14 @@ impl Gate {
             found,
             "unknown intent",
             CallStatus::AlreadyDone,
+            resolved_by,
         )
         .await
     }
 
     /// Records what a lookup found: `done` when found (answered as `found_status`),
     /// otherwise the intent is or stays `unknown`.
+    #[allow(clippy::too_many_arguments)]
     async fn settle_lookup(
         &self,
         tool: &ToolDefinition,
@@ -471,7 +520,14 @@ impl Gate {
         found: LookupOutcome,
         why: &str,
         found_status: CallStatus,
-    ) -> CallOutcome {
+        resolved_by: &'static str,
+    ) -> (CallOutcome, Looked) {
+        let looked = match &found {
+            LookupOutcome::Found { .. } => Looked::Found,
+            LookupOutcome::NotFound => Looked::NotFound,
+            LookupOutcome::Failed(_) => Looked::Failed,
+            LookupOutcome::Unsupported => Looked::Unsupported,
+        };
         let mut finish = Finish {
             id: intent.id,
             lease_owner: owner.to_owned(),
@@ -480,7 +536,7 @@ impl Gate {
             status: IntentStatus::Unknown,
             result: None,
             external_id: None,
-            resolved_by: "lookup",
+            resolved_by,
             looked_up: true,
             detail: String::new(),
         };
@@ -507,7 +563,7 @@ impl Gate {
             outcome.status = found_status;
             outcome.message = tool.messages.render(found_status, &tool.name, "");
         }
-        outcome
+        (outcome, looked)
     }
 
     /// Stores an attempt's outcome and answers from what the ledger now holds. If the
@@ -611,8 +667,19 @@ impl Gate {
         }
     }
 
+    /// A lease owner id unique across replicas and calls: `{instance}/{n}`, or
+    /// `{instance}/{role}/{n}` for a background role such as the sweeper.
+    pub(crate) fn lease_owner(&self, role: &str) -> String {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        if role.is_empty() {
+            format!("{}/{n}", self.options.instance)
+        } else {
+            format!("{}/{role}/{n}", self.options.instance)
+        }
+    }
+
     /// A lease covers every attempt of one call: each timeout, each capped pause, a margin.
-    fn lease_duration(&self, tool: &ToolDefinition) -> Duration {
+    pub(crate) fn lease_duration(&self, tool: &ToolDefinition) -> Duration {
         let attempts = tool.retry_budget + 1;
         tool.timeout * attempts + self.options.retry_after_cap * tool.retry_budget + LEASE_MARGIN
     }
@@ -625,7 +692,7 @@ impl Gate {
             .is_some_and(|expiry| end_ms < expiry)
     }
 
-    async fn is_disabled(&self, tool: &str) -> Result<bool, GateError> {
+    pub(crate) async fn is_disabled(&self, tool: &str) -> Result<bool, GateError> {
         let now_ms = self.clock.now_ms();
         {
             let cache = self.flags.lock().expect("flag cache lock");

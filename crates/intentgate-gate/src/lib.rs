@@ -8,12 +8,17 @@
 //! later repeat receives. Reads and idempotent tools skip the ledger and are retried within
 //! a bound.
 //!
+//! [`Gate::sweep`] resolves the intents a crash or an expired lease left `in_flight` or
+//! `unknown`, through the same lookup, and re-sends one with its own provider key only
+//! where the tool's upstream replays responses per key and its window has not passed.
+//!
 //! **API boundary:** the gate owns no transport. The HTTP and MCP servers, the CLI and Rust
 //! agents all call [`Gate::call`] and turn its [`CallOutcome`] into their own wire format.
 
 mod clock;
 mod gate;
 mod outcome;
+mod sweeper;
 mod upstream;
 
 pub use clock::{Clock, SystemClock, TokioClock};
@@ -22,4 +27,7 @@ pub use gate::{
     LEASE_MARGIN, LOOKUP_INTERVAL, RETRY_AFTER_CAP, WAIT_MARGIN,
 };
 pub use outcome::CallOutcome;
+pub use sweeper::{
+    RESEND_ATTEMPTS_MAX, SWEEP_LOOKUP_AGE_FRACTION, SWEEP_LOOKUP_INTERVAL_MAX, SweepReport,
+};
 pub use upstream::{LookupOutcome, Upstream, UpstreamCall};

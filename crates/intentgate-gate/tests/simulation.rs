@@ -9,8 +9,12 @@
 //!
 //! A crash drops every call in progress mid-flight (its futures are aborted wherever they
 //! are, possibly after the provider committed) and reopens the SQLite file with a new gate.
-//! After the storm the checker lets every lease expire, asks each unsettled intent once
-//! more (which looks it up), and compares the ledger with the provider:
+//! The gate's sweeper runs beside the calls every [`SWEEP_EVERY`], as in `intentgate serve`
+//! (less often), and dies with the gate. In odd seeds the refund tool's upstream honours idempotency keys
+//! (a resend window of the provider's 24 hours less an hour), so the sweeper re-sends
+//! unknown intents with their key; in even seeds it never re-sends. After the storm the
+//! checker lets every lease expire, heals the provider, runs the sweeper until it reports
+//! nothing left to do, and compares the ledger with the provider:
 //!
 //! - at most one effect per intent (duplicates);
 //! - every effect belongs to an intent the ledger holds as done (lost intents);
@@ -29,8 +33,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use intentgate_core::{CallStatus, IntentStatus};
-use intentgate_gate::{CallContext, CallOutcome, Clock, Gate, GateOptions, TokioClock};
+use intentgate_core::{CallStatus, IntentStatus, ToolDefinition};
+use intentgate_gate::{
+    CallContext, CallOutcome, Clock, Gate, GateOptions, SWEEP_LOOKUP_INTERVAL_MAX, SweepReport,
+    TokioClock,
+};
 use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions};
 use intentgate_mock::{FakeProvider, FaultPlan, Rng};
 use serde_json::{Value, json};
@@ -46,6 +53,19 @@ const STORM_SPAN: Duration = Duration::from_secs(2 * 60 * 60);
 const CRASH_EVERY_INTENTS: usize = 100;
 /// Per thousand intents: a user comes back after the provider has forgotten the key.
 const LATE_RETURN_PER_THOUSAND: u32 = 20;
+/// How often the sweeper runs during the storm. `intentgate serve` sweeps every 10 s; a
+/// minute still puts sweeps among the storm's calls and crashes, in a sixth of the run time.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// Most intents of each status one sweep takes during the storm (as in `intentgate serve`).
+const SWEEP_LIMIT: u32 = 100;
+/// Most intents of each status one sweep takes after the storm: all of them, so that a
+/// sweep can tell that nothing is left.
+const FINAL_SWEEP_LIMIT: u32 = 100_000;
+/// Most sweeps after the storm; the sweeper must have settled all it can by then.
+const FINAL_SWEEPS_MAX: usize = 100;
+/// The refund tool's resend window in odd seeds: the mock provider keeps keys for 24 hours,
+/// less the config loader's margin of an hour.
+const RESEND_WINDOW: Duration = Duration::from_secs(23 * 60 * 60);
 
 #[derive(Debug, Clone)]
 struct Call {
@@ -79,6 +99,12 @@ struct Report {
     effects: usize,
     statuses: BTreeMap<CallStatus, usize>,
     final_statuses: BTreeMap<IntentStatus, usize>,
+    /// Whether the refund tool had a resend window in this run.
+    resend_window: bool,
+    /// Sweeps run, during the storm and after it.
+    sweeps: usize,
+    /// What every sweep did, added up.
+    swept: SweepReport,
     problems: Vec<String>,
 }
 
@@ -181,11 +207,51 @@ fn workload(seed: u64, intents: usize) -> (Vec<Event>, HashMap<usize, u64>) {
     (timed.into_iter().map(|(_, event)| event).collect(), amounts)
 }
 
+/// The refund tool of a seed: with a resend window in odd seeds, so both behaviours run.
+fn refund_tool_of(seed: u64) -> ToolDefinition {
+    let mut tool = refund_tool();
+    if seed % 2 == 1 {
+        tool.resend_window = Some(RESEND_WINDOW);
+    }
+    tool
+}
+
+/// Adds one sweep's report to the running total.
+fn add(total: &mut SweepReport, sweep: &SweepReport) {
+    total.examined += sweep.examined;
+    total.resolved_done += sweep.resolved_done;
+    total.resent += sweep.resent;
+    total.looked_up += sweep.looked_up;
+    total.lookup_failed += sweep.lookup_failed;
+    total.still_unknown += sweep.still_unknown;
+    total.settled_otherwise += sweep.settled_otherwise;
+    total.skipped_busy += sweep.skipped_busy;
+    total.not_due += sweep.not_due;
+    total.skipped_tool += sweep.skipped_tool;
+    total.errors += sweep.errors;
+    total.truncated |= sweep.truncated;
+}
+
+/// The gate's sweeper, every [`SWEEP_EVERY`], until the gate dies; returns the total.
+async fn sweep_forever(gate: Arc<Gate>, total: Arc<std::sync::Mutex<(usize, SweepReport)>>) {
+    loop {
+        tokio::time::sleep(SWEEP_EVERY).await;
+        let report = gate
+            .sweep(SWEEP_LIMIT)
+            .await
+            .expect("the ledger stays available");
+        let mut total = total.lock().unwrap();
+        total.0 += 1;
+        add(&mut total.1, &report);
+    }
+}
+
 fn open_gate(
     path: &std::path::Path,
     provider: &Arc<FakeProvider>,
     clock: &Arc<dyn Clock>,
     incarnation: usize,
+    tool: &ToolDefinition,
 ) -> Arc<Gate> {
     let ledger =
         Arc::new(SqliteLedger::open(path, SqliteOptions::inline(Durability::Relaxed)).unwrap());
@@ -195,7 +261,7 @@ fn open_gate(
     };
     Arc::new(
         Gate::new(
-            vec![refund_tool()],
+            vec![tool.clone()],
             ledger,
             provider.clone(),
             clock.clone(),
@@ -211,11 +277,15 @@ async fn simulate(seed: u64, intents: usize, sabotage: bool) -> Report {
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::new(1_800_000_000_000));
     let provider = Arc::new(FakeProvider::new(seed, FaultPlan::stormy(), clock.clone()));
     let (events, amounts) = workload(seed, intents);
+    let tool = refund_tool_of(seed);
     let mut report = Report {
         intents,
+        resend_window: tool.resend_window.is_some(),
         ..Report::default()
     };
-    let mut gate = open_gate(&path, &provider, &clock, 0);
+    let mut gate = open_gate(&path, &provider, &clock, 0, &tool);
+    let swept = Arc::new(std::sync::Mutex::new((0, SweepReport::default())));
+    let mut sweeper = tokio::spawn(sweep_forever(gate.clone(), swept.clone()));
     let mut running: JoinSet<Answer> = JoinSet::new();
     let mut answers: Vec<Answer> = Vec::new();
     let started = tokio::time::Instant::now();
@@ -244,10 +314,13 @@ async fn simulate(seed: u64, intents: usize, sabotage: bool) -> Report {
                 }
                 report.aborted_calls += running.len();
                 running.abort_all();
+                sweeper.abort();
                 while running.join_next().await.is_some() {}
+                let _ = (&mut sweeper).await;
                 report.crashes += 1;
                 drop(gate);
-                gate = open_gate(&path, &provider, &clock, report.crashes);
+                gate = open_gate(&path, &provider, &clock, report.crashes, &tool);
+                sweeper = tokio::spawn(sweep_forever(gate.clone(), swept.clone()));
             }
         }
         while let Some(done) = running.try_join_next() {
@@ -258,24 +331,35 @@ async fn simulate(seed: u64, intents: usize, sabotage: bool) -> Report {
         answers.push(done.unwrap());
     }
 
-    // Quiesce: every lease expires, the provider heals, each unsettled intent is asked once
-    // more, which looks it up.
+    sweeper.abort();
+    let _ = sweeper.await;
+    (report.sweeps, report.swept) = swept.lock().unwrap().clone();
+
+    // Quiesce: every lease expires, the provider heals, and the sweeper runs until it has
+    // nothing left to do; between sweeps, every unknown intent's next lookup falls due.
     tokio::time::sleep(Duration::from_secs(60 * 60)).await;
     provider.set_plan(FaultPlan::none());
     let ledger = gate.ledger().clone();
-    for record in all_intents(&*ledger).await {
-        if matches!(
-            record.status,
-            IntentStatus::InFlight | IntentStatus::Unknown | IntentStatus::Pending
-        ) {
-            gate.call(
-                "refund_order",
-                record.arguments.clone(),
-                &CallContext::default(),
-            )
-            .await
-            .unwrap();
+    let mut settled = false;
+    for _ in 0..FINAL_SWEEPS_MAX {
+        let sweep = gate.sweep(FINAL_SWEEP_LIMIT).await.unwrap();
+        if sweep.errors > 0 {
+            report.problems.push(format!(
+                "sweeper: the ledger failed for some intents: {sweep:?}"
+            ));
         }
+        report.sweeps += 1;
+        add(&mut report.swept, &sweep);
+        if sweep.nothing_left() {
+            settled = true;
+            break;
+        }
+        tokio::time::sleep(SWEEP_LOOKUP_INTERVAL_MAX).await;
+    }
+    if !settled {
+        report.problems.push(format!(
+            "unsettled: the sweeper still had work after {FINAL_SWEEPS_MAX} sweeps"
+        ));
     }
     if sabotage {
         // What a naive wrapper does: the same refund again under a per-attempt key.
@@ -285,7 +369,6 @@ async fn simulate(seed: u64, intents: usize, sabotage: bool) -> Report {
             .into_iter()
             .find(|record| record.status == IntentStatus::Done)
             .unwrap();
-        let tool = refund_tool();
         let call = UpstreamCall {
             tool: &tool,
             arguments: &done.arguments,
@@ -297,7 +380,7 @@ async fn simulate(seed: u64, intents: usize, sabotage: bool) -> Report {
         };
         provider.execute(call).await;
     }
-    check(&mut report, &*ledger, &provider, &amounts, &answers).await;
+    check(&mut report, &*ledger, &provider, &amounts, &answers, &tool).await;
     report
 }
 
@@ -325,6 +408,7 @@ async fn check(
     provider: &FakeProvider,
     amounts: &HashMap<usize, u64>,
     answers: &[Answer],
+    tool: &ToolDefinition,
 ) {
     let records: HashMap<String, intentgate_ledger::IntentRecord> = all_intents(ledger)
         .await
@@ -468,8 +552,9 @@ async fn check(
             }
         }
     }
-    // One request per attempt plus the bounded not-processed retries (budget 2).
-    let budget = u64::from(refund_tool().retry_budget);
+    // One request per attempt plus the bounded not-processed retries (budget 2); a re-send
+    // is an attempt of its own.
+    let budget = u64::from(tool.retry_budget);
     if report.provider_requests > attempts * (1 + budget) {
         report.problems.push(format!(
             "provider load: {} requests for {attempts} attempts",
@@ -511,7 +596,8 @@ fn run_with(seed: u64, intents: usize, sabotage: bool) -> Report {
     let report = runtime.block_on(simulate(seed, intents, sabotage));
     println!(
         "seed {seed}: intents {}, calls {} ({} answered, {} cut by {} crashes), provider requests {} ({:.2}/intent), \
-         lookups {}, effects {}, duplicates {}, lost {}, problems {}\n  statuses returned {:?}\n  intents ended {:?}",
+         lookups {}, effects {}, duplicates {}, lost {}, problems {}\n  statuses returned {:?}\n  intents ended {:?}\n  \
+         sweeper ({}): {} sweeps, {} re-sends, {} resolved done, {} lookups ({} failed), {} left unknown",
         report.intents,
         report.calls,
         report.answered,
@@ -526,6 +612,21 @@ fn run_with(seed: u64, intents: usize, sabotage: bool) -> Report {
         report.problems.len(),
         report.statuses,
         report.final_statuses,
+        if report.resend_window {
+            "resend window 23 h"
+        } else {
+            "no resend window"
+        },
+        report.sweeps,
+        report.swept.resent,
+        report.swept.resolved_done,
+        report.swept.looked_up,
+        report.swept.lookup_failed,
+        report
+            .final_statuses
+            .get(&IntentStatus::Unknown)
+            .copied()
+            .unwrap_or(0),
     );
     report
 }

@@ -206,6 +206,20 @@ impl RequestTemplate {
         Ok(())
     }
 
+    /// True when the application's intent id (`{intent_id}`) is anywhere in the request.
+    pub fn uses_intent_id(&self) -> bool {
+        self.path.uses_intent_id()
+            || self
+                .query
+                .iter()
+                .any(|(_, template)| template.uses_intent_id())
+            || self
+                .headers
+                .iter()
+                .any(|(_, _, template)| template.uses_intent_id())
+            || self.body.as_ref().is_some_and(BodyTemplate::uses_intent_id)
+    }
+
     /// Renders the request for one call. Upstream headers first, then the request's own
     /// (which replace an upstream header of the same name), then the idempotency key.
     pub fn prepare(

@@ -470,6 +470,12 @@ impl Template {
         Ok(Some(text))
     }
 
+    /// True when a placeholder is the application's intent id (`{intent_id}`).
+    pub(crate) fn uses_intent_id(&self) -> bool {
+        self.placeholders()
+            .any(|placeholder| *placeholder == Placeholder::Gateway(GatewayValue::IntentId))
+    }
+
     fn placeholders(&self) -> impl Iterator<Item = &Placeholder> {
         self.parts.iter().filter_map(|part| match part {
             Part::Placeholder(placeholder) => Some(placeholder),
@@ -548,6 +554,23 @@ impl BodyTemplate {
     /// Renders the body for one call.
     pub fn render(&self, values: &Values<'_>) -> Result<Value, TemplateError> {
         render_node(&self.root, values)
+    }
+
+    /// True when a placeholder anywhere in the body is the application's intent id.
+    pub(crate) fn uses_intent_id(&self) -> bool {
+        node_uses_intent_id(&self.root)
+    }
+}
+
+fn node_uses_intent_id(node: &Node) -> bool {
+    match node {
+        Node::Literal(_) => false,
+        Node::Whole(placeholder) => *placeholder == Placeholder::Gateway(GatewayValue::IntentId),
+        Node::Text(template) => template.uses_intent_id(),
+        Node::Array(items) => items.iter().any(node_uses_intent_id),
+        Node::Object(members) => members
+            .iter()
+            .any(|(_, member)| node_uses_intent_id(member)),
     }
 }
 

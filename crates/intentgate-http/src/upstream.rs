@@ -66,6 +66,13 @@ impl HttpTool {
         }
         Ok(())
     }
+
+    /// True when the request that performs the tool uses the application's intent id
+    /// (`{intent_id}` in its path, query, headers or body): such a request can't be built
+    /// the same way again without the id. A request that can't be parsed counts as using it.
+    pub fn call_uses_intent_id(&self, tool: &str) -> bool {
+        call_template(tool, &self.call).map_or(true, |call| call.uses_intent_id())
+    }
 }
 
 /// Performs tools' effects over HTTP and finds them afterwards. Cheap to share; one pooled

@@ -876,3 +876,30 @@ fn secrets_never_show_in_debug_output() {
     assert!(!text.contains(SECRET), "{text}");
     assert!(text.contains("refund_order"), "{text}");
 }
+
+#[test]
+fn a_call_that_uses_the_intent_id_anywhere_is_told_apart() {
+    let tool = |call| HttpTool { call, lookup: None };
+    assert!(!tool(refund_call()).call_uses_intent_id("refund_order"));
+    // The lookup may use it: a lookup without it fails, which proves nothing and is safe.
+    let mut with_lookup = tool(refund_call());
+    with_lookup.lookup = Some(lookup_spec(json!({
+        "path": "/v1/refunds", "query": {"intent": "{intent_id}"}, "found": "/data/0",
+    })));
+    assert!(!with_lookup.call_uses_intent_id("refund_order"));
+    let uses = [
+        json!({"upstream": "payments", "method": "POST", "path": "/v1/refunds/{ intent_id }"}),
+        json!({"upstream": "payments", "method": "POST", "path": "/v1/refunds", "query": {"i": "x-{intent_id}"}}),
+        json!({"upstream": "payments", "method": "POST", "path": "/v1/refunds", "headers": {"X-Intent": "{intent_id}"}}),
+        json!({"upstream": "payments", "method": "POST", "path": "/v1/refunds", "body": {"metadata": [{"id": "{intent_id}"}]}}),
+        json!({"upstream": "payments", "method": "POST", "path": "/v1/refunds", "body": {"note": "intent {intent_id}"}}),
+    ];
+    for spec in uses {
+        assert!(
+            tool(call_spec(spec.clone())).call_uses_intent_id("refund_order"),
+            "{spec}"
+        );
+    }
+    let literal = json!({"upstream": "payments", "method": "POST", "path": "/v1/refunds", "body": {"note": "{{intent_id}}"}});
+    assert!(!tool(call_spec(literal)).call_uses_intent_id("refund_order"));
+}

@@ -1,9 +1,12 @@
 //! The durable intent ledger.
 //!
-//! One trait, [`Ledger`], and its stores. The ledger remembers every business intent the
-//! gateway has seen, keyed by (tenant, tool, key): its fingerprint and arguments, its status,
-//! who holds its lease, the stored result or rejection, and an append-only log of every call
-//! and transition. The gateway's guarantees rest on three of its operations:
+//! One trait, [`Ledger`], and its two stores: [`SqliteLedger`] (one file, the embedded
+//! default) and [`PostgresLedger`] (shared by replicas); [`open`] picks one by location.
+//! The ledger remembers every business intent the gateway has seen, keyed by (tenant, tool,
+//! key): its fingerprint and arguments, its status, who holds its lease, the stored result
+//! or rejection, and an append-only log of every call and transition. Both stores decide
+//! every operation through one module of pure rules (`plan`), so they behave alike. The
+//! gateway's guarantees rest on three of its operations:
 //!
 //! - [`Ledger::begin`] gets or creates the intent and, when this caller may act, takes the
 //!   lease and writes `in_flight` durably, in one transaction, before the upstream call;
@@ -16,10 +19,13 @@
 //! (`now_ms`), so the ledger never reads it.
 
 mod error;
+mod plan;
+pub mod postgres;
 mod record;
 pub mod sqlite;
 mod waiters;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -27,8 +33,40 @@ use intentgate_core::IntentStatus;
 use serde_json::Value;
 
 pub use error::LedgerError;
+pub use postgres::{PostgresLedger, PostgresOptions};
 pub use record::{Event, IntentId, IntentRecord, ToolFlag};
 pub use sqlite::{SqliteLedger, SqliteOptions};
+
+/// True when `location` names a PostgreSQL database rather than a SQLite file.
+pub fn is_postgres_url(location: &str) -> bool {
+    location.starts_with("postgres://") || location.starts_with("postgresql://")
+}
+
+/// Opens the ledger at `location`: PostgreSQL for a `postgres://` or `postgresql://` URL
+/// (in the default schema), otherwise the SQLite file at that path, with grouped commits.
+pub async fn open(location: &str, durability: Durability) -> Result<Arc<dyn Ledger>, LedgerError> {
+    if is_postgres_url(location) {
+        let options = PostgresOptions {
+            durability,
+            ..PostgresOptions::default()
+        };
+        return Ok(Arc::new(PostgresLedger::connect(location, options).await?));
+    }
+    let options = SqliteOptions {
+        durability,
+        inline: false,
+    };
+    Ok(Arc::new(SqliteLedger::open(location, options)?))
+}
+
+/// `location` as it may be shown: a PostgreSQL URL without its password.
+pub fn display_location(location: &str) -> String {
+    if is_postgres_url(location) {
+        postgres::redacted(location)
+    } else {
+        location.to_owned()
+    }
+}
 
 /// How much a ledger write promises before the upstream call leaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -64,12 +102,19 @@ pub struct BeginRequest {
     /// Least time between two lookups of one unknown intent; callers in between are
     /// answered from the ledger at once.
     pub lookup_interval_ms: i64,
+    /// Re-send an `unknown` intent whose lease is free: start a new attempt with the same
+    /// provider-key epoch (so the same idempotency key) instead of taking a lookup lease.
+    /// Only for a caller that has just looked the intent up and found nothing, for a tool
+    /// whose upstream honours idempotency keys, inside the provider's key window (SPEC
+    /// section 5); the sweeper is the one such caller. False everywhere else.
+    pub resend_unknown: bool,
 }
 
 /// What [`Ledger::begin`] decided. Every variant carries the intent as it now stands.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Begin {
-    /// This caller holds the lease and the intent is durably `in_flight`: execute it.
+    /// This caller holds the lease and the intent is durably `in_flight`: execute it (for
+    /// a re-sent `unknown` intent, with the provider key of its epoch, unchanged).
     Execute(IntentRecord),
     /// This caller holds the lease on an `unknown` intent: look it up.
     Lookup(IntentRecord),
@@ -125,7 +170,7 @@ pub struct Resolve {
     pub now_ms: i64,
 }
 
-/// The durable intent ledger. Implementations: [`SqliteLedger`].
+/// The durable intent ledger. Implementations: [`SqliteLedger`], [`PostgresLedger`].
 #[async_trait]
 pub trait Ledger: Send + Sync + 'static {
     /// Gets or creates the intent for (tenant, tool, key) and decides what this caller does.

@@ -36,4 +36,12 @@ impl Waiters {
             notify.notify_waiters();
         }
     }
+
+    /// Wakes every waiting caller (after a wake-up source may have missed changes).
+    pub fn notify_all(&self) {
+        let waiting = std::mem::take(&mut *self.waiting.lock().expect("waiters lock"));
+        for notify in waiting.into_values() {
+            notify.notify_waiters();
+        }
+    }
 }

@@ -5,13 +5,14 @@
 //! keep the same promises. Each behaviour is written once below, as an `async fn` that takes
 //! a `&dyn Ledger` and knows nothing of the store behind it. `mod sqlite` runs each one on a
 //! fresh SQLite ledger in a temporary folder, in both write modes: grouped commits on the
-//! writer thread and inline writes. A second store (PostgreSQL) gets its own module of
-//! runners calling the same behaviours.
+//! writer thread and inline writes. `mod postgres` runs each one on a fresh schema of the
+//! database at `DATABASE_URL` (skipped without it, except under `CI=true`, where it fails),
+//! and adds what only a shared store has: two ledgers on one database, as two replicas.
 //!
 //! The clock is passed in (`now_ms`) and the ledger never reads it, so leases expire and
 //! lookups fall due by choosing `now_ms`, never by sleeping. What only a file store has
-//! (reopening, open errors, the append-only trigger seen from outside) is tested in
-//! `mod sqlite` alone.
+//! (reopening, open errors, the append-only trigger seen from outside) is tested in each
+//! store's module.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -61,6 +62,7 @@ fn request(key: &str, lease_owner: &str, now_ms: i64) -> BeginRequest {
             count_call: true,
             retry_rejected: false,
             lookup_interval_ms: LOOKUP_INTERVAL_MS,
+            resend_unknown: false,
         },
         json!({ "order": key, "amount": "49.00" }),
     )
@@ -467,6 +469,129 @@ async fn lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited(ledger:
     let due = expect!(Begin::Lookup, due);
     assert_eq!(due.lease_owner.as_deref(), Some("owner-d"));
     assert_eq!(due.attempt, 1, "a lookup is not a new attempt");
+}
+
+async fn an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked(
+    ledger: &dyn Ledger,
+) {
+    let resend = |lease_owner: &str, now_ms| BeginRequest {
+        count_call: false,
+        resend_unknown: true,
+        ..request("order-1", lease_owner, now_ms)
+    };
+    let intent = started(ledger, "order-1", "owner-a", T0).await;
+
+    // An in-flight attempt whose lease has just expired is looked up first, even by a
+    // caller that asks for a re-send: that attempt may have committed.
+    let lookup_ms = T0 + LEASE_MS;
+    let lookup = expect!(
+        Begin::Lookup,
+        ledger.begin(resend("owner-b", lookup_ms)).await.unwrap()
+    );
+    assert_eq!(
+        (lookup.status, lookup.attempt, lookup.epoch),
+        (IntentStatus::Unknown, 1, 1)
+    );
+
+    // Nor is a live lookup lease taken over by a re-send.
+    let during = expect!(
+        Begin::Settled,
+        ledger
+            .begin(resend("owner-s", lookup_ms + 1))
+            .await
+            .unwrap()
+    );
+    assert_eq!(during.lease_owner.as_deref(), Some("owner-b"));
+
+    // The lookup found nothing.
+    let nothing_ms = lookup_ms + 1_000;
+    let nothing = Finish {
+        resolved_by: "lookup",
+        looked_up: true,
+        ..finish(&lookup, "owner-b", IntentStatus::Unknown, nothing_ms)
+    };
+    expect!(Finished::Recorded, ledger.finish(nothing).await.unwrap());
+
+    // Without the flag an unknown intent never starts an attempt: it is answered from the
+    // ledger, or looked up when a lookup is due, and stays at attempt 1.
+    let plain = expect!(
+        Begin::Settled,
+        ledger
+            .begin(request("order-1", "owner-c", nothing_ms + 1))
+            .await
+            .unwrap()
+    );
+    assert_eq!((plain.status, plain.attempt), (IntentStatus::Unknown, 1));
+    let due_ms = nothing_ms + LOOKUP_INTERVAL_MS;
+    let due = expect!(
+        Begin::Lookup,
+        ledger
+            .begin(request("order-1", "owner-d", due_ms))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        (due.status, due.attempt, due.epoch),
+        (IntentStatus::Unknown, 1, 1)
+    );
+    let nothing_again = Finish {
+        resolved_by: "lookup",
+        looked_up: true,
+        ..finish(&due, "owner-d", IntentStatus::Unknown, due_ms + 1)
+    };
+    expect!(
+        Finished::Recorded,
+        ledger.finish(nothing_again).await.unwrap()
+    );
+
+    // With it, the free unknown intent starts attempt 2 in flight, with the same epoch: the
+    // provider gets the same idempotency key.
+    let resend_ms = due_ms + 2;
+    let resent = expect!(
+        Begin::Execute,
+        ledger.begin(resend("sweeper/1", resend_ms)).await.unwrap()
+    );
+    assert_eq!(resent.status, IntentStatus::InFlight);
+    assert_eq!((resent.attempt, resent.epoch), (2, 1));
+    assert_eq!(resent.lease_owner.as_deref(), Some("sweeper/1"));
+    assert_eq!(resent.lease_expires_ms, Some(resend_ms + LEASE_MS));
+    assert_eq!(resent.call_count, due.call_count, "a re-send is not a call");
+    assert_eq!(read(ledger, &intent).await, resent);
+    let last = events(ledger, &intent).await.pop().unwrap();
+    assert_eq!(
+        (
+            last.kind.as_str(),
+            last.from_status.as_deref(),
+            last.to_status.as_deref(),
+            last.attempt
+        ),
+        ("transition", Some("unknown"), Some("in_flight"), Some(2))
+    );
+
+    // One re-send at a time: the next caller waits for its lease.
+    let busy = expect!(
+        Begin::Busy,
+        ledger
+            .begin(resend("sweeper/2", resend_ms + 1))
+            .await
+            .unwrap()
+    );
+    assert_eq!(busy.lease_owner.as_deref(), Some("sweeper/1"));
+
+    // The provider replayed the first attempt's success: done, and never sent again.
+    let done = finish(&resent, "sweeper/1", IntentStatus::Done, resend_ms + 10);
+    expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
+    let after = expect!(
+        Begin::Settled,
+        ledger
+            .begin(resend("sweeper/3", resend_ms + 20))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        (after.status, after.attempt, after.epoch),
+        (IntentStatus::Done, 2, 1)
+    );
 }
 
 async fn a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key(
@@ -1099,6 +1224,14 @@ mod sqlite {
     }
 
     #[tokio::test]
+    async fn an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked() {
+        on_each_mode(
+            super::an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked,
+        )
+        .await;
+    }
+
+    #[tokio::test]
     async fn a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key() {
         on_each_mode(super::a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key)
             .await;
@@ -1290,5 +1423,769 @@ mod sqlite {
             garbage,
             "the file was changed"
         );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The PostgreSQL store.
+// ---------------------------------------------------------------------------------------
+
+/// Each runner makes a schema of its own on the database at `DATABASE_URL` and drops it at
+/// the end, passed or failed, so runs (and tests within a run) never see each other. Without
+/// `DATABASE_URL` the runners say they are skipped and pass, except under `CI=true`, where
+/// they fail: CI must never skip the PostgreSQL suite silently.
+mod postgres {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use intentgate_ledger::{Durability, PostgresLedger, PostgresOptions};
+    use tokio_postgres::NoTls;
+
+    use super::*;
+
+    /// The database to run on, or `None` when the suite is skipped.
+    fn database_url() -> Option<String> {
+        match std::env::var("DATABASE_URL") {
+            Ok(url) if !url.trim().is_empty() => Some(url),
+            _ if std::env::var("CI").as_deref() == Ok("true") => panic!(
+                "DATABASE_URL is not set and CI=true: CI must run the PostgreSQL suite, not skip \
+                 it; set DATABASE_URL to a PostgreSQL URL (.ci/run does)"
+            ),
+            _ => {
+                eprintln!(
+                    "skipped: DATABASE_URL is not set; set it to a PostgreSQL URL to run the \
+                     PostgreSQL suite"
+                );
+                None
+            }
+        }
+    }
+
+    /// A schema that exists for one test and is dropped when this value is (also when the
+    /// test panics).
+    struct Scratch {
+        url: String,
+        schema: String,
+    }
+
+    impl Scratch {
+        /// A schema name unique to this test, in this run and across concurrent runs.
+        fn new(url: &str) -> Scratch {
+            static NEXT: AtomicU32 = AtomicU32::new(0);
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos();
+            let schema = format!(
+                "test_{}_{nanos}_{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            );
+            Scratch {
+                url: url.to_owned(),
+                schema,
+            }
+        }
+
+        fn options(&self) -> PostgresOptions {
+            PostgresOptions {
+                schema: self.schema.clone(),
+                ..PostgresOptions::default()
+            }
+        }
+
+        async fn connect(&self, options: PostgresOptions) -> PostgresLedger {
+            PostgresLedger::connect(&self.url, options)
+                .await
+                .unwrap_or_else(|error| panic!("can't connect to DATABASE_URL: {error}"))
+        }
+
+        /// A second connection, outside the ledger, to look at or tamper with its tables.
+        async fn outside(&self) -> tokio_postgres::Client {
+            outside(&self.url).await
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            // Drop runs inside the test's runtime, which can't block on a future: drop the
+            // schema from a thread with a runtime of its own.
+            let (url, schema) = (self.url.clone(), self.schema.clone());
+            let dropped = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async {
+                    let client = outside(&url).await;
+                    client
+                        .batch_execute(&format!(
+                            "SET lock_timeout = '30s'; DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                        ))
+                        .await
+                })
+            })
+            .join();
+            match dropped {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    eprintln!("can't drop the test schema {}: {error:?}", self.schema)
+                }
+                Err(_) => eprintln!("dropping the test schema {} panicked", self.schema),
+            }
+        }
+    }
+
+    async fn outside(url: &str) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(url, NoTls)
+            .await
+            .expect("connect to DATABASE_URL");
+        tokio::spawn(connection);
+        client
+    }
+
+    /// Runs `behaviour` on a fresh ledger in a schema of its own.
+    async fn on_fresh_schema(behaviour: impl AsyncFn(&dyn Ledger)) {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let ledger = scratch.connect(scratch.options()).await;
+        behaviour(&ledger).await;
+    }
+
+    /// Runs `behaviour` on a fresh, shared ledger in a schema of its own.
+    async fn on_shared(behaviour: impl AsyncFn(Arc<dyn Ledger>)) {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let ledger = scratch.connect(scratch.options()).await;
+        behaviour(Arc::new(ledger)).await;
+    }
+
+    #[tokio::test]
+    async fn a_restarted_rejection_does_not_carry_the_old_refusal() {
+        on_fresh_schema(super::a_restarted_rejection_does_not_carry_the_old_refusal).await;
+    }
+
+    #[tokio::test]
+    async fn an_over_long_lease_owner_is_refused_as_too_large_on_every_path() {
+        on_fresh_schema(super::an_over_long_lease_owner_is_refused_as_too_large_on_every_path)
+            .await;
+    }
+
+    #[tokio::test]
+    async fn a_new_key_starts_its_first_attempt_in_flight() {
+        on_fresh_schema(super::a_new_key_starts_its_first_attempt_in_flight).await;
+    }
+
+    #[tokio::test]
+    async fn a_second_caller_is_busy_while_the_lease_lives() {
+        on_fresh_schema(super::a_second_caller_is_busy_while_the_lease_lives).await;
+    }
+
+    #[tokio::test]
+    async fn the_lease_holder_settles_the_intent_and_later_calls_get_it() {
+        on_fresh_schema(super::the_lease_holder_settles_the_intent_and_later_calls_get_it).await;
+    }
+
+    #[tokio::test]
+    async fn a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing() {
+        on_fresh_schema(super::a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing)
+            .await;
+    }
+
+    #[tokio::test]
+    async fn the_same_key_with_other_arguments_is_a_conflict() {
+        on_fresh_schema(super::the_same_key_with_other_arguments_is_a_conflict).await;
+    }
+
+    #[tokio::test]
+    async fn the_same_key_under_another_tenant_or_tool_is_another_intent() {
+        on_fresh_schema(super::the_same_key_under_another_tenant_or_tool_is_another_intent).await;
+    }
+
+    #[tokio::test]
+    async fn an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up() {
+        on_fresh_schema(
+            super::an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up,
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited() {
+        on_fresh_schema(super::lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited)
+            .await;
+    }
+
+    #[tokio::test]
+    async fn an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked() {
+        on_fresh_schema(
+            super::an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked,
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key() {
+        on_fresh_schema(
+            super::a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key,
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_rejected_intent_is_settled_unless_the_tool_retries_rejections() {
+        on_fresh_schema(super::a_rejected_intent_is_settled_unless_the_tool_retries_rejections)
+            .await;
+    }
+
+    #[tokio::test]
+    async fn every_call_and_transition_is_logged_oldest_first() {
+        on_fresh_schema(super::every_call_and_transition_is_logged_oldest_first).await;
+    }
+
+    #[tokio::test]
+    async fn an_operator_resolves_an_unknown_intent_and_illegal_resolutions_are_refused() {
+        on_fresh_schema(
+            super::an_operator_resolves_an_unknown_intent_and_illegal_resolutions_are_refused,
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn values_over_their_limit_are_refused_and_nothing_is_written() {
+        on_fresh_schema(super::values_over_their_limit_are_refused_and_nothing_is_written).await;
+    }
+
+    #[tokio::test]
+    async fn a_tool_flag_is_stored_once_per_tool_and_updated_in_place() {
+        on_fresh_schema(super::a_tool_flag_is_stored_once_per_tool_and_updated_in_place).await;
+    }
+
+    #[tokio::test]
+    async fn purge_deletes_old_settled_intents_and_keeps_unresolved_ones() {
+        on_fresh_schema(super::purge_deletes_old_settled_intents_and_keeps_unresolved_ones).await;
+    }
+
+    #[tokio::test]
+    async fn stale_lists_in_flight_intents_whose_lease_has_expired() {
+        on_fresh_schema(super::stale_lists_in_flight_intents_whose_lease_has_expired).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+    async fn concurrent_begins_on_distinct_keys_all_commit() {
+        on_shared(super::concurrent_begins_on_distinct_keys_all_commit).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_sees_the_lease_holder_finish_promptly() {
+        on_shared(super::a_waiter_sees_the_lease_holder_finish_promptly).await;
+    }
+
+    /// The event kinds of the whole log, oldest first, read from outside the ledger.
+    async fn event_kinds(client: &tokio_postgres::Client, schema: &str) -> Vec<String> {
+        let rows = client
+            .query(
+                &format!("SELECT kind FROM \"{schema}\".events ORDER BY id"),
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter().map(|row| row.get(0)).collect()
+    }
+
+    /// Purging old intents also erased the kill-switch audit trail (the events without an
+    /// intent), which the trait does not promise to delete.
+    #[tokio::test]
+    async fn purge_keeps_the_kill_switch_history() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let ledger = scratch.connect(scratch.options()).await;
+        let flag = ToolFlag {
+            tool: TOOL.into(),
+            enabled: false,
+            reason: "incident".into(),
+            actor: "ops".into(),
+            updated_ms: 0,
+        };
+        ledger.set_tool_flag(flag).await.unwrap();
+        ledger.record_disabled_call(TENANT, TOOL, 0).await.unwrap();
+        assert_eq!(ledger.purge(T0).await.unwrap(), 0);
+        let kinds = event_kinds(&scratch.outside().await, &scratch.schema).await;
+        assert_eq!(
+            kinds,
+            ["tool_disabled"],
+            "switch changes stay; old refused calls go"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_event_log_refuses_updates() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let ledger = scratch.connect(scratch.options()).await;
+        let intent = settled(&ledger, "order-1", IntentStatus::Done, T0).await;
+        let log = events(&ledger, &intent).await;
+        assert!(!log.is_empty());
+
+        let outside = scratch.outside().await;
+        let schema = &scratch.schema;
+        let edited = outside
+            .execute(
+                &format!("UPDATE \"{schema}\".events SET detail = 'edited'"),
+                &[],
+            )
+            .await;
+        let error = edited.expect_err("the event log was edited");
+        let message = error.as_db_error().map(|error| error.message().to_owned());
+        assert_eq!(message.as_deref(), Some("the event log is append-only"));
+        let rewritten = outside
+            .execute(
+                &format!("UPDATE \"{schema}\".events SET kind = 'call' WHERE kind = 'created'"),
+                &[],
+            )
+            .await;
+        assert!(rewritten.is_err(), "an event's kind was rewritten");
+
+        assert_eq!(events(&ledger, &intent).await, log);
+    }
+
+    /// The schema's text columns refuse over-long values even from a writer that skips the
+    /// checks in Rust.
+    #[tokio::test]
+    async fn the_schema_bounds_every_text_column() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let _ledger = scratch.connect(scratch.options()).await;
+        let outside = scratch.outside().await;
+        let schema = &scratch.schema;
+        let long_key = "k".repeat(INTENT_KEY_LENGTH_MAX + 1);
+        let inserted = outside
+            .execute(
+                &format!(
+                    "INSERT INTO \"{schema}\".intents (tenant, tool, intent_key, fingerprint, \
+                     arguments, status, attempt, epoch, call_count, first_seen_ms, last_seen_ms, \
+                     updated_ms) VALUES ('t', 'tool', $1, repeat('a', 64), '{{}}', 'pending', 0, 1, \
+                     1, 0, 0, 0)"
+                ),
+                &[&long_key],
+            )
+            .await;
+        let error = inserted.expect_err("an over-long key was stored");
+        assert_eq!(
+            error.code(),
+            Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION)
+        );
+
+        let columns: i64 = outside
+            .query_one(
+                "SELECT count(*) FROM information_schema.columns c \
+                 WHERE c.table_schema = $1 AND c.data_type = 'text' AND c.table_name <> 'schema_migrations' \
+                 AND NOT EXISTS (SELECT 1 FROM information_schema.check_constraints k \
+                   JOIN information_schema.constraint_column_usage u \
+                     ON u.constraint_schema = k.constraint_schema AND u.constraint_name = k.constraint_name \
+                   WHERE u.table_schema = c.table_schema AND u.table_name = c.table_name \
+                     AND u.column_name = c.column_name)",
+                &[schema],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(columns, 0, "every text column has a CHECK");
+    }
+
+    #[tokio::test]
+    async fn everything_written_survives_a_reconnect_and_migrations_run_once() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let flag = ToolFlag {
+            tool: "charge".into(),
+            enabled: false,
+            reason: "maintenance".into(),
+            actor: "operator:alice".into(),
+            updated_ms: T0,
+        };
+        let written = {
+            let ledger = scratch.connect(scratch.options()).await;
+            let done = Finish {
+                result: Some(json!({ "refund": "re_1" })),
+                external_id: Some("re_1".into()),
+                ..finish(
+                    &started(&ledger, "order-1", "owner-a", T0).await,
+                    "owner-a",
+                    IntentStatus::Done,
+                    T0 + 1,
+                )
+            };
+            expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
+            started(&ledger, "order-2", "owner-b", T0 + 2).await;
+            settled(&ledger, "order-3", IntentStatus::Unknown, T0 + 3).await;
+            ledger.set_tool_flag(flag.clone()).await.unwrap();
+            snapshot(&ledger).await
+        };
+        assert_eq!(written.0.len(), 3);
+        assert_eq!(written.2, [flag]);
+        let outside = scratch.outside().await;
+        let migrations = applied_migrations(&outside, &scratch.schema).await;
+        assert!(!migrations.is_empty());
+
+        for durability in [Durability::Strict, Durability::Relaxed] {
+            let options = PostgresOptions {
+                durability,
+                ..scratch.options()
+            };
+            let reconnected = scratch.connect(options).await;
+            assert_eq!(snapshot(&reconnected).await, written);
+            drop(reconnected);
+            assert_eq!(
+                applied_migrations(&outside, &scratch.schema).await,
+                migrations,
+                "migrated again"
+            );
+        }
+
+        let ledger = scratch.connect(scratch.options()).await;
+        let repeat = ledger.begin(request("order-1", "owner-c", T0 + 10)).await;
+        let repeat = expect!(Begin::Settled, repeat.unwrap());
+        assert_eq!(repeat.external_id.as_deref(), Some("re_1"));
+        let next = started(&ledger, "order-4", "owner-d", T0 + 11).await;
+        assert!(written.0.iter().all(|intent| intent.id != next.id));
+    }
+
+    /// Replicas starting at once against a new schema: one migrates, the others wait for
+    /// its advisory lock and find the work done.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn replicas_starting_at_once_migrate_the_schema_once() {
+        const REPLICAS: usize = 6;
+        let Some(url) = database_url() else { return };
+        let scratch = Arc::new(Scratch::new(&url));
+        let mut starting = tokio::task::JoinSet::new();
+        for _ in 0..REPLICAS {
+            let scratch = scratch.clone();
+            starting.spawn(async move {
+                PostgresLedger::connect(&scratch.url, scratch.options()).await
+            });
+        }
+        let mut replicas = Vec::new();
+        while let Some(started) = starting.join_next().await {
+            replicas.push(started.unwrap().expect("a replica failed to start"));
+        }
+        let outside = scratch.outside().await;
+        let versions: Vec<i64> = applied_migrations(&outside, &scratch.schema)
+            .await
+            .into_iter()
+            .map(|(version, _)| version)
+            .collect();
+        assert_eq!(versions, (1..=versions.len() as i64).collect::<Vec<_>>());
+        started(&replicas[0], "order-1", "owner-a", T0).await;
+        let seen = replicas[REPLICAS - 1].get(TENANT, TOOL, "order-1").await;
+        assert!(seen.unwrap().is_some());
+        drop(replicas);
+    }
+
+    /// Two replicas (two ledgers, two pools) call `begin` for one key at the same moment,
+    /// many times over: for every key exactly one of them executes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_begins_for_one_key_from_two_replicas_execute_once() {
+        const KEYS: usize = 25;
+        const CALLERS_PER_REPLICA: usize = 4;
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let replicas: [Arc<dyn Ledger>; 2] = [
+            Arc::new(scratch.connect(scratch.options()).await),
+            Arc::new(scratch.connect(scratch.options()).await),
+        ];
+        for key in 0..KEYS {
+            let key = format!("order-{key}");
+            let start = Arc::new(tokio::sync::Barrier::new(2 * CALLERS_PER_REPLICA));
+            let mut callers = tokio::task::JoinSet::new();
+            for (replica, ledger) in replicas.iter().enumerate() {
+                for caller in 0..CALLERS_PER_REPLICA {
+                    let (ledger, start, key) = (ledger.clone(), start.clone(), key.clone());
+                    callers.spawn(async move {
+                        let owner = format!("replica-{replica}/{caller}");
+                        start.wait().await;
+                        ledger.begin(request(&key, &owner, T0)).await.unwrap()
+                    });
+                }
+            }
+            let mut executed = Vec::new();
+            while let Some(begun) = callers.join_next().await {
+                match begun.unwrap() {
+                    Begin::Execute(intent) => executed.push(intent),
+                    Begin::Busy(intent) => assert_eq!(intent.status, IntentStatus::InFlight),
+                    other => panic!("expected Execute or Busy, got {other:?}"),
+                }
+            }
+            assert_eq!(executed.len(), 1, "{key}: {executed:?}");
+            let intent = replicas[1].get(TENANT, TOOL, &key).await.unwrap().unwrap();
+            assert_eq!(intent.attempt, 1);
+            assert_eq!(intent.call_count, 2 * CALLERS_PER_REPLICA as u64);
+            assert_eq!(intent.lease_owner, executed[0].lease_owner);
+        }
+        assert_eq!(all_intents(&*replicas[0]).await.len(), KEYS);
+    }
+
+    /// A caller waiting on one replica is woken by the other replica's finish through
+    /// NOTIFY. Its poll interval is far longer than the bound, so only a notification can
+    /// wake it in time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_notification_wakes_a_waiter_on_another_replica() {
+        /// The waiting replica's poll interval: far beyond the bound the test checks.
+        const WAIT_POLL: Duration = Duration::from_secs(30);
+        /// The bound on the wake-up: generous, so a loaded machine does not fail it.
+        const PROMPTLY: Duration = Duration::from_secs(3);
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let holder = scratch.connect(scratch.options()).await;
+        let waiting = Arc::new(
+            scratch
+                .connect(PostgresOptions {
+                    wait_poll: WAIT_POLL,
+                    ..scratch.options()
+                })
+                .await,
+        );
+        let intent = started(&holder, "order-1", "owner-a", T0).await;
+        let busy = waiting.begin(request("order-1", "owner-b", T0 + 1)).await;
+        expect!(Begin::Busy, busy.unwrap());
+
+        let waiter = tokio::spawn({
+            let waiting = waiting.clone();
+            async move {
+                waiting.wait_for_change(intent.id, WAIT_POLL).await;
+                Instant::now()
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !waiter.is_finished(),
+            "the waiter woke up before any change"
+        );
+
+        let finished_at = Instant::now();
+        let done = finish(&intent, "owner-a", IntentStatus::Done, T0 + 10);
+        expect!(Finished::Recorded, holder.finish(done).await.unwrap());
+        let woken_at = tokio::time::timeout(PROMPTLY, waiter)
+            .await
+            .expect("the waiter was not woken by the other replica's finish")
+            .unwrap();
+        let delay = woken_at.saturating_duration_since(finished_at);
+        assert!(delay < PROMPTLY, "woken after {delay:?}");
+        let seen = waiting.get_by_id(intent.id).await.unwrap().unwrap();
+        assert_eq!(seen.status, IntentStatus::Done);
+    }
+
+    #[tokio::test]
+    async fn a_tool_flag_set_on_one_replica_is_seen_by_the_other() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let one = scratch.connect(scratch.options()).await;
+        let other = scratch.connect(scratch.options()).await;
+        let off = ToolFlag {
+            tool: TOOL.into(),
+            enabled: false,
+            reason: "refunds double-paid".into(),
+            actor: "operator:alice".into(),
+            updated_ms: T0,
+        };
+        one.set_tool_flag(off.clone()).await.unwrap();
+        assert_eq!(
+            other.tool_flags().await.unwrap(),
+            std::slice::from_ref(&off)
+        );
+        let on = ToolFlag {
+            enabled: true,
+            updated_ms: T0 + 1,
+            ..off
+        };
+        other.set_tool_flag(on.clone()).await.unwrap();
+        assert_eq!(one.tool_flags().await.unwrap(), [on]);
+    }
+
+    /// The server ended every connection of the ledger (a restart, a failover, an
+    /// operator): the next operations open new ones and go on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_ledger_reconnects_after_its_connections_are_terminated() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let ledger = scratch.connect(scratch.options()).await;
+        let first = started(&ledger, "order-1", "owner-a", T0).await;
+        let outside = scratch.outside().await;
+        let terminated: i64 = outside
+            .query_one(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity \
+                 WHERE application_name = $1) AS ended",
+                &[&format!("intentgate:{}", scratch.schema)],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(terminated >= 1, "no connection of the ledger was found");
+
+        let read = ledger
+            .get_by_id(first.id)
+            .await
+            .expect("read after termination");
+        assert_eq!(read, Some(first.clone()));
+        let done = finish(&first, "owner-a", IntentStatus::Done, T0 + 1);
+        expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
+        started(&ledger, "order-2", "owner-b", T0 + 2).await;
+    }
+
+    /// The server refuses one statement of a commit's pipeline (PostgreSQL text can't hold
+    /// a NUL character): the whole operation rolls back, the caller gets a storage error, and
+    /// the connection serves the next operation.
+    #[tokio::test]
+    async fn a_write_refused_at_commit_changes_nothing() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let ledger = scratch.connect(PostgresOptions {
+            pool_size: 1,
+            ..scratch.options()
+        });
+        let ledger = ledger.await;
+        let intent = started(&ledger, "order-1", "owner-a", T0).await;
+        let logged = events(&ledger, &intent).await;
+        let refused = Finish {
+            external_id: Some("re_\u{0}1".into()),
+            ..finish(&intent, "owner-a", IntentStatus::Done, T0 + 1)
+        };
+        let error = ledger.finish(refused).await.unwrap_err();
+        assert!(matches!(error, LedgerError::Storage(_)), "{error:?}");
+        assert!(
+            error.to_string().contains("nothing was committed"),
+            "{error}"
+        );
+        assert_eq!(read(&ledger, &intent).await, intent);
+        assert_eq!(events(&ledger, &intent).await, logged);
+
+        let done = finish(&intent, "owner-a", IntentStatus::Done, T0 + 2);
+        let done = expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
+        assert_eq!(done.status, IntentStatus::Done);
+    }
+
+    /// A server-side failure is a storage error that names the server and says what to
+    /// check; the password of the URL appears nowhere.
+    #[tokio::test]
+    async fn a_dropped_schema_is_a_storage_error_that_says_what_to_check() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let ledger = scratch.connect(scratch.options()).await;
+        started(&ledger, "order-1", "owner-a", T0).await;
+        ledger.destroy().await.unwrap();
+        let error = ledger.get(TENANT, TOOL, "order-1").await.unwrap_err();
+        let LedgerError::Storage(message) = &error else {
+            panic!("expected a storage error, got {error:?}");
+        };
+        assert!(message.contains(&scratch.schema), "{message}");
+        assert!(message.contains("schema dropped"), "{message}");
+        let error = ledger
+            .begin(request("order-2", "owner-b", T0))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, LedgerError::Storage(_)), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn connecting_to_a_server_that_is_not_there_names_host_and_port_not_the_password() {
+        // Port 1 on the loopback: nothing listens there, so the connection is refused.
+        let url = "postgres://alice:s3cret-password@127.0.0.1:1/ledger";
+        match PostgresLedger::connect(url, PostgresOptions::default()).await {
+            Err(error @ LedgerError::Open { .. }) => {
+                let message = error.to_string();
+                assert!(message.contains("127.0.0.1:1"), "{message}");
+                assert!(message.contains("pg_isready"), "{message}");
+                assert!(!message.contains("s3cret"), "{message}");
+            }
+            Err(other) => panic!("expected an open error, got {other:?}"),
+            Ok(_) => panic!("connected to a server that is not there"),
+        }
+        for bad in [
+            "postgres://alice:s3cret-password@127.0.0.1:notaport/ledger",
+            "postgres://alice:s3cret-password@127.0.0.1:5432/ledger?sslmode=sometimes",
+        ] {
+            match PostgresLedger::connect(bad, PostgresOptions::default()).await {
+                Err(error @ LedgerError::Open { .. }) => {
+                    let message = error.to_string();
+                    assert!(!message.contains("s3cret"), "{message}");
+                    assert!(message.contains("postgres://"), "{message}");
+                }
+                Err(other) => panic!("expected an open error, got {other:?}"),
+                Ok(_) => panic!("connected with a bad URL: {bad}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn options_out_of_range_are_refused_before_anything_is_created() {
+        let url = "postgres://alice@127.0.0.1:1/ledger";
+        for options in [
+            PostgresOptions {
+                schema: "Not-A-Schema".into(),
+                ..PostgresOptions::default()
+            },
+            PostgresOptions {
+                pool_size: 0,
+                ..PostgresOptions::default()
+            },
+        ] {
+            match PostgresLedger::connect(url, options.clone()).await {
+                Err(LedgerError::Open { reason, .. }) => {
+                    assert!(
+                        reason.contains("schema name") || reason.contains("pool size"),
+                        "{reason}"
+                    );
+                }
+                Err(other) => panic!("expected an open error, got {other:?}"),
+                Ok(_) => panic!("connected with {options:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn open_picks_the_store_by_location() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        let ledger = intentgate_ledger::open(path.to_str().unwrap(), Durability::Strict)
+            .await
+            .unwrap();
+        started(&*ledger, "order-1", "owner-a", T0).await;
+        assert!(path.exists());
+        drop(ledger);
+
+        let refused = intentgate_ledger::open(
+            "postgresql://alice:s3cret@127.0.0.1:1/ledger",
+            Durability::Strict,
+        )
+        .await;
+        match refused {
+            Err(error @ LedgerError::Open { .. }) => {
+                assert!(error.to_string().contains("127.0.0.1:1"), "{error}")
+            }
+            Err(other) => panic!("expected an open error, got {other:?}"),
+            Ok(_) => panic!("opened a ledger on a server that is not there"),
+        }
+    }
+
+    /// Every intent with its events, and the tool flags.
+    async fn snapshot(ledger: &dyn Ledger) -> (Vec<IntentRecord>, Vec<Vec<Event>>, Vec<ToolFlag>) {
+        let intents = all_intents(ledger).await;
+        let mut logs = Vec::new();
+        for intent in &intents {
+            logs.push(events(ledger, intent).await);
+        }
+        (intents, logs, ledger.tool_flags().await.unwrap())
+    }
+
+    /// The migration versions recorded in the schema, with their times.
+    async fn applied_migrations(client: &tokio_postgres::Client, schema: &str) -> Vec<(i64, i64)> {
+        let rows = client
+            .query(
+                &format!("SELECT version, applied_ms FROM \"{schema}\".schema_migrations ORDER BY version"),
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter().map(|row| (row.get(0), row.get(1))).collect()
     }
 }

@@ -7,6 +7,8 @@
 //! | `POST /v1/tools/{name}/call` | calls a tool through the [`Gate`]; body `{"arguments": {...}}` |
 //! | `GET /v1/intents/{tool}/{key}` | an intent as the ledger holds it |
 //!
+//! [`run_with`] serves more routes beside these (MCP over Streamable HTTP at `/mcp`).
+//!
 //! A call's outcome, whatever it is (`done`, `pending_unknown`, `conflict`, ...), is a 200
 //! with the outcome object: the call worked, and the status tells the model what happened.
 //! Malformed requests get a 4xx `application/problem+json` saying what is wrong.
@@ -87,8 +89,25 @@ pub async fn run(
     options: ServerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    run_with(listener, gate, options, None, shutdown).await
+}
+
+/// [`run`], with `extra` routes served beside the HTTP API (`intentgate serve` mounts MCP
+/// at `/mcp` this way). `extra` must not define a fallback or a route of the API; its calls
+/// are not counted by the API's concurrency limit or shutdown wait, so it brings its own.
+pub async fn run_with(
+    listener: TcpListener,
+    gate: Arc<Gate>,
+    options: ServerOptions,
+    extra: Option<axum::Router>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let state = state(gate, options);
     let app = routes::router(state.clone());
+    let app = match extra {
+        Some(extra) => app.merge(extra),
+        None => app,
+    };
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await?;

@@ -51,6 +51,11 @@ impl IntoResponse for Problem {
         if let Some(seconds) = self.retry_after_seconds {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
+        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the body was never read, so the server closes the connection: say
+            // so, or a client that reuses it fails its next request on a closed socket.
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         response
     }
 }

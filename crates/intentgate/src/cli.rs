@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use intentgate_ledger::Durability;
 
+use crate::bench::gateway::{CALLS_DEFAULT, CALLS_MAX};
 use crate::bench::ledger::{INTENTS_DEFAULT, INTENTS_MAX, SEQUENTIAL_INTENTS_MAX};
 
 /// The `intentgate` command.
@@ -32,6 +33,9 @@ pub struct Cli {
 pub enum Command {
     /// Serve the configured tools over HTTP, through the intent ledger.
     Serve(ServeArgs),
+    /// Serve the configured tools over MCP on stdin and stdout, for an agent that starts
+    /// intentgate as its MCP server (`intentgate serve` serves MCP over HTTP at /mcp).
+    Mcp(McpArgs),
     /// Replay the double-refund incident: a naive wrapper against intentgate, side by side.
     Demo(DemoArgs),
     /// Run the mock payments provider (Stripe-like keys, seeded faults) for tests and demos.
@@ -51,9 +55,26 @@ pub struct ServeArgs {
     /// Address to listen on (overrides `gateway.listen`; port 0 picks a free port).
     #[arg(long, env = "INTENTGATE_LISTEN")]
     pub listen: Option<String>,
-    /// The SQLite ledger file (overrides `gateway.ledger`).
+    /// The ledger (overrides `gateway.ledger`): a SQLite file, or a PostgreSQL URL
+    /// (postgres://user@host:port/database) shared by every replica.
     #[arg(long, env = "INTENTGATE_LEDGER")]
-    pub ledger: Option<PathBuf>,
+    pub ledger: Option<String>,
+    /// Durability of the ledger (overrides `gateway.durability`).
+    #[arg(long, env = "INTENTGATE_DURABILITY", value_enum)]
+    pub durability: Option<DurabilityArgument>,
+}
+
+/// `intentgate mcp`.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The tool config (YAML); `intentgate config check FILE` explains any error in it.
+    #[arg(long, env = "INTENTGATE_CONFIG")]
+    pub config: PathBuf,
+    /// The ledger (overrides `gateway.ledger`): a SQLite file, or a PostgreSQL URL. Point
+    /// every gateway process of one deployment (this one and `intentgate serve`) at the
+    /// same ledger.
+    #[arg(long, env = "INTENTGATE_LEDGER")]
+    pub ledger: Option<String>,
     /// Durability of the ledger (overrides `gateway.durability`).
     #[arg(long, env = "INTENTGATE_DURABILITY", value_enum)]
     pub durability: Option<DurabilityArgument>,
@@ -125,13 +146,14 @@ pub struct BenchArgs {
 /// Every benchmark.
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Measure the overhead of a new side-effecting call through the gate and its SQLite
-    /// ledger, against one fsync of the same disk.
+    /// Measure the overhead of a new side-effecting call through the gate and its ledger
+    /// (SQLite, or PostgreSQL with --ledger), against one fsync of the same disk.
     #[command(
         long_about = "Measure the overhead of a new side-effecting call through the gate \
-and its SQLite ledger.
+and its ledger.
 
-Builds a fresh ledger in a temporary folder inside --dir, and a gate with one side-effecting \
+Builds a fresh SQLite ledger in a temporary folder inside --dir (or, with --ledger URL, a \
+fresh schema on that PostgreSQL database, dropped afterwards), and a gate with one side-effecting \
 tool (refund_order) whose upstream answers at once, so only the gateway and the ledger are \
 measured. In the same run it measures one fsync of the same disk (the baseline), the \
 throughput of new intents with 1 caller and with 64 concurrent callers, and the latency of \
@@ -140,6 +162,28 @@ intent per call, and compares the figures with the SPEC targets. The temporary f
 removed afterwards."
     )]
     Ledger(LedgerBenchArgs),
+    /// Measure a call through the gateway's HTTP server against the same call made directly
+    /// to the provider, and a repeated call against a bare HTTP round trip.
+    #[command(
+        long_about = "Measure the gateway over HTTP, against baselines measured in the same run.
+
+Starts the mock payments provider (no faults, no latency) and the real gateway HTTP server \
+in this process, on loopback ports, with the tools of examples/support-agent.yaml and a fresh \
+SQLite ledger in a temporary folder inside --dir. With one keep-alive HTTP client it then \
+measures, call by call and alternating between each pair so that both see the same machine:
+
+  1. a new refund through the gateway (POST /v1/tools/refund_order/call) against the same \
+refund sent directly to the provider (POST /v1/refunds): p50, p99, their ratio and the \
+gateway's overhead;
+  2. a repeated refund answered from the ledger (`already_done`) against GET /healthz of \
+the same server (a bare HTTP round trip to an empty handler): p50, p99 and their ratio, \
+beside the SPEC target (at most 2).
+
+It checks that every new call returned `done`, every repeat `already_done`, every direct \
+call succeeded, and that the provider holds exactly one refund per intent and per direct \
+call. Both servers are shut down and the temporary folder removed afterwards."
+    )]
+    Gateway(GatewayBenchArgs),
 }
 
 /// `intentgate bench ledger`.
@@ -161,6 +205,41 @@ at most {SEQUENTIAL_INTENTS_MAX} of them, since under strict durability each cos
         )
     )]
     pub intents: u32,
+
+    /// What a ledger write promises before the upstream call: `strict` fsyncs it (survives a
+    /// power loss), `relaxed` does not (survives a crash of the process).
+    #[arg(long, env = "INTENTGATE_DURABILITY", value_enum, default_value_t = DurabilityArgument::Strict)]
+    pub durability: DurabilityArgument,
+
+    /// Measure a PostgreSQL ledger instead (postgres://user@host:port/database): in a fresh
+    /// schema named for the run, dropped afterwards. The fsync probe still runs in --dir.
+    #[arg(long, value_name = "URL")]
+    pub ledger: Option<String>,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `intentgate bench gateway`.
+#[derive(Debug, Args)]
+pub struct GatewayBenchArgs {
+    /// The folder the ledger goes in (in a temporary folder inside it). Pick a folder on the
+    /// disk that will hold the real ledger: under strict durability its fsyncs are measured.
+    #[arg(long, env = "INTENTGATE_BENCH_DIR", default_value = ".")]
+    pub dir: PathBuf,
+
+    // The help is built at run time so that it states the limit's actual value.
+    #[arg(
+        long,
+        default_value_t = CALLS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(CALLS_MAX)),
+        help = format!(
+            "Measured calls of each kind (1 to {CALLS_MAX}): new refunds through the gateway, \
+direct refunds, repeated refunds and health checks"
+        )
+    )]
+    pub calls: u32,
 
     /// What a ledger write promises before the upstream call: `strict` fsyncs it (survives a
     /// power loss), `relaxed` does not (survives a crash of the process).

@@ -9,6 +9,7 @@ mod cli;
 mod config_command;
 mod demo;
 mod faults;
+mod mcp;
 mod mock_provider;
 mod serve;
 
@@ -34,6 +35,7 @@ async fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Serve(arguments) => serve::run(arguments).await,
+        Command::Mcp(arguments) => mcp::run(arguments).await,
         Command::Demo(arguments) => demo::run(arguments).await,
         Command::MockProvider(arguments) => mock_provider::run(arguments).await,
         Command::Config(arguments) => config_command::run(arguments),

@@ -1,8 +1,10 @@
 //! `intentgate serve`: the gateway as an HTTP server.
 //!
 //! Glue only: load and check the config, open the ledger, build the HTTP upstream and the
-//! gate, and hand them to `intentgate_server::run` with a shutdown future. A background task
-//! purges settled intents older than the retention period.
+//! gate, and hand them to `intentgate_server::run_with` with a shutdown future, with MCP over
+//! Streamable HTTP mounted at `/mcp` beside the HTTP API. A background task purges settled
+//! intents older than the retention period; another sweeps intents left in flight or unknown
+//! (`Gate::sweep`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,7 +15,8 @@ use anyhow::Context;
 use intentgate_config::LoadedConfig;
 use intentgate_gate::{Clock, Gate, GateOptions, SystemClock};
 use intentgate_http::{HttpTool, HttpUpstream};
-use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions};
+use intentgate_ledger::{Durability, Ledger};
+use intentgate_mcp::{HttpOptions, LOOPBACK_HOSTS, McpService};
 use intentgate_server::ServerOptions;
 use tokio::net::TcpListener;
 
@@ -21,6 +24,15 @@ use crate::cli::ServeArgs;
 
 /// How often the retention purge runs.
 const PURGE_EVERY: Duration = Duration::from_secs(60 * 60);
+/// How often the sweeper looks for intents left in flight or unknown. Short enough that a
+/// crashed call's intent is settled seconds after its lease expires, before a user asks
+/// again; long enough that an idle gateway costs one indexed read per status each time. Each
+/// intent's lookups are rate-limited on their own, so sweeping often does not mean asking the
+/// provider often.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// Most intents of each status (expired in flight, unknown) one sweep takes; one sweep
+/// handles them one at a time, so this bounds how long it runs. The rest wait for the next.
+const SWEEP_LIMIT: u32 = 100;
 
 pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
     let loaded = load(&arguments.config)?;
@@ -29,24 +41,18 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
         .listen
         .clone()
         .unwrap_or_else(|| gateway.listen.to_string());
-    let ledger_path = arguments
+    let ledger_location = arguments
         .ledger
         .clone()
-        .unwrap_or_else(|| gateway.ledger.clone().into());
+        .unwrap_or_else(|| gateway.ledger.clone());
     let durability: Durability = match arguments.durability {
         Some(argument) => argument.into(),
         None => gateway.durability.into(),
     };
-    let ledger = Arc::new(
-        SqliteLedger::open(
-            &ledger_path,
-            SqliteOptions {
-                durability,
-                inline: false,
-            },
-        )
-        .context("opening the intent ledger")?,
-    );
+    // A SQLite file, or PostgreSQL for a postgres:// URL.
+    let ledger = intentgate_ledger::open(&ledger_location, durability)
+        .await
+        .context("opening the intent ledger")?;
     let gate = Arc::new(build_gate(&loaded, ledger.clone(), Arc::new(SystemClock))?);
     let options = ServerOptions {
         body_limit_bytes: gateway.body_limit_bytes as usize,
@@ -59,23 +65,52 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("can't listen on {listen}: is another process using it?"))?;
     let address = listener.local_addr()?;
     tokio::spawn(purge_forever(ledger.clone(), gateway.retention_days));
+    tokio::spawn(sweep_forever(gate.clone()));
     // Printed on stdout, alone on its line, so scripts and tests can read the port.
     println!("intentgate listening on http://{address}");
     eprintln!(
         "serving {} tools from {} (ledger {}, durability {:?})",
         gate.tools().len(),
         arguments.config.display(),
-        ledger_path.display(),
+        intentgate_ledger::display_location(&ledger_location),
         durability
     );
-    intentgate_server::run(
+    // MCP over Streamable HTTP, through the same gate. A loopback server accepts only
+    // loopback Host names (DNS-rebinding protection); a routable one any name.
+    let mcp = McpService::new(
+        gate.clone(),
+        &crate::mcp::hints(&loaded),
+        crate::mcp::options(gateway),
+    );
+    let allowed_hosts = if address.ip().is_loopback() {
+        LOOPBACK_HOSTS.map(String::from).to_vec()
+    } else {
+        Vec::new()
+    };
+    let mcp_routes = intentgate_mcp::http_router(
+        mcp.clone(),
+        HttpOptions {
+            body_limit_bytes: gateway.body_limit_bytes as usize,
+            allowed_hosts,
+        },
+    );
+    intentgate_server::run_with(
         listener,
         gate,
         options,
+        Some(mcp_routes),
         intentgate_server::shutdown_signal(),
     )
     .await
-    .context("the HTTP server stopped")
+    .context("the HTTP server stopped")?;
+    let still_running = mcp.drain().await;
+    if still_running > 0 {
+        tracing::warn!(
+            still_running,
+            "shutdown grace period over; MCP calls still running stay in_flight in the ledger and are resolved by lookup"
+        );
+    }
+    Ok(())
 }
 
 /// Loads a config, turning its errors into one message with every line and fix.
@@ -125,7 +160,7 @@ pub fn build_gate_with(
     .context("the tools of the config")
 }
 
-async fn purge_forever(ledger: Arc<SqliteLedger>, retention_days: u32) {
+pub async fn purge_forever(ledger: Arc<dyn Ledger>, retention_days: u32) {
     let retention_ms = i64::from(retention_days) * 24 * 60 * 60 * 1000;
     let mut ticks = tokio::time::interval(PURGE_EVERY);
     loop {
@@ -139,6 +174,35 @@ async fn purge_forever(ledger: Arc<SqliteLedger>, retention_days: u32) {
                 "purged settled intents past retention"
             ),
             Err(error) => tracing::warn!(%error, "retention purge failed; will try again"),
+        }
+    }
+}
+
+/// Sweeps every [`SWEEP_EVERY`], a sweep at a time; logs what a sweep did when it did
+/// something.
+pub async fn sweep_forever(gate: Arc<Gate>) {
+    let mut ticks = tokio::time::interval(SWEEP_EVERY);
+    // A sweep slower than the interval delays the next one rather than bunching them.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match gate.sweep(SWEEP_LIMIT).await {
+            Ok(report) if report.acted() || report.errors > 0 => tracing::info!(
+                examined = report.examined,
+                resolved_done = report.resolved_done,
+                resent = report.resent,
+                looked_up = report.looked_up,
+                lookup_failed = report.lookup_failed,
+                still_unknown = report.still_unknown,
+                settled_otherwise = report.settled_otherwise,
+                skipped_busy = report.skipped_busy,
+                not_due = report.not_due,
+                errors = report.errors,
+                truncated = report.truncated,
+                "swept intents left in flight or unknown"
+            ),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "sweep failed; will try again"),
         }
     }
 }

@@ -113,3 +113,78 @@ fn bench_ledger_in_a_missing_folder_fails_and_names_it() {
     );
     assert!(stderr.contains("does not exist"), "{stderr}");
 }
+
+#[test]
+fn bench_gateway_help_documents_every_flag() {
+    let output = run(intentgate().args(["bench", "gateway", "--help"]));
+    assert!(output.status.success(), "{output:?}");
+    let stdout = text(&output.stdout);
+    for flag in [
+        "--calls",
+        "--json",
+        "--durability",
+        "--dir",
+        "strict",
+        "relaxed",
+        "already_done",
+        "/healthz",
+    ] {
+        assert!(stdout.contains(flag), "`{flag}` is not in:\n{stdout}");
+    }
+}
+
+#[test]
+fn bench_gateway_prints_positive_figures_as_json_and_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(intentgate()
+        .args(["bench", "gateway", "--calls", "50", "--json", "--dir"])
+        .arg(dir.path()));
+    assert!(output.status.success(), "{output:?}");
+    let stdout = text(&output.stdout);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|error| {
+        panic!("stdout is not one JSON object ({error}):\n{stdout}");
+    });
+    let fields = report.as_object().expect("the report is a JSON object");
+    for field in [
+        "gateway_call_p50_us",
+        "gateway_call_p99_us",
+        "direct_call_p50_us",
+        "direct_call_p99_us",
+        "ratio_call_p50",
+        "overhead_call_p50_us",
+        "already_done_p50_us",
+        "already_done_p99_us",
+        "healthz_p50_us",
+        "healthz_p99_us",
+        "ratio_already_done_p50",
+    ] {
+        assert!(fields.contains_key(field), "{field} is missing: {report}");
+    }
+    // Every figure, named above or not, is a positive number.
+    for (field, value) in fields.iter().filter(|(_, value)| value.is_number()) {
+        assert!(
+            value.as_f64().is_some_and(|value| value > 0.0),
+            "{field} is not a positive number: {report}"
+        );
+    }
+    assert_eq!(report["durability"], "strict", "{report}");
+    assert_eq!(report["calls"], 50, "{report}");
+    // One refund at the provider per intent (new ones and the repeated one) and per direct
+    // call, warm-up included: none lost, none doubled.
+    let warm_up = report["warm_up_calls"].as_u64().unwrap();
+    assert_eq!(report["intents"], 50 + warm_up + 1, "{report}");
+    assert_eq!(report["direct_calls"], 50 + warm_up, "{report}");
+    assert_eq!(
+        report["provider_refunds"],
+        2 * (50 + warm_up) + 1,
+        "{report}"
+    );
+    let target = &report["targets"][0];
+    assert_eq!(target["field"], "ratio_already_done_p50", "{report}");
+    assert!(target["met"].is_boolean(), "{report}");
+    let remaining: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(
+        remaining.is_empty(),
+        "the temporary folder was left behind: {remaining:?}"
+    );
+}

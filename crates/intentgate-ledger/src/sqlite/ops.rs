@@ -1,51 +1,17 @@
 //! The body of every ledger operation, run inside one SQLite transaction (a savepoint of a
-//! grouped commit). Each checks the status it reads before it writes, and each status
-//! change goes through the core state machine.
+//! grouped commit). Each reads the intent, asks [`crate::plan`] what to do (which checks
+//! every status change with the core state machine) and applies the writes it returns.
 
 use intentgate_core::IntentStatus;
-use intentgate_core::limits::{
-    ACTOR_LENGTH_MAX, ARGUMENTS_BYTES_MAX, EVENT_DETAIL_LENGTH_MAX, EXTERNAL_ID_LENGTH_MAX,
-    INTENT_KEY_LENGTH_MAX, LEASE_OWNER_LENGTH_MAX, RESULT_BYTES_MAX, TENANT_LENGTH_MAX,
-    TOOL_NAME_LENGTH_MAX,
-};
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde_json::Value;
 
+use crate::plan::{self, NewEvent, NewIntent, Plan, StoredIntent, Write};
 use crate::record::{Event, IntentId, IntentRecord, ToolFlag};
 use crate::{Begin, BeginRequest, Finish, Finished, LedgerError, Resolve};
 
 const INTENT_COLUMNS: &str = "id, tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
      lease_owner, lease_expires_ms, result, external_id, resolved_by, call_count, first_seen_ms, last_seen_ms, \
      updated_ms, last_lookup_ms";
-
-pub fn check_length(field: &'static str, text: &str, limit: usize) -> Result<(), LedgerError> {
-    if text.len() > limit {
-        return Err(LedgerError::TooLarge {
-            field,
-            length: text.len(),
-            limit,
-        });
-    }
-    Ok(())
-}
-
-/// Cuts free text to the event log's limit, at a character boundary.
-fn bounded(text: &str) -> &str {
-    if text.len() <= EVENT_DETAIL_LENGTH_MAX {
-        return text;
-    }
-    let mut end = EVENT_DETAIL_LENGTH_MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
-fn json_text(field: &'static str, value: &Value, limit: usize) -> Result<String, LedgerError> {
-    let text = value.to_string();
-    check_length(field, &text, limit)?;
-    Ok(text)
-}
 
 fn read_intent(row: &Row<'_>) -> rusqlite::Result<IntentRecord> {
     let corrupt = |index, message: String| {
@@ -164,84 +130,30 @@ pub fn events(connection: &Connection, id: IntentId) -> Result<Vec<Event>, Ledge
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// The fields of one event row.
-struct NewEvent<'a> {
-    intent: &'a IntentRecord,
-    at_ms: i64,
-    kind: &'static str,
-    from: Option<IntentStatus>,
-    to: Option<IntentStatus>,
-    actor: Option<&'a str>,
-    detail: &'a str,
-}
-
-fn append_event(connection: &Connection, event: NewEvent<'_>) -> Result<(), LedgerError> {
+fn append_event(connection: &Connection, event: &NewEvent) -> Result<(), LedgerError> {
     connection
         .prepare_cached(
             "INSERT INTO events (intent_id, tenant, tool, at_ms, kind, from_status, to_status, attempt, actor, detail) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )?
         .execute(params![
-            event.intent.id,
-            event.intent.tenant,
-            event.intent.tool,
+            event.intent_id,
+            event.tenant,
+            event.tool,
             event.at_ms,
             event.kind,
-            event.from.map(IntentStatus::as_str),
-            event.to.map(IntentStatus::as_str),
-            event.intent.attempt,
+            event.from_status.map(IntentStatus::as_str),
+            event.to_status.map(IntentStatus::as_str),
+            event.attempt,
             event.actor,
-            bounded(event.detail),
+            event.detail,
         ])?;
     Ok(())
 }
 
-/// Writes a checked status change with its event.
-fn write_transition(
-    connection: &Connection,
-    before: &IntentRecord,
-    after: &IntentRecord,
-    at_ms: i64,
-    actor: Option<&str>,
-    detail: &str,
-) -> Result<(), LedgerError> {
-    if before.status != after.status {
-        before.status.transition(after.status)?;
-    }
-    assert_eq!(before.id, after.id, "a transition keeps the intent");
-    update(connection, after)?;
-    let kind = if before.status == after.status {
-        "lease"
-    } else {
-        "transition"
-    };
-    append_event(
-        connection,
-        NewEvent {
-            intent: after,
-            at_ms,
-            kind,
-            from: Some(before.status),
-            to: Some(after.status),
-            actor,
-            detail,
-        },
-    )
-}
-
-/// Stores every mutable column of `intent`.
-fn update(connection: &Connection, intent: &IntentRecord) -> Result<(), LedgerError> {
-    let result = intent
-        .result
-        .as_ref()
-        .map(|value| json_text("result", value, RESULT_BYTES_MAX))
-        .transpose()?;
-    if let Some(id) = &intent.external_id {
-        check_length("external_id", id, EXTERNAL_ID_LENGTH_MAX)?;
-    }
-    if let Some(by) = &intent.resolved_by {
-        check_length("resolved_by", by, ACTOR_LENGTH_MAX)?;
-    }
+/// Stores every mutable column of an intent.
+fn update(connection: &Connection, stored: &StoredIntent) -> Result<(), LedgerError> {
+    let intent = &stored.intent;
     let changed = connection
         .prepare_cached(
             "UPDATE intents SET status = ?2, attempt = ?3, epoch = ?4, lease_owner = ?5, lease_expires_ms = ?6, \
@@ -255,7 +167,7 @@ fn update(connection: &Connection, intent: &IntentRecord) -> Result<(), LedgerEr
             intent.epoch,
             intent.lease_owner,
             intent.lease_expires_ms,
-            result,
+            stored.result,
             intent.external_id,
             intent.resolved_by,
             intent.call_count as i64,
@@ -271,33 +183,34 @@ fn update(connection: &Connection, intent: &IntentRecord) -> Result<(), LedgerEr
     Ok(())
 }
 
-fn insert(connection: &Connection, request: &BeginRequest) -> Result<IntentRecord, LedgerError> {
-    check_length("tenant", &request.tenant, TENANT_LENGTH_MAX)?;
-    check_length("tool", &request.tool, TOOL_NAME_LENGTH_MAX)?;
-    check_length("key", &request.key, INTENT_KEY_LENGTH_MAX)?;
-    check_length("lease_owner", &request.lease_owner, LEASE_OWNER_LENGTH_MAX)?;
-    let arguments = json_text("arguments", &request.arguments, ARGUMENTS_BYTES_MAX)?;
-    let mut intent = IntentRecord {
-        id: 0,
-        tenant: request.tenant.clone(),
-        tool: request.tool.clone(),
-        key: request.key.clone(),
-        fingerprint: request.fingerprint.clone(),
-        arguments: request.arguments.clone(),
-        status: IntentStatus::Pending,
-        attempt: 0,
-        epoch: 1,
-        lease_owner: None,
-        lease_expires_ms: None,
-        result: None,
-        external_id: None,
-        resolved_by: None,
-        call_count: u64::from(request.count_call),
-        first_seen_ms: request.now_ms,
-        last_seen_ms: request.now_ms,
-        updated_ms: request.now_ms,
-        last_lookup_ms: None,
-    };
+/// Applies a plan's writes in order and returns its outcome.
+fn apply<T>(connection: &Connection, plan: Plan<T>) -> Result<T, LedgerError> {
+    for write in &plan.writes {
+        match write {
+            Write::Counts(intent) => {
+                connection
+                    .prepare_cached(
+                        "UPDATE intents SET call_count = ?2, last_seen_ms = ?3 WHERE id = ?1",
+                    )?
+                    .execute(params![
+                        intent.id,
+                        intent.call_count as i64,
+                        intent.last_seen_ms
+                    ])?;
+            }
+            Write::Intent(stored) => update(connection, stored)?,
+            Write::Event(event) => append_event(connection, event)?,
+        }
+    }
+    Ok(plan.outcome)
+}
+
+/// Inserts a new intent and logs its creation; returns it with its id.
+fn insert(connection: &Connection, new: NewIntent) -> Result<IntentRecord, LedgerError> {
+    let NewIntent {
+        mut intent,
+        arguments,
+    } = new;
     connection
         .prepare_cached(
             "INSERT INTO intents (tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
@@ -311,258 +224,40 @@ fn insert(connection: &Connection, request: &BeginRequest) -> Result<IntentRecor
             arguments,
             intent.status.as_str(),
             intent.call_count as i64,
-            request.now_ms
+            intent.first_seen_ms
         ])?;
     intent.id = connection.last_insert_rowid();
-    append_event(
-        connection,
-        NewEvent {
-            intent: &intent,
-            at_ms: request.now_ms,
-            kind: "created",
-            from: None,
-            to: Some(IntentStatus::Pending),
-            actor: None,
-            detail: "",
-        },
-    )?;
+    append_event(connection, &plan::created(&intent, intent.first_seen_ms))?;
     Ok(intent)
 }
 
-/// Takes the lease and moves the intent to `in_flight` as a new attempt.
-fn start_attempt(
-    connection: &Connection,
-    intent: IntentRecord,
-    request: &BeginRequest,
-    new_epoch: bool,
-) -> Result<Begin, LedgerError> {
-    let mut next = intent.clone();
-    next.status = IntentStatus::InFlight;
-    // A new attempt starts clean: a retried rejection must not carry the old refusal.
-    next.result = None;
-    next.external_id = None;
-    next.resolved_by = None;
-    next.attempt += 1;
-    next.epoch += u32::from(new_epoch);
-    next.lease_owner = Some(request.lease_owner.clone());
-    next.lease_expires_ms = Some(request.lease_expires_ms);
-    next.updated_ms = request.now_ms;
-    let detail = format!(
-        "attempt {} (provider key epoch {})",
-        next.attempt, next.epoch
-    );
-    write_transition(connection, &intent, &next, request.now_ms, None, &detail)?;
-    Ok(Begin::Execute(next))
-}
-
 pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, LedgerError> {
-    check_length("lease_owner", &request.lease_owner, LEASE_OWNER_LENGTH_MAX)?;
-    let Some(mut intent) = get(connection, &request.tenant, &request.tool, &request.key)? else {
-        let intent = insert(connection, request)?;
-        return start_attempt(connection, intent, request, false);
+    plan::check_begin(request)?;
+    let plan = match get(connection, &request.tenant, &request.tool, &request.key)? {
+        Some(intent) => plan::begin_existing(intent, request)?,
+        None => {
+            let intent = insert(connection, plan::new_intent(request)?)?;
+            plan::begin_new(intent, request)?
+        }
     };
-    if request.count_call {
-        intent.call_count += 1;
-        intent.last_seen_ms = intent.last_seen_ms.max(request.now_ms);
-        connection
-            .prepare_cached("UPDATE intents SET call_count = ?2, last_seen_ms = ?3 WHERE id = ?1")?
-            .execute(params![
-                intent.id,
-                intent.call_count as i64,
-                intent.last_seen_ms
-            ])?;
-        let detail = format!("repeat call {}", intent.call_count);
-        append_event(
-            connection,
-            NewEvent {
-                intent: &intent,
-                at_ms: request.now_ms,
-                kind: "call",
-                from: None,
-                to: None,
-                actor: None,
-                detail: &detail,
-            },
-        )?;
-    }
-    if intent.fingerprint != request.fingerprint {
-        append_event(
-            connection,
-            NewEvent {
-                intent: &intent,
-                at_ms: request.now_ms,
-                kind: "conflict",
-                from: None,
-                to: None,
-                actor: None,
-                detail: "same key, other arguments",
-            },
-        )?;
-        return Ok(Begin::Conflict(intent));
-    }
-    if intent.status == IntentStatus::InFlight && !intent.lease_live(request.now_ms) {
-        // The holder crashed or overran its lease: whatever it did is unknown now.
-        let mut next = intent.clone();
-        next.status = IntentStatus::Unknown;
-        next.lease_owner = None;
-        next.lease_expires_ms = None;
-        next.updated_ms = request.now_ms;
-        write_transition(
-            connection,
-            &intent,
-            &next,
-            request.now_ms,
-            None,
-            "lease expired while in flight",
-        )?;
-        intent = next;
-    }
-    match intent.status {
-        IntentStatus::InFlight => Ok(Begin::Busy(intent)),
-        IntentStatus::Pending if intent.lease_live(request.now_ms) => Ok(Begin::Busy(intent)),
-        IntentStatus::Pending | IntentStatus::NotExecuted => {
-            start_attempt(connection, intent, request, false)
-        }
-        IntentStatus::Rejected if request.retry_rejected => {
-            start_attempt(connection, intent, request, true)
-        }
-        IntentStatus::Done | IntentStatus::Rejected => Ok(Begin::Settled(intent)),
-        IntentStatus::Unknown => {
-            let lookup_due = intent.last_lookup_ms.is_none_or(|last| {
-                request.now_ms.saturating_sub(last) >= request.lookup_interval_ms
-            });
-            if intent.lease_live(request.now_ms) || !lookup_due {
-                return Ok(Begin::Settled(intent));
-            }
-            let mut next = intent.clone();
-            next.lease_owner = Some(request.lease_owner.clone());
-            next.lease_expires_ms = Some(request.lease_expires_ms);
-            next.last_lookup_ms = Some(request.now_ms);
-            next.updated_ms = request.now_ms;
-            write_transition(
-                connection,
-                &intent,
-                &next,
-                request.now_ms,
-                None,
-                "lease taken for a lookup",
-            )?;
-            Ok(Begin::Lookup(next))
-        }
-    }
+    apply(connection, plan)
 }
 
 pub fn finish(connection: &Connection, finish: &Finish) -> Result<Finished, LedgerError> {
-    if matches!(
-        finish.status,
-        IntentStatus::InFlight | IntentStatus::Pending
-    ) {
-        debug_assert!(false, "finish records an outcome, not {}", finish.status);
-        return Err(IntentStatus::InFlight
-            .transition(finish.status)
-            .unwrap_err()
-            .into());
-    }
+    plan::check_finish(finish)?;
     let intent = must_get(connection, finish.id)?;
-    let holds_lease = intent.lease_owner.as_deref() == Some(finish.lease_owner.as_str());
-    let current = intent.attempt == finish.attempt
-        && match intent.status {
-            IntentStatus::InFlight => holds_lease,
-            // Our lease expired and the intent went unknown, or we hold the lookup lease:
-            // what this attempt learned still settles it.
-            IntentStatus::Unknown => true,
-            _ => false,
-        };
-    if !current {
-        return Ok(Finished::Superseded(intent));
-    }
-    let mut next = intent.clone();
-    next.status = finish.status;
-    if holds_lease || finish.status != IntentStatus::Unknown {
-        next.lease_owner = None;
-        next.lease_expires_ms = None;
-    }
-    next.updated_ms = finish.now_ms;
-    if finish.looked_up {
-        next.last_lookup_ms = Some(finish.now_ms);
-    }
-    if matches!(finish.status, IntentStatus::Done | IntentStatus::Rejected) {
-        next.result = finish.result.clone();
-        next.external_id = finish.external_id.clone();
-        next.resolved_by = Some(finish.resolved_by.to_owned());
-    }
-    if next == intent {
-        return Ok(Finished::Recorded(intent));
-    }
-    write_transition(
-        connection,
-        &intent,
-        &next,
-        finish.now_ms,
-        Some(finish.resolved_by),
-        &finish.detail,
-    )?;
-    Ok(Finished::Recorded(next))
+    apply(connection, plan::finish(intent, finish)?)
 }
 
 pub fn record_call(connection: &Connection, id: IntentId, now_ms: i64) -> Result<(), LedgerError> {
-    let mut intent = must_get(connection, id)?;
-    intent.call_count += 1;
-    intent.last_seen_ms = intent.last_seen_ms.max(now_ms);
-    connection
-        .prepare_cached("UPDATE intents SET call_count = ?2, last_seen_ms = ?3 WHERE id = ?1")?
-        .execute(params![
-            intent.id,
-            intent.call_count as i64,
-            intent.last_seen_ms
-        ])?;
-    let detail = format!(
-        "repeat call {}, answered from the ledger",
-        intent.call_count
-    );
-    append_event(
-        connection,
-        NewEvent {
-            intent: &intent,
-            at_ms: now_ms,
-            kind: "call",
-            from: None,
-            to: None,
-            actor: None,
-            detail: &detail,
-        },
-    )
+    let intent = must_get(connection, id)?;
+    apply(connection, plan::record_call(intent, now_ms))
 }
 
 pub fn resolve(connection: &Connection, resolve: &Resolve) -> Result<IntentRecord, LedgerError> {
-    check_length("actor", &resolve.actor, ACTOR_LENGTH_MAX)?;
+    plan::check_resolve(resolve)?;
     let intent = must_get(connection, resolve.id)?;
-    let mut next = intent.clone();
-    next.status = intent.status.transition(resolve.status)?;
-    next.lease_owner = None;
-    next.lease_expires_ms = None;
-    next.updated_ms = resolve.now_ms;
-    next.resolved_by = Some(resolve.actor.clone());
-    if resolve.external_id.is_some() {
-        next.external_id = resolve.external_id.clone();
-    }
-    if resolve.result.is_some() {
-        next.result = resolve.result.clone();
-    }
-    update(connection, &next)?;
-    append_event(
-        connection,
-        NewEvent {
-            intent: &next,
-            at_ms: resolve.now_ms,
-            kind: "resolve",
-            from: Some(intent.status),
-            to: Some(next.status),
-            actor: Some(&resolve.actor),
-            detail: &resolve.reason,
-        },
-    )?;
-    Ok(next)
+    apply(connection, plan::resolve(intent, resolve)?)
 }
 
 pub fn record_disabled_call(
@@ -571,34 +266,18 @@ pub fn record_disabled_call(
     tool: &str,
     now_ms: i64,
 ) -> Result<(), LedgerError> {
-    check_length("tenant", tenant, TENANT_LENGTH_MAX)?;
-    check_length("tool", tool, TOOL_NAME_LENGTH_MAX)?;
-    connection
-        .prepare_cached("INSERT INTO events (tenant, tool, at_ms, kind, detail) VALUES (?1, ?2, ?3, 'disabled_call', ?4)")?
-        .execute(params![tenant, tool, now_ms, "the tool is switched off; nothing executed"])?;
-    Ok(())
+    append_event(connection, &plan::disabled_call(tenant, tool, now_ms)?)
 }
 
 pub fn set_tool_flag(connection: &Connection, flag: &ToolFlag) -> Result<(), LedgerError> {
-    check_length("tool", &flag.tool, TOOL_NAME_LENGTH_MAX)?;
-    check_length("actor", &flag.actor, ACTOR_LENGTH_MAX)?;
+    let (flag, event) = plan::tool_flag(flag)?;
     connection
         .prepare_cached(
             "INSERT INTO tool_flags (tool, enabled, reason, actor, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5) \
              ON CONFLICT (tool) DO UPDATE SET enabled = ?2, reason = ?3, actor = ?4, updated_ms = ?5",
         )?
-        .execute(params![flag.tool, flag.enabled, bounded(&flag.reason), flag.actor, flag.updated_ms])?;
-    let kind = if flag.enabled {
-        "'tool_enabled'"
-    } else {
-        "'tool_disabled'"
-    };
-    connection
-        .prepare_cached(&format!(
-            "INSERT INTO events (tenant, tool, at_ms, kind, actor, detail) VALUES ('*', ?1, ?2, {kind}, ?3, ?4)"
-        ))?
-        .execute(params![flag.tool, flag.updated_ms, flag.actor, bounded(&flag.reason)])?;
-    Ok(())
+        .execute(params![flag.tool, flag.enabled, flag.reason, flag.actor, flag.updated_ms])?;
+    append_event(connection, &event)
 }
 
 pub fn tool_flags(connection: &Connection) -> Result<Vec<ToolFlag>, LedgerError> {
@@ -616,7 +295,6 @@ pub fn tool_flags(connection: &Connection) -> Result<Vec<ToolFlag>, LedgerError>
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
-
 pub fn purge(connection: &Connection, before_ms: i64) -> Result<u64, LedgerError> {
     const SETTLED: &str = "status IN ('done', 'rejected', 'not_executed') AND last_seen_ms < ?1";
     connection.execute(

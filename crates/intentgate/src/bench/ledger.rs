@@ -1,8 +1,10 @@
 //! `intentgate bench ledger`: the overhead of a new side-effecting call through the gate and
-//! its SQLite ledger, against one fsync of the same disk (SPEC section 12).
+//! its ledger, against one fsync of the same disk (SPEC section 12).
 //!
 //! Everything runs in one temporary folder inside `--dir`, so that the baseline (one fsync)
-//! and the ledger share a disk. The gate is the real [`Gate`] with one side-effecting tool;
+//! and the ledger share a disk. With `--ledger URL` the ledger is PostgreSQL instead, in a
+//! fresh schema named for the run and dropped afterwards; the fsync probe still runs in
+//! `--dir`. The gate is the real [`Gate`] with one side-effecting tool;
 //! its upstream answers at once, so the figures are the gateway's and the ledger's alone.
 //! A benchmark that silently measured failures would be worthless, so every call must return
 //! `done`, the upstream must see exactly one request per call, and the ledger must hold
@@ -21,7 +23,9 @@ use intentgate_core::{CallStatus, Effect, IntentStatus, ToolDefinition, Upstream
 use intentgate_gate::{
     CallContext, Gate, GateOptions, LookupOutcome, SystemClock, Upstream, UpstreamCall,
 };
-use intentgate_ledger::{IntentId, Ledger, SqliteLedger, SqliteOptions};
+use intentgate_ledger::{
+    IntentId, Ledger, PostgresLedger, PostgresOptions, SqliteLedger, SqliteOptions,
+};
 use serde::Serialize;
 use serde_json::json;
 
@@ -94,13 +98,97 @@ pub async fn run(arguments: LedgerBenchArgs) -> anyhow::Result<()> {
         .context("the fsync probe panicked")?
         .with_context(|| format!("can't measure an fsync in {}", dir.display()))?;
 
-    let ledger = Arc::new(SqliteLedger::open(
-        scratch.path().join("ledger.sqlite3"),
-        SqliteOptions {
-            durability: arguments.durability.into(),
-            inline: false,
-        },
-    )?);
+    let durability = arguments.durability.into();
+    let (ledger, postgres): (Arc<dyn Ledger>, _) = match &arguments.ledger {
+        None => {
+            let path = scratch.path().join("ledger.sqlite3");
+            let options = SqliteOptions {
+                durability,
+                inline: false,
+            };
+            (Arc::new(SqliteLedger::open(path, options)?), None)
+        }
+        Some(url) => {
+            ensure!(
+                intentgate_ledger::is_postgres_url(url),
+                "--ledger takes a PostgreSQL URL (postgres://user@host:port/database); without \
+                 it the benchmark uses a fresh SQLite file in --dir"
+            );
+            let options = PostgresOptions {
+                schema: run_schema(),
+                durability,
+                ..PostgresOptions::default()
+            };
+            let ledger = Arc::new(PostgresLedger::connect(url, options).await?);
+            progress(&format!(
+                "using the fresh schema of {} ...",
+                ledger.location()
+            ));
+            (ledger.clone() as Arc<dyn Ledger>, Some(ledger))
+        }
+    };
+    let ledger_location = match &postgres {
+        Some(postgres) => postgres.location(),
+        None => format!("a temporary file in {}", dir.display()),
+    };
+    let measured = measure(&arguments, ledger, &progress).await;
+    // The run's schema goes also when the run failed.
+    if let Some(postgres) = postgres {
+        postgres.destroy().await.with_context(|| {
+            format!("can't drop the benchmark's schema {}", postgres.location())
+        })?;
+    }
+    let measured = measured?;
+    scratch
+        .close()
+        .with_context(|| format!("can't remove the temporary folder in {}", dir.display()))?;
+
+    let report = Report::new(
+        arguments.durability,
+        &dir,
+        (
+            if arguments.ledger.is_some() {
+                "postgresql"
+            } else {
+                "sqlite"
+            },
+            ledger_location,
+        ),
+        &fsync_samples,
+        &measured,
+    );
+    if arguments.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}
+
+/// A schema name for one run: unique on one database across runs and concurrent runs.
+fn run_schema() -> String {
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis());
+    format!("intentgate_bench_{started_ms}_{}", std::process::id())
+}
+
+/// What the measured levels found.
+struct Measured {
+    intents_1: u32,
+    sequential: Sequential,
+    intents_64: u32,
+    concurrent_elapsed: Duration,
+    intents_in_ledger: u64,
+}
+
+/// Runs the warm-up and both levels through a gate over `ledger`, then checks that the
+/// upstream saw one request per call and the ledger holds one `done` intent per call.
+async fn measure(
+    arguments: &LedgerBenchArgs,
+    ledger: Arc<dyn Ledger>,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<Measured> {
     let upstream = Arc::new(InstantUpstream::default());
     let gate = Arc::new(Gate::new(
         vec![refund_tool()?],
@@ -135,30 +223,13 @@ pub async fn run(arguments: LedgerBenchArgs) -> anyhow::Result<()> {
         intents_in_ledger == calls,
         "the ledger holds {intents_in_ledger} intents after {calls} calls; expected one per call"
     );
-
-    // The ledger closes (its writer thread drains and stops) before its folder goes.
-    drop(gate);
-    drop(ledger);
-    scratch
-        .close()
-        .with_context(|| format!("can't remove the temporary folder in {}", dir.display()))?;
-
-    let report = Report::new(
-        arguments.durability,
-        &dir,
-        &fsync_samples,
+    Ok(Measured {
         intents_1,
-        &sequential,
+        sequential,
         intents_64,
         concurrent_elapsed,
         intents_in_ledger,
-    );
-    if arguments.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.table());
-    }
-    Ok(())
+    })
 }
 
 /// The folder to measure in, made absolute; says which folder when it is unusable.
@@ -385,6 +456,10 @@ fn grouped_thousands(value: f64) -> String {
 #[derive(Debug, Serialize)]
 struct Report {
     durability: &'static str,
+    /// The store measured: `sqlite` or `postgresql`.
+    ledger: &'static str,
+    /// Where the ledger was (never with a password).
+    ledger_location: String,
     /// The folder measured in (absolute).
     dir: String,
     /// Cores this process may use; the SPEC's throughput target is stated for 2.
@@ -425,17 +500,20 @@ struct TargetCheck {
 }
 
 impl Report {
-    #[allow(clippy::too_many_arguments)]
     fn new(
         durability: DurabilityArgument,
         dir: &Path,
+        (ledger, ledger_location): (&'static str, String),
         fsync_samples: &[Duration],
-        intents_1: u32,
-        sequential: &Sequential,
-        intents_64: u32,
-        concurrent_elapsed: Duration,
-        intents_in_ledger: u64,
+        measured: &Measured,
     ) -> Report {
+        let Measured {
+            intents_1,
+            ref sequential,
+            intents_64,
+            concurrent_elapsed,
+            intents_in_ledger,
+        } = *measured;
         let mut fsyncs = fsync_samples.to_vec();
         fsyncs.sort_unstable();
         let mut latencies = sequential.latencies.clone();
@@ -469,6 +547,8 @@ impl Report {
 
         Report {
             durability: durability.as_str(),
+            ledger,
+            ledger_location,
             dir: dir.display().to_string(),
             cores: std::thread::available_parallelism().map_or(1, |cores| cores.get()),
             fsync_samples: fsyncs.len(),
@@ -560,13 +640,21 @@ impl Report {
         };
         let widths = [width(0), width(1), width(2)];
 
+        let store = match self.ledger {
+            "postgresql" => format!(
+                "PostgreSQL ledger at {}, durability {}, fsync probe in {}",
+                self.ledger_location, self.durability, self.dir
+            ),
+            _ => format!(
+                "SQLite ledger, durability {}, in {}",
+                self.durability, self.dir
+            ),
+        };
         let mut text = format!(
-            "intentgate bench ledger: SQLite ledger, durability {}, in {} ({} cores)\n\
+            "intentgate bench ledger: {store} ({} cores)\n\
              {} + {} new intents measured ({} callers for the second); every call returned \
              `done`, the upstream saw one request per call, and the ledger holds {} `done` \
              intents, one per call ({} warm-up calls included).\n\n",
-            self.durability,
-            self.dir,
             self.cores,
             self.intents_1,
             self.intents_64,

@@ -3,6 +3,7 @@
 //! Each benchmark measures its own baseline in the same run and reports ratios to it, so
 //! that figures from different machines compare. None of them is a timed test.
 
+pub mod gateway;
 pub mod ledger;
 
 use crate::cli::{BenchArgs, BenchCommand};
@@ -11,5 +12,6 @@ use crate::cli::{BenchArgs, BenchCommand};
 pub async fn run(arguments: BenchArgs) -> anyhow::Result<()> {
     match arguments.command {
         BenchCommand::Ledger(arguments) => ledger::run(arguments).await,
+        BenchCommand::Gateway(arguments) => gateway::run(arguments).await,
     }
 }

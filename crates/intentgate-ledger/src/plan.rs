@@ -1,0 +1,502 @@
+//! What each ledger operation decides from the rows it has read, apart from how a store
+//! reads and writes them.
+//!
+//! Every store runs an operation the same way: inside one transaction it reads (and locks)
+//! the intent, asks this module what to do, and applies the [`Write`]s of the returned
+//! [`Plan`] in order before it commits. So the rules (who takes the lease, when a lease has
+//! expired, when a lookup is due, which transition and which event) and the limits on what
+//! is written are decided once, here, for SQLite and PostgreSQL alike.
+//!
+//! **Invariant:** no I/O and no clock. Everything comes in as arguments, so these functions
+//! are as deterministic as the state machine they call.
+
+use intentgate_core::IntentStatus;
+use intentgate_core::limits::{
+    ACTOR_LENGTH_MAX, ARGUMENTS_BYTES_MAX, EVENT_DETAIL_LENGTH_MAX, EXTERNAL_ID_LENGTH_MAX,
+    INTENT_KEY_LENGTH_MAX, LEASE_OWNER_LENGTH_MAX, RESULT_BYTES_MAX, TENANT_LENGTH_MAX,
+    TOOL_NAME_LENGTH_MAX,
+};
+use serde_json::Value;
+
+use crate::record::{IntentId, IntentRecord, ToolFlag};
+use crate::{Begin, BeginRequest, Finish, Finished, LedgerError, Resolve};
+
+/// The writes an operation makes, in order, and what it answers once they are committed.
+#[derive(Debug)]
+pub struct Plan<T> {
+    pub writes: Vec<Write>,
+    pub outcome: T,
+}
+
+impl<T> Plan<T> {
+    fn new(writes: Vec<Write>, outcome: T) -> Plan<T> {
+        Plan { writes, outcome }
+    }
+
+    /// A plan that writes nothing (more).
+    pub fn outcome(outcome: T) -> Plan<T> {
+        Plan::new(Vec::new(), outcome)
+    }
+}
+
+/// One write of a plan.
+#[derive(Debug)]
+pub enum Write {
+    /// Store the intent's `call_count` and `last_seen_ms`, nothing else.
+    Counts(IntentRecord),
+    /// Store every mutable column of the intent.
+    Intent(StoredIntent),
+    /// Append one row to the event log.
+    Event(NewEvent),
+}
+
+/// An intent checked against the limits, with its result serialised once.
+#[derive(Debug)]
+pub struct StoredIntent {
+    pub intent: IntentRecord,
+    /// `intent.result` as JSON text.
+    pub result: Option<String>,
+}
+
+/// An intent that does not exist yet, checked against the limits.
+#[derive(Debug)]
+pub struct NewIntent {
+    /// The row to insert (`id` is 0 until the store has inserted it).
+    pub intent: IntentRecord,
+    /// `intent.arguments` as JSON text.
+    pub arguments: String,
+}
+
+/// One row of the event log, as it is written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub intent_id: Option<IntentId>,
+    pub tenant: String,
+    pub tool: String,
+    pub at_ms: i64,
+    pub kind: &'static str,
+    pub from_status: Option<IntentStatus>,
+    pub to_status: Option<IntentStatus>,
+    pub attempt: Option<u32>,
+    pub actor: Option<String>,
+    /// Cut to the event log's limit.
+    pub detail: Option<String>,
+}
+
+impl NewEvent {
+    /// An event about `intent`, at its current attempt.
+    fn about(intent: &IntentRecord, at_ms: i64, kind: &'static str, detail: &str) -> NewEvent {
+        NewEvent {
+            intent_id: Some(intent.id),
+            tenant: intent.tenant.clone(),
+            tool: intent.tool.clone(),
+            at_ms,
+            kind,
+            from_status: None,
+            to_status: None,
+            attempt: Some(intent.attempt),
+            actor: None,
+            detail: Some(bounded(detail).to_owned()),
+        }
+    }
+}
+
+pub fn check_length(field: &'static str, text: &str, limit: usize) -> Result<(), LedgerError> {
+    if text.len() > limit {
+        return Err(LedgerError::TooLarge {
+            field,
+            length: text.len(),
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// Cuts free text to the event log's limit, at a character boundary.
+pub fn bounded(text: &str) -> &str {
+    if text.len() <= EVENT_DETAIL_LENGTH_MAX {
+        return text;
+    }
+    let mut end = EVENT_DETAIL_LENGTH_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+fn json_text(field: &'static str, value: &Value, limit: usize) -> Result<String, LedgerError> {
+    let text = value.to_string();
+    check_length(field, &text, limit)?;
+    Ok(text)
+}
+
+/// Checks the mutable columns of `intent` against their limits.
+fn stored(intent: IntentRecord) -> Result<StoredIntent, LedgerError> {
+    let result = intent
+        .result
+        .as_ref()
+        .map(|value| json_text("result", value, RESULT_BYTES_MAX))
+        .transpose()?;
+    if let Some(id) = &intent.external_id {
+        check_length("external_id", id, EXTERNAL_ID_LENGTH_MAX)?;
+    }
+    if let Some(by) = &intent.resolved_by {
+        check_length("resolved_by", by, ACTOR_LENGTH_MAX)?;
+    }
+    Ok(StoredIntent { intent, result })
+}
+
+/// Appends a checked status change (or, with the same status, a lease change) and its event.
+fn transition(
+    writes: &mut Vec<Write>,
+    before: &IntentRecord,
+    after: IntentRecord,
+    at_ms: i64,
+    actor: Option<&str>,
+    detail: &str,
+) -> Result<IntentRecord, LedgerError> {
+    if before.status != after.status {
+        before.status.transition(after.status)?;
+    }
+    assert_eq!(before.id, after.id, "a transition keeps the intent");
+    let kind = if before.status == after.status {
+        "lease"
+    } else {
+        "transition"
+    };
+    let event = NewEvent {
+        from_status: Some(before.status),
+        to_status: Some(after.status),
+        actor: actor.map(str::to_owned),
+        ..NewEvent::about(&after, at_ms, kind, detail)
+    };
+    writes.push(Write::Intent(stored(after.clone())?));
+    writes.push(Write::Event(event));
+    Ok(after)
+}
+
+/// What `begin` checks before it reads anything.
+pub fn check_begin(request: &BeginRequest) -> Result<(), LedgerError> {
+    check_length("lease_owner", &request.lease_owner, LEASE_OWNER_LENGTH_MAX)
+}
+
+/// The row of an intent seen for the first time, checked against the limits. The store
+/// inserts it, sets its id, logs [`created`] and goes on with [`begin_new`].
+pub fn new_intent(request: &BeginRequest) -> Result<NewIntent, LedgerError> {
+    check_length("tenant", &request.tenant, TENANT_LENGTH_MAX)?;
+    check_length("tool", &request.tool, TOOL_NAME_LENGTH_MAX)?;
+    check_length("key", &request.key, INTENT_KEY_LENGTH_MAX)?;
+    check_length("lease_owner", &request.lease_owner, LEASE_OWNER_LENGTH_MAX)?;
+    let arguments = json_text("arguments", &request.arguments, ARGUMENTS_BYTES_MAX)?;
+    let intent = IntentRecord {
+        id: 0,
+        tenant: request.tenant.clone(),
+        tool: request.tool.clone(),
+        key: request.key.clone(),
+        fingerprint: request.fingerprint.clone(),
+        arguments: request.arguments.clone(),
+        status: IntentStatus::Pending,
+        attempt: 0,
+        epoch: 1,
+        lease_owner: None,
+        lease_expires_ms: None,
+        result: None,
+        external_id: None,
+        resolved_by: None,
+        call_count: u64::from(request.count_call),
+        first_seen_ms: request.now_ms,
+        last_seen_ms: request.now_ms,
+        updated_ms: request.now_ms,
+        last_lookup_ms: None,
+    };
+    Ok(NewIntent { intent, arguments })
+}
+
+/// The event of a newly inserted intent.
+pub fn created(intent: &IntentRecord, at_ms: i64) -> NewEvent {
+    assert_ne!(intent.id, 0, "an intent is logged once it has an id");
+    NewEvent {
+        to_status: Some(IntentStatus::Pending),
+        ..NewEvent::about(intent, at_ms, "created", "")
+    }
+}
+
+/// Takes the lease and moves the intent to `in_flight` as a new attempt.
+fn start_attempt(
+    mut writes: Vec<Write>,
+    intent: IntentRecord,
+    request: &BeginRequest,
+    new_epoch: bool,
+) -> Result<Plan<Begin>, LedgerError> {
+    let mut next = intent.clone();
+    next.status = IntentStatus::InFlight;
+    // A new attempt starts clean: a retried rejection must not carry the old refusal.
+    next.result = None;
+    next.external_id = None;
+    next.resolved_by = None;
+    next.attempt += 1;
+    next.epoch += u32::from(new_epoch);
+    next.lease_owner = Some(request.lease_owner.clone());
+    next.lease_expires_ms = Some(request.lease_expires_ms);
+    next.updated_ms = request.now_ms;
+    let detail = if intent.status == IntentStatus::Unknown {
+        format!(
+            "attempt {} re-sends unknown attempt {} with the same provider key (epoch {})",
+            next.attempt, intent.attempt, next.epoch
+        )
+    } else {
+        format!(
+            "attempt {} (provider key epoch {})",
+            next.attempt, next.epoch
+        )
+    };
+    let next = transition(&mut writes, &intent, next, request.now_ms, None, &detail)?;
+    Ok(Plan::new(writes, Begin::Execute(next)))
+}
+
+/// `begin` on an intent the store has just inserted (see [`new_intent`]).
+pub fn begin_new(intent: IntentRecord, request: &BeginRequest) -> Result<Plan<Begin>, LedgerError> {
+    assert_eq!(
+        intent.status,
+        IntentStatus::Pending,
+        "a new intent is pending"
+    );
+    start_attempt(Vec::new(), intent, request, false)
+}
+
+/// `begin` on an intent that existed, as read (and locked) in the operation's transaction.
+pub fn begin_existing(
+    mut intent: IntentRecord,
+    request: &BeginRequest,
+) -> Result<Plan<Begin>, LedgerError> {
+    let mut writes = Vec::new();
+    if request.count_call {
+        intent.call_count += 1;
+        intent.last_seen_ms = intent.last_seen_ms.max(request.now_ms);
+        let detail = format!("repeat call {}", intent.call_count);
+        writes.push(Write::Counts(intent.clone()));
+        writes.push(Write::Event(NewEvent::about(
+            &intent,
+            request.now_ms,
+            "call",
+            &detail,
+        )));
+    }
+    if intent.fingerprint != request.fingerprint {
+        writes.push(Write::Event(NewEvent::about(
+            &intent,
+            request.now_ms,
+            "conflict",
+            "same key, other arguments",
+        )));
+        return Ok(Plan::new(writes, Begin::Conflict(intent)));
+    }
+    // A re-send follows a lookup of an intent that was unknown. One whose in-flight lease
+    // has only just expired gets its own lookup first: its attempt may have committed.
+    let may_resend = request.resend_unknown && intent.status == IntentStatus::Unknown;
+    if intent.status == IntentStatus::InFlight && !intent.lease_live(request.now_ms) {
+        // The holder crashed or overran its lease: whatever it did is unknown now.
+        let mut next = intent.clone();
+        next.status = IntentStatus::Unknown;
+        next.lease_owner = None;
+        next.lease_expires_ms = None;
+        next.updated_ms = request.now_ms;
+        intent = transition(
+            &mut writes,
+            &intent,
+            next,
+            request.now_ms,
+            None,
+            "lease expired while in flight",
+        )?;
+    }
+    match intent.status {
+        IntentStatus::InFlight => Ok(Plan::new(writes, Begin::Busy(intent))),
+        IntentStatus::Pending if intent.lease_live(request.now_ms) => {
+            Ok(Plan::new(writes, Begin::Busy(intent)))
+        }
+        IntentStatus::Pending | IntentStatus::NotExecuted => {
+            start_attempt(writes, intent, request, false)
+        }
+        IntentStatus::Rejected if request.retry_rejected => {
+            start_attempt(writes, intent, request, true)
+        }
+        IntentStatus::Done | IntentStatus::Rejected => {
+            Ok(Plan::new(writes, Begin::Settled(intent)))
+        }
+        IntentStatus::Unknown if intent.lease_live(request.now_ms) => {
+            Ok(Plan::new(writes, Begin::Settled(intent)))
+        }
+        // The same request with the same provider key (the epoch does not move): a provider
+        // that honours keys replays the first attempt's answer if that one committed.
+        IntentStatus::Unknown if may_resend => start_attempt(writes, intent, request, false),
+        IntentStatus::Unknown => {
+            let lookup_due = intent.last_lookup_ms.is_none_or(|last| {
+                request.now_ms.saturating_sub(last) >= request.lookup_interval_ms
+            });
+            if !lookup_due {
+                return Ok(Plan::new(writes, Begin::Settled(intent)));
+            }
+            let mut next = intent.clone();
+            next.lease_owner = Some(request.lease_owner.clone());
+            next.lease_expires_ms = Some(request.lease_expires_ms);
+            next.last_lookup_ms = Some(request.now_ms);
+            next.updated_ms = request.now_ms;
+            let next = transition(
+                &mut writes,
+                &intent,
+                next,
+                request.now_ms,
+                None,
+                "lease taken for a lookup",
+            )?;
+            Ok(Plan::new(writes, Begin::Lookup(next)))
+        }
+    }
+}
+
+/// What `finish` checks before it reads anything: it records an outcome, never a start.
+pub fn check_finish(finish: &Finish) -> Result<(), LedgerError> {
+    if matches!(
+        finish.status,
+        IntentStatus::InFlight | IntentStatus::Pending
+    ) {
+        debug_assert!(false, "finish records an outcome, not {}", finish.status);
+        return Err(IntentStatus::InFlight
+            .transition(finish.status)
+            .unwrap_err()
+            .into());
+    }
+    Ok(())
+}
+
+/// `finish` on the intent as read (and locked) in the operation's transaction.
+pub fn finish(intent: IntentRecord, finish: &Finish) -> Result<Plan<Finished>, LedgerError> {
+    let holds_lease = intent.lease_owner.as_deref() == Some(finish.lease_owner.as_str());
+    let current = intent.attempt == finish.attempt
+        && match intent.status {
+            IntentStatus::InFlight => holds_lease,
+            // Our lease expired and the intent went unknown, or we hold the lookup lease:
+            // what this attempt learned still settles it.
+            IntentStatus::Unknown => true,
+            _ => false,
+        };
+    if !current {
+        return Ok(Plan::new(Vec::new(), Finished::Superseded(intent)));
+    }
+    let mut next = intent.clone();
+    next.status = finish.status;
+    if holds_lease || finish.status != IntentStatus::Unknown {
+        next.lease_owner = None;
+        next.lease_expires_ms = None;
+    }
+    next.updated_ms = finish.now_ms;
+    if finish.looked_up {
+        next.last_lookup_ms = Some(finish.now_ms);
+    }
+    if matches!(finish.status, IntentStatus::Done | IntentStatus::Rejected) {
+        next.result = finish.result.clone();
+        next.external_id = finish.external_id.clone();
+        next.resolved_by = Some(finish.resolved_by.to_owned());
+    }
+    if next == intent {
+        return Ok(Plan::new(Vec::new(), Finished::Recorded(intent)));
+    }
+    let mut writes = Vec::new();
+    let next = transition(
+        &mut writes,
+        &intent,
+        next,
+        finish.now_ms,
+        Some(finish.resolved_by),
+        &finish.detail,
+    )?;
+    Ok(Plan::new(writes, Finished::Recorded(next)))
+}
+
+/// `record_call` on the intent as read (and locked) in the operation's transaction.
+pub fn record_call(mut intent: IntentRecord, now_ms: i64) -> Plan<()> {
+    intent.call_count += 1;
+    intent.last_seen_ms = intent.last_seen_ms.max(now_ms);
+    let detail = format!(
+        "repeat call {}, answered from the ledger",
+        intent.call_count
+    );
+    let event = NewEvent::about(&intent, now_ms, "call", &detail);
+    Plan::new(vec![Write::Counts(intent), Write::Event(event)], ())
+}
+
+/// What `resolve` checks before it reads anything.
+pub fn check_resolve(resolve: &Resolve) -> Result<(), LedgerError> {
+    check_length("actor", &resolve.actor, ACTOR_LENGTH_MAX)
+}
+
+/// `resolve` on the intent as read (and locked) in the operation's transaction.
+pub fn resolve(intent: IntentRecord, resolve: &Resolve) -> Result<Plan<IntentRecord>, LedgerError> {
+    let mut next = intent.clone();
+    next.status = intent.status.transition(resolve.status)?;
+    next.lease_owner = None;
+    next.lease_expires_ms = None;
+    next.updated_ms = resolve.now_ms;
+    next.resolved_by = Some(resolve.actor.clone());
+    if resolve.external_id.is_some() {
+        next.external_id = resolve.external_id.clone();
+    }
+    if resolve.result.is_some() {
+        next.result = resolve.result.clone();
+    }
+    let event = NewEvent {
+        from_status: Some(intent.status),
+        to_status: Some(next.status),
+        actor: Some(resolve.actor.clone()),
+        ..NewEvent::about(&next, resolve.now_ms, "resolve", &resolve.reason)
+    };
+    let writes = vec![Write::Intent(stored(next.clone())?), Write::Event(event)];
+    Ok(Plan::new(writes, next))
+}
+
+/// The event of a call refused because its tool is switched off.
+pub fn disabled_call(tenant: &str, tool: &str, now_ms: i64) -> Result<NewEvent, LedgerError> {
+    check_length("tenant", tenant, TENANT_LENGTH_MAX)?;
+    check_length("tool", tool, TOOL_NAME_LENGTH_MAX)?;
+    Ok(NewEvent {
+        intent_id: None,
+        tenant: tenant.to_owned(),
+        tool: tool.to_owned(),
+        at_ms: now_ms,
+        kind: "disabled_call",
+        from_status: None,
+        to_status: None,
+        attempt: None,
+        actor: None,
+        detail: Some("the tool is switched off; nothing executed".to_owned()),
+    })
+}
+
+/// A tool flag as stored (its reason cut to the limit), and the event of the switch.
+pub fn tool_flag(flag: &ToolFlag) -> Result<(ToolFlag, NewEvent), LedgerError> {
+    check_length("tool", &flag.tool, TOOL_NAME_LENGTH_MAX)?;
+    check_length("actor", &flag.actor, ACTOR_LENGTH_MAX)?;
+    let stored = ToolFlag {
+        reason: bounded(&flag.reason).to_owned(),
+        ..flag.clone()
+    };
+    let event = NewEvent {
+        intent_id: None,
+        // The switch is for every tenant.
+        tenant: "*".to_owned(),
+        tool: flag.tool.clone(),
+        at_ms: flag.updated_ms,
+        kind: if flag.enabled {
+            "tool_enabled"
+        } else {
+            "tool_disabled"
+        },
+        from_status: None,
+        to_status: None,
+        attempt: None,
+        actor: Some(flag.actor.clone()),
+        detail: Some(stored.reason.clone()),
+    };
+    Ok((stored, event))
+}

@@ -1,0 +1,728 @@
+//! The PostgreSQL store: one database shared by every replica of the gateway.
+//!
+//! Every write is one transaction on a pooled connection ([`pool`]). A write on an intent
+//! first locks its row (`SELECT ... FOR UPDATE`; a key seen for the first time is inserted
+//! with `ON CONFLICT DO NOTHING` and then locked), so replicas that call `begin` for one key
+//! at once take turns on the row and each decides from what the previous one committed:
+//! exactly one of them gets the lease. The lease itself is a column with an expiry, as in
+//! SQLite: no transaction is ever held open across the upstream call.
+//!
+//! Under [`Durability::Strict`] the `in_flight` write of `begin` commits with
+//! `synchronous_commit = on` (flushed before it returns); the later writes of a call commit
+//! with it off, since recovery of an `in_flight` intent goes through the lookup, and the
+//! next durable commit flushes them too (the WAL is written in order). PostgreSQL groups
+//! the flushes of concurrent commits by itself. [`Durability::Relaxed`] turns
+//! `synchronous_commit` off for the whole session.
+//!
+//! A caller waiting on a lease held by another replica is woken by `LISTEN`/`NOTIFY`
+//! ([`listener`]), and polls every [`WAIT_POLL`] in case a notification was missed.
+//!
+//! All tables live in one schema ([`PostgresOptions::schema`], created if absent), named in
+//! each connection's `search_path`, so that several ledgers (or test runs) can share a
+//! database without seeing each other.
+
+mod listener;
+mod ops;
+mod pool;
+mod schema;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use intentgate_core::IntentStatus;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_postgres::Config;
+
+use self::pool::{CONNECT_TIMEOUT, Pool, Session, Target, describe};
+use crate::plan::Plan;
+use crate::waiters::Waiters;
+use crate::{
+    Begin, BeginRequest, Durability, Event, Finish, Finished, IntentId, IntentRecord, Ledger,
+    LedgerError, Resolve, ToolFlag,
+};
+
+/// The schema a ledger uses unless told otherwise.
+pub const SCHEMA_DEFAULT: &str = "intentgate";
+/// Longest schema name. PostgreSQL identifiers end at 63 bytes, and the notification
+/// channel is the schema's name plus a suffix.
+pub const SCHEMA_NAME_LENGTH_MAX: usize = 48;
+/// Connections a ledger opens at most, by default. Each operation holds one for a single
+/// short transaction; 16 keep 64 concurrent callers busy, and ten replicas stay well under
+/// PostgreSQL's default `max_connections` (100).
+pub const POOL_SIZE_DEFAULT: usize = 16;
+/// Most connections one ledger may be configured to open.
+pub const POOL_SIZE_MAX: usize = 256;
+/// Longest wait for a change before a waiting caller reads again, as in SQLite. Bounds the
+/// cost of a missed notification.
+pub const WAIT_POLL: Duration = crate::sqlite::WAIT_POLL;
+/// Longest time one operation may take, from taking a connection to the commit. Past it
+/// the connection is closed (the server rolls back what was not committed).
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Server-side bound on one statement, including a wait for a row another replica has
+/// locked. Those locks are held for one short transaction, so this only fires when
+/// something is badly wrong.
+const STATEMENT_TIMEOUT_MS: u64 = 20_000;
+/// Server-side bound on a transaction left idle (a client that hung mid-transaction would
+/// otherwise hold its rows' locks, and stall every replica calling for those intents).
+const IDLE_IN_TRANSACTION_TIMEOUT_MS: u64 = 20_000;
+/// How long `connect` waits for the notification connection to start listening.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How to open a PostgreSQL ledger.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// The schema that holds the ledger's tables; created if absent. Lowercase letters,
+    /// digits and `_`, at most [`SCHEMA_NAME_LENGTH_MAX`] bytes.
+    pub schema: String,
+    /// Most connections open at once (1 to [`POOL_SIZE_MAX`]), besides the one that
+    /// listens for notifications.
+    pub pool_size: usize,
+    pub durability: Durability,
+    /// Longest wait for a change before a waiting caller reads again. Notifications
+    /// normally wake it first; this bounds the cost of a missed one.
+    pub wait_poll: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> PostgresOptions {
+        PostgresOptions {
+            schema: SCHEMA_DEFAULT.to_owned(),
+            pool_size: POOL_SIZE_DEFAULT,
+            durability: Durability::Strict,
+            wait_poll: WAIT_POLL,
+        }
+    }
+}
+
+/// Why an operation failed, before it is told to the caller.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// A ledger answer (not found, too large, an illegal transition, a corrupt row).
+    Ledger(LedgerError),
+    /// The client or the server failed.
+    Postgres(tokio_postgres::Error),
+}
+
+impl From<LedgerError> for Failure {
+    fn from(error: LedgerError) -> Failure {
+        Failure::Ledger(error)
+    }
+}
+
+impl From<tokio_postgres::Error> for Failure {
+    fn from(error: tokio_postgres::Error) -> Failure {
+        Failure::Postgres(error)
+    }
+}
+
+impl From<intentgate_core::IllegalTransition> for Failure {
+    fn from(error: intentgate_core::IllegalTransition) -> Failure {
+        Failure::Ledger(error.into())
+    }
+}
+
+/// The body of one operation, given its connection and its input: its reads, and what it
+/// decided to write (nothing, for a read).
+type Work<'a, T> = Pin<Box<dyn Future<Output = Result<Plan<T>, Failure>> + Send + 'a>>;
+
+/// How an operation runs.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Outside any transaction.
+    Read,
+    /// In one transaction. `durable`: the commit must be flushed before it returns (under
+    /// strict durability). `notify`: wake callers waiting on this intent, here and on every
+    /// replica, once committed.
+    Write {
+        durable: bool,
+        notify: Option<IntentId>,
+    },
+}
+
+/// An operation that failed, and whether it failed while committing (when the connection
+/// is lost then, whether the commit took effect is unknown).
+struct Attempt {
+    failure: Failure,
+    committing: bool,
+}
+
+impl<E: Into<Failure>> From<E> for Attempt {
+    fn from(error: E) -> Attempt {
+        Attempt {
+            failure: error.into(),
+            committing: false,
+        }
+    }
+}
+
+/// The PostgreSQL [`Ledger`].
+pub struct PostgresLedger {
+    pool: Pool,
+    schema: String,
+    /// The notification channel of this schema.
+    channel: String,
+    durability: Durability,
+    wait_poll: Duration,
+    waiters: Arc<Waiters>,
+    listener: JoinHandle<()>,
+}
+
+impl PostgresLedger {
+    /// Connects to the database at `url` (`postgres://user@host:port/database`), creates
+    /// the schema if absent, applies any missing migrations and starts listening for
+    /// changes. Errors name the host and port, never the password.
+    pub async fn connect(
+        url: &str,
+        options: PostgresOptions,
+    ) -> Result<PostgresLedger, LedgerError> {
+        let mut config: Config = url.parse().map_err(|error| LedgerError::Open {
+            path: redacted(url),
+            reason: format!(
+                "{}; write it as postgres://user@host:port/database",
+                describe(&error)
+            ),
+        })?;
+        let target = Target::of(&config);
+        let open_error = |reason: String| LedgerError::Open {
+            path: format!("PostgreSQL at {target}"),
+            reason,
+        };
+        let schema = options.schema.clone();
+        check_schema_name(&schema).map_err(open_error)?;
+        if !(1..=POOL_SIZE_MAX).contains(&options.pool_size) {
+            return Err(open_error(format!(
+                "the pool size is {}; it must be 1 to {POOL_SIZE_MAX}",
+                options.pool_size
+            )));
+        }
+        let synchronous_commit = match options.durability {
+            Durability::Strict => "on",
+            Durability::Relaxed => "off",
+        };
+        // Session settings, sent with the startup message (no extra round trip).
+        let settings = format!(
+            "-c search_path={schema} -c synchronous_commit={synchronous_commit} \
+             -c statement_timeout={STATEMENT_TIMEOUT_MS} \
+             -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+        );
+        let settings = match config.get_options() {
+            Some(given) if !given.trim().is_empty() => format!("{given} {settings}"),
+            _ => settings,
+        };
+        config.options(settings);
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            // Says which ledger a connection serves, in pg_stat_activity.
+            config.application_name(format!("intentgate:{schema}"));
+        }
+
+        let unreachable = |reason: String| {
+            open_error(format!(
+                "{reason}; check that the server is running and reachable (pg_isready -h {} -p {})",
+                target.host, target.port
+            ))
+        };
+        let mut first = tokio::time::timeout(2 * CONNECT_TIMEOUT, Session::connect(&config))
+            .await
+            .map_err(|_| unreachable(format!("no answer in {} s", 2 * CONNECT_TIMEOUT.as_secs())))?
+            .map_err(|error| unreachable(describe(&error)))?;
+        schema::migrate(&mut first.client, &schema)
+            .await
+            .map_err(|failure| match failure {
+                Failure::Ledger(error) => error,
+                Failure::Postgres(error) => open_error(format!(
+                    "can't set up the schema `{schema}`: {}; check that the user may create \
+                     schemas and tables in this database",
+                    describe(&error)
+                )),
+            })?;
+        let pool = Pool::new(config.clone(), options.pool_size);
+        pool.put(first);
+
+        let waiters = Arc::new(Waiters::default());
+        let channel = format!("{schema}_changes");
+        let (listening, listened) = oneshot::channel();
+        let listener = listener::spawn(
+            config,
+            channel.clone(),
+            target.clone(),
+            waiters.clone(),
+            listening,
+        );
+        let listened = tokio::time::timeout(LISTEN_TIMEOUT, listened).await;
+        let refused = match listened {
+            Ok(Ok(Ok(()))) => None,
+            Ok(Ok(Err(reason))) => Some(reason),
+            Ok(Err(_)) => Some("the listener stopped".to_owned()),
+            Err(_) => Some(format!("no answer in {} s", LISTEN_TIMEOUT.as_secs())),
+        };
+        if let Some(reason) = refused {
+            listener.abort();
+            return Err(open_error(format!(
+                "can't listen for notifications on channel {channel}: {reason}"
+            )));
+        }
+        Ok(PostgresLedger {
+            pool,
+            schema,
+            channel,
+            durability: options.durability,
+            wait_poll: options.wait_poll,
+            waiters,
+            listener,
+        })
+    }
+
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// The schema that holds this ledger's tables.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Where this ledger lives, for messages: host, port, database and schema.
+    pub fn location(&self) -> String {
+        format!("{} (schema {})", self.pool.target, self.schema)
+    }
+
+    /// Drops the ledger's schema with every table and row in it. For benchmarks and tests
+    /// that made a schema of their own; the ledger can't be used afterwards.
+    pub async fn destroy(&self) -> Result<(), LedgerError> {
+        let statement = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema);
+        let mut checkout = self.pool.checkout().await?;
+        checkout
+            .session()
+            .client
+            .batch_execute(&statement)
+            .await
+            .map_err(|error| self.server_error(&error))?;
+        // Its prepared statements name tables that are gone: close it.
+        drop(checkout);
+        Ok(())
+    }
+
+    /// Runs `work` on a pooled connection, in a transaction for writes. A connection found
+    /// broken before the commit was sent is replaced and the operation run once more
+    /// (nothing of it was committed); a lost commit is reported as such.
+    async fn run<I, T>(
+        &self,
+        mode: Mode,
+        input: &I,
+        work: impl for<'a> Fn(&'a mut Session, &'a I) -> Work<'a, T> + Send + Sync,
+    ) -> Result<T, LedgerError>
+    where
+        I: Sync + ?Sized,
+        T: Send,
+    {
+        let mut reconnected = false;
+        loop {
+            let mut checkout = self.pool.checkout().await?;
+            let attempt = self.attempt(checkout.session(), mode, input, &work);
+            let Attempt {
+                failure,
+                committing,
+            } = match tokio::time::timeout(OPERATION_TIMEOUT, attempt).await {
+                Ok(Ok(value)) => {
+                    checkout.release();
+                    if let Mode::Write {
+                        notify: Some(id), ..
+                    } = mode
+                    {
+                        self.waiters.notify(id);
+                    }
+                    return Ok(value);
+                }
+                Ok(Err(attempt)) => attempt,
+                // Dropping the checkout closes the connection: the server rolls back.
+                Err(_) => {
+                    return Err(LedgerError::Storage(format!(
+                        "PostgreSQL at {} did not finish the operation within {} s; whether a \
+                         commit took effect is unknown; check the server's load and locks \
+                         (pg_stat_activity)",
+                        self.pool.target,
+                        OPERATION_TIMEOUT.as_secs()
+                    )));
+                }
+            };
+            match failure {
+                Failure::Ledger(error) => {
+                    if roll_back(checkout.session()).await {
+                        checkout.release();
+                    }
+                    return Err(error);
+                }
+                Failure::Postgres(error) if is_connection_lost(&error, checkout.session()) => {
+                    drop(checkout);
+                    if !committing && !reconnected {
+                        reconnected = true;
+                        continue;
+                    }
+                    return Err(self.lost(&error, committing));
+                }
+                Failure::Postgres(error) => {
+                    if roll_back(checkout.session()).await {
+                        checkout.release();
+                    }
+                    return Err(self.server_error(&error));
+                }
+            }
+        }
+    }
+
+    async fn attempt<I, T>(
+        &self,
+        session: &mut Session,
+        mode: Mode,
+        input: &I,
+        work: &(impl for<'a> Fn(&'a mut Session, &'a I) -> Work<'a, T> + Send + Sync),
+    ) -> Result<T, Attempt>
+    where
+        I: Sync + ?Sized,
+        T: Send,
+    {
+        let Mode::Write { durable, notify } = mode else {
+            let plan = work(session, input).await?;
+            assert!(plan.writes.is_empty(), "a read writes nothing");
+            return Ok(plan.outcome);
+        };
+        // Under strict durability only the writes that must precede the upstream call
+        // wait for the flush; the others are flushed by the next durable commit.
+        let begin = if durable || self.durability == Durability::Relaxed {
+            "BEGIN"
+        } else {
+            "BEGIN; SET LOCAL synchronous_commit = off"
+        };
+        session.begin_with_next_statement(begin);
+        let plan = work(session, input).await?;
+        let notify = notify.map(|id| (self.channel.as_str(), id));
+        ops::commit(session, &plan.writes, notify).await?;
+        Ok(plan.outcome)
+    }
+
+    /// The error for a connection lost during an operation.
+    fn lost(&self, error: &tokio_postgres::Error, committing: bool) -> LedgerError {
+        let unknown = if committing {
+            "whether the commit took effect is unknown (an in-flight intent is then resolved \
+             by its lookup); "
+        } else {
+            "nothing was committed; "
+        };
+        LedgerError::Storage(format!(
+            "lost the connection to PostgreSQL at {} ({}); {unknown}check that the server is up \
+             and reachable (pg_isready -h {} -p {})",
+            self.pool.target,
+            describe(error),
+            self.pool.target.host,
+            self.pool.target.port
+        ))
+    }
+
+    /// The error for a statement the server refused; nothing was committed.
+    fn server_error(&self, error: &tokio_postgres::Error) -> LedgerError {
+        let code = error.code().map(|code| code.code()).unwrap_or_default();
+        let hint = match code {
+            "57014" => {
+                "a statement waited too long, most likely for a row another replica has \
+                        locked; look for long transactions in pg_stat_activity"
+            }
+            "53300" => {
+                "the server has no connection left; lower the pool size of the replicas \
+                        or raise max_connections"
+            }
+            "42P01" | "3F000" => "the ledger's tables are missing: was its schema dropped?",
+            "23514" => "a value broke a limit of the ledger's schema",
+            "25P03" => "a transaction stayed idle too long; is this process starved of CPU?",
+            _ => "check the server's log",
+        };
+        LedgerError::Storage(format!(
+            "PostgreSQL at {} refused the operation (schema {}): {}; {hint}; nothing was committed",
+            self.pool.target,
+            self.schema,
+            describe(error)
+        ))
+    }
+}
+
+impl Drop for PostgresLedger {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+/// Ends the open transaction, if any. False when the connection can't be reused.
+async fn roll_back(session: &mut Session) -> bool {
+    if !session.in_transaction || session.begin_pending() {
+        // Nothing was sent, or the server has ended the transaction.
+        session.transaction_ended();
+        return !session.client.is_closed();
+    }
+    match session.client.batch_execute("ROLLBACK").await {
+        Ok(()) => {
+            session.transaction_ended();
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// True when `error` means the connection is gone (closed, reset, or ended by the server),
+/// rather than a statement refused on a live connection.
+fn is_connection_lost(error: &tokio_postgres::Error, session: &Session) -> bool {
+    if error.is_closed() || session.client.is_closed() {
+        return true;
+    }
+    match error.as_db_error() {
+        // FATAL ends the session; class 57P is an operator's shutdown or termination,
+        // class 08 a connection exception.
+        Some(database) => {
+            let code = database.code().code();
+            database.severity() == "FATAL"
+                || database.severity() == "PANIC"
+                || code.starts_with("57P")
+                || code.starts_with("08")
+        }
+        // Not an answer from the server: an I/O error on the socket.
+        None => std::error::Error::source(error)
+            .is_some_and(|source| source.downcast_ref::<std::io::Error>().is_some()),
+    }
+}
+
+/// Checks that a schema name is a plain lowercase identifier (it is written into SQL and
+/// into the connection's settings).
+fn check_schema_name(schema: &str) -> Result<(), String> {
+    let plain = schema
+        .bytes()
+        .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'_');
+    let starts_well = schema
+        .bytes()
+        .next()
+        .is_some_and(|byte| byte.is_ascii_lowercase() || byte == b'_');
+    if !plain || !starts_well || schema.len() > SCHEMA_NAME_LENGTH_MAX {
+        return Err(format!(
+            "the schema name `{schema}` must be lowercase letters, digits and _, start with a \
+             letter or _, and be at most {SCHEMA_NAME_LENGTH_MAX} bytes long"
+        ));
+    }
+    if schema.starts_with("pg_") {
+        return Err(format!(
+            "the schema name `{schema}` starts with pg_, which PostgreSQL reserves"
+        ));
+    }
+    Ok(())
+}
+
+/// A PostgreSQL URL without its password or query (which may carry one), for messages.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        // Not a URL (a key=value string may hold a password anywhere): say nothing of it.
+        return "the PostgreSQL connection string".to_owned();
+    };
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let (authority, path) = match rest.find('/') {
+        Some(slash) => rest.split_at(slash),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((user_info, host)) => {
+            let user = user_info.split(':').next().unwrap_or_default();
+            if user_info.contains(':') {
+                format!("{user}:***@{host}")
+            } else {
+                format!("{user}@{host}")
+            }
+        }
+        None => authority.to_owned(),
+    };
+    format!("{scheme}://{authority}{path}")
+}
+
+/// A write's mode: `durable` commits are flushed before they return (strict durability);
+/// `notify` wakes the callers waiting on that intent, on every replica.
+fn write(durable: bool, notify: Option<IntentId>) -> Mode {
+    Mode::Write { durable, notify }
+}
+
+#[async_trait]
+impl Ledger for PostgresLedger {
+    async fn begin(&self, request: BeginRequest) -> Result<Begin, LedgerError> {
+        self.run(write(true, None), &request, |session, request| {
+            Box::pin(ops::begin(session, request))
+        })
+        .await
+    }
+
+    async fn finish(&self, finish: Finish) -> Result<Finished, LedgerError> {
+        self.run(write(false, Some(finish.id)), &finish, |session, finish| {
+            Box::pin(ops::finish(session, finish))
+        })
+        .await
+    }
+
+    async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<(), LedgerError> {
+        self.run(
+            write(false, None),
+            &(id, now_ms),
+            |session, &(id, now_ms)| Box::pin(ops::record_call(session, id, now_ms)),
+        )
+        .await
+    }
+
+    async fn get(
+        &self,
+        tenant: &str,
+        tool: &str,
+        key: &str,
+    ) -> Result<Option<IntentRecord>, LedgerError> {
+        let input = (tenant, tool, key);
+        self.run(Mode::Read, &input, |session, (tenant, tool, key)| {
+            Box::pin(async move { Ok(Plan::outcome(ops::get(session, tenant, tool, key).await?)) })
+        })
+        .await
+    }
+
+    async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>, LedgerError> {
+        self.run(Mode::Read, &id, |session, &id| {
+            Box::pin(async move { Ok(Plan::outcome(ops::get_by_id(session, id).await?)) })
+        })
+        .await
+    }
+
+    async fn stale(
+        &self,
+        status: IntentStatus,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<IntentRecord>, LedgerError> {
+        let input = (status, now_ms, limit);
+        self.run(Mode::Read, &input, |session, &(status, now_ms, limit)| {
+            Box::pin(async move {
+                Ok(Plan::outcome(
+                    ops::stale(session, status, now_ms, limit).await?,
+                ))
+            })
+        })
+        .await
+    }
+
+    async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>, LedgerError> {
+        self.run(
+            Mode::Read,
+            &(after_id, limit),
+            |session, &(after_id, limit)| {
+                Box::pin(
+                    async move { Ok(Plan::outcome(ops::list(session, after_id, limit).await?)) },
+                )
+            },
+        )
+        .await
+    }
+
+    async fn events(&self, id: IntentId) -> Result<Vec<Event>, LedgerError> {
+        self.run(Mode::Read, &id, |session, &id| {
+            Box::pin(async move { Ok(Plan::outcome(ops::events(session, id).await?)) })
+        })
+        .await
+    }
+
+    async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord, LedgerError> {
+        self.run(
+            write(true, Some(resolve.id)),
+            &resolve,
+            |session, resolve| Box::pin(ops::resolve(session, resolve)),
+        )
+        .await
+    }
+
+    async fn record_disabled_call(
+        &self,
+        tenant: &str,
+        tool: &str,
+        now_ms: i64,
+    ) -> Result<(), LedgerError> {
+        let input = (tenant, tool, now_ms);
+        self.run(write(false, None), &input, |_, &(tenant, tool, now_ms)| {
+            Box::pin(async move { ops::record_disabled_call(tenant, tool, now_ms) })
+        })
+        .await
+    }
+
+    async fn set_tool_flag(&self, flag: ToolFlag) -> Result<(), LedgerError> {
+        self.run(write(true, None), &flag, |session, flag| {
+            Box::pin(ops::set_tool_flag(session, flag))
+        })
+        .await
+    }
+
+    async fn tool_flags(&self) -> Result<Vec<ToolFlag>, LedgerError> {
+        self.run(Mode::Read, &(), |session, ()| {
+            Box::pin(async move { Ok(Plan::outcome(ops::tool_flags(session).await?)) })
+        })
+        .await
+    }
+
+    async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError> {
+        self.run(write(false, None), &before_ms, |session, &before_ms| {
+            Box::pin(ops::purge(session, before_ms))
+        })
+        .await
+    }
+
+    async fn wait_for_change(&self, id: IntentId, timeout: Duration) {
+        self.waiters.wait(id, timeout.min(self.wait_poll)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_redacted_url_keeps_the_host_and_drops_the_password() {
+        assert_eq!(
+            redacted("postgres://alice:s3cret@db.internal:6432/ledger?sslmode=disable&password=x"),
+            "postgres://alice:***@db.internal:6432/ledger"
+        );
+        assert_eq!(
+            redacted("postgresql://db:5432/test"),
+            "postgresql://db:5432/test"
+        );
+        assert_eq!(
+            redacted("postgres://alice@db/test"),
+            "postgres://alice@db/test"
+        );
+        assert_eq!(
+            redacted("host=db password=s3cret"),
+            "the PostgreSQL connection string"
+        );
+    }
+
+    #[test]
+    fn schema_names_are_plain_identifiers() {
+        for good in ["intentgate", "_x", "test_123_abc"] {
+            assert_eq!(check_schema_name(good), Ok(()), "{good}");
+        }
+        let longest = "s".repeat(SCHEMA_NAME_LENGTH_MAX);
+        assert_eq!(check_schema_name(&longest), Ok(()));
+        let too_long = "s".repeat(SCHEMA_NAME_LENGTH_MAX + 1);
+        for bad in [
+            "",
+            "Intentgate",
+            "1abc",
+            "a-b",
+            "a b",
+            "a\"b",
+            "pg_temp",
+            &too_long,
+        ] {
+            assert!(check_schema_name(bad).is_err(), "{bad}");
+        }
+    }
+}

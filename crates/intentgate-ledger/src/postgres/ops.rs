@@ -1,0 +1,512 @@
+//! The body of every ledger operation on PostgreSQL. Writes run inside the one transaction
+//! that `PostgresLedger` opened for them: each locks the intent's row (`SELECT ... FOR
+//! UPDATE`, sent with the `BEGIN`) and asks [`crate::plan`] what to do; [`commit`] then sends
+//! the plan's writes, the notification and the `COMMIT` together, in one round trip.
+//! Because the row is locked until the commit, replicas that work on one intent at once
+//! take turns, and each decides from what the previous one committed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
+use intentgate_core::IntentStatus;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use super::pool::Session;
+use super::{Attempt, Failure, is_connection_lost};
+use crate::plan::{self, NewIntent, Plan, StoredIntent, Write};
+use crate::record::{Event, IntentId, IntentRecord, ToolFlag};
+use crate::{Begin, BeginRequest, Finish, Finished, LedgerError, Resolve};
+
+/// The columns of an intent, in the order [`read_intent`] reads them.
+macro_rules! intent_columns {
+    () => {
+        "id, tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
+         lease_owner, lease_expires_ms, result, external_id, resolved_by, call_count, \
+         first_seen_ms, last_seen_ms, updated_ms, last_lookup_ms"
+    };
+}
+
+const BY_KEY: &str = concat!(
+    "SELECT ",
+    intent_columns!(),
+    " FROM intents WHERE tenant = $1 AND tool = $2 AND intent_key = $3"
+);
+const BY_KEY_LOCKED: &str = concat!(
+    "SELECT ",
+    intent_columns!(),
+    " FROM intents WHERE tenant = $1 AND tool = $2 AND intent_key = $3 FOR UPDATE"
+);
+const BY_ID: &str = concat!("SELECT ", intent_columns!(), " FROM intents WHERE id = $1");
+const BY_ID_LOCKED: &str = concat!(
+    "SELECT ",
+    intent_columns!(),
+    " FROM intents WHERE id = $1 FOR UPDATE"
+);
+const STALE: &str = concat!(
+    "SELECT ",
+    intent_columns!(),
+    " FROM intents WHERE status = $1 AND (lease_expires_ms IS NULL OR lease_expires_ms <= $2) \
+     ORDER BY updated_ms, id LIMIT $3"
+);
+const LIST: &str = concat!(
+    "SELECT ",
+    intent_columns!(),
+    " FROM intents WHERE id > $1 ORDER BY id LIMIT $2"
+);
+/// Another replica may insert the same key at the same moment: the insert then waits for
+/// its transaction, and does nothing if it committed.
+const INSERT_INTENT: &str = "INSERT INTO intents (tenant, tool, intent_key, fingerprint, arguments, \
+     status, attempt, epoch, call_count, first_seen_ms, last_seen_ms, updated_ms) \
+     VALUES ($1, $2, $3, $4, $5, $6, 0, 1, $7, $8, $8, $8) \
+     ON CONFLICT (tenant, tool, intent_key) DO NOTHING RETURNING id";
+const UPDATE_INTENT: &str = "UPDATE intents SET status = $2, attempt = $3, epoch = $4, lease_owner = $5, \
+     lease_expires_ms = $6, result = $7, external_id = $8, resolved_by = $9, call_count = $10, \
+     last_seen_ms = $11, updated_ms = $12, last_lookup_ms = $13 WHERE id = $1";
+const UPDATE_COUNTS: &str = "UPDATE intents SET call_count = $2, last_seen_ms = $3 WHERE id = $1";
+const INSERT_EVENT: &str = "INSERT INTO events (intent_id, tenant, tool, at_ms, kind, from_status, \
+     to_status, attempt, actor, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+const EVENTS: &str = "SELECT id, intent_id, tenant, tool, at_ms, kind, from_status, to_status, attempt, \
+     actor, detail FROM events WHERE intent_id = $1 ORDER BY id";
+const UPSERT_TOOL_FLAG: &str = "INSERT INTO tool_flags (tool, enabled, reason, actor, updated_ms) \
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tool) DO UPDATE SET enabled = EXCLUDED.enabled, \
+     reason = EXCLUDED.reason, actor = EXCLUDED.actor, updated_ms = EXCLUDED.updated_ms";
+/// Delivered to every listener of the channel when the transaction commits.
+const NOTIFY: &str = "SELECT pg_notify($1, $2)";
+const TOOL_FLAGS: &str =
+    "SELECT tool, enabled, reason, actor, updated_ms FROM tool_flags ORDER BY tool";
+/// Locks the settled intents to purge, so that no replica writes an event for one of them
+/// between the deletion of its events and the deletion of the row.
+const PURGEABLE_LOCKED: &str = "SELECT id FROM intents \
+     WHERE status IN ('done', 'rejected', 'not_executed') AND last_seen_ms < $1 FOR UPDATE";
+const DELETE_EVENTS_OF: &str = "DELETE FROM events WHERE intent_id = ANY($1)";
+const DELETE_INTENTS: &str = "DELETE FROM intents WHERE id = ANY($1)";
+/// Refused calls of a switched-off tool can pile up; switch changes are kept (audit).
+const DELETE_DISABLED_CALLS: &str =
+    "DELETE FROM events WHERE intent_id IS NULL AND kind = 'disabled_call' AND at_ms < $1";
+
+fn corrupt(column: &str, message: impl std::fmt::Display) -> Failure {
+    Failure::Ledger(LedgerError::Corrupt(format!("{column}: {message}")))
+}
+
+fn unsigned(column: &str, value: i64) -> Result<u32, Failure> {
+    u32::try_from(value).map_err(|_| corrupt(column, format!("{value} is out of range")))
+}
+
+fn read_intent(row: &Row) -> Result<IntentRecord, Failure> {
+    let status: String = row.try_get(6)?;
+    let arguments: String = row.try_get(5)?;
+    let result: Option<String> = row.try_get(11)?;
+    let call_count: i64 = row.try_get(14)?;
+    Ok(IntentRecord {
+        id: row.try_get(0)?,
+        tenant: row.try_get(1)?,
+        tool: row.try_get(2)?,
+        key: row.try_get(3)?,
+        fingerprint: row.try_get(4)?,
+        arguments: serde_json::from_str(&arguments)
+            .map_err(|error| corrupt("intents.arguments", error))?,
+        status: status
+            .parse()
+            .map_err(|error| corrupt("intents.status", error))?,
+        attempt: unsigned("intents.attempt", row.try_get(7)?)?,
+        epoch: unsigned("intents.epoch", row.try_get(8)?)?,
+        lease_owner: row.try_get(9)?,
+        lease_expires_ms: row.try_get(10)?,
+        result: result
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|error| corrupt("intents.result", error))?,
+        external_id: row.try_get(12)?,
+        resolved_by: row.try_get(13)?,
+        call_count: u64::try_from(call_count)
+            .map_err(|_| corrupt("intents.call_count", format!("{call_count} is negative")))?,
+        first_seen_ms: row.try_get(15)?,
+        last_seen_ms: row.try_get(16)?,
+        updated_ms: row.try_get(17)?,
+        last_lookup_ms: row.try_get(18)?,
+    })
+}
+
+fn read_intents(rows: &[Row]) -> Result<Vec<IntentRecord>, Failure> {
+    rows.iter().map(read_intent).collect()
+}
+
+pub async fn get(
+    session: &mut Session,
+    tenant: &str,
+    tool: &str,
+    key: &str,
+) -> Result<Option<IntentRecord>, Failure> {
+    let row = session.query_opt(BY_KEY, &[&tenant, &tool, &key]).await?;
+    row.as_ref().map(read_intent).transpose()
+}
+
+pub async fn get_by_id(
+    session: &mut Session,
+    id: IntentId,
+) -> Result<Option<IntentRecord>, Failure> {
+    let row = session.query_opt(BY_ID, &[&id]).await?;
+    row.as_ref().map(read_intent).transpose()
+}
+
+/// Reads and locks an intent until the transaction ends.
+async fn lock_by_key(
+    session: &mut Session,
+    request: &BeginRequest,
+) -> Result<Option<IntentRecord>, Failure> {
+    let parameters: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+        [&request.tenant, &request.tool, &request.key];
+    let row = session.query_opt(BY_KEY_LOCKED, &parameters).await?;
+    row.as_ref().map(read_intent).transpose()
+}
+
+/// Reads and locks an intent until the transaction ends; it must exist.
+async fn lock_by_id(session: &mut Session, id: IntentId) -> Result<IntentRecord, Failure> {
+    match session.query_opt(BY_ID_LOCKED, &[&id]).await? {
+        Some(row) => read_intent(&row),
+        None => Err(Failure::Ledger(LedgerError::NotFound(id))),
+    }
+}
+
+pub async fn stale(
+    session: &mut Session,
+    status: IntentStatus,
+    now_ms: i64,
+    limit: u32,
+) -> Result<Vec<IntentRecord>, Failure> {
+    let rows = session
+        .query(STALE, &[&status.as_str(), &now_ms, &i64::from(limit)])
+        .await?;
+    read_intents(&rows)
+}
+
+pub async fn list(
+    session: &mut Session,
+    after_id: IntentId,
+    limit: u32,
+) -> Result<Vec<IntentRecord>, Failure> {
+    let rows = session.query(LIST, &[&after_id, &i64::from(limit)]).await?;
+    read_intents(&rows)
+}
+
+pub async fn events(session: &mut Session, id: IntentId) -> Result<Vec<Event>, Failure> {
+    let rows = session.query(EVENTS, &[&id]).await?;
+    rows.iter()
+        .map(|row| {
+            let attempt: Option<i64> = row.try_get(8)?;
+            Ok(Event {
+                id: row.try_get(0)?,
+                intent_id: row.try_get(1)?,
+                tenant: row.try_get(2)?,
+                tool: row.try_get(3)?,
+                at_ms: row.try_get(4)?,
+                kind: row.try_get(5)?,
+                from_status: row.try_get(6)?,
+                to_status: row.try_get(7)?,
+                attempt: attempt
+                    .map(|attempt| unsigned("events.attempt", attempt))
+                    .transpose()?,
+                actor: row.try_get(9)?,
+                detail: row.try_get(10)?,
+            })
+        })
+        .collect()
+}
+
+/// One statement of [`commit`]'s pipeline: its rows affected.
+type Sent<'a> = Pin<Box<dyn Future<Output = Result<u64, tokio_postgres::Error>> + Send + 'a>>;
+
+/// Sends the open transaction's writes, then the notification of `notify` (channel and
+/// intent) if any, then `COMMIT`, all at once: one round trip. PostgreSQL runs them in
+/// order; if one fails, the rest fail too and the `COMMIT` rolls back.
+pub async fn commit(
+    session: &mut Session,
+    writes: &[Write],
+    notify: Option<(&str, IntentId)>,
+) -> Result<(), Attempt> {
+    // Prepared before anything is sent (from the cache, after the first time), so that
+    // nothing below waits for a round trip and the statements leave in order.
+    let update_counts = session.statement(UPDATE_COUNTS).await?;
+    let update_intent = session.statement(UPDATE_INTENT).await?;
+    let insert_event = session.statement(INSERT_EVENT).await?;
+    let notify_statement = session.statement(NOTIFY).await?;
+    let begin = session.take_pending_begin();
+    let client = &session.client;
+    let mut sent: Vec<Sent<'_>> = Vec::with_capacity(writes.len() + 3);
+    if let Some(begin) = begin {
+        sent.push(Box::pin(async move {
+            client.batch_execute(begin).await.map(|()| 0)
+        }));
+    }
+    for write in writes {
+        sent.push(match write {
+            Write::Counts(intent) => {
+                let statement = &update_counts;
+                Box::pin(async move {
+                    let call_count = intent.call_count as i64;
+                    let parameters: [&(dyn ToSql + Sync); 3] =
+                        [&intent.id, &call_count, &intent.last_seen_ms];
+                    client.execute(statement, &parameters).await
+                })
+            }
+            Write::Intent(stored) => {
+                let statement = &update_intent;
+                Box::pin(async move {
+                    let intent = &stored.intent;
+                    let (status, attempt, epoch, call_count) = (
+                        intent.status.as_str(),
+                        i64::from(intent.attempt),
+                        i64::from(intent.epoch),
+                        intent.call_count as i64,
+                    );
+                    let parameters: [&(dyn ToSql + Sync); 13] = [
+                        &intent.id,
+                        &status,
+                        &attempt,
+                        &epoch,
+                        &intent.lease_owner,
+                        &intent.lease_expires_ms,
+                        &stored.result,
+                        &intent.external_id,
+                        &intent.resolved_by,
+                        &call_count,
+                        &intent.last_seen_ms,
+                        &intent.updated_ms,
+                        &intent.last_lookup_ms,
+                    ];
+                    client.execute(statement, &parameters).await
+                })
+            }
+            Write::Event(event) => {
+                let statement = &insert_event;
+                Box::pin(async move {
+                    let (from, to, attempt) = (
+                        event.from_status.map(IntentStatus::as_str),
+                        event.to_status.map(IntentStatus::as_str),
+                        event.attempt.map(i64::from),
+                    );
+                    let parameters: [&(dyn ToSql + Sync); 10] = [
+                        &event.intent_id,
+                        &event.tenant,
+                        &event.tool,
+                        &event.at_ms,
+                        &event.kind,
+                        &from,
+                        &to,
+                        &attempt,
+                        &event.actor,
+                        &event.detail,
+                    ];
+                    client.execute(statement, &parameters).await
+                })
+            }
+        });
+    }
+    if let Some((channel, id)) = notify {
+        let statement = &notify_statement;
+        sent.push(Box::pin(async move {
+            let id = id.to_string();
+            client.execute(statement, &[&channel, &id]).await
+        }));
+    }
+    sent.push(Box::pin(async move {
+        client.batch_execute("COMMIT").await.map(|()| 0)
+    }));
+
+    let answers = join_in_order(sent).await;
+    let lost = answers.iter().position(|answer| {
+        answer
+            .as_ref()
+            .is_err_and(|error| is_connection_lost(error, session))
+    });
+    let refused = answers.iter().position(Result::is_err);
+    if let Some(index) = lost.or(refused) {
+        let error = answers
+            .into_iter()
+            .nth(index)
+            .and_then(Result::err)
+            .expect("the failed answer");
+        if lost.is_some() {
+            // The COMMIT may or may not have reached the server.
+            return Err(Attempt {
+                failure: error.into(),
+                committing: true,
+            });
+        }
+        // The server refused a statement: the COMMIT rolled the transaction back.
+        session.transaction_ended();
+        return Err(error.into());
+    }
+    let offset = usize::from(begin.is_some());
+    for (write, answer) in writes.iter().zip(&answers[offset..]) {
+        if let (Write::Counts(intent) | Write::Intent(StoredIntent { intent, .. }), Ok(changed)) =
+            (write, answer)
+        {
+            assert_eq!(*changed, 1, "intent {} vanished while locked", intent.id);
+        }
+    }
+    session.transaction_ended();
+    Ok(())
+}
+
+/// Polls every future until all are done, each first polled in order: tokio-postgres sends
+/// a statement when it is first polled, and pipelines what is polled together.
+async fn join_in_order<'a>(mut futures: Vec<Sent<'a>>) -> Vec<Result<u64, tokio_postgres::Error>> {
+    let mut answers: Vec<Option<Result<u64, tokio_postgres::Error>>> =
+        futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|context| {
+        let mut waiting = false;
+        for (future, answer) in futures.iter_mut().zip(answers.iter_mut()) {
+            if answer.is_none() {
+                match future.as_mut().poll(context) {
+                    Poll::Ready(value) => *answer = Some(value),
+                    Poll::Pending => waiting = true,
+                }
+            }
+        }
+        if waiting {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    answers
+        .into_iter()
+        .map(|answer| answer.expect("every statement was answered"))
+        .collect()
+}
+
+/// Inserts a new intent, or returns `None` if another replica inserted the key first.
+async fn insert(session: &mut Session, new: NewIntent) -> Result<Option<IntentRecord>, Failure> {
+    let NewIntent {
+        mut intent,
+        arguments,
+    } = new;
+    let call_count = intent.call_count as i64;
+    let inserted = session
+        .query_opt(
+            INSERT_INTENT,
+            &[
+                &intent.tenant,
+                &intent.tool,
+                &intent.key,
+                &intent.fingerprint,
+                &arguments,
+                &intent.status.as_str(),
+                &call_count,
+                &intent.first_seen_ms,
+            ],
+        )
+        .await?;
+    let Some(row) = inserted else {
+        return Ok(None);
+    };
+    intent.id = row.try_get(0)?;
+    Ok(Some(intent))
+}
+
+pub async fn begin(session: &mut Session, request: &BeginRequest) -> Result<Plan<Begin>, Failure> {
+    plan::check_begin(request)?;
+    if let Some(intent) = lock_by_key(session, request).await? {
+        return Ok(plan::begin_existing(intent, request)?);
+    }
+    if let Some(intent) = insert(session, plan::new_intent(request)?).await? {
+        let created = plan::created(&intent, intent.first_seen_ms);
+        let mut plan = plan::begin_new(intent, request)?;
+        plan.writes.insert(0, Write::Event(created));
+        return Ok(plan);
+    }
+    // Another replica inserted it after our read, and has committed (the insert waited
+    // for it): lock its row and decide from what it wrote.
+    let intent = lock_by_key(session, request).await?.ok_or_else(|| {
+        Failure::Ledger(LedgerError::Storage(
+            "the intent was created and deleted by others during this call; try again".to_owned(),
+        ))
+    })?;
+    Ok(plan::begin_existing(intent, request)?)
+}
+
+pub async fn finish(session: &mut Session, finish: &Finish) -> Result<Plan<Finished>, Failure> {
+    plan::check_finish(finish)?;
+    let intent = lock_by_id(session, finish.id).await?;
+    Ok(plan::finish(intent, finish)?)
+}
+
+pub async fn record_call(
+    session: &mut Session,
+    id: IntentId,
+    now_ms: i64,
+) -> Result<Plan<()>, Failure> {
+    let intent = lock_by_id(session, id).await?;
+    Ok(plan::record_call(intent, now_ms))
+}
+
+pub async fn resolve(
+    session: &mut Session,
+    resolve: &Resolve,
+) -> Result<Plan<IntentRecord>, Failure> {
+    plan::check_resolve(resolve)?;
+    let intent = lock_by_id(session, resolve.id).await?;
+    Ok(plan::resolve(intent, resolve)?)
+}
+
+pub fn record_disabled_call(tenant: &str, tool: &str, now_ms: i64) -> Result<Plan<()>, Failure> {
+    let event = plan::disabled_call(tenant, tool, now_ms)?;
+    Ok(Plan {
+        writes: vec![Write::Event(event)],
+        outcome: (),
+    })
+}
+
+pub async fn set_tool_flag(session: &mut Session, flag: &ToolFlag) -> Result<Plan<()>, Failure> {
+    let (flag, event) = plan::tool_flag(flag)?;
+    session
+        .execute(
+            UPSERT_TOOL_FLAG,
+            &[
+                &flag.tool,
+                &flag.enabled,
+                &flag.reason,
+                &flag.actor,
+                &flag.updated_ms,
+            ],
+        )
+        .await?;
+    Ok(Plan {
+        writes: vec![Write::Event(event)],
+        outcome: (),
+    })
+}
+
+pub async fn tool_flags(session: &mut Session) -> Result<Vec<ToolFlag>, Failure> {
+    let rows = session.query(TOOL_FLAGS, &[]).await?;
+    rows.iter()
+        .map(|row| {
+            Ok(ToolFlag {
+                tool: row.try_get(0)?,
+                enabled: row.try_get(1)?,
+                reason: row.try_get(2)?,
+                actor: row.try_get(3)?,
+                updated_ms: row.try_get(4)?,
+            })
+        })
+        .collect()
+}
+
+pub async fn purge(session: &mut Session, before_ms: i64) -> Result<Plan<u64>, Failure> {
+    let ids: Vec<IntentId> = session
+        .query(PURGEABLE_LOCKED, &[&before_ms])
+        .await?
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()?;
+    session.execute(DELETE_EVENTS_OF, &[&ids]).await?;
+    session
+        .execute(DELETE_DISABLED_CALLS, &[&before_ms])
+        .await?;
+    let purged = session.execute(DELETE_INTENTS, &[&ids]).await?;
+    Ok(Plan::outcome(purged))
+}

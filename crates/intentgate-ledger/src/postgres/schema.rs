@@ -1,0 +1,130 @@
+//! The PostgreSQL schema, as embedded, append-only migrations.
+//!
+//! Never edit a migration that has shipped: add a new one. Every table lives in the
+//! ledger's own schema (`PostgresOptions::schema`), which the connection's `search_path`
+//! names, so the SQL here is unqualified. Every text column has a length check matching
+//! `intentgate_core::limits` (in bytes, as the checks in Rust count), so no input can grow a
+//! row without bound even if a caller skips the checks in Rust.
+//!
+//! Several replicas may start at once against one database: the migrations run in one
+//! transaction under a transaction-level advisory lock keyed by the schema's name, so one
+//! replica migrates and the others then find the work done.
+
+use tokio_postgres::Client;
+
+use super::Failure;
+use crate::LedgerError;
+
+/// Migrations in order; the ledger records the highest applied in `schema_migrations`.
+const MIGRATIONS: &[&str] = &[
+    // 1: intents, the event log and tool flags.
+    r#"
+    CREATE TABLE intents (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        tenant TEXT NOT NULL CHECK (octet_length(tenant) BETWEEN 1 AND 128),
+        tool TEXT NOT NULL CHECK (octet_length(tool) BETWEEN 1 AND 128),
+        intent_key TEXT NOT NULL CHECK (octet_length(intent_key) BETWEEN 1 AND 512),
+        fingerprint TEXT NOT NULL CHECK (octet_length(fingerprint) = 64),
+        arguments TEXT NOT NULL CHECK (octet_length(arguments) <= 65536),
+        status TEXT NOT NULL CHECK (status IN
+            ('pending', 'in_flight', 'done', 'rejected', 'not_executed', 'unknown')),
+        attempt BIGINT NOT NULL CHECK (attempt BETWEEN 0 AND 4294967295),
+        epoch BIGINT NOT NULL CHECK (epoch BETWEEN 1 AND 4294967295),
+        lease_owner TEXT CHECK (octet_length(lease_owner) <= 128),
+        lease_expires_ms BIGINT,
+        result TEXT CHECK (octet_length(result) <= 65536),
+        external_id TEXT CHECK (octet_length(external_id) <= 256),
+        resolved_by TEXT CHECK (octet_length(resolved_by) <= 256),
+        call_count BIGINT NOT NULL CHECK (call_count >= 0),
+        first_seen_ms BIGINT NOT NULL,
+        last_seen_ms BIGINT NOT NULL,
+        updated_ms BIGINT NOT NULL,
+        last_lookup_ms BIGINT,
+        UNIQUE (tenant, tool, intent_key)
+    );
+    CREATE INDEX intents_by_status ON intents (status, updated_ms);
+    CREATE INDEX intents_by_last_seen ON intents (last_seen_ms);
+
+    CREATE TABLE events (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        intent_id BIGINT,
+        tenant TEXT NOT NULL CHECK (octet_length(tenant) <= 128),
+        tool TEXT NOT NULL CHECK (octet_length(tool) <= 128),
+        at_ms BIGINT NOT NULL,
+        kind TEXT NOT NULL CHECK (octet_length(kind) <= 32),
+        from_status TEXT CHECK (octet_length(from_status) <= 16),
+        to_status TEXT CHECK (octet_length(to_status) <= 16),
+        attempt BIGINT CHECK (attempt BETWEEN 0 AND 4294967295),
+        actor TEXT CHECK (octet_length(actor) <= 256),
+        detail TEXT CHECK (octet_length(detail) <= 4096)
+    );
+    CREATE INDEX events_by_intent ON events (intent_id, id);
+    CREATE FUNCTION events_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION 'the event log is append-only';
+    END
+    $$;
+    CREATE TRIGGER events_append_only BEFORE UPDATE ON events
+        FOR EACH ROW EXECUTE FUNCTION events_append_only();
+
+    CREATE TABLE tool_flags (
+        tool TEXT PRIMARY KEY CHECK (octet_length(tool) BETWEEN 1 AND 128),
+        enabled BOOLEAN NOT NULL,
+        reason TEXT NOT NULL CHECK (octet_length(reason) <= 4096),
+        actor TEXT NOT NULL CHECK (octet_length(actor) <= 256),
+        updated_ms BIGINT NOT NULL
+    );
+    "#,
+];
+
+/// The first key of the migration's advisory lock ("ig" in ASCII), so that it does not
+/// collide with another application's locks on the same database; the second key is a
+/// hash of the schema's name.
+const MIGRATION_LOCK_CLASS: i32 = 0x6967;
+
+/// Creates the schema if absent and applies the migrations it lacks, in one transaction.
+/// Refuses a schema written by a newer intentgate rather than guess at it. `schema` has
+/// been checked to be a plain identifier.
+pub async fn migrate(client: &mut Client, schema: &str) -> Result<(), Failure> {
+    let transaction = client.transaction().await?;
+    transaction
+        .execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+            &[&MIGRATION_LOCK_CLASS, &schema],
+        )
+        .await?;
+    transaction
+        .batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
+             SET LOCAL search_path TO \"{schema}\";
+             CREATE TABLE IF NOT EXISTS schema_migrations (
+                 version BIGINT PRIMARY KEY, applied_ms BIGINT NOT NULL);"
+        ))
+        .await?;
+    let applied: i64 = transaction
+        .query_one(
+            "SELECT coalesce(max(version), 0) FROM schema_migrations",
+            &[],
+        )
+        .await?
+        .try_get(0)?;
+    let known = MIGRATIONS.len() as i64;
+    if applied > known {
+        return Err(Failure::Ledger(LedgerError::Corrupt(format!(
+            "the ledger's schema `{schema}` has version {applied}, this intentgate knows up to \
+             {known}: upgrade intentgate"
+        ))));
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
+        transaction.batch_execute(sql).await?;
+        transaction
+            .execute(
+                "INSERT INTO schema_migrations (version, applied_ms) \
+                 VALUES ($1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)",
+                &[&(index as i64 + 1)],
+            )
+            .await?;
+    }
+    transaction.commit().await?;
+    Ok(())
+}

@@ -1,0 +1,344 @@
+//! [`McpService`]: the MCP server handler over a [`Gate`], shared by both transports.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use intentgate_core::limits::{INTENT_ID_LENGTH_MAX, TENANT_LENGTH_MAX};
+use intentgate_gate::{CallContext, CallOutcome, Gate, GateError};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, RequestMetaObject, ServerCapabilities, ServerConfig,
+    Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use crate::McpOptions;
+use crate::tools::{ToolHints, listing, outcome_schema};
+
+/// The `_meta` key of a `tools/call` request that carries the application's intent id
+/// (SPEC section 4), for tools whose key uses `{intent_id}`.
+pub const INTENT_ID_META_KEY: &str = "intentgate/intent_id";
+/// The HTTP header that names the tenant over Streamable HTTP, as on the HTTP API.
+pub const TENANT_HEADER: &str = "intentgate-tenant";
+/// The protocol versions served, oldest first: 2026-07-28 (stateless, negotiated per
+/// request or by `server/discover`) and, over the `initialize` handshake, 2025-11-25 and
+/// 2025-06-18. 2025-06-18 is the oldest revision with structured tool output
+/// (`outputSchema`, `structuredContent`), which the outcome object relies on; an older
+/// client is offered 2025-11-25 and may disconnect.
+pub const PROTOCOL_VERSIONS: &[ProtocolVersion] = &[
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2026_07_28,
+];
+/// Longest wait of a call for one of the `concurrency_limit` slots. Beyond it the gateway
+/// is overloaded: the caller gets an error that says nothing was executed.
+pub const PERMIT_WAIT: Duration = Duration::from_secs(10);
+
+/// What the server tells clients at connection time (models may read it).
+const INSTRUCTIONS: &str = "Tools behind intentgate, a retry-safe gateway. Each call returns an \
+object whose `status` says what happened and whose `message` says what to do next. A \
+side-effecting tool acts at most once per intent: repeating a call returns the original \
+result, so never call one again to check; follow the message. Applications pass their \
+intent id in the request's _meta under \"intentgate/intent_id\".";
+
+/// The MCP server: the gate's tools, listed and called. Cheap to clone (one `Arc`); the
+/// Streamable HTTP transport makes one clone per request.
+#[derive(Clone)]
+pub struct McpService {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    gate: Arc<Gate>,
+    /// The published tools, sorted by name; built once.
+    tools: Vec<Tool>,
+    options: McpOptions,
+    /// One permit per running call: bounds concurrency, and [`McpService::drain`] waits
+    /// for all of them.
+    calls: Arc<Semaphore>,
+}
+
+impl McpService {
+    /// The server for `gate`'s tools. `hints` holds the configured MCP hints by tool name;
+    /// a tool without an entry publishes none.
+    pub fn new(
+        gate: Arc<Gate>,
+        hints: &BTreeMap<String, ToolHints>,
+        options: McpOptions,
+    ) -> McpService {
+        assert!(
+            options.concurrency_limit > 0,
+            "the config check refuses a concurrency limit of 0"
+        );
+        let output_schema = Arc::new(outcome_schema());
+        let tools = gate
+            .tools()
+            .into_iter()
+            .map(|definition| {
+                let tool_hints = hints.get(&definition.name).copied().unwrap_or_default();
+                listing(definition, tool_hints, &output_schema)
+            })
+            .collect();
+        let calls = Arc::new(Semaphore::new(options.concurrency_limit as usize));
+        McpService {
+            inner: Arc::new(Inner {
+                gate,
+                tools,
+                options,
+                calls,
+            }),
+        }
+    }
+
+    /// The tools as `tools/list` publishes them, sorted by name.
+    pub fn tools(&self) -> &[Tool] {
+        &self.inner.tools
+    }
+
+    /// Waits, up to the shutdown grace period, for every running call to end. Returns how
+    /// many were still running when the grace period ended (their intents stay `in_flight`
+    /// in the ledger, where the lookup resolves them).
+    pub async fn drain(&self) -> usize {
+        let limit = self.inner.options.concurrency_limit;
+        let drained = tokio::time::timeout(
+            self.inner.options.shutdown_grace,
+            self.inner.calls.acquire_many(limit),
+        )
+        .await;
+        match drained {
+            Ok(_) => 0,
+            Err(_) => limit as usize - self.inner.calls.available_permits(),
+        }
+    }
+
+    /// One `tools/call`: checks the request, then runs the gate call in its own task.
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let name = request.name.into_owned();
+        if self.inner.gate.tool(&name).is_none() {
+            return Err(unknown_tool(&name));
+        }
+        // The SDK moves the request's `_meta` into the context; read both, in case a
+        // transport leaves it in place.
+        let intent_id = match intent_id(&context.meta)? {
+            Some(id) => Some(id),
+            None => match request.meta.as_ref() {
+                Some(meta) => intent_id(meta)?,
+                None => None,
+            },
+        };
+        let context = CallContext {
+            tenant: tenant(&context)?.unwrap_or_else(|| self.inner.options.tenant.clone()),
+            intent_id,
+        };
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let permit = tokio::time::timeout(PERMIT_WAIT, self.inner.calls.clone().acquire_owned())
+            .await
+            .map_err(|_| {
+                ErrorData::internal_error(
+                    "the gateway is at its concurrency limit; nothing was executed, try again shortly",
+                    None,
+                )
+            })?
+            .expect("the call semaphore is never closed");
+        // The call runs in its own task: a client that cancels the request or drops its
+        // response stream stops waiting, but never turns an upstream call in flight into
+        // a lost one. The intent keeps its state in the ledger either way.
+        let gate = self.inner.gate.clone();
+        let task = tokio::spawn(async move {
+            let outcome = gate.call(&name, arguments, &context).await;
+            drop(permit);
+            outcome
+        });
+        let outcome = task.await.map_err(|error| {
+            tracing::error!(%error, "bug: an MCP call task failed");
+            ErrorData::internal_error("the call failed inside the gateway", None)
+        })?;
+        match outcome {
+            Ok(outcome) => Ok(tool_result(&outcome)),
+            Err(GateError::UnknownTool(name)) => Err(unknown_tool(&name)),
+            Err(GateError::Ledger(error)) => {
+                tracing::error!(%error, "the ledger failed before the upstream call");
+                Err(ErrorData::internal_error(
+                    "the intent ledger is unavailable; nothing was executed, try again shortly",
+                    None,
+                ))
+            }
+            Err(error) => {
+                tracing::error!(%error, "gate error");
+                Err(ErrorData::internal_error(
+                    "the call failed inside the gateway",
+                    None,
+                ))
+            }
+        }
+    }
+}
+
+/// An outcome as a tool result: the object as `structuredContent` and as text (for
+/// clients that read only text), `isError` where the model must act differently.
+pub(crate) fn tool_result(outcome: &CallOutcome) -> CallToolResult {
+    let object = outcome.to_json();
+    if outcome.status.needs_model_action() {
+        CallToolResult::structured_error(object)
+    } else {
+        CallToolResult::structured(object)
+    }
+}
+
+fn unknown_tool(name: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!("no tool named `{name}`; tools/list lists the tools"),
+        None,
+    )
+}
+
+/// The application's intent id from a request's `_meta`: absent, or a non-empty string of
+/// bounded length. Anything else is a malformed call.
+fn intent_id(meta: &RequestMetaObject) -> Result<Option<String>, ErrorData> {
+    match meta.get(INTENT_ID_META_KEY) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(id)) if !id.is_empty() && id.len() <= INTENT_ID_LENGTH_MAX => {
+            Ok(Some(id.clone()))
+        }
+        Some(_) => Err(ErrorData::invalid_params(
+            format!(
+                "_meta \"{INTENT_ID_META_KEY}\" must be a string of 1 to {INTENT_ID_LENGTH_MAX} bytes, created once per intent by the application"
+            ),
+            None,
+        )),
+    }
+}
+
+/// The tenant named by the `Intentgate-Tenant` header of a Streamable HTTP request.
+fn tenant(context: &RequestContext<RoleServer>) -> Result<Option<String>, ErrorData> {
+    let Some(parts) = context.extensions.get::<axum::http::request::Parts>() else {
+        return Ok(None);
+    };
+    let Some(value) = parts.headers.get(TENANT_HEADER) else {
+        return Ok(None);
+    };
+    let valid = value
+        .to_str()
+        .ok()
+        .map(str::trim)
+        .filter(|tenant| !tenant.is_empty() && tenant.len() <= TENANT_LENGTH_MAX);
+    match valid {
+        Some(tenant) => Ok(Some(tenant.to_owned())),
+        None => Err(ErrorData::invalid_params(
+            format!(
+                "the {TENANT_HEADER} header must be 1 to {TENANT_LENGTH_MAX} visible ASCII characters"
+            ),
+            None,
+        )),
+    }
+}
+
+impl ServerHandler for McpService {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("intentgate", env!("CARGO_PKG_VERSION"))
+                    .with_title("intentgate: a retry-safe tool gateway"),
+            )
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(PROTOCOL_VERSIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.inner.tools.clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.inner
+            .tools
+            .iter()
+            .find(|tool| tool.name == name)
+            .cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.call(request, context)
+            .await
+            .map(CallToolResponse::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use intentgate_core::CallStatus;
+
+    use super::*;
+
+    #[test]
+    fn is_error_is_set_only_where_the_model_must_act_differently() {
+        for status in CallStatus::ALL {
+            let outcome = CallOutcome {
+                status,
+                message: status.default_message().to_owned(),
+                tool: "refund_order".to_owned(),
+                intent_key: None,
+                result: None,
+                external_id: None,
+                differing_fields: Vec::new(),
+                errors: Vec::new(),
+            };
+            let result = tool_result(&outcome);
+            let expected = matches!(
+                status,
+                CallStatus::Rejected | CallStatus::Conflict | CallStatus::InvalidArguments
+            );
+            assert_eq!(result.is_error, Some(expected), "{status}");
+            assert_eq!(result.structured_content, Some(outcome.to_json()));
+            let text = result.content[0].as_text().unwrap();
+            assert_eq!(
+                serde_json::from_str::<Value>(&text.text).unwrap(),
+                outcome.to_json()
+            );
+        }
+    }
+
+    #[test]
+    fn an_intent_id_is_a_bounded_non_empty_string() {
+        let meta = |value: Value| {
+            let mut meta = RequestMetaObject::new();
+            meta.insert(INTENT_ID_META_KEY.to_owned(), value);
+            meta
+        };
+        assert_eq!(intent_id(&RequestMetaObject::new()).unwrap(), None);
+        assert_eq!(intent_id(&meta(Value::Null)).unwrap(), None);
+        assert_eq!(
+            intent_id(&meta(Value::from("ci_1"))).unwrap().as_deref(),
+            Some("ci_1")
+        );
+        let longest = "x".repeat(INTENT_ID_LENGTH_MAX);
+        assert!(intent_id(&meta(Value::from(longest.clone()))).is_ok());
+        for bad in [
+            Value::from(""),
+            Value::from(7),
+            Value::from(longest + "x"),
+            serde_json::json!({"id": "a"}),
+        ] {
+            assert!(intent_id(&meta(bad.clone())).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! How a tool is published over MCP: its schema, description, annotations and the schema
+//! of what a call returns.
+
+use std::sync::Arc;
+
+use intentgate_core::{CallStatus, Effect, ToolDefinition};
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use serde_json::{Value, json};
+
+/// The MCP hints a config sets per tool. Unset hints are left out of the annotations, so
+/// clients apply the spec's pessimistic defaults (destructive, open world).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ToolHints {
+    /// `destructiveHint`: the effect can't be taken back (a refund, an email).
+    pub destructive: Option<bool>,
+    /// `openWorldHint`: the tool reaches entities outside the gateway (a provider, a person).
+    pub open_world: Option<bool>,
+}
+
+/// The annotations of a tool with `effect`.
+///
+/// A side-effecting tool behind the gateway is `idempotentHint: true`: a repeat of the same
+/// intent is answered from the ledger and has no additional effect. That is a property of
+/// the gateway, not of the upstream API, which is why it is published here and not read
+/// from the config.
+pub(crate) fn annotations(effect: Effect, hints: ToolHints) -> ToolAnnotations {
+    let annotations = match effect {
+        Effect::Read => ToolAnnotations::new().read_only(true),
+        Effect::Idempotent | Effect::SideEffect => {
+            ToolAnnotations::new().read_only(false).idempotent(true)
+        }
+    };
+    let annotations = match hints.destructive {
+        Some(destructive) => annotations.destructive(destructive),
+        None => annotations,
+    };
+    match hints.open_world {
+        Some(open_world) => annotations.open_world(open_world),
+        None => annotations,
+    }
+}
+
+/// The JSON Schema of the outcome object (`intentgate_gate::CallOutcome`), published as
+/// every tool's `outputSchema`. Clients validate `structuredContent` against it, so it
+/// must accept every outcome the gate can return: a test serialises outcomes and checks.
+pub fn outcome_schema() -> JsonObject {
+    let statuses: Vec<&str> = CallStatus::ALL
+        .iter()
+        .map(|status| status.as_str())
+        .collect();
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "status": {
+                "type": "string",
+                "enum": statuses,
+                "description": "What happened: done, already_done, pending_unknown, rejected, not_executed, conflict, disabled or invalid_arguments."
+            },
+            "message": {"type": "string", "description": "What to do next, for the model."},
+            "tool": {"type": "string"},
+            "intent_key": {"type": "string", "description": "The intent's key (side-effecting tools)."},
+            "result": {"description": "The provider's result (done, already_done), its rejection (rejected), or the data read."},
+            "external_id": {"type": "string", "description": "The provider's id for the effect."},
+            "differing_fields": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "For conflict: the arguments that differ from the stored intent."
+            },
+            "errors": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "For invalid_arguments: what is wrong, one entry per problem."
+            }
+        },
+        "required": ["status", "message", "tool"]
+    });
+    match schema {
+        Value::Object(schema) => schema,
+        _ => unreachable!("a JSON object literal"),
+    }
+}
+
+/// One tool as `tools/list` publishes it.
+pub(crate) fn listing(
+    definition: &ToolDefinition,
+    hints: ToolHints,
+    output_schema: &Arc<JsonObject>,
+) -> Tool {
+    let input_schema = definition
+        .input_schema
+        .as_object()
+        .cloned()
+        .expect("ToolDefinition::new accepts only object schemas");
+    Tool::new(
+        definition.name.clone(),
+        definition.published_description(),
+        Arc::new(input_schema),
+    )
+    .with_raw_output_schema(output_schema.clone())
+    .with_annotations(annotations(definition.effect, hints))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn annotations_follow_the_effect_and_the_configured_hints() {
+        let read = annotations(Effect::Read, ToolHints::default());
+        assert_eq!(read.read_only_hint, Some(true));
+        assert_eq!(read.idempotent_hint, None);
+        assert_eq!(read.destructive_hint, None);
+
+        let update = annotations(Effect::Idempotent, ToolHints::default());
+        assert_eq!(
+            (update.read_only_hint, update.idempotent_hint),
+            (Some(false), Some(true))
+        );
+
+        let refund = annotations(
+            Effect::SideEffect,
+            ToolHints {
+                destructive: Some(true),
+                open_world: Some(true),
+            },
+        );
+        assert_eq!(refund.read_only_hint, Some(false));
+        assert_eq!(
+            refund.idempotent_hint,
+            Some(true),
+            "a repeat behind the gateway has no additional effect"
+        );
+        assert_eq!(
+            (refund.destructive_hint, refund.open_world_hint),
+            (Some(true), Some(true))
+        );
+    }
+
+    #[test]
+    fn the_outcome_schema_accepts_every_outcome_the_gate_returns() {
+        let schema = Value::Object(outcome_schema());
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let properties = schema["properties"].as_object().unwrap();
+        for status in CallStatus::ALL {
+            // Every optional field set, so that a field added to CallOutcome without
+            // a place in the schema fails here.
+            let outcome = intentgate_gate::CallOutcome {
+                status,
+                message: "m".into(),
+                tool: "refund_order".into(),
+                intent_key: Some("refund:1:49.00".into()),
+                result: Some(json!({"id": "re_1"})),
+                external_id: Some("re_1".into()),
+                differing_fields: vec!["amount".into()],
+                errors: vec!["bad".into()],
+            }
+            .to_json();
+            for field in outcome.as_object().unwrap().keys() {
+                assert!(
+                    properties.contains_key(field),
+                    "{field} is not in the schema"
+                );
+            }
+            assert!(validator.is_valid(&outcome), "{outcome}");
+        }
+        let bare = json!({"status": "done", "message": "m", "tool": "get_order", "result": [1, 2]});
+        assert!(validator.is_valid(&bare));
+        assert!(!validator.is_valid(&json!({"status": "maybe", "message": "m", "tool": "t"})));
+    }
+
+    #[test]
+    fn the_outcome_schema_lists_every_status() {
+        let schema = outcome_schema();
+        let statuses = &schema["properties"]["status"]["enum"];
+        assert_eq!(statuses.as_array().unwrap().len(), CallStatus::ALL.len());
+        for status in CallStatus::ALL {
+            assert!(
+                statuses
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!(status.as_str())),
+                "{status}"
+            );
+        }
+    }
+}

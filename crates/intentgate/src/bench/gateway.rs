@@ -1,0 +1,831 @@
+//! `intentgate bench gateway`: the gateway over HTTP, against baselines measured in the same
+//! run (SPEC section 12).
+//!
+//! Two servers run in this process on loopback ports: the mock payments provider with no
+//! faults and no latency, and the real gateway HTTP server (`intentgate_server::run`) with the
+//! tools of `examples/support-agent.yaml` over a fresh SQLite ledger. One keep-alive client
+//! then measures two pairs of series:
+//!
+//! 1. a new refund through the gateway against the same refund sent directly to the
+//!    provider: what the gateway adds to a side-effecting call (the ledger's writes, its own
+//!    HTTP hop, the upstream request it builds);
+//! 2. a repeated refund answered from the ledger (`already_done`) against `GET /healthz` of
+//!    the same server, a bare HTTP round trip to an empty handler: what answering a retry
+//!    costs beyond the HTTP it cannot avoid. The SPEC target is at most 2x.
+//!
+//! The two series of a pair alternate call by call, so that a burst of noise on a shared
+//! machine lands on both and the ratio holds; absolute figures are reported but are this
+//! machine's. A benchmark that silently measured failures would be worthless, so every new
+//! call must return `done`, every repeat `already_done`, every direct call a success, and the
+//! provider must hold exactly one refund per intent and per direct call; anything else ends
+//! the run with an error.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use intentgate_core::CallStatus;
+use intentgate_gate::SystemClock;
+use intentgate_ledger::{SqliteLedger, SqliteOptions};
+use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer};
+use intentgate_server::ServerOptions;
+use reqwest::StatusCode;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::cli::{DurabilityArgument, GatewayBenchArgs};
+
+/// Default measured calls of each kind: a stable p50 and a meaningful p99 in a few seconds
+/// under relaxed durability, well under a minute under strict (one fsync per new call).
+pub const CALLS_DEFAULT: u32 = 2_000;
+/// Most measured calls of each kind. Bounds the run's time (under strict durability each
+/// new call costs an fsync, about 4 ms on the reference disk), the provider's effect log and
+/// the memory of the per-call latencies kept.
+pub const CALLS_MAX: u32 = 100_000;
+/// Unmeasured calls of each kind made first, so that opening connections (client to gateway,
+/// gateway to provider, the ledger's read connections) and filling statement caches are not
+/// counted as the cost of a call.
+const WARM_UP_CALLS: u32 = 50;
+
+/// Longest wait for one answer. Every call here answers in milliseconds; a call that takes
+/// this long means a server is stuck, and the run ends with an error instead of hanging.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for the gateway to stop once asked. No call is running by then, so it only
+/// has to close its idle connections.
+const GATEWAY_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The example config, embedded so that the benchmark needs no files.
+const EXAMPLE_CONFIG: &str = include_str!("../../../../examples/support-agent.yaml");
+/// Where the embedded config comes from, for its error messages.
+const EXAMPLE_CONFIG_SOURCE: &str = "examples/support-agent.yaml";
+/// The environment variable the example config takes the provider's base URL from.
+const PROVIDER_URL_VARIABLE: &str = "INTENTGATE_MOCK_URL";
+
+/// The side-effecting tool measured.
+const TOOL_NAME: &str = "refund_order";
+/// Every refund is of the same amount, as the model writes it; the order ids keep the
+/// intents distinct.
+const REFUND_AMOUNT: u32 = 10;
+/// The same amount as the example config sends it to the provider (`{amount:.2}`).
+const REFUND_AMOUNT_SENT: &str = "10.00";
+const REFUND_REASON: &str = "requested_by_customer";
+/// The Authorization header the example config sends when `PAYMENTS_API_KEY` is unset
+/// (the benchmark passes the config no other variable), sent on direct calls too so that
+/// both carry the same headers.
+const PROVIDER_AUTHORIZATION: &str = "Bearer sk_test_mock";
+/// The one order whose refund is repeated in the `already_done` series.
+const REPEATED_ORDER_ID: &str = "repeated";
+
+/// SPEC target: p50 of a call answered from the ledger over p50 of a bare HTTP round trip.
+const TARGET_RATIO_ALREADY_DONE_P50: f64 = 2.0;
+
+/// Runs the benchmark and prints its report.
+pub async fn run(arguments: GatewayBenchArgs) -> anyhow::Result<()> {
+    // reqwest is built without a crypto provider; an error only means one is installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = existing_folder(&arguments.dir)?;
+    // Declared before the servers so that it is removed after the ledger has closed, also
+    // when the run fails.
+    let scratch = tempfile::Builder::new()
+        .prefix("intentgate-bench-")
+        .tempdir_in(&dir)
+        .with_context(|| format!("can't create a temporary folder in {}", dir.display()))?;
+    let progress = |message: &str| {
+        if !arguments.json {
+            eprintln!("{message}");
+        }
+    };
+
+    progress("starting the mock provider and the gateway on loopback ports ...");
+    let provider = MockProvider::new(MockOptions::new(HttpFaultPlan::quiet()))
+        .context("the mock provider's fault plan")?;
+    let mock = MockServer::start(provider)
+        .await
+        .context("starting the mock provider on a loopback port")?;
+    let gateway =
+        match GatewayServer::start(&mock.url(), scratch.path(), arguments.durability).await {
+            Ok(gateway) => gateway,
+            Err(error) => {
+                let _ = mock.stop().await;
+                return Err(error);
+            }
+        };
+    let client = Client::new(&gateway.url, &mock.url());
+
+    // Both servers stop whatever the measurement's outcome; its error is reported after.
+    let measured = match client {
+        Ok(client) => measure(&client, arguments.calls, &progress).await,
+        Err(error) => Err(error),
+    };
+    let gateway_stopped = gateway.stop().await;
+    let refunds = mock.provider().stats().effects.refunds;
+    let duplicates = mock.provider().effect_counts().duplicates;
+    let mock_stopped = mock
+        .stop()
+        .await
+        .context("the mock provider did not stop cleanly");
+    let measured = measured?;
+    gateway_stopped?;
+    mock_stopped?;
+    scratch
+        .close()
+        .with_context(|| format!("can't remove the temporary folder in {}", dir.display()))?;
+
+    // Every intent and every direct call is one refund, exactly once.
+    let intents = u64::from(WARM_UP_CALLS + arguments.calls + 1);
+    let direct_calls = u64::from(WARM_UP_CALLS + arguments.calls);
+    ensure!(
+        duplicates.is_empty(),
+        "the provider holds more than one refund for {} intent keys, such as {}",
+        duplicates.len(),
+        duplicates[0]
+    );
+    ensure!(
+        refunds == intents + direct_calls,
+        "the provider holds {refunds} refunds after {intents} intents through the gateway and \
+         {direct_calls} direct calls; expected one per intent and per direct call"
+    );
+
+    let report = Report::new(
+        arguments.durability,
+        &dir,
+        arguments.calls,
+        &measured,
+        intents,
+        direct_calls,
+        refunds,
+    );
+    if arguments.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}
+
+/// The folder to measure in, made absolute; says which folder when it is unusable.
+fn existing_folder(dir: &Path) -> anyhow::Result<PathBuf> {
+    if !dir.exists() {
+        bail!(
+            "the folder {} does not exist; pass an existing folder with --dir",
+            dir.display()
+        );
+    }
+    if !dir.is_dir() {
+        bail!(
+            "{} is not a folder; pass an existing folder with --dir",
+            dir.display()
+        );
+    }
+    std::fs::canonicalize(dir)
+        .with_context(|| format!("can't resolve the folder {}", dir.display()))
+}
+
+/// The real gateway HTTP server, on `127.0.0.1` on a free port, in this process.
+struct GatewayServer {
+    /// `http://127.0.0.1:PORT`, without a trailing slash.
+    url: String,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl GatewayServer {
+    /// Loads the example config against the provider at `provider_url`, opens a new ledger
+    /// in `folder` and serves the gate the way `intentgate serve` does.
+    async fn start(
+        provider_url: &str,
+        folder: &Path,
+        durability: DurabilityArgument,
+    ) -> anyhow::Result<GatewayServer> {
+        let provider_url = provider_url.to_owned();
+        // Only the provider's URL: nothing from this process's environment changes the run.
+        let environment =
+            move |name: &str| (name == PROVIDER_URL_VARIABLE).then(|| provider_url.clone());
+        let loaded =
+            intentgate_config::load_str(EXAMPLE_CONFIG, EXAMPLE_CONFIG_SOURCE, &environment)
+                .map_err(|errors| anyhow::anyhow!("{errors}"))?;
+        let ledger = Arc::new(
+            SqliteLedger::open(
+                folder.join("ledger.sqlite3"),
+                SqliteOptions {
+                    durability: durability.into(),
+                    inline: false,
+                },
+            )
+            .context("opening the intent ledger")?,
+        );
+        let gate = Arc::new(crate::serve::build_gate(
+            &loaded,
+            ledger,
+            Arc::new(SystemClock),
+        )?);
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .context("can't listen on a loopback port for the gateway")?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(intentgate_server::run(
+            listener,
+            gate,
+            ServerOptions::default(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Ok(GatewayServer { url, stop, task })
+    }
+
+    /// Stops accepting, lets the server finish (bounded) and waits for it; the gate and its
+    /// ledger are closed once this returns `Ok`.
+    async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        tokio::time::timeout(GATEWAY_STOP_TIMEOUT, self.task)
+            .await
+            .with_context(|| {
+                format!(
+                    "the gateway did not stop within {} s",
+                    GATEWAY_STOP_TIMEOUT.as_secs()
+                )
+            })?
+            .context("the gateway's task panicked")?
+            .context("the gateway's HTTP server failed")
+    }
+}
+
+/// The one keep-alive HTTP client of every measured call, with the URLs it calls.
+struct Client {
+    http: reqwest::Client,
+    /// `POST` a call of the measured tool to the gateway.
+    tool_call_url: String,
+    /// `GET` the gateway's empty handler.
+    healthz_url: String,
+    /// `POST` a refund to the provider directly.
+    refunds_url: String,
+}
+
+/// The part of a call's outcome the benchmark checks.
+#[derive(Debug, Deserialize)]
+struct OutcomeView {
+    status: CallStatus,
+    #[serde(default)]
+    message: String,
+}
+
+impl Client {
+    fn new(gateway_url: &str, provider_url: &str) -> anyhow::Result<Client> {
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            // A redirect would measure another request than the one named.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .context("building the benchmark's HTTP client")?;
+        Ok(Client {
+            http,
+            tool_call_url: format!("{gateway_url}/v1/tools/{TOOL_NAME}/call"),
+            healthz_url: format!("{gateway_url}/healthz"),
+            refunds_url: format!("{provider_url}/v1/refunds"),
+        })
+    }
+
+    /// One refund of `order_id` through the gateway, which must answer `expected`.
+    async fn gateway_refund(
+        &self,
+        order_id: &str,
+        expected: CallStatus,
+    ) -> anyhow::Result<Duration> {
+        let body = json!({
+            "arguments": {"order_id": order_id, "amount": REFUND_AMOUNT, "reason": REFUND_REASON}
+        });
+        let request = self
+            .http
+            .post(&self.tool_call_url)
+            .header(CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(&body)?);
+        let (latency, status, body) = timed(request)
+            .await
+            .with_context(|| format!("the refund of order {order_id} through the gateway"))?;
+        check_outcome(order_id, status, &body, expected)?;
+        Ok(latency)
+    }
+
+    /// One refund of `order_id` sent to the provider directly, as the gateway would send it:
+    /// the same body, a key of its own and the same headers.
+    async fn direct_refund(&self, order_id: &str) -> anyhow::Result<Duration> {
+        let body = json!({
+            "order_id": order_id,
+            "amount": REFUND_AMOUNT_SENT,
+            "reason": REFUND_REASON,
+            "metadata": {"intent_key": intent_key(order_id)},
+        });
+        let request = self
+            .http
+            .post(&self.refunds_url)
+            .header(AUTHORIZATION, PROVIDER_AUTHORIZATION)
+            .header("Idempotency-Key", format!("bench-direct-{order_id}"))
+            .header(CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(&body)?);
+        let (latency, status, body) = timed(request)
+            .await
+            .with_context(|| format!("the direct refund of order {order_id}"))?;
+        ensure!(
+            status.is_success(),
+            "the provider answered the direct refund of order {order_id} with HTTP {status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        Ok(latency)
+    }
+
+    /// One `GET /healthz` of the gateway.
+    async fn healthz(&self) -> anyhow::Result<Duration> {
+        let (latency, status, body) = timed(self.http.get(&self.healthz_url))
+            .await
+            .context("GET /healthz of the gateway")?;
+        ensure!(
+            status == StatusCode::OK,
+            "GET /healthz of the gateway answered HTTP {status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        Ok(latency)
+    }
+}
+
+/// Sends `request` and reads its whole answer, timing both: a call is over for its caller
+/// once the last byte has arrived.
+async fn timed(
+    request: reqwest::RequestBuilder,
+) -> anyhow::Result<(Duration, StatusCode, Vec<u8>)> {
+    let started = Instant::now();
+    let response = request.send().await?;
+    let status = response.status();
+    let body = response.bytes().await?;
+    let latency = started.elapsed();
+    Ok((latency, status, body.to_vec()))
+}
+
+/// The intent key the example config gives a refund of `order_id` of the benchmark's amount.
+fn intent_key(order_id: &str) -> String {
+    format!("refund:{order_id}:{REFUND_AMOUNT_SENT}")
+}
+
+/// Checks a gateway's answer to a refund: HTTP 200 with the `expected` outcome.
+fn check_outcome(
+    order_id: &str,
+    status: StatusCode,
+    body: &[u8],
+    expected: CallStatus,
+) -> anyhow::Result<()> {
+    ensure!(
+        status == StatusCode::OK,
+        "the gateway answered the refund of order {order_id} with HTTP {status}: {}",
+        String::from_utf8_lossy(body)
+    );
+    let outcome: OutcomeView = serde_json::from_slice(body).with_context(|| {
+        format!(
+            "the gateway's answer to the refund of order {order_id} is not an outcome: {}",
+            String::from_utf8_lossy(body)
+        )
+    })?;
+    if outcome.status != expected {
+        bail!(
+            "the refund of order {order_id} returned `{}` instead of `{expected}`: {}",
+            outcome.status,
+            outcome.message
+        );
+    }
+    Ok(())
+}
+
+/// Latencies of every measured call, one series per kind, in call order.
+struct Measured {
+    gateway_call: Vec<Duration>,
+    direct_call: Vec<Duration>,
+    already_done: Vec<Duration>,
+    healthz: Vec<Duration>,
+}
+
+/// Warms up and measures both pairs of series, `calls` calls of each kind.
+///
+/// Intents: `WARM_UP_CALLS + calls` new refunds through the gateway plus the one repeated;
+/// direct calls: `WARM_UP_CALLS + calls`.
+async fn measure(
+    client: &Client,
+    calls: u32,
+    progress: &impl Fn(&str),
+) -> anyhow::Result<Measured> {
+    progress(&format!(
+        "warming up with {WARM_UP_CALLS} new refunds through the gateway and {WARM_UP_CALLS} direct ..."
+    ));
+    for index in 0..WARM_UP_CALLS {
+        client
+            .gateway_refund(&format!("warm-up-gateway-{index}"), CallStatus::Done)
+            .await?;
+        client
+            .direct_refund(&format!("warm-up-direct-{index}"))
+            .await?;
+    }
+    progress(&format!(
+        "measuring {calls} new refunds through the gateway and {calls} direct, alternating ..."
+    ));
+    let mut gateway_call = Vec::with_capacity(calls as usize);
+    let mut direct_call = Vec::with_capacity(calls as usize);
+    for index in 0..calls {
+        gateway_call.push(
+            client
+                .gateway_refund(&format!("gateway-{index}"), CallStatus::Done)
+                .await?,
+        );
+        direct_call.push(client.direct_refund(&format!("direct-{index}")).await?);
+    }
+
+    progress(&format!(
+        "warming up with {WARM_UP_CALLS} repeated refunds and {WARM_UP_CALLS} health checks ..."
+    ));
+    client
+        .gateway_refund(REPEATED_ORDER_ID, CallStatus::Done)
+        .await?;
+    for _ in 0..WARM_UP_CALLS {
+        client
+            .gateway_refund(REPEATED_ORDER_ID, CallStatus::AlreadyDone)
+            .await?;
+        client.healthz().await?;
+    }
+    progress(&format!(
+        "measuring {calls} repeated refunds and {calls} health checks, alternating ..."
+    ));
+    let mut already_done = Vec::with_capacity(calls as usize);
+    let mut healthz = Vec::with_capacity(calls as usize);
+    for _ in 0..calls {
+        already_done.push(
+            client
+                .gateway_refund(REPEATED_ORDER_ID, CallStatus::AlreadyDone)
+                .await?,
+        );
+        healthz.push(client.healthz().await?);
+    }
+    Ok(Measured {
+        gateway_call,
+        direct_call,
+        already_done,
+        healthz,
+    })
+}
+
+/// The value at `fraction` (0 to 1) of sorted samples, by nearest rank.
+fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
+    assert!(!sorted.is_empty(), "a percentile of no samples");
+    assert!(
+        sorted.windows(2).all(|pair| pair[0] <= pair[1]),
+        "samples must be sorted"
+    );
+    let rank = (fraction * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// p50 and p99 of a series, in microseconds.
+fn p50_p99_us(samples: &[Duration]) -> (f64, f64) {
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    (
+        microseconds(percentile(&sorted, 0.5)),
+        microseconds(percentile(&sorted, 0.99)),
+    )
+}
+
+fn microseconds(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1_000_000.0
+}
+
+/// Rounds to `places` decimals, so that the JSON shows what the measurement can resolve.
+fn rounded(value: f64, places: i32) -> f64 {
+    let scale = 10_f64.powi(places);
+    (value * scale).round() / scale
+}
+
+/// What the run measured. Serialised by `--json`: its field names are a promise to users.
+#[derive(Debug, Serialize)]
+struct Report {
+    durability: &'static str,
+    /// The folder the ledger was in (absolute).
+    dir: String,
+    /// Cores this process may use; both servers and the client share them.
+    cores: usize,
+    /// Unmeasured calls of each kind made first.
+    warm_up_calls: u32,
+    /// Measured calls of each kind.
+    calls: u32,
+    /// A new refund through the gateway (`done`), over HTTP.
+    gateway_call_p50_us: f64,
+    gateway_call_p99_us: f64,
+    /// The same refund sent directly to the provider, over HTTP.
+    direct_call_p50_us: f64,
+    direct_call_p99_us: f64,
+    /// Gateway p50 over direct p50.
+    ratio_call_p50: f64,
+    /// Gateway p50 minus direct p50: what the gateway adds to a new side-effecting call.
+    overhead_call_p50_us: f64,
+    /// A repeated refund answered from the ledger (`already_done`), over HTTP.
+    already_done_p50_us: f64,
+    already_done_p99_us: f64,
+    /// `GET /healthz` of the same server: a bare HTTP round trip to an empty handler.
+    healthz_p50_us: f64,
+    healthz_p99_us: f64,
+    /// `already_done` p50 over `healthz` p50.
+    ratio_already_done_p50: f64,
+    /// Distinct intents made through the gateway, warm-up and the repeated one included.
+    intents: u64,
+    /// Refunds sent directly to the provider, warm-up included.
+    direct_calls: u64,
+    /// Refunds the provider holds afterwards: one per intent and per direct call.
+    provider_refunds: u64,
+    /// The SPEC targets this benchmark measures, and whether each is met.
+    targets: Vec<TargetCheck>,
+}
+
+/// One SPEC target against its figure.
+#[derive(Debug, Serialize)]
+struct TargetCheck {
+    /// The report field the target is about.
+    field: &'static str,
+    /// The target, in words.
+    target: String,
+    met: bool,
+}
+
+impl Report {
+    fn new(
+        durability: DurabilityArgument,
+        dir: &Path,
+        calls: u32,
+        measured: &Measured,
+        intents: u64,
+        direct_calls: u64,
+        provider_refunds: u64,
+    ) -> Report {
+        let (gateway_call_p50_us, gateway_call_p99_us) = p50_p99_us(&measured.gateway_call);
+        let (direct_call_p50_us, direct_call_p99_us) = p50_p99_us(&measured.direct_call);
+        let (already_done_p50_us, already_done_p99_us) = p50_p99_us(&measured.already_done);
+        let (healthz_p50_us, healthz_p99_us) = p50_p99_us(&measured.healthz);
+        let ratio_already_done_p50 = already_done_p50_us / healthz_p50_us;
+        let targets = vec![TargetCheck {
+            field: "ratio_already_done_p50",
+            target: format!("at most {TARGET_RATIO_ALREADY_DONE_P50}"),
+            met: ratio_already_done_p50 <= TARGET_RATIO_ALREADY_DONE_P50,
+        }];
+        Report {
+            durability: durability.as_str(),
+            dir: dir.display().to_string(),
+            cores: std::thread::available_parallelism().map_or(1, |cores| cores.get()),
+            warm_up_calls: WARM_UP_CALLS,
+            calls,
+            gateway_call_p50_us: rounded(gateway_call_p50_us, 1),
+            gateway_call_p99_us: rounded(gateway_call_p99_us, 1),
+            direct_call_p50_us: rounded(direct_call_p50_us, 1),
+            direct_call_p99_us: rounded(direct_call_p99_us, 1),
+            ratio_call_p50: rounded(gateway_call_p50_us / direct_call_p50_us, 3),
+            overhead_call_p50_us: rounded(gateway_call_p50_us - direct_call_p50_us, 1),
+            already_done_p50_us: rounded(already_done_p50_us, 1),
+            already_done_p99_us: rounded(already_done_p99_us, 1),
+            healthz_p50_us: rounded(healthz_p50_us, 1),
+            healthz_p99_us: rounded(healthz_p99_us, 1),
+            ratio_already_done_p50: rounded(ratio_already_done_p50, 3),
+            intents,
+            direct_calls,
+            provider_refunds,
+            targets,
+        }
+    }
+
+    /// The human report: one row per measure, with its SPEC target where one applies.
+    fn table(&self) -> String {
+        let target = |field: &str| {
+            self.targets
+                .iter()
+                .find(|check| check.field == field)
+                .map(|check| {
+                    let met = if check.met { "yes" } else { "NO" };
+                    (check.target.clone(), met.to_owned())
+                })
+                .unwrap_or_default()
+        };
+        let series = |label: &str, p50_us: f64, p99_us: f64| {
+            [
+                label.to_owned(),
+                format!("{p50_us:.1} us"),
+                format!("{p99_us:.1} us"),
+                String::new(),
+                String::new(),
+            ]
+        };
+        let (already_done_target, already_done_met) = target("ratio_already_done_p50");
+        let rows = [
+            [
+                "measure".to_owned(),
+                "p50".to_owned(),
+                "p99".to_owned(),
+                "SPEC target".to_owned(),
+                "met".to_owned(),
+            ],
+            series(
+                "new refund through the gateway (done)",
+                self.gateway_call_p50_us,
+                self.gateway_call_p99_us,
+            ),
+            series(
+                "same refund sent directly to the provider",
+                self.direct_call_p50_us,
+                self.direct_call_p99_us,
+            ),
+            [
+                "  gateway / direct".to_owned(),
+                format!("{:.2}", self.ratio_call_p50),
+                String::new(),
+                String::new(),
+                String::new(),
+            ],
+            [
+                "  gateway - direct (overhead)".to_owned(),
+                format!("{:.1} us", self.overhead_call_p50_us),
+                String::new(),
+                String::new(),
+                String::new(),
+            ],
+            series(
+                "repeated refund from the ledger (already_done)",
+                self.already_done_p50_us,
+                self.already_done_p99_us,
+            ),
+            series(
+                "GET /healthz (bare HTTP round trip)",
+                self.healthz_p50_us,
+                self.healthz_p99_us,
+            ),
+            [
+                "  already_done / healthz".to_owned(),
+                format!("{:.2}", self.ratio_already_done_p50),
+                String::new(),
+                already_done_target,
+                already_done_met,
+            ],
+        ];
+        let width = |column: usize| {
+            rows.iter()
+                .map(|row| row[column].chars().count())
+                .max()
+                .unwrap_or(0)
+        };
+        let widths = [width(0), width(1), width(2), width(3)];
+
+        let mut text = format!(
+            "intentgate bench gateway: the HTTP server with examples/support-agent.yaml, SQLite \
+             ledger, durability {}, in {} ({} cores), against the mock provider (no faults, \
+             no latency) on loopback\n\
+             {} calls of each kind measured after {} warm-up calls, alternating within each \
+             pair; every new call returned `done`, every repeat `already_done`, and the \
+             provider holds {} refunds: one per intent ({}) and per direct call ({}).\n\n",
+            self.durability,
+            self.dir,
+            self.cores,
+            self.calls,
+            self.warm_up_calls,
+            self.provider_refunds,
+            self.intents,
+            self.direct_calls,
+        );
+        for row in &rows {
+            let line = format!(
+                "{:<w0$}  {:>w1$}  {:>w2$}  {:<w3$}  {}",
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                row[4],
+                w0 = widths[0],
+                w1 = widths[1],
+                w2 = widths[2],
+                w3 = widths[3],
+            );
+            text.push_str(line.trim_end());
+            text.push('\n');
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn milliseconds(values: &[u64]) -> Vec<Duration> {
+        values.iter().copied().map(Duration::from_millis).collect()
+    }
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let samples = milliseconds(&(1..=100).collect::<Vec<_>>());
+        assert_eq!(percentile(&samples, 0.5), Duration::from_millis(50));
+        assert_eq!(percentile(&samples, 0.99), Duration::from_millis(99));
+        let one = milliseconds(&[7]);
+        assert_eq!(percentile(&one, 0.99), Duration::from_millis(7));
+        // Unsorted series are sorted before taking percentiles.
+        assert_eq!(p50_p99_us(&milliseconds(&[3, 1, 2])), (2_000.0, 3_000.0));
+    }
+
+    #[test]
+    fn an_answer_other_than_the_expected_outcome_fails_the_benchmark() {
+        let done = br#"{"status": "done", "message": "It went through."}"#;
+        check_outcome("8812", StatusCode::OK, done, CallStatus::Done).unwrap();
+        let error = check_outcome("8812", StatusCode::OK, done, CallStatus::AlreadyDone)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("order 8812") && error.contains("`done` instead of `already_done`"),
+            "{error}"
+        );
+        let problem = br#"{"title": "Too many calls at once"}"#;
+        let error = check_outcome(
+            "8812",
+            StatusCode::SERVICE_UNAVAILABLE,
+            problem,
+            CallStatus::Done,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("HTTP 503") && error.contains("Too many calls"),
+            "{error}"
+        );
+        let error = check_outcome("8812", StatusCode::OK, b"ok", CallStatus::Done)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("not an outcome"), "{error}");
+    }
+
+    /// The direct call is only a baseline if it is the request the gateway sends: the same
+    /// tool exists in the example config, and its key renders as the direct call's.
+    #[test]
+    fn direct_calls_carry_the_intent_key_the_gateway_sends() {
+        let environment =
+            |name: &str| (name == PROVIDER_URL_VARIABLE).then(|| "http://127.0.0.1:1".to_owned());
+        let loaded =
+            intentgate_config::load_str(EXAMPLE_CONFIG, EXAMPLE_CONFIG_SOURCE, &environment)
+                .unwrap();
+        let tool = loaded
+            .tools
+            .iter()
+            .find(|tool| tool.name == TOOL_NAME)
+            .expect("the example config has the measured tool");
+        assert_eq!(tool.effect, intentgate_core::Effect::SideEffect);
+        let arguments =
+            json!({"order_id": "8812", "amount": REFUND_AMOUNT, "reason": REFUND_REASON});
+        let key = tool.key.as_ref().unwrap().render(&arguments, None).unwrap();
+        assert_eq!(key, intent_key("8812"));
+    }
+
+    fn report(already_done_ms: u64, healthz_ms: u64) -> Report {
+        let measured = Measured {
+            gateway_call: milliseconds(&[3]),
+            direct_call: milliseconds(&[2]),
+            already_done: milliseconds(&[already_done_ms]),
+            healthz: milliseconds(&[healthz_ms]),
+        };
+        Report::new(
+            DurabilityArgument::Strict,
+            Path::new("/bench"),
+            1,
+            &measured,
+            52,
+            51,
+            103,
+        )
+    }
+
+    #[test]
+    fn the_report_checks_the_already_done_target() {
+        let met = report(2, 1);
+        assert_eq!(met.ratio_already_done_p50, 2.0);
+        assert_eq!(met.ratio_call_p50, 1.5);
+        assert_eq!(met.overhead_call_p50_us, 1_000.0);
+        assert!(met.targets[0].met);
+        let line = |report: &Report| {
+            report
+                .table()
+                .lines()
+                .find(|line| line.contains("already_done / healthz"))
+                .unwrap()
+                .to_owned()
+        };
+        // The target and its verdict sit at the end of the ratio's row.
+        let ends_with = |line: String, met: &str| {
+            line.contains("at most 2") && line.split_whitespace().last() == Some(met)
+        };
+        assert!(ends_with(line(&met), "yes"), "{}", line(&met));
+        let missed = report(3, 1);
+        assert!(!missed.targets[0].met);
+        assert!(ends_with(line(&missed), "NO"), "{}", line(&missed));
+    }
+}
