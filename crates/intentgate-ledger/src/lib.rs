@@ -42,14 +42,22 @@ pub fn is_postgres_url(location: &str) -> bool {
     location.starts_with("postgres://") || location.starts_with("postgresql://")
 }
 
+/// The environment variable that names the PostgreSQL schema [`open`] uses instead of the
+/// default (`intentgate`): one database can then hold several separate ledgers.
+pub const SCHEMA_ENV: &str = "INTENTGATE_LEDGER_SCHEMA";
+
 /// Opens the ledger at `location`: PostgreSQL for a `postgres://` or `postgresql://` URL
-/// (in the default schema), otherwise the SQLite file at that path, with grouped commits.
+/// (in the schema named by [`SCHEMA_ENV`] if set, else the default schema), otherwise the
+/// SQLite file at that path, with grouped commits.
 pub async fn open(location: &str, durability: Durability) -> Result<Arc<dyn Ledger>, LedgerError> {
     if is_postgres_url(location) {
-        let options = PostgresOptions {
+        let mut options = PostgresOptions {
             durability,
             ..PostgresOptions::default()
         };
+        if let Some(schema) = std::env::var(SCHEMA_ENV).ok().filter(|s| !s.is_empty()) {
+            options.schema = schema;
+        }
         return Ok(Arc::new(PostgresLedger::connect(location, options).await?));
     }
     let options = SqliteOptions {
