@@ -20,7 +20,7 @@
 //! provider must hold exactly one refund per intent and per direct call; anything else ends
 //! the run with an error.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::{existing_folder, microseconds, percentile};
 use crate::cli::{DurabilityArgument, GatewayBenchArgs};
 
 /// Default measured calls of each kind: a stable p50 and a meaningful p99 in a few seconds
@@ -166,24 +167,6 @@ pub async fn run(arguments: GatewayBenchArgs) -> anyhow::Result<()> {
         print!("{}", report.table());
     }
     Ok(())
-}
-
-/// The folder to measure in, made absolute; says which folder when it is unusable.
-fn existing_folder(dir: &Path) -> anyhow::Result<PathBuf> {
-    if !dir.exists() {
-        bail!(
-            "the folder {} does not exist; pass an existing folder with --dir",
-            dir.display()
-        );
-    }
-    if !dir.is_dir() {
-        bail!(
-            "{} is not a folder; pass an existing folder with --dir",
-            dir.display()
-        );
-    }
-    std::fs::canonicalize(dir)
-        .with_context(|| format!("can't resolve the folder {}", dir.display()))
 }
 
 /// The real gateway HTTP server, on `127.0.0.1` on a free port, in this process.
@@ -475,17 +458,6 @@ async fn measure(
     })
 }
 
-/// The value at `fraction` (0 to 1) of sorted samples, by nearest rank.
-fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
-    assert!(!sorted.is_empty(), "a percentile of no samples");
-    assert!(
-        sorted.windows(2).all(|pair| pair[0] <= pair[1]),
-        "samples must be sorted"
-    );
-    let rank = (fraction * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 /// p50 and p99 of a series, in microseconds.
 fn p50_p99_us(samples: &[Duration]) -> (f64, f64) {
     let mut sorted = samples.to_vec();
@@ -494,10 +466,6 @@ fn p50_p99_us(samples: &[Duration]) -> (f64, f64) {
         microseconds(percentile(&sorted, 0.5)),
         microseconds(percentile(&sorted, 0.99)),
     )
-}
-
-fn microseconds(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1_000_000.0
 }
 
 /// Rounds to `places` decimals, so that the JSON shows what the measurement can resolve.

@@ -12,7 +12,7 @@
 
 use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -29,6 +29,7 @@ use intentgate_ledger::{
 use serde::Serialize;
 use serde_json::json;
 
+use super::{existing_folder, microseconds, percentile};
 use crate::cli::{DurabilityArgument, LedgerBenchArgs};
 
 /// Default new intents per concurrency level: enough for a stable figure at 64 callers in
@@ -232,24 +233,6 @@ async fn measure(
     })
 }
 
-/// The folder to measure in, made absolute; says which folder when it is unusable.
-fn existing_folder(dir: &Path) -> anyhow::Result<PathBuf> {
-    if !dir.exists() {
-        bail!(
-            "the folder {} does not exist; pass an existing folder with --dir",
-            dir.display()
-        );
-    }
-    if !dir.is_dir() {
-        bail!(
-            "{} is not a folder; pass an existing folder with --dir",
-            dir.display()
-        );
-    }
-    std::fs::canonicalize(dir)
-        .with_context(|| format!("can't resolve the folder {}", dir.display()))
-}
-
 /// Times `FSYNC_SAMPLES` rounds of writing one block and `sync_data`, in `dir`.
 ///
 /// Each round overwrites the same block of a file allocated beforehand. SQLite's WAL is
@@ -409,21 +392,6 @@ impl Upstream for InstantUpstream {
         // Every request succeeds, so no outcome is ambiguous and nothing is ever looked up.
         LookupOutcome::NotFound
     }
-}
-
-/// The value at `fraction` (0 to 1) of sorted samples, by nearest rank.
-fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
-    assert!(!sorted.is_empty(), "a percentile of no samples");
-    assert!(
-        sorted.windows(2).all(|pair| pair[0] <= pair[1]),
-        "samples must be sorted"
-    );
-    let rank = (fraction * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn microseconds(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1_000_000.0
 }
 
 fn per_second(count: u32, elapsed: Duration) -> f64 {

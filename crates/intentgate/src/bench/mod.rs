@@ -6,6 +6,11 @@
 pub mod gateway;
 pub mod ledger;
 
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
 use crate::cli::{BenchArgs, BenchCommand};
 
 /// Runs the benchmark the command line names.
@@ -14,4 +19,39 @@ pub async fn run(arguments: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Ledger(arguments) => ledger::run(arguments).await,
         BenchCommand::Gateway(arguments) => gateway::run(arguments).await,
     }
+}
+
+// Helpers both benchmarks share.
+
+/// The folder to measure in, made absolute; says which folder when it is unusable.
+pub fn existing_folder(dir: &Path) -> anyhow::Result<PathBuf> {
+    if !dir.exists() {
+        bail!(
+            "the folder {} does not exist; pass an existing folder with --dir",
+            dir.display()
+        );
+    }
+    if !dir.is_dir() {
+        bail!(
+            "{} is not a folder; pass an existing folder with --dir",
+            dir.display()
+        );
+    }
+    std::fs::canonicalize(dir)
+        .with_context(|| format!("can't resolve the folder {}", dir.display()))
+}
+
+/// The value at `fraction` (0 to 1) of sorted samples, by nearest rank.
+pub fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
+    assert!(!sorted.is_empty(), "a percentile of no samples");
+    assert!(
+        sorted.windows(2).all(|pair| pair[0] <= pair[1]),
+        "samples must be sorted"
+    );
+    let rank = (fraction * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+pub fn microseconds(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1_000_000.0
 }
