@@ -24,7 +24,7 @@ use intentgate_http::template::{
 use intentgate_http::{HttpError, HttpTool, LIST_PLACEHOLDERS, check_list_spec};
 use serde_json::Value;
 
-use crate::config::{Config, GatewayConfig, OwnerConfig, ToolConfig};
+use crate::config::{AlertRule, Config, GatewayConfig, OwnerConfig, ReconcileConfig, ToolConfig};
 use crate::env::{self, Lookup};
 use crate::error::Errors;
 use crate::file::{ConfigFile, ToolFile};
@@ -69,6 +69,7 @@ pub(crate) fn check(
     checker.gateway(&file.gateway);
     let upstreams = checker.upstreams(file.upstreams);
     checker.owners(&file.owners);
+    checker.reconcile(&file.reconcile);
     checker.tool_list(&file.tools);
     let tool_count = file.tools.len();
     let mut tools = Vec::with_capacity(file.tools.len());
@@ -107,6 +108,7 @@ pub(crate) fn check(
         gateway: file.gateway,
         upstreams,
         owners: file.owners,
+        reconcile: file.reconcile,
         tools,
     };
     Some((config, definitions))
@@ -187,6 +189,106 @@ impl Checker<'_, '_> {
     }
 
     /// Reports `value` outside `min..=max` at `path`.
+    fn reconcile(&mut self, reconcile: &ReconcileConfig) {
+        for (field, value, min) in [
+            ("every_seconds", reconcile.every_seconds, 0),
+            ("window_seconds", reconcile.window_seconds, 1),
+            ("unknown_grace_seconds", reconcile.unknown_grace_seconds, 0),
+            ("settle_seconds", reconcile.settle_seconds, 0),
+        ] {
+            self.range(
+                &at!["reconcile", field],
+                value.into(),
+                min,
+                RECONCILE_SECONDS_MAX.into(),
+                "seconds",
+            );
+        }
+        if reconcile.every_seconds > 0 && reconcile.window_seconds < reconcile.every_seconds {
+            self.push(
+                &at!["reconcile", "window_seconds"],
+                format!(
+                    "`window_seconds` is {}, shorter than `every_seconds` ({}): effects between two runs would never be compared",
+                    reconcile.window_seconds, reconcile.every_seconds
+                ),
+                format!(
+                    "set `window_seconds` to at least {}",
+                    reconcile.every_seconds
+                ),
+            );
+        }
+    }
+
+    /// Checks a tool's alert rules and fills in the defaults.
+    fn alerts(
+        &mut self,
+        index: usize,
+        label: &str,
+        effect: Option<Effect>,
+        alerts: Option<Vec<AlertRule>>,
+    ) -> Vec<AlertRule> {
+        let Some(rules) = alerts else {
+            return match effect {
+                Some(Effect::SideEffect) => AlertRule::defaults(),
+                _ => Vec::new(),
+            };
+        };
+        if !rules.is_empty() && matches!(effect, Some(Effect::Read | Effect::Idempotent)) {
+            self.push(
+                &at!["tools", index, "alerts"],
+                format!("{label} has alert rules, but only side-effecting tools have intents whose calls repeat"),
+                "remove `alerts:` from this tool",
+            );
+        }
+        if rules.len() > ALERT_RULES_MAX {
+            self.push(
+                &at!["tools", index, "alerts"],
+                format!(
+                    "{label} has {} alert rules; at most {ALERT_RULES_MAX}",
+                    rules.len()
+                ),
+                "keep one or two rules per scope",
+            );
+        }
+        let mut names = std::collections::HashSet::new();
+        for (rule_index, rule) in rules.iter().enumerate() {
+            self.range(
+                &at!["tools", index, "alerts", rule_index, "threshold"],
+                rule.threshold.into(),
+                1,
+                ALERT_THRESHOLD_MAX.into(),
+                "repeated calls",
+            );
+            self.range(
+                &at!["tools", index, "alerts", rule_index, "window_seconds"],
+                rule.window_seconds.into(),
+                1,
+                ALERT_WINDOW_SECONDS_MAX.into(),
+                "seconds",
+            );
+            let name = rule.name();
+            let valid = !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !valid {
+                self.push(
+                    &at!["tools", index, "alerts", rule_index, "name"],
+                    format!("{label}: alert rule name `{name}` is not 1 to 64 letters, digits, `_`, `-` or `.`"),
+                    "name the rule with a short identifier, e.g. `name: refund-storm`",
+                );
+            } else if !names.insert(name.clone()) {
+                self.push(
+                    &at!["tools", index, "alerts", rule_index],
+                    format!("{label} has two alert rules named `{name}`"),
+                    "give each rule its own `name:`",
+                );
+            }
+        }
+        rules
+    }
+
     fn range(&mut self, path: &[Segment<'_>], value: u64, min: u64, max: u64, unit: &str) {
         if (min..=max).contains(&value) {
             return;
@@ -353,6 +455,7 @@ impl Checker<'_, '_> {
             }
         }
         let messages = self.messages(index, &label, &tool.messages);
+        let alerts = self.alerts(index, &label, tool.effect, tool.alerts);
 
         let schema_valid = self.input_schema(index, &label, &tool.input_schema);
         let arguments = argument_names(&tool.input_schema);
@@ -474,6 +577,7 @@ impl Checker<'_, '_> {
             call,
             lookup,
             list,
+            alerts,
             line: self.position(&base).line,
         };
         Some((config, definition))
@@ -736,6 +840,7 @@ impl Checker<'_, '_> {
             ("intent_key", Some(list.fields.intent_key.as_str())),
             ("external_id", Some(list.fields.external_id.as_str())),
             ("amount", list.fields.amount.as_deref()),
+            ("amount_argument", list.fields.amount_argument.as_deref()),
             ("subject", list.fields.subject.as_deref()),
         ] {
             self.pointer(
@@ -851,6 +956,7 @@ impl Checker<'_, '_> {
                         intent_key: String::new(),
                         external_id: String::new(),
                         amount: None,
+                        amount_argument: None,
                         subject: None,
                     },
                 };

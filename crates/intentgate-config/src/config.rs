@@ -24,6 +24,8 @@ pub struct Config {
     pub upstreams: BTreeMap<String, UpstreamSpec>,
     /// Who is told about each tool's mismatches and alerts, by name.
     pub owners: BTreeMap<String, OwnerConfig>,
+    /// When and over what window `serve` reconciles the ledger with the providers.
+    pub reconcile: ReconcileConfig,
     /// The tools, in file order.
     pub tools: Vec<ToolConfig>,
 }
@@ -105,6 +107,104 @@ impl From<DurabilityMode> for intentgate_ledger::Durability {
     }
 }
 
+/// Reconciliation inside `intentgate serve` (SPEC section 8). `intentgate reconcile` takes
+/// its window from the command line and the grace and settle times from here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReconcileConfig {
+    /// How often `serve` reconciles, in seconds; 0 turns the job off.
+    pub every_seconds: u32,
+    /// How far back each run looks, in seconds. At least `every_seconds`, so that no effect
+    /// falls between two runs.
+    pub window_seconds: u32,
+    /// How long an `unknown` intent with no provider record may wait for the sweeper's
+    /// lookups before it is routed to its owner, in seconds.
+    pub unknown_grace_seconds: u32,
+    /// The newest seconds left out of a run: calls still being written, and provider
+    /// records not yet listed.
+    pub settle_seconds: u32,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        ReconcileConfig {
+            every_seconds: 3600,
+            window_seconds: 3600,
+            unknown_grace_seconds: 900,
+            settle_seconds: 5,
+        }
+    }
+}
+
+/// What a duplicate-call alert rule counts repeated calls over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertScope {
+    /// Repeated calls of one intent (one refund asked for again and again).
+    Intent,
+    /// Repeated calls of every intent of the tool together (a retry storm).
+    Tool,
+}
+
+impl AlertScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertScope::Intent => "intent",
+            AlertScope::Tool => "tool",
+        }
+    }
+}
+
+/// A duplicate-call alert rule of a side-effecting tool: fires a webhook, a log line and a
+/// metric when `threshold` repeated calls arrive within `window_seconds`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AlertRule {
+    /// The rule's name in alerts and metrics; defaults to `repeats-per-{per}`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Count per intent, or across the tool.
+    pub per: AlertScope,
+    /// Repeated calls within the window that fire the alert (at least 1).
+    pub threshold: u32,
+    /// The sliding window, in seconds (1 to 86400).
+    pub window_seconds: u32,
+    /// Also switch the tool off (kill switch) when the rule fires.
+    #[serde(default)]
+    pub disable_tool: bool,
+}
+
+impl AlertRule {
+    /// The rule's name: the configured one, or `repeats-per-intent` / `repeats-per-tool`.
+    pub fn name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("repeats-per-{}", self.per.as_str()))
+    }
+
+    /// The rules a side-effecting tool gets when its config names none: one intent asked
+    /// for 5 more times within a minute (the incident's agents asked up to 18 times), or 50
+    /// repeats of the tool within a minute.
+    pub fn defaults() -> Vec<AlertRule> {
+        vec![
+            AlertRule {
+                name: None,
+                per: AlertScope::Intent,
+                threshold: 5,
+                window_seconds: 60,
+                disable_tool: false,
+            },
+            AlertRule {
+                name: None,
+                per: AlertScope::Tool,
+                threshold: 50,
+                window_seconds: 60,
+                disable_tool: false,
+            },
+        ]
+    }
+}
+
 /// Someone who decides about a tool's reconciliation mismatches and duplicate-call alerts.
 #[derive(Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -154,6 +254,8 @@ pub struct ToolConfig {
     pub call: CallSpec,
     pub lookup: Option<LookupSpec>,
     pub list: Option<ListSpec>,
+    /// Duplicate-call alert rules (side effects only; the defaults when the file names none).
+    pub alerts: Vec<AlertRule>,
     /// The line of the config file where the tool starts, for reports that point at it.
     pub line: u64,
 }
@@ -177,6 +279,7 @@ impl fmt::Debug for ToolConfig {
             .field("call", &RedactedCall(&self.call))
             .field("lookup", &self.lookup.as_ref().map(RedactedLookup))
             .field("list", &self.list.as_ref().map(RedactedList))
+            .field("alerts", &self.alerts)
             .field("line", &self.line)
             .finish()
     }
@@ -193,6 +296,7 @@ impl fmt::Debug for Config {
             .field("gateway", &self.gateway)
             .field("upstreams", &upstreams)
             .field("owners", &self.owners)
+            .field("reconcile", &self.reconcile)
             .field("tools", &self.tools)
             .finish()
     }

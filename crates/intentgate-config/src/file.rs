@@ -14,7 +14,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::config::{GatewayConfig, OwnerConfig};
+use crate::config::{AlertRule, GatewayConfig, OwnerConfig, ReconcileConfig};
 
 /// An intentgate config: the gateway's settings, the upstream APIs its tools call, the
 /// owners who hear about problems, and the tools.
@@ -33,6 +33,10 @@ pub(crate) struct ConfigFile {
     /// by name.
     #[serde(default)]
     pub owners: BTreeMap<String, OwnerConfig>,
+    /// Reconciliation of the ledger with the providers inside `serve`; every field has a
+    /// default (hourly, over the last hour).
+    #[serde(default)]
+    pub reconcile: ReconcileConfig,
     /// The tools agents may call through the gateway.
     pub tools: Vec<ToolFile>,
 }
@@ -90,6 +94,9 @@ pub(crate) struct ToolFile {
     pub lookup: Option<LookupSpec>,
     /// How to list the provider's records of this tool's effects, for reconciliation.
     pub list: Option<ListSpec>,
+    /// Duplicate-call alert rules (side effects only). Absent: one intent repeated 5 times
+    /// within 60 s, or 50 repeats of the tool within 60 s; `[]` turns alerts off.
+    pub alerts: Option<Vec<AlertRule>>,
 }
 
 /// Ten seconds: the p99 of a payment provider's write endpoints is a few seconds.

@@ -38,7 +38,10 @@ use std::path::Path;
 
 use intentgate_core::ToolDefinition;
 
-pub use config::{Config, DurabilityMode, GatewayConfig, OwnerConfig, ToolConfig};
+pub use config::{
+    AlertRule, AlertScope, Config, DurabilityMode, GatewayConfig, OwnerConfig, ReconcileConfig,
+    ToolConfig,
+};
 pub use error::{ConfigError, ConfigErrors};
 
 use crate::error::Errors;

@@ -56,3 +56,13 @@ pub const RESEND_WINDOW_MARGIN: std::time::Duration = std::time::Duration::from_
 /// Longest `Retry-After` cap, in milliseconds. A retry that waits longer than a tool's
 /// timeout helps nobody.
 pub const RETRY_AFTER_CAP_MS_MAX: u64 = 10 * 60 * 1000;
+/// Longest reconciliation window and interval, in seconds: 30 days, the default retention.
+/// A longer window compares records the ledger has already purged.
+pub const RECONCILE_SECONDS_MAX: u32 = 30 * 24 * 60 * 60;
+/// Longest duplicate-call alert window, in seconds (a day): an alert is for a storm in
+/// progress, not for history (reconciliation covers that).
+pub const ALERT_WINDOW_SECONDS_MAX: u32 = 24 * 60 * 60;
+/// Highest alert threshold: the timestamps of one window are kept per intent, up to this.
+pub const ALERT_THRESHOLD_MAX: u32 = 100_000;
+/// Most alert rules per tool.
+pub const ALERT_RULES_MAX: usize = 16;

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use intentgate_core::key::provider_key;
 use intentgate_core::limits::RESULT_BYTES_MAX;
@@ -13,8 +13,14 @@ use intentgate_core::{
 };
 use intentgate_ledger::{Begin, BeginRequest, Finish, Finished, IntentRecord, Ledger, LedgerError};
 use serde_json::Value;
+use tokio::sync::broadcast;
+use tracing::Instrument;
 
 use crate::clock::Clock;
+use crate::metrics::{
+    LedgerOperation, Metrics, RepeatedCall, RepeatedCalls, STATUS_LEDGER_UNAVAILABLE,
+    UpstreamRequest,
+};
 use crate::outcome::CallOutcome;
 use crate::upstream::{LookupOutcome, Upstream, UpstreamCall};
 
@@ -132,6 +138,8 @@ pub struct Gate {
     pub(crate) options: GateOptions,
     calls: AtomicU64,
     flags: Mutex<FlagCache>,
+    metrics: Arc<Metrics>,
+    repeated_calls: RepeatedCalls,
 }
 
 #[derive(Default)]
@@ -179,6 +187,8 @@ impl Gate {
             options,
             calls: AtomicU64::new(0),
             flags: Mutex::default(),
+            metrics: Arc::new(Metrics::new()),
+            repeated_calls: RepeatedCalls::new(),
         })
     }
 
@@ -199,18 +209,68 @@ impl Gate {
         &self.ledger
     }
 
+    /// This gate's metrics (see the `metrics` module for the families).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Every repeated call from now on. Bounded: a receiver that falls more than
+    /// [`REPEATED_CALL_BUFFER`](crate::REPEATED_CALL_BUFFER) events behind loses the oldest
+    /// (counted in `intentgate_repeated_call_events_dropped_total`).
+    pub fn repeated_calls(&self) -> broadcast::Receiver<RepeatedCall> {
+        self.repeated_calls.subscribe()
+    }
+
     /// Runs one tool call. Returns `Err` only for an unknown tool or a ledger that failed
     /// before anything was sent; every outcome of the call itself is a [`CallOutcome`].
+    ///
+    /// The call runs in a `call` span with the tool, the tenant and (once rendered) the
+    /// intent key, so every log line about it carries them.
     pub async fn call(
         &self,
         tool: &str,
         arguments: Value,
         context: &CallContext,
     ) -> Result<CallOutcome, GateError> {
+        let span = tracing::info_span!(
+            "call",
+            tool = %tool,
+            key = tracing::field::Empty,
+            tenant = %context.tenant
+        );
+        self.call_counted(tool, arguments, context)
+            .instrument(span)
+            .await
+    }
+
+    /// [`Gate::call`], counted in `intentgate_calls_total` by its outcome.
+    async fn call_counted(
+        &self,
+        name: &str,
+        arguments: Value,
+        context: &CallContext,
+    ) -> Result<CallOutcome, GateError> {
         let tool = self
             .tools
-            .get(tool)
-            .ok_or_else(|| GateError::UnknownTool(tool.to_owned()))?;
+            .get(name)
+            .ok_or_else(|| GateError::UnknownTool(name.to_owned()))?;
+        let result = self.call_tool(tool, arguments, context).await;
+        match &result {
+            Ok(outcome) => self.metrics.call(&tool.definition.name, outcome.status),
+            Err(GateError::Ledger(_)) => self
+                .metrics
+                .call_status(&tool.definition.name, STATUS_LEDGER_UNAVAILABLE),
+            Err(_) => {}
+        }
+        result
+    }
+
+    async fn call_tool(
+        &self,
+        tool: &Tool,
+        arguments: Value,
+        context: &CallContext,
+    ) -> Result<CallOutcome, GateError> {
         let definition = &tool.definition;
         let errors: Vec<String> = tool
             .validator
@@ -301,34 +361,45 @@ impl Gate {
                     .with_errors(vec![reason]));
             }
         };
+        tracing::Span::current().record("key", key.as_str());
         let fingerprint = fingerprint(&arguments);
 
         // Fast path: a repeat of a settled intent is answered from a read, without a
         // durable write (the call is still counted).
-        if let Some(intent) = self.ledger.get(&context.tenant, &tool.name, &key).await?
+        let started = Instant::now();
+        let read = self.ledger.get(&context.tenant, &tool.name, &key).await;
+        self.metrics
+            .ledger_operation(LedgerOperation::Get, started.elapsed());
+        if let Some(intent) = read?
             && intent.fingerprint == fingerprint.as_str()
             && (intent.status == IntentStatus::Done
                 || (intent.status == IntentStatus::Rejected && !tool.retry_rejected))
         {
+            // The count the write below will make, unless another repeat's write lands first.
+            self.repeated_call(tool, &intent, intent.call_count + 1);
             // Counting the call is bookkeeping: the answer does not wait for its commit.
             let ledger = self.ledger.clone();
             let (id, now_ms, tool_name) = (intent.id, self.clock.now_ms(), tool.name.clone());
-            tokio::spawn(async move {
-                if let Err(error) = ledger.record_call(id, now_ms).await {
-                    tracing::warn!(tool = %tool_name, intent = id, %error, "could not count a repeated call");
+            tokio::spawn(
+                async move {
+                    if let Err(error) = ledger.record_call(id, now_ms).await {
+                        tracing::warn!(tool = %tool_name, intent = id, %error, "could not count a repeated call");
+                    }
                 }
-            });
+                .in_current_span(),
+            );
             return Ok(self.answer_from(tool, &intent));
         }
 
         let owner = self.lease_owner("");
         let wait_until = self.clock.now_ms() + (tool.timeout + WAIT_MARGIN).as_millis() as i64;
         let mut count_call = true;
-        loop {
+        // Time spent waiting for another caller's lease, once this call has waited.
+        let mut waited: Option<Duration> = None;
+        let begun = loop {
             let now_ms = self.clock.now_ms();
             let begin = self
-                .ledger
-                .begin(BeginRequest {
+                .ledger_begin(BeginRequest {
                     tenant: context.tenant.clone(),
                     tool: tool.name.clone(),
                     key: key.clone(),
@@ -342,42 +413,95 @@ impl Gate {
                     lookup_interval_ms: self.options.lookup_interval.as_millis() as i64,
                     resend_unknown: false,
                 })
-                .await?;
-            count_call = false;
-            match begin {
-                Begin::Execute(intent) => {
-                    let intent_id = context.intent_id.as_deref();
-                    return Ok(self
-                        .execute(tool, &arguments, intent_id, intent, &owner, Attempt::Call)
-                        .await);
-                }
-                Begin::Lookup(intent) => {
-                    let intent_id = context.intent_id.as_deref();
-                    let (outcome, _) = self
-                        .look_up_unknown(tool, &arguments, intent_id, intent, &owner, "lookup")
-                        .await;
-                    return Ok(outcome);
-                }
-                Begin::Settled(intent) => return Ok(self.answer_from(tool, &intent)),
-                Begin::Conflict(intent) => {
-                    let fields = differing_fields(&intent.arguments, &arguments);
-                    tracing::warn!(tool = %tool.name, key = %key, fields = ?fields, "conflict: same key, other arguments");
-                    let mut outcome = self.outcome(tool, CallStatus::Conflict, &fields.join(", "));
-                    outcome.intent_key = Some(key);
-                    outcome.differing_fields = fields;
-                    return Ok(outcome);
-                }
-                Begin::Busy(intent) => {
-                    let remaining_ms = wait_until - self.clock.now_ms();
-                    if remaining_ms <= 0 {
-                        return Ok(self.answer_from(tool, &intent));
-                    }
-                    self.ledger
-                        .wait_for_change(intent.id, Duration::from_millis(remaining_ms as u64))
-                        .await;
+                .await;
+            let begin = match begin {
+                Ok(begin) => begin,
+                Err(error) => break Err(error),
+            };
+            if count_call {
+                let intent = begun_intent(&begin);
+                if intent.call_count > 1 {
+                    self.repeated_call(tool, intent, intent.call_count);
                 }
             }
+            count_call = false;
+            let Begin::Busy(intent) = &begin else {
+                break Ok(begin);
+            };
+            let remaining_ms = wait_until - self.clock.now_ms();
+            if remaining_ms <= 0 {
+                break Ok(begin);
+            }
+            if waited.is_none() {
+                self.metrics.lease_wait_started(&tool.name);
+            }
+            let started = Instant::now();
+            self.ledger
+                .wait_for_change(intent.id, Duration::from_millis(remaining_ms as u64))
+                .await;
+            *waited.get_or_insert(Duration::ZERO) += started.elapsed();
+        };
+        if let Some(waited) = waited {
+            self.metrics.lease_waited(&tool.name, waited);
         }
+        match begun? {
+            Begin::Execute(intent) => {
+                let intent_id = context.intent_id.as_deref();
+                Ok(self
+                    .execute(tool, &arguments, intent_id, intent, &owner, Attempt::Call)
+                    .await)
+            }
+            Begin::Lookup(intent) => {
+                let intent_id = context.intent_id.as_deref();
+                let (outcome, _) = self
+                    .look_up_unknown(tool, &arguments, intent_id, intent, &owner, "lookup")
+                    .await;
+                Ok(outcome)
+            }
+            Begin::Settled(intent) => Ok(self.answer_from(tool, &intent)),
+            Begin::Conflict(intent) => {
+                let fields = differing_fields(&intent.arguments, &arguments);
+                tracing::warn!(tool = %tool.name, key = %key, fields = ?fields, "conflict: same key, other arguments");
+                let mut outcome = self.outcome(tool, CallStatus::Conflict, &fields.join(", "));
+                outcome.intent_key = Some(key);
+                outcome.differing_fields = fields;
+                Ok(outcome)
+            }
+            // Still held when the wait ran out: answer from the ledger as it stands.
+            Begin::Busy(intent) => Ok(self.answer_from(tool, &intent)),
+        }
+    }
+
+    /// Counts a call for an intent that already existed and tells the receivers of
+    /// [`Gate::repeated_calls`]; `call_count` is the intent's count with this call.
+    fn repeated_call(&self, tool: &ToolDefinition, intent: &IntentRecord, call_count: u64) {
+        self.metrics.repeated_call(&tool.name);
+        self.repeated_calls.send(&self.metrics, || RepeatedCall {
+            tenant: intent.tenant.clone(),
+            tool: tool.name.clone(),
+            key: intent.key.clone(),
+            intent_id: intent.id,
+            call_count,
+            at_ms: self.clock.now_ms(),
+        });
+    }
+
+    /// [`Ledger::begin`], timed.
+    pub(crate) async fn ledger_begin(&self, request: BeginRequest) -> Result<Begin, LedgerError> {
+        let started = Instant::now();
+        let begin = self.ledger.begin(request).await;
+        self.metrics
+            .ledger_operation(LedgerOperation::Begin, started.elapsed());
+        begin
+    }
+
+    /// [`Ledger::finish`], timed.
+    pub(crate) async fn ledger_finish(&self, finish: Finish) -> Result<Finished, LedgerError> {
+        let started = Instant::now();
+        let finished = self.ledger.finish(finish).await;
+        self.metrics
+            .ledger_operation(LedgerOperation::Finish, started.elapsed());
+        finished
     }
 
     /// Under the lease, with `in_flight` durable: call the upstream, classify, settle.
@@ -572,8 +696,11 @@ impl Gate {
     async fn record(&self, tool: &ToolDefinition, finish: Finish) -> CallOutcome {
         let learned = finish.status;
         let key_for_log = finish.id;
-        match self.ledger.finish(finish.clone()).await {
+        match self.ledger_finish(finish.clone()).await {
             Ok(Finished::Recorded(intent)) => {
+                if intent.status == IntentStatus::Unknown {
+                    self.metrics.intent_left_unknown(&tool.name);
+                }
                 let mut outcome = self.answer_from(tool, &intent);
                 if learned == IntentStatus::Done && outcome.status == CallStatus::AlreadyDone {
                     outcome.status = CallStatus::Done;
@@ -640,17 +767,25 @@ impl Gate {
 
     /// One upstream request, bounded by the tool's timeout.
     async fn send(&self, call: UpstreamCall<'_>) -> UpstreamObservation {
-        tokio::time::timeout(call.timeout, self.upstream.execute(call))
+        let started = Instant::now();
+        let observation = tokio::time::timeout(call.timeout, self.upstream.execute(call))
             .await
-            .unwrap_or(UpstreamObservation::Timeout)
+            .unwrap_or(UpstreamObservation::Timeout);
+        self.metrics
+            .upstream_request(&call.tool.name, UpstreamRequest::Execute, started.elapsed());
+        observation
     }
 
     /// One lookup, bounded by the tool's timeout.
     async fn lookup(&self, call: UpstreamCall<'_>) -> LookupOutcome {
-        match tokio::time::timeout(call.timeout, self.upstream.lookup(call)).await {
+        let started = Instant::now();
+        let found = match tokio::time::timeout(call.timeout, self.upstream.lookup(call)).await {
             Ok(found) => found,
             Err(_) => LookupOutcome::Failed("the lookup timed out".to_owned()),
-        }
+        };
+        self.metrics
+            .upstream_request(&call.tool.name, UpstreamRequest::Lookup, started.elapsed());
+        found
     }
 
     /// The pause before retry number `retry + 1`, or `None` when the budget is spent or the
@@ -724,6 +859,17 @@ impl CallOutcome {
     fn with_errors(mut self, errors: Vec<String>) -> CallOutcome {
         self.errors = errors;
         self
+    }
+}
+
+/// The intent as `begin` left it, whatever it decided.
+fn begun_intent(begin: &Begin) -> &IntentRecord {
+    match begin {
+        Begin::Execute(intent)
+        | Begin::Lookup(intent)
+        | Begin::Busy(intent)
+        | Begin::Settled(intent)
+        | Begin::Conflict(intent) => intent,
     }
 }
 

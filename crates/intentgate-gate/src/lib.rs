@@ -8,6 +8,10 @@
 //! later repeat receives. Reads and idempotent tools skip the ledger and are retried within
 //! a bound.
 //!
+//! Every gate counts and times what it does ([`Metrics`], in the Prometheus text format) and
+//! announces each repeated call for an existing intent ([`Gate::repeated_calls`]), for the
+//! duplicate-call alerts.
+//!
 //! [`Gate::sweep`] resolves the intents a crash or an expired lease left `in_flight` or
 //! `unknown`, through the same lookup, and re-sends one with its own provider key only
 //! where the tool's upstream replays responses per key and its window has not passed.
@@ -17,6 +21,7 @@
 
 mod clock;
 mod gate;
+mod metrics;
 mod outcome;
 mod sweeper;
 mod upstream;
@@ -26,6 +31,7 @@ pub use gate::{
     BACKOFF_BASE, CallContext, FLAG_REFRESH, FLAG_REFRESH_FOR_TESTS, Gate, GateError, GateOptions,
     LEASE_MARGIN, LOOKUP_INTERVAL, RETRY_AFTER_CAP, WAIT_MARGIN,
 };
+pub use metrics::{Metrics, REPEATED_CALL_BUFFER, RepeatedCall};
 pub use outcome::CallOutcome;
 pub use sweeper::{
     RESEND_ATTEMPTS_MAX, SWEEP_LOOKUP_AGE_FRACTION, SWEEP_LOOKUP_INTERVAL_MAX, SweepReport,

@@ -45,6 +45,7 @@ use std::time::Duration;
 use intentgate_core::key::KeyTemplate;
 use intentgate_core::{CallStatus, Effect, IntentStatus, ToolDefinition};
 use intentgate_ledger::{Begin, BeginRequest, Finish, IntentRecord};
+use tracing::Instrument;
 
 use crate::gate::{Attempt, Gate, GateError, Looked};
 
@@ -135,10 +136,23 @@ impl Gate {
         }
         for record in stale {
             report.examined += 1;
+            // Every log line about this intent carries its tool and key.
+            let span = tracing::info_span!(
+                "sweep",
+                tool = %record.tool,
+                key = %record.key,
+                tenant = %record.tenant
+            );
             let (id, tool) = (record.id, record.tool.clone());
-            if let Err(error) = self.sweep_one(record, &mut report).await {
+            let result = self
+                .sweep_one(record, &mut report)
+                .instrument(span.clone())
+                .await;
+            if let Err(error) = result {
                 report.errors += 1;
-                tracing::warn!(%tool, intent = id, %error, "sweeper: could not handle an intent; a later sweep tries again");
+                span.in_scope(|| {
+                    tracing::warn!(%tool, intent = id, %error, "sweeper: could not handle an intent; a later sweep tries again");
+                });
             }
         }
         Ok(report)
@@ -176,8 +190,7 @@ impl Gate {
         let intent_id = recovered_intent_id(template, &record);
         let owner = self.lease_owner("sweeper");
         let begin = self
-            .ledger
-            .begin(self.sweep_request(tool, &record, &owner, now_ms, false))
+            .ledger_begin(self.sweep_request(tool, &record, &owner, now_ms, false))
             .await?;
         let intent = match begin {
             Begin::Lookup(intent) => intent,
@@ -248,8 +261,7 @@ impl Gate {
         }
         let owner = self.lease_owner("sweeper");
         let begin = self
-            .ledger
-            .begin(self.sweep_request(tool, &record, &owner, now_ms, true))
+            .ledger_begin(self.sweep_request(tool, &record, &owner, now_ms, true))
             .await?;
         let intent = match begin {
             // The attempt after the one looked up: the re-send.
@@ -352,7 +364,7 @@ impl Gate {
             looked_up: false,
             detail: "lookup lease released unused by the sweeper".to_owned(),
         };
-        self.ledger.finish(finish).await?;
+        self.ledger_finish(finish).await?;
         Ok(())
     }
 
@@ -376,7 +388,7 @@ impl Gate {
             detail: "the sweeper starts no attempt of a not-executed intent; nothing was sent"
                 .to_owned(),
         };
-        self.ledger.finish(finish).await?;
+        self.ledger_finish(finish).await?;
         Ok(())
     }
 }

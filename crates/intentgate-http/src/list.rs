@@ -152,6 +152,9 @@ fn list_template(spec: &ListSpec) -> Result<RequestTemplate, HttpError> {
     if let Some(subject) = &fields.subject {
         check_pointer("list", "fields.subject", subject)?;
     }
+    if let Some(argument) = &fields.amount_argument {
+        check_pointer("list", "fields.amount_argument", argument)?;
+    }
     Ok(request)
 }
 

@@ -168,6 +168,10 @@ pub struct ListFields {
     /// The amount, when the tool moves money.
     #[serde(default)]
     pub amount: Option<String>,
+    /// JSON pointer into the intent's arguments to the amount compared with `amount`
+    /// (default `/amount`). Compared as exact decimals: `49`, `49.0` and `"49.00"` agree.
+    #[serde(default)]
+    pub amount_argument: Option<String>,
     /// Who was affected (customer or order), for the report.
     #[serde(default)]
     pub subject: Option<String>,

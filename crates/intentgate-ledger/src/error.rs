@@ -27,6 +27,13 @@ pub enum LedgerError {
     /// A row the store can't read back (edited by hand, or written by a newer version).
     #[error("corrupt ledger row: {0}")]
     Corrupt(String),
+    /// A value the ledger can't store as given (an inconsistent record, a value outside its
+    /// set, an empty name); says which and why. Nothing was written.
+    #[error("{field} {reason}")]
+    Invalid {
+        field: &'static str,
+        reason: String,
+    },
     #[error("no intent with id {0}")]
     NotFound(IntentId),
     /// A status change the state machine does not allow.

@@ -13,6 +13,17 @@
 //! - [`Ledger::finish`] stores what the attempt learned and releases the lease;
 //! - [`Ledger::wait_for_change`] lets a concurrent caller wait for the lease holder.
 //!
+//! The other operations serve the gateway's neighbours: the sweeper ([`Ledger::stale`]),
+//! operators ([`Ledger::resolve`], [`Ledger::set_tool_flag`], [`Ledger::events`], and
+//! [`Ledger::intents`], which pages through the intents matching an [`IntentFilter`]), the
+//! metrics gauges ([`Ledger::status_counts`]), retention ([`Ledger::purge`]) and
+//! reconciliation, which pages through one tool's window with [`Ledger::intents`], looks a
+//! provider record's key up across tenants the same way, and stores what it found
+//! ([`Ledger::record_reconciliation`], read back with [`Ledger::reconciliations`],
+//! [`Ledger::reconciliation`] and [`Ledger::reconciliation_mismatches`]). Every operation that
+//! returns rows returns a bounded page of them ([`INTENTS_PAGE_MAX`],
+//! [`RECONCILIATIONS_PAGE_MAX`], [`RECONCILIATION_MISMATCHES_STORED_MAX`]).
+//!
 //! **API boundary:** stores check every status change with
 //! [`IntentStatus::transition`](intentgate_core::IntentStatus::transition) and bound every
 //! text they write by the limits in `intentgate_core::limits`; callers pass the clock in
@@ -30,11 +41,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use intentgate_core::IntentStatus;
+use intentgate_core::limits::EVENT_DETAIL_LENGTH_MAX;
 use serde_json::Value;
 
 pub use error::LedgerError;
 pub use postgres::{PostgresLedger, PostgresOptions};
-pub use record::{Event, IntentId, IntentRecord, ToolFlag};
+pub use record::{
+    Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
+};
 pub use sqlite::{SqliteLedger, SqliteOptions};
 
 /// True when `location` names a PostgreSQL database rather than a SQLite file.
@@ -178,6 +192,71 @@ pub struct Resolve {
     pub now_ms: i64,
 }
 
+/// Most intents one call of [`Ledger::intents`] returns; a larger `limit` is cut to it (not
+/// refused) and the caller pages on with the cursor. Reconciliation reads this many at a
+/// time. A page is held in memory whole, and one intent may carry up to
+/// `ARGUMENTS_BYTES_MAX` of arguments and `RESULT_BYTES_MAX` of result, so the page is
+/// bounded too.
+pub const INTENTS_PAGE_MAX: u32 = 10_000;
+/// Most runs one call of [`Ledger::reconciliations`] returns; a larger `limit` is cut to it.
+/// An hourly job makes about 9,000 runs a year; operators look at the latest few.
+pub const RECONCILIATIONS_PAGE_MAX: u32 = 1_000;
+/// Most mismatches the ledger keeps per reconciliation run, and most
+/// [`Ledger::reconciliation_mismatches`] returns. The report itself names every one; the
+/// ledger keeps the first N per run (in the order given), so that one run gone wrong (a
+/// provider answering garbage, a window of millions) can't fill the ledger. How many were
+/// not kept is written into the run's summary, under [`SUMMARY_MISMATCHES_NOT_STORED`].
+pub const RECONCILIATION_MISMATCHES_STORED_MAX: usize = 10_000;
+/// The key of a stored run's summary that says how many of its mismatches the ledger did not
+/// keep (0 when it kept them all). The ledger sets it on every run it stores.
+pub const SUMMARY_MISMATCHES_NOT_STORED: &str = "mismatches_not_stored";
+/// Largest stored run summary, as JSON text. A summary holds counts by kind and a few notes;
+/// one this large is a bug, refused rather than cut (cut JSON is no JSON).
+pub const RECONCILIATION_SUMMARY_BYTES_MAX: usize = 64 * 1024;
+/// Longest mismatch kind (the longest in use, `effect_despite_status`, is 21 bytes), as for
+/// the event log's kinds. Kinds are the program's own words: a longer one is refused.
+pub const MISMATCH_KIND_LENGTH_MAX: usize = 32;
+/// The severities a mismatch may have, least urgent first.
+pub const MISMATCH_SEVERITIES: [&str; 3] = ["info", "warning", "critical"];
+/// Longest stored subject of a mismatch (a customer or an order, often from the provider's
+/// record); a longer one is cut.
+pub const MISMATCH_SUBJECT_LENGTH_MAX: usize = 256;
+/// Longest stored detail of a mismatch; a longer one is cut, like an event's detail.
+pub const MISMATCH_DETAIL_LENGTH_MAX: usize = EVENT_DETAIL_LENGTH_MAX;
+/// Most external ids stored with one mismatch (a duplicate names each of its records). The
+/// first ones are kept and the detail says how many were left out.
+pub const MISMATCH_EXTERNAL_IDS_MAX: usize = 32;
+/// Largest stored list of a mismatch's external ids, as JSON text. The most ids of the
+/// longest length fit in it unescaped; ids that JSON escaping would push past it are left out
+/// like those beyond the count.
+pub const MISMATCH_EXTERNAL_IDS_BYTES_MAX: usize = 16 * 1024;
+
+/// Which intents [`Ledger::intents`] returns; every field that is set narrows the set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IntentFilter {
+    pub tenant: Option<String>,
+    pub tool: Option<String>,
+    /// The intent key; with `tool` and without `tenant` it finds one key across tenants
+    /// (reconciliation looks up a provider record's key that way), from an index.
+    pub key: Option<String>,
+    pub status: Option<IntentStatus>,
+    /// Only intents first seen at or after this time.
+    pub first_seen_from_ms: Option<i64>,
+    /// Only intents first seen before this time.
+    pub first_seen_until_ms: Option<i64>,
+}
+
+/// The order of [`Ledger::intents`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Order {
+    /// Ascending ids: the order intents were created in, so a new intent never lands on a
+    /// page already read. Reconciliation reads this way.
+    #[default]
+    Oldest,
+    /// Descending ids: what an operator wants to see first.
+    Newest,
+}
+
 /// The durable intent ledger. Implementations: [`SqliteLedger`], [`PostgresLedger`].
 #[async_trait]
 pub trait Ledger: Send + Sync + 'static {
@@ -236,8 +315,67 @@ pub trait Ledger: Send + Sync + 'static {
     async fn tool_flags(&self) -> Result<Vec<ToolFlag>, LedgerError>;
 
     /// Deletes settled intents (done, rejected, not_executed) not seen since `before_ms`,
-    /// with their events. Unknown and in-flight intents are kept until resolved.
+    /// with their events, and the reconciliation runs finished before `before_ms` with their
+    /// mismatches. Unknown and in-flight intents are kept until resolved. Returns how many
+    /// intents were deleted.
     async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError>;
+
+    /// Intents matching `filter`, in id order (`Oldest`: ascending, `Newest`: descending),
+    /// at most `limit` (cut to [`INTENTS_PAGE_MAX`]), strictly after `cursor` in that order
+    /// (`None`: from the start). The last id of a page is the cursor of the next; the pages
+    /// are over when one comes back shorter than asked. A page never repeats an intent of an
+    /// earlier page, and an intent that existed when paging began and matched the filter
+    /// all along is on one of them.
+    ///
+    /// With a `tool` and both ends of the first-seen window, the first page starts at the
+    /// window's first id (found from an index) and each next page where the last ended, so
+    /// paging through a window reads it about once, and, on its last page, the tool's
+    /// intents created after it; no page sorts the window.
+    async fn intents(
+        &self,
+        filter: &IntentFilter,
+        order: Order,
+        cursor: Option<IntentId>,
+        limit: u32,
+    ) -> Result<Vec<IntentRecord>, LedgerError>;
+
+    /// How many intents each tool has in each status (statuses with none are left out),
+    /// by tool, then status in the state machine's order (pending first). For the metrics
+    /// gauges; it counts every intent (from an index, without reading the rows).
+    async fn status_counts(&self) -> Result<Vec<StatusCount>, LedgerError>;
+
+    /// Stores a finished run and (at most [`RECONCILIATION_MISMATCHES_STORED_MAX`] of) its
+    /// mismatches, the first ones in the order given, in one transaction; returns the run's
+    /// id. The run's `id` and each mismatch's `run_id` are ignored. The stored summary says
+    /// how many mismatches were not kept ([`SUMMARY_MISMATCHES_NOT_STORED`]); `summary` must
+    /// be a JSON object (or null, stored as `{}`).
+    ///
+    /// Refused (nothing written): an actor, tool or kind that is empty or over its limit, a
+    /// severity not in [`MISMATCH_SEVERITIES`], a summary over
+    /// [`RECONCILIATION_SUMMARY_BYTES_MAX`], a count over `i64::MAX`, or fewer mismatches
+    /// counted (`run.mismatches`) than given: those are bugs of the caller. Text that may
+    /// come from the provider (tenant, intent key, external ids, subject, detail) is cut to
+    /// its limit instead, so that one odd provider record can't lose a run's report.
+    async fn record_reconciliation(
+        &self,
+        run: &ReconciliationRun,
+        mismatches: &[StoredMismatch],
+    ) -> Result<i64, LedgerError>;
+
+    /// The latest runs, newest first, at most `limit` (cut to [`RECONCILIATIONS_PAGE_MAX`]).
+    async fn reconciliations(&self, limit: u32) -> Result<Vec<ReconciliationRun>, LedgerError>;
+
+    /// One run by id, or `None` (never stored, or purged).
+    async fn reconciliation(&self, run_id: i64) -> Result<Option<ReconciliationRun>, LedgerError>;
+
+    /// A run's stored mismatches, in the order they were stored, at most `limit` (cut to
+    /// [`RECONCILIATION_MISMATCHES_STORED_MAX`], so one call can return all of them). Empty
+    /// for a run that does not exist.
+    async fn reconciliation_mismatches(
+        &self,
+        run_id: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredMismatch>, LedgerError>;
 
     /// Waits until the intent may have changed, or `timeout` passes. Spurious wake-ups are
     /// allowed: callers read the intent again afterwards.
@@ -299,6 +437,38 @@ impl<L: Ledger + ?Sized> Ledger for std::sync::Arc<L> {
     }
     async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError> {
         (**self).purge(before_ms).await
+    }
+    async fn intents(
+        &self,
+        filter: &IntentFilter,
+        order: Order,
+        cursor: Option<IntentId>,
+        limit: u32,
+    ) -> Result<Vec<IntentRecord>, LedgerError> {
+        (**self).intents(filter, order, cursor, limit).await
+    }
+    async fn status_counts(&self) -> Result<Vec<StatusCount>, LedgerError> {
+        (**self).status_counts().await
+    }
+    async fn record_reconciliation(
+        &self,
+        run: &ReconciliationRun,
+        mismatches: &[StoredMismatch],
+    ) -> Result<i64, LedgerError> {
+        (**self).record_reconciliation(run, mismatches).await
+    }
+    async fn reconciliations(&self, limit: u32) -> Result<Vec<ReconciliationRun>, LedgerError> {
+        (**self).reconciliations(limit).await
+    }
+    async fn reconciliation(&self, run_id: i64) -> Result<Option<ReconciliationRun>, LedgerError> {
+        (**self).reconciliation(run_id).await
+    }
+    async fn reconciliation_mismatches(
+        &self,
+        run_id: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredMismatch>, LedgerError> {
+        (**self).reconciliation_mismatches(run_id, limit).await
     }
     async fn wait_for_change(&self, id: IntentId, timeout: Duration) {
         (**self).wait_for_change(id, timeout).await

@@ -7,6 +7,10 @@
 //! expired, when a lookup is due, which transition and which event) and the limits on what
 //! is written are decided once, here, for SQLite and PostgreSQL alike.
 //!
+//! The reads that take more than a key are shaped here too: [`intents_query`] builds the one
+//! statement both stores run for a filtered page of intents, so they page alike and use the
+//! same indexes; [`reconciliation`] and [`bulk_intent`] check (and cut) what those writes store.
+//!
 //! **Invariant:** no I/O and no clock. Everything comes in as arguments, so these functions
 //! are as deterministic as the state machine they call.
 
@@ -18,8 +22,14 @@ use intentgate_core::limits::{
 };
 use serde_json::Value;
 
-use crate::record::{IntentId, IntentRecord, ToolFlag};
-use crate::{Begin, BeginRequest, Finish, Finished, LedgerError, Resolve};
+use crate::record::{IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag};
+use crate::{
+    Begin, BeginRequest, Finish, Finished, INTENTS_PAGE_MAX, IntentFilter, LedgerError,
+    MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_BYTES_MAX, MISMATCH_EXTERNAL_IDS_MAX,
+    MISMATCH_KIND_LENGTH_MAX, MISMATCH_SEVERITIES, MISMATCH_SUBJECT_LENGTH_MAX, Order,
+    RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATION_SUMMARY_BYTES_MAX, Resolve,
+    SUMMARY_MISMATCHES_NOT_STORED,
+};
 
 /// The writes an operation makes, in order, and what it answers once they are committed.
 #[derive(Debug)]
@@ -114,14 +124,38 @@ pub fn check_length(field: &'static str, text: &str, limit: usize) -> Result<(),
 
 /// Cuts free text to the event log's limit, at a character boundary.
 pub fn bounded(text: &str) -> &str {
-    if text.len() <= EVENT_DETAIL_LENGTH_MAX {
+    cut(text, EVENT_DETAIL_LENGTH_MAX)
+}
+
+/// Cuts `text` to at most `limit` bytes, at a character boundary.
+pub fn cut(text: &str, limit: usize) -> &str {
+    if text.len() <= limit {
         return text;
     }
-    let mut end = EVENT_DETAIL_LENGTH_MAX;
+    let mut end = limit;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
     &text[..end]
+}
+
+/// Checks a name the schema requires to be non-empty and bounded.
+fn check_name(field: &'static str, text: &str, limit: usize) -> Result<(), LedgerError> {
+    if text.is_empty() {
+        return Err(LedgerError::Invalid {
+            field,
+            reason: "is empty".to_owned(),
+        });
+    }
+    check_length(field, text, limit)
+}
+
+/// A count as the stores keep it (a signed 64-bit column).
+fn count_column(field: &'static str, count: u64) -> Result<i64, LedgerError> {
+    i64::try_from(count).map_err(|_| LedgerError::Invalid {
+        field,
+        reason: format!("is {count}, over the largest storable count ({})", i64::MAX),
+    })
 }
 
 fn json_text(field: &'static str, value: &Value, limit: usize) -> Result<String, LedgerError> {
@@ -499,4 +533,366 @@ pub fn tool_flag(flag: &ToolFlag) -> Result<(ToolFlag, NewEvent), LedgerError> {
         detail: Some(stored.reason.clone()),
     };
     Ok((stored, event))
+}
+
+/// How a store writes the placeholders of a [`Query`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// `?1`, `?2`, ...
+    Sqlite,
+    /// `$1`, `$2`, ...
+    Postgres,
+}
+
+/// A value bound to one placeholder of a [`Query`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Parameter {
+    Integer(i64),
+    Text(String),
+}
+
+/// A statement built here for both stores: its SQL with numbered placeholders, and the
+/// values they stand for, the first for placeholder 1. Values are always bound, never
+/// written into the SQL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Query {
+    pub sql: String,
+    pub parameters: Vec<Parameter>,
+}
+
+/// Collects the parameters of a query as its SQL is written.
+struct Parameters {
+    dialect: Dialect,
+    values: Vec<Parameter>,
+}
+
+impl Parameters {
+    /// Binds `value` to the next placeholder and returns that placeholder, which the SQL
+    /// may name more than once.
+    fn bind(&mut self, value: Parameter) -> String {
+        self.values.push(value);
+        let number = self.values.len();
+        match self.dialect {
+            Dialect::Sqlite => format!("?{number}"),
+            Dialect::Postgres => format!("${number}"),
+        }
+    }
+}
+
+/// The page of [`crate::Ledger::intents`] as one statement that selects `columns` of the
+/// `intents` table, or `None` when nothing can match (a `limit` of 0, an empty window).
+///
+/// Why it reads as it does (checked with `EXPLAIN QUERY PLAN` on SQLite and `EXPLAIN` on
+/// PostgreSQL, against the indexes of migration 2):
+///
+/// - A page is in id order, so it walks an index whose order is the id's: with a `tool`,
+///   `intents_by_tool` (tool, id, first_seen_ms) from the cursor on, and stops after
+///   `limit` rows; with a `tool` and a `key`, `intents_by_tool_key` (one row per tenant).
+///   The window's conditions are written `+first_seen_ms`, which no index can serve: else a
+///   planner may pick `intents_by_tool_first_seen`, whose order is the time's, and sort
+///   the whole rest of the window for every page.
+/// - Walking `intents_by_tool` from the start would read every older intent of the tool
+///   before the window's first. So the first page (no cursor) of a closed window starts at
+///   the window's least id and ends at its greatest, both read from
+///   `intents_by_tool_first_seen` (tool, first_seen_ms, id): one pass over the window's
+///   index entries, without the rows. `id + 0` keeps both planners from answering
+///   `min(id)` by walking `intents_by_tool` instead (the min/max optimisation), which would
+///   again read every intent of the tool before the window. Later pages start at their
+///   cursor, which is past the window's least id already; only the last one reads on past
+///   the window's greatest id, once.
+pub fn intents_query(
+    filter: &IntentFilter,
+    order: Order,
+    cursor: Option<IntentId>,
+    limit: u32,
+    columns: &str,
+    dialect: Dialect,
+) -> Option<Query> {
+    let limit = limit.min(INTENTS_PAGE_MAX);
+    if limit == 0 {
+        return None;
+    }
+    if let (Some(from), Some(until)) = (filter.first_seen_from_ms, filter.first_seen_until_ms)
+        && from >= until
+    {
+        return None;
+    }
+    let mut parameters = Parameters {
+        dialect,
+        values: Vec::new(),
+    };
+    let mut conditions = Vec::new();
+    if let Some(tenant) = &filter.tenant {
+        let tenant = parameters.bind(Parameter::Text(tenant.clone()));
+        conditions.push(format!("tenant = {tenant}"));
+    }
+    let tool = filter
+        .tool
+        .as_ref()
+        .map(|tool| parameters.bind(Parameter::Text(tool.clone())));
+    if let Some(tool) = &tool {
+        conditions.push(format!("tool = {tool}"));
+    }
+    if let Some(key) = &filter.key {
+        let key = parameters.bind(Parameter::Text(key.clone()));
+        conditions.push(format!("intent_key = {key}"));
+    }
+    if let Some(status) = filter.status {
+        let status = parameters.bind(Parameter::Text(status.as_str().to_owned()));
+        conditions.push(format!("status = {status}"));
+    }
+    let from = filter
+        .first_seen_from_ms
+        .map(|from| parameters.bind(Parameter::Integer(from)));
+    if let Some(from) = &from {
+        conditions.push(format!("+first_seen_ms >= {from}"));
+    }
+    let until = filter
+        .first_seen_until_ms
+        .map(|until| parameters.bind(Parameter::Integer(until)));
+    if let Some(until) = &until {
+        conditions.push(format!("+first_seen_ms < {until}"));
+    }
+    match (cursor, &tool, &from, &until) {
+        (Some(cursor), ..) => {
+            let cursor = parameters.bind(Parameter::Integer(cursor));
+            conditions.push(match order {
+                Order::Oldest => format!("id > {cursor}"),
+                Order::Newest => format!("id < {cursor}"),
+            });
+        }
+        // With a key the page is a few rows from `intents_by_tool_key` already.
+        (None, Some(tool), Some(from), Some(until)) if filter.key.is_none() => {
+            let window = format!(
+                "FROM intents WHERE tool = {tool} AND first_seen_ms >= {from} AND first_seen_ms < {until}"
+            );
+            // An empty window makes both NULL, and the page empty.
+            conditions.push(format!("id >= (SELECT min(id + 0) {window})"));
+            conditions.push(format!("id <= (SELECT max(id + 0) {window})"));
+        }
+        (None, ..) => {}
+    }
+    let limit = parameters.bind(Parameter::Integer(i64::from(limit)));
+    let mut sql = format!("SELECT {columns} FROM intents");
+    if !conditions.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&conditions.join(" AND "));
+    }
+    sql.push_str(match order {
+        Order::Oldest => " ORDER BY id",
+        Order::Newest => " ORDER BY id DESC",
+    });
+    sql.push_str(&format!(" LIMIT {limit}"));
+    Some(Query {
+        sql,
+        parameters: parameters.values,
+    })
+}
+
+/// What `status_counts` answers, whatever order the store counted in: by tool (byte order,
+/// the same on every store, whatever the database's collation), then status in the state
+/// machine's order.
+pub fn status_counts(mut counts: Vec<StatusCount>) -> Vec<StatusCount> {
+    counts.retain(|count| count.count > 0);
+    counts.sort_by(|a, b| (&a.tool, a.status).cmp(&(&b.tool, b.status)));
+    counts
+}
+
+/// A reconciliation run checked against the limits, with its summary completed and
+/// serialised once.
+#[derive(Debug)]
+pub struct StoredRun {
+    /// The run as stored (its `id` is 0 until the store has inserted it).
+    pub run: ReconciliationRun,
+    /// `run.summary` as JSON text.
+    pub summary: String,
+    /// The counts, as the stores keep them.
+    pub intents_checked: i64,
+    pub records_checked: i64,
+    pub mismatches: i64,
+    pub critical: i64,
+}
+
+/// A mismatch cut to the limits, with its external ids serialised once.
+#[derive(Debug)]
+pub struct MismatchRow {
+    /// The mismatch as stored (`run_id` is 0 until the store knows it).
+    pub mismatch: StoredMismatch,
+    /// `mismatch.external_ids` as a JSON array.
+    pub external_ids: String,
+}
+
+/// `record_reconciliation`: the run and the first [`RECONCILIATION_MISMATCHES_STORED_MAX`]
+/// mismatches as they are stored, or why they are refused (see
+/// [`crate::Ledger::record_reconciliation`]). The store writes them all in one transaction.
+pub fn reconciliation(
+    run: &ReconciliationRun,
+    mismatches: &[StoredMismatch],
+) -> Result<(StoredRun, Vec<MismatchRow>), LedgerError> {
+    check_name("actor", &run.actor, ACTOR_LENGTH_MAX)?;
+    let given = mismatches.len() as u64;
+    if run.mismatches < given {
+        return Err(LedgerError::Invalid {
+            field: "mismatches",
+            reason: format!(
+                "counts {} mismatches, but {given} were given: the count includes every one",
+                run.mismatches
+            ),
+        });
+    }
+    let kept = &mismatches[..mismatches.len().min(RECONCILIATION_MISMATCHES_STORED_MAX)];
+    let rows = kept
+        .iter()
+        .map(mismatch_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut summary = match &run.summary {
+        Value::Object(summary) => summary.clone(),
+        Value::Null => serde_json::Map::new(),
+        other => {
+            return Err(LedgerError::Invalid {
+                field: "summary",
+                reason: format!("must be a JSON object, not {other}"),
+            });
+        }
+    };
+    let not_stored = run.mismatches - kept.len() as u64;
+    summary.insert(SUMMARY_MISMATCHES_NOT_STORED.to_owned(), not_stored.into());
+    let summary = Value::Object(summary);
+    let summary_text = json_text("summary", &summary, RECONCILIATION_SUMMARY_BYTES_MAX)?;
+    let stored = StoredRun {
+        intents_checked: count_column("intents_checked", run.intents_checked)?,
+        records_checked: count_column("records_checked", run.records_checked)?,
+        mismatches: count_column("mismatches", run.mismatches)?,
+        critical: count_column("critical", run.critical)?,
+        run: ReconciliationRun {
+            id: 0,
+            summary,
+            ..run.clone()
+        },
+        summary: summary_text,
+    };
+    Ok((stored, rows))
+}
+
+/// One mismatch as stored: names checked, provider text cut to its limit.
+fn mismatch_row(mismatch: &StoredMismatch) -> Result<MismatchRow, LedgerError> {
+    check_name("tool", &mismatch.tool, TOOL_NAME_LENGTH_MAX)?;
+    check_name("kind", &mismatch.kind, MISMATCH_KIND_LENGTH_MAX)?;
+    if !MISMATCH_SEVERITIES.contains(&mismatch.severity.as_str()) {
+        return Err(LedgerError::Invalid {
+            field: "severity",
+            reason: format!(
+                "is `{}`; it must be one of {}",
+                mismatch.severity,
+                MISMATCH_SEVERITIES.join(", ")
+            ),
+        });
+    }
+    // The ids that fit, in order: `[` and `]`, and a comma before each but the first.
+    let mut external_ids = Vec::new();
+    let mut json_length = 2;
+    for id in &mismatch.external_ids {
+        let id = cut(id, EXTERNAL_ID_LENGTH_MAX);
+        let length = Value::from(id).to_string().len() + usize::from(!external_ids.is_empty());
+        if external_ids.len() == MISMATCH_EXTERNAL_IDS_MAX
+            || json_length + length > MISMATCH_EXTERNAL_IDS_BYTES_MAX
+        {
+            break;
+        }
+        json_length += length;
+        external_ids.push(id.to_owned());
+    }
+    let left_out = mismatch.external_ids.len() - external_ids.len();
+    let detail = if left_out == 0 {
+        cut(&mismatch.detail, MISMATCH_DETAIL_LENGTH_MAX).to_owned()
+    } else {
+        let note = format!(" ({left_out} more external ids not stored)");
+        let room = MISMATCH_DETAIL_LENGTH_MAX - note.len();
+        format!("{}{note}", cut(&mismatch.detail, room))
+    };
+    let external_ids_text = Value::from(external_ids.clone()).to_string();
+    debug_assert_eq!(external_ids_text.len(), json_length);
+    let cut_option = |text: &Option<String>, limit| text.as_deref().map(|text| cut(text, limit).to_owned());
+    Ok(MismatchRow {
+        mismatch: StoredMismatch {
+            run_id: 0,
+            tool: mismatch.tool.clone(),
+            kind: mismatch.kind.clone(),
+            severity: mismatch.severity.clone(),
+            intent_id: mismatch.intent_id,
+            tenant: cut_option(&mismatch.tenant, TENANT_LENGTH_MAX),
+            intent_key: cut_option(&mismatch.intent_key, INTENT_KEY_LENGTH_MAX),
+            external_ids,
+            subject: cut_option(&mismatch.subject, MISMATCH_SUBJECT_LENGTH_MAX),
+            detail,
+        },
+        external_ids: external_ids_text,
+    })
+}
+
+/// An intent given to `bulk_insert`, checked as the normal writes check theirs, with its
+/// JSON serialised once.
+#[derive(Debug)]
+pub struct BulkIntent {
+    pub intent: IntentRecord,
+    /// `intent.arguments` as JSON text.
+    pub arguments: String,
+    /// `intent.result` as JSON text.
+    pub result: Option<String>,
+}
+
+/// Checks an intent that `bulk_insert` writes as given: every text within its limit (and
+/// the names not empty), a fingerprint of 64 hex digits, and a status that agrees with the
+/// rest of the row as the state machine leaves it (an in-flight intent holds a lease, a
+/// settled one holds none, a lease has an owner and an expiry or neither).
+pub fn bulk_intent(intent: IntentRecord) -> Result<BulkIntent, LedgerError> {
+    check_name("tenant", &intent.tenant, TENANT_LENGTH_MAX)?;
+    check_name("tool", &intent.tool, TOOL_NAME_LENGTH_MAX)?;
+    check_name("key", &intent.key, INTENT_KEY_LENGTH_MAX)?;
+    let invalid = |field, reason: String| Err(LedgerError::Invalid { field, reason });
+    if intent.fingerprint.len() != 64 || !intent.fingerprint.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return invalid(
+            "fingerprint",
+            format!("is `{}`, not 64 hex digits", cut(&intent.fingerprint, 80)),
+        );
+    }
+    let arguments = json_text("arguments", &intent.arguments, ARGUMENTS_BYTES_MAX)?;
+    if let Some(owner) = &intent.lease_owner {
+        check_length("lease_owner", owner, LEASE_OWNER_LENGTH_MAX)?;
+    }
+    if intent.epoch == 0 {
+        return invalid("epoch", "is 0; provider-key epochs start at 1".to_owned());
+    }
+    count_column("call_count", intent.call_count)?;
+    if intent.last_seen_ms < intent.first_seen_ms {
+        return invalid(
+            "last_seen_ms",
+            format!(
+                "is {}, before first_seen_ms {}",
+                intent.last_seen_ms, intent.first_seen_ms
+            ),
+        );
+    }
+    let leased = intent.lease_owner.is_some();
+    if leased != intent.lease_expires_ms.is_some() {
+        return invalid(
+            "lease_owner",
+            "and lease_expires_ms must be set together".to_owned(),
+        );
+    }
+    if intent.status == IntentStatus::InFlight && !leased {
+        return invalid("status", "is in_flight without a lease".to_owned());
+    }
+    if intent.status.is_settled() && leased {
+        return invalid(
+            "status",
+            format!("is {} and settled, but a lease is held", intent.status),
+        );
+    }
+    let StoredIntent { intent, result } = stored(intent)?;
+    Ok(BulkIntent {
+        intent,
+        arguments,
+        result,
+    })
 }

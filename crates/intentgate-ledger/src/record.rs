@@ -70,3 +70,57 @@ pub struct ToolFlag {
     pub actor: String,
     pub updated_ms: i64,
 }
+
+/// How many intents of one tool are in one status, for the metrics gauges.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatusCount {
+    pub tool: String,
+    pub status: IntentStatus,
+    pub count: u64,
+}
+
+/// One reconciliation run, as stored: which window of which provider records and intents
+/// it compared, and what it found, so that operators can see the history of runs and their
+/// results without keeping the reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReconciliationRun {
+    /// Assigned by the store (ignored on insert); never reused, also after a purge.
+    pub id: i64,
+    pub started_ms: i64,
+    pub finished_ms: i64,
+    /// The window compared: provider records and intents first seen in [since_ms, until_ms).
+    pub since_ms: i64,
+    pub until_ms: i64,
+    /// Who ran it: "serve" (the hourly job), or an operator's name.
+    pub actor: String,
+    pub intents_checked: u64,
+    pub records_checked: u64,
+    /// Every mismatch the run found, also those the ledger did not keep.
+    pub mismatches: u64,
+    pub critical: u64,
+    /// Mismatch counts by kind, e.g. {"duplicate": 1, "no_intent": 3}, and any other summary.
+    /// A JSON object; the ledger adds `mismatches_not_stored`
+    /// ([`crate::SUMMARY_MISMATCHES_NOT_STORED`]).
+    pub summary: serde_json::Value,
+}
+
+/// One mismatch found by a run, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredMismatch {
+    /// The run that found it (ignored on insert).
+    pub run_id: i64,
+    pub tool: String,
+    /// e.g. "unknown_found", "unknown_missing", "no_intent", "missing_record", "duplicate",
+    /// "amount", "effect_despite_status".
+    pub kind: String,
+    /// "info", "warning" or "critical" ([`crate::MISMATCH_SEVERITIES`]).
+    pub severity: String,
+    pub intent_id: Option<IntentId>,
+    pub tenant: Option<String>,
+    pub intent_key: Option<String>,
+    /// The provider's ids of the records involved (0, 1 or several).
+    pub external_ids: Vec<String>,
+    /// Who was affected (customer or order), from the provider record or the intent.
+    pub subject: Option<String>,
+    pub detail: String,
+}

@@ -18,16 +18,23 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use intentgate_core::limits::{ARGUMENTS_BYTES_MAX, INTENT_KEY_LENGTH_MAX, TENANT_LENGTH_MAX};
+use intentgate_core::limits::{
+    ARGUMENTS_BYTES_MAX, EXTERNAL_ID_LENGTH_MAX, INTENT_KEY_LENGTH_MAX, TENANT_LENGTH_MAX,
+};
 use intentgate_core::{IllegalTransition, IntentStatus, fingerprint};
 use intentgate_ledger::{
-    Begin, BeginRequest, Event, Finish, Finished, IntentRecord, Ledger, LedgerError, Resolve,
-    ToolFlag,
+    Begin, BeginRequest, Event, Finish, Finished, INTENTS_PAGE_MAX, IntentFilter, IntentId,
+    IntentRecord, Ledger, LedgerError, MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_MAX,
+    MISMATCH_SUBJECT_LENGTH_MAX, Order, RECONCILIATION_MISMATCHES_STORED_MAX, ReconciliationRun,
+    Resolve, StatusCount, StoredMismatch, SUMMARY_MISMATCHES_NOT_STORED, ToolFlag,
 };
 use serde_json::{Value, json};
 
 const TENANT: &str = "acme";
 const TOOL: &str = "refund";
+/// A second tenant and tool, for filters to tell apart.
+const OTHER_TENANT: &str = "globex";
+const OTHER_TOOL: &str = "charge";
 /// A plausible wall-clock time, so that no test leans on times near zero.
 const T0: i64 = 1_760_000_000_000;
 /// How long a caller's lease lasts in these tests.
@@ -1051,6 +1058,687 @@ async fn a_waiter_sees_the_lease_holder_finish_promptly(ledger: Arc<dyn Ledger>)
 }
 
 // ---------------------------------------------------------------------------------------
+// Filtered pages, status counts and reconciliation runs, store-independent.
+// ---------------------------------------------------------------------------------------
+
+/// Creates the intent (tenant, tool, key), first seen at `now_ms`, and leaves it in
+/// `status`: in flight under its lease, or settled by its upstream at once.
+async fn intent_in(
+    ledger: &dyn Ledger,
+    tenant: &str,
+    tool: &str,
+    key: &str,
+    status: IntentStatus,
+    now_ms: i64,
+) -> IntentRecord {
+    let asked = BeginRequest {
+        tenant: tenant.into(),
+        tool: tool.into(),
+        ..request(key, "owner-fixture", now_ms)
+    };
+    let intent = expect!(Begin::Execute, ledger.begin(asked).await.expect("begin"));
+    if status == IntentStatus::InFlight {
+        return intent;
+    }
+    let finished = ledger
+        .finish(finish(&intent, "owner-fixture", status, now_ms))
+        .await;
+    expect!(Finished::Recorded, finished.expect("finish"))
+}
+
+fn ids(intents: &[IntentRecord]) -> Vec<IntentId> {
+    intents.iter().map(|intent| intent.id).collect()
+}
+
+/// Every page of `filter` in `order`, `limit` at a time, read as callers are told to: the
+/// last id of a page is the next cursor, and a short page is the last.
+async fn every_page(
+    ledger: &dyn Ledger,
+    filter: &IntentFilter,
+    order: Order,
+    limit: u32,
+) -> Vec<IntentRecord> {
+    let mut intents = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = ledger
+            .intents(filter, order, cursor, limit)
+            .await
+            .expect("intents");
+        assert!(page.len() <= limit as usize, "a page of {} over {limit}", page.len());
+        let last_page = page.len() < limit as usize;
+        cursor = page.last().map(|intent| intent.id).or(cursor);
+        intents.extend(page);
+        if last_page {
+            return intents;
+        }
+    }
+}
+
+/// Twelve intents that differ in every field a filter looks at, first seen a second apart
+/// in id order, then the key "shared" under two tenants of one tool and under another tool.
+async fn mixed_intents(ledger: &dyn Ledger) -> Vec<IntentRecord> {
+    use IntentStatus::{Done, InFlight, Rejected, Unknown};
+    let statuses = [InFlight, Done, Unknown, Rejected];
+    let mut intents = Vec::new();
+    for n in 0..12 {
+        let tenant = if n % 2 == 0 { TENANT } else { OTHER_TENANT };
+        let tool = if n % 3 == 0 { OTHER_TOOL } else { TOOL };
+        let key = format!("order-{n}");
+        let now_ms = T0 + n as i64 * 1_000;
+        intents.push(intent_in(ledger, tenant, tool, &key, statuses[n % 4], now_ms).await);
+    }
+    let shared = [(TENANT, TOOL), (OTHER_TENANT, TOOL), (TENANT, OTHER_TOOL)];
+    for (n, (tenant, tool)) in shared.into_iter().enumerate() {
+        let now_ms = T0 + (12 + n as i64) * 1_000;
+        intents.push(intent_in(ledger, tenant, tool, "shared", Done, now_ms).await);
+    }
+    intents
+}
+
+async fn intents_are_filtered_by_every_field_alone_and_together(ledger: &dyn Ledger) {
+    let intents = mixed_intents(ledger).await;
+    let all = ids(&intents);
+    let matching = |keep: &dyn Fn(&IntentRecord) -> bool| -> Vec<IntentId> {
+        intents
+            .iter()
+            .filter(|intent| keep(intent))
+            .map(|intent| intent.id)
+            .collect()
+    };
+    let (from_ms, until_ms) = (T0 + 3_000, T0 + 9_000);
+    let filter = IntentFilter::default;
+    let cases = [
+        ("nothing", filter(), all.clone()),
+        (
+            "tenant",
+            IntentFilter {
+                tenant: Some(OTHER_TENANT.into()),
+                ..filter()
+            },
+            matching(&|intent| intent.tenant == OTHER_TENANT),
+        ),
+        (
+            "tool",
+            IntentFilter {
+                tool: Some(OTHER_TOOL.into()),
+                ..filter()
+            },
+            matching(&|intent| intent.tool == OTHER_TOOL),
+        ),
+        (
+            "key",
+            IntentFilter {
+                key: Some("shared".into()),
+                ..filter()
+            },
+            matching(&|intent| intent.key == "shared"),
+        ),
+        (
+            "status",
+            IntentFilter {
+                status: Some(IntentStatus::Unknown),
+                ..filter()
+            },
+            matching(&|intent| intent.status == IntentStatus::Unknown),
+        ),
+        (
+            "first seen from",
+            IntentFilter {
+                first_seen_from_ms: Some(from_ms),
+                ..filter()
+            },
+            matching(&|intent| intent.first_seen_ms >= from_ms),
+        ),
+        (
+            "first seen until",
+            IntentFilter {
+                first_seen_until_ms: Some(until_ms),
+                ..filter()
+            },
+            matching(&|intent| intent.first_seen_ms < until_ms),
+        ),
+        (
+            "window",
+            IntentFilter {
+                first_seen_from_ms: Some(from_ms),
+                first_seen_until_ms: Some(until_ms),
+                ..filter()
+            },
+            matching(&|intent| (from_ms..until_ms).contains(&intent.first_seen_ms)),
+        ),
+        (
+            "tool and window",
+            IntentFilter {
+                tool: Some(TOOL.into()),
+                first_seen_from_ms: Some(from_ms),
+                first_seen_until_ms: Some(until_ms),
+                ..filter()
+            },
+            matching(&|intent| {
+                intent.tool == TOOL && (from_ms..until_ms).contains(&intent.first_seen_ms)
+            }),
+        ),
+        (
+            "tool and key, across tenants",
+            IntentFilter {
+                tool: Some(TOOL.into()),
+                key: Some("shared".into()),
+                ..filter()
+            },
+            matching(&|intent| intent.tool == TOOL && intent.key == "shared"),
+        ),
+        (
+            "tenant and status",
+            IntentFilter {
+                tenant: Some(TENANT.into()),
+                status: Some(IntentStatus::Done),
+                ..filter()
+            },
+            matching(&|intent| intent.tenant == TENANT && intent.status == IntentStatus::Done),
+        ),
+        (
+            "every field",
+            IntentFilter {
+                tenant: Some(TENANT.into()),
+                tool: Some(TOOL.into()),
+                key: Some("order-4".into()),
+                status: Some(IntentStatus::InFlight),
+                first_seen_from_ms: Some(from_ms),
+                first_seen_until_ms: Some(until_ms),
+            },
+            vec![intents[4].id],
+        ),
+    ];
+    for (name, filter, expected) in &cases {
+        assert!(!expected.is_empty(), "{name}: the case tests nothing");
+        if *name != "nothing" {
+            assert!(expected.len() < all.len(), "{name}: the filter narrows nothing");
+        }
+        let oldest = ledger
+            .intents(filter, Order::Oldest, None, 100)
+            .await
+            .unwrap();
+        assert_eq!(&ids(&oldest), expected, "{name}, oldest first");
+        let newest = ledger
+            .intents(filter, Order::Newest, None, 100)
+            .await
+            .unwrap();
+        let reversed: Vec<_> = expected.iter().rev().copied().collect();
+        assert_eq!(ids(&newest), reversed, "{name}, newest first");
+        for intent in &oldest {
+            assert_eq!(intent, &read(ledger, intent).await, "{name}: whole records");
+        }
+    }
+    let shared = &cases[9].2;
+    assert_eq!(shared.len(), 2, "the shared key of one tool, under both tenants");
+    assert_eq!(cases[11].2, [intents[4].id]);
+
+    // Filters nothing can match.
+    let nothing = [
+        IntentFilter {
+            status: Some(IntentStatus::NotExecuted),
+            ..filter()
+        },
+        IntentFilter {
+            tool: Some("no-such-tool".into()),
+            ..filter()
+        },
+        IntentFilter {
+            key: Some("order-4".into()),
+            tenant: Some(OTHER_TENANT.into()),
+            ..filter()
+        },
+        // An empty window, and one turned around.
+        IntentFilter {
+            tool: Some(TOOL.into()),
+            first_seen_from_ms: Some(from_ms),
+            first_seen_until_ms: Some(from_ms),
+            ..filter()
+        },
+        IntentFilter {
+            first_seen_from_ms: Some(until_ms),
+            first_seen_until_ms: Some(from_ms),
+            ..filter()
+        },
+        // A window of the tool before its first intent.
+        IntentFilter {
+            tool: Some(TOOL.into()),
+            first_seen_from_ms: Some(T0 - 10_000),
+            first_seen_until_ms: Some(T0),
+            ..filter()
+        },
+    ];
+    for filter in nothing {
+        for order in [Order::Oldest, Order::Newest] {
+            let page = ledger.intents(&filter, order, None, 100).await.unwrap();
+            assert_eq!(page, [], "{filter:?}, {order:?}");
+        }
+    }
+}
+
+async fn intents_page_in_both_orders_without_duplicates_or_gaps(ledger: &dyn Ledger) {
+    // First seen a second apart, except two whose clocks were off: order-2 was created
+    // early and first seen inside the window below, order-20 was created inside it and
+    // first seen after it. So the window is not a range of ids.
+    let mut intents = Vec::new();
+    for n in 0..30 {
+        let tool = if n % 3 == 0 { OTHER_TOOL } else { TOOL };
+        let now_ms = match n {
+            2 => T0 + 12_500,
+            20 => T0 + 30_500,
+            n => T0 + n * 1_000,
+        };
+        let key = format!("order-{n}");
+        intents.push(intent_in(ledger, TENANT, tool, &key, IntentStatus::Done, now_ms).await);
+    }
+    let (from_ms, until_ms) = (T0 + 4_000, T0 + 24_000);
+    let window = IntentFilter {
+        tool: Some(TOOL.into()),
+        first_seen_from_ms: Some(from_ms),
+        first_seen_until_ms: Some(until_ms),
+        ..IntentFilter::default()
+    };
+    let in_window: Vec<IntentId> = intents
+        .iter()
+        .filter(|intent| {
+            intent.tool == TOOL && (from_ms..until_ms).contains(&intent.first_seen_ms)
+        })
+        .map(|intent| intent.id)
+        .collect();
+    assert_eq!(in_window.len(), 14);
+    assert_eq!(in_window[0], intents[2].id, "the window's least id is first seen late");
+    assert!(!in_window.contains(&intents[20].id));
+
+    for (name, filter, expected) in [
+        ("every intent", IntentFilter::default(), ids(&intents)),
+        ("one tool's window", window, in_window),
+    ] {
+        let reversed: Vec<_> = expected.iter().rev().copied().collect();
+        for limit in [1, 4, 7, 14, 100] {
+            let oldest = every_page(ledger, &filter, Order::Oldest, limit).await;
+            assert_eq!(ids(&oldest), expected, "{name}, oldest first, {limit} a page");
+            let newest = every_page(ledger, &filter, Order::Newest, limit).await;
+            assert_eq!(ids(&newest), reversed, "{name}, newest first, {limit} a page");
+        }
+        // Strictly after the cursor, in the page's order.
+        let middle = expected.len() / 2;
+        let after = ledger
+            .intents(&filter, Order::Oldest, Some(expected[middle]), 100)
+            .await
+            .unwrap();
+        assert_eq!(ids(&after), expected[middle + 1..], "{name}, after a cursor");
+        let before = ledger
+            .intents(&filter, Order::Newest, Some(expected[middle]), 100)
+            .await
+            .unwrap();
+        let mut expected_before = expected[..middle].to_vec();
+        expected_before.reverse();
+        assert_eq!(ids(&before), expected_before, "{name}, before a cursor");
+        // Past either end, and no room at all.
+        let last = *expected.last().unwrap();
+        let past = ledger.intents(&filter, Order::Oldest, Some(last), 100).await;
+        assert_eq!(past.unwrap(), [], "{name}");
+        let past = ledger
+            .intents(&filter, Order::Newest, Some(expected[0]), 100)
+            .await;
+        assert_eq!(past.unwrap(), [], "{name}");
+        let none = ledger.intents(&filter, Order::Oldest, None, 0).await;
+        assert_eq!(none.unwrap(), [], "{name}: a limit of 0");
+    }
+}
+
+async fn status_counts_count_each_tool_in_each_status(ledger: &dyn Ledger) {
+    use IntentStatus::{Done, InFlight, Rejected, Unknown};
+    assert_eq!(ledger.status_counts().await.unwrap(), []);
+    let intents = mixed_intents(ledger).await;
+    let count = |tool: &str, status, count| StatusCount {
+        tool: tool.into(),
+        status,
+        count,
+    };
+    // By tool, then in the state machine's order; no row for a status without intents.
+    assert_eq!(
+        ledger.status_counts().await.unwrap(),
+        [
+            count(OTHER_TOOL, InFlight, 1),
+            count(OTHER_TOOL, Done, 2),
+            count(OTHER_TOOL, Rejected, 1),
+            count(OTHER_TOOL, Unknown, 1),
+            count(TOOL, InFlight, 2),
+            count(TOOL, Done, 4),
+            count(TOOL, Rejected, 2),
+            count(TOOL, Unknown, 2),
+        ]
+    );
+
+    // A resolution moves one intent from one count to the other.
+    let unknown = &intents[2];
+    assert_eq!((unknown.tool.as_str(), unknown.status), (TOOL, Unknown));
+    let resolve = Resolve {
+        id: unknown.id,
+        status: Done,
+        external_id: None,
+        result: None,
+        actor: "operator".into(),
+        reason: "found at the provider".into(),
+        now_ms: T0 + 100_000,
+    };
+    ledger.resolve(resolve).await.unwrap();
+    let counts = ledger.status_counts().await.unwrap();
+    assert!(counts.contains(&count(TOOL, Done, 5)), "{counts:?}");
+    assert!(counts.contains(&count(TOOL, Unknown, 1)), "{counts:?}");
+    let total: u64 = counts.iter().map(|count| count.count).sum();
+    assert_eq!(total, intents.len() as u64);
+}
+
+/// A run of the hourly job that finished at `finished_ms` and found `mismatches`.
+fn run_at(finished_ms: i64, mismatches: u64) -> ReconciliationRun {
+    ReconciliationRun {
+        id: 0,
+        started_ms: finished_ms - 5_000,
+        finished_ms,
+        since_ms: finished_ms - 3_660_000,
+        until_ms: finished_ms - 60_000,
+        actor: "serve".into(),
+        intents_checked: 120,
+        records_checked: 118,
+        mismatches,
+        critical: 1,
+        summary: json!({ "duplicate": 1, "no_intent": 2 }),
+    }
+}
+
+/// The `n`th mismatch of a run: a provider record without an intent.
+fn mismatch(n: usize) -> StoredMismatch {
+    StoredMismatch {
+        run_id: 0,
+        tool: TOOL.into(),
+        kind: "no_intent".into(),
+        severity: "warning".into(),
+        intent_id: None,
+        tenant: None,
+        intent_key: Some(format!("order-{n}")),
+        external_ids: vec![format!("re_{n}")],
+        subject: Some(format!("cus_{n}")),
+        detail: format!("the provider's record re_{n} has no intent"),
+    }
+}
+
+/// What the ledger gives back for `mismatches` stored by run `run_id`.
+fn stored_as(run_id: i64, mismatches: &[StoredMismatch]) -> Vec<StoredMismatch> {
+    mismatches
+        .iter()
+        .map(|mismatch| StoredMismatch {
+            run_id,
+            ..mismatch.clone()
+        })
+        .collect()
+}
+
+async fn reconciliation_runs_are_read_back_newest_first_with_their_mismatches_in_order(
+    ledger: &dyn Ledger,
+) {
+    assert_eq!(ledger.reconciliations(10).await.unwrap(), []);
+    let found = vec![
+        mismatch(0),
+        StoredMismatch {
+            kind: "duplicate".into(),
+            severity: "critical".into(),
+            intent_id: Some(7),
+            tenant: Some(TENANT.into()),
+            external_ids: vec!["re_1".into(), "re_1b".into()],
+            ..mismatch(1)
+        },
+        StoredMismatch {
+            kind: "missing_record".into(),
+            severity: "info".into(),
+            external_ids: Vec::new(),
+            subject: None,
+            intent_key: None,
+            ..mismatch(2)
+        },
+    ];
+    let first = ledger
+        .record_reconciliation(&run_at(T0, 3), &found)
+        .await
+        .unwrap();
+    let quiet = ReconciliationRun {
+        actor: "operator:alice".into(),
+        summary: Value::Null,
+        critical: 0,
+        ..run_at(T0 + 3_600_000, 0)
+    };
+    let second = ledger.record_reconciliation(&quiet, &[]).await.unwrap();
+    assert!(second > first, "ids grow: {first}, then {second}");
+
+    let first_run = ReconciliationRun {
+        id: first,
+        summary: json!({ "duplicate": 1, "no_intent": 2, SUMMARY_MISMATCHES_NOT_STORED: 0 }),
+        ..run_at(T0, 3)
+    };
+    let second_run = ReconciliationRun {
+        id: second,
+        summary: json!({ SUMMARY_MISMATCHES_NOT_STORED: 0 }),
+        ..quiet
+    };
+    assert_eq!(
+        ledger.reconciliations(10).await.unwrap(),
+        [second_run.clone(), first_run.clone()]
+    );
+    assert_eq!(ledger.reconciliations(1).await.unwrap(), [second_run.clone()]);
+    assert_eq!(ledger.reconciliations(0).await.unwrap(), []);
+    assert_eq!(ledger.reconciliation(first).await.unwrap(), Some(first_run));
+    assert_eq!(ledger.reconciliation(second).await.unwrap(), Some(second_run));
+    assert_eq!(ledger.reconciliation(second + 1_000).await.unwrap(), None);
+
+    let stored = ledger.reconciliation_mismatches(first, 100).await.unwrap();
+    assert_eq!(stored, stored_as(first, &found), "as given, in order");
+    let two = ledger.reconciliation_mismatches(first, 2).await.unwrap();
+    assert_eq!(two, stored_as(first, &found[..2]));
+    assert_eq!(ledger.reconciliation_mismatches(second, 100).await.unwrap(), []);
+    let none = ledger.reconciliation_mismatches(second + 1_000, 100).await;
+    assert_eq!(none.unwrap(), []);
+}
+
+async fn a_run_keeps_the_first_mismatches_up_to_the_cap_and_says_how_many_it_left_out(
+    ledger: &dyn Ledger,
+) {
+    let given: Vec<StoredMismatch> = (0..RECONCILIATION_MISMATCHES_STORED_MAX + 5)
+        .map(mismatch)
+        .collect();
+    // The run counted two more than it passed on.
+    let counted = given.len() as u64 + 2;
+    let id = ledger
+        .record_reconciliation(&run_at(T0, counted), &given)
+        .await
+        .unwrap();
+
+    let run = ledger.reconciliation(id).await.unwrap().expect("the run");
+    assert_eq!(run.mismatches, counted);
+    assert_eq!(run.summary[SUMMARY_MISMATCHES_NOT_STORED], json!(7));
+    assert_eq!(run.summary["no_intent"], json!(2), "the rest of the summary is kept");
+
+    let stored = ledger
+        .reconciliation_mismatches(id, u32::MAX)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), RECONCILIATION_MISMATCHES_STORED_MAX);
+    assert_eq!(
+        stored,
+        stored_as(id, &given[..RECONCILIATION_MISMATCHES_STORED_MAX]),
+        "the first ones, in order"
+    );
+}
+
+async fn reconciliation_text_is_cut_to_its_limits_and_bad_names_are_refused(
+    ledger: &dyn Ledger,
+) {
+    // Text from the provider is cut, at a character boundary.
+    let long_id = "x".repeat(EXTERNAL_ID_LENGTH_MAX + 44);
+    let mut external_ids: Vec<String> = (0..MISMATCH_EXTERNAL_IDS_MAX + 8)
+        .map(|n| format!("re_{n}"))
+        .collect();
+    external_ids[3] = long_id.clone();
+    let odd = StoredMismatch {
+        tenant: Some("t".repeat(TENANT_LENGTH_MAX + 72)),
+        intent_key: Some("k".repeat(INTENT_KEY_LENGTH_MAX + 1)),
+        external_ids: external_ids.clone(),
+        subject: Some("s".repeat(MISMATCH_SUBJECT_LENGTH_MAX * 2)),
+        detail: "é".repeat(MISMATCH_DETAIL_LENGTH_MAX),
+        ..mismatch(0)
+    };
+    let id = ledger
+        .record_reconciliation(&run_at(T0, 1), std::slice::from_ref(&odd))
+        .await
+        .unwrap();
+    let stored = ledger.reconciliation_mismatches(id, 10).await.unwrap();
+    let [stored] = stored.as_slice() else {
+        panic!("expected one mismatch, got {stored:?}")
+    };
+    assert_eq!(stored.tenant, Some("t".repeat(TENANT_LENGTH_MAX)));
+    assert_eq!(stored.intent_key, Some("k".repeat(INTENT_KEY_LENGTH_MAX)));
+    assert_eq!(
+        stored.subject,
+        Some("s".repeat(MISMATCH_SUBJECT_LENGTH_MAX))
+    );
+    let mut kept_ids = external_ids[..MISMATCH_EXTERNAL_IDS_MAX].to_vec();
+    kept_ids[3] = long_id[..EXTERNAL_ID_LENGTH_MAX].to_owned();
+    assert_eq!(stored.external_ids, kept_ids);
+    let note = " (8 more external ids not stored)";
+    assert!(stored.detail.ends_with(note), "{} bytes", stored.detail.len());
+    let kept_detail = &stored.detail[..stored.detail.len() - note.len()];
+    assert!(kept_detail.chars().all(|c| c == 'é'));
+    assert!(stored.detail.len() <= MISMATCH_DETAIL_LENGTH_MAX);
+    assert!(stored.detail.len() > MISMATCH_DETAIL_LENGTH_MAX - note.len() - 2);
+    assert_eq!(
+        (&stored.tool, &stored.kind, &stored.severity),
+        (&odd.tool, &odd.kind, &odd.severity)
+    );
+
+    // Names of the program's own are refused, and so is a run that contradicts itself. Each
+    // run below counts the two mismatches it passes on, except the one about that count.
+    let refusals: Vec<(ReconciliationRun, StoredMismatch, &str)> = vec![
+        (
+            run_at(T0, 2),
+            StoredMismatch {
+                tool: "x".repeat(129),
+                ..mismatch(1)
+            },
+            "tool",
+        ),
+        (
+            run_at(T0, 2),
+            StoredMismatch {
+                kind: String::new(),
+                ..mismatch(1)
+            },
+            "kind",
+        ),
+        (
+            run_at(T0, 2),
+            StoredMismatch {
+                kind: "k".repeat(33),
+                ..mismatch(1)
+            },
+            "kind",
+        ),
+        (
+            run_at(T0, 2),
+            StoredMismatch {
+                severity: "fatal".into(),
+                ..mismatch(1)
+            },
+            "severity",
+        ),
+        (run_at(T0, 1), mismatch(1), "mismatches"),
+        (
+            ReconciliationRun {
+                summary: json!(["not", "an", "object"]),
+                ..run_at(T0, 2)
+            },
+            mismatch(1),
+            "summary",
+        ),
+        (
+            ReconciliationRun {
+                summary: json!({ "note": "x".repeat(64 * 1024) }),
+                ..run_at(T0, 2)
+            },
+            mismatch(1),
+            "summary",
+        ),
+        (
+            ReconciliationRun {
+                actor: String::new(),
+                ..run_at(T0, 2)
+            },
+            mismatch(1),
+            "actor",
+        ),
+        (
+            ReconciliationRun {
+                records_checked: u64::MAX,
+                ..run_at(T0, 2)
+            },
+            mismatch(1),
+            "records_checked",
+        ),
+    ];
+    for (run, refused, field) in refusals {
+        let error = ledger
+            .record_reconciliation(&run, &[mismatch(0), refused])
+            .await
+            .expect_err(field);
+        match error {
+            LedgerError::TooLarge { field: named, .. } | LedgerError::Invalid { field: named, .. } => {
+                assert_eq!(named, field, "{error}")
+            }
+            other => panic!("{field}: expected a refusal, got {other:?}"),
+        }
+    }
+    let runs = ledger.reconciliations(100).await.unwrap();
+    assert_eq!(ids_of_runs(&runs), [id], "nothing of a refused run was written");
+}
+
+fn ids_of_runs(runs: &[ReconciliationRun]) -> Vec<i64> {
+    runs.iter().map(|run| run.id).collect()
+}
+
+async fn purge_deletes_reconciliation_runs_finished_before_the_cutoff(ledger: &dyn Ledger) {
+    let old = ledger
+        .record_reconciliation(&run_at(T0, 1), &[mismatch(0)])
+        .await
+        .unwrap();
+    let recent = ledger
+        .record_reconciliation(&run_at(T0 + 10_000, 1), &[mismatch(1)])
+        .await
+        .unwrap();
+    let intent = settled(ledger, "order-1", IntentStatus::Done, T0).await;
+
+    // Finished exactly at the cutoff: kept.
+    assert_eq!(ledger.purge(T0 + 10_000).await.unwrap(), 1, "one intent");
+    assert_eq!(ledger.get_by_id(intent.id).await.unwrap(), None);
+    let runs = ledger.reconciliations(10).await.unwrap();
+    assert_eq!(ids_of_runs(&runs), [recent]);
+    assert_eq!(ledger.reconciliation(old).await.unwrap(), None);
+    assert_eq!(ledger.reconciliation_mismatches(old, 10).await.unwrap(), []);
+    let kept = ledger.reconciliation_mismatches(recent, 10).await.unwrap();
+    assert_eq!(kept, stored_as(recent, &[mismatch(1)]));
+
+    // Once every run is gone, a new one still gets a new id: a report naming a purged run
+    // never points at another.
+    assert_eq!(ledger.purge(T0 + 1_000_000).await.unwrap(), 0);
+    assert_eq!(ledger.reconciliations(10).await.unwrap(), []);
+    assert_eq!(ledger.reconciliation_mismatches(recent, 10).await.unwrap(), []);
+    let next = ledger
+        .record_reconciliation(&run_at(T0 + 2_000_000, 0), &[])
+        .await
+        .unwrap();
+    assert!(next > recent, "run id {next} reused (after {recent})");
+}
+
+// ---------------------------------------------------------------------------------------
 // The SQLite store.
 // ---------------------------------------------------------------------------------------
 
@@ -1278,6 +1966,334 @@ mod sqlite {
     #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
     async fn concurrent_begins_on_distinct_keys_all_commit() {
         on_grouped(super::concurrent_begins_on_distinct_keys_all_commit).await;
+    }
+
+    #[tokio::test]
+    async fn intents_are_filtered_by_every_field_alone_and_together() {
+        on_each_mode(super::intents_are_filtered_by_every_field_alone_and_together).await;
+    }
+
+    #[tokio::test]
+    async fn intents_page_in_both_orders_without_duplicates_or_gaps() {
+        on_each_mode(super::intents_page_in_both_orders_without_duplicates_or_gaps).await;
+    }
+
+    #[tokio::test]
+    async fn status_counts_count_each_tool_in_each_status() {
+        on_each_mode(super::status_counts_count_each_tool_in_each_status).await;
+    }
+
+    #[tokio::test]
+    async fn reconciliation_runs_are_read_back_newest_first_with_their_mismatches_in_order() {
+        on_each_mode(super::reconciliation_runs_are_read_back_newest_first_with_their_mismatches_in_order).await;
+    }
+
+    #[tokio::test]
+    async fn a_run_keeps_the_first_mismatches_up_to_the_cap_and_says_how_many_it_left_out() {
+        on_each_mode(super::a_run_keeps_the_first_mismatches_up_to_the_cap_and_says_how_many_it_left_out).await;
+    }
+
+    #[tokio::test]
+    async fn reconciliation_text_is_cut_to_its_limits_and_bad_names_are_refused() {
+        on_each_mode(super::reconciliation_text_is_cut_to_its_limits_and_bad_names_are_refused).await;
+    }
+
+    #[tokio::test]
+    async fn purge_deletes_reconciliation_runs_finished_before_the_cutoff() {
+        on_each_mode(super::purge_deletes_reconciliation_runs_finished_before_the_cutoff).await;
+    }
+
+    /// Intent `n` as a fixture writes it: done by its upstream, first seen at
+    /// `first_seen_ms`. Its fingerprint is `n` in hex (cheap, and 64 hex digits like a real one).
+    fn done_intent(n: usize, tool: &str, first_seen_ms: i64) -> IntentRecord {
+        IntentRecord {
+            id: 0,
+            tenant: TENANT.into(),
+            tool: tool.into(),
+            key: format!("order-{n}"),
+            fingerprint: format!("{n:064x}"),
+            arguments: json!({ "order": format!("order-{n}"), "amount": "49.00" }),
+            status: IntentStatus::Done,
+            attempt: 1,
+            epoch: 1,
+            lease_owner: None,
+            lease_expires_ms: None,
+            result: Some(json!({ "refund": format!("re_{n}") })),
+            external_id: Some(format!("re_{n}")),
+            resolved_by: Some("upstream".into()),
+            call_count: 1,
+            first_seen_ms,
+            last_seen_ms: first_seen_ms,
+            updated_ms: first_seen_ms,
+            last_lookup_ms: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn bulk_insert_stores_intents_as_given_without_events() {
+        for options in [GROUPED, INLINE] {
+            let folder = tempfile::tempdir().unwrap();
+            let ledger = open(&folder.path().join("ledger.db"), options);
+            let given = vec![
+                done_intent(0, TOOL, T0),
+                IntentRecord {
+                    status: IntentStatus::InFlight,
+                    lease_owner: Some("owner-x".into()),
+                    lease_expires_ms: Some(T0 + LEASE_MS),
+                    result: None,
+                    external_id: None,
+                    resolved_by: None,
+                    ..done_intent(1, TOOL, T0 + 1)
+                },
+                IntentRecord {
+                    tenant: OTHER_TENANT.into(),
+                    status: IntentStatus::Unknown,
+                    attempt: 2,
+                    epoch: 2,
+                    result: None,
+                    external_id: None,
+                    resolved_by: None,
+                    call_count: 3,
+                    last_seen_ms: T0 + 7,
+                    updated_ms: T0 + 8,
+                    last_lookup_ms: Some(T0 + 5),
+                    ..done_intent(2, TOOL, T0 + 2)
+                },
+                IntentRecord {
+                    status: IntentStatus::Pending,
+                    attempt: 0,
+                    result: None,
+                    external_id: None,
+                    resolved_by: None,
+                    ..done_intent(3, TOOL, T0 + 3)
+                },
+                IntentRecord {
+                    status: IntentStatus::Rejected,
+                    result: Some(json!({ "error": "card_declined" })),
+                    external_id: None,
+                    ..done_intent(4, TOOL, T0 + 4)
+                },
+                IntentRecord {
+                    status: IntentStatus::NotExecuted,
+                    result: None,
+                    external_id: None,
+                    ..done_intent(5, OTHER_TOOL, T0 + 5)
+                },
+            ];
+            // Fingerprinted as `begin` fingerprints, so that later calls are repeats.
+            let given: Vec<IntentRecord> = given
+                .into_iter()
+                .map(|intent| IntentRecord {
+                    fingerprint: fingerprint(&intent.arguments).as_str().to_owned(),
+                    ..intent
+                })
+                .collect();
+            let inserted = ledger.bulk_insert(given.clone()).await.unwrap();
+            assert_eq!(inserted, given.len() as u64);
+
+            let stored = all_intents(&ledger).await;
+            assert_eq!(stored.len(), given.len());
+            for (stored, given) in stored.iter().zip(&given) {
+                let expected = IntentRecord {
+                    id: stored.id,
+                    ..given.clone()
+                };
+                assert_eq!(stored, &expected, "stored exactly as given, but the id");
+                assert_eq!(events(&ledger, stored).await, [], "no event-log entries");
+            }
+            assert!(
+                stored.windows(2).all(|pair| pair[0].id < pair[1].id),
+                "ids in the order given"
+            );
+
+            // The ledger goes on with them as with any intent.
+            let repeat = ledger.begin(request("order-0", "owner-a", T0 + 10)).await;
+            let repeat = expect!(Begin::Settled, repeat.unwrap());
+            assert_eq!(repeat.external_id.as_deref(), Some("re_0"));
+            let expired = ledger
+                .begin(request("order-1", "owner-b", T0 + LEASE_MS + 1))
+                .await;
+            let lookup = expect!(Begin::Lookup, expired.unwrap());
+            assert_eq!(lookup.status, IntentStatus::Unknown);
+        }
+    }
+
+    #[tokio::test]
+    async fn bulk_insert_refuses_an_invalid_intent_and_writes_none_of_the_batch() {
+        let folder = tempfile::tempdir().unwrap();
+        let ledger = open(&folder.path().join("ledger.db"), GROUPED);
+        let valid = || done_intent(0, TOOL, T0);
+        let invalid = [
+            (
+                "status",
+                IntentRecord {
+                    status: IntentStatus::InFlight,
+                    ..done_intent(1, TOOL, T0)
+                },
+            ),
+            (
+                "status",
+                IntentRecord {
+                    lease_owner: Some("owner-x".into()),
+                    lease_expires_ms: Some(T0 + LEASE_MS),
+                    ..done_intent(1, TOOL, T0)
+                },
+            ),
+            (
+                "lease_owner",
+                IntentRecord {
+                    status: IntentStatus::Unknown,
+                    lease_owner: Some("owner-x".into()),
+                    ..done_intent(1, TOOL, T0)
+                },
+            ),
+            (
+                "tenant",
+                IntentRecord {
+                    tenant: "t".repeat(TENANT_LENGTH_MAX + 1),
+                    ..done_intent(1, TOOL, T0)
+                },
+            ),
+            (
+                "key",
+                IntentRecord {
+                    key: String::new(),
+                    ..done_intent(1, TOOL, T0)
+                },
+            ),
+            (
+                "fingerprint",
+                IntentRecord {
+                    fingerprint: "not-a-fingerprint".into(),
+                    ..done_intent(1, TOOL, T0)
+                },
+            ),
+            (
+                "epoch",
+                IntentRecord {
+                    epoch: 0,
+                    ..done_intent(1, TOOL, T0)
+                },
+            ),
+            (
+                "last_seen_ms",
+                IntentRecord {
+                    last_seen_ms: T0 - 1,
+                    ..done_intent(1, TOOL, T0)
+                },
+            ),
+            (
+                "arguments",
+                IntentRecord {
+                    arguments: json!({ "note": "x".repeat(ARGUMENTS_BYTES_MAX) }),
+                    ..done_intent(1, TOOL, T0)
+                },
+            ),
+        ];
+        for (field, intent) in invalid {
+            let refused = ledger.bulk_insert(vec![valid(), intent]).await;
+            match refused {
+                Err(LedgerError::Invalid { field: named, .. })
+                | Err(LedgerError::TooLarge { field: named, .. }) => {
+                    assert_eq!(named, field)
+                }
+                other => panic!("{field}: expected a refusal, got {other:?}"),
+            }
+            assert_eq!(all_intents(&ledger).await, [], "{field}: nothing written");
+        }
+
+        // A key that is there already refuses the whole batch too.
+        assert_eq!(ledger.bulk_insert(vec![valid()]).await.unwrap(), 1);
+        let again = ledger
+            .bulk_insert(vec![done_intent(1, TOOL, T0), valid()])
+            .await;
+        assert!(
+            matches!(again, Err(LedgerError::Storage(_))),
+            "{again:?}"
+        );
+        let left = all_intents(&ledger).await;
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].key, "order-0");
+    }
+
+    #[tokio::test]
+    async fn a_page_is_cut_to_the_page_limit() {
+        let folder = tempfile::tempdir().unwrap();
+        let ledger = open(&folder.path().join("ledger.db"), GROUPED);
+        let count = INTENTS_PAGE_MAX as usize + 1;
+        let intents = (0..count).map(|n| done_intent(n, TOOL, T0 + n as i64));
+        ledger.bulk_insert(intents.collect()).await.unwrap();
+        let filter = IntentFilter::default();
+        let page = ledger
+            .intents(&filter, Order::Oldest, None, u32::MAX)
+            .await
+            .unwrap();
+        assert_eq!(page.len(), INTENTS_PAGE_MAX as usize);
+        let cursor = page.last().map(|intent| intent.id);
+        let rest = ledger
+            .intents(&filter, Order::Oldest, cursor, u32::MAX)
+            .await
+            .unwrap();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].key, format!("order-{}", count - 1));
+    }
+
+    /// Reconciliation's read, at a size where a page that sorted the window, or a first page
+    /// that read the tool from its start, would show. Times are printed (`--nocapture`), not
+    /// asserted: timing belongs to benchmarks.
+    #[tokio::test]
+    async fn paging_one_tools_window_of_200_000_intents_reads_each_once_in_id_order() {
+        const INTENTS: usize = 1_000_000;
+        let folder = tempfile::tempdir().unwrap();
+        let ledger = open(&folder.path().join("ledger.db"), GROUPED);
+        // Ten milliseconds apart, give or take up to 60: neighbours are first seen out of
+        // id order, as on replicas whose clocks differ.
+        let first_seen_ms = |n: usize| T0 + n as i64 * 10 + (n as i64 * 7_919 % 13) * 5;
+        let tool = |n: usize| if n % 2 == 0 { TOOL } else { OTHER_TOOL };
+        let intents: Vec<IntentRecord> = (0..INTENTS)
+            .map(|n| done_intent(n, tool(n), first_seen_ms(n)))
+            .collect();
+        let started = Instant::now();
+        assert_eq!(ledger.bulk_insert(intents).await.unwrap(), INTENTS as u64);
+        eprintln!("bulk_insert of {INTENTS} intents: {:?}", started.elapsed());
+
+        let (from_ms, until_ms) = (T0 + INTENTS as i64 * 2, T0 + INTENTS as i64 * 8);
+        let expected = (0..INTENTS)
+            .filter(|&n| tool(n) == TOOL && (from_ms..until_ms).contains(&first_seen_ms(n)))
+            .count();
+        assert!(expected > INTENTS / 4, "{expected}");
+        let filter = IntentFilter {
+            tool: Some(TOOL.into()),
+            first_seen_from_ms: Some(from_ms),
+            first_seen_until_ms: Some(until_ms),
+            ..IntentFilter::default()
+        };
+        let started = Instant::now();
+        let (mut read, mut pages, mut cursor) = (0, 0, None);
+        let mut last_id = IntentId::MIN;
+        loop {
+            let page = ledger
+                .intents(&filter, Order::Oldest, cursor, INTENTS_PAGE_MAX)
+                .await
+                .unwrap();
+            pages += 1;
+            for intent in &page {
+                assert!(intent.id > last_id, "id {} after {last_id}", intent.id);
+                last_id = intent.id;
+                assert_eq!(intent.tool, TOOL);
+                assert!((from_ms..until_ms).contains(&intent.first_seen_ms));
+            }
+            read += page.len();
+            cursor = page.last().map(|intent| intent.id).or(cursor);
+            if page.len() < INTENTS_PAGE_MAX as usize {
+                break;
+            }
+        }
+        eprintln!(
+            "paged {read} intents of one tool's window in {pages} pages: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(read, expected);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1674,6 +2690,41 @@ mod postgres {
     #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
     async fn concurrent_begins_on_distinct_keys_all_commit() {
         on_shared(super::concurrent_begins_on_distinct_keys_all_commit).await;
+    }
+
+    #[tokio::test]
+    async fn intents_are_filtered_by_every_field_alone_and_together() {
+        on_fresh_schema(super::intents_are_filtered_by_every_field_alone_and_together).await;
+    }
+
+    #[tokio::test]
+    async fn intents_page_in_both_orders_without_duplicates_or_gaps() {
+        on_fresh_schema(super::intents_page_in_both_orders_without_duplicates_or_gaps).await;
+    }
+
+    #[tokio::test]
+    async fn status_counts_count_each_tool_in_each_status() {
+        on_fresh_schema(super::status_counts_count_each_tool_in_each_status).await;
+    }
+
+    #[tokio::test]
+    async fn reconciliation_runs_are_read_back_newest_first_with_their_mismatches_in_order() {
+        on_fresh_schema(super::reconciliation_runs_are_read_back_newest_first_with_their_mismatches_in_order).await;
+    }
+
+    #[tokio::test]
+    async fn a_run_keeps_the_first_mismatches_up_to_the_cap_and_says_how_many_it_left_out() {
+        on_fresh_schema(super::a_run_keeps_the_first_mismatches_up_to_the_cap_and_says_how_many_it_left_out).await;
+    }
+
+    #[tokio::test]
+    async fn reconciliation_text_is_cut_to_its_limits_and_bad_names_are_refused() {
+        on_fresh_schema(super::reconciliation_text_is_cut_to_its_limits_and_bad_names_are_refused).await;
+    }
+
+    #[tokio::test]
+    async fn purge_deletes_reconciliation_runs_finished_before_the_cutoff() {
+        on_fresh_schema(super::purge_deletes_reconciliation_runs_finished_before_the_cutoff).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

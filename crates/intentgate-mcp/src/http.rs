@@ -7,6 +7,10 @@
 //! the same route; their `initialize` is served like any other request. A client that drops
 //! a response stream cancels nothing: the call goes on in its own task, and a re-issued
 //! request (with a new id, as the spec tells clients to do) lands on the same intent.
+//!
+//! Without a standing connection there is no one to send `notifications/tools/list_changed`
+//! to: a client of this endpoint sees a tool switched off or on at its next `tools/list`
+//! (within about a second of the switch, as the gate honours it).
 
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};

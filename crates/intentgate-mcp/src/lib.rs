@@ -5,7 +5,13 @@
 //!
 //! - `tools/list` publishes each tool with its input schema, its published description (a
 //!   side-effecting tool's ends with the once-per-intent sentence), annotations derived
-//!   from its effect (`tools.rs`) and an `outputSchema` for the outcome object.
+//!   from its effect (`tools.rs`) and an `outputSchema` for the outcome object. A tool
+//!   switched off with the kill switch stays listed, its description starting with
+//!   [`SWITCHED_OFF_SENTENCE`]. The service reads the flags from the ledger every
+//!   [`FLAG_POLL`] (`flags.rs`) and, when a tool is switched off or on, sends
+//!   `notifications/tools/list_changed` to the stdio client (capability
+//!   `tools.listChanged`); clients of the stateless HTTP endpoint, which has no standing
+//!   connection, see the change at their next `tools/list`.
 //! - `tools/call` runs [`Gate::call`]. Every outcome of SPEC section 6 is a tool result:
 //!   `structuredContent` holds the outcome object and a text block holds the same JSON;
 //!   `isError` is set only where the model must act differently (`rejected`, `conflict`,
@@ -31,6 +37,7 @@
 //! ([`ToolHints`]) and [`McpOptions`]; the transports take the service. This crate knows
 //! nothing of the config file: the binary turns config into hints.
 
+mod flags;
 mod http;
 mod service;
 mod stdio;
@@ -38,10 +45,11 @@ mod tools;
 
 use std::time::Duration;
 
+pub use flags::{FLAG_POLL, PeerRegistration};
 pub use http::{HttpOptions, LOOPBACK_HOSTS, MCP_PATH, http_router};
 pub use service::{INTENT_ID_META_KEY, McpService, PERMIT_WAIT, PROTOCOL_VERSIONS, TENANT_HEADER};
 pub use stdio::{StdioError, serve_stdio};
-pub use tools::{ToolHints, outcome_schema};
+pub use tools::{SWITCHED_OFF_SENTENCE, ToolHints, outcome_schema};
 
 #[cfg(doc)]
 use intentgate_gate::Gate;

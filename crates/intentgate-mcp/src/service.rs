@@ -12,13 +12,14 @@ use rmcp::model::{
     PaginatedRequestParams, ProtocolVersion, RequestMetaObject, ServerCapabilities, ServerConfig,
     Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::McpOptions;
-use crate::tools::{ToolHints, listing, outcome_schema};
+use crate::flags::{FlagWatch, PeerRegistration};
+use crate::tools::{ToolHints, listing, outcome_schema, switched_off};
 
 /// The `_meta` key of a `tools/call` request that carries the application's intent id
 /// (SPEC section 4), for tools whose key uses `{intent_id}`.
@@ -47,7 +48,8 @@ result, so never call one again to check; follow the message. Applications pass 
 intent id in the request's _meta under \"intentgate/intent_id\".";
 
 /// The MCP server: the gate's tools, listed and called. Cheap to clone (one `Arc`); the
-/// Streamable HTTP transport makes one clone per request.
+/// Streamable HTTP transport makes one clone per request. It watches the kill-switch flags
+/// in the ledger (`flags.rs`) until its last clone is dropped.
 #[derive(Clone)]
 pub struct McpService {
     inner: Arc<Inner>,
@@ -55,8 +57,11 @@ pub struct McpService {
 
 struct Inner {
     gate: Arc<Gate>,
-    /// The published tools, sorted by name; built once.
+    /// The published tools, sorted by name; built once. A switched-off tool is marked
+    /// when listed.
     tools: Vec<Tool>,
+    /// Which tools are switched off, and the peers to tell when that changes.
+    flags: FlagWatch,
     options: McpOptions,
     /// One permit per running call: bounds concurrency, and [`McpService::drain`] waits
     /// for all of them.
@@ -66,6 +71,9 @@ struct Inner {
 impl McpService {
     /// The server for `gate`'s tools. `hints` holds the configured MCP hints by tool name;
     /// a tool without an entry publishes none.
+    ///
+    /// Call it inside a Tokio runtime: it starts the task that watches the kill-switch
+    /// flags, which ends when the last clone of the service is dropped.
     pub fn new(
         gate: Arc<Gate>,
         hints: &BTreeMap<String, ToolHints>,
@@ -85,19 +93,46 @@ impl McpService {
             })
             .collect();
         let calls = Arc::new(Semaphore::new(options.concurrency_limit as usize));
+        let flags = FlagWatch::start(gate.clone());
         McpService {
             inner: Arc::new(Inner {
                 gate,
                 tools,
+                flags,
                 options,
                 calls,
             }),
         }
     }
 
-    /// The tools as `tools/list` publishes them, sorted by name.
+    /// The tools as `tools/list` publishes them while none is switched off, sorted by name.
     pub fn tools(&self) -> &[Tool] {
         &self.inner.tools
+    }
+
+    /// The tools as `tools/list` publishes them now: a switched-off tool's description
+    /// starts with [`SWITCHED_OFF_SENTENCE`](crate::SWITCHED_OFF_SENTENCE).
+    pub async fn listed_tools(&self) -> Vec<Tool> {
+        let off = self.inner.flags.switched_off().await;
+        self.inner
+            .tools
+            .iter()
+            .map(|tool| {
+                if off.contains(tool.name.as_ref()) {
+                    switched_off(tool)
+                } else {
+                    tool.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// Sends `notifications/tools/list_changed` to `peer` whenever a tool is switched off
+    /// or on, until the registration is dropped. For a transport with a standing
+    /// connection ([`serve_stdio`](crate::serve_stdio) registers its client); the stateless
+    /// HTTP endpoint has none, and its clients see changes at their next `tools/list`.
+    pub fn notify_tool_changes(&self, peer: Peer<RoleServer>) -> PeerRegistration {
+        self.inner.flags.register(peer)
     }
 
     /// Waits, up to the shutdown grace period, for every running call to end. Returns how
@@ -244,7 +279,12 @@ fn tenant(context: &RequestContext<RoleServer>) -> Result<Option<String>, ErrorD
 
 impl ServerHandler for McpService {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        // `listChanged`: switching a tool off or on changes what tools/list says.
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(
                 Implementation::new("intentgate", env!("CARGO_PKG_VERSION"))
                     .with_title("intentgate: a retry-safe tool gateway"),
@@ -261,7 +301,7 @@ impl ServerHandler for McpService {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.inner.tools.clone()))
+        Ok(ListToolsResult::with_all_items(self.listed_tools().await))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

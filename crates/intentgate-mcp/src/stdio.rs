@@ -1,6 +1,7 @@
 //! MCP over stdio: one client, which started this process, on stdin and stdout.
 //!
 //! stdout carries the protocol and nothing else; logs go to stderr.
+//! The client is told (`notifications/tools/list_changed`) when a tool is switched off or on.
 
 use std::future::Future;
 
@@ -43,6 +44,8 @@ pub async fn serve_stdio(
         Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
         Err(error) => return Err(StdioError::Start(Box::new(error))),
     };
+    // Switching a tool off or on is told to this client until the connection ends.
+    let registration = service.notify_tool_changes(running.peer().clone());
     let stop = running.cancellation_token();
     let waiting = running.waiting();
     tokio::pin!(waiting);
@@ -53,6 +56,7 @@ pub async fn serve_stdio(
             waiting.await
         }
     };
+    drop(registration);
     let still_running = service.drain().await;
     if still_running > 0 {
         tracing::warn!(

@@ -100,9 +100,67 @@ pub(crate) fn listing(
     .with_annotations(annotations(definition.effect, hints))
 }
 
+/// The sentence that starts the description of a switched-off tool: models read
+/// descriptions as instructions, and a call would only get `disabled`.
+pub const SWITCHED_OFF_SENTENCE: &str =
+    "Switched off right now: a call does nothing and returns status `disabled`.";
+
+/// `tool` as `tools/list` publishes it while it is switched off: its description starts
+/// with [`SWITCHED_OFF_SENTENCE`]; everything else (schemas, annotations) stays, since
+/// the tool comes back as it was.
+pub(crate) fn switched_off(tool: &Tool) -> Tool {
+    let mut tool = tool.clone();
+    let description = match tool.description.as_deref() {
+        Some(description) if !description.is_empty() => {
+            format!("{SWITCHED_OFF_SENTENCE} {description}")
+        }
+        _ => SWITCHED_OFF_SENTENCE.to_owned(),
+    };
+    tool.description = Some(description.into());
+    tool
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_switched_off_tool_keeps_everything_but_the_start_of_its_description() {
+        let schema = Arc::new(outcome_schema());
+        let definition = ToolDefinition::new(
+            "refund_order",
+            "Refund an order.",
+            Effect::SideEffect,
+            json!({"type": "object", "properties": {"order_id": {"type": "string"}}}),
+            Some("refund:{order_id}"),
+            std::time::Duration::from_secs(1),
+            0,
+        )
+        .unwrap();
+        let listed = listing(
+            &definition,
+            ToolHints {
+                destructive: Some(true),
+                open_world: None,
+            },
+            &schema,
+        );
+        let off = switched_off(&listed);
+        assert_eq!(
+            off.description.as_deref(),
+            Some(
+                format!(
+                    "{SWITCHED_OFF_SENTENCE} {}",
+                    listed.description.as_deref().unwrap()
+                )
+                .as_str()
+            )
+        );
+        assert_eq!(off.annotations, listed.annotations);
+        assert_eq!(off.input_schema, listed.input_schema);
+        assert_eq!(off.output_schema, listed.output_schema);
+        assert_eq!(off.name, listed.name);
+    }
 
     #[test]
     fn annotations_follow_the_effect_and_the_configured_hints() {

@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use intentgate_core::{CallStatus, Effect, IntentStatus, ToolDefinition};
 use intentgate_gate::{Gate, GateOptions, SystemClock};
-use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions};
-use intentgate_mcp::{INTENT_ID_META_KEY, McpOptions, McpService, ToolHints};
+use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions, ToolFlag};
+use intentgate_mcp::{
+    INTENT_ID_META_KEY, McpOptions, McpService, SWITCHED_OFF_SENTENCE, ToolHints,
+};
 use intentgate_mock::{FakeProvider, FaultPlan};
 use rmcp::ServiceExt;
 use rmcp::model::{
@@ -425,4 +427,173 @@ async fn a_client_that_disconnects_mid_call_leaves_a_settled_intent() {
         .expect("the intent is in the ledger");
     assert_eq!(intent.status, IntentStatus::Done);
     assert_eq!(h.provider.effect_count("refund:gone:49.00"), 1);
+}
+
+/// A client that counts `notifications/tools/list_changed`.
+#[derive(Clone, Default)]
+struct ListChanges {
+    count: Arc<std::sync::atomic::AtomicUsize>,
+    arrived: Arc<tokio::sync::Notify>,
+}
+
+impl rmcp::ClientHandler for ListChanges {
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.arrived.notify_waiters();
+    }
+}
+
+impl ListChanges {
+    fn count(&self) -> usize {
+        self.count.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits (bounded: the service reads the flags every 500 ms) for `count` notifications.
+    async fn wait_for(&self, count: usize) {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while self.count() < count {
+                let arrived = self.arrived.notified();
+                if self.count() >= count {
+                    break;
+                }
+                let _ = tokio::time::timeout(Duration::from_millis(100), arrived).await;
+            }
+        })
+        .await
+        .expect("tools/list_changed arrives within 5 s");
+    }
+}
+
+fn flag(tool: &str, enabled: bool) -> ToolFlag {
+    ToolFlag {
+        tool: tool.to_owned(),
+        enabled,
+        reason: "test".to_owned(),
+        actor: "test".to_owned(),
+        updated_ms: 1,
+    }
+}
+
+#[tokio::test]
+async fn a_tool_switched_off_in_the_ledger_is_marked_and_a_registered_client_is_told() {
+    let h = Harness::new(FaultPlan::none());
+    let (server_io, client_io) = tokio::io::duplex(PIPE_BYTES);
+    let service = h.service.clone();
+    tokio::spawn(async move {
+        let running = service
+            .clone()
+            .serve(server_io)
+            .await
+            .expect("the server starts");
+        let _registration = service.notify_tool_changes(running.peer().clone());
+        let _ = running.waiting().await;
+    });
+    let changes = ListChanges::default();
+    let client = changes
+        .clone()
+        .serve(client_io)
+        .await
+        .expect("the client connects");
+    let info = client.peer_info().expect("the server's info");
+    assert_eq!(
+        info.capabilities
+            .tools
+            .as_ref()
+            .and_then(|tools| tools.list_changed),
+        Some(true)
+    );
+    let before = client.list_all_tools().await.unwrap();
+
+    h.ledger
+        .set_tool_flag(flag("refund_order", false))
+        .await
+        .unwrap();
+    changes.wait_for(1).await;
+    let after = client.list_all_tools().await.unwrap();
+    for (was, is) in before.iter().zip(&after) {
+        if is.name == "refund_order" {
+            let description = is.description.as_deref().unwrap();
+            assert_eq!(
+                description,
+                format!(
+                    "{SWITCHED_OFF_SENTENCE} {}",
+                    was.description.as_deref().unwrap()
+                )
+            );
+            assert_eq!(is.annotations, was.annotations);
+        } else {
+            assert_eq!(is, was, "only the switched-off tool changes");
+        }
+    }
+    let result = client
+        .call_tool(call("refund_order", refund("off")))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&result)["status"], "disabled");
+    assert_eq!(h.provider.effect_count("refund:off:49.00"), 0);
+
+    // A flag for a tool this gateway does not serve changes nothing it publishes.
+    h.ledger
+        .set_tool_flag(flag("not_served", false))
+        .await
+        .unwrap();
+    h.ledger
+        .set_tool_flag(flag("refund_order", true))
+        .await
+        .unwrap();
+    changes.wait_for(2).await;
+    assert_eq!(client.list_all_tools().await.unwrap(), before);
+    // Told it is back, the client's call runs at once. (It once got `disabled`: the watcher
+    // published the change while the gate still trusted its cached flags.)
+    let result = client
+        .call_tool(call("refund_order", refund("on")))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&result)["status"], "done");
+    tokio::time::sleep(intentgate_mcp::FLAG_POLL * 3).await;
+    assert_eq!(
+        changes.count(),
+        2,
+        "one notification per change, none for not_served"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_flag_watcher_stops_when_the_service_is_dropped() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(
+        SqliteLedger::open(folder.path().join("ledger.db"), SqliteOptions::default()).unwrap(),
+    );
+    let provider = Arc::new(FakeProvider::new(
+        7,
+        FaultPlan::none(),
+        Arc::new(SystemClock),
+    ));
+    let gate = Arc::new(
+        Gate::new(
+            vec![refund_tool()],
+            ledger,
+            provider,
+            Arc::new(SystemClock),
+            GateOptions::default(),
+        )
+        .unwrap(),
+    );
+    let watched = Arc::downgrade(&gate);
+    let service = McpService::new(gate, &BTreeMap::new(), McpOptions::default());
+    let copy = service.clone();
+    assert_eq!(service.listed_tools().await.len(), 1, "the first read came");
+    drop(service);
+    tokio::time::sleep(intentgate_mcp::FLAG_POLL).await;
+    assert!(
+        watched.upgrade().is_some(),
+        "a clone still holds the service"
+    );
+    drop(copy);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        watched.upgrade().is_none(),
+        "the watcher task ended and let go of the gate"
+    );
 }

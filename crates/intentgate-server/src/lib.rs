@@ -3,6 +3,8 @@
 //! | route | what it does |
 //! |---|---|
 //! | `GET /healthz` | liveness: answers at once, touches nothing |
+//! | `GET /readyz` | readiness: `{"ready": true}` when the ledger answers a read within 2 s, else 503 |
+//! | `GET /metrics` | the gate's metrics, Prometheus text format (`intentgate_gate::Metrics`) |
 //! | `GET /v1/tools` | the tools, with their published descriptions and input schemas |
 //! | `POST /v1/tools/{name}/call` | calls a tool through the [`Gate`]; body `{"arguments": {...}}` |
 //! | `GET /v1/intents/{tool}/{key}` | an intent as the ledger holds it |

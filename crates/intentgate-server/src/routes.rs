@@ -1,12 +1,13 @@
 //! The handlers, one per route.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use intentgate_gate::{CallContext, GateError};
@@ -23,11 +24,17 @@ pub const INTENT_ID_HEADER: &str = "intent-id";
 pub const TENANT_HEADER: &str = "intentgate-tenant";
 /// Seconds an overloaded caller is asked to wait.
 const OVERLOADED_RETRY_AFTER_SECONDS: u64 = 1;
+/// How long `/readyz` waits for the ledger to answer a read, and `/metrics` for its intent
+/// counts: a healthy ledger answers in milliseconds, and a load balancer's probe or a
+/// Prometheus scrape usually gives up after a few seconds.
+pub const LEDGER_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub fn router(state: Arc<AppState>) -> axum::Router {
     let body_limit = state.options.body_limit_bytes;
     axum::Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .route("/v1/tools", get(list_tools))
         .route("/v1/tools/{name}/call", post(call_tool))
         .route("/v1/intents/{tool}/{*key}", get(get_intent))
@@ -38,6 +45,66 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
 
 async fn healthz() -> &'static str {
     "ok"
+}
+
+/// Ready when the ledger answers a cheap read in time: without it no call can be served.
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    let detail = match tokio::time::timeout(LEDGER_CHECK_TIMEOUT, state.gate.ledger().tool_flags())
+        .await
+    {
+        Ok(Ok(_)) => return Json(json!({"ready": true})).into_response(),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "not ready: the ledger failed a read");
+            "the intent ledger failed a read; no call can be served until it answers".to_owned()
+        }
+        Err(_) => {
+            tracing::warn!(
+                timeout_ms = LEDGER_CHECK_TIMEOUT.as_millis() as u64,
+                "not ready: the ledger did not answer in time"
+            );
+            format!(
+                "the intent ledger did not answer a read within {} s; no call can be served until it does",
+                LEDGER_CHECK_TIMEOUT.as_secs()
+            )
+        }
+    };
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ledger-unreachable",
+        "The intent ledger is unreachable",
+        detail,
+    )
+    .into_response()
+}
+
+/// The gate's metrics in the Prometheus text format, with `intentgate_intents` refreshed
+/// from the ledger first. A ledger that fails or is slow only leaves that gauge as it was:
+/// the other metrics are still worth scraping.
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let gate = &state.gate;
+    match tokio::time::timeout(LEDGER_CHECK_TIMEOUT, gate.ledger().status_counts()).await {
+        Ok(Ok(counts)) => gate.metrics().set_intent_counts(
+            counts
+                .into_iter()
+                // Intents of tools no longer in the config would be series nobody bounds.
+                .filter(|count| gate.tool(&count.tool).is_some())
+                .map(|count| (count.tool, count.status.as_str().to_owned(), count.count)),
+        ),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "metrics: could not count the intents; the gauge is stale")
+        }
+        Err(_) => tracing::warn!(
+            timeout_ms = LEDGER_CHECK_TIMEOUT.as_millis() as u64,
+            "metrics: counting the intents took too long; the gauge is stale"
+        ),
+    }
+    let text = gate.metrics().encode();
+    let mut response = text.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(prometheus_client::encoding::prometheus_text::CONTENT_TYPE),
+    );
+    response
 }
 
 async fn not_found() -> Problem {

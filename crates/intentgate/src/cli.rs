@@ -6,10 +6,15 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use intentgate_core::IntentStatus;
 use intentgate_ledger::Durability;
 
 use crate::bench::gateway::{CALLS_DEFAULT, CALLS_MAX};
 use crate::bench::ledger::{INTENTS_DEFAULT, INTENTS_MAX, SEQUENTIAL_INTENTS_MAX};
+use crate::bench::reconcile::{
+    INTENTS_DEFAULT as RECONCILE_INTENTS_DEFAULT, INTENTS_MAX as RECONCILE_INTENTS_MAX,
+    INTENTS_MIN as RECONCILE_INTENTS_MIN,
+};
 
 /// The `intentgate` command.
 #[derive(Debug, Parser)]
@@ -44,6 +49,70 @@ pub enum Command {
     Config(ConfigArgs),
     /// Measure intentgate on this machine against the SPEC targets.
     Bench(BenchArgs),
+    /// The kill switch: switch a tool off or on for every gateway sharing the ledger, or
+    /// list which tools are off.
+    Flags(FlagsArgs),
+    /// List, show and resolve intents (an unknown intent as `done` or `not_executed`), on
+    /// the ledger directly.
+    Intents(IntentsArgs),
+    /// Compare the ledger with each side-effecting tool's provider records over a window:
+    /// resolve what is proved, report every mismatch to the tool's owner.
+    #[command(
+        long_about = "Compare the ledger with each side-effecting tool's provider \
+records over a window, and report every mismatch to the tool's owner.
+
+For every side-effecting tool with a `list` in the config, the provider's records created in \
+the window are paged through (one page in memory at a time) and matched to the intents first \
+seen in the window by the intent key the gateway sent with each effect. Mismatches:
+
+  unknown_found          an unknown intent the provider has: resolved to done (info)
+  unknown_missing        an unknown intent the provider lacks, past the grace period: the owner decides
+  no_intent              a provider record no intent explains: someone bypassed the gateway
+  missing_record         a done intent with no provider record
+  duplicate              several provider records for one intent (critical)
+  amount                 the provider's amount differs from the intent's
+  effect_despite_status  the model was told rejected/not_executed, the provider has it (critical)
+
+The report names who was affected (the record's subject, the intent's key, arguments and \
+provider ids). Each owner gets one notice per tool: a log line and, if configured, a webhook. \
+The run and its mismatches are stored in the ledger. `intentgate serve` runs the same job \
+every `reconcile.every_seconds` (hourly by default).
+
+Exit status: 0 when nothing critical was found, 2 when a critical mismatch exists, 3 when a \
+tool could not be reconciled (its provider listing failed), 1 when the run could not start."
+    )]
+    Reconcile(ReconcileArgs),
+}
+
+/// `intentgate reconcile`.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// The tool config (YAML): the tools' list requests, owners and the grace period.
+    #[arg(long, env = "INTENTGATE_CONFIG")]
+    pub config: PathBuf,
+    /// The ledger (overrides `gateway.ledger`): a SQLite file or a PostgreSQL URL.
+    #[arg(long, env = "INTENTGATE_LEDGER")]
+    pub ledger: Option<String>,
+    /// How far back to compare: 30s, 15m, 1h, 2d. The newest `reconcile.settle_seconds`
+    /// are left out (calls still being written).
+    #[arg(long, default_value = "1h")]
+    pub since: String,
+    /// `text` (a table and one line per mismatch) or `json` (one JSON object per line:
+    /// each mismatch, then a summary).
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+    /// Who runs it, in the event log of every intent it resolves.
+    #[arg(long, env = "USER", default_value = "cli")]
+    pub actor: String,
+}
+
+/// How a report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// For a human.
+    Text,
+    /// For a program: JSON lines.
+    Json,
 }
 
 /// `intentgate serve`.
@@ -62,6 +131,35 @@ pub struct ServeArgs {
     /// Durability of the ledger (overrides `gateway.durability`).
     #[arg(long, env = "INTENTGATE_DURABILITY", value_enum)]
     pub durability: Option<DurabilityArgument>,
+    /// Turns the admin API on (/v1/admin/: flags, intents, reconciliation): the bearer
+    /// token its requests must carry, at least 16 characters. Prefer the environment
+    /// variable: a command-line value is visible in the process list. Without it the admin
+    /// API is off.
+    #[arg(
+        long,
+        env = "INTENTGATE_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub admin_token: Option<AdminToken>,
+}
+
+/// A secret flag value: `Debug` never shows it.
+#[derive(Clone)]
+pub struct AdminToken(pub String);
+
+impl std::str::FromStr for AdminToken {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<AdminToken, Self::Err> {
+        Ok(AdminToken(text.to_owned()))
+    }
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(<hidden>)")
+    }
 }
 
 /// `intentgate mcp`.
@@ -136,6 +234,270 @@ pub enum ConfigCommand {
     },
 }
 
+/// `intentgate flags`.
+#[derive(Debug, Args)]
+pub struct FlagsArgs {
+    #[command(subcommand)]
+    pub command: FlagsCommand,
+}
+
+/// What to do with the kill-switch flags. Each works on the ledger directly, whether or
+/// not a gateway is running.
+#[derive(Debug, Subcommand)]
+pub enum FlagsCommand {
+    /// List every tool of the config as on or off, with the reason, who and when.
+    #[command(
+        long_about = "List every tool of the config as on or off, with the reason, who \
+switched it and when (UTC), as stored in the ledger. Flags stored for tools that are no longer \
+in the config are listed too, marked as such. A switch is honoured by every gateway sharing \
+the ledger within a second."
+    )]
+    List(FlagsListArgs),
+    /// Switch a tool off: every gateway sharing the ledger answers its calls with status
+    /// `disabled` within a second.
+    #[command(long_about = "Switch a tool off (the kill switch).
+
+The flag is written to the ledger, so it is honoured by every gateway sharing the ledger within a \
+second (`intentgate serve` replicas and `intentgate mcp`), whether or not one is running now: \
+calls to the tool do nothing and return status `disabled` (the model is told a person will \
+follow up), while the agent keeps running. MCP clients connected over stdio are told that the \
+tool list changed. `intentgate flags enable TOOL` switches it back on.")]
+    Disable(FlagsDisableArgs),
+    /// Switch a tool back on: every gateway sharing the ledger runs its calls again within
+    /// a second.
+    #[command(long_about = "Switch a tool back on.
+
+The flag is written to the ledger, so it is honoured by every gateway sharing the ledger within a \
+second (`intentgate serve` replicas and `intentgate mcp`): calls to the tool run again. \
+MCP clients connected over stdio are told that the tool list changed.")]
+    Enable(FlagsEnableArgs),
+}
+
+/// Where the flags live: the config names the tools and, unless --ledger is given, the
+/// ledger and its durability.
+#[derive(Debug, Args)]
+pub struct FlagsLedgerArgs {
+    /// The tool config (YAML) of the gateways: its tool names, and its `gateway.ledger`.
+    #[arg(long, env = "INTENTGATE_CONFIG")]
+    pub config: PathBuf,
+    /// The ledger (overrides `gateway.ledger`): a SQLite file, or a PostgreSQL URL. The
+    /// one every gateway of the deployment uses.
+    #[arg(long, env = "INTENTGATE_LEDGER")]
+    pub ledger: Option<String>,
+}
+
+/// `intentgate flags list`.
+#[derive(Debug, Args)]
+pub struct FlagsListArgs {
+    #[command(flatten)]
+    pub location: FlagsLedgerArgs,
+    /// `text` (a table) or `json` (one object).
+    #[arg(long, value_enum, default_value_t = FlagsFormat::Text)]
+    pub format: FlagsFormat,
+}
+
+/// `intentgate flags disable`.
+#[derive(Debug, Args)]
+pub struct FlagsDisableArgs {
+    /// The tool to switch off, as named in the config.
+    pub tool: String,
+    /// Why it is switched off, for whoever reads the list next (stored in the ledger and
+    /// its event log).
+    #[arg(long)]
+    pub reason: String,
+    /// Who switches it off.
+    #[arg(long, env = "USER", default_value = "cli")]
+    pub actor: String,
+    #[command(flatten)]
+    pub location: FlagsLedgerArgs,
+}
+
+/// `intentgate flags enable`.
+#[derive(Debug, Args)]
+pub struct FlagsEnableArgs {
+    /// The tool to switch back on, as named in the config.
+    pub tool: String,
+    /// Why it is switched back on (stored in the ledger and its event log).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Who switches it on.
+    #[arg(long, env = "USER", default_value = "cli")]
+    pub actor: String,
+    #[command(flatten)]
+    pub location: FlagsLedgerArgs,
+}
+
+/// How `flags list` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FlagsFormat {
+    /// A table.
+    Text,
+    /// One JSON object.
+    Json,
+}
+
+/// `intentgate intents`.
+#[derive(Debug, Args)]
+pub struct IntentsArgs {
+    #[command(subcommand)]
+    pub command: IntentsCommand,
+}
+
+/// What to do with intents. Each works on the ledger directly, whether or not a gateway is
+/// running.
+#[derive(Debug, Subcommand)]
+pub enum IntentsCommand {
+    /// List intents, newest first: id, tenant, tool, key, status, calls, attempts, when
+    /// first seen (UTC) and the provider's external id.
+    List(IntentsListArgs),
+    /// Show one intent and its event log.
+    Show(IntentsShowArgs),
+    /// Resolve an intent by hand: `done` with the provider's external id, or `not_executed`.
+    #[command(
+        long_about = "Resolve an intent by hand: `done` with the provider's external id \
+(the effect happened), or `not_executed` (it certainly did not).
+
+Only an intent whose outcome is unknown (or left in_flight with an expired lease) can be \
+resolved; a done or otherwise settled intent can't be changed. Check the provider first (its \
+dashboard, or a lookup by the intent key). The change is written to the intent's event log with \
+--actor and --reason, and every repeat of the call then gets the resolved answer: `done` \
+replays the external id as already_done, `not_executed` lets the next call try again."
+    )]
+    Resolve(IntentsResolveArgs),
+}
+
+/// Which ledger: the config's `gateway.ledger`, or --ledger.
+#[derive(Debug, Args)]
+pub struct IntentsLedgerArgs {
+    /// The tool config (YAML) of the gateways: its `gateway.ledger` is the ledger read.
+    #[arg(long, env = "INTENTGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The ledger (overrides the config's `gateway.ledger`): a SQLite file, or a PostgreSQL
+    /// URL. The one the gateways use.
+    #[arg(long, env = "INTENTGATE_LEDGER")]
+    pub ledger: Option<String>,
+}
+
+/// `intentgate intents list`.
+#[derive(Debug, Args)]
+pub struct IntentsListArgs {
+    /// Only this tool's intents.
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// Only intents in this status.
+    #[arg(long, value_enum)]
+    pub status: Option<StatusArgument>,
+    /// Only this tenant's intents.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only the intent with this key.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Most intents listed.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub limit: u32,
+    /// Oldest first instead of newest first.
+    #[arg(long)]
+    pub oldest: bool,
+    /// `text` (a table) or `json` (one object per line).
+    #[arg(long, value_enum, default_value_t = IntentsFormat::Text)]
+    pub format: IntentsFormat,
+    #[command(flatten)]
+    pub location: IntentsLedgerArgs,
+}
+
+/// `intentgate intents show`.
+#[derive(Debug, Args)]
+pub struct IntentsShowArgs {
+    /// The intent's id (the first column of `intents list`).
+    pub id: i64,
+    /// `text` or `json` (one object: the intent and its events).
+    #[arg(long, value_enum, default_value_t = IntentsFormat::Text)]
+    pub format: IntentsFormat,
+    #[command(flatten)]
+    pub location: IntentsLedgerArgs,
+}
+
+/// `intentgate intents resolve`.
+#[derive(Debug, Args)]
+pub struct IntentsResolveArgs {
+    /// The intent's id (the first column of `intents list`).
+    pub id: i64,
+    /// What happened: `done` (needs --external-id) or `not_executed`.
+    #[arg(long, value_enum)]
+    pub status: ManualStatusArgument,
+    /// The provider's id for the effect (the refund's or charge's id); required for `done`.
+    #[arg(long)]
+    pub external_id: Option<String>,
+    /// Why: what the provider or the customer showed. Written to the event log.
+    #[arg(long)]
+    pub reason: String,
+    /// Who resolves it (written to the event log).
+    #[arg(long, env = "USER", default_value = "cli")]
+    pub actor: String,
+    #[command(flatten)]
+    pub location: IntentsLedgerArgs,
+}
+
+/// An intent status as a flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusArgument {
+    #[value(name = "pending")]
+    Pending,
+    #[value(name = "in_flight")]
+    InFlight,
+    #[value(name = "done")]
+    Done,
+    #[value(name = "rejected")]
+    Rejected,
+    #[value(name = "not_executed")]
+    NotExecuted,
+    #[value(name = "unknown")]
+    Unknown,
+}
+
+impl From<StatusArgument> for IntentStatus {
+    fn from(argument: StatusArgument) -> IntentStatus {
+        match argument {
+            StatusArgument::Pending => IntentStatus::Pending,
+            StatusArgument::InFlight => IntentStatus::InFlight,
+            StatusArgument::Done => IntentStatus::Done,
+            StatusArgument::Rejected => IntentStatus::Rejected,
+            StatusArgument::NotExecuted => IntentStatus::NotExecuted,
+            StatusArgument::Unknown => IntentStatus::Unknown,
+        }
+    }
+}
+
+/// The statuses an operator may set by hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ManualStatusArgument {
+    /// The effect happened at the provider.
+    #[value(name = "done")]
+    Done,
+    /// The effect certainly did not happen.
+    #[value(name = "not_executed")]
+    NotExecuted,
+}
+
+impl From<ManualStatusArgument> for IntentStatus {
+    fn from(argument: ManualStatusArgument) -> IntentStatus {
+        match argument {
+            ManualStatusArgument::Done => IntentStatus::Done,
+            ManualStatusArgument::NotExecuted => IntentStatus::NotExecuted,
+        }
+    }
+}
+
+/// How `intents list` and `intents show` print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IntentsFormat {
+    /// A table.
+    Text,
+    /// JSON: one object per line.
+    Json,
+}
+
 /// `intentgate bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -184,6 +546,42 @@ call succeeded, and that the provider holds exactly one refund per intent and pe
 call. Both servers are shut down and the temporary folder removed afterwards."
     )]
     Gateway(GatewayBenchArgs),
+    /// Measure reconciliation of a large window: 1,000,000 intents against about as many
+    /// provider records, with the time and the peak memory.
+    #[command(
+        long_about = "Measure reconciliation of a large window (SPEC: 1,000,000 intents \
+against 1,000,000 provider records in under 10 s and under 1 GiB).
+
+Fills a fresh SQLite ledger (in a temporary folder inside --dir, removed afterwards) with the \
+intents of one side-effecting tool spread over an hour, then reconciles them against provider \
+records generated a page (1,000 records) at a time, the way a provider's list hands them over. \
+Every 10,000 intents hold one of each mismatch kind and one record made around the gateway; \
+the run must find exactly those, or the benchmark fails. Reports the time, the peak resident \
+memory during the run (Linux), and a baseline measured in the same run: a plain scan of the \
+same intents through the same ledger query."
+    )]
+    Reconcile(ReconcileBenchArgs),
+}
+
+/// `intentgate bench reconcile`.
+#[derive(Debug, Args)]
+pub struct ReconcileBenchArgs {
+    /// The folder the ledger goes in (in a temporary folder inside it).
+    #[arg(long, env = "INTENTGATE_BENCH_DIR", default_value = ".")]
+    pub dir: PathBuf,
+
+    // The help is built at run time so that it states the limits' actual values.
+    #[arg(
+        long,
+        default_value_t = RECONCILE_INTENTS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(i64::from(RECONCILE_INTENTS_MIN)..=i64::from(RECONCILE_INTENTS_MAX)),
+        help = format!("Intents in the window ({RECONCILE_INTENTS_MIN} to {RECONCILE_INTENTS_MAX})")
+    )]
+    pub intents: u32,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `intentgate bench ledger`.

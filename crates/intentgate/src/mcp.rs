@@ -34,6 +34,10 @@ pub async fn run(arguments: McpArgs) -> anyhow::Result<()> {
         .await
         .context("opening the intent ledger")?;
     let gate = Arc::new(build_gate(&loaded, ledger.clone(), Arc::new(SystemClock))?);
+    // Duplicate-call alerts for the calls this process serves (reconciliation runs in
+    // `serve` or `intentgate reconcile`: one per deployment is enough).
+    let notifier = Arc::new(intentgate_ops::Notifier::new(loaded.config.owners.clone()));
+    crate::serve::start_alerts(&loaded, &gate, &notifier);
     tokio::spawn(purge_forever(ledger, gateway.retention_days));
     eprintln!(
         "serving {} tools over MCP on stdio from {} (ledger {}, durability {:?})",

@@ -2,9 +2,11 @@
 //!
 //! Glue only: load and check the config, open the ledger, build the HTTP upstream and the
 //! gate, and hand them to `intentgate_server::run_with` with a shutdown future, with MCP over
-//! Streamable HTTP mounted at `/mcp` beside the HTTP API. A background task purges settled
-//! intents older than the retention period; another sweeps intents left in flight or unknown
-//! (`Gate::sweep`).
+//! Streamable HTTP mounted at `/mcp` and the admin API (`intentgate_admin`, on only with a
+//! token) at `/v1/admin/` beside the HTTP API. Background tasks purge settled intents older
+//! than the retention period, sweep intents left in flight or unknown (`Gate::sweep`),
+//! evaluate the duplicate-call alert rules over the gate's repeated calls, and reconcile the
+//! ledger with the providers every `reconcile.every_seconds` (`intentgate_ops`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,11 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use intentgate_config::LoadedConfig;
+use intentgate_admin::AdminOptions;
+use intentgate_config::{LoadedConfig, ReconcileConfig};
 use intentgate_gate::{Clock, Gate, GateOptions, SystemClock};
 use intentgate_http::{HttpTool, HttpUpstream};
 use intentgate_ledger::{Durability, Ledger};
 use intentgate_mcp::{HttpOptions, LOOPBACK_HOSTS, McpService};
+use intentgate_ops::{AlertEngine, Notifier, Reconciler};
 use intentgate_server::ServerOptions;
 use tokio::net::TcpListener;
 
@@ -33,9 +37,22 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 /// Most intents of each status (expired in flight, unknown) one sweep takes; one sweep
 /// handles them one at a time, so this bounds how long it runs. The rest wait for the next.
 const SWEEP_LIMIT: u32 = 100;
+/// Who an admin API change is attributed to when the request names no actor.
+const ADMIN_ACTOR_DEFAULT: &str = "admin-api";
 
 pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
     let loaded = load(&arguments.config)?;
+    // The admin API is on only with a token (never printed or logged).
+    let admin_token = arguments
+        .admin_token
+        .as_ref()
+        .map(|token| token.0.clone())
+        .filter(|token| !token.is_empty());
+    if let Some(token) = &admin_token {
+        intentgate_admin::check_token(token)
+            .map_err(anyhow::Error::msg)
+            .context("--admin-token (INTENTGATE_ADMIN_TOKEN)")?;
+    }
     let gateway = &loaded.config.gateway;
     let listen = arguments
         .listen
@@ -66,9 +83,29 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
     let address = listener.local_addr()?;
     tokio::spawn(purge_forever(ledger.clone(), gateway.retention_days));
     tokio::spawn(sweep_forever(gate.clone()));
+    // Owners hear about duplicate-call alerts and reconciliation mismatches.
+    let notifier = Arc::new(Notifier::new(loaded.config.owners.clone()));
+    start_alerts(&loaded, &gate, &notifier);
+    let reconciler = Arc::new(
+        Reconciler::new(
+            &loaded,
+            ledger.clone(),
+            notifier.clone(),
+            Some(gate.metrics().clone()),
+        )
+        .context("the upstreams of the config")?,
+    );
+    if loaded.config.reconcile.every_seconds > 0 {
+        tokio::spawn(reconcile_forever(
+            reconciler.clone(),
+            ledger.clone(),
+            loaded.config.reconcile.clone(),
+        ));
+    }
     // Printed on stdout, alone on its line, so scripts and tests can read the port.
     println!("intentgate listening on http://{address}");
-    eprintln!(
+    tracing::info!(
+        target: "intentgate::startup",
         "serving {} tools from {} (ledger {}, durability {:?})",
         gate.tools().len(),
         arguments.config.display(),
@@ -94,11 +131,31 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
             allowed_hosts,
         },
     );
+    // The admin API (flags, intents, reconciliation) under /v1/admin/, over the same ledger.
+    let admin_on = admin_token.is_some();
+    let admin_routes = intentgate_admin::router(
+        ledger.clone(),
+        AdminOptions {
+            token: admin_token,
+            tools: loaded.tools.iter().map(|tool| tool.name.clone()).collect(),
+            actor_default: ADMIN_ACTOR_DEFAULT.to_owned(),
+        },
+        Some(Arc::new(AdminReconciler(reconciler))),
+    );
+    if admin_on {
+        tracing::info!(target: "intentgate::startup", "admin API on at /v1/admin/ (bearer token required)");
+    } else {
+        tracing::info!(
+            target: "intentgate::startup",
+            "admin API off (set {} to turn it on)",
+            intentgate_admin::TOKEN_ENV
+        );
+    }
     intentgate_server::run_with(
         listener,
         gate,
         options,
-        Some(mcp_routes),
+        Some(mcp_routes.merge(admin_routes)),
         intentgate_server::shutdown_signal(),
     )
     .await
@@ -204,5 +261,89 @@ pub async fn sweep_forever(gate: Arc<Gate>) {
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "sweep failed; will try again"),
         }
+    }
+}
+
+/// Starts the duplicate-call alert rules of `loaded`'s tools over `gate`'s repeated calls.
+pub fn start_alerts(loaded: &LoadedConfig, gate: &Arc<Gate>, notifier: &Arc<Notifier>) {
+    let engine = AlertEngine::new(loaded);
+    if engine.is_empty() {
+        return;
+    }
+    tokio::spawn(engine.run(
+        gate.repeated_calls(),
+        notifier.clone(),
+        gate.ledger().clone(),
+        gate.metrics().clone(),
+    ));
+}
+
+/// Reconciles every `every_seconds` over the last `window_seconds`. Replicas sharing a
+/// ledger each run this loop; a replica skips its turn when the ledger shows a run by
+/// `serve` that started less than half an interval ago, so one deployment makes about one
+/// run (and one set of notices) per interval.
+pub async fn reconcile_forever(
+    reconciler: Arc<Reconciler>,
+    ledger: Arc<dyn Ledger>,
+    settings: ReconcileConfig,
+) {
+    let every = Duration::from_secs(settings.every_seconds.into());
+    let window = Duration::from_secs(settings.window_seconds.into());
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let now_ms = SystemClock.now_ms();
+        let recent = match ledger.reconciliations(RECENT_RUNS_READ).await {
+            Ok(runs) => runs.into_iter().any(|run| {
+                run.actor == RECONCILE_ACTOR
+                    && now_ms - run.started_ms < every.as_millis() as i64 / 2
+            }),
+            Err(error) => {
+                tracing::warn!(%error, "could not read recent reconciliation runs; reconciling anyway");
+                false
+            }
+        };
+        if recent {
+            tracing::debug!("another replica reconciled less than half an interval ago; skipping");
+            continue;
+        }
+        let report = reconciler.run(window, now_ms, RECONCILE_ACTOR).await;
+        let fields = (
+            report.run_id.unwrap_or(0),
+            report.mismatches_total,
+            report.critical,
+        );
+        if report.critical > 0 || report.has_errors() {
+            tracing::error!(
+                run = fields.0,
+                mismatches = fields.1,
+                critical = fields.2,
+                errors = report.has_errors(),
+                "reconciliation found critical mismatches or could not complete; the owners were told"
+            );
+        } else {
+            tracing::info!(
+                run = fields.0,
+                mismatches = fields.1,
+                "reconciliation finished"
+            );
+        }
+    }
+}
+
+/// The actor of the runs `serve` makes.
+const RECONCILE_ACTOR: &str = "serve";
+/// Latest runs read to decide whether another replica just reconciled.
+const RECENT_RUNS_READ: u32 = 5;
+
+/// Reconciliation for the admin API (`POST /v1/admin/reconcile`).
+struct AdminReconciler(Arc<Reconciler>);
+
+#[async_trait::async_trait]
+impl intentgate_admin::Reconciler for AdminReconciler {
+    async fn reconcile(&self, since: Duration, actor: &str) -> Result<serde_json::Value, String> {
+        let report = self.0.run(since, SystemClock.now_ms(), actor).await;
+        serde_json::to_value(&report).map_err(|error| error.to_string())
     }
 }

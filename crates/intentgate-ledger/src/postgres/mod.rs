@@ -38,11 +38,12 @@ use tokio::task::JoinHandle;
 use tokio_postgres::Config;
 
 use self::pool::{CONNECT_TIMEOUT, Pool, Session, Target, describe};
-use crate::plan::Plan;
+use crate::plan::{self, Plan};
 use crate::waiters::Waiters;
 use crate::{
-    Begin, BeginRequest, Durability, Event, Finish, Finished, IntentId, IntentRecord, Ledger,
-    LedgerError, Resolve, ToolFlag,
+    Begin, BeginRequest, Durability, Event, Finish, Finished, IntentFilter, IntentId,
+    IntentRecord, Ledger, LedgerError, Order, ReconciliationRun, Resolve, StatusCount,
+    StoredMismatch, ToolFlag,
 };
 
 /// The schema a ledger uses unless told otherwise.
@@ -671,6 +672,76 @@ impl Ledger for PostgresLedger {
     async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError> {
         self.run(write(false, None), &before_ms, |session, &before_ms| {
             Box::pin(ops::purge(session, before_ms))
+        })
+        .await
+    }
+
+    async fn intents(
+        &self,
+        filter: &IntentFilter,
+        order: Order,
+        cursor: Option<IntentId>,
+        limit: u32,
+    ) -> Result<Vec<IntentRecord>, LedgerError> {
+        let input = (filter, order, cursor, limit);
+        self.run(
+            Mode::Read,
+            &input,
+            |session, &(filter, order, cursor, limit)| {
+                Box::pin(async move {
+                    Ok(Plan::outcome(
+                        ops::intents(session, filter, order, cursor, limit).await?,
+                    ))
+                })
+            },
+        )
+        .await
+    }
+
+    async fn status_counts(&self) -> Result<Vec<StatusCount>, LedgerError> {
+        self.run(Mode::Read, &(), |session, ()| {
+            Box::pin(async move { Ok(Plan::outcome(ops::status_counts(session).await?)) })
+        })
+        .await
+    }
+
+    async fn record_reconciliation(
+        &self,
+        run: &ReconciliationRun,
+        mismatches: &[StoredMismatch],
+    ) -> Result<i64, LedgerError> {
+        let stored = plan::reconciliation(run, mismatches)?;
+        self.run(write(false, None), &stored, |session, (run, mismatches)| {
+            Box::pin(ops::record_reconciliation(session, run, mismatches))
+        })
+        .await
+    }
+
+    async fn reconciliations(&self, limit: u32) -> Result<Vec<ReconciliationRun>, LedgerError> {
+        self.run(Mode::Read, &limit, |session, &limit| {
+            Box::pin(async move { Ok(Plan::outcome(ops::reconciliations(session, limit).await?)) })
+        })
+        .await
+    }
+
+    async fn reconciliation(&self, run_id: i64) -> Result<Option<ReconciliationRun>, LedgerError> {
+        self.run(Mode::Read, &run_id, |session, &run_id| {
+            Box::pin(async move { Ok(Plan::outcome(ops::reconciliation(session, run_id).await?)) })
+        })
+        .await
+    }
+
+    async fn reconciliation_mismatches(
+        &self,
+        run_id: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredMismatch>, LedgerError> {
+        self.run(Mode::Read, &(run_id, limit), |session, &(run_id, limit)| {
+            Box::pin(async move {
+                Ok(Plan::outcome(
+                    ops::reconciliation_mismatches(session, run_id, limit).await?,
+                ))
+            })
         })
         .await
     }

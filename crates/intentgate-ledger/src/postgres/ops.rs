@@ -15,9 +15,16 @@ use tokio_postgres::types::ToSql;
 
 use super::pool::Session;
 use super::{Attempt, Failure, is_connection_lost};
-use crate::plan::{self, NewIntent, Plan, StoredIntent, Write};
-use crate::record::{Event, IntentId, IntentRecord, ToolFlag};
-use crate::{Begin, BeginRequest, Finish, Finished, LedgerError, Resolve};
+use crate::plan::{
+    self, Dialect, MismatchRow, NewIntent, Parameter, Plan, StoredIntent, StoredRun, Write,
+};
+use crate::record::{
+    Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
+};
+use crate::{
+    Begin, BeginRequest, Finish, Finished, IntentFilter, LedgerError, Order,
+    RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Resolve,
+};
 
 /// The columns of an intent, in the order [`read_intent`] reads them.
 macro_rules! intent_columns {
@@ -85,6 +92,38 @@ const DELETE_INTENTS: &str = "DELETE FROM intents WHERE id = ANY($1)";
 /// Refused calls of a switched-off tool can pile up; switch changes are kept (audit).
 const DELETE_DISABLED_CALLS: &str =
     "DELETE FROM events WHERE intent_id IS NULL AND kind = 'disabled_call' AND at_ms < $1";
+
+const STATUS_COUNTS: &str = "SELECT tool, status, count(*) FROM intents GROUP BY tool, status";
+const INSERT_RUN: &str = "INSERT INTO reconciliation_runs (started_ms, finished_ms, since_ms, \
+     until_ms, actor, intents_checked, records_checked, mismatches, critical, summary) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id";
+/// Every mismatch of a run in one statement (one round trip), a column per array.
+const INSERT_MISMATCHES: &str = "INSERT INTO reconciliation_mismatches (run_id, position, tool, \
+     kind, severity, intent_id, tenant, intent_key, external_ids, subject, detail) \
+     SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], \
+     $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])";
+/// The columns of a run, in the order [`read_run`] reads them.
+macro_rules! run_columns {
+    () => {
+        "id, started_ms, finished_ms, since_ms, until_ms, actor, intents_checked, \
+         records_checked, mismatches, critical, summary"
+    };
+}
+const RUNS: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM reconciliation_runs ORDER BY id DESC LIMIT $1"
+);
+const RUN: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM reconciliation_runs WHERE id = $1"
+);
+const MISMATCHES: &str = "SELECT run_id, tool, kind, severity, intent_id, tenant, intent_key, \
+     external_ids, subject, detail FROM reconciliation_mismatches WHERE run_id = $1 \
+     ORDER BY position LIMIT $2";
+/// Their mismatches go with them (ON DELETE CASCADE), in the same statement.
+const DELETE_RUNS: &str = "DELETE FROM reconciliation_runs WHERE finished_ms < $1";
 
 fn corrupt(column: &str, message: impl std::fmt::Display) -> Failure {
     Failure::Ledger(LedgerError::Corrupt(format!("{column}: {message}")))
@@ -508,5 +547,184 @@ pub async fn purge(session: &mut Session, before_ms: i64) -> Result<Plan<u64>, F
         .execute(DELETE_DISABLED_CALLS, &[&before_ms])
         .await?;
     let purged = session.execute(DELETE_INTENTS, &[&ids]).await?;
+    session.execute(DELETE_RUNS, &[&before_ms]).await?;
     Ok(Plan::outcome(purged))
+}
+
+/// A count column, which the schema keeps non-negative.
+fn count(row: &Row, index: usize, column: &str) -> Result<u64, Failure> {
+    let value: i64 = row.try_get(index)?;
+    u64::try_from(value).map_err(|_| corrupt(column, format!("the count {value} is negative")))
+}
+
+pub async fn intents(
+    session: &mut Session,
+    filter: &IntentFilter,
+    order: Order,
+    cursor: Option<IntentId>,
+    limit: u32,
+) -> Result<Vec<IntentRecord>, Failure> {
+    let Some(query) = plan::intents_query(
+        filter,
+        order,
+        cursor,
+        limit,
+        intent_columns!(),
+        Dialect::Postgres,
+    ) else {
+        return Ok(Vec::new());
+    };
+    let parameters: Vec<&(dyn ToSql + Sync)> = query
+        .parameters
+        .iter()
+        .map(|parameter| match parameter {
+            Parameter::Integer(value) => value as &(dyn ToSql + Sync),
+            Parameter::Text(text) => text as &(dyn ToSql + Sync),
+        })
+        .collect();
+    let rows = session.query_unprepared(&query.sql, &parameters).await?;
+    read_intents(&rows)
+}
+
+pub async fn status_counts(session: &mut Session) -> Result<Vec<StatusCount>, Failure> {
+    let rows = session.query(STATUS_COUNTS, &[]).await?;
+    let counts = rows
+        .iter()
+        .map(|row| {
+            let status: String = row.try_get(1)?;
+            Ok(StatusCount {
+                tool: row.try_get(0)?,
+                status: status
+                    .parse()
+                    .map_err(|error| corrupt("intents.status", error))?,
+                count: count(row, 2, "count")?,
+            })
+        })
+        .collect::<Result<_, Failure>>()?;
+    Ok(plan::status_counts(counts))
+}
+
+/// Inserts a run checked by [`plan::reconciliation`] and its mismatches; returns its id.
+pub async fn record_reconciliation(
+    session: &mut Session,
+    run: &StoredRun,
+    mismatches: &[MismatchRow],
+) -> Result<Plan<i64>, Failure> {
+    let inserted = session
+        .query_opt(
+            INSERT_RUN,
+            &[
+                &run.run.started_ms,
+                &run.run.finished_ms,
+                &run.run.since_ms,
+                &run.run.until_ms,
+                &run.run.actor,
+                &run.intents_checked,
+                &run.records_checked,
+                &run.mismatches,
+                &run.critical,
+                &run.summary,
+            ],
+        )
+        .await?;
+    let run_id: i64 = inserted
+        .ok_or_else(|| corrupt("reconciliation_runs", "the insert returned no id"))?
+        .try_get(0)?;
+    if !mismatches.is_empty() {
+        let column = |field: fn(&MismatchRow) -> Option<String>| -> Vec<Option<String>> {
+            mismatches.iter().map(field).collect()
+        };
+        let positions: Vec<i64> = (0..mismatches.len() as i64).collect();
+        let tools = column(|row| Some(row.mismatch.tool.clone()));
+        let kinds = column(|row| Some(row.mismatch.kind.clone()));
+        let severities = column(|row| Some(row.mismatch.severity.clone()));
+        let intent_ids: Vec<Option<i64>> =
+            mismatches.iter().map(|row| row.mismatch.intent_id).collect();
+        let tenants = column(|row| row.mismatch.tenant.clone());
+        let keys = column(|row| row.mismatch.intent_key.clone());
+        let external_ids = column(|row| Some(row.external_ids.clone()));
+        let subjects = column(|row| row.mismatch.subject.clone());
+        let details = column(|row| Some(row.mismatch.detail.clone()));
+        session
+            .execute(
+                INSERT_MISMATCHES,
+                &[
+                    &run_id,
+                    &positions,
+                    &tools,
+                    &kinds,
+                    &severities,
+                    &intent_ids,
+                    &tenants,
+                    &keys,
+                    &external_ids,
+                    &subjects,
+                    &details,
+                ],
+            )
+            .await?;
+    }
+    Ok(Plan::outcome(run_id))
+}
+
+fn read_run(row: &Row) -> Result<ReconciliationRun, Failure> {
+    let summary: String = row.try_get(10)?;
+    Ok(ReconciliationRun {
+        id: row.try_get(0)?,
+        started_ms: row.try_get(1)?,
+        finished_ms: row.try_get(2)?,
+        since_ms: row.try_get(3)?,
+        until_ms: row.try_get(4)?,
+        actor: row.try_get(5)?,
+        intents_checked: count(row, 6, "reconciliation_runs.intents_checked")?,
+        records_checked: count(row, 7, "reconciliation_runs.records_checked")?,
+        mismatches: count(row, 8, "reconciliation_runs.mismatches")?,
+        critical: count(row, 9, "reconciliation_runs.critical")?,
+        summary: serde_json::from_str(&summary)
+            .map_err(|error| corrupt("reconciliation_runs.summary", error))?,
+    })
+}
+
+pub async fn reconciliations(
+    session: &mut Session,
+    limit: u32,
+) -> Result<Vec<ReconciliationRun>, Failure> {
+    let limit = i64::from(limit.min(RECONCILIATIONS_PAGE_MAX));
+    let rows = session.query(RUNS, &[&limit]).await?;
+    rows.iter().map(read_run).collect()
+}
+
+pub async fn reconciliation(
+    session: &mut Session,
+    run_id: i64,
+) -> Result<Option<ReconciliationRun>, Failure> {
+    let row = session.query_opt(RUN, &[&run_id]).await?;
+    row.as_ref().map(read_run).transpose()
+}
+
+pub async fn reconciliation_mismatches(
+    session: &mut Session,
+    run_id: i64,
+    limit: u32,
+) -> Result<Vec<StoredMismatch>, Failure> {
+    let limit = (limit as usize).min(RECONCILIATION_MISMATCHES_STORED_MAX) as i64;
+    let rows = session.query(MISMATCHES, &[&run_id, &limit]).await?;
+    rows.iter()
+        .map(|row| {
+            let external_ids: String = row.try_get(7)?;
+            Ok(StoredMismatch {
+                run_id: row.try_get(0)?,
+                tool: row.try_get(1)?,
+                kind: row.try_get(2)?,
+                severity: row.try_get(3)?,
+                intent_id: row.try_get(4)?,
+                tenant: row.try_get(5)?,
+                intent_key: row.try_get(6)?,
+                external_ids: serde_json::from_str(&external_ids)
+                    .map_err(|error| corrupt("reconciliation_mismatches.external_ids", error))?,
+                subject: row.try_get(8)?,
+                detail: row.try_get(9)?,
+            })
+        })
+        .collect()
 }

@@ -23,8 +23,9 @@ pub const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait for a new connection (TCP and the startup handshake), unless the URL sets
 /// `connect_timeout`.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Most prepared statements kept per connection. The store uses about twenty; the bound
-/// only guards against a bug that would prepare without end.
+/// Most prepared statements kept per connection. The store uses about thirty (a filtered
+/// page of intents is not kept); the bound only guards against a bug that would prepare
+/// without end.
 const STATEMENTS_MAX: usize = 64;
 
 /// Where the pool connects, for messages: host and port and database, never the user's
@@ -157,6 +158,18 @@ impl Session {
             self.client.query_opt(&statement, parameters),
         )
         .await
+    }
+
+    /// Runs `sql` without keeping its prepared statement: for statements built per call
+    /// (a filter's conditions), whose shapes are too many to keep. The server plans each
+    /// with the values of its parameters (an unnamed statement), at one more round trip.
+    pub async fn query_unprepared(
+        &mut self,
+        sql: &str,
+        parameters: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let begin = self.pending_begin.take();
+        after_begin(&self.client, begin, self.client.query(sql, parameters)).await
     }
 
     pub async fn execute(

@@ -75,6 +75,51 @@ const MIGRATIONS: &[&str] = &[
         updated_ms BIGINT NOT NULL
     );
     "#,
+    // 2: filtered paging over intents, status counts, reconciliation runs and mismatches.
+    //
+    // Paging one tool's intents in id order walks intents_by_tool; intents_by_tool_first_seen
+    // gives a window's least and greatest id from the index alone; intents_by_tool_key finds
+    // a key across tenants, in id order; intents_by_tool_status counts from the index. The
+    // intent's tool, key, id and first-seen time never change, so only the status index
+    // moves on a write.
+    r#"
+    CREATE INDEX intents_by_tool ON intents (tool, id, first_seen_ms);
+    CREATE INDEX intents_by_tool_first_seen ON intents (tool, first_seen_ms, id);
+    CREATE INDEX intents_by_tool_key ON intents (tool, intent_key, id);
+    CREATE INDEX intents_by_tool_status ON intents (tool, status);
+
+    CREATE TABLE reconciliation_runs (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        started_ms BIGINT NOT NULL,
+        finished_ms BIGINT NOT NULL,
+        since_ms BIGINT NOT NULL,
+        until_ms BIGINT NOT NULL,
+        actor TEXT NOT NULL CHECK (octet_length(actor) BETWEEN 1 AND 256),
+        intents_checked BIGINT NOT NULL CHECK (intents_checked >= 0),
+        records_checked BIGINT NOT NULL CHECK (records_checked >= 0),
+        mismatches BIGINT NOT NULL CHECK (mismatches >= 0),
+        critical BIGINT NOT NULL CHECK (critical >= 0),
+        summary TEXT NOT NULL CHECK (octet_length(summary) <= 65536)
+    );
+    CREATE INDEX reconciliation_runs_by_finished ON reconciliation_runs (finished_ms);
+
+    -- Kept in the order stored (position). Deleting a run deletes its mismatches in the
+    -- same statement, so a purge never leaves mismatches of a run committed meanwhile.
+    CREATE TABLE reconciliation_mismatches (
+        run_id BIGINT NOT NULL REFERENCES reconciliation_runs (id) ON DELETE CASCADE,
+        position BIGINT NOT NULL CHECK (position >= 0),
+        tool TEXT NOT NULL CHECK (octet_length(tool) BETWEEN 1 AND 128),
+        kind TEXT NOT NULL CHECK (octet_length(kind) BETWEEN 1 AND 32),
+        severity TEXT NOT NULL CHECK (severity IN ('info', 'warning', 'critical')),
+        intent_id BIGINT,
+        tenant TEXT CHECK (octet_length(tenant) <= 128),
+        intent_key TEXT CHECK (octet_length(intent_key) <= 512),
+        external_ids TEXT NOT NULL CHECK (octet_length(external_ids) <= 16384),
+        subject TEXT CHECK (octet_length(subject) <= 256),
+        detail TEXT NOT NULL CHECK (octet_length(detail) <= 4096),
+        PRIMARY KEY (run_id, position)
+    );
+    "#,
 ];
 
 /// The first key of the migration's advisory lock ("ig" in ASCII), so that it does not

@@ -29,10 +29,12 @@ use intentgate_core::IntentStatus;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::plan;
 use crate::waiters::Waiters;
 use crate::{
-    Begin, BeginRequest, Durability, Event, Finish, Finished, IntentId, IntentRecord, Ledger,
-    LedgerError, Resolve, ToolFlag,
+    Begin, BeginRequest, Durability, Event, Finish, Finished, IntentFilter, IntentId,
+    IntentRecord, Ledger, LedgerError, Order, ReconciliationRun, Resolve, StatusCount,
+    StoredMismatch, ToolFlag,
 };
 
 /// Most writes committed together. Bounds one transaction's size and the time the first
@@ -161,6 +163,22 @@ impl SqliteLedger {
 
     pub fn durability(&self) -> Durability {
         self.durability
+    }
+
+    /// Inserts intents exactly as given (ids are assigned by the store; `id` is ignored), in
+    /// one transaction, without event-log entries. For benchmarks and test fixtures that need
+    /// a large ledger quickly; the gateway never calls it.
+    ///
+    /// Each intent is checked as the normal writes check theirs (lengths, a fingerprint of 64
+    /// hex digits, a status that agrees with its lease); the first one refused, or a key
+    /// that exists already, refuses them all and nothing is written. Runs as one write of the
+    /// writer thread (a million intents take a few seconds): other writes wait meanwhile.
+    /// Returns how many were inserted.
+    pub async fn bulk_insert(&self, intents: Vec<IntentRecord>) -> Result<u64, LedgerError> {
+        self.write(true, None, move |connection| {
+            ops::bulk_insert(connection, intents)
+        })
+        .await
     }
 
     /// Runs `work` in its own savepoint of the next commit and answers after the commit.
@@ -428,6 +446,49 @@ impl Ledger for SqliteLedger {
             ops::purge(connection, before_ms)
         })
         .await
+    }
+
+    async fn intents(
+        &self,
+        filter: &IntentFilter,
+        order: Order,
+        cursor: Option<IntentId>,
+        limit: u32,
+    ) -> Result<Vec<IntentRecord>, LedgerError> {
+        self.read(|connection| ops::intents(connection, filter, order, cursor, limit))
+    }
+
+    async fn status_counts(&self) -> Result<Vec<StatusCount>, LedgerError> {
+        self.read(ops::status_counts)
+    }
+
+    async fn record_reconciliation(
+        &self,
+        run: &ReconciliationRun,
+        mismatches: &[StoredMismatch],
+    ) -> Result<i64, LedgerError> {
+        // Checked here, so the writer thread only writes.
+        let (run, mismatches) = plan::reconciliation(run, mismatches)?;
+        self.write(false, None, move |connection| {
+            ops::record_reconciliation(connection, &run, &mismatches)
+        })
+        .await
+    }
+
+    async fn reconciliations(&self, limit: u32) -> Result<Vec<ReconciliationRun>, LedgerError> {
+        self.read(|connection| ops::reconciliations(connection, limit))
+    }
+
+    async fn reconciliation(&self, run_id: i64) -> Result<Option<ReconciliationRun>, LedgerError> {
+        self.read(|connection| ops::reconciliation(connection, run_id))
+    }
+
+    async fn reconciliation_mismatches(
+        &self,
+        run_id: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredMismatch>, LedgerError> {
+        self.read(|connection| ops::reconciliation_mismatches(connection, run_id, limit))
     }
 
     async fn wait_for_change(&self, id: IntentId, timeout: Duration) {

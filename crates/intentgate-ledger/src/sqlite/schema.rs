@@ -63,6 +63,53 @@ const MIGRATIONS: &[&str] = &[
         updated_ms INTEGER NOT NULL
     ) STRICT;
     "#,
+    // 2: filtered paging over intents, status counts, reconciliation runs and mismatches.
+    //
+    // Paging one tool's intents in id order walks intents_by_tool (the id is the rowid, so
+    // the index is ordered by it; first_seen_ms lets the window be checked without the row).
+    // intents_by_tool_first_seen (tool, first_seen_ms, rowid) gives a window's least and
+    // greatest id without the rows; intents_by_tool_key finds a key across tenants, in id
+    // order; intents_by_tool_status counts without the rows. The intent's tool, key, id and
+    // first-seen time never change, so only the status index moves on a write.
+    r#"
+    CREATE INDEX intents_by_tool ON intents (tool, id, first_seen_ms);
+    CREATE INDEX intents_by_tool_first_seen ON intents (tool, first_seen_ms);
+    CREATE INDEX intents_by_tool_key ON intents (tool, intent_key);
+    CREATE INDEX intents_by_tool_status ON intents (tool, status);
+
+    -- AUTOINCREMENT: a run's id is never reused, also once the latest runs are purged.
+    CREATE TABLE reconciliation_runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        started_ms INTEGER NOT NULL,
+        finished_ms INTEGER NOT NULL,
+        since_ms INTEGER NOT NULL,
+        until_ms INTEGER NOT NULL,
+        actor TEXT NOT NULL CHECK (length(actor) BETWEEN 1 AND 256),
+        intents_checked INTEGER NOT NULL CHECK (intents_checked >= 0),
+        records_checked INTEGER NOT NULL CHECK (records_checked >= 0),
+        mismatches INTEGER NOT NULL CHECK (mismatches >= 0),
+        critical INTEGER NOT NULL CHECK (critical >= 0),
+        summary TEXT NOT NULL CHECK (length(summary) <= 65536)
+    ) STRICT;
+    CREATE INDEX reconciliation_runs_by_finished ON reconciliation_runs (finished_ms);
+
+    -- Kept in the order stored (position), clustered by run. The single writer deletes a
+    -- run's mismatches with the run, in one transaction.
+    CREATE TABLE reconciliation_mismatches (
+        run_id INTEGER NOT NULL,
+        position INTEGER NOT NULL CHECK (position >= 0),
+        tool TEXT NOT NULL CHECK (length(tool) BETWEEN 1 AND 128),
+        kind TEXT NOT NULL CHECK (length(kind) BETWEEN 1 AND 32),
+        severity TEXT NOT NULL CHECK (severity IN ('info', 'warning', 'critical')),
+        intent_id INTEGER,
+        tenant TEXT CHECK (length(tenant) <= 128),
+        intent_key TEXT CHECK (length(intent_key) <= 512),
+        external_ids TEXT NOT NULL CHECK (length(external_ids) <= 16384),
+        subject TEXT CHECK (length(subject) <= 256),
+        detail TEXT NOT NULL CHECK (length(detail) <= 4096),
+        PRIMARY KEY (run_id, position)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// Applies the migrations this file lacks, in one transaction. Refuses a file written by a

@@ -5,6 +5,7 @@
 
 pub mod gateway;
 pub mod ledger;
+pub mod reconcile;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,6 +19,7 @@ pub async fn run(arguments: BenchArgs) -> anyhow::Result<()> {
     match arguments.command {
         BenchCommand::Ledger(arguments) => ledger::run(arguments).await,
         BenchCommand::Gateway(arguments) => gateway::run(arguments).await,
+        BenchCommand::Reconcile(arguments) => reconcile::run(arguments).await,
     }
 }
 

@@ -1,0 +1,186 @@
+//! `GET /v1/admin/flags` and `PUT /v1/admin/flags/{tool}`: the kill switch.
+//!
+//! A flag is a row of the ledger, so every replica sharing the ledger reads it (the gate
+//! every 500 ms); a switched-off tool answers `disabled` and executes nothing.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use intentgate_core::limits::{ACTOR_LENGTH_MAX, EVENT_DETAIL_LENGTH_MAX};
+use intentgate_ledger::ToolFlag;
+use intentgate_server::Problem;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::body::{self, unprocessable};
+use crate::{AdminState, now_ms};
+
+/// A tool's flag as the admin API shows it. A configured tool that was never switched has
+/// no stored flag: it is enabled, with no reason, actor or time.
+#[derive(Debug, Serialize)]
+pub(crate) struct FlagView {
+    tool: String,
+    /// The tool is in this gateway's config (false: a flag stored for a tool since removed).
+    configured: bool,
+    enabled: bool,
+    reason: Option<String>,
+    actor: Option<String>,
+    updated_ms: Option<i64>,
+}
+
+impl FlagView {
+    fn stored(flag: ToolFlag, configured: bool) -> FlagView {
+        FlagView {
+            tool: flag.tool,
+            configured,
+            enabled: flag.enabled,
+            reason: Some(flag.reason),
+            actor: Some(flag.actor),
+            updated_ms: Some(flag.updated_ms),
+        }
+    }
+}
+
+pub(crate) async fn list(State(state): State<Arc<AdminState>>) -> Result<Json<Value>, Problem> {
+    let mut stored = state
+        .ledger
+        .tool_flags()
+        .await
+        .map_err(body::ledger_problem)?;
+    stored.sort_by(|a, b| a.tool.cmp(&b.tool));
+    let mut flags: Vec<FlagView> = Vec::with_capacity(state.tools.len() + stored.len());
+    for tool in &state.tools {
+        match stored.iter().position(|flag| &flag.tool == tool) {
+            Some(index) => flags.push(FlagView::stored(stored.remove(index), true)),
+            None => flags.push(FlagView {
+                tool: tool.clone(),
+                configured: true,
+                enabled: true,
+                reason: None,
+                actor: None,
+                updated_ms: None,
+            }),
+        }
+    }
+    flags.extend(stored.into_iter().map(|flag| FlagView::stored(flag, false)));
+    Ok(Json(json!({ "flags": flags })))
+}
+
+/// The body of `PUT /v1/admin/flags/{tool}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetFlag {
+    enabled: Option<bool>,
+    reason: Option<String>,
+    actor: Option<String>,
+}
+
+const SET_FLAG_SHAPE: &str = r#"{"enabled": false, "reason": "why", "actor": "who (optional)"}"#;
+
+pub(crate) async fn set(
+    State(state): State<Arc<AdminState>>,
+    Path(tool): Path<String>,
+    request: Result<Bytes, BytesRejection>,
+) -> Result<Json<FlagView>, Problem> {
+    if !state.tools.contains(&tool) {
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown-tool",
+            "Unknown tool",
+            format!(
+                "no tool named `{tool}` in this gateway's config; the tools are: {}",
+                state.tools.join(", ")
+            ),
+        ));
+    }
+    let request: SetFlag = body::json(request, SET_FLAG_SHAPE)?;
+    let Some(enabled) = request.enabled else {
+        return Err(unprocessable(
+            "invalid-body",
+            "Missing enabled",
+            format!("say whether the tool is on: the body must be {SET_FLAG_SHAPE}"),
+        ));
+    };
+    let reason = request.reason.unwrap_or_default().trim().to_owned();
+    if !enabled && reason.is_empty() {
+        return Err(unprocessable(
+            "missing-reason",
+            "A reason is required",
+            "switching a tool off needs a reason (the incident, the ticket): it is stored with \
+the flag and shown to whoever switches it back on"
+                .to_owned(),
+        ));
+    }
+    if reason.len() > EVENT_DETAIL_LENGTH_MAX {
+        return Err(unprocessable(
+            "too-long",
+            "The reason is too long",
+            format!(
+                "the reason is {} bytes long; the limit is {EVENT_DETAIL_LENGTH_MAX}",
+                reason.len()
+            ),
+        ));
+    }
+    let actor = actor(request.actor, &state.actor_default)?;
+    let flag = ToolFlag {
+        tool: tool.clone(),
+        enabled,
+        reason,
+        actor,
+        updated_ms: now_ms(),
+    };
+    state
+        .ledger
+        .set_tool_flag(flag.clone())
+        .await
+        .map_err(body::ledger_problem)?;
+    tracing::warn!(
+        tool = %flag.tool,
+        enabled = flag.enabled,
+        actor = %flag.actor,
+        reason = %flag.reason,
+        "tool flag set through the admin API"
+    );
+    // Answer the flag as stored (the ledger may have cut its text).
+    let stored = state
+        .ledger
+        .tool_flags()
+        .await
+        .map_err(body::ledger_problem)?
+        .into_iter()
+        .find(|stored| stored.tool == tool)
+        .unwrap_or(flag);
+    Ok(Json(FlagView::stored(stored, true)))
+}
+
+/// The actor a request names, or the default; 422 when empty or over the ledger's limit.
+pub(crate) fn actor(asked: Option<String>, default: &str) -> Result<String, Problem> {
+    let actor = match asked {
+        Some(actor) => actor.trim().to_owned(),
+        None => default.to_owned(),
+    };
+    if actor.is_empty() {
+        return Err(unprocessable(
+            "invalid-body",
+            "Empty actor",
+            "the actor (who makes the change) must not be empty; leave it out to use the \
+default"
+                .to_owned(),
+        ));
+    }
+    if actor.len() > ACTOR_LENGTH_MAX {
+        return Err(unprocessable(
+            "too-long",
+            "The actor is too long",
+            format!(
+                "the actor is {} bytes long; the limit is {ACTOR_LENGTH_MAX}",
+                actor.len()
+            ),
+        ));
+    }
+    Ok(actor)
+}

@@ -1,0 +1,229 @@
+//! The admin HTTP API of intentgate, for operators: the kill switch, intents read and
+//! resolved by hand, and reconciliation.
+//!
+//! | route | what it does |
+//! |---|---|
+//! | `GET /v1/admin/flags` | every configured tool's flag, and stored flags of tools no longer configured |
+//! | `PUT /v1/admin/flags/{tool}` | switches a tool off or on: `{"enabled": false, "reason": "...", "actor": "..."}` |
+//! | `GET /v1/admin/intents` | intents, filtered and paged: `tool`, `status`, `tenant`, `key`, `order`, `cursor`, `limit` |
+//! | `GET /v1/admin/intents/{id}` | one intent and its event log |
+//! | `POST /v1/admin/intents/{id}/resolve` | `done` (with the provider's external id) or `not_executed`, with a reason |
+//! | `POST /v1/admin/reconcile` | runs reconciliation over a window: `{"since": "1h"}` |
+//! | `GET /v1/admin/reconciliations` | stored runs, newest first |
+//! | `GET /v1/admin/reconciliations/{id}` | one run with its stored mismatches |
+//!
+//! Every route needs `Authorization: Bearer <token>` (401 otherwise). With no token
+//! configured the admin API is off, and every admin route answers 404 saying how to turn it
+//! on. Errors are `application/problem+json` ([`intentgate_server::Problem`]). A flag is
+//! stored in the ledger, so every replica that shares it honours the switch (the gate reads
+//! flags again every 500 ms); a resolution goes through [`Ledger::resolve`], which checks
+//! the transition and writes the event log entry with the actor and the reason.
+//!
+//! **API boundary:** the crate knows the ledger and the names of the configured tools, not
+//! the config file and not reconciliation, which it reaches through the [`Reconciler`]
+//! trait. [`parse_duration`] and [`ManualResolution`] are shared with the command line, so
+//! `intentgate intents resolve` and the API check the same rules with the same messages.
+
+mod auth;
+mod body;
+mod duration;
+mod flags;
+mod intents;
+mod reconcile;
+mod resolution;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::{any, get, post, put};
+use intentgate_ledger::Ledger;
+use intentgate_server::Problem;
+use tokio::sync::Semaphore;
+
+pub use duration::parse_duration;
+pub use resolution::{MANUAL_STATUSES, ManualResolution, Unresolvable, check_resolvable};
+
+/// The environment variable that holds the admin token (read by `intentgate serve`).
+pub const TOKEN_ENV: &str = "INTENTGATE_ADMIN_TOKEN";
+/// Shortest admin token accepted: the token guards the kill switch and manual resolutions,
+/// so it must not be guessable.
+pub const TOKEN_LENGTH_MIN: usize = 16;
+/// Largest admin request body: the largest legitimate one is a resolution with a reason at
+/// the event log's limit (4 KiB) plus an actor and an external id.
+pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
+/// Intents per page when the request names no `limit`.
+pub const INTENTS_LIMIT_DEFAULT: u32 = 50;
+/// Most intents per page: a page is read into memory and sent at once.
+pub const INTENTS_LIMIT_MAX: u32 = 1000;
+/// Most events shown with one intent (the newest); a storm of repeated calls logs one event
+/// per call, and one answer must stay small.
+pub const EVENTS_SHOWN_MAX: usize = 1000;
+/// Reconciliation runs listed when the request names no `limit`.
+pub const RUNS_LIMIT_DEFAULT: u32 = 20;
+/// Most reconciliation runs listed at once.
+pub const RUNS_LIMIT_MAX: u32 = 1000;
+/// Mismatches shown with one run when the request names no `limit`.
+pub const MISMATCHES_LIMIT_DEFAULT: u32 = 1000;
+/// Most mismatches shown with one run: as many as the ledger keeps per run.
+pub const MISMATCHES_LIMIT_MAX: u32 =
+    intentgate_ledger::RECONCILIATION_MISMATCHES_STORED_MAX as u32;
+/// Longest reconciliation window: a year. A wider window outlives any retention period
+/// and only makes the run read more of the provider's history.
+pub const RECONCILE_WINDOW_MAX: Duration = Duration::from_secs(366 * 24 * 60 * 60);
+
+/// Settings of the admin API.
+#[derive(Clone)]
+pub struct AdminOptions {
+    /// The bearer token every admin request must carry; `None` (or empty) turns the admin API
+    /// off. Never logged, never printed (`Debug` hides it).
+    pub token: Option<String>,
+    /// The configured tools' names: the tools whose flags may be set.
+    pub tools: Vec<String>,
+    /// Who a change is attributed to when the request names no actor.
+    pub actor_default: String,
+}
+
+impl fmt::Debug for AdminOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminOptions")
+            .field("token", &self.token.as_ref().map(|_| "<hidden>"))
+            .field("tools", &self.tools)
+            .field("actor_default", &self.actor_default)
+            .finish()
+    }
+}
+
+/// Checks an admin token before a server starts with it.
+pub fn check_token(token: &str) -> Result<(), String> {
+    if token.chars().count() < TOKEN_LENGTH_MIN {
+        return Err(format!(
+            "the admin token is shorter than {TOKEN_LENGTH_MIN} characters; use a random one, \
+for example the output of `openssl rand -hex 32`"
+        ));
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(
+            "the admin token contains whitespace or control characters, which an \
+Authorization header can't carry; use letters, digits and punctuation only"
+                .to_owned(),
+        );
+    }
+    Ok(())
+}
+
+/// Runs reconciliation for the admin API. The admin crate does not know how: the server
+/// that builds the router passes one in (or none, and `POST /v1/admin/reconcile` says so).
+#[async_trait]
+pub trait Reconciler: Send + Sync {
+    /// Reconciles the window that ends now and began `since` ago, attributed to `actor`, and
+    /// returns the run's report. An error is a message for the operator.
+    async fn reconcile(&self, since: Duration, actor: &str) -> Result<serde_json::Value, String>;
+}
+
+/// What every admin handler shares.
+pub(crate) struct AdminState {
+    pub ledger: Arc<dyn Ledger>,
+    /// SHA-256 of the token: compared in constant time, and the token itself is not kept.
+    pub token_digest: [u8; 32],
+    /// The configured tools, in config order, without repeats.
+    pub tools: Vec<String>,
+    pub actor_default: String,
+    pub reconciler: Option<Arc<dyn Reconciler>>,
+    /// One reconciliation at a time: a second request is refused while one runs.
+    pub reconciling: Arc<Semaphore>,
+}
+
+/// The admin routes, to merge beside the HTTP API (`intentgate_server::run_with`). The
+/// router defines no fallback: an unknown admin path is answered by its own catch-all
+/// route, everything else by the API's fallback.
+pub fn router(
+    ledger: Arc<dyn Ledger>,
+    options: AdminOptions,
+    reconciler: Option<Arc<dyn Reconciler>>,
+) -> axum::Router {
+    let Some(token) = options.token.filter(|token| !token.is_empty()) else {
+        return axum::Router::new()
+            .route("/v1/admin", any(admin_off))
+            .route("/v1/admin/", any(admin_off))
+            .route("/v1/admin/{*rest}", any(admin_off));
+    };
+    let mut tools: Vec<String> = Vec::with_capacity(options.tools.len());
+    for tool in options.tools {
+        if !tools.contains(&tool) {
+            tools.push(tool);
+        }
+    }
+    let state = Arc::new(AdminState {
+        ledger,
+        token_digest: auth::digest(&token),
+        tools,
+        actor_default: options.actor_default,
+        reconciler,
+        reconciling: Arc::new(Semaphore::new(1)),
+    });
+    axum::Router::new()
+        .route("/v1/admin/flags", get(flags::list))
+        .route("/v1/admin/flags/{tool}", put(flags::set))
+        .route("/v1/admin/intents", get(intents::list))
+        .route("/v1/admin/intents/{id}", get(intents::show))
+        .route("/v1/admin/intents/{id}/resolve", post(intents::resolve))
+        .route("/v1/admin/reconcile", post(reconcile::run))
+        .route("/v1/admin/reconciliations", get(reconcile::list))
+        .route("/v1/admin/reconciliations/{id}", get(reconcile::show))
+        .method_not_allowed_fallback(method_not_allowed)
+        .route("/v1/admin", any(no_such_route))
+        .route("/v1/admin/", any(no_such_route))
+        .route("/v1/admin/{*rest}", any(no_such_route))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        // Outermost: nothing of a request is looked at before its token is checked.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ))
+        .with_state(state)
+}
+
+async fn admin_off() -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "admin-off",
+        "The admin API is off",
+        format!(
+            "this gateway was started without an admin token; set {TOKEN_ENV} (or \
+--admin-token) to a random token of at least {TOKEN_LENGTH_MIN} characters and restart it \
+to turn the admin API on"
+        ),
+    )
+}
+
+async fn no_such_route() -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "not-found",
+        "No such admin route",
+        "the admin routes are /v1/admin/flags, /v1/admin/intents, /v1/admin/reconcile and \
+/v1/admin/reconciliations",
+    )
+}
+
+async fn method_not_allowed() -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "Method not allowed",
+        "this admin route exists but not with this method: reads are GET, a flag is set with \
+PUT, a resolution and a reconciliation are POST",
+    )
+}
+
+/// Milliseconds since the Unix epoch: when a flag is set or an intent resolved.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,184 @@
+//! `POST /v1/admin/reconcile`, `GET /v1/admin/reconciliations` and
+//! `GET /v1/admin/reconciliations/{id}`.
+//!
+//! A run is the [`Reconciler`](crate::Reconciler)'s: this module checks the request, runs
+//! one reconciliation at a time, in a task of its own (a client that goes away does not cut
+//! a run short), and reads stored runs back from the ledger.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use intentgate_server::Problem;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::body::{self, unprocessable};
+use crate::{
+    AdminState, MISMATCHES_LIMIT_DEFAULT, MISMATCHES_LIMIT_MAX, RECONCILE_WINDOW_MAX,
+    RUNS_LIMIT_DEFAULT, RUNS_LIMIT_MAX, parse_duration,
+};
+
+/// Longest error message of a failed run passed on to the client.
+const ERROR_LENGTH_MAX: usize = 4096;
+
+/// The body of `POST /v1/admin/reconcile`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReconcileBody {
+    since: Option<String>,
+    actor: Option<String>,
+}
+
+const RECONCILE_SHAPE: &str = r#"{"since": "1h", "actor": "who (optional)"}"#;
+
+pub(crate) async fn run(
+    State(state): State<Arc<AdminState>>,
+    request: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, Problem> {
+    let Some(reconciler) = state.reconciler.clone() else {
+        return Err(Problem::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "no-reconciler",
+            "Reconciliation is not available here",
+            "this gateway was built without a reconciler, so it can't run reconciliation; \
+GET /v1/admin/reconciliations still lists the runs stored in the ledger",
+        ));
+    };
+    let request: ReconcileBody = body::json(request, RECONCILE_SHAPE)?;
+    let Some(since) = request.since else {
+        return Err(unprocessable(
+            "invalid-body",
+            "Missing since",
+            format!(
+                "say how far back to reconcile (30s, 15m, 1h, 2d): the body must be \
+{RECONCILE_SHAPE}"
+            ),
+        ));
+    };
+    let since = parse_duration(&since)
+        .map_err(|detail| unprocessable("invalid-duration", "Invalid duration", detail))?;
+    if since > RECONCILE_WINDOW_MAX {
+        return Err(unprocessable(
+            "invalid-duration",
+            "Window too long",
+            format!(
+                "reconciliation looks back at most {} days",
+                RECONCILE_WINDOW_MAX.as_secs() / 86_400
+            ),
+        ));
+    }
+    let actor = crate::flags::actor(request.actor, &state.actor_default)?;
+    let permit = state.reconciling.clone().try_acquire_owned().map_err(|_| {
+        Problem::new(
+            StatusCode::CONFLICT,
+            "reconcile-running",
+            "A reconciliation is already running",
+            "one reconciliation runs at a time; try again when it ends (GET \
+/v1/admin/reconciliations lists finished runs)",
+        )
+    })?;
+    tracing::info!(since_s = since.as_secs(), %actor, "reconciliation started through the admin API");
+    let task = tokio::spawn(async move {
+        let report = reconciler.reconcile(since, &actor).await;
+        drop(permit);
+        report
+    });
+    match task.await {
+        Ok(Ok(report)) => Ok(Json(report)),
+        Ok(Err(message)) => {
+            tracing::warn!(%message, "reconciliation through the admin API failed");
+            Err(Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "reconcile-failed",
+                "Reconciliation failed",
+                cut(&message, ERROR_LENGTH_MAX).to_owned(),
+            ))
+        }
+        Err(error) => {
+            tracing::error!(%error, "bug: the reconciliation task failed");
+            Err(Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+                "the reconciliation failed inside the gateway; see its log",
+            ))
+        }
+    }
+}
+
+/// `text`, cut to at most `limit` bytes at a character boundary.
+fn cut(text: &str, limit: usize) -> &str {
+    if text.len() <= limit {
+        return text;
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LimitQuery {
+    limit: Option<String>,
+}
+
+pub(crate) async fn list(
+    State(state): State<Arc<AdminState>>,
+    query: Result<Query<LimitQuery>, QueryRejection>,
+) -> Result<Json<Value>, Problem> {
+    let query = body::query(query)?;
+    let limit = body::limit(query.limit.as_deref(), RUNS_LIMIT_DEFAULT, RUNS_LIMIT_MAX)?;
+    let runs = state
+        .ledger
+        .reconciliations(limit)
+        .await
+        .map_err(body::ledger_problem)?;
+    Ok(Json(json!({ "reconciliations": runs })))
+}
+
+pub(crate) async fn show(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+    query: Result<Query<LimitQuery>, QueryRejection>,
+) -> Result<Json<Value>, Problem> {
+    let id = body::id(&id, "a reconciliation")?;
+    let query = body::query(query)?;
+    let limit = body::limit(
+        query.limit.as_deref(),
+        MISMATCHES_LIMIT_DEFAULT,
+        MISMATCHES_LIMIT_MAX,
+    )?;
+    let run = state
+        .ledger
+        .reconciliation(id)
+        .await
+        .map_err(body::ledger_problem)?
+        .ok_or_else(|| {
+            Problem::new(
+                StatusCode::NOT_FOUND,
+                "unknown-reconciliation",
+                "No such reconciliation",
+                format!(
+                    "no reconciliation run with id {id}; GET /v1/admin/reconciliations lists them"
+                ),
+            )
+        })?;
+    let mismatches = state
+        .ledger
+        .reconciliation_mismatches(id, limit)
+        .await
+        .map_err(body::ledger_problem)?;
+    // Beyond the limit, or never stored (the ledger keeps the first ones of a run).
+    let not_shown = run.mismatches.saturating_sub(mismatches.len() as u64);
+    Ok(Json(json!({
+        "reconciliation": run,
+        "mismatches": mismatches,
+        "mismatches_not_shown": not_shown,
+    })))
+}

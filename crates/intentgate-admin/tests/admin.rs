@@ -1,0 +1,1055 @@
+//! The admin API through a real server on a loopback port, over a real SQLite ledger in a
+//! temporary folder, with reqwest. Intents are made with the ledger's own `begin` and
+//! `finish`, at the wall clock's time (the admin API reads it to judge leases).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use intentgate_admin::{AdminOptions, Reconciler};
+use intentgate_core::IntentStatus;
+use intentgate_ledger::{
+    Begin, BeginRequest, Durability, Finish, Finished, IntentRecord, Ledger, ReconciliationRun,
+    SqliteLedger, SqliteOptions, StoredMismatch, ToolFlag,
+};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, oneshot};
+
+const TOKEN: &str = "test-admin-token-0123456789";
+const TOOLS: [&str; 2] = ["refund_order", "send_email"];
+const ACTOR_DEFAULT: &str = "admin-test";
+/// How long a lease taken by these tests lasts: far longer than any test.
+const LEASE_MS: i64 = 10 * 60 * 1000;
+
+struct Admin {
+    base: String,
+    client: reqwest::Client,
+    ledger: Arc<dyn Ledger>,
+    stop: Option<oneshot::Sender<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Admin {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+async fn start(token: Option<&str>, reconciler: Option<Arc<dyn Reconciler>>) -> Admin {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger: Arc<dyn Ledger> = Arc::new(
+        SqliteLedger::open(
+            dir.path().join("ledger.db"),
+            SqliteOptions {
+                durability: Durability::Relaxed,
+                inline: false,
+            },
+        )
+        .unwrap(),
+    );
+    let router = intentgate_admin::router(
+        ledger.clone(),
+        AdminOptions {
+            token: token.map(str::to_owned),
+            tools: TOOLS.map(str::to_owned).to_vec(),
+            actor_default: ACTOR_DEFAULT.to_owned(),
+        },
+        reconciler,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    // reqwest is built without a default TLS provider; plain HTTP still needs one installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    Admin {
+        base,
+        client,
+        ledger,
+        stop: Some(stop),
+        _dir: dir,
+    }
+}
+
+/// An answer: status, content type, `WWW-Authenticate`, and the body as JSON.
+struct Answer {
+    status: u16,
+    content_type: String,
+    challenge: Option<String>,
+    body: Value,
+}
+
+impl Answer {
+    fn detail(&self) -> &str {
+        self.body["detail"].as_str().unwrap_or_default()
+    }
+
+    /// Asserts a problem answer with this status, and returns its detail.
+    fn problem(&self, status: u16) -> &str {
+        assert_eq!(self.status, status, "{}", self.body);
+        assert_eq!(
+            self.content_type, "application/problem+json",
+            "{}",
+            self.body
+        );
+        assert_eq!(self.body["status"], status);
+        assert!(
+            self.body["type"]
+                .as_str()
+                .unwrap()
+                .starts_with("urn:intentgate:problem:")
+        );
+        self.detail()
+    }
+}
+
+impl Admin {
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<String>,
+    ) -> Answer {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .map(|value| value.to_str().unwrap().to_owned())
+        };
+        let content_type = header("content-type").unwrap_or_default();
+        let challenge = header("www-authenticate");
+        let body = response.json().await.unwrap_or(Value::Null);
+        Answer {
+            status,
+            content_type,
+            challenge,
+            body,
+        }
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.send("GET", path, Some(TOKEN), None).await
+    }
+
+    async fn put(&self, path: &str, body: Value) -> Answer {
+        self.send("PUT", path, Some(TOKEN), Some(body.to_string()))
+            .await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Answer {
+        self.send("POST", path, Some(TOKEN), Some(body.to_string()))
+            .await
+    }
+
+    /// A new intent, in flight under a lease of [`LEASE_MS`].
+    async fn in_flight(&self, tenant: &str, tool: &str, key: &str) -> IntentRecord {
+        let now_ms = now_ms();
+        let arguments = json!({ "key": key });
+        let begun = self
+            .ledger
+            .begin(BeginRequest {
+                tenant: tenant.into(),
+                tool: tool.into(),
+                key: key.into(),
+                fingerprint: intentgate_core::fingerprint(&arguments).as_str().to_owned(),
+                arguments,
+                lease_owner: format!("test/{key}"),
+                lease_expires_ms: now_ms + LEASE_MS,
+                now_ms,
+                count_call: true,
+                retry_rejected: false,
+                lookup_interval_ms: 1_000,
+                resend_unknown: false,
+            })
+            .await
+            .unwrap();
+        match begun {
+            Begin::Execute(intent) => intent,
+            other => panic!("expected a new intent to execute, got {other:?}"),
+        }
+    }
+
+    /// A new intent settled at once as `status` (the lease released).
+    async fn settled(
+        &self,
+        tenant: &str,
+        tool: &str,
+        key: &str,
+        status: IntentStatus,
+        external_id: Option<&str>,
+    ) -> IntentRecord {
+        let intent = self.in_flight(tenant, tool, key).await;
+        let finished = self
+            .ledger
+            .finish(Finish {
+                id: intent.id,
+                lease_owner: format!("test/{key}"),
+                attempt: intent.attempt,
+                now_ms: now_ms(),
+                status,
+                result: None,
+                external_id: external_id.map(str::to_owned),
+                resolved_by: "upstream",
+                looked_up: false,
+                detail: format!("the test settled it {status}"),
+            })
+            .await
+            .unwrap();
+        match finished {
+            Finished::Recorded(intent) => intent,
+            other => panic!("expected the finish to be recorded, got {other:?}"),
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test]
+async fn every_admin_route_is_404_when_no_token_is_configured() {
+    let admin = start(None, None).await;
+    let unknown = admin
+        .settled("t", "refund_order", "k1", IntentStatus::Unknown, None)
+        .await;
+    for (method, path) in [
+        ("GET", "/v1/admin/flags".to_owned()),
+        ("PUT", "/v1/admin/flags/refund_order".to_owned()),
+        ("GET", "/v1/admin/intents".to_owned()),
+        ("GET", format!("/v1/admin/intents/{}", unknown.id)),
+        ("POST", format!("/v1/admin/intents/{}/resolve", unknown.id)),
+        ("POST", "/v1/admin/reconcile".to_owned()),
+        ("GET", "/v1/admin/reconciliations".to_owned()),
+        ("GET", "/v1/admin".to_owned()),
+    ] {
+        // With or without a token, whatever the body: the admin API is not there.
+        let body = json!({"status": "not_executed", "reason": "r", "enabled": false});
+        let answer = admin
+            .send(method, &path, Some(TOKEN), Some(body.to_string()))
+            .await;
+        let detail = answer.problem(404);
+        assert!(
+            detail.contains("INTENTGATE_ADMIN_TOKEN"),
+            "{method} {path}: {detail}"
+        );
+        assert_eq!(answer.body["title"], "The admin API is off");
+    }
+    let still = admin.ledger.get_by_id(unknown.id).await.unwrap().unwrap();
+    assert_eq!(still.status, IntentStatus::Unknown);
+    assert!(admin.ledger.tool_flags().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_missing_or_wrong_token_is_401_with_a_bearer_challenge() {
+    let admin = start(Some(TOKEN), None).await;
+    let missing = admin.send("GET", "/v1/admin/flags", None, None).await;
+    let detail = missing.problem(401);
+    assert!(detail.contains("Authorization: Bearer"), "{detail}");
+    assert!(!detail.contains(TOKEN));
+    let challenge = missing.challenge.clone().expect("WWW-Authenticate");
+    assert!(challenge.starts_with("Bearer"), "{challenge}");
+
+    let wrong = admin
+        .send(
+            "GET",
+            "/v1/admin/flags",
+            Some("test-admin-token-0123456780"),
+            None,
+        )
+        .await;
+    wrong.problem(401);
+    assert!(
+        wrong
+            .challenge
+            .as_deref()
+            .unwrap()
+            .contains("invalid_token"),
+        "{:?}",
+        wrong.challenge
+    );
+    // A prefix of the token, the token with something after it, another scheme.
+    for presented in [&TOKEN[..10], &format!("{TOKEN}x")[..]] {
+        let answer = admin
+            .send("GET", "/v1/admin/intents", Some(presented), None)
+            .await;
+        answer.problem(401);
+    }
+    let basic = admin
+        .client
+        .get(format!("{}/v1/admin/flags", admin.base))
+        .header("authorization", format!("Basic {TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(basic.status().as_u16(), 401);
+
+    // Nothing is looked at before the token: an unknown admin path, a write and a malformed
+    // body are all 401, and the write changed nothing.
+    admin
+        .send("GET", "/v1/admin/no-such-route", None, None)
+        .await
+        .problem(401);
+    admin
+        .send(
+            "PUT",
+            "/v1/admin/flags/refund_order",
+            Some("wrong-token-wrong-token"),
+            Some(json!({"enabled": false, "reason": "x"}).to_string()),
+        )
+        .await
+        .problem(401);
+    admin
+        .send(
+            "PUT",
+            "/v1/admin/flags/refund_order",
+            None,
+            Some("{".to_owned()),
+        )
+        .await
+        .problem(401);
+    assert!(admin.ledger.tool_flags().await.unwrap().is_empty());
+
+    // The right token, in any case of the scheme.
+    let right = admin
+        .client
+        .get(format!("{}/v1/admin/flags", admin.base))
+        .header("authorization", format!("bearer {TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn a_flag_is_stored_listed_and_switched_back() {
+    let admin = start(Some(TOKEN), None).await;
+    let initial = admin.get("/v1/admin/flags").await;
+    assert_eq!(initial.status, 200);
+    assert_eq!(
+        initial.body,
+        json!({"flags": [
+            {"tool": "refund_order", "configured": true, "enabled": true, "reason": null, "actor": null, "updated_ms": null},
+            {"tool": "send_email", "configured": true, "enabled": true, "reason": null, "actor": null, "updated_ms": null},
+        ]})
+    );
+
+    let before_ms = now_ms();
+    let disabled = admin
+        .put(
+            "/v1/admin/flags/refund_order",
+            json!({"enabled": false, "reason": "INC-42: double refunds", "actor": "alice"}),
+        )
+        .await;
+    assert_eq!(disabled.status, 200, "{}", disabled.body);
+    assert_eq!(disabled.body["tool"], "refund_order");
+    assert_eq!(disabled.body["enabled"], false);
+    assert_eq!(disabled.body["reason"], "INC-42: double refunds");
+    assert_eq!(disabled.body["actor"], "alice");
+    assert!(disabled.body["updated_ms"].as_i64().unwrap() >= before_ms);
+
+    // Stored in the ledger, where every gate sharing it reads it.
+    let stored = admin.ledger.tool_flags().await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert!(!stored[0].enabled);
+    assert_eq!(stored[0].actor, "alice");
+
+    // A flag stored for a tool no longer in the config is listed too.
+    admin
+        .ledger
+        .set_tool_flag(ToolFlag {
+            tool: "retired_tool".into(),
+            enabled: false,
+            reason: "removed".into(),
+            actor: "bob".into(),
+            updated_ms: now_ms(),
+        })
+        .await
+        .unwrap();
+    let listed = admin.get("/v1/admin/flags").await.body;
+    let flags = listed["flags"].as_array().unwrap();
+    assert_eq!(flags.len(), 3, "{listed}");
+    assert_eq!(flags[0]["tool"], "refund_order");
+    assert_eq!(flags[0]["enabled"], false);
+    assert_eq!(flags[0]["reason"], "INC-42: double refunds");
+    assert_eq!(flags[1]["tool"], "send_email");
+    assert_eq!(flags[1]["enabled"], true);
+    assert_eq!(flags[2]["tool"], "retired_tool");
+    assert_eq!(flags[2]["configured"], false);
+
+    // Switched back on: no reason needed, the actor defaults to the server's.
+    let enabled = admin
+        .put("/v1/admin/flags/refund_order", json!({"enabled": true}))
+        .await;
+    assert_eq!(enabled.status, 200, "{}", enabled.body);
+    assert_eq!(enabled.body["enabled"], true);
+    assert_eq!(enabled.body["actor"], ACTOR_DEFAULT);
+    let listed = admin.get("/v1/admin/flags").await.body;
+    assert_eq!(listed["flags"][0]["enabled"], true);
+}
+
+#[tokio::test]
+async fn a_flag_for_an_unknown_tool_or_without_a_reason_is_refused() {
+    let admin = start(Some(TOKEN), None).await;
+    let unknown = admin
+        .put(
+            "/v1/admin/flags/refund_everything",
+            json!({"enabled": false, "reason": "x"}),
+        )
+        .await;
+    let detail = unknown.problem(404);
+    assert!(
+        detail.contains("refund_order") && detail.contains("send_email"),
+        "{detail}"
+    );
+
+    let no_reason = admin
+        .put("/v1/admin/flags/refund_order", json!({"enabled": false}))
+        .await;
+    assert!(no_reason.problem(422).contains("reason"));
+    let blank_reason = admin
+        .put(
+            "/v1/admin/flags/refund_order",
+            json!({"enabled": false, "reason": "  "}),
+        )
+        .await;
+    blank_reason.problem(422);
+    let no_enabled = admin
+        .put("/v1/admin/flags/refund_order", json!({"reason": "x"}))
+        .await;
+    assert!(no_enabled.problem(422).contains("enabled"));
+    let typo = admin
+        .put(
+            "/v1/admin/flags/refund_order",
+            json!({"enabled": false, "reason": "x", "enabld": false}),
+        )
+        .await;
+    assert!(typo.problem(422).contains("enabld"));
+    let long_reason = admin
+        .put(
+            "/v1/admin/flags/refund_order",
+            json!({"enabled": false, "reason": "x".repeat(5000)}),
+        )
+        .await;
+    assert!(long_reason.problem(422).contains("limit is 4096"));
+    let long_actor = admin
+        .put(
+            "/v1/admin/flags/refund_order",
+            json!({"enabled": false, "reason": "x", "actor": "a".repeat(300)}),
+        )
+        .await;
+    assert!(long_actor.problem(422).contains("limit is 256"));
+    let malformed = admin
+        .send(
+            "PUT",
+            "/v1/admin/flags/refund_order",
+            Some(TOKEN),
+            Some("{\"enabled\": fal".to_owned()),
+        )
+        .await;
+    malformed.problem(400);
+    let huge = admin
+        .send(
+            "PUT",
+            "/v1/admin/flags/refund_order",
+            Some(TOKEN),
+            Some(json!({"enabled": false, "reason": "x".repeat(64 * 1024)}).to_string()),
+        )
+        .await;
+    huge.problem(413);
+    assert!(admin.ledger.tool_flags().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn intents_are_listed_newest_first_filtered_and_paged() {
+    let admin = start(Some(TOKEN), None).await;
+    let a = admin
+        .settled(
+            "acme",
+            "refund_order",
+            "refund:a",
+            IntentStatus::Done,
+            Some("re_1"),
+        )
+        .await;
+    let b = admin
+        .settled(
+            "acme",
+            "refund_order",
+            "refund:b",
+            IntentStatus::Unknown,
+            None,
+        )
+        .await;
+    let c = admin
+        .settled(
+            "globex",
+            "send_email",
+            "email:c",
+            IntentStatus::Done,
+            Some("em_1"),
+        )
+        .await;
+    let d = admin
+        .settled(
+            "globex",
+            "refund_order",
+            "refund:d",
+            IntentStatus::Unknown,
+            None,
+        )
+        .await;
+    let e = admin.in_flight("acme", "send_email", "email:e").await;
+    let ids = |answer: &Answer| -> Vec<i64> {
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        answer.body["intents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|intent| intent["id"].as_i64().unwrap())
+            .collect()
+    };
+
+    let all = admin.get("/v1/admin/intents").await;
+    assert_eq!(ids(&all), [e.id, d.id, c.id, b.id, a.id]);
+    assert_eq!(all.body["next_cursor"], Value::Null);
+    let first = &all.body["intents"][4];
+    assert_eq!(first["tenant"], "acme");
+    assert_eq!(first["tool"], "refund_order");
+    assert_eq!(first["key"], "refund:a");
+    assert_eq!(first["status"], "done");
+    assert_eq!(first["external_id"], "re_1");
+    assert_eq!(first["call_count"], 1);
+
+    let oldest = admin.get("/v1/admin/intents?order=oldest").await;
+    assert_eq!(ids(&oldest), [a.id, b.id, c.id, d.id, e.id]);
+    let refunds = admin.get("/v1/admin/intents?tool=refund_order").await;
+    assert_eq!(ids(&refunds), [d.id, b.id, a.id]);
+    let unknown = admin.get("/v1/admin/intents?status=unknown").await;
+    assert_eq!(ids(&unknown), [d.id, b.id]);
+    let in_flight = admin.get("/v1/admin/intents?status=in_flight").await;
+    assert_eq!(ids(&in_flight), [e.id]);
+    let acme_unknown = admin
+        .get("/v1/admin/intents?tenant=acme&status=unknown")
+        .await;
+    assert_eq!(ids(&acme_unknown), [b.id]);
+    let by_key = admin
+        .get("/v1/admin/intents?key=email:c&tool=send_email&tenant=globex")
+        .await;
+    assert_eq!(ids(&by_key), [c.id]);
+    let nothing = admin.get("/v1/admin/intents?tenant=initech").await;
+    assert_eq!(ids(&nothing), Vec::<i64>::new());
+
+    // Pages of two, following next_cursor, in both orders: every intent once.
+    for (order, expected) in [
+        ("newest", vec![e.id, d.id, c.id, b.id, a.id]),
+        ("oldest", vec![a.id, b.id, c.id, d.id, e.id]),
+    ] {
+        let mut seen = Vec::new();
+        let mut cursor: Option<i64> = None;
+        let mut pages = 0;
+        loop {
+            let path = match cursor {
+                Some(cursor) => format!("/v1/admin/intents?order={order}&limit=2&cursor={cursor}"),
+                None => format!("/v1/admin/intents?order={order}&limit=2"),
+            };
+            let page = admin.get(&path).await;
+            seen.extend(ids(&page));
+            pages += 1;
+            match page.body["next_cursor"].as_i64() {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(seen, expected, "{order}");
+        assert_eq!(pages, 3, "{order}");
+    }
+    // A page that ends exactly at the last intent has no next page.
+    let exact = admin.get("/v1/admin/intents?limit=5").await;
+    assert_eq!(ids(&exact).len(), 5);
+    assert_eq!(exact.body["next_cursor"], Value::Null);
+}
+
+#[tokio::test]
+async fn a_wrong_query_is_400_naming_what_is_accepted() {
+    let admin = start(Some(TOKEN), None).await;
+    let status = admin.get("/v1/admin/intents?status=lost").await;
+    let detail = status.problem(400);
+    assert!(
+        detail.contains("lost") && detail.contains("not_executed") && detail.contains("in_flight"),
+        "{detail}"
+    );
+    let order = admin.get("/v1/admin/intents?order=sideways").await;
+    assert!(order.problem(400).contains("newest"));
+    for limit in ["0", "1001", "many", "-1"] {
+        let answer = admin.get(&format!("/v1/admin/intents?limit={limit}")).await;
+        assert!(answer.problem(400).contains("1 to 1000"), "{limit}");
+    }
+    let cursor = admin.get("/v1/admin/intents?cursor=abc").await;
+    assert!(cursor.problem(400).contains("next_cursor"));
+    // A misspelt filter must not list everything.
+    let typo = admin.get("/v1/admin/intents?staus=unknown").await;
+    assert!(typo.problem(400).contains("staus"));
+    let runs = admin.get("/v1/admin/reconciliations?limit=0").await;
+    runs.problem(400);
+}
+
+#[tokio::test]
+async fn an_intent_is_shown_with_its_event_log() {
+    let admin = start(Some(TOKEN), None).await;
+    let unknown = admin
+        .settled(
+            "acme",
+            "refund_order",
+            "refund:o1",
+            IntentStatus::Unknown,
+            None,
+        )
+        .await;
+    let shown = admin
+        .get(&format!("/v1/admin/intents/{}", unknown.id))
+        .await;
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    assert_eq!(shown.body["intent"]["id"], unknown.id);
+    assert_eq!(shown.body["intent"]["status"], "unknown");
+    let kinds: Vec<(&str, Option<&str>)> = shown.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| (event["kind"].as_str().unwrap(), event["to_status"].as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("created", Some("pending")),
+            ("transition", Some("in_flight")),
+            ("transition", Some("unknown")),
+        ]
+    );
+    assert_eq!(shown.body["events_omitted"], 0);
+
+    admin.get("/v1/admin/intents/987654").await.problem(404);
+    admin.get("/v1/admin/intents/abc").await.problem(400);
+}
+
+#[tokio::test]
+async fn an_unknown_intent_is_resolved_by_hand_and_the_event_names_actor_and_reason() {
+    let admin = start(Some(TOKEN), None).await;
+    let unknown = admin
+        .settled(
+            "acme",
+            "refund_order",
+            "refund:o1",
+            IntentStatus::Unknown,
+            None,
+        )
+        .await;
+    let path = format!("/v1/admin/intents/{}/resolve", unknown.id);
+    let resolved = admin
+        .post(
+            &path,
+            json!({"status": "done", "external_id": "re_000042", "reason": "in the provider's dashboard", "actor": "alice"}),
+        )
+        .await;
+    assert_eq!(resolved.status, 200, "{}", resolved.body);
+    assert_eq!(resolved.body["id"], unknown.id);
+    assert_eq!(resolved.body["status"], "done");
+    assert_eq!(resolved.body["external_id"], "re_000042");
+    assert_eq!(resolved.body["resolved_by"], "alice");
+
+    let stored = admin.ledger.get_by_id(unknown.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, IntentStatus::Done);
+    assert_eq!(stored.external_id.as_deref(), Some("re_000042"));
+    let events = admin.ledger.events(unknown.id).await.unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(last.kind, "resolve");
+    assert_eq!(last.from_status.as_deref(), Some("unknown"));
+    assert_eq!(last.to_status.as_deref(), Some("done"));
+    assert_eq!(last.actor.as_deref(), Some("alice"));
+    assert_eq!(last.detail.as_deref(), Some("in the provider's dashboard"));
+
+    // A done intent is final: 409, saying what it is.
+    let again = admin
+        .post(
+            &path,
+            json!({"status": "not_executed", "reason": "undo", "actor": "mallory"}),
+        )
+        .await;
+    let detail = again.problem(409);
+    assert!(detail.contains("current status: done"), "{detail}");
+    assert!(detail.contains("re_000042"), "{detail}");
+    assert_eq!(admin.ledger.events(unknown.id).await.unwrap(), events);
+
+    // not_executed, with the server's default actor.
+    let other = admin
+        .settled(
+            "acme",
+            "refund_order",
+            "refund:o2",
+            IntentStatus::Unknown,
+            None,
+        )
+        .await;
+    let not_executed = admin
+        .post(
+            &format!("/v1/admin/intents/{}/resolve", other.id),
+            json!({"status": "not_executed", "reason": "the provider has no such refund"}),
+        )
+        .await;
+    assert_eq!(not_executed.status, 200, "{}", not_executed.body);
+    assert_eq!(not_executed.body["status"], "not_executed");
+    assert_eq!(not_executed.body["resolved_by"], ACTOR_DEFAULT);
+    let shown = admin.get(&format!("/v1/admin/intents/{}", other.id)).await;
+    let last = shown.body["events"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["kind"], "resolve");
+    assert_eq!(last["actor"], ACTOR_DEFAULT);
+    assert_eq!(last["detail"], "the provider has no such refund");
+}
+
+#[tokio::test]
+async fn a_resolution_is_validated_before_anything_is_written() {
+    let admin = start(Some(TOKEN), None).await;
+    let unknown = admin
+        .settled(
+            "acme",
+            "refund_order",
+            "refund:o1",
+            IntentStatus::Unknown,
+            None,
+        )
+        .await;
+    let path = format!("/v1/admin/intents/{}/resolve", unknown.id);
+    let cases = [
+        (
+            json!({"status": "done", "reason": "seen"}),
+            422,
+            "external id",
+        ),
+        (
+            json!({"status": "done", "external_id": "", "reason": "seen"}),
+            422,
+            "external id",
+        ),
+        (
+            json!({"status": "rejected", "reason": "seen"}),
+            422,
+            "done or not_executed",
+        ),
+        (
+            json!({"status": "unknown", "reason": "seen"}),
+            422,
+            "done or not_executed",
+        ),
+        (json!({"status": "not_executed"}), 422, "reason"),
+        (
+            json!({"status": "not_executed", "reason": " "}),
+            422,
+            "reason",
+        ),
+        (json!({"reason": "seen"}), 422, "status"),
+        (
+            json!({"status": "not_executed", "external_id": "re_1", "reason": "seen"}),
+            422,
+            "no external id",
+        ),
+        (
+            json!({"status": "not_executed", "reason": "x".repeat(4097)}),
+            422,
+            "limit is 4096",
+        ),
+        (
+            json!({"status": "not_executed", "reason": "r", "actor": "a".repeat(257)}),
+            422,
+            "limit is 256",
+        ),
+        (
+            json!({"status": "done", "external_id": "e".repeat(257), "reason": "r"}),
+            422,
+            "limit is 256",
+        ),
+        (
+            json!({"status": "not_executed", "reason": "r", "by": "x"}),
+            422,
+            "unknown field",
+        ),
+    ];
+    for (body, status, needle) in cases {
+        let answer = admin.post(&path, body.clone()).await;
+        let detail = answer.problem(status);
+        assert!(detail.contains(needle), "{body}: {detail}");
+    }
+    admin
+        .send("POST", &path, Some(TOKEN), Some("not json".to_owned()))
+        .await
+        .problem(400);
+    admin
+        .send(
+            "POST",
+            &path,
+            Some(TOKEN),
+            Some(json!({"status": "not_executed", "reason": "x".repeat(20_000)}).to_string()),
+        )
+        .await
+        .problem(413);
+    let stored = admin.ledger.get_by_id(unknown.id).await.unwrap().unwrap();
+    assert_eq!(stored, unknown, "nothing was written");
+
+    let missing = admin
+        .post(
+            "/v1/admin/intents/987654/resolve",
+            json!({"status": "not_executed", "reason": "r"}),
+        )
+        .await;
+    assert!(missing.problem(404).contains("987654"));
+
+    // A call holding the lease is executing it right now: not resolvable until it ends.
+    let running = admin.in_flight("acme", "refund_order", "refund:o3").await;
+    let held = admin
+        .post(
+            &format!("/v1/admin/intents/{}/resolve", running.id),
+            json!({"status": "not_executed", "reason": "r"}),
+        )
+        .await;
+    let detail = held.problem(409);
+    assert!(
+        detail.contains("current status: in_flight") && detail.contains("lease"),
+        "{detail}"
+    );
+}
+
+/// A reconciler that records what it was asked and answers a fixed report; when `hold` is
+/// set, it waits for it before answering.
+#[derive(Default)]
+struct FakeReconciler {
+    asked: Mutex<Vec<(Duration, String)>>,
+    started: Notify,
+    hold: Option<Arc<Notify>>,
+}
+
+#[async_trait]
+impl Reconciler for FakeReconciler {
+    async fn reconcile(&self, since: Duration, actor: &str) -> Result<Value, String> {
+        self.asked.lock().unwrap().push((since, actor.to_owned()));
+        self.started.notify_one();
+        if let Some(hold) = &self.hold {
+            hold.notified().await;
+        }
+        if since == Duration::from_secs(13) {
+            return Err("the provider's list endpoint answered 500".to_owned());
+        }
+        Ok(json!({"intents_checked": 3, "mismatches": []}))
+    }
+}
+
+#[tokio::test]
+async fn reconcile_runs_the_reconciler_and_answers_its_report() {
+    let fake = Arc::new(FakeReconciler::default());
+    let admin = start(Some(TOKEN), Some(fake.clone())).await;
+    let report = admin
+        .post(
+            "/v1/admin/reconcile",
+            json!({"since": "1h", "actor": "alice"}),
+        )
+        .await;
+    assert_eq!(report.status, 200, "{}", report.body);
+    assert_eq!(report.body, json!({"intents_checked": 3, "mismatches": []}));
+    let defaulted = admin
+        .post("/v1/admin/reconcile", json!({"since": "2d"}))
+        .await;
+    assert_eq!(defaulted.status, 200);
+    assert_eq!(
+        *fake.asked.lock().unwrap(),
+        [
+            (Duration::from_secs(3600), "alice".to_owned()),
+            (Duration::from_secs(2 * 86_400), ACTOR_DEFAULT.to_owned()),
+        ]
+    );
+
+    let failed = admin
+        .post("/v1/admin/reconcile", json!({"since": "13s"}))
+        .await;
+    assert!(failed.problem(500).contains("list endpoint answered 500"));
+    for (body, needle) in [
+        (json!({"since": "1 hour"}), "30s, 15m, 1h, 2d"),
+        (json!({"since": "0s"}), "positive"),
+        (json!({"since": "400d"}), "366 days"),
+        (json!({}), "since"),
+        (json!({"since": "1h", "window": "x"}), "unknown field"),
+    ] {
+        let answer = admin.post("/v1/admin/reconcile", body.clone()).await;
+        assert!(
+            answer.problem(422).contains(needle),
+            "{body}: {}",
+            answer.body
+        );
+    }
+    assert_eq!(fake.asked.lock().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn one_reconciliation_runs_at_a_time() {
+    let hold = Arc::new(Notify::new());
+    let fake = Arc::new(FakeReconciler {
+        hold: Some(hold.clone()),
+        ..FakeReconciler::default()
+    });
+    let admin = Arc::new(start(Some(TOKEN), Some(fake.clone())).await);
+    let first = {
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            admin
+                .post("/v1/admin/reconcile", json!({"since": "15m"}))
+                .await
+                .status
+        })
+    };
+    fake.started.notified().await;
+    let second = admin
+        .post("/v1/admin/reconcile", json!({"since": "15m"}))
+        .await;
+    assert!(
+        second
+            .problem(409)
+            .contains("one reconciliation runs at a time")
+    );
+    hold.notify_one();
+    assert_eq!(first.await.unwrap(), 200);
+    assert_eq!(fake.asked.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn without_a_reconciler_reconcile_is_501_and_stored_runs_are_still_listed() {
+    let admin = start(Some(TOKEN), None).await;
+    let answer = admin
+        .post("/v1/admin/reconcile", json!({"since": "1h"}))
+        .await;
+    assert!(answer.problem(501).contains("reconcil"));
+    let runs = admin.get("/v1/admin/reconciliations").await;
+    assert_eq!(runs.status, 200, "{}", runs.body);
+    assert_eq!(runs.body, json!({"reconciliations": []}));
+    admin.get("/v1/admin/reconciliations/12").await.problem(404);
+
+    // Runs stored in the ledger (by `intentgate reconcile`, another replica, the hourly
+    // job), newest first, each with its mismatches.
+    let mut ids = Vec::new();
+    for (hour, found) in [(1, 0u64), (2, 2)] {
+        let started_ms = now_ms() + hour;
+        let run = ReconciliationRun {
+            id: 0,
+            started_ms,
+            finished_ms: started_ms + 5,
+            since_ms: started_ms - 3_600_000,
+            until_ms: started_ms,
+            actor: "serve".into(),
+            intents_checked: 10,
+            records_checked: 11,
+            mismatches: found,
+            critical: found.min(1),
+            summary: json!({}),
+        };
+        let mismatches: Vec<StoredMismatch> = (0..found)
+            .map(|index| StoredMismatch {
+                run_id: 0,
+                tool: "refund_order".into(),
+                kind: if index == 0 { "duplicate" } else { "no_intent" }.into(),
+                severity: if index == 0 { "critical" } else { "warning" }.into(),
+                intent_id: None,
+                tenant: None,
+                intent_key: Some(format!("refund:o{index}:10.00")),
+                external_ids: vec![format!("re_{index}")],
+                subject: Some(format!("o{index}")),
+                detail: "found by the test".into(),
+            })
+            .collect();
+        ids.push(
+            admin
+                .ledger
+                .record_reconciliation(&run, &mismatches)
+                .await
+                .unwrap(),
+        );
+    }
+    let runs = admin.get("/v1/admin/reconciliations").await;
+    let listed: Vec<i64> = runs.body["reconciliations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(listed, [ids[1], ids[0]], "{}", runs.body);
+    let latest = admin.get("/v1/admin/reconciliations?limit=1").await;
+    assert_eq!(latest.body["reconciliations"].as_array().unwrap().len(), 1);
+    let shown = admin
+        .get(&format!("/v1/admin/reconciliations/{}", ids[1]))
+        .await;
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    assert_eq!(shown.body["reconciliation"]["id"], ids[1]);
+    assert_eq!(shown.body["reconciliation"]["critical"], 1);
+    let kinds: Vec<&str> = shown.body["mismatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|mismatch| mismatch["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["duplicate", "no_intent"]);
+    assert_eq!(shown.body["mismatches"][0]["external_ids"], json!(["re_0"]));
+    assert_eq!(shown.body["mismatches_not_shown"], 0);
+    let first = admin
+        .get(&format!("/v1/admin/reconciliations/{}?limit=1", ids[1]))
+        .await;
+    assert_eq!(first.body["mismatches"].as_array().unwrap().len(), 1);
+    assert_eq!(first.body["mismatches_not_shown"], 1);
+    admin
+        .get("/v1/admin/reconciliations/twelve")
+        .await
+        .problem(400);
+}
+
+#[tokio::test]
+async fn unknown_admin_routes_and_methods_get_problems() {
+    let admin = start(Some(TOKEN), None).await;
+    assert!(
+        admin
+            .get("/v1/admin/nothing-here")
+            .await
+            .problem(404)
+            .contains("/v1/admin/flags")
+    );
+    admin.get("/v1/admin/reconcile").await.problem(405);
+    admin
+        .send("DELETE", "/v1/admin/flags/refund_order", Some(TOKEN), None)
+        .await
+        .problem(405);
+}

@@ -1,0 +1,607 @@
+//! What a gate counts and times, for Prometheus, and the repeated-call events the
+//! duplicate-call alerts consume (SPEC section 8).
+//!
+//! One [`Metrics`] per [`Gate`](crate::Gate), created by `Gate::new` and read with
+//! [`Gate::metrics`](crate::Gate::metrics); [`Metrics::encode`] renders it in the Prometheus
+//! text format (version 0.0.4). The families, whose names are a promise to dashboards and
+//! alert rules:
+//!
+//! | family | type | labels | what it counts |
+//! |---|---|---|---|
+//! | `intentgate_calls_total` | counter | `tool`, `status` | every outcome of `Gate::call` by its status (`done`, `already_done`, `rejected`, ...), or `ledger_unavailable` when the ledger failed before anything was sent |
+//! | `intentgate_repeated_calls_total` | counter | `tool` | calls for an intent that already existed (the "duplicate calls" of SPEC section 8) |
+//! | `intentgate_upstream_request_duration_seconds` | histogram | `tool`, `request` | one upstream request, `request` = `execute` (side effects, reads, idempotent calls, re-sends) or `lookup`; the tool's timeout included |
+//! | `intentgate_ledger_operation_duration_seconds` | histogram | `operation` | the ledger operations of the call path: `begin`, `finish`, `get` (the fast path's read) |
+//! | `intentgate_lease_waits_total` | counter | `tool` | calls that found the intent's lease held and waited for its holder |
+//! | `intentgate_lease_wait_seconds` | histogram | `tool` | how long each of those calls waited, in all |
+//! | `intentgate_intents_unknown_total` | counter | `tool` | attempts and lookups that left an intent `unknown` |
+//! | `intentgate_intents` | gauge | `tool`, `status` | intents in the ledger by status, set from outside ([`Metrics::set_intent_counts`]) |
+//! | `intentgate_reconcile_mismatches_total` | counter | `tool`, `kind` | mismatches reconciliation found ([`Metrics::reconcile_mismatches`]) |
+//! | `intentgate_alerts_fired_total` | counter | `tool`, `rule` | duplicate-call alerts fired ([`Metrics::alert_fired`]) |
+//! | `intentgate_repeated_call_events_dropped_total` | counter | | repeated-call events evicted before every receiver saw them |
+//!
+//! **Bounded labels.** A label value is a tool name from the config, a status, or one of a
+//! few fixed words; never an intent key, a tenant or an argument, so the number of series is
+//! at most tools × statuses. Callers of the setters pass config tool names too.
+//!
+//! **Repeated-call events.** [`Gate::repeated_calls`](crate::Gate::repeated_calls) hands
+//! out a receiver of every later [`RepeatedCall`], emitted where
+//! `intentgate_repeated_calls_total` is counted. The channel is a bounded broadcast: a
+//! receiver more than [`REPEATED_CALL_BUFFER`] events behind loses the oldest (its next
+//! `recv` says how many), and the gate counts each evicted event in
+//! `intentgate_repeated_call_events_dropped_total`. With no receiver nothing is built.
+//!
+//! **Cost.** An update is one read-locked hash lookup per family (a write lock the first
+//! time a label set is seen) and an atomic add or a short mutex for a histogram: about a
+//! microsecond for everything one call records, against a ledger write of tens of them.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use intentgate_core::CallStatus;
+use intentgate_ledger::IntentId;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tokio::sync::broadcast;
+
+/// Repeated-call events a receiver may fall behind before it loses the oldest. A retry storm
+/// is hundreds to thousands of repeats a second; the consumer (the alert rules) only counts
+/// them per window, so this leaves it seconds of slack, while the buffer stays near a
+/// megabyte at worst (an event is a few short strings). A power of two, because the
+/// broadcast channel rounds its capacity up to one and the eviction count relies on the
+/// exact capacity.
+pub const REPEATED_CALL_BUFFER: usize = 4096;
+
+/// Upper bounds of the upstream request histogram, in seconds: a fast API answers in a few
+/// milliseconds, a tool's timeout is at most tens of seconds.
+const UPSTREAM_BUCKETS_SECONDS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// Upper bounds of the ledger operation histogram, in seconds: a SQLite read takes tens of
+/// microseconds, a grouped fsync milliseconds, a struggling PostgreSQL seconds.
+const LEDGER_BUCKETS_SECONDS: [f64; 15] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    5.0,
+];
+/// Upper bounds of the lease wait histogram, in seconds: a wait ends when the holder
+/// commits (one upstream request) or at the tool's timeout plus a margin.
+const LEASE_WAIT_BUCKETS_SECONDS: [f64; 14] = UPSTREAM_BUCKETS_SECONDS;
+
+/// The `status` of a call that ended in [`GateError::Ledger`](crate::GateError::Ledger):
+/// nothing was sent, and the caller got an error rather than an outcome.
+pub(crate) const STATUS_LEDGER_UNAVAILABLE: &str = "ledger_unavailable";
+
+/// A call for an intent that already existed, as seen by this gate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RepeatedCall {
+    pub tenant: String,
+    pub tool: String,
+    pub key: String,
+    pub intent_id: IntentId,
+    /// The intent's call count after this call (2 for the first repeat), as far as this gate knows.
+    pub call_count: u64,
+    pub at_ms: i64,
+}
+
+/// An upstream request, for `intentgate_upstream_request_duration_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UpstreamRequest {
+    Execute,
+    Lookup,
+}
+
+impl UpstreamRequest {
+    fn as_str(self) -> &'static str {
+        match self {
+            UpstreamRequest::Execute => "execute",
+            UpstreamRequest::Lookup => "lookup",
+        }
+    }
+}
+
+/// A ledger operation of the call path, for `intentgate_ledger_operation_duration_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LedgerOperation {
+    Begin,
+    Finish,
+    Get,
+}
+
+impl LedgerOperation {
+    fn as_str(self) -> &'static str {
+        match self {
+            LedgerOperation::Begin => "begin",
+            LedgerOperation::Finish => "finish",
+            LedgerOperation::Get => "get",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ToolLabels {
+    tool: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ToolStatusLabels {
+    tool: String,
+    status: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ToolRequestLabels {
+    tool: String,
+    request: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OperationLabels {
+    operation: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ToolKindLabels {
+    tool: String,
+    kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ToolRuleLabels {
+    tool: String,
+    rule: String,
+}
+
+type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
+
+fn upstream_histogram() -> Histogram {
+    Histogram::new(UPSTREAM_BUCKETS_SECONDS)
+}
+
+fn ledger_histogram() -> Histogram {
+    Histogram::new(LEDGER_BUCKETS_SECONDS)
+}
+
+fn lease_wait_histogram() -> Histogram {
+    Histogram::new(LEASE_WAIT_BUCKETS_SECONDS)
+}
+
+/// A gate's metrics (see the module documentation for the families).
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<ToolStatusLabels, Counter>,
+    repeated_calls: Family<ToolLabels, Counter>,
+    upstream_duration: HistogramFamily<ToolRequestLabels>,
+    ledger_duration: HistogramFamily<OperationLabels>,
+    lease_waits: Family<ToolLabels, Counter>,
+    lease_wait_duration: HistogramFamily<ToolLabels>,
+    intents_unknown: Family<ToolLabels, Counter>,
+    intents: Family<ToolStatusLabels, Gauge>,
+    /// Every (tool, status) pair `intents` was ever set for, so that a pair missing from a
+    /// later refresh is set to zero rather than left at its old count. Held across a whole
+    /// refresh, so two refreshes don't interleave.
+    intents_seen: Mutex<HashSet<(String, String)>>,
+    reconcile_mismatches: Family<ToolKindLabels, Counter>,
+    alerts_fired: Family<ToolRuleLabels, Counter>,
+    repeated_call_events_dropped: Counter,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Every family registered, no series yet. Names are given without `_total`: the
+    /// encoder adds it to counters.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let calls = Family::<ToolStatusLabels, Counter>::default();
+        registry.register(
+            "intentgate_calls",
+            "Outcomes of tool calls, by tool and status",
+            calls.clone(),
+        );
+        let repeated_calls = Family::<ToolLabels, Counter>::default();
+        registry.register(
+            "intentgate_repeated_calls",
+            "Calls for an intent that already existed (duplicate calls)",
+            repeated_calls.clone(),
+        );
+        let upstream_duration: HistogramFamily<ToolRequestLabels> =
+            Family::new_with_constructor(upstream_histogram);
+        registry.register(
+            "intentgate_upstream_request_duration_seconds",
+            "Duration of one upstream request (execute or lookup), timeout included",
+            upstream_duration.clone(),
+        );
+        let ledger_duration: HistogramFamily<OperationLabels> =
+            Family::new_with_constructor(ledger_histogram);
+        registry.register(
+            "intentgate_ledger_operation_duration_seconds",
+            "Duration of the call path's ledger operations (begin, finish, get)",
+            ledger_duration.clone(),
+        );
+        let lease_waits = Family::<ToolLabels, Counter>::default();
+        registry.register(
+            "intentgate_lease_waits",
+            "Calls that found the intent's lease held and waited for its holder",
+            lease_waits.clone(),
+        );
+        let lease_wait_duration: HistogramFamily<ToolLabels> =
+            Family::new_with_constructor(lease_wait_histogram);
+        registry.register(
+            "intentgate_lease_wait_seconds",
+            "Time one call spent waiting for another's lease, in all",
+            lease_wait_duration.clone(),
+        );
+        let intents_unknown = Family::<ToolLabels, Counter>::default();
+        registry.register(
+            "intentgate_intents_unknown",
+            "Attempts and lookups that left an intent unknown",
+            intents_unknown.clone(),
+        );
+        let intents = Family::<ToolStatusLabels, Gauge>::default();
+        registry.register(
+            "intentgate_intents",
+            "Intents in the ledger, by tool and status",
+            intents.clone(),
+        );
+        let reconcile_mismatches = Family::<ToolKindLabels, Counter>::default();
+        registry.register(
+            "intentgate_reconcile_mismatches",
+            "Mismatches between the ledger and the provider found by reconciliation",
+            reconcile_mismatches.clone(),
+        );
+        let alerts_fired = Family::<ToolRuleLabels, Counter>::default();
+        registry.register(
+            "intentgate_alerts_fired",
+            "Duplicate-call alerts fired, by tool and rule",
+            alerts_fired.clone(),
+        );
+        let repeated_call_events_dropped = Counter::default();
+        registry.register(
+            "intentgate_repeated_call_events_dropped",
+            "Repeated-call events evicted before every receiver saw them",
+            repeated_call_events_dropped.clone(),
+        );
+        Metrics {
+            registry,
+            calls,
+            repeated_calls,
+            upstream_duration,
+            ledger_duration,
+            lease_waits,
+            lease_wait_duration,
+            intents_unknown,
+            intents,
+            intents_seen: Mutex::default(),
+            reconcile_mismatches,
+            alerts_fired,
+            repeated_call_events_dropped,
+        }
+    }
+
+    /// Every family in the Prometheus text exposition format, version 0.0.4 (served as
+    /// `text/plain; version=0.0.4; charset=utf-8`).
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)
+            .expect("writing to a String does not fail");
+        text
+    }
+
+    /// Sets `intentgate_intents` to these counts of (tool, status, intents); every pair set
+    /// before and missing now goes to zero. Pass tool names of the config and intent
+    /// statuses only.
+    pub fn set_intent_counts(&self, counts: impl IntoIterator<Item = (String, String, u64)>) {
+        let mut seen = self.intents_seen.lock().expect("intent counts lock");
+        let mut now = HashSet::new();
+        for (tool, status, count) in counts {
+            let labels = ToolStatusLabels { tool, status };
+            self.intents
+                .get_or_create(&labels)
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+            now.insert((labels.tool, labels.status));
+        }
+        for (tool, status) in seen.difference(&now) {
+            let labels = ToolStatusLabels {
+                tool: tool.clone(),
+                status: status.clone(),
+            };
+            self.intents.get_or_create(&labels).set(0);
+        }
+        seen.extend(now);
+    }
+
+    /// Adds `count` mismatches of `kind` found by reconciliation for `tool`.
+    pub fn reconcile_mismatches(&self, tool: &str, kind: &str, count: u64) {
+        let labels = ToolKindLabels {
+            tool: tool.to_owned(),
+            kind: kind.to_owned(),
+        };
+        self.reconcile_mismatches
+            .get_or_create(&labels)
+            .inc_by(count);
+    }
+
+    /// Counts one duplicate-call alert fired for `tool` by `rule`.
+    pub fn alert_fired(&self, tool: &str, rule: &str) {
+        let labels = ToolRuleLabels {
+            tool: tool.to_owned(),
+            rule: rule.to_owned(),
+        };
+        self.alerts_fired.get_or_create(&labels).inc();
+    }
+
+    pub(crate) fn call(&self, tool: &str, status: CallStatus) {
+        self.call_status(tool, status.as_str());
+    }
+
+    pub(crate) fn call_status(&self, tool: &str, status: &str) {
+        let labels = ToolStatusLabels {
+            tool: tool.to_owned(),
+            status: status.to_owned(),
+        };
+        self.calls.get_or_create(&labels).inc();
+    }
+
+    pub(crate) fn repeated_call(&self, tool: &str) {
+        self.repeated_calls.get_or_create(&tool_labels(tool)).inc();
+    }
+
+    pub(crate) fn upstream_request(&self, tool: &str, request: UpstreamRequest, took: Duration) {
+        let labels = ToolRequestLabels {
+            tool: tool.to_owned(),
+            request: request.as_str(),
+        };
+        self.upstream_duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    pub(crate) fn ledger_operation(&self, operation: LedgerOperation, took: Duration) {
+        let labels = OperationLabels {
+            operation: operation.as_str(),
+        };
+        self.ledger_duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    /// A call starts waiting for a held lease (counted once per call).
+    pub(crate) fn lease_wait_started(&self, tool: &str) {
+        self.lease_waits.get_or_create(&tool_labels(tool)).inc();
+    }
+
+    /// A call that waited is done waiting, after `waited` in all.
+    pub(crate) fn lease_waited(&self, tool: &str, waited: Duration) {
+        self.lease_wait_duration
+            .get_or_create(&tool_labels(tool))
+            .observe(waited.as_secs_f64());
+    }
+
+    pub(crate) fn intent_left_unknown(&self, tool: &str) {
+        self.intents_unknown.get_or_create(&tool_labels(tool)).inc();
+    }
+}
+
+fn tool_labels(tool: &str) -> ToolLabels {
+    ToolLabels {
+        tool: tool.to_owned(),
+    }
+}
+
+/// The sending side of the repeated-call events.
+pub(crate) struct RepeatedCalls {
+    sender: broadcast::Sender<RepeatedCall>,
+}
+
+impl RepeatedCalls {
+    pub(crate) fn new() -> RepeatedCalls {
+        let (sender, _) = broadcast::channel(REPEATED_CALL_BUFFER);
+        RepeatedCalls { sender }
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<RepeatedCall> {
+        self.sender.subscribe()
+    }
+
+    /// Sends the event `build` makes, if anyone listens; counts the oldest event as dropped
+    /// when the buffer is full (some receiver has not seen it, or it would have left).
+    pub(crate) fn send(&self, metrics: &Metrics, build: impl FnOnce() -> RepeatedCall) {
+        if self.sender.receiver_count() == 0 {
+            return;
+        }
+        if self.sender.len() >= REPEATED_CALL_BUFFER {
+            metrics.repeated_call_events_dropped.inc();
+        }
+        // Fails only when the last receiver went away since the check: nobody to tell.
+        let _ = self.sender.send(build());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample line that starts with `series` (name and labels).
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .map(|value| value.parse().unwrap())
+    }
+
+    #[test]
+    fn counters_are_encoded_in_the_text_format_with_their_total_suffix() {
+        let metrics = Metrics::new();
+        metrics.call("refund_order", CallStatus::Done);
+        metrics.call("refund_order", CallStatus::Done);
+        metrics.call_status("refund_order", STATUS_LEDGER_UNAVAILABLE);
+        metrics.repeated_call("refund_order");
+        let text = metrics.encode();
+        assert!(
+            text.contains("# TYPE intentgate_calls_total counter\n"),
+            "{text}"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"intentgate_calls_total{tool="refund_order",status="done"}"#
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"intentgate_calls_total{tool="refund_order",status="ledger_unavailable"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"intentgate_repeated_calls_total{tool="refund_order"}"#
+            ),
+            Some(1.0)
+        );
+        assert!(
+            !text.contains("# EOF"),
+            "the 0.0.4 format has no EOF marker"
+        );
+    }
+
+    #[test]
+    fn histograms_have_their_buckets_and_counts() {
+        let metrics = Metrics::new();
+        metrics.upstream_request(
+            "refund_order",
+            UpstreamRequest::Execute,
+            Duration::from_millis(3),
+        );
+        metrics.ledger_operation(LedgerOperation::Begin, Duration::from_micros(70));
+        let text = metrics.encode();
+        assert_eq!(
+            sample(
+                &text,
+                r#"intentgate_upstream_request_duration_seconds_bucket{tool="refund_order",request="execute",le="0.0025"}"#
+            ),
+            Some(0.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"intentgate_upstream_request_duration_seconds_bucket{tool="refund_order",request="execute",le="0.005"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"intentgate_ledger_operation_duration_seconds_count{operation="begin"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"intentgate_ledger_operation_duration_seconds_bucket{operation="begin",le="0.0001"}"#
+            ),
+            Some(1.0)
+        );
+    }
+
+    #[test]
+    fn intent_counts_that_disappear_go_to_zero() {
+        let metrics = Metrics::new();
+        metrics.set_intent_counts([
+            ("refund_order".to_owned(), "done".to_owned(), 7),
+            ("refund_order".to_owned(), "unknown".to_owned(), 2),
+        ]);
+        metrics.set_intent_counts([("refund_order".to_owned(), "done".to_owned(), 9)]);
+        let text = metrics.encode();
+        assert_eq!(
+            sample(
+                &text,
+                r#"intentgate_intents{tool="refund_order",status="done"}"#
+            ),
+            Some(9.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"intentgate_intents{tool="refund_order",status="unknown"}"#
+            ),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn setters_from_outside_count_under_their_labels() {
+        let metrics = Metrics::new();
+        metrics.reconcile_mismatches("refund_order", "duplicate", 3);
+        metrics.reconcile_mismatches("refund_order", "duplicate", 1);
+        metrics.alert_fired("refund_order", "repeats_per_minute");
+        let text = metrics.encode();
+        assert_eq!(
+            sample(
+                &text,
+                r#"intentgate_reconcile_mismatches_total{tool="refund_order",kind="duplicate"}"#
+            ),
+            Some(4.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"intentgate_alerts_fired_total{tool="refund_order",rule="repeats_per_minute"}"#
+            ),
+            Some(1.0)
+        );
+    }
+
+    fn event(call_count: u64) -> RepeatedCall {
+        RepeatedCall {
+            tenant: "default".to_owned(),
+            tool: "refund_order".to_owned(),
+            key: "refund:1:1.00".to_owned(),
+            intent_id: 1,
+            call_count,
+            at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn with_no_receiver_no_event_is_built() {
+        let metrics = Metrics::new();
+        let events = RepeatedCalls::new();
+        events.send(&metrics, || unreachable!("nobody listens"));
+    }
+
+    #[test]
+    fn a_receiver_that_falls_behind_loses_the_oldest_events_and_they_are_counted() {
+        let metrics = Metrics::new();
+        let events = RepeatedCalls::new();
+        let mut receiver = events.subscribe();
+        let extra = 3;
+        for n in 0..(REPEATED_CALL_BUFFER as u64 + extra) {
+            events.send(&metrics, || event(n));
+        }
+        assert_eq!(metrics.repeated_call_events_dropped.get(), extra);
+        assert_eq!(
+            receiver.try_recv(),
+            Err(broadcast::error::TryRecvError::Lagged(extra))
+        );
+        assert_eq!(receiver.try_recv().unwrap().call_count, extra);
+    }
+}

@@ -1,0 +1,194 @@
+//! Repeated-call events (`Gate::repeated_calls`), the input of the duplicate-call alerts:
+//! one event per call for an intent that already existed, from the fast path and from
+//! `begin`, none for a first call.
+
+mod support;
+
+use std::time::Duration;
+
+use intentgate_core::{CallStatus, IntentStatus};
+use intentgate_gate::{CallContext, RepeatedCall};
+use intentgate_ledger::Ledger;
+use intentgate_mock::FaultPlan;
+use serde_json::json;
+use support::{Harness, refund};
+use tokio::sync::broadcast::error::TryRecvError;
+
+const KEY: &str = "refund:8812:49.00";
+
+/// The value of the sample line that starts with `series` (name and labels), 0 when absent.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map(|value| value.parse().unwrap())
+        .unwrap_or(0.0)
+}
+
+async fn next_event(receiver: &mut tokio::sync::broadcast::Receiver<RepeatedCall>) -> RepeatedCall {
+    tokio::time::timeout(Duration::from_secs(5), receiver.recv())
+        .await
+        .expect("an event within 5 s")
+        .expect("no event lost")
+}
+
+#[tokio::test]
+async fn a_first_call_sends_no_event_and_each_settled_repeat_sends_one_with_its_count() {
+    let h = Harness::new(FaultPlan::none());
+    let mut events = h.gate.repeated_calls();
+    let first = h.call("refund_order", refund("8812", json!(49))).await;
+    assert_eq!(first.status, CallStatus::Done);
+    assert_eq!(events.try_recv(), Err(TryRecvError::Empty));
+
+    let intent = h.intent(KEY).await;
+    for call_count in [2, 3] {
+        let again = h.call("refund_order", refund("8812", json!(49))).await;
+        assert_eq!(again.status, CallStatus::AlreadyDone);
+        let event = events
+            .try_recv()
+            .expect("the event is sent before the answer");
+        let at_ms = event.at_ms;
+        assert!(at_ms >= intent.first_seen_ms, "{event:?}");
+        assert_eq!(
+            event,
+            RepeatedCall {
+                tenant: "default".to_owned(),
+                tool: "refund_order".to_owned(),
+                key: KEY.to_owned(),
+                intent_id: intent.id,
+                call_count,
+                at_ms,
+            }
+        );
+        // The fast path counts the call in the background; the next repeat reads the count.
+        h.intent_after_calls(KEY, call_count).await;
+    }
+    assert_eq!(events.try_recv(), Err(TryRecvError::Empty));
+
+    // Reads have no intent: never a repeat.
+    h.call("get_order", json!({"order_id": "8812"})).await;
+    h.call("get_order", json!({"order_id": "8812"})).await;
+    assert_eq!(events.try_recv(), Err(TryRecvError::Empty));
+
+    let text = h.gate.metrics().encode();
+    assert_eq!(
+        sample(
+            &text,
+            r#"intentgate_repeated_calls_total{tool="refund_order"}"#
+        ),
+        2.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"intentgate_calls_total{tool="refund_order",status="already_done"}"#
+        ),
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn repeats_while_the_first_call_is_in_flight_are_announced_through_begin() {
+    let h = Harness::new(FaultPlan {
+        latency_min: Duration::from_millis(400),
+        latency_max: Duration::from_millis(400),
+        ..FaultPlan::none()
+    });
+    let mut events = h.gate.repeated_calls();
+    let gate = h.gate.clone();
+    let first = tokio::spawn(async move {
+        gate.call(
+            "refund_order",
+            refund("8812", json!(49)),
+            &CallContext::default(),
+        )
+        .await
+    });
+    // Wait until the first call holds the lease and is talking to the provider.
+    for _ in 0..200 {
+        let read = h.ledger.get("default", "refund_order", KEY).await.unwrap();
+        if read.is_some_and(|intent| intent.status == IntentStatus::InFlight) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(h.intent(KEY).await.status, IntentStatus::InFlight);
+    let repeats: Vec<_> = (0..2)
+        .map(|_| {
+            let gate = h.gate.clone();
+            tokio::spawn(async move {
+                gate.call(
+                    "refund_order",
+                    refund("8812", json!(49)),
+                    &CallContext::default(),
+                )
+                .await
+            })
+        })
+        .collect();
+
+    let mut counts = vec![
+        next_event(&mut events).await.call_count,
+        next_event(&mut events).await.call_count,
+    ];
+    counts.sort_unstable();
+    assert_eq!(counts, [2, 3], "begin counted each repeat once");
+
+    assert_eq!(first.await.unwrap().unwrap().status, CallStatus::Done);
+    for repeat in repeats {
+        let outcome = repeat.await.unwrap().unwrap();
+        assert_eq!(
+            outcome.status,
+            CallStatus::AlreadyDone,
+            "answered after waiting for the holder"
+        );
+    }
+    assert_eq!(
+        events.try_recv(),
+        Err(TryRecvError::Empty),
+        "waiting and asking again is not another repeat"
+    );
+    assert_eq!(h.provider.effect_count(KEY), 1);
+    assert_eq!(h.intent(KEY).await.call_count, 3);
+
+    let text = h.gate.metrics().encode();
+    assert_eq!(
+        sample(
+            &text,
+            r#"intentgate_repeated_calls_total{tool="refund_order"}"#
+        ),
+        2.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"intentgate_lease_waits_total{tool="refund_order"}"#
+        ),
+        2.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"intentgate_lease_wait_seconds_count{tool="refund_order"}"#
+        ),
+        2.0
+    );
+    assert!(
+        sample(
+            &text,
+            r#"intentgate_lease_wait_seconds_sum{tool="refund_order"}"#
+        ) > 0.1,
+        "they waited for the holder's 400 ms answer:\n{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_conflicting_call_for_an_existing_key_is_a_repeat_too() {
+    let h = Harness::new(FaultPlan::none());
+    let mut events = h.gate.repeated_calls();
+    h.call("refund_order", refund("8812", json!(49))).await;
+    // A string amount renders the same key with another fingerprint.
+    let conflict = h.call("refund_order", refund("8812", json!("49.00"))).await;
+    assert_eq!(conflict.status, CallStatus::Conflict);
+    let event = events.try_recv().unwrap();
+    assert_eq!((event.key.as_str(), event.call_count), (KEY, 2));
+}

@@ -1,0 +1,232 @@
+//! Routing notices to a tool's owner: a log line and, where configured, a webhook.
+//!
+//! A notice is one reconciliation run's mismatches for one owner, or one duplicate-call
+//! alert. The log line is written at once, on the caller's task. Webhooks are queued and
+//! posted by one background worker, so a slow or dead endpoint never delays a call, an
+//! alert or a run; the queue is bounded and a notice that finds it full is dropped with an
+//! error log (the log line of that notice was written regardless). A delivery is retried a
+//! few times with backoff, then given up with an error log naming the owner, never the URL
+//! (chat webhooks carry their credential in the URL).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use intentgate_config::OwnerConfig;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::JoinHandle;
+
+use crate::Severity;
+
+/// Webhook notices waiting to be posted. A notice is at most a few hundred KiB (mismatch
+/// lists are capped), so a full queue holds tens of MiB at worst; past it, alerting has
+/// fallen far behind and a dropped notice is logged rather than queued without bound.
+pub const WEBHOOK_QUEUE_MAX: usize = 256;
+/// Longest wait for one webhook answer.
+pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(5);
+/// Attempts per notice: the first post and two retries, 1 s and 2 s apart.
+pub const WEBHOOK_ATTEMPTS: u32 = 3;
+/// Pause before the first retry; doubles per retry.
+pub const WEBHOOK_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest wait for queued webhooks when a short-lived command (`intentgate reconcile`)
+/// ends.
+pub const WEBHOOK_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What an owner is told.
+#[derive(Debug, Clone, Serialize)]
+pub struct Notice {
+    /// `reconciliation` or `duplicate_calls`.
+    pub kind: &'static str,
+    pub tool: String,
+    pub severity: Severity,
+    /// One line for a human: what happened and what to do.
+    pub summary: String,
+    /// The structured details (the mismatches, or the alert).
+    pub details: Value,
+}
+
+/// Sends notices to owners. Create it inside a tokio runtime; [`Notifier::close`] waits
+/// for the queued webhooks.
+pub struct Notifier {
+    owners: BTreeMap<String, OwnerConfig>,
+    queue: mpsc::Sender<Delivery>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    stats: Arc<Stats>,
+}
+
+#[derive(Default)]
+struct Stats {
+    delivered: AtomicU64,
+    failed: AtomicU64,
+    dropped: AtomicU64,
+}
+
+struct Delivery {
+    owner: String,
+    url: String,
+    body: Value,
+}
+
+/// Counts of webhook deliveries, for reports and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DeliveryStats {
+    pub delivered: u64,
+    pub failed: u64,
+    pub dropped: u64,
+}
+
+impl Notifier {
+    /// A notifier for the config's owners, with its webhook worker started.
+    pub fn new(owners: BTreeMap<String, OwnerConfig>) -> Notifier {
+        // The gateway may not have made an HTTPS client yet; webhooks are often https.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .timeout(WEBHOOK_TIMEOUT)
+            // A redirected POST could land anywhere; webhooks answer where they are.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("an HTTP client with rustls and default settings builds");
+        let (queue, receiver) = mpsc::channel(WEBHOOK_QUEUE_MAX);
+        let stats = Arc::new(Stats::default());
+        let worker = tokio::spawn(deliver_forever(client, receiver, stats.clone()));
+        Notifier {
+            owners,
+            queue,
+            worker: Mutex::new(Some(worker)),
+            stats,
+        }
+    }
+
+    /// Logs `notice` (unless its owner opted out of log lines) and queues its webhook.
+    /// A tool without an owner is logged: someone must hear about it.
+    pub fn notify(&self, owner: Option<&str>, notice: &Notice) {
+        let config = owner.and_then(|name| self.owners.get(name));
+        let owner_name = owner.unwrap_or("(no owner)");
+        if config.is_none_or(|config| config.log) {
+            match notice.severity {
+                Severity::Critical => tracing::error!(
+                    kind = notice.kind, tool = %notice.tool, owner = owner_name,
+                    severity = notice.severity.as_str(), "{}", notice.summary
+                ),
+                Severity::Warning => tracing::warn!(
+                    kind = notice.kind, tool = %notice.tool, owner = owner_name,
+                    severity = notice.severity.as_str(), "{}", notice.summary
+                ),
+                Severity::Info => tracing::info!(
+                    kind = notice.kind, tool = %notice.tool, owner = owner_name,
+                    severity = notice.severity.as_str(), "{}", notice.summary
+                ),
+            }
+        }
+        let Some(url) = config.and_then(|config| config.webhook.clone()) else {
+            return;
+        };
+        let body = json!({
+            "source": "intentgate",
+            "kind": notice.kind,
+            "tool": notice.tool,
+            "owner": owner_name,
+            "severity": notice.severity,
+            "summary": notice.summary,
+            "details": notice.details,
+        });
+        let delivery = Delivery {
+            owner: owner_name.to_owned(),
+            url,
+            body,
+        };
+        if self.queue.try_send(delivery).is_err() {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                owner = owner_name, tool = %notice.tool, kind = notice.kind,
+                "webhook queue full ({WEBHOOK_QUEUE_MAX} notices waiting); this notice was logged but not posted"
+            );
+        }
+    }
+
+    /// Webhook deliveries so far.
+    pub fn stats(&self) -> DeliveryStats {
+        DeliveryStats {
+            delivered: self.stats.delivered.load(Ordering::Relaxed),
+            failed: self.stats.failed.load(Ordering::Relaxed),
+            dropped: self.stats.dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops taking notices and waits (at most [`WEBHOOK_DRAIN_TIMEOUT`]) for the queued
+    /// ones to be posted or given up.
+    pub async fn close(self) -> DeliveryStats {
+        let Notifier {
+            queue,
+            worker,
+            stats,
+            ..
+        } = self;
+        drop(queue);
+        if let Some(worker) = worker.lock().await.take()
+            && tokio::time::timeout(WEBHOOK_DRAIN_TIMEOUT, worker)
+                .await
+                .is_err()
+        {
+            tracing::error!(
+                "webhooks still queued after {WEBHOOK_DRAIN_TIMEOUT:?}; they were logged but not all posted"
+            );
+        }
+        DeliveryStats {
+            delivered: stats.delivered.load(Ordering::Relaxed),
+            failed: stats.failed.load(Ordering::Relaxed),
+            dropped: stats.dropped.load(Ordering::Relaxed),
+        }
+    }
+}
+
+async fn deliver_forever(
+    client: reqwest::Client,
+    mut receiver: mpsc::Receiver<Delivery>,
+    stats: Arc<Stats>,
+) {
+    while let Some(delivery) = receiver.recv().await {
+        let mut pause = WEBHOOK_BACKOFF;
+        let mut last_error = String::new();
+        let mut delivered = false;
+        for attempt in 1..=WEBHOOK_ATTEMPTS {
+            match client.post(&delivery.url).json(&delivery.body).send().await {
+                Ok(response) if response.status().is_success() => {
+                    delivered = true;
+                    break;
+                }
+                Ok(response) => last_error = format!("HTTP {}", response.status().as_u16()),
+                // Without the URL: reqwest's errors quote it, and it may hold a credential.
+                Err(error) => last_error = describe(&error),
+            }
+            if attempt < WEBHOOK_ATTEMPTS {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+        }
+        if delivered {
+            stats.delivered.fetch_add(1, Ordering::Relaxed);
+        } else {
+            stats.failed.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                owner = %delivery.owner,
+                error = %last_error,
+                "could not post a notice to the owner's webhook after {WEBHOOK_ATTEMPTS} attempts; it is in the log"
+            );
+        }
+    }
+}
+
+/// A transport error without the URL it carries.
+fn describe(error: &reqwest::Error) -> String {
+    if error.is_timeout() {
+        format!("no answer within {WEBHOOK_TIMEOUT:?}")
+    } else if error.is_connect() {
+        "could not connect".to_owned()
+    } else {
+        "the request failed".to_owned()
+    }
+}

@@ -1,0 +1,364 @@
+//! Reconciliation against the mock provider over HTTP, with a real SQLite ledger, the
+//! example config, and the owner's webhook on a loopback server.
+//!
+//! Every mismatch kind is produced the way it happens in production: the ledger's side
+//! through the ledger's own operations (a call that ended done, unknown or not executed),
+//! the provider's side through the provider's API, one of them a refund made around the
+//! gateway with no intent key at all.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::routing::post;
+use intentgate_core::{IntentStatus, fingerprint};
+use intentgate_gate::{CallContext, Clock, Gate, GateOptions, SystemClock};
+use intentgate_http::{HttpTool, HttpUpstream};
+use intentgate_ledger::{Begin, BeginRequest, Finish, Ledger, SqliteLedger, SqliteOptions};
+use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer};
+use intentgate_ops::{MismatchKind, Notifier, Reconciler, Severity};
+use serde_json::{Value, json};
+
+const EXAMPLE: &str = include_str!("../../../examples/support-agent.yaml");
+
+/// A loopback server that keeps every JSON body posted to it.
+async fn webhook_receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let app = axum::Router::new()
+        .route(
+            "/hook",
+            post(
+                |State(received): State<Arc<Mutex<Vec<Value>>>>, Json(body): Json<Value>| async move {
+                    received.lock().unwrap().push(body);
+                    "ok"
+                },
+            ),
+        )
+        .with_state(received.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, received)
+}
+
+fn config(mock_url: &str, webhook: &str) -> intentgate_config::LoadedConfig {
+    let text = EXAMPLE
+        .replace(
+            "payments-team: {log: true}",
+            &format!("payments-team: {{log: true, webhook: \"{webhook}\"}}"),
+        )
+        .replace(
+            "\nowners:",
+            "\nreconcile: {settle_seconds: 0, unknown_grace_seconds: 0}\n\nowners:",
+        );
+    let mock_url = mock_url.to_owned();
+    intentgate_config::load_str(&text, "example", &move |name| {
+        (name == "INTENTGATE_MOCK_URL").then(|| mock_url.clone())
+    })
+    .unwrap()
+}
+
+fn gate(loaded: &intentgate_config::LoadedConfig, ledger: Arc<dyn Ledger>) -> Arc<Gate> {
+    let tools: BTreeMap<String, HttpTool> = loaded
+        .config
+        .tools
+        .iter()
+        .map(|tool| {
+            (
+                tool.name.clone(),
+                HttpTool {
+                    call: tool.call.clone(),
+                    lookup: tool.lookup.clone(),
+                },
+            )
+        })
+        .collect();
+    let upstream = HttpUpstream::new(loaded.config.upstreams.clone(), tools).unwrap();
+    Arc::new(
+        Gate::new(
+            loaded.tools.clone(),
+            ledger,
+            Arc::new(upstream),
+            Arc::new(SystemClock),
+            GateOptions::default(),
+        )
+        .unwrap(),
+    )
+}
+
+/// Drives a refund intent in the ledger to `status`, as a call that ended that way would.
+async fn settle(ledger: &dyn Ledger, order: &str, amount: f64, status: IntentStatus) -> i64 {
+    let arguments = json!({"order_id": order, "amount": amount, "reason": "damaged"});
+    let now_ms = SystemClock.now_ms();
+    let begin = ledger
+        .begin(BeginRequest {
+            tenant: "default".to_owned(),
+            tool: "refund_order".to_owned(),
+            key: format!("refund:{order}:{amount:.2}"),
+            fingerprint: fingerprint(&arguments).as_str().to_owned(),
+            arguments,
+            lease_owner: "test/1".to_owned(),
+            lease_expires_ms: now_ms + 60_000,
+            now_ms,
+            count_call: true,
+            retry_rejected: false,
+            lookup_interval_ms: 5_000,
+            resend_unknown: false,
+        })
+        .await
+        .unwrap();
+    let Begin::Execute(intent) = begin else {
+        panic!("a new intent executes: {begin:?}")
+    };
+    let done = status == IntentStatus::Done;
+    ledger
+        .finish(Finish {
+            id: intent.id,
+            lease_owner: "test/1".to_owned(),
+            attempt: intent.attempt,
+            now_ms,
+            status,
+            result: done.then(|| json!({"id": format!("re_ledger_{order}")})),
+            external_id: done.then(|| format!("re_ledger_{order}")),
+            resolved_by: "upstream",
+            looked_up: false,
+            detail: "test".to_owned(),
+        })
+        .await
+        .unwrap();
+    intent.id
+}
+
+/// A refund made directly at the provider, around the gateway.
+async fn refund_at_provider(
+    client: &reqwest::Client,
+    mock: &str,
+    order: &str,
+    amount: &str,
+    intent_key: Option<&str>,
+) -> String {
+    let mut body = json!({"order_id": order, "amount": amount, "reason": "damaged"});
+    if let Some(key) = intent_key {
+        body["metadata"] = json!({"intent_key": key});
+    }
+    let response = client
+        .post(format!("{mock}/v1/refunds"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{response:?}");
+    let refund: Value = response.json().await.unwrap();
+    refund["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn every_mismatch_kind_is_found_named_and_sent_to_the_owner() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let mock =
+        MockServer::start(MockProvider::new(MockOptions::new(HttpFaultPlan::quiet())).unwrap())
+            .await
+            .unwrap();
+    let (webhook, received) = webhook_receiver().await;
+    let loaded = config(&mock.url(), &webhook);
+    let dir = tempfile::tempdir().unwrap();
+    let ledger: Arc<dyn Ledger> = Arc::new(
+        SqliteLedger::open(dir.path().join("ledger.db"), SqliteOptions::default()).unwrap(),
+    );
+    let gate = gate(&loaded, ledger.clone());
+    let context = CallContext::default();
+    let call = |order: &str, amount: f64| {
+        let gate = gate.clone();
+        let context = context.clone();
+        let arguments = json!({"order_id": order, "amount": amount, "reason": "damaged"});
+        async move {
+            gate.call("refund_order", arguments, &context)
+                .await
+                .unwrap()
+        }
+    };
+
+    // Matched: a refund through the gateway. No mismatch.
+    assert_eq!(call("1001", 10.0).await.status.as_str(), "done");
+    // no_intent: a refund made around the gateway, with no intent key.
+    let direct = refund_at_provider(&client, &mock.url(), "2002", "5.00", None).await;
+    // duplicate: a refund through the gateway, then the same intent sent again around it
+    // (a naive retry with a fresh provider key).
+    let first = call("3003", 20.0).await;
+    assert_eq!(first.status.as_str(), "done");
+    let again = refund_at_provider(
+        &client,
+        &mock.url(),
+        "3003",
+        "20.00",
+        Some("refund:3003:20.00"),
+    )
+    .await;
+    // amount: the provider's record of an intent says another amount.
+    let amount_id = settle(ledger.as_ref(), "4004", 30.0, IntentStatus::Done).await;
+    refund_at_provider(
+        &client,
+        &mock.url(),
+        "4004",
+        "31.00",
+        Some("refund:4004:30.00"),
+    )
+    .await;
+    // missing_record: done in the ledger, nothing at the provider.
+    let missing_id = settle(ledger.as_ref(), "5005", 40.0, IntentStatus::Done).await;
+    // unknown_missing: unknown, nothing at the provider.
+    let unknown_missing_id = settle(ledger.as_ref(), "6006", 50.0, IntentStatus::Unknown).await;
+    // unknown_found: unknown, and the provider has it.
+    let unknown_found_id = settle(ledger.as_ref(), "7007", 60.0, IntentStatus::Unknown).await;
+    let found = refund_at_provider(
+        &client,
+        &mock.url(),
+        "7007",
+        "60.00",
+        Some("refund:7007:60.00"),
+    )
+    .await;
+    // effect_despite_status: the model was told not_executed, the provider has it.
+    let despite_id = settle(ledger.as_ref(), "8008", 70.0, IntentStatus::NotExecuted).await;
+    let despite = refund_at_provider(
+        &client,
+        &mock.url(),
+        "8008",
+        "70.00",
+        Some("refund:8008:70.00"),
+    )
+    .await;
+
+    let notifier = Arc::new(Notifier::new(loaded.config.owners.clone()));
+    let reconciler = Reconciler::new(&loaded, ledger.clone(), notifier.clone(), None).unwrap();
+    let report = reconciler
+        .run(Duration::from_secs(3600), SystemClock.now_ms(), "test")
+        .await;
+    drop(reconciler);
+
+    let refunds = report
+        .tools
+        .iter()
+        .find(|tool| tool.tool == "refund_order")
+        .unwrap();
+    assert_eq!(refunds.error, None);
+    assert_eq!(refunds.intents_checked, 7);
+    assert_eq!(refunds.records_checked, 7, "{report:#?}");
+    let by_kind = |kind: MismatchKind| {
+        let found: Vec<_> = report
+            .mismatches
+            .iter()
+            .filter(|mismatch| mismatch.kind == kind)
+            .collect();
+        assert_eq!(found.len(), 1, "{kind:?}: {:#?}", report.mismatches);
+        found[0].clone()
+    };
+    let bypass = by_kind(MismatchKind::NoIntent);
+    assert_eq!(bypass.external_ids, vec![direct]);
+    assert_eq!(bypass.subject.as_deref(), Some("2002"));
+
+    let duplicate = by_kind(MismatchKind::Duplicate);
+    assert_eq!(duplicate.severity, Severity::Critical);
+    assert_eq!(duplicate.intent_key.as_deref(), Some("refund:3003:20.00"));
+    assert_eq!(
+        duplicate.external_ids,
+        vec![first.external_id.clone().unwrap(), again]
+    );
+    assert_eq!(duplicate.subject.as_deref(), Some("3003"));
+
+    let amount = by_kind(MismatchKind::Amount);
+    assert_eq!(amount.intent_id, Some(amount_id));
+    assert_eq!(amount.intent_amount.as_deref(), Some("30"));
+    assert_eq!(amount.provider_amount.as_deref(), Some("31.00"));
+
+    assert_eq!(
+        by_kind(MismatchKind::MissingRecord).intent_id,
+        Some(missing_id)
+    );
+    let unknown_missing = by_kind(MismatchKind::UnknownMissing);
+    assert_eq!(unknown_missing.intent_id, Some(unknown_missing_id));
+    assert_eq!(
+        unknown_missing.arguments.as_ref().unwrap()["order_id"],
+        "6006"
+    );
+
+    let resolved = by_kind(MismatchKind::UnknownFound);
+    assert_eq!(resolved.intent_id, Some(unknown_found_id));
+    assert!(resolved.resolved);
+    let intent = ledger.get_by_id(unknown_found_id).await.unwrap().unwrap();
+    assert_eq!(intent.status, IntentStatus::Done);
+    assert_eq!(intent.external_id.as_deref(), Some(found.as_str()));
+    assert_eq!(intent.resolved_by.as_deref(), Some("test"));
+    let events = ledger.events(unknown_found_id).await.unwrap();
+    let resolution = events.last().unwrap();
+    assert_eq!(resolution.kind, "resolve");
+    assert_eq!(resolution.actor.as_deref(), Some("test"));
+
+    let despite_mismatch = by_kind(MismatchKind::EffectDespiteStatus);
+    assert_eq!(despite_mismatch.intent_id, Some(despite_id));
+    assert_eq!(despite_mismatch.external_ids, vec![despite]);
+    assert_eq!(despite_mismatch.severity, Severity::Critical);
+    // A not_executed intent the provider has is reported, not rewritten.
+    let intent = ledger.get_by_id(despite_id).await.unwrap().unwrap();
+    assert_eq!(intent.status, IntentStatus::NotExecuted);
+
+    assert_eq!(report.mismatches_total, 7);
+    assert_eq!(report.critical, 2);
+
+    // The run is in the ledger, with its mismatches.
+    let runs = ledger.reconciliations(5).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(Some(runs[0].id), report.run_id);
+    assert_eq!(runs[0].mismatches, 7);
+    assert_eq!(runs[0].critical, 2);
+    let stored = ledger
+        .reconciliation_mismatches(runs[0].id, 100)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 7);
+
+    // The owner's webhook got one notice for the tool, naming every mismatch.
+    let stats = Arc::into_inner(notifier).unwrap().close().await;
+    assert_eq!(stats.delivered, 1, "{stats:?}");
+    let notices = received.lock().unwrap().clone();
+    assert_eq!(notices.len(), 1, "{notices:#?}");
+    let notice = &notices[0];
+    assert_eq!(notice["kind"], "reconciliation");
+    assert_eq!(notice["tool"], "refund_order");
+    assert_eq!(notice["owner"], "payments-team");
+    assert_eq!(notice["severity"], "critical");
+    assert_eq!(notice["details"]["mismatches"].as_array().unwrap().len(), 7);
+    assert_eq!(notice["details"]["counts"]["duplicate"], 1);
+}
+
+#[tokio::test]
+async fn a_provider_that_fails_every_page_stops_the_tool_without_reporting_anything_missing() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger: Arc<dyn Ledger> = Arc::new(
+        SqliteLedger::open(dir.path().join("ledger.db"), SqliteOptions::default()).unwrap(),
+    );
+    // A done intent whose record can't be listed: the provider is down.
+    settle(ledger.as_ref(), "5005", 40.0, IntentStatus::Done).await;
+    let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead_url = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let loaded = config(&dead_url, "http://127.0.0.1:9/hook");
+    let notifier = Arc::new(Notifier::new(Default::default()));
+    let reconciler = Reconciler::new(&loaded, ledger.clone(), notifier, None).unwrap();
+    let report = reconciler
+        .run(Duration::from_secs(3600), SystemClock.now_ms(), "test")
+        .await;
+    let refunds = report
+        .tools
+        .iter()
+        .find(|tool| tool.tool == "refund_order")
+        .unwrap();
+    let error = refunds.error.as_deref().unwrap();
+    assert!(error.contains("provider"), "{error}");
+    assert!(report.has_errors());
+    assert!(report.mismatches.is_empty(), "{:#?}", report.mismatches);
+}

@@ -1,0 +1,323 @@
+//! `GET /metrics` and `GET /readyz` through a real server on a loopback port, with a real
+//! SQLite ledger and the in-process fake provider as the upstream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use intentgate_core::{Effect, ToolDefinition};
+use intentgate_gate::{Gate, GateOptions, SystemClock};
+use intentgate_ledger::{Durability, SqliteLedger, SqliteOptions};
+use intentgate_mock::{FakeProvider, FaultPlan, Scripted, Shape};
+use intentgate_server::ServerOptions;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+const KEY: &str = "refund:8812:49.00";
+
+struct Server {
+    base: String,
+    provider: Arc<FakeProvider>,
+    ledger_path: std::path::PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    stopped: tokio::task::JoinHandle<std::io::Result<()>>,
+    _dir: tempfile::TempDir,
+    client: reqwest::Client,
+}
+
+fn refund_tool() -> ToolDefinition {
+    let schema = json!({
+        "type": "object",
+        "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
+        "required": ["order_id", "amount"],
+        "additionalProperties": false
+    });
+    ToolDefinition::new(
+        "refund_order",
+        "Refund an order.",
+        Effect::SideEffect,
+        schema,
+        Some("refund:{order_id}:{amount:.2}"),
+        Duration::from_secs(5),
+        2,
+    )
+    .unwrap()
+}
+
+fn get_order_tool() -> ToolDefinition {
+    let schema = json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]});
+    ToolDefinition::new(
+        "get_order",
+        "Get an order.",
+        Effect::Read,
+        schema,
+        None,
+        Duration::from_secs(5),
+        2,
+    )
+    .unwrap()
+}
+
+async fn start() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger_path = dir.path().join("ledger.db");
+    let ledger = Arc::new(
+        SqliteLedger::open(
+            &ledger_path,
+            SqliteOptions {
+                durability: Durability::Relaxed,
+                inline: false,
+            },
+        )
+        .unwrap(),
+    );
+    let provider = Arc::new(FakeProvider::new(
+        3,
+        FaultPlan::none(),
+        Arc::new(SystemClock),
+    ));
+    let gate = Arc::new(
+        Gate::new(
+            vec![refund_tool(), get_order_tool()],
+            ledger,
+            provider.clone(),
+            Arc::new(SystemClock),
+            GateOptions::default(),
+        )
+        .unwrap(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped_signal) = oneshot::channel::<()>();
+    let stopped = tokio::spawn(intentgate_server::run(
+        listener,
+        gate,
+        ServerOptions::default(),
+        async {
+            let _ = stopped_signal.await;
+        },
+    ));
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Server {
+        base,
+        provider,
+        ledger_path,
+        stop: Some(stop),
+        stopped,
+        _dir: dir,
+        client: reqwest::Client::new(),
+    }
+}
+
+impl Server {
+    async fn call(&self, tool: &str, arguments: Value) -> Value {
+        let response = self
+            .client
+            .post(format!("{}/v1/tools/{tool}/call", self.base))
+            .json(&json!({ "arguments": arguments }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        response.json().await.unwrap()
+    }
+
+    /// The scraped text, after checking the status and content type.
+    async fn scrape(&self) -> String {
+        let response = self
+            .client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
+        response.text().await.unwrap()
+    }
+
+    async fn get(&self, path: &str) -> (u16, String, Value) {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (status, content_type, response.json().await.unwrap())
+    }
+
+    async fn stop(mut self) {
+        self.stop.take().unwrap().send(()).unwrap();
+        self.stopped.await.unwrap().unwrap();
+    }
+}
+
+/// The value of the sample whose name and labels are `series`, if the text has it.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map(|value| value.parse().unwrap())
+}
+
+/// Every sample of the family `name` (its lines that start with `name{` or `name `).
+fn samples<'t>(text: &'t str, name: &str) -> Vec<&'t str> {
+    text.lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn metrics_count_a_refund_its_repeat_and_a_read_exactly() {
+    let server = start().await;
+    let first = server
+        .call("refund_order", json!({"order_id": "8812", "amount": 49}))
+        .await;
+    assert_eq!(first["status"], "done");
+    let again = server
+        .call("refund_order", json!({"order_id": "8812", "amount": 49}))
+        .await;
+    assert_eq!(again["status"], "already_done");
+    let read = server.call("get_order", json!({"order_id": "8812"})).await;
+    assert_eq!(read["status"], "done");
+
+    let text = server.scrape().await;
+    assert!(
+        text.contains("# TYPE intentgate_calls_total counter\n"),
+        "{text}"
+    );
+    let mut calls = samples(&text, "intentgate_calls_total");
+    calls.sort_unstable();
+    assert_eq!(
+        calls,
+        [
+            r#"intentgate_calls_total{tool="get_order",status="done"} 1"#,
+            r#"intentgate_calls_total{tool="refund_order",status="already_done"} 1"#,
+            r#"intentgate_calls_total{tool="refund_order",status="done"} 1"#,
+        ],
+        "{text}"
+    );
+    assert_eq!(
+        samples(&text, "intentgate_repeated_calls_total"),
+        [r#"intentgate_repeated_calls_total{tool="refund_order"} 1"#],
+        "{text}"
+    );
+    // One request each to the provider; the repeat was answered from the ledger.
+    for tool in ["refund_order", "get_order"] {
+        let series = format!(
+            r#"intentgate_upstream_request_duration_seconds_count{{tool="{tool}",request="execute"}}"#
+        );
+        assert_eq!(sample(&text, &series), Some(1.0), "{series}\n{text}");
+    }
+    assert!(
+        !text.contains(r#"request="lookup""#),
+        "nothing was ambiguous: {text}"
+    );
+    // The first call and its repeat each read the ledger (the fast path); only the first
+    // began and finished an attempt.
+    for (operation, count) in [("get", 2.0), ("begin", 1.0), ("finish", 1.0)] {
+        let series = format!(
+            r#"intentgate_ledger_operation_duration_seconds_count{{operation="{operation}"}}"#
+        );
+        assert_eq!(sample(&text, &series), Some(count), "{series}\n{text}");
+        let infinite = format!(
+            r#"intentgate_ledger_operation_duration_seconds_bucket{{operation="{operation}",le="+Inf"}}"#
+        );
+        assert_eq!(sample(&text, &infinite), Some(count), "{infinite}\n{text}");
+    }
+    assert!(samples(&text, "intentgate_lease_waits_total").is_empty());
+    assert!(samples(&text, "intentgate_intents_unknown_total").is_empty());
+    assert_eq!(
+        sample(&text, "intentgate_repeated_call_events_dropped_total"),
+        Some(0.0)
+    );
+    // Refreshed from the ledger by the scrape; reads have no intents.
+    assert_eq!(
+        samples(&text, "intentgate_intents"),
+        [r#"intentgate_intents{tool="refund_order",status="done"} 1"#],
+        "{text}"
+    );
+    assert_eq!(server.provider.effect_count(KEY), 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_ambiguous_answer_the_lookup_cannot_find_counts_an_unknown_intent_and_a_lookup() {
+    let server = start().await;
+    server.provider.script([Scripted {
+        shape: Shape::Dropped,
+        commit: false,
+    }]);
+    let outcome = server
+        .call("refund_order", json!({"order_id": "8812", "amount": 49}))
+        .await;
+    assert_eq!(outcome["status"], "pending_unknown");
+    let text = server.scrape().await;
+    assert_eq!(
+        sample(
+            &text,
+            r#"intentgate_calls_total{tool="refund_order",status="pending_unknown"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"intentgate_intents_unknown_total{tool="refund_order"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"intentgate_upstream_request_duration_seconds_count{tool="refund_order",request="lookup"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"intentgate_intents{tool="refund_order",status="unknown"}"#
+        ),
+        Some(1.0)
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn readyz_is_ready_while_the_ledger_answers() {
+    let server = start().await;
+    let (status, content_type, body) = server.get("/readyz").await;
+    assert_eq!(
+        (status, content_type.as_str(), body),
+        (200, "application/json", json!({"ready": true}))
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn readyz_is_503_when_the_ledger_fails_its_read() {
+    let server = start().await;
+    // Break the ledger behind the server's back: its read of the tool flags now fails.
+    let connection = rusqlite::Connection::open(&server.ledger_path).unwrap();
+    connection.execute_batch("DROP TABLE tool_flags").unwrap();
+    let (status, content_type, body) = server.get("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(content_type, "application/problem+json");
+    assert_eq!(body["type"], "urn:intentgate:problem:ledger-unreachable");
+    assert_eq!(body["title"], "The intent ledger is unreachable");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("ledger") && !detail.contains("tool_flags"),
+        "says what is wrong without the internals: {detail}"
+    );
+    server.stop().await;
+}

@@ -1,0 +1,436 @@
+//! `intentgate intents`: list, show and resolve intents, on the ledger directly.
+//!
+//! The commands open the ledger the gateways use (a SQLite file or a PostgreSQL URL), so
+//! they work whether or not a gateway is running. A resolution follows the same rules as
+//! the admin API (`intentgate_admin::ManualResolution`, `check_resolvable`) and goes through
+//! `Ledger::resolve`, which checks the transition and writes the event log entry with the
+//! actor and the reason.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow, bail};
+use intentgate_admin::{ManualResolution, check_resolvable};
+use intentgate_core::IntentStatus;
+use intentgate_ledger::{
+    Durability, Event, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order,
+};
+use serde_json::json;
+
+use crate::cli::{
+    IntentsArgs, IntentsCommand, IntentsFormat, IntentsLedgerArgs, IntentsListArgs,
+    IntentsResolveArgs, IntentsShowArgs,
+};
+
+/// Intents read from the ledger at once while listing: a page in memory at a time.
+const PAGE_LIMIT: u32 = 1000;
+/// Widest column of the text table; longer values (keys, external ids) are cut with `…`.
+const COLUMN_WIDTH_MAX: usize = 60;
+
+pub async fn run(arguments: IntentsArgs) -> anyhow::Result<()> {
+    match arguments.command {
+        IntentsCommand::List(arguments) => list(arguments).await,
+        IntentsCommand::Show(arguments) => show(arguments).await,
+        IntentsCommand::Resolve(arguments) => resolve(arguments).await,
+    }
+}
+
+/// Opens the ledger named by `--ledger`, or by the config's `gateway.ledger`. A SQLite file
+/// must exist already: a mistyped path must not create an empty ledger and list nothing.
+async fn open(location: &IntentsLedgerArgs) -> anyhow::Result<(Arc<dyn Ledger>, String)> {
+    let (ledger_location, durability) = match (&location.ledger, &location.config) {
+        (Some(ledger), _) => (ledger.clone(), Durability::Strict),
+        (None, Some(config)) => {
+            let loaded = crate::serve::load(config)?;
+            let gateway = &loaded.config.gateway;
+            (gateway.ledger.clone(), gateway.durability.into())
+        }
+        (None, None) => bail!(
+            "say which ledger: --config FILE (its gateway.ledger) or --ledger PATH_OR_URL, \
+or set INTENTGATE_CONFIG or INTENTGATE_LEDGER"
+        ),
+    };
+    let shown = intentgate_ledger::display_location(&ledger_location);
+    if !intentgate_ledger::is_postgres_url(&ledger_location)
+        && !std::path::Path::new(&ledger_location).exists()
+    {
+        bail!(
+            "there is no ledger at {shown}: give the path of the gateway's ledger file \
+(gateway.ledger of its config, or its --ledger)"
+        );
+    }
+    let ledger = intentgate_ledger::open(&ledger_location, durability)
+        .await
+        .with_context(|| format!("opening the intent ledger at {shown}"))?;
+    Ok((ledger, shown))
+}
+
+async fn list(arguments: IntentsListArgs) -> anyhow::Result<()> {
+    let (ledger, _) = open(&arguments.location).await?;
+    let filter = IntentFilter {
+        tenant: arguments.tenant,
+        tool: arguments.tool,
+        key: arguments.key,
+        status: arguments.status.map(IntentStatus::from),
+        ..IntentFilter::default()
+    };
+    let order = if arguments.oldest {
+        Order::Oldest
+    } else {
+        Order::Newest
+    };
+    let mut intents: Vec<IntentRecord> = Vec::new();
+    let mut cursor = None;
+    while intents.len() < arguments.limit as usize {
+        let page = (arguments.limit - intents.len() as u32).min(PAGE_LIMIT);
+        let read = ledger
+            .intents(&filter, order, cursor, page)
+            .await
+            .context("reading intents")?;
+        let done = read.len() < page as usize;
+        cursor = read.last().map(|intent| intent.id);
+        intents.extend(read);
+        if done {
+            break;
+        }
+    }
+    let mut out = String::new();
+    match arguments.format {
+        IntentsFormat::Json => {
+            for intent in &intents {
+                writeln!(out, "{}", serde_json::to_string(intent)?)?;
+            }
+        }
+        IntentsFormat::Text if intents.is_empty() => {
+            eprintln!("no intents match");
+        }
+        IntentsFormat::Text => {
+            let header = [
+                "ID",
+                "TENANT",
+                "TOOL",
+                "KEY",
+                "STATUS",
+                "CALLS",
+                "ATTEMPTS",
+                "FIRST SEEN (UTC)",
+                "EXTERNAL ID",
+            ];
+            let rows: Vec<Vec<String>> = intents
+                .iter()
+                .map(|intent| {
+                    vec![
+                        intent.id.to_string(),
+                        printable(&intent.tenant),
+                        printable(&intent.tool),
+                        printable(&intent.key),
+                        intent.status.to_string(),
+                        intent.call_count.to_string(),
+                        intent.attempt.to_string(),
+                        utc(intent.first_seen_ms),
+                        intent
+                            .external_id
+                            .as_deref()
+                            .map(printable)
+                            .unwrap_or_else(|| "-".to_owned()),
+                    ]
+                })
+                .collect();
+            table(&mut out, &header, &rows);
+        }
+    }
+    print!("{out}");
+    Ok(())
+}
+
+async fn show(arguments: IntentsShowArgs) -> anyhow::Result<()> {
+    let (ledger, shown) = open(&arguments.location).await?;
+    let intent = read(&*ledger, arguments.id, &shown).await?;
+    let events = ledger
+        .events(intent.id)
+        .await
+        .context("reading the event log")?;
+    let mut out = String::new();
+    match arguments.format {
+        IntentsFormat::Json => {
+            writeln!(out, "{}", json!({ "intent": intent, "events": events }))?;
+        }
+        IntentsFormat::Text => describe(&mut out, &intent, &events, now_ms())?,
+    }
+    print!("{out}");
+    Ok(())
+}
+
+async fn resolve(arguments: IntentsResolveArgs) -> anyhow::Result<()> {
+    let asked = ManualResolution {
+        status: arguments.status.into(),
+        external_id: arguments.external_id,
+        reason: arguments.reason,
+        actor: arguments.actor,
+    };
+    asked.check().map_err(|message| anyhow!(message))?;
+    let (ledger, shown) = open(&arguments.location).await?;
+    let id = arguments.id;
+    let before = read(&*ledger, id, &shown).await?;
+    let now_ms = now_ms();
+    check_resolvable(&before, asked.status, now_ms).map_err(|why| anyhow!(why.message(id)))?;
+    let after = match ledger.resolve(asked.to_resolve(id, now_ms)).await {
+        Ok(after) => after,
+        // Changed between the read and the write (a gateway settled it meanwhile).
+        Err(LedgerError::Transition(illegal)) => bail!(
+            "intent {id} became {} while it was being resolved; nothing was changed \
+(`intentgate intents show {id}` shows what happened)",
+            illegal.from
+        ),
+        Err(error) => return Err(error).context("resolving the intent"),
+    };
+    let mut out = String::new();
+    writeln!(
+        out,
+        "intent {id}: {} {} (tenant {})",
+        printable(&after.tool),
+        printable(&after.key),
+        printable(&after.tenant)
+    )?;
+    writeln!(out, "  before: {}", before.status)?;
+    let external = after
+        .external_id
+        .as_deref()
+        .map(|external_id| format!(" (external id {})", printable(external_id)))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "  after:  {}{external}, resolved by {}: {}",
+        after.status,
+        printable(&asked.actor),
+        printable(asked.reason.trim())
+    )?;
+    print!("{out}");
+    Ok(())
+}
+
+async fn read(ledger: &dyn Ledger, id: IntentId, shown: &str) -> anyhow::Result<IntentRecord> {
+    ledger
+        .get_by_id(id)
+        .await
+        .context("reading the intent")?
+        .ok_or_else(|| {
+            anyhow!(
+                "no intent with id {id} in the ledger at {shown}; `intentgate intents list` \
+shows the ids"
+            )
+        })
+}
+
+/// The intent's fields and its event log, as `intents show` prints them.
+fn describe(
+    out: &mut String,
+    intent: &IntentRecord,
+    events: &[Event],
+    now_ms: i64,
+) -> std::fmt::Result {
+    let or_dash = |value: Option<&str>| value.map(printable).unwrap_or_else(|| "-".to_owned());
+    writeln!(
+        out,
+        "intent {}: {} {} (tenant {})",
+        intent.id,
+        printable(&intent.tool),
+        printable(&intent.key),
+        printable(&intent.tenant)
+    )?;
+    writeln!(out, "  status:       {}", intent.status)?;
+    writeln!(
+        out,
+        "  attempts:     {} (provider key epoch {})",
+        intent.attempt, intent.epoch
+    )?;
+    writeln!(out, "  calls:        {}", intent.call_count)?;
+    writeln!(out, "  first seen:   {} UTC", utc(intent.first_seen_ms))?;
+    writeln!(out, "  last seen:    {} UTC", utc(intent.last_seen_ms))?;
+    writeln!(out, "  updated:      {} UTC", utc(intent.updated_ms))?;
+    let lease = match (&intent.lease_owner, intent.lease_expires_ms) {
+        (Some(owner), Some(expiry)) => format!(
+            "{} until {} UTC{}",
+            printable(owner),
+            utc(expiry),
+            if intent.lease_live(now_ms) {
+                ""
+            } else {
+                " (expired)"
+            }
+        ),
+        _ => "-".to_owned(),
+    };
+    writeln!(out, "  lease:        {lease}")?;
+    writeln!(
+        out,
+        "  external id:  {}",
+        or_dash(intent.external_id.as_deref())
+    )?;
+    writeln!(
+        out,
+        "  resolved by:  {}",
+        or_dash(intent.resolved_by.as_deref())
+    )?;
+    writeln!(
+        out,
+        "  arguments:    {}",
+        printable(&intent.arguments.to_string())
+    )?;
+    let result = intent.result.as_ref().map(|result| result.to_string());
+    writeln!(out, "  result:       {}", or_dash(result.as_deref()))?;
+    writeln!(out)?;
+    writeln!(out, "events, oldest first:")?;
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|event| {
+            let change = match (&event.from_status, &event.to_status) {
+                (None, None) => "-".to_owned(),
+                (from, to) => format!("{} → {}", or_dash(from.as_deref()), or_dash(to.as_deref())),
+            };
+            vec![
+                utc(event.at_ms),
+                printable(&event.kind),
+                change,
+                or_dash(event.actor.as_deref()),
+                // The detail is the last column: never cut.
+                or_dash(event.detail.as_deref()),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &["TIME (UTC)", "KIND", "FROM → TO", "ACTOR", "DETAIL"],
+        &rows,
+    );
+    Ok(())
+}
+
+/// Writes a table with aligned columns; every column but the last is cut at
+/// [`COLUMN_WIDTH_MAX`] characters.
+fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
+    let last = header.len() - 1;
+    let cells = |row: &[String]| -> Vec<String> {
+        row.iter()
+            .enumerate()
+            .map(|(column, cell)| {
+                if column < last {
+                    cut(cell, COLUMN_WIDTH_MAX)
+                } else {
+                    cell.clone()
+                }
+            })
+            .collect()
+    };
+    let rows: Vec<Vec<String>> = rows.iter().map(|row| cells(row)).collect();
+    let mut widths: Vec<usize> = header.iter().map(|title| title.chars().count()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (column, cell) in cells.enumerate() {
+            if column > 0 {
+                text.push_str("  ");
+            }
+            text.push_str(cell);
+            if column < last {
+                let pad = widths[column] - cell.chars().count();
+                text.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&mut header.iter().copied());
+    for row in &rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+}
+
+/// `text` cut to `width` characters, the last one `…` when cut.
+fn cut(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(width - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// `text` with control characters escaped (`\n`, `\u{1b}`), so a key or a reason can't
+/// break a table or send escape sequences to the terminal.
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` in UTC.
+pub(crate) fn utc(ms: i64) -> String {
+    let seconds = ms.div_euclid(1000);
+    let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        second_of_day / 3600,
+        second_of_day % 3600 / 60,
+        second_of_day % 60
+    )
+}
+
+/// The proleptic Gregorian date of a day counted from 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`: eras of 400 years, years starting in March so leap days come last).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_shown_in_utc() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(utc(1_760_000_000_123), "2025-10-09 08:53:20");
+        assert_eq!(utc(4_107_542_399_000), "2100-02-28 23:59:59");
+        assert_eq!(utc(-1_000), "1969-12-31 23:59:59");
+    }
+
+    #[test]
+    fn control_characters_are_escaped_and_long_cells_cut() {
+        assert_eq!(printable("a\nb\u{1b}[31m"), "a\\nb\\u{1b}[31m");
+        assert_eq!(cut("abcdef", 4), "abc…");
+        assert_eq!(cut("abc", 4), "abc");
+    }
+}

@@ -1,0 +1,373 @@
+//! Operations as an operator meets them: `intentgate reconcile` and the reconciliation job
+//! inside `serve`, and duplicate-call alerts, with the real binaries (gateway and mock
+//! provider) on loopback ports and the owner's webhook on a loopback server in this test.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Running, Webhook, client, example_config, intentgate, mock_provider, start};
+
+/// The example config with the payments team's webhook, and `extra` at the top level.
+fn config(folder: &std::path::Path, webhook: &str, extra: &str, alerts: &str) -> String {
+    let path = example_config(folder, |text| {
+        let text = text
+            .replace(
+                "payments-team: {log: true}",
+                &format!("payments-team: {{log: true, webhook: \"{webhook}\"}}"),
+            )
+            .replace("\nowners:", &format!("\n{extra}\n\nowners:"));
+        if alerts.is_empty() {
+            return text;
+        }
+        // refund_order is the one tool with `retry_rejected: false`.
+        text.replacen(
+            "    retry_rejected: false\n",
+            &format!("    retry_rejected: false\n    alerts: {alerts}\n"),
+            1,
+        )
+    });
+    path.to_str().unwrap().to_owned()
+}
+
+fn serve(config: &str, ledger: &str, mock: &Running) -> Running {
+    start(
+        &[
+            "serve",
+            "--config",
+            config,
+            "--listen",
+            "127.0.0.1:0",
+            "--ledger",
+            ledger,
+        ],
+        &[("INTENTGATE_MOCK_URL", &mock.url)],
+    )
+}
+
+async fn refund(client: &reqwest::Client, gateway: &Running, order: &str, amount: f64) -> Value {
+    client
+        .post(format!("{}/v1/tools/refund_order/call", gateway.url))
+        .json(&json!({"arguments": {"order_id": order, "amount": amount, "reason": "damaged"}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// A refund made at the provider directly, around the gateway.
+async fn refund_around_the_gateway(
+    client: &reqwest::Client,
+    mock: &Running,
+    order: &str,
+    amount: &str,
+    intent_key: Option<&str>,
+) -> String {
+    let mut body = json!({"order_id": order, "amount": amount, "reason": "damaged"});
+    if let Some(key) = intent_key {
+        body["metadata"] = json!({"intent_key": key});
+    }
+    let refund: Value = client
+        .post(format!("{}/v1/refunds", mock.url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    refund["id"].as_str().unwrap().to_owned()
+}
+
+async fn metrics(client: &reqwest::Client, gateway: &Running) -> String {
+    client
+        .get(format!("{}/metrics", gateway.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The value of the sample of `name` whose labels include every one of `labels`.
+fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")))
+        .find(|line| labels.iter().all(|label| line.contains(label)))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}
+
+// Multi-threaded: the tests block on child processes while the webhook server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_names_a_duplicate_made_around_the_gateway_and_exits_2() {
+    let folder = tempfile::tempdir().unwrap();
+    let webhook = Webhook::start().await;
+    let config = config(
+        folder.path(),
+        &webhook.url,
+        "reconcile: {settle_seconds: 0, unknown_grace_seconds: 0}",
+        "",
+    );
+    let ledger = folder.path().join("ledger.db");
+    let ledger = ledger.to_str().unwrap();
+    let mock = mock_provider();
+    let gateway = serve(&config, ledger, &mock);
+    let client = client();
+
+    let first = refund(&client, &gateway, "9001", 12.5).await;
+    assert_eq!(first["status"], "done", "{first}");
+    // A naive retry around the gateway: the same intent, a fresh provider key.
+    let again =
+        refund_around_the_gateway(&client, &mock, "9001", "12.50", Some("refund:9001:12.50")).await;
+    // A refund someone made by hand at the provider.
+    let by_hand = refund_around_the_gateway(&client, &mock, "9002", "3.00", None).await;
+
+    let output = intentgate()
+        .args([
+            "reconcile",
+            "--config",
+            &config,
+            "--ledger",
+            ledger,
+            "--since",
+            "1h",
+            "--format",
+            "json",
+            "--actor",
+            "oncall",
+        ])
+        .env("INTENTGATE_MOCK_URL", &mock.url)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("critical"), "{stderr}");
+    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("every line is JSON"))
+        .collect();
+    let duplicate = lines
+        .iter()
+        .find(|line| line["kind"] == "duplicate")
+        .expect("a duplicate mismatch");
+    assert_eq!(duplicate["type"], "mismatch");
+    assert_eq!(duplicate["severity"], "critical");
+    assert_eq!(duplicate["subject"], "9001");
+    assert_eq!(duplicate["intent_key"], "refund:9001:12.50");
+    assert_eq!(
+        duplicate["external_ids"],
+        json!([first["external_id"], again])
+    );
+    let bypass = lines
+        .iter()
+        .find(|line| line["kind"] == "no_intent")
+        .expect("a refund with no intent");
+    assert_eq!(bypass["external_ids"], json!([by_hand]));
+    assert_eq!(bypass["subject"], "9002");
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["type"], "summary");
+    assert_eq!(summary["critical"], 1);
+    assert_eq!(summary["mismatches_total"], 2);
+    assert_eq!(summary["actor"], "oncall");
+
+    // The owner's webhook was posted before the command ended.
+    let notices = webhook.notices();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].1["kind"], "reconciliation");
+    assert_eq!(notices[0].1["severity"], "critical");
+    assert_eq!(notices[0].1["details"]["counts"]["duplicate"], 1);
+
+    // The human report names who was affected.
+    let output = intentgate()
+        .args(["reconcile", "--config", &config, "--ledger", ledger])
+        .env("INTENTGATE_MOCK_URL", &mock.url)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with("CRITICAL"))
+        .unwrap_or_else(|| panic!("no critical line in:\n{stdout}"));
+    assert!(
+        line.contains("duplicate") && line.contains("9001"),
+        "{line}"
+    );
+    assert!(stdout.contains("refund_order"), "{stdout}");
+}
+
+// Multi-threaded: the tests block on child processes while the webhook server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_exits_0_when_ledger_and_provider_agree_and_explains_a_bad_window() {
+    let folder = tempfile::tempdir().unwrap();
+    let config = config(folder.path(), "http://127.0.0.1:9/hook", "", "");
+    let ledger = folder.path().join("ledger.db");
+    let ledger = ledger.to_str().unwrap();
+    let mock = mock_provider();
+    let gateway = serve(&config, ledger, &mock);
+    let client = client();
+    assert_eq!(
+        refund(&client, &gateway, "9101", 5.0).await["status"],
+        "done"
+    );
+    let output = intentgate()
+        .args(["reconcile", "--config", &config, "--ledger", ledger])
+        .env("INTENTGATE_MOCK_URL", &mock.url)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("0 mismatches, 0 critical"), "{stdout}");
+
+    let output = intentgate()
+        .args([
+            "reconcile",
+            "--config",
+            &config,
+            "--ledger",
+            ledger,
+            "--since",
+            "an hour",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--since an hour"), "{stderr}");
+}
+
+// Multi-threaded: the tests block on child processes while the webhook server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reconciles_on_its_own_and_tells_the_owner() {
+    let folder = tempfile::tempdir().unwrap();
+    let webhook = Webhook::start().await;
+    let config = config(
+        folder.path(),
+        &webhook.url,
+        "reconcile: {every_seconds: 1, window_seconds: 3600, settle_seconds: 0}",
+        "",
+    );
+    let ledger = folder.path().join("ledger.db");
+    let mock = mock_provider();
+    let gateway = serve(&config, ledger.to_str().unwrap(), &mock);
+    let client = client();
+    let first = refund(&client, &gateway, "9201", 8.0).await;
+    assert_eq!(first["status"], "done", "{first}");
+    refund_around_the_gateway(&client, &mock, "9201", "8.00", Some("refund:9201:8.00")).await;
+
+    let (_, notice) = webhook
+        .wait_for(Duration::from_secs(15), |notice| {
+            notice["kind"] == "reconciliation" && notice["details"]["counts"]["duplicate"] == 1
+        })
+        .await
+        .expect("the hourly job (every second here) tells the owner");
+    assert_eq!(notice["tool"], "refund_order");
+    let mismatch = &notice["details"]["mismatches"][0];
+    assert_eq!(mismatch["kind"], "duplicate");
+    assert_eq!(mismatch["subject"], "9201");
+    let metrics = metrics(&client, &gateway).await;
+    let counted = sample(
+        &metrics,
+        "intentgate_reconcile_mismatches_total",
+        &["tool=\"refund_order\"", "kind=\"duplicate\""],
+    );
+    assert!(counted.is_some_and(|count| count >= 1.0), "{metrics}");
+}
+
+// Multi-threaded: the tests block on child processes while the webhook server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_duplicate_calls_alerts_the_owner_within_two_seconds_and_switches_the_tool_off()
+{
+    let folder = tempfile::tempdir().unwrap();
+    let webhook = Webhook::start().await;
+    let config = config(
+        folder.path(),
+        &webhook.url,
+        "",
+        "[{name: refund-storm, per: intent, threshold: 3, window_seconds: 10, disable_tool: true}]",
+    );
+    let ledger = folder.path().join("ledger.db");
+    let mock = mock_provider();
+    let gateway = serve(&config, ledger.to_str().unwrap(), &mock);
+    let client = client();
+
+    let first = refund(&client, &gateway, "9301", 20.0).await;
+    assert_eq!(first["status"], "done", "{first}");
+    // The agent's layers retry: three repeats of the same refund.
+    let mut sent = Instant::now();
+    for _ in 0..3 {
+        sent = Instant::now();
+        let repeat = refund(&client, &gateway, "9301", 20.0).await;
+        assert_eq!(repeat["status"], "already_done", "{repeat}");
+    }
+    let (arrived, notice) = webhook
+        .wait_for(Duration::from_secs(10), |notice| {
+            notice["kind"] == "duplicate_calls"
+        })
+        .await
+        .expect("the alert reaches the owner's webhook");
+    let delay = arrived.saturating_duration_since(sent);
+    eprintln!(
+        "alert delay: {} ms after the repeat that crossed the threshold was sent",
+        delay.as_millis()
+    );
+    assert!(delay < Duration::from_secs(2), "the alert took {delay:?}");
+    assert_eq!(notice["tool"], "refund_order");
+    assert_eq!(notice["owner"], "payments-team");
+    assert_eq!(notice["severity"], "critical");
+    assert_eq!(notice["details"]["rule"], "refund-storm");
+    assert_eq!(notice["details"]["intent_key"], "refund:9301:20.00");
+    assert_eq!(notice["details"]["repeats"], 3);
+    let summary = notice["summary"].as_str().unwrap();
+    assert!(summary.contains("switched off"), "{summary}");
+
+    let metrics = metrics(&client, &gateway).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "intentgate_alerts_fired_total",
+            &["tool=\"refund_order\"", "rule=\"refund-storm\""]
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "intentgate_repeated_calls_total",
+            &["tool=\"refund_order\""]
+        ),
+        Some(3.0),
+        "{metrics}"
+    );
+    // Exactly one refund reached the provider for the intent.
+    let refunds: Value = client
+        .get(format!(
+            "{}/v1/refunds?intent_key=refund:9301:20.00",
+            mock.url
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(refunds["data"].as_array().unwrap().len(), 1, "{refunds}");
+
+    // The rule switched the tool off: within a second, a call does nothing.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let answer = refund(&client, &gateway, "9302", 1.0).await;
+        if answer["status"] == "disabled" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still callable: {answer}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
