@@ -17,6 +17,8 @@ use tokio::sync::{Notify, oneshot};
 
 const TOKEN: &str = "test-admin-token-0123456789";
 const TOOLS: [&str; 2] = ["refund_order", "send_email"];
+/// The route of the `refund_order` flag.
+const REFUND_FLAG: &str = "/v1/admin/flags/refund_order";
 const ACTOR_DEFAULT: &str = "admin-test";
 /// How long a lease taken by these tests lasts: far longer than any test.
 const LEASE_MS: i64 = 10 * 60 * 1000;
@@ -152,6 +154,19 @@ impl Admin {
         }
     }
 
+    /// The status `GET /v1/admin/flags` answers with `authorization` as its
+    /// `Authorization` header.
+    async fn flags_status(&self, authorization: &str) -> u16 {
+        let response = self
+            .client
+            .get(format!("{}/v1/admin/flags", self.base))
+            .header("authorization", authorization)
+            .send()
+            .await
+            .unwrap();
+        response.status().as_u16()
+    }
+
     async fn get(&self, path: &str) -> Answer {
         self.send("GET", path, Some(TOKEN), None).await
     }
@@ -225,6 +240,18 @@ impl Admin {
             other => panic!("expected the finish to be recorded, got {other:?}"),
         }
     }
+
+    /// A new intent settled at once as done, with `external_id`.
+    async fn done(&self, tenant: &str, tool: &str, key: &str, external_id: &str) -> IntentRecord {
+        self.settled(tenant, tool, key, IntentStatus::Done, Some(external_id))
+            .await
+    }
+
+    /// A new `refund_order` intent settled at once as unknown.
+    async fn unknown_refund(&self, tenant: &str, key: &str) -> IntentRecord {
+        self.settled(tenant, "refund_order", key, IntentStatus::Unknown, None)
+            .await
+    }
 }
 
 fn now_ms() -> i64 {
@@ -237,12 +264,10 @@ fn now_ms() -> i64 {
 #[tokio::test]
 async fn every_admin_route_is_404_when_no_token_is_configured() {
     let admin = start(None, None).await;
-    let unknown = admin
-        .settled("t", "refund_order", "k1", IntentStatus::Unknown, None)
-        .await;
+    let unknown = admin.unknown_refund("t", "k1").await;
     for (method, path) in [
         ("GET", "/v1/admin/flags".to_owned()),
-        ("PUT", "/v1/admin/flags/refund_order".to_owned()),
+        ("PUT", REFUND_FLAG.to_owned()),
         ("GET", "/v1/admin/intents".to_owned()),
         ("GET", format!("/v1/admin/intents/{}", unknown.id)),
         ("POST", format!("/v1/admin/intents/{}/resolve", unknown.id)),
@@ -302,14 +327,8 @@ async fn a_missing_or_wrong_token_is_401_with_a_bearer_challenge() {
             .await;
         answer.problem(401);
     }
-    let basic = admin
-        .client
-        .get(format!("{}/v1/admin/flags", admin.base))
-        .header("authorization", format!("Basic {TOKEN}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(basic.status().as_u16(), 401);
+    let basic = admin.flags_status(&format!("Basic {TOKEN}")).await;
+    assert_eq!(basic, 401);
 
     // Nothing is looked at before the token: an unknown admin path, a write and a malformed
     // body are all 401, and the write changed nothing.
@@ -320,32 +339,21 @@ async fn a_missing_or_wrong_token_is_401_with_a_bearer_challenge() {
     admin
         .send(
             "PUT",
-            "/v1/admin/flags/refund_order",
+            REFUND_FLAG,
             Some("wrong-token-wrong-token"),
             Some(json!({"enabled": false, "reason": "x"}).to_string()),
         )
         .await
         .problem(401);
     admin
-        .send(
-            "PUT",
-            "/v1/admin/flags/refund_order",
-            None,
-            Some("{".to_owned()),
-        )
+        .send("PUT", REFUND_FLAG, None, Some("{".to_owned()))
         .await
         .problem(401);
     assert!(admin.ledger.tool_flags().await.unwrap().is_empty());
 
     // The right token, in any case of the scheme.
-    let right = admin
-        .client
-        .get(format!("{}/v1/admin/flags", admin.base))
-        .header("authorization", format!("bearer {TOKEN}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(right.status().as_u16(), 200);
+    let right = admin.flags_status(&format!("bearer {TOKEN}")).await;
+    assert_eq!(right, 200);
 }
 
 #[tokio::test]
@@ -364,7 +372,7 @@ async fn a_flag_is_stored_listed_and_switched_back() {
     let before_ms = now_ms();
     let disabled = admin
         .put(
-            "/v1/admin/flags/refund_order",
+            REFUND_FLAG,
             json!({"enabled": false, "reason": "INC-42: double refunds", "actor": "alice"}),
         )
         .await;
@@ -405,9 +413,7 @@ async fn a_flag_is_stored_listed_and_switched_back() {
     assert_eq!(flags[2]["configured"], false);
 
     // Switched back on: no reason needed, the actor defaults to the server's.
-    let enabled = admin
-        .put("/v1/admin/flags/refund_order", json!({"enabled": true}))
-        .await;
+    let enabled = admin.put(REFUND_FLAG, json!({"enabled": true})).await;
     assert_eq!(enabled.status, 200, "{}", enabled.body);
     assert_eq!(enabled.body["enabled"], true);
     assert_eq!(enabled.body["actor"], ACTOR_DEFAULT);
@@ -430,38 +436,31 @@ async fn a_flag_for_an_unknown_tool_or_without_a_reason_is_refused() {
         "{detail}"
     );
 
-    let no_reason = admin
-        .put("/v1/admin/flags/refund_order", json!({"enabled": false}))
-        .await;
+    let no_reason = admin.put(REFUND_FLAG, json!({"enabled": false})).await;
     assert!(no_reason.problem(422).contains("reason"));
     let blank_reason = admin
-        .put(
-            "/v1/admin/flags/refund_order",
-            json!({"enabled": false, "reason": "  "}),
-        )
+        .put(REFUND_FLAG, json!({"enabled": false, "reason": "  "}))
         .await;
     blank_reason.problem(422);
-    let no_enabled = admin
-        .put("/v1/admin/flags/refund_order", json!({"reason": "x"}))
-        .await;
+    let no_enabled = admin.put(REFUND_FLAG, json!({"reason": "x"})).await;
     assert!(no_enabled.problem(422).contains("enabled"));
     let typo = admin
         .put(
-            "/v1/admin/flags/refund_order",
+            REFUND_FLAG,
             json!({"enabled": false, "reason": "x", "enabld": false}),
         )
         .await;
     assert!(typo.problem(422).contains("enabld"));
     let long_reason = admin
         .put(
-            "/v1/admin/flags/refund_order",
+            REFUND_FLAG,
             json!({"enabled": false, "reason": "x".repeat(5000)}),
         )
         .await;
     assert!(long_reason.problem(422).contains("limit is 4096"));
     let long_actor = admin
         .put(
-            "/v1/admin/flags/refund_order",
+            REFUND_FLAG,
             json!({"enabled": false, "reason": "x", "actor": "a".repeat(300)}),
         )
         .await;
@@ -469,7 +468,7 @@ async fn a_flag_for_an_unknown_tool_or_without_a_reason_is_refused() {
     let malformed = admin
         .send(
             "PUT",
-            "/v1/admin/flags/refund_order",
+            REFUND_FLAG,
             Some(TOKEN),
             Some("{\"enabled\": fal".to_owned()),
         )
@@ -478,7 +477,7 @@ async fn a_flag_for_an_unknown_tool_or_without_a_reason_is_refused() {
     let huge = admin
         .send(
             "PUT",
-            "/v1/admin/flags/refund_order",
+            REFUND_FLAG,
             Some(TOKEN),
             Some(json!({"enabled": false, "reason": "x".repeat(64 * 1024)}).to_string()),
         )
@@ -490,42 +489,10 @@ async fn a_flag_for_an_unknown_tool_or_without_a_reason_is_refused() {
 #[tokio::test]
 async fn intents_are_listed_newest_first_filtered_and_paged() {
     let admin = start(Some(TOKEN), None).await;
-    let a = admin
-        .settled(
-            "acme",
-            "refund_order",
-            "refund:a",
-            IntentStatus::Done,
-            Some("re_1"),
-        )
-        .await;
-    let b = admin
-        .settled(
-            "acme",
-            "refund_order",
-            "refund:b",
-            IntentStatus::Unknown,
-            None,
-        )
-        .await;
-    let c = admin
-        .settled(
-            "globex",
-            "send_email",
-            "email:c",
-            IntentStatus::Done,
-            Some("em_1"),
-        )
-        .await;
-    let d = admin
-        .settled(
-            "globex",
-            "refund_order",
-            "refund:d",
-            IntentStatus::Unknown,
-            None,
-        )
-        .await;
+    let a = admin.done("acme", "refund_order", "refund:a", "re_1").await;
+    let b = admin.unknown_refund("acme", "refund:b").await;
+    let c = admin.done("globex", "send_email", "email:c", "em_1").await;
+    let d = admin.unknown_refund("globex", "refund:d").await;
     let e = admin.in_flight("acme", "send_email", "email:e").await;
     let ids = |answer: &Answer| -> Vec<i64> {
         assert_eq!(answer.status, 200, "{}", answer.body);
@@ -624,15 +591,7 @@ async fn a_wrong_query_is_400_naming_what_is_accepted() {
 #[tokio::test]
 async fn an_intent_is_shown_with_its_event_log() {
     let admin = start(Some(TOKEN), None).await;
-    let unknown = admin
-        .settled(
-            "acme",
-            "refund_order",
-            "refund:o1",
-            IntentStatus::Unknown,
-            None,
-        )
-        .await;
+    let unknown = admin.unknown_refund("acme", "refund:o1").await;
     let shown = admin
         .get(&format!("/v1/admin/intents/{}", unknown.id))
         .await;
@@ -662,15 +621,7 @@ async fn an_intent_is_shown_with_its_event_log() {
 #[tokio::test]
 async fn an_unknown_intent_is_resolved_by_hand_and_the_event_names_actor_and_reason() {
     let admin = start(Some(TOKEN), None).await;
-    let unknown = admin
-        .settled(
-            "acme",
-            "refund_order",
-            "refund:o1",
-            IntentStatus::Unknown,
-            None,
-        )
-        .await;
+    let unknown = admin.unknown_refund("acme", "refund:o1").await;
     let path = format!("/v1/admin/intents/{}/resolve", unknown.id);
     let resolved = admin
         .post(
@@ -708,15 +659,7 @@ async fn an_unknown_intent_is_resolved_by_hand_and_the_event_names_actor_and_rea
     assert_eq!(admin.ledger.events(unknown.id).await.unwrap(), events);
 
     // not_executed, with the server's default actor.
-    let other = admin
-        .settled(
-            "acme",
-            "refund_order",
-            "refund:o2",
-            IntentStatus::Unknown,
-            None,
-        )
-        .await;
+    let other = admin.unknown_refund("acme", "refund:o2").await;
     let not_executed = admin
         .post(
             &format!("/v1/admin/intents/{}/resolve", other.id),
@@ -741,15 +684,7 @@ async fn an_unknown_intent_is_resolved_by_hand_and_the_event_names_actor_and_rea
 #[tokio::test]
 async fn a_resolution_is_validated_before_anything_is_written() {
     let admin = start(Some(TOKEN), None).await;
-    let unknown = admin
-        .settled(
-            "acme",
-            "refund_order",
-            "refund:o1",
-            IntentStatus::Unknown,
-            None,
-        )
-        .await;
+    let unknown = admin.unknown_refund("acme", "refund:o1").await;
     let path = format!("/v1/admin/intents/{}/resolve", unknown.id);
     let cases = [
         (
@@ -1049,7 +984,7 @@ async fn unknown_admin_routes_and_methods_get_problems() {
     );
     admin.get("/v1/admin/reconcile").await.problem(405);
     admin
-        .send("DELETE", "/v1/admin/flags/refund_order", Some(TOKEN), None)
+        .send("DELETE", REFUND_FLAG, Some(TOKEN), None)
         .await
         .problem(405);
 }

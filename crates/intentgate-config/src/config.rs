@@ -30,6 +30,24 @@ pub struct Config {
     pub tools: Vec<ToolConfig>,
 }
 
+impl Config {
+    /// The requests of every tool, as the HTTP upstream takes them (`HttpUpstream::new`).
+    pub fn http_tools(&self) -> BTreeMap<String, intentgate_http::HttpTool> {
+        self.tools
+            .iter()
+            .map(|tool| {
+                (
+                    tool.name.clone(),
+                    intentgate_http::HttpTool {
+                        call: tool.call.clone(),
+                        lookup: tool.lookup.clone(),
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
 /// Settings of the gateway process. Every field has a default.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]

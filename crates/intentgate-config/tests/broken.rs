@@ -582,3 +582,61 @@ fn an_empty_file_or_a_list_is_not_a_config() {
     assert_eq!((error.line, error.column), (1, 1));
     assert_says(&error, &["not a mapping"], &["`tools:`"]);
 }
+
+#[test]
+fn side_effects_get_the_default_alert_rules_and_reads_none() {
+    let loaded = load_str(BASE, "agent.yaml", &env).unwrap();
+    let refund = &loaded.config.tools[1];
+    assert_eq!(refund.alerts, intentgate_config::AlertRule::defaults());
+    assert!(loaded.config.tools[0].alerts.is_empty());
+    assert_eq!(loaded.config.reconcile.every_seconds, 3600);
+}
+
+#[test]
+fn alert_rules_are_checked_where_they_are_written() {
+    let text = broken(
+        "    timeout_ms: 10000\n",
+        "    timeout_ms: 10000\n    alerts:\n      - {per: intent, threshold: 0, window_seconds: 60}\n",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "0, window_seconds");
+    assert_says(
+        &error,
+        &["`threshold` is 0, outside 1 to"],
+        &["set `threshold` between 1"],
+    );
+
+    let text = broken(
+        "    call: {upstream: payments, method: GET",
+        "    alerts: [{per: tool, threshold: 5, window_seconds: 60}]\n    call: {upstream: payments, method: GET",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "[{per: tool");
+    assert_says(
+        &error,
+        &[
+            "tool `get_order` has alert rules",
+            "only side-effecting tools",
+        ],
+        &["remove `alerts:`"],
+    );
+
+    let text = broken(
+        "    timeout_ms: 10000\n",
+        "    timeout_ms: 10000\n    alerts: [{per: attempt, threshold: 5, window_seconds: 60}]\n",
+    );
+    let rendered = errors(&text).to_string();
+    assert!(rendered.contains("attempt"), "{rendered}");
+}
+
+#[test]
+fn a_reconciliation_window_shorter_than_its_interval_is_refused() {
+    let text = format!("reconcile: {{every_seconds: 3600, window_seconds: 600}}\n{BASE}");
+    let error = only_error(&text);
+    assert_at(&error, &text, "600}");
+    assert_says(
+        &error,
+        &["`window_seconds` is 600, shorter than `every_seconds` (3600)"],
+        &["at least 3600"],
+    );
+}

@@ -2243,7 +2243,7 @@ mod sqlite {
     /// asserted: timing belongs to benchmarks.
     #[tokio::test]
     async fn paging_one_tools_window_of_200_000_intents_reads_each_once_in_id_order() {
-        const INTENTS: usize = 1_000_000;
+        const INTENTS: usize = 3_400_000;
         let folder = tempfile::tempdir().unwrap();
         let ledger = open(&folder.path().join("ledger.db"), GROUPED);
         // Ten milliseconds apart, give or take up to 60: neighbours are first seen out of
@@ -2256,7 +2256,8 @@ mod sqlite {
         let started = Instant::now();
         assert_eq!(ledger.bulk_insert(intents).await.unwrap(), INTENTS as u64);
         eprintln!("bulk_insert of {INTENTS} intents: {:?}", started.elapsed());
-
+        for _ in 0..2 { let t = Instant::now(); let c = ledger.reconciliations(1).await.unwrap(); eprintln!("XX trivial read {:?} {}", t.elapsed(), c.len()); }
+        for _ in 0..2 { let t = Instant::now(); let c = ledger.status_counts().await.unwrap(); eprintln!("XX counts {:?} {}", t.elapsed(), c.len()); }
         let (from_ms, until_ms) = (T0 + INTENTS as i64 * 2, T0 + INTENTS as i64 * 8);
         let expected = (0..INTENTS)
             .filter(|&n| tool(n) == TOOL && (from_ms..until_ms).contains(&first_seen_ms(n)))
@@ -2271,11 +2272,15 @@ mod sqlite {
         let started = Instant::now();
         let (mut read, mut pages, mut cursor) = (0, 0, None);
         let mut last_id = IntentId::MIN;
+        // Each page's time: with no per-page sort, the last page costs what the first does.
+        let mut page_times = Vec::new();
         loop {
+            let page_started = Instant::now();
             let page = ledger
                 .intents(&filter, Order::Oldest, cursor, INTENTS_PAGE_MAX)
                 .await
                 .unwrap();
+            page_times.push(page_started.elapsed());
             pages += 1;
             for intent in &page {
                 assert!(intent.id > last_id, "id {} after {last_id}", intent.id);
@@ -2290,10 +2295,22 @@ mod sqlite {
             }
         }
         eprintln!(
-            "paged {read} intents of one tool's window in {pages} pages: {:?}",
-            started.elapsed()
+            "paged {read} intents of one tool's window in {pages} pages: {:?} (first page \
+             {:?}, slowest {:?}, last {:?})",
+            started.elapsed(),
+            page_times[0],
+            page_times.iter().max().unwrap(),
+            page_times.last().unwrap(),
         );
         assert_eq!(read, expected);
+        for _ in 0..3 {
+            let t = Instant::now();
+            let page = ledger.intents(&filter, Order::Oldest, None, INTENTS_PAGE_MAX).await.unwrap();
+            eprintln!("XX first page again: {:?} ({} rows)", t.elapsed(), page.len());
+            let t = Instant::now();
+            let page = ledger.intents(&filter, Order::Oldest, None, 1).await.unwrap();
+            eprintln!("XX first page of 1: {:?} ({} rows)", t.elapsed(), page.len());
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

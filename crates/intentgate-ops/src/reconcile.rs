@@ -33,13 +33,14 @@ use async_trait::async_trait;
 use intentgate_config::LoadedConfig;
 use intentgate_core::{Decimal, Effect, IntentStatus};
 use intentgate_gate::Metrics;
-use intentgate_http::{HttpTool, HttpUpstream, ListedRecord, RecordPager};
+use intentgate_http::{HttpUpstream, ListedRecord, RecordPager};
 use intentgate_ledger::{
     IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order, ReconciliationRun, Resolve,
     StoredMismatch,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
 use crate::Severity;
 use crate::notify::{Notice, Notifier};
@@ -319,18 +320,30 @@ pub struct ToolToReconcile {
 }
 
 /// Reconciles one tool over the window. Every mismatch goes to `found` as it is decided.
+///
+/// Reading overlaps matching: the ledger's next page is read on another task while this one
+/// indexes the last, and the provider's pages are fetched by a task of their own, up to
+/// [`PROVIDER_PAGES_AHEAD`] ahead (from the start, so the first pages arrive while the
+/// ledger is being read). Memory stays bounded by the index and that many pages.
 pub async fn reconcile_tool(
-    ledger: &dyn Ledger,
-    tool: &mut ToolToReconcile,
+    ledger: &Arc<dyn Ledger>,
+    tool: ToolToReconcile,
     options: &ReconcileOptions,
     found: &mut (dyn FnMut(Mismatch) + Send),
 ) -> Result<ToolReport, ReconcileError> {
-    let mut report = ToolReport::new(&tool.tool, tool.owner.as_deref());
+    let ToolToReconcile {
+        tool: name,
+        owner,
+        amount_argument,
+        source,
+    } = tool;
+    let mut report = ToolReport::new(&name, owner.as_deref());
     let mut count = |report: &mut ToolReport, mismatch: Mismatch| {
         *report.mismatches.entry(mismatch.kind).or_default() += 1;
         found(mismatch);
     };
-    let amount_argument = tool.amount_argument.as_deref();
+    let amount_argument = amount_argument.as_deref();
+    let mut pages = fetch_ahead(name.clone(), source);
 
     // 1. The window's intents, compactly.
     let mut index = Index {
@@ -339,23 +352,15 @@ pub async fn reconcile_tool(
         tenants: Vec::new(),
     };
     let filter = IntentFilter {
-        tool: Some(tool.tool.clone()),
+        tool: Some(name.clone()),
         first_seen_from_ms: Some(options.since_ms),
         first_seen_until_ms: Some(options.until_ms),
         ..IntentFilter::default()
     };
-    let mut cursor = None;
-    loop {
-        let page = ledger
-            .intents(&filter, Order::Oldest, cursor, LEDGER_PAGE)
-            .await?;
-        let Some(last) = page.last() else { break };
-        cursor = Some(last.id);
-        for intent in &page {
+    let mut intents = read_ahead(ledger.clone(), filter);
+    while let Some(page) = intents.recv().await {
+        for intent in &page? {
             index.insert(intent, amount_argument);
-        }
-        if page.len() < LEDGER_PAGE as usize {
-            break;
         }
     }
     report.intents_checked = index.entries.len() as u64;
@@ -363,29 +368,12 @@ pub async fn reconcile_tool(
     // 2. The provider's records, a page at a time.
     let mut extra_records: HashMap<u32, Vec<String>> = HashMap::new();
     let mut found_raw: HashMap<u32, Value> = HashMap::new();
-    let mut failures = 0;
-    let mut pause = PAGE_BACKOFF;
-    loop {
-        let page = match tool.source.next_page().await {
-            Ok(Some(page)) => page,
-            Ok(None) => break,
-            Err(error) => {
-                failures += 1;
-                if failures >= PAGE_ATTEMPTS {
-                    return Err(ReconcileError::Provider(error));
-                }
-                tracing::warn!(tool = %tool.tool, %error, "a provider page failed; asking again");
-                tokio::time::sleep(pause).await;
-                pause *= 2;
-                continue;
-            }
-        };
-        failures = 0;
-        pause = PAGE_BACKOFF;
+    while let Some(page) = pages.recv().await {
+        let page = page.map_err(ReconcileError::Provider)?;
         for record in page {
             report.records_checked += 1;
             let Some(key) = record.intent_key.as_deref() else {
-                count(&mut report, no_intent(&tool.tool, &record));
+                count(&mut report, no_intent(&name, &record));
                 continue;
             };
             match index.claim(key) {
@@ -405,7 +393,7 @@ pub async fn reconcile_tool(
                             .push(record.external_id.clone());
                     }
                     if let Some(mismatch) = amount_differs(
-                        &tool.tool,
+                        &name,
                         entry.amount.as_ref(),
                         &record,
                         entry.id,
@@ -421,7 +409,7 @@ pub async fn reconcile_tool(
                     // no intent at all.
                     let earlier = if key.len() <= KEY_LOOKUP_LENGTH_MAX {
                         let filter = IntentFilter {
-                            tool: Some(tool.tool.clone()),
+                            tool: Some(name.clone()),
                             key: Some(key.to_owned()),
                             ..IntentFilter::default()
                         };
@@ -430,11 +418,11 @@ pub async fn reconcile_tool(
                         Vec::new()
                     };
                     match earlier.into_iter().next() {
-                        None => count(&mut report, no_intent(&tool.tool, &record)),
+                        None => count(&mut report, no_intent(&name, &record)),
                         Some(intent) => {
                             for mismatch in earlier_intent(
-                                ledger,
-                                &tool.tool,
+                                ledger.as_ref(),
+                                &name,
                                 intent,
                                 &record,
                                 amount_argument,
@@ -489,7 +477,7 @@ pub async fn reconcile_tool(
         );
         let subject = entry.first_subject.as_deref().map(str::to_owned);
         let base = Mismatch {
-            tool: tool.tool.clone(),
+            tool: name.clone(),
             kind: MismatchKind::MissingRecord,
             severity: Severity::Warning,
             intent_id: Some(intent.id),
@@ -584,6 +572,78 @@ pub async fn reconcile_tool(
         }
     }
     Ok(report)
+}
+
+/// Intent pages read ahead of the indexing: one, so reading the next page overlaps indexing
+/// this one without holding more than two pages.
+const LEDGER_PAGES_AHEAD: usize = 1;
+/// Provider pages fetched ahead of the matching: a few thousand records at most.
+pub const PROVIDER_PAGES_AHEAD: usize = 4;
+
+/// The intents of `filter`, page by page, read on a task of their own. A failure ends the
+/// pages with the error.
+fn read_ahead(
+    ledger: Arc<dyn Ledger>,
+    filter: IntentFilter,
+) -> mpsc::Receiver<Result<Vec<IntentRecord>, LedgerError>> {
+    let (pages, receiver) = mpsc::channel(LEDGER_PAGES_AHEAD);
+    tokio::spawn(async move {
+        let mut cursor = None;
+        loop {
+            let page = ledger
+                .intents(&filter, Order::Oldest, cursor, LEDGER_PAGE)
+                .await;
+            let (last, full) = match &page {
+                Ok(page) => (
+                    page.last().map(|intent| intent.id),
+                    page.len() == LEDGER_PAGE as usize,
+                ),
+                Err(_) => (None, false),
+            };
+            if pages.send(page).await.is_err() || !full {
+                return;
+            }
+            cursor = last;
+        }
+    });
+    receiver
+}
+
+/// The provider's pages, fetched on a task of their own, each retried up to
+/// [`PAGE_ATTEMPTS`] times with backoff; a page that still fails ends the pages with its
+/// error. The task stops when the receiver is dropped.
+fn fetch_ahead(
+    tool: String,
+    mut source: Box<dyn RecordSource>,
+) -> mpsc::Receiver<Result<Vec<ListedRecord>, String>> {
+    let (pages, receiver) = mpsc::channel(PROVIDER_PAGES_AHEAD);
+    tokio::spawn(async move {
+        let mut failures = 0;
+        let mut pause = PAGE_BACKOFF;
+        loop {
+            let page = match source.next_page().await {
+                Ok(Some(page)) => page,
+                Ok(None) => return,
+                Err(error) => {
+                    failures += 1;
+                    if failures >= PAGE_ATTEMPTS {
+                        let _ = pages.send(Err(error)).await;
+                        return;
+                    }
+                    tracing::warn!(%tool, %error, "a provider page failed; asking again");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                    continue;
+                }
+            };
+            failures = 0;
+            pause = PAGE_BACKOFF;
+            if pages.send(Ok(page)).await.is_err() {
+                return;
+            }
+        }
+    });
+    receiver
 }
 
 fn no_intent(tool: &str, record: &ListedRecord) -> Mismatch {
@@ -764,21 +824,8 @@ impl Reconciler {
         notifier: Arc<Notifier>,
         metrics: Option<Arc<Metrics>>,
     ) -> Result<Reconciler, intentgate_http::HttpError> {
-        let http_tools: BTreeMap<String, HttpTool> = loaded
-            .config
-            .tools
-            .iter()
-            .map(|tool| {
-                (
-                    tool.name.clone(),
-                    HttpTool {
-                        call: tool.call.clone(),
-                        lookup: tool.lookup.clone(),
-                    },
-                )
-            })
-            .collect();
-        let upstream = HttpUpstream::new(loaded.config.upstreams.clone(), http_tools)?;
+        let upstream =
+            HttpUpstream::new(loaded.config.upstreams.clone(), loaded.config.http_tools())?;
         let tools = loaded
             .config
             .tools
@@ -872,7 +919,7 @@ impl Reconciler {
                 return failed;
             }
         };
-        let mut to_reconcile = ToolToReconcile {
+        let to_reconcile = ToolToReconcile {
             tool: tool.name.clone(),
             owner: tool.owner.clone(),
             amount_argument: tool.amount_argument.clone(),
@@ -889,14 +936,7 @@ impl Reconciler {
                 report.mismatches_not_listed += 1;
             }
         };
-        match reconcile_tool(
-            self.ledger.as_ref(),
-            &mut to_reconcile,
-            options,
-            &mut collect,
-        )
-        .await
-        {
+        match reconcile_tool(&self.ledger, to_reconcile, options, &mut collect).await {
             Ok(tool_report) => tool_report,
             Err(error) => {
                 let mut failed = ToolReport::new(&tool.name, tool.owner.as_deref());

@@ -6,7 +6,6 @@
 //! the provider's side through the provider's API, one of them a refund made around the
 //! gateway with no intent key at all.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use axum::extract::State;
 use axum::routing::post;
 use intentgate_core::{IntentStatus, fingerprint};
 use intentgate_gate::{CallContext, Clock, Gate, GateOptions, SystemClock};
-use intentgate_http::{HttpTool, HttpUpstream};
+use intentgate_http::HttpUpstream;
 use intentgate_ledger::{Begin, BeginRequest, Finish, Ledger, SqliteLedger, SqliteOptions};
 use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer};
 use intentgate_ops::{MismatchKind, Notifier, Reconciler, Severity};
@@ -61,21 +60,8 @@ fn config(mock_url: &str, webhook: &str) -> intentgate_config::LoadedConfig {
 }
 
 fn gate(loaded: &intentgate_config::LoadedConfig, ledger: Arc<dyn Ledger>) -> Arc<Gate> {
-    let tools: BTreeMap<String, HttpTool> = loaded
-        .config
-        .tools
-        .iter()
-        .map(|tool| {
-            (
-                tool.name.clone(),
-                HttpTool {
-                    call: tool.call.clone(),
-                    lookup: tool.lookup.clone(),
-                },
-            )
-        })
-        .collect();
-    let upstream = HttpUpstream::new(loaded.config.upstreams.clone(), tools).unwrap();
+    let upstream =
+        HttpUpstream::new(loaded.config.upstreams.clone(), loaded.config.http_tools()).unwrap();
     Arc::new(
         Gate::new(
             loaded.tools.clone(),

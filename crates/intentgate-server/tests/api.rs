@@ -1,94 +1,18 @@
 //! The HTTP API through a real server on a loopback port, with a real SQLite ledger and the
 //! in-process fake provider as the upstream.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use intentgate_core::{Effect, ToolDefinition};
-use intentgate_gate::{Gate, GateOptions, SystemClock};
-use intentgate_ledger::{Durability, SqliteLedger, SqliteOptions};
-use intentgate_mock::{FakeProvider, FaultPlan};
+use common::{Server, client, refund_tool};
+use intentgate_mock::FaultPlan;
 use intentgate_server::ServerOptions;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
-
-struct Server {
-    base: String,
-    provider: Arc<FakeProvider>,
-    stop: Option<oneshot::Sender<()>>,
-    stopped: tokio::task::JoinHandle<std::io::Result<()>>,
-    _dir: tempfile::TempDir,
-    client: reqwest::Client,
-}
-
-fn refund_tool() -> ToolDefinition {
-    let schema = json!({
-        "type": "object",
-        "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
-        "required": ["order_id", "amount"],
-        "additionalProperties": false
-    });
-    ToolDefinition::new(
-        "refund_order",
-        "Refund an order.",
-        Effect::SideEffect,
-        schema,
-        Some("refund:{order_id}:{amount:.2}"),
-        Duration::from_secs(5),
-        2,
-    )
-    .unwrap()
-}
 
 async fn start(plan: FaultPlan, options: ServerOptions) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = Arc::new(
-        SqliteLedger::open(
-            dir.path().join("ledger.db"),
-            SqliteOptions {
-                durability: Durability::Relaxed,
-                inline: false,
-            },
-        )
-        .unwrap(),
-    );
-    let provider = Arc::new(FakeProvider::new(3, plan, Arc::new(SystemClock)));
-    let gate = Arc::new(
-        Gate::new(
-            vec![refund_tool()],
-            ledger,
-            provider.clone(),
-            Arc::new(SystemClock),
-            GateOptions::default(),
-        )
-        .unwrap(),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped_signal) = oneshot::channel::<()>();
-    let stopped = tokio::spawn(intentgate_server::run(listener, gate, options, async {
-        let _ = stopped_signal.await;
-    }));
-    Server {
-        base,
-        provider,
-        stop: Some(stop),
-        stopped,
-        _dir: dir,
-        client: client(None),
-    }
-}
-
-/// reqwest is built without a default TLS provider (the build stays small); plain HTTP still
-/// needs one installed.
-fn client(timeout: Option<Duration>) -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let builder = reqwest::Client::builder();
-    let builder = match timeout {
-        Some(timeout) => builder.timeout(timeout),
-        None => builder,
-    };
-    builder.build().unwrap()
+    common::start(vec![refund_tool()], plan, options).await
 }
 
 impl Server {

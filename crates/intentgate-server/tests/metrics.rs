@@ -1,47 +1,17 @@
 //! `GET /metrics` and `GET /readyz` through a real server on a loopback port, with a real
 //! SQLite ledger and the in-process fake provider as the upstream.
 
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
+use common::{Server, refund_tool};
 use intentgate_core::{Effect, ToolDefinition};
-use intentgate_gate::{Gate, GateOptions, SystemClock};
-use intentgate_ledger::{Durability, SqliteLedger, SqliteOptions};
-use intentgate_mock::{FakeProvider, FaultPlan, Scripted, Shape};
+use intentgate_mock::{FaultPlan, Scripted, Shape};
 use intentgate_server::ServerOptions;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 const KEY: &str = "refund:8812:49.00";
-
-struct Server {
-    base: String,
-    provider: Arc<FakeProvider>,
-    ledger_path: std::path::PathBuf,
-    stop: Option<oneshot::Sender<()>>,
-    stopped: tokio::task::JoinHandle<std::io::Result<()>>,
-    _dir: tempfile::TempDir,
-    client: reqwest::Client,
-}
-
-fn refund_tool() -> ToolDefinition {
-    let schema = json!({
-        "type": "object",
-        "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
-        "required": ["order_id", "amount"],
-        "additionalProperties": false
-    });
-    ToolDefinition::new(
-        "refund_order",
-        "Refund an order.",
-        Effect::SideEffect,
-        schema,
-        Some("refund:{order_id}:{amount:.2}"),
-        Duration::from_secs(5),
-        2,
-    )
-    .unwrap()
-}
 
 fn get_order_tool() -> ToolDefinition {
     let schema = json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]});
@@ -58,54 +28,12 @@ fn get_order_tool() -> ToolDefinition {
 }
 
 async fn start() -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger_path = dir.path().join("ledger.db");
-    let ledger = Arc::new(
-        SqliteLedger::open(
-            &ledger_path,
-            SqliteOptions {
-                durability: Durability::Relaxed,
-                inline: false,
-            },
-        )
-        .unwrap(),
-    );
-    let provider = Arc::new(FakeProvider::new(
-        3,
+    common::start(
+        vec![refund_tool(), get_order_tool()],
         FaultPlan::none(),
-        Arc::new(SystemClock),
-    ));
-    let gate = Arc::new(
-        Gate::new(
-            vec![refund_tool(), get_order_tool()],
-            ledger,
-            provider.clone(),
-            Arc::new(SystemClock),
-            GateOptions::default(),
-        )
-        .unwrap(),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped_signal) = oneshot::channel::<()>();
-    let stopped = tokio::spawn(intentgate_server::run(
-        listener,
-        gate,
         ServerOptions::default(),
-        async {
-            let _ = stopped_signal.await;
-        },
-    ));
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    Server {
-        base,
-        provider,
-        ledger_path,
-        stop: Some(stop),
-        stopped,
-        _dir: dir,
-        client: reqwest::Client::new(),
-    }
+    )
+    .await
 }
 
 impl Server {
@@ -150,11 +78,6 @@ impl Server {
             .unwrap()
             .to_owned();
         (status, content_type, response.json().await.unwrap())
-    }
-
-    async fn stop(mut self) {
-        self.stop.take().unwrap().send(()).unwrap();
-        self.stopped.await.unwrap().unwrap();
     }
 }
 

@@ -173,7 +173,9 @@ fn rows(tools: &[&str], flags: Vec<ToolFlag>) -> Vec<Row> {
             reason: flag.as_ref().map(|flag| flag.reason.clone()),
             actor: flag.as_ref().map(|flag| flag.actor.clone()),
             updated_ms: flag.as_ref().map(|flag| flag.updated_ms),
-            updated_at: flag.as_ref().map(|flag| utc_timestamp(flag.updated_ms)),
+            updated_at: flag
+                .as_ref()
+                .map(|flag| crate::time::utc_rfc3339(flag.updated_ms)),
         }
     };
     let mut rows: Vec<Row> = tools
@@ -361,40 +363,6 @@ fn check_text(flag: &str, text: &str, limit: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Milliseconds since the Unix epoch as UTC, RFC 3339 to the second
-/// (`2026-05-01T09:30:00Z`).
-fn utc_timestamp(ms: i64) -> String {
-    let seconds = ms.div_euclid(1000);
-    let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        second_of_day / 3600,
-        second_of_day % 3600 / 60,
-        second_of_day % 60
-    )
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,14 +375,6 @@ mod tests {
             actor: "alice".to_owned(),
             updated_ms: 1_777_628_400_000,
         }
-    }
-
-    #[test]
-    fn timestamps_are_utc_rfc_3339() {
-        assert_eq!(utc_timestamp(0), "1970-01-01T00:00:00Z");
-        assert_eq!(utc_timestamp(951_782_400_000), "2000-02-29T00:00:00Z");
-        assert_eq!(utc_timestamp(1_777_628_400_999), "2026-05-01T09:40:00Z");
-        assert_eq!(utc_timestamp(-1), "1969-12-31T23:59:59Z");
     }
 
     #[test]

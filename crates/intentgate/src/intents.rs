@@ -21,6 +21,7 @@ use crate::cli::{
     IntentsArgs, IntentsCommand, IntentsFormat, IntentsLedgerArgs, IntentsListArgs,
     IntentsResolveArgs, IntentsShowArgs,
 };
+use crate::time::utc;
 
 /// Intents read from the ledger at once while listing: a page in memory at a time.
 const PAGE_LIMIT: u32 = 1000;
@@ -381,51 +382,9 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` in UTC.
-pub(crate) fn utc(ms: i64) -> String {
-    let seconds = ms.div_euclid(1000);
-    let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        second_of_day / 3600,
-        second_of_day % 3600 / 60,
-        second_of_day % 60
-    )
-}
-
-/// The proleptic Gregorian date of a day counted from 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`: eras of 400 years, years starting in March so leap days come last).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn times_are_shown_in_utc() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00");
-        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
-        assert_eq!(utc(1_760_000_000_123), "2025-10-09 08:53:20");
-        assert_eq!(utc(4_107_542_399_000), "2100-02-28 23:59:59");
-        assert_eq!(utc(-1_000), "1969-12-31 23:59:59");
-    }
 
     #[test]
     fn control_characters_are_escaped_and_long_cells_cut() {

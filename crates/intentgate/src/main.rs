@@ -15,6 +15,7 @@ mod mcp;
 mod mock_provider;
 mod reconcile;
 mod serve;
+mod time;
 
 use std::process::ExitCode;
 

@@ -39,7 +39,8 @@ pub async fn run(arguments: McpArgs) -> anyhow::Result<()> {
     let notifier = Arc::new(intentgate_ops::Notifier::new(loaded.config.owners.clone()));
     crate::serve::start_alerts(&loaded, &gate, &notifier);
     tokio::spawn(purge_forever(ledger, gateway.retention_days));
-    eprintln!(
+    tracing::info!(
+        target: "intentgate::startup",
         "serving {} tools over MCP on stdio from {} (ledger {}, durability {:?})",
         gate.tools().len(),
         arguments.config.display(),

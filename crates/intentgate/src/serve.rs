@@ -8,7 +8,6 @@
 //! evaluate the duplicate-call alert rules over the gate's repeated calls, and reconcile the
 //! ledger with the providers every `reconcile.every_seconds` (`intentgate_ops`).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +16,7 @@ use anyhow::Context;
 use intentgate_admin::AdminOptions;
 use intentgate_config::{LoadedConfig, ReconcileConfig};
 use intentgate_gate::{Clock, Gate, GateOptions, SystemClock};
-use intentgate_http::{HttpTool, HttpUpstream};
+use intentgate_http::HttpUpstream;
 use intentgate_ledger::{Durability, Ledger};
 use intentgate_mcp::{HttpOptions, LOOPBACK_HOSTS, McpService};
 use intentgate_ops::{AlertEngine, Notifier, Reconciler};
@@ -191,21 +190,7 @@ pub fn build_gate_with(
     clock: Arc<dyn Clock>,
     options: GateOptions,
 ) -> anyhow::Result<Gate> {
-    let tools: BTreeMap<String, HttpTool> = loaded
-        .config
-        .tools
-        .iter()
-        .map(|tool| {
-            (
-                tool.name.clone(),
-                HttpTool {
-                    call: tool.call.clone(),
-                    lookup: tool.lookup.clone(),
-                },
-            )
-        })
-        .collect();
-    let upstream = HttpUpstream::new(loaded.config.upstreams.clone(), tools)
+    let upstream = HttpUpstream::new(loaded.config.upstreams.clone(), loaded.config.http_tools())
         .context("the upstreams of the config")?;
     Gate::new(
         loaded.tools.clone(),

@@ -9,14 +9,20 @@
 //! (with `CI=true` they fail instead). Each uses a schema of its own
 //! (`INTENTGATE_LEDGER_SCHEMA`), dropped at the end.
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
+use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::{
+    Running, Schema, connect, database_url, example_config, get_json, mock_provider,
+    serve_with_stderr, set_faults, with_setting,
+};
 
 /// Tool timeouts in the test config: short, so ambiguous outcomes take a second, not ten.
 const TOOL_TIMEOUT_MS: u64 = 700;
@@ -43,90 +49,12 @@ const STORM_FAULTS: &str = r#"{"reject": 30, "rate_limited": 50, "unavailable": 
     "dropped": 40, "server_error": 50, "commit_when_ambiguous": 500, "lookup_failure": 100,
     "latency_p50_ms": 5, "latency_p95_ms": 60}"#;
 
-/// A child process that is killed (SIGKILL) when dropped.
-struct Running {
-    child: Child,
-    url: String,
-}
-
-impl Running {
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Starts `intentgate ARGS` and reads the `... listening on http://ADDR` line it prints. With
-/// `log`, its stderr (at level info) is appended there.
-fn start(args: &[&str], env: &[(&str, &str)], log: Option<&Path>) -> Running {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_intentgate"));
-    command
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .env_remove("RUST_LOG")
-        .env_remove("INTENTGATE_LEDGER_SCHEMA");
-    if let Some(log) = log {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        command.stderr(file).env("RUST_LOG", "info");
-    }
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    let mut child = command.spawn().expect("intentgate starts");
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("it prints where it listens");
-    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(
-        url.starts_with("http://127.0.0.1:"),
-        "unexpected first line: {line:?}"
-    );
-    Running { child, url }
-}
-
 /// The example config with short timeouts and a small retry budget, written to `folder`.
 fn test_config(folder: &Path) -> PathBuf {
-    let example = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/support-agent.yaml"
-    ))
-    .unwrap();
-    let mut text = String::new();
-    for line in example.lines() {
-        let indent = &line[..line.len() - line.trim_start().len()];
-        if line.trim_start().starts_with("timeout_ms:") {
-            text.push_str(&format!("{indent}timeout_ms: {TOOL_TIMEOUT_MS}\n"));
-        } else if line.trim_start().starts_with("retry_budget:") {
-            text.push_str(&format!("{indent}retry_budget: {RETRY_BUDGET}\n"));
-        } else {
-            text.push_str(line);
-            text.push('\n');
-        }
-    }
-    let path = folder.join("support-agent.yaml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
+    example_config(folder, |text| {
+        let text = with_setting(&text, "timeout_ms", TOOL_TIMEOUT_MS);
+        with_setting(&text, "retry_budget", RETRY_BUDGET)
+    })
 }
 
 /// How to start one more gateway replica.
@@ -141,97 +69,25 @@ struct GatewaySpec {
 }
 
 impl GatewaySpec {
+    /// The replica, with its stderr (at level info) appended to its log when there is one.
     fn start(&self) -> Running {
         let mut env = vec![("INTENTGATE_MOCK_URL", self.mock_url.as_str())];
         if let Some(schema) = &self.schema {
             env.push(("INTENTGATE_LEDGER_SCHEMA", schema.as_str()));
         }
-        start(
-            &[
-                "serve",
-                "--config",
-                self.config.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-                "--ledger",
-                &self.ledger,
-            ],
-            &env,
-            self.log.as_deref(),
-        )
-    }
-}
-
-/// The PostgreSQL URL, or None (with a message) when the tests can't run here.
-fn database_url(test: &str) -> Option<String> {
-    match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "{test}: DATABASE_URL is unset, and with CI=true the PostgreSQL chaos tests \
-                 must run, not be skipped"
-            );
-            println!(
-                "{test}: skipped: DATABASE_URL is unset (set it to a PostgreSQL URL such as \
-                 postgres://postgres@127.0.0.1:5432/test to run it)"
-            );
-            None
-        }
-    }
-}
-
-async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("PostgreSQL at DATABASE_URL accepts a connection");
-    tokio::spawn(connection);
-    client
-}
-
-/// A schema of the test's own, dropped when this is dropped (after the replicas, which
-/// are declared later, are killed).
-struct Schema {
-    url: String,
-    name: String,
-}
-
-impl Schema {
-    async fn fresh(url: &str, test: &str) -> Schema {
-        let name = format!("chaos_{test}_{}", std::process::id());
-        connect(url)
-            .await
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
-            .await
-            .unwrap();
-        Schema {
-            url: url.to_owned(),
-            name,
-        }
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        let (url, name) = (self.url.clone(), self.name.clone());
-        // Its own runtime on its own thread: this may run inside the test's runtime.
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                if let Ok((client, connection)) =
-                    tokio_postgres::connect(&url, tokio_postgres::NoTls).await
-                {
-                    tokio::spawn(connection);
-                    let _ = client
-                        .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
-                        .await;
-                }
-            });
-        })
-        .join();
+        let stderr = match &self.log {
+            Some(log) => {
+                env.push(("RUST_LOG", "info"));
+                let file = OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)
+                    .unwrap();
+                Stdio::from(file)
+            }
+            None => Stdio::null(),
+        };
+        serve_with_stderr(self.config.to_str().unwrap(), &self.ledger, &env, stderr)
     }
 }
 
@@ -267,17 +123,7 @@ impl Cluster {
     /// folder, or a PostgreSQL URL with `schema`).
     fn start(log_name: &str, count: usize, ledger: Option<&str>, schema: Option<&str>) -> Cluster {
         let folder = tempfile::tempdir().unwrap();
-        let mock = start(
-            &[
-                "mock-provider",
-                "--listen",
-                "127.0.0.1:0",
-                "--faults",
-                "quiet",
-            ],
-            &[],
-            None,
-        );
+        let mock = mock_provider();
         let ledger = match ledger {
             Some(url) => url.to_owned(),
             None => folder.path().join("ledger.db").to_str().unwrap().to_owned(),
@@ -298,30 +144,14 @@ impl Cluster {
             spec,
             replicas: Arc::new(Mutex::new(replicas)),
             urls: Arc::new(RwLock::new(urls)),
-            client: client(),
+            client: support::client(),
             log: Arc::default(),
             _folder: folder,
         }
     }
 
     async fn faults(&self, plan: Value) {
-        let mut full = json!({"latency_p50_ms": 0, "latency_p95_ms": 0, "retry_after_ms": 10,
-                              "timeout_hold_ms": TIMEOUT_HOLD_MS});
-        full.as_object_mut()
-            .unwrap()
-            .extend(plan.as_object().unwrap().clone());
-        let response = self
-            .client
-            .put(format!("{}/admin/faults", self.mock.url))
-            .json(&full)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            response.status().is_success(),
-            "{:?}",
-            response.text().await
-        );
+        set_faults(&self.client, &self.mock, Some(TIMEOUT_HOLD_MS), plan).await;
     }
 
     /// The storm's faults. Without `server_errors`, every shape but stored 5xx: an attempt
@@ -339,14 +169,7 @@ impl Cluster {
     }
 
     async fn effects(&self) -> Value {
-        self.client
-            .get(format!("{}/admin/effects", self.mock.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        get_json(&self.client, format!("{}/admin/effects", self.mock.url)).await
     }
 
     fn url(&self, index: usize) -> String {
@@ -633,7 +456,8 @@ async fn a_storm_over_three_postgres_replicas_makes_one_effect_per_intent() {
     let Some(url) = database_url(name) else {
         return;
     };
-    let schema = Schema::fresh(&url, "a").await;
+    // Dropped after the cluster, which is declared later: its replicas are killed first.
+    let schema = Schema::fresh(&url, "chaos_a");
     let cluster = Arc::new(Cluster::start(
         &schema.name,
         3,
@@ -651,7 +475,7 @@ async fn replicas_killed_again_and_again_on_postgres_lose_and_repeat_nothing() {
     let Some(url) = database_url(name) else {
         return;
     };
-    let schema = Schema::fresh(&url, "b").await;
+    let schema = Schema::fresh(&url, "chaos_b");
     let cluster = Arc::new(Cluster::start(
         &schema.name,
         3,
@@ -688,7 +512,7 @@ async fn postgres_connections_cut_mid_call_give_200_or_503_and_lose_nothing() {
     let Some(url) = database_url(name) else {
         return;
     };
-    let schema = Schema::fresh(&url, "d").await;
+    let schema = Schema::fresh(&url, "chaos_d");
     let cluster = Arc::new(Cluster::start(
         &schema.name,
         2,

@@ -3,20 +3,12 @@
 //! These tests assert behaviour (exit status, what is printed), never speed: a benchmark's
 //! figures depend on the machine, its correctness does not.
 
+mod support;
+
 use std::process::{Command, Output};
 
 use serde_json::Value;
-
-/// The built binary, with the environment variables its flags read removed, so that the
-/// developer's environment can't change what a test runs.
-fn intentgate() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_intentgate"));
-    command
-        .env_remove("INTENTGATE_BENCH_DIR")
-        .env_remove("INTENTGATE_DURABILITY")
-        .env_remove("RUST_LOG");
-    command
-}
+use support::intentgate;
 
 fn run(command: &mut Command) -> Output {
     command.output().expect("the intentgate binary runs")

@@ -10,73 +10,30 @@
 //! `CI=true` it fails instead). It uses a schema of its own (`INTENTGATE_LEDGER_SCHEMA`),
 //! dropped at the end.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::{Schema, database_url, example_config, get_json, mock_provider, serve, until};
 
 /// Longest wait for a gateway to honour a switch: the SPEC says within a second; the
 /// margin is for a loaded CI machine, not a looser promise.
 const HONOURED_WITHIN: Duration = Duration::from_secs(3);
 /// Pause between two calls while waiting for a switch to be honoured.
 const POLL_EVERY: Duration = Duration::from_millis(50);
-/// The environment variables the commands read, removed so that the developer's
-/// environment can't change what a test runs.
-const COMMAND_ENV: [&str; 7] = [
-    "INTENTGATE_CONFIG",
-    "INTENTGATE_LEDGER",
-    "INTENTGATE_LEDGER_SCHEMA",
-    "INTENTGATE_LISTEN",
-    "INTENTGATE_DURABILITY",
-    "RUST_LOG",
-    "USER",
-];
 
-/// A child process that is killed when dropped.
-struct Running {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
+/// The binary (see [`support::intentgate`]) without `USER` either, which `--actor` defaults
+/// to, and with `env`.
 fn intentgate(env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_intentgate"));
-    for name in COMMAND_ENV {
-        command.env_remove(name);
-    }
+    let mut command = support::intentgate();
+    command.env_remove("USER");
     for (name, value) in env {
         command.env(name, value);
     }
     command
-}
-
-/// Starts `intentgate ARGS` and reads the `... listening on http://ADDR` line it prints.
-fn start(args: &[&str], env: &[(&str, &str)]) -> Running {
-    let mut child = intentgate(env)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("intentgate starts");
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("it prints where it listens");
-    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(
-        url.starts_with("http://127.0.0.1:"),
-        "unexpected first line: {line:?}"
-    );
-    Running { child, url }
 }
 
 /// `intentgate flags ARGS` to its end.
@@ -92,37 +49,13 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// The example config, written to `folder`.
-fn test_config(folder: &Path) -> PathBuf {
-    let example = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/support-agent.yaml"
-    );
-    let path = folder.join("support-agent.yaml");
-    std::fs::copy(example, &path).unwrap();
-    path
-}
-
 /// The tool names of the example config.
 fn example_tools() -> Vec<String> {
-    let example = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/support-agent.yaml"
-    ))
-    .unwrap();
-    example
+    support::example()
         .lines()
         .filter_map(|line| line.trim_start().strip_prefix("- name: "))
         .map(|name| name.trim().to_owned())
         .collect()
-}
-
-fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
 }
 
 fn refund(order: &str) -> Value {
@@ -131,14 +64,7 @@ fn refund(order: &str) -> Value {
 
 /// One refund call through `gateway`; its outcome.
 async fn call_refund(client: &reqwest::Client, gateway: &str, order: &str) -> Value {
-    let response = client
-        .post(format!("{gateway}/v1/tools/refund_order/call"))
-        .json(&json!({ "arguments": refund(order) }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    response.json().await.unwrap()
+    support::call(client, gateway, "refund_order", refund(order)).await
 }
 
 /// Calls refund `order` through `gateway` until the answer's status is `status`; how long
@@ -149,29 +75,21 @@ async fn wait_for_status(
     order: &str,
     status: &str,
 ) -> Duration {
-    let started = Instant::now();
-    loop {
+    let ((), took) = until(HONOURED_WITHIN, POLL_EVERY, async || {
         let outcome = call_refund(client, gateway, order).await;
         if outcome["status"] == status {
-            return started.elapsed();
+            return Ok(());
         }
-        assert!(
-            started.elapsed() < HONOURED_WITHIN,
+        Err(format!(
             "{gateway} still answers {outcome} after {HONOURED_WITHIN:?}, not `{status}`"
-        );
-        tokio::time::sleep(POLL_EVERY).await;
-    }
+        ))
+    })
+    .await;
+    took
 }
 
 async fn mock_json(client: &reqwest::Client, mock: &str, path: &str) -> Value {
-    client
-        .get(format!("{mock}{path}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    get_json(client, format!("{mock}{path}")).await
 }
 
 /// `flags list --format json` as an object by tool name.
@@ -201,7 +119,8 @@ struct Setup {
 impl Setup {
     fn new() -> Setup {
         let folder = tempfile::tempdir().unwrap();
-        let config = test_config(folder.path()).to_str().unwrap().to_owned();
+        let config = example_config(folder.path(), |text| text);
+        let config = config.to_str().unwrap().to_owned();
         let ledger = folder.path().join("ledger.db").to_str().unwrap().to_owned();
         Setup {
             folder,
@@ -262,29 +181,13 @@ fn list_on_a_fresh_ledger_shows_every_tool_on_and_creates_no_ledger() {
 #[tokio::test]
 async fn a_tool_switched_off_with_the_cli_is_refused_by_a_running_gateway_until_switched_on() {
     let setup = Setup::new();
-    let mock = start(
-        &[
-            "mock-provider",
-            "--listen",
-            "127.0.0.1:0",
-            "--faults",
-            "quiet",
-        ],
-        &[],
-    );
-    let gateway = start(
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            &setup.config,
-            "--ledger",
-            &setup.ledger,
-        ],
+    let mock = mock_provider();
+    let gateway = serve(
+        &setup.config,
+        &setup.ledger,
         &[("INTENTGATE_MOCK_URL", &mock.url)],
     );
-    let client = client();
+    let client = support::client();
     assert_eq!(
         call_refund(&client, &gateway.url, "before").await["status"],
         "done"
@@ -569,104 +472,23 @@ fn each_flags_command_says_in_its_help_that_every_gateway_honours_it_within_a_se
     }
 }
 
-/// The PostgreSQL URL, or None (with a message) when the test can't run here.
-fn database_url(test: &str) -> Option<String> {
-    match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "{test}: DATABASE_URL is unset, and with CI=true the PostgreSQL flag test must \
-                 run, not be skipped"
-            );
-            println!(
-                "{test}: skipped: DATABASE_URL is unset (set it to a PostgreSQL URL such as \
-                 postgres://postgres@127.0.0.1:5432/test to run it)"
-            );
-            None
-        }
-    }
-}
-
-/// A schema of the test's own, dropped when this is dropped.
-struct Schema {
-    url: String,
-    name: String,
-}
-
-impl Schema {
-    fn fresh(url: &str, test: &str) -> Schema {
-        let schema = Schema {
-            url: url.to_owned(),
-            name: format!("flags_{test}_{}", std::process::id()),
-        };
-        schema.drop_it();
-        schema
-    }
-
-    /// Drops the schema, on a runtime of its own on its own thread: this may run inside
-    /// the test's runtime.
-    fn drop_it(&self) {
-        let (url, name) = (self.url.clone(), self.name.clone());
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                    .await
-                    .expect("PostgreSQL at DATABASE_URL accepts a connection");
-                tokio::spawn(connection);
-                client
-                    .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
-                    .await
-                    .unwrap();
-            });
-        })
-        .join()
-        .expect("the schema is dropped");
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        self.drop_it();
-    }
-}
-
 #[tokio::test]
 async fn two_replicas_on_postgresql_refuse_a_tool_switched_off_with_the_cli() {
     let test = "two_replicas";
     let Some(url) = database_url(test) else {
         return;
     };
-    let schema = Schema::fresh(&url, test);
+    let schema = Schema::fresh(&url, &format!("flags_{test}"));
     let setup = Setup::new();
     let env = [("INTENTGATE_LEDGER_SCHEMA", schema.name.as_str())];
-    let mock = start(
-        &[
-            "mock-provider",
-            "--listen",
-            "127.0.0.1:0",
-            "--faults",
-            "quiet",
-        ],
-        &[],
-    );
-    let serve = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--config",
-        &setup.config,
-        "--ledger",
-        &url,
-    ];
+    let mock = mock_provider();
     let gateway_env = [env[0], ("INTENTGATE_MOCK_URL", &mock.url)];
     // The first one sets the schema up; the second finds it.
-    let replicas = [start(&serve, &gateway_env), start(&serve, &gateway_env)];
-    let client = client();
+    let replicas = [
+        serve(&setup.config, &url, &gateway_env),
+        serve(&setup.config, &url, &gateway_env),
+    ];
+    let client = support::client();
     for (index, replica) in replicas.iter().enumerate() {
         let outcome = call_refund(&client, &replica.url, &format!("before{index}")).await;
         assert_eq!(outcome["status"], "done", "{outcome}");
@@ -720,5 +542,5 @@ async fn two_replicas_on_postgresql_refuse_a_tool_switched_off_with_the_cli() {
     }
     assert_eq!(effects["duplicates"], json!([]), "{effects}");
     drop(replicas);
-    drop(schema);
+    schema.remove();
 }

@@ -2,12 +2,16 @@
 //! `examples/support-agent.yaml`, in front of the real `intentgate mock-provider`, both on
 //! loopback ports, talked to over HTTP.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::{
+    EXAMPLE_CONFIG, Running, example_config, get_json, intentgate, mock_provider, serve,
+    set_faults, with_setting,
+};
 
 /// Tool timeouts in the test config: short, so the timeout rows take a second, not ten.
 const TOOL_TIMEOUT_MS: u64 = 700;
@@ -16,66 +20,6 @@ const OVERLOAD_RETRIES_MAX: usize = 200;
 /// How long the mock holds a "timeout" answer: well past the tool timeout.
 const TIMEOUT_HOLD_MS: u64 = 2_000;
 
-/// A child process that is killed when dropped.
-struct Running {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `intentgate ARGS` and reads the `... listening on http://ADDR` line it prints.
-fn start(args: &[&str], env: &[(&str, &str)]) -> Running {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_intentgate"));
-    command
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .env_remove("RUST_LOG");
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    let mut child = command.spawn().expect("intentgate starts");
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("it prints where it listens");
-    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(
-        url.starts_with("http://127.0.0.1:"),
-        "unexpected first line: {line:?}"
-    );
-    Running { child, url }
-}
-
-/// The example config with short timeouts, written to `folder`.
-fn test_config(folder: &std::path::Path) -> std::path::PathBuf {
-    let example = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/support-agent.yaml"
-    ))
-    .unwrap();
-    let mut text = String::new();
-    for line in example.lines() {
-        if line.trim_start().starts_with("timeout_ms:") {
-            let indent = &line[..line.len() - line.trim_start().len()];
-            text.push_str(&format!("{indent}timeout_ms: {TOOL_TIMEOUT_MS}\n"));
-        } else {
-            text.push_str(line);
-            text.push('\n');
-        }
-    }
-    let path = folder.join("support-agent.yaml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 struct Stack {
     mock: Running,
     gateway: Running,
@@ -83,46 +27,25 @@ struct Stack {
     _folder: tempfile::TempDir,
 }
 
-fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
-
-/// The mock provider (quiet) and a gateway in front of it, or in front of `upstream_url`.
+/// The mock provider (quiet) and a gateway in front of it, or in front of `upstream_url`, on
+/// the example config with short timeouts.
 fn stack_with(upstream_url: Option<&str>) -> Stack {
     let folder = tempfile::tempdir().unwrap();
-    let mock = start(
-        &[
-            "mock-provider",
-            "--listen",
-            "127.0.0.1:0",
-            "--faults",
-            "quiet",
-        ],
-        &[],
-    );
-    let config = test_config(folder.path());
+    let mock = mock_provider();
+    let config = example_config(folder.path(), |text| {
+        with_setting(&text, "timeout_ms", TOOL_TIMEOUT_MS)
+    });
     let ledger = folder.path().join("ledger.db");
     let upstream = upstream_url.unwrap_or(&mock.url).to_owned();
-    let gateway = start(
-        &[
-            "serve",
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--ledger",
-            ledger.to_str().unwrap(),
-        ],
+    let gateway = serve(
+        config.to_str().unwrap(),
+        ledger.to_str().unwrap(),
         &[("INTENTGATE_MOCK_URL", &upstream)],
     );
     Stack {
         mock,
         gateway,
-        client: client(),
+        client: support::client(),
         _folder: folder,
     }
 }
@@ -133,15 +56,7 @@ fn stack() -> Stack {
 
 impl Stack {
     async fn call(&self, tool: &str, arguments: Value) -> Value {
-        let response = self
-            .client
-            .post(format!("{}/v1/tools/{tool}/call", self.gateway.url))
-            .json(&json!({ "arguments": arguments }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status().as_u16(), 200);
-        response.json().await.unwrap()
+        support::call(&self.client, &self.gateway.url, tool, arguments).await
     }
 
     /// A call the way an HTTP client layer makes it: a 503 with Retry-After (the gateway at
@@ -166,33 +81,11 @@ impl Stack {
     }
 
     async fn faults(&self, plan: Value) {
-        let mut full = json!({"latency_p50_ms": 0, "latency_p95_ms": 0, "retry_after_ms": 10, "timeout_hold_ms": TIMEOUT_HOLD_MS});
-        full.as_object_mut()
-            .unwrap()
-            .extend(plan.as_object().unwrap().clone());
-        let response = self
-            .client
-            .put(format!("{}/admin/faults", self.mock.url))
-            .json(&full)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            response.status().is_success(),
-            "{:?}",
-            response.text().await
-        );
+        set_faults(&self.client, &self.mock, Some(TIMEOUT_HOLD_MS), plan).await;
     }
 
     async fn effects(&self) -> Value {
-        self.client
-            .get(format!("{}/admin/effects", self.mock.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        get_json(&self.client, format!("{}/admin/effects", self.mock.url)).await
     }
 }
 
@@ -437,21 +330,13 @@ async fn malformed_requests_get_problem_json() {
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 413);
-    let tools: Value = stack
-        .client
-        .get(format!("{}/v1/tools", stack.gateway.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let tools = get_json(&stack.client, format!("{}/v1/tools", stack.gateway.url)).await;
     assert_eq!(tools["tools"].as_array().unwrap().len(), 14);
 }
 
 #[test]
 fn the_demo_refunds_customers_twice_without_intentgate_and_never_with_it() {
-    let output = Command::new(env!("CARGO_BIN_EXE_intentgate"))
+    let output = intentgate()
         .args(["demo", "--customers", "150", "--json"])
         .output()
         .unwrap();
@@ -478,11 +363,7 @@ fn the_demo_refunds_customers_twice_without_intentgate_and_never_with_it() {
 #[test]
 fn config_check_says_which_line_and_what_to_change() {
     let folder = tempfile::tempdir().unwrap();
-    let example = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/support-agent.yaml"
-    ))
-    .unwrap();
+    let example = support::example();
     let broken = example.replace(
         "key: \"refund:{order_id}:{amount:.2}\"",
         "key: \"refund:{tool_call_id}\"",
@@ -495,7 +376,7 @@ fn config_check_says_which_line_and_what_to_change() {
         .position(|line| line.contains("refund:{tool_call_id}"))
         .unwrap()
         + 1;
-    let output = Command::new(env!("CARGO_BIN_EXE_intentgate"))
+    let output = intentgate()
         .args(["config", "check", path.to_str().unwrap()])
         .output()
         .unwrap();
@@ -507,15 +388,8 @@ fn config_check_says_which_line_and_what_to_change() {
         "{stderr}"
     );
 
-    let good = Command::new(env!("CARGO_BIN_EXE_intentgate"))
-        .args([
-            "config",
-            "check",
-            concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../examples/support-agent.yaml"
-            ),
-        ])
+    let good = intentgate()
+        .args(["config", "check", EXAMPLE_CONFIG])
         .output()
         .unwrap();
     assert!(good.status.success());
@@ -523,10 +397,7 @@ fn config_check_says_which_line_and_what_to_change() {
         String::from_utf8_lossy(&good.stdout)
             .contains("14 tools (9 read, 2 idempotent, 3 side_effect)")
     );
-    let schema = Command::new(env!("CARGO_BIN_EXE_intentgate"))
-        .args(["config", "schema"])
-        .output()
-        .unwrap();
+    let schema = intentgate().args(["config", "schema"]).output().unwrap();
     let schema: Value = serde_json::from_slice(&schema.stdout).unwrap();
     assert!(schema["properties"]["tools"].is_object());
 }

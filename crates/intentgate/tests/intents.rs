@@ -4,12 +4,18 @@
 //! refund that was not committed, which the lookup then can't find). And the admin API of a
 //! real `intentgate serve`, switched on with INTENTGATE_ADMIN_TOKEN.
 
-use std::io::{BufRead, BufReader};
+mod support;
+
+use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::{
+    Running, example_config, get_json, json_answer, mock_provider, set_faults, start_with_stderr,
+    until, with_setting,
+};
 
 /// Tool timeouts in the test config: short, so that nothing waits long.
 const TOOL_TIMEOUT_MS: u64 = 700;
@@ -17,77 +23,15 @@ const ADMIN_TOKEN: &str = "an-admin-token-for-the-test-0123";
 /// How soon every gateway must honour a switched flag: "within a second", with margin for a
 /// loaded test machine.
 const FLAG_HONOURED_WITHIN: Duration = Duration::from_secs(3);
-
-/// A child process that is killed when dropped.
-struct Running {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `intentgate ARGS` with its stderr in `stderr`, and reads the `... listening on
-/// http://ADDR` line it prints.
-fn start(args: &[&str], env: &[(&str, &str)], stderr: &Path) -> Running {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_intentgate"));
-    command
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(stderr).unwrap())
-        .env_remove("RUST_LOG")
-        .env_remove("INTENTGATE_ADMIN_TOKEN");
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    let mut child = command.spawn().expect("intentgate starts");
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("it prints where it listens");
-    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(
-        url.starts_with("http://127.0.0.1:"),
-        "unexpected first line: {line:?}"
-    );
-    Running { child, url }
-}
+/// Pause between two calls while waiting for a switch to be honoured.
+const POLL_EVERY: Duration = Duration::from_millis(50);
 
 /// The example config with short timeouts and its ledger at `ledger`, written to `folder`.
 fn test_config(folder: &Path, ledger: &Path) -> PathBuf {
-    let example = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/support-agent.yaml"
-    ))
-    .unwrap();
-    let mut text = String::new();
-    for line in example.lines() {
-        let indent = &line[..line.len() - line.trim_start().len()];
-        if line.trim_start().starts_with("timeout_ms:") {
-            text.push_str(&format!("{indent}timeout_ms: {TOOL_TIMEOUT_MS}\n"));
-        } else if line.trim_start().starts_with("ledger:") {
-            text.push_str(&format!("{indent}ledger: {}\n", ledger.display()));
-        } else {
-            text.push_str(line);
-            text.push('\n');
-        }
-    }
-    let path = folder.join("support-agent.yaml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
+    example_config(folder, |text| {
+        let text = with_setting(&text, "timeout_ms", TOOL_TIMEOUT_MS);
+        with_setting(&text, "ledger", ledger.display())
+    })
 }
 
 /// The mock provider (quiet) and a gateway in front of it, over a ledger in a temporary
@@ -104,17 +48,7 @@ struct Stack {
 
 fn stack(admin_token: Option<&str>) -> Stack {
     let folder = tempfile::tempdir().unwrap();
-    let mock = start(
-        &[
-            "mock-provider",
-            "--listen",
-            "127.0.0.1:0",
-            "--faults",
-            "quiet",
-        ],
-        &[],
-        &folder.path().join("mock.stderr"),
-    );
+    let mock = mock_provider();
     let ledger = folder.path().join("ledger.db");
     let config = test_config(folder.path(), &ledger);
     let gateway_stderr = folder.path().join("gateway.stderr");
@@ -122,7 +56,8 @@ fn stack(admin_token: Option<&str>) -> Stack {
     if let Some(token) = admin_token {
         env.push(("INTENTGATE_ADMIN_TOKEN", token));
     }
-    let gateway = start(
+    // No --ledger: the gateway uses the config's, where `intentgate intents` reads it.
+    let gateway = start_with_stderr(
         &[
             "serve",
             "--config",
@@ -131,12 +66,12 @@ fn stack(admin_token: Option<&str>) -> Stack {
             "127.0.0.1:0",
         ],
         &env,
-        &gateway_stderr,
+        File::create(&gateway_stderr).unwrap(),
     );
     Stack {
         mock,
         gateway,
-        client: client(),
+        client: support::client(),
         ledger,
         config,
         gateway_stderr,
@@ -159,18 +94,7 @@ impl Stack {
     }
 
     async fn faults(&self, plan: Value) {
-        let mut full = json!({"latency_p50_ms": 0, "latency_p95_ms": 0, "retry_after_ms": 10});
-        full.as_object_mut()
-            .unwrap()
-            .extend(plan.as_object().unwrap().clone());
-        let response = self
-            .client
-            .put(format!("{}/admin/faults", self.mock.url))
-            .json(&full)
-            .send()
-            .await
-            .unwrap();
-        assert!(response.status().is_success());
+        set_faults(&self.client, &self.mock, None, plan).await;
     }
 
     /// The gateway's stderr so far, once it contains `expected` (or after 10 s).
@@ -252,13 +176,8 @@ async fn ledger_with_intents() -> Ledger {
 
 /// Runs `intentgate ARGS` to its end, with only `env` of the intentgate variables set.
 fn intentgate(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_intentgate"));
-    command
-        .args(args)
-        .env_remove("RUST_LOG")
-        .env_remove("INTENTGATE_CONFIG")
-        .env_remove("INTENTGATE_LEDGER")
-        .env("USER", "tester");
+    let mut command = support::intentgate();
+    command.args(args).env("USER", "tester");
     for (name, value) in env {
         command.env(name, value);
     }
@@ -301,6 +220,15 @@ impl Ledger {
                 intent["id"].as_i64().unwrap()
             })
             .collect()
+    }
+
+    /// `intents resolve ID --status STATUS --reason REASON MORE`.
+    fn resolve(&self, id: &str, status: &str, reason: &str, more: &[&str]) -> Output {
+        let mut all = vec![
+            "intents", "resolve", id, "--status", status, "--reason", reason,
+        ];
+        all.extend(more);
+        self.run(&all)
     }
 
     fn shown(&self, id: &str) -> Value {
@@ -416,15 +344,12 @@ async fn intents_show_prints_the_intent_and_its_event_log() {
 #[tokio::test]
 async fn an_unknown_intent_is_resolved_from_the_cli_and_every_wrong_resolution_is_explained() {
     let ledger = ledger_with_intents().await;
-    let resolved = success(&ledger.run(&[
-        "intents",
-        "resolve",
+    let resolved = success(&ledger.resolve(
         "3",
-        "--status",
         "not_executed",
-        "--reason",
         "the provider has no refund for r2",
-    ]));
+        &[],
+    ));
     assert!(resolved.contains("before: unknown"), "{resolved}");
     assert!(
         resolved.contains(
@@ -442,19 +367,12 @@ async fn an_unknown_intent_is_resolved_from_the_cli_and_every_wrong_resolution_i
     assert_eq!(last["actor"], "tester");
     assert_eq!(last["detail"], "the provider has no refund for r2");
 
-    let done = success(&ledger.run(&[
-        "intents",
-        "resolve",
+    let done = success(&ledger.resolve(
         "4",
-        "--status",
         "done",
-        "--external-id",
-        "re_000777",
-        "--reason",
         "found in the dashboard",
-        "--actor",
-        "alice",
-    ]));
+        &["--external-id", "re_000777", "--actor", "alice"],
+    ));
     assert!(
         done.contains("after:  done (external id re_000777), resolved by alice"),
         "{done}"
@@ -462,63 +380,27 @@ async fn an_unknown_intent_is_resolved_from_the_cli_and_every_wrong_resolution_i
     assert_eq!(ledger.shown("4")["intent"]["external_id"], "re_000777");
 
     // Settled intents can't be changed, and the error says what they are.
-    let again = failure(&ledger.run(&[
-        "intents",
-        "resolve",
-        "3",
-        "--status",
-        "not_executed",
-        "--reason",
-        "again",
-    ]));
+    let again = failure(&ledger.resolve("3", "not_executed", "again", &[]));
     assert!(again.contains("already not_executed"), "{again}");
-    let final_done = failure(&ledger.run(&[
-        "intents",
-        "resolve",
-        "1",
-        "--status",
-        "not_executed",
-        "--reason",
-        "undo",
-    ]));
+    let final_done = failure(&ledger.resolve("1", "not_executed", "undo", &[]));
     assert!(
         final_done.contains("already done") && final_done.contains("can't be changed"),
         "{final_done}"
     );
-    let missing = failure(&ledger.run(&[
-        "intents",
-        "resolve",
-        "99",
-        "--status",
-        "not_executed",
-        "--reason",
-        "r",
-    ]));
+    let missing = failure(&ledger.resolve("99", "not_executed", "r", &[]));
     assert!(missing.contains("no intent with id 99"), "{missing}");
 
     // What is asked is checked before anything is read.
-    let no_external_id = failure(&ledger.run(&[
-        "intents", "resolve", "2", "--status", "done", "--reason", "r",
-    ]));
+    let no_external_id = failure(&ledger.resolve("2", "done", "r", &[]));
     assert!(no_external_id.contains("external id"), "{no_external_id}");
     let no_reason = failure(&ledger.run(&["intents", "resolve", "2", "--status", "not_executed"]));
     assert!(no_reason.contains("--reason"), "{no_reason}");
-    let blank_reason = failure(&ledger.run(&[
-        "intents",
-        "resolve",
-        "2",
-        "--status",
-        "not_executed",
-        "--reason",
-        " ",
-    ]));
+    let blank_reason = failure(&ledger.resolve("2", "not_executed", " ", &[]));
     assert!(
         blank_reason.contains("reason is required"),
         "{blank_reason}"
     );
-    let rejected = failure(&ledger.run(&[
-        "intents", "resolve", "2", "--status", "rejected", "--reason", "r",
-    ]));
+    let rejected = failure(&ledger.resolve("2", "rejected", "r", &[]));
     assert!(
         rejected.contains("done") && rejected.contains("not_executed"),
         "{rejected}"
@@ -561,13 +443,7 @@ async fn the_admin_api_of_a_running_gateway_switches_a_tool_off_and_on() {
         .await
         .unwrap();
     assert_eq!(anonymous.status().as_u16(), 401);
-    let flags: Value = admin(reqwest::Method::GET, "/v1/admin/flags")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let flags = json_answer(admin(reqwest::Method::GET, "/v1/admin/flags")).await;
     assert_eq!(flags["flags"].as_array().unwrap().len(), 14, "{flags}");
 
     assert_eq!(
@@ -582,43 +458,26 @@ async fn the_admin_api_of_a_running_gateway_switches_a_tool_off_and_on() {
         .await
         .unwrap();
     assert_eq!(switched.status().as_u16(), 200);
-    let switched_at = Instant::now();
-    loop {
+    until(FLAG_HONOURED_WITHIN, POLL_EVERY, async || {
         let outcome = stack
             .call("refund_order", refund("during", 5.0), None)
             .await;
         if outcome["status"] == "disabled" {
-            break;
+            return Ok(());
         }
-        assert!(
-            switched_at.elapsed() < FLAG_HONOURED_WITHIN,
-            "still not disabled: {outcome}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let effects: Value = stack
-        .client
-        .get(format!("{}/admin/effects", stack.mock.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        Err(format!("still not disabled: {outcome}"))
+    })
+    .await;
+    let effects = get_json(&stack.client, format!("{}/admin/effects", stack.mock.url)).await;
     // Only a call made before the switch was honoured may have reached the provider.
     assert!(effects["by_order"]["during"].as_u64().unwrap_or(0) <= 1);
 
     // The intents of the running gateway, over the same API.
-    let intents: Value = admin(
+    let intents = json_answer(admin(
         reqwest::Method::GET,
         "/v1/admin/intents?tool=refund_order&status=done&order=oldest",
-    )
-    .send()
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    ))
+    .await;
     assert_eq!(
         intents["intents"][0]["key"], "refund:before:5.00",
         "{intents}"
@@ -630,16 +489,15 @@ async fn the_admin_api_of_a_running_gateway_switches_a_tool_off_and_on() {
         .await
         .unwrap();
     assert_eq!(back.status().as_u16(), 200);
-    let switched_at = Instant::now();
-    loop {
+    until(FLAG_HONOURED_WITHIN, POLL_EVERY, async || {
         let outcome = stack.call("refund_order", refund("after", 5.0), None).await;
         if outcome["status"] == "done" {
-            break;
+            return Ok(());
         }
         assert_eq!(outcome["status"], "disabled", "{outcome}");
-        assert!(switched_at.elapsed() < FLAG_HONOURED_WITHIN);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Err(format!("still disabled: {outcome}"))
+    })
+    .await;
     // Also written where `intentgate intents` reads it: the ledger file of the config.
     assert!(stack.ledger.exists() && stack.config.exists());
 }
@@ -648,7 +506,7 @@ async fn the_admin_api_of_a_running_gateway_switches_a_tool_off_and_on() {
 fn serve_refuses_a_short_admin_token() {
     let folder = tempfile::tempdir().unwrap();
     let config = test_config(folder.path(), &folder.path().join("ledger.db"));
-    let output = Command::new(env!("CARGO_BIN_EXE_intentgate"))
+    let output = support::intentgate()
         .args([
             "serve",
             "--config",
@@ -665,7 +523,7 @@ fn serve_refuses_a_short_admin_token() {
         !stderr.contains("short-token"),
         "the token was printed: {stderr}"
     );
-    let help = Command::new(env!("CARGO_BIN_EXE_intentgate"))
+    let help = support::intentgate()
         .args(["serve", "--help"])
         .env("INTENTGATE_ADMIN_TOKEN", ADMIN_TOKEN)
         .output()

@@ -2,58 +2,17 @@
 //! `json` makes every stderr line one JSON object, and each line about a call carries the
 //! call's tool and intent key.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::{EXAMPLE_CONFIG, Running, intentgate, mock_provider, serve_with_stderr};
 
 /// How long the gateway gets to stop after SIGTERM before the test kills it.
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// A child process that is killed when dropped.
-struct Running {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `intentgate ARGS` with `env` (and no inherited `RUST_LOG` or log format), stderr
-/// piped when `capture_stderr`, and reads the `... listening on http://ADDR` line it prints.
-fn start(args: &[&str], env: &[(&str, &str)], capture_stderr: bool) -> Running {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_intentgate"));
-    command
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(if capture_stderr {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .env_remove("RUST_LOG")
-        .env_remove("INTENTGATE_LOG_FORMAT");
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    let mut child = command.spawn().expect("intentgate starts");
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("it prints where it listens");
-    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(
-        url.starts_with("http://127.0.0.1:"),
-        "unexpected first line: {line:?}"
-    );
-    Running { child, url }
-}
 
 /// Stops the gateway with SIGTERM (a graceful shutdown, logged too) and returns all it
 /// wrote to stderr.
@@ -77,59 +36,24 @@ fn stop(mut gateway: Running) -> String {
     reader.join().unwrap()
 }
 
-fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
-
-const CONFIG: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../examples/support-agent.yaml"
-);
-
 #[tokio::test]
 async fn json_logs_are_one_object_a_line_and_a_calls_lines_carry_its_tool_and_key() {
     let folder = tempfile::tempdir().unwrap();
-    let mock = start(
-        &[
-            "mock-provider",
-            "--listen",
-            "127.0.0.1:0",
-            "--faults",
-            "quiet",
-        ],
-        &[],
-        false,
-    );
+    let mock = mock_provider();
     let ledger = folder.path().join("ledger.db");
-    let gateway = start(
-        &[
-            "serve",
-            "--config",
-            CONFIG,
-            "--listen",
-            "127.0.0.1:0",
-            "--ledger",
-            ledger.to_str().unwrap(),
-        ],
+    // Its stderr piped: the test reads every line.
+    let gateway = serve_with_stderr(
+        EXAMPLE_CONFIG,
+        ledger.to_str().unwrap(),
         &[
             ("INTENTGATE_MOCK_URL", &mock.url),
             ("INTENTGATE_LOG_FORMAT", "json"),
             ("RUST_LOG", "info"),
         ],
-        true,
+        Stdio::piped(),
     );
-    let response = client()
-        .post(format!("{}/v1/tools/refund_order/call", gateway.url))
-        .json(&json!({"arguments": {"order_id": "8812", "amount": 49.0, "reason": "requested_by_customer"}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    let outcome: Value = response.json().await.unwrap();
+    let arguments = json!({"order_id": "8812", "amount": 49.0, "reason": "requested_by_customer"});
+    let outcome = support::call(&support::client(), &gateway.url, "refund_order", arguments).await;
     assert_eq!(outcome["status"], "done", "{outcome}");
     let key = "refund:8812:49.00";
     assert_eq!(outcome["intent_key"], key);
@@ -162,7 +86,7 @@ async fn json_logs_are_one_object_a_line_and_a_calls_lines_carry_its_tool_and_ke
 
 #[test]
 fn an_unknown_log_format_is_refused_at_startup_naming_the_accepted_ones() {
-    let output = Command::new(env!("CARGO_BIN_EXE_intentgate"))
+    let output = intentgate()
         .args(["config", "schema"])
         .env("INTENTGATE_LOG_FORMAT", "xml")
         .output()

@@ -4,13 +4,18 @@
 
 mod support;
 
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Running, Webhook, client, example_config, intentgate, mock_provider, start};
+use support::{
+    Running, Webhook, client, example_config, get_json, intentgate, json_answer, mock_provider,
+    serve, until,
+};
 
 /// The example config with the payments team's webhook, and `extra` at the top level.
-fn config(folder: &std::path::Path, webhook: &str, extra: &str, alerts: &str) -> String {
+fn config(folder: &Path, webhook: &str, extra: &str, alerts: &str) -> String {
     let path = example_config(folder, |text| {
         let text = text
             .replace(
@@ -31,66 +36,87 @@ fn config(folder: &std::path::Path, webhook: &str, extra: &str, alerts: &str) ->
     path.to_str().unwrap().to_owned()
 }
 
-fn serve(config: &str, ledger: &str, mock: &Running) -> Running {
-    start(
-        &[
-            "serve",
-            "--config",
+/// The mock provider, a gateway in front of it on the test config and a ledger in a
+/// temporary folder, and a client.
+struct Stack {
+    config: String,
+    ledger: String,
+    mock: Running,
+    gateway: Running,
+    client: reqwest::Client,
+    _folder: tempfile::TempDir,
+}
+
+impl Stack {
+    /// On the config [`config`] writes.
+    fn start(webhook: &str, extra: &str, alerts: &str) -> Stack {
+        let folder = tempfile::tempdir().unwrap();
+        let config = config(folder.path(), webhook, extra, alerts);
+        let ledger = folder.path().join("ledger.db");
+        let ledger = ledger.to_str().unwrap().to_owned();
+        let mock = mock_provider();
+        let gateway = serve(&config, &ledger, &[("INTENTGATE_MOCK_URL", &mock.url)]);
+        Stack {
             config,
-            "--listen",
-            "127.0.0.1:0",
-            "--ledger",
             ledger,
-        ],
-        &[("INTENTGATE_MOCK_URL", &mock.url)],
-    )
-}
-
-async fn refund(client: &reqwest::Client, gateway: &Running, order: &str, amount: f64) -> Value {
-    client
-        .post(format!("{}/v1/tools/refund_order/call", gateway.url))
-        .json(&json!({"arguments": {"order_id": order, "amount": amount, "reason": "damaged"}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
-/// A refund made at the provider directly, around the gateway.
-async fn refund_around_the_gateway(
-    client: &reqwest::Client,
-    mock: &Running,
-    order: &str,
-    amount: &str,
-    intent_key: Option<&str>,
-) -> String {
-    let mut body = json!({"order_id": order, "amount": amount, "reason": "damaged"});
-    if let Some(key) = intent_key {
-        body["metadata"] = json!({"intent_key": key});
+            mock,
+            gateway,
+            client: client(),
+            _folder: folder,
+        }
     }
-    let refund: Value = client
-        .post(format!("{}/v1/refunds", mock.url))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    refund["id"].as_str().unwrap().to_owned()
-}
 
-async fn metrics(client: &reqwest::Client, gateway: &Running) -> String {
-    client
-        .get(format!("{}/metrics", gateway.url))
-        .send()
+    async fn refund(&self, order: &str, amount: f64) -> Value {
+        let arguments = json!({"order_id": order, "amount": amount, "reason": "damaged"});
+        json_answer(
+            self.client
+                .post(format!("{}/v1/tools/refund_order/call", self.gateway.url))
+                .json(&json!({ "arguments": arguments })),
+        )
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    }
+
+    /// A refund made at the provider directly, around the gateway.
+    async fn refund_around_the_gateway(
+        &self,
+        order: &str,
+        amount: &str,
+        intent_key: Option<&str>,
+    ) -> String {
+        let mut body = json!({"order_id": order, "amount": amount, "reason": "damaged"});
+        if let Some(key) = intent_key {
+            body["metadata"] = json!({"intent_key": key});
+        }
+        let url = format!("{}/v1/refunds", self.mock.url);
+        let refund = json_answer(self.client.post(url).json(&body)).await;
+        refund["id"].as_str().unwrap().to_owned()
+    }
+
+    async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.gateway.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// `intentgate reconcile --config C --ledger L MORE`, on this stack's config and ledger.
+    fn reconcile(&self, more: &[&str]) -> Command {
+        let mut command = intentgate();
+        command
+            .args([
+                "reconcile",
+                "--config",
+                &self.config,
+                "--ledger",
+                &self.ledger,
+            ])
+            .args(more);
+        command
+    }
 }
 
 /// The value of the sample of `name` whose labels include every one of `labels`.
@@ -106,43 +132,25 @@ fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
 // Multi-threaded: the tests block on child processes while the webhook server answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_names_a_duplicate_made_around_the_gateway_and_exits_2() {
-    let folder = tempfile::tempdir().unwrap();
     let webhook = Webhook::start().await;
-    let config = config(
-        folder.path(),
+    let stack = Stack::start(
         &webhook.url,
         "reconcile: {settle_seconds: 0, unknown_grace_seconds: 0}",
         "",
     );
-    let ledger = folder.path().join("ledger.db");
-    let ledger = ledger.to_str().unwrap();
-    let mock = mock_provider();
-    let gateway = serve(&config, ledger, &mock);
-    let client = client();
 
-    let first = refund(&client, &gateway, "9001", 12.5).await;
+    let first = stack.refund("9001", 12.5).await;
     assert_eq!(first["status"], "done", "{first}");
     // A naive retry around the gateway: the same intent, a fresh provider key.
-    let again =
-        refund_around_the_gateway(&client, &mock, "9001", "12.50", Some("refund:9001:12.50")).await;
+    let again = stack
+        .refund_around_the_gateway("9001", "12.50", Some("refund:9001:12.50"))
+        .await;
     // A refund someone made by hand at the provider.
-    let by_hand = refund_around_the_gateway(&client, &mock, "9002", "3.00", None).await;
+    let by_hand = stack.refund_around_the_gateway("9002", "3.00", None).await;
 
-    let output = intentgate()
-        .args([
-            "reconcile",
-            "--config",
-            &config,
-            "--ledger",
-            ledger,
-            "--since",
-            "1h",
-            "--format",
-            "json",
-            "--actor",
-            "oncall",
-        ])
-        .env("INTENTGATE_MOCK_URL", &mock.url)
+    let output = stack
+        .reconcile(&["--since", "1h", "--format", "json", "--actor", "oncall"])
+        .env("INTENTGATE_MOCK_URL", &stack.mock.url)
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2), "{output:?}");
@@ -184,9 +192,9 @@ async fn reconcile_names_a_duplicate_made_around_the_gateway_and_exits_2() {
     assert_eq!(notices[0].1["details"]["counts"]["duplicate"], 1);
 
     // The human report names who was affected.
-    let output = intentgate()
-        .args(["reconcile", "--config", &config, "--ledger", ledger])
-        .env("INTENTGATE_MOCK_URL", &mock.url)
+    let output = stack
+        .reconcile(&[])
+        .env("INTENTGATE_MOCK_URL", &stack.mock.url)
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2), "{output:?}");
@@ -205,38 +213,18 @@ async fn reconcile_names_a_duplicate_made_around_the_gateway_and_exits_2() {
 // Multi-threaded: the tests block on child processes while the webhook server answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_exits_0_when_ledger_and_provider_agree_and_explains_a_bad_window() {
-    let folder = tempfile::tempdir().unwrap();
-    let config = config(folder.path(), "http://127.0.0.1:9/hook", "", "");
-    let ledger = folder.path().join("ledger.db");
-    let ledger = ledger.to_str().unwrap();
-    let mock = mock_provider();
-    let gateway = serve(&config, ledger, &mock);
-    let client = client();
-    assert_eq!(
-        refund(&client, &gateway, "9101", 5.0).await["status"],
-        "done"
-    );
-    let output = intentgate()
-        .args(["reconcile", "--config", &config, "--ledger", ledger])
-        .env("INTENTGATE_MOCK_URL", &mock.url)
+    let stack = Stack::start("http://127.0.0.1:9/hook", "", "");
+    assert_eq!(stack.refund("9101", 5.0).await["status"], "done");
+    let output = stack
+        .reconcile(&[])
+        .env("INTENTGATE_MOCK_URL", &stack.mock.url)
         .output()
         .unwrap();
     assert!(output.status.success(), "{output:?}");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("0 mismatches, 0 critical"), "{stdout}");
 
-    let output = intentgate()
-        .args([
-            "reconcile",
-            "--config",
-            &config,
-            "--ledger",
-            ledger,
-            "--since",
-            "an hour",
-        ])
-        .output()
-        .unwrap();
+    let output = stack.reconcile(&["--since", "an hour"]).output().unwrap();
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--since an hour"), "{stderr}");
@@ -245,21 +233,17 @@ async fn reconcile_exits_0_when_ledger_and_provider_agree_and_explains_a_bad_win
 // Multi-threaded: the tests block on child processes while the webhook server answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_reconciles_on_its_own_and_tells_the_owner() {
-    let folder = tempfile::tempdir().unwrap();
     let webhook = Webhook::start().await;
-    let config = config(
-        folder.path(),
+    let stack = Stack::start(
         &webhook.url,
         "reconcile: {every_seconds: 1, window_seconds: 3600, settle_seconds: 0}",
         "",
     );
-    let ledger = folder.path().join("ledger.db");
-    let mock = mock_provider();
-    let gateway = serve(&config, ledger.to_str().unwrap(), &mock);
-    let client = client();
-    let first = refund(&client, &gateway, "9201", 8.0).await;
+    let first = stack.refund("9201", 8.0).await;
     assert_eq!(first["status"], "done", "{first}");
-    refund_around_the_gateway(&client, &mock, "9201", "8.00", Some("refund:9201:8.00")).await;
+    stack
+        .refund_around_the_gateway("9201", "8.00", Some("refund:9201:8.00"))
+        .await;
 
     let (_, notice) = webhook
         .wait_for(Duration::from_secs(15), |notice| {
@@ -271,7 +255,7 @@ async fn serve_reconciles_on_its_own_and_tells_the_owner() {
     let mismatch = &notice["details"]["mismatches"][0];
     assert_eq!(mismatch["kind"], "duplicate");
     assert_eq!(mismatch["subject"], "9201");
-    let metrics = metrics(&client, &gateway).await;
+    let metrics = stack.metrics().await;
     let counted = sample(
         &metrics,
         "intentgate_reconcile_mismatches_total",
@@ -284,26 +268,20 @@ async fn serve_reconciles_on_its_own_and_tells_the_owner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_duplicate_calls_alerts_the_owner_within_two_seconds_and_switches_the_tool_off()
 {
-    let folder = tempfile::tempdir().unwrap();
     let webhook = Webhook::start().await;
-    let config = config(
-        folder.path(),
+    let stack = Stack::start(
         &webhook.url,
         "",
         "[{name: refund-storm, per: intent, threshold: 3, window_seconds: 10, disable_tool: true}]",
     );
-    let ledger = folder.path().join("ledger.db");
-    let mock = mock_provider();
-    let gateway = serve(&config, ledger.to_str().unwrap(), &mock);
-    let client = client();
 
-    let first = refund(&client, &gateway, "9301", 20.0).await;
+    let first = stack.refund("9301", 20.0).await;
     assert_eq!(first["status"], "done", "{first}");
     // The agent's layers retry: three repeats of the same refund.
     let mut sent = Instant::now();
     for _ in 0..3 {
         sent = Instant::now();
-        let repeat = refund(&client, &gateway, "9301", 20.0).await;
+        let repeat = stack.refund("9301", 20.0).await;
         assert_eq!(repeat["status"], "already_done", "{repeat}");
     }
     let (arrived, notice) = webhook
@@ -327,7 +305,7 @@ async fn a_burst_of_duplicate_calls_alerts_the_owner_within_two_seconds_and_swit
     let summary = notice["summary"].as_str().unwrap();
     assert!(summary.contains("switched off"), "{summary}");
 
-    let metrics = metrics(&client, &gateway).await;
+    let metrics = stack.metrics().await;
     assert_eq!(
         sample(
             &metrics,
@@ -347,27 +325,21 @@ async fn a_burst_of_duplicate_calls_alerts_the_owner_within_two_seconds_and_swit
         "{metrics}"
     );
     // Exactly one refund reached the provider for the intent.
-    let refunds: Value = client
-        .get(format!(
-            "{}/v1/refunds?intent_key=refund:9301:20.00",
-            mock.url
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let refunds = get_json(
+        &stack.client,
+        format!("{}/v1/refunds?intent_key=refund:9301:20.00", stack.mock.url),
+    )
+    .await;
     assert_eq!(refunds["data"].as_array().unwrap().len(), 1, "{refunds}");
 
     // The rule switched the tool off: within a second, a call does nothing.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let answer = refund(&client, &gateway, "9302", 1.0).await;
+    let limit = Duration::from_secs(3);
+    until(limit, Duration::from_millis(100), async || {
+        let answer = stack.refund("9302", 1.0).await;
         if answer["status"] == "disabled" {
-            break;
+            return Ok(());
         }
-        assert!(Instant::now() < deadline, "still callable: {answer}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Err(format!("still callable: {answer}"))
+    })
+    .await;
 }

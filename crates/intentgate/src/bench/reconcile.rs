@@ -13,6 +13,7 @@
 //! during the run (reset before it, Linux only).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail, ensure};
@@ -125,19 +126,22 @@ pub async fn run(arguments: ReconcileBenchArgs) -> anyhow::Result<()> {
 }
 
 async fn measure(folder: &Path, intents: u32, quiet: bool) -> anyhow::Result<Figures> {
-    let ledger = SqliteLedger::open(
-        folder.join("ledger.db"),
-        SqliteOptions {
-            durability: Durability::Strict,
-            inline: false,
-        },
-    )
-    .context("opening the benchmark's ledger")?;
+    let sqlite = Arc::new(
+        SqliteLedger::open(
+            folder.join("ledger.db"),
+            SqliteOptions {
+                durability: Durability::Strict,
+                inline: false,
+            },
+        )
+        .context("opening the benchmark's ledger")?,
+    );
+    let ledger: Arc<dyn Ledger> = sqlite.clone();
     if !quiet {
         eprintln!("filling the ledger with {intents} intents ...");
     }
     let fill_started = Instant::now();
-    fill(&ledger, intents).await?;
+    fill(&sqlite, intents).await?;
     let fill_seconds = fill_started.elapsed().as_secs_f64();
 
     let options = ReconcileOptions {
@@ -150,7 +154,7 @@ async fn measure(folder: &Path, intents: u32, quiet: bool) -> anyhow::Result<Fig
 
     // Baseline: the same ledger query, every page, nothing else.
     let scan_started = Instant::now();
-    let scanned = scan(&ledger, &options).await?;
+    let scanned = scan(&sqlite, &options).await?;
     let baseline = scan_started.elapsed();
     ensure!(
         scanned == u64::from(intents),
@@ -159,7 +163,7 @@ async fn measure(folder: &Path, intents: u32, quiet: bool) -> anyhow::Result<Fig
 
     let rss_before = resident_mib("VmRSS");
     let peak_reset = reset_peak();
-    let mut tool = ToolToReconcile {
+    let tool = ToolToReconcile {
         tool: TOOL.to_owned(),
         owner: None,
         amount_argument: Some("/amount".to_owned()),
@@ -177,7 +181,7 @@ async fn measure(folder: &Path, intents: u32, quiet: bool) -> anyhow::Result<Fig
         eprintln!("reconciling ...");
     }
     let started = Instant::now();
-    let report = reconcile_tool(&ledger, &mut tool, &options, &mut found)
+    let report = reconcile_tool(&ledger, tool, &options, &mut found)
         .await
         .context("the reconciliation failed")?;
     let elapsed = started.elapsed();

@@ -1,25 +1,40 @@
 //! What the binary's process tests share: starting `intentgate` commands as processes, a
-//! config written from the example, an HTTP client, and a webhook receiver.
+//! config written from the example, an HTTP client and the calls made with it, waiting with
+//! a deadline, a PostgreSQL schema of a test's own, and a webhook receiver.
 #![allow(dead_code)]
 
+use std::fmt::Display;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
-/// A child process that is killed when dropped.
+/// The example config the tests start from.
+pub const EXAMPLE_CONFIG: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/support-agent.yaml"
+);
+
+/// A child process that is killed (SIGKILL) when dropped.
 pub struct Running {
     pub child: Child,
     pub url: String,
 }
 
-impl Drop for Running {
-    fn drop(&mut self) {
+impl Running {
+    /// SIGKILLs it and reaps it.
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -31,6 +46,7 @@ pub fn intentgate() -> Command {
         "RUST_LOG",
         "INTENTGATE_CONFIG",
         "INTENTGATE_LEDGER",
+        "INTENTGATE_LEDGER_SCHEMA",
         "INTENTGATE_DURABILITY",
         "INTENTGATE_LISTEN",
         "INTENTGATE_ADMIN_TOKEN",
@@ -42,13 +58,17 @@ pub fn intentgate() -> Command {
     command
 }
 
-/// Starts `intentgate ARGS` and reads the `... listening on http://ADDR` line it prints.
+/// Starts `intentgate ARGS` and reads the `... listening on http://ADDR` line it prints. Its
+/// stderr is discarded.
 pub fn start(args: &[&str], env: &[(&str, &str)]) -> Running {
+    start_with_stderr(args, env, Stdio::null())
+}
+
+/// [`start`], with the process's stderr going to `stderr` (a file, or piped for the test to
+/// read).
+pub fn start_with_stderr(args: &[&str], env: &[(&str, &str)], stderr: impl Into<Stdio>) -> Running {
     let mut command = intentgate();
-    command
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+    command.args(args).stdout(Stdio::piped()).stderr(stderr);
     for (name, value) in env {
         command.env(name, value);
     }
@@ -80,16 +100,61 @@ pub fn mock_provider() -> Running {
     )
 }
 
+/// `intentgate serve` of `config` on `ledger` (a SQLite file or a PostgreSQL URL), on a free
+/// port, with `env` (INTENTGATE_MOCK_URL, at least, names the upstream). Its stderr is
+/// discarded.
+pub fn serve(config: &str, ledger: &str, env: &[(&str, &str)]) -> Running {
+    serve_with_stderr(config, ledger, env, Stdio::null())
+}
+
+/// [`serve`], with the gateway's stderr going to `stderr`.
+pub fn serve_with_stderr(
+    config: &str,
+    ledger: &str,
+    env: &[(&str, &str)],
+    stderr: impl Into<Stdio>,
+) -> Running {
+    start_with_stderr(
+        &[
+            "serve",
+            "--config",
+            config,
+            "--listen",
+            "127.0.0.1:0",
+            "--ledger",
+            ledger,
+        ],
+        env,
+        stderr,
+    )
+}
+
+/// The text of the example config.
+pub fn example() -> String {
+    std::fs::read_to_string(EXAMPLE_CONFIG).unwrap()
+}
+
 /// The example config, edited by `edit`, written to `folder`.
 pub fn example_config(folder: &Path, edit: impl Fn(String) -> String) -> PathBuf {
-    let example = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/support-agent.yaml"
-    ))
-    .unwrap();
     let path = folder.join("support-agent.yaml");
-    std::fs::write(&path, edit(example)).unwrap();
+    std::fs::write(&path, edit(example())).unwrap();
     path
+}
+
+/// `config` with every `NAME: ...` line, at any indent, set to `NAME: VALUE`.
+pub fn with_setting(config: &str, name: &str, value: impl Display) -> String {
+    let prefix = format!("{name}:");
+    let mut text = String::new();
+    for line in config.lines() {
+        let indent = &line[..line.len() - line.trim_start().len()];
+        if line.trim_start().starts_with(&prefix) {
+            text.push_str(&format!("{indent}{name}: {value}\n"));
+        } else {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    text
 }
 
 pub fn client() -> reqwest::Client {
@@ -98,6 +163,161 @@ pub fn client() -> reqwest::Client {
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap()
+}
+
+/// The outcome of calling `tool` with `arguments` through the gateway at `gateway`, after
+/// checking that the answer is a 200.
+pub async fn call(client: &reqwest::Client, gateway: &str, tool: &str, arguments: Value) -> Value {
+    let response = client
+        .post(format!("{gateway}/v1/tools/{tool}/call"))
+        .json(&json!({ "arguments": arguments }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    response.json().await.unwrap()
+}
+
+/// The JSON body of the answer to `request`.
+pub async fn json_answer(request: reqwest::RequestBuilder) -> Value {
+    request.send().await.unwrap().json().await.unwrap()
+}
+
+/// The JSON body `url` answers a GET with.
+pub async fn get_json(client: &reqwest::Client, url: impl reqwest::IntoUrl) -> Value {
+    json_answer(client.get(url)).await
+}
+
+/// Sets the mock provider's faults: `plan`, over no latency, a 10 ms Retry-After and, when
+/// given, how long a "timeout" answer holds the connection.
+pub async fn set_faults(
+    client: &reqwest::Client,
+    mock: &Running,
+    timeout_hold_ms: Option<u64>,
+    plan: Value,
+) {
+    let mut full = json!({"latency_p50_ms": 0, "latency_p95_ms": 0, "retry_after_ms": 10});
+    if let Some(hold) = timeout_hold_ms {
+        full["timeout_hold_ms"] = json!(hold);
+    }
+    full.as_object_mut()
+        .unwrap()
+        .extend(plan.as_object().unwrap().clone());
+    let response = client
+        .put(format!("{}/admin/faults", mock.url))
+        .json(&full)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.status().is_success(),
+        "{:?}",
+        response.text().await
+    );
+}
+
+/// Runs `attempt` every `every` until it answers `Ok`; that value, and how long it took.
+/// Panics with the `Err` it answered once `limit` has passed.
+pub async fn until<T>(
+    limit: Duration,
+    every: Duration,
+    mut attempt: impl AsyncFnMut() -> Result<T, String>,
+) -> (T, Duration) {
+    let started = Instant::now();
+    loop {
+        match attempt().await {
+            Ok(value) => return (value, started.elapsed()),
+            Err(not_yet) => assert!(started.elapsed() < limit, "{not_yet}"),
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// The PostgreSQL URL, or None (with a message) when `test` can't run here: DATABASE_URL is
+/// unset. With CI=true that fails the test instead.
+pub fn database_url(test: &str) -> Option<String> {
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "{test}: DATABASE_URL is unset, and with CI=true the PostgreSQL tests must \
+                 run, not be skipped"
+            );
+            println!(
+                "{test}: skipped: DATABASE_URL is unset (set it to a PostgreSQL URL such as \
+                 postgres://postgres@127.0.0.1:5432/test to run it)"
+            );
+            None
+        }
+    }
+}
+
+pub async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("PostgreSQL at DATABASE_URL accepts a connection");
+    tokio::spawn(connection);
+    client
+}
+
+/// A schema of the test's own (`INTENTGATE_LEDGER_SCHEMA`), dropped when this is dropped
+/// (best effort; [`Schema::remove`] checks it).
+pub struct Schema {
+    pub name: String,
+    url: String,
+    removed: bool,
+}
+
+impl Schema {
+    /// `NAME_PID`, dropped first in case an earlier run left it.
+    pub fn fresh(url: &str, name: &str) -> Schema {
+        let schema = Schema {
+            name: format!("{name}_{}", std::process::id()),
+            url: url.to_owned(),
+            removed: false,
+        };
+        schema
+            .drop_schema()
+            .expect("PostgreSQL at DATABASE_URL drops the schema");
+        schema
+    }
+
+    /// Drops the schema now, and panics if that fails.
+    pub fn remove(mut self) {
+        self.drop_schema().expect("the schema is dropped");
+        self.removed = true;
+    }
+
+    /// Drops the schema, on a runtime of its own on its own thread: this may run inside the
+    /// test's runtime.
+    fn drop_schema(&self) -> Result<(), tokio_postgres::Error> {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let (client, connection) =
+                    tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+                tokio::spawn(connection);
+                client
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+                    .await
+            })
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        if !self.removed {
+            let _ = self.drop_schema();
+        }
+    }
 }
 
 /// A loopback HTTP server that keeps every JSON body posted to it, with when it arrived.
