@@ -30,10 +30,7 @@ pub enum LedgerError {
     /// A value the ledger can't store as given (an inconsistent record, a value outside its
     /// set, an empty name); says which and why. Nothing was written.
     #[error("{field} {reason}")]
-    Invalid {
-        field: &'static str,
-        reason: String,
-    },
+    Invalid { field: &'static str, reason: String },
     #[error("no intent with id {0}")]
     NotFound(IntentId),
     /// A status change the state machine does not allow.

@@ -22,7 +22,9 @@ use intentgate_core::limits::{
 };
 use serde_json::Value;
 
-use crate::record::{IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag};
+use crate::record::{
+    IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
+};
 use crate::{
     Begin, BeginRequest, Finish, Finished, INTENTS_PAGE_MAX, IntentFilter, LedgerError,
     MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_BYTES_MAX, MISMATCH_EXTERNAL_IDS_MAX,
@@ -587,10 +589,12 @@ impl Parameters {
 ///
 /// - A page is in id order, so it walks an index whose order is the id's: with a `tool`,
 ///   `intents_by_tool` (tool, id, first_seen_ms) from the cursor on, and stops after
-///   `limit` rows; with a `tool` and a `key`, `intents_by_tool_key` (one row per tenant).
-///   The window's conditions are written `+first_seen_ms`, which no index can serve: else a
-///   planner may pick `intents_by_tool_first_seen`, whose order is the time's, and sort
-///   the whole rest of the window for every page.
+///   `limit` rows (PostgreSQL walks the primary key instead when its statistics say the
+///   tool is much of the table: the same order, no sort either); with a `tool` and a `key`,
+///   `intents_by_tool_key` (one row per tenant). The window's conditions are written
+///   `+first_seen_ms`, which no index can serve: else a planner may pick
+///   `intents_by_tool_first_seen`, whose order is the time's, and sort the whole rest of
+///   the window for every page.
 /// - Walking `intents_by_tool` from the start would read every older intent of the tool
 ///   before the window's first. So the first page (no cursor) of a closed window starts at
 ///   the window's least id and ends at its greatest, both read from
@@ -812,7 +816,8 @@ fn mismatch_row(mismatch: &StoredMismatch) -> Result<MismatchRow, LedgerError> {
     };
     let external_ids_text = Value::from(external_ids.clone()).to_string();
     debug_assert_eq!(external_ids_text.len(), json_length);
-    let cut_option = |text: &Option<String>, limit| text.as_deref().map(|text| cut(text, limit).to_owned());
+    let cut_option =
+        |text: &Option<String>, limit| text.as_deref().map(|text| cut(text, limit).to_owned());
     Ok(MismatchRow {
         mismatch: StoredMismatch {
             run_id: 0,
@@ -850,7 +855,8 @@ pub fn bulk_intent(intent: IntentRecord) -> Result<BulkIntent, LedgerError> {
     check_name("tool", &intent.tool, TOOL_NAME_LENGTH_MAX)?;
     check_name("key", &intent.key, INTENT_KEY_LENGTH_MAX)?;
     let invalid = |field, reason: String| Err(LedgerError::Invalid { field, reason });
-    if intent.fingerprint.len() != 64 || !intent.fingerprint.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if intent.fingerprint.len() != 64 || !intent.fingerprint.bytes().all(|b| b.is_ascii_hexdigit())
+    {
         return invalid(
             "fingerprint",
             format!("is `{}`, not 64 hex digits", cut(&intent.fingerprint, 80)),

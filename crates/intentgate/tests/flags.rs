@@ -473,7 +473,8 @@ fn each_flags_command_says_in_its_help_that_every_gateway_honours_it_within_a_se
 }
 
 #[tokio::test]
-async fn two_replicas_on_postgresql_refuse_a_tool_switched_off_with_the_cli() {
+async fn two_replicas_on_postgresql_honour_a_switch_made_with_the_cli_or_through_the_other_replica()
+{
     let test = "two_replicas";
     let Some(url) = database_url(test) else {
         return;
@@ -482,7 +483,12 @@ async fn two_replicas_on_postgresql_refuse_a_tool_switched_off_with_the_cli() {
     let setup = Setup::new();
     let env = [("INTENTGATE_LEDGER_SCHEMA", schema.name.as_str())];
     let mock = mock_provider();
-    let gateway_env = [env[0], ("INTENTGATE_MOCK_URL", &mock.url)];
+    const TOKEN: &str = "replica-admin-token-0123456789";
+    let gateway_env = [
+        env[0],
+        ("INTENTGATE_MOCK_URL", &mock.url),
+        ("INTENTGATE_ADMIN_TOKEN", TOKEN),
+    ];
     // The first one sets the schema up; the second finds it.
     let replicas = [
         serve(&setup.config, &url, &gateway_env),
@@ -541,6 +547,32 @@ async fn two_replicas_on_postgresql_refuse_a_tool_switched_off_with_the_cli() {
         assert_eq!(effects["by_order"][format!("after{index}")], 1, "{effects}");
     }
     assert_eq!(effects["duplicates"], json!([]), "{effects}");
+
+    // A switch made through one replica's admin API is honoured by the other.
+    for (through, other) in [(0, 1), (1, 0)] {
+        let enabled = through == 1;
+        let answer = client
+            .put(format!("{}/v1/admin/flags/refund_order", replicas[through].url))
+            .bearer_auth(TOKEN)
+            .json(&json!({"enabled": enabled, "reason": "switched through a replica", "actor": "bob"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{answer:?}");
+        let switched = Instant::now();
+        let wanted = if enabled { "done" } else { "disabled" };
+        wait_for_status(
+            &client,
+            &replicas[other].url,
+            &format!("via{through}"),
+            wanted,
+        )
+        .await;
+        println!(
+            "replica {other} answered `{wanted}` {:?} after replica {through} stored the switch",
+            switched.elapsed()
+        );
+    }
     drop(replicas);
     schema.remove();
 }

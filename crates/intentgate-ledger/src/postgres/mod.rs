@@ -41,9 +41,8 @@ use self::pool::{CONNECT_TIMEOUT, Pool, Session, Target, describe};
 use crate::plan::{self, Plan};
 use crate::waiters::Waiters;
 use crate::{
-    Begin, BeginRequest, Durability, Event, Finish, Finished, IntentFilter, IntentId,
-    IntentRecord, Ledger, LedgerError, Order, ReconciliationRun, Resolve, StatusCount,
-    StoredMismatch, ToolFlag,
+    Begin, BeginRequest, Durability, Event, Finish, Finished, IntentFilter, IntentId, IntentRecord,
+    Ledger, LedgerError, Order, ReconciliationRun, Resolve, StatusCount, StoredMismatch, ToolFlag,
 };
 
 /// The schema a ledger uses unless told otherwise.

@@ -638,8 +638,10 @@ pub async fn record_reconciliation(
         let tools = column(|row| Some(row.mismatch.tool.clone()));
         let kinds = column(|row| Some(row.mismatch.kind.clone()));
         let severities = column(|row| Some(row.mismatch.severity.clone()));
-        let intent_ids: Vec<Option<i64>> =
-            mismatches.iter().map(|row| row.mismatch.intent_id).collect();
+        let intent_ids: Vec<Option<i64>> = mismatches
+            .iter()
+            .map(|row| row.mismatch.intent_id)
+            .collect();
         let tenants = column(|row| row.mismatch.tenant.clone());
         let keys = column(|row| row.mismatch.intent_key.clone());
         let external_ids = column(|row| Some(row.external_ids.clone()));

@@ -32,9 +32,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::plan;
 use crate::waiters::Waiters;
 use crate::{
-    Begin, BeginRequest, Durability, Event, Finish, Finished, IntentFilter, IntentId,
-    IntentRecord, Ledger, LedgerError, Order, ReconciliationRun, Resolve, StatusCount,
-    StoredMismatch, ToolFlag,
+    Begin, BeginRequest, Durability, Event, Finish, Finished, IntentFilter, IntentId, IntentRecord,
+    Ledger, LedgerError, Order, ReconciliationRun, Resolve, StatusCount, StoredMismatch, ToolFlag,
 };
 
 /// Most writes committed together. Bounds one transaction's size and the time the first
@@ -172,8 +171,8 @@ impl SqliteLedger {
     /// Each intent is checked as the normal writes check theirs (lengths, a fingerprint of 64
     /// hex digits, a status that agrees with its lease); the first one refused, or a key
     /// that exists already, refuses them all and nothing is written. Runs as one write of the
-    /// writer thread (a million intents take a few seconds): other writes wait meanwhile.
-    /// Returns how many were inserted.
+    /// writer thread (a million intents into an empty ledger: about 12 s on a slow two-core
+    /// machine, release build): other writes wait meanwhile. Returns how many were inserted.
     pub async fn bulk_insert(&self, intents: Vec<IntentRecord>) -> Result<u64, LedgerError> {
         self.write(true, None, move |connection| {
             ops::bulk_insert(connection, intents)

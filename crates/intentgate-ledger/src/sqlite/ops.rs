@@ -351,9 +351,14 @@ pub fn intents(
     cursor: Option<IntentId>,
     limit: u32,
 ) -> Result<Vec<IntentRecord>, LedgerError> {
-    let Some(query) =
-        plan::intents_query(filter, order, cursor, limit, INTENT_COLUMNS, Dialect::Sqlite)
-    else {
+    let Some(query) = plan::intents_query(
+        filter,
+        order,
+        cursor,
+        limit,
+        INTENT_COLUMNS,
+        Dialect::Sqlite,
+    ) else {
         return Ok(Vec::new());
     };
     let mut statement = connection.prepare_cached(&query.sql)?;
@@ -506,10 +511,15 @@ pub fn reconciliation_mismatches(
 /// 17 s on a slow machine). The indexes are read back from the schema, so they come back
 /// exactly as the migrations made them; the UNIQUE key's index stays, so a duplicate key is
 /// refused as it is inserted.
-pub fn bulk_insert(connection: &Connection, intents: Vec<IntentRecord>) -> Result<u64, LedgerError> {
+pub fn bulk_insert(
+    connection: &Connection,
+    intents: Vec<IntentRecord>,
+) -> Result<u64, LedgerError> {
     // The greatest id bounds the rows (a purge only lowers their count); cheap to read.
     let rows: i64 =
-        connection.query_row("SELECT coalesce(max(id), 0) FROM intents", [], |row| row.get(0))?;
+        connection.query_row("SELECT coalesce(max(id), 0) FROM intents", [], |row| {
+            row.get(0)
+        })?;
     let rebuilt: Vec<(String, String)> = if (rows as u64) < intents.len() as u64 {
         let mut statement = connection.prepare(
             "SELECT name, sql FROM sqlite_master \
@@ -577,10 +587,7 @@ mod tests {
         let steps = statement
             .query_map(params_from_iter(parameters), |row| row.get::<_, String>(3))
             .unwrap();
-        steps
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap()
-            .join("\n")
+        steps.collect::<Result<Vec<_>, _>>().unwrap().join("\n")
     }
 
     fn migrated() -> Connection {
@@ -595,8 +602,15 @@ mod tests {
         order: Order,
         cursor: Option<IntentId>,
     ) -> String {
-        let query = plan::intents_query(filter, order, cursor, 10_000, INTENT_COLUMNS, Dialect::Sqlite)
-            .expect("a query");
+        let query = plan::intents_query(
+            filter,
+            order,
+            cursor,
+            10_000,
+            INTENT_COLUMNS,
+            Dialect::Sqlite,
+        )
+        .expect("a query");
         plan_of(connection, &query.sql, &query.parameters)
     }
 
@@ -625,7 +639,10 @@ mod tests {
                 .lines()
                 .filter(|step| step.contains("USING COVERING INDEX intents_by_tool_first_seen (tool=? AND first_seen_ms>? AND first_seen_ms<?)"))
                 .count();
-            assert_eq!(bounds, 2, "both bounds from the window's index entries:\n{first}");
+            assert_eq!(
+                bounds, 2,
+                "both bounds from the window's index entries:\n{first}"
+            );
 
             let next = page_plan(&connection, &window, order, Some(1_234));
             let walk = match order {
@@ -659,6 +676,9 @@ mod tests {
     fn status_counts_read_only_the_tool_status_index() {
         let connection = migrated();
         let plan = plan_of(&connection, STATUS_COUNTS, &[]);
-        assert_eq!(plan, "SCAN intents USING COVERING INDEX intents_by_tool_status");
+        assert_eq!(
+            plan,
+            "SCAN intents USING COVERING INDEX intents_by_tool_status"
+        );
     }
 }
