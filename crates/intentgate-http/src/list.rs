@@ -219,7 +219,11 @@ impl RecordPager {
             }
             Exchange::Timeout => return Err(HttpError::ListRequest("timed out".to_owned())),
         };
-        let items = match page.pointer(&self.items) {
+        let mut page = page;
+        let next_cursor = page.pointer(&self.next_cursor).cloned();
+        // The records are moved out of the page, not copied: a page holds up to
+        // LIST_PAGE_RECORDS_MAX of them.
+        let items = match page.pointer_mut(&self.items).map(Value::take) {
             Some(Value::Array(items)) => items,
             _ => {
                 return Err(HttpError::ListPage(format!(
@@ -229,11 +233,11 @@ impl RecordPager {
             }
         };
         let records = items
-            .iter()
+            .into_iter()
             .enumerate()
             .map(|(index, item)| self.record(index, item))
             .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = match page.pointer(&self.next_cursor) {
+        let next_cursor = match next_cursor.as_ref() {
             None | Some(Value::Null) => None,
             Some(Value::String(cursor)) if cursor.is_empty() => None,
             Some(Value::String(cursor)) => Some(cursor.clone()),
@@ -257,7 +261,7 @@ impl RecordPager {
         Ok(Some(records))
     }
 
-    fn record(&self, index: usize, item: &Value) -> Result<ListedRecord, HttpError> {
+    fn record(&self, index: usize, item: Value) -> Result<ListedRecord, HttpError> {
         let text = |pointer: &str| match item.pointer(pointer) {
             Some(Value::String(text)) => Some(text.clone()),
             Some(Value::Number(number)) => Some(number.to_string()),
@@ -275,7 +279,7 @@ impl RecordPager {
             external_id,
             amount: fields.amount.as_deref().and_then(text),
             subject: fields.subject.as_deref().and_then(text),
-            raw: item.clone(),
+            raw: item,
         })
     }
 }

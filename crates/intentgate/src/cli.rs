@@ -55,6 +55,40 @@ pub enum Command {
     /// List, show and resolve intents (an unknown intent as `done` or `not_executed`), on
     /// the ledger directly.
     Intents(IntentsArgs),
+    /// Check a config (and prompts, observed latencies, an MCP server's tools) for what
+    /// makes retries act twice; non-zero exit for CI.
+    #[command(
+        long_about = "Check a config, and optionally the agent's prompts, observed upstream \
+latencies and a live MCP server's tools, for what makes retries act twice. Nothing is called \
+and nothing is written.
+
+Checks (each finding has a severity, a rule id, a file:line:column, what is wrong and a fix):
+
+  config                      the loader's errors (per-attempt-key: a key built from \
+{tool_call_id}, a timestamp...; no-effect)
+  tool-classified             every tool's effect and where a side effect's key comes from
+  kill-switch                 the tools behind the gateway, which the kill switch covers
+  no-lookup                   a side effect whose ambiguous errors can't be resolved (error)
+  no-owner, no-list           nobody hears of its mismatches; reconciliation can't compare it
+  per-attempt-argument        a key argument named or typed (format: uuid, date-time) like a \
+per-attempt value
+  timeout-below-p99/-p50      --latency: a timeout below the upstream's observed latency
+  prompt-retry-side-effect    --prompts: a line telling the model to retry a side-effecting \
+tool (error); prompt-retry-generic: retry advice naming no tool (warning). \
+\"Do not retry\" is fine.
+  no-kill-switch              --mcp-server: a server tool not in the config, so not behind \
+the gateway
+  mcp-side-effect-by-default  --mcp-server: neither readOnlyHint nor idempotentHint true
+  missing-once-per-sentence   a side effect's description lacks \"once per ...\"
+
+--latency FILE is JSON by tool name: {\"refund_order\": {\"p50_ms\": 800, \"p99_ms\": 6200}} \
+(p50_ms optional) or raw samples in milliseconds {\"refund_order\": [640, 720, 6100]}. The \
+ledger keeps no per-call latencies today, so --ledger does not supply them.
+
+Exit status: 0 when no error-level finding exists, 2 when one does, 1 when the audit could \
+not run (a missing file, an MCP server that did not list its tools within 10 s)."
+    )]
+    Audit(AuditArgs),
     /// Compare the ledger with each side-effecting tool's provider records over a window:
     /// resolve what is proved, report every mismatch to the tool's owner.
     #[command(
@@ -82,6 +116,63 @@ Exit status: 0 when nothing critical was found, 2 when a critical mismatch exist
 tool could not be reconciled (its provider listing failed), 1 when the run could not start."
     )]
     Reconcile(ReconcileArgs),
+    /// A deploy gate: for each side-effecting tool, inject an ambiguous failure, ask again
+    /// as users and frameworks do, and check that exactly one effect exists.
+    #[command(
+        long_about = "A deploy gate: for each side-effecting tool of the config, prove that \
+an ambiguous failure followed by retries makes exactly one effect, and that the kill switch \
+holds.
+
+The config is loaded as `serve` loads it, and a real gate is built over a fresh SQLite ledger \
+in a temporary folder. By default every upstream is replaced by the built-in mock payments \
+provider, started in this process (a tool whose request the mock does not serve fails, and \
+says to use --live). With --live the configured upstreams (a sandbox, never production) are \
+called as they are, through a loopback proxy that injects the failure. For each tool:
+
+  1. valid arguments are made from its input schema (enum: the first value, email: \
+smoke+...@example.com, simple patterns, number and length bounds) and checked by the gate; \
+a key that uses {intent_id} gets a generated intent id, the same for every repeat;
+  2. the effect is requested and the provider commits it but the answer is lost (the \
+connection is cut after the request);
+  3. the same call is repeated 3 times one after another and 3 times at once: every answer \
+must be done or already_done, and the provider must hold exactly one effect for the intent \
+(the mock's effect log; with --live the tool's `list`). A tool with no `lookup` can't resolve \
+the ambiguity and fails;
+  4. the tool is switched off in the ledger: within 1.5 s a call must answer disabled and a \
+new intent must send nothing; switched on again, that intent must be done, once.
+
+Prints a table (or, with --format json, one JSON object) with each tool's steps and why any \
+failed.
+
+Exit status: 0 when every tool passed, 2 when a check failed, 1 when the smoke could not run \
+(the config was refused: its errors are printed; a key built from a per-attempt value such as \
+{tool_call_id} is refused there)."
+    )]
+    Smoke(SmokeArgs),
+}
+
+/// `intentgate smoke`.
+#[derive(Debug, Args)]
+pub struct SmokeArgs {
+    /// The tool config (YAML) to check before deploying it.
+    #[arg(long, env = "INTENTGATE_CONFIG")]
+    pub config: PathBuf,
+    /// Call the configured upstreams (a sandbox) instead of the built-in mock provider; the
+    /// ambiguous failure is injected by a loopback proxy in front of them.
+    #[arg(long)]
+    pub live: bool,
+    /// `text` (a table) or `json` (one object with every tool's results).
+    #[arg(long, value_enum, default_value_t = SmokeFormat::Text)]
+    pub format: SmokeFormat,
+}
+
+/// How `smoke` prints its results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SmokeFormat {
+    /// A table.
+    Text,
+    /// One JSON object.
+    Json,
 }
 
 /// `intentgate reconcile`.
@@ -104,6 +195,45 @@ pub struct ReconcileArgs {
     /// Who runs it, in the event log of every intent it resolves.
     #[arg(long, env = "USER", default_value = "cli")]
     pub actor: String,
+}
+
+/// `intentgate audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// The tool config (YAML) to audit.
+    #[arg(long, env = "INTENTGATE_CONFIG")]
+    pub config: PathBuf,
+    /// A folder of prompt files (.txt, .md, .markdown, .yaml, .yml, .json; symlinks not
+    /// followed, files over 1 MiB skipped, at most 10,000 files), or one file.
+    #[arg(long, value_name = "DIR")]
+    pub prompts: Option<PathBuf>,
+    /// An MCP server whose tools to list: an http(s) URL (Streamable HTTP), or a command
+    /// line started as a child process speaking MCP on stdio.
+    #[arg(long, value_name = "CMD|URL")]
+    pub mcp_server: Option<String>,
+    /// Observed latencies by tool (JSON: `{"tool": {"p50_ms": N, "p99_ms": N}}` or
+    /// `{"tool": [ms, ...]}`), compared with each tool's `timeout_ms`.
+    #[arg(long, value_name = "FILE")]
+    pub latency: Option<PathBuf>,
+    /// The ledger (accepted for symmetry with other commands; it keeps no per-call
+    /// latencies yet, so use --latency).
+    #[arg(long, env = "INTENTGATE_LEDGER")]
+    pub ledger: Option<String>,
+    /// `text` (for a person), `json` (one object: findings and summary) or `sarif` (SARIF
+    /// 2.1.0, for code scanning in CI).
+    #[arg(long, value_enum, default_value_t = AuditFormat::Text)]
+    pub format: AuditFormat,
+}
+
+/// How `audit` prints its findings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuditFormat {
+    /// `file:line:col: severity[rule] message`, with a fix line.
+    Text,
+    /// One JSON object.
+    Json,
+    /// SARIF 2.1.0.
+    Sarif,
 }
 
 /// How a report is printed.

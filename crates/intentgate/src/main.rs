@@ -4,6 +4,7 @@
 //! arguments; errors travel as `anyhow` errors, are printed here with their causes, and end
 //! the process with a non-zero status.
 
+mod audit;
 mod bench;
 mod cli;
 mod config_command;
@@ -15,6 +16,7 @@ mod mcp;
 mod mock_provider;
 mod reconcile;
 mod serve;
+mod smoke;
 mod time;
 
 use std::process::ExitCode;
@@ -92,6 +94,8 @@ async fn main() -> ExitCode {
         Command::Flags(arguments) => flags::run(arguments).await,
         Command::Intents(arguments) => intents::run(arguments).await,
         Command::Reconcile(arguments) => reconcile::run(arguments).await,
+        Command::Audit(arguments) => audit::run(arguments).await,
+        Command::Smoke(arguments) => smoke::run(arguments).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,363 @@
+//! The config's findings: what the loader refuses, and what it accepts but should not be
+//! left as it is (SPEC section 9).
+//!
+//! The loader keeps one line per tool (`ToolConfig::line`); the lines of fields inside a tool
+//! (`key`, `timeout_ms`) are found here in the file's text, from the tool's line on, by
+//! indentation. A tool written in flow style (`- {name: ..., ...}`) gets its own line.
+
+use intentgate_config::{ConfigErrors, LoadedConfig, ToolConfig};
+use intentgate_core::Effect;
+use intentgate_core::key::looks_per_attempt;
+use serde_json::Value;
+
+use super::{Finding, Severity};
+
+/// Schema formats whose values are minted when the call is made, not chosen by the intent.
+const PER_ATTEMPT_FORMATS: &[&str] = &["uuid", "date-time", "time"];
+
+/// Every loader error is an error-level finding, with a finer rule where the message says
+/// which check refused it.
+pub fn from_errors(errors: &ConfigErrors, file: &str, findings: &mut Vec<Finding>) {
+    for error in errors.iter() {
+        let rule = if error.message.contains("changes on every attempt") {
+            "per-attempt-key"
+        } else if error.message.contains("has no effect") {
+            "no-effect"
+        } else {
+            "config"
+        };
+        findings.push(Finding::new(
+            Severity::Error,
+            rule,
+            file,
+            (error.line, error.column),
+            error.message.clone(),
+            Some(error.fix.clone()),
+        ));
+    }
+}
+
+/// The findings of a config that loaded.
+pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<Finding>) {
+    let tools = &loaded.config.tools;
+    let tools_line = text
+        .lines()
+        .position(|line| line.starts_with("tools:"))
+        .map(|index| index as u64 + 1)
+        .unwrap_or(0);
+    findings.push(Finding::new(
+        Severity::Note,
+        "kill-switch",
+        file,
+        (tools_line, 1),
+        format!(
+            "all {} tools are behind the gateway: `intentgate flags disable TOOL` switches any \
+             of them off for every gateway sharing the ledger",
+            tools.len()
+        ),
+        None,
+    ));
+    for (tool, definition) in tools.iter().zip(&loaded.tools) {
+        debug_assert_eq!(tool.name, definition.name);
+        let at = tool_position(text, tool.line);
+        findings.push(
+            Finding::new(
+                Severity::Note,
+                "tool-classified",
+                file,
+                at,
+                classification(tool),
+                None,
+            )
+            .tool(&tool.name),
+        );
+        if tool.effect != Effect::SideEffect {
+            continue;
+        }
+        if tool.lookup.is_none() {
+            findings.push(
+                Finding::new(
+                    Severity::Error,
+                    "no-lookup",
+                    file,
+                    at,
+                    format!(
+                        "side-effecting tool `{}` has no `lookup`: after a timeout or a dropped \
+                         connection the gateway can't ask whether the effect happened, so the \
+                         intent stays unknown until a person resolves it",
+                        tool.name
+                    ),
+                    Some(
+                        "add a `lookup:` request that finds the effect by its intent key, e.g. \
+                         `lookup: {method: GET, path: /v1/refunds, query: {intent_key: \
+                         \"{intent_key}\"}, found: /data/0}`"
+                            .to_owned(),
+                    ),
+                )
+                .tool(&tool.name),
+            );
+        }
+        if tool.owner.is_none() {
+            findings.push(
+                Finding::new(
+                    Severity::Warning,
+                    "no-owner",
+                    file,
+                    at,
+                    format!(
+                        "side-effecting tool `{}` has no `owner`: nobody hears about its \
+                         reconciliation mismatches and duplicate-call alerts",
+                        tool.name
+                    ),
+                    Some(
+                        "add `owner: NAME` naming an entry of `owners:` (with a webhook, or \
+                         `log: true`)"
+                            .to_owned(),
+                    ),
+                )
+                .tool(&tool.name),
+            );
+        }
+        if tool.list.is_none() {
+            findings.push(
+                Finding::new(
+                    Severity::Warning,
+                    "no-list",
+                    file,
+                    at,
+                    format!(
+                        "side-effecting tool `{}` has no `list`: reconciliation can't compare \
+                         the ledger with the provider's records, so effects made around the \
+                         gateway go unnoticed",
+                        tool.name
+                    ),
+                    Some(
+                        "add a `list:` request that pages through the provider's records over \
+                         a window (`path`, `query` with {since_ms}, {until_ms}, {cursor} and \
+                         {limit}, `items`, `next_cursor`, `fields`)"
+                            .to_owned(),
+                    ),
+                )
+                .tool(&tool.name),
+            );
+        }
+        key_arguments(tool, text, file, findings);
+        let published = definition.published_description();
+        if !has_once_per_sentence(&published) {
+            findings.push(
+                Finding::new(
+                    Severity::Warning,
+                    "missing-once-per-sentence",
+                    file,
+                    at,
+                    format!(
+                        "the description of side-effecting tool `{}` does not tell the model \
+                         that one call per intent is enough",
+                        tool.name
+                    ),
+                    Some(format!(
+                        "end the description with \"{}\"",
+                        definition.once_per_sentence()
+                    )),
+                )
+                .tool(&tool.name),
+            );
+        }
+    }
+}
+
+/// True when a description says a repeat is unnecessary ("once per", "repeated calls
+/// return").
+pub fn has_once_per_sentence(description: &str) -> bool {
+    let lower = description.to_lowercase();
+    lower.contains("once per") || lower.contains("repeated calls return")
+}
+
+/// "read: retried freely (bounded)", or where a side effect's key comes from.
+fn classification(tool: &ToolConfig) -> String {
+    match tool.effect {
+        Effect::Read => format!("`{}`: read; retried on failure, bounded", tool.name),
+        Effect::Idempotent => format!(
+            "`{}`: idempotent; retried with the same arguments, bounded",
+            tool.name
+        ),
+        Effect::SideEffect => {
+            let key = tool.key.as_deref().unwrap_or_default();
+            let parsed = intentgate_core::KeyTemplate::parse(key).ok();
+            let mut sources: Vec<String> = parsed
+                .as_ref()
+                .map(|template| {
+                    template
+                        .argument_names()
+                        .map(|name| format!("argument `{name}`"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if parsed
+                .as_ref()
+                .is_some_and(|template| template.uses_intent_id())
+            {
+                sources.push("the application's intent id".to_owned());
+            }
+            format!(
+                "`{}`: side_effect through the intent ledger; key `{key}` from {}",
+                tool.name,
+                sources.join(", ")
+            )
+        }
+    }
+}
+
+/// Key arguments the loader accepted whose name or schema still suggests a per-attempt
+/// value: a camelCase name (`callTimestamp`) or a name that starts with a per-attempt word
+/// (`nonce_value`), checked with the core's own list; or `format: uuid` / `date-time`.
+fn key_arguments(tool: &ToolConfig, text: &str, file: &str, findings: &mut Vec<Finding>) {
+    let Some(key) = tool.key.as_deref() else {
+        return;
+    };
+    let Ok(template) = intentgate_core::KeyTemplate::parse(key) else {
+        return;
+    };
+    let at = field_position(text, tool.line, "key");
+    let mut seen = Vec::new();
+    for name in template.argument_names() {
+        if seen.contains(&name) {
+            continue;
+        }
+        seen.push(name);
+        let schema = tool
+            .input_schema
+            .get("properties")
+            .and_then(|properties| properties.get(name));
+        let format = schema
+            .and_then(|schema| schema.get("format"))
+            .and_then(Value::as_str);
+        let reason = if name_looks_per_attempt(name) {
+            Some(format!("its name `{name}` suggests"))
+        } else {
+            format
+                .filter(|format| PER_ATTEMPT_FORMATS.contains(format))
+                .map(|format| format!("its schema's `format: {format}` suggests"))
+        };
+        if let Some(reason) = reason {
+            findings.push(
+                Finding::new(
+                    Severity::Warning,
+                    "per-attempt-argument",
+                    file,
+                    at,
+                    format!(
+                        "the key of `{}` uses argument `{name}`, and {reason} a value minted \
+                         per attempt (an id, a time): if the caller makes a new one per call, \
+                         every retry is a new intent and acts again",
+                        tool.name
+                    ),
+                    Some(format!(
+                        "build the key from the business fields that identify the intent, or \
+                         from {{intent_id}} created once by the application; keep `{name}` \
+                         only if it is created once per intent (an order's own id), and then \
+                         say so in its description"
+                    )),
+                )
+                .tool(&tool.name),
+            );
+        }
+    }
+}
+
+/// The core's per-attempt check, applied to what the loader does not try: the snake_case
+/// form of a camelCase name, and every leading run of its words (`nonce_value` starts with
+/// `nonce`). Exact names and `_suffix` forms are the loader's, already refused.
+fn name_looks_per_attempt(name: &str) -> bool {
+    let mut snake = String::new();
+    for (index, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && index > 0 {
+            snake.push('_');
+        }
+        snake.push(c.to_ascii_lowercase());
+    }
+    let words: Vec<&str> = snake
+        .split(['_', '-', '.'])
+        .filter(|w| !w.is_empty())
+        .collect();
+    (1..=words.len()).any(|end| {
+        // Every contiguous run of words that starts at the first one or ends at the last.
+        looks_per_attempt(&words[..end].join("_")) || looks_per_attempt(&words[end - 1..].join("_"))
+    })
+}
+
+/// The line of a tool (`- name: ...`) and the column of its first field.
+pub fn tool_position(text: &str, line: u64) -> (u64, u64) {
+    let Some(content) = line_text(text, line) else {
+        return (line, 0);
+    };
+    let indent = content.len() - content.trim_start().len();
+    let after_dash = content.trim_start().strip_prefix("- ").map(|rest| {
+        let inner = rest.len() - rest.trim_start().len();
+        indent + 2 + inner
+    });
+    (line, after_dash.unwrap_or(indent) as u64 + 1)
+}
+
+/// The line and column of `field:` inside the tool that starts at `tool_line`, or the tool's
+/// own position when the field is not on a line of its own.
+pub fn field_position(text: &str, tool_line: u64, field: &str) -> (u64, u64) {
+    let start = tool_position(text, tool_line);
+    if start.1 == 0 {
+        return start;
+    }
+    let field_indent = (start.1 - 1) as usize;
+    let prefix = format!("{field}:");
+    let lines = text.lines().enumerate().skip(tool_line as usize - 1);
+    for (index, content) in lines {
+        let number = index as u64 + 1;
+        let trimmed = content.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let indent = content.len() - trimmed.len();
+        if number == tool_line {
+            let first = &content[field_indent.min(content.len())..];
+            if first.starts_with(&prefix) {
+                return (number, field_indent as u64 + 1);
+            }
+            continue;
+        }
+        if indent < field_indent {
+            break;
+        }
+        if indent == field_indent && trimmed.starts_with(&prefix) {
+            return (number, indent as u64 + 1);
+        }
+    }
+    start
+}
+
+fn line_text(text: &str, line: u64) -> Option<&str> {
+    text.lines()
+        .nth(usize::try_from(line).ok()?.checked_sub(1)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_loader_accepts_but_look_per_attempt() {
+        assert!(name_looks_per_attempt("callTimestamp"));
+        assert!(name_looks_per_attempt("nonce_value"));
+        assert!(name_looks_per_attempt("requestUuid"));
+        assert!(!name_looks_per_attempt("order_id"));
+        assert!(!name_looks_per_attempt("amount"));
+        assert!(!name_looks_per_attempt("customerId"));
+    }
+
+    #[test]
+    fn fields_are_found_inside_their_tool_only() {
+        let text = "tools:\n  - name: a\n    effect: read\n    # key: no\n  - name: b\n    key: \"k:{x}\"\n";
+        assert_eq!(tool_position(text, 2), (2, 5));
+        assert_eq!(field_position(text, 5, "key"), (6, 5));
+        assert_eq!(field_position(text, 2, "key"), (2, 5));
+        assert_eq!(field_position(text, 2, "name"), (2, 5));
+    }
+}

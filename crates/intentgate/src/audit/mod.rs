@@ -1,0 +1,325 @@
+//! `intentgate audit`: the checklist of SPEC section 9, as a command a CI job can gate on.
+//!
+//! Reads the config (and optionally prompt files, observed latencies and a live MCP server's
+//! tool list) and reports findings, each with a severity, a stable rule id, where (file,
+//! line, column when known), what is wrong and what to change. Nothing is called and nothing
+//! is written: the audit only reads.
+//!
+//! - `config.rs`: the loader's errors as findings; every tool classified; side-effecting
+//!   tools without lookup, owner or list; key arguments that look per-attempt.
+//! - `latency.rs`: timeouts below the upstream's observed p99 (or p50), from `--latency`.
+//! - `prompts.rs`: prompt lines that tell the model to retry a side-effecting tool.
+//! - `mcp.rs`: an MCP server's tools: side-effecting by default, no once-per sentence, not
+//!   behind the gateway (no kill switch).
+//! - `report.rs`: text, JSON and SARIF 2.1.0.
+//!
+//! Exit status: 0 with no error-level finding, [`EXIT_FINDINGS`] with one, 1 when the audit
+//! could not run (an unreadable file, an MCP server that does not answer).
+
+mod config;
+mod latency;
+mod mcp;
+mod prompts;
+mod report;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::cli::{AuditArgs, AuditFormat};
+
+/// Exit status when an error-level finding exists, so that CI fails the build.
+pub const EXIT_FINDINGS: u8 = 2;
+
+/// How bad a finding is. Ordered from worst to mildest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Something that will cause a duplicate or unresolvable effect: CI fails.
+    Error,
+    /// Something that weakens a safeguard or probably misleads the model.
+    Warning,
+    /// What the audit saw (how each tool is classified); nothing to change.
+    Note,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Note => "note",
+        }
+    }
+}
+
+/// One thing the audit found. Serialised as it is in `--format json`: the field names are a
+/// promise to users.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub severity: Severity,
+    /// One of [`RULES`]: short, kebab-case, stable across versions.
+    pub rule: &'static str,
+    /// The file (relative to the current folder when under it), the MCP server, or the
+    /// latency file the finding is about.
+    pub file: String,
+    /// 1-based; 0 when the finding is about the whole file or server.
+    pub line: u64,
+    /// 1-based; 0 when unknown.
+    pub column: u64,
+    /// The tool the finding is about, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// What is wrong (or, for a note, what was seen).
+    pub message: String,
+    /// What to change; `None` for notes.
+    pub fix: Option<String>,
+}
+
+impl Finding {
+    pub fn new(
+        severity: Severity,
+        rule: &'static str,
+        file: &str,
+        (line, column): (u64, u64),
+        message: impl Into<String>,
+        fix: Option<String>,
+    ) -> Finding {
+        debug_assert!(
+            RULES.iter().any(|known| known.id == rule),
+            "rule {rule} is not in RULES"
+        );
+        Finding {
+            severity,
+            rule,
+            file: file.to_owned(),
+            line,
+            column,
+            tool: None,
+            message: message.into(),
+            fix,
+        }
+    }
+
+    pub fn tool(mut self, name: &str) -> Finding {
+        self.tool = Some(name.to_owned());
+        self
+    }
+}
+
+/// A rule the audit checks: its id, its usual severity, and what it is about (SARIF's
+/// `rules`, so that code-scanning tools can explain a result).
+pub struct Rule {
+    pub id: &'static str,
+    pub severity: Severity,
+    pub short: &'static str,
+    pub help: &'static str,
+}
+
+/// Every rule, in the order they are documented.
+pub const RULES: &[Rule] = &[
+    Rule {
+        id: "config",
+        severity: Severity::Error,
+        short: "The config file is refused by the loader",
+        help: "The gateway would refuse to start with this config; each finding says what to change.",
+    },
+    Rule {
+        id: "no-effect",
+        severity: Severity::Error,
+        short: "A tool declares no effect",
+        help: "Every tool declares `effect: read`, `idempotent` or `side_effect`, so that the gateway knows whether a retry is safe.",
+    },
+    Rule {
+        id: "per-attempt-key",
+        severity: Severity::Error,
+        short: "An intent key changes on every attempt",
+        help: "A key built from a tool call id, request id, timestamp or nonce gives every retry a new key, so the provider performs the effect again. Build it from the business intent, or from an intent id the application creates once.",
+    },
+    Rule {
+        id: "per-attempt-argument",
+        severity: Severity::Warning,
+        short: "A key argument looks like a per-attempt value",
+        help: "The loader accepted the key, but an argument's name or schema (format uuid or date-time) suggests a value minted per attempt. A key that changes per attempt makes every retry a new intent.",
+    },
+    Rule {
+        id: "tool-classified",
+        severity: Severity::Note,
+        short: "How a tool is classified",
+        help: "The tool's effect and, for a side effect, where its intent key comes from.",
+    },
+    Rule {
+        id: "kill-switch",
+        severity: Severity::Note,
+        short: "Tools the kill switch covers",
+        help: "Every tool behind the gateway can be switched off with `intentgate flags disable TOOL`.",
+    },
+    Rule {
+        id: "no-lookup",
+        severity: Severity::Error,
+        short: "A side-effecting tool has no lookup",
+        help: "After a timeout or a dropped connection the gateway asks the provider whether the effect happened; without a `lookup` the intent stays unknown until a person resolves it.",
+    },
+    Rule {
+        id: "no-owner",
+        severity: Severity::Warning,
+        short: "A side-effecting tool has no owner",
+        help: "Reconciliation mismatches and duplicate-call alerts go to the tool's owner; without one nobody hears about them.",
+    },
+    Rule {
+        id: "no-list",
+        severity: Severity::Warning,
+        short: "A side-effecting tool has no list",
+        help: "Reconciliation compares the ledger with the provider's records through the tool's `list`; without one, effects made around the gateway go unnoticed.",
+    },
+    Rule {
+        id: "missing-once-per-sentence",
+        severity: Severity::Warning,
+        short: "A side-effecting tool's description lacks the once-per-intent sentence",
+        help: "Models read descriptions as instructions; a side-effecting tool's should say it is safe to call once per intent and that repeated calls return the original result.",
+    },
+    Rule {
+        id: "timeout-below-p50",
+        severity: Severity::Error,
+        short: "A tool's timeout is below the upstream's observed median",
+        help: "Most calls would time out: for a side effect each becomes an unknown intent that needs a lookup, for a read a retry.",
+    },
+    Rule {
+        id: "timeout-below-p99",
+        severity: Severity::Warning,
+        short: "A tool's timeout is below the upstream's observed p99",
+        help: "Slow successes time out: for a side effect each becomes an unknown intent that needs a lookup, for a read a retry.",
+    },
+    Rule {
+        id: "latency-unknown-tool",
+        severity: Severity::Warning,
+        short: "The latency file names a tool the config does not have",
+        help: "Check the tool's name in the latency file.",
+    },
+    Rule {
+        id: "prompt-retry-side-effect",
+        severity: Severity::Error,
+        short: "A prompt tells the model to retry a side-effecting tool",
+        help: "A model told to retry after an error repeats a refund or a charge. Tell it to check the status instead; the gateway answers repeats with the original result anyway.",
+    },
+    Rule {
+        id: "prompt-retry-generic",
+        severity: Severity::Warning,
+        short: "A prompt tells the model to retry, without naming a tool",
+        help: "Generic retry advice applies to every tool, side-effecting ones included.",
+    },
+    Rule {
+        id: "prompt-skipped",
+        severity: Severity::Note,
+        short: "A prompt file was not read",
+        help: "Files over 1 MiB, that are not UTF-8 text, or beyond the first 10,000 are skipped.",
+    },
+    Rule {
+        id: "mcp-side-effect-by-default",
+        severity: Severity::Warning,
+        short: "An MCP tool is side-effecting by default",
+        help: "With neither readOnlyHint nor idempotentHint true, MCP clients must treat a tool as possibly destructive. Declare the hints, or put the tool behind intentgate with an effect class.",
+    },
+    Rule {
+        id: "no-kill-switch",
+        severity: Severity::Warning,
+        short: "An MCP tool is not behind the gateway",
+        help: "The tool is not in the config, so no kill switch covers it and its calls bypass the intent ledger.",
+    },
+    Rule {
+        id: "mcp-listed",
+        severity: Severity::Note,
+        short: "The tools an MCP server lists",
+        help: "How many tools the server listed, and how many of them the config fronts.",
+    },
+];
+
+pub async fn run(arguments: AuditArgs) -> anyhow::Result<()> {
+    let findings = audit(&arguments).await?;
+    let output = match arguments.format {
+        AuditFormat::Text => report::text(&findings),
+        AuditFormat::Json => report::json(&findings),
+        AuditFormat::Sarif => report::sarif(&findings),
+    };
+    print!("{output}");
+    let errors = findings
+        .iter()
+        .filter(|finding| finding.severity == Severity::Error)
+        .count();
+    if errors > 0 {
+        return Err(crate::Exit::new(
+            EXIT_FINDINGS,
+            format!("audit: {errors} error-level finding(s)"),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Every finding, sorted by file, line and column (stable: one position keeps the order the
+/// checks found them in).
+async fn audit(arguments: &AuditArgs) -> anyhow::Result<Vec<Finding>> {
+    let mut findings = Vec::new();
+    let config_path = &arguments.config;
+    // Missing is "could not run" (status 1), not a finding: CI must not read it as a verdict.
+    std::fs::metadata(config_path)
+        .with_context(|| format!("--config {}", config_path.display()))?;
+    let config_file = display_path(config_path);
+    let loaded = match intentgate_config::load_file(config_path) {
+        Ok(loaded) => {
+            let text = std::fs::read_to_string(config_path)
+                .with_context(|| format!("reading {}", config_path.display()))?;
+            config::check(&loaded, &text, &config_file, &mut findings);
+            Some((loaded, text))
+        }
+        Err(errors) => {
+            config::from_errors(&errors, &config_file, &mut findings);
+            None
+        }
+    };
+    let tools = loaded
+        .as_ref()
+        .map(|(loaded, _)| loaded.config.tools.as_slice())
+        .unwrap_or_default();
+    match (&arguments.latency, &loaded) {
+        (Some(path), Some((_, text))) => {
+            let observed = latency::read(path)?;
+            latency::check(
+                &observed,
+                tools,
+                text,
+                &config_file,
+                &display_path(path),
+                &mut findings,
+            );
+        }
+        (Some(path), None) => {
+            // Checked for readability anyway, so a broken file is noticed now.
+            latency::read(path)?;
+        }
+        (None, _) => {}
+    }
+    if let Some(folder) = &arguments.prompts {
+        prompts::scan(folder, tools, &mut findings)?;
+    }
+    if let Some(server) = &arguments.mcp_server {
+        let listed = mcp::list(server).await?;
+        mcp::check(server, &listed, tools, &mut findings);
+    }
+    findings.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+    Ok(findings)
+}
+
+/// `path` relative to the current folder when it is under it, else as given.
+pub fn display_path(path: &Path) -> String {
+    let relative = std::env::current_dir()
+        .ok()
+        .and_then(|current| {
+            let current = current.canonicalize().ok()?;
+            let absolute: PathBuf = path.canonicalize().ok()?;
+            absolute.strip_prefix(&current).ok().map(Path::to_path_buf)
+        })
+        .unwrap_or_else(|| path.to_path_buf());
+    relative.display().to_string()
+}

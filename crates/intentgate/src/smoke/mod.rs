@@ -1,0 +1,760 @@
+//! `intentgate smoke`: a deploy gate that proves, tool by tool, that retries can't repeat an
+//! effect.
+//!
+//! For every side-effecting tool of a config it builds a real `Gate` (the one `serve` builds,
+//! over a fresh SQLite ledger in a temporary folder), makes valid arguments from the tool's
+//! input schema (`arguments.rs`), requests the effect while injecting an ambiguous failure
+//! (the provider commits, the answer is lost), asks again the way a user and a framework
+//! would (3 repeats one after another, 3 at once), and checks that every answer is `done`
+//! or `already_done` and that the provider holds exactly one effect for the intent. Then it
+//! switches the tool off in the ledger, checks a call is answered `disabled` within 1.5 s
+//! without reaching the provider, switches it on and checks a call works again.
+//!
+//! The provider is the built-in mock (in this process, its upstreams' base URLs replaced by
+//! the mock's; the failure is scripted) unless `--live`: then the configured upstreams (a
+//! sandbox) are used as they are, behind a loopback proxy (`proxy.rs`) that cuts the answer
+//! to the first side-effecting request, and effects are counted through the tool's `list`.
+
+mod arguments;
+mod proxy;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use intentgate_config::{LoadedConfig, ToolConfig};
+use intentgate_core::{CallStatus, Effect, ToolDefinition};
+use intentgate_gate::{CallContext, CallOutcome, Clock, Gate, GateOptions, SystemClock};
+use intentgate_http::spec::{Method, UpstreamSpec};
+use intentgate_ledger::{Ledger, ToolFlag};
+use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer, Scripted, Shape};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cli::{SmokeArgs, SmokeFormat};
+use proxy::FaultProxy;
+
+/// Exit status when a check failed (status 1 is a smoke that could not run).
+pub const EXIT_FAILED: u8 = 2;
+/// Calls made one after another after the ambiguous failure: the user asking again, the
+/// model retrying.
+const REPEATS_SEQUENTIAL: usize = 3;
+/// Calls made at once after those: a framework re-running a step while another runs.
+const REPEATS_CONCURRENT: usize = 3;
+/// How long a switched-off tool may still run: the gate trusts its cached flags for
+/// `FLAG_REFRESH` (500 ms); three times that is the promise "within a second" with margin.
+const KILL_SWITCH_WAIT: Duration = Duration::from_millis(1500);
+/// Pause between calls while waiting for a flag to be seen.
+const KILL_SWITCH_POLL: Duration = Duration::from_millis(50);
+/// Added to twice a tool's timeout to bound one call: a caller that waits for another's
+/// lease waits the timeout plus the gate's margin, then answers from the ledger.
+const CALL_MARGIN: Duration = Duration::from_secs(5);
+/// The window of provider records counted in `--live` reaches this far around the run, for
+/// clocks that disagree a little.
+const LIST_WINDOW_MARGIN_MS: i64 = 5 * 60 * 1000;
+/// Records per page when counting a sandbox's records (the mock's and Stripe's maximum is
+/// higher; this keeps a page small).
+const LIST_PAGE_LIMIT: u32 = 100;
+/// Most pages read to count one intent's records: the window only spans this run.
+const LIST_PAGES_MAX: u32 = 1000;
+/// Longest wait for one page of a list.
+const LIST_PAGE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The write requests the built-in mock serves, as (path, what it makes).
+const MOCK_SIDE_EFFECTS: [&str; 3] = ["/v1/refunds", "/v1/charges", "/v1/emails"];
+
+pub async fn run(arguments: SmokeArgs) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let started = Instant::now();
+    // A config the loader refuses (a key that changes per attempt, among others) can't be
+    // smoke-tested: status 1, with every error and its fix.
+    let mut loaded = intentgate_config::load_file(&arguments.config).map_err(|errors| {
+        anyhow::anyhow!("the config was refused, so no tool could be smoke-tested:\n{errors}")
+    })?;
+    let target = if arguments.live {
+        Target::live(&mut loaded).await?
+    } else {
+        Target::mock(&mut loaded).await?
+    };
+    let folder = tempfile::tempdir().context("a temporary folder for the smoke test's ledger")?;
+    let location = folder.path().join("smoke-ledger.db");
+    let ledger = intentgate_ledger::open(
+        &location.display().to_string(),
+        loaded.config.gateway.durability.into(),
+    )
+    .await
+    .context("opening the smoke test's ledger")?;
+    let gate = Arc::new(crate::serve::build_gate_with(
+        &loaded,
+        ledger.clone(),
+        Arc::new(SystemClock),
+        GateOptions::default(),
+    )?);
+    let mut smoke = Smoke {
+        gate,
+        ledger,
+        target,
+        tag: run_tag(),
+        tenant: loaded.config.gateway.tenant.clone(),
+        started_ms: SystemClock.now_ms(),
+    };
+    let mut tools = Vec::new();
+    for config in loaded
+        .config
+        .tools
+        .iter()
+        .filter(|tool| tool.effect == Effect::SideEffect)
+    {
+        tools.push(smoke.check(config).await);
+    }
+    let report = Report {
+        config: arguments.config.display().to_string(),
+        target: smoke.target.name(),
+        passed: tools.iter().all(|tool| tool.passed),
+        seconds: started.elapsed().as_secs_f64(),
+        tools,
+    };
+    smoke.target.stop().await;
+    match arguments.format {
+        SmokeFormat::Text => print!("{}", report.text()),
+        SmokeFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    let failed = report.tools.iter().filter(|tool| !tool.passed).count();
+    if failed > 0 {
+        return Err(crate::Exit::new(
+            EXIT_FAILED,
+            format!(
+                "smoke failed: {failed} of {} side-effecting tools failed a check; do not deploy this config",
+                report.tools.len()
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// A short text unique to this run, in every generated string, so that runs against one
+/// sandbox are different intents.
+fn run_tag() -> String {
+    let millis = SystemClock.now_ms().unsigned_abs();
+    let mut value = (millis ^ u64::from(std::process::id()) << 40) % 36u64.pow(6);
+    let mut tag = String::new();
+    for _ in 0..6 {
+        tag.push(char::from_digit((value % 36) as u32, 36).expect("a base-36 digit"));
+        value /= 36;
+    }
+    tag
+}
+
+/// Where the effects happen.
+enum Target {
+    /// The built-in mock provider in this process; ambiguous failures are scripted.
+    Mock(MockServer),
+    /// The configured upstreams, each behind its own fault-injecting proxy.
+    Live {
+        proxies: BTreeMap<String, FaultProxy>,
+        /// The upstreams as configured, for counting records without the proxy.
+        upstreams: BTreeMap<String, UpstreamSpec>,
+        client: reqwest::Client,
+    },
+}
+
+impl Target {
+    async fn mock(loaded: &mut LoadedConfig) -> anyhow::Result<Target> {
+        let provider = MockProvider::new(MockOptions::new(HttpFaultPlan::quiet()))
+            .context("the mock provider's plan")?;
+        let server = MockServer::start(provider)
+            .await
+            .context("starting the mock provider on a loopback port")?;
+        for upstream in loaded.config.upstreams.values_mut() {
+            upstream.base_url = server.url();
+        }
+        Ok(Target::Mock(server))
+    }
+
+    async fn live(loaded: &mut LoadedConfig) -> anyhow::Result<Target> {
+        let upstreams = loaded.config.upstreams.clone();
+        let mut proxies = BTreeMap::new();
+        for (name, upstream) in &mut loaded.config.upstreams {
+            let proxy = FaultProxy::start(&upstream.base_url).await?;
+            upstream.base_url = proxy.url().to_owned();
+            proxies.insert(name.clone(), proxy);
+        }
+        let client = intentgate_http::http_client().context("an HTTP client")?;
+        Ok(Target::Live {
+            proxies,
+            upstreams,
+            client,
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Target::Mock(_) => "mock",
+            Target::Live { .. } => "live",
+        }
+    }
+
+    /// Side-effecting requests that reached the provider so far.
+    fn side_effect_requests(&self) -> u64 {
+        match self {
+            Target::Mock(server) => server.provider().stats().requests,
+            Target::Live { proxies, .. } => proxies.values().map(FaultProxy::side_effects).sum(),
+        }
+    }
+
+    /// Failures injected so far (live: answers cut by a proxy).
+    fn cuts(&self) -> u64 {
+        match self {
+            Target::Mock(_) => 0,
+            Target::Live { proxies, .. } => proxies.values().map(FaultProxy::cuts).sum(),
+        }
+    }
+
+    /// Makes the next side-effecting request of `tool` commit and lose its answer.
+    fn inject(&self, tool: &ToolConfig) {
+        match self {
+            Target::Mock(server) => server.provider().script([Scripted {
+                shape: Shape::Dropped,
+                commit: true,
+            }]),
+            Target::Live { proxies, .. } => {
+                if let Some(proxy) = proxies.get(&tool.call.upstream) {
+                    proxy.arm();
+                }
+            }
+        }
+    }
+
+    /// Withdraws an injection that no request used, so it can't hit a later call.
+    fn withdraw(&self) {
+        match self {
+            // Only the smoke test uses this provider, and every earlier tool's effects have
+            // been counted already: a reset forgets the unused script.
+            Target::Mock(server) => server.provider().reset(),
+            Target::Live { proxies, .. } => proxies.values().for_each(FaultProxy::disarm),
+        }
+    }
+
+    async fn stop(self) {
+        if let Target::Mock(server) = self {
+            let _ = server.stop().await;
+        }
+    }
+}
+
+/// The results of one tool's checks.
+#[derive(Debug, Serialize)]
+struct ToolResult {
+    tool: String,
+    passed: bool,
+    /// Exactly one effect at the provider for the intent, after the injected failure and
+    /// every repeat.
+    effect_once: Step,
+    /// Every answer `done` or `already_done`, at most one `done`.
+    repeats_answered: Step,
+    /// Off: `disabled` within 1.5 s with nothing sent; on again: the call works.
+    kill_switch: Step,
+    /// The intent's key, as the gate rendered it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    intent_key: Option<String>,
+    /// Effects the provider holds for the intent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    effects: Option<u64>,
+    /// The statuses answered: the first call, then the repeats.
+    answers: Vec<String>,
+    /// Why a check failed, one entry per failure.
+    reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Step {
+    Pass,
+    Fail,
+    /// Not run, because an earlier step made it meaningless.
+    Skipped,
+}
+
+impl Step {
+    fn of(passed: bool) -> Step {
+        if passed { Step::Pass } else { Step::Fail }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Step::Pass => "pass",
+            Step::Fail => "FAIL",
+            Step::Skipped => "skipped",
+        }
+    }
+}
+
+impl ToolResult {
+    fn new(tool: &str) -> ToolResult {
+        ToolResult {
+            tool: tool.to_owned(),
+            passed: false,
+            effect_once: Step::Skipped,
+            repeats_answered: Step::Skipped,
+            kill_switch: Step::Skipped,
+            intent_key: None,
+            effects: None,
+            answers: Vec::new(),
+            reasons: Vec::new(),
+        }
+    }
+
+    /// A failure before the effect could be requested: every step fails with one reason.
+    fn could_not_start(mut self, reason: String) -> ToolResult {
+        self.effect_once = Step::Fail;
+        self.repeats_answered = Step::Fail;
+        self.reasons.push(reason);
+        self.finish()
+    }
+
+    fn finish(mut self) -> ToolResult {
+        self.passed = self.reasons.is_empty()
+            && [self.effect_once, self.repeats_answered, self.kill_switch]
+                .iter()
+                .all(|step| *step == Step::Pass);
+        self
+    }
+}
+
+struct Smoke {
+    gate: Arc<Gate>,
+    ledger: Arc<dyn Ledger>,
+    target: Target,
+    tag: String,
+    tenant: String,
+    started_ms: i64,
+}
+
+impl Smoke {
+    async fn check(&mut self, config: &ToolConfig) -> ToolResult {
+        let mut result = ToolResult::new(&config.name);
+        let Some(definition) = self.gate.tool(&config.name).cloned() else {
+            return result.could_not_start("the gate did not load this tool".to_owned());
+        };
+        if let Target::Mock(_) = self.target
+            && !(config.call.method == Method::Post
+                && MOCK_SIDE_EFFECTS.contains(&config.call.path.as_str()))
+        {
+            return result.could_not_start(format!(
+                "the built-in mock provider does not serve {} {} (it serves POST {}); run \
+`intentgate smoke --live` with the upstream pointed at a sandbox of this tool's API",
+                format!("{:?}", config.call.method).to_uppercase(),
+                config.call.path,
+                MOCK_SIDE_EFFECTS.join(", POST ")
+            ));
+        }
+        let arguments = match arguments::generate(&definition.input_schema, 1, &self.tag) {
+            Ok(arguments) => arguments,
+            Err(error) => {
+                return result.could_not_start(format!(
+                    "can't make valid arguments from the input schema: {error}"
+                ));
+            }
+        };
+        let context = self.context(&definition, 1);
+
+        // 1. The effect, with its answer lost after the provider committed.
+        let (requests_before, cuts_before) =
+            (self.target.side_effect_requests(), self.target.cuts());
+        self.target.inject(config);
+        let first = self.call(&definition, &arguments, &context).await;
+        let injected = match self.target {
+            Target::Mock(_) => self.target.side_effect_requests() > requests_before,
+            Target::Live { .. } => self.target.cuts() > cuts_before,
+        };
+        if !injected {
+            self.target.withdraw();
+        }
+        let first = match first {
+            Ok(first) => first,
+            Err(error) => return result.could_not_start(error),
+        };
+        if first.status == CallStatus::InvalidArguments {
+            return result.could_not_start(format!(
+                "the generated arguments {arguments} do not match the input schema: {}",
+                first.errors.join("; ")
+            ));
+        }
+        if !injected {
+            result.reasons.push(format!(
+                "the ambiguous failure was not injected: the first call answered {} without \
+sending a side-effecting request through {}",
+                first.status.as_str(),
+                match self.target {
+                    Target::Mock(_) => "the mock provider",
+                    Target::Live { .. } => "the proxy (does the call use the configured upstream?)",
+                }
+            ));
+        }
+        result.intent_key = first.intent_key.clone();
+        let mut answers = vec![first];
+
+        // 2. Asked again: one after another, then at once.
+        for _ in 0..REPEATS_SEQUENTIAL {
+            answers.push(match self.call(&definition, &arguments, &context).await {
+                Ok(outcome) => outcome,
+                Err(error) => return result.could_not_start(error),
+            });
+        }
+        let mut running = tokio::task::JoinSet::new();
+        for _ in 0..REPEATS_CONCURRENT {
+            let (gate, definition, arguments, context) = (
+                self.gate.clone(),
+                definition.clone(),
+                arguments.clone(),
+                context.clone(),
+            );
+            running.spawn(async move { call(&gate, &definition, &arguments, &context).await });
+        }
+        while let Some(joined) = running.join_next().await {
+            match joined {
+                Ok(Ok(outcome)) => answers.push(outcome),
+                Ok(Err(error)) => return result.could_not_start(error),
+                Err(error) => return result.could_not_start(format!("a call panicked: {error}")),
+            }
+        }
+        result.answers = answers
+            .iter()
+            .map(|answer| answer.status.as_str().to_owned())
+            .collect();
+        let settled = answers
+            .iter()
+            .all(|answer| matches!(answer.status, CallStatus::Done | CallStatus::AlreadyDone));
+        let executed = answers
+            .iter()
+            .filter(|answer| answer.status == CallStatus::Done)
+            .count();
+        result.repeats_answered = Step::of(settled && executed <= 1 && injected);
+        if !settled {
+            let unknown = answers
+                .iter()
+                .any(|answer| answer.status == CallStatus::PendingUnknown);
+            if unknown && config.lookup.is_none() {
+                result.reasons.push(format!(
+                    "{} has no `lookup`: after an ambiguous failure the gateway can't find out \
+whether the effect happened, so the intent stays unknown (pending_unknown) until someone \
+resolves it. Add a `lookup:` block to the tool: a read-only request that finds the effect by \
+its intent key, e.g. `lookup: {{method: GET, path: /v1/refunds, query: {{intent_key: \
+\"{{intent_key}}\"}}, found: /data/0, external_id: /id}}`, and send `{{intent_key}}` with \
+the effect (metadata) so the provider can be asked for it",
+                    config.name
+                ));
+            } else {
+                let first = &answers[0];
+                result.reasons.push(format!(
+                    "expected every answer to be done or already_done; got {} (first answer: {})",
+                    result.answers.join(", "),
+                    first.message
+                ));
+            }
+        } else if executed > 1 {
+            result.reasons.push(format!(
+                "{executed} calls answered done: the effect was executed more than once"
+            ));
+        }
+
+        // 3. Exactly one effect at the provider.
+        match &result.intent_key {
+            Some(key) => match self.count_effects(config, key).await {
+                Ok(count) => {
+                    result.effects = Some(count);
+                    result.effect_once = Step::of(count == 1);
+                    if count != 1 {
+                        result.reasons.push(format!(
+                            "the provider holds {count} effects for intent {key}; expected exactly 1"
+                        ));
+                    }
+                }
+                Err(error) => {
+                    result.effect_once = Step::Fail;
+                    result.reasons.push(error);
+                }
+            },
+            None => {
+                result.effect_once = Step::Fail;
+                result
+                    .reasons
+                    .push("the gate answered without an intent key".to_owned());
+            }
+        }
+
+        // 4. The kill switch.
+        match self
+            .kill_switch(config, &definition, &arguments, &context)
+            .await
+        {
+            Ok(()) => result.kill_switch = Step::Pass,
+            Err(error) => {
+                result.kill_switch = Step::Fail;
+                result.reasons.push(format!("kill switch: {error}"));
+            }
+        }
+        result.finish()
+    }
+
+    /// The call context of a variant: its own intent id where the key uses one, the same
+    /// for every repeat of that variant.
+    fn context(&self, definition: &ToolDefinition, variant: u32) -> CallContext {
+        let uses_intent_id = definition
+            .key
+            .as_ref()
+            .is_some_and(|key| key.uses_intent_id());
+        CallContext {
+            tenant: self.tenant.clone(),
+            intent_id: uses_intent_id.then(|| format!("smoke-{}-{variant}", self.tag)),
+        }
+    }
+
+    async fn call(
+        &self,
+        definition: &ToolDefinition,
+        arguments: &Value,
+        context: &CallContext,
+    ) -> Result<CallOutcome, String> {
+        call(&self.gate, definition, arguments, context).await
+    }
+
+    /// Effects the provider holds for the intent `key`.
+    async fn count_effects(&self, config: &ToolConfig, key: &str) -> Result<u64, String> {
+        match &self.target {
+            Target::Mock(server) => Ok(server.provider().effect_count(key) as u64),
+            Target::Live {
+                upstreams, client, ..
+            } => {
+                let Some(list) = &config.list else {
+                    return Err(format!(
+                        "{} has no `list`, so the sandbox's effects for the intent can't be \
+counted; add a `list:` block (the provider's records over a window, with \
+`fields.intent_key`), which reconciliation needs too",
+                        config.name
+                    ));
+                };
+                let name = list.upstream.as_deref().unwrap_or(&config.call.upstream);
+                let upstream = upstreams
+                    .get(name)
+                    .ok_or_else(|| format!("the list's upstream `{name}` is not configured"))?;
+                let until_ms = SystemClock.now_ms() + LIST_WINDOW_MARGIN_MS;
+                let mut pager = intentgate_http::list_records(
+                    client,
+                    upstream,
+                    list,
+                    self.started_ms - LIST_WINDOW_MARGIN_MS,
+                    until_ms,
+                    LIST_PAGE_LIMIT,
+                )
+                .map_err(|error| format!("listing the sandbox's records: {error}"))?;
+                let mut count = 0;
+                for _ in 0..LIST_PAGES_MAX {
+                    let page = tokio::time::timeout(LIST_PAGE_TIMEOUT, pager.next_page())
+                        .await
+                        .map_err(|_| {
+                            format!(
+                                "listing the sandbox's records: no page within {} s",
+                                LIST_PAGE_TIMEOUT.as_secs()
+                            )
+                        })?
+                        .map_err(|error| format!("listing the sandbox's records: {error}"))?;
+                    let Some(page) = page else {
+                        return Ok(count);
+                    };
+                    count += page
+                        .iter()
+                        .filter(|record| record.intent_key.as_deref() == Some(key))
+                        .count() as u64;
+                }
+                Err(format!(
+                    "listing the sandbox's records: more than {LIST_PAGES_MAX} pages in the \
+run's window; can't count them all"
+                ))
+            }
+        }
+    }
+
+    /// Off: a call is answered `disabled` within [`KILL_SWITCH_WAIT`] and a new intent sends
+    /// nothing; on again: that new intent is done, once.
+    async fn kill_switch(
+        &self,
+        config: &ToolConfig,
+        definition: &ToolDefinition,
+        arguments: &Value,
+        context: &CallContext,
+    ) -> Result<(), String> {
+        self.set_flag(&config.name, false).await?;
+        let checked = self.while_off(config, definition, arguments, context).await;
+        // Always on again, whatever happened while it was off.
+        self.set_flag(&config.name, true).await?;
+        let (arguments, context) = checked?;
+        // The gate trusts its cached flags this long; calling earlier only adds `disabled`
+        // answers (and their log lines).
+        tokio::time::sleep(intentgate_gate::FLAG_REFRESH).await;
+        let started = Instant::now();
+        let outcome = loop {
+            let outcome = self.call(definition, &arguments, &context).await?;
+            if outcome.status != CallStatus::Disabled || started.elapsed() >= KILL_SWITCH_WAIT {
+                break outcome;
+            }
+            tokio::time::sleep(KILL_SWITCH_POLL).await;
+        };
+        if outcome.status != CallStatus::Done {
+            return Err(format!(
+                "switched back on, a new intent answered {} ({}) instead of done",
+                outcome.status.as_str(),
+                outcome.message
+            ));
+        }
+        let key = outcome.intent_key.unwrap_or_default();
+        let count = self.count_effects(config, &key).await?;
+        if count != 1 {
+            return Err(format!(
+                "switched back on, the provider holds {count} effects for the new intent {key}; expected 1"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The checks while the tool is off; the new intent's arguments and context.
+    async fn while_off(
+        &self,
+        config: &ToolConfig,
+        definition: &ToolDefinition,
+        arguments: &Value,
+        context: &CallContext,
+    ) -> Result<(Value, CallContext), String> {
+        let started = Instant::now();
+        loop {
+            let outcome = self.call(definition, arguments, context).await?;
+            if outcome.status == CallStatus::Disabled {
+                break;
+            }
+            if started.elapsed() >= KILL_SWITCH_WAIT {
+                return Err(format!(
+                    "switched off in the ledger, calls were still answered {} after {} ms",
+                    outcome.status.as_str(),
+                    KILL_SWITCH_WAIT.as_millis()
+                ));
+            }
+            tokio::time::sleep(KILL_SWITCH_POLL).await;
+        }
+        // A new intent, which would be executed if the switch did not hold.
+        let fresh = arguments::generate(&definition.input_schema, 2, &self.tag)
+            .map_err(|error| format!("can't make a second set of arguments: {error}"))?;
+        let fresh_context = self.context(definition, 2);
+        let before = self.target.side_effect_requests();
+        let outcome = self.call(definition, &fresh, &fresh_context).await?;
+        let after = self.target.side_effect_requests();
+        if outcome.status != CallStatus::Disabled {
+            return Err(format!(
+                "switched off, a new intent answered {} instead of disabled",
+                outcome.status.as_str()
+            ));
+        }
+        if after != before {
+            return Err(format!(
+                "switched off, a call of {} reached the provider ({} side-effecting requests)",
+                config.name,
+                after - before
+            ));
+        }
+        Ok((fresh, fresh_context))
+    }
+
+    async fn set_flag(&self, tool: &str, enabled: bool) -> Result<(), String> {
+        self.ledger
+            .set_tool_flag(ToolFlag {
+                tool: tool.to_owned(),
+                enabled,
+                reason: "intentgate smoke: kill-switch check".to_owned(),
+                actor: "intentgate smoke".to_owned(),
+                updated_ms: SystemClock.now_ms(),
+            })
+            .await
+            .map_err(|error| format!("storing the flag of {tool}: {error}"))
+    }
+}
+
+/// One gate call, bounded: twice the tool's timeout (a caller waiting for another's lease
+/// waits the timeout plus a margin before answering from the ledger), plus [`CALL_MARGIN`].
+async fn call(
+    gate: &Gate,
+    definition: &ToolDefinition,
+    arguments: &Value,
+    context: &CallContext,
+) -> Result<CallOutcome, String> {
+    let bound = definition.timeout * 2 + CALL_MARGIN;
+    match tokio::time::timeout(
+        bound,
+        gate.call(&definition.name, arguments.clone(), context),
+    )
+    .await
+    {
+        Ok(Ok(outcome)) => Ok(outcome),
+        Ok(Err(error)) => Err(format!("the gate failed: {error}")),
+        Err(_) => Err(format!(
+            "a call did not answer within {} s",
+            bound.as_secs()
+        )),
+    }
+}
+
+/// What `smoke` prints.
+#[derive(Debug, Serialize)]
+struct Report {
+    config: String,
+    /// `mock` (the built-in mock provider) or `live` (the configured upstreams).
+    target: &'static str,
+    passed: bool,
+    seconds: f64,
+    tools: Vec<ToolResult>,
+}
+
+impl Report {
+    fn text(&self) -> String {
+        let mut out = String::new();
+        let against = match self.target {
+            "mock" => "the built-in mock provider",
+            _ => "the configured upstreams (--live), through a fault-injecting proxy",
+        };
+        let _ = writeln!(
+            out,
+            "smoke test of {} against {against}\nper side-effecting tool: the effect with its \
+answer lost after the provider committed, {REPEATS_SEQUENTIAL} repeats one after another and \
+{REPEATS_CONCURRENT} at once, then the kill switch\n",
+            self.config
+        );
+        let _ = writeln!(
+            out,
+            "{:<24} {:<12} {:<17} {:<12} result",
+            "tool", "effect once", "repeats answered", "kill switch"
+        );
+        for tool in &self.tools {
+            let _ = writeln!(
+                out,
+                "{:<24} {:<12} {:<17} {:<12} {}",
+                tool.tool,
+                tool.effect_once.as_str(),
+                tool.repeats_answered.as_str(),
+                tool.kill_switch.as_str(),
+                if tool.passed { "ok" } else { "FAILED" }
+            );
+            for reason in &tool.reasons {
+                let _ = writeln!(out, "    {reason}");
+            }
+        }
+        let passed = self.tools.iter().filter(|tool| tool.passed).count();
+        let _ = writeln!(
+            out,
+            "\n{}: {passed} of {} side-effecting tools passed ({:.1} s)",
+            if self.passed { "PASSED" } else { "FAILED" },
+            self.tools.len(),
+            self.seconds
+        );
+        out
+    }
+}

@@ -1,0 +1,218 @@
+//! `intentgate smoke` as a process: the example config passes against the built-in mock and
+//! against a real `intentgate mock-provider` process (`--live`); a config whose key changes
+//! per attempt, or whose refund has no lookup, fails; `--format json` has every tool.
+
+mod support;
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Instant;
+
+use serde_json::Value;
+use support::{EXAMPLE_CONFIG, example_config, intentgate};
+
+/// The example's side-effecting tools, in file order.
+const SIDE_EFFECTING_TOOLS: [&str; 3] = ["refund_order", "charge_card", "send_email"];
+
+/// `intentgate smoke ARGS` with `env`, run to its end; prints its output and how long it took.
+fn smoke(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = intentgate();
+    command.arg("smoke").args(args);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let started = Instant::now();
+    let output = command.output().expect("intentgate smoke runs");
+    println!(
+        "intentgate smoke {} took {:.2} s, exit {:?}\n--- stdout\n{}--- stderr (last 2000 bytes)\n{}",
+        args.join(" "),
+        started.elapsed().as_secs_f64(),
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        tail(&String::from_utf8_lossy(&output.stderr), 2000),
+    );
+    output
+}
+
+fn tail(text: &str, bytes: usize) -> &str {
+    let mut start = text.len().saturating_sub(bytes);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The table row of `tool`.
+fn row<'a>(table: &'a str, tool: &str) -> &'a str {
+    table
+        .lines()
+        .find(|line| line.starts_with(&format!("{tool} ")))
+        .unwrap_or_else(|| panic!("no row for {tool} in:\n{table}"))
+}
+
+#[test]
+fn the_example_config_passes_against_the_built_in_mock() {
+    let output = smoke(&["--config", EXAMPLE_CONFIG], &[]);
+    assert_eq!(output.status.code(), Some(0));
+    let table = stdout(&output);
+    for tool in SIDE_EFFECTING_TOOLS {
+        let row = row(&table, tool);
+        assert_eq!(
+            row.split_whitespace().collect::<Vec<_>>()[1..],
+            ["pass", "pass", "pass", "ok"],
+            "{row}"
+        );
+    }
+    // Reads and idempotent tools are not smoke-tested.
+    assert!(!table.contains("get_order"), "{table}");
+    assert!(table.contains("PASSED: 3 of 3"), "{table}");
+}
+
+#[test]
+fn json_output_has_every_side_effecting_tool_with_its_steps() {
+    let output = smoke(&["--config", EXAMPLE_CONFIG, "--format", "json"], &[]);
+    assert_eq!(output.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    assert_eq!(report["passed"], true);
+    assert_eq!(report["target"], "mock");
+    let tools = report["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools
+        .iter()
+        .map(|tool| tool["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, SIDE_EFFECTING_TOOLS);
+    for tool in tools {
+        for step in ["effect_once", "repeats_answered", "kill_switch"] {
+            assert_eq!(tool[step], "pass", "{tool}");
+        }
+        assert_eq!(tool["effects"], 1, "{tool}");
+        // The first call and 6 repeats, each done or already_done, one done at most.
+        let answers = tool["answers"].as_array().unwrap();
+        assert_eq!(answers.len(), 7, "{tool}");
+        assert!(
+            answers
+                .iter()
+                .all(|answer| answer == "done" || answer == "already_done"),
+            "{tool}"
+        );
+        assert!(tool["intent_key"].as_str().is_some(), "{tool}");
+    }
+}
+
+#[test]
+fn a_key_built_from_a_per_attempt_argument_fails_the_smoke() {
+    let folder = tempfile::tempdir().unwrap();
+    let config = example_config(folder.path(), |text| {
+        let text = text.replace(
+            "key: \"refund:{order_id}:{amount:.2}\"",
+            "key: \"refund:{order_id}:{tool_call_id}\"",
+        );
+        let property = "        order_id: {type: string, description: \"The order to refund.\", minLength: 1, maxLength: 64}\n";
+        assert!(text.contains(property));
+        text.replacen(
+            property,
+            &format!("{property}        tool_call_id: {{type: string}}\n"),
+            1,
+        )
+    });
+    let output = smoke(&["--config", path(&config)], &[]);
+    assert_eq!(output.status.code(), Some(1), "the smoke could not run");
+    let errors = stderr(&output);
+    assert!(errors.contains("the config was refused"), "{errors}");
+    assert!(errors.contains("tool_call_id"), "{errors}");
+    assert!(errors.contains("refund_order"), "{errors}");
+}
+
+#[test]
+fn a_refund_without_a_lookup_fails_and_says_how_to_add_one() {
+    let folder = tempfile::tempdir().unwrap();
+    let config = example_config(folder.path(), |text| {
+        // Remove refund_order's `lookup:` block (up to its `list:`).
+        let tool = text.find("  - name: refund_order").unwrap();
+        let lookup = tool + text[tool..].find("    lookup:\n").unwrap();
+        let list = lookup + text[lookup..].find("    list:\n").unwrap();
+        format!("{}{}", &text[..lookup], &text[list..])
+    });
+    let output = smoke(&["--config", path(&config)], &[]);
+    assert_eq!(output.status.code(), Some(2), "a check failed");
+    let table = stdout(&output);
+    let refund = row(&table, "refund_order");
+    assert!(refund.ends_with("FAILED"), "{refund}");
+    assert!(refund.contains("FAIL "), "{refund}");
+    assert!(table.contains("refund_order has no `lookup`"), "{table}");
+    assert!(table.contains("Add a `lookup:` block"), "{table}");
+    // The other tools still pass.
+    assert!(row(&table, "charge_card").ends_with("ok"), "{table}");
+    assert!(row(&table, "send_email").ends_with("ok"), "{table}");
+    assert!(stderr(&output).contains("smoke failed"));
+}
+
+#[test]
+fn a_tool_the_mock_does_not_serve_fails_and_points_to_live() {
+    let folder = tempfile::tempdir().unwrap();
+    let config = example_config(folder.path(), |text| {
+        text.replacen("      path: /v1/emails\n", "      path: /v1/messages\n", 1)
+    });
+    let output = smoke(&["--config", path(&config), "--format", "json"], &[]);
+    assert_eq!(output.status.code(), Some(2));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let email = &report["tools"][2];
+    assert_eq!(email["tool"], "send_email");
+    assert_eq!(email["passed"], false);
+    let reason = email["reasons"][0].as_str().unwrap();
+    assert!(
+        reason.contains("does not serve POST /v1/messages"),
+        "{reason}"
+    );
+    assert!(reason.contains("--live"), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_against_a_mock_provider_process_passes_with_one_effect_per_intent() {
+    let mock = support::mock_provider();
+    let url = mock.url.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        smoke(
+            &["--config", EXAMPLE_CONFIG, "--live", "--format", "json"],
+            &[("INTENTGATE_MOCK_URL", &url)],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["target"], "live");
+    assert_eq!(report["passed"], true);
+
+    let client = support::client();
+    let effects = support::get_json(&client, format!("{}/admin/effects", mock.url)).await;
+    assert_eq!(effects["duplicates"], serde_json::json!([]), "{effects}");
+    let by_intent = effects["by_intent_key"].as_object().unwrap();
+    // Each tool: the intent with the injected failure, and the one made after the kill
+    // switch was turned back on.
+    assert_eq!(by_intent.len(), 6, "{effects}");
+    assert!(by_intent.values().all(|count| count == 1), "{effects}");
+    for tool in report["tools"].as_array().unwrap() {
+        let key = tool["intent_key"].as_str().unwrap();
+        assert_eq!(by_intent.get(key), Some(&serde_json::json!(1)), "{key}");
+    }
+    // The failure was injected: each first call's answer was lost, so the gate looked the
+    // effect up (one lookup per tool); the smoke's own lists that count the effects are the
+    // other 6 (two per tool). Without the injection there would be 6 in all.
+    let stats = support::get_json(&client, format!("{}/admin/stats", mock.url)).await;
+    assert_eq!(stats["effects"]["refunds"], 2, "{stats}");
+    assert_eq!(stats["requests"], 6, "one request per intent: {stats}");
+    assert_eq!(stats["lookups"], 9, "{stats}");
+}
+
+fn path(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
