@@ -26,6 +26,12 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command};
 
+/// mimalloc instead of the system allocator: the gateway's tasks hand buffers between threads
+/// (ledger pages, provider pages, responses), and glibc's malloc takes an arena lock for each
+/// such free.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Log filter when `RUST_LOG` is unset: only what an operator must see, and what a
 /// long-running command says when it starts (its port, ledger and admin API).
 const LOG_FILTER_DEFAULT: &str = "warn,intentgate::startup=info";
