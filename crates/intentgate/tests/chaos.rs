@@ -330,12 +330,16 @@ impl Cluster {
         let orders: Vec<String> = (0..INTENTS).map(order).collect();
         let started = Instant::now();
         let (effects, statuses) = loop {
-            let effects = self.effects().await;
+            // Statuses first, then the effect log: an effect is made before its intent is
+            // recorded done, so a `done` read here has its effect in the log read after it.
+            // (Read the other way round, a re-send settling between the two reads looked
+            // like "done with 0 effects".)
             let mut statuses = BTreeMap::new();
             for order in &orders {
                 let status = self.status(order).await.unwrap_or_else(|| "unread".into());
                 statuses.insert(order.clone(), status);
             }
+            let effects = self.effects().await;
             let unsettled = orders.iter().any(|order| {
                 let made = effects["by_order"][order].as_u64().unwrap_or(0);
                 let status = statuses[order].as_str();
