@@ -358,6 +358,22 @@ fn the_demo_refunds_customers_twice_without_intentgate_and_never_with_it() {
         "{report}"
     );
     assert_eq!(report["intentgate"]["extra_refunds"], 0, "{report}");
+    // Reconciliation afterwards finds only the intents left unknown, each either at the
+    // provider (resolved to done) or not: no duplicate, no bypass, no wrong amount.
+    let found = report["intentgate"]["reconciliation"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no reconciliation in {report}"));
+    for kind in found.keys() {
+        assert!(
+            kind == "unknown_found" || kind == "unknown_missing",
+            "{kind}: {report}"
+        );
+    }
+    let unknown: u64 = found.values().map(|count| count.as_u64().unwrap()).sum();
+    assert_eq!(
+        report["intentgate"]["unknown_after_lookup"], unknown,
+        "{report}"
+    );
 }
 
 #[test]

@@ -13,21 +13,26 @@
 //!    upstream that `examples/support-agent.yaml` describes).
 //!
 //! Latencies and timeouts are scaled down a hundredfold so the replay takes seconds; the
-//! provider's faults and its independence of commit from answer are unchanged.
+//! provider's faults and its independence of commit from answer are unchanged. Afterwards
+//! intentgate's ledger is reconciled with the provider's refunds, as `serve` does hourly.
 
 mod agent;
 mod naive;
 mod report;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use intentgate_core::IntentStatus;
-use intentgate_gate::{CallContext, GateOptions, SystemClock};
+use intentgate_gate::{CallContext, Clock, GateOptions, SystemClock};
+use intentgate_http::HttpUpstream;
 use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions};
-use intentgate_mock::{MockOptions, MockProvider, MockServer};
+use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer};
+use intentgate_ops::reconcile::{PROVIDER_PAGE, ToolToReconcile};
+use intentgate_ops::{Mismatch, ReconcileOptions, reconcile_tool};
 use tokio::sync::Semaphore;
 
 use crate::cli::DemoArgs;
@@ -40,6 +45,8 @@ const EXAMPLE_CONFIG: &str = include_str!("../../../../examples/support-agent.ya
 const TIME_SCALE: f64 = 0.01;
 /// Customers served at once, as an agent fleet would.
 const AGENTS_AT_ONCE: usize = 64;
+/// The window reconciled after the run: far more than the run takes.
+const RECONCILE_WINDOW_MS: i64 = 60 * 60 * 1000;
 
 pub async fn run(arguments: DemoArgs) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -204,7 +211,64 @@ async fn run_intentgate(
             unknown += usize::from(now == Some(IntentStatus::Unknown));
         }
     }
-    let run = Run::collect("intentgate", &served, server.provider(), Some(unknown));
+    let mut run = Run::collect("intentgate", &served, server.provider(), Some(unknown));
+    // Then reconciliation, as `serve` runs it every hour: the provider healed first, so that
+    // its listing is not itself faulted.
+    server
+        .provider()
+        .set_plan(HttpFaultPlan::quiet())
+        .context("healing the mock provider")?;
+    run.reconciliation = Some(reconcile_refunds(&loaded, ledger).await?);
     server.stop().await?;
     Ok(run)
+}
+
+/// Reconciles the refunds of the last hour; mismatches by kind. Unknown intents get no grace
+/// period: the demo's hour is over.
+async fn reconcile_refunds(
+    loaded: &intentgate_config::LoadedConfig,
+    ledger: Arc<SqliteLedger>,
+) -> anyhow::Result<BTreeMap<String, u64>> {
+    let ledger: Arc<dyn Ledger> = ledger;
+    let upstream = HttpUpstream::new(loaded.config.upstreams.clone(), loaded.config.http_tools())
+        .context("the example's upstreams")?;
+    let tool = loaded
+        .config
+        .tools
+        .iter()
+        .find(|tool| tool.name == "refund_order")
+        .context("the example config has refund_order")?;
+    let list = tool
+        .list
+        .as_ref()
+        .context("the example's refund_order has a list")?;
+    let now_ms = SystemClock.now_ms();
+    let options = ReconcileOptions {
+        since_ms: now_ms - RECONCILE_WINDOW_MS,
+        until_ms: now_ms + 1,
+        now_ms,
+        unknown_grace_ms: 0,
+        actor: "demo".to_owned(),
+    };
+    let pager = upstream.list_records(
+        &tool.name,
+        list,
+        options.since_ms,
+        options.until_ms,
+        PROVIDER_PAGE,
+    )?;
+    let mut found = BTreeMap::new();
+    let mut count = |mismatch: Mismatch| {
+        *found.entry(mismatch.kind.as_str().to_owned()).or_default() += 1;
+    };
+    let to_reconcile = ToolToReconcile {
+        tool: tool.name.clone(),
+        owner: None,
+        amount_argument: Some("/amount".to_owned()),
+        source: Box::new(pager),
+    };
+    reconcile_tool(&ledger, to_reconcile, &options, &mut count)
+        .await
+        .context("reconciling the refunds")?;
+    Ok(found)
 }

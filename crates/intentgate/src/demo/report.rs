@@ -30,6 +30,9 @@ pub struct Run {
     pub statuses: BTreeMap<String, usize>,
     /// Intents still unknown once looked up (intentgate only; a naive wrapper has no notion).
     pub unknown_after_lookup: Option<usize>,
+    /// Reconciliation of the ledger with the provider's refunds afterwards, mismatches by
+    /// kind (intentgate only: a naive wrapper keeps no ledger to reconcile).
+    pub reconciliation: Option<BTreeMap<String, u64>>,
 }
 
 impl Run {
@@ -68,6 +71,7 @@ impl Run {
                 .sum(),
             statuses,
             unknown_after_lookup,
+            reconciliation: None,
         }
     }
 }
@@ -138,6 +142,25 @@ impl Report {
         let _ = writeln!(out, "\nwhat the agents were told:");
         let _ = writeln!(out, "  naive wrapper: {}", summary(&a.statuses));
         let _ = writeln!(out, "  intentgate:    {}", summary(&b.statuses));
+        if let Some(found) = &b.reconciliation {
+            let found: BTreeMap<String, usize> = found
+                .iter()
+                .map(|(kind, count)| (kind.clone(), *count as usize))
+                .collect();
+            let text = if found.is_empty() {
+                "nothing: every refund matches its intent".to_owned()
+            } else {
+                summary(&found)
+            };
+            let _ = writeln!(
+                out,
+                "\nwhat reconciliation found afterwards (intentgate's ledger against the provider's refunds):\n  {text}"
+            );
+            let _ = writeln!(
+                out,
+                "  (unknown_found: resolved to done; unknown_missing: never happened, for the owner to resolve as not_executed)"
+            );
+        }
         out
     }
 }
