@@ -1,6 +1,6 @@
 //! The call path (SPEC section 5), one method per phase.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -828,6 +828,30 @@ impl Gate {
     }
 
     pub(crate) async fn is_disabled(&self, tool: &str) -> Result<bool, GateError> {
+        self.with_flags(|disabled| disabled.get(tool).copied().unwrap_or(false))
+            .await
+    }
+
+    /// The tools this gate treats as switched off now: the same cached view its calls are
+    /// refused by (read from the ledger at most every [`FLAG_REFRESH`]), so whoever shows it
+    /// (the MCP tool list) never runs ahead of or behind the calls.
+    pub async fn switched_off(&self) -> Result<BTreeSet<String>, GateError> {
+        self.with_flags(|disabled| {
+            disabled
+                .iter()
+                .filter(|(tool, off)| **off && self.tools.contains_key(*tool))
+                .map(|(tool, _)| tool.clone())
+                .collect()
+        })
+        .await
+    }
+
+    /// `read` over the flags by tool (true: switched off), re-read from the ledger when the
+    /// cached copy is older than [`FLAG_REFRESH`].
+    async fn with_flags<T>(
+        &self,
+        read: impl Fn(&HashMap<String, bool>) -> T,
+    ) -> Result<T, GateError> {
         let now_ms = self.clock.now_ms();
         {
             let cache = self.flags.lock().expect("flag cache lock");
@@ -835,7 +859,7 @@ impl Gate {
                 .read_ms
                 .is_some_and(|read| now_ms - read < FLAG_REFRESH.as_millis() as i64)
             {
-                return Ok(cache.disabled.get(tool).copied().unwrap_or(false));
+                return Ok(read(&cache.disabled));
             }
         }
         let flags = self.ledger.tool_flags().await?;
@@ -845,7 +869,7 @@ impl Gate {
             .into_iter()
             .map(|flag| (flag.tool, !flag.enabled))
             .collect();
-        Ok(cache.disabled.get(tool).copied().unwrap_or(false))
+        Ok(read(&cache.disabled))
     }
 }
 

@@ -2,13 +2,12 @@
 //! watched in the ledger, and `notifications/tools/list_changed` when that set changes.
 //!
 //! The flags live in the ledger (`intentgate flags disable`, or any replica's admin
-//! interface), so nothing tells this process that one changed: [`FlagWatch`] reads them
-//! every [`FLAG_POLL`]. A change is published (to `tools/list`, and to every registered
-//! peer, the stdio client, as `notifications/tools/list_changed`) only once the gate has
-//! seen it too: the gate caches the flags for `FLAG_REFRESH`, so the watcher waits that long
-//! after its read. A client told that a tool is off never gets a call through it, and one
-//! told it is back never gets `disabled`. Everything happens within about a second of the
-//! switch. The stateless Streamable HTTP endpoint has no standing connection to notify: its
+//! interface), so nothing tells this process that one changed: [`FlagWatch`] reads the
+//! gate's own view of them (`Gate::switched_off`, the cache its calls are refused by) every
+//! [`FLAG_POLL`]. A change is published (to `tools/list`, and to every registered peer, the
+//! stdio client, as `notifications/tools/list_changed`) when the gate has it, so a client
+//! told that a tool is off never gets a call through it, and one told it is back never gets
+//! `disabled`. Everything happens within about a second of the switch. The stateless Streamable HTTP endpoint has no standing connection to notify: its
 //! clients see the change at their next `tools/list`.
 //!
 //! The watcher is a task owned by the service: it ends when the last clone of the
@@ -20,19 +19,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use intentgate_gate::{FLAG_REFRESH, Gate};
+use intentgate_gate::Gate;
 use rmcp::RoleServer;
 use rmcp::service::Peer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// How often the flags are read from the ledger. The same period as the gate's flag cache
+/// How often the gate's view of the flags is read. The same period as the gate's flag cache
 /// (`intentgate_gate::FLAG_REFRESH`), so a client is told about a switch at about the time
-/// the gate starts honouring it; one indexed read of a small table each time.
+/// the gate starts honouring it; at most one indexed read of a small table each time.
 pub const FLAG_POLL: Duration = Duration::from_millis(500);
-/// Added to the gate's `FLAG_REFRESH` before a change is published: the gate's cache times
-/// its reads in whole milliseconds of the wall clock, the watcher on the monotonic one.
-const GATE_REFRESH_MARGIN: Duration = Duration::from_millis(50);
 /// Longest a `tools/list` waits for the first read of the flags (at startup). Past it the
 /// ledger is failing: the tools are listed unmarked (the gate still refuses calls to a
 /// switched-off tool, and fails closed while it can't read the flags).
@@ -141,8 +137,8 @@ async fn poll_forever(
     let mut failing = false;
     loop {
         ticks.tick().await;
-        let flags = match gate.ledger().tool_flags().await {
-            Ok(flags) => flags,
+        let now = match gate.switched_off().await {
+            Ok(now) => now,
             Err(error) => {
                 // Once per outage, not every half second.
                 if !failing {
@@ -156,12 +152,6 @@ async fn poll_forever(
             tracing::info!("reading the kill-switch flags works again");
             failing = false;
         }
-        // Flags of tools this gateway does not serve change nothing it publishes.
-        let now: BTreeSet<String> = flags
-            .into_iter()
-            .filter(|flag| !flag.enabled && gate.tool(&flag.tool).is_some())
-            .map(|flag| flag.tool)
-            .collect();
         let before = sender.borrow().clone();
         match before {
             Some(before) if *before == now => {}
@@ -170,9 +160,6 @@ async fn poll_forever(
                 sender.send_replace(Some(Arc::new(now)));
             }
             Some(before) => {
-                // Every gate cache read from now on sees what this read saw; one read
-                // before it may be trusted for FLAG_REFRESH more.
-                tokio::time::sleep(FLAG_REFRESH + GATE_REFRESH_MARGIN).await;
                 tracing::info!(
                     switched_off = ?now,
                     before = ?*before,

@@ -32,7 +32,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use intentgate_config::LoadedConfig;
 use intentgate_core::{Decimal, Effect, IntentStatus};
-use intentgate_gate::Metrics;
+use intentgate_gate::{Clock, Metrics, SystemClock};
 use intentgate_http::{HttpUpstream, ListedRecord, RecordPager};
 use intentgate_ledger::{
     IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order, ReconciliationRun, Resolve,
@@ -516,32 +516,23 @@ pub async fn reconcile_tool(
                 MismatchKind::UnknownFound => {
                     let external_id = external_ids.first().cloned();
                     let result = found_raw.remove(&(position as u32));
-                    let resolved = ledger
-                        .resolve(Resolve {
-                            id: intent.id,
-                            status: IntentStatus::Done,
-                            external_id: external_id.clone(),
-                            result,
-                            actor: options.actor.clone(),
-                            reason: format!(
-                                "reconciliation found the provider's record {}",
-                                external_id.as_deref().unwrap_or("")
-                            ),
-                            now_ms: options.now_ms,
-                        })
-                        .await;
-                    match resolved {
-                        Ok(_) => {
-                            mismatch.resolved = true;
-                            mismatch.detail = format!(
-                                "unknown, and the provider has it ({}): resolved to done; repeats now get already_done",
-                                external_id.as_deref().unwrap_or("")
-                            );
-                        }
-                        // Settled meanwhile (a lookup, an operator): nothing to resolve.
-                        Err(LedgerError::Transition(_)) => continue,
-                        Err(error) => return Err(error.into()),
+                    let resolved = resolve_found(
+                        ledger.as_ref(),
+                        intent.id,
+                        external_id.clone(),
+                        result,
+                        options,
+                    )
+                    .await?;
+                    // Settled meanwhile (a lookup, an operator): nothing to resolve.
+                    if !resolved {
+                        continue;
                     }
+                    mismatch.resolved = true;
+                    mismatch.detail = format!(
+                        "unknown, and the provider has it ({}): resolved to done; repeats now get already_done",
+                        external_id.as_deref().unwrap_or("")
+                    );
                 }
                 MismatchKind::EffectDespiteStatus => {
                     mismatch.detail = format!(
@@ -710,6 +701,37 @@ fn amount_differs(
     })
 }
 
+/// Resolves an `unknown` intent the provider has to `done`, as proved by its record. False
+/// when the intent was settled meanwhile (a lookup, an operator): nothing to resolve.
+async fn resolve_found(
+    ledger: &dyn Ledger,
+    id: IntentId,
+    external_id: Option<String>,
+    result: Option<Value>,
+    options: &ReconcileOptions,
+) -> Result<bool, ReconcileError> {
+    let reason = format!(
+        "reconciliation found the provider's record {}",
+        external_id.as_deref().unwrap_or("")
+    );
+    let resolved = ledger
+        .resolve(Resolve {
+            id,
+            status: IntentStatus::Done,
+            external_id,
+            result,
+            actor: options.actor.clone(),
+            reason,
+            now_ms: options.now_ms,
+        })
+        .await;
+    match resolved {
+        Ok(_) => Ok(true),
+        Err(LedgerError::Transition(_)) => Ok(false),
+        Err(error) => Err(error.into()),
+    }
+}
+
 /// A record of an intent first seen before the window: compare what can be compared from
 /// one record (the intent's other records are outside the window).
 async fn earlier_intent(
@@ -753,31 +775,23 @@ async fn earlier_intent(
     };
     match intent.status {
         IntentStatus::Unknown => {
-            let resolved = ledger
-                .resolve(Resolve {
-                    id: intent.id,
-                    status: IntentStatus::Done,
-                    external_id: Some(record.external_id.clone()),
-                    result: Some(record.raw.clone()),
-                    actor: options.actor.clone(),
-                    reason: format!(
-                        "reconciliation found the provider's record {}",
-                        record.external_id
-                    ),
-                    now_ms: options.now_ms,
-                })
-                .await;
-            match resolved {
-                Ok(_) => mismatches.push(Mismatch {
+            let resolved = resolve_found(
+                ledger,
+                intent.id,
+                Some(record.external_id.clone()),
+                Some(record.raw.clone()),
+                options,
+            )
+            .await?;
+            if resolved {
+                mismatches.push(Mismatch {
                     resolved: true,
                     detail: format!(
                         "unknown, and the provider has it ({}): resolved to done",
                         record.external_id
                     ),
                     ..base
-                }),
-                Err(LedgerError::Transition(_)) => {}
-                Err(error) => return Err(error.into()),
+                });
             }
         }
         IntentStatus::Rejected | IntentStatus::NotExecuted => mismatches.push(Mismatch {
@@ -885,7 +899,7 @@ impl Reconciler {
             let tool_report = self.run_tool(tool, &options, &mut report).await;
             report.tools.push(tool_report);
         }
-        report.finished_ms = report.started_ms.max(system_now_ms());
+        report.finished_ms = report.started_ms.max(SystemClock.now_ms());
         self.store(&mut report).await;
         self.count(&report);
         self.tell_owners(&report);
@@ -1071,11 +1085,4 @@ impl Reconciler {
             self.notifier.notify(tool.owner.as_deref(), &notice);
         }
     }
-}
-
-fn system_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis() as i64)
-        .unwrap_or(0)
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow, bail};
 use intentgate_admin::{ManualResolution, check_resolvable};
 use intentgate_core::IntentStatus;
+use intentgate_gate::{Clock, SystemClock};
 use intentgate_ledger::{
     Durability, Event, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order,
 };
@@ -156,7 +157,7 @@ async fn show(arguments: IntentsShowArgs) -> anyhow::Result<()> {
         IntentsFormat::Json => {
             writeln!(out, "{}", json!({ "intent": intent, "events": events }))?;
         }
-        IntentsFormat::Text => describe(&mut out, &intent, &events, now_ms())?,
+        IntentsFormat::Text => describe(&mut out, &intent, &events, SystemClock.now_ms())?,
     }
     print!("{out}");
     Ok(())
@@ -173,7 +174,7 @@ async fn resolve(arguments: IntentsResolveArgs) -> anyhow::Result<()> {
     let (ledger, shown) = open(&arguments.location).await?;
     let id = arguments.id;
     let before = read(&*ledger, id, &shown).await?;
-    let now_ms = now_ms();
+    let now_ms = SystemClock.now_ms();
     check_resolvable(&before, asked.status, now_ms).map_err(|why| anyhow!(why.message(id)))?;
     let after = match ledger.resolve(asked.to_resolve(id, now_ms)).await {
         Ok(after) => after,
@@ -373,13 +374,6 @@ fn printable(text: &str) -> String {
         }
     }
     out
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -652,22 +652,6 @@ impl Report {
 mod tests {
     use super::*;
 
-    fn milliseconds(values: &[u64]) -> Vec<Duration> {
-        values.iter().copied().map(Duration::from_millis).collect()
-    }
-
-    #[test]
-    fn percentiles_take_the_nearest_rank() {
-        let samples = milliseconds(&(1..=100).collect::<Vec<_>>());
-        assert_eq!(percentile(&samples, 0.5), Duration::from_millis(50));
-        assert_eq!(percentile(&samples, 0.99), Duration::from_millis(99));
-        assert_eq!(percentile(&samples, 1.0), Duration::from_millis(100));
-        assert_eq!(percentile(&samples, 0.0), Duration::from_millis(1));
-        let one = milliseconds(&[7]);
-        assert_eq!(percentile(&one, 0.5), Duration::from_millis(7));
-        assert_eq!(percentile(&one, 0.99), Duration::from_millis(7));
-    }
-
     #[test]
     fn thousands_are_grouped_as_the_spec_writes_them() {
         assert_eq!(grouped_thousands(5_000.0), "5,000");

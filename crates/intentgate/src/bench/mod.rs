@@ -57,3 +57,24 @@ pub fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
 pub fn microseconds(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1_000_000.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn milliseconds(values: &[u64]) -> Vec<Duration> {
+        values.iter().copied().map(Duration::from_millis).collect()
+    }
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let samples = milliseconds(&(1..=100).collect::<Vec<_>>());
+        assert_eq!(percentile(&samples, 0.5), Duration::from_millis(50));
+        assert_eq!(percentile(&samples, 0.99), Duration::from_millis(99));
+        assert_eq!(percentile(&samples, 1.0), Duration::from_millis(100));
+        assert_eq!(percentile(&samples, 0.0), Duration::from_millis(1));
+        let one = milliseconds(&[7]);
+        assert_eq!(percentile(&one, 0.5), Duration::from_millis(7));
+        assert_eq!(percentile(&one, 0.99), Duration::from_millis(7));
+    }
+}
