@@ -2976,14 +2976,16 @@ mod postgres {
         );
 
         let columns: i64 = outside
+            // From pg_catalog, not information_schema: its privilege checks open every
+            // relation of the database, and fail on one that a concurrent test is dropping.
             .query_one(
-                "SELECT count(*) FROM information_schema.columns c \
-                 WHERE c.table_schema = $1 AND c.data_type = 'text' AND c.table_name <> 'schema_migrations' \
-                 AND NOT EXISTS (SELECT 1 FROM information_schema.check_constraints k \
-                   JOIN information_schema.constraint_column_usage u \
-                     ON u.constraint_schema = k.constraint_schema AND u.constraint_name = k.constraint_name \
-                   WHERE u.table_schema = c.table_schema AND u.table_name = c.table_name \
-                     AND u.column_name = c.column_name)",
+                "SELECT count(*) FROM pg_attribute a \
+                 JOIN pg_class c ON c.oid = a.attrelid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relkind = 'r' AND c.relname <> 'schema_migrations' \
+                   AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid = 'text'::regtype \
+                   AND NOT EXISTS (SELECT 1 FROM pg_constraint k \
+                     WHERE k.conrelid = c.oid AND k.contype = 'c' AND a.attnum = ANY (k.conkey))",
                 &[schema],
             )
             .await
