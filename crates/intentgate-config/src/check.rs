@@ -12,7 +12,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use intentgate_core::limits::TENANT_LENGTH_MAX;
 use intentgate_core::tool::{RETRY_BUDGET_MAX, TIMEOUT_MS_MAX};
 use intentgate_core::{
     CallStatus, Effect, KeyError, KeyTemplate, Messages, ToolDefinition, ToolError,
@@ -67,6 +66,7 @@ pub(crate) fn check(
         arguments_known: true,
     };
     checker.gateway(&file.gateway);
+    checker.auth(&file.auth.0);
     let upstreams = checker.upstreams(file.upstreams);
     checker.owners(&file.owners);
     checker.reconcile(&file.reconcile);
@@ -106,6 +106,7 @@ pub(crate) fn check(
     );
     let config = Config {
         gateway: file.gateway,
+        auth: file.auth.0,
         upstreams,
         owners: file.owners,
         reconcile: file.reconcile,
@@ -114,7 +115,7 @@ pub(crate) fn check(
     Some((config, definitions))
 }
 
-struct Checker<'c, 'e> {
+pub(crate) struct Checker<'c, 'e> {
     map: &'c SourceMap,
     lookup: Lookup<'c>,
     errors: &'c mut Errors<'e>,
@@ -129,27 +130,32 @@ impl Checker<'_, '_> {
         self.map.value(path)
     }
 
-    fn push(&mut self, path: &[Segment<'_>], message: impl Into<String>, fix: impl Into<String>) {
+    pub(crate) fn push(
+        &mut self,
+        path: &[Segment<'_>],
+        message: impl Into<String>,
+        fix: impl Into<String>,
+    ) {
         let at = self.position(path);
         self.errors.push(at, message, fix);
     }
 
     fn gateway(&mut self, gateway: &GatewayConfig) {
-        let valid_tenant = !gateway.tenant.is_empty()
-            && gateway.tenant.len() <= TENANT_LENGTH_MAX
-            && gateway
-                .tenant
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-        if !valid_tenant {
+        if let Err(error) = intentgate_core::Tenant::parse(&gateway.tenant) {
             self.push(
                 &at!["gateway", "tenant"],
-                format!(
-                    "tenant `{}` is not a tenant name: 1 to {TENANT_LENGTH_MAX} letters, digits, `_`, `-` or `.`",
-                    gateway.tenant
-                ),
+                format!("`tenant`: {error}"),
                 "write a short identifier, e.g. `tenant: default`",
             );
+        }
+        for (index, origin) in gateway.allowed_origins.iter().enumerate() {
+            if let Err(reason) = check_origin(origin) {
+                self.push(
+                    &at!["gateway", "allowed_origins", index],
+                    format!("`{origin}` is not a web origin: {reason}"),
+                    "write a scheme, host and optional port, e.g. https://console.example.com",
+                );
+            }
         }
         if gateway.ledger.trim().is_empty() {
             self.push(
@@ -289,7 +295,14 @@ impl Checker<'_, '_> {
         rules
     }
 
-    fn range(&mut self, path: &[Segment<'_>], value: u64, min: u64, max: u64, unit: &str) {
+    pub(crate) fn range(
+        &mut self,
+        path: &[Segment<'_>],
+        value: u64,
+        min: u64,
+        max: u64,
+        unit: &str,
+    ) {
         if (min..=max).contains(&value) {
             return;
         }
@@ -1232,6 +1245,18 @@ fn argument_names(schema: &Value) -> Vec<String> {
 
 /// Why `text` can't serve as a base URL or webhook. The reason never quotes the URL (the
 /// parser's messages don't either): it may come from the environment and hold a secret.
+/// A web origin as browsers send it: `scheme://host[:port]`, nothing after.
+fn check_origin(text: &str) -> Result<(), String> {
+    let url = reqwest::Url::parse(text).map_err(|error| error.to_string())?;
+    if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
+        return Err("it needs an http or https scheme and a host".to_owned());
+    }
+    if text.trim_end_matches('/') != url.origin().ascii_serialization() {
+        return Err("it has a path, query, user or other part an origin lacks".to_owned());
+    }
+    Ok(())
+}
+
 fn check_url(text: &str) -> Result<(), String> {
     let url = reqwest::Url::parse(text).map_err(|error| error.to_string())?;
     if !matches!(url.scheme(), "http" | "https") {

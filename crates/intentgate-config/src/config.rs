@@ -16,10 +16,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::auth::AuthConfig;
+
 /// A checked config file.
 #[derive(Clone, PartialEq)]
 pub struct Config {
     pub gateway: GatewayConfig,
+    /// Who may call and which tenant each caller is.
+    pub auth: AuthConfig,
     /// Upstream APIs by name, with `${NAME}` references in `base_url` and `headers` resolved.
     pub upstreams: BTreeMap<String, UpstreamSpec>,
     /// Who is told about each tool's mismatches and alerts, by name.
@@ -60,8 +64,13 @@ pub struct GatewayConfig {
     /// loss) or `relaxed` (survives a crash of the process; the provider's key window is the
     /// backstop).
     pub durability: DurabilityMode,
-    /// The tenant intents are scoped to when a caller names none.
+    /// The one tenant of `auth: none`, and of `intentgate mcp` on stdio. With any other
+    /// `auth`, a caller's tenant comes from its credential.
     pub tenant: String,
+    /// Web origins (`https://console.example.com`) whose requests are accepted; a request
+    /// that carries any other `Origin` header is refused, so a web page can't act through
+    /// the gateway.
+    pub allowed_origins: Vec<String>,
     /// How long intents are kept, in days: far longer than providers keep idempotency keys
     /// (Stripe: 24 hours), so a late retry is still caught.
     pub retention_days: u32,
@@ -80,6 +89,7 @@ impl Default for GatewayConfig {
             ledger: "intentgate.db".to_owned(),
             durability: DurabilityMode::Strict,
             tenant: "default".to_owned(),
+            allowed_origins: Vec::new(),
             retention_days: 30,
             body_limit_bytes: 1024 * 1024,
             concurrency_limit: 256,
@@ -96,6 +106,7 @@ impl fmt::Debug for GatewayConfig {
             .field("ledger", &RedactedUrl(&self.ledger))
             .field("durability", &self.durability)
             .field("tenant", &self.tenant)
+            .field("allowed_origins", &self.allowed_origins)
             .field("retention_days", &self.retention_days)
             .field("body_limit_bytes", &self.body_limit_bytes)
             .field("concurrency_limit", &self.concurrency_limit)
@@ -312,6 +323,7 @@ impl fmt::Debug for Config {
             .collect();
         f.debug_struct("Config")
             .field("gateway", &self.gateway)
+            .field("auth", &self.auth)
             .field("upstreams", &upstreams)
             .field("owners", &self.owners)
             .field("reconcile", &self.reconcile)

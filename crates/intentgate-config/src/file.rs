@@ -14,6 +14,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::auth::AuthFile;
 use crate::config::{AlertRule, GatewayConfig, OwnerConfig, ReconcileConfig};
 
 /// An intentgate config: the gateway's settings, the upstream APIs its tools call, the
@@ -25,6 +26,11 @@ pub(crate) struct ConfigFile {
     /// Settings of the gateway process; every field has a default.
     #[serde(default)]
     pub gateway: GatewayConfig,
+    /// Who may call the gateway and which tenant each caller is: `none` (the default: one
+    /// tenant, `gateway.tenant`, and only on loopback listeners), or `api_keys`, `jwt`
+    /// and/or `trusted_proxy`.
+    #[serde(default)]
+    pub auth: AuthFile,
     /// Upstream APIs by name. `base_url` and `headers` values may use `${NAME}` and
     /// `${NAME:-default}` references to environment variables (for secrets).
     #[serde(default)]

@@ -25,6 +25,7 @@
 //! print or anything this crate renders: errors quote only text written in the file, and
 //! the types that hold resolved values print them as `<redacted>`.
 
+pub mod auth;
 mod check;
 mod config;
 mod env;
@@ -38,6 +39,7 @@ use std::path::Path;
 
 use intentgate_core::ToolDefinition;
 
+pub use auth::{ApiKeyConfig, AuthConfig, AuthMethods, JwtConfig, TrustedProxyConfig};
 pub use config::{
     AlertRule, AlertScope, Config, DurabilityMode, GatewayConfig, OwnerConfig, ReconcileConfig,
     ToolConfig,

@@ -17,6 +17,7 @@ pub mod intent;
 pub mod key;
 pub mod limits;
 pub mod outcome;
+pub mod principal;
 pub mod status;
 pub mod tool;
 
@@ -26,5 +27,6 @@ pub use fingerprint::{Fingerprint, differing_fields, fingerprint};
 pub use intent::{IllegalTransition, IntentStatus};
 pub use key::{KeyError, KeyTemplate};
 pub use outcome::{OutcomeClass, UpstreamObservation, classify};
+pub use principal::{Principal, Scope, Scopes, Tenant, TenantError};
 pub use status::{CallStatus, Messages};
 pub use tool::{ToolDefinition, ToolError};

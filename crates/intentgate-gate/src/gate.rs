@@ -90,6 +90,9 @@ impl Default for CallContext {
 pub enum GateError {
     #[error("no tool named `{0}`")]
     UnknownTool(String),
+    /// The call's tenant is not a tenant name: nothing was recorded or executed.
+    #[error("invalid tenant: {0}")]
+    InvalidTenant(#[from] intentgate_core::TenantError),
     #[error("tool `{tool}`: its input schema is not a valid JSON Schema: {reason}")]
     BadSchema { tool: String, reason: String },
     #[error("two tools are named `{0}`")]
@@ -254,6 +257,9 @@ impl Gate {
             .tools
             .get(name)
             .ok_or_else(|| GateError::UnknownTool(name.to_owned()))?;
+        // Checked before the ledger sees it: a malformed tenant is the caller's mistake, not
+        // a ledger outage (the schema's length check would fail the write).
+        intentgate_core::Tenant::parse(&context.tenant)?;
         let result = self.call_tool(tool, arguments, context).await;
         match &result {
             Ok(outcome) => self.metrics.call(&tool.definition.name, outcome.status),

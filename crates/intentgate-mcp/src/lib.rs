@@ -47,7 +47,7 @@ use std::time::Duration;
 
 pub use flags::{FLAG_POLL, PeerRegistration};
 pub use http::{HttpOptions, LOOPBACK_HOSTS, MCP_PATH, http_router};
-pub use service::{INTENT_ID_META_KEY, McpService, PERMIT_WAIT, PROTOCOL_VERSIONS, TENANT_HEADER};
+pub use service::{INTENT_ID_META_KEY, McpService, PERMIT_WAIT, PROTOCOL_VERSIONS};
 pub use stdio::{StdioError, serve_stdio};
 pub use tools::{SWITCHED_OFF_SENTENCE, ToolHints, outcome_schema};
 
@@ -57,7 +57,8 @@ use intentgate_gate::Gate;
 /// Settings of the MCP server, whatever the transport.
 #[derive(Debug, Clone)]
 pub struct McpOptions {
-    /// The tenant of calls that name none (over HTTP, the `Intentgate-Tenant` header does).
+    /// The tenant of calls without a principal: every call over stdio. Over Streamable HTTP
+    /// the caller's principal (inserted by the HTTP edge) decides.
     pub tenant: String,
     /// Tool calls running at once. A call beyond it waits up to [`PERMIT_WAIT`] for a slot.
     pub concurrency_limit: u32,

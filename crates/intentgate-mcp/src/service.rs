@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use intentgate_core::limits::{INTENT_ID_LENGTH_MAX, TENANT_LENGTH_MAX};
+use intentgate_core::Principal;
+use intentgate_core::limits::INTENT_ID_LENGTH_MAX;
 use intentgate_gate::{CallContext, CallOutcome, Gate, GateError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
@@ -24,8 +25,6 @@ use crate::tools::{ToolHints, listing, outcome_schema, switched_off};
 /// The `_meta` key of a `tools/call` request that carries the application's intent id
 /// (SPEC section 4), for tools whose key uses `{intent_id}`.
 pub const INTENT_ID_META_KEY: &str = "intentgate/intent_id";
-/// The HTTP header that names the tenant over Streamable HTTP, as on the HTTP API.
-pub const TENANT_HEADER: &str = "intentgate-tenant";
 /// The protocol versions served, oldest first: 2026-07-28 (stateless, negotiated per
 /// request or by `server/discover`) and, over the `initialize` handshake, 2025-11-25 and
 /// 2025-06-18. 2025-06-18 is the oldest revision with structured tool output
@@ -171,7 +170,7 @@ impl McpService {
             },
         };
         let context = CallContext {
-            tenant: tenant(&context)?.unwrap_or_else(|| self.inner.options.tenant.clone()),
+            tenant: tenant(&context, &self.inner.options.tenant),
             intent_id,
         };
         let arguments = Value::Object(request.arguments.unwrap_or_default());
@@ -200,6 +199,10 @@ impl McpService {
         match outcome {
             Ok(outcome) => Ok(tool_result(&outcome)),
             Err(GateError::UnknownTool(name)) => Err(unknown_tool(&name)),
+            Err(GateError::InvalidTenant(error)) => Err(ErrorData::invalid_params(
+                format!("{error}; nothing was recorded or executed"),
+                None,
+            )),
             Err(GateError::Ledger(error)) => {
                 tracing::error!(%error, "the ledger failed before the upstream call");
                 Err(ErrorData::internal_error(
@@ -253,28 +256,16 @@ fn intent_id(meta: &RequestMetaObject) -> Result<Option<String>, ErrorData> {
     }
 }
 
-/// The tenant named by the `Intentgate-Tenant` header of a Streamable HTTP request.
-fn tenant(context: &RequestContext<RoleServer>) -> Result<Option<String>, ErrorData> {
-    let Some(parts) = context.extensions.get::<axum::http::request::Parts>() else {
-        return Ok(None);
-    };
-    let Some(value) = parts.headers.get(TENANT_HEADER) else {
-        return Ok(None);
-    };
-    let valid = value
-        .to_str()
-        .ok()
-        .map(str::trim)
-        .filter(|tenant| !tenant.is_empty() && tenant.len() <= TENANT_LENGTH_MAX);
-    match valid {
-        Some(tenant) => Ok(Some(tenant.to_owned())),
-        None => Err(ErrorData::invalid_params(
-            format!(
-                "the {TENANT_HEADER} header must be 1 to {TENANT_LENGTH_MAX} visible ASCII characters"
-            ),
-            None,
-        )),
-    }
+/// The tenant of a call: over Streamable HTTP the caller's principal, which the HTTP edge
+/// decided from its credential; on stdio (no principal) the configured tenant, since the
+/// process runs for the one agent that started it.
+fn tenant(context: &RequestContext<RoleServer>, configured: &str) -> String {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Principal>())
+        .map(|principal| principal.tenant.as_str().to_owned())
+        .unwrap_or_else(|| configured.to_owned())
 }
 
 impl ServerHandler for McpService {

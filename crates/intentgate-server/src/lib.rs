@@ -7,9 +7,14 @@
 //! | `GET /metrics` | the gate's metrics, Prometheus text format (`intentgate_gate::Metrics`) |
 //! | `GET /v1/tools` | the tools, with their published descriptions and input schemas |
 //! | `POST /v1/tools/{name}/call` | calls a tool through the [`Gate`]; body `{"arguments": {...}}` |
-//! | `GET /v1/intents/{tool}/{key}` | an intent as the ledger holds it |
+//! | `GET /v1/intents/{tool}/{key}` | an intent of the caller's tenant, as the ledger holds it |
+//! | `GET /.well-known/oauth-protected-resource` | OAuth protected-resource metadata (JWT auth) |
 //!
 //! [`run_with`] serves more routes beside these (MCP over Streamable HTTP at `/mcp`).
+//! Every route, these and the extra ones, sits behind the edge (`edge.rs`): the browser
+//! checks (content type, `Origin`, loopback `Host`) and authentication, which inserts the
+//! caller's [`Principal`](intentgate_core::Principal) into the request. The tenant of a call
+//! is the principal's, never a value the caller picks.
 //!
 //! A call's outcome, whatever it is (`done`, `pending_unknown`, `conflict`, ...), is a 200
 //! with the outcome object: the call worked, and the status tells the model what happened.
@@ -21,6 +26,8 @@
 //! period ends is left `in_flight` in the ledger, where its lease expires and the lookup
 //! resolves it.
 
+pub mod auth;
+pub mod edge;
 mod problem;
 mod routes;
 
@@ -32,6 +39,8 @@ use intentgate_gate::Gate;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+pub use auth::{AuthOptions, Authenticator};
+pub use edge::BrowserOptions;
 pub use problem::Problem;
 
 /// Largest request body accepted by default: tool arguments are small JSON objects.
@@ -42,13 +51,16 @@ pub const CONCURRENCY_LIMIT_DEFAULT: usize = 256;
 pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
 
 /// Settings of the HTTP server.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServerOptions {
     pub body_limit_bytes: usize,
     pub concurrency_limit: usize,
     pub shutdown_grace: Duration,
-    /// The tenant of calls that don't send an `Intentgate-Tenant` header.
-    pub tenant: String,
+    /// Who may call, and which tenant each caller is.
+    pub authenticator: Arc<Authenticator>,
+    /// Web origins whose requests are accepted; every other request with an `Origin` is
+    /// refused.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for ServerOptions {
@@ -57,8 +69,23 @@ impl Default for ServerOptions {
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
             concurrency_limit: CONCURRENCY_LIMIT_DEFAULT,
             shutdown_grace: SHUTDOWN_GRACE_DEFAULT,
-            tenant: "default".to_owned(),
+            authenticator: Arc::new(
+                Authenticator::new(AuthOptions::default()).expect("auth: none always builds"),
+            ),
+            allowed_origins: Vec::new(),
         }
+    }
+}
+
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field("body_limit_bytes", &self.body_limit_bytes)
+            .field("concurrency_limit", &self.concurrency_limit)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("auth_none", &self.authenticator.is_none())
+            .field("allowed_origins", &self.allowed_origins)
+            .finish()
     }
 }
 
@@ -70,9 +97,43 @@ pub(crate) struct AppState {
     pub calls: Arc<Semaphore>,
 }
 
-/// The router, for embedding in another axum app or testing without a socket.
+/// The router with its edge, for embedding in another axum app or testing without a
+/// socket. `Host` names are not checked (that needs to know the listener's address).
 pub fn router(gate: Arc<Gate>, options: ServerOptions) -> axum::Router {
-    routes::router(state(gate, options))
+    with_edge(
+        routes::router(state(gate, options.clone())),
+        &options,
+        false,
+    )
+}
+
+/// `app` behind the edge: authentication inside, the browser checks outside it, so a
+/// request a browser could forge is refused before any credential is looked at.
+fn with_edge(app: axum::Router, options: &ServerOptions, loopback: bool) -> axum::Router {
+    let authenticator = options.authenticator.clone();
+    let browser = Arc::new(BrowserOptions {
+        allowed_origins: options.allowed_origins.clone(),
+        loopback_hosts_only: loopback,
+    });
+    let metadata = axum::Router::new()
+        .route(
+            edge::RESOURCE_METADATA_PATH,
+            axum::routing::get(edge::resource_metadata),
+        )
+        .route(
+            &format!("{}/{{*resource}}", edge::RESOURCE_METADATA_PATH),
+            axum::routing::get(edge::resource_metadata),
+        )
+        .with_state(authenticator.clone());
+    app.merge(metadata)
+        .layer(axum::middleware::from_fn_with_state(
+            authenticator,
+            edge::authenticate,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            browser,
+            edge::browser_checks,
+        ))
 }
 
 fn state(gate: Arc<Gate>, options: ServerOptions) -> Arc<AppState> {
@@ -104,15 +165,20 @@ pub async fn run_with(
     extra: Option<axum::Router>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let state = state(gate, options);
+    let loopback = listener.local_addr()?.ip().is_loopback();
+    let state = state(gate, options.clone());
     let app = routes::router(state.clone());
     let app = match extra {
         Some(extra) => app.merge(extra),
         None => app,
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let app = with_edge(app, &options, loopback);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await?;
     let permits = state.options.concurrency_limit as u32;
     let drained = tokio::time::timeout(
         state.options.shutdown_grace,

@@ -6,10 +6,11 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use intentgate_core::{Principal, Scope, Tenant};
 use intentgate_gate::{CallContext, GateError};
 use intentgate_ledger::IntentRecord;
 use serde::Deserialize;
@@ -20,8 +21,6 @@ use crate::problem::Problem;
 
 /// The header that carries the application's intent id.
 pub const INTENT_ID_HEADER: &str = "intent-id";
-/// The header that names the tenant (default: the server's tenant).
-pub const TENANT_HEADER: &str = "intentgate-tenant";
 /// Seconds an overloaded caller is asked to wait.
 const OVERLOADED_RETRY_AFTER_SECONDS: u64 = 1;
 /// How long `/readyz` waits for the ledger to answer a read, and `/metrics` for its intent
@@ -116,7 +115,39 @@ async fn not_found() -> Problem {
     )
 }
 
-async fn list_tools(State(state): State<Arc<AppState>>) -> Json<Value> {
+/// The caller's principal, which the edge inserted; its absence means the router is served
+/// without its edge, and nothing is answered then.
+fn principal(principal: Option<Extension<Principal>>) -> Result<Principal, Problem> {
+    principal
+        .map(|Extension(principal)| principal)
+        .ok_or_else(|| {
+            Problem::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "Credential required",
+                "this gateway needs a credential: send `Authorization: Bearer <key or token>`",
+            )
+        })
+}
+
+/// The principal, if it has `scope`.
+fn principal_with(
+    principal_extension: Option<Extension<Principal>>,
+    scope: Scope,
+) -> Result<Principal, Problem> {
+    let principal = principal(principal_extension)?;
+    if principal.may(scope) {
+        Ok(principal)
+    } else {
+        Err(crate::edge::missing_scope(&principal, scope))
+    }
+}
+
+async fn list_tools(
+    State(state): State<Arc<AppState>>,
+    caller: Option<Extension<Principal>>,
+) -> Result<Json<Value>, Problem> {
+    principal(caller)?;
     let tools: Vec<Value> = state
         .gate
         .tools()
@@ -130,7 +161,7 @@ async fn list_tools(State(state): State<Arc<AppState>>) -> Json<Value> {
             })
         })
         .collect();
-    Json(json!({ "tools": tools }))
+    Ok(Json(json!({ "tools": tools })))
 }
 
 fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, Problem> {
@@ -153,10 +184,15 @@ fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, Proble
 async fn call_tool(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
+    caller: Option<Extension<Principal>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match call_tool_inner(state, name, headers, body).await {
+    let caller = match principal_with(caller, Scope::Call) {
+        Ok(caller) => caller,
+        Err(problem) => return problem.into_response(),
+    };
+    match call_tool_inner(state, name, caller, headers, body).await {
         Ok(response) => response,
         Err(problem) => problem.into_response(),
     }
@@ -165,6 +201,7 @@ async fn call_tool(
 async fn call_tool_inner(
     state: Arc<AppState>,
     name: String,
+    caller: Principal,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
@@ -223,8 +260,7 @@ async fn call_tool_inner(
         }
     };
     let context = CallContext {
-        tenant: header_text(&headers, TENANT_HEADER)?
-            .unwrap_or_else(|| state.options.tenant.clone()),
+        tenant: caller.tenant.as_str().to_owned(),
         intent_id: header_text(&headers, INTENT_ID_HEADER)?,
     };
     let permit = state.calls.clone().try_acquire_owned().map_err(|_| {
@@ -261,6 +297,12 @@ async fn call_tool_inner(
             "Unknown tool",
             format!("no tool named `{name}`; GET /v1/tools lists the tools"),
         )),
+        Err(GateError::InvalidTenant(error)) => Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "bad-tenant",
+            "Invalid tenant",
+            format!("{error}; nothing was recorded or executed"),
+        )),
         Err(GateError::Ledger(error)) => {
             tracing::error!(%error, "the ledger failed before the upstream call");
             let mut problem = Problem::new(
@@ -285,34 +327,75 @@ async fn call_tool_inner(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct IntentQuery {
+    /// Another tenant's intent: for `admin` credentials only.
     tenant: Option<String>,
 }
 
 async fn get_intent(
     State(state): State<Arc<AppState>>,
     Path((tool, key)): Path<(String, String)>,
-    Query(query): Query<IntentQuery>,
+    caller: Option<Extension<Principal>>,
+    query: Result<Query<IntentQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let tenant = query.tenant.unwrap_or_else(|| state.options.tenant.clone());
-    match state.gate.ledger().get(&tenant, &tool, &key).await {
-        Ok(Some(intent)) => Json(intent_view(&intent)).into_response(),
-        Ok(None) => Problem::new(
+    match get_intent_inner(state, tool, key, caller, query).await {
+        Ok(response) => response,
+        Err(problem) => problem.into_response(),
+    }
+}
+
+async fn get_intent_inner(
+    state: Arc<AppState>,
+    tool: String,
+    key: String,
+    caller: Option<Extension<Principal>>,
+    query: Result<Query<IntentQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, Problem> {
+    let caller = principal_with(caller, Scope::IntentsRead)?;
+    let Query(query) = query.map_err(|rejection| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "bad-query",
+            "Bad query",
+            format!(
+                "{}; the one parameter is `tenant` (admin only)",
+                rejection.body_text()
+            ),
+        )
+    })?;
+    let tenant = match query.tenant {
+        None => caller.tenant.clone(),
+        Some(named) => {
+            if !caller.may(Scope::Admin) {
+                return Err(crate::edge::missing_scope(&caller, Scope::Admin));
+            }
+            Tenant::parse(&named).map_err(|error| {
+                Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad-tenant",
+                    "Invalid tenant",
+                    error.to_string(),
+                )
+            })?
+        }
+    };
+    match state.gate.ledger().get(tenant.as_str(), &tool, &key).await {
+        Ok(Some(intent)) => Ok(Json(intent_view(&intent)).into_response()),
+        Ok(None) => Err(Problem::new(
             StatusCode::NOT_FOUND,
             "unknown-intent",
             "No such intent",
             format!("no intent for tool `{tool}` with key `{key}` (tenant `{tenant}`)"),
-        )
-        .into_response(),
+        )),
         Err(error) => {
             tracing::error!(%error, "ledger read failed");
-            Problem::new(
+            Err(Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ledger-unavailable",
                 "The intent ledger is unavailable",
                 "try again shortly",
-            )
-            .into_response()
+            ))
         }
     }
 }

@@ -47,6 +47,8 @@ pub enum Command {
     MockProvider(MockProviderArgs),
     /// Print the config file's JSON Schema, or check a config file.
     Config(ConfigArgs),
+    /// Make API keys for the `auth.api_keys` section of the config.
+    Auth(AuthArgs),
     /// Measure intentgate on this machine against the SPEC targets.
     Bench(BenchArgs),
     /// The kill switch: switch a tool off or on for every gateway sharing the ledger, or
@@ -306,6 +308,34 @@ pub struct McpArgs {
     /// Durability of the ledger (overrides `gateway.durability`).
     #[arg(long, env = "INTENTGATE_DURABILITY", value_enum)]
     pub durability: Option<DurabilityArgument>,
+}
+
+/// `intentgate auth`.
+#[derive(Debug, Args)]
+pub struct AuthArgs {
+    #[command(subcommand)]
+    pub command: AuthCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuthCommand {
+    /// Make a random API key: prints the key once (give it to the caller, keep it in its
+    /// secret store) and the config entry that holds only its SHA-256 digest.
+    NewKey(NewKeyArgs),
+}
+
+/// `intentgate auth new-key`.
+#[derive(Debug, Args)]
+pub struct NewKeyArgs {
+    /// Who holds the key, named in logs (`support-agent`).
+    #[arg(long)]
+    pub name: String,
+    /// The tenant every call made with the key belongs to.
+    #[arg(long)]
+    pub tenant: String,
+    /// What the key may do: `call`, `intents:read`, `admin` (repeat or separate with commas).
+    #[arg(long, value_delimiter = ',', default_value = "call")]
+    pub scopes: Vec<String>,
 }
 
 /// `intentgate demo`.

@@ -5,6 +5,7 @@
 //! the process with a non-zero status.
 
 mod audit;
+mod auth;
 mod bench;
 mod cli;
 mod config_command;
@@ -96,6 +97,7 @@ async fn main() -> ExitCode {
         Command::Demo(arguments) => demo::run(arguments).await,
         Command::MockProvider(arguments) => mock_provider::run(arguments).await,
         Command::Config(arguments) => config_command::run(arguments),
+        Command::Auth(arguments) => auth::run(arguments),
         Command::Bench(arguments) => bench::run(arguments).await,
         Command::Flags(arguments) => flags::run(arguments).await,
         Command::Intents(arguments) => intents::run(arguments).await,

@@ -70,16 +70,18 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
         .await
         .context("opening the intent ledger")?;
     let gate = Arc::new(build_gate(&loaded, ledger.clone(), Arc::new(SystemClock))?);
-    let options = ServerOptions {
-        body_limit_bytes: gateway.body_limit_bytes as usize,
-        concurrency_limit: gateway.concurrency_limit as usize,
-        shutdown_grace: Duration::from_millis(gateway.shutdown_grace_ms),
-        tenant: gateway.tenant.clone(),
-    };
     let listener = TcpListener::bind(&listen)
         .await
         .with_context(|| format!("can't listen on {listen}: is another process using it?"))?;
     let address = listener.local_addr()?;
+    let authenticator = crate::auth::authenticator(&loaded.config, address)?;
+    let options = ServerOptions {
+        body_limit_bytes: gateway.body_limit_bytes as usize,
+        concurrency_limit: gateway.concurrency_limit as usize,
+        shutdown_grace: Duration::from_millis(gateway.shutdown_grace_ms),
+        authenticator: Arc::new(authenticator),
+        allowed_origins: gateway.allowed_origins.clone(),
+    };
     tokio::spawn(purge_forever(ledger.clone(), gateway.retention_days));
     tokio::spawn(sweep_forever(gate.clone()));
     // Owners hear about duplicate-call alerts and reconciliation mismatches.

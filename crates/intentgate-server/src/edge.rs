@@ -1,0 +1,324 @@
+//! The checks every request passes before any handler: the browser checks, then who is
+//! calling.
+//!
+//! Browser checks. A web page the operator happens to visit can send requests to a gateway on
+//! loopback: a form posts `text/plain` without a preflight, and a DNS-rebinding page reaches
+//! `127.0.0.1` under its own host name. So on every route: a request with an `Origin` that
+//! is not listed in `allowed_origins` is refused (403), a POST, PUT or PATCH must be
+//! `application/json` (415: a browser can't send that cross-origin without a preflight that
+//! this server never approves), and a server listening on loopback accepts only loopback
+//! `Host` names (403).
+//!
+//! Authentication. The [`Authenticator`] turns the credential into a [`Principal`] that is
+//! inserted into the request's extensions; handlers and MCP read the tenant only from it.
+//! `/healthz`, `/readyz`, `/metrics` and the OAuth protected-resource metadata need no
+//! credential (they carry no caller data). The admin API keeps its own token: a request to it
+//! gets a principal when its credential is one, and is otherwise left to the admin API.
+//! `/mcp` needs the `call` scope; each other route checks the scope it needs.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use intentgate_core::{Principal, Scope};
+
+use crate::auth::{AuthFailure, Authenticator};
+use crate::problem::Problem;
+
+/// Where the OAuth protected-resource metadata (RFC 9728) is served; the resource's own path
+/// follows it (`/.well-known/oauth-protected-resource/mcp`).
+pub const RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+/// The `Host` names a loopback listener accepts (with or without a port).
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+/// Where the MCP endpoint is mounted; it needs the `call` scope.
+const MCP_PATH: &str = "/mcp";
+/// Where the admin API lives; it has its own token.
+const ADMIN_PREFIX: &str = "/v1/admin";
+
+/// Settings of the browser checks.
+#[derive(Debug, Clone, Default)]
+pub struct BrowserOptions {
+    /// Origins (`https://console.example.com`) whose requests are accepted; any other
+    /// request that carries an `Origin` is refused.
+    pub allowed_origins: Vec<String>,
+    /// Accept only loopback `Host` names: set for a listener on a loopback address.
+    pub loopback_hosts_only: bool,
+}
+
+/// The browser checks, as an axum middleware over [`BrowserOptions`].
+pub async fn browser_checks(
+    State(options): State<Arc<BrowserOptions>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Err(problem) = check_browser(&options, request.method(), request.headers()) {
+        return problem.into_response();
+    }
+    next.run(request).await
+}
+
+fn check_browser(
+    options: &BrowserOptions,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<(), Problem> {
+    if options.loopback_hosts_only {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("");
+        if !is_loopback_host(host) {
+            return Err(Problem::new(
+                StatusCode::FORBIDDEN,
+                "host-not-allowed",
+                "Host not allowed",
+                format!(
+                    "this gateway listens on loopback and answers only to the host names {}; \
+                     a request for {host:?} may come from a web page through DNS rebinding",
+                    LOOPBACK_HOSTS.join(", ")
+                ),
+            ));
+        }
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("").trim().trim_end_matches('/');
+        let allowed = options
+            .allowed_origins
+            .iter()
+            .any(|allowed| allowed.trim_end_matches('/').eq_ignore_ascii_case(origin));
+        if !allowed {
+            return Err(Problem::new(
+                StatusCode::FORBIDDEN,
+                "origin-not-allowed",
+                "Origin not allowed",
+                format!(
+                    "requests from web pages are refused unless their origin is listed in \
+                     gateway.allowed_origins; {origin:?} is not"
+                ),
+            ));
+        }
+    }
+    let has_body = matches!(*method, Method::POST | Method::PUT | Method::PATCH);
+    if has_body && !is_json(headers.get(header::CONTENT_TYPE)) {
+        return Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "The body must be JSON",
+            "send the body with `Content-Type: application/json`",
+        ));
+    }
+    Ok(())
+}
+
+/// True for `localhost`, `127.0.0.1` and `[::1]`, with or without a port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        // `[::1]:8080`: the name is the bracketed part.
+        Some(rest) => match rest.split_once(']') {
+            Some((inside, after)) if after.is_empty() || valid_port(after) => {
+                return LOOPBACK_HOSTS.contains(&format!("[{inside}]").as_str());
+            }
+            _ => return false,
+        },
+        None => match host.split_once(':') {
+            Some((name, port)) if valid_port(&format!(":{port}")) => name,
+            Some(_) => return false,
+            None => host,
+        },
+    };
+    LOOPBACK_HOSTS
+        .iter()
+        .any(|loopback| loopback.eq_ignore_ascii_case(name))
+}
+
+fn valid_port(text: &str) -> bool {
+    text.strip_prefix(':').is_some_and(|port| {
+        !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
+/// `application/json`, with or without parameters (`; charset=utf-8`).
+fn is_json(value: Option<&HeaderValue>) -> bool {
+    let Some(text) = value.and_then(|value| value.to_str().ok()) else {
+        return false;
+    };
+    let media_type = text.split(';').next().unwrap_or("").trim();
+    media_type.eq_ignore_ascii_case("application/json")
+}
+
+/// What a route asks of its caller.
+enum Access {
+    /// No credential (health, metrics, the resource metadata).
+    Public,
+    /// The admin API: a principal if the credential is one, else the admin API's token.
+    Admin,
+    /// A principal with this scope (`None`: any scope; the handler checks).
+    Principal(Option<Scope>),
+}
+
+fn access(path: &str) -> Access {
+    match path {
+        "/healthz" | "/readyz" | "/metrics" => Access::Public,
+        _ if path.starts_with(RESOURCE_METADATA_PATH) => Access::Public,
+        _ if path == ADMIN_PREFIX || path.starts_with("/v1/admin/") => Access::Admin,
+        MCP_PATH => Access::Principal(Some(Scope::Call)),
+        _ => Access::Principal(None),
+    }
+}
+
+/// Authenticates a request and inserts its [`Principal`], as an axum middleware.
+pub async fn authenticate(
+    State(authenticator): State<Arc<Authenticator>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let access = access(request.uri().path());
+    if matches!(access, Access::Public) {
+        return next.run(request).await;
+    }
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(address)| address.ip());
+    let result = authenticator.authenticate(request.headers(), peer).await;
+    match (result, access) {
+        (Ok(principal), access) => {
+            if let Access::Principal(Some(scope)) = access
+                && !principal.may(scope)
+            {
+                return missing_scope(&principal, scope).into_response();
+            }
+            request.extensions_mut().insert(principal);
+            next.run(request).await
+        }
+        (Err(_), Access::Admin) => next.run(request).await,
+        (Err(failure), _) => refused(&authenticator, failure),
+    }
+}
+
+/// The 403 for a principal without the scope a route needs.
+pub fn missing_scope(principal: &Principal, scope: Scope) -> Problem {
+    Problem::new(
+        StatusCode::FORBIDDEN,
+        "missing-scope",
+        "Missing scope",
+        format!(
+            "this needs the `{scope}` scope; the credential of `{}` has {}",
+            principal.subject,
+            if principal.scopes.is_empty() {
+                "none".to_owned()
+            } else {
+                format!("`{}`", principal.scopes)
+            }
+        ),
+    )
+}
+
+fn refused(authenticator: &Authenticator, failure: AuthFailure) -> Response {
+    let rejected = matches!(failure, AuthFailure::Rejected(_));
+    let (status, kind, title) = match failure {
+        AuthFailure::Tenant(_) => (
+            StatusCode::BAD_REQUEST,
+            "tenant-not-allowed",
+            "Tenant not allowed",
+        ),
+        AuthFailure::Missing => (
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "Credential required",
+        ),
+        AuthFailure::Rejected(_) => (
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "Credential not accepted",
+        ),
+    };
+    let mut response = Problem::new(status, kind, title, failure.to_string()).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        // RFC 6750, and the MCP authorization spec: tell the client where to learn how to
+        // get a token.
+        let mut challenge = "Bearer".to_owned();
+        let mut parameters = Vec::new();
+        if let Some(url) = authenticator.resource_metadata_path() {
+            parameters.push(format!("resource_metadata=\"{url}\""));
+        }
+        if rejected {
+            parameters.push("error=\"invalid_token\"".to_owned());
+        }
+        if !parameters.is_empty() {
+            challenge = format!("{challenge} {}", parameters.join(", "));
+        }
+        if let Ok(value) = HeaderValue::from_str(&challenge) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
+        }
+    }
+    response
+}
+
+/// `GET /.well-known/oauth-protected-resource[/...]`: the metadata of RFC 9728, when JWT
+/// authentication names its resource.
+pub async fn resource_metadata(State(authenticator): State<Arc<Authenticator>>) -> Response {
+    match authenticator.resource_metadata() {
+        Some(metadata) => axum::Json(metadata).into_response(),
+        None => Problem::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "No protected-resource metadata",
+            "this gateway publishes OAuth metadata only with JWT authentication and auth.jwt.resource set",
+        )
+        .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_host_names_with_and_without_ports() {
+        for good in [
+            "localhost",
+            "LOCALHOST:8080",
+            "127.0.0.1",
+            "127.0.0.1:1",
+            "[::1]",
+            "[::1]:8080",
+        ] {
+            assert!(is_loopback_host(good), "{good}");
+        }
+        for bad in [
+            "",
+            "rebind.evil.example",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io",
+            "127.0.0.1:",
+            "127.0.0.1:80:80",
+            "[::1]x",
+            "::1",
+            "127.0.0.2",
+        ] {
+            assert!(!is_loopback_host(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_json_bodies_pass() {
+        let value = |text: &'static str| HeaderValue::from_static(text);
+        assert!(is_json(Some(&value("application/json"))));
+        assert!(is_json(Some(&value("Application/JSON; charset=utf-8"))));
+        for bad in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data",
+            "application/jsonx",
+        ] {
+            assert!(!is_json(Some(&value(bad))), "{bad}");
+        }
+        assert!(!is_json(None));
+    }
+}
