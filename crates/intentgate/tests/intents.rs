@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::{
     Running, example_config, get_json, json_answer, mock_provider, set_faults, start_with_stderr,
-    until, with_setting,
+    until, with_api_keys, with_setting,
 };
 
 /// Tool timeouts in the test config: short, so that nothing waits long.
@@ -27,10 +27,21 @@ const FLAG_HONOURED_WITHIN: Duration = Duration::from_secs(3);
 const POLL_EVERY: Duration = Duration::from_millis(50);
 
 /// The example config with short timeouts and its ledger at `ledger`, written to `folder`.
+/// The API keys of the two tenants the tests call as.
+const KEY_DEFAULT: &str = "igk_tenant_default_key_for_tests_000000";
+const KEY_ACME: &str = "igk_tenant_acme_key_for_tests_0000000000";
+
 fn test_config(folder: &Path, ledger: &Path) -> PathBuf {
     example_config(folder, |text| {
         let text = with_setting(&text, "timeout_ms", TOOL_TIMEOUT_MS);
-        with_setting(&text, "ledger", ledger.display())
+        let text = with_setting(&text, "ledger", ledger.display());
+        with_api_keys(
+            &text,
+            &[
+                ("agent-default", KEY_DEFAULT, "default", "call"),
+                ("agent-acme", KEY_ACME, "acme", "call"),
+            ],
+        )
     })
 }
 
@@ -80,15 +91,21 @@ fn stack(admin_token: Option<&str>) -> Stack {
 }
 
 impl Stack {
+    /// Calls as tenant `acme` or, by default, `default`: the tenant is the key's.
     async fn call(&self, tool: &str, arguments: Value, tenant: Option<&str>) -> Value {
-        let mut request = self
+        let key = match tenant {
+            None | Some("default") => KEY_DEFAULT,
+            Some("acme") => KEY_ACME,
+            Some(other) => panic!("no key for tenant {other}"),
+        };
+        let response = self
             .client
             .post(format!("{}/v1/tools/{tool}/call", self.gateway.url))
-            .json(&json!({ "arguments": arguments }));
-        if let Some(tenant) = tenant {
-            request = request.header("Intentgate-Tenant", tenant);
-        }
-        let response = request.send().await.unwrap();
+            .bearer_auth(key)
+            .json(&json!({ "arguments": arguments }))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status().as_u16(), 200);
         response.json().await.unwrap()
     }

@@ -124,6 +124,9 @@ impl JwtVerifier {
                 "algorithm {algorithm:?} is not supported; use RS256, ES256 or EdDSA"
             )));
         }
+        // reqwest is built without a TLS crypto provider; an error only means one is
+        // installed already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .timeout(JWKS_FETCH_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())

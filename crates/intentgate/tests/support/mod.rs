@@ -157,6 +157,23 @@ pub fn with_setting(config: &str, name: &str, value: impl Display) -> String {
     text
 }
 
+/// `config` (the example's text) with its `auth: none` replaced by API keys, one per
+/// `(name, key, tenant, scopes)`.
+pub fn with_api_keys(config: &str, keys: &[(&str, &str, &str, &str)]) -> String {
+    let mut section = String::from("auth:\n  api_keys:\n");
+    for (name, key, tenant, scopes) in keys {
+        section.push_str(&format!(
+            "    - name: {name}\n      sha256: {}\n      tenant: {tenant}\n      scopes: [{scopes}]\n",
+            intentgate_server::auth::ApiKey::digest_hex(key)
+        ));
+    }
+    assert!(
+        config.contains("\nauth: none\n"),
+        "the example config has `auth: none`"
+    );
+    config.replace("\nauth: none\n", &format!("\n{section}"))
+}
+
 pub fn client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
