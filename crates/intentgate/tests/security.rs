@@ -430,3 +430,34 @@ async fn new_keys_work_as_printed() {
     let intent: Value = intent.json().await.unwrap();
     assert_eq!(intent["tenant"], "acme");
 }
+
+/// A fronting proxy's identity headers are believed from its address only: the same headers
+/// from another address are a caller's claim about itself, and get 401.
+#[tokio::test]
+async fn proxy_headers_are_believed_only_from_the_proxy() {
+    let stack = stack(|text| {
+        text.replace(
+            "\nauth: none\n",
+            "\nauth:\n  trusted_proxy:\n    addresses: [127.0.0.1]\n    tenant_header: x-tenant\n    subject_header: x-user\n",
+        )
+    });
+    let (status, body) = stack
+        .refund("t-proxy", None, &[("x-tenant", "east"), ("x-user", "ana")])
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "done");
+    // The same headers from 127.0.0.2, which is not the proxy.
+    let elsewhere = reqwest::Client::builder()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap();
+    let response = elsewhere
+        .post(stack.url("/v1/tools/refund_order/call"))
+        .header("x-tenant", "west")
+        .json(&refund("t-proxy"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    assert_eq!(stack.refunds("t-proxy").await, 1);
+}

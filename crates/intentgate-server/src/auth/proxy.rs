@@ -3,7 +3,8 @@
 //!
 //! Those headers are believed only from the configured source addresses: from anyone else
 //! they are a caller's claim about itself, and that caller is authenticated like any other
-//! (by its bearer credential, or refused).
+//! (by its bearer credential, or refused). A request from the proxy without the tenant header
+//! is authenticated by its own credential too.
 
 use std::net::IpAddr;
 
@@ -52,12 +53,12 @@ impl TrustedProxyOptions {
                 }),
             }
         };
-        let tenant = text(&self.tenant_header)?.ok_or_else(|| {
-            AuthFailure::Rejected(format!(
-                "the request came from a trusted proxy without the {} header",
-                self.tenant_header
-            ))
-        })?;
+        // A trusted address without the tenant header is a caller passing through the proxy
+        // unauthenticated by it (a load balancer in front of API-key clients): its own
+        // credential decides.
+        let Some(tenant) = text(&self.tenant_header)? else {
+            return Ok(None);
+        };
         let tenant = Tenant::parse(tenant).map_err(|error| {
             AuthFailure::Tenant(format!(
                 "the proxy's {} header: {error}",
@@ -138,13 +139,16 @@ mod tests {
     }
 
     #[test]
-    fn a_trusted_request_without_a_valid_tenant_is_refused() {
+    fn a_trusted_request_with_a_malformed_tenant_is_refused() {
         let options = options();
         let peer = Some("10.0.0.1".parse().unwrap());
-        assert!(matches!(
-            options.credential(&headers(&[("x-user", "ana")]), peer),
-            Err(AuthFailure::Rejected(_))
-        ));
+        // Without the header the request's own credential decides.
+        assert!(
+            options
+                .credential(&headers(&[("x-user", "ana")]), peer)
+                .unwrap()
+                .is_none()
+        );
         assert!(matches!(
             options.credential(&headers(&[("x-tenant", "a b")]), peer),
             Err(AuthFailure::Tenant(_))
