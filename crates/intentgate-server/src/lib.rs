@@ -11,6 +11,10 @@
 //!
 //! [`run_with`] serves more routes beside these (MCP over Streamable HTTP at `/mcp`).
 //!
+//! Connections are HTTP/1.1 with keep-alive, each bounded by a header read timeout and an
+//! idle timeout, and their number by a limit (`connection.rs`); every request carries the
+//! peer's address as `axum::extract::ConnectInfo<SocketAddr>`.
+//!
 //! A call's outcome, whatever it is (`done`, `pending_unknown`, `conflict`, ...), is a 200
 //! with the outcome object: the call worked, and the status tells the model what happened.
 //! Malformed requests get a 4xx `application/problem+json` saying what is wrong.
@@ -21,6 +25,7 @@
 //! period ends is left `in_flight` in the ledger, where its lease expires and the lookup
 //! resolves it.
 
+mod connection;
 mod problem;
 mod routes;
 
@@ -40,6 +45,18 @@ pub const BODY_LIMIT_BYTES_DEFAULT: usize = 1024 * 1024;
 pub const CONCURRENCY_LIMIT_DEFAULT: usize = 256;
 /// How long shutdown waits for running calls by default.
 pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
+/// How long a client has to send a whole request head by default. A real client sends it in
+/// one go within milliseconds; ten seconds leaves room for a slow mobile link and still clears
+/// a socket that sent half a head (slowloris) quickly.
+pub const HEADER_READ_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// How long a kept-alive connection may wait for its next request by default: longer than
+/// the few seconds between an agent's calls, so its pooled connections are reused, and short
+/// enough that abandoned ones give their file descriptors back within a minute.
+pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
+/// Connections open at once by default. Each costs a file descriptor and some 10 KiB of
+/// buffers; 4096 serves hundreds of agents with pooled connections, plus a few thousand
+/// half-open sockets until the header timeout clears them, in about 40 MiB at worst.
+pub const CONNECTION_LIMIT_DEFAULT: usize = 4096;
 
 /// Settings of the HTTP server.
 #[derive(Debug, Clone)]
@@ -49,6 +66,13 @@ pub struct ServerOptions {
     pub shutdown_grace: Duration,
     /// The tenant of calls that don't send an `Intentgate-Tenant` header.
     pub tenant: String,
+    /// How long a client has, from the moment the server waits for a request, to send the
+    /// whole request head; a connection that hasn't is closed.
+    pub header_read_timeout: Duration,
+    /// How long a kept-alive connection may carry no request before it is closed.
+    pub idle_timeout: Duration,
+    /// Most connections open at once; more are answered 503 and closed at once.
+    pub connection_limit: usize,
 }
 
 impl Default for ServerOptions {
@@ -58,6 +82,9 @@ impl Default for ServerOptions {
             concurrency_limit: CONCURRENCY_LIMIT_DEFAULT,
             shutdown_grace: SHUTDOWN_GRACE_DEFAULT,
             tenant: "default".to_owned(),
+            header_read_timeout: HEADER_READ_TIMEOUT_DEFAULT,
+            idle_timeout: IDLE_TIMEOUT_DEFAULT,
+            connection_limit: CONNECTION_LIMIT_DEFAULT,
         }
     }
 }
@@ -84,7 +111,8 @@ fn state(gate: Arc<Gate>, options: ServerOptions) -> Arc<AppState> {
     })
 }
 
-/// Serves until `shutdown` completes, then waits up to the grace period for running calls.
+/// Serves until `shutdown` completes, then waits up to the grace period for open connections
+/// and running calls.
 pub async fn run(
     listener: TcpListener,
     gate: Arc<Gate>,
@@ -110,15 +138,17 @@ pub async fn run_with(
         Some(extra) => app.merge(extra),
         None => app,
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let limits = connection::Limits {
+        header_read_timeout: state.options.header_read_timeout,
+        idle_timeout: state.options.idle_timeout,
+        connection_limit: state.options.connection_limit,
+        shutdown_grace: state.options.shutdown_grace,
+    };
+    let metrics = state.gate.metrics().clone();
+    // Connections and calls share one grace period, counted from the shutdown signal.
+    let deadline = connection::serve(listener, app, limits, metrics, shutdown).await;
     let permits = state.options.concurrency_limit as u32;
-    let drained = tokio::time::timeout(
-        state.options.shutdown_grace,
-        state.calls.acquire_many(permits),
-    )
-    .await;
+    let drained = tokio::time::timeout_at(deadline, state.calls.acquire_many(permits)).await;
     match drained {
         Ok(_) => tracing::info!("every call finished; stopped"),
         Err(_) => tracing::warn!(

@@ -14,6 +14,7 @@ mod flags;
 mod intents;
 mod mcp;
 mod mock_provider;
+mod open_files;
 mod reconcile;
 mod serve;
 mod smoke;

@@ -6,7 +6,8 @@
 //! token) at `/v1/admin/` beside the HTTP API. Background tasks purge settled intents older
 //! than the retention period, sweep intents left in flight or unknown (`Gate::sweep`),
 //! evaluate the duplicate-call alert rules over the gate's repeated calls, and reconcile the
-//! ledger with the providers every `reconcile.every_seconds` (`intentgate_ops`).
+//! ledger with the providers every `reconcile.every_seconds` (`intentgate_ops`). The process's
+//! open-file limit is raised first and the connection limit fitted under it (`open_files`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -53,6 +54,17 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
             .context("--admin-token (INTENTGATE_ADMIN_TOKEN)")?;
     }
     let gateway = &loaded.config.gateway;
+    let connection_limit = match crate::open_files::raise_open_file_limit() {
+        Some(limit) => {
+            let fitted = crate::open_files::fit_connection_limit(gateway.connection_limit, limit)
+                .map_err(anyhow::Error::msg)?;
+            if let Some(warning) = &fitted.warning {
+                tracing::warn!(target: "intentgate::startup", "{warning}");
+            }
+            fitted.connections
+        }
+        None => gateway.connection_limit as usize,
+    };
     let listen = arguments
         .listen
         .clone()
@@ -75,6 +87,9 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
         concurrency_limit: gateway.concurrency_limit as usize,
         shutdown_grace: Duration::from_millis(gateway.shutdown_grace_ms),
         tenant: gateway.tenant.clone(),
+        header_read_timeout: Duration::from_millis(gateway.header_read_timeout_ms),
+        idle_timeout: Duration::from_millis(gateway.idle_timeout_ms),
+        connection_limit,
     };
     let listener = TcpListener::bind(&listen)
         .await
