@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use intentgate_admin::AdminOptions;
+use intentgate_admin::{AdminOptions, FailureLimit};
 use intentgate_config::{LoadedConfig, ReconcileConfig};
 use intentgate_gate::{Clock, Gate, GateOptions, SystemClock};
 use intentgate_http::HttpUpstream;
@@ -49,9 +49,7 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
         .map(|token| token.0.clone())
         .filter(|token| !token.is_empty());
     if let Some(token) = &admin_token {
-        intentgate_admin::check_token(token)
-            .map_err(anyhow::Error::msg)
-            .context("--admin-token (INTENTGATE_ADMIN_TOKEN)")?;
+        intentgate_admin::check_token(token).context("--admin-token (INTENTGATE_ADMIN_TOKEN)")?;
     }
     let gateway = &loaded.config.gateway;
     let connection_limit = match crate::open_files::raise_open_file_limit() {
@@ -153,6 +151,7 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
             token: admin_token,
             tools: loaded.tools.iter().map(|tool| tool.name.clone()).collect(),
             actor_default: ADMIN_ACTOR_DEFAULT.to_owned(),
+            failure_limit: FailureLimit::default(),
         },
         Some(Arc::new(AdminReconciler(reconciler))),
     );

@@ -502,6 +502,7 @@ async fn the_admin_api_of_a_running_gateway_switches_a_tool_off_and_on() {
     assert!(stack.ledger.exists() && stack.config.exists());
 }
 
+/// 16 bytes used to be enough: a token that short was accepted and guards the kill switch.
 #[test]
 fn serve_refuses_a_short_admin_token() {
     let folder = tempfile::tempdir().unwrap();
@@ -514,13 +515,14 @@ fn serve_refuses_a_short_admin_token() {
             "--listen",
             "127.0.0.1:0",
         ])
-        .env("INTENTGATE_ADMIN_TOKEN", "short-token")
+        .env("INTENTGATE_ADMIN_TOKEN", "sixteen-byte-tok")
         .output()
         .unwrap();
     let stderr = failure(&output);
-    assert!(stderr.contains("shorter than 16"), "{stderr}");
+    assert!(stderr.contains("shorter than 32"), "{stderr}");
+    assert!(stderr.contains("openssl rand -hex 32"), "{stderr}");
     assert!(
-        !stderr.contains("short-token"),
+        !stderr.contains("sixteen-byte-tok"),
         "the token was printed: {stderr}"
     );
     let help = support::intentgate()
