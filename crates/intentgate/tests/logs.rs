@@ -1,6 +1,6 @@
 //! The log format an operator picks with `INTENTGATE_LOG_FORMAT`, through the real binary:
 //! `json` makes every stderr line one JSON object, and each line about a call carries the
-//! call's tool and intent key.
+//! call's tool and intent key; `text` quotes what callers chose, so they can't forge fields.
 
 mod support;
 
@@ -82,6 +82,88 @@ async fn json_logs_are_one_object_a_line_and_a_calls_lines_carry_its_tool_and_ke
     assert_eq!(answered["level"], "INFO");
     assert_eq!(answered["tool"], "refund_order");
     assert_eq!(answered["key"], key);
+}
+
+/// `text` without ANSI colour codes, which the text format may add around levels and names.
+fn without_colours(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ parameters final-byte.
+            for next in chars.by_ref() {
+                if next.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+/// A tenant header `evil status=admin_override` was written unquoted into the text log,
+/// where it read as the tenant `evil` and a second field, `status=admin_override`. A value
+/// can't carry a line break through an HTTP header; the unit tests of the text format cover
+/// line breaks and terminal escapes in any field.
+#[tokio::test]
+async fn text_logs_quote_a_callers_tenant_so_it_forges_no_field() {
+    let folder = tempfile::tempdir().unwrap();
+    let mock = mock_provider();
+    let ledger = folder.path().join("ledger.db");
+    let gateway = serve_with_stderr(
+        EXAMPLE_CONFIG,
+        ledger.to_str().unwrap(),
+        &[("INTENTGATE_MOCK_URL", &mock.url), ("RUST_LOG", "info")],
+        Stdio::piped(),
+    );
+    let client = support::client();
+    let tenants = [
+        (
+            "evil status=admin_override",
+            r#"tenant="evil status=admin_override""#,
+        ),
+        (
+            r#"evil" status="admin_override"#,
+            r#"tenant="evil\" status=\"admin_override""#,
+        ),
+    ];
+    for (order, (tenant, _)) in tenants.iter().enumerate() {
+        let response = client
+            .post(format!("{}/v1/tools/refund_order/call", gateway.url))
+            .header("Intentgate-Tenant", *tenant)
+            .json(&json!({"arguments": {"order_id": format!("77{order}"), "amount": 5.0, "reason": "requested_by_customer"}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let outcome: Value = response.json().await.unwrap();
+        assert_eq!(outcome["status"], "done", "{outcome}");
+    }
+
+    let stderr = without_colours(&stop(gateway));
+    for (tenant, quoted) in tenants {
+        let answered: Vec<&str> = stderr
+            .lines()
+            .filter(|line| line.contains("upstream answered") && line.contains(quoted))
+            .collect();
+        assert_eq!(
+            answered.len(),
+            1,
+            "no line about {tenant:?}'s call with {quoted}:\n{stderr}"
+        );
+    }
+    for line in stderr.lines() {
+        let mut rest = line.to_owned();
+        for (_, quoted) in tenants {
+            rest = rest.replace(quoted, "");
+        }
+        assert!(
+            !rest.contains("admin_override"),
+            "a forged field outside the quoted tenant: {line}"
+        );
+    }
 }
 
 #[test]
