@@ -89,6 +89,7 @@ async fn half_open_sockets_neither_starve_a_call_nor_outlive_the_header_timeout(
     let arguments = json!({"order_id": "8812", "amount": 49.0, "reason": "requested_by_customer"});
     let outcome = support::call(&client, &gateway.url, "refund_order", arguments).await;
     let took = started.elapsed();
+    println!("a call beside {HALF_OPEN_SOCKETS} half-open sockets took {took:?}");
     assert_eq!(outcome["status"], "done", "{outcome}");
     assert!(
         took < CALL_LIMIT,
@@ -111,12 +112,17 @@ async fn half_open_sockets_neither_starve_a_call_nor_outlive_the_header_timeout(
             }
         });
     }
+    let waited = Instant::now();
     let mut still_open = Vec::new();
     while let Some(closed) = closes.join_next().await {
         if let Err(problem) = closed.unwrap() {
             still_open.push(problem);
         }
     }
+    println!(
+        "the last half-open socket was seen closed {:?} after the call",
+        waited.elapsed()
+    );
     assert!(
         still_open.is_empty(),
         "{} of {HALF_OPEN_SOCKETS} sockets: {:?}",
