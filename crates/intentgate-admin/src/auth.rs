@@ -2,17 +2,23 @@
 //!
 //! The presented token and the configured one are both hashed (SHA-256) and the digests
 //! compared without an early exit, so the time taken says nothing about how much of a guess
-//! was right, nor about the token's length. The token is never logged.
+//! was right, nor about the token's length. The token is never logged. Wrong tokens are
+//! counted per source address (`throttle.rs`): a source past the limit gets 429 for the rest
+//! of the window, whatever it sends.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use intentgate_core::{Principal, Scope};
 use intentgate_server::Problem;
 use sha2::{Digest, Sha256};
 
+use crate::throttle::{Refused, Source};
 use crate::{AdminState, TOKEN_ENV};
 
 pub(crate) fn digest(token: &str) -> [u8; 32] {
@@ -38,20 +44,55 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .filter(|token| !token.is_empty())
 }
 
-/// Lets the request through when it carries the admin token; answers 401 otherwise.
+/// Lets the request through when it carries the admin token; answers 401 otherwise, and 429
+/// to a source that sent too many wrong tokens.
 pub(crate) async fn require_token(
     State(state): State<Arc<AdminState>>,
     request: Request,
     next: Next,
 ) -> Response {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| *peer);
+    // The server's edge authenticated the caller: a credential with the `admin` scope needs no
+    // admin token.
+    let admin_principal = request
+        .extensions()
+        .get::<Principal>()
+        .is_some_and(|principal| principal.scopes.contains(Scope::Admin));
+    if state.admin_scope && admin_principal {
+        return next.run(request).await;
+    }
+    let source = Source::of(peer);
+    let now = Instant::now();
+    if let Err(refused) = state.throttle.check(source, now) {
+        return too_many_failures(&state, refused);
+    }
     let presented = bearer(request.headers());
     match presented {
-        Some(token) if same(&digest(token), &state.token_digest) => next.run(request).await,
+        Some(token)
+            if state
+                .token_digest
+                .is_some_and(|expected| same(&digest(token), &expected)) =>
+        {
+            state.throttle.succeeded(source);
+            next.run(request).await
+        }
         Some(_) => {
             tracing::warn!(
                 path = request.uri().path(),
+                %source,
                 "admin request with a wrong token refused"
             );
+            if let Some(refused) = state.throttle.failed(source, now) {
+                tracing::warn!(
+                    %source,
+                    failures = state.throttle.limit().failures,
+                    refused_for_s = retry_after_seconds(refused.retry_after),
+                    "too many wrong admin tokens from one source; refusing every admin request from it for the rest of the window"
+                );
+            }
             unauthorized(
                 "the bearer token is not this gateway's admin token; send the token it was \
 started with",
@@ -66,6 +107,33 @@ the gateway was started with ({TOKEN_ENV} or --admin-token)"
             None,
         ),
     }
+}
+
+/// Whole seconds to wait, rounded up, at least 1 (a `Retry-After` of 0 invites a retry at once).
+fn retry_after_seconds(wait: Duration) -> u64 {
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    seconds.max(1)
+}
+
+fn too_many_failures(state: &AdminState, refused: Refused) -> Response {
+    let limit = state.throttle.limit();
+    let seconds = retry_after_seconds(refused.retry_after);
+    let mut response = Problem::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too-many-failures",
+        "Too many failed admin authentications",
+        format!(
+            "this address sent {} wrong admin tokens within {} s, so every admin request from it \
+is refused for {seconds} s more; then send the token the gateway was started with",
+            limit.failures,
+            limit.window.as_secs()
+        ),
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    response
 }
 
 fn unauthorized(detail: &str, error: Option<&str>) -> Response {
@@ -99,6 +167,13 @@ mod tests {
         assert!(same(&digest("a-long-admin-token-0123"), &token));
         assert!(!same(&digest("a-long-admin-token-0124"), &token));
         assert!(!same(&digest(""), &token));
+    }
+
+    #[test]
+    fn retry_after_is_whole_seconds_rounded_up_and_never_zero() {
+        assert_eq!(retry_after_seconds(Duration::from_millis(59_001)), 60);
+        assert_eq!(retry_after_seconds(Duration::from_secs(7)), 7);
+        assert_eq!(retry_after_seconds(Duration::ZERO), 1);
     }
 
     #[test]

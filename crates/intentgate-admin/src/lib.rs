@@ -12,7 +12,8 @@
 //! | `GET /v1/admin/reconciliations` | stored runs, newest first |
 //! | `GET /v1/admin/reconciliations/{id}` | one run with its stored mismatches |
 //!
-//! Every route needs `Authorization: Bearer <token>` (401 otherwise). With no token
+//! Every route needs `Authorization: Bearer <token>` (401 otherwise); a source address that
+//! sent too many wrong tokens is refused with 429 for a while, whatever it sends. With no token
 //! configured the admin API is off, and every admin route answers 404 saying how to turn it
 //! on. Errors are `application/problem+json` ([`intentgate_server::Problem`]). A flag is
 //! stored in the ledger, so every replica that shares it honours the switch (the gate reads
@@ -31,6 +32,7 @@ mod flags;
 mod intents;
 mod reconcile;
 mod resolution;
+mod throttle;
 
 use std::fmt;
 use std::sync::Arc;
@@ -46,12 +48,14 @@ use tokio::sync::Semaphore;
 
 pub use duration::parse_duration;
 pub use resolution::{MANUAL_STATUSES, ManualResolution, Unresolvable, check_resolvable};
+pub use throttle::{FAILURE_WINDOW_DEFAULT, FAILURES_MAX_DEFAULT, FailureLimit, SOURCES_MAX};
 
 /// The environment variable that holds the admin token (read by `intentgate serve`).
 pub const TOKEN_ENV: &str = "INTENTGATE_ADMIN_TOKEN";
-/// Shortest admin token accepted: the token guards the kill switch and manual resolutions,
-/// so it must not be guessable.
-pub const TOKEN_LENGTH_MIN: usize = 16;
+/// Shortest admin token accepted, in bytes: the token guards the kill switch and manual
+/// resolutions, so it must not be guessable. 32 random bytes written as hex (64 characters,
+/// `openssl rand -hex 32`) are far past it; 32 characters of hex still carry 128 bits.
+pub const TOKEN_LENGTH_MIN: usize = 32;
 /// Largest admin request body: the largest legitimate one is a resolution with a reason at
 /// the event log's limit (4 KiB) plus an actor and an external id.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
@@ -85,6 +89,12 @@ pub struct AdminOptions {
     pub tools: Vec<String>,
     /// Who a change is attributed to when the request names no actor.
     pub actor_default: String,
+    /// Wrong tokens a source address may send before it is refused for a while.
+    pub failure_limit: FailureLimit,
+    /// Let in requests whose principal (decided by the server's edge from the caller's
+    /// credential) has the `admin` scope, without the token; the admin API is then on even
+    /// without a token. For gateways whose callers authenticate with keys or tokens.
+    pub admin_scope: bool,
 }
 
 impl fmt::Debug for AdminOptions {
@@ -93,24 +103,39 @@ impl fmt::Debug for AdminOptions {
             .field("token", &self.token.as_ref().map(|_| "<hidden>"))
             .field("tools", &self.tools)
             .field("actor_default", &self.actor_default)
+            .field("admin_scope", &self.admin_scope)
+            .field("failure_limit", &self.failure_limit)
             .finish()
     }
 }
 
+/// Why an admin token can't be used. The token itself is never part of the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    /// Shorter than [`TOKEN_LENGTH_MIN`] bytes: guessable.
+    #[error(
+        "the admin token is {length} bytes long, shorter than {TOKEN_LENGTH_MIN}; use a random \
+one of at least {TOKEN_LENGTH_MIN} bytes, for example the output of `openssl rand -hex 32`"
+    )]
+    TooShort { length: usize },
+    /// Holds characters an `Authorization` header can't carry.
+    #[error(
+        "the admin token contains whitespace or control characters, which an Authorization \
+header can't carry; use letters, digits and punctuation only, for example the output of \
+`openssl rand -hex 32`"
+    )]
+    Unprintable,
+}
+
 /// Checks an admin token before a server starts with it.
-pub fn check_token(token: &str) -> Result<(), String> {
-    if token.chars().count() < TOKEN_LENGTH_MIN {
-        return Err(format!(
-            "the admin token is shorter than {TOKEN_LENGTH_MIN} characters; use a random one, \
-for example the output of `openssl rand -hex 32`"
-        ));
+pub fn check_token(token: &str) -> Result<(), TokenError> {
+    if token.len() < TOKEN_LENGTH_MIN {
+        return Err(TokenError::TooShort {
+            length: token.len(),
+        });
     }
     if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(
-            "the admin token contains whitespace or control characters, which an \
-Authorization header can't carry; use letters, digits and punctuation only"
-                .to_owned(),
-        );
+        return Err(TokenError::Unprintable);
     }
     Ok(())
 }
@@ -128,13 +153,18 @@ pub trait Reconciler: Send + Sync {
 pub(crate) struct AdminState {
     pub ledger: Arc<dyn Ledger>,
     /// SHA-256 of the token: compared in constant time, and the token itself is not kept.
-    pub token_digest: [u8; 32],
+    /// `None` when the API is on only for principals with the `admin` scope.
+    pub token_digest: Option<[u8; 32]>,
+    /// Whether principals with the `admin` scope are let in.
+    pub admin_scope: bool,
     /// The configured tools, in config order, without repeats.
     pub tools: Vec<String>,
     pub actor_default: String,
     pub reconciler: Option<Arc<dyn Reconciler>>,
     /// One reconciliation at a time: a second request is refused while one runs.
     pub reconciling: Arc<Semaphore>,
+    /// Wrong tokens counted per source address.
+    pub throttle: throttle::Throttle,
 }
 
 /// The admin routes, to merge beside the HTTP API (`intentgate_server::run_with`). The
@@ -145,12 +175,13 @@ pub fn router(
     options: AdminOptions,
     reconciler: Option<Arc<dyn Reconciler>>,
 ) -> axum::Router {
-    let Some(token) = options.token.filter(|token| !token.is_empty()) else {
+    let token = options.token.filter(|token| !token.is_empty());
+    if token.is_none() && !options.admin_scope {
         return axum::Router::new()
             .route("/v1/admin", any(admin_off))
             .route("/v1/admin/", any(admin_off))
             .route("/v1/admin/{*rest}", any(admin_off));
-    };
+    }
     let mut tools: Vec<String> = Vec::with_capacity(options.tools.len());
     for tool in options.tools {
         if !tools.contains(&tool) {
@@ -159,11 +190,13 @@ pub fn router(
     }
     let state = Arc::new(AdminState {
         ledger,
-        token_digest: auth::digest(&token),
+        token_digest: token.as_deref().map(auth::digest),
+        admin_scope: options.admin_scope,
         tools,
         actor_default: options.actor_default,
         reconciler,
         reconciling: Arc::new(Semaphore::new(1)),
+        throttle: throttle::Throttle::new(options.failure_limit),
     });
     axum::Router::new()
         .route("/v1/admin/flags", get(flags::list))
@@ -194,8 +227,8 @@ async fn admin_off() -> Problem {
         "The admin API is off",
         format!(
             "this gateway was started without an admin token; set {TOKEN_ENV} (or \
---admin-token) to a random token of at least {TOKEN_LENGTH_MIN} characters and restart it \
-to turn the admin API on"
+--admin-token) to a random token of at least {TOKEN_LENGTH_MIN} bytes (`openssl rand -hex \
+32`) and restart it to turn the admin API on"
         ),
     )
 }

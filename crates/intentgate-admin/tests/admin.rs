@@ -2,11 +2,12 @@
 //! temporary folder, with reqwest. Intents are made with the ledger's own `begin` and
 //! `finish`, at the wall clock's time (the admin API reads it to judge leases).
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use intentgate_admin::{AdminOptions, Reconciler};
+use intentgate_admin::{AdminOptions, FailureLimit, Reconciler};
 use intentgate_core::IntentStatus;
 use intentgate_ledger::{
     Begin, BeginRequest, Durability, Finish, Finished, IntentRecord, Ledger, ReconciliationRun,
@@ -15,7 +16,7 @@ use intentgate_ledger::{
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 
-const TOKEN: &str = "test-admin-token-0123456789";
+const TOKEN: &str = "test-admin-token-0123456789abcdef";
 const TOOLS: [&str; 2] = ["refund_order", "send_email"];
 /// The route of the `refund_order` flag.
 const REFUND_FLAG: &str = "/v1/admin/flags/refund_order";
@@ -40,6 +41,16 @@ impl Drop for Admin {
 }
 
 async fn start(token: Option<&str>, reconciler: Option<Arc<dyn Reconciler>>) -> Admin {
+    start_with(token, reconciler, FailureLimit::default()).await
+}
+
+/// [`start`] with a chosen limit on wrong tokens. The router is served with the peer's
+/// address, as `intentgate serve` serves it.
+async fn start_with(
+    token: Option<&str>,
+    reconciler: Option<Arc<dyn Reconciler>>,
+    failure_limit: FailureLimit,
+) -> Admin {
     let dir = tempfile::tempdir().unwrap();
     let ledger: Arc<dyn Ledger> = Arc::new(
         SqliteLedger::open(
@@ -57,6 +68,8 @@ async fn start(token: Option<&str>, reconciler: Option<Arc<dyn Reconciler>>) -> 
             token: token.map(str::to_owned),
             tools: TOOLS.map(str::to_owned).to_vec(),
             actor_default: ACTOR_DEFAULT.to_owned(),
+            failure_limit,
+            admin_scope: false,
         },
         reconciler,
     );
@@ -64,11 +77,14 @@ async fn start(token: Option<&str>, reconciler: Option<Arc<dyn Reconciler>>) -> 
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .await
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async {
+            let _ = stopped.await;
+        })
+        .await
     });
     // reqwest is built without a default TLS provider; plain HTTP still needs one installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -85,11 +101,12 @@ async fn start(token: Option<&str>, reconciler: Option<Arc<dyn Reconciler>>) -> 
     }
 }
 
-/// An answer: status, content type, `WWW-Authenticate`, and the body as JSON.
+/// An answer: status, content type, `WWW-Authenticate`, `Retry-After`, and the body as JSON.
 struct Answer {
     status: u16,
     content_type: String,
     challenge: Option<String>,
+    retry_after: Option<String>,
     body: Value,
 }
 
@@ -145,11 +162,13 @@ impl Admin {
         };
         let content_type = header("content-type").unwrap_or_default();
         let challenge = header("www-authenticate");
+        let retry_after = header("retry-after");
         let body = response.json().await.unwrap_or(Value::Null);
         Answer {
             status,
             content_type,
             challenge,
+            retry_after,
             body,
         }
     }
@@ -987,4 +1006,106 @@ async fn unknown_admin_routes_and_methods_get_problems() {
         .send("DELETE", REFUND_FLAG, Some(TOKEN), None)
         .await
         .problem(405);
+}
+
+#[test]
+fn a_token_shorter_than_32_bytes_is_refused_saying_how_to_make_one() {
+    // 16 bytes of `a` used to start an admin API.
+    for short in ["a".repeat(16), "b".repeat(31)] {
+        let error = intentgate_admin::check_token(&short)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("shorter than 32"), "{error}");
+        assert!(error.contains("openssl rand -hex 32"), "{error}");
+        assert!(
+            !error.contains(&short),
+            "the token is in the message: {error}"
+        );
+    }
+    assert_eq!(intentgate_admin::check_token(&"c".repeat(32)), Ok(()));
+    let spaced = format!("{} {}", "d".repeat(20), "d".repeat(20));
+    assert!(intentgate_admin::check_token(&spaced).is_err());
+}
+
+/// Before, wrong tokens were answered 401 as fast as they came: a token could be guessed at
+/// the speed of the network.
+#[tokio::test]
+async fn wrong_tokens_from_one_address_are_throttled_even_for_the_right_token() {
+    let limit = FailureLimit::default();
+    let admin = start_with(Some(TOKEN), None, limit).await;
+    let wrong = "wrong-admin-token-wrong-admin-token";
+    for _ in 0..limit.failures {
+        admin
+            .send("GET", "/v1/admin/flags", Some(wrong), None)
+            .await
+            .problem(401);
+    }
+    // Refused whatever it sends now, the right token too, so a right guess can't be seen.
+    for token in [Some(TOKEN), Some(wrong), None] {
+        let refused = admin.send("GET", "/v1/admin/flags", token, None).await;
+        let detail = refused.problem(429).to_owned();
+        assert!(
+            detail.contains("5 wrong admin tokens within 60 s"),
+            "{detail}"
+        );
+        let retry_after: u64 = refused.retry_after.as_deref().unwrap().parse().unwrap();
+        assert!((1..=60).contains(&retry_after), "{retry_after}");
+    }
+    // Nothing is done for a refused request.
+    let write = admin
+        .send(
+            "PUT",
+            REFUND_FLAG,
+            Some(TOKEN),
+            Some(json!({"enabled": false, "reason": "x"}).to_string()),
+        )
+        .await;
+    write.problem(429);
+    assert!(admin.ledger.tool_flags().await.unwrap().is_empty());
+
+    // Another address is not affected (Linux routes all of 127.0.0.0/8 to loopback).
+    #[cfg(target_os = "linux")]
+    {
+        let other = reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let status = other
+            .get(format!("{}/v1/admin/flags", admin.base))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status.as_u16(), 200);
+    }
+}
+
+#[tokio::test]
+async fn a_throttled_address_is_let_in_again_once_its_window_is_over() {
+    let limit = FailureLimit {
+        failures: 2,
+        window: Duration::from_secs(1),
+    };
+    let admin = start_with(Some(TOKEN), None, limit).await;
+    for _ in 0..2 {
+        admin
+            .send("GET", "/v1/admin/flags", Some("not-the-token"), None)
+            .await
+            .problem(401);
+    }
+    let refused = admin
+        .send("GET", "/v1/admin/flags", Some(TOKEN), None)
+        .await;
+    refused.problem(429);
+    assert_eq!(refused.retry_after.as_deref(), Some("1"));
+    tokio::time::sleep(limit.window + Duration::from_millis(100)).await;
+    assert_eq!(admin.get("/v1/admin/flags").await.status, 200);
+    // The right token cleared the count: one more wrong token is a 401 again, not a 429.
+    admin
+        .send("GET", "/v1/admin/flags", Some("not-the-token"), None)
+        .await
+        .problem(401);
+    assert_eq!(admin.get("/v1/admin/flags").await.status, 200);
 }

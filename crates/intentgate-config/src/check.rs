@@ -192,6 +192,27 @@ impl Checker<'_, '_> {
             SHUTDOWN_GRACE_MS_MAX,
             "milliseconds (30000 is the default)",
         );
+        self.range(
+            &at!["gateway", "header_read_timeout_ms"],
+            gateway.header_read_timeout_ms,
+            HEADER_READ_TIMEOUT_MS_MIN,
+            HEADER_READ_TIMEOUT_MS_MAX,
+            "milliseconds (10000 is the default)",
+        );
+        self.range(
+            &at!["gateway", "idle_timeout_ms"],
+            gateway.idle_timeout_ms,
+            IDLE_TIMEOUT_MS_MIN,
+            IDLE_TIMEOUT_MS_MAX,
+            "milliseconds (60000 is the default)",
+        );
+        self.range(
+            &at!["gateway", "connection_limit"],
+            gateway.connection_limit.into(),
+            1,
+            CONNECTION_LIMIT_MAX.into(),
+            "connections (4096 is the default)",
+        );
     }
 
     /// Reports `value` outside `min..=max` at `path`.

@@ -80,6 +80,16 @@ pub struct GatewayConfig {
     pub concurrency_limit: u32,
     /// How long a shutdown waits for calls in flight, in milliseconds.
     pub shutdown_grace_ms: u64,
+    /// How long a client has to send a whole request head, in milliseconds, counted from the
+    /// moment the server waits for a request; a connection that hasn't sent it (a slow or
+    /// half-open client) is closed.
+    pub header_read_timeout_ms: u64,
+    /// How long a kept-alive connection may carry no request before it is closed, in
+    /// milliseconds.
+    pub idle_timeout_ms: u64,
+    /// Most HTTP connections open at once; one more is answered 503 and closed. Must fit under
+    /// the process's open-file limit, which `serve` raises to its hard limit at startup.
+    pub connection_limit: u32,
 }
 
 impl Default for GatewayConfig {
@@ -94,6 +104,9 @@ impl Default for GatewayConfig {
             body_limit_bytes: 1024 * 1024,
             concurrency_limit: 256,
             shutdown_grace_ms: 30_000,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            connection_limit: 4096,
         }
     }
 }
@@ -111,6 +124,9 @@ impl fmt::Debug for GatewayConfig {
             .field("body_limit_bytes", &self.body_limit_bytes)
             .field("concurrency_limit", &self.concurrency_limit)
             .field("shutdown_grace_ms", &self.shutdown_grace_ms)
+            .field("header_read_timeout_ms", &self.header_read_timeout_ms)
+            .field("idle_timeout_ms", &self.idle_timeout_ms)
+            .field("connection_limit", &self.connection_limit)
             .finish()
     }
 }

@@ -42,6 +42,21 @@ pub const CONCURRENCY_LIMIT_MAX: u32 = 65_536;
 /// Longest shutdown grace. In-flight side effects should finish, but an orchestrator kills
 /// a process that takes longer than a few minutes anyway.
 pub const SHUTDOWN_GRACE_MS_MAX: u64 = 10 * 60 * 1000;
+/// Shortest header read timeout, in milliseconds. A client on a slow link needs more than
+/// this to send a head; below it, real clients would be cut off.
+pub const HEADER_READ_TIMEOUT_MS_MIN: u64 = 100;
+/// Longest header read timeout, in milliseconds. Longer, and a few thousand half-open sockets
+/// hold the connection limit for minutes.
+pub const HEADER_READ_TIMEOUT_MS_MAX: u64 = 5 * 60 * 1000;
+/// Shortest idle timeout, in milliseconds: a kept-alive connection must survive the moment
+/// between a response and the client's next request.
+pub const IDLE_TIMEOUT_MS_MIN: u64 = 100;
+/// Longest idle timeout, in milliseconds (an hour). An idle connection holds a slot of the
+/// connection limit and a file descriptor; clients reconnect cheaply.
+pub const IDLE_TIMEOUT_MS_MAX: u64 = 60 * 60 * 1000;
+/// Most connections open at once: Linux's default ceiling on a process's open files
+/// (`fs.nr_open`), which no open-file limit can exceed.
+pub const CONNECTION_LIMIT_MAX: u32 = 1024 * 1024;
 /// Longest provider key window, in hours (a year). Stripe keeps keys for at least 24 hours.
 pub const KEY_WINDOW_HOURS_MAX: u32 = 24 * 365;
 /// Taken off an upstream's idempotency-key window before the sweeper relies on it to re-send

@@ -488,6 +488,32 @@ fn gateway_values_out_of_range_are_refused() {
 }
 
 #[test]
+fn connection_limits_out_of_range_are_refused() {
+    let text = format!(
+        "gateway:\n  header_read_timeout_ms: 0\n  idle_timeout_ms: 86400000\n  connection_limit: 0\n{BASE}"
+    );
+    let errors = errors(&text);
+    assert_eq!(errors.len(), 3, "{errors}");
+    assert_says(
+        &errors.errors[0],
+        &["`header_read_timeout_ms` is 0, outside 100 to 300000"],
+        &["between 100 and 300000 milliseconds"],
+    );
+    assert_eq!(errors.errors[0].line, 2);
+    assert_says(
+        &errors.errors[1],
+        &["`idle_timeout_ms` is 86400000, outside 100 to 3600000"],
+        &["between 100 and 3600000 milliseconds"],
+    );
+    assert_says(
+        &errors.errors[2],
+        &["`connection_limit` is 0, outside 1 to 1048576"],
+        &["between 1 and 1048576 connections"],
+    );
+    assert_eq!(errors.errors[2].line, 4);
+}
+
+#[test]
 fn every_error_of_a_file_is_reported_in_file_order() {
     let text = broken("    owner: payments-team\n", "    owner: nobody\n")
         .replace("/v1/orders/{order_id}", "/v1/orders/{id}")

@@ -31,7 +31,7 @@ pub use gate::{
     BACKOFF_BASE, CallContext, FLAG_REFRESH, FLAG_REFRESH_FOR_TESTS, Gate, GateError, GateOptions,
     LEASE_MARGIN, LOOKUP_INTERVAL, RETRY_AFTER_CAP, WAIT_MARGIN,
 };
-pub use metrics::{Metrics, REPEATED_CALL_BUFFER, RepeatedCall};
+pub use metrics::{ConnectionDrop, Metrics, REPEATED_CALL_BUFFER, RepeatedCall};
 pub use outcome::CallOutcome;
 pub use sweeper::{
     RESEND_ATTEMPTS_MAX, SWEEP_LOOKUP_AGE_FRACTION, SWEEP_LOOKUP_INTERVAL_MAX, SweepReport,

@@ -19,10 +19,13 @@
 //! | `intentgate_reconcile_mismatches_total` | counter | `tool`, `kind` | mismatches reconciliation found ([`Metrics::reconcile_mismatches`]) |
 //! | `intentgate_alerts_fired_total` | counter | `tool`, `rule` | duplicate-call alerts fired ([`Metrics::alert_fired`]) |
 //! | `intentgate_repeated_call_events_dropped_total` | counter | | repeated-call events evicted before every receiver saw them |
+//! | `intentgate_connections_open` | gauge | | HTTP connections the server holds open ([`Metrics::connection_opened`]) |
+//! | `intentgate_connections_dropped_total` | counter | `reason` | connections the server closed on its own: `header_timeout` (no whole request head in time), `idle` (kept alive with no request), `limit` (refused at the connection limit) ([`Metrics::connection_dropped`]) |
 //!
 //! **Bounded labels.** A label value is a tool name from the config, a status, or one of a
-//! few fixed words; never an intent key, a tenant or an argument, so the number of series is
-//! at most tools × statuses. Callers of the setters pass config tool names too.
+//! few fixed words; never an intent key, a tenant, an argument or a client's address, so the
+//! number of series is at most tools × statuses. Callers of the setters pass config tool
+//! names too.
 //!
 //! **Repeated-call events.** [`Gate::repeated_calls`](crate::Gate::repeated_calls) hands
 //! out a receiver of every later [`RepeatedCall`], emitted where
@@ -88,6 +91,36 @@ pub struct RepeatedCall {
     pub at_ms: i64,
 }
 
+/// Why the HTTP server closed a connection on its own, for
+/// `intentgate_connections_dropped_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConnectionDrop {
+    /// The client had not sent a whole request head within the header read timeout (a slow
+    /// or half-open client).
+    HeaderTimeout,
+    /// A kept-alive connection carried no request for the idle timeout.
+    Idle,
+    /// Refused on arrival: the server already held its limit of open connections.
+    Limit,
+}
+
+impl ConnectionDrop {
+    /// Every reason, so that each series exists (at zero) from the start.
+    pub const ALL: [ConnectionDrop; 3] = [
+        ConnectionDrop::HeaderTimeout,
+        ConnectionDrop::Idle,
+        ConnectionDrop::Limit,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionDrop::HeaderTimeout => "header_timeout",
+            ConnectionDrop::Idle => "idle",
+            ConnectionDrop::Limit => "limit",
+        }
+    }
+}
+
 /// An upstream request, for `intentgate_upstream_request_duration_seconds`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum UpstreamRequest {
@@ -151,6 +184,11 @@ struct ToolKindLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ToolRuleLabels {
     tool: String,
     rule: String,
@@ -188,6 +226,8 @@ pub struct Metrics {
     reconcile_mismatches: Family<ToolKindLabels, Counter>,
     alerts_fired: Family<ToolRuleLabels, Counter>,
     repeated_call_events_dropped: Counter,
+    connections_open: Gauge,
+    connections_dropped: Family<ReasonLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -276,6 +316,23 @@ impl Metrics {
             "Repeated-call events evicted before every receiver saw them",
             repeated_call_events_dropped.clone(),
         );
+        let connections_open = Gauge::default();
+        registry.register(
+            "intentgate_connections_open",
+            "HTTP connections the server holds open",
+            connections_open.clone(),
+        );
+        let connections_dropped = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "intentgate_connections_dropped",
+            "Connections the server closed on its own: no request head in time, idle, or over the connection limit",
+            connections_dropped.clone(),
+        );
+        for reason in ConnectionDrop::ALL {
+            let _ = connections_dropped.get_or_create(&ReasonLabels {
+                reason: reason.as_str(),
+            });
+        }
         Metrics {
             registry,
             calls,
@@ -290,6 +347,8 @@ impl Metrics {
             reconcile_mismatches,
             alerts_fired,
             repeated_call_events_dropped,
+            connections_open,
+            connections_dropped,
         }
     }
 
@@ -343,6 +402,25 @@ impl Metrics {
             rule: rule.to_owned(),
         };
         self.alerts_fired.get_or_create(&labels).inc();
+    }
+
+    /// Counts one more open HTTP connection; pair it with [`Metrics::connection_closed`].
+    pub fn connection_opened(&self) {
+        self.connections_open.inc();
+    }
+
+    /// Counts one HTTP connection fewer.
+    pub fn connection_closed(&self) {
+        self.connections_open.dec();
+    }
+
+    /// Counts a connection the server closed on its own, and why.
+    pub fn connection_dropped(&self, reason: ConnectionDrop) {
+        self.connections_dropped
+            .get_or_create(&ReasonLabels {
+                reason: reason.as_str(),
+            })
+            .inc();
     }
 
     pub(crate) fn call(&self, tool: &str, status: CallStatus) {
@@ -565,6 +643,32 @@ mod tests {
             sample(
                 &text,
                 r#"intentgate_alerts_fired_total{tool="refund_order",rule="repeats_per_minute"}"#
+            ),
+            Some(1.0)
+        );
+    }
+
+    #[test]
+    fn connections_are_counted_open_and_dropped_by_reason() {
+        let metrics = Metrics::new();
+        let text = metrics.encode();
+        for reason in ConnectionDrop::ALL {
+            let series = format!(
+                "intentgate_connections_dropped_total{{reason=\"{}\"}}",
+                reason.as_str()
+            );
+            assert_eq!(sample(&text, &series), Some(0.0), "{text}");
+        }
+        metrics.connection_opened();
+        metrics.connection_opened();
+        metrics.connection_closed();
+        metrics.connection_dropped(ConnectionDrop::HeaderTimeout);
+        let text = metrics.encode();
+        assert_eq!(sample(&text, "intentgate_connections_open"), Some(1.0));
+        assert_eq!(
+            sample(
+                &text,
+                r#"intentgate_connections_dropped_total{reason="header_timeout"}"#
             ),
             Some(1.0)
         );

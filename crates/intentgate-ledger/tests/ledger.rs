@@ -1900,6 +1900,31 @@ mod sqlite {
         on_each_mode(super::an_over_long_lease_owner_is_refused_as_too_large_on_every_path).await;
     }
 
+    /// The ledger holds every call's arguments and results, and its file, WAL and shared
+    /// memory were created with mode 0644: every user of the machine could read them.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_new_ledger_and_its_wal_and_shared_memory_are_readable_by_the_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        for (mode, options) in [("grouped", GROUPED), ("inline", INLINE)] {
+            let folder = tempfile::tempdir().unwrap();
+            let path = folder.path().join("ledger.db");
+            let ledger = open(&path, options);
+            expect!(
+                Begin::Execute,
+                ledger
+                    .begin(request("refund:1", "caller", T0))
+                    .await
+                    .unwrap()
+            );
+            for suffix in ["", "-wal", "-shm"] {
+                let file = format!("{}{suffix}", path.display());
+                let found = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+                assert_eq!(found, 0o600, "{mode} writes: {file} has mode {found:o}");
+            }
+        }
+    }
+
     /// Purging old intents also erased the kill-switch audit trail (the events without an
     /// intent), which the trait does not promise to delete.
     #[tokio::test]

@@ -1,7 +1,8 @@
 //! Routing notices to a tool's owner: a log line and, where configured, a webhook.
 //!
 //! A notice is one reconciliation run's mismatches for one owner, or one duplicate-call
-//! alert. The log line is written at once, on the caller's task. Webhooks are queued and
+//! alert. The log line is written at once, on the caller's task, with the summary as a
+//! field. Webhooks are queued and
 //! posted by one background worker, so a slow or dead endpoint never delays a call, an
 //! alert or a run; the queue is bounded and a notice that finds it full is dropped with an
 //! error log (the log line of that notice was written regardless). A delivery is retried a
@@ -25,6 +26,9 @@ use crate::Severity;
 /// lists are capped), so a full queue holds tens of MiB at worst; past it, alerting has
 /// fallen far behind and a dropped notice is logged rather than queued without bound.
 pub const WEBHOOK_QUEUE_MAX: usize = 256;
+/// The message of a notice's log line. The summary quotes intent keys, which hold what
+/// callers sent, so it is a field (quoted in text logs), never the message text.
+const NOTICE_LOG_MESSAGE: &str = "notice for the tool's owner";
 /// Longest wait for one webhook answer.
 pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Attempts per notice: the first post and two retries, 1 s and 2 s apart.
@@ -109,15 +113,18 @@ impl Notifier {
             match notice.severity {
                 Severity::Critical => tracing::error!(
                     kind = notice.kind, tool = %notice.tool, owner = owner_name,
-                    severity = notice.severity.as_str(), "{}", notice.summary
+                    severity = notice.severity.as_str(), summary = %notice.summary,
+                    "{NOTICE_LOG_MESSAGE}"
                 ),
                 Severity::Warning => tracing::warn!(
                     kind = notice.kind, tool = %notice.tool, owner = owner_name,
-                    severity = notice.severity.as_str(), "{}", notice.summary
+                    severity = notice.severity.as_str(), summary = %notice.summary,
+                    "{NOTICE_LOG_MESSAGE}"
                 ),
                 Severity::Info => tracing::info!(
                     kind = notice.kind, tool = %notice.tool, owner = owner_name,
-                    severity = notice.severity.as_str(), "{}", notice.summary
+                    severity = notice.severity.as_str(), summary = %notice.summary,
+                    "{NOTICE_LOG_MESSAGE}"
                 ),
             }
         }

@@ -16,6 +16,10 @@
 //! caller's [`Principal`](intentgate_core::Principal) into the request. The tenant of a call
 //! is the principal's, never a value the caller picks.
 //!
+//! Connections are HTTP/1.1 with keep-alive, each bounded by a header read timeout and an
+//! idle timeout, and their number by a limit (`connection.rs`); every request carries the
+//! peer's address as `axum::extract::ConnectInfo<SocketAddr>`.
+//!
 //! A call's outcome, whatever it is (`done`, `pending_unknown`, `conflict`, ...), is a 200
 //! with the outcome object: the call worked, and the status tells the model what happened.
 //! Malformed requests get a 4xx `application/problem+json` saying what is wrong.
@@ -27,6 +31,7 @@
 //! resolves it.
 
 pub mod auth;
+mod connection;
 pub mod edge;
 mod problem;
 mod routes;
@@ -49,6 +54,18 @@ pub const BODY_LIMIT_BYTES_DEFAULT: usize = 1024 * 1024;
 pub const CONCURRENCY_LIMIT_DEFAULT: usize = 256;
 /// How long shutdown waits for running calls by default.
 pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
+/// How long a client has to send a whole request head by default. A real client sends it in
+/// one go within milliseconds; ten seconds leaves room for a slow mobile link and still clears
+/// a socket that sent half a head (slowloris) quickly.
+pub const HEADER_READ_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// How long a kept-alive connection may wait for its next request by default: longer than
+/// the few seconds between an agent's calls, so its pooled connections are reused, and short
+/// enough that abandoned ones give their file descriptors back within a minute.
+pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
+/// Connections open at once by default. Each costs a file descriptor and some 10 KiB of
+/// buffers; 4096 serves hundreds of agents with pooled connections, plus a few thousand
+/// half-open sockets until the header timeout clears them, in about 40 MiB at worst.
+pub const CONNECTION_LIMIT_DEFAULT: usize = 4096;
 
 /// Settings of the HTTP server.
 #[derive(Clone)]
@@ -61,6 +78,13 @@ pub struct ServerOptions {
     /// Web origins whose requests are accepted; every other request with an `Origin` is
     /// refused.
     pub allowed_origins: Vec<String>,
+    /// How long a client has, from the moment the server waits for a request, to send the
+    /// whole request head; a connection that hasn't is closed.
+    pub header_read_timeout: Duration,
+    /// How long a kept-alive connection may carry no request before it is closed.
+    pub idle_timeout: Duration,
+    /// Most connections open at once; more are answered 503 and closed at once.
+    pub connection_limit: usize,
 }
 
 impl Default for ServerOptions {
@@ -73,6 +97,9 @@ impl Default for ServerOptions {
                 Authenticator::new(AuthOptions::default()).expect("auth: none always builds"),
             ),
             allowed_origins: Vec::new(),
+            header_read_timeout: HEADER_READ_TIMEOUT_DEFAULT,
+            idle_timeout: IDLE_TIMEOUT_DEFAULT,
+            connection_limit: CONNECTION_LIMIT_DEFAULT,
         }
     }
 }
@@ -85,6 +112,9 @@ impl std::fmt::Debug for ServerOptions {
             .field("shutdown_grace", &self.shutdown_grace)
             .field("auth_none", &self.authenticator.is_none())
             .field("allowed_origins", &self.allowed_origins)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("connection_limit", &self.connection_limit)
             .finish()
     }
 }
@@ -145,7 +175,8 @@ fn state(gate: Arc<Gate>, options: ServerOptions) -> Arc<AppState> {
     })
 }
 
-/// Serves until `shutdown` completes, then waits up to the grace period for running calls.
+/// Serves until `shutdown` completes, then waits up to the grace period for open connections
+/// and running calls.
 pub async fn run(
     listener: TcpListener,
     gate: Arc<Gate>,
@@ -173,18 +204,17 @@ pub async fn run_with(
         None => app,
     };
     let app = with_edge(app, &options, loopback);
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await?;
+    let limits = connection::Limits {
+        header_read_timeout: state.options.header_read_timeout,
+        idle_timeout: state.options.idle_timeout,
+        connection_limit: state.options.connection_limit,
+        shutdown_grace: state.options.shutdown_grace,
+    };
+    let metrics = state.gate.metrics().clone();
+    // Connections and calls share one grace period, counted from the shutdown signal.
+    let deadline = connection::serve(listener, app, limits, metrics, shutdown).await;
     let permits = state.options.concurrency_limit as u32;
-    let drained = tokio::time::timeout(
-        state.options.shutdown_grace,
-        state.calls.acquire_many(permits),
-    )
-    .await;
+    let drained = tokio::time::timeout_at(deadline, state.calls.acquire_many(permits)).await;
     match drained {
         Ok(_) => tracing::info!("every call finished; stopped"),
         Err(_) => tracing::warn!(

@@ -264,9 +264,9 @@ pub struct ServeArgs {
     #[arg(long, env = "INTENTGATE_DURABILITY", value_enum)]
     pub durability: Option<DurabilityArgument>,
     /// Turns the admin API on (/v1/admin/: flags, intents, reconciliation): the bearer
-    /// token its requests must carry, at least 16 characters. Prefer the environment
-    /// variable: a command-line value is visible in the process list. Without it the admin
-    /// API is off.
+    /// token its requests must carry, at least 32 bytes (make one with `openssl rand -hex
+    /// 32`). Prefer the environment variable: a command-line value is visible in the process
+    /// list. Without it the admin API is off.
     #[arg(
         long,
         env = "INTENTGATE_ADMIN_TOKEN",

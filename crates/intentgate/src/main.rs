@@ -1,4 +1,5 @@
-//! The `intentgate` command: parses the command line, sets up logging and runs one command.
+//! The `intentgate` command: parses the command line, sets up logging (`logs.rs`) and runs
+//! one command.
 //!
 //! Kept thin on purpose: each command lives in its own module and receives its parsed
 //! arguments; errors travel as `anyhow` errors, are printed here with their causes, and end
@@ -13,8 +14,10 @@ mod demo;
 mod faults;
 mod flags;
 mod intents;
+mod logs;
 mod mcp;
 mod mock_provider;
+mod open_files;
 mod reconcile;
 mod serve;
 mod smoke;
@@ -23,7 +26,6 @@ mod time;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command};
 
@@ -33,64 +35,17 @@ use crate::cli::{Cli, Command};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Log filter when `RUST_LOG` is unset: only what an operator must see, and what a
-/// long-running command says when it starts (its port, ledger and admin API).
-const LOG_FILTER_DEFAULT: &str = "warn,intentgate::startup=info";
-/// The environment variable that picks the log format: `text` (the default) or `json`.
-const LOG_FORMAT_ENV: &str = "INTENTGATE_LOG_FORMAT";
-
-/// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LogFormat {
-    /// One human-readable line per event, with its spans' fields.
-    Text,
-    /// One JSON object per line: the event's fields at the top level, the current span's
-    /// fields (a call's `tool`, `key` and `tenant`) under `span`.
-    Json,
-}
-
-/// The log format [`LOG_FORMAT_ENV`] asks for; unset or empty is text.
-fn log_format() -> Result<LogFormat, String> {
-    let value = match std::env::var(LOG_FORMAT_ENV) {
-        Ok(value) => value,
-        Err(std::env::VarError::NotPresent) => return Ok(LogFormat::Text),
-        Err(std::env::VarError::NotUnicode(value)) => value.to_string_lossy().into_owned(),
-    };
-    match value.trim() {
-        "" | "text" => Ok(LogFormat::Text),
-        "json" => Ok(LogFormat::Json),
-        other => Err(format!(
-            "{LOG_FORMAT_ENV}={other:?} is not a log format; use `text` (the default) or `json`"
-        )),
-    }
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let format = match log_format() {
+    let format = match logs::log_format() {
         Ok(format) => format,
         Err(message) => {
             eprintln!("error: {message}");
             return ExitCode::FAILURE;
         }
     };
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(LOG_FILTER_DEFAULT));
-    // Logs go to stderr so that stdout stays the command's output (a table or JSON).
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => logs.init(),
-        LogFormat::Json => logs
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
-            .with_ansi(false)
-            .init(),
-    }
+    logs::init(format);
     let result = match cli.command {
         Command::Serve(arguments) => serve::run(arguments).await,
         Command::Mcp(arguments) => mcp::run(arguments).await,

@@ -6,14 +6,15 @@
 //! token) at `/v1/admin/` beside the HTTP API. Background tasks purge settled intents older
 //! than the retention period, sweep intents left in flight or unknown (`Gate::sweep`),
 //! evaluate the duplicate-call alert rules over the gate's repeated calls, and reconcile the
-//! ledger with the providers every `reconcile.every_seconds` (`intentgate_ops`).
+//! ledger with the providers every `reconcile.every_seconds` (`intentgate_ops`). The process's
+//! open-file limit is raised first and the connection limit fitted under it (`open_files`).
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use intentgate_admin::AdminOptions;
+use intentgate_admin::{AdminOptions, FailureLimit};
 use intentgate_config::{LoadedConfig, ReconcileConfig};
 use intentgate_gate::{Clock, Gate, GateOptions, SystemClock};
 use intentgate_http::HttpUpstream;
@@ -48,11 +49,20 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
         .map(|token| token.0.clone())
         .filter(|token| !token.is_empty());
     if let Some(token) = &admin_token {
-        intentgate_admin::check_token(token)
-            .map_err(anyhow::Error::msg)
-            .context("--admin-token (INTENTGATE_ADMIN_TOKEN)")?;
+        intentgate_admin::check_token(token).context("--admin-token (INTENTGATE_ADMIN_TOKEN)")?;
     }
     let gateway = &loaded.config.gateway;
+    let connection_limit = match crate::open_files::raise_open_file_limit() {
+        Some(limit) => {
+            let fitted = crate::open_files::fit_connection_limit(gateway.connection_limit, limit)
+                .map_err(anyhow::Error::msg)?;
+            if let Some(warning) = &fitted.warning {
+                tracing::warn!(target: "intentgate::startup", "{warning}");
+            }
+            fitted.connections
+        }
+        None => gateway.connection_limit as usize,
+    };
     let listen = arguments
         .listen
         .clone()
@@ -81,6 +91,9 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
         shutdown_grace: Duration::from_millis(gateway.shutdown_grace_ms),
         authenticator: Arc::new(authenticator),
         allowed_origins: gateway.allowed_origins.clone(),
+        header_read_timeout: Duration::from_millis(gateway.header_read_timeout_ms),
+        idle_timeout: Duration::from_millis(gateway.idle_timeout_ms),
+        connection_limit,
     };
     tokio::spawn(purge_forever(ledger.clone(), gateway.retention_days));
     tokio::spawn(sweep_forever(gate.clone()));
@@ -133,18 +146,26 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
         },
     );
     // The admin API (flags, intents, reconciliation) under /v1/admin/, over the same ledger.
-    let admin_on = admin_token.is_some();
+    // With credentials, a key or token with the `admin` scope reaches the admin API.
+    let admin_scope = !options.authenticator.is_none();
+    let admin_on = admin_token.is_some() || admin_scope;
     let admin_routes = intentgate_admin::router(
         ledger.clone(),
         AdminOptions {
             token: admin_token,
             tools: loaded.tools.iter().map(|tool| tool.name.clone()).collect(),
             actor_default: ADMIN_ACTOR_DEFAULT.to_owned(),
+            failure_limit: FailureLimit::default(),
+            admin_scope,
         },
         Some(Arc::new(AdminReconciler(reconciler))),
     );
     if admin_on {
-        tracing::info!(target: "intentgate::startup", "admin API on at /v1/admin/ (bearer token required)");
+        tracing::info!(
+            target: "intentgate::startup",
+            "admin API on at /v1/admin/ (the admin token{} required)",
+            if admin_scope { ", or a credential with the admin scope," } else { "" }
+        );
     } else {
         tracing::info!(
             target: "intentgate::startup",

@@ -180,3 +180,32 @@ fn bench_gateway_prints_positive_figures_as_json_and_cleans_up() {
         "the temporary folder was left behind: {remaining:?}"
     );
 }
+
+/// A ledger file created before it was made private stays readable by others until its
+/// operator changes it: every command that opens it says so, with the command that fixes it.
+#[cfg(unix)]
+#[test]
+fn a_ledger_others_may_read_is_opened_with_a_warning_that_says_how_to_close_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = folder.path().join("ledger.db");
+    let list = |ledger: &std::path::Path| {
+        run(intentgate().args(["intents", "list", "--ledger", ledger.to_str().unwrap()]))
+    };
+    drop(
+        intentgate_ledger::SqliteLedger::open(&ledger, intentgate_ledger::SqliteOptions::default())
+            .unwrap(),
+    );
+    let created = list(&ledger);
+    assert!(created.status.success(), "{created:?}");
+    assert!(!text(&created.stderr).contains("chmod"), "{created:?}");
+
+    std::fs::set_permissions(&ledger, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let opened = list(&ledger);
+    assert!(opened.status.success(), "{opened:?}");
+    let stderr = text(&opened.stderr);
+    assert!(
+        stderr.contains(&format!("chmod 600 {}", ledger.display())),
+        "{stderr}"
+    );
+}

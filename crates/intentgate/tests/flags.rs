@@ -483,7 +483,7 @@ async fn two_replicas_on_postgresql_honour_a_switch_made_with_the_cli_or_through
     let setup = Setup::new();
     let env = [("INTENTGATE_LEDGER_SCHEMA", schema.name.as_str())];
     let mock = mock_provider();
-    const TOKEN: &str = "replica-admin-token-0123456789";
+    const TOKEN: &str = "replica-admin-token-0123456789abcdef";
     let gateway_env = [
         env[0],
         ("INTENTGATE_MOCK_URL", &mock.url),

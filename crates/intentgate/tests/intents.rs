@@ -163,16 +163,18 @@ async fn ledger_with_intents() -> Ledger {
         let outcome = stack.call("refund_order", refund(order, 20.0), None).await;
         assert_eq!(outcome["status"], "pending_unknown", "{outcome}");
     }
-    // The admin API is off without a token, and the gateway said so.
+    // Callers authenticate with keys, so the admin API is on for a key with the `admin` scope,
+    // and the gateway said so; these keys have only `call`.
     let stderr = stack.stderr_with("admin API");
-    assert!(stderr.contains("admin API off"), "{stderr}");
-    let off = stack
+    assert!(stderr.contains("admin API on"), "{stderr}");
+    let refused = stack
         .client
         .get(format!("{}/v1/admin/flags", stack.gateway.url))
+        .bearer_auth(KEY_DEFAULT)
         .send()
         .await
         .unwrap();
-    assert_eq!(off.status().as_u16(), 404);
+    assert_eq!(refused.status().as_u16(), 401);
     let Stack {
         mock,
         gateway,
@@ -519,6 +521,7 @@ async fn the_admin_api_of_a_running_gateway_switches_a_tool_off_and_on() {
     assert!(stack.ledger.exists() && stack.config.exists());
 }
 
+/// 16 bytes used to be enough: a token that short was accepted and guards the kill switch.
 #[test]
 fn serve_refuses_a_short_admin_token() {
     let folder = tempfile::tempdir().unwrap();
@@ -531,13 +534,14 @@ fn serve_refuses_a_short_admin_token() {
             "--listen",
             "127.0.0.1:0",
         ])
-        .env("INTENTGATE_ADMIN_TOKEN", "short-token")
+        .env("INTENTGATE_ADMIN_TOKEN", "sixteen-byte-tok")
         .output()
         .unwrap();
     let stderr = failure(&output);
-    assert!(stderr.contains("shorter than 16"), "{stderr}");
+    assert!(stderr.contains("shorter than 32"), "{stderr}");
+    assert!(stderr.contains("openssl rand -hex 32"), "{stderr}");
     assert!(
-        !stderr.contains("short-token"),
+        !stderr.contains("sixteen-byte-tok"),
         "the token was printed: {stderr}"
     );
     let help = support::intentgate()

@@ -1,6 +1,6 @@
 //! The log format an operator picks with `INTENTGATE_LOG_FORMAT`, through the real binary:
 //! `json` makes every stderr line one JSON object, and each line about a call carries the
-//! call's tool and intent key.
+//! call's tool and intent key; `text` quotes what callers chose, so they can't forge fields.
 
 mod support;
 
@@ -82,6 +82,97 @@ async fn json_logs_are_one_object_a_line_and_a_calls_lines_carry_its_tool_and_ke
     assert_eq!(answered["level"], "INFO");
     assert_eq!(answered["tool"], "refund_order");
     assert_eq!(answered["key"], key);
+}
+
+/// `text` without ANSI colour codes, which the text format may add around levels and names.
+fn without_colours(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ parameters final-byte.
+            for next in chars.by_ref() {
+                if next.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+/// A caller's value (once a tenant header, now that tenants come from credentials an order
+/// id in the intent key) such as `evil status=admin_override` was written unquoted into the
+/// text log, where it read as a second field, `status=admin_override`. A value can't carry a
+/// line break through JSON into a key unescaped here either; the unit tests of the text
+/// format cover line breaks and terminal escapes in any field.
+#[tokio::test]
+async fn text_logs_quote_a_callers_values_so_they_forge_no_field() {
+    let folder = tempfile::tempdir().unwrap();
+    let mock = mock_provider();
+    let ledger = folder.path().join("ledger.db");
+    let gateway = serve_with_stderr(
+        EXAMPLE_CONFIG,
+        ledger.to_str().unwrap(),
+        &[("INTENTGATE_MOCK_URL", &mock.url), ("RUST_LOG", "info")],
+        Stdio::piped(),
+    );
+    let client = support::client();
+    let orders = [
+        "evil status=admin_override",
+        r#"evil" status="admin_override"#,
+    ];
+    for order in orders {
+        let response = client
+            .post(format!("{}/v1/tools/refund_order/call", gateway.url))
+            .json(&json!({"arguments": {"order_id": order, "amount": 5.0, "reason": "requested_by_customer"}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let outcome: Value = response.json().await.unwrap();
+        assert_eq!(outcome["status"], "done", "{outcome}");
+    }
+
+    let stderr = without_colours(&stop(gateway));
+    let answered = stderr
+        .lines()
+        .filter(|line| line.contains("upstream answered") && line.contains("admin_override"))
+        .count();
+    assert_eq!(
+        answered, 2,
+        "a line about each call, with its key:\n{stderr}"
+    );
+    for line in stderr.lines() {
+        assert!(
+            !outside_quotes(line).contains("admin_override"),
+            "a forged field outside a quoted value: {line}"
+        );
+    }
+}
+
+/// `line` without its quoted values (`"..."`, with `\"` escapes inside).
+fn outside_quotes(line: &str) -> String {
+    let mut outside = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            outside.push(c);
+            continue;
+        }
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => break,
+                _ => {}
+            }
+        }
+    }
+    outside
 }
 
 #[test]

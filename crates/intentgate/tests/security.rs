@@ -461,3 +461,20 @@ async fn proxy_headers_are_believed_only_from_the_proxy() {
     assert_eq!(response.status(), 401);
     assert_eq!(stack.refunds("t-proxy").await, 1);
 }
+
+/// A key with the `admin` scope reaches the admin API without the admin token; a key
+/// without it does not.
+#[tokio::test]
+async fn the_admin_scope_opens_the_admin_api() {
+    let stack = stack(with_keys);
+    let flags = |key: &'static str| {
+        let request = stack
+            .client
+            .get(stack.url("/v1/admin/flags"))
+            .bearer_auth(key);
+        async move { request.send().await.unwrap().status() }
+    };
+    assert_eq!(flags(KEY_ADMIN).await, 200);
+    assert_eq!(flags(KEY_NORTH).await, 401);
+    assert_eq!(flags(KEY_SOUTH).await, 401);
+}

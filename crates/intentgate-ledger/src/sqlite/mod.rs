@@ -14,7 +14,11 @@
 //! [`SqliteOptions::inline`] runs every write on the calling thread instead, one
 //! transaction each. The deterministic simulation uses it, so that a seed fixes the order
 //! of every ledger operation.
+//!
+//! A new ledger file, its WAL and its shared memory are readable by their owner only
+//! (`file.rs`); opening one that others may read logs a warning with the fix.
 
+mod file;
 mod ops;
 mod schema;
 
@@ -118,6 +122,11 @@ impl SqliteLedger {
                 "the folder {} does not exist; create it first",
                 parent.display()
             )));
+        }
+        file::create_private(&path)
+            .map_err(|error| open_error(format!("can't create the ledger file: {error}")))?;
+        if let Some(warning) = file::loose_permissions(&path) {
+            tracing::warn!("{warning}");
         }
         let mut connection =
             open_connection(&path, false).map_err(|error| open_error(error.to_string()))?;

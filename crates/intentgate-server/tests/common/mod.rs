@@ -54,6 +54,16 @@ pub fn refund_tool() -> ToolDefinition {
 
 /// A server of `tools` with `options`, over a fresh ledger and a fake provider with `plan`.
 pub async fn start(tools: Vec<ToolDefinition>, plan: FaultPlan, options: ServerOptions) -> Server {
+    start_with(tools, plan, options, None).await
+}
+
+/// [`start`], with `extra` routes served beside the API (`intentgate_server::run_with`).
+pub async fn start_with(
+    tools: Vec<ToolDefinition>,
+    plan: FaultPlan,
+    options: ServerOptions,
+    extra: Option<axum::Router>,
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let ledger_path = dir.path().join("ledger.db");
     let ledger = Arc::new(
@@ -80,9 +90,15 @@ pub async fn start(tools: Vec<ToolDefinition>, plan: FaultPlan, options: ServerO
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped_signal) = oneshot::channel::<()>();
-    let stopped = tokio::spawn(intentgate_server::run(listener, gate, options, async {
-        let _ = stopped_signal.await;
-    }));
+    let stopped = tokio::spawn(intentgate_server::run_with(
+        listener,
+        gate,
+        options,
+        extra,
+        async {
+            let _ = stopped_signal.await;
+        },
+    ));
     Server {
         base,
         provider,
