@@ -159,7 +159,7 @@ impl Gate {
         let mut by_name = HashMap::new();
         for definition in tools {
             let validator =
-                jsonschema::validator_for(&definition.input_schema).map_err(|error| {
+                crate::schema::validator(&definition.input_schema).map_err(|error| {
                     GateError::BadSchema {
                         tool: definition.name.clone(),
                         reason: error.to_string(),
@@ -272,7 +272,7 @@ impl Gate {
         context: &CallContext,
     ) -> Result<CallOutcome, GateError> {
         let definition = &tool.definition;
-        let errors: Vec<String> = tool
+        let mut errors: Vec<String> = tool
             .validator
             .iter_errors(&arguments)
             .map(|error| {
@@ -284,6 +284,9 @@ impl Gate {
                 }
             })
             .collect();
+        if errors.is_empty() {
+            errors = crate::schema::unreadable_numbers(&arguments);
+        }
         if !errors.is_empty() {
             return Ok(self
                 .outcome(definition, CallStatus::InvalidArguments, &errors.join("; "))
@@ -313,6 +316,9 @@ impl Gate {
             attempt: 0,
             timeout: tool.timeout,
         };
+        if let Err(reason) = self.upstream.check(call) {
+            return self.request_not_buildable(tool, reason);
+        }
         let mut retry = 0;
         loop {
             let observation = self.send(call).await;
@@ -362,6 +368,22 @@ impl Gate {
             }
         };
         tracing::Span::current().record("key", key.as_str());
+        // The request must be buildable from these arguments before anything is recorded: a
+        // header value with a line break is the caller's mistake, not an intent. The real
+        // provider key may carry an epoch (`#2`), which changes nothing a check could refuse.
+        let check_key = provider_key(&context.tenant, &tool.name, &key, 1);
+        let check = UpstreamCall {
+            tool,
+            arguments: &arguments,
+            idempotency_key: Some(&check_key),
+            intent_key: Some(&key),
+            intent_id: context.intent_id.as_deref(),
+            attempt: 1,
+            timeout: tool.timeout,
+        };
+        if let Err(reason) = self.upstream.check(check) {
+            return Ok(self.request_not_buildable(tool, reason));
+        }
         let fingerprint = fingerprint(&arguments);
 
         // Fast path: a repeat of a settled intent is answered from a read, without a
@@ -750,6 +772,14 @@ impl Gate {
             outcome.external_id = intent.external_id.clone();
         }
         outcome
+    }
+
+    /// The answer for arguments the upstream can't build a request from: `invalid_arguments`,
+    /// nothing sent and nothing recorded.
+    fn request_not_buildable(&self, tool: &ToolDefinition, reason: String) -> CallOutcome {
+        tracing::info!(tool = %tool.name, %reason, "call refused: no request can be built from its arguments");
+        self.outcome(tool, CallStatus::InvalidArguments, &reason)
+            .with_errors(vec![reason])
     }
 
     fn outcome(&self, tool: &ToolDefinition, status: CallStatus, details: &str) -> CallOutcome {
