@@ -368,22 +368,6 @@ impl Gate {
             }
         };
         tracing::Span::current().record("key", key.as_str());
-        // The request must be buildable from these arguments before anything is recorded: a
-        // header value with a line break is the caller's mistake, not an intent. The real
-        // provider key may carry an epoch (`#2`), which changes nothing a check could refuse.
-        let check_key = provider_key(&context.tenant, &tool.name, &key, 1);
-        let check = UpstreamCall {
-            tool,
-            arguments: &arguments,
-            idempotency_key: Some(&check_key),
-            intent_key: Some(&key),
-            intent_id: context.intent_id.as_deref(),
-            attempt: 1,
-            timeout: tool.timeout,
-        };
-        if let Err(reason) = self.upstream.check(check) {
-            return Ok(self.request_not_buildable(tool, reason));
-        }
         let fingerprint = fingerprint(&arguments);
 
         // Fast path: a repeat of a settled intent is answered from a read, without a
@@ -411,6 +395,24 @@ impl Gate {
                 .in_current_span(),
             );
             return Ok(self.answer_from(tool, &intent));
+        }
+
+        // The request must be buildable from these arguments before an intent is recorded: a
+        // header value with a line break is the caller's mistake, not an intent. (A settled
+        // repeat, answered above, has the arguments its first call was checked with.) The
+        // real provider key may carry an epoch (`#2`), which changes nothing a check refuses.
+        let check_key = provider_key(&context.tenant, &tool.name, &key, 1);
+        let check = UpstreamCall {
+            tool,
+            arguments: &arguments,
+            idempotency_key: Some(&check_key),
+            intent_key: Some(&key),
+            intent_id: context.intent_id.as_deref(),
+            attempt: 1,
+            timeout: tool.timeout,
+        };
+        if let Err(reason) = self.upstream.check(check) {
+            return Ok(self.request_not_buildable(tool, reason));
         }
 
         let owner = self.lease_owner("");

@@ -121,6 +121,47 @@ async fn amounts_are_taken_as_sent_and_refused_rather_than_rounded() {
     assert_eq!(outcome["result"]["amount"], "49.99", "{outcome}");
 }
 
+// The same amount over MCP's Streamable HTTP endpoint, as a raw JSON-RPC request with a
+// numeric id: the SDK's message parsing must keep the number's text too.
+#[tokio::test]
+async fn amounts_sent_over_mcp_are_taken_as_sent() {
+    let stack = stack();
+    let request = r#"{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "refund_order",
+        "arguments": {"order_id": "8812", "amount": 49.9999999999999999, "reason": "duplicate"}}}"#;
+    let response = stack
+        .client
+        .post(format!("{}/mcp", stack.gateway.url))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let text = response.text().await.unwrap();
+    // One JSON-RPC answer, as JSON or as the data of a server-sent event.
+    let answer: Value = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .chain(std::iter::once(text.as_str()))
+        .find_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+        .unwrap_or_else(|| panic!("no JSON-RPC answer in {text}"));
+    assert_eq!(answer["id"], 7, "{answer}");
+    let outcome = &answer["result"]["structuredContent"];
+    refused(
+        outcome,
+        "`49.9999999999999999` has more than 2 decimal places",
+    );
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(
+        stack.provider_requests().await,
+        0,
+        "nothing reached the provider"
+    );
+}
+
 // Found by attack: `format: email` was not enforced, so these three addresses were sent to the
 // provider, the last one with a Bcc header in it.
 #[tokio::test]
