@@ -653,7 +653,7 @@ impl Checker<'_, '_> {
     /// Reports an input schema that is not a valid JSON Schema, at the offending keyword.
     /// Returns whether it is valid.
     fn input_schema(&mut self, index: usize, label: &str, schema: &Value) -> bool {
-        let Err(error) = jsonschema::validator_for(schema) else {
+        let Err(error) = intentgate_gate::schema::validator(schema) else {
             return true;
         };
         let pointer = error.instance_path().to_string();

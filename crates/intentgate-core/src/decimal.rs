@@ -1,14 +1,21 @@
-//! Exact decimals for intent keys and fingerprints.
+//! Exact decimals for intent keys, request templates and fingerprints.
 //!
 //! A key must not depend on how a number happened to be written: `49`, `49.0` and `"49.00"`
-//! are one refund. Floats can't promise that (0.1 + 0.2), so values are parsed from their
-//! decimal text into digits and a scale, and formatted exactly. A value with more places
-//! than a template declares is refused rather than rounded: rounding would merge two
-//! different amounts into one intent.
+//! are one refund. Floats can't promise that (0.1 + 0.2), so values are read from their
+//! decimal text (an [`ExactNumber`]) into digits and a scale, and formatted exactly. JSON
+//! numbers arrive as the text the caller sent (serde_json's `arbitrary_precision`: this module
+//! reads [`serde_json::Number::as_str`], which exists only with it), so `49.9999999999999999`
+//! is never 50. A value with more places than a template declares is refused rather than
+//! rounded: rounding would merge two different amounts into one intent. A value is a
+//! `Decimal` only within [`DECIMAL_DIGITS_MAX`] digits and [`DECIMAL_SCALE_MAX`] places, so
+//! writing one out is always short.
 
 use std::fmt;
 
-use crate::limits::{DECIMAL_DIGITS_MAX, DECIMAL_PLACES_MAX};
+use serde_json::Value;
+
+use crate::limits::{DECIMAL_DIGITS_MAX, DECIMAL_PLACES_MAX, DECIMAL_SCALE_MAX};
+use crate::number::{ExactNumber, NumberError, quote};
 
 /// An exact decimal: `digits × 10^-scale`, with a sign. Always normalised: no leading zeros
 /// in `digits` and no trailing zeros after the decimal point (`scale` is as small as it can
@@ -22,16 +29,21 @@ pub struct Decimal {
     scale: u32,
 }
 
-/// Why a value is not an exact decimal.
+/// Why a value is not an exact decimal. Every message quotes the value as the caller sent it
+/// (bounded, control characters escaped), never a rounded or normalised form of it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecimalError {
     #[error(
         "`{0}` is not a decimal number (expected digits with an optional sign and point, like 49.00)"
     )]
     Syntax(String),
-    #[error("`{0}` has more than {DECIMAL_DIGITS_MAX} significant digits")]
+    #[error("`{0}` has more than {DECIMAL_DIGITS_MAX} digits")]
     TooLong(String),
-    #[error("{value} has more than {places} decimal places; the key would have to round it")]
+    #[error(
+        "`{0}` is too close to zero: an exact decimal has at most {DECIMAL_SCALE_MAX} decimal places"
+    )]
+    TooPrecise(String),
+    #[error("`{value}` has more than {places} decimal places; it is refused rather than rounded")]
     TooManyPlaces { value: String, places: u32 },
     #[error("a JSON {0} is not a number")]
     NotANumber(&'static str),
@@ -40,63 +52,94 @@ pub enum DecimalError {
 impl Decimal {
     /// Parses decimal text: `-12`, `49.00`, `.5`, `1e3`, `2.5E-2`.
     pub fn parse(text: &str) -> Result<Decimal, DecimalError> {
-        let syntax = || DecimalError::Syntax(text.to_owned());
-        let trimmed = text.trim();
-        let (negative, unsigned) = match trimmed.as_bytes().first() {
-            Some(b'-') => (true, &trimmed[1..]),
-            Some(b'+') => (false, &trimmed[1..]),
-            _ => (false, trimmed),
-        };
-        let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
-            Some(at) => {
-                let exponent: i64 = unsigned[at + 1..].parse().map_err(|_| syntax())?;
-                (&unsigned[..at], exponent)
+        let number = ExactNumber::parse(text).map_err(|error| match error {
+            NumberError::Syntax(quoted) => DecimalError::Syntax(quoted),
+            NumberError::ExponentOutOfRange {
+                text,
+                towards_zero: false,
+            } => DecimalError::TooLong(text),
+            NumberError::ExponentOutOfRange {
+                text,
+                towards_zero: true,
+            } => DecimalError::TooPrecise(text),
+        })?;
+        Decimal::from_exact(&number).map_err(|error| match error {
+            Bound::Digits => DecimalError::TooLong(quote(text)),
+            Bound::Scale => DecimalError::TooPrecise(quote(text)),
+        })
+    }
+
+    /// The decimal of an exact number, when it is within the bounds.
+    fn from_exact(number: &ExactNumber) -> Result<Decimal, Bound> {
+        if number.is_zero() {
+            return Ok(Decimal {
+                negative: false,
+                digits: "0".to_owned(),
+                scale: 0,
+            });
+        }
+        let significant = number.digits();
+        let exponent = number.exponent();
+        if exponent >= 0 {
+            // Both terms are far below u128's range: the digits are bounded by the text.
+            if significant.len() as u128 + exponent as u128 > DECIMAL_DIGITS_MAX as u128 {
+                return Err(Bound::Digits);
             }
-            None => (unsigned, 0),
-        };
-        let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-        if whole.is_empty() && fraction.is_empty() {
-            return Err(syntax());
+            let mut digits = significant.to_owned();
+            digits.extend(std::iter::repeat_n('0', exponent as usize));
+            return Ok(Decimal {
+                negative: number.is_negative(),
+                digits,
+                scale: 0,
+            });
         }
-        if !whole
-            .bytes()
-            .chain(fraction.bytes())
-            .all(|b| b.is_ascii_digit())
-        {
-            return Err(syntax());
+        let scale = exponent.unsigned_abs();
+        if scale > u64::from(DECIMAL_SCALE_MAX) {
+            return Err(Bound::Scale);
         }
-        let mut digits: String = whole.chars().chain(fraction.chars()).collect();
-        let mut scale = fraction.len() as i64 - exponent;
-        if scale < 0 {
-            if -scale > DECIMAL_DIGITS_MAX as i64 {
-                return Err(DecimalError::TooLong(text.to_owned()));
-            }
-            digits.extend(std::iter::repeat_n('0', (-scale) as usize));
-            scale = 0;
+        if significant.len() > DECIMAL_DIGITS_MAX {
+            return Err(Bound::Digits);
         }
-        let mut decimal = Decimal {
-            negative,
-            digits,
-            scale: 0,
-        };
-        decimal.scale = u32::try_from(scale).map_err(|_| DecimalError::TooLong(text.to_owned()))?;
-        decimal.normalise();
-        if decimal.digits.len() > DECIMAL_DIGITS_MAX {
-            return Err(DecimalError::TooLong(text.to_owned()));
-        }
-        Ok(decimal)
+        Ok(Decimal {
+            negative: number.is_negative(),
+            digits: significant.to_owned(),
+            scale: u32::try_from(scale).expect("at most DECIMAL_SCALE_MAX"),
+        })
     }
 
     /// Reads a JSON number, or a string holding one (amounts often travel as strings).
-    pub fn from_json(value: &serde_json::Value) -> Result<Decimal, DecimalError> {
+    pub fn from_json(value: &Value) -> Result<Decimal, DecimalError> {
         match value {
-            serde_json::Value::Number(number) => Decimal::parse(&number.to_string()),
-            serde_json::Value::String(text) => Decimal::parse(text),
-            serde_json::Value::Null => Err(DecimalError::NotANumber("null")),
-            serde_json::Value::Bool(_) => Err(DecimalError::NotANumber("boolean")),
-            serde_json::Value::Array(_) => Err(DecimalError::NotANumber("array")),
-            serde_json::Value::Object(_) => Err(DecimalError::NotANumber("object")),
+            Value::Number(number) => Decimal::parse(number.as_str()),
+            Value::String(text) => Decimal::parse(text),
+            Value::Null => Err(DecimalError::NotANumber("null")),
+            Value::Bool(_) => Err(DecimalError::NotANumber("boolean")),
+            Value::Array(_) => Err(DecimalError::NotANumber("array")),
+            Value::Object(_) => Err(DecimalError::NotANumber("object")),
         }
+    }
+
+    /// Reads a JSON number or numeric string and formats it with exactly `places` places
+    /// (`{amount:.2}`), refusing to drop a non-zero digit. Errors quote the value as sent:
+    /// `49.0049999999999999`, not a shorter form of it.
+    pub fn format_json(value: &Value, places: u32) -> Result<String, DecimalError> {
+        Decimal::from_json(value)?
+            .format_places(places)
+            .map_err(|error| match (error, value) {
+                (DecimalError::TooManyPlaces { places, .. }, Value::Number(number)) => {
+                    DecimalError::TooManyPlaces {
+                        value: quote(number.as_str()),
+                        places,
+                    }
+                }
+                (DecimalError::TooManyPlaces { places, .. }, Value::String(text)) => {
+                    DecimalError::TooManyPlaces {
+                        value: quote(text),
+                        places,
+                    }
+                }
+                (error, _) => error,
+            })
     }
 
     /// Formats with exactly `places` decimal places, refusing to drop a non-zero digit.
@@ -115,23 +158,12 @@ impl Decimal {
         digits.extend(std::iter::repeat_n('0', (places - self.scale) as usize));
         Ok(render(self.negative, &digits, places))
     }
+}
 
-    fn normalise(&mut self) {
-        while self.scale > 0 && self.digits.ends_with('0') {
-            self.digits.pop();
-            self.scale -= 1;
-        }
-        let significant = self.digits.trim_start_matches('0');
-        if significant.is_empty() {
-            *self = Decimal {
-                negative: false,
-                digits: "0".to_owned(),
-                scale: 0,
-            };
-        } else {
-            self.digits = significant.to_owned();
-        }
-    }
+/// Which bound an exact number is outside of.
+enum Bound {
+    Digits,
+    Scale,
 }
 
 /// Places the decimal point `scale` digits from the right, padding with zeros.
@@ -227,6 +259,72 @@ mod tests {
             Decimal::parse("49.0000").unwrap().format_places(2).unwrap(),
             "49.00"
         );
+    }
+
+    // Found by attack: JSON numbers went through an f64, so `49.9999999999999999` under
+    // `{amount:.2}` became 50.00 (a refund was executed) and the refusal of
+    // `49.0049999999999999` quoted `49.005`, a value the caller never sent.
+    #[test]
+    fn json_numbers_are_read_from_their_text_and_quoted_as_sent() {
+        let sent = |text: &str| -> Value { serde_json::from_str(text).unwrap() };
+        assert_eq!(
+            Decimal::format_json(&sent("49.9999999999999999"), 2),
+            Err(DecimalError::TooManyPlaces {
+                value: "49.9999999999999999".into(),
+                places: 2
+            })
+        );
+        let error = Decimal::format_json(&sent("49.0049999999999999"), 2).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "`49.0049999999999999` has more than 2 decimal places; it is refused rather than rounded"
+        );
+        assert_eq!(
+            Decimal::format_json(&json!("49.00500"), 2),
+            Err(DecimalError::TooManyPlaces {
+                value: "49.00500".into(),
+                places: 2
+            })
+        );
+        assert_eq!(
+            Decimal::format_json(&sent("12345678901234567890.10"), 2).unwrap(),
+            "12345678901234567890.10"
+        );
+        assert_eq!(
+            Decimal::parse("0.1000000000000000055511151231257827")
+                .unwrap()
+                .to_string(),
+            "0.1000000000000000055511151231257827"
+        );
+    }
+
+    #[test]
+    fn bounds_depend_on_the_value_not_its_spelling() {
+        for text in ["0e50", "0.0e41", "-0e-99999999999999999999"] {
+            assert_eq!(canonical(text), "0", "{text}");
+        }
+        assert_eq!(canonical("0.0000000001e45"), format!("1{}", "0".repeat(35)));
+        assert_eq!(
+            canonical(&format!("1e{}", DECIMAL_DIGITS_MAX - 1)).len(),
+            40
+        );
+        assert!(matches!(
+            Decimal::parse("1e40"),
+            Err(DecimalError::TooLong(_))
+        ));
+        assert!(matches!(
+            Decimal::parse("100e38"),
+            Err(DecimalError::TooLong(_))
+        ));
+        assert_eq!(canonical("1e-400"), format!("0.{}1", "0".repeat(399)));
+        assert!(matches!(
+            Decimal::parse("1e-401"),
+            Err(DecimalError::TooPrecise(_))
+        ));
+        assert!(matches!(
+            Decimal::parse("0.1e-400"),
+            Err(DecimalError::TooPrecise(_))
+        ));
     }
 
     #[test]

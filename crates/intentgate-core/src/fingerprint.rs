@@ -2,7 +2,10 @@
 //!
 //! The fingerprint is the SHA-256 of the arguments' canonical JSON: object members sorted
 //! by name, no insignificant whitespace, and numbers written as exact normalised decimals
-//! (so `49` and `49.0` are one value). Strings stay strings: `"49"` is not `49`.
+//! (so `49` and `49.0` are one value). Strings stay strings: `"49"` is not `49`. Numbers are
+//! read from the text the caller sent, never through a float, so `49.9999999999999999` and
+//! `50` differ; a number outside [`Decimal`]'s bounds (`1e400`) is written as its
+//! [`ExactNumber`] canonical text, which has an exponent and so never equals a decimal's.
 
 use std::fmt::Write as _;
 
@@ -10,6 +13,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::decimal::Decimal;
+use crate::number::ExactNumber;
 
 /// A lowercase hex SHA-256 of the canonical arguments (64 characters).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -65,12 +69,22 @@ pub fn write_canonical(out: &mut String, value: &Value) {
             }
             out.push(']');
         }
-        Value::Number(number) => match Decimal::parse(&number.to_string()) {
-            Ok(decimal) => out.push_str(&decimal.to_string()),
-            // Out of the exact range (1e400 can't arrive through serde_json, but be total).
-            Err(_) => out.push_str(&number.to_string()),
-        },
+        Value::Number(number) => out.push_str(&canonical_number(number.as_str())),
         other => out.push_str(&other.to_string()),
+    }
+}
+
+/// One text per numeric value: the [`Decimal`] form where it has one (as fingerprints have
+/// always been written), else the [`ExactNumber`] form. Only text that is no number at all,
+/// or whose exponent passes 64 bits (the gate refuses such arguments before fingerprinting),
+/// is kept as it is.
+fn canonical_number(text: &str) -> String {
+    if let Ok(decimal) = Decimal::parse(text) {
+        return decimal.to_string();
+    }
+    match ExactNumber::parse(text) {
+        Ok(number) => number.to_string(),
+        Err(_) => text.to_owned(),
     }
 }
 

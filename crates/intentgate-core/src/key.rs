@@ -359,9 +359,7 @@ fn render_value(name: &str, value: &Value, places: Option<u32>) -> Result<String
         error,
     };
     if let Some(places) = places {
-        return Decimal::from_json(value)
-            .and_then(|decimal| decimal.format_places(places))
-            .map_err(decimal_error);
+        return Decimal::format_json(value, places).map_err(decimal_error);
     }
     match value {
         Value::String(text) => Ok(text.clone()),

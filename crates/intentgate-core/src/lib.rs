@@ -1,7 +1,7 @@
 //! The I/O-free heart of intentgate.
 //!
 //! Everything that decides *what* a retry-safe call does lives here: the effect classes,
-//! tool definitions, intent-key templates with exact decimals, argument fingerprints, the
+//! tool definitions, intent-key templates with exact numbers and decimals, argument fingerprints, the
 //! intent state machine, the classification of what an upstream did, and the statuses the
 //! model sees.
 //!
@@ -16,6 +16,7 @@ pub mod fingerprint;
 pub mod intent;
 pub mod key;
 pub mod limits;
+pub mod number;
 pub mod outcome;
 pub mod principal;
 pub mod status;
@@ -26,6 +27,7 @@ pub use effect::Effect;
 pub use fingerprint::{Fingerprint, differing_fields, fingerprint};
 pub use intent::{IllegalTransition, IntentStatus};
 pub use key::{KeyError, KeyTemplate};
+pub use number::ExactNumber;
 pub use outcome::{OutcomeClass, UpstreamObservation, classify};
 pub use principal::{Principal, Scope, Scopes, Tenant, TenantError};
 pub use status::{CallStatus, Messages};

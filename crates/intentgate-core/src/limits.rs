@@ -28,3 +28,11 @@ pub const DECIMAL_PLACES_MAX: u32 = 18;
 /// Most significant digits accepted in an exact decimal. Covers every money amount and every
 /// integer a JSON number can hold without rounding.
 pub const DECIMAL_DIGITS_MAX: usize = 40;
+/// Most decimal places of an exact decimal (digits after the point, leading zeros included).
+/// Every number an `f64`-based client writes fits (the smallest, `5e-324`, has 324), so keys
+/// and fingerprints of such numbers stay as they were; it bounds the text a tiny value such as
+/// `1e-9223372036854775807` would otherwise be written out as.
+pub const DECIMAL_SCALE_MAX: u32 = 400;
+/// Longest piece of a caller's value quoted in an error message: enough to recognise an
+/// amount (`49.0049999999999999`), short enough that a huge value can't flood a message.
+pub const QUOTED_VALUE_LENGTH_MAX: usize = 100;

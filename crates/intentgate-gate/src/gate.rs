@@ -162,7 +162,7 @@ impl Gate {
         let mut by_name = HashMap::new();
         for definition in tools {
             let validator =
-                jsonschema::validator_for(&definition.input_schema).map_err(|error| {
+                crate::schema::validator(&definition.input_schema).map_err(|error| {
                     GateError::BadSchema {
                         tool: definition.name.clone(),
                         reason: error.to_string(),
@@ -278,7 +278,7 @@ impl Gate {
         context: &CallContext,
     ) -> Result<CallOutcome, GateError> {
         let definition = &tool.definition;
-        let errors: Vec<String> = tool
+        let mut errors: Vec<String> = tool
             .validator
             .iter_errors(&arguments)
             .map(|error| {
@@ -290,6 +290,9 @@ impl Gate {
                 }
             })
             .collect();
+        if errors.is_empty() {
+            errors = crate::schema::unreadable_numbers(&arguments);
+        }
         if !errors.is_empty() {
             return Ok(self
                 .outcome(definition, CallStatus::InvalidArguments, &errors.join("; "))
@@ -319,6 +322,9 @@ impl Gate {
             attempt: 0,
             timeout: tool.timeout,
         };
+        if let Err(reason) = self.upstream.check(call) {
+            return self.request_not_buildable(tool, reason);
+        }
         let mut retry = 0;
         loop {
             let observation = self.send(call).await;
@@ -395,6 +401,24 @@ impl Gate {
                 .in_current_span(),
             );
             return Ok(self.answer_from(tool, &intent));
+        }
+
+        // The request must be buildable from these arguments before an intent is recorded: a
+        // header value with a line break is the caller's mistake, not an intent. (A settled
+        // repeat, answered above, has the arguments its first call was checked with.) The
+        // real provider key may carry an epoch (`#2`), which changes nothing a check refuses.
+        let check_key = provider_key(&context.tenant, &tool.name, &key, 1);
+        let check = UpstreamCall {
+            tool,
+            arguments: &arguments,
+            idempotency_key: Some(&check_key),
+            intent_key: Some(&key),
+            intent_id: context.intent_id.as_deref(),
+            attempt: 1,
+            timeout: tool.timeout,
+        };
+        if let Err(reason) = self.upstream.check(check) {
+            return Ok(self.request_not_buildable(tool, reason));
         }
 
         let owner = self.lease_owner("");
@@ -756,6 +780,14 @@ impl Gate {
             outcome.external_id = intent.external_id.clone();
         }
         outcome
+    }
+
+    /// The answer for arguments the upstream can't build a request from: `invalid_arguments`,
+    /// nothing sent and nothing recorded.
+    fn request_not_buildable(&self, tool: &ToolDefinition, reason: String) -> CallOutcome {
+        tracing::info!(tool = %tool.name, %reason, "call refused: no request can be built from its arguments");
+        self.outcome(tool, CallStatus::InvalidArguments, &reason)
+            .with_errors(vec![reason])
     }
 
     fn outcome(&self, tool: &ToolDefinition, status: CallStatus, details: &str) -> CallOutcome {

@@ -1,12 +1,13 @@
 //! `Gate`: the retry-safe call path of intentgate.
 //!
 //! A [`Gate`] holds the tool definitions, a [`Ledger`](intentgate_ledger::Ledger) and an
-//! [`Upstream`]. [`Gate::call`] runs one tool call the way SPEC section 5 says: validate,
-//! honour the kill switch, derive the intent key, get-or-create the intent, take its lease,
-//! write `in_flight` durably, call the upstream with the intent's idempotency key, classify
-//! what happened, look the effect up when that is ambiguous, and store the answer that every
-//! later repeat receives. Reads and idempotent tools skip the ledger and are retried within
-//! a bound.
+//! [`Upstream`]. [`Gate::call`] runs one tool call the way SPEC section 5 says: validate (with
+//! [`schema::validator`]: formats asserted, numbers compared exactly as sent), honour the
+//! kill switch, derive the intent key, check that the upstream can build its request from the
+//! arguments ([`Upstream::check`]), get-or-create the intent, take its lease, write
+//! `in_flight` durably, call the upstream with the intent's idempotency key, classify what
+//! happened, look the effect up when that is ambiguous, and store the answer that every later
+//! repeat receives. Reads and idempotent tools skip the ledger and are retried within a bound.
 //!
 //! Every gate counts and times what it does ([`Metrics`], in the Prometheus text format) and
 //! announces each repeated call for an existing intent ([`Gate::repeated_calls`]), for the
@@ -23,6 +24,7 @@ mod clock;
 mod gate;
 mod metrics;
 mod outcome;
+pub mod schema;
 mod sweeper;
 mod upstream;
 

@@ -48,6 +48,14 @@ pub enum LookupOutcome {
 /// Performs tools' effects and finds them afterwards.
 #[async_trait]
 pub trait Upstream: Send + Sync + 'static {
+    /// Checks, sending nothing, that the request for `call` can be built from its arguments
+    /// (for HTTP: a header value can't hold a line break, a path segment can't be `..`). `Err`
+    /// says what is wrong, naming the argument. The gate runs it before anything is recorded
+    /// and answers `invalid_arguments` on `Err`. The default accepts every call.
+    fn check(&self, _call: UpstreamCall<'_>) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Sends the request once. Never retries: the gate decides that.
     async fn execute(&self, call: UpstreamCall<'_>) -> UpstreamObservation;
 

@@ -6,7 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use intentgate_core::{CallStatus, IntentStatus};
+use intentgate_core::{CallStatus, Effect, IntentStatus, ToolDefinition};
 use intentgate_gate::{CallContext, Clock, GateError, TokioClock};
 use intentgate_ledger::{BeginRequest, Ledger, ToolFlag};
 use intentgate_mock::{FaultPlan, Scripted, Shape};
@@ -474,6 +474,154 @@ async fn invalid_arguments_record_nothing_and_say_what_is_wrong() {
     );
     assert!(h.ledger.list(0, 10).await.unwrap().is_empty());
     assert_eq!(h.provider.requests(), 0);
+}
+
+/// The example config's refund: a number above zero, at most 100000, keyed to the cent; a
+/// string amount is allowed too, as some agents send one.
+fn bounded_refund_tool() -> ToolDefinition {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "order_id": {"type": "string"},
+            "amount": {
+                "type": ["number", "string"],
+                "exclusiveMinimum": 0,
+                "maximum": 100000,
+            },
+        },
+        "required": ["order_id", "amount"],
+        "additionalProperties": false
+    });
+    ToolDefinition::new(
+        "refund_order",
+        "Refund an order.",
+        Effect::SideEffect,
+        schema,
+        Some("refund:{order_id}:{amount:.2}"),
+        Duration::from_secs(2),
+        2,
+    )
+    .unwrap()
+}
+
+/// Arguments parsed from JSON text, the way the servers parse a request: numbers keep the
+/// text the caller sent.
+fn sent(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap()
+}
+
+// Found by attack: JSON numbers went through an f64. `49.9999999999999999` under
+// `{amount:.2}` was keyed and sent as a refund of 50.00, `100000.0000000000001` passed
+// `maximum: 100000`, the refusal of `49.0049999999999999` quoted `49.005`, and the amount
+// `"1.5e-9223372036854775807"` overflowed the decimal parser (a panic, so a 500). Each is now
+// `invalid_arguments` that quotes what was sent, with nothing recorded and nothing executed.
+#[tokio::test]
+async fn amounts_are_checked_as_sent_and_refused_rather_than_rounded() {
+    let h = Harness::with_tools(
+        FaultPlan::none(),
+        vec![bounded_refund_tool()],
+        Arc::new(intentgate_gate::SystemClock),
+    );
+    for (arguments, expected) in [
+        (
+            r#"{"order_id": "8812", "amount": 49.9999999999999999}"#,
+            "`49.9999999999999999` has more than 2 decimal places",
+        ),
+        (
+            r#"{"order_id": "8812", "amount": 49.0049999999999999}"#,
+            "`49.0049999999999999` has more than 2 decimal places",
+        ),
+        (
+            r#"{"order_id": "8812", "amount": 100000.0000000000001}"#,
+            "100000.0000000000001 is greater than the maximum of 100000",
+        ),
+        (
+            r#"{"order_id": "8812", "amount": "1.5e-9223372036854775807"}"#,
+            "`1.5e-9223372036854775807` is too close to zero",
+        ),
+        (
+            r#"{"order_id": "8812", "amount": 1.5e-9223372036854775807}"#,
+            "is too close to zero",
+        ),
+        (
+            r#"{"order_id": "8812", "amount": 1e99999999999999999999}"#,
+            "has an exponent beyond",
+        ),
+    ] {
+        let outcome = h.call("refund_order", sent(arguments)).await;
+        assert_eq!(outcome.status, CallStatus::InvalidArguments, "{arguments}");
+        assert!(
+            outcome.errors.iter().any(|error| error.contains(expected)),
+            "{arguments}: {:?}",
+            outcome.errors
+        );
+        assert!(outcome.message.contains(expected), "{}", outcome.message);
+        assert!(!outcome.message.contains("49.005`"), "{}", outcome.message);
+    }
+    assert!(h.ledger.list(0, 10).await.unwrap().is_empty());
+    assert_eq!(h.provider.requests(), 0);
+
+    // Exact amounts within the bounds go through, keyed as written.
+    for (arguments, key) in [
+        (
+            r#"{"order_id": "8812", "amount": 99999.99}"#,
+            "refund:8812:99999.99",
+        ),
+        (
+            r#"{"order_id": "8812", "amount": 100000.000}"#,
+            "refund:8812:100000.00",
+        ),
+    ] {
+        let outcome = h.call("refund_order", sent(arguments)).await;
+        assert_eq!(outcome.status, CallStatus::Done, "{arguments}: {outcome:?}");
+        assert_eq!(outcome.intent_key.as_deref(), Some(key));
+    }
+}
+
+// Found by attack: `format: email` was only an annotation, so "not-an-email", "" and an
+// address followed by CRLF and a Bcc header were accepted and could be executed.
+#[tokio::test]
+async fn a_schema_format_is_enforced_before_anything_is_recorded() {
+    let schema = json!({
+        "type": "object",
+        "properties": {"to": {"type": "string", "format": "email"}, "reference": {"type": "string"}},
+        "required": ["to", "reference"]
+    });
+    let tool = ToolDefinition::new(
+        "send_email",
+        "Send an email.",
+        Effect::SideEffect,
+        schema,
+        Some("email:{to}:{reference}"),
+        Duration::from_secs(2),
+        2,
+    )
+    .unwrap();
+    let h = Harness::with_tools(
+        FaultPlan::none(),
+        vec![tool],
+        Arc::new(intentgate_gate::SystemClock),
+    );
+    for to in ["not-an-email", "", "a@example.com\r\nBcc: x@evil.com"] {
+        let outcome = h
+            .call("send_email", json!({"to": to, "reference": "8812"}))
+            .await;
+        assert_eq!(outcome.status, CallStatus::InvalidArguments, "{to:?}");
+        assert!(
+            outcome.errors.iter().any(|error| error.contains("/to")),
+            "{to:?}: {:?}",
+            outcome.errors
+        );
+    }
+    assert!(h.ledger.list(0, 10).await.unwrap().is_empty());
+    assert_eq!(h.provider.requests(), 0);
+    let outcome = h
+        .call(
+            "send_email",
+            json!({"to": "ana@example.com", "reference": "8812"}),
+        )
+        .await;
+    assert_eq!(outcome.status, CallStatus::Done, "{outcome:?}");
 }
 
 #[tokio::test]

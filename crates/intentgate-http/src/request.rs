@@ -253,7 +253,7 @@ impl RequestTemplate {
         for (name, configured_name, template) in &self.headers {
             if let Some(text) = template.render_header(configured_name, values)? {
                 let mut value = HeaderValue::from_str(&text)
-                    .map_err(|_| TemplateError::HeaderControl(configured_name.clone()))?;
+                    .map_err(|_| TemplateError::BadHeaderValue(configured_name.clone()))?;
                 value.set_sensitive(true);
                 headers.insert(name.clone(), value);
             }
@@ -261,7 +261,7 @@ impl RequestTemplate {
         if let Some(key) = idempotency_key {
             let header = &upstream.idempotency_header;
             let value = HeaderValue::from_str(key)
-                .map_err(|_| TemplateError::HeaderControl(header.as_str().to_owned()))?;
+                .map_err(|_| TemplateError::BadHeaderValue(header.as_str().to_owned()))?;
             headers.insert(header.clone(), value);
         }
         let body = match &self.body {

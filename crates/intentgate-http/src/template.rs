@@ -15,7 +15,8 @@
 //!   segment that is `.` or `..` are refused: URL parsers remove dot segments, and an empty
 //!   segment calls another route.
 //! - **Text** (query values, header values): the raw text; the HTTP layer encodes query
-//!   values. A header value with CR or LF is refused: it could add a header or end the head.
+//!   values. A header value with CR, LF or another control character is refused, naming the
+//!   argument that holds it: it could add a header or end the head.
 //! - **JSON body**: a string that is exactly one placeholder becomes the argument's JSON value
 //!   with its type (a number stays a number; a decimal format such as `{amount:.2}` gives the
 //!   string `"49.00"`, which a JSON number can't carry); any other string is rendered as
@@ -122,12 +123,23 @@ pub enum TemplateError {
          argument can't change which URL is called"
     )]
     DotSegment(String),
-    /// CR or LF in a header value could add a header or end the request head.
-    #[error("header `{0}` would contain a line break (CR or LF); refused")]
-    HeaderLineBreak(String),
+    /// CR or LF in a header value could add a header or end the request head. `name` is the
+    /// argument (or gateway value) that holds it.
+    #[error(
+        "`{name}` holds a line break (CR or LF), which header `{header}` can't carry (it could \
+         add a header or end the request); refused, nothing was sent"
+    )]
+    HeaderLineBreak { header: String, name: String },
     /// Other control characters are not allowed in header values either.
-    #[error("header `{0}` would contain a control character; refused")]
-    HeaderControl(String),
+    #[error(
+        "`{name}` holds a control character, which header `{header}` can't carry; refused, \
+         nothing was sent"
+    )]
+    HeaderControl { header: String, name: String },
+    /// The rendered header is not a valid HTTP header value (a backstop: every value was
+    /// checked on its own first).
+    #[error("header `{0}` would not be a valid header value; refused, nothing was sent")]
+    BadHeaderValue(String),
 }
 
 /// One of the gateway's own values.
@@ -233,8 +245,7 @@ impl Placeholder {
             ..
         } = self
         {
-            return Decimal::from_json(value)
-                .and_then(|decimal| decimal.format_places(*places))
+            return Decimal::format_json(value, *places)
                 .map(Some)
                 .map_err(decimal_error);
         }
@@ -452,20 +463,36 @@ impl Template {
     }
 
     /// Renders a header value, refusing line breaks and other control characters (a tab is
-    /// allowed, as in HTTP). `header` is the header's name, for the error.
+    /// allowed, as in HTTP). Each value is checked on its own, so the error names the
+    /// argument that holds the character; `header` is the header's name, for the error.
     pub fn render_header(
         &self,
         header: &str,
         values: &Values<'_>,
     ) -> Result<Option<String>, TemplateError> {
+        for placeholder in self.placeholders() {
+            // An absent value is render_text's to refuse or leave out, below.
+            let Some(text) = placeholder.text(values, true)? else {
+                continue;
+            };
+            if text.contains(['\r', '\n']) {
+                return Err(TemplateError::HeaderLineBreak {
+                    header: header.to_owned(),
+                    name: placeholder.name(),
+                });
+            }
+            if text.chars().any(|c| c != '\t' && c.is_control()) {
+                return Err(TemplateError::HeaderControl {
+                    header: header.to_owned(),
+                    name: placeholder.name(),
+                });
+            }
+        }
         let Some(text) = self.render_text(values)? else {
             return Ok(None);
         };
-        if text.contains(['\r', '\n']) {
-            return Err(TemplateError::HeaderLineBreak(header.to_owned()));
-        }
-        if text.chars().any(|c| c != '\t' && (c.is_ascii_control())) {
-            return Err(TemplateError::HeaderControl(header.to_owned()));
+        if text.chars().any(|c| c != '\t' && c.is_control()) {
+            return Err(TemplateError::BadHeaderValue(header.to_owned()));
         }
         Ok(Some(text))
     }
@@ -932,17 +959,38 @@ mod tests {
     #[test]
     fn header_values_with_line_breaks_are_refused() {
         let template = Template::parse("note {note}").unwrap();
+        let line_break = TemplateError::HeaderLineBreak {
+            header: "X-Note".into(),
+            name: "note".into(),
+        };
         for note in ["a\r\nX-Evil: 1", "a\nb", "a\rb"] {
             let arguments = json!({ "note": note });
             assert_eq!(
                 template.render_header("X-Note", &values(&arguments)),
-                Err(TemplateError::HeaderLineBreak("X-Note".into()))
+                Err(line_break.clone())
             );
         }
-        let arguments = json!({"note": "a\u{0}b"});
+        for note in ["a\u{0}b", "a\u{7f}", "a\u{85}"] {
+            let arguments = json!({ "note": note });
+            assert_eq!(
+                template.render_header("X-Note", &values(&arguments)),
+                Err(TemplateError::HeaderControl {
+                    header: "X-Note".into(),
+                    name: "note".into()
+                }),
+                "{note:?}"
+            );
+        }
+        // The value that holds the break is named, not just the header.
+        let reference = Template::parse("{order_id}/{customer.email}").unwrap();
+        let arguments =
+            json!({"order_id": "8812", "customer": {"email": "a@example.com\r\nBcc: x"}});
         assert_eq!(
-            template.render_header("X-Note", &values(&arguments)),
-            Err(TemplateError::HeaderControl("X-Note".into()))
+            reference.render_header("X-Ref", &values(&arguments)),
+            Err(TemplateError::HeaderLineBreak {
+                header: "X-Ref".into(),
+                name: "customer.email".into()
+            })
         );
         let arguments = json!({"note": "tab\tand é"});
         assert_eq!(
@@ -952,9 +1000,9 @@ mod tests {
                 .unwrap(),
             "note tab\tand é"
         );
-        let error = TemplateError::HeaderLineBreak("X-Note".into()).to_string();
+        let error = line_break.to_string();
         assert!(
-            error.contains("line break") && error.contains("X-Note"),
+            error.contains("line break") && error.contains("X-Note") && error.contains("`note`"),
             "{error}"
         );
     }

@@ -7,11 +7,13 @@
 //! call can only fail on its arguments, never on the config.
 //!
 //! A request that can't be built from a call's arguments (a missing argument, a header value
-//! with a line break, a path value `..`) is never sent. It is answered as if the provider had
-//! refused it, with status [`NOT_BUILT_STATUS`] and a body
+//! with a line break, a path value `..`) is never sent. [`Upstream::check`] renders the request
+//! without sending it, so the gate refuses such a call as `invalid_arguments` before anything
+//! is recorded, with a message that names the argument. Should `execute` still meet one (a
+//! caller that skipped the check), it answers as if the provider had refused it, with status
+//! [`NOT_BUILT_STATUS`] and a body
 //! `{"error": {"type": "request_not_built", "message": ..., "sent": false}}`, which the gate
-//! classifies as rejected and shows the model the message: the model may correct the
-//! arguments, and no retry can change the outcome.
+//! classifies as rejected: a definite "nothing happened", never an ambiguous outcome.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -229,14 +231,7 @@ impl HttpUpstream {
         call: &UpstreamCall<'_>,
         idempotency_key: Option<&str>,
     ) -> Result<Exchange, String> {
-        let values = Values {
-            arguments: call.arguments,
-            gateway: GatewayValues {
-                intent_key: call.intent_key,
-                idempotency_key: call.idempotency_key,
-                intent_id: call.intent_id,
-            },
-        };
+        let values = values_of(call);
         // Every request's upstream was found in `HttpUpstream::new`.
         let upstream = &self.upstreams[&request.upstream];
         let prepared = request
@@ -271,6 +266,20 @@ impl HttpUpstream {
 
 #[async_trait]
 impl Upstream for HttpUpstream {
+    /// Renders the tool's request as `execute` would, without sending it.
+    fn check(&self, call: UpstreamCall<'_>) -> Result<(), String> {
+        // A tool without a request is a config problem, not the arguments': execute says so.
+        let Some(tool) = self.tools.get(&call.tool.name) else {
+            return Ok(());
+        };
+        let values = values_of(&call);
+        let upstream = &self.upstreams[&tool.call.upstream];
+        tool.call
+            .prepare(upstream, &values, call.idempotency_key)
+            .map(drop)
+            .map_err(|error| error.to_string())
+    }
+
     async fn execute(&self, call: UpstreamCall<'_>) -> UpstreamObservation {
         let Some(tool) = self.tools.get(&call.tool.name) else {
             return not_built(format!(
@@ -371,6 +380,18 @@ impl CompiledLookup {
             external_id,
             result: found.clone(),
         }
+    }
+}
+
+/// Everything the templates of `call`'s requests may refer to.
+fn values_of<'a>(call: &UpstreamCall<'a>) -> Values<'a> {
+    Values {
+        arguments: call.arguments,
+        gateway: GatewayValues {
+            intent_key: call.intent_key,
+            idempotency_key: call.idempotency_key,
+            intent_id: call.intent_id,
+        },
     }
 }
 

@@ -5,6 +5,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::Router;
@@ -14,9 +15,10 @@ use axum::http::{StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use axum::routing::{any, get, post};
 use common::*;
-use intentgate_core::{Effect, OutcomeClass, UpstreamObservation, classify};
-use intentgate_gate::{LookupOutcome, Upstream};
+use intentgate_core::{CallStatus, Effect, OutcomeClass, UpstreamObservation, classify};
+use intentgate_gate::{CallContext, Gate, GateOptions, LookupOutcome, SystemClock, Upstream};
 use intentgate_http::{HttpError, HttpTool, HttpUpstream, NOT_BUILT_STATUS};
+use intentgate_ledger::{Ledger, SqliteLedger, SqliteOptions};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -566,15 +568,145 @@ async fn a_header_value_with_a_newline_is_refused_and_nothing_is_sent() {
     for note in ["a\r\nX-Evil: 1", "a\nb"] {
         let arguments = json!({"order_id": "8812", "note": note});
 
+        let check = upstream.check(call(&tool, &arguments)).unwrap_err();
         let observation = upstream.execute(call(&tool, &arguments)).await;
 
-        let message = not_built_message(&observation);
         assert!(
-            message.contains("X-Note") && message.contains("line break"),
-            "{message}"
+            check.contains("`note`") && check.contains("X-Note") && check.contains("line break"),
+            "{check}"
         );
+        let message = not_built_message(&observation);
+        assert_eq!(message, check);
     }
     assert!(recorder.seen().is_empty());
+    let fine = json!({"order_id": "8812", "note": "tab\tand é"});
+    upstream.check(call(&tool, &fine)).unwrap();
+}
+
+// Found by attack: a request that could not be built (a line break in a header value) was
+// answered as the provider's refusal and stored as a rejected intent. Through a gate it is
+// now `invalid_arguments`, naming the argument, with nothing recorded and nothing sent.
+#[tokio::test]
+async fn a_gate_refuses_a_header_line_break_as_invalid_arguments_and_records_nothing() {
+    let recorder = Recorder::default();
+    let base = serve(
+        Router::new()
+            .fallback(record_and_echo)
+            .with_state(recorder.clone()),
+    )
+    .await;
+    let upstream = upstream_with(
+        &base,
+        "refund_order",
+        call_spec(json!({
+            "upstream": "payments", "method": "POST", "path": "/v1/refunds",
+            "headers": {"X-Note": "note: {note}", "X-Intent": "{intent_id}"},
+        })),
+        None,
+    );
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(
+        SqliteLedger::open(folder.path().join("ledger.db"), SqliteOptions::default()).unwrap(),
+    );
+    let gate = Gate::new(
+        vec![definition("refund_order", Effect::SideEffect, TIMEOUT)],
+        ledger.clone(),
+        Arc::new(upstream),
+        Arc::new(SystemClock),
+        GateOptions::default(),
+    )
+    .unwrap();
+    for (arguments, intent_id, named) in [
+        (
+            json!({"order_id": "8812", "note": "a\r\nBcc: x@evil.com"}),
+            None,
+            "`note`",
+        ),
+        (
+            json!({"order_id": "8812", "note": "fine"}),
+            Some("id\r\nX-Evil: 1"),
+            "`intent_id`",
+        ),
+    ] {
+        let context = CallContext {
+            intent_id: intent_id.map(str::to_owned),
+            ..CallContext::default()
+        };
+
+        let outcome = gate
+            .call("refund_order", arguments, &context)
+            .await
+            .unwrap();
+
+        assert_eq!(outcome.status, CallStatus::InvalidArguments, "{outcome:?}");
+        assert!(outcome.message.contains(named), "{}", outcome.message);
+        assert!(
+            outcome
+                .errors
+                .iter()
+                .any(|error| error.contains("line break"))
+        );
+    }
+    assert!(ledger.list(0, 10).await.unwrap().is_empty());
+    assert!(recorder.seen().is_empty(), "{:?}", recorder.seen());
+
+    let outcome = gate
+        .call(
+            "refund_order",
+            json!({"order_id": "8812", "note": "fine"}),
+            &CallContext {
+                intent_id: Some("int_1".into()),
+                ..CallContext::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, CallStatus::Done, "{outcome:?}");
+    let seen = recorder.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].headers["x-note"], "note: fine");
+}
+
+// Found by attack: an amount went through an f64 on its way into a request body, so what the
+// provider received was not what the caller sent. A number in the arguments now reaches the
+// body exactly as written, digits and all.
+#[tokio::test]
+async fn a_body_template_sends_numbers_exactly_as_written() {
+    let recorder = Recorder::default();
+    let base = serve(
+        Router::new()
+            .route("/v1/refunds", post(record_and_echo))
+            .with_state(recorder.clone()),
+    )
+    .await;
+    let upstream = upstream_with(
+        &base,
+        "refund_order",
+        call_spec(json!({
+            "upstream": "payments", "method": "POST", "path": "/v1/refunds",
+            "body": {"amount": "{amount}", "count": "{count}", "customer": "{customer}"},
+        })),
+        None,
+    );
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments: Value = serde_json::from_str(
+        r#"{"order_id": "8812", "amount": 49.9999999999999999, "count": 12345678901234567890123,
+            "customer": {"credit": 0.1000000000000000055511151231257827, "tiny": 1e-400}}"#,
+    )
+    .unwrap();
+
+    upstream.execute(call(&tool, &arguments)).await;
+
+    let seen = recorder.seen();
+    let body = String::from_utf8(seen[0].body.clone()).unwrap();
+    for text in [
+        "49.9999999999999999",
+        "12345678901234567890123",
+        "0.1000000000000000055511151231257827",
+        "1e-400",
+    ] {
+        assert!(body.contains(text), "{text} not in {body}");
+    }
 }
 
 #[tokio::test]

@@ -296,6 +296,45 @@ async fn every_outcome_is_a_tool_result_that_matches_the_output_schema() {
     client.cancel().await.unwrap();
 }
 
+// Found by attack: numbers went through an f64 on their way to the key, so
+// `49.9999999999999999` was refunded as 50.00. The JSON-RPC message parsing (untagged and
+// flattened types in the SDK) must keep a number's text, and a numeric request id still work.
+#[tokio::test]
+async fn amounts_cross_json_rpc_with_their_text() {
+    let h = Harness::new(FaultPlan::none());
+    let client = h.connect().await;
+    let arguments: Value = serde_json::from_str(
+        r#"{"order_id": "1", "amount": 49.9999999999999999, "reason": "duplicate"}"#,
+    )
+    .unwrap();
+    let result = client
+        .call_tool(call("refund_order", arguments))
+        .await
+        .unwrap();
+    let refused = outcome(&result);
+    assert_eq!(refused["status"], "invalid_arguments", "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("`49.9999999999999999` has more than 2 decimal places"),
+        "{refused}"
+    );
+    assert_eq!(h.provider.requests(), 0);
+
+    let arguments: Value =
+        serde_json::from_str(r#"{"order_id": "1", "amount": 49.990, "reason": "duplicate"}"#)
+            .unwrap();
+    let result = client
+        .call_tool(call("refund_order", arguments))
+        .await
+        .unwrap();
+    let done = outcome(&result);
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(done["intent_key"], "refund:1:49.99");
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test]
 async fn unknown_tools_and_malformed_intent_ids_are_invalid_params_errors() {
     let h = Harness::new(FaultPlan::none());

@@ -397,6 +397,29 @@ mod tests {
     }
 
     #[test]
+    fn every_format_it_makes_passes_the_gates_validator() {
+        // The gate asserts formats, so an example the gate would refuse would fail the smoke
+        // test on the arguments instead of on what it checks.
+        let schema = json!({"type": "object", "properties": {
+            "email": {"type": "string", "format": "email"},
+            "at": {"type": "string", "format": "date-time"},
+            "day": {"type": "string", "format": "date"},
+            "time": {"type": "string", "format": "time"},
+            "site": {"type": "string", "format": "uri"},
+            "id": {"type": "string", "format": "uuid"},
+            "amount": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000, "multipleOf": 0.01}}});
+        let validator = intentgate_gate::schema::validator(&schema).unwrap();
+        for variant in [1, 2, 999_999] {
+            let arguments = generate(&schema, variant, "k3x9z").unwrap();
+            let errors: Vec<String> = validator
+                .iter_errors(&arguments)
+                .map(|error| format!("{}: {error}", error.instance_path()))
+                .collect();
+            assert!(errors.is_empty(), "{arguments}: {errors:?}");
+        }
+    }
+
+    #[test]
     fn what_it_cannot_make_is_named() {
         let schema = json!({"type": "object", "properties": {
             "code": {"type": "string", "pattern": "^(a|b)+$"}}, "required": ["code"]});
