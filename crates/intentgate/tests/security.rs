@@ -9,10 +9,7 @@ use std::process::Stdio;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::{
-    Running, example_config, get_json, intentgate, mock_provider, serve, with_api_keys,
-    with_setting,
-};
+use support::{Stack, example_config, get_json, intentgate, with_api_keys, with_setting};
 
 /// A key for tenant `north`, allowed to call and to read its intents.
 const KEY_NORTH: &str = "igk_north_0123456789abcdef0123456789abcdef";
@@ -21,32 +18,10 @@ const KEY_SOUTH: &str = "igk_south_0123456789abcdef0123456789abcdef";
 /// An operator's key with `admin`.
 const KEY_ADMIN: &str = "igk_admin_0123456789abcdef0123456789abcdef";
 
-struct Stack {
-    mock: Running,
-    gateway: Running,
-    client: reqwest::Client,
-    _folder: tempfile::TempDir,
-}
-
-/// The example config in front of the mock provider, with `edit` applied to its text.
+/// The example config (short tool timeouts) in front of the mock provider, with `edit`
+/// applied to its text.
 fn stack(edit: impl Fn(String) -> String) -> Stack {
-    let folder = tempfile::tempdir().unwrap();
-    let mock = mock_provider();
-    let config = example_config(folder.path(), |text| {
-        edit(with_setting(&text, "timeout_ms", 2000))
-    });
-    let ledger = folder.path().join("ledger.db");
-    let gateway = serve(
-        config.to_str().unwrap(),
-        ledger.to_str().unwrap(),
-        &[("INTENTGATE_MOCK_URL", &mock.url)],
-    );
-    Stack {
-        mock,
-        gateway,
-        client: support::client(),
-        _folder: folder,
-    }
+    support::stack(|text| edit(with_setting(&text, "timeout_ms", 2000)))
 }
 
 /// Three keys: `north` (call, intents:read), `south` (call), `ops` (admin, tenant north).

@@ -7,40 +7,19 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{Running, example_config, get_json, mock_provider, serve};
-
-struct Stack {
-    mock: Running,
-    gateway: Running,
-    client: reqwest::Client,
-    _folder: tempfile::TempDir,
-}
+use support::{Stack, get_json};
 
 /// The example config, with `send_email` also sending its reference in a header (as some
 /// email APIs want a tracking header), so header rendering is exercised.
 fn stack() -> Stack {
-    let folder = tempfile::tempdir().unwrap();
-    let mock = mock_provider();
-    let config = example_config(folder.path(), |text| {
+    support::stack(|text| {
         let call = "      path: /v1/emails\n      body:\n";
         assert!(text.contains(call), "the example's send_email call changed");
         text.replace(
             call,
             "      path: /v1/emails\n      headers: {X-Reference: \"ref {reference}\"}\n      body:\n",
         )
-    });
-    let ledger = folder.path().join("ledger.db");
-    let gateway = serve(
-        config.to_str().unwrap(),
-        ledger.to_str().unwrap(),
-        &[("INTENTGATE_MOCK_URL", &mock.url)],
-    );
-    Stack {
-        mock,
-        gateway,
-        client: support::client(),
-        _folder: folder,
-    }
+    })
 }
 
 impl Stack {

@@ -129,6 +129,33 @@ pub fn serve_with_stderr(
     )
 }
 
+/// The mock provider and, in front of it, `intentgate serve` of the example config as
+/// `edit` changes it, over a ledger in a temporary folder.
+pub struct Stack {
+    pub mock: Running,
+    pub gateway: Running,
+    pub client: reqwest::Client,
+    pub folder: tempfile::TempDir,
+}
+
+pub fn stack(edit: impl Fn(String) -> String) -> Stack {
+    let folder = tempfile::tempdir().unwrap();
+    let mock = mock_provider();
+    let config = example_config(folder.path(), edit);
+    let ledger = folder.path().join("ledger.db");
+    let gateway = serve(
+        config.to_str().unwrap(),
+        ledger.to_str().unwrap(),
+        &[("INTENTGATE_MOCK_URL", &mock.url)],
+    );
+    Stack {
+        mock,
+        gateway,
+        client: client(),
+        folder,
+    }
+}
+
 /// The text of the example config.
 pub fn example() -> String {
     std::fs::read_to_string(EXAMPLE_CONFIG).unwrap()
