@@ -2,8 +2,8 @@
 //!
 //! Everything that decides *what* a retry-safe call does lives here: the effect classes,
 //! tool definitions, intent-key templates with exact decimals, argument fingerprints, the
-//! intent state machine, the classification of what an upstream did, and the statuses the
-//! model sees.
+//! keyed hashes that stand in for sensitive arguments, the intent state machine, the
+//! classification of what an upstream did, and the statuses the model sees.
 //!
 //! **Architecture invariant:** this crate performs no I/O. It depends on no async runtime,
 //! no database and no HTTP library, never reads the clock and never draws randomness. Every
@@ -17,6 +17,7 @@ pub mod intent;
 pub mod key;
 pub mod limits;
 pub mod outcome;
+pub mod sensitive;
 pub mod status;
 pub mod tool;
 
@@ -26,5 +27,6 @@ pub use fingerprint::{Fingerprint, differing_fields, fingerprint};
 pub use intent::{IllegalTransition, IntentStatus};
 pub use key::{KeyError, KeyTemplate};
 pub use outcome::{OutcomeClass, UpstreamObservation, classify};
+pub use sensitive::{ArgumentPath, HashKey, Redaction};
 pub use status::{CallStatus, Messages};
 pub use tool::{ToolDefinition, ToolError};
