@@ -71,6 +71,12 @@ pub struct GatewayConfig {
     pub concurrency_limit: u32,
     /// How long a shutdown waits for calls in flight, in milliseconds.
     pub shutdown_grace_ms: u64,
+    /// The secret key of the hashes the ledger keeps of `sensitive: true` arguments, as a
+    /// reference to the environment: `${INTENTGATE_HASH_KEY}` (at least 32 bytes, e.g.
+    /// `openssl rand -hex 32`). Required when a tool has a sensitive argument. Keep it for as
+    /// long as intents are kept: stored hashes are only comparable under the same key. Held
+    /// here as written; the loaded key is in `LoadedConfig::hash_key`.
+    pub hash_key: Option<String>,
 }
 
 impl Default for GatewayConfig {
@@ -84,6 +90,7 @@ impl Default for GatewayConfig {
             body_limit_bytes: 1024 * 1024,
             concurrency_limit: 256,
             shutdown_grace_ms: 30_000,
+            hash_key: None,
         }
     }
 }
@@ -100,6 +107,8 @@ impl fmt::Debug for GatewayConfig {
             .field("body_limit_bytes", &self.body_limit_bytes)
             .field("concurrency_limit", &self.concurrency_limit)
             .field("shutdown_grace_ms", &self.shutdown_grace_ms)
+            // As written it is a reference, but a `${NAME:-default}` would hold a key.
+            .field("hash_key", &self.hash_key.as_ref().map(|_| Redacted))
             .finish()
     }
 }

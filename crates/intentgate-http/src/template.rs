@@ -476,6 +476,16 @@ impl Template {
             .any(|placeholder| *placeholder == Placeholder::Gateway(GatewayValue::IntentId))
     }
 
+    /// The field paths of the arguments the template renders (`["customer", "id"]` for
+    /// `{customer.id}`), in order: what a request built from it reveals of the arguments.
+    pub fn argument_paths(&self) -> impl Iterator<Item = &[String]> {
+        self.placeholders()
+            .filter_map(|placeholder| match placeholder {
+                Placeholder::Argument { path, .. } => Some(path.as_slice()),
+                Placeholder::Gateway(_) => None,
+            })
+    }
+
     fn placeholders(&self) -> impl Iterator<Item = &Placeholder> {
         self.parts.iter().filter_map(|part| match part {
             Part::Placeholder(placeholder) => Some(placeholder),
@@ -910,6 +920,16 @@ mod tests {
                 .unwrap(),
             "b"
         );
+    }
+
+    #[test]
+    fn the_arguments_a_template_renders_are_listed() {
+        let template = Template::parse("/v1/{customer.id}/{intent_key}?x={order_id:.2}").unwrap();
+        let paths: Vec<String> = template
+            .argument_paths()
+            .map(|path| path.join("."))
+            .collect();
+        assert_eq!(paths, ["customer.id", "order_id"]);
     }
 
     #[test]

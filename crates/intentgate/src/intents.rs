@@ -43,7 +43,9 @@ async fn open(location: &IntentsLedgerArgs) -> anyhow::Result<(Arc<dyn Ledger>, 
     let (ledger_location, durability) = match (&location.ledger, &location.config) {
         (Some(ledger), _) => (ledger.clone(), Durability::Strict),
         (None, Some(config)) => {
-            let loaded = crate::serve::load(config)?;
+            // Only its ledger is read: no hash key needed.
+            let loaded =
+                crate::serve::load_with(config, &intentgate_config::HashKeySource::NotNeeded)?;
             let gateway = &loaded.config.gateway;
             (gateway.ledger.clone(), gateway.durability.into())
         }

@@ -266,7 +266,11 @@ async fn audit(arguments: &AuditArgs) -> anyhow::Result<Vec<Finding>> {
     std::fs::metadata(config_path)
         .with_context(|| format!("--config {}", config_path.display()))?;
     let config_file = display_path(config_path);
-    let loaded = match intentgate_config::load_file(config_path) {
+    // The audit hashes nothing: it needs no hash key (it still checks that one is named).
+    let loaded = match intentgate_config::load_file_with(
+        config_path,
+        &intentgate_config::HashKeySource::NotNeeded,
+    ) {
         Ok(loaded) => {
             let text = std::fs::read_to_string(config_path)
                 .with_context(|| format!("reading {}", config_path.display()))?;
