@@ -494,6 +494,25 @@ dashboard, or a lookup by the intent key). The change is written to the intent's
 replays the external id as already_done, `not_executed` lets the next call try again."
     )]
     Resolve(IntentsResolveArgs),
+    /// Erase a tenant's intents (or one tool's, or one key's) on request, with their events.
+    #[command(
+        long_about = "Erase a tenant's intents (or one tool's, or one intent key's) on request, \
+with their event log and the reconciliation mismatches that name them: for a customer who \
+leaves, or a data-protection request.
+
+Settled intents (done, rejected, not_executed) are erased. An intent that is not settled \
+(pending, in flight, unknown) may have had its effect; once erased the gateway forgets it, and \
+a repeat of its call would execute again: such intents are refused unless --force is given \
+(resolve them first with `intentgate intents resolve`). An intent a call holds right now is \
+never erased. A repeat of an erased intent's call is a new intent, so erase only what no agent \
+will ask for again.
+
+The erasure is written to the ledger's event log (kind `erased`: tenant, tool, counts, actor \
+and reason, never what was erased) and to this command's log (stderr). Keep personal data out \
+of --reason. SQLite overwrites deleted rows and truncates its WAL when it can; PostgreSQL keeps \
+deleted rows until VACUUM reclaims them."
+    )]
+    Erase(IntentsEraseArgs),
 }
 
 /// Which ledger: the config's `gateway.ledger`, or --ledger.
@@ -565,6 +584,35 @@ pub struct IntentsResolveArgs {
     /// Who resolves it (written to the event log).
     #[arg(long, env = "USER", default_value = "cli")]
     pub actor: String,
+    #[command(flatten)]
+    pub location: IntentsLedgerArgs,
+}
+
+/// `intentgate intents erase`.
+#[derive(Debug, Args)]
+pub struct IntentsEraseArgs {
+    /// Whose data: the tenant's intents.
+    #[arg(long)]
+    pub tenant: String,
+    /// Only this tool's intents of the tenant.
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// Only the intent with this key (as `intents list` shows it); needs --tool.
+    #[arg(long, requires = "tool")]
+    pub key: Option<String>,
+    /// Why: the request this answers. Kept in the event log, so name no personal data.
+    #[arg(long)]
+    pub reason: String,
+    /// Who asks for it (written to the event log).
+    #[arg(long, env = "USER", default_value = "cli")]
+    pub actor: String,
+    /// Also erase intents that are not settled (pending, in flight with an expired lease,
+    /// unknown), whose effect may have happened.
+    #[arg(long)]
+    pub force: bool,
+    /// `text` (one line) or `json` (one object with the counts).
+    #[arg(long, value_enum, default_value_t = IntentsFormat::Text)]
+    pub format: IntentsFormat,
     #[command(flatten)]
     pub location: IntentsLedgerArgs,
 }
