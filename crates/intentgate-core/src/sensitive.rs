@@ -18,9 +18,10 @@
 //! - **Results**: a string or number of the provider's answer whose hash equals the hash of a
 //!   sensitive argument (the provider echoing the address back) is stored as that hash too.
 //!
-//! The fingerprint is still computed from the real arguments, so an identical repeat matches
-//! and a changed sensitive value is a conflict. Hashes depend on the key: a new key makes the
-//! stored hashes unmatchable (see the README).
+//! The gate fingerprints the arguments in this hashed form, so that the fingerprint (an
+//! unkeyed SHA-256) can't be used to test guesses either; equal values hash alike, so an
+//! identical repeat still matches and a changed sensitive value is still a conflict. Hashes
+//! depend on the key: under a new key nothing stored matches any more (see the README).
 //!
 //! Like the rest of the core, this module does no I/O: the key arrives as bytes.
 

@@ -365,12 +365,14 @@ impl Gate {
             }
         };
         tracing::Span::current().record("key", key.as_str());
-        // The fingerprint is of what the caller sent; the ledger keeps sensitive values as
-        // keyed hashes only.
-        let fingerprint = fingerprint(&arguments);
+        // The ledger keeps sensitive values as keyed hashes only, and the fingerprint is of
+        // that form too: a plain SHA-256 over the clear values would let anyone holding the
+        // ledger test guesses (an address book) against it. Equal values still hash alike,
+        // so a repeat matches and a changed value is a conflict.
         let stored_arguments = tool
             .stored_arguments(&arguments)
             .expect("Gate::new checked that a tool with sensitive arguments has a hash key");
+        let fingerprint = fingerprint(&stored_arguments);
 
         // Fast path: a repeat of a settled intent is answered from a read, without a
         // durable write (the call is still counted).

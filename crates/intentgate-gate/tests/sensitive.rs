@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use intentgate_core::{
-    CallStatus, Effect, HashKey, IntentStatus, ToolDefinition, UpstreamObservation,
+    CallStatus, Effect, HashKey, IntentStatus, ToolDefinition, UpstreamObservation, fingerprint,
 };
 use intentgate_gate::{
     CallContext, Gate, GateError, GateOptions, LookupOutcome, SystemClock, Upstream, UpstreamCall,
@@ -184,6 +184,10 @@ async fn sensitive_values_reach_the_provider_but_never_the_ledger_file() {
         json!(hash_key().hash_value(&json!(BODY)))
     );
     assert_eq!(intent.arguments["reference"], "8812");
+    // A plain SHA-256 of the clear arguments would let a holder of the ledger test guesses
+    // of the address against the fingerprint; it is of the hashed arguments.
+    assert_ne!(intent.fingerprint, fingerprint(&email(BODY)).as_str());
+    assert_eq!(intent.fingerprint, fingerprint(&intent.arguments).as_str());
     // The echo in the stored result is the argument's hash, also in the answer.
     let result = intent.result.unwrap();
     assert_eq!(result["to"], intent.arguments["to"]);

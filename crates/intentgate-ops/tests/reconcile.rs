@@ -382,7 +382,9 @@ async fn an_email_resolved_by_reconciliation_keeps_the_address_as_a_hash_and_nam
             tenant: "default".to_owned(),
             tool: "send_email".to_owned(),
             key: key.clone(),
-            fingerprint: fingerprint(&arguments).as_str().to_owned(),
+            fingerprint: fingerprint(&email.stored_arguments(&arguments).unwrap())
+                .as_str()
+                .to_owned(),
             arguments: email.stored_arguments(&arguments).unwrap(),
             lease_owner: "test/1".to_owned(),
             lease_expires_ms: now_ms + 60_000,

@@ -180,6 +180,12 @@ pub const RULES: &[Rule] = &[
         help: "Models read descriptions as instructions; a side-effecting tool's should say it is safe to call once per intent and that repeated calls return the original result.",
     },
     Rule {
+        id: "sensitive-arguments",
+        severity: Severity::Note,
+        short: "What the ledger keeps of a tool's sensitive arguments",
+        help: "Arguments marked `sensitive: true` are kept in the ledger as keyed hashes only; an unknown intent of such a tool is resolved by its lookup, never re-sent, even where the upstream honours idempotency keys.",
+    },
+    Rule {
         id: "timeout-below-p50",
         severity: Severity::Error,
         short: "A tool's timeout is below the upstream's observed median",
