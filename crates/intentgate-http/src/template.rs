@@ -130,6 +130,20 @@ pub enum TemplateError {
     HeaderControl(String),
 }
 
+impl TemplateError {
+    /// The argument (its dotted path) the error is about, when it is about one.
+    pub fn argument(&self) -> Option<&str> {
+        match self {
+            TemplateError::MissingArgument(name)
+            | TemplateError::EmptyPathSegment(name)
+            | TemplateError::BadValue { name, .. }
+            | TemplateError::Decimal { name, .. } => Some(name),
+            TemplateError::InBody { error, .. } => error.argument(),
+            _ => None,
+        }
+    }
+}
+
 /// One of the gateway's own values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GatewayValue {

@@ -301,3 +301,65 @@ fn serve_refuses_to_start_without_the_hash_key_and_says_how_to_make_one() {
         "{error}"
     );
 }
+
+/// A request that can't be built from the arguments is refused with a reason that quoted
+/// the value it could not place (`49.005 has more than 2 decimal places`), in the answer
+/// the ledger stores and in the log: for a sensitive argument, the reason names it only.
+#[tokio::test]
+async fn a_request_not_built_from_a_sensitive_value_stores_and_logs_no_value() {
+    let folder = tempfile::tempdir().unwrap();
+    let mock = mock_provider();
+    // The refund's amount is sensitive, its key takes it as written and its body with two
+    // places, so that the key renders and the body can't.
+    let config = example_config(folder.path(), |text| {
+        let edits = [
+            (
+                "exclusiveMinimum: 0, maximum: 100000}",
+                "exclusiveMinimum: 0, maximum: 100000, sensitive: true}",
+            ),
+            (
+                "key: \"refund:{order_id}:{amount:.2}\"",
+                "key: \"refund:{order_id}:{amount}\"",
+            ),
+            (
+                "external_id: /id, amount: /amount, subject: /order_id}",
+                "external_id: /id, subject: /order_id}",
+            ),
+        ];
+        edits.iter().fold(text, |text, (old, new)| {
+            assert!(text.contains(old), "{old}");
+            text.replacen(old, new, 1)
+        })
+    });
+    let log = folder.path().join("gateway.log");
+    let ledger = folder.path().join("ledger.db");
+    let gateway = start_with_stderr(
+        &[
+            "serve",
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--ledger",
+            ledger.to_str().unwrap(),
+        ],
+        &[
+            ("INTENTGATE_MOCK_URL", mock.url.as_str()),
+            ("RUST_LOG", "info"),
+        ],
+        File::create(&log).unwrap(),
+    );
+    let arguments = json!({"order_id": "8812", "amount": 49.005, "reason": "damaged"});
+    let outcome = support::call(&support::client(), &gateway.url, "refund_order", arguments).await;
+    assert_eq!(outcome["status"], "rejected", "{outcome}");
+    let message = outcome["message"].as_str().unwrap();
+    assert!(message.contains("argument `amount`"), "{message}");
+    assert!(!outcome.to_string().contains("49.005"), "{outcome}");
+    assert!(
+        !ledger_bytes(&ledger).contains("49.005"),
+        "the ledger holds it"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("request not built"), "{text}");
+    assert!(!text.contains("49.005"), "{text}");
+}
