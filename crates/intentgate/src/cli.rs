@@ -52,8 +52,8 @@ pub enum Command {
     /// The kill switch: switch a tool off or on for every gateway sharing the ledger, or
     /// list which tools are off.
     Flags(FlagsArgs),
-    /// List, show and resolve intents (an unknown intent as `done` or `not_executed`), on
-    /// the ledger directly.
+    /// List, show and resolve intents (an unknown intent as `done` or `not_executed`), and
+    /// erase a tenant's on request, on the ledger directly.
     Intents(IntentsArgs),
     /// Check a config (and prompts, observed latencies, an MCP server's tools) for what
     /// makes retries act twice; non-zero exit for CI.
@@ -124,7 +124,8 @@ an ambiguous failure followed by retries makes exactly one effect, and that the 
 holds.
 
 The config is loaded as `serve` loads it, and a real gate is built over a fresh SQLite ledger \
-in a temporary folder. By default every upstream is replaced by the built-in mock payments \
+in a temporary folder (with a random hash key for sensitive arguments when the variable that \
+`gateway.hash_key` names is unset: that ledger is thrown away). By default every upstream is replaced by the built-in mock payments \
 provider, started in this process (a tool whose request the mock does not serve fails, and \
 says to use --live). With --live the configured upstreams (a sandbox, never production) are \
 called as they are, through a loopback proxy that injects the failure. For each tool:
@@ -249,6 +250,8 @@ pub enum OutputFormat {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// The tool config (YAML); `intentgate config check FILE` explains any error in it.
+    /// When a tool marks an argument `sensitive: true`, the variable `gateway.hash_key`
+    /// names (INTENTGATE_HASH_KEY in the example) must hold the ledger's hash key.
     #[arg(long, env = "INTENTGATE_CONFIG")]
     pub config: PathBuf,
     /// Address to listen on (overrides `gateway.listen`; port 0 picks a free port).
