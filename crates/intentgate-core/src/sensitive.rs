@@ -499,9 +499,16 @@ mod tests {
                 pointer: "/properties/to".to_owned()
             })
         );
-        // A property named like a keyword is a property.
-        let schema = json!({"type": "object", "properties": {"items": {"sensitive": true}}});
+        // A property named like a keyword is a property, and keeps its name when the marks
+        // are stripped.
+        let schema = json!({"type": "object", "properties": {
+            "items": {"sensitive": true},
+            "sensitive": {"type": "boolean"}}});
         assert_eq!(sensitive_paths(&schema).unwrap().len(), 1);
+        assert_eq!(
+            without_marks(&schema)["properties"],
+            json!({"items": {}, "sensitive": {"type": "boolean"}})
+        );
     }
 
     #[test]
