@@ -84,7 +84,8 @@ fn marked_arguments_are_loaded_with_the_key_and_published_without_the_mark() {
     let expected = HashKey::new(KEY.as_bytes()).unwrap();
     let stored = tool
         .stored_arguments(&json!({"to": "a@example.com", "reference": "1", "body": "hi"}))
-        .unwrap();
+        .unwrap()
+        .into_owned();
     assert_eq!(
         stored["to"],
         json!(expected.hash_value(&json!("a@example.com")))

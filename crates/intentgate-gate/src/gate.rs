@@ -414,7 +414,7 @@ impl Gate {
                     tool: tool.name.clone(),
                     key: key.clone(),
                     fingerprint: fingerprint.as_str().to_owned(),
-                    arguments: stored_arguments.clone(),
+                    arguments: stored_arguments.clone().into_owned(),
                     lease_owner: owner.clone(),
                     lease_expires_ms: now_ms + self.lease_duration(tool).as_millis() as i64,
                     now_ms,
@@ -927,11 +927,16 @@ fn body(observation: UpstreamObservation) -> Value {
 /// echoes of sensitive arguments as their keyed hashes. `stored_arguments` are the intent's
 /// arguments as the ledger keeps them (hashes in place of sensitive values).
 fn kept_result(tool: &ToolDefinition, result: Value, stored_arguments: &Value) -> Value {
-    // Bounded first, so that the hashing is bounded too; hashes may lengthen it again.
-    let result = tool
-        .stored_result(storable(result), stored_arguments)
+    // Bounded first, so that the hashing is bounded too.
+    let result = storable(result);
+    let redaction = tool
+        .redaction()
         .expect("Gate::new checked that a tool with sensitive arguments has a hash key");
-    storable(result)
+    match redaction {
+        None => result,
+        // Hashes may lengthen it again.
+        Some(redaction) => storable(redaction.result(result, stored_arguments)),
+    }
 }
 
 /// A result the ledger can store: one over the ledger's limit is replaced by a note saying

@@ -385,7 +385,7 @@ async fn an_email_resolved_by_reconciliation_keeps_the_address_as_a_hash_and_nam
             fingerprint: fingerprint(&email.stored_arguments(&arguments).unwrap())
                 .as_str()
                 .to_owned(),
-            arguments: email.stored_arguments(&arguments).unwrap(),
+            arguments: email.stored_arguments(&arguments).unwrap().into_owned(),
             lease_owner: "test/1".to_owned(),
             lease_expires_ms: now_ms + 60_000,
             now_ms,
