@@ -74,8 +74,8 @@ pub struct GatewayConfig {
     /// The secret key of the hashes the ledger keeps of `sensitive: true` arguments, as a
     /// reference to the environment: `${INTENTGATE_HASH_KEY}` (at least 32 bytes, e.g.
     /// `openssl rand -hex 32`). Required when a tool has a sensitive argument. Keep it for as
-    /// long as intents are kept: stored hashes are only comparable under the same key. Held
-    /// here as written; the loaded key is in `LoadedConfig::hash_key`.
+    /// long as intents are kept: stored hashes are only comparable under the same key.
+    // Held here as written; the loaded key is `LoadedConfig::hash_key`.
     pub hash_key: Option<String>,
 }
 
