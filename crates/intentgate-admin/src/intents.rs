@@ -1,5 +1,5 @@
-//! `GET /v1/admin/intents`, `GET /v1/admin/intents/{id}` and
-//! `POST /v1/admin/intents/{id}/resolve`.
+//! `GET /v1/admin/intents`, `GET /v1/admin/intents/{id}`,
+//! `POST /v1/admin/intents/{id}/resolve` and `POST /v1/admin/erasures`.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -10,12 +10,13 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use intentgate_core::IntentStatus;
-use intentgate_ledger::{IntentFilter, IntentRecord, Order};
+use intentgate_ledger::{Erase, IntentFilter, IntentRecord, Order};
 use intentgate_server::Problem;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::body::{self, bad_request, unprocessable};
+use crate::erasure::{check_erase, erase_all};
 use crate::resolution::{ManualResolution, check_resolvable};
 use crate::{AdminState, EVENTS_SHOWN_MAX, INTENTS_LIMIT_DEFAULT, INTENTS_LIMIT_MAX, now_ms};
 
@@ -229,4 +230,59 @@ pub(crate) async fn resolve(
         "intent resolved by hand through the admin API"
     );
     Ok(Json(resolved))
+}
+
+/// The body of `POST /v1/admin/erasures`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EraseBody {
+    tenant: String,
+    tool: Option<String>,
+    key: Option<String>,
+    reason: Option<String>,
+    actor: Option<String>,
+    #[serde(default)]
+    force: bool,
+}
+
+const ERASE_SHAPE: &str = r#"{"tenant": "whose data", "tool": "only this tool (optional)", "key": "only this intent key of the tool (optional)", "reason": "why", "actor": "who (optional)", "force": false}"#;
+
+/// Erases a tenant's intents (or a tool's, or one key's), with their events and the
+/// reconciliation mismatches that name them. 409 when a call holds one of them, or one is
+/// not settled and `force` is not set.
+pub(crate) async fn erase(
+    State(state): State<Arc<AdminState>>,
+    request: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, Problem> {
+    let request: EraseBody = body::json(request, ERASE_SHAPE)?;
+    let erase = Erase {
+        tenant: request.tenant,
+        tool: request.tool.filter(|tool| !tool.is_empty()),
+        key: request.key.filter(|key| !key.is_empty()),
+        force: request.force,
+        actor: crate::flags::actor(request.actor, &state.actor_default)?,
+        reason: request.reason.unwrap_or_default(),
+        now_ms: now_ms(),
+    };
+    check_erase(&erase)
+        .map_err(|detail| unprocessable("invalid-erasure", "Invalid erasure", detail))?;
+    let report = erase_all(state.ledger.as_ref(), &erase)
+        .await
+        .map_err(body::ledger_problem)?;
+    if let Some(refused) = &report.refused {
+        let erased = &report.erased;
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "not-erasable",
+            "Not everything could be erased",
+            format!(
+                "{}; erased before this: {} intents, {} events, {} reconciliation mismatches",
+                refused.message(),
+                erased.intents,
+                erased.events,
+                erased.mismatches
+            ),
+        ));
+    }
+    Ok(Json(json!({ "erased": report.erased })))
 }

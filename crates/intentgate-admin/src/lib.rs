@@ -8,6 +8,7 @@
 //! | `GET /v1/admin/intents` | intents, filtered and paged: `tool`, `status`, `tenant`, `key`, `order`, `cursor`, `limit` |
 //! | `GET /v1/admin/intents/{id}` | one intent and its event log |
 //! | `POST /v1/admin/intents/{id}/resolve` | `done` (with the provider's external id) or `not_executed`, with a reason |
+//! | `POST /v1/admin/erasures` | erases a tenant's intents (or a tool's, or one key's) on request: `{"tenant": "...", "reason": "..."}` |
 //! | `POST /v1/admin/reconcile` | runs reconciliation over a window: `{"since": "1h"}` |
 //! | `GET /v1/admin/reconciliations` | stored runs, newest first |
 //! | `GET /v1/admin/reconciliations/{id}` | one run with its stored mismatches |
@@ -22,12 +23,14 @@
 //!
 //! **API boundary:** the crate knows the ledger and the names of the configured tools, not
 //! the config file and not reconciliation, which it reaches through the [`Reconciler`]
-//! trait. [`parse_duration`] and [`ManualResolution`] are shared with the command line, so
-//! `intentgate intents resolve` and the API check the same rules with the same messages.
+//! trait. [`parse_duration`], [`ManualResolution`] and [`erase_all`] are shared with the
+//! command line, so `intentgate intents resolve` and `erase` and the API check the same
+//! rules with the same messages.
 
 mod auth;
 mod body;
 mod duration;
+mod erasure;
 mod flags;
 mod intents;
 mod reconcile;
@@ -47,6 +50,7 @@ use intentgate_server::Problem;
 use tokio::sync::Semaphore;
 
 pub use duration::parse_duration;
+pub use erasure::{ERASE_ROUNDS_MAX, ErasureReport, Refusal, check_erase, erase_all};
 pub use resolution::{MANUAL_STATUSES, ManualResolution, Unresolvable, check_resolvable};
 pub use throttle::{FAILURE_WINDOW_DEFAULT, FAILURES_MAX_DEFAULT, FailureLimit, SOURCES_MAX};
 
@@ -204,6 +208,7 @@ pub fn router(
         .route("/v1/admin/intents", get(intents::list))
         .route("/v1/admin/intents/{id}", get(intents::show))
         .route("/v1/admin/intents/{id}/resolve", post(intents::resolve))
+        .route("/v1/admin/erasures", post(intents::erase))
         .route("/v1/admin/reconcile", post(reconcile::run))
         .route("/v1/admin/reconciliations", get(reconcile::list))
         .route("/v1/admin/reconciliations/{id}", get(reconcile::show))
@@ -238,8 +243,8 @@ async fn no_such_route() -> Problem {
         StatusCode::NOT_FOUND,
         "not-found",
         "No such admin route",
-        "the admin routes are /v1/admin/flags, /v1/admin/intents, /v1/admin/reconcile and \
-/v1/admin/reconciliations",
+        "the admin routes are /v1/admin/flags, /v1/admin/intents, /v1/admin/erasures, \
+/v1/admin/reconcile and /v1/admin/reconciliations",
     )
 }
 
@@ -249,7 +254,7 @@ async fn method_not_allowed() -> Problem {
         "method-not-allowed",
         "Method not allowed",
         "this admin route exists but not with this method: reads are GET, a flag is set with \
-PUT, a resolution and a reconciliation are POST",
+PUT, a resolution, an erasure and a reconciliation are POST",
     )
 }
 

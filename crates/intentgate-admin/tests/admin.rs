@@ -1109,3 +1109,82 @@ async fn a_throttled_address_is_let_in_again_once_its_window_is_over() {
         .problem(401);
     assert_eq!(admin.get("/v1/admin/flags").await.status, 200);
 }
+
+/// A customer's data could not be deleted at all; now a tenant's intents go on request, by
+/// tenant, tool or key, except those a call holds or (without force) whose outcome is not
+/// known yet.
+#[tokio::test]
+async fn a_tenants_intents_are_erased_on_request_but_never_under_a_running_call() {
+    let admin = start(Some(TOKEN), None).await;
+    let refund = admin.done("acme", "refund_order", "k1", "re_1").await;
+    let email = admin.done("acme", "send_email", "k2", "em_1").await;
+    let running = admin.in_flight("acme", "refund_order", "k3").await;
+    let other = admin.done("globex", "refund_order", "k1", "re_2").await;
+    let erase = |body: Value| admin.post("/v1/admin/erasures", body);
+
+    let refused = erase(json!({"tenant": "acme", "reason": "request 77", "force": true})).await;
+    let detail = refused.problem(409);
+    assert!(
+        detail.contains(&running.id.to_string()) && detail.contains("running"),
+        "{detail}"
+    );
+    for kept in [&refund, &email, &running] {
+        assert!(admin.ledger.get_by_id(kept.id).await.unwrap().is_some());
+    }
+
+    let one = erase(json!({"tenant": "acme", "tool": "send_email", "key": "k2",
+        "reason": "request 77", "actor": "dpo"}))
+    .await;
+    assert_eq!(one.status, 200, "{}", one.body);
+    assert_eq!(one.body["erased"]["intents"], 1);
+    assert_eq!(one.body["erased"]["more"], false);
+    assert!(one.body["erased"]["events"].as_u64().unwrap() >= 2);
+    assert!(admin.ledger.get_by_id(email.id).await.unwrap().is_none());
+
+    // Unknown: the refund may have happened. Refused without force, erased with it.
+    let unknown = admin.unknown_refund("initech", "k4").await;
+    admin.done("initech", "refund_order", "k5", "re_5").await;
+    let refused = erase(json!({"tenant": "initech", "reason": "request 78"})).await;
+    let detail = refused.problem(409);
+    assert!(
+        detail.contains(&unknown.id.to_string()) && detail.contains("not settled"),
+        "{detail}"
+    );
+    let forced = erase(json!({"tenant": "initech", "reason": "request 78", "force": true})).await;
+    assert_eq!(forced.status, 200, "{}", forced.body);
+    assert_eq!(forced.body["erased"]["intents"], 2);
+
+    assert_eq!(admin.ledger.get_by_id(other.id).await.unwrap(), Some(other));
+}
+
+#[tokio::test]
+async fn an_erasure_is_validated_before_anything_is_erased() {
+    let admin = start(Some(TOKEN), None).await;
+    let kept = admin.done("acme", "refund_order", "k1", "re_1").await;
+    for (body, says) in [
+        (json!({"tenant": "acme"}), "a reason is required"),
+        (
+            json!({"tenant": "acme", "reason": " "}),
+            "a reason is required",
+        ),
+        (json!({"tenant": "", "reason": "r"}), "a tenant is required"),
+        (
+            json!({"tenant": "acme", "key": "k1", "reason": "r"}),
+            "give the tool too",
+        ),
+    ] {
+        let answer = admin.post("/v1/admin/erasures", body.clone()).await;
+        let detail = answer.problem(422);
+        assert!(detail.contains(says), "{body}: {detail}");
+    }
+    let answer = admin
+        .post(
+            "/v1/admin/erasures",
+            json!({"tenant": "acme", "reason": "r", "everything": true}),
+        )
+        .await;
+    answer.problem(422);
+    let answer = admin.get("/v1/admin/erasures").await;
+    answer.problem(405);
+    assert_eq!(admin.ledger.get_by_id(kept.id).await.unwrap(), Some(kept));
+}

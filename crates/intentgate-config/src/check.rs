@@ -8,13 +8,17 @@
 //! and its `${NAME}` references. Templates are checked with the HTTP crate's own parser
 //! (`intentgate_http::template::check_template`, `check_body_template`, `check_list_spec`),
 //! so the config is refused for exactly what would make a request impossible to build.
+//! Last, the hash key of sensitive arguments: required when a tool marks one, read from the
+//! environment as the caller of the loader asks ([`HashKeySource`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use intentgate_core::sensitive::{HASH_KEY_BYTES_MIN, HashKeyError, SensitiveError};
 use intentgate_core::tool::{RETRY_BUDGET_MAX, TIMEOUT_MS_MAX};
 use intentgate_core::{
-    CallStatus, Effect, KeyError, KeyTemplate, Messages, ToolDefinition, ToolError,
+    ArgumentPath, CallStatus, Effect, HashKey, KeyError, KeyTemplate, Messages, ToolDefinition,
+    ToolError,
 };
 use intentgate_http::spec::{CallSpec, ListFields, ListSpec, LookupSpec, Method, UpstreamSpec};
 use intentgate_http::template::{
@@ -23,8 +27,9 @@ use intentgate_http::template::{
 use intentgate_http::{HttpError, HttpTool, LIST_PLACEHOLDERS, check_list_spec};
 use serde_json::Value;
 
+use crate::HashKeySource;
 use crate::config::{AlertRule, Config, GatewayConfig, OwnerConfig, ReconcileConfig, ToolConfig};
-use crate::env::{self, Lookup};
+use crate::env::{self, EnvError, Lookup};
 use crate::error::Errors;
 use crate::file::{ConfigFile, ToolFile};
 use crate::limits::*;
@@ -51,14 +56,19 @@ pub(crate) fn tools_have_effects(map: &SourceMap, errors: &mut Errors<'_>) {
     }
 }
 
+/// What the checks build: the config, the engine's tool definitions (with the hash key
+/// attached) and the hash key.
+pub(crate) type Checked = (Config, Vec<ToolDefinition>, Option<HashKey>);
+
 /// Checks the parsed file, resolves its references and builds the config and the engine's
 /// tool definitions. Returns `None` when anything was reported.
 pub(crate) fn check(
     file: ConfigFile,
     map: &SourceMap,
     lookup: Lookup<'_>,
+    hash_key_source: &HashKeySource,
     errors: &mut Errors<'_>,
-) -> Option<(Config, Vec<ToolDefinition>)> {
+) -> Option<Checked> {
     let mut checker = Checker {
         map,
         lookup,
@@ -75,6 +85,8 @@ pub(crate) fn check(
     let mut tools = Vec::with_capacity(file.tools.len());
     let mut definitions = Vec::with_capacity(file.tools.len());
     let mut first_seen: HashMap<String, Position> = HashMap::new();
+    // The first tool with a sensitive argument, where a missing hash key is reported.
+    let mut first_sensitive: Option<(usize, ToolDefinition)> = None;
     for (index, tool) in file.tools.into_iter().enumerate() {
         let name_at = map.value(&at!["tools", index, "name"]);
         if let Some(first) = first_seen.get(&tool.name) {
@@ -90,9 +102,20 @@ pub(crate) fn check(
             first_seen.insert(tool.name.clone(), name_at);
         }
         if let Some((tool, definition)) = checker.tool(index, tool, &upstreams, &file.owners) {
+            if first_sensitive.is_none() && !definition.sensitive.is_empty() {
+                first_sensitive = Some((index, definition.clone()));
+            }
             tools.push(tool);
             definitions.push(definition);
         }
+    }
+    let hash_key = checker.hash_key(
+        file.gateway.hash_key.as_deref(),
+        first_sensitive.as_ref(),
+        hash_key_source,
+    );
+    for definition in &mut definitions {
+        definition.hash_key = hash_key.clone();
     }
     if !checker.errors.is_empty() {
         return None;
@@ -112,7 +135,7 @@ pub(crate) fn check(
         reconcile: file.reconcile,
         tools,
     };
-    Some((config, definitions))
+    Some((config, definitions, hash_key))
 }
 
 pub(crate) struct Checker<'c, 'e> {
@@ -525,6 +548,10 @@ impl Checker<'_, '_> {
                     Ok(definition) => Some(definition),
                     // Already reported, at the exact keyword, by `input_schema`.
                     Err(ToolError::BadSchema(_)) if !schema_valid => None,
+                    Err(ToolError::Sensitive { error, .. }) => {
+                        self.sensitive_error(index, &label, &error);
+                        None
+                    }
                     Err(error) => {
                         self.tool_error(index, &label, &arguments, &error);
                         None
@@ -552,6 +579,17 @@ impl Checker<'_, '_> {
         });
         let reported = self.errors.len();
 
+        if let Some(definition) = &definition
+            && !definition.sensitive.is_empty()
+        {
+            self.sensitive_uses(
+                index,
+                &label,
+                &definition.sensitive,
+                tool.lookup.as_ref(),
+                tool.list.as_ref(),
+            );
+        }
         let call = self.call(index, &label, tool.call, upstreams, &arguments);
         let lookup = tool
             .lookup
@@ -615,6 +653,197 @@ impl Checker<'_, '_> {
             line: self.position(&base).line,
         };
         Some((config, definition))
+    }
+
+    /// Reports a `sensitive` mark the gateway can't honour, at the schema that holds it.
+    fn sensitive_error(&mut self, index: usize, label: &str, error: &SensitiveError) {
+        let pointer = match error {
+            SensitiveError::NotOnProperty { pointer } | SensitiveError::NotBoolean { pointer } => {
+                pointer.as_str()
+            }
+        };
+        let prefix = [
+            "tools".to_owned(),
+            index.to_string(),
+            "input_schema".to_owned(),
+        ];
+        let owned = pointer_path(&prefix, pointer);
+        let fix = match error {
+            SensitiveError::NotOnProperty { .. } => {
+                "put `sensitive: true` on the property that holds the value (an array or object \
+                 property is then kept hashed whole), e.g. `to: {type: string, sensitive: true}`"
+            }
+            SensitiveError::NotBoolean { .. } => "write `sensitive: true`",
+        };
+        self.push(
+            &segments(&owned),
+            format!("{label}: input_schema: {error}"),
+            fix,
+        );
+    }
+
+    /// Refuses a lookup or a reconciliation amount that reads a sensitive argument. Both run
+    /// from what the ledger keeps (the sweeper's lookups, reconciliation), where the value is
+    /// only a hash: the request would carry the hash, the amount would never match.
+    fn sensitive_uses(
+        &mut self,
+        index: usize,
+        label: &str,
+        sensitive: &[ArgumentPath],
+        lookup: Option<&LookupSpec>,
+        list: Option<&ListSpec>,
+    ) {
+        let sensitive_in = |template: &str| -> Option<String> {
+            let template = Template::parse(&env::without_references(template)).ok()?;
+            template.argument_paths().find_map(|path| {
+                sensitive
+                    .iter()
+                    .find(|argument| argument.overlaps(path))
+                    .map(|argument| argument.to_string())
+            })
+        };
+        if let Some(lookup) = lookup {
+            let mut found: Vec<(Vec<Segment<'_>>, String, String)> = Vec::new();
+            if let Some(name) = sensitive_in(&lookup.path) {
+                found.push((
+                    at!["tools", index, "lookup", "path"].to_vec(),
+                    "lookup.path".to_owned(),
+                    name,
+                ));
+            }
+            for (key, value) in &lookup.query {
+                if let Some(name) = sensitive_in(value) {
+                    found.push((
+                        at!["tools", index, "lookup", "query", key].to_vec(),
+                        format!("lookup.query.{key}"),
+                        name,
+                    ));
+                }
+            }
+            for (key, value) in &lookup.headers {
+                if let Some(name) = sensitive_in(value) {
+                    found.push((
+                        at!["tools", index, "lookup", "headers", key].to_vec(),
+                        format!("lookup.headers.{key}"),
+                        name,
+                    ));
+                }
+            }
+            for (path, field, name) in found {
+                self.push(
+                    &path,
+                    format!(
+                        "{label}: `{field}` uses sensitive argument `{name}`; the ledger keeps only \
+                         its keyed hash, so a lookup of an intent left unknown (by the sweeper, \
+                         from the ledger) would send the hash"
+                    ),
+                    "find the effect by what the ledger keeps: the intent key (`{intent_key}`, \
+                     sent with the effect in metadata) or arguments that are not sensitive",
+                );
+            }
+        }
+        if let Some(list) = list
+            && list.fields.amount.is_some()
+        {
+            let pointer = list.fields.amount_argument.as_deref().unwrap_or("/amount");
+            let path: Vec<String> = pointer_path(&[], pointer);
+            if let Some(argument) = sensitive.iter().find(|argument| argument.overlaps(&path)) {
+                self.push(
+                    &at!["tools", index, "list", "fields"],
+                    format!(
+                        "{label}: reconciliation compares the provider's amount with argument \
+                         `{argument}` (`amount_argument` {pointer}), which is sensitive: the \
+                         ledger keeps only its keyed hash, so the amounts would never match"
+                    ),
+                    "remove `sensitive: true` from the amount, or remove `fields.amount` so that \
+                     reconciliation compares no amounts",
+                );
+            }
+        }
+    }
+
+    /// The hash key of sensitive arguments: required when `first_sensitive` names a tool
+    /// with one, written as a `${NAME}` reference, resolved as `source` says.
+    fn hash_key(
+        &mut self,
+        written: Option<&str>,
+        first_sensitive: Option<&(usize, ToolDefinition)>,
+        source: &HashKeySource,
+    ) -> Option<HashKey> {
+        const FIX: &str = "export INTENTGATE_HASH_KEY=$(openssl rand -hex 32) where the gateway \
+                           runs, and keep it for as long as intents are kept (every stored hash \
+                           depends on it)";
+        let path = at!["gateway", "hash_key"];
+        let Some(written) = written else {
+            if let Some((index, definition)) = first_sensitive {
+                let names: Vec<String> = definition
+                    .sensitive
+                    .iter()
+                    .map(|path| format!("`{path}`"))
+                    .collect();
+                self.push(
+                    &at!["tools", *index, "input_schema"],
+                    format!(
+                        "tool `{}` marks {} as sensitive, which the ledger keeps as keyed hashes, \
+                         but `gateway.hash_key` is not set",
+                        definition.name,
+                        names.join(", ")
+                    ),
+                    format!("add `hash_key: ${{INTENTGATE_HASH_KEY}}` under `gateway:`, and {FIX}"),
+                );
+            }
+            return None;
+        };
+        if !env::has_reference(written) {
+            self.push(
+                &path,
+                "`gateway.hash_key` is written in the file: a key in the config is in every copy \
+                 of it",
+                format!("write `hash_key: ${{INTENTGATE_HASH_KEY}}`, and {FIX}"),
+            );
+            return None;
+        }
+        let ephemeral = match source {
+            HashKeySource::NotNeeded => return None,
+            HashKeySource::Environment => None,
+            HashKeySource::EnvironmentOrEphemeral(key) => Some(key),
+        };
+        let value = match env::resolve(written, self.lookup) {
+            Ok(value) => value,
+            Err(EnvError::Unset { name }) => {
+                if let Some(key) = ephemeral {
+                    return Some(key.clone());
+                }
+                self.push(
+                    &path,
+                    format!(
+                        "environment variable `{name}` (used in `gateway.hash_key`) is not set"
+                    ),
+                    FIX.replace("INTENTGATE_HASH_KEY", &name),
+                );
+                return None;
+            }
+            Err(error) => {
+                let (message, fix) = error.describe("`gateway.hash_key`");
+                self.push(&path, message, fix);
+                return None;
+            }
+        };
+        match HashKey::new(value.as_bytes()) {
+            Ok(key) => Some(key),
+            Err(HashKeyError::TooShort(bytes)) => {
+                // The length only: the value is a secret.
+                self.push(
+                    &path,
+                    format!(
+                        "`gateway.hash_key` (from the environment) is {bytes} bytes long; it must \
+                         be at least {HASH_KEY_BYTES_MIN}"
+                    ),
+                    FIX,
+                );
+                None
+            }
+        }
     }
 
     fn messages(
@@ -719,6 +948,16 @@ impl Checker<'_, '_> {
                 format!(
                     "set `timeout_ms` between 1 and {TIMEOUT_MS_MAX}, from the real API's p99 latency (e.g. 10000 for a refund)"
                 ),
+            ),
+            ToolError::Sensitive { error, .. } => (
+                "input_schema",
+                format!("{label}: input_schema: {error}"),
+                "put `sensitive: true` on the property that holds the value".to_owned(),
+            ),
+            ToolError::MissingHashKey { .. } => (
+                "input_schema",
+                format!("{label}: {error}"),
+                "add `hash_key: ${INTENTGATE_HASH_KEY}` under `gateway:`".to_owned(),
             ),
             ToolError::BadRetryBudget { budget, .. } => (
                 "retry_budget",
@@ -1179,8 +1418,10 @@ impl Checker<'_, '_> {
 /// (`ToolDefinition::resend_window`): the key window of its call's upstream less
 /// [`RESEND_WINDOW_MARGIN`], when that upstream honours idempotency keys. None for a tool
 /// whose request uses `{intent_id}` while its key does not: the ledger keeps the key, so
-/// the sweeper could not send that request the way the first attempt did. Nothing is
-/// refused here: a tool without a window only never has its unknown intents re-sent.
+/// the sweeper could not send that request the way the first attempt did; and none for a
+/// tool with sensitive arguments, whose request the sweeper would have to build from their
+/// hashes. Nothing is refused here: a tool without a window only never has its unknown
+/// intents re-sent.
 fn resend_window(
     definition: &ToolDefinition,
     upstream: Option<&UpstreamSpec>,
@@ -1191,7 +1432,10 @@ fn resend_window(
         .key
         .as_ref()
         .is_some_and(KeyTemplate::uses_intent_id);
-    if definition.effect != Effect::SideEffect || (call_uses_intent_id && !key_has_intent_id) {
+    if definition.effect != Effect::SideEffect
+        || (call_uses_intent_id && !key_has_intent_id)
+        || !definition.sensitive.is_empty()
+    {
         return None;
     }
     let window = Duration::from_secs(u64::from(upstream.key_window_hours) * 60 * 60);

@@ -90,6 +90,12 @@ pub struct GatewayConfig {
     /// Most HTTP connections open at once; one more is answered 503 and closed. Must fit under
     /// the process's open-file limit, which `serve` raises to its hard limit at startup.
     pub connection_limit: u32,
+    /// The secret key of the hashes the ledger keeps of `sensitive: true` arguments, as a
+    /// reference to the environment: `${INTENTGATE_HASH_KEY}` (at least 32 bytes, e.g.
+    /// `openssl rand -hex 32`). Required when a tool has a sensitive argument. Keep it for as
+    /// long as intents are kept: stored hashes are only comparable under the same key.
+    // Held here as written; the loaded key is `LoadedConfig::hash_key`.
+    pub hash_key: Option<String>,
 }
 
 impl Default for GatewayConfig {
@@ -107,6 +113,7 @@ impl Default for GatewayConfig {
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             connection_limit: 4096,
+            hash_key: None,
         }
     }
 }
@@ -127,6 +134,8 @@ impl fmt::Debug for GatewayConfig {
             .field("header_read_timeout_ms", &self.header_read_timeout_ms)
             .field("idle_timeout_ms", &self.idle_timeout_ms)
             .field("connection_limit", &self.connection_limit)
+            // As written it is a reference, but a `${NAME:-default}` would hold a key.
+            .field("hash_key", &self.hash_key.as_ref().map(|_| Redacted))
             .finish()
     }
 }

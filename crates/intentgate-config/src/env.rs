@@ -2,7 +2,8 @@
 //! environment.
 //!
 //! References are resolved after parsing, and only where a secret belongs: the upstreams'
-//! `base_url` and `headers` values and the tools' call/lookup/list `headers` values.
+//! `base_url` and `headers` values, the tools' call/lookup/list `headers` values, and
+//! `gateway.hash_key`.
 //! Anywhere else `${...}` is ordinary text. The environment is an injected lookup, so tests
 //! never touch the process environment.
 //!

@@ -12,11 +12,13 @@
 //!    changes per attempt, an owner or upstream that does not exist, a template placeholder
 //!    that is not an argument, a value out of range. All of them are collected.
 //! 4. **References** (`env`): `${NAME}` and `${NAME:-default}` in upstream `base_url` and
-//!    `headers` values and in tools' request `headers` values are resolved from the
-//!    environment.
+//!    `headers` values, in tools' request `headers` values and in `gateway.hash_key` (the key
+//!    of the hashes the ledger keeps of `sensitive: true` arguments, read as the caller asks:
+//!    [`HashKeySource`]) are resolved from the environment.
 //!
-//! **API boundary:** [`load_file`], [`load_str`] and [`schema`]. A [`LoadedConfig`] holds
-//! the plain [`Config`] and the engine's [`ToolDefinition`]s, built by
+//! **API boundary:** [`load_file`], [`load_str`] (with `_with` forms that choose the
+//! [`HashKeySource`]) and [`schema`]. A [`LoadedConfig`] holds the plain [`Config`], the hash
+//! key, and the engine's [`ToolDefinition`]s (carrying the key), built by
 //! `ToolDefinition::new` and completed with the tool's owner, messages, `retry_rejected`,
 //! `once_per`, external-id pointer and resend window (from its upstream's
 //! `honours_idempotency_keys` and `key_window_hours`, less `limits::RESEND_WINDOW_MARGIN`).
@@ -37,7 +39,7 @@ mod source_map;
 use std::io::Read;
 use std::path::Path;
 
-use intentgate_core::ToolDefinition;
+use intentgate_core::{HashKey, ToolDefinition};
 
 pub use auth::{ApiKeyConfig, AuthConfig, AuthMethods, JwtConfig, TrustedProxyConfig};
 pub use config::{
@@ -55,28 +57,65 @@ use crate::source_map::{Position, SourceMap};
 #[derive(Debug, Clone)]
 pub struct LoadedConfig {
     pub config: Config,
-    /// One definition per tool, in file order: what the engine runs.
+    /// One definition per tool, in file order: what the engine runs. Each carries the hash
+    /// key, when one was loaded.
     pub tools: Vec<ToolDefinition>,
+    /// The key of the hashes of sensitive arguments (`gateway.hash_key`), when the config
+    /// names one and the loader was asked to read it ([`HashKeySource`]).
+    pub hash_key: Option<HashKey>,
 }
 
-/// Reads and checks the config at `path`, resolving `${NAME}` references from the process
-/// environment.
+/// Where the loader takes the hash key of sensitive arguments from (`gateway.hash_key`,
+/// a `${NAME}` reference). Whatever the source, a config whose tools mark an argument
+/// sensitive must name a key, and must name it by reference.
+#[derive(Debug, Clone)]
+pub enum HashKeySource {
+    /// From the environment; an unset variable or a key under 32 bytes is an error. For every
+    /// command whose ledger outlives it (`serve`, `mcp`, `reconcile`): a key it invented
+    /// would change every hash at the next start.
+    Environment,
+    /// From the environment, or this key when the variable is unset. For commands whose
+    /// ledger lives only as long as they run (`demo`, `smoke`).
+    EnvironmentOrEphemeral(HashKey),
+    /// Not read: for commands that hash nothing (`flags`, `intents`, `audit`). Their
+    /// definitions have no key, and a gate refuses a tool with sensitive arguments without
+    /// one.
+    NotNeeded,
+}
+
+/// Reads and checks the config at `path`, resolving `${NAME}` references (the hash key
+/// included) from the process environment.
 pub fn load_file(path: &Path) -> Result<LoadedConfig, ConfigErrors> {
+    load_file_with(path, &HashKeySource::Environment)
+}
+
+/// [`load_file`], with the hash key taken as `hash_key` says.
+pub fn load_file_with(path: &Path, hash_key: &HashKeySource) -> Result<LoadedConfig, ConfigErrors> {
     let source = path.display().to_string();
     let text = read_bounded(path).map_err(|(message, fix)| {
         let mut errors = Errors::new(&source);
         errors.push(Position::default(), message, fix);
         errors.finish()
     })?;
-    load_str(&text, &source, &|name| std::env::var(name).ok())
+    load_str_with(&text, &source, &|name| std::env::var(name).ok(), hash_key)
 }
 
 /// Checks the config in `text`. `source` names it in errors (a path, or `<stdin>`); `env`
-/// looks up the variables of `${NAME}` references.
+/// looks up the variables of `${NAME}` references, the hash key's included.
 pub fn load_str(
     text: &str,
     source: &str,
     env: &dyn Fn(&str) -> Option<String>,
+) -> Result<LoadedConfig, ConfigErrors> {
+    load_str_with(text, source, env, &HashKeySource::Environment)
+}
+
+/// [`load_str`], with the hash key taken as `hash_key` says.
+pub fn load_str_with(
+    text: &str,
+    source: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    hash_key: &HashKeySource,
 ) -> Result<LoadedConfig, ConfigErrors> {
     let mut errors = Errors::new(source);
     if text.len() > CONFIG_BYTES_MAX {
@@ -126,8 +165,12 @@ pub fn load_str(
             return Err(errors.finish());
         }
     };
-    match check::check(file, &map, env, &mut errors) {
-        Some((config, tools)) if errors.is_empty() => Ok(LoadedConfig { config, tools }),
+    match check::check(file, &map, env, hash_key, &mut errors) {
+        Some((config, tools, hash_key)) if errors.is_empty() => Ok(LoadedConfig {
+            config,
+            tools,
+            hash_key,
+        }),
         _ => Err(errors.finish()),
     }
 }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use intentgate_config::{LoadedConfig, load_file, load_str, schema};
+use intentgate_config::{HashKeySource, LoadedConfig, load_file_with, load_str, schema};
 use intentgate_core::{CallStatus, Effect};
 use serde_json::{Value, json};
 
@@ -15,9 +15,16 @@ fn example_text() -> String {
     std::fs::read_to_string(example_path()).expect("the example config exists")
 }
 
+/// Loads `text` with `env`, which provides the hash key unless it names one itself.
 fn load(text: &str, env: &dyn Fn(&str) -> Option<String>) -> LoadedConfig {
-    load_str(text, "support-agent.yaml", env).unwrap_or_else(|errors| panic!("{errors}"))
+    let env = |name: &str| {
+        env(name).or_else(|| (name == "INTENTGATE_HASH_KEY").then(|| HASH_KEY.to_owned()))
+    };
+    load_str(text, "support-agent.yaml", &env).unwrap_or_else(|errors| panic!("{errors}"))
 }
+
+/// The hash key of the tests (the example reads it from `INTENTGATE_HASH_KEY`).
+const HASH_KEY: &str = "0123456789abcdef0123456789abcdef-example-tests";
 
 const SECRET: &str = "sk_live_51Hx9SECRETvalue";
 
@@ -173,10 +180,13 @@ fn side_effects_on_an_upstream_that_honours_keys_get_a_resend_window() {
     };
     let text = example_text();
     let hours = |hours: u64| Some(Duration::from_secs(hours * 60 * 60) - RESEND_WINDOW_MARGIN);
-    for tool in ["refund_order", "charge_card", "send_email"] {
+    for tool in ["refund_order", "charge_card"] {
         // charge_card's key uses {intent_id}: the sweeper recovers it from the key.
         assert_eq!(window(&text, tool), hours(24), "{tool}");
     }
+    // The ledger keeps send_email's recipient, subject and body as hashes only: the sweeper
+    // could send only those.
+    assert_eq!(window(&text, "send_email"), None);
     assert_eq!(window(&text, "update_address"), None, "not a side effect");
     assert_eq!(window(&text, "get_order"), None, "not a side effect");
 
@@ -223,8 +233,14 @@ fn the_example_resolves_its_environment() {
         format!("Bearer {SECRET}")
     );
 
-    // And through the file, with the process environment.
-    let loaded = load_file(&example_path()).unwrap_or_else(|errors| panic!("{errors}"));
+    // And through the file, with the process environment (a random hash key when it has
+    // none).
+    let ephemeral = intentgate_core::HashKey::new(HASH_KEY.as_bytes()).unwrap();
+    let loaded = load_file_with(
+        &example_path(),
+        &HashKeySource::EnvironmentOrEphemeral(ephemeral),
+    )
+    .unwrap_or_else(|errors| panic!("{errors}"));
     assert_eq!(loaded.tools.len(), 14);
 }
 
@@ -241,6 +257,7 @@ fn debug_of_a_loaded_config_never_contains_a_secret() {
     let env = |name: &str| match name {
         "PAYMENTS_API_KEY" => Some(SECRET.to_owned()),
         "LOOKUP_TOKEN" => Some(format!("lookup-{SECRET}")),
+        "INTENTGATE_HASH_KEY" => Some(format!("hash-key-{SECRET}-{SECRET}")),
         "INTENTGATE_MOCK_URL" => Some(format!(
             "https://agent:{SECRET}@mock.example.com/t/{SECRET}"
         )),
@@ -279,6 +296,37 @@ fn debug_of_a_loaded_config_never_contains_a_secret() {
         debug.contains("https://mock.example.com/<redacted>"),
         "{debug}"
     );
+}
+
+#[test]
+fn the_example_keeps_an_emails_recipient_subject_and_body_as_hashes_only() {
+    let loaded = load(&example_text(), &|_| None);
+    let sensitive: Vec<(&str, Vec<String>)> = loaded
+        .tools
+        .iter()
+        .filter(|tool| !tool.sensitive.is_empty())
+        .map(|tool| {
+            let names = tool.sensitive.iter().map(ToString::to_string).collect();
+            (tool.name.as_str(), names)
+        })
+        .collect();
+    assert_eq!(
+        sensitive,
+        [(
+            "send_email",
+            vec!["body".to_owned(), "subject".to_owned(), "to".to_owned()]
+        )]
+    );
+    let email = loaded
+        .tools
+        .iter()
+        .find(|tool| tool.name == "send_email")
+        .unwrap();
+    assert!(email.hash_key.is_some());
+    assert_eq!(email.resend_window, None, "never re-sent from hashes");
+    // Its reconciliation report names the order or ticket, not the address.
+    let list = loaded.config.tools[13].list.as_ref().unwrap();
+    assert_eq!(list.fields.subject.as_deref(), Some("/metadata/reference"));
 }
 
 #[test]

@@ -11,11 +11,18 @@
 //! braces. Rendered values are percent-encoded where they could be confused with the
 //! template's own separators, so `{a}:{b}` can't render the same key for `a="x:y", b="z"`
 //! and `a="x", b="y:z"`.
+//!
+//! A placeholder of a sensitive argument (`sensitive: true` in the input schema, marked on
+//! the template with [`KeyTemplate::mark_sensitive`]) renders a keyed hash of the text it
+//! would have rendered ([`HashKey::key_part`]): the decimal rules still apply first, so
+//! `49`, `49.0` and `"49.00"` under `{amount:.2}` hash alike, and the clear value never
+//! reaches the ledger's key column or the provider.
 
 use serde_json::Value;
 
 use crate::decimal::{Decimal, DecimalError};
 use crate::limits::{DECIMAL_PLACES_MAX, INTENT_ID_LENGTH_MAX, INTENT_KEY_LENGTH_MAX};
+use crate::sensitive::{ArgumentPath, HashKey, KEY_HASH_HEX_LENGTH};
 
 /// The placeholder that refers to the application's intent id.
 pub const INTENT_ID_PLACEHOLDER: &str = "intent_id";
@@ -72,6 +79,8 @@ enum Part {
     Field {
         path: Vec<String>,
         places: Option<u32>,
+        /// The argument is sensitive: the key holds a keyed hash of the rendered text.
+        sensitive: bool,
     },
     IntentId,
 }
@@ -116,6 +125,11 @@ pub enum KeyError {
     Decimal { name: String, error: DecimalError },
     #[error("the rendered key is {0} bytes long; the limit is {INTENT_KEY_LENGTH_MAX}")]
     TooLong(usize),
+    #[error(
+        "the key uses sensitive argument `{name}`, whose keyed hash it holds, but no hash key \
+         was given (gateway.hash_key in the config)"
+    )]
+    NoHashKey { name: String },
 }
 
 impl KeyTemplate {
@@ -201,6 +215,33 @@ impl KeyTemplate {
         })
     }
 
+    /// Marks the placeholders that render (part of) one of `sensitive`'s arguments, so that
+    /// they render a keyed hash.
+    pub fn mark_sensitive(&mut self, sensitive: &[ArgumentPath]) {
+        for part in &mut self.parts {
+            if let Part::Field {
+                path,
+                sensitive: marked,
+                ..
+            } = part
+            {
+                *marked = sensitive.iter().any(|argument| argument.overlaps(path));
+            }
+        }
+    }
+
+    /// The names (dotted paths) of the sensitive placeholders, in order.
+    pub fn sensitive_names(&self) -> impl Iterator<Item = String> + '_ {
+        self.parts.iter().filter_map(|part| match part {
+            Part::Field {
+                path,
+                sensitive: true,
+                ..
+            } => Some(path.join(".")),
+            _ => None,
+        })
+    }
+
     /// True when the template uses `{intent_id}`.
     pub fn uses_intent_id(&self) -> bool {
         self.parts.iter().any(|part| matches!(part, Part::IntentId))
@@ -211,8 +252,20 @@ impl KeyTemplate {
         &self.source
     }
 
-    /// Renders the key for one call.
+    /// Renders the key for one call. A template with a sensitive placeholder needs the hash
+    /// key: use [`KeyTemplate::render_with`].
     pub fn render(&self, arguments: &Value, intent_id: Option<&str>) -> Result<String, KeyError> {
+        self.render_with(arguments, intent_id, None)
+    }
+
+    /// Renders the key for one call, sensitive placeholders as keyed hashes under
+    /// `hash_key` (an error without one).
+    pub fn render_with(
+        &self,
+        arguments: &Value,
+        intent_id: Option<&str>,
+        hash_key: Option<&HashKey>,
+    ) -> Result<String, KeyError> {
         let mut key = String::new();
         for part in &self.parts {
             match part {
@@ -224,13 +277,24 @@ impl KeyTemplate {
                     }
                     escape_into(&mut key, id);
                 }
-                Part::Field { path, places } => {
+                Part::Field {
+                    path,
+                    places,
+                    sensitive,
+                } => {
                     let name = path.join(".");
                     let value = path
                         .iter()
                         .try_fold(arguments, |value, field| value.get(field))
                         .ok_or_else(|| KeyError::MissingArgument(name.clone()))?;
-                    escape_into(&mut key, &render_value(&name, value, *places)?);
+                    let text = render_value(&name, value, *places)?;
+                    if *sensitive {
+                        let hash_key = hash_key.ok_or(KeyError::NoHashKey { name })?;
+                        // Lowercase hex: nothing to escape.
+                        key.push_str(&hash_key.key_part(&text));
+                    } else {
+                        escape_into(&mut key, &text);
+                    }
                 }
             }
         }
@@ -245,48 +309,91 @@ impl KeyTemplate {
     /// not rendered from these arguments. The ledger keeps the key, not the id, so this is
     /// how a caller without the original call (the sweeper) gets the id back. A recovered id
     /// renders exactly `key` again: that is checked before it is returned.
+    ///
+    /// The stored arguments hold hashes in place of sensitive values, so a sensitive
+    /// placeholder can't be rendered again from them: its [`KEY_HASH_HEX_LENGTH`] hex digits
+    /// are taken from the key as they are.
     pub fn intent_id_in(&self, key: &str, arguments: &Value) -> Option<String> {
         if !self.uses_intent_id() {
             return None;
         }
-        // Every part but the intent id renders from the arguments alone.
+        /// What each part of the key is, as far as the stored arguments tell.
+        enum Known {
+            Text(String),
+            Hash,
+            Id,
+        }
+        // Every part but the intent id and sensitive values renders from the arguments alone.
         let mut rendered = Vec::with_capacity(self.parts.len());
         for part in &self.parts {
             rendered.push(match part {
-                Part::Literal(text) => Some(text.clone()),
-                Part::IntentId => None,
-                Part::Field { path, places } => {
+                Part::Literal(text) => Known::Text(text.clone()),
+                Part::IntentId => Known::Id,
+                Part::Field {
+                    sensitive: true, ..
+                } => Known::Hash,
+                Part::Field { path, places, .. } => {
                     let name = path.join(".");
                     let value = path
                         .iter()
                         .try_fold(arguments, |value, field| value.get(field))?;
                     let mut text = String::new();
                     escape_into(&mut text, &render_value(&name, value, *places).ok()?);
-                    Some(text)
+                    Known::Text(text)
                 }
             });
         }
         // Each occurrence of the id has the same escaped length.
-        let known: usize = rendered.iter().flatten().map(String::len).sum();
-        let occurrences = rendered.iter().filter(|part| part.is_none()).count();
+        let known: usize = rendered
+            .iter()
+            .map(|part| match part {
+                Known::Text(text) => text.len(),
+                Known::Hash => KEY_HASH_HEX_LENGTH,
+                Known::Id => 0,
+            })
+            .sum();
+        let occurrences = rendered
+            .iter()
+            .filter(|part| matches!(part, Known::Id))
+            .count();
         let id_length = key.len().checked_sub(known)? / occurrences;
+        // Walk the key part by part: the literal and rendered parts must be there as they
+        // are, a hash must be hex, and every occurrence of the id the same text.
         let mut rest = key;
         let mut escaped: Option<&str> = None;
         for part in &rendered {
-            match part {
-                Some(text) => rest = rest.strip_prefix(text.as_str())?,
-                None => {
+            let taken = match part {
+                Known::Text(text) => {
+                    rest.strip_prefix(text.as_str())?;
+                    text.len()
+                }
+                Known::Hash => {
+                    let hash = rest.get(..KEY_HASH_HEX_LENGTH)?;
+                    let hex = |byte: u8| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte);
+                    if !hash.bytes().all(hex) {
+                        return None;
+                    }
+                    KEY_HASH_HEX_LENGTH
+                }
+                Known::Id => {
                     let id = rest.get(..id_length)?;
                     if escaped.is_some_and(|first| first != id) {
                         return None;
                     }
                     escaped = Some(id);
-                    rest = &rest[id_length..];
+                    id_length
                 }
-            }
+            };
+            rest = rest.get(taken..)?;
         }
-        let id = unescape(escaped?)?;
-        (rest.is_empty() && self.render(arguments, Some(&id)).ok()? == key).then_some(id)
+        let escaped = escaped?;
+        let id = unescape(escaped)?;
+        let mut canonical = String::new();
+        escape_into(&mut canonical, &id);
+        // Nothing may be left over, the id must be one a call may carry, and it must be written
+        // as `escape_into` writes it, so that it renders exactly `key` again.
+        let usable = !id.is_empty() && id.len() <= INTENT_ID_LENGTH_MAX;
+        (rest.is_empty() && usable && canonical == escaped).then_some(id)
     }
 }
 
@@ -350,7 +457,11 @@ fn parse_placeholder(inner: &str) -> Result<Part, &'static str> {
             "a placeholder names an argument: letters, digits, `_`, `-`, and `.` for a nested field",
         );
     }
-    Ok(Part::Field { path, places })
+    Ok(Part::Field {
+        path,
+        places,
+        sensitive: false,
+    })
 }
 
 fn render_value(name: &str, value: &Value, places: Option<u32>) -> Result<String, KeyError> {
@@ -579,6 +690,98 @@ mod tests {
         assert_eq!(template.intent_id_in("elsewhere", &arguments), None);
         let without = KeyTemplate::parse("refund:{order_id}").unwrap();
         assert_eq!(without.intent_id_in("refund:88%3A12", &arguments), None);
+    }
+
+    fn sensitive_template(text: &str, names: &[&str]) -> KeyTemplate {
+        let mut template = KeyTemplate::parse(text).unwrap();
+        let paths: Vec<ArgumentPath> = names
+            .iter()
+            .map(|name| ArgumentPath::new(name.split('.').map(str::to_owned).collect()))
+            .collect();
+        template.mark_sensitive(&paths);
+        template
+    }
+
+    #[test]
+    fn a_sensitive_placeholder_renders_a_keyed_hash_never_the_value() {
+        let hash_key = HashKey::new(&[3u8; 32]).unwrap();
+        let template = sensitive_template("email:{to}:{reference}", &["to"]);
+        let arguments = json!({"to": "a@example.com", "reference": "88:12"});
+        let key = template
+            .render_with(&arguments, None, Some(&hash_key))
+            .unwrap();
+        assert_eq!(
+            key,
+            format!("email:{}:88%3A12", hash_key.key_part("a@example.com"))
+        );
+        assert!(!key.contains("example"), "{key}");
+        // Without the key the template refuses rather than write the value.
+        assert_eq!(
+            template.render(&arguments, None),
+            Err(KeyError::NoHashKey { name: "to".into() })
+        );
+        assert_eq!(template.sensitive_names().collect::<Vec<_>>(), ["to"]);
+    }
+
+    #[test]
+    fn a_sensitive_amount_keeps_its_decimal_rules_before_it_is_hashed() {
+        let hash_key = HashKey::new(&[3u8; 32]).unwrap();
+        let template = sensitive_template("refund:{order_id}:{amount:.2}", &["amount"]);
+        let keys: Vec<String> = [json!(49), json!(49.0), json!("49.00")]
+            .into_iter()
+            .map(|amount| {
+                template
+                    .render_with(
+                        &json!({"order_id": "8812", "amount": amount}),
+                        None,
+                        Some(&hash_key),
+                    )
+                    .unwrap()
+            })
+            .collect();
+        let expected = format!("refund:8812:{}", hash_key.key_part("49.00"));
+        assert_eq!(keys, vec![expected; 3]);
+        let refused = template.render_with(
+            &json!({"order_id": "8812", "amount": 49.005}),
+            None,
+            Some(&hash_key),
+        );
+        assert!(
+            matches!(refused, Err(KeyError::Decimal { .. })),
+            "{refused:?}"
+        );
+        // An unformatted sensitive number hashes its canonical decimal text.
+        let plain = sensitive_template("n:{n}", &["n"]);
+        assert_eq!(
+            plain
+                .render_with(&json!({"n": 12.50}), None, Some(&hash_key))
+                .unwrap(),
+            format!("n:{}", hash_key.key_part("12.5"))
+        );
+    }
+
+    #[test]
+    fn the_intent_id_is_recovered_past_sensitive_hashes_from_stored_arguments() {
+        // The sweeper has only the stored arguments, where sensitive values are hashes: the
+        // id must still come back, and a wrong one must not.
+        let hash_key = HashKey::new(&[3u8; 32]).unwrap();
+        let template = sensitive_template(
+            "charge:{customer.email}:{intent_id}:{amount:.2}",
+            &["customer"],
+        );
+        let arguments = json!({"customer": {"email": "a@example.com"}, "amount": 25});
+        let key = template
+            .render_with(&arguments, Some("int:7"), Some(&hash_key))
+            .unwrap();
+        let stored = json!({"customer": hash_key.hash_value(&arguments["customer"]), "amount": 25});
+        assert_eq!(
+            template.intent_id_in(&key, &stored).as_deref(),
+            Some("int:7")
+        );
+        let other_amount = json!({"customer": stored["customer"].clone(), "amount": 26});
+        assert_eq!(template.intent_id_in(&key, &other_amount), None);
+        let tampered = key.replacen(&hash_key.key_part("a@example.com")[..4], "zzzz", 1);
+        assert_eq!(template.intent_id_in(&tampered, &stored), None);
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! The I/O-free heart of intentgate.
 //!
 //! Everything that decides *what* a retry-safe call does lives here: the effect classes,
-//! tool definitions, intent-key templates with exact numbers and decimals, argument fingerprints, the
-//! intent state machine, the classification of what an upstream did, and the statuses the
-//! model sees.
+//! tool definitions, intent-key templates with exact numbers and decimals, argument
+//! fingerprints, the keyed hashes that stand in for sensitive arguments, the intent state
+//! machine, the classification of what an upstream did, and the statuses the model sees.
 //!
 //! **Architecture invariant:** this crate performs no I/O. It depends on no async runtime,
 //! no database and no HTTP library, never reads the clock and never draws randomness. Every
@@ -19,6 +19,7 @@ pub mod limits;
 pub mod number;
 pub mod outcome;
 pub mod principal;
+pub mod sensitive;
 pub mod status;
 pub mod tool;
 
@@ -30,5 +31,6 @@ pub use key::{KeyError, KeyTemplate};
 pub use number::ExactNumber;
 pub use outcome::{OutcomeClass, UpstreamObservation, classify};
 pub use principal::{Principal, Scope, Scopes, Tenant, TenantError};
+pub use sensitive::{ArgumentPath, HashKey, Redaction};
 pub use status::{CallStatus, Messages};
 pub use tool::{ToolDefinition, ToolError};

@@ -1,5 +1,6 @@
 //! Tool definitions as the engine sees them, checked once when they are loaded.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -7,6 +8,7 @@ use serde_json::Value;
 use crate::effect::Effect;
 use crate::key::{KeyError, KeyTemplate};
 use crate::limits::TOOL_NAME_LENGTH_MAX;
+use crate::sensitive::{ArgumentPath, HashKey, Redaction, SensitiveError};
 use crate::status::Messages;
 
 /// Longest tool timeout. A call held longer than this holds its lease too long for a
@@ -24,7 +26,8 @@ pub struct ToolDefinition {
     /// models read.
     pub description: String,
     pub effect: Effect,
-    /// JSON Schema of the arguments (an object schema).
+    /// JSON Schema of the arguments (an object schema), as published to models and
+    /// validated against: without the gateway's own `sensitive` marks.
     pub input_schema: Value,
     /// The intent key; present exactly when `effect` is `side_effect`.
     pub key: Option<KeyTemplate>,
@@ -50,6 +53,12 @@ pub struct ToolDefinition {
     /// attempt committed, the provider replays its answer and nothing happens twice. Outside
     /// it, or without it, an unknown intent is never sent again.
     pub resend_window: Option<Duration>,
+    /// The arguments the input schema marks `sensitive: true`. The ledger keeps keyed hashes
+    /// of them (arguments, key placeholders, echoes in results), never their values.
+    pub sensitive: Vec<ArgumentPath>,
+    /// The key of those hashes; required when `sensitive` is not empty
+    /// ([`ToolDefinition::check_hash_key`]).
+    pub hash_key: Option<HashKey>,
 }
 
 /// Why a tool definition is refused.
@@ -75,6 +84,14 @@ pub enum ToolError {
     BadTimeout { tool: String, timeout_ms: u64 },
     #[error("tool `{tool}`: retry budget {budget} is above the limit of {RETRY_BUDGET_MAX}")]
     BadRetryBudget { tool: String, budget: u32 },
+    #[error("tool `{tool}`: input_schema: {error}")]
+    Sensitive { tool: String, error: SensitiveError },
+    #[error(
+        "tool `{tool}` marks {names} as sensitive, which the ledger keeps as keyed hashes, but \
+         no hash key was given: set gateway.hash_key to ${{INTENTGATE_HASH_KEY}} and `export \
+         INTENTGATE_HASH_KEY=$(openssl rand -hex 32)`"
+    )]
+    MissingHashKey { tool: String, names: String },
 }
 
 impl ToolDefinition {
@@ -101,6 +118,13 @@ impl ToolDefinition {
         if input_schema.get("type").and_then(Value::as_str) != Some("object") {
             return Err(ToolError::BadSchema(tool()));
         }
+        let sensitive = crate::sensitive::sensitive_paths(&input_schema).map_err(|error| {
+            ToolError::Sensitive {
+                tool: tool(),
+                error,
+            }
+        })?;
+        let input_schema = crate::sensitive::without_marks(&input_schema);
         let timeout_ms = timeout.as_millis() as u64;
         if timeout_ms == 0 || timeout_ms > TIMEOUT_MS_MAX {
             return Err(ToolError::BadTimeout {
@@ -117,10 +141,11 @@ impl ToolDefinition {
         let key = match (effect, key) {
             (Effect::SideEffect, None) => return Err(ToolError::MissingKey(tool())),
             (Effect::SideEffect, Some(text)) => {
-                let template = KeyTemplate::parse(text).map_err(|error| ToolError::Key {
+                let mut template = KeyTemplate::parse(text).map_err(|error| ToolError::Key {
                     tool: tool(),
                     error,
                 })?;
+                template.mark_sensitive(&sensitive);
                 let names = argument_names(&input_schema);
                 template
                     .check_arguments(&names)
@@ -151,17 +176,87 @@ impl ToolDefinition {
             once_per,
             external_id_pointer: "/id".to_owned(),
             resend_window: None,
+            sensitive,
+            hash_key: None,
         })
+    }
+
+    /// Refuses a tool with sensitive arguments and no hash key: it could store them only in
+    /// clear. A gate checks this for every tool it loads.
+    pub fn check_hash_key(&self) -> Result<(), ToolError> {
+        if self.sensitive.is_empty() || self.hash_key.is_some() {
+            return Ok(());
+        }
+        let names: Vec<String> = self
+            .sensitive
+            .iter()
+            .map(|path| format!("`{path}`"))
+            .collect();
+        Err(ToolError::MissingHashKey {
+            tool: self.name.clone(),
+            names: names.join(", "),
+        })
+    }
+
+    /// What turns this tool's arguments and results into what the ledger keeps: `None` when
+    /// it has no sensitive arguments.
+    pub fn redaction(&self) -> Result<Option<Redaction<'_>>, ToolError> {
+        self.check_hash_key()?;
+        Ok(self.hash_key.as_ref().and_then(|key| {
+            (!self.sensitive.is_empty()).then_some(Redaction {
+                paths: &self.sensitive,
+                key,
+            })
+        }))
+    }
+
+    /// The arguments as the ledger keeps them: sensitive values as keyed hashes (borrowed
+    /// as they are when the tool has none).
+    pub fn stored_arguments<'a>(&self, arguments: &'a Value) -> Result<Cow<'a, Value>, ToolError> {
+        Ok(match self.redaction()? {
+            Some(redaction) => Cow::Owned(redaction.arguments(arguments)),
+            None => Cow::Borrowed(arguments),
+        })
+    }
+
+    /// An upstream's answer as the ledger keeps it: echoes of sensitive arguments (found by
+    /// their hashes in `stored_arguments`) as those hashes.
+    pub fn stored_result(
+        &self,
+        result: Value,
+        stored_arguments: &Value,
+    ) -> Result<Value, ToolError> {
+        Ok(match self.redaction()? {
+            Some(redaction) => redaction.result(result, stored_arguments),
+            None => result,
+        })
+    }
+
+    /// Renders the intent key of a call (`None` for a tool without one), sensitive
+    /// placeholders as keyed hashes.
+    pub fn render_key(
+        &self,
+        arguments: &Value,
+        intent_id: Option<&str>,
+    ) -> Option<Result<String, KeyError>> {
+        let template = self.key.as_ref()?;
+        Some(template.render_with(arguments, intent_id, self.hash_key.as_ref()))
     }
 
     /// True when an `unknown` intent first seen at `first_seen_ms` may be re-sent with its
     /// provider key at `now_ms` by an attempt that may take up to `attempt` (its lease):
     /// every request of that attempt must leave inside the resend window, since after the
     /// window the provider may have forgotten the key and would perform the effect again.
+    ///
+    /// Never for a tool with sensitive arguments: the ledger keeps only their hashes, and a
+    /// re-send is built from what the ledger keeps, so it would send hashes to the provider.
     pub fn may_resend(&self, first_seen_ms: i64, now_ms: i64, attempt: Duration) -> bool {
         let Some(window) = self.resend_window else {
             return false;
         };
+        if !self.sensitive.is_empty() {
+            return false;
+        }
         let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
         let attempt_ms = i64::try_from(attempt.as_millis()).unwrap_or(i64::MAX);
         now_ms.saturating_add(attempt_ms) < first_seen_ms.saturating_add(window_ms)
@@ -300,6 +395,81 @@ mod tests {
             "the attempt would end as the window does"
         );
         assert!(!tool.may_resend(0, i64::MAX, attempt));
+    }
+
+    fn email_tool() -> ToolDefinition {
+        ToolDefinition::new(
+            "send_email",
+            "Send an email.",
+            Effect::SideEffect,
+            json!({"type": "object", "properties": {
+                "to": {"type": "string", "sensitive": true},
+                "reference": {"type": "string"},
+                "body": {"type": "string", "sensitive": true}}}),
+            Some("email:{to}:{reference}"),
+            Duration::from_secs(5),
+            2,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn sensitive_arguments_are_read_from_the_schema_which_is_published_without_them() {
+        let tool = email_tool();
+        let names: Vec<String> = tool.sensitive.iter().map(ToString::to_string).collect();
+        assert_eq!(names, ["body", "to"]);
+        assert!(
+            !tool.input_schema.to_string().contains("sensitive"),
+            "{}",
+            tool.input_schema
+        );
+        let error = ToolDefinition::new(
+            "t",
+            "",
+            Effect::Read,
+            json!({"type": "object", "items": {"sensitive": true}}),
+            None,
+            Duration::from_secs(1),
+            0,
+        )
+        .unwrap_err();
+        assert!(matches!(error, ToolError::Sensitive { .. }), "{error}");
+    }
+
+    #[test]
+    fn a_tool_with_sensitive_arguments_and_no_hash_key_refuses_to_store_them() {
+        // Without the check the arguments would go to the ledger in clear.
+        let mut tool = email_tool();
+        let error = tool.check_hash_key().unwrap_err();
+        assert!(
+            error.to_string().contains("`body`, `to`")
+                && error.to_string().contains("openssl rand -hex 32"),
+            "{error}"
+        );
+        assert!(
+            tool.stored_arguments(&json!({"to": "a@example.com"}))
+                .is_err()
+        );
+        assert!(matches!(
+            tool.render_key(&json!({"to": "a@example.com", "reference": "1"}), None),
+            Some(Err(KeyError::NoHashKey { .. }))
+        ));
+        tool.hash_key = Some(HashKey::new(&[1u8; 32]).unwrap());
+        let stored = tool
+            .stored_arguments(&json!({"to": "a@example.com", "reference": "1", "body": "hi"}))
+            .unwrap()
+            .into_owned();
+        assert!(!stored.to_string().contains("a@example.com"), "{stored}");
+        assert_eq!(stored["reference"], "1");
+    }
+
+    #[test]
+    fn a_tool_with_sensitive_arguments_is_never_resent() {
+        // A re-send is built from the stored arguments, which hold hashes.
+        let mut tool = email_tool();
+        tool.hash_key = Some(HashKey::new(&[1u8; 32]).unwrap());
+        tool.resend_window = Some(Duration::from_secs(3600));
+        assert!(!tool.may_resend(0, 0, Duration::from_secs(30)));
     }
 
     #[test]

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use intentgate_core::key::provider_key;
 use intentgate_core::limits::RESULT_BYTES_MAX;
 use intentgate_core::{
-    CallStatus, Effect, IntentStatus, OutcomeClass, ToolDefinition, UpstreamObservation, classify,
-    differing_fields, fingerprint,
+    CallStatus, Effect, IntentStatus, OutcomeClass, ToolDefinition, ToolError, UpstreamObservation,
+    classify, differing_fields, fingerprint,
 };
 use intentgate_ledger::{Begin, BeginRequest, Finish, Finished, IntentRecord, Ledger, LedgerError};
 use serde_json::Value;
@@ -97,6 +97,9 @@ pub enum GateError {
     BadSchema { tool: String, reason: String },
     #[error("two tools are named `{0}`")]
     DuplicateTool(String),
+    /// A definition the gate can't run as it is (sensitive arguments without a hash key).
+    #[error("{0}")]
+    Definition(ToolError),
     /// The ledger failed before anything was sent upstream: nothing was executed.
     #[error("the intent ledger is unavailable, nothing was executed: {0}")]
     Ledger(#[from] LedgerError),
@@ -161,6 +164,7 @@ impl Gate {
     ) -> Result<Gate, GateError> {
         let mut by_name = HashMap::new();
         for definition in tools {
+            definition.check_hash_key().map_err(GateError::Definition)?;
             let validator =
                 crate::schema::validator(&definition.input_schema).map_err(|error| {
                     GateError::BadSchema {
@@ -360,11 +364,10 @@ impl Gate {
         arguments: Value,
         context: &CallContext,
     ) -> Result<CallOutcome, GateError> {
-        let template = tool
-            .key
-            .as_ref()
+        let rendered = tool
+            .render_key(&arguments, context.intent_id.as_deref())
             .expect("side-effecting tools have a key (checked at load)");
-        let key = match template.render(&arguments, context.intent_id.as_deref()) {
+        let key = match rendered {
             Ok(key) => key,
             Err(error) => {
                 let reason = error.to_string();
@@ -374,7 +377,14 @@ impl Gate {
             }
         };
         tracing::Span::current().record("key", key.as_str());
-        let fingerprint = fingerprint(&arguments);
+        // The ledger keeps sensitive values as keyed hashes only, and the fingerprint is of
+        // that form too: a plain SHA-256 over the clear values would let anyone holding the
+        // ledger test guesses (an address book) against it. Equal values still hash alike,
+        // so a repeat matches and a changed value is a conflict.
+        let stored_arguments = tool
+            .stored_arguments(&arguments)
+            .expect("Gate::new checked that a tool with sensitive arguments has a hash key");
+        let fingerprint = fingerprint(&stored_arguments);
 
         // Fast path: a repeat of a settled intent is answered from a read, without a
         // durable write (the call is still counted).
@@ -434,7 +444,7 @@ impl Gate {
                     tool: tool.name.clone(),
                     key: key.clone(),
                     fingerprint: fingerprint.as_str().to_owned(),
-                    arguments: arguments.clone(),
+                    arguments: stored_arguments.clone().into_owned(),
                     lease_owner: owner.clone(),
                     lease_expires_ms: now_ms + self.lease_duration(tool).as_millis() as i64,
                     now_ms,
@@ -490,7 +500,9 @@ impl Gate {
             }
             Begin::Settled(intent) => Ok(self.answer_from(tool, &intent)),
             Begin::Conflict(intent) => {
-                let fields = differing_fields(&intent.arguments, &arguments);
+                // Both sides as the ledger keeps them, so a sensitive field is compared by its
+                // hash and only its name is ever shown.
+                let fields = differing_fields(&intent.arguments, &stored_arguments);
                 tracing::warn!(tool = %tool.name, key = %key, fields = ?fields, "conflict: same key, other arguments");
                 let mut outcome = self.outcome(tool, CallStatus::Conflict, &fields.join(", "));
                 outcome.intent_key = Some(key);
@@ -589,7 +601,8 @@ impl Gate {
                 }
                 OutcomeClass::Ambiguous { why } => {
                     let found = self.lookup(call).await;
-                    tracing::info!(tool = %tool.name, key = %intent.key, why = why.as_str(), ?found, "ambiguous outcome looked up");
+                    // What was found, not the provider's record: it may hold personal data.
+                    tracing::info!(tool = %tool.name, key = %intent.key, why = why.as_str(), found = found.kind(), "ambiguous outcome looked up");
                     let (outcome, _) = self
                         .settle_lookup(
                             tool,
@@ -608,9 +621,15 @@ impl Gate {
                 IntentStatus::Done => {
                     let result = body(observation);
                     let external_id = external_id(tool, &result);
-                    (Some(storable(result)), external_id)
+                    (
+                        Some(kept_result(tool, result, &intent.arguments)),
+                        external_id,
+                    )
                 }
-                IntentStatus::Rejected => (Some(storable(body(observation))), None),
+                IntentStatus::Rejected => (
+                    Some(kept_result(tool, body(observation), &intent.arguments)),
+                    None,
+                ),
                 _ => (None, None),
             };
             let finish = Finish {
@@ -701,7 +720,7 @@ impl Gate {
             } => {
                 finish.status = IntentStatus::Done;
                 finish.external_id = external_id;
-                finish.result = Some(result);
+                finish.result = Some(kept_result(tool, result, &intent.arguments));
                 finish.detail = format!("{why}; the lookup found the effect");
             }
             LookupOutcome::NotFound => {
@@ -939,6 +958,22 @@ fn body(observation: UpstreamObservation) -> Value {
     match observation {
         UpstreamObservation::Response { body, .. } => body,
         _ => Value::Null,
+    }
+}
+
+/// A result as the ledger keeps it: within the ledger's limit, and with the upstream's
+/// echoes of sensitive arguments as their keyed hashes. `stored_arguments` are the intent's
+/// arguments as the ledger keeps them (hashes in place of sensitive values).
+fn kept_result(tool: &ToolDefinition, result: Value, stored_arguments: &Value) -> Value {
+    // Bounded first, so that the hashing is bounded too.
+    let result = storable(result);
+    let redaction = tool
+        .redaction()
+        .expect("Gate::new checked that a tool with sensitive arguments has a hash key");
+    match redaction {
+        None => result,
+        // Hashes may lengthen it again.
+        Some(redaction) => storable(redaction.result(result, stored_arguments)),
     }
 }
 

@@ -31,6 +31,12 @@
 //! `{intent_id}`, the sweeper's requests carry none; the config loader gives a resend window
 //! only to tools whose request does not need one (`intentgate-config`).
 //!
+//! **Sensitive arguments.** The ledger keeps a tool's sensitive arguments as keyed hashes,
+//! and the sweeper has nothing else to build a request from. An intent of such a tool is
+//! never re-sent ([`ToolDefinition::may_resend`]): the provider would get hashes where the
+//! caller's values were. It is looked up, with the stored arguments (the config refuses a
+//! lookup that uses a sensitive argument), and its id recovered past the hashes in its key.
+//!
 //! **Limits.** One sweep reads at most `limit` intents of each status and handles them one
 //! at a time, so it makes at most `2 * limit` lookups and re-sends, each bounded by the
 //! tool's timeout and lease. An intent that stays unknown is looked up less often as it

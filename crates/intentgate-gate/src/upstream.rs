@@ -11,6 +11,9 @@ use serde_json::Value;
 #[derive(Debug, Clone, Copy)]
 pub struct UpstreamCall<'a> {
     pub tool: &'a ToolDefinition,
+    /// The arguments as the caller sent them; for the sweeper's lookups and re-sends, as
+    /// the ledger keeps them (sensitive values as keyed hashes, which is why a tool with
+    /// sensitive arguments is never re-sent).
     pub arguments: &'a Value,
     /// The intent's provider idempotency key (side-effecting tools only). The same for
     /// every attempt of one intent, within an epoch.
@@ -43,6 +46,19 @@ pub enum LookupOutcome {
     Failed(String),
     /// The tool has no lookup; its ambiguous outcomes stay unknown until someone decides.
     Unsupported,
+}
+
+impl LookupOutcome {
+    /// `found`, `not_found`, `failed` or `unsupported`: what a log line may say about a
+    /// lookup (a found record may hold personal data).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LookupOutcome::Found { .. } => "found",
+            LookupOutcome::NotFound => "not_found",
+            LookupOutcome::Failed(_) => "failed",
+            LookupOutcome::Unsupported => "unsupported",
+        }
+    }
 }
 
 /// Performs tools' effects and finds them afterwards.

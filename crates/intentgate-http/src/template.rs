@@ -142,6 +142,20 @@ pub enum TemplateError {
     BadHeaderValue(String),
 }
 
+impl TemplateError {
+    /// The argument (its dotted path) the error is about, when it is about one.
+    pub fn argument(&self) -> Option<&str> {
+        match self {
+            TemplateError::MissingArgument(name)
+            | TemplateError::EmptyPathSegment(name)
+            | TemplateError::BadValue { name, .. }
+            | TemplateError::Decimal { name, .. } => Some(name),
+            TemplateError::InBody { error, .. } => error.argument(),
+            _ => None,
+        }
+    }
+}
+
 /// One of the gateway's own values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GatewayValue {
@@ -501,6 +515,16 @@ impl Template {
     pub(crate) fn uses_intent_id(&self) -> bool {
         self.placeholders()
             .any(|placeholder| *placeholder == Placeholder::Gateway(GatewayValue::IntentId))
+    }
+
+    /// The field paths of the arguments the template renders (`["customer", "id"]` for
+    /// `{customer.id}`), in order: what a request built from it reveals of the arguments.
+    pub fn argument_paths(&self) -> impl Iterator<Item = &[String]> {
+        self.placeholders()
+            .filter_map(|placeholder| match placeholder {
+                Placeholder::Argument { path, .. } => Some(path.as_slice()),
+                Placeholder::Gateway(_) => None,
+            })
     }
 
     fn placeholders(&self) -> impl Iterator<Item = &Placeholder> {
@@ -937,6 +961,16 @@ mod tests {
                 .unwrap(),
             "b"
         );
+    }
+
+    #[test]
+    fn the_arguments_a_template_renders_are_listed() {
+        let template = Template::parse("/v1/{customer.id}/{intent_key}?x={order_id:.2}").unwrap();
+        let paths: Vec<String> = template
+            .argument_paths()
+            .map(|path| path.join("."))
+            .collect();
+        assert_eq!(paths, ["customer.id", "order_id"]);
     }
 
     #[test]

@@ -20,8 +20,8 @@ use std::fmt;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use intentgate_core::UpstreamObservation;
 use intentgate_core::limits::EXTERNAL_ID_LENGTH_MAX;
+use intentgate_core::{ToolDefinition, UpstreamObservation};
 use intentgate_gate::{LookupOutcome, Upstream, UpstreamCall};
 use reqwest::Client;
 use serde_json::{Value, json};
@@ -33,7 +33,7 @@ use crate::request::{
     RequestTemplate, exchange, http_client,
 };
 use crate::spec::{CallSpec, ListSpec, LookupSpec, UpstreamSpec};
-use crate::template::{GatewayValues, Values};
+use crate::template::{GatewayValues, TemplateError, Values};
 
 /// The pointer to the provider's id when a spec names none.
 pub const DEFAULT_EXTERNAL_ID_POINTER: &str = "/id";
@@ -236,7 +236,7 @@ impl HttpUpstream {
         let upstream = &self.upstreams[&request.upstream];
         let prepared = request
             .prepare(upstream, &values, idempotency_key)
-            .map_err(|error| error.to_string())?;
+            .map_err(|error| not_built_reason(&error, call.tool))?;
         let started = Instant::now();
         let exchange = exchange(
             &self.client,
@@ -277,7 +277,7 @@ impl Upstream for HttpUpstream {
         tool.call
             .prepare(upstream, &values, call.idempotency_key)
             .map(drop)
-            .map_err(|error| error.to_string())
+            .map_err(|error| not_built_reason(&error, call.tool))
     }
 
     async fn execute(&self, call: UpstreamCall<'_>) -> UpstreamObservation {
@@ -396,6 +396,25 @@ fn values_of<'a>(call: &UpstreamCall<'a>) -> Values<'a> {
 }
 
 /// The answer for a request that was never sent because it could not be built.
+/// Why a request could not be built, as the caller, the ledger (a rejection's stored answer)
+/// and the log see it. A reason about a sensitive argument names the argument, never its
+/// value (a decimal's reason quotes the value it could not place).
+fn not_built_reason(error: &TemplateError, tool: &ToolDefinition) -> String {
+    let sensitive = error.argument().is_some_and(|name| {
+        let path: Vec<String> = name.split('.').map(str::to_owned).collect();
+        tool.sensitive
+            .iter()
+            .any(|argument| argument.overlaps(&path))
+    });
+    match error.argument() {
+        Some(name) if sensitive => format!(
+            "argument `{name}` can't be placed in the request (its value is sensitive and not \
+             repeated here); check it against the tool's input schema and the request's format"
+        ),
+        _ => error.to_string(),
+    }
+}
+
 fn not_built(message: String) -> UpstreamObservation {
     UpstreamObservation::Response {
         status: NOT_BUILT_STATUS,

@@ -16,8 +16,8 @@
 //! The other operations serve the gateway's neighbours: the sweeper ([`Ledger::stale`]),
 //! operators ([`Ledger::resolve`], [`Ledger::set_tool_flag`], [`Ledger::events`], and
 //! [`Ledger::intents`], which pages through the intents matching an [`IntentFilter`]), the
-//! metrics gauges ([`Ledger::status_counts`]), retention ([`Ledger::purge`]) and
-//! reconciliation, which pages through one tool's window with [`Ledger::intents`], looks a
+//! metrics gauges ([`Ledger::status_counts`]), retention ([`Ledger::purge`]), erasing a
+//! tenant's data on request ([`Ledger::erase`]) and reconciliation, which pages through one tool's window with [`Ledger::intents`], looks a
 //! provider record's key up across tenants the same way, and stores what it found
 //! ([`Ledger::record_reconciliation`], read back with [`Ledger::reconciliations`],
 //! [`Ledger::reconciliation`] and [`Ledger::reconciliation_mismatches`]). Every operation that
@@ -42,6 +42,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use intentgate_core::IntentStatus;
 use intentgate_core::limits::EVENT_DETAIL_LENGTH_MAX;
+use serde::Serialize;
 use serde_json::Value;
 
 pub use error::LedgerError;
@@ -192,6 +193,58 @@ pub struct Resolve {
     pub now_ms: i64,
 }
 
+/// What [`Ledger::erase`] deletes: one tenant's intents, or those of one of its tools, or
+/// the one intent with a key; with their events and the reconciliation mismatches that name
+/// them.
+#[derive(Debug, Clone)]
+pub struct Erase {
+    pub tenant: String,
+    pub tool: Option<String>,
+    /// The intent key (as stored); only together with `tool`.
+    pub key: Option<String>,
+    /// Also erase intents that are not settled (`pending`, `unknown`, `in_flight` with an
+    /// expired lease): the effect of such an intent may have happened, and once it is erased
+    /// nothing remembers it. An intent whose lease is live (a call is running) is never
+    /// erased.
+    pub force: bool,
+    /// Who asked, and why: written to the event log (never what was erased).
+    pub actor: String,
+    pub reason: String,
+    pub now_ms: i64,
+}
+
+/// What [`Ledger::erase`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum Erasure {
+    /// Deleted; with `more`, more intents match than one call erases
+    /// ([`ERASE_BATCH_MAX`]): call again.
+    Erased(Erased),
+    /// Nothing deleted: these intents (the first [`ERASE_SHOWN_MAX`]) are not settled, and
+    /// the erasure did not say `force`.
+    Unsettled { ids: Vec<IntentId> },
+    /// Nothing deleted: a call holds the lease of these intents right now.
+    Busy { ids: Vec<IntentId> },
+}
+
+/// The counts of one erasure.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Erased {
+    pub intents: u64,
+    pub events: u64,
+    /// Reconciliation mismatches that named the tenant's intents.
+    pub mismatches: u64,
+    /// More intents match: this call erased [`ERASE_BATCH_MAX`] of them.
+    pub more: bool,
+}
+
+/// Most intents one [`Ledger::erase`] deletes, in one transaction: a tenant's millions go in
+/// many short transactions that never hold the writer (SQLite) or row locks (PostgreSQL)
+/// for long.
+pub const ERASE_BATCH_MAX: u32 = 1_000;
+/// Most intent ids an [`Erasure`] refusal names: enough to look at, never a page of them.
+pub const ERASE_SHOWN_MAX: u32 = 10;
+
 /// Most intents one call of [`Ledger::intents`] returns; a larger `limit` is cut to it (not
 /// refused) and the caller pages on with the cursor. Reconciliation reads this many at a
 /// time. A page is held in memory whole, and one intent may carry up to
@@ -320,6 +373,15 @@ pub trait Ledger: Send + Sync + 'static {
     /// intents were deleted.
     async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError>;
 
+    /// Deletes what [`Erase`] selects (at most [`ERASE_BATCH_MAX`] intents per call, with
+    /// their events; the tenant's reconciliation mismatches, and for a whole tenant or tool
+    /// its refused-call events), in one transaction, and appends an `erased` event (tenant,
+    /// tool, counts, actor and reason; no key, argument or result) that retention keeps.
+    /// Refuses, writing nothing, while any selected intent is held by a call, or is not
+    /// settled and `force` is not set. Refused too (an error): an empty reason or actor, a
+    /// key without a tool, names over their limits.
+    async fn erase(&self, erase: &Erase) -> Result<Erasure, LedgerError>;
+
     /// Intents matching `filter`, in id order (`Oldest`: ascending, `Newest`: descending),
     /// at most `limit` (cut to [`INTENTS_PAGE_MAX`]), strictly after `cursor` in that order
     /// (`None`: from the start). The last id of a page is the cursor of the next; the pages
@@ -437,6 +499,9 @@ impl<L: Ledger + ?Sized> Ledger for std::sync::Arc<L> {
     }
     async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError> {
         (**self).purge(before_ms).await
+    }
+    async fn erase(&self, erase: &Erase) -> Result<Erasure, LedgerError> {
+        (**self).erase(erase).await
     }
     async fn intents(
         &self,

@@ -26,11 +26,11 @@ use crate::record::{
     IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
 };
 use crate::{
-    Begin, BeginRequest, Finish, Finished, INTENTS_PAGE_MAX, IntentFilter, LedgerError,
-    MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_BYTES_MAX, MISMATCH_EXTERNAL_IDS_MAX,
-    MISMATCH_KIND_LENGTH_MAX, MISMATCH_SEVERITIES, MISMATCH_SUBJECT_LENGTH_MAX, Order,
-    RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATION_SUMMARY_BYTES_MAX, Resolve,
-    SUMMARY_MISMATCHES_NOT_STORED,
+    Begin, BeginRequest, ERASE_BATCH_MAX, ERASE_SHOWN_MAX, Erase, Erased, Erasure, Finish,
+    Finished, INTENTS_PAGE_MAX, IntentFilter, LedgerError, MISMATCH_DETAIL_LENGTH_MAX,
+    MISMATCH_EXTERNAL_IDS_BYTES_MAX, MISMATCH_EXTERNAL_IDS_MAX, MISMATCH_KIND_LENGTH_MAX,
+    MISMATCH_SEVERITIES, MISMATCH_SUBJECT_LENGTH_MAX, Order, RECONCILIATION_MISMATCHES_STORED_MAX,
+    RECONCILIATION_SUMMARY_BYTES_MAX, Resolve, SUMMARY_MISMATCHES_NOT_STORED,
 };
 
 /// The writes an operation makes, in order, and what it answers once they are committed.
@@ -691,6 +691,193 @@ pub fn intents_query(
         sql,
         parameters: parameters.values,
     })
+}
+
+/// The statements of one [`crate::Ledger::erase`], built here for both stores so that they
+/// select alike. Every one narrows by `tenant`, then `tool` and `intent_key` when given: the
+/// prefix of the intents' unique (tenant, tool, intent_key) index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EraseQueries {
+    /// The ids of selected intents a call holds right now (a live lease), the first
+    /// [`ERASE_SHOWN_MAX`].
+    pub busy: Query,
+    /// The ids of selected intents that are not settled, the first [`ERASE_SHOWN_MAX`].
+    pub unsettled: Query,
+    /// The ids of the intents to delete now, in id order: one more than
+    /// [`ERASE_BATCH_MAX`], which says that there are more.
+    pub batch: Query,
+    /// Deletes the reconciliation mismatches that name the selected intents.
+    pub mismatches: Query,
+    /// Deletes the tenant's (or its tool's) events of refused calls, which name no intent;
+    /// `None` when one key is erased, since they don't belong to one intent.
+    pub disabled_calls: Option<Query>,
+}
+
+/// The statuses of intents whose effect may have happened although nothing says so.
+const UNSETTLED: &str = "status IN ('pending', 'in_flight', 'unknown')";
+
+/// Which of an erasure's intents a statement selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Selected {
+    All,
+    Unsettled,
+    /// Unsettled, with a live lease.
+    Held,
+}
+
+/// Checks an erasure and builds its statements.
+pub fn erase_queries(erase: &Erase, dialect: Dialect) -> Result<EraseQueries, LedgerError> {
+    check_name("tenant", &erase.tenant, TENANT_LENGTH_MAX)?;
+    if let Some(tool) = &erase.tool {
+        check_name("tool", tool, TOOL_NAME_LENGTH_MAX)?;
+    }
+    if let Some(key) = &erase.key {
+        if erase.tool.is_none() {
+            return Err(LedgerError::Invalid {
+                field: "key",
+                reason: "needs a tool: keys are unique per tenant and tool".to_owned(),
+            });
+        }
+        check_name("key", key, INTENT_KEY_LENGTH_MAX)?;
+    }
+    check_name("actor", &erase.actor, ACTOR_LENGTH_MAX)?;
+    if erase.reason.trim().is_empty() {
+        return Err(LedgerError::Invalid {
+            field: "reason",
+            reason: "is empty: say why the data is erased (it is kept in the event log)".to_owned(),
+        });
+    }
+    // The selected intents' ids, in id order: all of them, the unsettled ones, or those a
+    // call holds now.
+    let select = |which: Selected, limit: u32| {
+        let mut parameters = Parameters {
+            dialect,
+            values: Vec::new(),
+        };
+        let mut conditions = erase_conditions(erase, &mut parameters, true);
+        if which != Selected::All {
+            conditions.push(UNSETTLED.to_owned());
+        }
+        if which == Selected::Held {
+            let now = parameters.bind(Parameter::Integer(erase.now_ms));
+            conditions.push(format!(
+                "lease_owner IS NOT NULL AND lease_expires_ms > {now}"
+            ));
+        }
+        let limit = parameters.bind(Parameter::Integer(i64::from(limit)));
+        Query {
+            sql: format!(
+                "SELECT id FROM intents WHERE {} ORDER BY id LIMIT {limit}",
+                conditions.join(" AND ")
+            ),
+            parameters: parameters.values,
+        }
+    };
+    let busy = select(Selected::Held, ERASE_SHOWN_MAX);
+    let unsettled = select(Selected::Unsettled, ERASE_SHOWN_MAX);
+    let batch = select(Selected::All, ERASE_BATCH_MAX + 1);
+    let mut parameters = Parameters {
+        dialect,
+        values: Vec::new(),
+    };
+    let conditions = erase_conditions(erase, &mut parameters, true);
+    let mismatches = Query {
+        sql: format!(
+            "DELETE FROM reconciliation_mismatches WHERE {}",
+            conditions.join(" AND ")
+        ),
+        parameters: parameters.values,
+    };
+    let disabled_calls = erase.key.is_none().then(|| {
+        let mut parameters = Parameters {
+            dialect,
+            values: Vec::new(),
+        };
+        let mut conditions = erase_conditions(erase, &mut parameters, false);
+        conditions.push("intent_id IS NULL AND kind = 'disabled_call'".to_owned());
+        Query {
+            sql: format!("DELETE FROM events WHERE {}", conditions.join(" AND ")),
+            parameters: parameters.values,
+        }
+    });
+    Ok(EraseQueries {
+        busy,
+        unsettled,
+        batch,
+        mismatches,
+        disabled_calls,
+    })
+}
+
+/// `tenant = ..`, and `tool = ..` and `intent_key = ..` when the erasure names them (the key
+/// only where the table has one).
+fn erase_conditions(erase: &Erase, parameters: &mut Parameters, with_key: bool) -> Vec<String> {
+    let mut conditions = vec![format!(
+        "tenant = {}",
+        parameters.bind(Parameter::Text(erase.tenant.clone()))
+    )];
+    if let Some(tool) = &erase.tool {
+        conditions.push(format!(
+            "tool = {}",
+            parameters.bind(Parameter::Text(tool.clone()))
+        ));
+    }
+    if let (true, Some(key)) = (with_key, &erase.key) {
+        conditions.push(format!(
+            "intent_key = {}",
+            parameters.bind(Parameter::Text(key.clone()))
+        ));
+    }
+    conditions
+}
+
+/// Whether an erasure must be refused, from the ids its `busy` and `unsettled` statements
+/// found: a call is running (always), or intents are not settled (unless `force`).
+pub fn erase_refusal(
+    busy: Vec<IntentId>,
+    unsettled: Vec<IntentId>,
+    force: bool,
+) -> Option<Erasure> {
+    if !busy.is_empty() {
+        return Some(Erasure::Busy { ids: busy });
+    }
+    if !unsettled.is_empty() && !force {
+        return Some(Erasure::Unsettled { ids: unsettled });
+    }
+    None
+}
+
+/// The event log's record of an erasure: who, why and how much, nothing of what was erased
+/// (not even the key, which holds business values).
+pub fn erasure_event(erase: &Erase, erased: &Erased) -> NewEvent {
+    let scope = if erase.key.is_some() {
+        "one intent"
+    } else if erase.tool.is_some() {
+        "the tool's intents"
+    } else {
+        "the tenant's intents"
+    };
+    let detail = format!(
+        "erased {scope}: {} intents, {} events, {} reconciliation mismatches{}{}; reason: {}",
+        erased.intents,
+        erased.events,
+        erased.mismatches,
+        if erase.force { "; forced" } else { "" },
+        if erased.more { "; more to erase" } else { "" },
+        erase.reason
+    );
+    NewEvent {
+        intent_id: None,
+        tenant: erase.tenant.clone(),
+        tool: erase.tool.clone().unwrap_or_else(|| "*".to_owned()),
+        at_ms: erase.now_ms,
+        kind: "erased",
+        from_status: None,
+        to_status: None,
+        attempt: None,
+        actor: Some(erase.actor.clone()),
+        detail: Some(bounded(&detail).to_owned()),
+    }
 }
 
 /// What `status_counts` answers, whatever order the store counted in: by tool (byte order,

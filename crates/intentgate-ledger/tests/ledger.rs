@@ -23,10 +23,11 @@ use intentgate_core::limits::{
 };
 use intentgate_core::{IllegalTransition, IntentStatus, fingerprint};
 use intentgate_ledger::{
-    Begin, BeginRequest, Event, Finish, Finished, INTENTS_PAGE_MAX, IntentFilter, IntentId,
-    IntentRecord, Ledger, LedgerError, MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_MAX,
-    MISMATCH_SUBJECT_LENGTH_MAX, Order, RECONCILIATION_MISMATCHES_STORED_MAX, ReconciliationRun,
-    Resolve, SUMMARY_MISMATCHES_NOT_STORED, StatusCount, StoredMismatch, ToolFlag,
+    Begin, BeginRequest, ERASE_BATCH_MAX, Erase, Erased, Erasure, Event, Finish, Finished,
+    INTENTS_PAGE_MAX, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError,
+    MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_MAX, MISMATCH_SUBJECT_LENGTH_MAX, Order,
+    RECONCILIATION_MISMATCHES_STORED_MAX, ReconciliationRun, Resolve,
+    SUMMARY_MISMATCHES_NOT_STORED, StatusCount, StoredMismatch, ToolFlag,
 };
 use serde_json::{Value, json};
 
@@ -1849,6 +1850,227 @@ async fn an_over_long_lease_owner_is_refused_as_too_large_on_every_path(ledger: 
     );
 }
 
+/// An erasure of `tenant` (and `tool`, `key`) at `now_ms`, by an operator with a reason.
+fn erasure(tenant: &str, tool: Option<&str>, key: Option<&str>, now_ms: i64) -> Erase {
+    Erase {
+        tenant: tenant.into(),
+        tool: tool.map(Into::into),
+        key: key.map(Into::into),
+        force: false,
+        actor: "dpo@example.com".into(),
+        reason: "erasure request 77".into(),
+        now_ms,
+    }
+}
+
+/// A settled intent of another tenant or tool than the suite's.
+async fn settled_as(
+    ledger: &dyn Ledger,
+    tenant: &str,
+    tool: &str,
+    key: &str,
+    now_ms: i64,
+) -> IntentRecord {
+    let begun = ledger
+        .begin(BeginRequest {
+            tenant: tenant.into(),
+            tool: tool.into(),
+            ..request(key, "owner-other", now_ms)
+        })
+        .await
+        .unwrap();
+    let intent = expect!(Begin::Execute, begun);
+    let finished = ledger
+        .finish(finish(&intent, "owner-other", IntentStatus::Done, now_ms))
+        .await
+        .unwrap();
+    expect!(Finished::Recorded, finished)
+}
+
+/// A reconciliation mismatch that names an intent of `tenant`.
+fn mismatch_of(intent: &IntentRecord) -> StoredMismatch {
+    StoredMismatch {
+        kind: "missing_record".into(),
+        intent_id: Some(intent.id),
+        tenant: Some(intent.tenant.clone()),
+        tool: intent.tool.clone(),
+        intent_key: Some(intent.key.clone()),
+        ..mismatch(0)
+    }
+}
+
+/// Before erasure, nothing could delete one customer's intents, events and the
+/// reconciliation mismatches naming them; an erasure takes exactly those, by key, tool or
+/// tenant, and leaves everyone else's.
+async fn erase_deletes_a_tenants_intents_events_and_mismatches_and_nothing_else(
+    ledger: &dyn Ledger,
+) {
+    let one = settled(ledger, "erase-1", IntentStatus::Done, T0).await;
+    let two = settled(ledger, "erase-2", IntentStatus::Rejected, T0).await;
+    let other_tool = settled_as(ledger, TENANT, OTHER_TOOL, "erase-1", T0).await;
+    let other_tenant = settled_as(ledger, OTHER_TENANT, TOOL, "erase-1", T0).await;
+    ledger.record_disabled_call(TENANT, TOOL, T0).await.unwrap();
+    let bypass = mismatch(9);
+    let run = ledger
+        .record_reconciliation(
+            &run_at(T0 + 1_000, 3),
+            &[
+                mismatch_of(&one),
+                mismatch_of(&other_tenant),
+                bypass.clone(),
+            ],
+        )
+        .await
+        .unwrap();
+    let events_of = |intents: &[&IntentRecord]| {
+        let intents: Vec<IntentRecord> = intents.iter().map(|intent| (*intent).clone()).collect();
+        async move {
+            let mut count = 0;
+            for intent in &intents {
+                count += events(ledger, intent).await.len() as u64;
+            }
+            count
+        }
+    };
+    let kept_log = events(ledger, &other_tenant).await;
+
+    // One key.
+    let expected_events = events_of(&[&one]).await;
+    let erased = ledger
+        .erase(&erasure(TENANT, Some(TOOL), Some("erase-1"), T0 + 2_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        erased,
+        Erasure::Erased(Erased {
+            intents: 1,
+            events: expected_events,
+            mismatches: 1,
+            more: false,
+        })
+    );
+    assert_eq!(ledger.get_by_id(one.id).await.unwrap(), None);
+    assert_eq!(events(ledger, &one).await, []);
+    assert_eq!(read(ledger, &two).await, two);
+
+    // The rest of the tenant, every tool, and its refused calls.
+    let expected_events = events_of(&[&two, &other_tool]).await + 1;
+    let erased = ledger
+        .erase(&erasure(TENANT, None, None, T0 + 3_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        erased,
+        Erasure::Erased(Erased {
+            intents: 2,
+            events: expected_events,
+            mismatches: 0,
+            more: false,
+        })
+    );
+    for gone in [&two, &other_tool] {
+        assert_eq!(
+            ledger.get_by_id(gone.id).await.unwrap(),
+            None,
+            "{}",
+            gone.key
+        );
+        assert_eq!(events(ledger, gone).await, []);
+    }
+
+    // Another tenant's intent with the same tool and key, and the mismatches that name no
+    // erased intent, are still there.
+    assert_eq!(read(ledger, &other_tenant).await, other_tenant);
+    assert_eq!(events(ledger, &other_tenant).await, kept_log);
+    let left = ledger.reconciliation_mismatches(run, 10).await.unwrap();
+    assert_eq!(left, stored_as(run, &[mismatch_of(&other_tenant), bypass]));
+    // Nothing left to erase is not an error.
+    let again = ledger
+        .erase(&erasure(TENANT, None, None, T0 + 4_000))
+        .await
+        .unwrap();
+    assert_eq!(again, Erasure::Erased(Erased::default()));
+}
+
+/// An erased intent that may have had an effect is forgotten: a repeat of its call would
+/// execute again. So unsettled intents are erased only when forced, and an intent a call
+/// holds right now never.
+async fn erase_refuses_unsettled_intents_unless_forced_and_a_running_call_always(
+    ledger: &dyn Ledger,
+) {
+    let done = settled(ledger, "e-done", IntentStatus::Done, T0).await;
+    let unknown = settled(ledger, "e-unknown", IntentStatus::Unknown, T0).await;
+    let running = started(ledger, "e-running", "owner-a", T0).await;
+    let forced = |now_ms| Erase {
+        force: true,
+        ..erasure(TENANT, None, None, now_ms)
+    };
+
+    // While the call's lease lives, even a forced erasure is refused.
+    for erase in [erasure(TENANT, None, None, T0 + 1), forced(T0 + 1)] {
+        let refused = ledger.erase(&erase).await.unwrap();
+        assert_eq!(
+            refused,
+            Erasure::Busy {
+                ids: vec![running.id]
+            }
+        );
+    }
+    let after_lease = T0 + LEASE_MS + 1;
+    let refused = ledger
+        .erase(&erasure(TENANT, None, None, after_lease))
+        .await
+        .unwrap();
+    assert_eq!(
+        refused,
+        Erasure::Unsettled {
+            ids: vec![unknown.id, running.id]
+        }
+    );
+    for intent in [&done, &unknown, &running] {
+        assert_eq!(
+            read(ledger, intent).await,
+            *intent,
+            "refused: nothing erased"
+        );
+    }
+    // A settled one alone may go without force.
+    let one = ledger
+        .erase(&erasure(TENANT, Some(TOOL), Some("e-done"), after_lease))
+        .await
+        .unwrap();
+    assert!(
+        matches!(one, Erasure::Erased(Erased { intents: 1, .. })),
+        "{one:?}"
+    );
+    let erased = ledger.erase(&forced(after_lease)).await.unwrap();
+    assert!(
+        matches!(erased, Erasure::Erased(Erased { intents: 2, .. })),
+        "{erased:?}"
+    );
+    assert_eq!(all_intents(ledger).await, []);
+}
+
+async fn an_erasure_without_a_reason_or_a_key_without_a_tool_is_refused(ledger: &dyn Ledger) {
+    let intent = settled(ledger, "e-1", IntentStatus::Done, T0).await;
+    let no_reason = Erase {
+        reason: "  ".into(),
+        ..erasure(TENANT, None, None, T0 + 1)
+    };
+    for (erase, field) in [
+        (no_reason, "reason"),
+        (erasure(TENANT, None, Some("e-1"), T0 + 1), "key"),
+        (erasure("", None, None, T0 + 1), "tenant"),
+    ] {
+        let error = ledger.erase(&erase).await.unwrap_err();
+        assert!(
+            matches!(error, LedgerError::Invalid { field: refused, .. } if refused == field),
+            "{error:?}"
+        );
+    }
+    assert_eq!(read(ledger, &intent).await, intent);
+}
+
 mod sqlite {
     use std::path::Path;
 
@@ -1955,6 +2177,159 @@ mod sqlite {
             ["tool_disabled"],
             "switch changes stay; old refused calls go"
         );
+    }
+
+    #[tokio::test]
+    async fn erase_deletes_a_tenants_intents_events_and_mismatches_and_nothing_else() {
+        on_each_mode(super::erase_deletes_a_tenants_intents_events_and_mismatches_and_nothing_else)
+            .await;
+    }
+
+    #[tokio::test]
+    async fn erase_refuses_unsettled_intents_unless_forced_and_a_running_call_always() {
+        on_each_mode(
+            super::erase_refuses_unsettled_intents_unless_forced_and_a_running_call_always,
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn an_erasure_without_a_reason_or_a_key_without_a_tool_is_refused() {
+        on_each_mode(super::an_erasure_without_a_reason_or_a_key_without_a_tool_is_refused).await;
+    }
+
+    /// Deleted rows used to stay readable in free pages of the file and in the WAL: an
+    /// erased customer's values must be gone from both.
+    #[tokio::test]
+    async fn erased_values_are_gone_from_the_file_and_the_wal() {
+        const MARK: &str = "erase-me-4711@example.com";
+        for options in [GROUPED, INLINE] {
+            let folder = tempfile::tempdir().unwrap();
+            let path = folder.path().join("ledger.db");
+            let ledger = open(&path, options);
+            let begun = ledger
+                .begin(with_arguments(
+                    request("order-m", "owner-m", T0),
+                    json!({"to": MARK}),
+                ))
+                .await
+                .unwrap();
+            let intent = expect!(Begin::Execute, begun);
+            ledger
+                .finish(Finish {
+                    result: Some(json!({"to": MARK})),
+                    ..finish(&intent, "owner-m", IntentStatus::Done, T0)
+                })
+                .await
+                .unwrap();
+            // Others' writes around it, as in a running gateway.
+            settled(&ledger, "order-n", IntentStatus::Done, T0).await;
+            let files = || -> Vec<u8> {
+                let mut bytes = Vec::new();
+                for entry in std::fs::read_dir(folder.path()).unwrap() {
+                    bytes.extend(std::fs::read(entry.unwrap().path()).unwrap());
+                }
+                bytes
+            };
+            let holds = |bytes: &[u8]| bytes.windows(MARK.len()).any(|w| w == MARK.as_bytes());
+            assert!(holds(&files()), "the value is in the files before");
+            let erased = ledger
+                .erase(&erasure(TENANT, Some(TOOL), Some("order-m"), T0 + 1))
+                .await
+                .unwrap();
+            assert!(matches!(erased, Erasure::Erased(Erased { intents: 1, .. })));
+            assert!(
+                !holds(&files()),
+                "an erased value is still in the ledger's files"
+            );
+            // The ledger goes on after its WAL was truncated.
+            let next = settled(&ledger, "order-o", IntentStatus::Done, T0).await;
+            assert_eq!(read(&ledger, &next).await, next);
+        }
+    }
+
+    /// More than a batch: each call erases one batch and says that there is more.
+    #[tokio::test]
+    async fn a_large_erasure_goes_in_batches() {
+        let folder = tempfile::tempdir().unwrap();
+        let ledger = open(&folder.path().join("ledger.db"), GROUPED);
+        let total = ERASE_BATCH_MAX as usize + 5;
+        let intents: Vec<IntentRecord> = (0..total).map(|n| done_intent(n, TOOL, T0)).collect();
+        ledger.bulk_insert(intents).await.unwrap();
+        let first = ledger
+            .erase(&erasure(TENANT, None, None, T0 + 1))
+            .await
+            .unwrap();
+        assert_eq!(
+            first,
+            Erasure::Erased(Erased {
+                intents: u64::from(ERASE_BATCH_MAX),
+                more: true,
+                ..Erased::default()
+            })
+        );
+        let rest = ledger
+            .erase(&erasure(TENANT, None, None, T0 + 2))
+            .await
+            .unwrap();
+        assert_eq!(
+            rest,
+            Erasure::Erased(Erased {
+                intents: 5,
+                ..Erased::default()
+            })
+        );
+        assert_eq!(all_intents(&ledger).await, []);
+    }
+
+    /// The erasure is in the event log for an auditor: who, why and how many, and none of
+    /// what was erased (the key holds business values).
+    #[tokio::test]
+    async fn an_erasure_is_logged_with_who_why_and_how_many_only() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        let ledger = open(&path, GROUPED);
+        settled(&ledger, "order-8812", IntentStatus::Done, T0).await;
+        ledger
+            .erase(&erasure(TENANT, Some(TOOL), Some("order-8812"), T0 + 1))
+            .await
+            .unwrap();
+        // Retention keeps it.
+        ledger.purge(T0 + 1_000_000_000).await.unwrap();
+        let outside = rusqlite::Connection::open(&path).unwrap();
+        let logged: Vec<(Option<i64>, String, String, String, String, String)> = outside
+            .prepare("SELECT intent_id, tenant, tool, kind, actor, detail FROM events")
+            .unwrap()
+            .query_map([], |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    row.get(5)?,
+                ))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(logged.len(), 1, "{logged:?}");
+        let (intent_id, tenant, tool, kind, actor, detail) = &logged[0];
+        assert_eq!(
+            (
+                intent_id,
+                tenant.as_str(),
+                tool.as_str(),
+                kind.as_str(),
+                actor.as_str()
+            ),
+            (&None, TENANT, TOOL, "erased", "dpo@example.com")
+        );
+        assert!(
+            detail.contains("1 intents") && detail.contains("erasure request 77"),
+            "{detail}"
+        );
+        assert!(!detail.contains("8812"), "{detail}");
     }
 
     #[tokio::test]
@@ -2751,6 +3126,65 @@ mod postgres {
     async fn an_over_long_lease_owner_is_refused_as_too_large_on_every_path() {
         on_fresh_schema(super::an_over_long_lease_owner_is_refused_as_too_large_on_every_path)
             .await;
+    }
+
+    #[tokio::test]
+    async fn erase_deletes_a_tenants_intents_events_and_mismatches_and_nothing_else() {
+        on_fresh_schema(
+            super::erase_deletes_a_tenants_intents_events_and_mismatches_and_nothing_else,
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn erase_refuses_unsettled_intents_unless_forced_and_a_running_call_always() {
+        on_fresh_schema(
+            super::erase_refuses_unsettled_intents_unless_forced_and_a_running_call_always,
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn an_erasure_without_a_reason_or_a_key_without_a_tool_is_refused() {
+        on_fresh_schema(super::an_erasure_without_a_reason_or_a_key_without_a_tool_is_refused)
+            .await;
+    }
+
+    /// The erasure is in the event log for an auditor: who, why and how many only.
+    #[tokio::test]
+    async fn an_erasure_is_logged_with_who_why_and_how_many_only() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let ledger = scratch.connect(scratch.options()).await;
+        settled(&ledger, "order-8812", IntentStatus::Done, T0).await;
+        ledger
+            .erase(&erasure(TENANT, Some(TOOL), Some("order-8812"), T0 + 1))
+            .await
+            .unwrap();
+        ledger.purge(T0 + 1_000_000_000).await.unwrap();
+        let outside = scratch.outside().await;
+        let rows = outside
+            .query(
+                &format!(
+                    "SELECT intent_id, tenant, tool, kind, actor, detail FROM \"{}\".events",
+                    scratch.schema
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1);
+        let row = &rows[0];
+        assert_eq!(row.get::<_, Option<i64>>(0), None);
+        assert_eq!(row.get::<_, String>(1), TENANT);
+        assert_eq!(row.get::<_, String>(2), TOOL);
+        assert_eq!(row.get::<_, String>(3), "erased");
+        assert_eq!(row.get::<_, String>(4), "dpo@example.com");
+        let detail: String = row.get(5);
+        assert!(
+            detail.contains("erasure request 77") && !detail.contains("8812"),
+            "{detail}"
+        );
     }
 
     #[tokio::test]

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use intentgate_config::LoadedConfig;
-use intentgate_core::{Decimal, Effect, IntentStatus};
+use intentgate_core::{Decimal, Effect, IntentStatus, ToolDefinition};
 use intentgate_gate::{Clock, Metrics, SystemClock};
 use intentgate_http::{HttpUpstream, ListedRecord, RecordPager};
 use intentgate_ledger::{
@@ -317,6 +317,11 @@ pub struct ToolToReconcile {
     /// Pointer into the intent's arguments to the amount to compare; `None` compares none.
     pub amount_argument: Option<String>,
     pub source: Box<dyn RecordSource>,
+    /// The tool's definition, so that a provider record that resolves an unknown intent is
+    /// kept as the gate keeps an answer: echoes of sensitive arguments as their hashes (a
+    /// record of a tool with sensitive arguments and no hash key is not kept at all). `None`
+    /// keeps records as they are: for tools without sensitive arguments.
+    pub definition: Option<ToolDefinition>,
 }
 
 /// Reconciles one tool over the window. Every mismatch goes to `found` as it is decided.
@@ -336,6 +341,7 @@ pub async fn reconcile_tool(
         owner,
         amount_argument,
         source,
+        definition,
     } = tool;
     let mut report = ToolReport::new(&name, owner.as_deref());
     let mut count = |report: &mut ToolReport, mismatch: Mismatch| {
@@ -515,7 +521,9 @@ pub async fn reconcile_tool(
                 }
                 MismatchKind::UnknownFound => {
                     let external_id = external_ids.first().cloned();
-                    let result = found_raw.remove(&(position as u32));
+                    let result = found_raw.remove(&(position as u32)).and_then(|record| {
+                        kept_record(definition.as_ref(), record, &intent.arguments)
+                    });
                     let resolved = resolve_found(
                         ledger.as_ref(),
                         intent.id,
@@ -701,6 +709,20 @@ fn amount_differs(
     })
 }
 
+/// A provider record as the ledger may keep it as an intent's result: with the echoes of
+/// sensitive arguments (found by their hashes in the intent's stored arguments) as those
+/// hashes; `None` when the tool has sensitive arguments and no hash key to find them with.
+fn kept_record(
+    definition: Option<&ToolDefinition>,
+    record: Value,
+    stored_arguments: &Value,
+) -> Option<Value> {
+    match definition {
+        Some(definition) => definition.stored_result(record, stored_arguments).ok(),
+        None => Some(record),
+    }
+}
+
 /// Resolves an `unknown` intent the provider has to `done`, as proved by its record. False
 /// when the intent was settled meanwhile (a lookup, an operator): nothing to resolve.
 async fn resolve_found(
@@ -815,6 +837,7 @@ struct ListedTool {
     owner: Option<String>,
     list: Option<intentgate_http::spec::ListSpec>,
     amount_argument: Option<String>,
+    definition: Option<ToolDefinition>,
 }
 
 /// Runs reconciliation for every side-effecting tool of a config: the provider listings,
@@ -846,6 +869,11 @@ impl Reconciler {
             .iter()
             .filter(|tool| tool.effect == Effect::SideEffect)
             .map(|tool| ListedTool {
+                definition: loaded
+                    .tools
+                    .iter()
+                    .find(|definition| definition.name == tool.name)
+                    .cloned(),
                 name: tool.name.clone(),
                 owner: tool.owner.clone(),
                 list: tool.list.clone(),
@@ -938,6 +966,7 @@ impl Reconciler {
             owner: tool.owner.clone(),
             amount_argument: tool.amount_argument.clone(),
             source: Box::new(pager),
+            definition: tool.definition.clone(),
         };
         let mut collect = |mismatch: Mismatch| {
             report.mismatches_total += 1;

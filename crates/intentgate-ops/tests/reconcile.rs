@@ -53,8 +53,10 @@ fn config(mock_url: &str, webhook: &str) -> intentgate_config::LoadedConfig {
             "\nreconcile: {settle_seconds: 0, unknown_grace_seconds: 0}\n\nowners:",
         );
     let mock_url = mock_url.to_owned();
-    intentgate_config::load_str(&text, "example", &move |name| {
-        (name == "INTENTGATE_MOCK_URL").then(|| mock_url.clone())
+    intentgate_config::load_str(&text, "example", &move |name| match name {
+        "INTENTGATE_MOCK_URL" => Some(mock_url.clone()),
+        "INTENTGATE_HASH_KEY" => Some("0123456789abcdef0123456789abcdef-tests".to_owned()),
+        _ => None,
     })
     .unwrap()
 }
@@ -347,4 +349,103 @@ async fn a_provider_that_fails_every_page_stops_the_tool_without_reporting_anyth
     assert!(error.contains("provider"), "{error}");
     assert!(report.has_errors());
     assert!(report.mismatches.is_empty(), "{:#?}", report.mismatches);
+}
+
+#[tokio::test]
+async fn an_email_resolved_by_reconciliation_keeps_the_address_as_a_hash_and_names_the_order() {
+    // Before, the provider's record (with the recipient and subject) was stored as the
+    // intent's result as it was, and the report named the address as who was affected.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let mock =
+        MockServer::start(MockProvider::new(MockOptions::new(HttpFaultPlan::quiet())).unwrap())
+            .await
+            .unwrap();
+    let loaded = config(&mock.url(), "http://127.0.0.1:9/hook");
+    let email = loaded
+        .tools
+        .iter()
+        .find(|tool| tool.name == "send_email")
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger: Arc<dyn Ledger> = Arc::new(
+        SqliteLedger::open(dir.path().join("ledger.db"), SqliteOptions::default()).unwrap(),
+    );
+    let address = "alice.liddell@example.com";
+    let arguments = json!({"to": address, "template_id": "refund_confirmation",
+        "reference": "8812", "subject": "Your refund, Alice", "body": "It is on its way."});
+    let key = email.render_key(&arguments, None).unwrap().unwrap();
+    let now_ms = SystemClock.now_ms();
+    // An email left unknown, as a call whose answer was lost leaves it.
+    let Begin::Execute(intent) = ledger
+        .begin(BeginRequest {
+            tenant: "default".to_owned(),
+            tool: "send_email".to_owned(),
+            key: key.clone(),
+            fingerprint: fingerprint(&email.stored_arguments(&arguments).unwrap())
+                .as_str()
+                .to_owned(),
+            arguments: email.stored_arguments(&arguments).unwrap().into_owned(),
+            lease_owner: "test/1".to_owned(),
+            lease_expires_ms: now_ms + 60_000,
+            now_ms,
+            count_call: true,
+            retry_rejected: false,
+            lookup_interval_ms: 5_000,
+            resend_unknown: false,
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("a new intent executes")
+    };
+    ledger
+        .finish(Finish {
+            id: intent.id,
+            lease_owner: "test/1".to_owned(),
+            attempt: intent.attempt,
+            now_ms,
+            status: IntentStatus::Unknown,
+            result: None,
+            external_id: None,
+            resolved_by: "upstream",
+            looked_up: false,
+            detail: "test".to_owned(),
+        })
+        .await
+        .unwrap();
+    // The provider has it.
+    let response = client
+        .post(format!("{}/v1/emails", mock.url()))
+        .json(
+            &json!({"to": address, "subject": "Your refund, Alice", "body": "It is on its way.",
+            "metadata": {"intent_key": key, "reference": "8812"}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{response:?}");
+
+    let notifier = Arc::new(Notifier::new(Default::default()));
+    let reconciler = Reconciler::new(&loaded, ledger.clone(), notifier, None).unwrap();
+    let report = reconciler
+        .run(Duration::from_secs(3600), SystemClock.now_ms(), "test")
+        .await;
+    let found: Vec<_> = report
+        .mismatches
+        .iter()
+        .filter(|mismatch| mismatch.tool == "send_email")
+        .collect();
+    assert_eq!(found.len(), 1, "{:#?}", report.mismatches);
+    assert_eq!(found[0].kind, MismatchKind::UnknownFound);
+    assert_eq!(found[0].subject.as_deref(), Some("8812"));
+    let shown = serde_json::to_string(&report.mismatches).unwrap();
+    assert!(!shown.contains("alice"), "{shown}");
+
+    let intent = ledger.get_by_id(intent.id).await.unwrap().unwrap();
+    assert_eq!(intent.status, IntentStatus::Done);
+    let result = intent.result.unwrap();
+    assert_eq!(result["to"], intent.arguments["to"], "{result}");
+    assert_eq!(result["subject"], intent.arguments["subject"], "{result}");
+    assert!(!result.to_string().contains("alice"), "{result}");
 }

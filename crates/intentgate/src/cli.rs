@@ -54,8 +54,8 @@ pub enum Command {
     /// The kill switch: switch a tool off or on for every gateway sharing the ledger, or
     /// list which tools are off.
     Flags(FlagsArgs),
-    /// List, show and resolve intents (an unknown intent as `done` or `not_executed`), on
-    /// the ledger directly.
+    /// List, show and resolve intents (an unknown intent as `done` or `not_executed`), and
+    /// erase a tenant's on request, on the ledger directly.
     Intents(IntentsArgs),
     /// Check a config (and prompts, observed latencies, an MCP server's tools) for what
     /// makes retries act twice; non-zero exit for CI.
@@ -126,7 +126,8 @@ an ambiguous failure followed by retries makes exactly one effect, and that the 
 holds.
 
 The config is loaded as `serve` loads it, and a real gate is built over a fresh SQLite ledger \
-in a temporary folder. By default every upstream is replaced by the built-in mock payments \
+in a temporary folder (with a random hash key for sensitive arguments when the variable that \
+`gateway.hash_key` names is unset: that ledger is thrown away). By default every upstream is replaced by the built-in mock payments \
 provider, started in this process (a tool whose request the mock does not serve fails, and \
 says to use --live). With --live the configured upstreams (a sandbox, never production) are \
 called as they are, through a loopback proxy that injects the failure. For each tool:
@@ -251,6 +252,8 @@ pub enum OutputFormat {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// The tool config (YAML); `intentgate config check FILE` explains any error in it.
+    /// When a tool marks an argument `sensitive: true`, the variable `gateway.hash_key`
+    /// names (INTENTGATE_HASH_KEY in the example) must hold the ledger's hash key.
     #[arg(long, env = "INTENTGATE_CONFIG")]
     pub config: PathBuf,
     /// Address to listen on (overrides `gateway.listen`; port 0 picks a free port).
@@ -524,6 +527,25 @@ dashboard, or a lookup by the intent key). The change is written to the intent's
 replays the external id as already_done, `not_executed` lets the next call try again."
     )]
     Resolve(IntentsResolveArgs),
+    /// Erase a tenant's intents (or one tool's, or one key's) on request, with their events.
+    #[command(
+        long_about = "Erase a tenant's intents (or one tool's, or one intent key's) on request, \
+with their event log and the reconciliation mismatches that name them: for a customer who \
+leaves, or a data-protection request.
+
+Settled intents (done, rejected, not_executed) are erased. An intent that is not settled \
+(pending, in flight, unknown) may have had its effect; once erased the gateway forgets it, and \
+a repeat of its call would execute again: such intents are refused unless --force is given \
+(resolve them first with `intentgate intents resolve`). An intent a call holds right now is \
+never erased. A repeat of an erased intent's call is a new intent, so erase only what no agent \
+will ask for again.
+
+The erasure is written to the ledger's event log (kind `erased`: tenant, tool, counts, actor \
+and reason, never what was erased) and to this command's log (stderr). Keep personal data out \
+of --reason. SQLite overwrites deleted rows and truncates its WAL when it can; PostgreSQL keeps \
+deleted rows until VACUUM reclaims them."
+    )]
+    Erase(IntentsEraseArgs),
 }
 
 /// Which ledger: the config's `gateway.ledger`, or --ledger.
@@ -595,6 +617,35 @@ pub struct IntentsResolveArgs {
     /// Who resolves it (written to the event log).
     #[arg(long, env = "USER", default_value = "cli")]
     pub actor: String,
+    #[command(flatten)]
+    pub location: IntentsLedgerArgs,
+}
+
+/// `intentgate intents erase`.
+#[derive(Debug, Args)]
+pub struct IntentsEraseArgs {
+    /// Whose data: the tenant's intents.
+    #[arg(long)]
+    pub tenant: String,
+    /// Only this tool's intents of the tenant.
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// Only the intent with this key (as `intents list` shows it); needs --tool.
+    #[arg(long, requires = "tool")]
+    pub key: Option<String>,
+    /// Why: the request this answers. Kept in the event log, so name no personal data.
+    #[arg(long)]
+    pub reason: String,
+    /// Who asks for it (written to the event log).
+    #[arg(long, env = "USER", default_value = "cli")]
+    pub actor: String,
+    /// Also erase intents that are not settled (pending, in flight with an expired lease,
+    /// unknown), whose effect may have happened.
+    #[arg(long)]
+    pub force: bool,
+    /// `text` (one line) or `json` (one object with the counts).
+    #[arg(long, value_enum, default_value_t = IntentsFormat::Text)]
+    pub format: IntentsFormat,
     #[command(flatten)]
     pub location: IntentsLedgerArgs,
 }

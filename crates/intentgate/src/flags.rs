@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use intentgate_config::LoadedConfig;
+use intentgate_config::{HashKeySource, LoadedConfig};
 use intentgate_core::limits::{ACTOR_LENGTH_MAX, EVENT_DETAIL_LENGTH_MAX};
 use intentgate_gate::{Clock, SystemClock};
 use intentgate_ledger::{Durability, Ledger, ToolFlag};
@@ -22,7 +22,7 @@ use crate::cli::{
     FlagsArgs, FlagsCommand, FlagsDisableArgs, FlagsEnableArgs, FlagsFormat, FlagsLedgerArgs,
     FlagsListArgs,
 };
-use crate::serve::load;
+use crate::serve::load_with;
 
 /// Most characters of a reason shown in the text table; `--format json` shows all of it.
 const REASON_SHOWN_MAX: usize = 80;
@@ -48,7 +48,8 @@ struct Place {
 
 impl Place {
     fn resolve(arguments: &FlagsLedgerArgs) -> anyhow::Result<Place> {
-        let loaded = load(&arguments.config)?;
+        // Flags hash nothing: no hash key needed.
+        let loaded = load_with(&arguments.config, &HashKeySource::NotNeeded)?;
         let ledger = arguments
             .ledger
             .clone()

@@ -1,26 +1,28 @@
-//! `intentgate intents`: list, show and resolve intents, on the ledger directly.
+//! `intentgate intents`: list, show, resolve and erase intents, on the ledger directly.
 //!
 //! The commands open the ledger the gateways use (a SQLite file or a PostgreSQL URL), so
 //! they work whether or not a gateway is running. A resolution follows the same rules as
 //! the admin API (`intentgate_admin::ManualResolution`, `check_resolvable`) and goes through
 //! `Ledger::resolve`, which checks the transition and writes the event log entry with the
-//! actor and the reason.
+//! actor and the reason. An erasure goes through `intentgate_admin::erase_all`, as the admin
+//! API's does. Arguments are shown as the ledger keeps them: sensitive ones as their keyed
+//! hashes (`hmac-sha256:...`).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow, bail};
-use intentgate_admin::{ManualResolution, check_resolvable};
+use intentgate_admin::{ManualResolution, check_erase, check_resolvable, erase_all};
 use intentgate_core::IntentStatus;
 use intentgate_gate::{Clock, SystemClock};
 use intentgate_ledger::{
-    Durability, Event, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order,
+    Durability, Erase, Event, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order,
 };
 use serde_json::json;
 
 use crate::cli::{
-    IntentsArgs, IntentsCommand, IntentsFormat, IntentsLedgerArgs, IntentsListArgs,
-    IntentsResolveArgs, IntentsShowArgs,
+    IntentsArgs, IntentsCommand, IntentsEraseArgs, IntentsFormat, IntentsLedgerArgs,
+    IntentsListArgs, IntentsResolveArgs, IntentsShowArgs,
 };
 use crate::time::utc;
 
@@ -34,6 +36,7 @@ pub async fn run(arguments: IntentsArgs) -> anyhow::Result<()> {
         IntentsCommand::List(arguments) => list(arguments).await,
         IntentsCommand::Show(arguments) => show(arguments).await,
         IntentsCommand::Resolve(arguments) => resolve(arguments).await,
+        IntentsCommand::Erase(arguments) => erase(arguments).await,
     }
 }
 
@@ -43,7 +46,9 @@ async fn open(location: &IntentsLedgerArgs) -> anyhow::Result<(Arc<dyn Ledger>, 
     let (ledger_location, durability) = match (&location.ledger, &location.config) {
         (Some(ledger), _) => (ledger.clone(), Durability::Strict),
         (None, Some(config)) => {
-            let loaded = crate::serve::load(config)?;
+            // Only its ledger is read: no hash key needed.
+            let loaded =
+                crate::serve::load_with(config, &intentgate_config::HashKeySource::NotNeeded)?;
             let gateway = &loaded.config.gateway;
             (gateway.ledger.clone(), gateway.durability.into())
         }
@@ -207,6 +212,57 @@ async fn resolve(arguments: IntentsResolveArgs) -> anyhow::Result<()> {
         printable(&asked.actor),
         printable(asked.reason.trim())
     )?;
+    print!("{out}");
+    Ok(())
+}
+
+async fn erase(arguments: IntentsEraseArgs) -> anyhow::Result<()> {
+    let erase = Erase {
+        tenant: arguments.tenant,
+        tool: arguments.tool,
+        key: arguments.key,
+        force: arguments.force,
+        actor: arguments.actor,
+        reason: arguments.reason,
+        now_ms: SystemClock.now_ms(),
+    };
+    check_erase(&erase).map_err(|message| anyhow!(message))?;
+    let (ledger, shown) = open(&arguments.location).await?;
+    let report = erase_all(&*ledger, &erase)
+        .await
+        .context("erasing from the ledger")?;
+    let erased = &report.erased;
+    let counts = format!(
+        "{} intents, {} events, {} reconciliation mismatches",
+        erased.intents, erased.events, erased.mismatches
+    );
+    if let Some(refused) = &report.refused {
+        bail!(
+            "{}; erased before this: {counts} (from the ledger at {shown})",
+            refused.message()
+        );
+    }
+    let mut out = String::new();
+    match arguments.format {
+        IntentsFormat::Json => writeln!(out, "{}", serde_json::to_string(erased)?)?,
+        IntentsFormat::Text => {
+            let scope = match (&erase.tool, &erase.key) {
+                (Some(tool), Some(_)) => format!(", tool {}, one key", printable(tool)),
+                (Some(tool), None) => format!(", tool {}", printable(tool)),
+                _ => String::new(),
+            };
+            writeln!(
+                out,
+                "erased from the ledger at {shown}: {counts} (tenant {}{scope}){}",
+                printable(&erase.tenant),
+                if erased.more {
+                    "; more remain (intents keep arriving?): run it again"
+                } else {
+                    ""
+                }
+            )?;
+        }
+    }
     print!("{out}");
     Ok(())
 }

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use intentgate_admin::{AdminOptions, FailureLimit};
-use intentgate_config::{LoadedConfig, ReconcileConfig};
+use intentgate_config::{HashKeySource, LoadedConfig, ReconcileConfig};
+use intentgate_core::HashKey;
 use intentgate_gate::{Clock, Gate, GateOptions, SystemClock};
 use intentgate_http::HttpUpstream;
 use intentgate_ledger::{Durability, Ledger};
@@ -192,9 +193,29 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Loads a config, turning its errors into one message with every line and fix.
+/// Loads a config, turning its errors into one message with every line and fix. The hash
+/// key of sensitive arguments comes from the environment: `serve` never invents one, since
+/// a key that changed at every start would make every stored hash unmatchable.
 pub fn load(path: &Path) -> anyhow::Result<LoadedConfig> {
-    intentgate_config::load_file(path).map_err(|errors| anyhow::anyhow!("{errors}"))
+    load_with(path, &HashKeySource::Environment)
+}
+
+/// [`load`], with the hash key taken as `hash_key` says.
+pub fn load_with(path: &Path, hash_key: &HashKeySource) -> anyhow::Result<LoadedConfig> {
+    intentgate_config::load_file_with(path, hash_key).map_err(|errors| anyhow::anyhow!("{errors}"))
+}
+
+/// Bytes of a random hash key: SHA-256's output size, the least a key may have.
+const EPHEMERAL_HASH_KEY_BYTES: usize = 32;
+
+/// A random hash key, for a command whose ledger lives only as long as it runs (`demo`,
+/// `smoke`, benchmarks): nothing it hashes has to match anything later.
+pub fn ephemeral_hash_key() -> anyhow::Result<HashKey> {
+    let mut bytes = [0u8; EPHEMERAL_HASH_KEY_BYTES];
+    getrandom::fill(&mut bytes).map_err(|error| {
+        anyhow::anyhow!("the system gave no random bytes for a hash key: {error}")
+    })?;
+    Ok(HashKey::new(&bytes)?)
 }
 
 /// The gate over a config's tools, with the HTTP upstream they describe.

@@ -70,8 +70,23 @@ fn the_example_config_has_no_errors_or_warnings() {
     assert_eq!(text.status.code(), Some(0));
     let stdout = String::from_utf8(text.stdout).unwrap();
     assert!(
-        stdout.ends_with("audit: 0 error(s), 0 warning(s), 15 note(s)\n"),
+        stdout.ends_with("audit: 0 error(s), 0 warning(s), 16 note(s)\n"),
         "{stdout}"
+    );
+    // send_email's sensitive arguments, and why its upstream's key support does not make
+    // its unknown intents re-sendable.
+    let sensitive: Vec<&Value> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|finding| finding["rule"] == "sensitive-arguments")
+        .collect();
+    assert_eq!(sensitive.len(), 1, "{sensitive:?}");
+    assert_eq!(sensitive[0]["tool"], "send_email");
+    let message = sensitive[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`body`, `subject`, `to`") && message.contains("never re-sent"),
+        "{message}"
     );
 }
 

@@ -41,8 +41,9 @@ use self::pool::{CONNECT_TIMEOUT, Pool, Session, Target, describe};
 use crate::plan::{self, Plan};
 use crate::waiters::Waiters;
 use crate::{
-    Begin, BeginRequest, Durability, Event, Finish, Finished, IntentFilter, IntentId, IntentRecord,
-    Ledger, LedgerError, Order, ReconciliationRun, Resolve, StatusCount, StoredMismatch, ToolFlag,
+    Begin, BeginRequest, Durability, Erase, Erasure, Event, Finish, Finished, IntentFilter,
+    IntentId, IntentRecord, Ledger, LedgerError, Order, ReconciliationRun, Resolve, StatusCount,
+    StoredMismatch, ToolFlag,
 };
 
 /// The schema a ledger uses unless told otherwise.
@@ -671,6 +672,13 @@ impl Ledger for PostgresLedger {
     async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError> {
         self.run(write(false, None), &before_ms, |session, &before_ms| {
             Box::pin(ops::purge(session, before_ms))
+        })
+        .await
+    }
+
+    async fn erase(&self, erase: &Erase) -> Result<Erasure, LedgerError> {
+        self.run(write(true, None), erase, |session, erase| {
+            Box::pin(ops::erase(session, erase))
         })
         .await
     }

@@ -16,14 +16,14 @@ use tokio_postgres::types::ToSql;
 use super::pool::Session;
 use super::{Attempt, Failure, is_connection_lost};
 use crate::plan::{
-    self, Dialect, MismatchRow, NewIntent, Parameter, Plan, StoredIntent, StoredRun, Write,
+    self, Dialect, MismatchRow, NewIntent, Parameter, Plan, Query, StoredIntent, StoredRun, Write,
 };
 use crate::record::{
     Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
 };
 use crate::{
-    Begin, BeginRequest, Finish, Finished, IntentFilter, LedgerError, Order,
-    RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Resolve,
+    Begin, BeginRequest, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish, Finished, IntentFilter,
+    LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Resolve,
 };
 
 /// The columns of an intent, in the order [`read_intent`] reads them.
@@ -551,6 +551,61 @@ pub async fn purge(session: &mut Session, before_ms: i64) -> Result<Plan<u64>, F
     Ok(Plan::outcome(purged))
 }
 
+/// The parameters of a statement built by [`crate::plan`], as the driver takes them.
+fn bound(query: &Query) -> Vec<&(dyn ToSql + Sync)> {
+    query
+        .parameters
+        .iter()
+        .map(|parameter| match parameter {
+            Parameter::Integer(value) => value as &(dyn ToSql + Sync),
+            Parameter::Text(text) => text as &(dyn ToSql + Sync),
+        })
+        .collect()
+}
+
+/// The ids a `SELECT id ...` of [`plan::erase_queries`] returns.
+async fn erase_ids(session: &mut Session, query: &Query) -> Result<Vec<IntentId>, Failure> {
+    let rows = session.query_unprepared(&query.sql, &bound(query)).await?;
+    rows.iter().map(|row| Ok(row.try_get(0)?)).collect()
+}
+
+pub async fn erase(session: &mut Session, erase: &Erase) -> Result<Plan<Erasure>, Failure> {
+    let queries = plan::erase_queries(erase, Dialect::Postgres)?;
+    // Lock the batch first: no replica's `begin` can take one of these intents between the
+    // checks below and the deletes.
+    let locked = Query {
+        sql: format!("{} FOR UPDATE", queries.batch.sql),
+        parameters: queries.batch.parameters.clone(),
+    };
+    let mut batch = erase_ids(session, &locked).await?;
+    let busy = erase_ids(session, &queries.busy).await?;
+    let unsettled = erase_ids(session, &queries.unsettled).await?;
+    if let Some(refusal) = plan::erase_refusal(busy, unsettled, erase.force) {
+        return Ok(Plan::outcome(refusal));
+    }
+    let more = batch.len() > ERASE_BATCH_MAX as usize;
+    batch.truncate(ERASE_BATCH_MAX as usize);
+    let mut erased = Erased {
+        more,
+        ..Erased::default()
+    };
+    erased.events = session.execute(DELETE_EVENTS_OF, &[&batch]).await?;
+    erased.intents = session.execute(DELETE_INTENTS, &[&batch]).await?;
+    erased.mismatches = session
+        .execute_unprepared(&queries.mismatches.sql, &bound(&queries.mismatches))
+        .await?;
+    if let Some(query) = &queries.disabled_calls {
+        erased.events += session
+            .execute_unprepared(&query.sql, &bound(query))
+            .await?;
+    }
+    let event = plan::erasure_event(erase, &erased);
+    Ok(Plan {
+        writes: vec![Write::Event(event)],
+        outcome: Erasure::Erased(erased),
+    })
+}
+
 /// A count column, which the schema keeps non-negative.
 fn count(row: &Row, index: usize, column: &str) -> Result<u64, Failure> {
     let value: i64 = row.try_get(index)?;
@@ -574,15 +629,7 @@ pub async fn intents(
     ) else {
         return Ok(Vec::new());
     };
-    let parameters: Vec<&(dyn ToSql + Sync)> = query
-        .parameters
-        .iter()
-        .map(|parameter| match parameter {
-            Parameter::Integer(value) => value as &(dyn ToSql + Sync),
-            Parameter::Text(text) => text as &(dyn ToSql + Sync),
-        })
-        .collect();
-    let rows = session.query_unprepared(&query.sql, &parameters).await?;
+    let rows = session.query_unprepared(&query.sql, &bound(&query)).await?;
     read_intents(&rows)
 }
 

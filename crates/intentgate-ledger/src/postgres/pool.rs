@@ -172,6 +172,17 @@ impl Session {
         after_begin(&self.client, begin, self.client.query(sql, parameters)).await
     }
 
+    /// [`Session::query_unprepared`] for a statement that returns no rows; answers how many
+    /// it changed.
+    pub async fn execute_unprepared(
+        &mut self,
+        sql: &str,
+        parameters: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let begin = self.pending_begin.take();
+        after_begin(&self.client, begin, self.client.execute(sql, parameters)).await
+    }
+
     pub async fn execute(
         &mut self,
         sql: &'static str,

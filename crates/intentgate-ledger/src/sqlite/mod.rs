@@ -36,8 +36,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::plan;
 use crate::waiters::Waiters;
 use crate::{
-    Begin, BeginRequest, Durability, Event, Finish, Finished, IntentFilter, IntentId, IntentRecord,
-    Ledger, LedgerError, Order, ReconciliationRun, Resolve, StatusCount, StoredMismatch, ToolFlag,
+    Begin, BeginRequest, Durability, Erase, Erased, Erasure, Event, Finish, Finished, IntentFilter,
+    IntentId, IntentRecord, Ledger, LedgerError, Order, ReconciliationRun, Resolve, StatusCount,
+    StoredMismatch, ToolFlag,
 };
 
 /// Most writes committed together. Bounds one transaction's size and the time the first
@@ -52,6 +53,10 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait for a change before a waiting caller reads again. Bounds the cost of a
 /// missed wake-up.
 pub const WAIT_POLL: Duration = Duration::from_millis(25);
+/// Longest wait, after an erasure, for the readers and the writer to let the WAL be
+/// truncated. Short: it is a courtesy (the WAL is overwritten anyway as it is reused), and
+/// the caller's thread waits meanwhile.
+pub const WAL_TRUNCATE_WAIT: Duration = Duration::from_millis(500);
 
 /// How to open a SQLite ledger.
 #[derive(Debug, Clone, Copy, Default)]
@@ -139,6 +144,11 @@ impl SqliteLedger {
             )));
         }
         schema::migrate(&mut connection).map_err(|error| open_error(error.to_string()))?;
+        // Deleted rows (retention, erasure) and the old versions of updated ones are
+        // overwritten with zeros rather than left in free pages of the file.
+        connection
+            .pragma_update(None, "secure_delete", "ON")
+            .map_err(|error| open_error(error.to_string()))?;
         let engine = if options.inline {
             Engine::Inline {
                 connection: Mutex::new(connection),
@@ -231,6 +241,30 @@ impl SqliteLedger {
             }
         }
         answered.await.map_err(|_| LedgerError::Closed)?
+    }
+
+    /// Checkpoints the WAL into the file and truncates it, so that the old page images it
+    /// holds (rows an erasure just zeroed in the file) are gone too. Best effort: with
+    /// readers or the writer busy for longer than [`WAL_TRUNCATE_WAIT`], the WAL stays as it
+    /// is until SQLite reuses it.
+    fn truncate_wal(&self) {
+        let truncate = || -> Result<bool, LedgerError> {
+            let connection = open_connection(&self.path, false)?;
+            connection.busy_timeout(WAL_TRUNCATE_WAIT)?;
+            let busy: i64 =
+                connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| row.get(0))?;
+            Ok(busy == 0)
+        };
+        match truncate() {
+            Ok(true) => {}
+            Ok(false) => tracing::info!(
+                "after the erasure the WAL could not be truncated now (the ledger is busy); \
+                 SQLite overwrites it as it reuses it"
+            ),
+            Err(error) => {
+                tracing::warn!(%error, "after the erasure the WAL could not be truncated")
+            }
+        }
     }
 
     /// Runs a read on a pooled read connection (the write connection when inline).
@@ -454,6 +488,19 @@ impl Ledger for SqliteLedger {
             ops::purge(connection, before_ms)
         })
         .await
+    }
+
+    async fn erase(&self, erase: &Erase) -> Result<Erasure, LedgerError> {
+        let request = erase.clone();
+        let erasure = self
+            .write(true, None, move |connection| {
+                ops::erase(connection, &request)
+            })
+            .await?;
+        if let Erasure::Erased(Erased { more: false, .. }) = &erasure {
+            self.truncate_wal();
+        }
+        Ok(erasure)
     }
 
     async fn intents(

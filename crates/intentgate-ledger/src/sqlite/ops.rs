@@ -7,15 +7,15 @@ use rusqlite::types::ToSqlOutput;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
 use crate::plan::{
-    self, Dialect, MismatchRow, NewEvent, NewIntent, Parameter, Plan, StoredIntent, StoredRun,
-    Write,
+    self, Dialect, MismatchRow, NewEvent, NewIntent, Parameter, Plan, Query, StoredIntent,
+    StoredRun, Write,
 };
 use crate::record::{
     Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
 };
 use crate::{
-    Begin, BeginRequest, Finish, Finished, IntentFilter, LedgerError, Order,
-    RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Resolve,
+    Begin, BeginRequest, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish, Finished, IntentFilter,
+    LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Resolve,
 };
 
 const INTENT_COLUMNS: &str = "id, tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
@@ -333,6 +333,47 @@ pub fn purge(connection: &Connection, before_ms: i64) -> Result<u64, LedgerError
         &format!("DELETE FROM intents WHERE {SETTLED}"),
         params![before_ms],
     )? as u64)
+}
+
+/// The ids a `SELECT id ...` of [`plan::erase_queries`] returns.
+fn erase_ids(connection: &Connection, query: &Query) -> Result<Vec<IntentId>, LedgerError> {
+    let mut statement = connection.prepare(&query.sql)?;
+    let rows = statement.query_map(params_from_iter(&query.parameters), |row| row.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Runs a `DELETE` of [`plan::erase_queries`]; answers how many rows it deleted.
+fn erase_rows(connection: &Connection, query: &Query) -> Result<u64, LedgerError> {
+    Ok(connection.execute(&query.sql, params_from_iter(&query.parameters))? as u64)
+}
+
+pub fn erase(connection: &Connection, erase: &Erase) -> Result<Erasure, LedgerError> {
+    let queries = plan::erase_queries(erase, Dialect::Sqlite)?;
+    // The single writer runs this whole: nothing changes between the checks and the deletes.
+    let busy = erase_ids(connection, &queries.busy)?;
+    let unsettled = erase_ids(connection, &queries.unsettled)?;
+    if let Some(refusal) = plan::erase_refusal(busy, unsettled, erase.force) {
+        return Ok(refusal);
+    }
+    let mut batch = erase_ids(connection, &queries.batch)?;
+    let more = batch.len() > ERASE_BATCH_MAX as usize;
+    batch.truncate(ERASE_BATCH_MAX as usize);
+    let mut erased = Erased {
+        more,
+        ..Erased::default()
+    };
+    let mut events = connection.prepare_cached("DELETE FROM events WHERE intent_id = ?1")?;
+    let mut intents = connection.prepare_cached("DELETE FROM intents WHERE id = ?1")?;
+    for id in &batch {
+        erased.events += events.execute(params![id])? as u64;
+        erased.intents += intents.execute(params![id])? as u64;
+    }
+    erased.mismatches = erase_rows(connection, &queries.mismatches)?;
+    if let Some(query) = &queries.disabled_calls {
+        erased.events += erase_rows(connection, query)?;
+    }
+    append_event(connection, &plan::erasure_event(erase, &erased))?;
+    Ok(Erasure::Erased(erased))
 }
 
 impl rusqlite::ToSql for Parameter {

@@ -116,7 +116,13 @@ class Gateway:
         self.mock = mock
         self.folder = folder
         config = write_test_config(folder)
-        self.env = {"INTENTGATE_MOCK_URL": mock.url, "RUST_LOG": "warn"}
+        # The example config keeps send_email's sensitive arguments as keyed hashes; the key
+        # comes from the environment, which the stdio client does not pass through.
+        self.env = {
+            "INTENTGATE_MOCK_URL": mock.url,
+            "INTENTGATE_HASH_KEY": "0123456789abcdef0123456789abcdef-mcp-tests",
+            "RUST_LOG": "warn",
+        }
         self.args = ["--config", str(config), "--ledger", str(folder / "ledger.db"), "--durability", "relaxed"]
         self.server: Process | None = None
         if transport == "http":

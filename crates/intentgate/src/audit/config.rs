@@ -142,6 +142,7 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
             );
         }
         key_arguments(tool, text, file, findings);
+        sensitive_arguments(loaded, tool, definition, at, file, findings);
         let published = definition.published_description();
         if !has_once_per_sentence(&published) {
             findings.push(
@@ -164,6 +165,54 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
             );
         }
     }
+}
+
+/// A note on what the ledger keeps of a tool's sensitive arguments, and, where its
+/// upstream honours idempotency keys, why its unknown intents are still never re-sent.
+fn sensitive_arguments(
+    loaded: &LoadedConfig,
+    tool: &ToolConfig,
+    definition: &intentgate_core::ToolDefinition,
+    at: (u64, u64),
+    file: &str,
+    findings: &mut Vec<Finding>,
+) {
+    if definition.sensitive.is_empty() {
+        return;
+    }
+    let names: Vec<String> = definition
+        .sensitive
+        .iter()
+        .map(|path| format!("`{path}`"))
+        .collect();
+    let mut message = format!(
+        "`{}`: the ledger keeps {} as keyed hashes (gateway.hash_key), never the values",
+        tool.name,
+        names.join(", ")
+    );
+    let honours_keys = loaded
+        .config
+        .upstreams
+        .get(&tool.call.upstream)
+        .is_some_and(|upstream| upstream.honours_idempotency_keys);
+    if honours_keys {
+        message.push_str(
+            "; its upstream honours idempotency keys, but an unknown intent is never re-sent \
+             (the ledger has only the hashes to send): its lookup, reconciliation or an \
+             operator resolves it",
+        );
+    }
+    findings.push(
+        Finding::new(
+            Severity::Note,
+            "sensitive-arguments",
+            file,
+            at,
+            message,
+            None,
+        )
+        .tool(&tool.name),
+    );
 }
 
 /// True when a description says a repeat is unnecessary ("once per", "repeated calls

@@ -180,6 +180,12 @@ pub const RULES: &[Rule] = &[
         help: "Models read descriptions as instructions; a side-effecting tool's should say it is safe to call once per intent and that repeated calls return the original result.",
     },
     Rule {
+        id: "sensitive-arguments",
+        severity: Severity::Note,
+        short: "What the ledger keeps of a tool's sensitive arguments",
+        help: "Arguments marked `sensitive: true` are kept in the ledger as keyed hashes only; an unknown intent of such a tool is resolved by its lookup, never re-sent, even where the upstream honours idempotency keys.",
+    },
+    Rule {
         id: "timeout-below-p50",
         severity: Severity::Error,
         short: "A tool's timeout is below the upstream's observed median",
@@ -266,7 +272,11 @@ async fn audit(arguments: &AuditArgs) -> anyhow::Result<Vec<Finding>> {
     std::fs::metadata(config_path)
         .with_context(|| format!("--config {}", config_path.display()))?;
     let config_file = display_path(config_path);
-    let loaded = match intentgate_config::load_file(config_path) {
+    // The audit hashes nothing: it needs no hash key (it still checks that one is named).
+    let loaded = match intentgate_config::load_file_with(
+        config_path,
+        &intentgate_config::HashKeySource::NotNeeded,
+    ) {
         Ok(loaded) => {
             let text = std::fs::read_to_string(config_path)
                 .with_context(|| format!("reading {}", config_path.display()))?;

@@ -189,9 +189,17 @@ impl GatewayServer {
         // Only the provider's URL: nothing from this process's environment changes the run.
         let environment =
             move |name: &str| (name == PROVIDER_URL_VARIABLE).then(|| provider_url.clone());
-        let loaded =
-            intentgate_config::load_str(EXAMPLE_CONFIG, EXAMPLE_CONFIG_SOURCE, &environment)
-                .map_err(|errors| anyhow::anyhow!("{errors}"))?;
+        // The ledger is new and thrown away: a random hash key will do.
+        let hash_key = intentgate_config::HashKeySource::EnvironmentOrEphemeral(
+            crate::serve::ephemeral_hash_key()?,
+        );
+        let loaded = intentgate_config::load_str_with(
+            EXAMPLE_CONFIG,
+            EXAMPLE_CONFIG_SOURCE,
+            &environment,
+            &hash_key,
+        )
+        .map_err(|errors| anyhow::anyhow!("{errors}"))?;
         let ledger = Arc::new(
             SqliteLedger::open(
                 folder.join("ledger.sqlite3"),
@@ -733,9 +741,13 @@ mod tests {
     fn direct_calls_carry_the_intent_key_the_gateway_sends() {
         let environment =
             |name: &str| (name == PROVIDER_URL_VARIABLE).then(|| "http://127.0.0.1:1".to_owned());
-        let loaded =
-            intentgate_config::load_str(EXAMPLE_CONFIG, EXAMPLE_CONFIG_SOURCE, &environment)
-                .unwrap();
+        let loaded = intentgate_config::load_str_with(
+            EXAMPLE_CONFIG,
+            EXAMPLE_CONFIG_SOURCE,
+            &environment,
+            &intentgate_config::HashKeySource::NotNeeded,
+        )
+        .unwrap();
         let tool = loaded
             .tools
             .iter()

@@ -167,6 +167,8 @@ async fn measure(folder: &Path, intents: u32, quiet: bool) -> anyhow::Result<Fig
         tool: TOOL.to_owned(),
         owner: None,
         amount_argument: Some("/amount".to_owned()),
+        // Refunds have no sensitive arguments.
+        definition: None,
         source: Box::new(GeneratedRecords {
             next: 0,
             intents,

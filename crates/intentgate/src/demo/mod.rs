@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
+use intentgate_config::HashKeySource;
 use intentgate_core::IntentStatus;
 use intentgate_gate::{CallContext, Clock, GateOptions, SystemClock};
 use intentgate_http::HttpUpstream;
@@ -157,9 +158,16 @@ async fn run_intentgate(
     let server = start_provider(arguments).await?;
     let url = server.url();
     let environment = move |name: &str| (name == "INTENTGATE_MOCK_URL").then(|| url.clone());
-    let mut loaded =
-        intentgate_config::load_str(EXAMPLE_CONFIG, "examples/support-agent.yaml", &environment)
-            .map_err(|errors| anyhow::anyhow!("{errors}"))?;
+    // The ledger is thrown away afterwards: a random hash key will do, and the demo needs no
+    // environment.
+    let hash_key = HashKeySource::EnvironmentOrEphemeral(crate::serve::ephemeral_hash_key()?);
+    let mut loaded = intentgate_config::load_str_with(
+        EXAMPLE_CONFIG,
+        "examples/support-agent.yaml",
+        &environment,
+        &hash_key,
+    )
+    .map_err(|errors| anyhow::anyhow!("{errors}"))?;
     for tool in &mut loaded.tools {
         tool.timeout = scale(tool.timeout);
     }
@@ -265,6 +273,8 @@ async fn reconcile_refunds(
         tool: tool.name.clone(),
         owner: None,
         amount_argument: Some("/amount".to_owned()),
+        // Refunds have no sensitive arguments.
+        definition: None,
         source: Box::new(pager),
     };
     reconcile_tool(&ledger, to_reconcile, &options, &mut count)

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use intentgate_config::{LoadedConfig, ToolConfig};
+use intentgate_config::{HashKeySource, LoadedConfig, ToolConfig};
 use intentgate_core::{CallStatus, Effect, ToolDefinition};
 use intentgate_gate::{CallContext, CallOutcome, Clock, Gate, GateOptions, SystemClock};
 use intentgate_http::spec::{Method, UpstreamSpec};
@@ -69,9 +69,13 @@ pub async fn run(arguments: SmokeArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     // A config the loader refuses (a key that changes per attempt, among others) can't be
     // smoke-tested: status 1, with every error and its fix.
-    let mut loaded = intentgate_config::load_file(&arguments.config).map_err(|errors| {
-        anyhow::anyhow!("the config was refused, so no tool could be smoke-tested:\n{errors}")
-    })?;
+    // The ledger is thrown away afterwards: without INTENTGATE_HASH_KEY (or whatever
+    // `gateway.hash_key` names) a random key hashes the sensitive arguments.
+    let hash_key = HashKeySource::EnvironmentOrEphemeral(crate::serve::ephemeral_hash_key()?);
+    let mut loaded =
+        intentgate_config::load_file_with(&arguments.config, &hash_key).map_err(|errors| {
+            anyhow::anyhow!("the config was refused, so no tool could be smoke-tested:\n{errors}")
+        })?;
     let target = if arguments.live {
         Target::live(&mut loaded).await?
     } else {

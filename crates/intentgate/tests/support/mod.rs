@@ -38,8 +38,12 @@ impl Drop for Running {
     }
 }
 
+/// The hash key every command the tests start reads (`INTENTGATE_HASH_KEY`, named by the
+/// example config's `gateway.hash_key`).
+pub const HASH_KEY: &str = "0123456789abcdef0123456789abcdef-process-tests";
+
 /// The built binary, with the environment variables its flags read removed, so that the
-/// developer's environment can't change what a test runs.
+/// developer's environment can't change what a test runs, and the tests' hash key set.
 pub fn intentgate() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_intentgate"));
     for name in [
@@ -55,6 +59,7 @@ pub fn intentgate() -> Command {
     ] {
         command.env_remove(name);
     }
+    command.env("INTENTGATE_HASH_KEY", HASH_KEY);
     command
 }
 
