@@ -412,7 +412,7 @@ impl Checker<'_, '_> {
             ("scopes_header", proxy.scopes_header.as_ref()),
         ] {
             if let Some(name) = name
-                && axum_header_name(name).is_none()
+                && header_name(name).is_none()
             {
                 self.push(
                     &at!["auth", "trusted_proxy", field],
@@ -435,7 +435,7 @@ pub fn parse_network(text: &str) -> Option<ipnet::IpNet> {
 }
 
 /// A header name in lowercase, if `text` is one.
-fn axum_header_name(text: &str) -> Option<String> {
+fn header_name(text: &str) -> Option<String> {
     let valid = !text.is_empty()
         && text
             .bytes()
@@ -455,11 +455,6 @@ fn secure_url(text: &str) -> Result<(), String> {
             "`{text}` must be an https URL (http only on loopback)"
         )),
     }
-}
-
-/// The scopes named in a checked list.
-pub fn scopes(names: &[String]) -> Vec<Scope> {
-    names.iter().filter_map(|name| Scope::parse(name)).collect()
 }
 
 #[cfg(test)]
