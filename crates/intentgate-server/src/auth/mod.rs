@@ -252,8 +252,9 @@ impl Credential {
     }
 }
 
-/// The token of an `Authorization: Bearer` header, if there is one.
-fn bearer(headers: &HeaderMap) -> Result<Option<&str>, AuthFailure> {
+/// The token of an `Authorization: Bearer` header (the scheme in any case), if there is one;
+/// an error for a header of another shape.
+pub fn bearer(headers: &HeaderMap) -> Result<Option<&str>, AuthFailure> {
     let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else {
         return Ok(None);
     };
