@@ -12,6 +12,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use intentgate_core::text::cut;
 use intentgate_server::Problem;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -108,18 +109,6 @@ GET /v1/admin/reconciliations still lists the runs stored in the ledger",
             ))
         }
     }
-}
-
-/// `text`, cut to at most `limit` bytes at a character boundary.
-fn cut(text: &str, limit: usize) -> &str {
-    if text.len() <= limit {
-        return text;
-    }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 #[derive(Deserialize)]

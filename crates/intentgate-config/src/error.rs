@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use intentgate_core::text::printable;
+
 use crate::source_map::{Position, Segment, SourceMap, segments};
 
 /// One thing wrong with a config file.
@@ -81,21 +83,6 @@ impl fmt::Display for ConfigErrors {
 }
 
 impl std::error::Error for ConfigErrors {}
-
-/// Text from the file may hold control characters (a tool name with a newline, terminal
-/// escapes); they are shown escaped so that one error stays one entry and can't repaint a
-/// terminal.
-fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
 
 /// Collects errors for one file, each at a position.
 pub(crate) struct Errors<'a> {

@@ -21,6 +21,7 @@ pub mod outcome;
 pub mod principal;
 pub mod sensitive;
 pub mod status;
+pub mod text;
 pub mod tool;
 
 pub use decimal::Decimal;

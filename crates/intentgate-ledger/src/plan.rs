@@ -20,6 +20,7 @@ use intentgate_core::limits::{
     INTENT_KEY_LENGTH_MAX, LEASE_OWNER_LENGTH_MAX, RESULT_BYTES_MAX, TENANT_LENGTH_MAX,
     TOOL_NAME_LENGTH_MAX,
 };
+use intentgate_core::text::cut;
 use serde_json::Value;
 
 use crate::record::{
@@ -127,18 +128,6 @@ pub fn check_length(field: &'static str, text: &str, limit: usize) -> Result<(),
 /// Cuts free text to the event log's limit, at a character boundary.
 pub fn bounded(text: &str) -> &str {
     cut(text, EVENT_DETAIL_LENGTH_MAX)
-}
-
-/// Cuts `text` to at most `limit` bytes, at a character boundary.
-pub fn cut(text: &str, limit: usize) -> &str {
-    if text.len() <= limit {
-        return text;
-    }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// Checks a name the schema requires to be non-empty and bounded.

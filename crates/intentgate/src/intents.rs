@@ -14,6 +14,7 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow, bail};
 use intentgate_admin::{ManualResolution, check_erase, check_resolvable, erase_all};
 use intentgate_core::IntentStatus;
+use intentgate_core::text::printable;
 use intentgate_gate::{Clock, SystemClock};
 use intentgate_ledger::{
     Durability, Erase, Event, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order,
@@ -416,20 +417,6 @@ fn cut(text: &str, width: usize) -> String {
     let mut cut: String = text.chars().take(width - 1).collect();
     cut.push('…');
     cut
-}
-
-/// `text` with control characters escaped (`\n`, `\u{1b}`), so a key or a reason can't
-/// break a table or send escape sequences to the terminal.
-fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use intentgate_core::text::printable;
+
 use serde_json::{Value, json};
 
 use super::{Finding, RULES, Severity};
@@ -144,17 +146,4 @@ fn uri(file: &str) -> String {
     } else {
         path
     }
-}
-
-/// Control characters escaped, so one finding stays one entry and can't repaint a terminal.
-fn printable(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
 }
