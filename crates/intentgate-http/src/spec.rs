@@ -222,93 +222,27 @@ impl fmt::Debug for UpstreamSpec {
     }
 }
 
-/// A request spec's `Debug` output up to its own fields: the upstream, method, path and
-/// query as they are, the headers by name only (their values may hold secrets).
-fn debug_request<'a, 'b>(
-    f: &'a mut fmt::Formatter<'b>,
-    name: &str,
-    upstream: &dyn fmt::Debug,
-    method: Option<Method>,
-    path: &str,
-    query: &BTreeMap<String, String>,
-    headers: &BTreeMap<String, String>,
-) -> fmt::DebugStruct<'a, 'b> {
-    let mut debug = f.debug_struct(name);
-    debug.field("upstream", upstream);
-    if let Some(method) = method {
-        debug.field("method", &method);
-    }
-    debug
-        .field("path", &path)
-        .field("query", query)
-        .field("headers", &RedactedHeaders(headers));
-    debug
+/// `Debug` for a request spec: its fields as they are, in this order, but its headers by name
+/// only (their values may hold secrets).
+macro_rules! debug_with_redacted_headers {
+    ($spec:ident: $($before:ident),*; $($after:ident),*) => {
+        impl fmt::Debug for $spec {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($spec))
+                    $(.field(stringify!($before), &self.$before))*
+                    .field("headers", &RedactedHeaders(&self.headers))
+                    $(.field(stringify!($after), &self.$after))*
+                    .finish()
+            }
+        }
+    };
 }
 
-impl fmt::Debug for CallSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Self {
-            upstream,
-            method,
-            path,
-            query,
-            headers,
-            body,
-            result,
-        } = self;
-        debug_request(f, "CallSpec", upstream, Some(*method), path, query, headers)
-            .field("body", body)
-            .field("result", result)
-            .finish()
-    }
-}
-
-impl fmt::Debug for LookupSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Self {
-            upstream,
-            method,
-            path,
-            query,
-            headers,
-            found,
-            not_found_statuses,
-            external_id,
-        } = self;
-        debug_request(
-            f,
-            "LookupSpec",
-            upstream,
-            Some(*method),
-            path,
-            query,
-            headers,
-        )
-        .field("found", found)
-        .field("not_found_statuses", not_found_statuses)
-        .field("external_id", external_id)
-        .finish()
-    }
-}
-
-impl fmt::Debug for ListSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Self {
-            upstream,
-            path,
-            query,
-            headers,
-            items,
-            next_cursor,
-            fields,
-        } = self;
-        debug_request(f, "ListSpec", upstream, None, path, query, headers)
-            .field("items", items)
-            .field("next_cursor", next_cursor)
-            .field("fields", fields)
-            .finish()
-    }
-}
+debug_with_redacted_headers!(CallSpec: upstream, method, path, query; body, result);
+debug_with_redacted_headers!(
+    LookupSpec: upstream, method, path, query; found, not_found_statuses, external_id
+);
+debug_with_redacted_headers!(ListSpec: upstream, path, query; items, next_cursor, fields);
 
 #[cfg(test)]
 mod tests {
