@@ -211,7 +211,7 @@ impl Pass<'_> {
         (self.found)(mismatch);
     }
 
-    /// 1. The window's intents, compactly.
+    /// Step 1: the window's intents, compactly.
     async fn index_window(&mut self) -> Result<(), ReconcileError> {
         let filter = IntentFilter {
             tool: Some(self.name.clone()),
@@ -229,8 +229,8 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// 2. The provider's records, a page at a time, each claimed by an intent of the window,
-    /// found as an earlier intent, or explained by none.
+    /// Step 2: the provider's records, a page at a time, each claimed by an intent of the
+    /// window, found as an earlier intent, or explained by none.
     async fn match_records(
         &mut self,
         mut pages: mpsc::Receiver<Result<Vec<ListedRecord>, String>>,
@@ -292,7 +292,7 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// 3. What the ledger has and the provider does not, or has more than once.
+    /// Step 3: what the ledger has and the provider does not, or has more than once.
     async fn report_unexplained(&mut self) -> Result<(), ReconcileError> {
         for position in 0..self.index.entries.len() as u32 {
             let entry = &self.index.entries[position as usize];
