@@ -489,13 +489,12 @@ ledger_trait! {
     }
 }
 
-#[cfg(test)]
+/// Only a build without one of the stores has a location it can't open.
+#[cfg(all(test, not(all(feature = "sqlite", feature = "postgres"))))]
 mod tests {
     use super::*;
 
-    /// Only a build without one of the stores has such a location; it must be refused by
-    /// the feature's name, and no SQLite file created.
-    #[cfg(not(all(feature = "sqlite", feature = "postgres")))]
+    /// Such a location is refused by the feature's name, and no SQLite file created.
     #[tokio::test]
     async fn a_location_of_a_store_left_out_of_the_build_is_refused_naming_its_feature() {
         let folder = tempfile::tempdir().unwrap();
