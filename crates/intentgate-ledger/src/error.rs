@@ -38,6 +38,7 @@ pub enum LedgerError {
     Transition(#[from] IllegalTransition),
 }
 
+#[cfg(feature = "sqlite")]
 impl From<rusqlite::Error> for LedgerError {
     fn from(error: rusqlite::Error) -> LedgerError {
         LedgerError::Storage(error.to_string())

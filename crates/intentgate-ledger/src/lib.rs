@@ -1,12 +1,14 @@
 //! The durable intent ledger.
 //!
-//! One trait, [`Ledger`], and its two stores: [`SqliteLedger`] (one file, the embedded
-//! default) and [`PostgresLedger`] (shared by replicas); [`open`] picks one by location.
-//! The ledger remembers every business intent the gateway has seen, keyed by (tenant, tool,
-//! key): its fingerprint and arguments, its status, who holds its lease, the stored result
-//! or rejection, and an append-only log of every call and transition. Both stores decide
-//! every operation through one module of pure rules (`plan`), so they behave alike. The
-//! gateway's guarantees rest on three of its operations:
+//! One trait, [`Ledger`], and its two stores: `SqliteLedger` (one file, the embedded
+//! default) and `PostgresLedger` (shared by replicas), each behind a cargo feature of its
+//! name (`sqlite`, `postgres`; both on by default). [`open`] picks one by [`Location`], so
+//! no caller tells a URL from a path itself. The ledger remembers every business intent the
+//! gateway has seen, keyed by (tenant, tool, key): its fingerprint and arguments, its
+//! status, who holds its lease, the stored result or rejection, and an append-only log of
+//! every call and transition. Every store decides every operation through one module of
+//! pure rules (`plan`) and builds its filtered reads with one query builder (`query`), so
+//! they behave alike. The gateway's guarantees rest on three of its operations:
 //!
 //! - [`Ledger::begin`] gets or creates the intent and, when this caller may act, takes the
 //!   lease and writes `in_flight` durably, in one transaction, before the upstream call;
@@ -17,12 +19,13 @@
 //! operators ([`Ledger::resolve`], [`Ledger::set_tool_flag`], [`Ledger::events`], and
 //! [`Ledger::intents`], which pages through the intents matching an [`IntentFilter`]), the
 //! metrics gauges ([`Ledger::status_counts`]), retention ([`Ledger::purge`]), erasing a
-//! tenant's data on request ([`Ledger::erase`]) and reconciliation, which pages through one tool's window with [`Ledger::intents`], looks a
-//! provider record's key up across tenants the same way, and stores what it found
-//! ([`Ledger::record_reconciliation`], read back with [`Ledger::reconciliations`],
-//! [`Ledger::reconciliation`] and [`Ledger::reconciliation_mismatches`]). Every operation that
-//! returns rows returns a bounded page of them ([`INTENTS_PAGE_MAX`],
-//! [`RECONCILIATIONS_PAGE_MAX`], [`RECONCILIATION_MISMATCHES_STORED_MAX`]).
+//! tenant's data on request ([`Ledger::erase`]) and reconciliation, which pages through one
+//! tool's window with [`Ledger::intents`], looks a provider record's key up across tenants
+//! the same way, and stores what it found ([`Ledger::record_reconciliation`], read back with
+//! [`Ledger::reconciliations`], [`Ledger::reconciliation`] and
+//! [`Ledger::reconciliation_mismatches`]). Every operation that returns rows returns a
+//! bounded page of them ([`INTENTS_PAGE_MAX`], [`RECONCILIATIONS_PAGE_MAX`],
+//! [`RECONCILIATION_MISMATCHES_STORED_MAX`]).
 //!
 //! **API boundary:** stores check every status change with
 //! [`IntentStatus::transition`](intentgate_core::IntentStatus::transition) and bound every
@@ -30,9 +33,14 @@
 //! (`now_ms`), so the ledger never reads it.
 
 mod error;
+mod location;
+mod migrations;
 mod plan;
+#[cfg(feature = "postgres")]
 pub mod postgres;
+mod query;
 mod record;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod waiters;
 
@@ -46,49 +54,65 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use error::LedgerError;
+pub use location::Location;
+#[cfg(feature = "postgres")]
 pub use postgres::{PostgresLedger, PostgresOptions};
 pub use record::{
     Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
 };
+#[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteLedger, SqliteOptions};
 
-/// True when `location` names a PostgreSQL database rather than a SQLite file.
-pub fn is_postgres_url(location: &str) -> bool {
-    location.starts_with("postgres://") || location.starts_with("postgresql://")
-}
+/// What every ledger operation returns: its answer, or a [`LedgerError`].
+pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
 /// The environment variable that names the PostgreSQL schema [`open`] uses instead of the
 /// default (`intentgate`): one database can then hold several separate ledgers.
 pub const SCHEMA_ENV: &str = "INTENTGATE_LEDGER_SCHEMA";
 
-/// Opens the ledger at `location`: PostgreSQL for a `postgres://` or `postgresql://` URL
-/// (in the schema named by [`SCHEMA_ENV`] if set, else the default schema), otherwise the
-/// SQLite file at that path, with grouped commits.
-pub async fn open(location: &str, durability: Durability) -> Result<Arc<dyn Ledger>, LedgerError> {
-    if is_postgres_url(location) {
-        let mut options = PostgresOptions {
-            durability,
-            ..PostgresOptions::default()
-        };
-        if let Some(schema) = std::env::var(SCHEMA_ENV).ok().filter(|s| !s.is_empty()) {
-            options.schema = schema;
+/// Opens the ledger at `location` (see [`Location::parse`]): PostgreSQL for a
+/// `postgres://` or `postgresql://` URL (in the schema named by [`SCHEMA_ENV`] if set, else
+/// the default schema), otherwise the SQLite file at that path, with grouped commits. A
+/// location whose store this build leaves out (its cargo feature is off) is refused, naming
+/// the feature.
+pub async fn open(location: &str, durability: Durability) -> Result<Arc<dyn Ledger>> {
+    match Location::parse(location) {
+        #[cfg(feature = "postgres")]
+        Location::Postgres(url) => {
+            let mut options = PostgresOptions {
+                durability,
+                ..PostgresOptions::default()
+            };
+            if let Some(schema) = std::env::var(SCHEMA_ENV).ok().filter(|s| !s.is_empty()) {
+                options.schema = schema;
+            }
+            Ok(Arc::new(PostgresLedger::connect(&url, options).await?))
         }
-        return Ok(Arc::new(PostgresLedger::connect(location, options).await?));
+        #[cfg(feature = "sqlite")]
+        Location::Sqlite(path) => {
+            let options = SqliteOptions {
+                durability,
+                inline: false,
+            };
+            Ok(Arc::new(SqliteLedger::open(path, options)?))
+        }
+        // Only reached in a build without one of the stores.
+        #[allow(unreachable_patterns)]
+        left_out => Err(LedgerError::Open {
+            path: left_out.to_string(),
+            reason: format!(
+                "this intentgate was built without the `{}` feature of intentgate-ledger, \
+                 which that store needs: build it with `--features {}`",
+                left_out.feature(),
+                left_out.feature()
+            ),
+        }),
     }
-    let options = SqliteOptions {
-        durability,
-        inline: false,
-    };
-    Ok(Arc::new(SqliteLedger::open(location, options)?))
 }
 
 /// `location` as it may be shown: a PostgreSQL URL without its password.
 pub fn display_location(location: &str) -> String {
-    if is_postgres_url(location) {
-        postgres::redacted(location)
-    } else {
-        location.to_owned()
-    }
+    Location::parse(location).to_string()
 }
 
 /// How much a ledger write promises before the upstream call leaves.
@@ -310,232 +334,185 @@ pub enum Order {
     Newest,
 }
 
-/// The durable intent ledger. Implementations: [`SqliteLedger`], [`PostgresLedger`].
-#[async_trait]
-pub trait Ledger: Send + Sync + 'static {
-    /// Gets or creates the intent for (tenant, tool, key) and decides what this caller does.
-    /// When it returns [`Begin::Execute`], `in_flight` is durable (per the store's
-    /// [`Durability`]) before it returns.
-    async fn begin(&self, request: BeginRequest) -> Result<Begin, LedgerError>;
+/// Defines [`Ledger`] from its operations, and the impl that lets an `Arc` of a ledger
+/// (`Arc<dyn Ledger>`, as the gateway holds one) stand wherever a ledger is taken: each
+/// operation is written once, and forwarded to the ledger inside.
+macro_rules! ledger_trait {
+    (
+        $(#[$trait_attribute:meta])*
+        pub trait Ledger {
+            $(
+                $(#[$attribute:meta])*
+                async fn $operation:ident(&self $(, $argument:ident: $type:ty)* $(,)?)
+                    $(-> $output:ty)?;
+            )*
+        }
+    ) => {
+        $(#[$trait_attribute])*
+        #[async_trait]
+        pub trait Ledger: Send + Sync + 'static {
+            $(
+                $(#[$attribute])*
+                async fn $operation(&self $(, $argument: $type)*) $(-> $output)?;
+            )*
+        }
 
-    /// Records what an attempt (or a lookup) learned and releases the lease.
-    async fn finish(&self, finish: Finish) -> Result<Finished, LedgerError>;
-
-    /// Counts a repeated call answered from a read (the already-done fast path).
-    async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<(), LedgerError>;
-
-    /// Reads an intent by its scope and key.
-    async fn get(
-        &self,
-        tenant: &str,
-        tool: &str,
-        key: &str,
-    ) -> Result<Option<IntentRecord>, LedgerError>;
-
-    /// Reads an intent by id.
-    async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>, LedgerError>;
-
-    /// Intents in a status whose lease is free or expired at `now_ms` (for the sweeper and
-    /// for recovery), oldest first, at most `limit`.
-    async fn stale(
-        &self,
-        status: IntentStatus,
-        now_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<IntentRecord>, LedgerError>;
-
-    /// Every intent, in id order, `limit` at a time after `after_id` (for checks and reports).
-    async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>, LedgerError>;
-
-    /// The intent's event log, oldest first.
-    async fn events(&self, id: IntentId) -> Result<Vec<Event>, LedgerError>;
-
-    /// Sets an intent's status by hand (operator) or by proof (reconciliation).
-    async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord, LedgerError>;
-
-    /// Records a call refused because the tool is switched off.
-    async fn record_disabled_call(
-        &self,
-        tenant: &str,
-        tool: &str,
-        now_ms: i64,
-    ) -> Result<(), LedgerError>;
-
-    /// Switches a tool on or off.
-    async fn set_tool_flag(&self, flag: ToolFlag) -> Result<(), LedgerError>;
-
-    /// Every stored tool flag.
-    async fn tool_flags(&self) -> Result<Vec<ToolFlag>, LedgerError>;
-
-    /// Deletes settled intents (done, rejected, not_executed) not seen since `before_ms`,
-    /// with their events, and the reconciliation runs finished before `before_ms` with their
-    /// mismatches. Unknown and in-flight intents are kept until resolved. Returns how many
-    /// intents were deleted.
-    async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError>;
-
-    /// Deletes what [`Erase`] selects (at most [`ERASE_BATCH_MAX`] intents per call, with
-    /// their events; the tenant's reconciliation mismatches, and for a whole tenant or tool
-    /// its refused-call events), in one transaction, and appends an `erased` event (tenant,
-    /// tool, counts, actor and reason; no key, argument or result) that retention keeps.
-    /// Refuses, writing nothing, while any selected intent is held by a call, or is not
-    /// settled and `force` is not set. Refused too (an error): an empty reason or actor, a
-    /// key without a tool, names over their limits.
-    async fn erase(&self, erase: &Erase) -> Result<Erasure, LedgerError>;
-
-    /// Intents matching `filter`, in id order (`Oldest`: ascending, `Newest`: descending),
-    /// at most `limit` (cut to [`INTENTS_PAGE_MAX`]), strictly after `cursor` in that order
-    /// (`None`: from the start). The last id of a page is the cursor of the next; the pages
-    /// are over when one comes back shorter than asked. A page never repeats an intent of an
-    /// earlier page, and an intent that existed when paging began and matched the filter
-    /// all along is on one of them.
-    ///
-    /// With a `tool` and both ends of the first-seen window, the first page starts at the
-    /// window's first id (found from an index) and each next page where the last ended, so
-    /// paging through a window reads it about once, and, on its last page, the tool's
-    /// intents created after it; no page sorts the window.
-    async fn intents(
-        &self,
-        filter: &IntentFilter,
-        order: Order,
-        cursor: Option<IntentId>,
-        limit: u32,
-    ) -> Result<Vec<IntentRecord>, LedgerError>;
-
-    /// How many intents each tool has in each status (statuses with none are left out),
-    /// by tool, then status in the state machine's order (pending first). For the metrics
-    /// gauges; it counts every intent (from an index, without reading the rows).
-    async fn status_counts(&self) -> Result<Vec<StatusCount>, LedgerError>;
-
-    /// Stores a finished run and (at most [`RECONCILIATION_MISMATCHES_STORED_MAX`] of) its
-    /// mismatches, the first ones in the order given, in one transaction; returns the run's
-    /// id. The run's `id` and each mismatch's `run_id` are ignored. The stored summary says
-    /// how many mismatches were not kept ([`SUMMARY_MISMATCHES_NOT_STORED`]); `summary` must
-    /// be a JSON object (or null, stored as `{}`).
-    ///
-    /// Refused (nothing written): an actor, tool or kind that is empty or over its limit, a
-    /// severity not in [`MISMATCH_SEVERITIES`], a summary over
-    /// [`RECONCILIATION_SUMMARY_BYTES_MAX`], a count over `i64::MAX`, or fewer mismatches
-    /// counted (`run.mismatches`) than given: those are bugs of the caller. Text that may
-    /// come from the provider (tenant, intent key, external ids, subject, detail) is cut to
-    /// its limit instead, so that one odd provider record can't lose a run's report.
-    async fn record_reconciliation(
-        &self,
-        run: &ReconciliationRun,
-        mismatches: &[StoredMismatch],
-    ) -> Result<i64, LedgerError>;
-
-    /// The latest runs, newest first, at most `limit` (cut to [`RECONCILIATIONS_PAGE_MAX`]).
-    async fn reconciliations(&self, limit: u32) -> Result<Vec<ReconciliationRun>, LedgerError>;
-
-    /// One run by id, or `None` (never stored, or purged).
-    async fn reconciliation(&self, run_id: i64) -> Result<Option<ReconciliationRun>, LedgerError>;
-
-    /// A run's stored mismatches, in the order they were stored, at most `limit` (cut to
-    /// [`RECONCILIATION_MISMATCHES_STORED_MAX`], so one call can return all of them). Empty
-    /// for a run that does not exist.
-    async fn reconciliation_mismatches(
-        &self,
-        run_id: i64,
-        limit: u32,
-    ) -> Result<Vec<StoredMismatch>, LedgerError>;
-
-    /// Waits until the intent may have changed, or `timeout` passes. Spurious wake-ups are
-    /// allowed: callers read the intent again afterwards.
-    async fn wait_for_change(&self, id: IntentId, timeout: Duration);
+        #[async_trait]
+        impl<L: Ledger + ?Sized> Ledger for Arc<L> {
+            $(
+                async fn $operation(&self $(, $argument: $type)*) $(-> $output)? {
+                    (**self).$operation($($argument),*).await
+                }
+            )*
+        }
+    };
 }
 
-#[async_trait]
-impl<L: Ledger + ?Sized> Ledger for std::sync::Arc<L> {
-    async fn begin(&self, request: BeginRequest) -> Result<Begin, LedgerError> {
-        (**self).begin(request).await
+ledger_trait! {
+    /// The durable intent ledger. Implementations: `SqliteLedger`, `PostgresLedger`.
+    pub trait Ledger {
+        /// Gets or creates the intent for (tenant, tool, key) and decides what this caller does.
+        /// When it returns [`Begin::Execute`], `in_flight` is durable (per the store's
+        /// [`Durability`]) before it returns.
+        async fn begin(&self, request: BeginRequest) -> Result<Begin>;
+
+        /// Records what an attempt (or a lookup) learned and releases the lease.
+        async fn finish(&self, finish: Finish) -> Result<Finished>;
+
+        /// Counts a repeated call answered from a read (the already-done fast path).
+        async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()>;
+
+        /// Reads an intent by its scope and key.
+        async fn get(&self, tenant: &str, tool: &str, key: &str) -> Result<Option<IntentRecord>>;
+
+        /// Reads an intent by id.
+        async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>>;
+
+        /// Intents in a status whose lease is free or expired at `now_ms` (for the sweeper and
+        /// for recovery), oldest first, at most `limit`.
+        async fn stale(
+            &self,
+            status: IntentStatus,
+            now_ms: i64,
+            limit: u32,
+        ) -> Result<Vec<IntentRecord>>;
+
+        /// Every intent, in id order, `limit` at a time after `after_id` (for checks and reports).
+        async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>>;
+
+        /// The intent's event log, oldest first.
+        async fn events(&self, id: IntentId) -> Result<Vec<Event>>;
+
+        /// Sets an intent's status by hand (operator) or by proof (reconciliation).
+        async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord>;
+
+        /// Records a call refused because the tool is switched off.
+        async fn record_disabled_call(&self, tenant: &str, tool: &str, now_ms: i64) -> Result<()>;
+
+        /// Switches a tool on or off.
+        async fn set_tool_flag(&self, flag: ToolFlag) -> Result<()>;
+
+        /// Every stored tool flag.
+        async fn tool_flags(&self) -> Result<Vec<ToolFlag>>;
+
+        /// Deletes settled intents (done, rejected, not_executed) not seen since `before_ms`,
+        /// with their events, and the reconciliation runs finished before `before_ms` with their
+        /// mismatches. Unknown and in-flight intents are kept until resolved. Returns how many
+        /// intents were deleted.
+        async fn purge(&self, before_ms: i64) -> Result<u64>;
+
+        /// Deletes what [`Erase`] selects (at most [`ERASE_BATCH_MAX`] intents per call, with
+        /// their events; the tenant's reconciliation mismatches, and for a whole tenant or tool
+        /// its refused-call events), in one transaction, and appends an `erased` event (tenant,
+        /// tool, counts, actor and reason; no key, argument or result) that retention keeps.
+        /// Refuses, writing nothing, while any selected intent is held by a call, or is not
+        /// settled and `force` is not set. Refused too (an error): an empty reason or actor, a
+        /// key without a tool, names over their limits.
+        async fn erase(&self, erase: &Erase) -> Result<Erasure>;
+
+        /// Intents matching `filter`, in id order (`Oldest`: ascending, `Newest`: descending),
+        /// at most `limit` (cut to [`INTENTS_PAGE_MAX`]), strictly after `cursor` in that order
+        /// (`None`: from the start). The last id of a page is the cursor of the next; the pages
+        /// are over when one comes back shorter than asked. A page never repeats an intent of an
+        /// earlier page, and an intent that existed when paging began and matched the filter
+        /// all along is on one of them.
+        ///
+        /// With a `tool` and both ends of the first-seen window, the first page starts at the
+        /// window's first id (found from an index) and each next page where the last ended, so
+        /// paging through a window reads it about once, and, on its last page, the tool's
+        /// intents created after it; no page sorts the window.
+        async fn intents(
+            &self, filter: &IntentFilter, order: Order, cursor: Option<IntentId>, limit: u32,
+        ) -> Result<Vec<IntentRecord>>;
+
+        /// How many intents each tool has in each status (statuses with none are left out),
+        /// by tool, then status in the state machine's order (pending first). For the metrics
+        /// gauges; it counts every intent (from an index, without reading the rows).
+        async fn status_counts(&self) -> Result<Vec<StatusCount>>;
+
+        /// Stores a finished run and (at most [`RECONCILIATION_MISMATCHES_STORED_MAX`] of) its
+        /// mismatches, the first ones in the order given, in one transaction; returns the run's
+        /// id. The run's `id` and each mismatch's `run_id` are ignored. The stored summary says
+        /// how many mismatches were not kept ([`SUMMARY_MISMATCHES_NOT_STORED`]); `summary` must
+        /// be a JSON object (or null, stored as `{}`).
+        ///
+        /// Refused (nothing written): an actor, tool or kind that is empty or over its limit, a
+        /// severity not in [`MISMATCH_SEVERITIES`], a summary over
+        /// [`RECONCILIATION_SUMMARY_BYTES_MAX`], a count over `i64::MAX`, or fewer mismatches
+        /// counted (`run.mismatches`) than given: those are bugs of the caller. Text that may
+        /// come from the provider (tenant, intent key, external ids, subject, detail) is cut to
+        /// its limit instead, so that one odd provider record can't lose a run's report.
+        async fn record_reconciliation(
+            &self,
+            run: &ReconciliationRun,
+            mismatches: &[StoredMismatch],
+        ) -> Result<i64>;
+
+        /// The latest runs, newest first, at most `limit` (cut to [`RECONCILIATIONS_PAGE_MAX`]).
+        async fn reconciliations(&self, limit: u32) -> Result<Vec<ReconciliationRun>>;
+
+        /// One run by id, or `None` (never stored, or purged).
+        async fn reconciliation(&self, run_id: i64) -> Result<Option<ReconciliationRun>>;
+
+        /// A run's stored mismatches, in the order they were stored, at most `limit` (cut to
+        /// [`RECONCILIATION_MISMATCHES_STORED_MAX`], so one call can return all of them). Empty
+        /// for a run that does not exist.
+        async fn reconciliation_mismatches(
+            &self,
+            run_id: i64,
+            limit: u32,
+        ) -> Result<Vec<StoredMismatch>>;
+
+        /// Waits until the intent may have changed, or `timeout` passes. Spurious wake-ups are
+        /// allowed: callers read the intent again afterwards.
+        async fn wait_for_change(&self, id: IntentId, timeout: Duration);
     }
-    async fn finish(&self, finish: Finish) -> Result<Finished, LedgerError> {
-        (**self).finish(finish).await
-    }
-    async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<(), LedgerError> {
-        (**self).record_call(id, now_ms).await
-    }
-    async fn get(
-        &self,
-        tenant: &str,
-        tool: &str,
-        key: &str,
-    ) -> Result<Option<IntentRecord>, LedgerError> {
-        (**self).get(tenant, tool, key).await
-    }
-    async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>, LedgerError> {
-        (**self).get_by_id(id).await
-    }
-    async fn stale(
-        &self,
-        status: IntentStatus,
-        now_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<IntentRecord>, LedgerError> {
-        (**self).stale(status, now_ms, limit).await
-    }
-    async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>, LedgerError> {
-        (**self).list(after_id, limit).await
-    }
-    async fn events(&self, id: IntentId) -> Result<Vec<Event>, LedgerError> {
-        (**self).events(id).await
-    }
-    async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord, LedgerError> {
-        (**self).resolve(resolve).await
-    }
-    async fn record_disabled_call(
-        &self,
-        tenant: &str,
-        tool: &str,
-        now_ms: i64,
-    ) -> Result<(), LedgerError> {
-        (**self).record_disabled_call(tenant, tool, now_ms).await
-    }
-    async fn set_tool_flag(&self, flag: ToolFlag) -> Result<(), LedgerError> {
-        (**self).set_tool_flag(flag).await
-    }
-    async fn tool_flags(&self) -> Result<Vec<ToolFlag>, LedgerError> {
-        (**self).tool_flags().await
-    }
-    async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError> {
-        (**self).purge(before_ms).await
-    }
-    async fn erase(&self, erase: &Erase) -> Result<Erasure, LedgerError> {
-        (**self).erase(erase).await
-    }
-    async fn intents(
-        &self,
-        filter: &IntentFilter,
-        order: Order,
-        cursor: Option<IntentId>,
-        limit: u32,
-    ) -> Result<Vec<IntentRecord>, LedgerError> {
-        (**self).intents(filter, order, cursor, limit).await
-    }
-    async fn status_counts(&self) -> Result<Vec<StatusCount>, LedgerError> {
-        (**self).status_counts().await
-    }
-    async fn record_reconciliation(
-        &self,
-        run: &ReconciliationRun,
-        mismatches: &[StoredMismatch],
-    ) -> Result<i64, LedgerError> {
-        (**self).record_reconciliation(run, mismatches).await
-    }
-    async fn reconciliations(&self, limit: u32) -> Result<Vec<ReconciliationRun>, LedgerError> {
-        (**self).reconciliations(limit).await
-    }
-    async fn reconciliation(&self, run_id: i64) -> Result<Option<ReconciliationRun>, LedgerError> {
-        (**self).reconciliation(run_id).await
-    }
-    async fn reconciliation_mismatches(
-        &self,
-        run_id: i64,
-        limit: u32,
-    ) -> Result<Vec<StoredMismatch>, LedgerError> {
-        (**self).reconciliation_mismatches(run_id, limit).await
-    }
-    async fn wait_for_change(&self, id: IntentId, timeout: Duration) {
-        (**self).wait_for_change(id, timeout).await
+}
+
+/// Only a build without one of the stores has a location it can't open.
+#[cfg(all(test, not(all(feature = "sqlite", feature = "postgres"))))]
+mod tests {
+    use super::*;
+
+    /// Such a location is refused by the feature's name, and no SQLite file created.
+    #[tokio::test]
+    async fn a_location_of_a_store_left_out_of_the_build_is_refused_naming_its_feature() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        let (location, feature) = if cfg!(feature = "sqlite") {
+            ("postgres://alice:s3cret@db/test".to_owned(), "postgres")
+        } else {
+            (path.display().to_string(), "sqlite")
+        };
+        let Err(LedgerError::Open {
+            path: shown,
+            reason,
+        }) = open(&location, Durability::Strict).await
+        else {
+            panic!("{location} was opened without its store");
+        };
+        assert!(reason.contains(&format!("`{feature}` feature")), "{reason}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(!path.exists());
     }
 }

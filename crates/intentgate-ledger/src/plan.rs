@@ -5,11 +5,9 @@
 //! the intent, asks this module what to do, and applies the [`Write`]s of the returned
 //! [`Plan`] in order before it commits. So the rules (who takes the lease, when a lease has
 //! expired, when a lookup is due, which transition and which event) and the limits on what
-//! is written are decided once, here, for SQLite and PostgreSQL alike.
-//!
-//! The reads that take more than a key are shaped here too: [`intents_query`] builds the one
-//! statement both stores run for a filtered page of intents, so they page alike and use the
-//! same indexes; [`reconciliation`] and [`bulk_intent`] check (and cut) what those writes store.
+//! is written are decided once, here, for every store alike. [`reconciliation`],
+//! [`bulk_intent`] and [`check_erase`] check (and cut) what the other writes store; the
+//! statements of the reads that take more than a key are built in `query`.
 //!
 //! **Invariant:** no I/O and no clock. Everything comes in as arguments, so these functions
 //! are as deterministic as the state machine they call.
@@ -27,11 +25,11 @@ use crate::record::{
     IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
 };
 use crate::{
-    Begin, BeginRequest, ERASE_BATCH_MAX, ERASE_SHOWN_MAX, Erase, Erased, Erasure, Finish,
-    Finished, INTENTS_PAGE_MAX, IntentFilter, LedgerError, MISMATCH_DETAIL_LENGTH_MAX,
-    MISMATCH_EXTERNAL_IDS_BYTES_MAX, MISMATCH_EXTERNAL_IDS_MAX, MISMATCH_KIND_LENGTH_MAX,
-    MISMATCH_SEVERITIES, MISMATCH_SUBJECT_LENGTH_MAX, Order, RECONCILIATION_MISMATCHES_STORED_MAX,
-    RECONCILIATION_SUMMARY_BYTES_MAX, Resolve, SUMMARY_MISMATCHES_NOT_STORED,
+    Begin, BeginRequest, Erase, Erased, Erasure, Finish, Finished, LedgerError,
+    MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_BYTES_MAX, MISMATCH_EXTERNAL_IDS_MAX,
+    MISMATCH_KIND_LENGTH_MAX, MISMATCH_SEVERITIES, MISMATCH_SUBJECT_LENGTH_MAX,
+    RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATION_SUMMARY_BYTES_MAX, Resolve,
+    SUMMARY_MISMATCHES_NOT_STORED,
 };
 
 /// The writes an operation makes, in order, and what it answers once they are committed.
@@ -47,6 +45,7 @@ impl<T> Plan<T> {
     }
 
     /// A plan that writes nothing (more).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub fn outcome(outcome: T) -> Plan<T> {
         Plan::new(Vec::new(), outcome)
     }
@@ -526,196 +525,9 @@ pub fn tool_flag(flag: &ToolFlag) -> Result<(ToolFlag, NewEvent), LedgerError> {
     Ok((stored, event))
 }
 
-/// How a store writes the placeholders of a [`Query`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    /// `?1`, `?2`, ...
-    Sqlite,
-    /// `$1`, `$2`, ...
-    Postgres,
-}
-
-/// A value bound to one placeholder of a [`Query`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum Parameter {
-    Integer(i64),
-    Text(String),
-}
-
-/// A statement built here for both stores: its SQL with numbered placeholders, and the
-/// values they stand for, the first for placeholder 1. Values are always bound, never
-/// written into the SQL.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Query {
-    pub sql: String,
-    pub parameters: Vec<Parameter>,
-}
-
-/// Collects the parameters of a query as its SQL is written.
-struct Parameters {
-    dialect: Dialect,
-    values: Vec<Parameter>,
-}
-
-impl Parameters {
-    /// Binds `value` to the next placeholder and returns that placeholder, which the SQL
-    /// may name more than once.
-    fn bind(&mut self, value: Parameter) -> String {
-        self.values.push(value);
-        let number = self.values.len();
-        match self.dialect {
-            Dialect::Sqlite => format!("?{number}"),
-            Dialect::Postgres => format!("${number}"),
-        }
-    }
-}
-
-/// The page of [`crate::Ledger::intents`] as one statement that selects `columns` of the
-/// `intents` table, or `None` when nothing can match (a `limit` of 0, an empty window).
-///
-/// Why it reads as it does (checked with `EXPLAIN QUERY PLAN` on SQLite and `EXPLAIN` on
-/// PostgreSQL, against the indexes of migration 2):
-///
-/// - A page is in id order, so it walks an index whose order is the id's: with a `tool`,
-///   `intents_by_tool` (tool, id, first_seen_ms) from the cursor on, and stops after
-///   `limit` rows (PostgreSQL walks the primary key instead when its statistics say the
-///   tool is much of the table: the same order, no sort either); with a `tool` and a `key`,
-///   `intents_by_tool_key` (one row per tenant). The window's conditions are written
-///   `+first_seen_ms`, which no index can serve: else a planner may pick
-///   `intents_by_tool_first_seen`, whose order is the time's, and sort the whole rest of
-///   the window for every page.
-/// - Walking `intents_by_tool` from the start would read every older intent of the tool
-///   before the window's first. So the first page (no cursor) of a closed window starts at
-///   the window's least id and ends at its greatest, both read from
-///   `intents_by_tool_first_seen` (tool, first_seen_ms, id): one pass over the window's
-///   index entries, without the rows. `id + 0` keeps both planners from answering
-///   `min(id)` by walking `intents_by_tool` instead (the min/max optimisation), which would
-///   again read every intent of the tool before the window. Later pages start at their
-///   cursor, which is past the window's least id already; only the last one reads on past
-///   the window's greatest id, once.
-pub fn intents_query(
-    filter: &IntentFilter,
-    order: Order,
-    cursor: Option<IntentId>,
-    limit: u32,
-    columns: &str,
-    dialect: Dialect,
-) -> Option<Query> {
-    let limit = limit.min(INTENTS_PAGE_MAX);
-    if limit == 0 {
-        return None;
-    }
-    if let (Some(from), Some(until)) = (filter.first_seen_from_ms, filter.first_seen_until_ms)
-        && from >= until
-    {
-        return None;
-    }
-    let mut parameters = Parameters {
-        dialect,
-        values: Vec::new(),
-    };
-    let mut conditions = Vec::new();
-    if let Some(tenant) = &filter.tenant {
-        let tenant = parameters.bind(Parameter::Text(tenant.clone()));
-        conditions.push(format!("tenant = {tenant}"));
-    }
-    let tool = filter
-        .tool
-        .as_ref()
-        .map(|tool| parameters.bind(Parameter::Text(tool.clone())));
-    if let Some(tool) = &tool {
-        conditions.push(format!("tool = {tool}"));
-    }
-    if let Some(key) = &filter.key {
-        let key = parameters.bind(Parameter::Text(key.clone()));
-        conditions.push(format!("intent_key = {key}"));
-    }
-    if let Some(status) = filter.status {
-        let status = parameters.bind(Parameter::Text(status.as_str().to_owned()));
-        conditions.push(format!("status = {status}"));
-    }
-    let from = filter
-        .first_seen_from_ms
-        .map(|from| parameters.bind(Parameter::Integer(from)));
-    if let Some(from) = &from {
-        conditions.push(format!("+first_seen_ms >= {from}"));
-    }
-    let until = filter
-        .first_seen_until_ms
-        .map(|until| parameters.bind(Parameter::Integer(until)));
-    if let Some(until) = &until {
-        conditions.push(format!("+first_seen_ms < {until}"));
-    }
-    match (cursor, &tool, &from, &until) {
-        (Some(cursor), ..) => {
-            let cursor = parameters.bind(Parameter::Integer(cursor));
-            conditions.push(match order {
-                Order::Oldest => format!("id > {cursor}"),
-                Order::Newest => format!("id < {cursor}"),
-            });
-        }
-        // With a key the page is a few rows from `intents_by_tool_key` already.
-        (None, Some(tool), Some(from), Some(until)) if filter.key.is_none() => {
-            let window = format!(
-                "FROM intents WHERE tool = {tool} AND first_seen_ms >= {from} AND first_seen_ms < {until}"
-            );
-            // An empty window makes both NULL, and the page empty.
-            conditions.push(format!("id >= (SELECT min(id + 0) {window})"));
-            conditions.push(format!("id <= (SELECT max(id + 0) {window})"));
-        }
-        (None, ..) => {}
-    }
-    let limit = parameters.bind(Parameter::Integer(i64::from(limit)));
-    let mut sql = format!("SELECT {columns} FROM intents");
-    if !conditions.is_empty() {
-        sql.push_str(" WHERE ");
-        sql.push_str(&conditions.join(" AND "));
-    }
-    sql.push_str(match order {
-        Order::Oldest => " ORDER BY id",
-        Order::Newest => " ORDER BY id DESC",
-    });
-    sql.push_str(&format!(" LIMIT {limit}"));
-    Some(Query {
-        sql,
-        parameters: parameters.values,
-    })
-}
-
-/// The statements of one [`crate::Ledger::erase`], built here for both stores so that they
-/// select alike. Every one narrows by `tenant`, then `tool` and `intent_key` when given: the
-/// prefix of the intents' unique (tenant, tool, intent_key) index.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EraseQueries {
-    /// The ids of selected intents a call holds right now (a live lease), the first
-    /// [`ERASE_SHOWN_MAX`].
-    pub busy: Query,
-    /// The ids of selected intents that are not settled, the first [`ERASE_SHOWN_MAX`].
-    pub unsettled: Query,
-    /// The ids of the intents to delete now, in id order: one more than
-    /// [`ERASE_BATCH_MAX`], which says that there are more.
-    pub batch: Query,
-    /// Deletes the reconciliation mismatches that name the selected intents.
-    pub mismatches: Query,
-    /// Deletes the tenant's (or its tool's) events of refused calls, which name no intent;
-    /// `None` when one key is erased, since they don't belong to one intent.
-    pub disabled_calls: Option<Query>,
-}
-
-/// The statuses of intents whose effect may have happened although nothing says so.
-const UNSETTLED: &str = "status IN ('pending', 'in_flight', 'unknown')";
-
-/// Which of an erasure's intents a statement selects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Selected {
-    All,
-    Unsettled,
-    /// Unsettled, with a live lease.
-    Held,
-}
-
-/// Checks an erasure and builds its statements.
-pub fn erase_queries(erase: &Erase, dialect: Dialect) -> Result<EraseQueries, LedgerError> {
+/// What `erase` checks before it reads anything: names within their limits, a key only
+/// with its tool, an actor and a reason (the event log keeps both).
+pub fn check_erase(erase: &Erase) -> Result<(), LedgerError> {
     check_name("tenant", &erase.tenant, TENANT_LENGTH_MAX)?;
     if let Some(tool) = &erase.tool {
         check_name("tool", tool, TOOL_NAME_LENGTH_MAX)?;
@@ -736,88 +548,7 @@ pub fn erase_queries(erase: &Erase, dialect: Dialect) -> Result<EraseQueries, Le
             reason: "is empty: say why the data is erased (it is kept in the event log)".to_owned(),
         });
     }
-    // The selected intents' ids, in id order: all of them, the unsettled ones, or those a
-    // call holds now.
-    let select = |which: Selected, limit: u32| {
-        let mut parameters = Parameters {
-            dialect,
-            values: Vec::new(),
-        };
-        let mut conditions = erase_conditions(erase, &mut parameters, true);
-        if which != Selected::All {
-            conditions.push(UNSETTLED.to_owned());
-        }
-        if which == Selected::Held {
-            let now = parameters.bind(Parameter::Integer(erase.now_ms));
-            conditions.push(format!(
-                "lease_owner IS NOT NULL AND lease_expires_ms > {now}"
-            ));
-        }
-        let limit = parameters.bind(Parameter::Integer(i64::from(limit)));
-        Query {
-            sql: format!(
-                "SELECT id FROM intents WHERE {} ORDER BY id LIMIT {limit}",
-                conditions.join(" AND ")
-            ),
-            parameters: parameters.values,
-        }
-    };
-    let busy = select(Selected::Held, ERASE_SHOWN_MAX);
-    let unsettled = select(Selected::Unsettled, ERASE_SHOWN_MAX);
-    let batch = select(Selected::All, ERASE_BATCH_MAX + 1);
-    let mut parameters = Parameters {
-        dialect,
-        values: Vec::new(),
-    };
-    let conditions = erase_conditions(erase, &mut parameters, true);
-    let mismatches = Query {
-        sql: format!(
-            "DELETE FROM reconciliation_mismatches WHERE {}",
-            conditions.join(" AND ")
-        ),
-        parameters: parameters.values,
-    };
-    let disabled_calls = erase.key.is_none().then(|| {
-        let mut parameters = Parameters {
-            dialect,
-            values: Vec::new(),
-        };
-        let mut conditions = erase_conditions(erase, &mut parameters, false);
-        conditions.push("intent_id IS NULL AND kind = 'disabled_call'".to_owned());
-        Query {
-            sql: format!("DELETE FROM events WHERE {}", conditions.join(" AND ")),
-            parameters: parameters.values,
-        }
-    });
-    Ok(EraseQueries {
-        busy,
-        unsettled,
-        batch,
-        mismatches,
-        disabled_calls,
-    })
-}
-
-/// `tenant = ..`, and `tool = ..` and `intent_key = ..` when the erasure names them (the key
-/// only where the table has one).
-fn erase_conditions(erase: &Erase, parameters: &mut Parameters, with_key: bool) -> Vec<String> {
-    let mut conditions = vec![format!(
-        "tenant = {}",
-        parameters.bind(Parameter::Text(erase.tenant.clone()))
-    )];
-    if let Some(tool) = &erase.tool {
-        conditions.push(format!(
-            "tool = {}",
-            parameters.bind(Parameter::Text(tool.clone()))
-        ));
-    }
-    if let (true, Some(key)) = (with_key, &erase.key) {
-        conditions.push(format!(
-            "intent_key = {}",
-            parameters.bind(Parameter::Text(key.clone()))
-        ));
-    }
-    conditions
+    Ok(())
 }
 
 /// Whether an erasure must be refused, from the ids its `busy` and `unsettled` statements
@@ -1014,6 +745,7 @@ fn mismatch_row(mismatch: &StoredMismatch) -> Result<MismatchRow, LedgerError> {
 /// An intent given to `bulk_insert`, checked as the normal writes check theirs, with its
 /// JSON serialised once.
 #[derive(Debug)]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub struct BulkIntent {
     pub intent: IntentRecord,
     /// `intent.arguments` as JSON text.
@@ -1026,6 +758,7 @@ pub struct BulkIntent {
 /// the names not empty), a fingerprint of 64 hex digits, and a status that agrees with the
 /// rest of the row as the state machine leaves it (an in-flight intent holds a lease, a
 /// settled one holds none, a lease has an owner and an expiry or neither).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub fn bulk_intent(intent: IntentRecord) -> Result<BulkIntent, LedgerError> {
     check_name("tenant", &intent.tenant, TENANT_LENGTH_MAX)?;
     check_name("tool", &intent.tool, TOOL_NAME_LENGTH_MAX)?;

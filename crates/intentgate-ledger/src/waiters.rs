@@ -14,6 +14,10 @@ use tokio::sync::Notify;
 
 use crate::IntentId;
 
+/// Longest wait for a change before a waiting caller reads again, in every store. Bounds the
+/// cost of a missed wake-up.
+pub const WAIT_POLL: Duration = Duration::from_millis(25);
+
 #[derive(Default)]
 pub struct Waiters {
     waiting: Mutex<HashMap<IntentId, Arc<Notify>>>,
@@ -37,7 +41,9 @@ impl Waiters {
         }
     }
 
-    /// Wakes every waiting caller (after a wake-up source may have missed changes).
+    /// Wakes every waiting caller (after a wake-up source may have missed changes). Only a
+    /// store woken from outside (PostgreSQL's listener) can miss changes that way.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub fn notify_all(&self) {
         let waiting = std::mem::take(&mut *self.waiting.lock().expect("waiters lock"));
         for notify in waiting.into_values() {

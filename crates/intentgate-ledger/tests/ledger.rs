@@ -3,11 +3,13 @@
 //! The gateway's guarantees (one execution per intent, a stored answer for every repeat, no
 //! blind retry of an unknown outcome) rest on what a ledger promises, so every store must
 //! keep the same promises. Each behaviour is written once below, as an `async fn` that takes
-//! a `&dyn Ledger` and knows nothing of the store behind it. `mod sqlite` runs each one on a
-//! fresh SQLite ledger in a temporary folder, in both write modes: grouped commits on the
-//! writer thread and inline writes. `mod postgres` runs each one on a fresh schema of the
-//! database at `DATABASE_URL` (skipped without it, except under `CI=true`, where it fails),
-//! and adds what only a shared store has: two ledgers on one database, as two replicas.
+//! a `&dyn Ledger` and knows nothing of the store behind it, and `behaviours!` makes a test
+//! of each in every store's module. `mod sqlite` runs each one on a fresh SQLite ledger in a
+//! temporary folder, in both write modes: grouped commits on the writer thread and inline
+//! writes. `mod postgres` runs each one on a fresh schema of the database at `DATABASE_URL`
+//! (skipped without it, except under `CI=true`, where it fails), and adds what only a
+//! shared store has: two ledgers on one database, as two replicas. A store's module is
+//! built with the store's cargo feature.
 //!
 //! The clock is passed in (`now_ms`) and the ledger never reads it, so leases expire and
 //! lookups fall due by choosing `now_ms`, never by sleeping. What only a file store has
@@ -23,11 +25,10 @@ use intentgate_core::limits::{
 };
 use intentgate_core::{IllegalTransition, IntentStatus, fingerprint};
 use intentgate_ledger::{
-    Begin, BeginRequest, ERASE_BATCH_MAX, Erase, Erased, Erasure, Event, Finish, Finished,
-    INTENTS_PAGE_MAX, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError,
-    MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_MAX, MISMATCH_SUBJECT_LENGTH_MAX, Order,
-    RECONCILIATION_MISMATCHES_STORED_MAX, ReconciliationRun, Resolve,
-    SUMMARY_MISMATCHES_NOT_STORED, StatusCount, StoredMismatch, ToolFlag,
+    Begin, BeginRequest, Erase, Erased, Erasure, Event, Finish, Finished, IntentFilter, IntentId,
+    IntentRecord, Ledger, LedgerError, MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_MAX,
+    MISMATCH_SUBJECT_LENGTH_MAX, Order, RECONCILIATION_MISMATCHES_STORED_MAX, ReconciliationRun,
+    Resolve, SUMMARY_MISMATCHES_NOT_STORED, StatusCount, StoredMismatch, ToolFlag,
 };
 use serde_json::{Value, json};
 
@@ -1802,10 +1803,8 @@ async fn purge_deletes_reconciliation_runs_finished_before_the_cutoff(ledger: &d
 }
 
 // ---------------------------------------------------------------------------------------
-// The SQLite store.
+// Regressions, each named after what broke, store-independent.
 // ---------------------------------------------------------------------------------------
-
-// Regressions, each named after what broke.
 
 /// A rejected intent restarted under `retry_rejected` kept the old refusal as its result, so
 /// a later resolution to done without a result replayed "card declined" as the success.
@@ -2071,10 +2070,159 @@ async fn an_erasure_without_a_reason_or_a_key_without_a_tool_is_refused(ledger: 
     assert_eq!(read(ledger, &intent).await, intent);
 }
 
+// ---------------------------------------------------------------------------------------
+// What the stores' own tests share.
+// ---------------------------------------------------------------------------------------
+
+/// What a ledger holds: every intent with its events, and the tool flags.
+type Snapshot = (Vec<IntentRecord>, Vec<Vec<Event>>, Vec<ToolFlag>);
+
+async fn snapshot(ledger: &dyn Ledger) -> Snapshot {
+    let intents = all_intents(ledger).await;
+    let mut logs = Vec::new();
+    for intent in &intents {
+        logs.push(events(ledger, intent).await);
+    }
+    (intents, logs, ledger.tool_flags().await.unwrap())
+}
+
+/// Writes an intent done with a result (`order-1`), one in flight, one unknown and a tool
+/// flag, and returns the snapshot that a store opened again must give back.
+async fn write_a_little(ledger: &dyn Ledger) -> Snapshot {
+    let flag = ToolFlag {
+        tool: "charge".into(),
+        enabled: false,
+        reason: "maintenance".into(),
+        actor: "operator:alice".into(),
+        updated_ms: T0,
+    };
+    let done = Finish {
+        result: Some(json!({ "refund": "re_1" })),
+        external_id: Some("re_1".into()),
+        ..finish(
+            &started(ledger, "order-1", "owner-a", T0).await,
+            "owner-a",
+            IntentStatus::Done,
+            T0 + 1,
+        )
+    };
+    expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
+    started(ledger, "order-2", "owner-b", T0 + 2).await;
+    settled(ledger, "order-3", IntentStatus::Unknown, T0 + 3).await;
+    ledger.set_tool_flag(flag.clone()).await.unwrap();
+    let written = snapshot(ledger).await;
+    assert_eq!(written.0.len(), 3);
+    assert_eq!(written.2, [flag]);
+    written
+}
+
+/// A ledger opened again on what [`write_a_little`] wrote goes on from where it was: a
+/// repeat is answered from the stored result, and a new intent gets an id of its own.
+async fn goes_on_from(ledger: &dyn Ledger, written: &Snapshot) {
+    let repeat = ledger.begin(request("order-1", "owner-c", T0 + 10)).await;
+    let repeat = expect!(Begin::Settled, repeat.unwrap());
+    assert_eq!(repeat.external_id.as_deref(), Some("re_1"));
+    let next = started(ledger, "order-4", "owner-d", T0 + 11).await;
+    assert!(written.0.iter().all(|intent| intent.id != next.id));
+}
+
+/// Switches the suite's tool off, records a refused call and purges both as old: the
+/// switch's event must stay, the refused call's go.
+async fn switch_off_and_purge_old_calls(ledger: &dyn Ledger) {
+    let flag = ToolFlag {
+        tool: TOOL.into(),
+        enabled: false,
+        reason: "incident".into(),
+        actor: "ops".into(),
+        updated_ms: 0,
+    };
+    ledger.set_tool_flag(flag).await.unwrap();
+    ledger.record_disabled_call(TENANT, TOOL, 0).await.unwrap();
+    assert_eq!(ledger.purge(T0).await.unwrap(), 0);
+}
+
+/// Erases one settled intent (key `order-8812`), then purges as long after as retention
+/// may: the erasure's own event must be all that is left.
+async fn erase_one_intent_and_purge(ledger: &dyn Ledger) {
+    settled(ledger, "order-8812", IntentStatus::Done, T0).await;
+    ledger
+        .erase(&erasure(TENANT, Some(TOOL), Some("order-8812"), T0 + 1))
+        .await
+        .unwrap();
+    // Retention keeps it.
+    ledger.purge(T0 + 1_000_000_000).await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// Every store runs every behaviour.
+// ---------------------------------------------------------------------------------------
+
+/// Generates, inside a store's module, one `#[tokio::test]` per behaviour above, each named
+/// like its behaviour: `$fresh` runs a behaviour that takes a `&dyn Ledger` on a fresh
+/// ledger of the store (in each of its modes), `$shared` one that takes an `Arc<dyn Ledger>`
+/// and calls it from several tasks. A store joins the suite with one line,
+/// `behaviours!(on_fresh_ledger, on_shared_ledger);`, and a new behaviour is one name here.
+macro_rules! behaviours {
+    ($fresh:ident, $shared:ident) => {
+        behaviours!(@each $fresh, #[tokio::test],
+            a_restarted_rejection_does_not_carry_the_old_refusal,
+            an_over_long_lease_owner_is_refused_as_too_large_on_every_path,
+            erase_deletes_a_tenants_intents_events_and_mismatches_and_nothing_else,
+            erase_refuses_unsettled_intents_unless_forced_and_a_running_call_always,
+            an_erasure_without_a_reason_or_a_key_without_a_tool_is_refused,
+            a_new_key_starts_its_first_attempt_in_flight,
+            a_second_caller_is_busy_while_the_lease_lives,
+            the_lease_holder_settles_the_intent_and_later_calls_get_it,
+            a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing,
+            the_same_key_with_other_arguments_is_a_conflict,
+            the_same_key_under_another_tenant_or_tool_is_another_intent,
+            an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up,
+            lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited,
+            an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked,
+            a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key,
+            a_rejected_intent_is_settled_unless_the_tool_retries_rejections,
+            every_call_and_transition_is_logged_oldest_first,
+            an_operator_resolves_an_unknown_intent_and_illegal_resolutions_are_refused,
+            values_over_their_limit_are_refused_and_nothing_is_written,
+            a_tool_flag_is_stored_once_per_tool_and_updated_in_place,
+            purge_deletes_old_settled_intents_and_keeps_unresolved_ones,
+            stale_lists_in_flight_intents_whose_lease_has_expired,
+            intents_are_filtered_by_every_field_alone_and_together,
+            intents_page_in_both_orders_without_duplicates_or_gaps,
+            status_counts_count_each_tool_in_each_status,
+            reconciliation_runs_are_read_back_newest_first_with_their_mismatches_in_order,
+            a_run_keeps_the_first_mismatches_up_to_the_cap_and_says_how_many_it_left_out,
+            reconciliation_text_is_cut_to_its_limits_and_bad_names_are_refused,
+            purge_deletes_reconciliation_runs_finished_before_the_cutoff,
+        );
+        behaviours!(@each $shared, #[tokio::test(flavor = "multi_thread", worker_threads = 8)],
+            concurrent_begins_on_distinct_keys_all_commit,
+        );
+        behaviours!(@each $shared, #[tokio::test(flavor = "multi_thread", worker_threads = 2)],
+            a_waiter_sees_the_lease_holder_finish_promptly,
+        );
+    };
+    (@each $runner:ident, #[$test:meta], $($behaviour:ident),* $(,)?) => {
+        $(
+            #[$test]
+            async fn $behaviour() {
+                $runner(super::$behaviour).await;
+            }
+        )*
+    };
+}
+
+// ---------------------------------------------------------------------------------------
+// The SQLite store.
+// ---------------------------------------------------------------------------------------
+
+#[cfg(feature = "sqlite")]
 mod sqlite {
     use std::path::Path;
 
-    use intentgate_ledger::{Durability, SqliteLedger, SqliteOptions};
+    use intentgate_ledger::{
+        Durability, ERASE_BATCH_MAX, INTENTS_PAGE_MAX, SqliteLedger, SqliteOptions,
+    };
 
     use super::*;
 
@@ -2112,15 +2260,7 @@ mod sqlite {
         behaviour(Arc::new(ledger)).await;
     }
 
-    #[tokio::test]
-    async fn a_restarted_rejection_does_not_carry_the_old_refusal() {
-        on_each_mode(super::a_restarted_rejection_does_not_carry_the_old_refusal).await;
-    }
-
-    #[tokio::test]
-    async fn an_over_long_lease_owner_is_refused_as_too_large_on_every_path() {
-        on_each_mode(super::an_over_long_lease_owner_is_refused_as_too_large_on_every_path).await;
-    }
+    behaviours!(on_each_mode, on_grouped);
 
     /// The ledger holds every call's arguments and results, and its file, WAL and shared
     /// memory were created with mode 0644: every user of the machine could read them.
@@ -2154,16 +2294,7 @@ mod sqlite {
         let folder = tempfile::tempdir().unwrap();
         let path = folder.path().join("ledger.db");
         let ledger = open(&path, GROUPED);
-        let flag = ToolFlag {
-            tool: TOOL.into(),
-            enabled: false,
-            reason: "incident".into(),
-            actor: "ops".into(),
-            updated_ms: 0,
-        };
-        ledger.set_tool_flag(flag).await.unwrap();
-        ledger.record_disabled_call(TENANT, TOOL, 0).await.unwrap();
-        assert_eq!(ledger.purge(T0).await.unwrap(), 0);
+        switch_off_and_purge_old_calls(&ledger).await;
         let outside = rusqlite::Connection::open(&path).unwrap();
         let kinds: Vec<String> = outside
             .prepare("SELECT kind FROM events ORDER BY id")
@@ -2177,25 +2308,6 @@ mod sqlite {
             ["tool_disabled"],
             "switch changes stay; old refused calls go"
         );
-    }
-
-    #[tokio::test]
-    async fn erase_deletes_a_tenants_intents_events_and_mismatches_and_nothing_else() {
-        on_each_mode(super::erase_deletes_a_tenants_intents_events_and_mismatches_and_nothing_else)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn erase_refuses_unsettled_intents_unless_forced_and_a_running_call_always() {
-        on_each_mode(
-            super::erase_refuses_unsettled_intents_unless_forced_and_a_running_call_always,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn an_erasure_without_a_reason_or_a_key_without_a_tool_is_refused() {
-        on_each_mode(super::an_erasure_without_a_reason_or_a_key_without_a_tool_is_refused).await;
     }
 
     /// Deleted rows used to stay readable in free pages of the file and in the WAL: an
@@ -2289,13 +2401,7 @@ mod sqlite {
         let folder = tempfile::tempdir().unwrap();
         let path = folder.path().join("ledger.db");
         let ledger = open(&path, GROUPED);
-        settled(&ledger, "order-8812", IntentStatus::Done, T0).await;
-        ledger
-            .erase(&erasure(TENANT, Some(TOOL), Some("order-8812"), T0 + 1))
-            .await
-            .unwrap();
-        // Retention keeps it.
-        ledger.purge(T0 + 1_000_000_000).await.unwrap();
+        erase_one_intent_and_purge(&ledger).await;
         let outside = rusqlite::Connection::open(&path).unwrap();
         let logged: Vec<(Option<i64>, String, String, String, String, String)> = outside
             .prepare("SELECT intent_id, tenant, tool, kind, actor, detail FROM events")
@@ -2330,146 +2436,6 @@ mod sqlite {
             "{detail}"
         );
         assert!(!detail.contains("8812"), "{detail}");
-    }
-
-    #[tokio::test]
-    async fn a_new_key_starts_its_first_attempt_in_flight() {
-        on_each_mode(super::a_new_key_starts_its_first_attempt_in_flight).await;
-    }
-
-    #[tokio::test]
-    async fn a_second_caller_is_busy_while_the_lease_lives() {
-        on_each_mode(super::a_second_caller_is_busy_while_the_lease_lives).await;
-    }
-
-    #[tokio::test]
-    async fn the_lease_holder_settles_the_intent_and_later_calls_get_it() {
-        on_each_mode(super::the_lease_holder_settles_the_intent_and_later_calls_get_it).await;
-    }
-
-    #[tokio::test]
-    async fn a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing() {
-        on_each_mode(super::a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing).await;
-    }
-
-    #[tokio::test]
-    async fn the_same_key_with_other_arguments_is_a_conflict() {
-        on_each_mode(super::the_same_key_with_other_arguments_is_a_conflict).await;
-    }
-
-    #[tokio::test]
-    async fn the_same_key_under_another_tenant_or_tool_is_another_intent() {
-        on_each_mode(super::the_same_key_under_another_tenant_or_tool_is_another_intent).await;
-    }
-
-    #[tokio::test]
-    async fn an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up() {
-        on_each_mode(super::an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited() {
-        on_each_mode(super::lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited).await;
-    }
-
-    #[tokio::test]
-    async fn an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked() {
-        on_each_mode(
-            super::an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key() {
-        on_each_mode(super::a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn a_rejected_intent_is_settled_unless_the_tool_retries_rejections() {
-        on_each_mode(super::a_rejected_intent_is_settled_unless_the_tool_retries_rejections).await;
-    }
-
-    #[tokio::test]
-    async fn every_call_and_transition_is_logged_oldest_first() {
-        on_each_mode(super::every_call_and_transition_is_logged_oldest_first).await;
-    }
-
-    #[tokio::test]
-    async fn an_operator_resolves_an_unknown_intent_and_illegal_resolutions_are_refused() {
-        on_each_mode(
-            super::an_operator_resolves_an_unknown_intent_and_illegal_resolutions_are_refused,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn values_over_their_limit_are_refused_and_nothing_is_written() {
-        on_each_mode(super::values_over_their_limit_are_refused_and_nothing_is_written).await;
-    }
-
-    #[tokio::test]
-    async fn a_tool_flag_is_stored_once_per_tool_and_updated_in_place() {
-        on_each_mode(super::a_tool_flag_is_stored_once_per_tool_and_updated_in_place).await;
-    }
-
-    #[tokio::test]
-    async fn purge_deletes_old_settled_intents_and_keeps_unresolved_ones() {
-        on_each_mode(super::purge_deletes_old_settled_intents_and_keeps_unresolved_ones).await;
-    }
-
-    #[tokio::test]
-    async fn stale_lists_in_flight_intents_whose_lease_has_expired() {
-        on_each_mode(super::stale_lists_in_flight_intents_whose_lease_has_expired).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
-    async fn concurrent_begins_on_distinct_keys_all_commit() {
-        on_grouped(super::concurrent_begins_on_distinct_keys_all_commit).await;
-    }
-
-    #[tokio::test]
-    async fn intents_are_filtered_by_every_field_alone_and_together() {
-        on_each_mode(super::intents_are_filtered_by_every_field_alone_and_together).await;
-    }
-
-    #[tokio::test]
-    async fn intents_page_in_both_orders_without_duplicates_or_gaps() {
-        on_each_mode(super::intents_page_in_both_orders_without_duplicates_or_gaps).await;
-    }
-
-    #[tokio::test]
-    async fn status_counts_count_each_tool_in_each_status() {
-        on_each_mode(super::status_counts_count_each_tool_in_each_status).await;
-    }
-
-    #[tokio::test]
-    async fn reconciliation_runs_are_read_back_newest_first_with_their_mismatches_in_order() {
-        on_each_mode(
-            super::reconciliation_runs_are_read_back_newest_first_with_their_mismatches_in_order,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn a_run_keeps_the_first_mismatches_up_to_the_cap_and_says_how_many_it_left_out() {
-        on_each_mode(
-            super::a_run_keeps_the_first_mismatches_up_to_the_cap_and_says_how_many_it_left_out,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn reconciliation_text_is_cut_to_its_limits_and_bad_names_are_refused() {
-        on_each_mode(super::reconciliation_text_is_cut_to_its_limits_and_bad_names_are_refused)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn purge_deletes_reconciliation_runs_finished_before_the_cutoff() {
-        on_each_mode(super::purge_deletes_reconciliation_runs_finished_before_the_cutoff).await;
     }
 
     /// Intent `n` as a fixture writes it: done by its upstream, first seen at
@@ -2589,13 +2555,20 @@ mod sqlite {
 
     /// The indexes (name and definition) of the intents table, read from the file.
     fn intent_indexes(path: &Path) -> Vec<(String, String)> {
+        pairs(
+            path,
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' \
+             AND tbl_name = 'intents' AND sql IS NOT NULL ORDER BY name",
+        )
+    }
+
+    /// The rows of a two-column `SELECT`, read from the file by a connection of its own.
+    fn pairs<A: rusqlite::types::FromSql, B: rusqlite::types::FromSql>(
+        path: &Path,
+        sql: &str,
+    ) -> Vec<(A, B)> {
         let connection = rusqlite::Connection::open(path).unwrap();
-        let mut statement = connection
-            .prepare(
-                "SELECT name, sql FROM sqlite_master WHERE type = 'index' \
-                 AND tbl_name = 'intents' AND sql IS NOT NULL ORDER BY name",
-            )
-            .unwrap();
+        let mut statement = connection.prepare(sql).unwrap();
         let rows = statement
             .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
             .unwrap();
@@ -2837,11 +2810,6 @@ mod sqlite {
         assert_eq!(read, expected);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_waiter_sees_the_lease_holder_finish_promptly() {
-        on_grouped(super::a_waiter_sees_the_lease_holder_finish_promptly).await;
-    }
-
     #[tokio::test]
     async fn the_event_log_refuses_updates() {
         let folder = tempfile::tempdir().unwrap();
@@ -2869,34 +2837,11 @@ mod sqlite {
     async fn everything_written_survives_a_reopen() {
         let folder = tempfile::tempdir().unwrap();
         let path = folder.path().join("ledger.db");
-        let flag = ToolFlag {
-            tool: "charge".into(),
-            enabled: false,
-            reason: "maintenance".into(),
-            actor: "operator:alice".into(),
-            updated_ms: T0,
-        };
         let written = {
             let ledger = open(&path, GROUPED);
-            let done = Finish {
-                result: Some(json!({ "refund": "re_1" })),
-                external_id: Some("re_1".into()),
-                ..finish(
-                    &started(&ledger, "order-1", "owner-a", T0).await,
-                    "owner-a",
-                    IntentStatus::Done,
-                    T0 + 1,
-                )
-            };
-            expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
-            started(&ledger, "order-2", "owner-b", T0 + 2).await;
-            settled(&ledger, "order-3", IntentStatus::Unknown, T0 + 3).await;
-            ledger.set_tool_flag(flag.clone()).await.unwrap();
-            snapshot(&ledger).await
+            write_a_little(&ledger).await
             // Dropped here: the writer thread stops and the file is closed.
         };
-        assert_eq!(written.0.len(), 3);
-        assert_eq!(written.2, [flag]);
         let migrations = applied_migrations(&path);
         assert!(!migrations.is_empty());
 
@@ -2908,34 +2853,15 @@ mod sqlite {
         }
 
         // The reopened ledger goes on from where it was.
-        let ledger = open(&path, GROUPED);
-        let repeat = ledger.begin(request("order-1", "owner-c", T0 + 10)).await;
-        let repeat = expect!(Begin::Settled, repeat.unwrap());
-        assert_eq!(repeat.external_id.as_deref(), Some("re_1"));
-        let next = started(&ledger, "order-4", "owner-d", T0 + 11).await;
-        assert!(written.0.iter().all(|intent| intent.id != next.id));
-    }
-
-    /// Every intent with its events, and the tool flags.
-    async fn snapshot(ledger: &dyn Ledger) -> (Vec<IntentRecord>, Vec<Vec<Event>>, Vec<ToolFlag>) {
-        let intents = all_intents(ledger).await;
-        let mut logs = Vec::new();
-        for intent in &intents {
-            logs.push(events(ledger, intent).await);
-        }
-        (intents, logs, ledger.tool_flags().await.unwrap())
+        goes_on_from(&open(&path, GROUPED), &written).await;
     }
 
     /// The migration versions recorded in the file, with their times.
     fn applied_migrations(path: &Path) -> Vec<(i64, i64)> {
-        let connection = rusqlite::Connection::open(path).unwrap();
-        let mut statement = connection
-            .prepare("SELECT version, applied_ms FROM schema_migrations ORDER BY version")
-            .unwrap();
-        let rows = statement
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-            .unwrap();
-        rows.collect::<Result<_, _>>().unwrap()
+        pairs(
+            path,
+            "SELECT version, applied_ms FROM schema_migrations ORDER BY version",
+        )
     }
 
     #[tokio::test]
@@ -2990,7 +2916,9 @@ mod sqlite {
 /// Each runner makes a schema of its own on the database at `DATABASE_URL` and drops it at
 /// the end, passed or failed, so runs (and tests within a run) never see each other. Without
 /// `DATABASE_URL` the runners say they are skipped and pass, except under `CI=true`, where
-/// they fail: CI must never skip the PostgreSQL suite silently.
+/// they fail: CI must never skip the PostgreSQL suite silently. Built with the `postgres`
+/// feature.
+#[cfg(feature = "postgres")]
 mod postgres {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::{SystemTime, UNIX_EPOCH};
@@ -3117,38 +3045,7 @@ mod postgres {
         behaviour(Arc::new(ledger)).await;
     }
 
-    #[tokio::test]
-    async fn a_restarted_rejection_does_not_carry_the_old_refusal() {
-        on_fresh_schema(super::a_restarted_rejection_does_not_carry_the_old_refusal).await;
-    }
-
-    #[tokio::test]
-    async fn an_over_long_lease_owner_is_refused_as_too_large_on_every_path() {
-        on_fresh_schema(super::an_over_long_lease_owner_is_refused_as_too_large_on_every_path)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn erase_deletes_a_tenants_intents_events_and_mismatches_and_nothing_else() {
-        on_fresh_schema(
-            super::erase_deletes_a_tenants_intents_events_and_mismatches_and_nothing_else,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn erase_refuses_unsettled_intents_unless_forced_and_a_running_call_always() {
-        on_fresh_schema(
-            super::erase_refuses_unsettled_intents_unless_forced_and_a_running_call_always,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn an_erasure_without_a_reason_or_a_key_without_a_tool_is_refused() {
-        on_fresh_schema(super::an_erasure_without_a_reason_or_a_key_without_a_tool_is_refused)
-            .await;
-    }
+    behaviours!(on_fresh_schema, on_shared);
 
     /// The erasure is in the event log for an auditor: who, why and how many only.
     #[tokio::test]
@@ -3156,12 +3053,7 @@ mod postgres {
         let Some(url) = database_url() else { return };
         let scratch = Scratch::new(&url);
         let ledger = scratch.connect(scratch.options()).await;
-        settled(&ledger, "order-8812", IntentStatus::Done, T0).await;
-        ledger
-            .erase(&erasure(TENANT, Some(TOOL), Some("order-8812"), T0 + 1))
-            .await
-            .unwrap();
-        ledger.purge(T0 + 1_000_000_000).await.unwrap();
+        erase_one_intent_and_purge(&ledger).await;
         let outside = scratch.outside().await;
         let rows = outside
             .query(
@@ -3187,158 +3079,6 @@ mod postgres {
         );
     }
 
-    #[tokio::test]
-    async fn a_new_key_starts_its_first_attempt_in_flight() {
-        on_fresh_schema(super::a_new_key_starts_its_first_attempt_in_flight).await;
-    }
-
-    #[tokio::test]
-    async fn a_second_caller_is_busy_while_the_lease_lives() {
-        on_fresh_schema(super::a_second_caller_is_busy_while_the_lease_lives).await;
-    }
-
-    #[tokio::test]
-    async fn the_lease_holder_settles_the_intent_and_later_calls_get_it() {
-        on_fresh_schema(super::the_lease_holder_settles_the_intent_and_later_calls_get_it).await;
-    }
-
-    #[tokio::test]
-    async fn a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing() {
-        on_fresh_schema(super::a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn the_same_key_with_other_arguments_is_a_conflict() {
-        on_fresh_schema(super::the_same_key_with_other_arguments_is_a_conflict).await;
-    }
-
-    #[tokio::test]
-    async fn the_same_key_under_another_tenant_or_tool_is_another_intent() {
-        on_fresh_schema(super::the_same_key_under_another_tenant_or_tool_is_another_intent).await;
-    }
-
-    #[tokio::test]
-    async fn an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up() {
-        on_fresh_schema(
-            super::an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited() {
-        on_fresh_schema(super::lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked() {
-        on_fresh_schema(
-            super::an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key() {
-        on_fresh_schema(
-            super::a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn a_rejected_intent_is_settled_unless_the_tool_retries_rejections() {
-        on_fresh_schema(super::a_rejected_intent_is_settled_unless_the_tool_retries_rejections)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn every_call_and_transition_is_logged_oldest_first() {
-        on_fresh_schema(super::every_call_and_transition_is_logged_oldest_first).await;
-    }
-
-    #[tokio::test]
-    async fn an_operator_resolves_an_unknown_intent_and_illegal_resolutions_are_refused() {
-        on_fresh_schema(
-            super::an_operator_resolves_an_unknown_intent_and_illegal_resolutions_are_refused,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn values_over_their_limit_are_refused_and_nothing_is_written() {
-        on_fresh_schema(super::values_over_their_limit_are_refused_and_nothing_is_written).await;
-    }
-
-    #[tokio::test]
-    async fn a_tool_flag_is_stored_once_per_tool_and_updated_in_place() {
-        on_fresh_schema(super::a_tool_flag_is_stored_once_per_tool_and_updated_in_place).await;
-    }
-
-    #[tokio::test]
-    async fn purge_deletes_old_settled_intents_and_keeps_unresolved_ones() {
-        on_fresh_schema(super::purge_deletes_old_settled_intents_and_keeps_unresolved_ones).await;
-    }
-
-    #[tokio::test]
-    async fn stale_lists_in_flight_intents_whose_lease_has_expired() {
-        on_fresh_schema(super::stale_lists_in_flight_intents_whose_lease_has_expired).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
-    async fn concurrent_begins_on_distinct_keys_all_commit() {
-        on_shared(super::concurrent_begins_on_distinct_keys_all_commit).await;
-    }
-
-    #[tokio::test]
-    async fn intents_are_filtered_by_every_field_alone_and_together() {
-        on_fresh_schema(super::intents_are_filtered_by_every_field_alone_and_together).await;
-    }
-
-    #[tokio::test]
-    async fn intents_page_in_both_orders_without_duplicates_or_gaps() {
-        on_fresh_schema(super::intents_page_in_both_orders_without_duplicates_or_gaps).await;
-    }
-
-    #[tokio::test]
-    async fn status_counts_count_each_tool_in_each_status() {
-        on_fresh_schema(super::status_counts_count_each_tool_in_each_status).await;
-    }
-
-    #[tokio::test]
-    async fn reconciliation_runs_are_read_back_newest_first_with_their_mismatches_in_order() {
-        on_fresh_schema(
-            super::reconciliation_runs_are_read_back_newest_first_with_their_mismatches_in_order,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn a_run_keeps_the_first_mismatches_up_to_the_cap_and_says_how_many_it_left_out() {
-        on_fresh_schema(
-            super::a_run_keeps_the_first_mismatches_up_to_the_cap_and_says_how_many_it_left_out,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn reconciliation_text_is_cut_to_its_limits_and_bad_names_are_refused() {
-        on_fresh_schema(super::reconciliation_text_is_cut_to_its_limits_and_bad_names_are_refused)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn purge_deletes_reconciliation_runs_finished_before_the_cutoff() {
-        on_fresh_schema(super::purge_deletes_reconciliation_runs_finished_before_the_cutoff).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_waiter_sees_the_lease_holder_finish_promptly() {
-        on_shared(super::a_waiter_sees_the_lease_holder_finish_promptly).await;
-    }
-
     /// The event kinds of the whole log, oldest first, read from outside the ledger.
     async fn event_kinds(client: &tokio_postgres::Client, schema: &str) -> Vec<String> {
         let rows = client
@@ -3358,16 +3098,7 @@ mod postgres {
         let Some(url) = database_url() else { return };
         let scratch = Scratch::new(&url);
         let ledger = scratch.connect(scratch.options()).await;
-        let flag = ToolFlag {
-            tool: TOOL.into(),
-            enabled: false,
-            reason: "incident".into(),
-            actor: "ops".into(),
-            updated_ms: 0,
-        };
-        ledger.set_tool_flag(flag).await.unwrap();
-        ledger.record_disabled_call(TENANT, TOOL, 0).await.unwrap();
-        assert_eq!(ledger.purge(T0).await.unwrap(), 0);
+        switch_off_and_purge_old_calls(&ledger).await;
         let kinds = event_kinds(&scratch.outside().await, &scratch.schema).await;
         assert_eq!(
             kinds,
@@ -3457,33 +3188,10 @@ mod postgres {
     async fn everything_written_survives_a_reconnect_and_migrations_run_once() {
         let Some(url) = database_url() else { return };
         let scratch = Scratch::new(&url);
-        let flag = ToolFlag {
-            tool: "charge".into(),
-            enabled: false,
-            reason: "maintenance".into(),
-            actor: "operator:alice".into(),
-            updated_ms: T0,
-        };
         let written = {
             let ledger = scratch.connect(scratch.options()).await;
-            let done = Finish {
-                result: Some(json!({ "refund": "re_1" })),
-                external_id: Some("re_1".into()),
-                ..finish(
-                    &started(&ledger, "order-1", "owner-a", T0).await,
-                    "owner-a",
-                    IntentStatus::Done,
-                    T0 + 1,
-                )
-            };
-            expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
-            started(&ledger, "order-2", "owner-b", T0 + 2).await;
-            settled(&ledger, "order-3", IntentStatus::Unknown, T0 + 3).await;
-            ledger.set_tool_flag(flag.clone()).await.unwrap();
-            snapshot(&ledger).await
+            write_a_little(&ledger).await
         };
-        assert_eq!(written.0.len(), 3);
-        assert_eq!(written.2, [flag]);
         let outside = scratch.outside().await;
         let migrations = applied_migrations(&outside, &scratch.schema).await;
         assert!(!migrations.is_empty());
@@ -3503,12 +3211,7 @@ mod postgres {
             );
         }
 
-        let ledger = scratch.connect(scratch.options()).await;
-        let repeat = ledger.begin(request("order-1", "owner-c", T0 + 10)).await;
-        let repeat = expect!(Begin::Settled, repeat.unwrap());
-        assert_eq!(repeat.external_id.as_deref(), Some("re_1"));
-        let next = started(&ledger, "order-4", "owner-d", T0 + 11).await;
-        assert!(written.0.iter().all(|intent| intent.id != next.id));
+        goes_on_from(&scratch.connect(scratch.options()).await, &written).await;
     }
 
     /// Replicas starting at once against a new schema: one migrates, the others wait for
@@ -3825,16 +3528,6 @@ mod postgres {
             Err(other) => panic!("expected an open error, got {other:?}"),
             Ok(_) => panic!("opened a ledger on a server that is not there"),
         }
-    }
-
-    /// Every intent with its events, and the tool flags.
-    async fn snapshot(ledger: &dyn Ledger) -> (Vec<IntentRecord>, Vec<Vec<Event>>, Vec<ToolFlag>) {
-        let intents = all_intents(ledger).await;
-        let mut logs = Vec::new();
-        for intent in &intents {
-            logs.push(events(ledger, intent).await);
-        }
-        (intents, logs, ledger.tool_flags().await.unwrap())
     }
 
     /// The migration versions recorded in the schema, with their times.

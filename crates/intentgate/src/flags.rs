@@ -8,7 +8,6 @@
 //! `--ledger` is given, the ledger.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
@@ -70,7 +69,7 @@ impl Place {
 
     /// False for a SQLite file that does not exist yet (no gateway has used it).
     fn ledger_exists(&self) -> bool {
-        intentgate_ledger::is_postgres_url(&self.ledger) || Path::new(&self.ledger).exists()
+        intentgate_ledger::Location::parse(&self.ledger).exists()
     }
 
     async fn open(&self) -> anyhow::Result<Arc<dyn Ledger>> {

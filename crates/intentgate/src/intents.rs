@@ -59,9 +59,7 @@ or set INTENTGATE_CONFIG or INTENTGATE_LEDGER"
         ),
     };
     let shown = intentgate_ledger::display_location(&ledger_location);
-    if !intentgate_ledger::is_postgres_url(&ledger_location)
-        && !std::path::Path::new(&ledger_location).exists()
-    {
+    if !intentgate_ledger::Location::parse(&ledger_location).exists() {
         bail!(
             "there is no ledger at {shown}: give the path of the gateway's ledger file \
 (gateway.ledger of its config, or its --ledger)"

@@ -38,6 +38,8 @@ use tokio::task::JoinHandle;
 use tokio_postgres::Config;
 
 use self::pool::{CONNECT_TIMEOUT, Pool, Session, Target, describe};
+use crate::Result;
+use crate::location::redacted;
 use crate::plan::{self, Plan};
 use crate::waiters::Waiters;
 use crate::{
@@ -59,7 +61,7 @@ pub const POOL_SIZE_DEFAULT: usize = 16;
 pub const POOL_SIZE_MAX: usize = 256;
 /// Longest wait for a change before a waiting caller reads again, as in SQLite. Bounds the
 /// cost of a missed notification.
-pub const WAIT_POLL: Duration = crate::sqlite::WAIT_POLL;
+pub const WAIT_POLL: Duration = crate::waiters::WAIT_POLL;
 /// Longest time one operation may take, from taking a connection to the commit. Past it
 /// the connection is closed (the server rolls back what was not committed).
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -176,10 +178,7 @@ impl PostgresLedger {
     /// Connects to the database at `url` (`postgres://user@host:port/database`), creates
     /// the schema if absent, applies any missing migrations and starts listening for
     /// changes. Errors name the host and port, never the password.
-    pub async fn connect(
-        url: &str,
-        options: PostgresOptions,
-    ) -> Result<PostgresLedger, LedgerError> {
+    pub async fn connect(url: &str, options: PostgresOptions) -> Result<PostgresLedger> {
         let mut config: Config = url.parse().map_err(|error| LedgerError::Open {
             path: redacted(url),
             reason: format!(
@@ -296,7 +295,7 @@ impl PostgresLedger {
 
     /// Drops the ledger's schema with every table and row in it. For benchmarks and tests
     /// that made a schema of their own; the ledger can't be used afterwards.
-    pub async fn destroy(&self) -> Result<(), LedgerError> {
+    pub async fn destroy(&self) -> Result<()> {
         let statement = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema);
         let mut checkout = self.pool.checkout().await?;
         checkout
@@ -318,7 +317,7 @@ impl PostgresLedger {
         mode: Mode,
         input: &I,
         work: impl for<'a> Fn(&'a mut Session, &'a I) -> Work<'a, T> + Send + Sync,
-    ) -> Result<T, LedgerError>
+    ) -> Result<T>
     where
         I: Sync + ?Sized,
         T: Send,
@@ -520,31 +519,6 @@ fn check_schema_name(schema: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A PostgreSQL URL without its password or query (which may carry one), for messages.
-pub fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        // Not a URL (a key=value string may hold a password anywhere): say nothing of it.
-        return "the PostgreSQL connection string".to_owned();
-    };
-    let rest = rest.split(['?', '#']).next().unwrap_or_default();
-    let (authority, path) = match rest.find('/') {
-        Some(slash) => rest.split_at(slash),
-        None => (rest, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((user_info, host)) => {
-            let user = user_info.split(':').next().unwrap_or_default();
-            if user_info.contains(':') {
-                format!("{user}:***@{host}")
-            } else {
-                format!("{user}@{host}")
-            }
-        }
-        None => authority.to_owned(),
-    };
-    format!("{scheme}://{authority}{path}")
-}
-
 /// A write's mode: `durable` commits are flushed before they return (strict durability);
 /// `notify` wakes the callers waiting on that intent, on every replica.
 fn write(durable: bool, notify: Option<IntentId>) -> Mode {
@@ -553,21 +527,21 @@ fn write(durable: bool, notify: Option<IntentId>) -> Mode {
 
 #[async_trait]
 impl Ledger for PostgresLedger {
-    async fn begin(&self, request: BeginRequest) -> Result<Begin, LedgerError> {
+    async fn begin(&self, request: BeginRequest) -> Result<Begin> {
         self.run(write(true, None), &request, |session, request| {
             Box::pin(ops::begin(session, request))
         })
         .await
     }
 
-    async fn finish(&self, finish: Finish) -> Result<Finished, LedgerError> {
+    async fn finish(&self, finish: Finish) -> Result<Finished> {
         self.run(write(false, Some(finish.id)), &finish, |session, finish| {
             Box::pin(ops::finish(session, finish))
         })
         .await
     }
 
-    async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<(), LedgerError> {
+    async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()> {
         self.run(
             write(false, None),
             &(id, now_ms),
@@ -576,12 +550,7 @@ impl Ledger for PostgresLedger {
         .await
     }
 
-    async fn get(
-        &self,
-        tenant: &str,
-        tool: &str,
-        key: &str,
-    ) -> Result<Option<IntentRecord>, LedgerError> {
+    async fn get(&self, tenant: &str, tool: &str, key: &str) -> Result<Option<IntentRecord>> {
         let input = (tenant, tool, key);
         self.run(Mode::Read, &input, |session, (tenant, tool, key)| {
             Box::pin(async move { Ok(Plan::outcome(ops::get(session, tenant, tool, key).await?)) })
@@ -589,7 +558,7 @@ impl Ledger for PostgresLedger {
         .await
     }
 
-    async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>, LedgerError> {
+    async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>> {
         self.run(Mode::Read, &id, |session, &id| {
             Box::pin(async move { Ok(Plan::outcome(ops::get_by_id(session, id).await?)) })
         })
@@ -601,7 +570,7 @@ impl Ledger for PostgresLedger {
         status: IntentStatus,
         now_ms: i64,
         limit: u32,
-    ) -> Result<Vec<IntentRecord>, LedgerError> {
+    ) -> Result<Vec<IntentRecord>> {
         let input = (status, now_ms, limit);
         self.run(Mode::Read, &input, |session, &(status, now_ms, limit)| {
             Box::pin(async move {
@@ -613,7 +582,7 @@ impl Ledger for PostgresLedger {
         .await
     }
 
-    async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>, LedgerError> {
+    async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>> {
         self.run(
             Mode::Read,
             &(after_id, limit),
@@ -626,14 +595,14 @@ impl Ledger for PostgresLedger {
         .await
     }
 
-    async fn events(&self, id: IntentId) -> Result<Vec<Event>, LedgerError> {
+    async fn events(&self, id: IntentId) -> Result<Vec<Event>> {
         self.run(Mode::Read, &id, |session, &id| {
             Box::pin(async move { Ok(Plan::outcome(ops::events(session, id).await?)) })
         })
         .await
     }
 
-    async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord, LedgerError> {
+    async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord> {
         self.run(
             write(true, Some(resolve.id)),
             &resolve,
@@ -642,12 +611,7 @@ impl Ledger for PostgresLedger {
         .await
     }
 
-    async fn record_disabled_call(
-        &self,
-        tenant: &str,
-        tool: &str,
-        now_ms: i64,
-    ) -> Result<(), LedgerError> {
+    async fn record_disabled_call(&self, tenant: &str, tool: &str, now_ms: i64) -> Result<()> {
         let input = (tenant, tool, now_ms);
         self.run(write(false, None), &input, |_, &(tenant, tool, now_ms)| {
             Box::pin(async move { ops::record_disabled_call(tenant, tool, now_ms) })
@@ -655,28 +619,28 @@ impl Ledger for PostgresLedger {
         .await
     }
 
-    async fn set_tool_flag(&self, flag: ToolFlag) -> Result<(), LedgerError> {
+    async fn set_tool_flag(&self, flag: ToolFlag) -> Result<()> {
         self.run(write(true, None), &flag, |session, flag| {
             Box::pin(ops::set_tool_flag(session, flag))
         })
         .await
     }
 
-    async fn tool_flags(&self) -> Result<Vec<ToolFlag>, LedgerError> {
+    async fn tool_flags(&self) -> Result<Vec<ToolFlag>> {
         self.run(Mode::Read, &(), |session, ()| {
             Box::pin(async move { Ok(Plan::outcome(ops::tool_flags(session).await?)) })
         })
         .await
     }
 
-    async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError> {
+    async fn purge(&self, before_ms: i64) -> Result<u64> {
         self.run(write(false, None), &before_ms, |session, &before_ms| {
             Box::pin(ops::purge(session, before_ms))
         })
         .await
     }
 
-    async fn erase(&self, erase: &Erase) -> Result<Erasure, LedgerError> {
+    async fn erase(&self, erase: &Erase) -> Result<Erasure> {
         self.run(write(true, None), erase, |session, erase| {
             Box::pin(ops::erase(session, erase))
         })
@@ -689,7 +653,7 @@ impl Ledger for PostgresLedger {
         order: Order,
         cursor: Option<IntentId>,
         limit: u32,
-    ) -> Result<Vec<IntentRecord>, LedgerError> {
+    ) -> Result<Vec<IntentRecord>> {
         let input = (filter, order, cursor, limit);
         self.run(
             Mode::Read,
@@ -705,7 +669,7 @@ impl Ledger for PostgresLedger {
         .await
     }
 
-    async fn status_counts(&self) -> Result<Vec<StatusCount>, LedgerError> {
+    async fn status_counts(&self) -> Result<Vec<StatusCount>> {
         self.run(Mode::Read, &(), |session, ()| {
             Box::pin(async move { Ok(Plan::outcome(ops::status_counts(session).await?)) })
         })
@@ -716,7 +680,7 @@ impl Ledger for PostgresLedger {
         &self,
         run: &ReconciliationRun,
         mismatches: &[StoredMismatch],
-    ) -> Result<i64, LedgerError> {
+    ) -> Result<i64> {
         let stored = plan::reconciliation(run, mismatches)?;
         self.run(write(false, None), &stored, |session, (run, mismatches)| {
             Box::pin(ops::record_reconciliation(session, run, mismatches))
@@ -724,14 +688,14 @@ impl Ledger for PostgresLedger {
         .await
     }
 
-    async fn reconciliations(&self, limit: u32) -> Result<Vec<ReconciliationRun>, LedgerError> {
+    async fn reconciliations(&self, limit: u32) -> Result<Vec<ReconciliationRun>> {
         self.run(Mode::Read, &limit, |session, &limit| {
             Box::pin(async move { Ok(Plan::outcome(ops::reconciliations(session, limit).await?)) })
         })
         .await
     }
 
-    async fn reconciliation(&self, run_id: i64) -> Result<Option<ReconciliationRun>, LedgerError> {
+    async fn reconciliation(&self, run_id: i64) -> Result<Option<ReconciliationRun>> {
         self.run(Mode::Read, &run_id, |session, &run_id| {
             Box::pin(async move { Ok(Plan::outcome(ops::reconciliation(session, run_id).await?)) })
         })
@@ -742,7 +706,7 @@ impl Ledger for PostgresLedger {
         &self,
         run_id: i64,
         limit: u32,
-    ) -> Result<Vec<StoredMismatch>, LedgerError> {
+    ) -> Result<Vec<StoredMismatch>> {
         self.run(Mode::Read, &(run_id, limit), |session, &(run_id, limit)| {
             Box::pin(async move {
                 Ok(Plan::outcome(
@@ -761,26 +725,6 @@ impl Ledger for PostgresLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_redacted_url_keeps_the_host_and_drops_the_password() {
-        assert_eq!(
-            redacted("postgres://alice:s3cret@db.internal:6432/ledger?sslmode=disable&password=x"),
-            "postgres://alice:***@db.internal:6432/ledger"
-        );
-        assert_eq!(
-            redacted("postgresql://db:5432/test"),
-            "postgresql://db:5432/test"
-        );
-        assert_eq!(
-            redacted("postgres://alice@db/test"),
-            "postgres://alice@db/test"
-        );
-        assert_eq!(
-            redacted("host=db password=s3cret"),
-            "the PostgreSQL connection string"
-        );
-    }
 
     #[test]
     fn schema_names_are_plain_identifiers() {

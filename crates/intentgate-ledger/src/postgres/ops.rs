@@ -7,17 +7,16 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Poll;
 
+use futures_util::future::join_all;
 use intentgate_core::IntentStatus;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::pool::Session;
 use super::{Attempt, Failure, is_connection_lost};
-use crate::plan::{
-    self, Dialect, MismatchRow, NewIntent, Parameter, Plan, Query, StoredIntent, StoredRun, Write,
-};
+use crate::plan::{self, MismatchRow, NewIntent, Plan, StoredIntent, StoredRun, Write};
+use crate::query::{self, Dialect, Parameter, Query};
 use crate::record::{
     Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
 };
@@ -354,7 +353,11 @@ pub async fn commit(
         client.batch_execute("COMMIT").await.map(|()| 0)
     }));
 
-    let answers = join_in_order(sent).await;
+    // tokio-postgres sends a statement when it is first polled, and pipelines what is
+    // polled together. `join_all` polls its futures in the order given (a plan's handful of
+    // statements is far below its cut-over to `FuturesOrdered`, whose queue also runs new
+    // futures in order), so the statements leave in order, in one round trip.
+    let answers = join_all(sent).await;
     let lost = answers.iter().position(|answer| {
         answer
             .as_ref()
@@ -388,34 +391,6 @@ pub async fn commit(
     }
     session.transaction_ended();
     Ok(())
-}
-
-/// Polls every future until all are done, each first polled in order: tokio-postgres sends
-/// a statement when it is first polled, and pipelines what is polled together.
-async fn join_in_order<'a>(mut futures: Vec<Sent<'a>>) -> Vec<Result<u64, tokio_postgres::Error>> {
-    let mut answers: Vec<Option<Result<u64, tokio_postgres::Error>>> =
-        futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|context| {
-        let mut waiting = false;
-        for (future, answer) in futures.iter_mut().zip(answers.iter_mut()) {
-            if answer.is_none() {
-                match future.as_mut().poll(context) {
-                    Poll::Ready(value) => *answer = Some(value),
-                    Poll::Pending => waiting = true,
-                }
-            }
-        }
-        if waiting {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    answers
-        .into_iter()
-        .map(|answer| answer.expect("every statement was answered"))
-        .collect()
 }
 
 /// Inserts a new intent, or returns `None` if another replica inserted the key first.
@@ -563,14 +538,14 @@ fn bound(query: &Query) -> Vec<&(dyn ToSql + Sync)> {
         .collect()
 }
 
-/// The ids a `SELECT id ...` of [`plan::erase_queries`] returns.
+/// The ids a `SELECT id ...` of [`query::erase_queries`] returns.
 async fn erase_ids(session: &mut Session, query: &Query) -> Result<Vec<IntentId>, Failure> {
     let rows = session.query_unprepared(&query.sql, &bound(query)).await?;
     rows.iter().map(|row| Ok(row.try_get(0)?)).collect()
 }
 
 pub async fn erase(session: &mut Session, erase: &Erase) -> Result<Plan<Erasure>, Failure> {
-    let queries = plan::erase_queries(erase, Dialect::Postgres)?;
+    let queries = query::erase_queries(erase, Dialect::Postgres)?;
     // Lock the batch first: no replica's `begin` can take one of these intents between the
     // checks below and the deletes.
     let locked = Query {
@@ -619,7 +594,7 @@ pub async fn intents(
     cursor: Option<IntentId>,
     limit: u32,
 ) -> Result<Vec<IntentRecord>, Failure> {
-    let Some(query) = plan::intents_query(
+    let Some(query) = query::intents_query(
         filter,
         order,
         cursor,

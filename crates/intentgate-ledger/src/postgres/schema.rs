@@ -13,7 +13,7 @@
 use tokio_postgres::Client;
 
 use super::Failure;
-use crate::LedgerError;
+use crate::migrations;
 
 /// Migrations in order; the ledger records the highest applied in `schema_migrations`.
 const MIGRATIONS: &[&str] = &[
@@ -127,9 +127,9 @@ const MIGRATIONS: &[&str] = &[
 /// hash of the schema's name.
 const MIGRATION_LOCK_CLASS: i32 = 0x6967;
 
-/// Creates the schema if absent and applies the migrations it lacks, in one transaction.
-/// Refuses a schema written by a newer intentgate rather than guess at it. `schema` has
-/// been checked to be a plain identifier.
+/// Creates the schema if absent and applies the migrations it lacks
+/// ([`migrations::pending`]), in one transaction. `schema` has been checked to be a plain
+/// identifier.
 pub async fn migrate(client: &mut Client, schema: &str) -> Result<(), Failure> {
     let transaction = client.transaction().await?;
     transaction
@@ -147,26 +147,17 @@ pub async fn migrate(client: &mut Client, schema: &str) -> Result<(), Failure> {
         ))
         .await?;
     let applied: i64 = transaction
-        .query_one(
-            "SELECT coalesce(max(version), 0) FROM schema_migrations",
-            &[],
-        )
+        .query_one(migrations::APPLIED, &[])
         .await?
         .try_get(0)?;
-    let known = MIGRATIONS.len() as i64;
-    if applied > known {
-        return Err(Failure::Ledger(LedgerError::Corrupt(format!(
-            "the ledger's schema `{schema}` has version {applied}, this intentgate knows up to \
-             {known}: upgrade intentgate"
-        ))));
-    }
-    for (index, sql) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
+    let whose_schema = format!("the ledger's schema `{schema}` has");
+    for (version, sql) in migrations::pending(MIGRATIONS, applied, &whose_schema)? {
         transaction.batch_execute(sql).await?;
         transaction
             .execute(
                 "INSERT INTO schema_migrations (version, applied_ms) \
                  VALUES ($1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)",
-                &[&(index as i64 + 1)],
+                &[&version],
             )
             .await?;
     }

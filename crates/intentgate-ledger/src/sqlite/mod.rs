@@ -33,6 +33,7 @@ use intentgate_core::IntentStatus;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::Result;
 use crate::plan;
 use crate::waiters::Waiters;
 use crate::{
@@ -52,7 +53,7 @@ pub const READERS_MAX: usize = 8;
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait for a change before a waiting caller reads again. Bounds the cost of a
 /// missed wake-up.
-pub const WAIT_POLL: Duration = Duration::from_millis(25);
+pub const WAIT_POLL: Duration = crate::waiters::WAIT_POLL;
 /// Longest wait, after an erasure, for the readers and the writer to let the WAL be
 /// truncated. Short: it is a courtesy (the WAL is overwritten anyway as it is reused), and
 /// the caller's thread waits meanwhile.
@@ -78,8 +79,8 @@ impl SqliteOptions {
 
 /// A write: runs inside the batch's transaction (or learns that the transaction could not
 /// begin) and returns what to do once the batch's commit has succeeded or failed.
-type Job = Box<dyn FnOnce(Result<&Connection, LedgerError>) -> Completion + Send>;
-type Completion = Box<dyn FnOnce(Result<(), LedgerError>) + Send>;
+type Job = Box<dyn FnOnce(Result<&Connection>) -> Completion + Send>;
+type Completion = Box<dyn FnOnce(Result<()>) + Send>;
 
 struct Queued {
     durable: bool,
@@ -109,10 +110,7 @@ pub struct SqliteLedger {
 impl SqliteLedger {
     /// Opens (creating if needed) the ledger file at `path` and applies any missing
     /// migrations.
-    pub fn open(
-        path: impl AsRef<Path>,
-        options: SqliteOptions,
-    ) -> Result<SqliteLedger, LedgerError> {
+    pub fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteLedger> {
         let path = path.as_ref().to_path_buf();
         let open_error = |reason: String| LedgerError::Open {
             path: path.display().to_string(),
@@ -192,7 +190,7 @@ impl SqliteLedger {
     /// that exists already, refuses them all and nothing is written. Runs as one write of the
     /// writer thread (a million intents into an empty ledger: about 12 s on a slow two-core
     /// machine, release build): other writes wait meanwhile. Returns how many were inserted.
-    pub async fn bulk_insert(&self, intents: Vec<IntentRecord>) -> Result<u64, LedgerError> {
+    pub async fn bulk_insert(&self, intents: Vec<IntentRecord>) -> Result<u64> {
         self.write(true, None, move |connection| {
             ops::bulk_insert(connection, intents)
         })
@@ -206,8 +204,8 @@ impl SqliteLedger {
         &self,
         durable: bool,
         notify: Option<IntentId>,
-        work: impl FnOnce(&Connection) -> Result<T, LedgerError> + Send + 'static,
-    ) -> Result<T, LedgerError> {
+        work: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         let (answer, answered) = oneshot::channel();
         let waiters = self.waiters.clone();
         let job: Job = Box::new(move |connection| {
@@ -248,7 +246,7 @@ impl SqliteLedger {
     /// readers or the writer busy for longer than [`WAL_TRUNCATE_WAIT`], the WAL stays as it
     /// is until SQLite reuses it.
     fn truncate_wal(&self) {
-        let truncate = || -> Result<bool, LedgerError> {
+        let truncate = || -> Result<bool> {
             let connection = open_connection(&self.path, false)?;
             connection.busy_timeout(WAL_TRUNCATE_WAIT)?;
             let busy: i64 =
@@ -268,10 +266,7 @@ impl SqliteLedger {
     }
 
     /// Runs a read on a pooled read connection (the write connection when inline).
-    fn read<T>(
-        &self,
-        work: impl FnOnce(&Connection) -> Result<T, LedgerError>,
-    ) -> Result<T, LedgerError> {
+    fn read<T>(&self, work: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         if let Engine::Inline { connection, .. } = &self.engine {
             return work(&*connection.lock().map_err(|_| LedgerError::Closed)?);
         }
@@ -301,7 +296,7 @@ impl Drop for SqliteLedger {
     }
 }
 
-fn open_connection(path: &Path, read_only: bool) -> Result<Connection, LedgerError> {
+fn open_connection(path: &Path, read_only: bool) -> Result<Connection> {
     let flags = if read_only {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
     } else {
@@ -317,8 +312,8 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, LedgerErr
 
 fn in_savepoint<T>(
     connection: &Connection,
-    work: impl FnOnce(&Connection) -> Result<T, LedgerError>,
-) -> Result<T, LedgerError> {
+    work: impl FnOnce(&Connection) -> Result<T>,
+) -> Result<T> {
     connection.execute_batch("SAVEPOINT operation")?;
     let result = match catch_unwind(AssertUnwindSafe(|| work(connection))) {
         Ok(result) => result,
@@ -399,14 +394,14 @@ fn write_loop(connection: Connection, mut receiver: mpsc::Receiver<Queued>, stri
 
 #[async_trait]
 impl Ledger for SqliteLedger {
-    async fn begin(&self, request: BeginRequest) -> Result<Begin, LedgerError> {
+    async fn begin(&self, request: BeginRequest) -> Result<Begin> {
         self.write(true, None, move |connection| {
             ops::begin(connection, &request)
         })
         .await
     }
 
-    async fn finish(&self, finish: Finish) -> Result<Finished, LedgerError> {
+    async fn finish(&self, finish: Finish) -> Result<Finished> {
         let id = finish.id;
         self.write(false, Some(id), move |connection| {
             ops::finish(connection, &finish)
@@ -414,23 +409,18 @@ impl Ledger for SqliteLedger {
         .await
     }
 
-    async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<(), LedgerError> {
+    async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()> {
         self.write(false, None, move |connection| {
             ops::record_call(connection, id, now_ms)
         })
         .await
     }
 
-    async fn get(
-        &self,
-        tenant: &str,
-        tool: &str,
-        key: &str,
-    ) -> Result<Option<IntentRecord>, LedgerError> {
+    async fn get(&self, tenant: &str, tool: &str, key: &str) -> Result<Option<IntentRecord>> {
         self.read(|connection| ops::get(connection, tenant, tool, key))
     }
 
-    async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>, LedgerError> {
+    async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>> {
         self.read(|connection| ops::get_by_id(connection, id))
     }
 
@@ -439,19 +429,19 @@ impl Ledger for SqliteLedger {
         status: IntentStatus,
         now_ms: i64,
         limit: u32,
-    ) -> Result<Vec<IntentRecord>, LedgerError> {
+    ) -> Result<Vec<IntentRecord>> {
         self.read(|connection| ops::stale(connection, status, now_ms, limit))
     }
 
-    async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>, LedgerError> {
+    async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>> {
         self.read(|connection| ops::list(connection, after_id, limit))
     }
 
-    async fn events(&self, id: IntentId) -> Result<Vec<Event>, LedgerError> {
+    async fn events(&self, id: IntentId) -> Result<Vec<Event>> {
         self.read(|connection| ops::events(connection, id))
     }
 
-    async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord, LedgerError> {
+    async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord> {
         let id = resolve.id;
         self.write(true, Some(id), move |connection| {
             ops::resolve(connection, &resolve)
@@ -459,12 +449,7 @@ impl Ledger for SqliteLedger {
         .await
     }
 
-    async fn record_disabled_call(
-        &self,
-        tenant: &str,
-        tool: &str,
-        now_ms: i64,
-    ) -> Result<(), LedgerError> {
+    async fn record_disabled_call(&self, tenant: &str, tool: &str, now_ms: i64) -> Result<()> {
         let (tenant, tool) = (tenant.to_owned(), tool.to_owned());
         self.write(false, None, move |connection| {
             ops::record_disabled_call(connection, &tenant, &tool, now_ms)
@@ -472,25 +457,25 @@ impl Ledger for SqliteLedger {
         .await
     }
 
-    async fn set_tool_flag(&self, flag: ToolFlag) -> Result<(), LedgerError> {
+    async fn set_tool_flag(&self, flag: ToolFlag) -> Result<()> {
         self.write(true, None, move |connection| {
             ops::set_tool_flag(connection, &flag)
         })
         .await
     }
 
-    async fn tool_flags(&self) -> Result<Vec<ToolFlag>, LedgerError> {
+    async fn tool_flags(&self) -> Result<Vec<ToolFlag>> {
         self.read(ops::tool_flags)
     }
 
-    async fn purge(&self, before_ms: i64) -> Result<u64, LedgerError> {
+    async fn purge(&self, before_ms: i64) -> Result<u64> {
         self.write(false, None, move |connection| {
             ops::purge(connection, before_ms)
         })
         .await
     }
 
-    async fn erase(&self, erase: &Erase) -> Result<Erasure, LedgerError> {
+    async fn erase(&self, erase: &Erase) -> Result<Erasure> {
         let request = erase.clone();
         let erasure = self
             .write(true, None, move |connection| {
@@ -509,11 +494,11 @@ impl Ledger for SqliteLedger {
         order: Order,
         cursor: Option<IntentId>,
         limit: u32,
-    ) -> Result<Vec<IntentRecord>, LedgerError> {
+    ) -> Result<Vec<IntentRecord>> {
         self.read(|connection| ops::intents(connection, filter, order, cursor, limit))
     }
 
-    async fn status_counts(&self) -> Result<Vec<StatusCount>, LedgerError> {
+    async fn status_counts(&self) -> Result<Vec<StatusCount>> {
         self.read(ops::status_counts)
     }
 
@@ -521,7 +506,7 @@ impl Ledger for SqliteLedger {
         &self,
         run: &ReconciliationRun,
         mismatches: &[StoredMismatch],
-    ) -> Result<i64, LedgerError> {
+    ) -> Result<i64> {
         // Checked here, so the writer thread only writes.
         let (run, mismatches) = plan::reconciliation(run, mismatches)?;
         self.write(false, None, move |connection| {
@@ -530,11 +515,11 @@ impl Ledger for SqliteLedger {
         .await
     }
 
-    async fn reconciliations(&self, limit: u32) -> Result<Vec<ReconciliationRun>, LedgerError> {
+    async fn reconciliations(&self, limit: u32) -> Result<Vec<ReconciliationRun>> {
         self.read(|connection| ops::reconciliations(connection, limit))
     }
 
-    async fn reconciliation(&self, run_id: i64) -> Result<Option<ReconciliationRun>, LedgerError> {
+    async fn reconciliation(&self, run_id: i64) -> Result<Option<ReconciliationRun>> {
         self.read(|connection| ops::reconciliation(connection, run_id))
     }
 
@@ -542,7 +527,7 @@ impl Ledger for SqliteLedger {
         &self,
         run_id: i64,
         limit: u32,
-    ) -> Result<Vec<StoredMismatch>, LedgerError> {
+    ) -> Result<Vec<StoredMismatch>> {
         self.read(|connection| ops::reconciliation_mismatches(connection, run_id, limit))
     }
 

@@ -6,10 +6,8 @@ use intentgate_core::IntentStatus;
 use rusqlite::types::ToSqlOutput;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
-use crate::plan::{
-    self, Dialect, MismatchRow, NewEvent, NewIntent, Parameter, Plan, Query, StoredIntent,
-    StoredRun, Write,
-};
+use crate::plan::{self, MismatchRow, NewEvent, NewIntent, Plan, StoredIntent, StoredRun, Write};
+use crate::query::{self, Dialect, Parameter, Query};
 use crate::record::{
     Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
 };
@@ -335,20 +333,20 @@ pub fn purge(connection: &Connection, before_ms: i64) -> Result<u64, LedgerError
     )? as u64)
 }
 
-/// The ids a `SELECT id ...` of [`plan::erase_queries`] returns.
+/// The ids a `SELECT id ...` of [`query::erase_queries`] returns.
 fn erase_ids(connection: &Connection, query: &Query) -> Result<Vec<IntentId>, LedgerError> {
     let mut statement = connection.prepare(&query.sql)?;
     let rows = statement.query_map(params_from_iter(&query.parameters), |row| row.get(0))?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// Runs a `DELETE` of [`plan::erase_queries`]; answers how many rows it deleted.
+/// Runs a `DELETE` of [`query::erase_queries`]; answers how many rows it deleted.
 fn erase_rows(connection: &Connection, query: &Query) -> Result<u64, LedgerError> {
     Ok(connection.execute(&query.sql, params_from_iter(&query.parameters))? as u64)
 }
 
 pub fn erase(connection: &Connection, erase: &Erase) -> Result<Erasure, LedgerError> {
-    let queries = plan::erase_queries(erase, Dialect::Sqlite)?;
+    let queries = query::erase_queries(erase, Dialect::Sqlite)?;
     // The single writer runs this whole: nothing changes between the checks and the deletes.
     let busy = erase_ids(connection, &queries.busy)?;
     let unsettled = erase_ids(connection, &queries.unsettled)?;
@@ -392,7 +390,7 @@ pub fn intents(
     cursor: Option<IntentId>,
     limit: u32,
 ) -> Result<Vec<IntentRecord>, LedgerError> {
-    let Some(query) = plan::intents_query(
+    let Some(query) = query::intents_query(
         filter,
         order,
         cursor,
@@ -643,7 +641,7 @@ mod tests {
         order: Order,
         cursor: Option<IntentId>,
     ) -> String {
-        let query = plan::intents_query(
+        let query = query::intents_query(
             filter,
             order,
             cursor,

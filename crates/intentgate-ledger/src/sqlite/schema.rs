@@ -6,7 +6,7 @@
 
 use rusqlite::{Connection, params};
 
-use crate::LedgerError;
+use crate::{LedgerError, migrations};
 
 /// Migrations in order; the ledger records the highest applied in `schema_migrations`.
 const MIGRATIONS: &[&str] = &[
@@ -112,8 +112,7 @@ const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
-/// Applies the migrations this file lacks, in one transaction. Refuses a file written by a
-/// newer intentgate rather than guess at its schema.
+/// Applies the migrations this file lacks ([`migrations::pending`]), in one transaction.
 pub fn migrate(connection: &mut Connection) -> Result<(), LedgerError> {
     let transaction =
         connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -121,22 +120,12 @@ pub fn migrate(connection: &mut Connection) -> Result<(), LedgerError> {
         "CREATE TABLE IF NOT EXISTS schema_migrations (
              version INTEGER PRIMARY KEY, applied_ms INTEGER NOT NULL) STRICT;",
     )?;
-    let applied: i64 = transaction.query_row(
-        "SELECT coalesce(max(version), 0) FROM schema_migrations",
-        [],
-        |row| row.get(0),
-    )?;
-    let known = MIGRATIONS.len() as i64;
-    if applied > known {
-        return Err(LedgerError::Corrupt(format!(
-            "the ledger has schema version {applied}, this intentgate knows up to {known}: upgrade intentgate"
-        )));
-    }
-    for (index, sql) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
+    let applied: i64 = transaction.query_row(migrations::APPLIED, [], |row| row.get(0))?;
+    for (version, sql) in migrations::pending(MIGRATIONS, applied, "the ledger has schema")? {
         transaction.execute_batch(sql)?;
         transaction.execute(
             "INSERT INTO schema_migrations (version, applied_ms) VALUES (?1, CAST(unixepoch('subsec') * 1000 AS INTEGER))",
-            params![index as i64 + 1],
+            params![version],
         )?;
     }
     transaction.commit()?;

@@ -111,7 +111,10 @@ pub async fn run(arguments: LedgerBenchArgs) -> anyhow::Result<()> {
         }
         Some(url) => {
             ensure!(
-                intentgate_ledger::is_postgres_url(url),
+                matches!(
+                    intentgate_ledger::Location::parse(url),
+                    intentgate_ledger::Location::Postgres(_)
+                ),
                 "--ledger takes a PostgreSQL URL (postgres://user@host:port/database); without \
                  it the benchmark uses a fresh SQLite file in --dir"
             );
