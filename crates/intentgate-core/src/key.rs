@@ -6,9 +6,9 @@
 //! application creates once per intent); anything else could change between attempts and
 //! is refused when the tool is loaded.
 //!
-//! Syntax: literal text with placeholders `{name}`, `{a.b}` (a field of an object
-//! argument) or `{name:.N}` (an exact decimal with N places). `{{` and `}}` are literal
-//! braces. Rendered values are percent-encoded where they could be confused with the
+//! Syntax ([`crate::placeholder`], shared with request templates): literal text with
+//! placeholders `{name}`, `{a.b}` (a field of an object argument) or `{name:.N}` (an exact
+//! decimal with N places). `{{` and `}}` are literal braces. Rendered values are percent-encoded where they could be confused with the
 //! template's own separators, so `{a}:{b}` can't render the same key for `a="x:y", b="z"`
 //! and `a="x", b="y:z"`.
 //!
@@ -18,10 +18,12 @@
 //! `49`, `49.0` and `"49.00"` under `{amount:.2}` hash alike, and the clear value never
 //! reaches the ledger's key column or the provider.
 
+use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 use serde_json::Value;
 
-use crate::decimal::{Decimal, DecimalError};
-use crate::limits::{DECIMAL_PLACES_MAX, INTENT_ID_LENGTH_MAX, INTENT_KEY_LENGTH_MAX};
+use crate::decimal::DecimalError;
+use crate::limits::{INTENT_ID_LENGTH_MAX, INTENT_KEY_LENGTH_MAX};
+use crate::placeholder::{self, Piece, Placeholder, Steps, SyntaxError, ValueError};
 use crate::sensitive::{ArgumentPath, HashKey, KEY_HASH_HEX_LENGTH};
 
 /// The placeholder that refers to the application's intent id.
@@ -135,44 +137,30 @@ pub enum KeyError {
 impl KeyTemplate {
     /// Parses a template. Checks syntax only; [`KeyTemplate::check_arguments`] checks names.
     pub fn parse(template: &str) -> Result<KeyTemplate, KeyError> {
-        let syntax = |position, reason| KeyError::Syntax {
+        let syntax = |SyntaxError { position, reason }| KeyError::Syntax {
             template: template.to_owned(),
             position,
             reason,
         };
         let mut parts = Vec::new();
-        let mut literal = String::new();
-        let mut chars = template.char_indices().peekable();
-        while let Some((at, c)) = chars.next() {
-            match c {
-                '{' if chars.peek().map(|(_, c)| *c) == Some('{') => {
-                    chars.next();
-                    literal.push('{');
-                }
-                '}' if chars.peek().map(|(_, c)| *c) == Some('}') => {
-                    chars.next();
-                    literal.push('}');
-                }
-                '}' => return Err(syntax(at, "unmatched `}` (write `}}` for a literal brace)")),
-                '{' => {
-                    let mut inner = String::new();
-                    loop {
-                        match chars.next() {
-                            Some((_, '}')) => break,
-                            Some((_, c)) => inner.push(c),
-                            None => return Err(syntax(at, "unclosed `{`")),
-                        }
+        for piece in placeholder::parse(template).map_err(syntax)? {
+            parts.push(match piece {
+                Piece::Literal(text) => Part::Literal(text),
+                Piece::Placeholder(found) if found.is_named(INTENT_ID_PLACEHOLDER) => {
+                    if found.places.is_some() {
+                        return Err(syntax(SyntaxError {
+                            position: found.position,
+                            reason: "{intent_id} takes no format",
+                        }));
                     }
-                    if !literal.is_empty() {
-                        parts.push(Part::Literal(std::mem::take(&mut literal)));
-                    }
-                    parts.push(parse_placeholder(&inner).map_err(|reason| syntax(at, reason))?);
+                    Part::IntentId
                 }
-                c => literal.push(c),
-            }
-        }
-        if !literal.is_empty() {
-            parts.push(Part::Literal(literal));
+                Piece::Placeholder(Placeholder { path, places, .. }) => Part::Field {
+                    path,
+                    places,
+                    sensitive: false,
+                },
+            });
         }
         if !parts.iter().any(|part| !matches!(part, Part::Literal(_))) {
             return Err(KeyError::Constant(template.to_owned()));
@@ -283,9 +271,7 @@ impl KeyTemplate {
                     sensitive,
                 } => {
                     let name = path.join(".");
-                    let value = path
-                        .iter()
-                        .try_fold(arguments, |value, field| value.get(field))
+                    let value = placeholder::resolve(arguments, path, Steps::FieldsOnly)
                         .ok_or_else(|| KeyError::MissingArgument(name.clone()))?;
                     let text = render_value(&name, value, *places)?;
                     if *sensitive {
@@ -334,9 +320,7 @@ impl KeyTemplate {
                 } => Known::Hash,
                 Part::Field { path, places, .. } => {
                     let name = path.join(".");
-                    let value = path
-                        .iter()
-                        .try_fold(arguments, |value, field| value.get(field))?;
+                    let value = placeholder::resolve(arguments, path, Steps::FieldsOnly)?;
                     let mut text = String::new();
                     escape_into(&mut text, &render_value(&name, value, *places).ok()?);
                     Known::Text(text)
@@ -387,7 +371,7 @@ impl KeyTemplate {
             rest = rest.get(taken..)?;
         }
         let escaped = escaped?;
-        let id = unescape(escaped)?;
+        let id = percent_decode_str(escaped).decode_utf8().ok()?.into_owned();
         let mut canonical = String::new();
         escape_into(&mut canonical, &id);
         // Nothing may be left over, the id must be one a call may carry, and it must be written
@@ -397,111 +381,54 @@ impl KeyTemplate {
     }
 }
 
-/// Reverses [`escape_into`]: `%XX` back to its byte. `None` for text `escape_into` can't
-/// have written.
-fn unescape(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut at = 0;
-    while at < bytes.len() {
-        if bytes[at] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(at + 1..at + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            at += 3;
-        } else {
-            out.push(bytes[at]);
-            at += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-fn parse_placeholder(inner: &str) -> Result<Part, &'static str> {
-    let (name, format) = match inner.split_once(':') {
-        Some((name, format)) => (name.trim(), Some(format.trim())),
-        None => (inner.trim(), None),
-    };
-    if name.is_empty() {
-        return Err("empty placeholder");
-    }
-    let places = match format {
-        None => None,
-        Some(format) => {
-            let digits = format
-                .strip_prefix('.')
-                .ok_or("a format must look like `.2` (decimal places)")?;
-            let places: u32 = digits
-                .parse()
-                .map_err(|_| "a format must look like `.2` (decimal places)")?;
-            if places > DECIMAL_PLACES_MAX {
-                return Err("too many decimal places (at most 18)");
-            }
-            Some(places)
-        }
-    };
-    if name == INTENT_ID_PLACEHOLDER {
-        if places.is_some() {
-            return Err("{intent_id} takes no format");
-        }
-        return Ok(Part::IntentId);
-    }
-    let path: Vec<String> = name.split('.').map(str::to_owned).collect();
-    let valid = |segment: &String| {
-        !segment.is_empty()
-            && segment
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    };
-    if !path.iter().all(valid) {
-        return Err(
-            "a placeholder names an argument: letters, digits, `_`, `-`, and `.` for a nested field",
-        );
-    }
-    Ok(Part::Field {
-        path,
-        places,
-        sensitive: false,
+/// A value as key text, its error naming the argument.
+fn render_value(name: &str, value: &Value, places: Option<u32>) -> Result<String, KeyError> {
+    placeholder::render_value(value, places).map_err(|error| match error {
+        ValueError::Decimal(error) => KeyError::Decimal {
+            name: name.to_owned(),
+            error,
+        },
+        ValueError::NoText(reason) => KeyError::BadValue {
+            name: name.to_owned(),
+            reason: reason.into(),
+        },
     })
 }
 
-fn render_value(name: &str, value: &Value, places: Option<u32>) -> Result<String, KeyError> {
-    let decimal_error = |error| KeyError::Decimal {
-        name: name.to_owned(),
-        error,
-    };
-    if let Some(places) = places {
-        return Decimal::format_json(value, places).map_err(decimal_error);
-    }
-    match value {
-        Value::String(text) => Ok(text.clone()),
-        Value::Number(_) => Ok(Decimal::from_json(value)
-            .map_err(decimal_error)?
-            .to_string()),
-        Value::Bool(flag) => Ok(flag.to_string()),
-        Value::Null => Err(KeyError::BadValue {
-            name: name.to_owned(),
-            reason: "it is null".into(),
-        }),
-        Value::Array(_) | Value::Object(_) => Err(KeyError::BadValue {
-            name: name.to_owned(),
-            reason: "it is an array or object; use one of its fields, like {customer.id}".into(),
-        }),
-    }
+/// The ASCII characters that could blur the boundaries between key parts: the template's
+/// separators and braces, `%` itself, spaces and control characters.
+const KEY_ESCAPED: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'%')
+    .add(b':')
+    .add(b'/')
+    .add(b'{')
+    .add(b'}')
+    .add(b'#')
+    .add(b'?');
+
+/// True for a character outside ASCII that is escaped too: Unicode's other spaces and
+/// control characters. Every other one is kept as written, so keys stored in a ledger render
+/// the same as they always have.
+fn escaped_beyond_ascii(c: char) -> bool {
+    !c.is_ascii() && (c.is_whitespace() || c.is_control())
 }
 
-/// Percent-encodes the characters that could blur the boundaries between key parts.
+/// Percent-encodes, as `%XX` per UTF-8 byte, what could blur the boundaries between key
+/// parts. `percent-encoding` escapes every byte outside ASCII, so the text goes to it in runs
+/// that end before each character outside ASCII that a key keeps.
 fn escape_into(key: &mut String, value: &str) {
-    for c in value.chars() {
-        if matches!(c, '%' | ':' | '/' | '{' | '}' | '#' | '?')
-            || c.is_whitespace()
-            || c.is_control()
-        {
-            let mut buffer = [0u8; 4];
-            for byte in c.encode_utf8(&mut buffer).bytes() {
-                key.push_str(&format!("%{byte:02X}"));
-            }
-        } else {
+    let mut rest = value;
+    while !rest.is_empty() {
+        let kept = rest
+            .char_indices()
+            .find(|(_, c)| !c.is_ascii() && !escaped_beyond_ascii(*c));
+        let end = kept.map_or(rest.len(), |(at, _)| at);
+        key.extend(utf8_percent_encode(&rest[..end], KEY_ESCAPED));
+        rest = &rest[end..];
+        if let Some((_, c)) = kept {
             key.push(c);
+            rest = &rest[c.len_utf8()..];
         }
     }
 }

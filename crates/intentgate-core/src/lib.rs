@@ -18,6 +18,7 @@ pub mod key;
 pub mod limits;
 pub mod number;
 pub mod outcome;
+pub mod placeholder;
 pub mod principal;
 pub mod sensitive;
 pub mod status;

@@ -317,15 +317,7 @@ impl Gate {
 
     /// Reads and idempotent tools: no ledger, bounded retries with the same arguments.
     async fn call_direct(&self, tool: &ToolDefinition, arguments: &Value) -> CallOutcome {
-        let call = UpstreamCall {
-            tool,
-            arguments,
-            idempotency_key: None,
-            intent_key: None,
-            intent_id: None,
-            attempt: 0,
-            timeout: tool.timeout,
-        };
+        let call = UpstreamCall::without_intent(tool, arguments);
         if let Err(reason) = self.upstream.check(call) {
             return self.request_not_buildable(tool, reason);
         }
@@ -358,6 +350,10 @@ impl Gate {
         }
     }
 
+    /// The call path of a side-effecting tool, as SPEC section 5's named phases: the key and
+    /// fingerprint, look up (a settled repeat is answered from a read), check the request can
+    /// be built, acquire (the lease, with `in_flight` durable, or a lookup lease), then under
+    /// the lease send, classify and finish ([`Gate::execute`], [`Gate::look_up_unknown`]).
     async fn call_side_effect(
         &self,
         tool: &ToolDefinition,
@@ -386,31 +382,11 @@ impl Gate {
             .expect("Gate::new checked that a tool with sensitive arguments has a hash key");
         let fingerprint = fingerprint(&stored_arguments);
 
-        // Fast path: a repeat of a settled intent is answered from a read, without a
-        // durable write (the call is still counted).
-        let started = Instant::now();
-        let read = self.ledger.get(&context.tenant, &tool.name, &key).await;
-        self.metrics
-            .ledger_operation(LedgerOperation::Get, started.elapsed());
-        if let Some(intent) = read?
-            && intent.fingerprint == fingerprint.as_str()
-            && (intent.status == IntentStatus::Done
-                || (intent.status == IntentStatus::Rejected && !tool.retry_rejected))
+        if let Some(outcome) = self
+            .look_up_settled(tool, &context.tenant, &key, fingerprint.as_str())
+            .await?
         {
-            // The count the write below will make, unless another repeat's write lands first.
-            self.repeated_call(tool, &intent, intent.call_count + 1);
-            // Counting the call is bookkeeping: the answer does not wait for its commit.
-            let ledger = self.ledger.clone();
-            let (id, now_ms, tool_name) = (intent.id, self.clock.now_ms(), tool.name.clone());
-            tokio::spawn(
-                async move {
-                    if let Err(error) = ledger.record_call(id, now_ms).await {
-                        tracing::warn!(tool = %tool_name, intent = id, %error, "could not count a repeated call");
-                    }
-                }
-                .in_current_span(),
-            );
-            return Ok(self.answer_from(tool, &intent));
+            return Ok(outcome);
         }
 
         // The request must be buildable from these arguments before an intent is recorded: a
@@ -418,28 +394,24 @@ impl Gate {
         // repeat, answered above, has the arguments its first call was checked with.) The
         // real provider key may carry an epoch (`#2`), which changes nothing a check refuses.
         let check_key = provider_key(&context.tenant, &tool.name, &key, 1);
-        let check = UpstreamCall {
+        let check = UpstreamCall::for_intent(
             tool,
-            arguments: &arguments,
-            idempotency_key: Some(&check_key),
-            intent_key: Some(&key),
-            intent_id: context.intent_id.as_deref(),
-            attempt: 1,
-            timeout: tool.timeout,
-        };
+            &arguments,
+            &key,
+            Some(&check_key),
+            context.intent_id.as_deref(),
+            1,
+        );
         if let Err(reason) = self.upstream.check(check) {
             return Ok(self.request_not_buildable(tool, reason));
         }
 
         let owner = self.lease_owner("");
-        let wait_until = self.clock.now_ms() + (tool.timeout + WAIT_MARGIN).as_millis() as i64;
-        let mut count_call = true;
-        // Time spent waiting for another caller's lease, once this call has waited.
-        let mut waited: Option<Duration> = None;
-        let begun = loop {
-            let now_ms = self.clock.now_ms();
-            let begin = self
-                .ledger_begin(BeginRequest {
+        let now_ms = self.clock.now_ms();
+        let begun = self
+            .acquire(
+                tool,
+                BeginRequest {
                     tenant: context.tenant.clone(),
                     tool: tool.name.clone(),
                     key: key.clone(),
@@ -448,23 +420,93 @@ impl Gate {
                     lease_owner: owner.clone(),
                     lease_expires_ms: now_ms + self.lease_duration(tool).as_millis() as i64,
                     now_ms,
-                    count_call,
+                    count_call: true,
                     retry_rejected: tool.retry_rejected,
                     lookup_interval_ms: self.options.lookup_interval.as_millis() as i64,
                     resend_unknown: false,
-                })
-                .await;
-            let begin = match begin {
+                },
+            )
+            .await?;
+        let intent_id = context.intent_id.as_deref();
+        match begun {
+            Begin::Execute(intent) => Ok(self
+                .execute(tool, &arguments, intent_id, intent, &owner, Attempt::Call)
+                .await),
+            Begin::Lookup(intent) => {
+                let (outcome, _) = self
+                    .look_up_unknown(tool, &arguments, intent_id, intent, &owner, "lookup")
+                    .await;
+                Ok(outcome)
+            }
+            Begin::Settled(intent) => Ok(self.answer_from(tool, &intent)),
+            Begin::Conflict(intent) => Ok(self.conflict(tool, key, &intent, &stored_arguments)),
+            // Still held when the wait ran out: answer from the ledger as it stands.
+            Begin::Busy(intent) => Ok(self.answer_from(tool, &intent)),
+        }
+    }
+
+    /// Look up: a repeat of a settled intent (done, or rejected for good) is answered from a
+    /// read, without a durable write; the call is still counted, in the background.
+    async fn look_up_settled(
+        &self,
+        tool: &ToolDefinition,
+        tenant: &str,
+        key: &str,
+        fingerprint: &str,
+    ) -> Result<Option<CallOutcome>, GateError> {
+        let started = Instant::now();
+        let read = self.ledger.get(tenant, &tool.name, key).await;
+        self.metrics
+            .ledger_operation(LedgerOperation::Get, started.elapsed());
+        let Some(intent) = read? else {
+            return Ok(None);
+        };
+        let settled = intent.status == IntentStatus::Done
+            || (intent.status == IntentStatus::Rejected && !tool.retry_rejected);
+        if intent.fingerprint != fingerprint || !settled {
+            return Ok(None);
+        }
+        // The count the write below will make, unless another repeat's write lands first.
+        self.repeated_call(tool, &intent, intent.call_count + 1);
+        // Counting the call is bookkeeping: the answer does not wait for its commit.
+        let ledger = self.ledger.clone();
+        let (id, now_ms, tool_name) = (intent.id, self.clock.now_ms(), tool.name.clone());
+        tokio::spawn(
+            async move {
+                if let Err(error) = ledger.record_call(id, now_ms).await {
+                    tracing::warn!(tool = %tool_name, intent = id, %error, "could not count a repeated call");
+                }
+            }
+            .in_current_span(),
+        );
+        Ok(Some(self.answer_from(tool, &intent)))
+    }
+
+    /// Acquire: `begin` takes the intent's lease and records `in_flight` durably (or a lookup
+    /// lease, or finds it settled or conflicting). While another caller holds the lease this
+    /// caller waits, woken when the holder commits and bounded by the tool's timeout plus
+    /// [`WAIT_MARGIN`], and then takes what `begin` answers last (`Busy` when still held).
+    /// `request` is the first `begin`; a retry after a wait is not counted as another call.
+    async fn acquire(
+        &self,
+        tool: &ToolDefinition,
+        mut request: BeginRequest,
+    ) -> Result<Begin, LedgerError> {
+        let wait_until = request.now_ms + (tool.timeout + WAIT_MARGIN).as_millis() as i64;
+        // Time spent waiting for another caller's lease, once this call has waited.
+        let mut waited: Option<Duration> = None;
+        let begun = loop {
+            let begin = match self.ledger_begin(request.clone()).await {
                 Ok(begin) => begin,
                 Err(error) => break Err(error),
             };
-            if count_call {
+            if request.count_call {
                 let intent = begun_intent(&begin);
                 if intent.call_count > 1 {
                     self.repeated_call(tool, intent, intent.call_count);
                 }
             }
-            count_call = false;
+            request.count_call = false;
             let Begin::Busy(intent) = &begin else {
                 break Ok(begin);
             };
@@ -480,38 +522,32 @@ impl Gate {
                 .wait_for_change(intent.id, Duration::from_millis(remaining_ms as u64))
                 .await;
             *waited.get_or_insert(Duration::ZERO) += started.elapsed();
+            request.now_ms = self.clock.now_ms();
+            request.lease_expires_ms =
+                request.now_ms + self.lease_duration(tool).as_millis() as i64;
         };
         if let Some(waited) = waited {
             self.metrics.lease_waited(&tool.name, waited);
         }
-        match begun? {
-            Begin::Execute(intent) => {
-                let intent_id = context.intent_id.as_deref();
-                Ok(self
-                    .execute(tool, &arguments, intent_id, intent, &owner, Attempt::Call)
-                    .await)
-            }
-            Begin::Lookup(intent) => {
-                let intent_id = context.intent_id.as_deref();
-                let (outcome, _) = self
-                    .look_up_unknown(tool, &arguments, intent_id, intent, &owner, "lookup")
-                    .await;
-                Ok(outcome)
-            }
-            Begin::Settled(intent) => Ok(self.answer_from(tool, &intent)),
-            Begin::Conflict(intent) => {
-                // Both sides as the ledger keeps them, so a sensitive field is compared by its
-                // hash and only its name is ever shown.
-                let fields = differing_fields(&intent.arguments, &stored_arguments);
-                tracing::warn!(tool = %tool.name, key = %key, fields = ?fields, "conflict: same key, other arguments");
-                let mut outcome = self.outcome(tool, CallStatus::Conflict, &fields.join(", "));
-                outcome.intent_key = Some(key);
-                outcome.differing_fields = fields;
-                Ok(outcome)
-            }
-            // Still held when the wait ran out: answer from the ledger as it stands.
-            Begin::Busy(intent) => Ok(self.answer_from(tool, &intent)),
-        }
+        begun
+    }
+
+    /// The answer to a call whose key names an intent made with other arguments: which
+    /// fields differ, compared as the ledger keeps them, so a sensitive field is compared by
+    /// its hash and only its name is ever shown.
+    fn conflict(
+        &self,
+        tool: &ToolDefinition,
+        key: String,
+        intent: &IntentRecord,
+        stored_arguments: &Value,
+    ) -> CallOutcome {
+        let fields = differing_fields(&intent.arguments, stored_arguments);
+        tracing::warn!(tool = %tool.name, key = %key, fields = ?fields, "conflict: same key, other arguments");
+        let mut outcome = self.outcome(tool, CallStatus::Conflict, &fields.join(", "));
+        outcome.intent_key = Some(key);
+        outcome.differing_fields = fields;
+        outcome
     }
 
     /// Counts a call for an intent that already existed and tells the receivers of
@@ -537,6 +573,30 @@ impl Gate {
         begin
     }
 
+    /// What `owner` records about its attempt of `intent`, now: `status` and why, learned by
+    /// `resolved_by`, with no result and no lookup made (the caller adds what it has).
+    pub(crate) fn finish(
+        &self,
+        intent: &IntentRecord,
+        owner: &str,
+        status: IntentStatus,
+        resolved_by: &'static str,
+        detail: String,
+    ) -> Finish {
+        Finish {
+            id: intent.id,
+            lease_owner: owner.to_owned(),
+            attempt: intent.attempt,
+            now_ms: self.clock.now_ms(),
+            status,
+            result: None,
+            external_id: None,
+            resolved_by,
+            looked_up: false,
+            detail,
+        }
+    }
+
     /// [`Ledger::finish`], timed.
     pub(crate) async fn ledger_finish(&self, finish: Finish) -> Result<Finished, LedgerError> {
         let started = Instant::now();
@@ -558,15 +618,14 @@ impl Gate {
         attempt: Attempt,
     ) -> CallOutcome {
         let idempotency_key = provider_key(&intent.tenant, &intent.tool, &intent.key, intent.epoch);
-        let call = UpstreamCall {
+        let call = UpstreamCall::for_intent(
             tool,
             arguments,
-            idempotency_key: Some(&idempotency_key),
-            intent_key: Some(&intent.key),
+            &intent.key,
+            Some(&idempotency_key),
             intent_id,
-            attempt: intent.attempt,
-            timeout: tool.timeout,
-        };
+            intent.attempt,
+        );
         let mut retry = 0;
         loop {
             let observation = self.send(call).await;
@@ -633,16 +692,9 @@ impl Gate {
                 _ => (None, None),
             };
             let finish = Finish {
-                id: intent.id,
-                lease_owner: owner.to_owned(),
-                attempt: intent.attempt,
-                now_ms: self.clock.now_ms(),
-                status,
                 result,
                 external_id,
-                resolved_by: "upstream",
-                looked_up: false,
-                detail,
+                ..self.finish(&intent, owner, status, "upstream", detail)
             };
             return self.record(tool, finish).await;
         }
@@ -660,15 +712,14 @@ impl Gate {
         owner: &str,
         resolved_by: &'static str,
     ) -> (CallOutcome, Looked) {
-        let call = UpstreamCall {
+        let call = UpstreamCall::for_intent(
             tool,
             arguments,
-            idempotency_key: None,
-            intent_key: Some(&intent.key),
+            &intent.key,
+            None,
             intent_id,
-            attempt: intent.attempt,
-            timeout: tool.timeout,
-        };
+            intent.attempt,
+        );
         let found = self.lookup(call).await;
         self.settle_lookup(
             tool,
@@ -702,16 +753,14 @@ impl Gate {
             LookupOutcome::Unsupported => Looked::Unsupported,
         };
         let mut finish = Finish {
-            id: intent.id,
-            lease_owner: owner.to_owned(),
-            attempt: intent.attempt,
-            now_ms: self.clock.now_ms(),
-            status: IntentStatus::Unknown,
-            result: None,
-            external_id: None,
-            resolved_by,
             looked_up: true,
-            detail: String::new(),
+            ..self.finish(
+                &intent,
+                owner,
+                IntentStatus::Unknown,
+                resolved_by,
+                String::new(),
+            )
         };
         match found {
             LookupOutcome::Found {

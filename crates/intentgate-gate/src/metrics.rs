@@ -49,7 +49,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use tokio::sync::broadcast;
 
 /// Repeated-call events a receiver may fall behind before it loses the oldest. A retry storm
@@ -194,6 +194,12 @@ struct ToolRuleLabels {
     rule: String,
 }
 
+/// Registers `metric` under `name` and gives it back, to be kept and updated.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
 
 fn upstream_histogram() -> Histogram {
@@ -247,109 +253,95 @@ impl Metrics {
     /// encoder adds it to counters.
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
-        let calls = Family::<ToolStatusLabels, Counter>::default();
-        registry.register(
-            "intentgate_calls",
-            "Outcomes of tool calls, by tool and status",
-            calls.clone(),
-        );
-        let repeated_calls = Family::<ToolLabels, Counter>::default();
-        registry.register(
-            "intentgate_repeated_calls",
-            "Calls for an intent that already existed (duplicate calls)",
-            repeated_calls.clone(),
-        );
-        let upstream_duration: HistogramFamily<ToolRequestLabels> =
-            Family::new_with_constructor(upstream_histogram);
-        registry.register(
-            "intentgate_upstream_request_duration_seconds",
-            "Duration of one upstream request (execute or lookup), timeout included",
-            upstream_duration.clone(),
-        );
-        let ledger_duration: HistogramFamily<OperationLabels> =
-            Family::new_with_constructor(ledger_histogram);
-        registry.register(
-            "intentgate_ledger_operation_duration_seconds",
-            "Duration of the call path's ledger operations (begin, finish, get)",
-            ledger_duration.clone(),
-        );
-        let lease_waits = Family::<ToolLabels, Counter>::default();
-        registry.register(
-            "intentgate_lease_waits",
-            "Calls that found the intent's lease held and waited for its holder",
-            lease_waits.clone(),
-        );
-        let lease_wait_duration: HistogramFamily<ToolLabels> =
-            Family::new_with_constructor(lease_wait_histogram);
-        registry.register(
-            "intentgate_lease_wait_seconds",
-            "Time one call spent waiting for another's lease, in all",
-            lease_wait_duration.clone(),
-        );
-        let intents_unknown = Family::<ToolLabels, Counter>::default();
-        registry.register(
-            "intentgate_intents_unknown",
-            "Attempts and lookups that left an intent unknown",
-            intents_unknown.clone(),
-        );
-        let intents = Family::<ToolStatusLabels, Gauge>::default();
-        registry.register(
-            "intentgate_intents",
-            "Intents in the ledger, by tool and status",
-            intents.clone(),
-        );
-        let reconcile_mismatches = Family::<ToolKindLabels, Counter>::default();
-        registry.register(
-            "intentgate_reconcile_mismatches",
-            "Mismatches between the ledger and the provider found by reconciliation",
-            reconcile_mismatches.clone(),
-        );
-        let alerts_fired = Family::<ToolRuleLabels, Counter>::default();
-        registry.register(
-            "intentgate_alerts_fired",
-            "Duplicate-call alerts fired, by tool and rule",
-            alerts_fired.clone(),
-        );
-        let repeated_call_events_dropped = Counter::default();
-        registry.register(
-            "intentgate_repeated_call_events_dropped",
-            "Repeated-call events evicted before every receiver saw them",
-            repeated_call_events_dropped.clone(),
-        );
-        let connections_open = Gauge::default();
-        registry.register(
-            "intentgate_connections_open",
-            "HTTP connections the server holds open",
-            connections_open.clone(),
-        );
-        let connections_dropped = Family::<ReasonLabels, Counter>::default();
-        registry.register(
-            "intentgate_connections_dropped",
-            "Connections the server closed on its own: no request head in time, idle, or over the connection limit",
-            connections_dropped.clone(),
-        );
+        // Registered in the order written, which is the order `encode` prints them in.
+        let metrics = Metrics {
+            calls: registered(
+                &mut registry,
+                "intentgate_calls",
+                "Outcomes of tool calls, by tool and status",
+                Family::default(),
+            ),
+            repeated_calls: registered(
+                &mut registry,
+                "intentgate_repeated_calls",
+                "Calls for an intent that already existed (duplicate calls)",
+                Family::default(),
+            ),
+            upstream_duration: registered(
+                &mut registry,
+                "intentgate_upstream_request_duration_seconds",
+                "Duration of one upstream request (execute or lookup), timeout included",
+                Family::new_with_constructor(upstream_histogram),
+            ),
+            ledger_duration: registered(
+                &mut registry,
+                "intentgate_ledger_operation_duration_seconds",
+                "Duration of the call path's ledger operations (begin, finish, get)",
+                Family::new_with_constructor(ledger_histogram),
+            ),
+            lease_waits: registered(
+                &mut registry,
+                "intentgate_lease_waits",
+                "Calls that found the intent's lease held and waited for its holder",
+                Family::default(),
+            ),
+            lease_wait_duration: registered(
+                &mut registry,
+                "intentgate_lease_wait_seconds",
+                "Time one call spent waiting for another's lease, in all",
+                Family::new_with_constructor(lease_wait_histogram),
+            ),
+            intents_unknown: registered(
+                &mut registry,
+                "intentgate_intents_unknown",
+                "Attempts and lookups that left an intent unknown",
+                Family::default(),
+            ),
+            intents: registered(
+                &mut registry,
+                "intentgate_intents",
+                "Intents in the ledger, by tool and status",
+                Family::default(),
+            ),
+            intents_seen: Mutex::default(),
+            reconcile_mismatches: registered(
+                &mut registry,
+                "intentgate_reconcile_mismatches",
+                "Mismatches between the ledger and the provider found by reconciliation",
+                Family::default(),
+            ),
+            alerts_fired: registered(
+                &mut registry,
+                "intentgate_alerts_fired",
+                "Duplicate-call alerts fired, by tool and rule",
+                Family::default(),
+            ),
+            repeated_call_events_dropped: registered(
+                &mut registry,
+                "intentgate_repeated_call_events_dropped",
+                "Repeated-call events evicted before every receiver saw them",
+                Counter::default(),
+            ),
+            connections_open: registered(
+                &mut registry,
+                "intentgate_connections_open",
+                "HTTP connections the server holds open",
+                Gauge::default(),
+            ),
+            connections_dropped: registered(
+                &mut registry,
+                "intentgate_connections_dropped",
+                "Connections the server closed on its own: no request head in time, idle, or over the connection limit",
+                Family::default(),
+            ),
+            registry,
+        };
         for reason in ConnectionDrop::ALL {
-            let _ = connections_dropped.get_or_create(&ReasonLabels {
+            let _ = metrics.connections_dropped.get_or_create(&ReasonLabels {
                 reason: reason.as_str(),
             });
         }
-        Metrics {
-            registry,
-            calls,
-            repeated_calls,
-            upstream_duration,
-            ledger_duration,
-            lease_waits,
-            lease_wait_duration,
-            intents_unknown,
-            intents,
-            intents_seen: Mutex::default(),
-            reconcile_mismatches,
-            alerts_fired,
-            repeated_call_events_dropped,
-            connections_open,
-            connections_dropped,
-        }
+        metrics
     }
 
     /// Every family in the Prometheus text exposition format, version 0.0.4 (served as

@@ -151,23 +151,28 @@ fn bound<'a>(
     }))
 }
 
+/// `None` for an instance that is not a number (another keyword's business), else the number
+/// read exactly, or why it can't be.
+fn exact_instance(instance: &Value) -> Option<Result<ExactNumber, String>> {
+    let Value::Number(number) = instance else {
+        return None;
+    };
+    Some(ExactNumber::parse(number.as_str()).map_err(|error| error.to_string()))
+}
+
 impl ExactBound {
     /// `None` for an instance that is not a number (another keyword's business), else whether
     /// it is within the bound, or why it can't be compared.
     fn check(&self, instance: &Value) -> Option<Result<bool, String>> {
-        let Value::Number(number) = instance else {
-            return None;
-        };
-        let value = match ExactNumber::parse(number.as_str()) {
-            Ok(value) => value,
-            Err(error) => return Some(Err(error.to_string())),
-        };
-        let ordering = value.cmp(&self.limit);
-        Some(Ok(match (self.below, self.strict) {
-            (true, false) => ordering.is_le(),
-            (true, true) => ordering.is_lt(),
-            (false, false) => ordering.is_ge(),
-            (false, true) => ordering.is_gt(),
+        let value = exact_instance(instance)?;
+        Some(value.map(|value| {
+            let ordering = value.cmp(&self.limit);
+            match (self.below, self.strict) {
+                (true, false) => ordering.is_le(),
+                (true, true) => ordering.is_lt(),
+                (false, false) => ordering.is_ge(),
+                (false, true) => ordering.is_gt(),
+            }
         }))
     }
 
@@ -244,16 +249,12 @@ fn multiple_of<'a>(
 
 impl ExactMultipleOf {
     fn check(&self, instance: &Value) -> Option<Result<bool, String>> {
-        let Value::Number(number) = instance else {
-            return None;
-        };
-        let value = match ExactNumber::parse(number.as_str()) {
-            Ok(value) => value,
-            Err(error) => return Some(Err(error.to_string())),
-        };
-        Some(Ok(value.is_multiple_of(&self.divisor).expect(
-            "the divisor was checked when the schema was compiled",
-        )))
+        let value = exact_instance(instance)?;
+        Some(value.map(|value| {
+            value
+                .is_multiple_of(&self.divisor)
+                .expect("the divisor was checked when the schema was compiled")
+        }))
     }
 }
 

@@ -50,10 +50,17 @@ use std::time::Duration;
 
 use intentgate_core::key::KeyTemplate;
 use intentgate_core::{CallStatus, Effect, IntentStatus, ToolDefinition};
-use intentgate_ledger::{Begin, BeginRequest, Finish, IntentRecord};
+use intentgate_ledger::{Begin, BeginRequest, IntentRecord};
 use tracing::Instrument;
 
 use crate::gate::{Attempt, Gate, GateError, Looked};
+
+/// The event log's reason when the sweeper gives back an attempt `begin` started on a
+/// not-executed intent: the intent is not executed, as it was.
+const UNASKED_ATTEMPT: &str =
+    "the sweeper starts no attempt of a not-executed intent; nothing was sent";
+/// The event log's reason when the sweeper gives back a lookup lease without looking up.
+const UNUSED_LOOKUP_LEASE: &str = "lookup lease released unused by the sweeper";
 
 /// The part of an unknown intent's age the sweeper waits between two of its lookups: one
 /// tenth, so an intent a minute old is asked about again within seconds, one a day old
@@ -216,7 +223,8 @@ impl Gate {
             // executed, and `begin` started a new attempt for us. The sweeper starts no such
             // attempt: give it back untouched, nothing sent.
             Begin::Execute(intent) => {
-                self.release_unasked_attempt(&intent, &owner).await?;
+                self.release_unused(&intent, &owner, IntentStatus::NotExecuted, UNASKED_ATTEMPT)
+                    .await?;
                 report.settled_otherwise += 1;
                 return Ok(());
             }
@@ -274,14 +282,16 @@ impl Gate {
             Begin::Execute(intent) if intent.attempt == looked_up_attempt + 1 => intent,
             // Others made attempts since (it went not executed): not ours to start.
             Begin::Execute(intent) => {
-                self.release_unasked_attempt(&intent, &owner).await?;
+                self.release_unused(&intent, &owner, IntentStatus::NotExecuted, UNASKED_ATTEMPT)
+                    .await?;
                 report.settled_otherwise += 1;
                 return Ok(());
             }
             // A re-send by another replica ran out its lease in between: that one needs its
             // own lookup first, by a later sweep.
             Begin::Lookup(intent) => {
-                self.release_lookup_lease(&intent, &owner).await?;
+                self.release_unused(&intent, &owner, IntentStatus::Unknown, UNUSED_LOOKUP_LEASE)
+                    .await?;
                 report.still_unknown += 1;
                 return Ok(());
             }
@@ -352,48 +362,16 @@ impl Gate {
         (age_ms / i64::from(SWEEP_LOOKUP_AGE_FRACTION)).clamp(floor_ms, ceiling_ms)
     }
 
-    /// Gives back a lookup lease without looking up.
-    async fn release_lookup_lease(
+    /// Gives back a lease `begin` granted the sweeper without sending anything: the intent
+    /// keeps `status`, the one it had, and the event log says why.
+    async fn release_unused(
         &self,
         intent: &IntentRecord,
         owner: &str,
+        status: IntentStatus,
+        detail: &str,
     ) -> Result<(), GateError> {
-        let finish = Finish {
-            id: intent.id,
-            lease_owner: owner.to_owned(),
-            attempt: intent.attempt,
-            now_ms: self.clock.now_ms(),
-            status: IntentStatus::Unknown,
-            result: None,
-            external_id: None,
-            resolved_by: "sweeper",
-            looked_up: false,
-            detail: "lookup lease released unused by the sweeper".to_owned(),
-        };
-        self.ledger_finish(finish).await?;
-        Ok(())
-    }
-
-    /// Gives back an attempt `begin` started for the sweeper on a not-executed intent,
-    /// without sending anything: the intent is not executed, as it was.
-    async fn release_unasked_attempt(
-        &self,
-        intent: &IntentRecord,
-        owner: &str,
-    ) -> Result<(), GateError> {
-        let finish = Finish {
-            id: intent.id,
-            lease_owner: owner.to_owned(),
-            attempt: intent.attempt,
-            now_ms: self.clock.now_ms(),
-            status: IntentStatus::NotExecuted,
-            result: None,
-            external_id: None,
-            resolved_by: "sweeper",
-            looked_up: false,
-            detail: "the sweeper starts no attempt of a not-executed intent; nothing was sent"
-                .to_owned(),
-        };
+        let finish = self.finish(intent, owner, status, "sweeper", detail.to_owned());
         self.ledger_finish(finish).await?;
         Ok(())
     }

@@ -32,6 +32,40 @@ pub struct UpstreamCall<'a> {
     pub timeout: Duration,
 }
 
+impl<'a> UpstreamCall<'a> {
+    /// A request of a read or idempotent tool: no intent, no keys, attempt 0.
+    pub fn without_intent(tool: &'a ToolDefinition, arguments: &'a Value) -> UpstreamCall<'a> {
+        UpstreamCall {
+            tool,
+            arguments,
+            idempotency_key: None,
+            intent_key: None,
+            intent_id: None,
+            attempt: 0,
+            timeout: tool.timeout,
+        }
+    }
+
+    /// A request for the intent `intent_key`, in its `attempt`; `idempotency_key` is `None`
+    /// for a lookup, which performs nothing.
+    pub fn for_intent(
+        tool: &'a ToolDefinition,
+        arguments: &'a Value,
+        intent_key: &'a str,
+        idempotency_key: Option<&'a str>,
+        intent_id: Option<&'a str>,
+        attempt: u32,
+    ) -> UpstreamCall<'a> {
+        UpstreamCall {
+            idempotency_key,
+            intent_key: Some(intent_key),
+            intent_id,
+            attempt,
+            ..UpstreamCall::without_intent(tool, arguments)
+        }
+    }
+}
+
 /// What a lookup found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LookupOutcome {

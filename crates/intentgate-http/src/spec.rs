@@ -222,48 +222,27 @@ impl fmt::Debug for UpstreamSpec {
     }
 }
 
-impl fmt::Debug for CallSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CallSpec")
-            .field("upstream", &self.upstream)
-            .field("method", &self.method)
-            .field("path", &self.path)
-            .field("query", &self.query)
-            .field("headers", &RedactedHeaders(&self.headers))
-            .field("body", &self.body)
-            .field("result", &self.result)
-            .finish()
-    }
+/// `Debug` for a request spec: its fields as they are, in this order, but its headers by name
+/// only (their values may hold secrets).
+macro_rules! debug_with_redacted_headers {
+    ($spec:ident: $($before:ident),*; $($after:ident),*) => {
+        impl fmt::Debug for $spec {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($spec))
+                    $(.field(stringify!($before), &self.$before))*
+                    .field("headers", &RedactedHeaders(&self.headers))
+                    $(.field(stringify!($after), &self.$after))*
+                    .finish()
+            }
+        }
+    };
 }
 
-impl fmt::Debug for LookupSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LookupSpec")
-            .field("upstream", &self.upstream)
-            .field("method", &self.method)
-            .field("path", &self.path)
-            .field("query", &self.query)
-            .field("headers", &RedactedHeaders(&self.headers))
-            .field("found", &self.found)
-            .field("not_found_statuses", &self.not_found_statuses)
-            .field("external_id", &self.external_id)
-            .finish()
-    }
-}
-
-impl fmt::Debug for ListSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ListSpec")
-            .field("upstream", &self.upstream)
-            .field("path", &self.path)
-            .field("query", &self.query)
-            .field("headers", &RedactedHeaders(&self.headers))
-            .field("items", &self.items)
-            .field("next_cursor", &self.next_cursor)
-            .field("fields", &self.fields)
-            .finish()
-    }
-}
+debug_with_redacted_headers!(CallSpec: upstream, method, path, query; body, result);
+debug_with_redacted_headers!(
+    LookupSpec: upstream, method, path, query; found, not_found_statuses, external_id
+);
+debug_with_redacted_headers!(ListSpec: upstream, path, query; items, next_cursor, fields);
 
 #[cfg(test)]
 mod tests {

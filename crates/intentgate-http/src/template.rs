@@ -1,11 +1,11 @@
 //! Request templates: how a tool's arguments become a path, query and header values and a
 //! JSON body.
 //!
-//! Syntax (shared with intent keys): literal text with placeholders `{name}` (an argument),
-//! `{a.b}` (a field of an object argument; `{items.0}` an element of an array), `{name:.N}`
-//! (an exact decimal with N places, refused rather than rounded when the value has more), and
-//! the gateway's own values `{intent_key}`, `{idempotency_key}` and `{intent_id}`. `{{` and
-//! `}}` are literal braces. A gateway value's name wins over an argument of the same name.
+//! Syntax (`intentgate_core::placeholder`, shared with intent keys): literal text with
+//! placeholders `{name}` (an argument), `{a.b}` (a field of an object argument; `{items.0}` an
+//! element of an array), `{name:.N}` (an exact decimal with N places, refused rather than
+//! rounded when the value has more), and the gateway's own values `{intent_key}`,
+//! `{idempotency_key}` and `{intent_id}`. `{{` and `}}` are literal braces. A gateway value's name wins over an argument of the same name.
 //!
 //! Each place a value lands has its own renderer, because each has its own way to be abused:
 //!
@@ -36,9 +36,8 @@
 
 use std::fmt;
 
-use intentgate_core::Decimal;
 use intentgate_core::decimal::DecimalError;
-use intentgate_core::limits::DECIMAL_PLACES_MAX;
+use intentgate_core::placeholder::{self, Piece, Steps, SyntaxError, ValueError};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Map, Value};
 
@@ -220,14 +219,10 @@ impl Placeholder {
     /// The placeholder's value as JSON, or `None` when the call does not have it.
     fn resolve<'a>(&self, values: &Values<'a>) -> Option<Resolved<'a>> {
         match self {
-            Placeholder::Argument { path, .. } => path
-                .iter()
-                .try_fold(values.arguments, |value, field| match value {
-                    Value::Object(members) => members.get(field),
-                    Value::Array(items) => field.parse::<usize>().ok().and_then(|i| items.get(i)),
-                    _ => None,
-                })
-                .map(Resolved::Json),
+            Placeholder::Argument { path, .. } => {
+                placeholder::resolve(values.arguments, path, Steps::FieldsAndIndexes)
+                    .map(Resolved::Json)
+            }
             Placeholder::Gateway(value) => value.get(&values.gateway).map(Resolved::Gateway),
         }
     }
@@ -249,37 +244,22 @@ impl Placeholder {
         if value.is_null() && null_is_absent {
             return Ok(None);
         }
-        let name = || self.name();
-        let decimal_error = |error| TemplateError::Decimal {
-            name: name(),
-            error,
+        let places = match self {
+            Placeholder::Argument { places, .. } => *places,
+            Placeholder::Gateway(_) => None,
         };
-        if let Placeholder::Argument {
-            places: Some(places),
-            ..
-        } = self
-        {
-            return Decimal::format_json(value, *places)
-                .map(Some)
-                .map_err(decimal_error);
-        }
-        match value {
-            Value::String(text) => Ok(Some(text.clone())),
-            // The exact decimal text, so `49.0` and `49` are written alike and a float
-            // never shows up as `0.30000000000000004`.
-            Value::Number(_) => Decimal::from_json(value)
-                .map(|decimal| Some(decimal.to_string()))
-                .map_err(decimal_error),
-            Value::Bool(flag) => Ok(Some(flag.to_string())),
-            Value::Null => Err(TemplateError::BadValue {
-                name: name(),
-                reason: "it is null",
-            }),
-            Value::Array(_) | Value::Object(_) => Err(TemplateError::BadValue {
-                name: name(),
-                reason: "it is an array or object; use one of its fields, like {customer.id}",
-            }),
-        }
+        placeholder::render_value(value, places)
+            .map(Some)
+            .map_err(|error| match error {
+                ValueError::Decimal(error) => TemplateError::Decimal {
+                    name: self.name(),
+                    error,
+                },
+                ValueError::NoText(reason) => TemplateError::BadValue {
+                    name: self.name(),
+                    reason,
+                },
+            })
     }
 
     /// The placeholder's value in a JSON body when it is the whole string: the argument's
@@ -330,43 +310,13 @@ impl fmt::Debug for Template {
 impl Template {
     /// Parses a template; checks syntax only.
     pub fn parse(template: &str) -> Result<Template, TemplateError> {
-        let syntax = |position, reason| TemplateError::Syntax { position, reason };
+        let syntax = |SyntaxError { position, reason }| TemplateError::Syntax { position, reason };
         let mut parts = Vec::new();
-        let mut literal = String::new();
-        let mut chars = template.char_indices().peekable();
-        while let Some((at, c)) = chars.next() {
-            match c {
-                '{' if chars.peek().map(|(_, c)| *c) == Some('{') => {
-                    chars.next();
-                    literal.push('{');
-                }
-                '}' if chars.peek().map(|(_, c)| *c) == Some('}') => {
-                    chars.next();
-                    literal.push('}');
-                }
-                '}' => return Err(syntax(at, "unmatched `}` (write `}}` for a literal brace)")),
-                '{' => {
-                    let mut inner = String::new();
-                    loop {
-                        match chars.next() {
-                            Some((_, '}')) => break,
-                            Some((_, '{')) => return Err(syntax(at, "`{` inside a placeholder")),
-                            Some((_, c)) => inner.push(c),
-                            None => return Err(syntax(at, "unclosed `{`")),
-                        }
-                    }
-                    if !literal.is_empty() {
-                        parts.push(Part::Literal(std::mem::take(&mut literal)));
-                    }
-                    let placeholder =
-                        parse_placeholder(&inner).map_err(|reason| syntax(at, reason))?;
-                    parts.push(Part::Placeholder(placeholder));
-                }
-                c => literal.push(c),
-            }
-        }
-        if !literal.is_empty() {
-            parts.push(Part::Literal(literal));
+        for piece in placeholder::parse(template).map_err(syntax)? {
+            parts.push(match piece {
+                Piece::Literal(text) => Part::Literal(text),
+                Piece::Placeholder(found) => Part::Placeholder(gateway_or_argument(found)?),
+            });
         }
         Ok(Template { parts })
     }
@@ -587,12 +537,8 @@ impl BodyTemplate {
         Ok(BodyTemplate { root })
     }
 
-    /// Refuses a placeholder that names neither an argument nor a gateway value.
-    pub fn check(&self, argument_names: &[&str]) -> Result<(), TemplateError> {
-        self.check_names(argument_names, true)
-    }
-
-    /// Like [`BodyTemplate::check`]; with `gateway_allowed` false, gateway values are refused.
+    /// Refuses a placeholder that names neither one of `names` nor (with `gateway_allowed`)
+    /// a gateway value, saying where in the body it is.
     pub(crate) fn check_names(
         &self,
         names: &[&str],
@@ -757,50 +703,24 @@ fn allowed_list(names: &[&str]) -> String {
         .join(", ")
 }
 
-fn parse_placeholder(inner: &str) -> Result<Placeholder, &'static str> {
-    let (name, format) = match inner.split_once(':') {
-        Some((name, format)) => (name.trim(), Some(format.trim())),
-        None => (inner.trim(), None),
+/// A gateway value when the placeholder is one's name (which wins over an argument of the
+/// same name), else an argument.
+fn gateway_or_argument(found: placeholder::Placeholder) -> Result<Placeholder, TemplateError> {
+    let gateway = match found.path.as_slice() {
+        [only] => GatewayValue::from_name(only),
+        _ => None,
     };
-    if name.is_empty() {
-        return Err("empty placeholder");
+    match gateway {
+        Some(_) if found.places.is_some() => Err(TemplateError::Syntax {
+            position: found.position,
+            reason: "gateway values ({intent_key}, {idempotency_key}, {intent_id}) take no format",
+        }),
+        Some(value) => Ok(Placeholder::Gateway(value)),
+        None => Ok(Placeholder::Argument {
+            path: found.path,
+            places: found.places,
+        }),
     }
-    let places = match format {
-        None => None,
-        Some(format) => {
-            let digits = format
-                .strip_prefix('.')
-                .ok_or("a format must look like `.2` (decimal places)")?;
-            let places: u32 = digits
-                .parse()
-                .map_err(|_| "a format must look like `.2` (decimal places)")?;
-            if places > DECIMAL_PLACES_MAX {
-                return Err("too many decimal places (at most 18)");
-            }
-            Some(places)
-        }
-    };
-    if let Some(value) = GatewayValue::from_name(name) {
-        if places.is_some() {
-            return Err(
-                "gateway values ({intent_key}, {idempotency_key}, {intent_id}) take no format",
-            );
-        }
-        return Ok(Placeholder::Gateway(value));
-    }
-    let path: Vec<String> = name.split('.').map(str::to_owned).collect();
-    let valid = |segment: &String| {
-        !segment.is_empty()
-            && segment
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    };
-    if !path.iter().all(valid) {
-        return Err(
-            "a placeholder names an argument: letters, digits, `_`, `-`, and `.` for a nested field",
-        );
-    }
-    Ok(Placeholder::Argument { path, places })
 }
 
 /// `.` and `..`, also written with `%2e`: URL parsers (WHATWG, RFC 3986) remove them.
@@ -823,7 +743,7 @@ pub fn check_template(template: &str, argument_names: &[&str]) -> Result<(), Tem
 
 /// Checks a JSON body template when the config is loaded, like [`check_template`].
 pub fn check_body_template(template: &Value, argument_names: &[&str]) -> Result<(), TemplateError> {
-    BodyTemplate::parse(template)?.check(argument_names)
+    BodyTemplate::parse(template)?.check_names(argument_names, true)
 }
 
 #[cfg(test)]

@@ -22,28 +22,35 @@
 //! be read after retries, the tool's run stops with an error and draws no conclusion about
 //! missing records: an incomplete listing proves nothing is missing.
 //!
-//! [`Reconciler`] runs every tool of a config, stores the run in the ledger, counts the
-//! mismatches in the metrics and sends each owner one notice per run.
+//! Three files, because they change for different reasons: `matching.rs` decides, without
+//! I/O (the index, a record claimed by an intent, the mismatch kinds); this file is one
+//! tool's pass, [`reconcile_tool`], which reads the ledger and the provider and resolves what
+//! it proves; `run.rs` is the [`Reconciler`], which runs every tool of a config, stores the
+//! run in the ledger, counts the mismatches in the metrics and sends each owner one notice
+//! per run.
 
-use std::collections::{BTreeMap, HashMap};
+mod matching;
+mod run;
+
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use intentgate_config::LoadedConfig;
-use intentgate_core::{Decimal, Effect, IntentStatus, ToolDefinition};
-use intentgate_gate::{Clock, Metrics, SystemClock};
-use intentgate_http::{HttpUpstream, ListedRecord, RecordPager};
+use intentgate_core::{Decimal, IntentStatus, ToolDefinition};
+use intentgate_http::{ListedRecord, RecordPager};
 use intentgate_ledger::{
-    IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order, ReconciliationRun, Resolve,
-    StoredMismatch,
+    IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order, Resolve,
 };
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::Severity;
-use crate::notify::{Notice, Notifier};
+use matching::{Index, Verdict, amount_differs, no_intent, verdict};
+
+pub use matching::{Mismatch, MismatchKind};
+pub use run::{Reconciler, Report};
 
 /// Intents read from the ledger per page.
 pub const LEDGER_PAGE: u32 = 10_000;
@@ -82,79 +89,6 @@ impl RecordSource for RecordPager {
     }
 }
 
-/// What a mismatch is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MismatchKind {
-    UnknownFound,
-    UnknownMissing,
-    NoIntent,
-    MissingRecord,
-    Duplicate,
-    Amount,
-    EffectDespiteStatus,
-}
-
-impl MismatchKind {
-    pub const ALL: [MismatchKind; 7] = [
-        MismatchKind::UnknownFound,
-        MismatchKind::UnknownMissing,
-        MismatchKind::NoIntent,
-        MismatchKind::MissingRecord,
-        MismatchKind::Duplicate,
-        MismatchKind::Amount,
-        MismatchKind::EffectDespiteStatus,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MismatchKind::UnknownFound => "unknown_found",
-            MismatchKind::UnknownMissing => "unknown_missing",
-            MismatchKind::NoIntent => "no_intent",
-            MismatchKind::MissingRecord => "missing_record",
-            MismatchKind::Duplicate => "duplicate",
-            MismatchKind::Amount => "amount",
-            MismatchKind::EffectDespiteStatus => "effect_despite_status",
-        }
-    }
-
-    pub fn severity(self) -> Severity {
-        match self {
-            MismatchKind::UnknownFound => Severity::Info,
-            MismatchKind::UnknownMissing
-            | MismatchKind::NoIntent
-            | MismatchKind::MissingRecord
-            | MismatchKind::Amount => Severity::Warning,
-            MismatchKind::Duplicate | MismatchKind::EffectDespiteStatus => Severity::Critical,
-        }
-    }
-}
-
-/// One difference between the ledger and the provider, with who was affected.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Mismatch {
-    pub tool: String,
-    pub kind: MismatchKind,
-    pub severity: Severity,
-    pub intent_id: Option<IntentId>,
-    pub tenant: Option<String>,
-    pub intent_key: Option<String>,
-    /// The intent's status when it was compared (before any resolution here).
-    pub intent_status: Option<IntentStatus>,
-    /// The provider's ids of the records involved.
-    pub external_ids: Vec<String>,
-    /// Who was affected, as the provider record names them (a customer or an order).
-    pub subject: Option<String>,
-    /// The intent's arguments, which name who was affected on the ledger's side.
-    pub arguments: Option<Value>,
-    pub intent_amount: Option<String>,
-    pub provider_amount: Option<String>,
-    /// True when reconciliation settled the intent itself (`unknown_found`).
-    pub resolved: bool,
-    /// What was found and what to do, for a human.
-    pub detail: String,
-}
-
 /// One tool's part of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolReport {
@@ -184,32 +118,6 @@ impl ToolReport {
     }
 }
 
-/// A whole run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Report {
-    /// The run's id in the ledger, once stored.
-    pub run_id: Option<i64>,
-    pub actor: String,
-    pub since_ms: i64,
-    pub until_ms: i64,
-    pub started_ms: i64,
-    pub finished_ms: i64,
-    pub tools: Vec<ToolReport>,
-    /// Every mismatch, up to [`MISMATCHES_LISTED_MAX`].
-    pub mismatches: Vec<Mismatch>,
-    pub mismatches_total: u64,
-    /// Mismatches counted but not listed (beyond [`MISMATCHES_LISTED_MAX`]).
-    pub mismatches_not_listed: u64,
-    pub critical: u64,
-}
-
-impl Report {
-    /// True when a tool could not be reconciled.
-    pub fn has_errors(&self) -> bool {
-        self.tools.iter().any(|tool| tool.error.is_some())
-    }
-}
-
 /// The window and rules of one run.
 #[derive(Debug, Clone)]
 pub struct ReconcileOptions {
@@ -231,83 +139,6 @@ pub enum ReconcileError {
     Ledger(#[from] LedgerError),
     #[error("the provider's list failed after {PAGE_ATTEMPTS} attempts at one page: {0}")]
     Provider(String),
-}
-
-/// One intent of the window, as compactly as matching allows (arguments and results are
-/// read again, by id, only for the intents that end up in a mismatch).
-struct Entry {
-    id: IntentId,
-    tenant: u32,
-    status: IntentStatus,
-    updated_ms: i64,
-    amount: Option<Decimal>,
-    records: u32,
-    first_record: Option<Box<str>>,
-    first_subject: Option<Box<str>>,
-    /// The next intent of another tenant with the same key (`NONE` ends the chain).
-    next_same_key: u32,
-}
-
-const NONE: u32 = u32::MAX;
-
-/// The intents of one tool in the window, by key.
-struct Index {
-    entries: Vec<Entry>,
-    by_key: HashMap<Box<str>, u32>,
-    tenants: Vec<String>,
-}
-
-impl Index {
-    fn tenant_index(&mut self, tenant: &str) -> u32 {
-        match self.tenants.iter().position(|known| known == tenant) {
-            Some(index) => index as u32,
-            None => {
-                self.tenants.push(tenant.to_owned());
-                (self.tenants.len() - 1) as u32
-            }
-        }
-    }
-
-    fn insert(&mut self, intent: &IntentRecord, amount_argument: Option<&str>) {
-        let tenant = self.tenant_index(&intent.tenant);
-        let amount = amount_argument
-            .and_then(|pointer| intent.arguments.pointer(pointer))
-            .and_then(|value| Decimal::from_json(value).ok());
-        let index = self.entries.len() as u32;
-        let next_same_key = match self.by_key.get_mut(intent.key.as_str()) {
-            // Another tenant's intent with the same key: chain them.
-            Some(head) => std::mem::replace(head, index),
-            None => {
-                self.by_key.insert(intent.key.as_str().into(), index);
-                NONE
-            }
-        };
-        self.entries.push(Entry {
-            id: intent.id,
-            tenant,
-            status: intent.status,
-            updated_ms: intent.updated_ms,
-            amount,
-            records: 0,
-            first_record: None,
-            first_subject: None,
-            next_same_key,
-        });
-    }
-
-    /// The intent a record of `key` belongs to: the first of the key's tenants without a
-    /// record yet, else the first.
-    fn claim(&self, key: &str) -> Option<u32> {
-        let head = *self.by_key.get(key)?;
-        let mut index = head;
-        while index != NONE {
-            if self.entries[index as usize].records == 0 {
-                return Some(index);
-            }
-            index = self.entries[index as usize].next_same_key;
-        }
-        Some(head)
-    }
 }
 
 /// What one tool needs for a run.
@@ -343,234 +174,250 @@ pub async fn reconcile_tool(
         source,
         definition,
     } = tool;
-    let mut report = ToolReport::new(&name, owner.as_deref());
-    let mut count = |report: &mut ToolReport, mismatch: Mismatch| {
-        *report.mismatches.entry(mismatch.kind).or_default() += 1;
-        found(mismatch);
+    // Started first, so the first pages arrive while the ledger is read.
+    let pages = fetch_ahead(name.clone(), source);
+    let mut pass = Pass {
+        ledger,
+        options,
+        report: ToolReport::new(&name, owner.as_deref()),
+        name,
+        amount_argument,
+        definition,
+        index: Index::default(),
+        found,
     };
-    let amount_argument = amount_argument.as_deref();
-    let mut pages = fetch_ahead(name.clone(), source);
+    pass.index_window().await?;
+    pass.match_records(pages).await?;
+    pass.report_unexplained().await?;
+    Ok(pass.report)
+}
 
-    // 1. The window's intents, compactly.
-    let mut index = Index {
-        entries: Vec::new(),
-        by_key: HashMap::new(),
-        tenants: Vec::new(),
-    };
-    let filter = IntentFilter {
-        tool: Some(name.clone()),
-        first_seen_from_ms: Some(options.since_ms),
-        first_seen_until_ms: Some(options.until_ms),
-        ..IntentFilter::default()
-    };
-    let mut intents = read_ahead(ledger.clone(), filter);
-    while let Some(page) = intents.recv().await {
-        for intent in &page? {
-            index.insert(intent, amount_argument);
-        }
-    }
-    report.intents_checked = index.entries.len() as u64;
+/// One tool's pass over the window: what it knows so far, and where mismatches go.
+struct Pass<'a> {
+    ledger: &'a Arc<dyn Ledger>,
+    options: &'a ReconcileOptions,
+    name: String,
+    amount_argument: Option<String>,
+    definition: Option<ToolDefinition>,
+    index: Index,
+    report: ToolReport,
+    found: &'a mut (dyn FnMut(Mismatch) + Send),
+}
 
-    // 2. The provider's records, a page at a time.
-    let mut extra_records: HashMap<u32, Vec<String>> = HashMap::new();
-    let mut found_raw: HashMap<u32, Value> = HashMap::new();
-    while let Some(page) = pages.recv().await {
-        let page = page.map_err(ReconcileError::Provider)?;
-        for record in page {
-            report.records_checked += 1;
-            let Some(key) = record.intent_key.as_deref() else {
-                count(&mut report, no_intent(&name, &record));
-                continue;
-            };
-            match index.claim(key) {
-                Some(claimed) => {
-                    let entry = &mut index.entries[claimed as usize];
-                    entry.records += 1;
-                    if entry.records == 1 {
-                        entry.first_record = Some(record.external_id.as_str().into());
-                        entry.first_subject = record.subject.as_deref().map(Into::into);
-                        if entry.status == IntentStatus::Unknown {
-                            found_raw.insert(claimed, record.raw.clone());
-                        }
-                    } else {
-                        extra_records
-                            .entry(claimed)
-                            .or_default()
-                            .push(record.external_id.clone());
-                    }
-                    if let Some(mismatch) = amount_differs(
-                        &name,
-                        entry.amount.as_ref(),
-                        &record,
-                        entry.id,
-                        key,
-                        &index.tenants[entry.tenant as usize],
-                        entry.status,
-                    ) {
-                        count(&mut report, mismatch);
-                    }
-                }
-                None => {
-                    // Not in the window: an intent first seen earlier (a late re-send), or
-                    // no intent at all.
-                    let earlier = if key.len() <= KEY_LOOKUP_LENGTH_MAX {
-                        let filter = IntentFilter {
-                            tool: Some(name.clone()),
-                            key: Some(key.to_owned()),
-                            ..IntentFilter::default()
-                        };
-                        ledger.intents(&filter, Order::Oldest, None, 1).await?
-                    } else {
-                        Vec::new()
-                    };
-                    match earlier.into_iter().next() {
-                        None => count(&mut report, no_intent(&name, &record)),
-                        Some(intent) => {
-                            for mismatch in earlier_intent(
-                                ledger.as_ref(),
-                                &name,
-                                intent,
-                                &record,
-                                amount_argument,
-                                options,
-                            )
-                            .await?
-                            {
-                                count(&mut report, mismatch);
-                            }
-                        }
-                    }
-                }
-            }
-        }
+impl Pass<'_> {
+    /// Counts a mismatch in the tool's report and hands it on.
+    fn count(&mut self, mismatch: Mismatch) {
+        *self.report.mismatches.entry(mismatch.kind).or_default() += 1;
+        (self.found)(mismatch);
     }
 
-    // 3. What the ledger has and the provider does not, or has more than once.
-    for position in 0..index.entries.len() {
-        let entry = &index.entries[position];
-        let records = entry.records;
-        let kind = match (entry.status, records) {
-            (IntentStatus::Done, 0) => Some(MismatchKind::MissingRecord),
-            (IntentStatus::Unknown, 0) => {
-                if options.now_ms - entry.updated_ms >= options.unknown_grace_ms {
-                    Some(MismatchKind::UnknownMissing)
-                } else {
-                    report.unknown_pending += 1;
-                    None
-                }
-            }
-            (IntentStatus::Unknown, _) => Some(MismatchKind::UnknownFound),
-            (IntentStatus::Rejected | IntentStatus::NotExecuted, 1..) => {
-                Some(MismatchKind::EffectDespiteStatus)
-            }
-            _ => None,
+    /// Step 1: the window's intents, compactly.
+    async fn index_window(&mut self) -> Result<(), ReconcileError> {
+        let filter = IntentFilter {
+            tool: Some(self.name.clone()),
+            first_seen_from_ms: Some(self.options.since_ms),
+            first_seen_until_ms: Some(self.options.until_ms),
+            ..IntentFilter::default()
         };
-        let duplicate = records > 1;
-        if kind.is_none() && !duplicate {
-            continue;
+        let mut intents = read_ahead(self.ledger.clone(), filter);
+        while let Some(page) = intents.recv().await {
+            for intent in &page? {
+                self.index.insert(intent, self.amount_argument.as_deref());
+            }
         }
-        let Some(intent) = ledger.get_by_id(entry.id).await? else {
-            continue; // Purged since it was read: nothing left to compare.
-        };
-        let mut external_ids: Vec<String> =
-            entry.first_record.iter().map(|id| id.to_string()).collect();
-        external_ids.extend(
-            extra_records
-                .get(&(position as u32))
-                .into_iter()
-                .flatten()
-                .cloned(),
-        );
-        let subject = entry.first_subject.as_deref().map(str::to_owned);
-        let base = Mismatch {
-            tool: name.clone(),
-            kind: MismatchKind::MissingRecord,
-            severity: Severity::Warning,
-            intent_id: Some(intent.id),
-            tenant: Some(intent.tenant.clone()),
-            intent_key: Some(intent.key.clone()),
-            intent_status: Some(entry.status),
-            external_ids: external_ids.clone(),
-            subject,
-            arguments: Some(intent.arguments.clone()),
-            intent_amount: entry.amount.as_ref().map(|amount| amount.to_string()),
-            provider_amount: None,
-            resolved: false,
-            detail: String::new(),
-        };
-        if let Some(kind) = kind {
-            let mut mismatch = Mismatch {
-                kind,
-                severity: kind.severity(),
-                ..base.clone()
+        self.report.intents_checked = self.index.entries.len() as u64;
+        Ok(())
+    }
+
+    /// Step 2: the provider's records, a page at a time, each claimed by an intent of the
+    /// window, found as an earlier intent, or explained by none.
+    async fn match_records(
+        &mut self,
+        mut pages: mpsc::Receiver<Result<Vec<ListedRecord>, String>>,
+    ) -> Result<(), ReconcileError> {
+        while let Some(page) = pages.recv().await {
+            for record in page.map_err(ReconcileError::Provider)? {
+                self.report.records_checked += 1;
+                let Some(key) = record.intent_key.as_deref() else {
+                    self.count(no_intent(&self.name, &record));
+                    continue;
+                };
+                match self.index.claim(key) {
+                    Some(claimed) => {
+                        if let Some(mismatch) = self.index.record(&self.name, claimed, key, &record)
+                        {
+                            self.count(mismatch);
+                        }
+                    }
+                    None => self.match_earlier(key, &record).await?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A record whose key is not in the window: an intent first seen earlier (a late
+    /// re-send), or no intent at all.
+    async fn match_earlier(
+        &mut self,
+        key: &str,
+        record: &ListedRecord,
+    ) -> Result<(), ReconcileError> {
+        let earlier = if key.len() <= KEY_LOOKUP_LENGTH_MAX {
+            let filter = IntentFilter {
+                tool: Some(self.name.clone()),
+                key: Some(key.to_owned()),
+                ..IntentFilter::default()
             };
-            match kind {
-                MismatchKind::MissingRecord => {
-                    mismatch.detail = format!(
-                        "the ledger says done (provider id {}), but the provider lists no record for it in the window: check the provider for {}",
-                        intent.external_id.as_deref().unwrap_or("unknown"),
-                        intent.key
-                    );
-                }
-                MismatchKind::UnknownMissing => {
-                    mismatch.detail = format!(
-                        "unknown for {} s and the provider has no record: decide with `intentgate intents resolve {} --status not_executed` (or done, with the provider's id, if you find the effect)",
-                        (options.now_ms - entry.updated_ms) / 1000,
-                        intent.id
-                    );
-                }
-                MismatchKind::UnknownFound => {
-                    let external_id = external_ids.first().cloned();
-                    let result = found_raw.remove(&(position as u32)).and_then(|record| {
-                        kept_record(definition.as_ref(), record, &intent.arguments)
-                    });
-                    let resolved = resolve_found(
-                        ledger.as_ref(),
-                        intent.id,
-                        external_id.clone(),
-                        result,
-                        options,
-                    )
-                    .await?;
-                    // Settled meanwhile (a lookup, an operator): nothing to resolve.
-                    if !resolved {
+            self.ledger.intents(&filter, Order::Oldest, None, 1).await?
+        } else {
+            Vec::new()
+        };
+        let Some(intent) = earlier.into_iter().next() else {
+            self.count(no_intent(&self.name, record));
+            return Ok(());
+        };
+        let mismatches = earlier_intent(
+            self.ledger.as_ref(),
+            &self.name,
+            intent,
+            record,
+            self.amount_argument.as_deref(),
+            self.options,
+        )
+        .await?;
+        for mismatch in mismatches {
+            self.count(mismatch);
+        }
+        Ok(())
+    }
+
+    /// Step 3: what the ledger has and the provider does not, or has more than once.
+    async fn report_unexplained(&mut self) -> Result<(), ReconcileError> {
+        for position in 0..self.index.entries.len() as u32 {
+            let entry = &self.index.entries[position as usize];
+            let (kind, duplicate) =
+                match verdict(entry, self.options.now_ms, self.options.unknown_grace_ms) {
+                    Verdict::Fine => continue,
+                    Verdict::Pending => {
+                        self.report.unknown_pending += 1;
                         continue;
                     }
-                    mismatch.resolved = true;
-                    mismatch.detail = format!(
-                        "unknown, and the provider has it ({}): resolved to done; repeats now get already_done",
-                        external_id.as_deref().unwrap_or("")
-                    );
-                }
-                MismatchKind::EffectDespiteStatus => {
-                    mismatch.detail = format!(
-                        "the model was told {} but the provider has the effect ({}): tell the customer, and correct the intent with `intentgate intents show {}`",
-                        entry.status,
-                        external_ids.join(", "),
-                        intent.id
-                    );
-                }
-                _ => {}
-            }
-            count(&mut report, mismatch);
-        }
-        if duplicate {
-            let mismatch = Mismatch {
-                kind: MismatchKind::Duplicate,
-                severity: Severity::Critical,
-                detail: format!(
-                    "{} provider records for one intent ({}): the effect happened {} times; reverse all but {}",
-                    records,
-                    external_ids.join(", "),
-                    records,
-                    external_ids.first().map(String::as_str).unwrap_or("one")
-                ),
-                ..base
+                    Verdict::Mismatch { kind, duplicate } => (kind, duplicate),
+                };
+            let Some(intent) = self.ledger.get_by_id(entry.id).await? else {
+                continue; // Purged since it was read: nothing left to compare.
             };
-            count(&mut report, mismatch);
+            let entry = &self.index.entries[position as usize];
+            let records = entry.records;
+            let external_ids = self.index.external_ids(position);
+            let base = Mismatch {
+                tool: self.name.clone(),
+                kind: MismatchKind::MissingRecord,
+                severity: Severity::Warning,
+                intent_id: Some(intent.id),
+                tenant: Some(intent.tenant.clone()),
+                intent_key: Some(intent.key.clone()),
+                intent_status: Some(entry.status),
+                external_ids: external_ids.clone(),
+                subject: self.index.subject(position),
+                arguments: Some(intent.arguments.clone()),
+                intent_amount: entry.amount.as_ref().map(|amount| amount.to_string()),
+                provider_amount: None,
+                resolved: false,
+                detail: String::new(),
+            };
+            if let Some(kind) = kind {
+                let mismatch = Mismatch {
+                    kind,
+                    severity: kind.severity(),
+                    ..base.clone()
+                };
+                // An unknown intent settled meanwhile (a lookup, an operator) is no mismatch.
+                let Some(mismatch) = self.explain(mismatch, position, &intent).await? else {
+                    continue;
+                };
+                self.count(mismatch);
+            }
+            if duplicate {
+                let mismatch = Mismatch {
+                    kind: MismatchKind::Duplicate,
+                    severity: Severity::Critical,
+                    detail: format!(
+                        "{} provider records for one intent ({}): the effect happened {} times; reverse all but {}",
+                        records,
+                        external_ids.join(", "),
+                        records,
+                        external_ids.first().map(String::as_str).unwrap_or("one")
+                    ),
+                    ..base
+                };
+                self.count(mismatch);
+            }
         }
+        Ok(())
     }
-    Ok(report)
+
+    /// Says what `mismatch` (of entry `position`, read again as `intent`) means and what to
+    /// do; an unknown intent the provider has is resolved to done first. `None` when it was
+    /// settled meanwhile: nothing to resolve.
+    async fn explain(
+        &mut self,
+        mut mismatch: Mismatch,
+        position: u32,
+        intent: &IntentRecord,
+    ) -> Result<Option<Mismatch>, ReconcileError> {
+        let entry = &self.index.entries[position as usize];
+        let external_ids = &mismatch.external_ids;
+        match mismatch.kind {
+            MismatchKind::MissingRecord => {
+                mismatch.detail = format!(
+                    "the ledger says done (provider id {}), but the provider lists no record for it in the window: check the provider for {}",
+                    intent.external_id.as_deref().unwrap_or("unknown"),
+                    intent.key
+                );
+            }
+            MismatchKind::UnknownMissing => {
+                mismatch.detail = format!(
+                    "unknown for {} s and the provider has no record: decide with `intentgate intents resolve {} --status not_executed` (or done, with the provider's id, if you find the effect)",
+                    (self.options.now_ms - entry.updated_ms) / 1000,
+                    intent.id
+                );
+            }
+            MismatchKind::EffectDespiteStatus => {
+                mismatch.detail = format!(
+                    "the model was told {} but the provider has the effect ({}): tell the customer, and correct the intent with `intentgate intents show {}`",
+                    entry.status,
+                    external_ids.join(", "),
+                    intent.id
+                );
+            }
+            MismatchKind::UnknownFound => {
+                let external_id = external_ids.first().cloned();
+                let result = self.index.take_found_record(position).and_then(|record| {
+                    kept_record(self.definition.as_ref(), record, &intent.arguments)
+                });
+                let resolved = resolve_found(
+                    self.ledger.as_ref(),
+                    intent.id,
+                    external_id.clone(),
+                    result,
+                    self.options,
+                )
+                .await?;
+                if !resolved {
+                    return Ok(None);
+                }
+                mismatch.resolved = true;
+                mismatch.detail = format!(
+                    "unknown, and the provider has it ({}): resolved to done; repeats now get already_done",
+                    external_id.as_deref().unwrap_or("")
+                );
+            }
+            _ => {}
+        }
+        Ok(Some(mismatch))
+    }
 }
 
 /// Intent pages read ahead of the indexing: one, so reading the next page overlaps indexing
@@ -643,70 +490,6 @@ fn fetch_ahead(
         }
     });
     receiver
-}
-
-fn no_intent(tool: &str, record: &ListedRecord) -> Mismatch {
-    let detail = match &record.intent_key {
-        None => format!(
-            "the provider has {} with no intent key: it was made without the gateway (a direct API call, a dashboard, another service)",
-            record.external_id
-        ),
-        Some(key) => format!(
-            "the provider has {} with intent key {key}, which the ledger does not know: made around the gateway, or purged from the ledger",
-            record.external_id
-        ),
-    };
-    Mismatch {
-        tool: tool.to_owned(),
-        kind: MismatchKind::NoIntent,
-        severity: MismatchKind::NoIntent.severity(),
-        intent_id: None,
-        tenant: None,
-        intent_key: record.intent_key.clone(),
-        intent_status: None,
-        external_ids: vec![record.external_id.clone()],
-        subject: record.subject.clone(),
-        arguments: None,
-        intent_amount: None,
-        provider_amount: record.amount.clone(),
-        resolved: false,
-        detail,
-    }
-}
-
-fn amount_differs(
-    tool: &str,
-    expected: Option<&Decimal>,
-    record: &ListedRecord,
-    intent_id: IntentId,
-    key: &str,
-    tenant: &str,
-    status: IntentStatus,
-) -> Option<Mismatch> {
-    let expected = expected?;
-    let text = record.amount.as_deref()?;
-    if Decimal::parse(text).is_ok_and(|actual| actual == *expected) {
-        return None;
-    }
-    Some(Mismatch {
-        tool: tool.to_owned(),
-        kind: MismatchKind::Amount,
-        severity: MismatchKind::Amount.severity(),
-        intent_id: Some(intent_id),
-        tenant: Some(tenant.to_owned()),
-        intent_key: Some(key.to_owned()),
-        intent_status: Some(status),
-        external_ids: vec![record.external_id.clone()],
-        subject: record.subject.clone(),
-        arguments: None,
-        intent_amount: Some(expected.to_string()),
-        provider_amount: Some(text.to_owned()),
-        resolved: false,
-        detail: format!(
-            "the intent asked for {expected}, the provider's record {} says {text}",
-            record.external_id
-        ),
-    })
 }
 
 /// A provider record as the ledger may keep it as an intent's result: with the echoes of
@@ -828,290 +611,4 @@ async fn earlier_intent(
         _ => {}
     }
     Ok(mismatches)
-}
-
-/// A tool of the config as reconciliation sees it.
-#[derive(Debug, Clone)]
-struct ListedTool {
-    name: String,
-    owner: Option<String>,
-    list: Option<intentgate_http::spec::ListSpec>,
-    amount_argument: Option<String>,
-    definition: Option<ToolDefinition>,
-}
-
-/// Runs reconciliation for every side-effecting tool of a config: the provider listings,
-/// the ledger, the stored run, the metrics and the owners' notices.
-pub struct Reconciler {
-    ledger: Arc<dyn Ledger>,
-    upstream: HttpUpstream,
-    tools: Vec<ListedTool>,
-    notifier: Arc<Notifier>,
-    metrics: Option<Arc<Metrics>>,
-    unknown_grace_ms: i64,
-    settle_ms: i64,
-}
-
-impl Reconciler {
-    /// A reconciler for `loaded`'s side-effecting tools. Their listings go through an HTTP
-    /// client of their own (a slow listing never holds a connection a call needs).
-    pub fn new(
-        loaded: &LoadedConfig,
-        ledger: Arc<dyn Ledger>,
-        notifier: Arc<Notifier>,
-        metrics: Option<Arc<Metrics>>,
-    ) -> Result<Reconciler, intentgate_http::HttpError> {
-        let upstream =
-            HttpUpstream::new(loaded.config.upstreams.clone(), loaded.config.http_tools())?;
-        let tools = loaded
-            .config
-            .tools
-            .iter()
-            .filter(|tool| tool.effect == Effect::SideEffect)
-            .map(|tool| ListedTool {
-                definition: loaded
-                    .tools
-                    .iter()
-                    .find(|definition| definition.name == tool.name)
-                    .cloned(),
-                name: tool.name.clone(),
-                owner: tool.owner.clone(),
-                list: tool.list.clone(),
-                amount_argument: tool.list.as_ref().and_then(|list| {
-                    list.fields.amount.as_ref().map(|_| {
-                        list.fields
-                            .amount_argument
-                            .clone()
-                            .unwrap_or_else(|| "/amount".to_owned())
-                    })
-                }),
-            })
-            .collect();
-        let settings = &loaded.config.reconcile;
-        Ok(Reconciler {
-            ledger,
-            upstream,
-            tools,
-            notifier,
-            metrics,
-            unknown_grace_ms: i64::from(settings.unknown_grace_seconds) * 1000,
-            settle_ms: i64::from(settings.settle_seconds) * 1000,
-        })
-    }
-
-    /// Reconciles the `window` that ends the settle time before `now_ms`, as `actor`.
-    pub async fn run(&self, window: Duration, now_ms: i64, actor: &str) -> Report {
-        let until_ms = now_ms - self.settle_ms;
-        let since_ms = until_ms - window.as_millis() as i64;
-        let options = ReconcileOptions {
-            since_ms,
-            until_ms,
-            now_ms,
-            unknown_grace_ms: self.unknown_grace_ms,
-            actor: actor.to_owned(),
-        };
-        let mut report = Report {
-            run_id: None,
-            actor: actor.to_owned(),
-            since_ms,
-            until_ms,
-            started_ms: now_ms,
-            finished_ms: now_ms,
-            tools: Vec::new(),
-            mismatches: Vec::new(),
-            mismatches_total: 0,
-            mismatches_not_listed: 0,
-            critical: 0,
-        };
-        for tool in &self.tools {
-            let tool_report = self.run_tool(tool, &options, &mut report).await;
-            report.tools.push(tool_report);
-        }
-        report.finished_ms = report.started_ms.max(SystemClock.now_ms());
-        self.store(&mut report).await;
-        self.count(&report);
-        self.tell_owners(&report);
-        report
-    }
-
-    async fn run_tool(
-        &self,
-        tool: &ListedTool,
-        options: &ReconcileOptions,
-        report: &mut Report,
-    ) -> ToolReport {
-        let Some(list) = &tool.list else {
-            let mut empty = ToolReport::new(&tool.name, tool.owner.as_deref());
-            empty.error = Some(
-                "the tool has no `list`, so its provider records can't be compared: add one to the config".to_owned(),
-            );
-            return empty;
-        };
-        let pager = match self.upstream.list_records(
-            &tool.name,
-            list,
-            options.since_ms,
-            options.until_ms,
-            PROVIDER_PAGE,
-        ) {
-            Ok(pager) => pager,
-            Err(error) => {
-                let mut failed = ToolReport::new(&tool.name, tool.owner.as_deref());
-                failed.error = Some(error.to_string());
-                return failed;
-            }
-        };
-        let to_reconcile = ToolToReconcile {
-            tool: tool.name.clone(),
-            owner: tool.owner.clone(),
-            amount_argument: tool.amount_argument.clone(),
-            source: Box::new(pager),
-            definition: tool.definition.clone(),
-        };
-        let mut collect = |mismatch: Mismatch| {
-            report.mismatches_total += 1;
-            if mismatch.severity == Severity::Critical {
-                report.critical += 1;
-            }
-            if report.mismatches.len() < MISMATCHES_LISTED_MAX {
-                report.mismatches.push(mismatch);
-            } else {
-                report.mismatches_not_listed += 1;
-            }
-        };
-        match reconcile_tool(&self.ledger, to_reconcile, options, &mut collect).await {
-            Ok(tool_report) => tool_report,
-            Err(error) => {
-                let mut failed = ToolReport::new(&tool.name, tool.owner.as_deref());
-                failed.error = Some(error.to_string());
-                failed
-            }
-        }
-    }
-
-    /// Stores the run; a ledger that fails here loses the record of the run, not its
-    /// report or notices.
-    async fn store(&self, report: &mut Report) {
-        let mut summary = serde_json::Map::new();
-        for kind in MismatchKind::ALL {
-            let count: u64 = report
-                .tools
-                .iter()
-                .filter_map(|tool| tool.mismatches.get(&kind))
-                .sum();
-            if count > 0 {
-                summary.insert(kind.as_str().to_owned(), json!(count));
-            }
-        }
-        let errors: Vec<Value> = report
-            .tools
-            .iter()
-            .filter_map(|tool| {
-                tool.error
-                    .as_ref()
-                    .map(|error| json!({"tool": tool.tool, "error": error}))
-            })
-            .collect();
-        if !errors.is_empty() {
-            summary.insert("errors".to_owned(), Value::Array(errors));
-        }
-        let run = ReconciliationRun {
-            id: 0,
-            started_ms: report.started_ms,
-            finished_ms: report.finished_ms,
-            since_ms: report.since_ms,
-            until_ms: report.until_ms,
-            actor: report.actor.clone(),
-            intents_checked: report.tools.iter().map(|tool| tool.intents_checked).sum(),
-            records_checked: report.tools.iter().map(|tool| tool.records_checked).sum(),
-            mismatches: report.mismatches_total,
-            critical: report.critical,
-            summary: Value::Object(summary),
-        };
-        let stored: Vec<StoredMismatch> = report
-            .mismatches
-            .iter()
-            .take(MISMATCHES_STORED_MAX)
-            .map(|mismatch| StoredMismatch {
-                run_id: 0,
-                tool: mismatch.tool.clone(),
-                kind: mismatch.kind.as_str().to_owned(),
-                severity: mismatch.severity.as_str().to_owned(),
-                intent_id: mismatch.intent_id,
-                tenant: mismatch.tenant.clone(),
-                intent_key: mismatch.intent_key.clone(),
-                external_ids: mismatch.external_ids.clone(),
-                subject: mismatch.subject.clone(),
-                detail: mismatch.detail.clone(),
-            })
-            .collect();
-        match self.ledger.record_reconciliation(&run, &stored).await {
-            Ok(id) => report.run_id = Some(id),
-            Err(error) => {
-                tracing::error!(%error, "could not store the reconciliation run in the ledger")
-            }
-        }
-    }
-
-    fn count(&self, report: &Report) {
-        let Some(metrics) = &self.metrics else { return };
-        for tool in &report.tools {
-            for (kind, count) in &tool.mismatches {
-                metrics.reconcile_mismatches(&tool.tool, kind.as_str(), *count);
-            }
-        }
-    }
-
-    /// One notice per tool with mismatches (or an error), to its owner.
-    fn tell_owners(&self, report: &Report) {
-        for tool in &report.tools {
-            let total: u64 = tool.mismatches.values().sum();
-            if total == 0 && tool.error.is_none() {
-                continue;
-            }
-            let mismatches: Vec<&Mismatch> = report
-                .mismatches
-                .iter()
-                .filter(|mismatch| mismatch.tool == tool.tool)
-                .take(NOTICE_MISMATCHES_MAX)
-                .collect();
-            let severity = mismatches
-                .iter()
-                .map(|mismatch| mismatch.severity)
-                .max()
-                .unwrap_or(Severity::Warning);
-            let counts: Vec<String> = tool
-                .mismatches
-                .iter()
-                .map(|(kind, count)| format!("{count} {}", kind.as_str()))
-                .collect();
-            let summary = match &tool.error {
-                Some(error) => format!(
-                    "reconciliation of {} could not complete: {error}",
-                    tool.tool
-                ),
-                None => format!(
-                    "reconciliation of {} found {total} mismatches ({})",
-                    tool.tool,
-                    counts.join(", ")
-                ),
-            };
-            let notice = Notice {
-                kind: "reconciliation",
-                tool: tool.tool.clone(),
-                severity,
-                summary,
-                details: json!({
-                    "run_id": report.run_id,
-                    "since_ms": report.since_ms,
-                    "until_ms": report.until_ms,
-                    "counts": tool.mismatches,
-                    "error": tool.error,
-                    "mismatches": mismatches,
-                    "mismatches_not_in_notice": total.saturating_sub(mismatches.len() as u64),
-                }),
-            };
-            self.notifier.notify(tool.owner.as_deref(), &notice);
-        }
-    }
 }

@@ -1,0 +1,411 @@
+//! The checks of a tool's upstream requests (`call`, `lookup`, `list`): methods, path,
+//! query, header and body templates with the HTTP crate's own parser, so the config is
+//! refused for exactly what would make a request impossible to build, and the JSON pointers
+//! that read the answers.
+
+use std::collections::BTreeMap;
+
+use intentgate_http::spec::{CallSpec, ListFields, ListSpec, LookupSpec, Method, UpstreamSpec};
+use intentgate_http::template::{
+    GATEWAY_VALUE_NAMES, Template, TemplateError, check_body_template, check_template,
+};
+use intentgate_http::{HttpError, LIST_PLACEHOLDERS, check_list_spec};
+use serde_json::Value;
+
+use super::tools::pointer_path;
+use super::{Checker, names};
+use crate::env;
+use crate::source_map::{Segment, at, segments};
+
+impl Checker<'_, '_> {
+    pub(super) fn call(
+        &mut self,
+        index: usize,
+        label: &str,
+        mut call: CallSpec,
+        upstreams: &BTreeMap<String, UpstreamSpec>,
+        arguments: &[String],
+    ) -> CallSpec {
+        self.upstream_exists(
+            &at!["tools", index, "call", "upstream"],
+            label,
+            &call.upstream,
+            upstreams,
+        );
+        if matches!(call.method, Method::Get | Method::Delete) && call.body.is_some() {
+            self.push(
+                &at!["tools", index, "call", "body"],
+                format!(
+                    "{label}: a {} request carries no body",
+                    method_name(call.method)
+                ),
+                "remove `body:`, or pass the values in `query:` or the path",
+            );
+        }
+        self.pointer(
+            &at!["tools", index, "call", "result", "external_id"],
+            label,
+            call.result.external_id.as_deref(),
+        );
+        self.pointer(
+            &at!["tools", index, "call", "result", "pointer"],
+            label,
+            call.result.pointer.as_deref(),
+        );
+        if self.arguments_known {
+            let names: Vec<&str> = arguments.iter().map(String::as_str).collect();
+            self.templates(
+                index,
+                "call",
+                label,
+                &call.path,
+                &call.query,
+                &call.headers,
+                &names,
+            );
+            if let Some(body) = &call.body {
+                self.body_template(index, label, body, &names);
+            }
+        }
+        let headers = std::mem::take(&mut call.headers);
+        call.headers = self.headers(
+            &at!["tools", index, "call"],
+            &format!("tools[{index}].call"),
+            headers,
+            true,
+        );
+        call
+    }
+
+    pub(super) fn lookup(
+        &mut self,
+        index: usize,
+        label: &str,
+        mut lookup: LookupSpec,
+        upstreams: &BTreeMap<String, UpstreamSpec>,
+        arguments: &[String],
+    ) -> LookupSpec {
+        // Without `upstream:` a lookup uses the call's, which `call` checks.
+        if let Some(upstream) = &lookup.upstream {
+            self.upstream_exists(
+                &at!["tools", index, "lookup", "upstream"],
+                label,
+                upstream,
+                upstreams,
+            );
+        }
+        if self.arguments_known {
+            let names: Vec<&str> = arguments.iter().map(String::as_str).collect();
+            self.templates(
+                index,
+                "lookup",
+                label,
+                &lookup.path,
+                &lookup.query,
+                &lookup.headers,
+                &names,
+            );
+        }
+        self.pointer(
+            &at!["tools", index, "lookup", "found"],
+            label,
+            Some(&lookup.found),
+        );
+        self.pointer(
+            &at!["tools", index, "lookup", "external_id"],
+            label,
+            lookup.external_id.as_deref(),
+        );
+        for (position, status) in lookup.not_found_statuses.iter().enumerate() {
+            if !(100..=599).contains(status) {
+                self.push(
+                    &at!["tools", index, "lookup", "not_found_statuses", position],
+                    format!("{label}: {status} is not an HTTP status"),
+                    "list the statuses that mean \"not found\", e.g. `not_found_statuses: [404]`",
+                );
+            }
+        }
+        let headers = std::mem::take(&mut lookup.headers);
+        lookup.headers = self.headers(
+            &at!["tools", index, "lookup"],
+            &format!("tools[{index}].lookup"),
+            headers,
+            true,
+        );
+        lookup
+    }
+
+    pub(super) fn list(
+        &mut self,
+        index: usize,
+        label: &str,
+        mut list: ListSpec,
+        upstreams: &BTreeMap<String, UpstreamSpec>,
+    ) -> ListSpec {
+        if let Some(upstream) = &list.upstream {
+            self.upstream_exists(
+                &at!["tools", index, "list", "upstream"],
+                label,
+                upstream,
+                upstreams,
+            );
+        }
+        self.list_templates(index, label, &list);
+        for (field, pointer) in [
+            ("items", Some(list.items.as_str())),
+            ("next_cursor", Some(list.next_cursor.as_str())),
+        ] {
+            self.pointer(&at!["tools", index, "list", field], label, pointer);
+        }
+        for (field, pointer) in [
+            ("intent_key", Some(list.fields.intent_key.as_str())),
+            ("external_id", Some(list.fields.external_id.as_str())),
+            ("amount", list.fields.amount.as_deref()),
+            ("amount_argument", list.fields.amount_argument.as_deref()),
+            ("subject", list.fields.subject.as_deref()),
+        ] {
+            self.pointer(
+                &at!["tools", index, "list", "fields", field],
+                label,
+                pointer,
+            );
+        }
+        let headers = std::mem::take(&mut list.headers);
+        list.headers = self.headers(
+            &at!["tools", index, "list"],
+            &format!("tools[{index}].list"),
+            headers,
+            true,
+        );
+        list
+    }
+
+    /// Checks the path, query values and header values of one request (`part` is `call`,
+    /// `lookup` or `list`) with the HTTP crate's template parser, each at its own line.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn templates(
+        &mut self,
+        index: usize,
+        part: &str,
+        label: &str,
+        request_path: &str,
+        query: &BTreeMap<String, String>,
+        headers: &BTreeMap<String, String>,
+        names: &[&str],
+    ) {
+        let checked = Template::parse(request_path)
+            .and_then(|template| template.check_path().and_then(|()| template.check(names)));
+        if let Err(error) = checked {
+            self.template_error(
+                &at!["tools", index, part, "path"],
+                label,
+                &format!("{part}.path"),
+                &error,
+                names,
+            );
+        }
+        for (key, value) in query {
+            if let Err(error) = check_template(value, names) {
+                let field = format!("{part}.query.{key}");
+                self.template_error(
+                    &at!["tools", index, part, "query", key],
+                    label,
+                    &field,
+                    &error,
+                    names,
+                );
+            }
+        }
+        for (key, value) in headers {
+            // Checked without its `${NAME}` references: their values are secrets, not
+            // templates, and are resolved later.
+            if let Err(error) = check_template(&env::without_references(value), names) {
+                let field = format!("{part}.headers.{key}");
+                self.template_error(
+                    &at!["tools", index, part, "headers", key],
+                    label,
+                    &field,
+                    &error,
+                    names,
+                );
+            }
+        }
+    }
+
+    /// Checks a list's path, query values and header values, each at its own line. A listing
+    /// runs outside any call: no arguments and no intent, only the window and paging
+    /// placeholders. Each template goes through the HTTP crate's own list check, alone in a
+    /// spec, so that the rules are the ones the listing will run with.
+    pub(super) fn list_templates(&mut self, index: usize, label: &str, list: &ListSpec) {
+        let alone =
+            |path: &str, query: BTreeMap<String, String>, headers: BTreeMap<String, String>| {
+                let spec = ListSpec {
+                    upstream: None,
+                    path: path.to_owned(),
+                    query,
+                    headers,
+                    items: String::new(),
+                    next_cursor: String::new(),
+                    fields: ListFields {
+                        intent_key: String::new(),
+                        external_id: String::new(),
+                        amount: None,
+                        amount_argument: None,
+                        subject: None,
+                    },
+                };
+                match check_list_spec(&spec) {
+                    Err(HttpError::Template { error, .. }) => Some(error),
+                    _ => None,
+                }
+            };
+        // A path that checks alone, so that a query or header is checked on its own merits.
+        const ROOT: &str = "/";
+        if let Some(error) = alone(&list.path, BTreeMap::new(), BTreeMap::new()) {
+            self.template_error(
+                &at!["tools", index, "list", "path"],
+                label,
+                "list.path",
+                &error,
+                &LIST_PLACEHOLDERS,
+            );
+        }
+        for (key, value) in &list.query {
+            let query = BTreeMap::from([(key.clone(), value.clone())]);
+            if let Some(error) = alone(ROOT, query, BTreeMap::new()) {
+                let field = format!("list.query.{key}");
+                self.template_error(
+                    &at!["tools", index, "list", "query", key],
+                    label,
+                    &field,
+                    &error,
+                    &LIST_PLACEHOLDERS,
+                );
+            }
+        }
+        for (key, value) in &list.headers {
+            let headers = BTreeMap::from([(key.clone(), env::without_references(value))]);
+            if let Some(error) = alone(ROOT, BTreeMap::new(), headers) {
+                let field = format!("list.headers.{key}");
+                self.template_error(
+                    &at!["tools", index, "list", "headers", key],
+                    label,
+                    &field,
+                    &error,
+                    &LIST_PLACEHOLDERS,
+                );
+            }
+        }
+    }
+
+    /// Checks a call's body template, at the line of the offending string.
+    pub(super) fn body_template(
+        &mut self,
+        index: usize,
+        label: &str,
+        body: &Value,
+        names: &[&str],
+    ) {
+        let Err(error) = check_body_template(body, names) else {
+            return;
+        };
+        let (pointer, inner) = match &error {
+            TemplateError::InBody { pointer, error } => (pointer.as_str(), error.as_ref()),
+            other => ("", other),
+        };
+        let prefix = [
+            "tools".to_owned(),
+            index.to_string(),
+            "call".to_owned(),
+            "body".to_owned(),
+        ];
+        let owned = pointer_path(&prefix, pointer);
+        let field = if pointer.is_empty() || pointer == "/" {
+            "call.body".to_owned()
+        } else {
+            format!("call.body at `{pointer}`")
+        };
+        self.template_error(&segments(&owned), label, &field, inner, names);
+    }
+
+    pub(super) fn template_error(
+        &mut self,
+        path: &[Segment<'_>],
+        label: &str,
+        field: &str,
+        error: &TemplateError,
+        names: &[&str],
+    ) {
+        let available = |names: &[&str]| {
+            if names.is_empty() {
+                "the tool has no arguments".to_owned()
+            } else {
+                format!("the names available are {}", self::names(names))
+            }
+        };
+        let fix = match error {
+            TemplateError::UnknownName { name } => format!(
+                "use one of the tool's arguments or a gateway value ({}), or add `{name}` to \
+                 input_schema.properties; {}",
+                self::names(GATEWAY_VALUE_NAMES.iter().map(|name| format!("{{{name}}}"))),
+                available(names)
+            ),
+            TemplateError::NotAvailableHere { .. } => format!(
+                "a list request runs outside any call, so it may use only {}",
+                self::names(LIST_PLACEHOLDERS.iter().map(|name| format!("{{{name}}}")))
+            ),
+            TemplateError::BadPath(_) => {
+                "write an absolute path such as `/v1/refunds/{refund_id}`, and put query \
+                 parameters under `query:`"
+                    .to_owned()
+            }
+            _ => format!(
+                "write `{{argument}}` for an argument, `{{argument:.2}}` for an exact decimal, \
+                 and `{{{{` or `}}}}` for a literal brace; {}",
+                available(names)
+            ),
+        };
+        // The error never holds template text (a header template may hold a secret).
+        self.push(path, format!("{label}: `{field}`: {error}"), fix);
+    }
+
+    pub(super) fn pointer(&mut self, path: &[Segment<'_>], label: &str, pointer: Option<&str>) {
+        let Some(pointer) = pointer else { return };
+        if is_json_pointer(pointer) {
+            return;
+        }
+        self.push(
+            path,
+            format!("{label}: `{pointer}` is not a JSON pointer"),
+            "write a JSON pointer: empty for the whole document, or `/` followed by keys and \
+             indexes, e.g. `/data/0` or `/metadata/intent_key`",
+        );
+    }
+}
+
+/// An RFC 6901 JSON pointer: empty, or `/`-separated tokens where `~` is only `~0` or `~1`.
+pub(super) fn is_json_pointer(pointer: &str) -> bool {
+    if pointer.is_empty() {
+        return true;
+    }
+    let Some(rest) = pointer.strip_prefix('/') else {
+        return false;
+    };
+    let mut chars = rest.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return false;
+        }
+    }
+    true
+}
+
+pub(super) fn method_name(method: Method) -> &'static str {
+    match method {
+        Method::Get => "GET",
+        Method::Post => "POST",
+        Method::Put => "PUT",
+        Method::Patch => "PATCH",
+        Method::Delete => "DELETE",
+    }
+}

@@ -1,0 +1,723 @@
+//! The checks of one tool, in named steps: its texts (description, owner, `once_per`), its
+//! input schema and argument names, its definition as the engine builds it
+//! (`ToolDefinition::new`, with each refusal reported at its field), its requests (in
+//! `requests.rs`), and what the gateway adds to the definition from the config. Also where
+//! sensitive arguments may not go, and the hash key they need.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use intentgate_core::sensitive::{HASH_KEY_BYTES_MIN, HashKeyError, SensitiveError};
+use intentgate_core::tool::{RETRY_BUDGET_MAX, TIMEOUT_MS_MAX};
+use intentgate_core::{
+    ArgumentPath, CallStatus, Effect, HashKey, KeyError, KeyTemplate, Messages, ToolDefinition,
+    ToolError,
+};
+use intentgate_http::spec::{CallSpec, ListSpec, LookupSpec, UpstreamSpec};
+use intentgate_http::template::Template;
+use intentgate_http::{HttpTool, check_list_spec};
+use serde_json::Value;
+
+use super::upstreams::without_references;
+use super::{Checker, names};
+use crate::HashKeySource;
+use crate::config::{OwnerConfig, ToolConfig};
+use crate::env::{self, EnvError};
+use crate::file::ToolFile;
+use crate::limits::*;
+use crate::source_map::{Segment, at, segments};
+
+/// A tool's requests as checked, with their `${NAME}` references resolved.
+struct Requests {
+    call: CallSpec,
+    lookup: Option<LookupSpec>,
+    list: Option<ListSpec>,
+    /// The call's request uses `{intent_id}`: a re-send would need the application's id.
+    call_uses_intent_id: bool,
+}
+
+impl Checker<'_, '_> {
+    pub(super) fn tool_list(&mut self, tools: &[ToolFile]) {
+        if tools.is_empty() {
+            self.push(
+                &at!["tools"],
+                "the config has no tools",
+                "add at least one tool under `tools:` with a name, description, effect, input_schema and call",
+            );
+        }
+        if tools.len() > TOOLS_MAX {
+            self.push(
+                &at!["tools", TOOLS_MAX],
+                format!(
+                    "the config has {} tools; the limit is {TOOLS_MAX}",
+                    tools.len()
+                ),
+                "split the tools across gateways, one per agent",
+            );
+        }
+    }
+
+    /// Checks one tool and builds its config and definition (`None` when it can't be built).
+    pub(super) fn tool(
+        &mut self,
+        index: usize,
+        mut tool: ToolFile,
+        upstreams: &BTreeMap<String, UpstreamSpec>,
+        owners: &BTreeMap<String, OwnerConfig>,
+    ) -> Option<(ToolConfig, ToolDefinition)> {
+        let label = format!("tool `{}`", tool.name);
+        self.tool_texts(index, &label, &tool, owners);
+        let messages = self.messages(index, &label, &tool.messages);
+        let alerts = self.alerts(index, &label, tool.effect, tool.alerts.take());
+        let schema_valid = self.input_schema(index, &label, &tool.input_schema);
+        let arguments = argument_names(&tool.input_schema);
+        self.arguments_known =
+            schema_valid && tool.input_schema.get("type").and_then(Value::as_str) == Some("object");
+        let definition = self.definition(index, &label, &tool, &arguments, schema_valid);
+        let requests = self.requests(
+            index,
+            &label,
+            &tool,
+            definition.as_ref(),
+            upstreams,
+            &arguments,
+        );
+        let mut definition = definition?;
+        self.complete_definition(&mut definition, &tool, &requests, upstreams, &messages);
+        let config = ToolConfig {
+            name: tool.name,
+            description: tool.description,
+            effect: definition.effect,
+            owner: tool.owner,
+            once_per: tool.once_per,
+            input_schema: tool.input_schema,
+            key: tool.key,
+            timeout_ms: tool.timeout_ms,
+            retry_budget: tool.retry_budget,
+            retry_rejected: tool.retry_rejected,
+            destructive: tool.destructive,
+            open_world: tool.open_world,
+            messages,
+            call: requests.call,
+            lookup: requests.lookup,
+            list: requests.list,
+            alerts,
+            line: self.position(&at!["tools", index]).line,
+        };
+        Some((config, definition))
+    }
+
+    /// The texts a model or an owner reads: the description, the owner's name, `once_per`.
+    fn tool_texts(
+        &mut self,
+        index: usize,
+        label: &str,
+        tool: &ToolFile,
+        owners: &BTreeMap<String, OwnerConfig>,
+    ) {
+        if tool.description.trim().is_empty() {
+            self.push(
+                &at!["tools", index, "description"],
+                format!("{label} has an empty description"),
+                "say what the tool does and when to use it; models choose tools by their description",
+            );
+        } else if tool.description.chars().count() > DESCRIPTION_LENGTH_MAX {
+            self.push(
+                &at!["tools", index, "description"],
+                format!(
+                    "{label}: the description is longer than {DESCRIPTION_LENGTH_MAX} characters"
+                ),
+                "shorten it; models read every tool's description on every turn",
+            );
+        }
+        if let Some(owner) = &tool.owner
+            && !owners.contains_key(owner)
+        {
+            let known = names(owners.keys());
+            self.push(
+                &at!["tools", index, "owner"],
+                format!("{label} names owner `{owner}`, which is not in `owners`"),
+                format!(
+                    "add `{owner}: {{log: true}}` (or a webhook) under `owners:`, or use one of: {known}"
+                ),
+            );
+        }
+        if let Some(once_per) = &tool.once_per {
+            let fits = !once_per.trim().is_empty()
+                && once_per.chars().count() <= ONCE_PER_LENGTH_MAX
+                && !once_per.chars().any(char::is_control);
+            if !fits {
+                self.push(
+                    &at!["tools", index, "once_per"],
+                    format!("{label}: `once_per` must be a short noun on one line, at most {ONCE_PER_LENGTH_MAX} characters"),
+                    "write what one intent is once per, e.g. `once_per: order`",
+                );
+            }
+        }
+    }
+
+    /// The engine's definition, as `ToolDefinition::new` builds it; each refusal is reported
+    /// at its field.
+    fn definition(
+        &mut self,
+        index: usize,
+        label: &str,
+        tool: &ToolFile,
+        arguments: &[String],
+        schema_valid: bool,
+    ) -> Option<ToolDefinition> {
+        let Some(effect) = tool.effect else {
+            // Reported by `tools_have_effects`. Whether a key is required depends on the
+            // effect, but a key that can't work is wrong whatever the effect turns out to be.
+            if let Some(key) = &tool.key {
+                let names: Vec<&str> = arguments.iter().map(String::as_str).collect();
+                let checked =
+                    KeyTemplate::parse(key).and_then(|template| template.check_arguments(&names));
+                if let Err(error) = checked {
+                    let (message, fix) = key_error(label, arguments, &error);
+                    self.push(&at!["tools", index, "key"], message, fix);
+                }
+            }
+            return None;
+        };
+        let result = ToolDefinition::new(
+            &tool.name,
+            &tool.description,
+            effect,
+            tool.input_schema.clone(),
+            tool.key.as_deref(),
+            Duration::from_millis(tool.timeout_ms),
+            tool.retry_budget,
+        );
+        match result {
+            Ok(definition) => Some(definition),
+            // Already reported, at the exact keyword, by `input_schema`.
+            Err(ToolError::BadSchema(_)) if !schema_valid => None,
+            Err(ToolError::Sensitive { error, .. }) => {
+                self.sensitive_error(index, label, &error);
+                None
+            }
+            Err(error) => {
+                self.tool_error(index, label, arguments, &error);
+                None
+            }
+        }
+    }
+
+    /// The tool's requests, checked field by field (`requests.rs`), where its sensitive
+    /// arguments may not go, and then whole by the HTTP crate's own checks: a backstop for
+    /// anything the field-by-field checks don't cover (they report at the field).
+    fn requests(
+        &mut self,
+        index: usize,
+        label: &str,
+        tool: &ToolFile,
+        definition: Option<&ToolDefinition>,
+        upstreams: &BTreeMap<String, UpstreamSpec>,
+        arguments: &[String],
+    ) -> Requests {
+        // Header values go to the backstop without their `${NAME}` references, which are not
+        // templates.
+        let backstop_tool = HttpTool {
+            call: CallSpec {
+                headers: without_references(&tool.call.headers),
+                ..tool.call.clone()
+            },
+            lookup: tool.lookup.as_ref().map(|lookup| LookupSpec {
+                headers: without_references(&lookup.headers),
+                ..lookup.clone()
+            }),
+        };
+        let backstop_list = tool.list.as_ref().map(|list| ListSpec {
+            headers: without_references(&list.headers),
+            ..list.clone()
+        });
+        let reported = self.errors.len();
+
+        if let Some(definition) = definition
+            && !definition.sensitive.is_empty()
+        {
+            self.sensitive_uses(
+                index,
+                label,
+                &definition.sensitive,
+                tool.lookup.as_ref(),
+                tool.list.as_ref(),
+            );
+        }
+        let call = self.call(index, label, tool.call.clone(), upstreams, arguments);
+        let lookup = tool
+            .lookup
+            .clone()
+            .map(|lookup| self.lookup(index, label, lookup, upstreams, arguments));
+        let list = tool
+            .list
+            .clone()
+            .map(|list| self.list(index, label, list, upstreams));
+
+        if self.errors.len() == reported && self.arguments_known {
+            let names: Vec<&str> = arguments.iter().map(String::as_str).collect();
+            if let Err(error) = backstop_tool.check(&tool.name, &names) {
+                self.push(
+                    &at!["tools", index, "call"],
+                    format!("{label}: {error}"),
+                    "correct the request spec so that the HTTP upstream can build it",
+                );
+            }
+            if let Some(Err(error)) = backstop_list.as_ref().map(check_list_spec) {
+                self.push(
+                    &at!["tools", index, "list"],
+                    format!("{label}: {error}"),
+                    "correct the list spec so that the HTTP upstream can build it",
+                );
+            }
+        }
+        Requests {
+            call_uses_intent_id: backstop_tool.call_uses_intent_id(&tool.name),
+            call,
+            lookup,
+            list,
+        }
+    }
+
+    /// What the gateway adds to the engine's definition from the config: the resend window,
+    /// the owner, the messages, and the tool's own words for its intents and results.
+    fn complete_definition(
+        &self,
+        definition: &mut ToolDefinition,
+        tool: &ToolFile,
+        requests: &Requests,
+        upstreams: &BTreeMap<String, UpstreamSpec>,
+        messages: &Messages,
+    ) {
+        definition.resend_window = resend_window(
+            definition,
+            upstreams.get(&requests.call.upstream),
+            requests.call_uses_intent_id,
+        );
+        definition.owner = tool.owner.clone();
+        definition.messages = messages.clone();
+        definition.retry_rejected = tool.retry_rejected;
+        if let Some(once_per) = &tool.once_per {
+            definition.once_per = once_per.clone();
+        }
+        if let Some(pointer) = &requests.call.result.external_id {
+            definition.external_id_pointer = pointer.clone();
+        }
+    }
+
+    /// Reports a `sensitive` mark the gateway can't honour, at the schema that holds it.
+    pub(super) fn sensitive_error(&mut self, index: usize, label: &str, error: &SensitiveError) {
+        let pointer = match error {
+            SensitiveError::NotOnProperty { pointer } | SensitiveError::NotBoolean { pointer } => {
+                pointer.as_str()
+            }
+        };
+        let prefix = [
+            "tools".to_owned(),
+            index.to_string(),
+            "input_schema".to_owned(),
+        ];
+        let owned = pointer_path(&prefix, pointer);
+        let fix = match error {
+            SensitiveError::NotOnProperty { .. } => {
+                "put `sensitive: true` on the property that holds the value (an array or object \
+                 property is then kept hashed whole), e.g. `to: {type: string, sensitive: true}`"
+            }
+            SensitiveError::NotBoolean { .. } => "write `sensitive: true`",
+        };
+        self.push(
+            &segments(&owned),
+            format!("{label}: input_schema: {error}"),
+            fix,
+        );
+    }
+
+    /// Refuses a lookup or a reconciliation amount that reads a sensitive argument. Both run
+    /// from what the ledger keeps (the sweeper's lookups, reconciliation), where the value is
+    /// only a hash: the request would carry the hash, the amount would never match.
+    pub(super) fn sensitive_uses(
+        &mut self,
+        index: usize,
+        label: &str,
+        sensitive: &[ArgumentPath],
+        lookup: Option<&LookupSpec>,
+        list: Option<&ListSpec>,
+    ) {
+        let sensitive_in = |template: &str| -> Option<String> {
+            let template = Template::parse(&env::without_references(template)).ok()?;
+            template.argument_paths().find_map(|path| {
+                sensitive
+                    .iter()
+                    .find(|argument| argument.overlaps(path))
+                    .map(|argument| argument.to_string())
+            })
+        };
+        if let Some(lookup) = lookup {
+            let mut found: Vec<(Vec<Segment<'_>>, String, String)> = Vec::new();
+            if let Some(name) = sensitive_in(&lookup.path) {
+                found.push((
+                    at!["tools", index, "lookup", "path"].to_vec(),
+                    "lookup.path".to_owned(),
+                    name,
+                ));
+            }
+            for (key, value) in &lookup.query {
+                if let Some(name) = sensitive_in(value) {
+                    found.push((
+                        at!["tools", index, "lookup", "query", key].to_vec(),
+                        format!("lookup.query.{key}"),
+                        name,
+                    ));
+                }
+            }
+            for (key, value) in &lookup.headers {
+                if let Some(name) = sensitive_in(value) {
+                    found.push((
+                        at!["tools", index, "lookup", "headers", key].to_vec(),
+                        format!("lookup.headers.{key}"),
+                        name,
+                    ));
+                }
+            }
+            for (path, field, name) in found {
+                self.push(
+                    &path,
+                    format!(
+                        "{label}: `{field}` uses sensitive argument `{name}`; the ledger keeps only \
+                         its keyed hash, so a lookup of an intent left unknown (by the sweeper, \
+                         from the ledger) would send the hash"
+                    ),
+                    "find the effect by what the ledger keeps: the intent key (`{intent_key}`, \
+                     sent with the effect in metadata) or arguments that are not sensitive",
+                );
+            }
+        }
+        if let Some(list) = list
+            && list.fields.amount.is_some()
+        {
+            let pointer = list.fields.amount_argument.as_deref().unwrap_or("/amount");
+            let path: Vec<String> = pointer_path(&[], pointer);
+            if let Some(argument) = sensitive.iter().find(|argument| argument.overlaps(&path)) {
+                self.push(
+                    &at!["tools", index, "list", "fields"],
+                    format!(
+                        "{label}: reconciliation compares the provider's amount with argument \
+                         `{argument}` (`amount_argument` {pointer}), which is sensitive: the \
+                         ledger keeps only its keyed hash, so the amounts would never match"
+                    ),
+                    "remove `sensitive: true` from the amount, or remove `fields.amount` so that \
+                     reconciliation compares no amounts",
+                );
+            }
+        }
+    }
+
+    /// The hash key of sensitive arguments: required when `first_sensitive` names a tool
+    /// with one, written as a `${NAME}` reference, resolved as `source` says.
+    pub(super) fn hash_key(
+        &mut self,
+        written: Option<&str>,
+        first_sensitive: Option<&(usize, ToolDefinition)>,
+        source: &HashKeySource,
+    ) -> Option<HashKey> {
+        const FIX: &str = "export INTENTGATE_HASH_KEY=$(openssl rand -hex 32) where the gateway \
+                           runs, and keep it for as long as intents are kept (every stored hash \
+                           depends on it)";
+        let path = at!["gateway", "hash_key"];
+        let Some(written) = written else {
+            if let Some((index, definition)) = first_sensitive {
+                let names: Vec<String> = definition
+                    .sensitive
+                    .iter()
+                    .map(|path| format!("`{path}`"))
+                    .collect();
+                self.push(
+                    &at!["tools", *index, "input_schema"],
+                    format!(
+                        "tool `{}` marks {} as sensitive, which the ledger keeps as keyed hashes, \
+                         but `gateway.hash_key` is not set",
+                        definition.name,
+                        names.join(", ")
+                    ),
+                    format!("add `hash_key: ${{INTENTGATE_HASH_KEY}}` under `gateway:`, and {FIX}"),
+                );
+            }
+            return None;
+        };
+        if !env::has_reference(written) {
+            self.push(
+                &path,
+                "`gateway.hash_key` is written in the file: a key in the config is in every copy \
+                 of it",
+                format!("write `hash_key: ${{INTENTGATE_HASH_KEY}}`, and {FIX}"),
+            );
+            return None;
+        }
+        let ephemeral = match source {
+            HashKeySource::NotNeeded => return None,
+            HashKeySource::Environment => None,
+            HashKeySource::EnvironmentOrEphemeral(key) => Some(key),
+        };
+        let value = match env::resolve(written, self.lookup) {
+            Ok(value) => value,
+            Err(EnvError::Unset { name }) => {
+                if let Some(key) = ephemeral {
+                    return Some(key.clone());
+                }
+                self.push(
+                    &path,
+                    format!(
+                        "environment variable `{name}` (used in `gateway.hash_key`) is not set"
+                    ),
+                    FIX.replace("INTENTGATE_HASH_KEY", &name),
+                );
+                return None;
+            }
+            Err(error) => {
+                let (message, fix) = error.describe("`gateway.hash_key`");
+                self.push(&path, message, fix);
+                return None;
+            }
+        };
+        match HashKey::new(value.as_bytes()) {
+            Ok(key) => Some(key),
+            Err(HashKeyError::TooShort(bytes)) => {
+                // The length only: the value is a secret.
+                self.push(
+                    &path,
+                    format!(
+                        "`gateway.hash_key` (from the environment) is {bytes} bytes long; it must \
+                         be at least {HASH_KEY_BYTES_MIN}"
+                    ),
+                    FIX,
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn messages(
+        &mut self,
+        index: usize,
+        label: &str,
+        written: &BTreeMap<String, String>,
+    ) -> Messages {
+        let mut messages = Messages::default();
+        for (key, text) in written {
+            let at = self.map.key(&at!["tools", index, "messages", key]);
+            match CallStatus::ALL.iter().find(|status| status.as_str() == key) {
+                Some(status) => {
+                    if text.chars().count() > MESSAGE_LENGTH_MAX {
+                        self.errors.push(
+                            at,
+                            format!("{label}: the `{key}` message is longer than {MESSAGE_LENGTH_MAX} characters"),
+                            "shorten it to the instruction the model needs",
+                        );
+                    }
+                    messages.0.insert(*status, text.clone());
+                }
+                None => {
+                    let statuses: Vec<&str> = CallStatus::ALL.iter().map(|s| s.as_str()).collect();
+                    self.errors.push(
+                        at,
+                        format!("{label}: `{key}` in `messages` is not a call status"),
+                        format!("use one of {}", names(statuses)),
+                    );
+                }
+            }
+        }
+        messages
+    }
+
+    /// Reports an input schema that is not a valid JSON Schema, at the offending keyword.
+    /// Returns whether it is valid.
+    pub(super) fn input_schema(&mut self, index: usize, label: &str, schema: &Value) -> bool {
+        let Err(error) = intentgate_gate::schema::validator(schema) else {
+            return true;
+        };
+        let pointer = error.instance_path().to_string();
+        let prefix = [
+            "tools".to_owned(),
+            index.to_string(),
+            "input_schema".to_owned(),
+        ];
+        let owned = pointer_path(&prefix, &pointer);
+        let segments = segments(&owned);
+        let at = self.map.value(&segments);
+        let place = if pointer.is_empty() {
+            String::new()
+        } else {
+            format!(" at `{pointer}`")
+        };
+        self.errors.push(
+            at,
+            format!("{label}: input_schema is not a valid JSON Schema{place}: {error}"),
+            "correct it to JSON Schema (draft 2020-12), e.g. `{type: object, properties: \
+             {order_id: {type: string}}, required: [order_id], additionalProperties: false}`",
+        );
+        false
+    }
+
+    /// Maps what `ToolDefinition::new` refused to the field at fault.
+    pub(super) fn tool_error(
+        &mut self,
+        index: usize,
+        label: &str,
+        arguments: &[String],
+        error: &ToolError,
+    ) {
+        let (field, message, fix): (&str, String, String) = match error {
+            ToolError::BadName(name) => (
+                "name",
+                format!("tool name `{name}` is not a tool name"),
+                format!(
+                    "use 1 to {} letters, digits, `_`, `-` or `.`, e.g. `refund_order`",
+                    intentgate_core::limits::TOOL_NAME_LENGTH_MAX
+                ),
+            ),
+            ToolError::MissingKey(_) => (
+                "effect",
+                format!("{label} is a side effect but has no intent key, so retries can't be recognised as one intent"),
+                "add a `key:` built from the arguments that identify the intent, e.g. \
+                 `key: \"refund:{order_id}:{amount:.2}\"`, or from `{intent_id}` when the \
+                 application creates one per intent"
+                    .to_owned(),
+            ),
+            ToolError::UnexpectedKey(_) => (
+                "key",
+                format!("{label} has a key, but only side-effecting tools take an intent key"),
+                "remove `key:`, or set `effect: side_effect` if calling the tool twice would act twice"
+                    .to_owned(),
+            ),
+            ToolError::Key { error, .. } => {
+                let (message, fix) = key_error(label, arguments, error);
+                ("key", message, fix)
+            }
+            ToolError::BadSchema(_) => (
+                "input_schema",
+                format!("{label}: input_schema must be an object schema (\"type\": \"object\")"),
+                "write `input_schema: {type: object, properties: {...}, required: [...]}`".to_owned(),
+            ),
+            ToolError::BadTimeout { timeout_ms, .. } => (
+                "timeout_ms",
+                format!("{label}: timeout_ms is {timeout_ms}, outside 1 to {TIMEOUT_MS_MAX}"),
+                format!(
+                    "set `timeout_ms` between 1 and {TIMEOUT_MS_MAX}, from the real API's p99 latency (e.g. 10000 for a refund)"
+                ),
+            ),
+            ToolError::Sensitive { error, .. } => (
+                "input_schema",
+                format!("{label}: input_schema: {error}"),
+                "put `sensitive: true` on the property that holds the value".to_owned(),
+            ),
+            ToolError::MissingHashKey { .. } => (
+                "input_schema",
+                format!("{label}: {error}"),
+                "add `hash_key: ${INTENTGATE_HASH_KEY}` under `gateway:`".to_owned(),
+            ),
+            ToolError::BadRetryBudget { budget, .. } => (
+                "retry_budget",
+                format!("{label}: retry_budget is {budget}, above the limit of {RETRY_BUDGET_MAX}"),
+                format!(
+                    "set `retry_budget` between 0 and {RETRY_BUDGET_MAX}; the agent's other layers retry too"
+                ),
+            ),
+        };
+        self.push(&at!["tools", index, field], message, fix);
+    }
+}
+
+/// How long the sweeper may re-send an unknown intent of `definition` with its provider key
+/// (`ToolDefinition::resend_window`): the key window of its call's upstream less
+/// [`RESEND_WINDOW_MARGIN`], when that upstream honours idempotency keys. None for a tool
+/// whose request uses `{intent_id}` while its key does not: the ledger keeps the key, so
+/// the sweeper could not send that request the way the first attempt did; and none for a
+/// tool with sensitive arguments, whose request the sweeper would have to build from their
+/// hashes. Nothing is refused here: a tool without a window only never has its unknown
+/// intents re-sent.
+pub(super) fn resend_window(
+    definition: &ToolDefinition,
+    upstream: Option<&UpstreamSpec>,
+    call_uses_intent_id: bool,
+) -> Option<Duration> {
+    let upstream = upstream.filter(|upstream| upstream.honours_idempotency_keys)?;
+    let key_has_intent_id = definition
+        .key
+        .as_ref()
+        .is_some_and(KeyTemplate::uses_intent_id);
+    if definition.effect != Effect::SideEffect
+        || (call_uses_intent_id && !key_has_intent_id)
+        || !definition.sensitive.is_empty()
+    {
+        return None;
+    }
+    let window = Duration::from_secs(u64::from(upstream.key_window_hours) * 60 * 60);
+    window
+        .checked_sub(RESEND_WINDOW_MARGIN)
+        .filter(|left| !left.is_zero())
+}
+
+/// The message and fix for a key template the core refused.
+pub(super) fn key_error(label: &str, arguments: &[String], error: &KeyError) -> (String, String) {
+    let available = if arguments.is_empty() {
+        "the tool has no arguments yet".to_owned()
+    } else {
+        format!("its arguments are {}", names(arguments))
+    };
+    match error {
+        KeyError::PerAttempt { name } => (
+            format!(
+                "{label}: the key uses `{{{name}}}`, which changes on every attempt, so each retry \
+                 would look like a new intent and could act again"
+            ),
+            format!(
+                "build the key from the business fields that identify the intent (e.g. \
+                 `refund:{{order_id}}:{{amount:.2}}`), or from `{{intent_id}}` created once by the \
+                 application; remove `{{{name}}}`"
+            ),
+        ),
+        KeyError::NotAnArgument { name } => (
+            format!("{label}: the key uses `{{{name}}}`, which is not an argument of the tool"),
+            format!(
+                "use only the tool's arguments and `{{intent_id}}` ({available}), or add `{name}` \
+                 to input_schema.properties"
+            ),
+        ),
+        KeyError::Syntax { .. } => (
+            format!("{label}: {error}"),
+            "write placeholders like `{order_id}` or `{amount:.2}`, and `{{` or `}}` for a literal brace"
+                .to_owned(),
+        ),
+        KeyError::Constant(_) => (
+            format!("{label}: the key has no placeholder, so every call would be the same intent"),
+            format!("add the arguments that identify the intent, e.g. `refund:{{order_id}}:{{amount:.2}}` ({available})"),
+        ),
+        other => (
+            format!("{label}: {other}"),
+            "correct the key template".to_owned(),
+        ),
+    }
+}
+
+/// The top-level property names of an object schema: what templates and keys may use.
+pub(super) fn argument_names(schema: &Value) -> Vec<String> {
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|properties| properties.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The path of `pointer` (a JSON pointer, RFC 6901) below `prefix`, as keys and indexes.
+pub(super) fn pointer_path(prefix: &[String], pointer: &str) -> Vec<String> {
+    let mut path = prefix.to_vec();
+    path.extend(
+        pointer
+            .split('/')
+            .skip(1)
+            .filter(|segment| !segment.is_empty())
+            .map(|segment| segment.replace("~1", "/").replace("~0", "~")),
+    );
+    path
+}
