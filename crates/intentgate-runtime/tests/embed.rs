@@ -75,7 +75,7 @@ async fn an_embedded_gateway_serves_a_call_over_http_once() {
     running.await.unwrap().unwrap();
     assert!(
         client
-            .get(format!("{gateway}/healthz"))
+            .get(format!("http://{address}/healthz"))
             .send()
             .await
             .is_err(),
