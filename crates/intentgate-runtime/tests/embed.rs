@@ -58,15 +58,14 @@ async fn an_embedded_gateway_serves_a_call_over_http_once() {
     let refund = json!({"order_id": "ord_embed", "amount": 12.5, "reason": "duplicate"});
     // The call, then its repeat, answered from the ledger.
     for expected in ["done", "already_done"] {
-        let answer: Value = client
+        let response = client
             .post(format!("http://{address}/v1/tools/refund_order/call"))
             .json(&json!({ "arguments": refund }))
             .send()
             .await
-            .unwrap()
-            .json()
-            .await
             .unwrap();
+        assert_eq!(response.status(), 200);
+        let answer: Value = response.json().await.unwrap();
         assert_eq!(answer["status"], expected, "{answer}");
     }
     assert_eq!(provider.effects().len(), 1, "one refund at the provider");
