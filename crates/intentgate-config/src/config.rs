@@ -58,7 +58,8 @@ impl Config {
 pub struct GatewayConfig {
     /// Address and port the HTTP API and MCP over HTTP listen on.
     pub listen: SocketAddr,
-    /// The intent ledger: a SQLite file path.
+    /// The intent ledger: a SQLite file path, or a `postgres://` URL of a PostgreSQL database
+    /// that every replica shares.
     pub ledger: String,
     /// What the write before each upstream call promises: `strict` (on disk, survives a power
     /// loss) or `relaxed` (survives a crash of the process; the provider's key window is the
@@ -140,8 +141,8 @@ impl fmt::Debug for GatewayConfig {
     }
 }
 
-/// How durable the ledger's write before each upstream call is (converts into
-/// `intentgate_ledger::Durability`).
+/// How durable the ledger's write before each upstream call is (the runtime turns it into
+/// the ledger's `Durability`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DurabilityMode {
@@ -150,15 +151,6 @@ pub enum DurabilityMode {
     Strict,
     /// No fsync: survives a crash of the process, not a power loss.
     Relaxed,
-}
-
-impl From<DurabilityMode> for intentgate_ledger::Durability {
-    fn from(mode: DurabilityMode) -> Self {
-        match mode {
-            DurabilityMode::Strict => intentgate_ledger::Durability::Strict,
-            DurabilityMode::Relaxed => intentgate_ledger::Durability::Relaxed,
-        }
-    }
 }
 
 /// Reconciliation inside `intentgate serve` (SPEC section 8). `intentgate reconcile` takes

@@ -16,7 +16,7 @@ pub fn run(arguments: ConfigArgs) -> anyhow::Result<()> {
             Ok(())
         }
         ConfigCommand::Check { file } => {
-            let loaded = crate::serve::load(&file)?;
+            let loaded = intentgate_runtime::load(&file)?;
             let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
             for tool in &loaded.tools {
                 *counts.entry(tool.effect.as_str()).or_default() += 1;

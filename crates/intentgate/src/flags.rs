@@ -21,7 +21,7 @@ use crate::cli::{
     FlagsArgs, FlagsCommand, FlagsDisableArgs, FlagsEnableArgs, FlagsFormat, FlagsLedgerArgs,
     FlagsListArgs,
 };
-use crate::serve::load_with;
+use intentgate_runtime::load_with;
 
 /// Most characters of a reason shown in the text table; `--format json` shows all of it.
 const REASON_SHOWN_MAX: usize = 80;
@@ -53,7 +53,7 @@ impl Place {
             .ledger
             .clone()
             .unwrap_or_else(|| loaded.config.gateway.ledger.clone());
-        let durability = loaded.config.gateway.durability.into();
+        let durability = intentgate_runtime::durability(loaded.config.gateway.durability);
         Ok(Place {
             loaded,
             config_path: arguments.config.display().to_string(),

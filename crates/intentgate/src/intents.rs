@@ -48,10 +48,15 @@ async fn open(location: &IntentsLedgerArgs) -> anyhow::Result<(Arc<dyn Ledger>, 
         (Some(ledger), _) => (ledger.clone(), Durability::Strict),
         (None, Some(config)) => {
             // Only its ledger is read: no hash key needed.
-            let loaded =
-                crate::serve::load_with(config, &intentgate_config::HashKeySource::NotNeeded)?;
+            let loaded = intentgate_runtime::load_with(
+                config,
+                &intentgate_config::HashKeySource::NotNeeded,
+            )?;
             let gateway = &loaded.config.gateway;
-            (gateway.ledger.clone(), gateway.durability.into())
+            (
+                gateway.ledger.clone(),
+                intentgate_runtime::durability(gateway.durability),
+            )
         }
         (None, None) => bail!(
             "say which ledger: --config FILE (its gateway.ledger) or --ledger PATH_OR_URL, \

@@ -17,7 +17,6 @@ mod intents;
 mod logs;
 mod mcp;
 mod mock_provider;
-mod open_files;
 mod reconcile;
 mod serve;
 mod smoke;

@@ -14,7 +14,7 @@ use intentgate_ops::{Mismatch, Notifier, Reconciler, Report};
 use serde_json::json;
 
 use crate::cli::{OutputFormat, ReconcileArgs};
-use crate::serve::load;
+use intentgate_runtime::load;
 
 /// Exit status when the run found a critical mismatch (a duplicate effect, or an effect the
 /// model was told did not happen).
@@ -30,9 +30,12 @@ pub async fn run(arguments: ReconcileArgs) -> anyhow::Result<()> {
         .ledger
         .clone()
         .unwrap_or_else(|| loaded.config.gateway.ledger.clone());
-    let ledger = intentgate_ledger::open(&location, loaded.config.gateway.durability.into())
-        .await
-        .context("opening the intent ledger")?;
+    let ledger = intentgate_ledger::open(
+        &location,
+        intentgate_runtime::durability(loaded.config.gateway.durability),
+    )
+    .await
+    .context("opening the intent ledger")?;
     let notifier = Arc::new(Notifier::new(loaded.config.owners.clone()));
     let reconciler = Reconciler::new(&loaded, ledger, notifier.clone(), None)
         .context("the upstreams of the config")?;

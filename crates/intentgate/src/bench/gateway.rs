@@ -191,7 +191,7 @@ impl GatewayServer {
             move |name: &str| (name == PROVIDER_URL_VARIABLE).then(|| provider_url.clone());
         // The ledger is new and thrown away: a random hash key will do.
         let hash_key = intentgate_config::HashKeySource::EnvironmentOrEphemeral(
-            crate::serve::ephemeral_hash_key()?,
+            intentgate_runtime::ephemeral_hash_key()?,
         );
         let loaded = intentgate_config::load_str_with(
             EXAMPLE_CONFIG,
@@ -210,7 +210,7 @@ impl GatewayServer {
             )
             .context("opening the intent ledger")?,
         );
-        let gate = Arc::new(crate::serve::build_gate(
+        let gate = Arc::new(intentgate_runtime::build_gate(
             &loaded,
             ledger,
             Arc::new(SystemClock),

@@ -160,7 +160,7 @@ async fn run_intentgate(
     let environment = move |name: &str| (name == "INTENTGATE_MOCK_URL").then(|| url.clone());
     // The ledger is thrown away afterwards: a random hash key will do, and the demo needs no
     // environment.
-    let hash_key = HashKeySource::EnvironmentOrEphemeral(crate::serve::ephemeral_hash_key()?);
+    let hash_key = HashKeySource::EnvironmentOrEphemeral(intentgate_runtime::ephemeral_hash_key()?);
     let mut loaded = intentgate_config::load_str_with(
         EXAMPLE_CONFIG,
         "examples/support-agent.yaml",
@@ -185,7 +185,7 @@ async fn run_intentgate(
         backoff_base: scale(intentgate_gate::BACKOFF_BASE),
         ..GateOptions::default()
     };
-    let gate = Arc::new(crate::serve::build_gate_with(
+    let gate = Arc::new(intentgate_runtime::build_gate_with(
         &loaded,
         ledger.clone(),
         Arc::new(SystemClock),

@@ -1,6 +1,7 @@
-//! `intentgate audit`: the checklist of SPEC section 9, as a command a CI job can gate on.
+//! The audit behind `intentgate audit`: the checklist of SPEC section 9, as findings a CI job
+//! can gate on.
 //!
-//! Reads the config (and optionally prompt files, observed latencies and a live MCP server's
+//! [`audit`] reads the config (and optionally prompt files, observed latencies and a live MCP server's
 //! tool list) and reports findings, each with a severity, a stable rule id, where (file,
 //! line, column when known), what is wrong and what to change. Nothing is called and nothing
 //! is written: the audit only reads.
@@ -11,10 +12,10 @@
 //! - `prompts.rs`: prompt lines that tell the model to retry a side-effecting tool.
 //! - `mcp.rs`: an MCP server's tools: side-effecting by default, no once-per sentence, not
 //!   behind the gateway (no kill switch).
-//! - `report.rs`: text, JSON and SARIF 2.1.0.
+//! - `report.rs`: text, JSON and SARIF 2.1.0 ([`render`]).
 //!
-//! Exit status: 0 with no error-level finding, [`EXIT_FINDINGS`] with one, 1 when the audit
-//! could not run (an unreadable file, an MCP server that does not answer).
+//! An error-level finding is a verdict (the command exits 2); an error of [`audit`] is an
+//! audit that could not run (an unreadable file, an MCP server that does not answer).
 
 mod config;
 mod latency;
@@ -27,10 +28,30 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::cli::{AuditArgs, AuditFormat};
+/// What to audit: the config, and what else the caller has.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// The tool config (YAML).
+    pub config: PathBuf,
+    /// A folder of prompt files, or one file.
+    pub prompts: Option<PathBuf>,
+    /// An MCP server whose tools to list: an http(s) URL (Streamable HTTP), or a command
+    /// line started as a child process speaking MCP on stdio.
+    pub mcp_server: Option<String>,
+    /// Observed latencies by tool (JSON), compared with each tool's `timeout_ms`.
+    pub latency: Option<PathBuf>,
+}
 
-/// Exit status when an error-level finding exists, so that CI fails the build.
-pub const EXIT_FINDINGS: u8 = 2;
+/// How findings are written out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `file:line:col: severity[rule] message`, with a fix line.
+    Text,
+    /// One JSON object: findings and summary.
+    Json,
+    /// SARIF 2.1.0, for code scanning in CI.
+    Sarif,
+}
 
 /// How bad a finding is. Ordered from worst to mildest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -241,33 +262,20 @@ pub const RULES: &[Rule] = &[
     },
 ];
 
-pub async fn run(arguments: AuditArgs) -> anyhow::Result<()> {
-    let findings = audit(&arguments).await?;
-    let output = match arguments.format {
-        AuditFormat::Text => report::text(&findings),
-        AuditFormat::Json => report::json(&findings),
-        AuditFormat::Sarif => report::sarif(&findings),
-    };
-    print!("{output}");
-    let errors = findings
-        .iter()
-        .filter(|finding| finding.severity == Severity::Error)
-        .count();
-    if errors > 0 {
-        return Err(crate::Exit::new(
-            EXIT_FINDINGS,
-            format!("audit: {errors} error-level finding(s)"),
-        )
-        .into());
+/// `findings` written out in `format`.
+pub fn render(findings: &[Finding], format: Format) -> String {
+    match format {
+        Format::Text => report::text(findings),
+        Format::Json => report::json(findings),
+        Format::Sarif => report::sarif(findings),
     }
-    Ok(())
 }
 
 /// Every finding, sorted by file, line and column (stable: one position keeps the order the
 /// checks found them in).
-async fn audit(arguments: &AuditArgs) -> anyhow::Result<Vec<Finding>> {
+pub async fn audit(inputs: &Inputs) -> anyhow::Result<Vec<Finding>> {
     let mut findings = Vec::new();
-    let config_path = &arguments.config;
+    let config_path = &inputs.config;
     // Missing is "could not run" (status 1), not a finding: CI must not read it as a verdict.
     std::fs::metadata(config_path)
         .with_context(|| format!("--config {}", config_path.display()))?;
@@ -292,7 +300,7 @@ async fn audit(arguments: &AuditArgs) -> anyhow::Result<Vec<Finding>> {
         .as_ref()
         .map(|(loaded, _)| loaded.config.tools.as_slice())
         .unwrap_or_default();
-    match (&arguments.latency, &loaded) {
+    match (&inputs.latency, &loaded) {
         (Some(path), Some((_, text))) => {
             let observed = latency::read(path)?;
             latency::check(
@@ -310,10 +318,10 @@ async fn audit(arguments: &AuditArgs) -> anyhow::Result<Vec<Finding>> {
         }
         (None, _) => {}
     }
-    if let Some(folder) = &arguments.prompts {
+    if let Some(folder) = &inputs.prompts {
         prompts::scan(folder, tools, &mut findings)?;
     }
-    if let Some(server) = &arguments.mcp_server {
+    if let Some(server) = &inputs.mcp_server {
         let listed = mcp::list(server).await?;
         mcp::check(server, &listed, tools, &mut findings);
     }

@@ -1,7 +1,7 @@
-//! The process's open-file limit, which bounds how many connections `serve` can hold.
+//! The process's open-file limit, which bounds how many connections an HTTP gateway can hold.
 //!
 //! Every connection is a file descriptor. Many systems start a process with a soft limit of
-//! 1024 and a far higher hard limit, so at startup `serve` raises its soft limit to the hard
+//! 1024 and a far higher hard limit, so before it listens a gateway raises its soft limit to the hard
 //! one ([`raise_open_file_limit`]), then fits `gateway.connection_limit` under it
 //! ([`fit_connection_limit`]), keeping [`OPEN_FILES_RESERVED`] descriptors for everything
 //! else. A connection limit above what fits is lowered, with a warning that says how to make

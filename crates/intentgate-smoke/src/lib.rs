@@ -1,5 +1,5 @@
-//! `intentgate smoke`: a deploy gate that proves, tool by tool, that retries can't repeat an
-//! effect.
+//! The smoke test behind `intentgate smoke`: a deploy gate that proves, tool by tool, that
+//! retries can't repeat an effect.
 //!
 //! For every side-effecting tool of a config it builds a real `Gate` (the one `serve` builds,
 //! over a fresh SQLite ledger in a temporary folder), makes valid arguments from the tool's
@@ -20,10 +20,12 @@ mod proxy;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use comfy_table::Table;
 use intentgate_config::{HashKeySource, LoadedConfig, ToolConfig};
 use intentgate_core::{CallStatus, Effect, ToolDefinition};
 use intentgate_gate::{CallContext, CallOutcome, Clock, Gate, GateOptions, SystemClock};
@@ -33,11 +35,8 @@ use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer, Scri
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cli::{SmokeArgs, SmokeFormat};
 use proxy::FaultProxy;
 
-/// Exit status when a check failed (status 1 is a smoke that could not run).
-pub const EXIT_FAILED: u8 = 2;
 /// Calls made one after another after the ambiguous failure: the user asking again, the
 /// model retrying.
 const REPEATS_SEQUENTIAL: usize = 3;
@@ -64,19 +63,23 @@ const LIST_PAGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The write requests the built-in mock serves, as (path, what it makes).
 const MOCK_SIDE_EFFECTS: [&str; 3] = ["/v1/refunds", "/v1/charges", "/v1/emails"];
 
-pub async fn run(arguments: SmokeArgs) -> anyhow::Result<()> {
+/// Smoke-tests every side-effecting tool of the config at `config_path`: against the
+/// built-in mock provider, or with `live` against the configured upstreams behind a
+/// fault-injecting proxy. An error is a smoke that could not run (a refused config, a ledger
+/// that can't be opened); a failed check is in the report.
+pub async fn smoke(config_path: &Path, live: bool) -> anyhow::Result<Report> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let started = Instant::now();
     // A config the loader refuses (a key that changes per attempt, among others) can't be
     // smoke-tested: status 1, with every error and its fix.
     // The ledger is thrown away afterwards: without INTENTGATE_HASH_KEY (or whatever
     // `gateway.hash_key` names) a random key hashes the sensitive arguments.
-    let hash_key = HashKeySource::EnvironmentOrEphemeral(crate::serve::ephemeral_hash_key()?);
+    let hash_key = HashKeySource::EnvironmentOrEphemeral(intentgate_runtime::ephemeral_hash_key()?);
     let mut loaded =
-        intentgate_config::load_file_with(&arguments.config, &hash_key).map_err(|errors| {
+        intentgate_config::load_file_with(config_path, &hash_key).map_err(|errors| {
             anyhow::anyhow!("the config was refused, so no tool could be smoke-tested:\n{errors}")
         })?;
-    let target = if arguments.live {
+    let target = if live {
         Target::live(&mut loaded).await?
     } else {
         Target::mock(&mut loaded).await?
@@ -85,11 +88,11 @@ pub async fn run(arguments: SmokeArgs) -> anyhow::Result<()> {
     let location = folder.path().join("smoke-ledger.db");
     let ledger = intentgate_ledger::open(
         &location.display().to_string(),
-        loaded.config.gateway.durability.into(),
+        intentgate_runtime::durability(loaded.config.gateway.durability),
     )
     .await
     .context("opening the smoke test's ledger")?;
-    let gate = Arc::new(crate::serve::build_gate_with(
+    let gate = Arc::new(intentgate_runtime::build_gate_with(
         &loaded,
         ledger.clone(),
         Arc::new(SystemClock),
@@ -113,29 +116,14 @@ pub async fn run(arguments: SmokeArgs) -> anyhow::Result<()> {
         tools.push(smoke.check(config).await);
     }
     let report = Report {
-        config: arguments.config.display().to_string(),
+        config: config_path.display().to_string(),
         target: smoke.target.name(),
         passed: tools.iter().all(|tool| tool.passed),
         seconds: started.elapsed().as_secs_f64(),
         tools,
     };
     smoke.target.stop().await;
-    match arguments.format {
-        SmokeFormat::Text => print!("{}", report.text()),
-        SmokeFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-    }
-    let failed = report.tools.iter().filter(|tool| !tool.passed).count();
-    if failed > 0 {
-        return Err(crate::Exit::new(
-            EXIT_FAILED,
-            format!(
-                "smoke failed: {failed} of {} side-effecting tools failed a check; do not deploy this config",
-                report.tools.len()
-            ),
-        )
-        .into());
-    }
-    Ok(())
+    Ok(report)
 }
 
 /// A short text unique to this run, in every generated string, so that runs against one
@@ -707,9 +695,10 @@ async fn call(
     }
 }
 
-/// What `smoke` prints.
+/// What a smoke test found: each side-effecting tool's steps and why any failed. Serialised
+/// as it is by `intentgate smoke --format json`: the field names are a promise to users.
 #[derive(Debug, Serialize)]
-struct Report {
+pub struct Report {
     config: String,
     /// `mock` (the built-in mock provider) or `live` (the configured upstreams).
     target: &'static str,
@@ -719,7 +708,24 @@ struct Report {
 }
 
 impl Report {
-    fn text(&self) -> String {
+    /// Every tool passed every check.
+    pub fn passed(&self) -> bool {
+        self.passed
+    }
+
+    /// Side-effecting tools smoke-tested.
+    pub fn tools_checked(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Tools that failed a check.
+    pub fn tools_failed(&self) -> usize {
+        self.tools.iter().filter(|tool| !tool.passed).count()
+    }
+
+    /// The report for a person: what was done, a table of each tool's steps, why any failed,
+    /// and the verdict.
+    pub fn text(&self) -> String {
         let mut out = String::new();
         let against = match self.target {
             "mock" => "the built-in mock provider",
@@ -732,21 +738,33 @@ answer lost after the provider committed, {REPEATS_SEQUENTIAL} repeats one after
 {REPEATS_CONCURRENT} at once, then the kill switch\n",
             self.config
         );
-        let _ = writeln!(
-            out,
-            "{:<24} {:<12} {:<17} {:<12} result",
-            "tool", "effect once", "repeats answered", "kill switch"
-        );
+        let mut table = Table::new();
+        table
+            .load_preset(comfy_table::presets::NOTHING)
+            .set_header([
+                "tool",
+                "effect once",
+                "repeats answered",
+                "kill switch",
+                "result",
+            ]);
         for tool in &self.tools {
-            let _ = writeln!(
-                out,
-                "{:<24} {:<12} {:<17} {:<12} {}",
-                tool.tool,
+            table.add_row([
+                tool.tool.as_str(),
                 tool.effect_once.as_str(),
                 tool.repeats_answered.as_str(),
                 tool.kill_switch.as_str(),
-                if tool.passed { "ok" } else { "FAILED" }
-            );
+                if tool.passed { "ok" } else { "FAILED" },
+            ]);
+        }
+        // Columns a space apart, the first at the margin, so that each row starts with its
+        // tool's name.
+        for column in table.column_iter_mut() {
+            column.set_padding((0, 1));
+        }
+        let _ = writeln!(out, "{}", table.trim_fmt());
+        for tool in self.tools.iter().filter(|tool| !tool.reasons.is_empty()) {
+            let _ = writeln!(out, "\n{} failed:", tool.tool);
             for reason in &tool.reasons {
                 let _ = writeln!(out, "    {reason}");
             }

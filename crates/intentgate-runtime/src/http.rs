@@ -1,0 +1,200 @@
+//! The gateway as an HTTP server: the HTTP API, MCP over Streamable HTTP at `/mcp`, and the
+//! admin API at `/v1/admin/`, with the background tasks running beside them.
+//!
+//! [`Gateway::bind`] does everything that can fail before the first request (the open-file
+//! limit, the listener, the authenticator, the reconciler), so that a caller that learns the
+//! port from [`HttpGateway::local_addr`] knows the server will serve; [`HttpGateway::run`]
+//! then serves until its shutdown future completes and the calls still running have ended
+//! (bounded by the grace period).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use intentgate_admin::{AdminOptions, FailureLimit};
+use intentgate_gate::Gate;
+use intentgate_mcp::{HttpOptions, LOOPBACK_HOSTS, McpService};
+use intentgate_ops::{Notifier, Reconciler};
+use intentgate_server::ServerOptions;
+use tokio::net::TcpListener;
+
+use crate::tasks::{AdminReconciler, Background};
+use crate::{Error, Gateway, admin_token, open_files};
+
+/// Who an admin API change is attributed to when the request names no actor.
+const ADMIN_ACTOR_DEFAULT: &str = "admin-api";
+
+/// A gateway bound to its listener, its background tasks running: [`HttpGateway::run`]
+/// serves it.
+pub struct HttpGateway {
+    listener: TcpListener,
+    address: SocketAddr,
+    gate: Arc<Gate>,
+    options: ServerOptions,
+    mcp: McpService,
+    routes: axum::Router,
+    /// Stopped when the server has stopped.
+    background: Background,
+}
+
+impl Gateway {
+    /// Raises the open-file limit and fits the connection limit under it, binds the
+    /// listener, builds the authenticator and the routes, and starts the background tasks.
+    pub async fn bind(self) -> Result<HttpGateway, Error> {
+        let gateway = &self.loaded.config.gateway;
+        let connection_limit = match open_files::raise_open_file_limit() {
+            Some(limit) => {
+                let fitted = open_files::fit_connection_limit(gateway.connection_limit, limit)
+                    .map_err(Error::OpenFiles)?;
+                if let Some(warning) = &fitted.warning {
+                    tracing::warn!(target: "intentgate::startup", "{warning}");
+                }
+                fitted.connections
+            }
+            None => gateway.connection_limit as usize,
+        };
+        let listen = self
+            .options
+            .listen
+            .clone()
+            .unwrap_or_else(|| gateway.listen.to_string());
+        let listener = TcpListener::bind(&listen)
+            .await
+            .map_err(|source| Error::Listen {
+                address: listen.clone(),
+                source,
+            })?;
+        let address = listener.local_addr().map_err(Error::LocalAddress)?;
+        let authenticator = crate::auth::authenticator(&self.loaded.config, address)?;
+        let options = ServerOptions {
+            body_limit_bytes: gateway.body_limit_bytes as usize,
+            concurrency_limit: gateway.concurrency_limit as usize,
+            shutdown_grace: Duration::from_millis(gateway.shutdown_grace_ms),
+            authenticator: Arc::new(authenticator),
+            allowed_origins: gateway.allowed_origins.clone(),
+            header_read_timeout: Duration::from_millis(gateway.header_read_timeout_ms),
+            idle_timeout: Duration::from_millis(gateway.idle_timeout_ms),
+            connection_limit,
+        };
+        let mut background = Background::default();
+        background.spawn(crate::purge_forever(
+            self.ledger.clone(),
+            gateway.retention_days,
+        ));
+        background.spawn(crate::sweep_forever(self.gate.clone()));
+        // Owners hear about duplicate-call alerts and reconciliation mismatches.
+        let notifier = Arc::new(Notifier::new(self.loaded.config.owners.clone()));
+        background.add(crate::start_alerts(&self.loaded, &self.gate, &notifier));
+        let reconciler = Arc::new(
+            Reconciler::new(
+                &self.loaded,
+                self.ledger.clone(),
+                notifier.clone(),
+                Some(self.gate.metrics().clone()),
+            )
+            .map_err(Error::Upstreams)?,
+        );
+        if self.loaded.config.reconcile.every_seconds > 0 {
+            background.spawn(crate::reconcile_forever(
+                reconciler.clone(),
+                self.ledger.clone(),
+                self.loaded.config.reconcile.clone(),
+            ));
+        }
+        self.log_start("");
+        // MCP over Streamable HTTP, through the same gate. A loopback server accepts only
+        // loopback Host names (DNS-rebinding protection); a routable one any name.
+        let mcp = crate::stdio::mcp_service(&self.loaded, self.gate.clone());
+        let allowed_hosts = if address.ip().is_loopback() {
+            LOOPBACK_HOSTS.map(String::from).to_vec()
+        } else {
+            Vec::new()
+        };
+        let mcp_routes = intentgate_mcp::http_router(
+            mcp.clone(),
+            HttpOptions {
+                body_limit_bytes: gateway.body_limit_bytes as usize,
+                allowed_hosts,
+            },
+        );
+        // The admin API (flags, intents, reconciliation) under /v1/admin/, over the same
+        // ledger. With credentials, a key or token with the `admin` scope reaches it.
+        let token = admin_token(&self.options).map(str::to_owned);
+        let admin_scope = !options.authenticator.is_none();
+        let admin_on = token.is_some() || admin_scope;
+        let admin_routes = intentgate_admin::router(
+            self.ledger.clone(),
+            AdminOptions {
+                token,
+                tools: self
+                    .loaded
+                    .tools
+                    .iter()
+                    .map(|tool| tool.name.clone())
+                    .collect(),
+                actor_default: ADMIN_ACTOR_DEFAULT.to_owned(),
+                failure_limit: FailureLimit::default(),
+                admin_scope,
+            },
+            Some(Arc::new(AdminReconciler(reconciler))),
+        );
+        if admin_on {
+            tracing::info!(
+                target: "intentgate::startup",
+                "admin API on at /v1/admin/ (the admin token{} required)",
+                if admin_scope { ", or a credential with the admin scope," } else { "" }
+            );
+        } else {
+            tracing::info!(
+                target: "intentgate::startup",
+                "admin API off (set {} to turn it on)",
+                intentgate_admin::TOKEN_ENV
+            );
+        }
+        Ok(HttpGateway {
+            listener,
+            address,
+            gate: self.gate,
+            options,
+            mcp,
+            routes: mcp_routes.merge(admin_routes),
+            background,
+        })
+    }
+}
+
+impl HttpGateway {
+    /// The address the server listens on (the port chosen when the config asked for 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Serves until `shutdown` completes, then waits (bounded by the grace period) for the
+    /// calls still running; stops the background tasks on the way out.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), Error> {
+        let HttpGateway {
+            listener,
+            gate,
+            options,
+            mcp,
+            routes,
+            background,
+            ..
+        } = self;
+        intentgate_server::run_with(listener, gate, options, Some(routes), shutdown)
+            .await
+            .map_err(Error::Http)?;
+        let still_running = mcp.drain().await;
+        if still_running > 0 {
+            tracing::warn!(
+                still_running,
+                "shutdown grace period over; MCP calls still running stay in_flight in the ledger and are resolved by lookup"
+            );
+        }
+        drop(background);
+        Ok(())
+    }
+}

@@ -1,0 +1,223 @@
+//! A running gateway from a loaded config: what `intentgate serve` and `intentgate mcp` are,
+//! as a library a Rust program can embed.
+//!
+//! [`Gateway::open`] opens the ledger (a SQLite file, or PostgreSQL for a `postgres://` URL)
+//! and builds the `Gate` over the config's tools and their HTTP upstream. Then either
+//! [`Gateway::bind`] binds the HTTP listener and starts the background tasks, and
+//! [`HttpGateway::run`] serves the HTTP API with MCP over Streamable HTTP at `/mcp` and the
+//! admin API at `/v1/admin/` until a shutdown future completes; or [`Gateway::serve_stdio`]
+//! serves MCP on stdin and stdout. The background tasks (`tasks.rs`: retention purge,
+//! sweeper, duplicate-call alerts, reconciliation schedule) stop with the server.
+//!
+//! ```no_run
+//! # async fn embed() -> Result<(), intentgate_runtime::Error> {
+//! let loaded = intentgate_runtime::load("gateway.yaml".as_ref())?;
+//! let gateway = intentgate_runtime::Gateway::open(loaded, Default::default()).await?;
+//! let server = gateway.bind().await?;
+//! println!("listening on {}", server.local_addr());
+//! server.run(intentgate_server::shutdown_signal()).await
+//! # }
+//! ```
+//!
+//! The few pieces the other commands share (loading a config, a throwaway hash key, a gate
+//! over a config) are here too, so that a config becomes a `Gate` in one place.
+
+mod auth;
+mod error;
+mod http;
+mod open_files;
+mod stdio;
+mod tasks;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use intentgate_config::{DurabilityMode, HashKeySource, LoadedConfig};
+use intentgate_core::HashKey;
+use intentgate_gate::{Clock, Gate, GateOptions, SystemClock};
+use intentgate_http::HttpUpstream;
+use intentgate_ledger::{Durability, Ledger};
+
+pub use auth::authenticator;
+pub use error::{AuthError, Error};
+pub use http::HttpGateway;
+pub use tasks::{
+    PURGE_EVERY, SWEEP_EVERY, purge_forever, reconcile_forever, start_alerts, sweep_forever,
+};
+
+/// How a gateway runs beyond its config: what the command line may override, and the admin
+/// token. Every field is optional; the default runs the config as it is.
+#[derive(Clone, Default)]
+pub struct Options {
+    /// Where the config was read from, named in the startup log.
+    pub config_path: Option<PathBuf>,
+    /// Address to listen on instead of `gateway.listen` (port 0 picks a free port).
+    pub listen: Option<String>,
+    /// The ledger instead of `gateway.ledger`: a SQLite file or a `postgres://` URL.
+    pub ledger: Option<String>,
+    /// Durability instead of `gateway.durability`.
+    pub durability: Option<Durability>,
+    /// Turns the admin API on: the bearer token its requests must carry (at least 32 bytes).
+    /// Empty is the same as none.
+    pub admin_token: Option<String>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("config_path", &self.config_path)
+            .field("listen", &self.listen)
+            .field(
+                "ledger",
+                &self
+                    .ledger
+                    .as_deref()
+                    .map(intentgate_ledger::display_location),
+            )
+            .field("durability", &self.durability)
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "<hidden>"),
+            )
+            .finish()
+    }
+}
+
+/// A config with its ledger open and its gate built; nothing is served and no task runs yet.
+pub struct Gateway {
+    loaded: LoadedConfig,
+    options: Options,
+    ledger: Arc<dyn Ledger>,
+    /// Where the ledger is, as given (it may hold a password: log it only through
+    /// `intentgate_ledger::display_location`).
+    ledger_location: String,
+    durability: Durability,
+    gate: Arc<Gate>,
+}
+
+impl Gateway {
+    /// Opens the ledger that `options` or the config names and builds the gate over the
+    /// config's tools, with the system clock.
+    pub async fn open(loaded: LoadedConfig, options: Options) -> Result<Gateway, Error> {
+        if let Some(token) = admin_token(&options) {
+            intentgate_admin::check_token(token).map_err(Error::AdminToken)?;
+        }
+        let gateway = &loaded.config.gateway;
+        let ledger_location = options
+            .ledger
+            .clone()
+            .unwrap_or_else(|| gateway.ledger.clone());
+        let durability = options
+            .durability
+            .unwrap_or_else(|| durability(gateway.durability));
+        let ledger = intentgate_ledger::open(&ledger_location, durability)
+            .await
+            .map_err(Error::Ledger)?;
+        let gate = Arc::new(build_gate(&loaded, ledger.clone(), Arc::new(SystemClock))?);
+        Ok(Gateway {
+            loaded,
+            options,
+            ledger,
+            ledger_location,
+            durability,
+            gate,
+        })
+    }
+
+    /// The gate every interface calls through.
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.gate
+    }
+
+    /// The intent ledger.
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.ledger
+    }
+
+    /// The config the gateway runs.
+    pub fn config(&self) -> &LoadedConfig {
+        &self.loaded
+    }
+
+    /// Logs, on the startup target, what is served, from where, over which ledger.
+    fn log_start(&self, over: &str) {
+        tracing::info!(
+            target: "intentgate::startup",
+            "serving {} tools{over} from {} (ledger {}, durability {:?})",
+            self.gate.tools().len(),
+            match &self.options.config_path {
+                Some(path) => path.display().to_string(),
+                None => "a config".to_owned(),
+            },
+            intentgate_ledger::display_location(&self.ledger_location),
+            self.durability
+        );
+    }
+}
+
+/// The admin token of `options`, unless unset or empty.
+fn admin_token(options: &Options) -> Option<&str> {
+    options
+        .admin_token
+        .as_deref()
+        .filter(|token| !token.is_empty())
+}
+
+/// Loads a config, all its errors in one. The hash key of sensitive arguments comes from
+/// the environment: a gateway never invents one, since a key that changed at every start
+/// would make every stored hash unmatchable.
+pub fn load(path: &Path) -> Result<LoadedConfig, Error> {
+    load_with(path, &HashKeySource::Environment)
+}
+
+/// [`load`], with the hash key taken as `hash_key` says.
+pub fn load_with(path: &Path, hash_key: &HashKeySource) -> Result<LoadedConfig, Error> {
+    intentgate_config::load_file_with(path, hash_key).map_err(Error::Config)
+}
+
+/// Bytes of a random hash key: SHA-256's output size, the least a key may have.
+const EPHEMERAL_HASH_KEY_BYTES: usize = 32;
+
+/// A random hash key, for a command whose ledger lives only as long as it runs (`demo`,
+/// `smoke`, benchmarks): nothing it hashes has to match anything later.
+pub fn ephemeral_hash_key() -> Result<HashKey, Error> {
+    let mut bytes = [0u8; EPHEMERAL_HASH_KEY_BYTES];
+    getrandom::fill(&mut bytes).map_err(Error::Random)?;
+    Ok(HashKey::new(&bytes)?)
+}
+
+/// The ledger's durability for the config's `gateway.durability`.
+pub fn durability(mode: DurabilityMode) -> Durability {
+    match mode {
+        DurabilityMode::Strict => Durability::Strict,
+        DurabilityMode::Relaxed => Durability::Relaxed,
+    }
+}
+
+/// The gate over a config's tools, with the HTTP upstream they describe.
+pub fn build_gate(
+    loaded: &LoadedConfig,
+    ledger: Arc<dyn Ledger>,
+    clock: Arc<dyn Clock>,
+) -> Result<Gate, Error> {
+    build_gate_with(loaded, ledger, clock, GateOptions::default())
+}
+
+/// [`build_gate`] with chosen gate options.
+pub fn build_gate_with(
+    loaded: &LoadedConfig,
+    ledger: Arc<dyn Ledger>,
+    clock: Arc<dyn Clock>,
+    options: GateOptions,
+) -> Result<Gate, Error> {
+    let upstream = HttpUpstream::new(loaded.config.upstreams.clone(), loaded.config.http_tools())
+        .map_err(Error::Upstreams)?;
+    Gate::new(
+        loaded.tools.clone(),
+        ledger,
+        Arc::new(upstream),
+        clock,
+        options,
+    )
+    .map_err(Error::Tools)
+}

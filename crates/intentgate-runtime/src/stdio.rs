@@ -1,0 +1,72 @@
+//! The gateway as an MCP server on stdin and stdout, started by an agent (a desktop client,
+//! an agent framework) as its tool server; and the MCP service both servers build.
+//!
+//! stdout is the protocol: everything else goes to the logs. Besides the calls, this server
+//! runs the retention purge and the duplicate-call alerts for the calls it serves;
+//! reconciliation runs in an HTTP gateway or `intentgate reconcile` (one per deployment is
+//! enough), and the sweeper in the HTTP gateways sharing the ledger.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use intentgate_config::{GatewayConfig, LoadedConfig};
+use intentgate_gate::Gate;
+use intentgate_mcp::{McpOptions, McpService, ToolHints};
+use intentgate_ops::Notifier;
+
+use crate::tasks::Background;
+use crate::{Error, Gateway};
+
+impl Gateway {
+    /// Serves MCP on stdin and stdout until `shutdown` completes or the client closes stdin,
+    /// then waits (bounded by the grace period) for the calls still running.
+    pub async fn serve_stdio(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+        let mut background = Background::default();
+        let notifier = Arc::new(Notifier::new(self.loaded.config.owners.clone()));
+        background.add(crate::start_alerts(&self.loaded, &self.gate, &notifier));
+        background.spawn(crate::purge_forever(
+            self.ledger.clone(),
+            self.loaded.config.gateway.retention_days,
+        ));
+        self.log_start(" over MCP on stdio");
+        let service = mcp_service(&self.loaded, self.gate);
+        intentgate_mcp::serve_stdio(service, shutdown)
+            .await
+            .map_err(Error::Stdio)?;
+        drop(background);
+        Ok(())
+    }
+}
+
+/// The MCP service over `gate`, with each tool's hints and the gateway's limits.
+pub(crate) fn mcp_service(loaded: &LoadedConfig, gate: Arc<Gate>) -> McpService {
+    McpService::new(gate, &hints(loaded), options(&loaded.config.gateway))
+}
+
+/// The MCP hints each tool's config sets (`destructive`, `open_world`).
+fn hints(loaded: &LoadedConfig) -> BTreeMap<String, ToolHints> {
+    loaded
+        .config
+        .tools
+        .iter()
+        .map(|tool| {
+            (
+                tool.name.clone(),
+                ToolHints {
+                    destructive: tool.destructive,
+                    open_world: tool.open_world,
+                },
+            )
+        })
+        .collect()
+}
+
+/// The MCP server's settings from the gateway's.
+fn options(gateway: &GatewayConfig) -> McpOptions {
+    McpOptions {
+        tenant: gateway.tenant.clone(),
+        concurrency_limit: gateway.concurrency_limit,
+        shutdown_grace: Duration::from_millis(gateway.shutdown_grace_ms),
+    }
+}

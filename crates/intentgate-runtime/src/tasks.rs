@@ -1,0 +1,186 @@
+//! The gateway's background work: the retention purge, the sweeper, the duplicate-call
+//! alerts and the reconciliation schedule, each a loop that runs until its task is stopped.
+//!
+//! A failed round is logged and tried again at the next tick: none of these loops ends on an
+//! error, since each round starts from what the ledger holds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use intentgate_config::{LoadedConfig, ReconcileConfig};
+use intentgate_gate::{Clock, Gate, SystemClock};
+use intentgate_ledger::Ledger;
+use intentgate_ops::{AlertEngine, Notifier, Reconciler};
+use tokio::task::JoinHandle;
+
+/// How often the retention purge runs.
+pub const PURGE_EVERY: Duration = Duration::from_secs(60 * 60);
+/// How often the sweeper looks for intents left in flight or unknown. Short enough that a
+/// crashed call's intent is settled seconds after its lease expires, before a user asks
+/// again; long enough that an idle gateway costs one indexed read per status each time. Each
+/// intent's lookups are rate-limited on their own, so sweeping often does not mean asking the
+/// provider often.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// Most intents of each status (expired in flight, unknown) one sweep takes; one sweep
+/// handles them one at a time, so this bounds how long it runs. The rest wait for the next.
+const SWEEP_LIMIT: u32 = 100;
+
+/// Background tasks that stop when this is dropped: they live as long as the server they
+/// serve, also inside a process that goes on after it.
+#[derive(Default)]
+pub(crate) struct Background(Vec<JoinHandle<()>>);
+
+impl Background {
+    pub(crate) fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.0.push(tokio::spawn(task));
+    }
+
+    pub(crate) fn add(&mut self, task: Option<JoinHandle<()>>) {
+        self.0.extend(task);
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Deletes settled intents older than `retention_days` every [`PURGE_EVERY`].
+pub async fn purge_forever(ledger: Arc<dyn Ledger>, retention_days: u32) {
+    let retention_ms = i64::from(retention_days) * 24 * 60 * 60 * 1000;
+    let mut ticks = tokio::time::interval(PURGE_EVERY);
+    loop {
+        ticks.tick().await;
+        let cutoff_ms = SystemClock.now_ms() - retention_ms;
+        match ledger.purge(cutoff_ms).await {
+            Ok(0) => {}
+            Ok(purged) => tracing::info!(
+                purged,
+                retention_days,
+                "purged settled intents past retention"
+            ),
+            Err(error) => tracing::warn!(%error, "retention purge failed; will try again"),
+        }
+    }
+}
+
+/// Sweeps every [`SWEEP_EVERY`], a sweep at a time; logs what a sweep did when it did
+/// something.
+pub async fn sweep_forever(gate: Arc<Gate>) {
+    let mut ticks = tokio::time::interval(SWEEP_EVERY);
+    // A sweep slower than the interval delays the next one rather than bunching them.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match gate.sweep(SWEEP_LIMIT).await {
+            Ok(report) if report.acted() || report.errors > 0 => tracing::info!(
+                examined = report.examined,
+                resolved_done = report.resolved_done,
+                resent = report.resent,
+                looked_up = report.looked_up,
+                lookup_failed = report.lookup_failed,
+                still_unknown = report.still_unknown,
+                settled_otherwise = report.settled_otherwise,
+                skipped_busy = report.skipped_busy,
+                not_due = report.not_due,
+                errors = report.errors,
+                truncated = report.truncated,
+                "swept intents left in flight or unknown"
+            ),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "sweep failed; will try again"),
+        }
+    }
+}
+
+/// Starts the duplicate-call alert rules of `loaded`'s tools over `gate`'s repeated calls;
+/// `None` when no tool has a rule.
+pub fn start_alerts(
+    loaded: &LoadedConfig,
+    gate: &Arc<Gate>,
+    notifier: &Arc<Notifier>,
+) -> Option<JoinHandle<()>> {
+    let engine = AlertEngine::new(loaded);
+    if engine.is_empty() {
+        return None;
+    }
+    Some(tokio::spawn(engine.run(
+        gate.repeated_calls(),
+        notifier.clone(),
+        gate.ledger().clone(),
+        gate.metrics().clone(),
+    )))
+}
+
+/// Reconciles every `every_seconds` over the last `window_seconds`. Replicas sharing a
+/// ledger each run this loop; a replica skips its turn when the ledger shows a run by
+/// `serve` that started less than half an interval ago, so one deployment makes about one
+/// run (and one set of notices) per interval.
+pub async fn reconcile_forever(
+    reconciler: Arc<Reconciler>,
+    ledger: Arc<dyn Ledger>,
+    settings: ReconcileConfig,
+) {
+    let every = Duration::from_secs(settings.every_seconds.into());
+    let window = Duration::from_secs(settings.window_seconds.into());
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let now_ms = SystemClock.now_ms();
+        let recent = match ledger.reconciliations(RECENT_RUNS_READ).await {
+            Ok(runs) => runs.into_iter().any(|run| {
+                run.actor == RECONCILE_ACTOR
+                    && now_ms - run.started_ms < every.as_millis() as i64 / 2
+            }),
+            Err(error) => {
+                tracing::warn!(%error, "could not read recent reconciliation runs; reconciling anyway");
+                false
+            }
+        };
+        if recent {
+            tracing::debug!("another replica reconciled less than half an interval ago; skipping");
+            continue;
+        }
+        let report = reconciler.run(window, now_ms, RECONCILE_ACTOR).await;
+        let fields = (
+            report.run_id.unwrap_or(0),
+            report.mismatches_total,
+            report.critical,
+        );
+        if report.critical > 0 || report.has_errors() {
+            tracing::error!(
+                run = fields.0,
+                mismatches = fields.1,
+                critical = fields.2,
+                errors = report.has_errors(),
+                "reconciliation found critical mismatches or could not complete; the owners were told"
+            );
+        } else {
+            tracing::info!(
+                run = fields.0,
+                mismatches = fields.1,
+                "reconciliation finished"
+            );
+        }
+    }
+}
+
+/// The actor of the runs `serve` makes.
+const RECONCILE_ACTOR: &str = "serve";
+/// Latest runs read to decide whether another replica just reconciled.
+const RECENT_RUNS_READ: u32 = 5;
+
+/// Reconciliation for the admin API (`POST /v1/admin/reconcile`).
+pub(crate) struct AdminReconciler(pub(crate) Arc<Reconciler>);
+
+#[async_trait::async_trait]
+impl intentgate_admin::Reconciler for AdminReconciler {
+    async fn reconcile(&self, since: Duration, actor: &str) -> Result<serde_json::Value, String> {
+        let report = self.0.run(since, SystemClock.now_ms(), actor).await;
+        serde_json::to_value(&report).map_err(|error| error.to_string())
+    }
+}

@@ -1,0 +1,83 @@
+//! A gateway embedded in a Rust program from a config file, as the crate documentation shows:
+//! opened over a SQLite ledger, bound to a loopback port, called over real HTTP with the mock
+//! payments provider as its upstream, and stopped by its shutdown future.
+
+use std::path::Path;
+
+use intentgate_config::HashKeySource;
+use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer};
+use intentgate_runtime::{Gateway, Options};
+use serde_json::{Value, json};
+
+/// The example config the gateway runs.
+const EXAMPLE_CONFIG: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/support-agent.yaml"
+);
+
+/// The example config with its payments upstream at `mock_url`, written into `folder`.
+fn config_file(folder: &Path, mock_url: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(EXAMPLE_CONFIG).unwrap();
+    let upstream = "${INTENTGATE_MOCK_URL:-http://127.0.0.1:8090}";
+    assert!(text.contains(upstream), "the example's payments base_url");
+    let path = folder.join("gateway.yaml");
+    std::fs::write(&path, text.replace(upstream, mock_url)).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_gateway_serves_a_call_over_http_once() {
+    let provider = MockProvider::new(MockOptions::new(HttpFaultPlan::quiet())).unwrap();
+    let mock = MockServer::start(provider.clone()).await.unwrap();
+    let folder = tempfile::tempdir().unwrap();
+    let path = config_file(folder.path(), &mock.url());
+    // No hash key in the test's environment: the ledger is thrown away with the folder.
+    let hash_key =
+        HashKeySource::EnvironmentOrEphemeral(intentgate_runtime::ephemeral_hash_key().unwrap());
+    let loaded = intentgate_runtime::load_with(&path, &hash_key).unwrap();
+    let options = Options {
+        config_path: Some(path),
+        listen: Some("127.0.0.1:0".to_owned()),
+        ledger: Some(folder.path().join("ledger.db").display().to_string()),
+        ..Options::default()
+    };
+    let gateway = Gateway::open(loaded, options).await.unwrap();
+    assert_eq!(gateway.gate().tools().len(), gateway.config().tools.len());
+    let server = gateway.bind().await.unwrap();
+    let address = server.local_addr();
+    assert!(
+        address.ip().is_loopback() && address.port() != 0,
+        "{address}"
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+
+    let client = reqwest::Client::new();
+    let refund = json!({"order_id": "ord_embed", "amount": 12.5, "reason": "duplicate"});
+    // The call, then its repeat, answered from the ledger.
+    for expected in ["done", "already_done"] {
+        let response = client
+            .post(format!("http://{address}/v1/tools/refund_order/call"))
+            .json(&json!({ "arguments": refund }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["status"], expected, "{answer}");
+    }
+    assert_eq!(provider.effects().len(), 1, "one refund at the provider");
+
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    assert!(
+        client
+            .get(format!("http://{address}/healthz"))
+            .send()
+            .await
+            .is_err(),
+        "a stopped gateway no longer listens"
+    );
+}
