@@ -21,6 +21,7 @@ mod open_files;
 mod reconcile;
 mod serve;
 mod smoke;
+mod table;
 mod time;
 
 use std::process::ExitCode;
