@@ -19,21 +19,10 @@ pub(crate) fn json<T: DeserializeOwned>(
     shape: &str,
 ) -> Result<T, Problem> {
     let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Problem::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body-too-large",
-                "Request body too large",
-                format!("an admin request body is at most {BODY_LIMIT_BYTES} bytes"),
-            )
-        } else {
-            Problem::new(
-                rejection.status(),
-                "bad-body",
-                "Unreadable body",
-                rejection.body_text(),
-            )
-        }
+        Problem::unreadable_body(
+            rejection,
+            format!("an admin request body is at most {BODY_LIMIT_BYTES} bytes"),
+        )
     })?;
     serde_json::from_slice(&body).map_err(|error| {
         if error.is_data() {

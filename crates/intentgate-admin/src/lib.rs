@@ -45,6 +45,7 @@ use async_trait::async_trait;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::routing::{any, get, post, put};
+use intentgate_gate::{Clock, SystemClock};
 use intentgate_ledger::Ledger;
 use intentgate_server::Problem;
 use tokio::sync::Semaphore;
@@ -260,8 +261,5 @@ PUT, a resolution, an erasure and a reconciliation are POST",
 
 /// Milliseconds since the Unix epoch: when a flag is set or an intent resolved.
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis() as i64)
-        .unwrap_or(0)
+    SystemClock.now_ms()
 }

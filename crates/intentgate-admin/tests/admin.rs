@@ -10,9 +10,11 @@ use async_trait::async_trait;
 use intentgate_admin::{AdminOptions, FailureLimit, Reconciler};
 use intentgate_core::IntentStatus;
 use intentgate_ledger::{
-    Begin, BeginRequest, Durability, Finish, Finished, IntentRecord, Ledger, ReconciliationRun,
-    SqliteLedger, SqliteOptions, StoredMismatch, ToolFlag,
+    Begin, BeginRequest, Finish, Finished, IntentRecord, Ledger, ReconciliationRun, StoredMismatch,
+    ToolFlag,
 };
+use intentgate_test_support::TempLedger;
+use intentgate_test_support::http::client;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 
@@ -51,17 +53,8 @@ async fn start_with(
     reconciler: Option<Arc<dyn Reconciler>>,
     failure_limit: FailureLimit,
 ) -> Admin {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger: Arc<dyn Ledger> = Arc::new(
-        SqliteLedger::open(
-            dir.path().join("ledger.db"),
-            SqliteOptions {
-                durability: Durability::Relaxed,
-                inline: false,
-            },
-        )
-        .unwrap(),
-    );
+    let TempLedger { dir, ledger, .. } = TempLedger::new();
+    let ledger: Arc<dyn Ledger> = ledger;
     let router = intentgate_admin::router(
         ledger.clone(),
         AdminOptions {
@@ -86,12 +79,7 @@ async fn start_with(
         })
         .await
     });
-    // reqwest is built without a default TLS provider; plain HTTP still needs one installed.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let client = client(Some(Duration::from_secs(30)));
     Admin {
         base,
         client,

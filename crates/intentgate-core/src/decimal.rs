@@ -9,6 +9,11 @@
 //! rounded: rounding would merge two different amounts into one intent. A value is a
 //! `Decimal` only within [`DECIMAL_DIGITS_MAX`] digits and [`DECIMAL_SCALE_MAX`] places, so
 //! writing one out is always short.
+//!
+//! Written here rather than taken from a decimal crate because the core owns this canonical
+//! form: intent keys and fingerprints depend on its exact text, and a ledger holds them for
+//! as long as its intents live, so no outside crate's release may change how a value is
+//! written (its rounding, its scale, its exponent form) under a stored key.
 
 use std::fmt;
 

@@ -6,21 +6,17 @@
 //! strict durability, calls a side-effecting tool whose upstream signals that the request
 //! has left and then hangs, and the parent kills it at that moment.
 
-mod support;
-
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use intentgate_core::{CallStatus, IntentStatus, UpstreamObservation};
-use intentgate_gate::{
-    CallContext, Clock, Gate, GateOptions, LookupOutcome, SystemClock, Upstream, UpstreamCall,
-};
+use intentgate_gate::{Clock, LookupOutcome, SystemClock, Upstream, UpstreamCall};
 use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions};
 use intentgate_mock::{FakeProvider, FaultPlan};
+use intentgate_test_support::{call, default_gate, refund, refund_tool};
 use serde_json::json;
-use support::{refund, refund_tool};
 
 const CHILD: &str = "INTENTGATE_CRASH_CHILD_DIR";
 const TEST_NAME: &str = "a_sigkill_in_the_middle_of_a_call_leaves_the_intent_in_flight_never_lost";
@@ -52,21 +48,8 @@ fn child(dir: &std::path::Path) -> ! {
         let upstream = Arc::new(Hangs {
             marker: dir.join("sent"),
         });
-        let gate = Gate::new(
-            vec![refund_tool()],
-            ledger,
-            upstream,
-            Arc::new(SystemClock),
-            GateOptions::default(),
-        )
-        .unwrap();
-        gate.call(
-            "refund_order",
-            refund("8812", json!(49)),
-            &CallContext::default(),
-        )
-        .await
-        .unwrap();
+        let gate = default_gate(vec![refund_tool()], ledger, upstream, Arc::new(SystemClock));
+        call(&gate, "refund_order", refund("8812", json!(49))).await;
     });
     unreachable!("the upstream never answers");
 }
@@ -126,22 +109,8 @@ fn a_sigkill_in_the_middle_of_a_call_leaves_the_intent_in_flight_never_lost() {
         // provider is asked to look, never to execute.
         let clock: Arc<dyn Clock> = Arc::new(Later(60 * 60 * 1000));
         let provider = Arc::new(FakeProvider::new(1, FaultPlan::none(), clock.clone()));
-        let gate = Gate::new(
-            vec![refund_tool()],
-            ledger.clone(),
-            provider.clone(),
-            clock,
-            GateOptions::default(),
-        )
-        .unwrap();
-        let outcome = gate
-            .call(
-                "refund_order",
-                refund("8812", json!(49)),
-                &CallContext::default(),
-            )
-            .await
-            .unwrap();
+        let gate = default_gate(vec![refund_tool()], ledger.clone(), provider.clone(), clock);
+        let outcome = call(&gate, "refund_order", refund("8812", json!(49))).await;
         assert_eq!(outcome.status, CallStatus::PendingUnknown);
         assert_eq!((provider.requests(), provider.lookups()), (0, 1));
         let intent = ledger

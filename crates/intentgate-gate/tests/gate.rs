@@ -1,17 +1,18 @@
 //! The call path of a side-effecting tool, row by row of SPEC section 5, through a real
 //! SQLite ledger and the fake provider.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use intentgate_core::{CallStatus, Effect, IntentStatus, ToolDefinition};
+use intentgate_core::{CallStatus, IntentStatus, ToolDefinition};
 use intentgate_gate::{CallContext, Clock, GateError, TokioClock};
 use intentgate_ledger::{BeginRequest, Ledger, ToolFlag};
 use intentgate_mock::{FaultPlan, Scripted, Shape};
+use intentgate_test_support::{
+    Harness, call, default_gate, refund, refund_schema, refund_tool, refund_tool_with,
+    send_email_tool,
+};
 use serde_json::json;
-use support::{Harness, get_order_tool, refund, refund_tool};
 
 const KEY: &str = "refund:8812:49.00";
 
@@ -317,18 +318,7 @@ async fn a_hundred_concurrent_calls_for_one_intent_make_one_upstream_execution()
     };
     let h = Harness::new(slow);
     let calls: Vec<_> = (0..100)
-        .map(|_| {
-            let gate = h.gate.clone();
-            tokio::spawn(async move {
-                gate.call(
-                    "refund_order",
-                    refund("8812", json!(49)),
-                    &CallContext::default(),
-                )
-                .await
-                .unwrap()
-            })
-        })
+        .map(|_| h.spawn_call("refund_order", refund("8812", json!(49))))
         .collect();
     let mut statuses = std::collections::BTreeMap::new();
     for call in calls {
@@ -479,29 +469,12 @@ async fn invalid_arguments_record_nothing_and_say_what_is_wrong() {
 /// The example config's refund: a number above zero, at most 100000, keyed to the cent; a
 /// string amount is allowed too, as some agents send one.
 fn bounded_refund_tool() -> ToolDefinition {
-    let schema = json!({
-        "type": "object",
-        "properties": {
-            "order_id": {"type": "string"},
-            "amount": {
-                "type": ["number", "string"],
-                "exclusiveMinimum": 0,
-                "maximum": 100000,
-            },
-        },
-        "required": ["order_id", "amount"],
-        "additionalProperties": false
+    let amount = json!({
+        "type": ["number", "string"],
+        "exclusiveMinimum": 0,
+        "maximum": 100000,
     });
-    ToolDefinition::new(
-        "refund_order",
-        "Refund an order.",
-        Effect::SideEffect,
-        schema,
-        Some("refund:{order_id}:{amount:.2}"),
-        Duration::from_secs(2),
-        2,
-    )
-    .unwrap()
+    refund_tool_with(refund_schema(amount), Duration::from_secs(2))
 }
 
 /// Arguments parsed from JSON text, the way the servers parse a request: numbers keep the
@@ -587,16 +560,7 @@ async fn a_schema_format_is_enforced_before_anything_is_recorded() {
         "properties": {"to": {"type": "string", "format": "email"}, "reference": {"type": "string"}},
         "required": ["to", "reference"]
     });
-    let tool = ToolDefinition::new(
-        "send_email",
-        "Send an email.",
-        Effect::SideEffect,
-        schema,
-        Some("email:{to}:{reference}"),
-        Duration::from_secs(2),
-        2,
-    )
-    .unwrap();
+    let tool = send_email_tool(schema, 2);
     let h = Harness::with_tools(
         FaultPlan::none(),
         vec![tool],
@@ -671,7 +635,6 @@ async fn reads_are_retried_without_the_ledger() {
     assert_eq!(outcome.status, CallStatus::Done);
     assert_eq!(h.provider.requests(), 3);
     assert!(h.ledger.list(0, 10).await.unwrap().is_empty());
-    let _ = get_order_tool();
 }
 
 #[tokio::test]
@@ -705,7 +668,7 @@ async fn an_intent_id_from_the_application_keeps_two_equal_refunds_apart() {
 async fn a_result_too_large_to_store_still_settles_the_intent() {
     use async_trait::async_trait;
     use intentgate_core::UpstreamObservation;
-    use intentgate_gate::{Gate, GateOptions, LookupOutcome, SystemClock, Upstream, UpstreamCall};
+    use intentgate_gate::{LookupOutcome, SystemClock, Upstream, UpstreamCall};
     struct Huge;
     #[async_trait]
     impl Upstream for Huge {
@@ -722,22 +685,13 @@ async fn a_result_too_large_to_store_still_settles_the_intent() {
         }
     }
     let h = Harness::new(FaultPlan::none());
-    let gate = Gate::new(
+    let gate = default_gate(
         vec![refund_tool()],
         h.ledger.clone(),
         Arc::new(Huge),
         Arc::new(SystemClock),
-        GateOptions::default(),
-    )
-    .unwrap();
-    let outcome = gate
-        .call(
-            "refund_order",
-            refund("8812", json!(49)),
-            &CallContext::default(),
-        )
-        .await
-        .unwrap();
+    );
+    let outcome = call(&gate, "refund_order", refund("8812", json!(49))).await;
     assert_eq!(outcome.status, CallStatus::Done);
     assert_eq!(outcome.external_id.as_deref(), Some("re_big"));
     let intent = h.intent(KEY).await;

@@ -2,26 +2,21 @@
 //! one event per call for an intent that already existed, from the fast path and from
 //! `begin`, none for a first call.
 
-mod support;
-
 use std::time::Duration;
 
 use intentgate_core::{CallStatus, IntentStatus};
-use intentgate_gate::{CallContext, RepeatedCall};
+use intentgate_gate::RepeatedCall;
 use intentgate_ledger::Ledger;
 use intentgate_mock::FaultPlan;
+use intentgate_test_support::{Harness, metrics, refund};
 use serde_json::json;
-use support::{Harness, refund};
 use tokio::sync::broadcast::error::TryRecvError;
 
 const KEY: &str = "refund:8812:49.00";
 
 /// The value of the sample line that starts with `series` (name and labels), 0 when absent.
 fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .map(|value| value.parse().unwrap())
-        .unwrap_or(0.0)
+    metrics::sample(text, series).unwrap_or(0.0)
 }
 
 async fn next_event(receiver: &mut tokio::sync::broadcast::Receiver<RepeatedCall>) -> RepeatedCall {
@@ -94,15 +89,7 @@ async fn repeats_while_the_first_call_is_in_flight_are_announced_through_begin()
         ..FaultPlan::none()
     });
     let mut events = h.gate.repeated_calls();
-    let gate = h.gate.clone();
-    let first = tokio::spawn(async move {
-        gate.call(
-            "refund_order",
-            refund("8812", json!(49)),
-            &CallContext::default(),
-        )
-        .await
-    });
+    let first = h.spawn_call("refund_order", refund("8812", json!(49)));
     // Wait until the first call holds the lease and is talking to the provider.
     for _ in 0..200 {
         let read = h.ledger.get("default", "refund_order", KEY).await.unwrap();
@@ -113,17 +100,7 @@ async fn repeats_while_the_first_call_is_in_flight_are_announced_through_begin()
     }
     assert_eq!(h.intent(KEY).await.status, IntentStatus::InFlight);
     let repeats: Vec<_> = (0..2)
-        .map(|_| {
-            let gate = h.gate.clone();
-            tokio::spawn(async move {
-                gate.call(
-                    "refund_order",
-                    refund("8812", json!(49)),
-                    &CallContext::default(),
-                )
-                .await
-            })
-        })
+        .map(|_| h.spawn_call("refund_order", refund("8812", json!(49))))
         .collect();
 
     let mut counts = vec![
@@ -133,9 +110,9 @@ async fn repeats_while_the_first_call_is_in_flight_are_announced_through_begin()
     counts.sort_unstable();
     assert_eq!(counts, [2, 3], "begin counted each repeat once");
 
-    assert_eq!(first.await.unwrap().unwrap().status, CallStatus::Done);
+    assert_eq!(first.await.unwrap().status, CallStatus::Done);
     for repeat in repeats {
-        let outcome = repeat.await.unwrap().unwrap();
+        let outcome = repeat.await.unwrap();
         assert_eq!(
             outcome.status,
             CallStatus::AlreadyDone,

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use intentgate_core::{
-    CallStatus, Effect, HashKey, IntentStatus, ToolDefinition, UpstreamObservation, fingerprint,
+    CallStatus, HashKey, IntentStatus, ToolDefinition, UpstreamObservation, fingerprint,
 };
 use intentgate_gate::{
     CallContext, Gate, GateError, GateOptions, LookupOutcome, SystemClock, Upstream, UpstreamCall,
 };
-use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions};
+use intentgate_ledger::{Ledger, SqliteLedger};
+use intentgate_test_support::{TempLedger, send_email_tool};
 use serde_json::{Value, json};
 
 const ADDRESS: &str = "alice.liddell@example.com";
@@ -31,16 +32,7 @@ fn email_tool() -> ToolDefinition {
         "required": ["to", "reference", "body"],
         "additionalProperties": false
     });
-    let mut tool = ToolDefinition::new(
-        "send_email",
-        "Send an email.",
-        Effect::SideEffect,
-        schema,
-        Some("email:{to}:{reference}"),
-        Duration::from_secs(2),
-        0,
-    )
-    .unwrap();
+    let mut tool = send_email_tool(schema, 0);
     tool.hash_key = Some(hash_key());
     // As if its upstream honoured idempotency keys: the sweeper must still not re-send.
     tool.resend_window = Some(Duration::from_secs(3600));
@@ -96,14 +88,7 @@ struct Harness {
 
 impl Harness {
     fn new() -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Arc::new(
-            SqliteLedger::open(
-                dir.path().join("ledger.db"),
-                SqliteOptions::inline(Durability::Relaxed),
-            )
-            .unwrap(),
-        );
+        let TempLedger { dir, ledger, .. } = TempLedger::inline();
         let provider = Arc::new(Provider::default());
         let options = GateOptions {
             // The sweeper's next lookup is due at once.
@@ -256,14 +241,9 @@ async fn the_sweeper_looks_a_sensitive_intent_up_and_never_resends_hashes() {
 #[tokio::test]
 async fn a_gate_refuses_a_tool_with_sensitive_arguments_and_no_hash_key() {
     // Without the key the arguments could only be stored in clear.
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = Arc::new(
-        SqliteLedger::open(
-            dir.path().join("ledger.db"),
-            SqliteOptions::inline(Durability::Relaxed),
-        )
-        .unwrap(),
-    );
+    let TempLedger {
+        dir: _dir, ledger, ..
+    } = TempLedger::inline();
     let mut tool = email_tool();
     tool.hash_key = None;
     let error = Gate::new(

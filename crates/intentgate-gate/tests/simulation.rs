@@ -27,8 +27,6 @@
 //! Environment: `INTENTGATE_SIM_SEEDS` (comma-separated) and `INTENTGATE_SIM_INTENTS`
 //! (per seed) change the runs; the defaults run 4 seeds of 2,500 intents.
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,8 +38,8 @@ use intentgate_gate::{
 };
 use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions};
 use intentgate_mock::{FakeProvider, FaultPlan, Rng};
+use intentgate_test_support::refund_tool;
 use serde_json::{Value, json};
-use support::refund_tool;
 use tokio::task::JoinSet;
 
 /// The most calls one intent receives: the model, the framework (3 attempts) and the HTTP

@@ -5,8 +5,6 @@
 //! Time is tokio's paused clock ([`TokioClock`]), so leases expire and windows pass without
 //! sleeping, and the ledger writes inline so that time only moves where a test says.
 
-mod support;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,12 +16,10 @@ use intentgate_gate::{
     CallContext, Clock, Gate, GateOptions, LookupOutcome, SweepReport, TokioClock, Upstream,
     UpstreamCall,
 };
-use intentgate_ledger::{
-    Begin, BeginRequest, Durability, IntentRecord, Ledger, SqliteLedger, SqliteOptions, ToolFlag,
-};
+use intentgate_ledger::{Begin, BeginRequest, IntentRecord, Ledger, SqliteLedger, ToolFlag};
 use intentgate_mock::{FakeProvider, FaultPlan, Scripted, Shape};
+use intentgate_test_support::{TempLedger, call, default_gate, refund, refund_tool};
 use serde_json::json;
-use support::{refund, refund_tool};
 
 const KEY: &str = "refund:8812:49.00";
 /// The provider key of the intent's first epoch: the only key any request for it carries.
@@ -79,14 +75,7 @@ struct Setup {
 
 impl Setup {
     fn new(tool: ToolDefinition) -> Setup {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Arc::new(
-            SqliteLedger::open(
-                dir.path().join("ledger.db"),
-                SqliteOptions::inline(Durability::Relaxed),
-            )
-            .unwrap(),
-        );
+        let TempLedger { dir, ledger, .. } = TempLedger::inline();
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::new(T0));
         let provider = Arc::new(FakeProvider::new(7, FaultPlan::none(), clock.clone()));
         let upstream = Arc::new(Lagging {
@@ -236,15 +225,7 @@ async fn an_expired_in_flight_intent_whose_effect_committed_is_resolved_done_wit
     assert_eq!(intent.attempt, 1);
 
     // A user asking again gets the stored answer; nothing is left to sweep.
-    let again = s
-        .gate
-        .call(
-            "refund_order",
-            refund("8812", json!(49)),
-            &CallContext::default(),
-        )
-        .await
-        .unwrap();
+    let again = call(&s.gate, "refund_order", refund("8812", json!(49))).await;
     assert_eq!(again.status, CallStatus::AlreadyDone);
     assert_eq!(again.external_id.as_deref(), Some("re_000001"));
     let idle = s.sweep().await;
@@ -396,15 +377,7 @@ async fn a_re_send_of_an_effect_the_lookup_missed_gets_the_replay_and_makes_no_s
     // sweeper's both miss the effect.
     s.provider.script([scripted(Shape::Dropped, true)]);
     s.upstream.lagging.store(2, Ordering::Relaxed);
-    let first = s
-        .gate
-        .call(
-            "refund_order",
-            refund("8812", json!(49)),
-            &CallContext::default(),
-        )
-        .await
-        .unwrap();
+    let first = call(&s.gate, "refund_order", refund("8812", json!(49))).await;
     assert_eq!(first.status, CallStatus::PendingUnknown);
     assert_eq!(s.provider.effect_count(KEY), 1, "the effect exists");
     assert_eq!(s.intent().await.status, IntentStatus::Unknown);
@@ -533,14 +506,14 @@ async fn intents_of_tools_the_gate_does_not_have_are_left_alone() {
     let s = Setup::new(with_window(WINDOW));
     s.crash_mid_call(false).await;
     // Another gate on the same ledger, without the refund tool.
-    let other = Gate::new(
-        vec![support::get_order_tool()],
+    let other = default_gate(
+        vec![intentgate_test_support::get_order_tool(
+            Duration::from_secs(1),
+        )],
         s.ledger.clone(),
         s.upstream.clone(),
         s.clock.clone(),
-        GateOptions::default(),
-    )
-    .unwrap();
+    );
     tokio::time::sleep(PAST_THE_LEASE).await;
     let report = other.sweep(LIMIT).await.unwrap();
     assert_accounted(&report);

@@ -7,12 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use intentgate_core::{CallStatus, Effect, IntentStatus, ToolDefinition};
-use intentgate_gate::{Gate, GateOptions, SystemClock};
-use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions, ToolFlag};
+use intentgate_gate::SystemClock;
+use intentgate_ledger::{Ledger, SqliteLedger, SqliteOptions, ToolFlag};
 use intentgate_mcp::{
     INTENT_ID_META_KEY, McpOptions, McpService, SWITCHED_OFF_SENTENCE, ToolHints,
 };
 use intentgate_mock::{FakeProvider, FaultPlan};
+use intentgate_test_support::{
+    HarnessOptions, TempLedger, default_gate, get_order_tool, refund_tool_with,
+};
 use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ErrorCode, JsonObject,
@@ -31,16 +34,7 @@ fn refund_tool() -> ToolDefinition {
         "required": ["order_id", "amount"],
         "additionalProperties": false
     });
-    ToolDefinition::new(
-        "refund_order",
-        "Refund an order.",
-        Effect::SideEffect,
-        schema,
-        Some("refund:{order_id}:{amount:.2}"),
-        Duration::from_secs(2),
-        2,
-    )
-    .unwrap()
+    refund_tool_with(schema, Duration::from_secs(2))
 }
 
 fn charge_tool() -> ToolDefinition {
@@ -61,20 +55,6 @@ fn charge_tool() -> ToolDefinition {
     .unwrap()
 }
 
-fn get_order_tool() -> ToolDefinition {
-    let schema = json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]});
-    ToolDefinition::new(
-        "get_order",
-        "Get an order.",
-        Effect::Read,
-        schema,
-        None,
-        Duration::from_secs(1),
-        2,
-    )
-    .unwrap()
-}
-
 fn set_status_tool() -> ToolDefinition {
     let schema = json!({"type": "object", "properties": {"status": {"type": "string"}}});
     ToolDefinition::new(
@@ -90,7 +70,8 @@ fn set_status_tool() -> ToolDefinition {
 }
 
 struct Harness {
-    _folder: tempfile::TempDir,
+    /// Keeps the ledger's folder.
+    _fixture: intentgate_test_support::Harness,
     ledger: Arc<SqliteLedger>,
     provider: Arc<FakeProvider>,
     service: McpService,
@@ -98,31 +79,15 @@ struct Harness {
 
 impl Harness {
     fn new(plan: FaultPlan) -> Harness {
-        let folder = tempfile::tempdir().unwrap();
-        let ledger = Arc::new(
-            SqliteLedger::open(
-                folder.path().join("ledger.db"),
-                SqliteOptions {
-                    durability: Durability::Relaxed,
-                    inline: false,
-                },
-            )
-            .unwrap(),
-        );
-        let provider = Arc::new(FakeProvider::new(7, plan, Arc::new(SystemClock)));
-        let gate = Gate::new(
-            vec![
+        let fixture = intentgate_test_support::Harness::build(HarnessOptions {
+            plan,
+            ..HarnessOptions::new(vec![
                 refund_tool(),
                 charge_tool(),
-                get_order_tool(),
+                get_order_tool(Duration::from_secs(1)),
                 set_status_tool(),
-            ],
-            ledger.clone(),
-            provider.clone(),
-            Arc::new(SystemClock),
-            GateOptions::default(),
-        )
-        .unwrap();
+            ])
+        });
         let hints = BTreeMap::from([(
             "refund_order".to_owned(),
             ToolHints {
@@ -130,11 +95,11 @@ impl Harness {
                 open_world: Some(true),
             },
         )]);
-        let service = McpService::new(Arc::new(gate), &hints, McpOptions::default());
+        let service = McpService::new(fixture.gate.clone(), &hints, McpOptions::default());
         Harness {
-            _folder: folder,
-            ledger,
-            provider,
+            ledger: fixture.ledger.clone(),
+            provider: fixture.provider.clone(),
+            _fixture: fixture,
             service,
         }
     }
@@ -600,25 +565,20 @@ async fn a_tool_switched_off_in_the_ledger_is_marked_and_a_registered_client_is_
 
 #[tokio::test]
 async fn the_flag_watcher_stops_when_the_service_is_dropped() {
-    let folder = tempfile::tempdir().unwrap();
-    let ledger = Arc::new(
-        SqliteLedger::open(folder.path().join("ledger.db"), SqliteOptions::default()).unwrap(),
-    );
+    let TempLedger {
+        dir: _dir, ledger, ..
+    } = TempLedger::with_options(SqliteOptions::default());
     let provider = Arc::new(FakeProvider::new(
         7,
         FaultPlan::none(),
         Arc::new(SystemClock),
     ));
-    let gate = Arc::new(
-        Gate::new(
-            vec![refund_tool()],
-            ledger,
-            provider,
-            Arc::new(SystemClock),
-            GateOptions::default(),
-        )
-        .unwrap(),
-    );
+    let gate = Arc::new(default_gate(
+        vec![refund_tool()],
+        ledger,
+        provider,
+        Arc::new(SystemClock),
+    ));
     let watched = Arc::downgrade(&gate);
     let service = McpService::new(gate, &BTreeMap::new(), McpOptions::default());
     let copy = service.clone();

@@ -13,11 +13,13 @@ use axum::Json;
 use axum::extract::State;
 use axum::routing::post;
 use intentgate_core::{IntentStatus, fingerprint};
-use intentgate_gate::{CallContext, Clock, Gate, GateOptions, SystemClock};
+use intentgate_gate::{CallContext, Clock, Gate, SystemClock};
 use intentgate_http::HttpUpstream;
-use intentgate_ledger::{Begin, BeginRequest, Finish, Ledger, SqliteLedger, SqliteOptions};
+use intentgate_ledger::{Begin, BeginRequest, Finish, IntentRecord, Ledger, SqliteOptions};
 use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer};
 use intentgate_ops::{MismatchKind, Notifier, Reconciler, Severity};
+use intentgate_test_support::provider::refund_at_provider;
+use intentgate_test_support::{TempLedger, default_gate, http};
 use serde_json::{Value, json};
 
 const EXAMPLE: &str = include_str!("../../../examples/support-agent.yaml");
@@ -64,27 +66,28 @@ fn config(mock_url: &str, webhook: &str) -> intentgate_config::LoadedConfig {
 fn gate(loaded: &intentgate_config::LoadedConfig, ledger: Arc<dyn Ledger>) -> Arc<Gate> {
     let upstream =
         HttpUpstream::new(loaded.config.upstreams.clone(), loaded.config.http_tools()).unwrap();
-    Arc::new(
-        Gate::new(
-            loaded.tools.clone(),
-            ledger,
-            Arc::new(upstream),
-            Arc::new(SystemClock),
-            GateOptions::default(),
-        )
-        .unwrap(),
-    )
+    Arc::new(default_gate(
+        loaded.tools.clone(),
+        ledger,
+        Arc::new(upstream),
+        Arc::new(SystemClock),
+    ))
 }
 
-/// Drives a refund intent in the ledger to `status`, as a call that ended that way would.
-async fn settle(ledger: &dyn Ledger, order: &str, amount: f64, status: IntentStatus) -> i64 {
-    let arguments = json!({"order_id": order, "amount": amount, "reason": "damaged"});
-    let now_ms = SystemClock.now_ms();
+/// A new intent of `tool` with `key` and the `arguments` the ledger keeps, leased to
+/// `test/1` for a minute from `now_ms`.
+async fn begin_new(
+    ledger: &dyn Ledger,
+    tool: &str,
+    key: String,
+    arguments: Value,
+    now_ms: i64,
+) -> IntentRecord {
     let begin = ledger
         .begin(BeginRequest {
             tenant: "default".to_owned(),
-            tool: "refund_order".to_owned(),
-            key: format!("refund:{order}:{amount:.2}"),
+            tool: tool.to_owned(),
+            key,
             fingerprint: fingerprint(&arguments).as_str().to_owned(),
             arguments,
             lease_owner: "test/1".to_owned(),
@@ -100,6 +103,15 @@ async fn settle(ledger: &dyn Ledger, order: &str, amount: f64, status: IntentSta
     let Begin::Execute(intent) = begin else {
         panic!("a new intent executes: {begin:?}")
     };
+    intent
+}
+
+/// Drives a refund intent in the ledger to `status`, as a call that ended that way would.
+async fn settle(ledger: &dyn Ledger, order: &str, amount: f64, status: IntentStatus) -> i64 {
+    let arguments = json!({"order_id": order, "amount": amount, "reason": "damaged"});
+    let now_ms = SystemClock.now_ms();
+    let key = format!("refund:{order}:{amount:.2}");
+    let intent = begin_new(ledger, "refund_order", key, arguments, now_ms).await;
     let done = status == IntentStatus::Done;
     ledger
         .finish(Finish {
@@ -119,43 +131,19 @@ async fn settle(ledger: &dyn Ledger, order: &str, amount: f64, status: IntentSta
     intent.id
 }
 
-/// A refund made directly at the provider, around the gateway.
-async fn refund_at_provider(
-    client: &reqwest::Client,
-    mock: &str,
-    order: &str,
-    amount: &str,
-    intent_key: Option<&str>,
-) -> String {
-    let mut body = json!({"order_id": order, "amount": amount, "reason": "damaged"});
-    if let Some(key) = intent_key {
-        body["metadata"] = json!({"intent_key": key});
-    }
-    let response = client
-        .post(format!("{mock}/v1/refunds"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(response.status().is_success(), "{response:?}");
-    let refund: Value = response.json().await.unwrap();
-    refund["id"].as_str().unwrap().to_owned()
-}
-
 #[tokio::test]
 async fn every_mismatch_kind_is_found_named_and_sent_to_the_owner() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::new();
+    let client = http::client(None);
     let mock =
         MockServer::start(MockProvider::new(MockOptions::new(HttpFaultPlan::quiet())).unwrap())
             .await
             .unwrap();
     let (webhook, received) = webhook_receiver().await;
     let loaded = config(&mock.url(), &webhook);
-    let dir = tempfile::tempdir().unwrap();
-    let ledger: Arc<dyn Ledger> = Arc::new(
-        SqliteLedger::open(dir.path().join("ledger.db"), SqliteOptions::default()).unwrap(),
-    );
+    let TempLedger {
+        dir: _dir, ledger, ..
+    } = TempLedger::with_options(SqliteOptions::default());
+    let ledger: Arc<dyn Ledger> = ledger;
     let gate = gate(&loaded, ledger.clone());
     let context = CallContext::default();
     let call = |order: &str, amount: f64| {
@@ -325,10 +313,10 @@ async fn every_mismatch_kind_is_found_named_and_sent_to_the_owner() {
 #[tokio::test]
 async fn a_provider_that_fails_every_page_stops_the_tool_without_reporting_anything_missing() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let ledger: Arc<dyn Ledger> = Arc::new(
-        SqliteLedger::open(dir.path().join("ledger.db"), SqliteOptions::default()).unwrap(),
-    );
+    let TempLedger {
+        dir: _dir, ledger, ..
+    } = TempLedger::with_options(SqliteOptions::default());
+    let ledger: Arc<dyn Ledger> = ledger;
     // A done intent whose record can't be listed: the provider is down.
     settle(ledger.as_ref(), "5005", 40.0, IntentStatus::Done).await;
     let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -355,8 +343,7 @@ async fn a_provider_that_fails_every_page_stops_the_tool_without_reporting_anyth
 async fn an_email_resolved_by_reconciliation_keeps_the_address_as_a_hash_and_names_the_order() {
     // Before, the provider's record (with the recipient and subject) was stored as the
     // intent's result as it was, and the report named the address as who was affected.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::new();
+    let client = http::client(None);
     let mock =
         MockServer::start(MockProvider::new(MockOptions::new(HttpFaultPlan::quiet())).unwrap())
             .await
@@ -367,38 +354,18 @@ async fn an_email_resolved_by_reconciliation_keeps_the_address_as_a_hash_and_nam
         .iter()
         .find(|tool| tool.name == "send_email")
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let ledger: Arc<dyn Ledger> = Arc::new(
-        SqliteLedger::open(dir.path().join("ledger.db"), SqliteOptions::default()).unwrap(),
-    );
+    let TempLedger {
+        dir: _dir, ledger, ..
+    } = TempLedger::with_options(SqliteOptions::default());
+    let ledger: Arc<dyn Ledger> = ledger;
     let address = "alice.liddell@example.com";
     let arguments = json!({"to": address, "template_id": "refund_confirmation",
         "reference": "8812", "subject": "Your refund, Alice", "body": "It is on its way."});
     let key = email.render_key(&arguments, None).unwrap().unwrap();
     let now_ms = SystemClock.now_ms();
     // An email left unknown, as a call whose answer was lost leaves it.
-    let Begin::Execute(intent) = ledger
-        .begin(BeginRequest {
-            tenant: "default".to_owned(),
-            tool: "send_email".to_owned(),
-            key: key.clone(),
-            fingerprint: fingerprint(&email.stored_arguments(&arguments).unwrap())
-                .as_str()
-                .to_owned(),
-            arguments: email.stored_arguments(&arguments).unwrap().into_owned(),
-            lease_owner: "test/1".to_owned(),
-            lease_expires_ms: now_ms + 60_000,
-            now_ms,
-            count_call: true,
-            retry_rejected: false,
-            lookup_interval_ms: 5_000,
-            resend_unknown: false,
-        })
-        .await
-        .unwrap()
-    else {
-        panic!("a new intent executes")
-    };
+    let stored = email.stored_arguments(&arguments).unwrap().into_owned();
+    let intent = begin_new(ledger.as_ref(), "send_email", key.clone(), stored, now_ms).await;
     ledger
         .finish(Finish {
             id: intent.id,

@@ -1,6 +1,7 @@
 //! Errors as `application/problem+json` (RFC 9457): a type, a title and a detail that
 //! says what to change. Internals (paths, SQL, secrets) never reach the body.
 
+use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -30,6 +31,26 @@ impl Problem {
             title,
             detail: detail.into(),
             retry_after_seconds: None,
+        }
+    }
+
+    /// A request body that could not be read: 413 saying `too_large` when it is over the
+    /// limit, otherwise the rejection's own status and text.
+    pub fn unreadable_body(rejection: BytesRejection, too_large: impl Into<String>) -> Problem {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body-too-large",
+                "Request body too large",
+                too_large,
+            )
+        } else {
+            Problem::new(
+                rejection.status(),
+                "bad-body",
+                "Unreadable body",
+                rejection.body_text(),
+            )
         }
     }
 }

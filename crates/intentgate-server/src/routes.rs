@@ -206,24 +206,13 @@ async fn call_tool_inner(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Problem::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body-too-large",
-                "Request body too large",
-                format!(
-                    "the body is over {} bytes; tool arguments should be small",
-                    state.options.body_limit_bytes
-                ),
-            )
-        } else {
-            Problem::new(
-                rejection.status(),
-                "bad-body",
-                "Unreadable body",
-                rejection.body_text(),
-            )
-        }
+        Problem::unreadable_body(
+            rejection,
+            format!(
+                "the body is over {} bytes; tool arguments should be small",
+                state.options.body_limit_bytes
+            ),
+        )
     })?;
     if state.gate.tool(&name).is_none() {
         return Err(Problem::new(

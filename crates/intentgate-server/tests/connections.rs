@@ -15,6 +15,8 @@ use axum::extract::ConnectInfo;
 use common::{Server, refund_tool};
 use intentgate_mock::FaultPlan;
 use intentgate_server::ServerOptions;
+use intentgate_test_support::http::scrape;
+use intentgate_test_support::metrics::expect_sample;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -85,20 +87,7 @@ async fn read_response(stream: &mut TcpStream) -> (String, String) {
 impl Server {
     /// The value of one series of `GET /metrics` (name with labels), as an integer.
     async fn metric(&self, series: &str) -> i64 {
-        let text = self
-            .client
-            .get(format!("{}/metrics", self.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
-            .parse()
-            .unwrap()
+        expect_sample(&scrape(&self.client, &self.base).await, series)
     }
 }
 
@@ -236,14 +225,10 @@ async fn connections_beyond_the_limit_are_answered_503_and_closed() {
         assert!(tokio::time::Instant::now() < deadline, "never served again");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let refused: i64 = metrics
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix(r#"intentgate_connections_dropped_total{reason="limit"} "#)
-        })
-        .unwrap_or_else(|| panic!("no limit series in:\n{metrics}"))
-        .parse()
-        .unwrap();
+    let refused: i64 = expect_sample(
+        &metrics,
+        r#"intentgate_connections_dropped_total{reason="limit"}"#,
+    );
     assert!(refused >= 1, "{metrics}");
     server.stop().await;
 }

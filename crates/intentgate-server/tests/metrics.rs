@@ -6,30 +6,18 @@ mod common;
 use std::time::Duration;
 
 use common::{Server, refund_tool};
-use intentgate_core::{Effect, ToolDefinition};
 use intentgate_mock::{FaultPlan, Scripted, Shape};
 use intentgate_server::ServerOptions;
+use intentgate_test_support::get_order_tool;
+use intentgate_test_support::http::call_tool;
+use intentgate_test_support::metrics::{sample, samples};
 use serde_json::{Value, json};
 
 const KEY: &str = "refund:8812:49.00";
 
-fn get_order_tool() -> ToolDefinition {
-    let schema = json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]});
-    ToolDefinition::new(
-        "get_order",
-        "Get an order.",
-        Effect::Read,
-        schema,
-        None,
-        Duration::from_secs(5),
-        2,
-    )
-    .unwrap()
-}
-
 async fn start() -> Server {
     common::start(
-        vec![refund_tool(), get_order_tool()],
+        vec![refund_tool(), get_order_tool(Duration::from_secs(5))],
         FaultPlan::none(),
         ServerOptions::default(),
     )
@@ -38,15 +26,7 @@ async fn start() -> Server {
 
 impl Server {
     async fn call(&self, tool: &str, arguments: Value) -> Value {
-        let response = self
-            .client
-            .post(format!("{}/v1/tools/{tool}/call", self.base))
-            .json(&json!({ "arguments": arguments }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status().as_u16(), 200);
-        response.json().await.unwrap()
+        call_tool(&self.client, &self.base, tool, arguments).await
     }
 
     /// The scraped text, after checking the status and content type.
@@ -79,23 +59,6 @@ impl Server {
             .to_owned();
         (status, content_type, response.json().await.unwrap())
     }
-}
-
-/// The value of the sample whose name and labels are `series`, if the text has it.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .map(|value| value.parse().unwrap())
-}
-
-/// Every sample of the family `name` (its lines that start with `name{` or `name `).
-fn samples<'t>(text: &'t str, name: &str) -> Vec<&'t str> {
-    text.lines()
-        .filter(|line| {
-            line.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .collect()
 }
 
 #[tokio::test]

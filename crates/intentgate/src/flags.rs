@@ -209,30 +209,8 @@ fn table(rows: &[Row]) -> String {
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for line in &cells {
-        for (width, cell) in widths.iter_mut().zip(line) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut text = String::new();
-    let mut push_line = |line: [&str; 5]| {
-        let mut out = String::new();
-        for (index, (cell, width)) in line.iter().zip(widths).enumerate() {
-            if index + 1 == line.len() {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<width$}  "));
-            }
-        }
-        text.push_str(out.trim_end());
-        text.push('\n');
-    };
-    push_line(header);
-    for line in &cells {
-        push_line([&line[0], &line[1], &line[2], &line[3], &line[4]]);
-    }
-    text
+    let header = header.map(str::to_owned);
+    crate::table::render(std::iter::once(header).chain(cells), &[])
 }
 
 /// A reason on one line of the table: whitespace runs as single spaces, cut at

@@ -116,36 +116,10 @@ async fn list(arguments: IntentsListArgs) -> anyhow::Result<()> {
             eprintln!("no intents match");
         }
         IntentsFormat::Text => {
-            let header = [
-                "ID",
-                "TENANT",
-                "TOOL",
-                "KEY",
-                "STATUS",
-                "CALLS",
-                "ATTEMPTS",
-                "FIRST SEEN (UTC)",
-                "EXTERNAL ID",
-            ];
+            let header = COLUMNS.map(|(title, _)| title);
             let rows: Vec<Vec<String>> = intents
                 .iter()
-                .map(|intent| {
-                    vec![
-                        intent.id.to_string(),
-                        printable(&intent.tenant),
-                        printable(&intent.tool),
-                        printable(&intent.key),
-                        intent.status.to_string(),
-                        intent.call_count.to_string(),
-                        intent.attempt.to_string(),
-                        utc(intent.first_seen_ms),
-                        intent
-                            .external_id
-                            .as_deref()
-                            .map(printable)
-                            .unwrap_or_else(|| "-".to_owned()),
-                    ]
-                })
+                .map(|intent| COLUMNS.iter().map(|(_, cell)| cell(intent)).collect())
                 .collect();
             table(&mut out, &header, &rows);
         }
@@ -368,6 +342,25 @@ fn describe(
     Ok(())
 }
 
+/// How an intent fills one column of `intents list`.
+type Cell = fn(&IntentRecord) -> String;
+
+/// The columns of `intents list`: a title, and how an intent fills it.
+const COLUMNS: [(&str, Cell); 9] = [
+    ("ID", |intent| intent.id.to_string()),
+    ("TENANT", |intent| printable(&intent.tenant)),
+    ("TOOL", |intent| printable(&intent.tool)),
+    ("KEY", |intent| printable(&intent.key)),
+    ("STATUS", |intent| intent.status.to_string()),
+    ("CALLS", |intent| intent.call_count.to_string()),
+    ("ATTEMPTS", |intent| intent.attempt.to_string()),
+    ("FIRST SEEN (UTC)", |intent| utc(intent.first_seen_ms)),
+    ("EXTERNAL ID", |intent| {
+        let external_id = intent.external_id.as_deref();
+        external_id.map(printable).unwrap_or_else(|| "-".to_owned())
+    }),
+];
+
 /// Writes a table with aligned columns; every column but the last is cut at
 /// [`COLUMN_WIDTH_MAX`] characters.
 fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
@@ -384,32 +377,9 @@ fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
             })
             .collect()
     };
-    let rows: Vec<Vec<String>> = rows.iter().map(|row| cells(row)).collect();
-    let mut widths: Vec<usize> = header.iter().map(|title| title.chars().count()).collect();
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
-        let mut text = String::new();
-        for (column, cell) in cells.enumerate() {
-            if column > 0 {
-                text.push_str("  ");
-            }
-            text.push_str(cell);
-            if column < last {
-                let pad = widths[column] - cell.chars().count();
-                text.extend(std::iter::repeat_n(' ', pad));
-            }
-        }
-        out.push_str(text.trim_end());
-        out.push('\n');
-    };
-    line(&mut header.iter().copied());
-    for row in &rows {
-        line(&mut row.iter().map(String::as_str));
-    }
+    let header: Vec<String> = header.iter().map(|title| (*title).to_owned()).collect();
+    let rows = std::iter::once(header).chain(rows.iter().map(|row| cells(row)));
+    out.push_str(&crate::table::render(rows, &[]));
 }
 
 /// `text` cut to `width` characters, the last one `…` when cut.

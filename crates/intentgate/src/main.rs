@@ -20,6 +20,7 @@ mod mock_provider;
 mod reconcile;
 mod serve;
 mod smoke;
+mod table;
 mod time;
 
 use std::process::ExitCode;

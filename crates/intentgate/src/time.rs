@@ -1,51 +1,25 @@
-//! Times as the command line prints them: UTC, from the milliseconds the ledger stores,
-//! without a date library (one conversion, tested below).
+//! Times as the command line prints them: UTC, from the milliseconds the ledger stores.
+
+use jiff::Timestamp;
 
 /// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` in UTC, for tables.
 pub fn utc(ms: i64) -> String {
-    let (year, month, day, hour, minute, second) = parts(ms);
-    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02}")
+    formatted(ms, "%Y-%m-%d %H:%M:%S")
 }
 
 /// Milliseconds since the Unix epoch as RFC 3339 in UTC, to the second
 /// (`2026-05-01T09:30:00Z`), for JSON.
 pub fn utc_rfc3339(ms: i64) -> String {
-    let (year, month, day, hour, minute, second) = parts(ms);
-    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+    formatted(ms, "%Y-%m-%dT%H:%M:%SZ")
 }
 
-fn parts(ms: i64) -> (i64, u32, u32, i64, i64, i64) {
-    let seconds = ms.div_euclid(1000);
-    let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
-    (
-        year,
-        month,
-        day,
-        second_of_day / 3600,
-        second_of_day % 3600 / 60,
-        second_of_day % 60,
-    )
-}
-
-/// The proleptic Gregorian date of a day counted from 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`: eras of 400 years, years starting in March so leap days come last).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+/// `ms` in UTC as `format` writes it; the milliseconds themselves beyond the years jiff
+/// represents (±9999), which no ledger time reaches.
+fn formatted(ms: i64, format: &str) -> String {
+    match Timestamp::from_millisecond(ms) {
+        Ok(time) => time.strftime(format).to_string(),
+        Err(_) => format!("{ms} ms"),
+    }
 }
 
 #[cfg(test)]

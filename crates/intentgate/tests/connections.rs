@@ -7,6 +7,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use intentgate_test_support::http::scrape;
+use intentgate_test_support::metrics::expect_sample;
 use serde_json::json;
 use support::{example_config, mock_provider, serve, with_setting};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -130,22 +132,11 @@ async fn half_open_sockets_neither_starve_a_call_nor_outlive_the_header_timeout(
         still_open.first()
     );
 
-    let metrics = client
-        .get(format!("{}/metrics", gateway.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let dropped: usize = metrics
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix(r#"intentgate_connections_dropped_total{reason="header_timeout"} "#)
-        })
-        .unwrap_or_else(|| panic!("no header_timeout series in:\n{metrics}"))
-        .parse()
-        .unwrap();
+    let metrics = scrape(&client, &gateway.url).await;
+    let dropped: usize = expect_sample(
+        &metrics,
+        r#"intentgate_connections_dropped_total{reason="header_timeout"}"#,
+    );
     assert!(
         dropped >= HALF_OPEN_SOCKETS,
         "{dropped} counted:\n{metrics}"

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+use intentgate_test_support::http::{call_tool_with, tool_url};
 use serde_json::{Value, json};
 use support::{
     Running, example_config, get_json, json_answer, mock_provider, set_faults, start_with_stderr,
@@ -98,16 +99,8 @@ impl Stack {
             Some("acme") => KEY_ACME,
             Some(other) => panic!("no key for tenant {other}"),
         };
-        let response = self
-            .client
-            .post(format!("{}/v1/tools/{tool}/call", self.gateway.url))
-            .bearer_auth(key)
-            .json(&json!({ "arguments": arguments }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status().as_u16(), 200);
-        response.json().await.unwrap()
+        let request = self.client.post(tool_url(&self.gateway.url, tool));
+        call_tool_with(request.bearer_auth(key), arguments).await
     }
 
     async fn faults(&self, plan: Value) {

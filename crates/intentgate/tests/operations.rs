@@ -8,6 +8,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use intentgate_test_support::http::scrape;
+use intentgate_test_support::provider::refund_at_provider;
 use serde_json::{Value, json};
 use support::{
     Running, Webhook, client, example_config, get_json, intentgate, json_answer, mock_provider,
@@ -83,24 +85,11 @@ impl Stack {
         amount: &str,
         intent_key: Option<&str>,
     ) -> String {
-        let mut body = json!({"order_id": order, "amount": amount, "reason": "damaged"});
-        if let Some(key) = intent_key {
-            body["metadata"] = json!({"intent_key": key});
-        }
-        let url = format!("{}/v1/refunds", self.mock.url);
-        let refund = json_answer(self.client.post(url).json(&body)).await;
-        refund["id"].as_str().unwrap().to_owned()
+        refund_at_provider(&self.client, &self.mock.url, order, amount, intent_key).await
     }
 
     async fn metrics(&self) -> String {
-        self.client
-            .get(format!("{}/metrics", self.gateway.url))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        scrape(&self.client, &self.gateway.url).await
     }
 
     /// `intentgate reconcile --config C --ledger L MORE`, on this stack's config and ledger.

@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use intentgate_core::{Effect, ToolDefinition};
-use intentgate_gate::{Gate, GateOptions, SystemClock};
-use intentgate_ledger::{Durability, SqliteLedger, SqliteOptions};
+use intentgate_core::ToolDefinition;
 use intentgate_mock::{FakeProvider, FaultPlan};
 use intentgate_server::ServerOptions;
+pub use intentgate_test_support::http::client;
+use intentgate_test_support::{Harness, HarnessOptions, refund_schema, refund_tool_with};
 use serde_json::json;
 use tokio::sync::oneshot;
 
@@ -22,7 +22,8 @@ pub struct Server {
     pub stop: Option<oneshot::Sender<()>>,
     pub stopped: tokio::task::JoinHandle<std::io::Result<()>>,
     pub client: reqwest::Client,
-    _dir: tempfile::TempDir,
+    /// Keeps the ledger's folder.
+    _fixture: Harness,
 }
 
 impl Server {
@@ -33,23 +34,12 @@ impl Server {
     }
 }
 
+/// `refund_order` with a number amount and a 5 s timeout.
 pub fn refund_tool() -> ToolDefinition {
-    let schema = json!({
-        "type": "object",
-        "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
-        "required": ["order_id", "amount"],
-        "additionalProperties": false
-    });
-    ToolDefinition::new(
-        "refund_order",
-        "Refund an order.",
-        Effect::SideEffect,
-        schema,
-        Some("refund:{order_id}:{amount:.2}"),
+    refund_tool_with(
+        refund_schema(json!({"type": "number"})),
         Duration::from_secs(5),
-        2,
     )
-    .unwrap()
 }
 
 /// A server of `tools` with `options`, over a fresh ledger and a fake provider with `plan`.
@@ -64,35 +54,17 @@ pub async fn start_with(
     options: ServerOptions,
     extra: Option<axum::Router>,
 ) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger_path = dir.path().join("ledger.db");
-    let ledger = Arc::new(
-        SqliteLedger::open(
-            &ledger_path,
-            SqliteOptions {
-                durability: Durability::Relaxed,
-                inline: false,
-            },
-        )
-        .unwrap(),
-    );
-    let provider = Arc::new(FakeProvider::new(3, plan, Arc::new(SystemClock)));
-    let gate = Arc::new(
-        Gate::new(
-            tools,
-            ledger,
-            provider.clone(),
-            Arc::new(SystemClock),
-            GateOptions::default(),
-        )
-        .unwrap(),
-    );
+    let fixture = Harness::build(HarnessOptions {
+        plan,
+        seed: 3,
+        ..HarnessOptions::new(tools)
+    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped_signal) = oneshot::channel::<()>();
     let stopped = tokio::spawn(intentgate_server::run_with(
         listener,
-        gate,
+        fixture.gate.clone(),
         options,
         extra,
         async {
@@ -101,23 +73,11 @@ pub async fn start_with(
     ));
     Server {
         base,
-        provider,
-        ledger_path,
+        provider: fixture.provider.clone(),
+        ledger_path: fixture.ledger_path(),
         stop: Some(stop),
         stopped,
         client: client(None),
-        _dir: dir,
+        _fixture: fixture,
     }
-}
-
-/// reqwest is built without a default TLS provider (the build stays small); plain HTTP still
-/// needs one installed.
-pub fn client(timeout: Option<Duration>) -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let builder = reqwest::Client::builder();
-    let builder = match timeout {
-        Some(timeout) => builder.timeout(timeout),
-        None => builder,
-    };
-    builder.build().unwrap()
 }

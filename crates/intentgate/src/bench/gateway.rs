@@ -38,6 +38,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::table::{self, Align};
+
 use super::{existing_folder, microseconds, percentile};
 use crate::cli::{DurabilityArgument, GatewayBenchArgs};
 
@@ -648,14 +650,6 @@ impl Report {
                 already_done_met,
             ],
         ];
-        let width = |column: usize| {
-            rows.iter()
-                .map(|row| row[column].chars().count())
-                .max()
-                .unwrap_or(0)
-        };
-        let widths = [width(0), width(1), width(2), width(3)];
-
         let mut text = format!(
             "intentgate bench gateway: the HTTP server with examples/support-agent.yaml, SQLite \
              ledger, durability {}, in {} ({} cores), against the mock provider (no faults, \
@@ -672,22 +666,10 @@ impl Report {
             self.intents,
             self.direct_calls,
         );
-        for row in &rows {
-            let line = format!(
-                "{:<w0$}  {:>w1$}  {:>w2$}  {:<w3$}  {}",
-                row[0],
-                row[1],
-                row[2],
-                row[3],
-                row[4],
-                w0 = widths[0],
-                w1 = widths[1],
-                w2 = widths[2],
-                w3 = widths[3],
-            );
-            text.push_str(line.trim_end());
-            text.push('\n');
-        }
+        text.push_str(&table::render(
+            rows,
+            &[Align::Left, Align::Right, Align::Right],
+        ));
         text
     }
 }

@@ -29,6 +29,8 @@ use intentgate_ledger::{
 use serde::Serialize;
 use serde_json::json;
 
+use crate::table::{self, Align};
+
 use super::{existing_folder, microseconds, percentile};
 use crate::cli::{DurabilityArgument, LedgerBenchArgs};
 
@@ -603,14 +605,6 @@ impl Report {
                 format!("{:.1}", self.ratio_64_to_1),
             ),
         ];
-        let width = |column: usize| {
-            rows.iter()
-                .map(|row| row[column].chars().count())
-                .max()
-                .unwrap_or(0)
-        };
-        let widths = [width(0), width(1), width(2)];
-
         let store = match self.ledger {
             "postgresql" => format!(
                 "PostgreSQL ledger at {}, durability {}, fsync probe in {}",
@@ -633,20 +627,7 @@ impl Report {
             self.intents_in_ledger,
             self.warm_up_intents,
         );
-        for row in &rows {
-            let line = format!(
-                "{:<w0$}  {:>w1$}  {:<w2$}  {}",
-                row[0],
-                row[1],
-                row[2],
-                row[3],
-                w0 = widths[0],
-                w1 = widths[1],
-                w2 = widths[2],
-            );
-            text.push_str(line.trim_end());
-            text.push('\n');
-        }
+        text.push_str(&table::render(rows, &[Align::Left, Align::Right]));
         text
     }
 }

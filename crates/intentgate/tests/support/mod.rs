@@ -207,24 +207,13 @@ pub fn with_api_keys(config: &str, keys: &[(&str, &str, &str, &str)]) -> String 
 }
 
 pub fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
+    intentgate_test_support::http::client(Some(Duration::from_secs(30)))
 }
 
 /// The outcome of calling `tool` with `arguments` through the gateway at `gateway`, after
 /// checking that the answer is a 200.
 pub async fn call(client: &reqwest::Client, gateway: &str, tool: &str, arguments: Value) -> Value {
-    let response = client
-        .post(format!("{gateway}/v1/tools/{tool}/call"))
-        .json(&json!({ "arguments": arguments }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    response.json().await.unwrap()
+    intentgate_test_support::http::call_tool(client, gateway, tool, arguments).await
 }
 
 /// The JSON body of the answer to `request`.
