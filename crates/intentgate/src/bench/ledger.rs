@@ -23,9 +23,9 @@ use intentgate_core::{CallStatus, Effect, IntentStatus, ToolDefinition, Upstream
 use intentgate_gate::{
     CallContext, Gate, GateOptions, LookupOutcome, SystemClock, Upstream, UpstreamCall,
 };
-use intentgate_ledger::{
-    IntentId, Ledger, PostgresLedger, PostgresOptions, SqliteLedger, SqliteOptions,
-};
+use intentgate_ledger::{IntentId, Ledger, SqliteLedger, SqliteOptions};
+#[cfg(feature = "postgres")]
+use intentgate_ledger::{PostgresLedger, PostgresOptions};
 use serde::Serialize;
 use serde_json::json;
 
@@ -102,7 +102,8 @@ pub async fn run(arguments: LedgerBenchArgs) -> anyhow::Result<()> {
         .with_context(|| format!("can't measure an fsync in {}", dir.display()))?;
 
     let durability = arguments.durability.into();
-    let (ledger, postgres): (Arc<dyn Ledger>, _) = match &arguments.ledger {
+    let (ledger, postgres): (Arc<dyn Ledger>, Option<Arc<PostgresLedger>>) = match &arguments.ledger
+    {
         None => {
             let path = scratch.path().join("ledger.sqlite3");
             let options = SqliteOptions {
@@ -111,6 +112,7 @@ pub async fn run(arguments: LedgerBenchArgs) -> anyhow::Result<()> {
             };
             (Arc::new(SqliteLedger::open(path, options)?), None)
         }
+        #[cfg(feature = "postgres")]
         Some(url) => {
             ensure!(
                 matches!(
@@ -132,6 +134,11 @@ pub async fn run(arguments: LedgerBenchArgs) -> anyhow::Result<()> {
             ));
             (ledger.clone() as Arc<dyn Ledger>, Some(ledger))
         }
+        #[cfg(not(feature = "postgres"))]
+        Some(_) => anyhow::bail!(
+            "--ledger needs PostgreSQL, which this build of intentgate leaves out: build it \
+             with its default features (or `--features postgres`)"
+        ),
     };
     let ledger_location = match &postgres {
         Some(postgres) => postgres.location(),
@@ -171,7 +178,23 @@ pub async fn run(arguments: LedgerBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// In a build without PostgreSQL no run has a schema to drop: the type has no values.
+#[cfg(not(feature = "postgres"))]
+enum PostgresLedger {}
+
+#[cfg(not(feature = "postgres"))]
+impl PostgresLedger {
+    fn location(&self) -> String {
+        match *self {}
+    }
+
+    async fn destroy(&self) -> intentgate_ledger::Result<()> {
+        match *self {}
+    }
+}
+
 /// A schema name for one run: unique on one database across runs and concurrent runs.
+#[cfg(feature = "postgres")]
 fn run_schema() -> String {
     let started_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
