@@ -31,7 +31,7 @@ use serde_json::json;
 
 use crate::table::{self, Align};
 
-use super::{existing_folder, microseconds, percentile};
+use super::{TargetCheck, cores, existing_folder, microseconds, percentile, rounded, target_cells};
 use crate::cli::{DurabilityArgument, LedgerBenchArgs};
 
 /// Default new intents per concurrency level: enough for a stable figure at 64 callers in
@@ -403,12 +403,6 @@ fn per_second(count: u32, elapsed: Duration) -> f64 {
     f64::from(count) / elapsed.as_secs_f64()
 }
 
-/// Rounds to `places` decimals, so that the JSON shows what the measurement can resolve.
-fn rounded(value: f64, places: i32) -> f64 {
-    let scale = 10_f64.powi(places);
-    (value * scale).round() / scale
-}
-
 /// A whole number with commas between thousands ("5,000"), as the SPEC writes them.
 fn grouped_thousands(value: f64) -> String {
     let digits = format!("{:.0}", value.abs());
@@ -462,16 +456,6 @@ struct Report {
     targets: Vec<TargetCheck>,
 }
 
-/// One SPEC target against its figure.
-#[derive(Debug, Serialize)]
-struct TargetCheck {
-    /// The report field the target is about.
-    field: &'static str,
-    /// The target, in words.
-    target: String,
-    met: bool,
-}
-
 impl Report {
     fn new(
         durability: DurabilityArgument,
@@ -523,7 +507,7 @@ impl Report {
             ledger,
             ledger_location,
             dir: dir.display().to_string(),
-            cores: std::thread::available_parallelism().map_or(1, |cores| cores.get()),
+            cores: cores(),
             fsync_samples: fsyncs.len(),
             fsync_median_us: rounded(fsync_median_us, 1),
             fsync_p99_us: rounded(microseconds(percentile(&fsyncs, 0.99)), 1),
@@ -544,16 +528,7 @@ impl Report {
 
     /// The human report: one row per figure, with its SPEC target where one applies.
     fn table(&self) -> String {
-        let target = |field: &str| {
-            self.targets
-                .iter()
-                .find(|check| check.field == field)
-                .map(|check| {
-                    let met = if check.met { "yes" } else { "NO" };
-                    (check.target.clone(), met.to_owned())
-                })
-                .unwrap_or_default()
-        };
+        let target = |field: &str| target_cells(&self.targets, field);
         let plain = |label: String, value: String| [label, value, String::new(), String::new()];
         let checked = |label: String, value: String, field: &str| {
             let (target, met) = target(field);
