@@ -40,7 +40,10 @@ use tokio::task::JoinHandle;
 
 use crate::table::{self, Align};
 
-use super::{TargetCheck, cores, existing_folder, microseconds, percentile, rounded, target_cells};
+use super::{
+    TargetCheck, cores, existing_folder, microseconds, percentile, progress, rounded,
+    scratch_folder, target_cells,
+};
 use crate::cli::{DurabilityArgument, GatewayBenchArgs};
 
 /// Default measured calls of each kind: a stable p50 and a meaningful p99 in a few seconds
@@ -94,15 +97,8 @@ pub async fn run(arguments: GatewayBenchArgs) -> anyhow::Result<()> {
     let dir = existing_folder(&arguments.dir)?;
     // Declared before the servers so that it is removed after the ledger has closed, also
     // when the run fails.
-    let scratch = tempfile::Builder::new()
-        .prefix("intentgate-bench-")
-        .tempdir_in(&dir)
-        .with_context(|| format!("can't create a temporary folder in {}", dir.display()))?;
-    let progress = |message: &str| {
-        if !arguments.json {
-            eprintln!("{message}");
-        }
-    };
+    let scratch = scratch_folder(&dir, "intentgate-bench-")?;
+    let progress = progress(arguments.json);
 
     progress("starting the mock provider and the gateway on loopback ports ...");
     let provider = MockProvider::new(MockOptions::new(HttpFaultPlan::quiet()))

@@ -31,7 +31,10 @@ use serde_json::json;
 
 use crate::table::{self, Align};
 
-use super::{TargetCheck, cores, existing_folder, microseconds, percentile, rounded, target_cells};
+use super::{
+    TargetCheck, cores, existing_folder, microseconds, percentile, progress, rounded,
+    scratch_folder, target_cells,
+};
 use crate::cli::{DurabilityArgument, LedgerBenchArgs};
 
 /// Default new intents per concurrency level: enough for a stable figure at 64 callers in
@@ -84,15 +87,8 @@ pub async fn run(arguments: LedgerBenchArgs) -> anyhow::Result<()> {
     let dir = existing_folder(&arguments.dir)?;
     // Declared before the ledger so that it is removed after the ledger has closed, also
     // when the run fails.
-    let scratch = tempfile::Builder::new()
-        .prefix("intentgate-bench-")
-        .tempdir_in(&dir)
-        .with_context(|| format!("can't create a temporary folder in {}", dir.display()))?;
-    let progress = |message: &str| {
-        if !arguments.json {
-            eprintln!("{message}");
-        }
-    };
+    let scratch = scratch_folder(&dir, "intentgate-bench-")?;
+    let progress = progress(arguments.json);
 
     progress("measuring one fsync of this disk ...");
     let probe_dir = scratch.path().to_path_buf();

@@ -44,6 +44,25 @@ pub fn existing_folder(dir: &Path) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("can't resolve the folder {}", dir.display()))
 }
 
+/// A fresh temporary folder for one run's files inside `dir` (a folder `existing_folder`
+/// returned), named with `prefix`; removed when dropped.
+pub fn scratch_folder(dir: &Path, prefix: &str) -> anyhow::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(dir)
+        .with_context(|| format!("can't create a temporary folder in {}", dir.display()))
+}
+
+/// Says on stderr what a run is doing, unless its report is JSON: a run for a machine prints
+/// its report and nothing else.
+pub fn progress(json: bool) -> impl Fn(&str) {
+    move |message: &str| {
+        if !json {
+            eprintln!("{message}");
+        }
+    }
+}
+
 /// The value at `fraction` (0 to 1) of sorted samples, by nearest rank.
 pub fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
     assert!(!sorted.is_empty(), "a percentile of no samples");

@@ -28,7 +28,7 @@ use intentgate_ops::{MismatchKind, ReconcileOptions, RecordSource, reconcile_too
 use serde::Serialize;
 use serde_json::json;
 
-use super::existing_folder;
+use super::{existing_folder, progress, scratch_folder};
 use crate::cli::ReconcileBenchArgs;
 use crate::table::{self, Align};
 
@@ -110,10 +110,7 @@ struct Figures {
 pub async fn run(arguments: ReconcileBenchArgs) -> anyhow::Result<()> {
     let dir = existing_folder(&arguments.dir)?;
     let intents = arguments.intents;
-    let temporary = tempfile::Builder::new()
-        .prefix("intentgate-bench-reconcile-")
-        .tempdir_in(&dir)
-        .with_context(|| format!("can't create a temporary folder in {}", dir.display()))?;
+    let temporary = scratch_folder(&dir, "intentgate-bench-reconcile-")?;
     let figures = measure(temporary.path(), intents, arguments.json).await?;
     temporary
         .close()
@@ -126,7 +123,8 @@ pub async fn run(arguments: ReconcileBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn measure(folder: &Path, intents: u32, quiet: bool) -> anyhow::Result<Figures> {
+async fn measure(folder: &Path, intents: u32, json: bool) -> anyhow::Result<Figures> {
+    let progress = progress(json);
     let sqlite = Arc::new(
         SqliteLedger::open(
             folder.join("ledger.db"),
@@ -138,9 +136,7 @@ async fn measure(folder: &Path, intents: u32, quiet: bool) -> anyhow::Result<Fig
         .context("opening the benchmark's ledger")?,
     );
     let ledger: Arc<dyn Ledger> = sqlite.clone();
-    if !quiet {
-        eprintln!("filling the ledger with {intents} intents ...");
-    }
+    progress(&format!("filling the ledger with {intents} intents ..."));
     let fill_started = Instant::now();
     fill(&sqlite, intents).await?;
     let fill_seconds = fill_started.elapsed().as_secs_f64();
@@ -180,9 +176,7 @@ async fn measure(folder: &Path, intents: u32, quiet: bool) -> anyhow::Result<Fig
     let mut found = |mismatch: intentgate_ops::Mismatch| {
         *counts.entry(mismatch.kind.as_str().to_owned()).or_default() += 1;
     };
-    if !quiet {
-        eprintln!("reconciling ...");
-    }
+    progress("reconciling ...");
     let started = Instant::now();
     let report = reconcile_tool(&ledger, tool, &options, &mut found)
         .await
