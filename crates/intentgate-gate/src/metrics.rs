@@ -513,15 +513,11 @@ mod tests {
             .map(|value| value.parse().unwrap())
     }
 
-    /// Asserts each line of `expected`, a series (name and labels) and its value as the text
-    /// format writes them, against the value of that series in what `metrics` encodes.
-    fn assert_samples(metrics: &Metrics, expected: &str) {
+    /// Asserts each of `expected`, a series (name and labels) and its value as the text format
+    /// writes them, against the value of that series in what `metrics` encodes.
+    fn assert_samples(metrics: &Metrics, expected: &[&str]) {
         let text = metrics.encode();
-        for line in expected
-            .lines()
-            .map(str::trim)
-            .filter(|line| !line.is_empty())
-        {
+        for line in expected {
             let (series, value) = line.rsplit_once(' ').expect("a series and its value");
             let value: f64 = value.parse().expect("a number");
             assert_eq!(sample(&text, series), Some(value), "{series} in:\n{text}");
@@ -542,11 +538,11 @@ mod tests {
         );
         assert_samples(
             &metrics,
-            r#"
-            intentgate_calls_total{tool="refund_order",status="done"} 2.0
-            intentgate_calls_total{tool="refund_order",status="ledger_unavailable"} 1.0
-            intentgate_repeated_calls_total{tool="refund_order"} 1.0
-            "#,
+            &[
+                r#"intentgate_calls_total{tool="refund_order",status="done"} 2.0"#,
+                r#"intentgate_calls_total{tool="refund_order",status="ledger_unavailable"} 1.0"#,
+                r#"intentgate_repeated_calls_total{tool="refund_order"} 1.0"#,
+            ],
         );
         assert!(
             !text.contains("# EOF"),
@@ -565,12 +561,12 @@ mod tests {
         metrics.ledger_operation(LedgerOperation::Begin, Duration::from_micros(70));
         assert_samples(
             &metrics,
-            r#"
-            intentgate_upstream_request_duration_seconds_bucket{tool="refund_order",request="execute",le="0.0025"} 0.0
-            intentgate_upstream_request_duration_seconds_bucket{tool="refund_order",request="execute",le="0.005"} 1.0
-            intentgate_ledger_operation_duration_seconds_count{operation="begin"} 1.0
-            intentgate_ledger_operation_duration_seconds_bucket{operation="begin",le="0.0001"} 1.0
-            "#,
+            &[
+                r#"intentgate_upstream_request_duration_seconds_bucket{tool="refund_order",request="execute",le="0.0025"} 0.0"#,
+                r#"intentgate_upstream_request_duration_seconds_bucket{tool="refund_order",request="execute",le="0.005"} 1.0"#,
+                r#"intentgate_ledger_operation_duration_seconds_count{operation="begin"} 1.0"#,
+                r#"intentgate_ledger_operation_duration_seconds_bucket{operation="begin",le="0.0001"} 1.0"#,
+            ],
         );
     }
 
@@ -584,10 +580,10 @@ mod tests {
         metrics.set_intent_counts([("refund_order".to_owned(), "done".to_owned(), 9)]);
         assert_samples(
             &metrics,
-            r#"
-            intentgate_intents{tool="refund_order",status="done"} 9.0
-            intentgate_intents{tool="refund_order",status="unknown"} 0.0
-            "#,
+            &[
+                r#"intentgate_intents{tool="refund_order",status="done"} 9.0"#,
+                r#"intentgate_intents{tool="refund_order",status="unknown"} 0.0"#,
+            ],
         );
     }
 
@@ -599,10 +595,10 @@ mod tests {
         metrics.alert_fired("refund_order", "repeats_per_minute");
         assert_samples(
             &metrics,
-            r#"
-            intentgate_reconcile_mismatches_total{tool="refund_order",kind="duplicate"} 4.0
-            intentgate_alerts_fired_total{tool="refund_order",rule="repeats_per_minute"} 1.0
-            "#,
+            &[
+                r#"intentgate_reconcile_mismatches_total{tool="refund_order",kind="duplicate"} 4.0"#,
+                r#"intentgate_alerts_fired_total{tool="refund_order",rule="repeats_per_minute"} 1.0"#,
+            ],
         );
     }
 
@@ -623,10 +619,10 @@ mod tests {
         metrics.connection_dropped(ConnectionDrop::HeaderTimeout);
         assert_samples(
             &metrics,
-            r#"
-            intentgate_connections_open 1.0
-            intentgate_connections_dropped_total{reason="header_timeout"} 1.0
-            "#,
+            &[
+                r#"intentgate_connections_open 1.0"#,
+                r#"intentgate_connections_dropped_total{reason="header_timeout"} 1.0"#,
+            ],
         );
     }
 
