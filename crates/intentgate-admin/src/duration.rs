@@ -1,4 +1,8 @@
 //! Durations as operators write them: `30s`, `15m`, `1h`, `2d`.
+//!
+//! Not jiff's parser: its grammar also accepts `1h30m`, `1 hour`, `1w` and fractions, and a
+//! command line that takes one number and one unit can't be misread by an operator or a
+//! script, so this small grammar is the promise (its tests pin what is refused).
 
 use std::time::Duration;
 

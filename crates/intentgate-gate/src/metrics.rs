@@ -513,6 +513,17 @@ mod tests {
             .map(|value| value.parse().unwrap())
     }
 
+    /// Asserts each of `expected`, a series (name and labels) and its value as the text format
+    /// writes them, against the value of that series in what `metrics` encodes.
+    fn assert_samples(metrics: &Metrics, expected: &[&str]) {
+        let text = metrics.encode();
+        for line in expected {
+            let (series, value) = line.rsplit_once(' ').expect("a series and its value");
+            let value: f64 = value.parse().expect("a number");
+            assert_eq!(sample(&text, series), Some(value), "{series} in:\n{text}");
+        }
+    }
+
     #[test]
     fn counters_are_encoded_in_the_text_format_with_their_total_suffix() {
         let metrics = Metrics::new();
@@ -525,26 +536,13 @@ mod tests {
             text.contains("# TYPE intentgate_calls_total counter\n"),
             "{text}"
         );
-        assert_eq!(
-            sample(
-                &text,
-                r#"intentgate_calls_total{tool="refund_order",status="done"}"#
-            ),
-            Some(2.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"intentgate_calls_total{tool="refund_order",status="ledger_unavailable"}"#
-            ),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"intentgate_repeated_calls_total{tool="refund_order"}"#
-            ),
-            Some(1.0)
+        assert_samples(
+            &metrics,
+            &[
+                r#"intentgate_calls_total{tool="refund_order",status="done"} 2.0"#,
+                r#"intentgate_calls_total{tool="refund_order",status="ledger_unavailable"} 1.0"#,
+                r#"intentgate_repeated_calls_total{tool="refund_order"} 1.0"#,
+            ],
         );
         assert!(
             !text.contains("# EOF"),
@@ -561,34 +559,14 @@ mod tests {
             Duration::from_millis(3),
         );
         metrics.ledger_operation(LedgerOperation::Begin, Duration::from_micros(70));
-        let text = metrics.encode();
-        assert_eq!(
-            sample(
-                &text,
-                r#"intentgate_upstream_request_duration_seconds_bucket{tool="refund_order",request="execute",le="0.0025"}"#
-            ),
-            Some(0.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"intentgate_upstream_request_duration_seconds_bucket{tool="refund_order",request="execute",le="0.005"}"#
-            ),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"intentgate_ledger_operation_duration_seconds_count{operation="begin"}"#
-            ),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"intentgate_ledger_operation_duration_seconds_bucket{operation="begin",le="0.0001"}"#
-            ),
-            Some(1.0)
+        assert_samples(
+            &metrics,
+            &[
+                r#"intentgate_upstream_request_duration_seconds_bucket{tool="refund_order",request="execute",le="0.0025"} 0.0"#,
+                r#"intentgate_upstream_request_duration_seconds_bucket{tool="refund_order",request="execute",le="0.005"} 1.0"#,
+                r#"intentgate_ledger_operation_duration_seconds_count{operation="begin"} 1.0"#,
+                r#"intentgate_ledger_operation_duration_seconds_bucket{operation="begin",le="0.0001"} 1.0"#,
+            ],
         );
     }
 
@@ -600,20 +578,12 @@ mod tests {
             ("refund_order".to_owned(), "unknown".to_owned(), 2),
         ]);
         metrics.set_intent_counts([("refund_order".to_owned(), "done".to_owned(), 9)]);
-        let text = metrics.encode();
-        assert_eq!(
-            sample(
-                &text,
-                r#"intentgate_intents{tool="refund_order",status="done"}"#
-            ),
-            Some(9.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"intentgate_intents{tool="refund_order",status="unknown"}"#
-            ),
-            Some(0.0)
+        assert_samples(
+            &metrics,
+            &[
+                r#"intentgate_intents{tool="refund_order",status="done"} 9.0"#,
+                r#"intentgate_intents{tool="refund_order",status="unknown"} 0.0"#,
+            ],
         );
     }
 
@@ -623,20 +593,12 @@ mod tests {
         metrics.reconcile_mismatches("refund_order", "duplicate", 3);
         metrics.reconcile_mismatches("refund_order", "duplicate", 1);
         metrics.alert_fired("refund_order", "repeats_per_minute");
-        let text = metrics.encode();
-        assert_eq!(
-            sample(
-                &text,
-                r#"intentgate_reconcile_mismatches_total{tool="refund_order",kind="duplicate"}"#
-            ),
-            Some(4.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"intentgate_alerts_fired_total{tool="refund_order",rule="repeats_per_minute"}"#
-            ),
-            Some(1.0)
+        assert_samples(
+            &metrics,
+            &[
+                r#"intentgate_reconcile_mismatches_total{tool="refund_order",kind="duplicate"} 4.0"#,
+                r#"intentgate_alerts_fired_total{tool="refund_order",rule="repeats_per_minute"} 1.0"#,
+            ],
         );
     }
 
@@ -655,14 +617,12 @@ mod tests {
         metrics.connection_opened();
         metrics.connection_closed();
         metrics.connection_dropped(ConnectionDrop::HeaderTimeout);
-        let text = metrics.encode();
-        assert_eq!(sample(&text, "intentgate_connections_open"), Some(1.0));
-        assert_eq!(
-            sample(
-                &text,
-                r#"intentgate_connections_dropped_total{reason="header_timeout"}"#
-            ),
-            Some(1.0)
+        assert_samples(
+            &metrics,
+            &[
+                r#"intentgate_connections_open 1.0"#,
+                r#"intentgate_connections_dropped_total{reason="header_timeout"} 1.0"#,
+            ],
         );
     }
 

@@ -28,7 +28,8 @@ pub struct FaultPlan {
     pub commit_when_ambiguous: u32,
     /// Per thousand: a lookup fails.
     pub lookup_failure: u32,
-    /// Latency of a normal answer: uniform between these bounds.
+    /// Latency of a normal answer: uniform between these bounds (the in-process face's; the
+    /// HTTP face draws its own).
     pub latency_min: Duration,
     pub latency_max: Duration,
     /// Retry-After sent with 429 and 503.
@@ -76,20 +77,11 @@ impl FaultPlan {
 impl From<&FaultPlan> for Plan {
     fn from(plan: &FaultPlan) -> Plan {
         Plan {
-            reject: plan.reject,
-            rate_limited: plan.rate_limited,
-            unavailable: plan.unavailable,
-            not_sent: plan.not_sent,
-            timeout: plan.timeout,
-            dropped: plan.dropped,
-            server_error: plan.server_error,
-            commit_when_ambiguous: plan.commit_when_ambiguous,
-            lookup_failure: plan.lookup_failure,
+            faults: plan.clone(),
             latency: Latency::Uniform {
                 min: plan.latency_min,
                 max: plan.latency_max,
             },
-            retry_after: plan.retry_after,
         }
     }
 }

@@ -21,6 +21,7 @@ use intentgate_core::fingerprint::fingerprint;
 use intentgate_gate::Clock;
 use serde_json::{Map, Value, json};
 
+use crate::FaultPlan;
 use crate::rng::Rng;
 
 /// How long the provider remembers an idempotency key (Stripe: at least 24 hours).
@@ -179,24 +180,14 @@ impl Latency {
     }
 }
 
-/// The odds the model draws from, whichever face's plan they came from.
-#[derive(Debug, Clone, PartialEq)]
+/// What the model draws from, whichever face's plan it came from: the odds of a
+/// [`FaultPlan`] (the HTTP face's plan translated into one), and the face's latency.
+#[derive(Debug, Clone)]
 pub(crate) struct Plan {
-    /// Per thousand side-effecting requests, one weight per fault shape.
-    pub reject: u32,
-    pub rate_limited: u32,
-    pub unavailable: u32,
-    pub not_sent: u32,
-    pub timeout: u32,
-    pub dropped: u32,
-    pub server_error: u32,
-    /// Per thousand: an ambiguous shape committed anyway.
-    pub commit_when_ambiguous: u32,
-    /// Per thousand: a lookup or a list fails.
-    pub lookup_failure: u32,
+    pub faults: FaultPlan,
+    /// What every answer's latency is drawn from. The HTTP face's is log-normal, so the
+    /// uniform bounds of `faults` are not read here.
     pub latency: Latency,
-    /// Retry-After sent with 429 and 503.
-    pub retry_after: Duration,
 }
 
 /// A side-effecting request, already validated and normalised by the transport.
@@ -464,7 +455,7 @@ impl Model {
         self.lookups += 1;
         let answers = match self.lookup_script.pop_front() {
             Some(answers) => answers,
-            None => !self.rng.chance(self.plan.lookup_failure),
+            None => !self.rng.chance(self.plan.faults.lookup_failure),
         };
         let latency = self.plan.latency.draw(&mut self.rng);
         LookupDraw { answers, latency }
@@ -479,12 +470,15 @@ impl Model {
         let (shape, commit) = match self.script.pop_front() {
             Some(scripted) => (scripted.shape, scripted.commit),
             None => {
-                let shape = draw_shape(&mut self.rng, &self.plan);
-                (shape, self.rng.chance(self.plan.commit_when_ambiguous))
+                let shape = draw_shape(&mut self.rng, &self.plan.faults);
+                (
+                    shape,
+                    self.rng.chance(self.plan.faults.commit_when_ambiguous),
+                )
             }
         };
         let latency = self.plan.latency.draw(&mut self.rng);
-        let retry_after_ms = Some(self.plan.retry_after.as_millis() as u64);
+        let retry_after_ms = Some(self.plan.faults.retry_after.as_millis() as u64);
         let decided = |reply| Decision { reply, latency };
         // Shapes that never reach the idempotency layer.
         match shape {
@@ -698,7 +692,7 @@ fn decline() -> Value {
     error_body("card_error", "Your card was declined.")
 }
 
-fn draw_shape(rng: &mut Rng, plan: &Plan) -> Shape {
+fn draw_shape(rng: &mut Rng, plan: &FaultPlan) -> Shape {
     let roll = rng.below(1000) as u32;
     let table = [
         (plan.reject, Shape::Reject),

@@ -11,6 +11,7 @@ use intentgate_core::Decimal;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::FaultPlan;
 use crate::model::{EffectKind, Latency, Plan};
 
 /// Parts per thousand: the unit of every odd in a plan.
@@ -185,22 +186,27 @@ impl HttpFaultPlan {
 impl From<&HttpFaultPlan> for Plan {
     fn from(plan: &HttpFaultPlan) -> Plan {
         Plan {
-            reject: plan.reject,
-            rate_limited: plan.rate_limited,
-            unavailable: plan.unavailable,
-            // A listening server can't refuse a connection: that row needs a closed port.
-            not_sent: 0,
-            timeout: plan.timeout,
-            dropped: plan.dropped,
-            server_error: plan.server_error,
-            commit_when_ambiguous: plan.commit_when_ambiguous,
-            lookup_failure: plan.lookup_failure,
+            faults: FaultPlan {
+                reject: plan.reject,
+                rate_limited: plan.rate_limited,
+                unavailable: plan.unavailable,
+                // A listening server can't refuse a connection: that row needs a closed port.
+                not_sent: 0,
+                timeout: plan.timeout,
+                dropped: plan.dropped,
+                server_error: plan.server_error,
+                commit_when_ambiguous: plan.commit_when_ambiguous,
+                lookup_failure: plan.lookup_failure,
+                // Not read: `latency` below is what this face draws.
+                latency_min: Duration::ZERO,
+                latency_max: Duration::ZERO,
+                retry_after: Duration::from_millis(plan.retry_after_ms),
+            },
             latency: Latency::LogNormal {
                 p50: Duration::from_millis(plan.latency_p50_ms),
                 p95: Duration::from_millis(plan.latency_p95_ms),
                 scale: plan.latency_scale,
             },
-            retry_after: Duration::from_millis(plan.retry_after_ms),
         }
     }
 }

@@ -40,7 +40,10 @@ use tokio::task::JoinHandle;
 
 use crate::table::{self, Align};
 
-use super::{existing_folder, microseconds, percentile};
+use super::{
+    TargetCheck, cores, existing_folder, microseconds, percentile, progress, rounded,
+    scratch_folder, target_cells,
+};
 use crate::cli::{DurabilityArgument, GatewayBenchArgs};
 
 /// Default measured calls of each kind: a stable p50 and a meaningful p99 in a few seconds
@@ -94,15 +97,8 @@ pub async fn run(arguments: GatewayBenchArgs) -> anyhow::Result<()> {
     let dir = existing_folder(&arguments.dir)?;
     // Declared before the servers so that it is removed after the ledger has closed, also
     // when the run fails.
-    let scratch = tempfile::Builder::new()
-        .prefix("intentgate-bench-")
-        .tempdir_in(&dir)
-        .with_context(|| format!("can't create a temporary folder in {}", dir.display()))?;
-    let progress = |message: &str| {
-        if !arguments.json {
-            eprintln!("{message}");
-        }
-    };
+    let scratch = scratch_folder(&dir, "intentgate-bench-")?;
+    let progress = progress(arguments.json);
 
     progress("starting the mock provider and the gateway on loopback ports ...");
     let provider = MockProvider::new(MockOptions::new(HttpFaultPlan::quiet()))
@@ -413,27 +409,33 @@ async fn measure(
     progress(&format!(
         "warming up with {WARM_UP_CALLS} new refunds through the gateway and {WARM_UP_CALLS} direct ..."
     ));
-    for index in 0..WARM_UP_CALLS {
-        client
-            .gateway_refund(&format!("warm-up-gateway-{index}"), CallStatus::Done)
-            .await?;
-        client
-            .direct_refund(&format!("warm-up-direct-{index}"))
-            .await?;
-    }
+    alternating(
+        WARM_UP_CALLS,
+        async |index| {
+            client
+                .gateway_refund(&format!("warm-up-gateway-{index}"), CallStatus::Done)
+                .await
+        },
+        async |index| {
+            client
+                .direct_refund(&format!("warm-up-direct-{index}"))
+                .await
+        },
+    )
+    .await?;
     progress(&format!(
         "measuring {calls} new refunds through the gateway and {calls} direct, alternating ..."
     ));
-    let mut gateway_call = Vec::with_capacity(calls as usize);
-    let mut direct_call = Vec::with_capacity(calls as usize);
-    for index in 0..calls {
-        gateway_call.push(
+    let (gateway_call, direct_call) = alternating(
+        calls,
+        async |index| {
             client
                 .gateway_refund(&format!("gateway-{index}"), CallStatus::Done)
-                .await?,
-        );
-        direct_call.push(client.direct_refund(&format!("direct-{index}")).await?);
-    }
+                .await
+        },
+        async |index| client.direct_refund(&format!("direct-{index}")).await,
+    )
+    .await?;
 
     progress(&format!(
         "warming up with {WARM_UP_CALLS} repeated refunds and {WARM_UP_CALLS} health checks ..."
@@ -441,31 +443,40 @@ async fn measure(
     client
         .gateway_refund(REPEATED_ORDER_ID, CallStatus::Done)
         .await?;
-    for _ in 0..WARM_UP_CALLS {
+    let repeated = async |_| {
         client
             .gateway_refund(REPEATED_ORDER_ID, CallStatus::AlreadyDone)
-            .await?;
-        client.healthz().await?;
-    }
+            .await
+    };
+    let healthz = async |_| client.healthz().await;
+    alternating(WARM_UP_CALLS, repeated, healthz).await?;
     progress(&format!(
         "measuring {calls} repeated refunds and {calls} health checks, alternating ..."
     ));
-    let mut already_done = Vec::with_capacity(calls as usize);
-    let mut healthz = Vec::with_capacity(calls as usize);
-    for _ in 0..calls {
-        already_done.push(
-            client
-                .gateway_refund(REPEATED_ORDER_ID, CallStatus::AlreadyDone)
-                .await?,
-        );
-        healthz.push(client.healthz().await?);
-    }
+    let (already_done, healthz) = alternating(calls, repeated, healthz).await?;
     Ok(Measured {
         gateway_call,
         direct_call,
         already_done,
         healthz,
     })
+}
+
+/// `calls` rounds of a `first` call then a `second` one, alternating so that both series see
+/// the same state of the machine; the latency of every call, one series per side, in call
+/// order. The first error ends the run.
+async fn alternating(
+    calls: u32,
+    mut first: impl AsyncFnMut(u32) -> anyhow::Result<Duration>,
+    mut second: impl AsyncFnMut(u32) -> anyhow::Result<Duration>,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let mut firsts = Vec::with_capacity(calls as usize);
+    let mut seconds = Vec::with_capacity(calls as usize);
+    for index in 0..calls {
+        firsts.push(first(index).await?);
+        seconds.push(second(index).await?);
+    }
+    Ok((firsts, seconds))
 }
 
 /// p50 and p99 of a series, in microseconds.
@@ -476,12 +487,6 @@ fn p50_p99_us(samples: &[Duration]) -> (f64, f64) {
         microseconds(percentile(&sorted, 0.5)),
         microseconds(percentile(&sorted, 0.99)),
     )
-}
-
-/// Rounds to `places` decimals, so that the JSON shows what the measurement can resolve.
-fn rounded(value: f64, places: i32) -> f64 {
-    let scale = 10_f64.powi(places);
-    (value * scale).round() / scale
 }
 
 /// What the run measured. Serialised by `--json`: its field names are a promise to users.
@@ -524,16 +529,6 @@ struct Report {
     targets: Vec<TargetCheck>,
 }
 
-/// One SPEC target against its figure.
-#[derive(Debug, Serialize)]
-struct TargetCheck {
-    /// The report field the target is about.
-    field: &'static str,
-    /// The target, in words.
-    target: String,
-    met: bool,
-}
-
 impl Report {
     fn new(
         durability: DurabilityArgument,
@@ -557,7 +552,7 @@ impl Report {
         Report {
             durability: durability.as_str(),
             dir: dir.display().to_string(),
-            cores: std::thread::available_parallelism().map_or(1, |cores| cores.get()),
+            cores: cores(),
             warm_up_calls: WARM_UP_CALLS,
             calls,
             gateway_call_p50_us: rounded(gateway_call_p50_us, 1),
@@ -580,16 +575,7 @@ impl Report {
 
     /// The human report: one row per measure, with its SPEC target where one applies.
     fn table(&self) -> String {
-        let target = |field: &str| {
-            self.targets
-                .iter()
-                .find(|check| check.field == field)
-                .map(|check| {
-                    let met = if check.met { "yes" } else { "NO" };
-                    (check.target.clone(), met.to_owned())
-                })
-                .unwrap_or_default()
-        };
+        let target = |field: &str| target_cells(&self.targets, field);
         let series = |label: &str, p50_us: f64, p99_us: f64| {
             [
                 label.to_owned(),

@@ -31,7 +31,10 @@ use serde_json::json;
 
 use crate::table::{self, Align};
 
-use super::{existing_folder, microseconds, percentile};
+use super::{
+    TargetCheck, cores, existing_folder, microseconds, percentile, progress, rounded,
+    scratch_folder, target_cells,
+};
 use crate::cli::{DurabilityArgument, LedgerBenchArgs};
 
 /// Default new intents per concurrency level: enough for a stable figure at 64 callers in
@@ -84,15 +87,8 @@ pub async fn run(arguments: LedgerBenchArgs) -> anyhow::Result<()> {
     let dir = existing_folder(&arguments.dir)?;
     // Declared before the ledger so that it is removed after the ledger has closed, also
     // when the run fails.
-    let scratch = tempfile::Builder::new()
-        .prefix("intentgate-bench-")
-        .tempdir_in(&dir)
-        .with_context(|| format!("can't create a temporary folder in {}", dir.display()))?;
-    let progress = |message: &str| {
-        if !arguments.json {
-            eprintln!("{message}");
-        }
-    };
+    let scratch = scratch_folder(&dir, "intentgate-bench-")?;
+    let progress = progress(arguments.json);
 
     progress("measuring one fsync of this disk ...");
     let probe_dir = scratch.path().to_path_buf();
@@ -426,12 +422,6 @@ fn per_second(count: u32, elapsed: Duration) -> f64 {
     f64::from(count) / elapsed.as_secs_f64()
 }
 
-/// Rounds to `places` decimals, so that the JSON shows what the measurement can resolve.
-fn rounded(value: f64, places: i32) -> f64 {
-    let scale = 10_f64.powi(places);
-    (value * scale).round() / scale
-}
-
 /// A whole number with commas between thousands ("5,000"), as the SPEC writes them.
 fn grouped_thousands(value: f64) -> String {
     let digits = format!("{:.0}", value.abs());
@@ -485,16 +475,6 @@ struct Report {
     targets: Vec<TargetCheck>,
 }
 
-/// One SPEC target against its figure.
-#[derive(Debug, Serialize)]
-struct TargetCheck {
-    /// The report field the target is about.
-    field: &'static str,
-    /// The target, in words.
-    target: String,
-    met: bool,
-}
-
 impl Report {
     fn new(
         durability: DurabilityArgument,
@@ -546,7 +526,7 @@ impl Report {
             ledger,
             ledger_location,
             dir: dir.display().to_string(),
-            cores: std::thread::available_parallelism().map_or(1, |cores| cores.get()),
+            cores: cores(),
             fsync_samples: fsyncs.len(),
             fsync_median_us: rounded(fsync_median_us, 1),
             fsync_p99_us: rounded(microseconds(percentile(&fsyncs, 0.99)), 1),
@@ -567,16 +547,7 @@ impl Report {
 
     /// The human report: one row per figure, with its SPEC target where one applies.
     fn table(&self) -> String {
-        let target = |field: &str| {
-            self.targets
-                .iter()
-                .find(|check| check.field == field)
-                .map(|check| {
-                    let met = if check.met { "yes" } else { "NO" };
-                    (check.target.clone(), met.to_owned())
-                })
-                .unwrap_or_default()
-        };
+        let target = |field: &str| target_cells(&self.targets, field);
         let plain = |label: String, value: String| [label, value, String::new(), String::new()];
         let checked = |label: String, value: String, field: &str| {
             let (target, met) = target(field);

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use serde::Serialize;
 
 use crate::cli::{BenchArgs, BenchCommand};
 
@@ -23,7 +24,7 @@ pub async fn run(arguments: BenchArgs) -> anyhow::Result<()> {
     }
 }
 
-// Helpers both benchmarks share.
+// Helpers the benchmarks share.
 
 /// The folder to measure in, made absolute; says which folder when it is unusable.
 pub fn existing_folder(dir: &Path) -> anyhow::Result<PathBuf> {
@@ -43,6 +44,25 @@ pub fn existing_folder(dir: &Path) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("can't resolve the folder {}", dir.display()))
 }
 
+/// A fresh temporary folder for one run's files inside `dir` (a folder `existing_folder`
+/// returned), named with `prefix`; removed when dropped.
+pub fn scratch_folder(dir: &Path, prefix: &str) -> anyhow::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(dir)
+        .with_context(|| format!("can't create a temporary folder in {}", dir.display()))
+}
+
+/// Says on stderr what a run is doing, unless its report is JSON: a run for a machine prints
+/// its report and nothing else.
+pub fn progress(json: bool) -> impl Fn(&str) {
+    move |message: &str| {
+        if !json {
+            eprintln!("{message}");
+        }
+    }
+}
+
 /// The value at `fraction` (0 to 1) of sorted samples, by nearest rank.
 pub fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
     assert!(!sorted.is_empty(), "a percentile of no samples");
@@ -56,6 +76,41 @@ pub fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
 
 pub fn microseconds(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1_000_000.0
+}
+
+/// Rounds to `places` decimals, so that the JSON shows what the measurement can resolve.
+pub fn rounded(value: f64, places: i32) -> f64 {
+    let scale = 10_f64.powi(places);
+    (value * scale).round() / scale
+}
+
+/// Cores this process may use: the figures of a run depend on them.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |cores| cores.get())
+}
+
+/// One SPEC target against its figure. Serialised in the reports' `targets`: its field names
+/// are a promise to users.
+#[derive(Debug, Serialize)]
+pub struct TargetCheck {
+    /// The report field the target is about.
+    pub field: &'static str,
+    /// The target, in words.
+    pub target: String,
+    pub met: bool,
+}
+
+/// The "SPEC target" and "met" cells of the table row about `field`: empty where no target
+/// of `targets` is about it.
+pub fn target_cells(targets: &[TargetCheck], field: &str) -> (String, String) {
+    targets
+        .iter()
+        .find(|check| check.field == field)
+        .map(|check| {
+            let met = if check.met { "yes" } else { "NO" };
+            (check.target.clone(), met.to_owned())
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

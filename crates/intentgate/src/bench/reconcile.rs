@@ -28,8 +28,9 @@ use intentgate_ops::{MismatchKind, ReconcileOptions, RecordSource, reconcile_too
 use serde::Serialize;
 use serde_json::json;
 
-use super::existing_folder;
+use super::{existing_folder, progress, scratch_folder};
 use crate::cli::ReconcileBenchArgs;
+use crate::table::{self, Align};
 
 /// Default intents (and about as many provider records): the SPEC target's size.
 pub const INTENTS_DEFAULT: u32 = 1_000_000;
@@ -109,10 +110,7 @@ struct Figures {
 pub async fn run(arguments: ReconcileBenchArgs) -> anyhow::Result<()> {
     let dir = existing_folder(&arguments.dir)?;
     let intents = arguments.intents;
-    let temporary = tempfile::Builder::new()
-        .prefix("intentgate-bench-reconcile-")
-        .tempdir_in(&dir)
-        .with_context(|| format!("can't create a temporary folder in {}", dir.display()))?;
+    let temporary = scratch_folder(&dir, "intentgate-bench-reconcile-")?;
     let figures = measure(temporary.path(), intents, arguments.json).await?;
     temporary
         .close()
@@ -125,7 +123,8 @@ pub async fn run(arguments: ReconcileBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn measure(folder: &Path, intents: u32, quiet: bool) -> anyhow::Result<Figures> {
+async fn measure(folder: &Path, intents: u32, json: bool) -> anyhow::Result<Figures> {
+    let progress = progress(json);
     let sqlite = Arc::new(
         SqliteLedger::open(
             folder.join("ledger.db"),
@@ -137,9 +136,7 @@ async fn measure(folder: &Path, intents: u32, quiet: bool) -> anyhow::Result<Fig
         .context("opening the benchmark's ledger")?,
     );
     let ledger: Arc<dyn Ledger> = sqlite.clone();
-    if !quiet {
-        eprintln!("filling the ledger with {intents} intents ...");
-    }
+    progress(&format!("filling the ledger with {intents} intents ..."));
     let fill_started = Instant::now();
     fill(&sqlite, intents).await?;
     let fill_seconds = fill_started.elapsed().as_secs_f64();
@@ -179,9 +176,7 @@ async fn measure(folder: &Path, intents: u32, quiet: bool) -> anyhow::Result<Fig
     let mut found = |mismatch: intentgate_ops::Mismatch| {
         *counts.entry(mismatch.kind.as_str().to_owned()).or_default() += 1;
     };
-    if !quiet {
-        eprintln!("reconciling ...");
-    }
+    progress("reconciling ...");
     let started = Instant::now();
     let report = reconcile_tool(&ledger, tool, &options, &mut found)
         .await
@@ -383,48 +378,71 @@ fn reset_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
+/// The human report: one row per figure, with its SPEC target where one applies.
 fn table(figures: &Figures) -> String {
     let verdict = |met: Option<bool>| match met {
-        Some(true) => "met",
-        Some(false) => "NOT met",
+        Some(true) => "yes",
+        Some(false) => "NO",
         None => "n/a (target is for 1,000,000)",
     };
     let peak = figures
         .peak_rss_mib
         .map(|mib| format!("{mib:.0} MiB"))
         .unwrap_or_else(|| "not measured (needs Linux)".to_owned());
+    let row = |label: &str, value: String, target: String, met: &str| {
+        [label.to_owned(), value, target, met.to_owned()]
+    };
+    let rows = [
+        row(
+            "measure",
+            "value".to_owned(),
+            "SPEC target".to_owned(),
+            "met",
+        ),
+        row(
+            "reconciliation time",
+            format!("{:.2} s", figures.seconds),
+            format!("under {:.0} s", figures.target_seconds),
+            verdict(figures.target_seconds_met),
+        ),
+        row(
+            "peak memory",
+            peak,
+            format!("under {:.0} MiB", figures.target_peak_mib),
+            verdict(figures.target_peak_met),
+        ),
+        row(
+            "baseline scan (reading, no matching)",
+            format!("{:.2} s", figures.baseline_scan_seconds),
+            String::new(),
+            "",
+        ),
+        row(
+            "  reconciliation / baseline scan",
+            format!("{:.2}", figures.ratio_to_scan),
+            String::new(),
+            "",
+        ),
+        row(
+            "filling the ledger (not counted)",
+            format!("{:.1} s", figures.fill_seconds),
+            String::new(),
+            "",
+        ),
+    ];
     let mut out = format!(
         "reconciliation of {} intents against {} provider records (SQLite, strict)\n\n",
         figures.intents, figures.provider_records
     );
+    out.push_str(&table::render(rows, &[Align::Left, Align::Right]));
     out.push_str(&format!(
-        "  time              {:>8.2} s    target < {:.0} s: {}\n",
-        figures.seconds,
-        figures.target_seconds,
-        verdict(figures.target_seconds_met)
-    ));
-    out.push_str(&format!(
-        "  peak memory       {:>10}    target < {:.0} MiB: {}\n",
-        peak,
-        figures.target_peak_mib,
-        verdict(figures.target_peak_met)
-    ));
-    out.push_str(&format!(
-        "  baseline scan     {:>8.2} s    (the same intents read, nothing matched); ratio {:.2}\n",
-        figures.baseline_scan_seconds, figures.ratio_to_scan
-    ));
-    out.push_str(&format!(
-        "  mismatches found  {}\n",
+        "\nmismatches found: {}\n",
         figures
             .mismatches
             .iter()
             .map(|(kind, count)| format!("{count} {kind}"))
             .collect::<Vec<_>>()
             .join(", ")
-    ));
-    out.push_str(&format!(
-        "  (filling the ledger took {:.1} s, not counted)\n",
-        figures.fill_seconds
     ));
     out
 }
@@ -452,5 +470,45 @@ mod tests {
     fn intents_are_spread_over_the_window() {
         assert_eq!(first_seen_ms(0, 1000), WINDOW_START_MS);
         assert!(first_seen_ms(999, 1000) < WINDOW_START_MS + WINDOW_MS);
+    }
+
+    #[test]
+    fn the_table_gives_each_figure_its_target_and_verdict() {
+        let figures = Figures {
+            intents: 20_000,
+            provider_records: 20_002,
+            seconds: 0.25,
+            baseline_scan_seconds: 0.125,
+            ratio_to_scan: 2.0,
+            peak_rss_mib: None,
+            rss_before_mib: None,
+            mismatches: std::collections::BTreeMap::from([("amount".to_owned(), 2)]),
+            target_seconds: TARGET_SECONDS,
+            target_peak_mib: TARGET_PEAK_MIB,
+            target_seconds_met: Some(true),
+            target_peak_met: None,
+            fill_seconds: 1.0,
+        };
+        let text = table(&figures);
+        let row = |label: &str| {
+            text.lines()
+                .find(|line| line.starts_with(label))
+                .unwrap_or_else(|| panic!("no `{label}` in\n{text}"))
+                .to_owned()
+        };
+        let words = |label: &str| row(label).split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(
+            words("reconciliation time"),
+            "reconciliation time 0.25 s under 10 s yes"
+        );
+        assert_eq!(
+            words("peak memory"),
+            "peak memory not measured (needs Linux) under 1024 MiB n/a (target is for 1,000,000)"
+        );
+        assert_eq!(
+            words("  reconciliation / baseline scan"),
+            "reconciliation / baseline scan 2.00"
+        );
+        assert!(text.ends_with("mismatches found: 2 amount\n"), "{text}");
     }
 }

@@ -7,6 +7,7 @@ use intentgate_mock::MockProvider;
 use serde::Serialize;
 
 use super::agent::Served;
+use crate::table::{self, Align};
 
 /// What one run did to the provider and what the agents were told.
 #[derive(Debug, Serialize)]
@@ -76,6 +77,9 @@ impl Run {
     }
 }
 
+/// How the table reads one count of a run.
+type Figure = fn(&Run) -> u64;
+
 /// Both runs, on the same customers and faults.
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -89,56 +93,43 @@ pub struct Report {
 
 impl Report {
     pub fn table(&self) -> String {
-        let mut out = String::new();
         let (a, b) = (&self.naive, &self.intentgate);
-        let rows: Vec<(&str, String, String)> = vec![
-            (
-                "customers refunded twice",
-                a.customers_refunded_twice.to_string(),
-                b.customers_refunded_twice.to_string(),
-            ),
-            (
-                "refunds paid twice",
-                a.extra_refunds.to_string(),
-                b.extra_refunds.to_string(),
-            ),
-            (
-                "customers refunded",
-                a.customers_refunded.to_string(),
-                b.customers_refunded.to_string(),
-            ),
-            (
-                "calls made by the agents",
-                a.calls_made.to_string(),
-                b.calls_made.to_string(),
-            ),
-            (
-                "provider requests",
-                a.provider_requests.to_string(),
-                b.provider_requests.to_string(),
-            ),
-            (
-                "provider lookups",
-                a.provider_lookups.to_string(),
-                b.provider_lookups.to_string(),
-            ),
-            (
-                "unknown after lookup",
-                "not tracked".to_owned(),
-                b.unknown_after_lookup
-                    .map_or("-".to_owned(), |count| count.to_string()),
-            ),
+        // Each figure of both runs, in the order a reader wants them: the harm first.
+        let figures: [(&str, Figure); 6] = [
+            ("customers refunded twice", |run| {
+                run.customers_refunded_twice as u64
+            }),
+            ("refunds paid twice", |run| run.extra_refunds),
+            ("customers refunded", |run| run.customers_refunded as u64),
+            ("calls made by the agents", |run| run.calls_made as u64),
+            ("provider requests", |run| run.provider_requests),
+            ("provider lookups", |run| run.provider_lookups),
         ];
-        let _ = writeln!(
-            out,
-            "intentgate demo: {} customers, seed {}, faults `{}` ({:.1} s)\n",
+        let mut rows = vec![
+            ["", "naive wrapper", "intentgate"].map(str::to_owned),
+            ["", "(key = tool call id)", ""].map(str::to_owned),
+        ];
+        rows.extend(figures.iter().map(|(name, figure)| {
+            [
+                (*name).to_owned(),
+                figure(a).to_string(),
+                figure(b).to_string(),
+            ]
+        }));
+        rows.push([
+            "unknown after lookup".to_owned(),
+            "not tracked".to_owned(),
+            b.unknown_after_lookup
+                .map_or("-".to_owned(), |count| count.to_string()),
+        ]);
+        let mut out = format!(
+            "intentgate demo: {} customers, seed {}, faults `{}` ({:.1} s)\n\n",
             self.customers, self.seed, self.faults, self.seconds
         );
-        let _ = writeln!(out, "{:<28}{:>24}{:>16}", "", "naive wrapper", "intentgate");
-        let _ = writeln!(out, "{:<28}{:>24}{:>16}", "", "(key = tool call id)", "");
-        for (name, naive, gated) in rows {
-            let _ = writeln!(out, "{name:<28}{naive:>24}{gated:>16}");
-        }
+        out.push_str(&table::render(
+            rows,
+            &[Align::Left, Align::Right, Align::Right],
+        ));
         let _ = writeln!(out, "\nwhat the agents were told:");
         let _ = writeln!(out, "  naive wrapper: {}", summary(&a.statuses));
         let _ = writeln!(out, "  intentgate:    {}", summary(&b.statuses));
@@ -173,4 +164,59 @@ fn summary(statuses: &BTreeMap<String, usize>) -> String {
         .map(|(status, count)| format!("{status} {count}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(label: &str, refunded_twice: usize, unknown_after_lookup: Option<usize>) -> Run {
+        Run {
+            label: label.to_owned(),
+            calls_made: 180,
+            provider_requests: 170,
+            provider_lookups: 4,
+            refunds: 150 + refunded_twice as u64,
+            customers_refunded: 150,
+            customers_refunded_twice: refunded_twice,
+            extra_refunds: refunded_twice as u64,
+            statuses: BTreeMap::from([("done".to_owned(), 150)]),
+            unknown_after_lookup,
+            reconciliation: None,
+        }
+    }
+
+    #[test]
+    fn each_figure_reads_naive_then_intentgate_on_its_own_line() {
+        let report = Report {
+            customers: 150,
+            seed: 7,
+            faults: "cut".to_owned(),
+            naive: run("naive", 12, None),
+            intentgate: run("intentgate", 0, Some(2)),
+            seconds: 1.5,
+        };
+        let table = report.table();
+        let line = |name: &str| {
+            table
+                .lines()
+                .find(|line| line.starts_with(name))
+                .unwrap_or_else(|| panic!("no `{name}` in\n{table}"))
+                .split_whitespace()
+                .rev()
+                .take(2)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(line("customers refunded twice"), ["0", "12"]);
+        assert_eq!(line("unknown after lookup"), ["2", "tracked"]);
+        let header = table.lines().find(|line| line.contains("naive wrapper"));
+        let first = table
+            .lines()
+            .find(|line| line.starts_with("refunds paid twice"));
+        assert_eq!(
+            header.map(str::len),
+            first.map(str::len),
+            "the intentgate column ends where its header does:\n{table}"
+        );
+    }
 }
