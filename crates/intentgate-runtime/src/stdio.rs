@@ -2,9 +2,12 @@
 //! an agent framework) as its tool server; and the MCP service both servers build.
 //!
 //! stdout is the protocol: everything else goes to the logs. Besides the calls, this server
-//! runs the retention purge and the duplicate-call alerts for the calls it serves;
-//! reconciliation runs in an HTTP gateway or `intentgate reconcile` (one per deployment is
-//! enough), and the sweeper in the HTTP gateways sharing the ledger.
+//! runs the retention purge, the duplicate-call alerts for the calls it serves, and the
+//! sweeper: an agent may run only stdio gateways on a ledger, and an intent one of them left
+//! in flight or unknown must still be settled without an operator. Sweepers of several
+//! processes share the work through the ledger's leases and each intent's lookup interval.
+//! Reconciliation runs in an HTTP gateway or `intentgate reconcile` (one per deployment is
+//! enough).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,6 +32,7 @@ impl Gateway {
             self.ledger.clone(),
             self.loaded.config.gateway.retention_days,
         ));
+        background.spawn(crate::sweep_forever(self.gate.clone()));
         self.log_start(" over MCP on stdio");
         let service = mcp_service(&self.loaded, self.gate);
         intentgate_mcp::serve_stdio(service, shutdown)

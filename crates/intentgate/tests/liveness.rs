@@ -1,0 +1,123 @@
+//! Intents reach a definite answer without an operator: what one gateway process leaves
+//! unknown, another process on the same ledger settles on its own, whichever command it runs.
+
+mod support;
+
+use std::io::Write;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{example_config, get_json, intentgate, mock_provider, serve, set_faults, until};
+
+/// How long the mock holds a "timeout" answer: past the tool timeout below.
+const TIMEOUT_HOLD_MS: u64 = 1_500;
+/// The tools' timeout in these tests.
+const TOOL_TIMEOUT_MS: u64 = 500;
+
+/// `intentgate mcp` with its stdin held open (closing it ends the server), killed when
+/// dropped.
+struct StdioGateway {
+    child: Child,
+}
+
+impl Drop for StdioGateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_mcp(config: &str, ledger: &str, mock_url: &str) -> StdioGateway {
+    let mut child = intentgate()
+        .args(["mcp", "--config", config, "--ledger", ledger])
+        .env("INTENTGATE_MOCK_URL", mock_url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("intentgate mcp starts");
+    // Nothing is sent: the process only has to stay up, and its stdin open.
+    child.stdin.as_mut().unwrap().flush().unwrap();
+    StdioGateway { child }
+}
+
+/// The intents `intentgate intents list` finds on `ledger`.
+fn intents(config: &str, ledger: &str) -> Vec<Value> {
+    let output = intentgate()
+        .args([
+            "intents", "list", "--config", config, "--ledger", ledger, "--format", "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn an_intent_a_stopped_gateway_left_unknown_is_settled_by_a_stdio_gateway_alone() {
+    let folder = tempfile::tempdir().unwrap();
+    let config = example_config(folder.path(), |text| {
+        support::with_setting(&text, "timeout_ms", TOOL_TIMEOUT_MS)
+    });
+    let config = config.to_str().unwrap();
+    let ledger = folder.path().join("ledger.db");
+    let ledger = ledger.to_str().unwrap();
+    let mock = mock_provider();
+    let client = support::client();
+
+    // The refund commits at the provider, but the caller sees a timeout and the lookup fails:
+    // the intent is left unknown.
+    set_faults(
+        &client,
+        &mock,
+        Some(TIMEOUT_HOLD_MS),
+        json!({"timeout": 1000, "commit_when_ambiguous": 1000, "lookup_failure": 1000}),
+    )
+    .await;
+    let mut gateway = serve(config, ledger, &[("INTENTGATE_MOCK_URL", &mock.url)]);
+    let outcome = support::call(
+        &client,
+        &gateway.url,
+        "refund_order",
+        json!({"order_id": "ord_live", "amount": 12.5, "reason": "requested_by_customer"}),
+    )
+    .await;
+    assert_eq!(outcome["status"], "pending_unknown", "{outcome}");
+    // No HTTP gateway is left to sweep.
+    gateway.kill();
+    let listed = intents(config, ledger);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["status"], "unknown", "{listed:?}");
+
+    // The provider recovers; a stdio gateway on the ledger, which no client talks to, finds
+    // the refund by its lookup.
+    set_faults(&client, &mock, None, json!({})).await;
+    let _stdio = start_mcp(config, ledger, &mock.url);
+    let (settled, _) = until(
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        async || {
+            let listed = intents(config, ledger);
+            match listed[0]["status"].as_str() {
+                Some("done") => Ok(listed[0].clone()),
+                other => Err(format!("still {other:?} after 30 s: {listed:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        settled["external_id"].as_str().map(|id| !id.is_empty()),
+        Some(true)
+    );
+    let effects = get_json(&client, format!("{}/admin/effects", mock.url)).await;
+    assert_eq!(effects["by_order"]["ord_live"], 1, "{effects}");
+}
