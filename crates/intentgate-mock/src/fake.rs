@@ -24,6 +24,12 @@ pub struct FaultPlan {
     pub timeout: u32,
     pub dropped: u32,
     pub server_error: u32,
+    /// The first this many side-effecting requests carrying each idempotency key time out
+    /// without committing; later ones with that key are served by the odds above (or the
+    /// script, which these timeouts do not consume). Not a draw: a retry storm against a
+    /// provider that recovers is the same at every seed, and the other requests' draws do
+    /// not move. Requests without a key are not counted. 0 turns it off.
+    pub first_timeouts_per_key: u32,
     /// Per thousand: an ambiguous shape committed anyway.
     pub commit_when_ambiguous: u32,
     /// Per thousand: a lookup fails.
@@ -47,6 +53,7 @@ impl FaultPlan {
             timeout: 0,
             dropped: 0,
             server_error: 0,
+            first_timeouts_per_key: 0,
             commit_when_ambiguous: 500,
             lookup_failure: 0,
             latency_min: Duration::ZERO,
@@ -65,6 +72,7 @@ impl FaultPlan {
             timeout: 60,
             dropped: 40,
             server_error: 60,
+            first_timeouts_per_key: 0,
             commit_when_ambiguous: 500,
             lookup_failure: 150,
             latency_min: Duration::from_millis(5),

@@ -40,6 +40,7 @@ pub use server::{
 };
 pub use synthetic::{HELP_RESULTS_MAX, TICKET_STATUSES};
 pub use wire::{
-    EffectCounts, EffectTotals, HttpFaultPlan, ID_BYTES_MAX, LATENCY_MS_MAX, LATENCY_SCALE_MAX,
-    METADATA_ENTRIES_MAX, PER_THOUSAND, PlanError, RETRY_AFTER_MS_MAX, Stats, TIMEOUT_HOLD_MS_MAX,
+    EffectCounts, EffectTotals, FIRST_TIMEOUTS_PER_KEY_MAX, HttpFaultPlan, ID_BYTES_MAX,
+    LATENCY_MS_MAX, LATENCY_SCALE_MAX, METADATA_ENTRIES_MAX, PER_THOUSAND, PlanError,
+    RETRY_AFTER_MS_MAX, Stats, TIMEOUT_HOLD_MS_MAX,
 };

@@ -10,7 +10,8 @@
 //! The order of draws from the generator is part of the contract "same seed and same
 //! requests, same faults": for a side effect, the shape (and for a server error its
 //! status), then whether an ambiguous shape committed, then the latency; for a lookup,
-//! whether it fails, then the latency.
+//! whether it fails, then the latency. The plan's `first_timeouts_per_key` draws nothing: it
+//! is a count per key, so turning it on or off never shifts the draws of other requests.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -259,6 +260,15 @@ struct KeyEntry {
     busy_until_ms: i64,
 }
 
+/// How many requests with one idempotency key the `first_timeouts_per_key` fault timed out.
+/// Kept apart from [`KeyEntry`]: those timeouts store nothing for the key (a key with an
+/// entry replays or refuses), yet the count must outlive them.
+struct FirstTimeouts {
+    served: u32,
+    /// When the key was first counted: the count is forgotten with the key window.
+    created_ms: i64,
+}
+
 /// The provider's state. Callers keep it behind one mutex and never hold that across an
 /// await.
 pub(crate) struct Model {
@@ -272,6 +282,11 @@ pub(crate) struct Model {
     keys: HashMap<String, KeyEntry>,
     /// Keys in the order they were stored, to purge the ones older than the window.
     key_order: VecDeque<(i64, String)>,
+    /// Counts of the `first_timeouts_per_key` fault, bounded like `keys`: forgotten after the
+    /// key window, at most [`KEYS_MAX`] inside it. Empty while the fault is off.
+    first_timeouts: HashMap<String, FirstTimeouts>,
+    /// Keys in the order they were first counted, to purge the ones older than the window.
+    first_timeout_order: VecDeque<(i64, String)>,
     effects: Vec<Effect>,
     /// Indexes into `effects`, one list per kind in id order: sequence `n` is at `n - 1`.
     by_kind: [Vec<usize>; 3],
@@ -294,6 +309,8 @@ impl Model {
             lookup_script: VecDeque::new(),
             keys: HashMap::new(),
             key_order: VecDeque::new(),
+            first_timeouts: HashMap::new(),
+            first_timeout_order: VecDeque::new(),
             effects: Vec::new(),
             by_kind: [Vec::new(), Vec::new(), Vec::new()],
             by_intent: HashMap::new(),
@@ -338,6 +355,8 @@ impl Model {
         self.lookup_script.clear();
         self.keys.clear();
         self.key_order.clear();
+        self.first_timeouts.clear();
+        self.first_timeout_order.clear();
         self.effects.clear();
         self.by_kind = [Vec::new(), Vec::new(), Vec::new()];
         self.by_intent.clear();
@@ -467,6 +486,13 @@ impl Model {
         let now_ms = self.now_ms();
         self.requests += 1;
         self.purge_keys(now_ms);
+        // Before the script and the draws, and consuming neither: the provider is down for
+        // this key's first requests whatever the seed.
+        if let Some(key) = request.idempotency_key
+            && let Some(decision) = self.first_timeout(key, now_ms)
+        {
+            return decision;
+        }
         let (shape, commit) = match self.script.pop_front() {
             Some(scripted) => (scripted.shape, scripted.commit),
             None => {
@@ -601,6 +627,51 @@ impl Model {
         decided(transport(shape, observation))
     }
 
+    /// The `first_timeouts_per_key` fault for one request with this key: a timeout that did
+    /// not commit (nothing is stored for the key, so a later request is processed anew) while
+    /// the key has had fewer than that many, `None` once it has had them all.
+    fn first_timeout(&mut self, key: &str, now_ms: i64) -> Option<Decision> {
+        let first = self.plan.faults.first_timeouts_per_key;
+        if first == 0 {
+            return None;
+        }
+        let window_ms = KEY_WINDOW.as_millis() as i64;
+        let count = match self
+            .first_timeouts
+            .get_mut(key)
+            .filter(|count| now_ms - count.created_ms < window_ms)
+        {
+            Some(count) => count,
+            None => {
+                if self.first_timeout_order.len() >= KEYS_MAX {
+                    return Some(Decision {
+                        reply: full(format!(
+                            "The provider counts the first timeouts of at most {KEYS_MAX} idempotency keys within its key window; reset it or move its clock."
+                        )),
+                        latency: Duration::ZERO,
+                    });
+                }
+                self.first_timeout_order.push_back((now_ms, key.to_owned()));
+                self.first_timeouts
+                    .entry(key.to_owned())
+                    .insert_entry(FirstTimeouts {
+                        served: 0,
+                        created_ms: now_ms,
+                    })
+                    .into_mut()
+            }
+        };
+        if count.served >= first {
+            return None;
+        }
+        count.served += 1;
+        // No latency drawn: the caller's own timeout (or the HTTP face's hold) is the wait.
+        Some(Decision {
+            reply: UpstreamObservation::Timeout,
+            latency: Duration::ZERO,
+        })
+    }
+
     /// Appends the effect to the log and its indexes; returns its index.
     fn commit(&mut self, kind: EffectKind, request: &EffectRequest<'_>, now_ms: i64) -> usize {
         let index = self.effects.len();
@@ -637,7 +708,7 @@ impl Model {
         index
     }
 
-    /// Forgets keys stored longer ago than the window.
+    /// Forgets keys stored (and first-timeout counts started) longer ago than the window.
     fn purge_keys(&mut self, now_ms: i64) {
         let window_ms = KEY_WINDOW.as_millis() as i64;
         while let Some((created_ms, _)) = self.key_order.front() {
@@ -652,6 +723,19 @@ impl Model {
                 .is_some_and(|entry| entry.created_ms == created_ms)
             {
                 self.keys.remove(&key);
+            }
+        }
+        while let Some((created_ms, _)) = self.first_timeout_order.front() {
+            if now_ms - *created_ms < window_ms {
+                break;
+            }
+            let (created_ms, key) = self.first_timeout_order.pop_front().expect("front exists");
+            if self
+                .first_timeouts
+                .get(&key)
+                .is_some_and(|count| count.created_ms == created_ms)
+            {
+                self.first_timeouts.remove(&key);
             }
         }
     }
@@ -754,6 +838,114 @@ mod tests {
             scale: 100.0,
         };
         assert_eq!(huge.draw(&mut rng), LATENCY_MAX);
+    }
+
+    /// A clock that never moves: only `Model::advance` does.
+    struct Fixed;
+
+    impl Clock for Fixed {
+        fn now_ms(&self) -> i64 {
+            1_700_000_000_000
+        }
+    }
+
+    fn model(faults: FaultPlan) -> Model {
+        Model::new(7, Plan::from(&faults), Arc::new(Fixed))
+    }
+
+    fn refund<'a>(parameters: &'a Value, key: Option<&'a str>) -> EffectRequest<'a> {
+        EffectRequest {
+            kind: EffectKind::Refund,
+            tool: "refund_order",
+            parameters,
+            object: Map::new(),
+            idempotency_key: key,
+            intent_key: parameters["intent_key"].as_str(),
+            attempt: 1,
+        }
+    }
+
+    #[test]
+    fn the_first_timeouts_of_a_key_commit_nothing_then_it_is_served_once() {
+        let mut model = model(FaultPlan {
+            first_timeouts_per_key: 3,
+            ..FaultPlan::none()
+        });
+        let one = json!({"order_id": "o1", "intent_key": "i1"});
+        for _ in 0..3 {
+            let decision = model.side_effect(refund(&one, Some("k1")));
+            assert_eq!(decision.reply, UpstreamObservation::Timeout);
+        }
+        assert!(model.effects().is_empty(), "a first timeout never commits");
+        let fourth = model.side_effect(refund(&one, Some("k1"))).reply;
+        assert!(
+            matches!(&fourth, UpstreamObservation::Response { status: 200, body, .. } if body["id"] == "re_000001"),
+            "{fourth:?}"
+        );
+        // The fifth replays the stored success: still one effect.
+        assert_eq!(model.side_effect(refund(&one, Some("k1"))).reply, fourth);
+        assert_eq!(model.effect_count("i1"), 1);
+        // Another key has its own count; a request without a key is not counted.
+        let two = json!({"order_id": "o2", "intent_key": "i2"});
+        let decision = model.side_effect(refund(&two, Some("k2")));
+        assert_eq!(decision.reply, UpstreamObservation::Timeout);
+        let three = json!({"order_id": "o3", "intent_key": "i3"});
+        let unkeyed = model.side_effect(refund(&three, None)).reply;
+        assert!(
+            matches!(unkeyed, UpstreamObservation::Response { status: 200, .. }),
+            "{unkeyed:?}"
+        );
+        assert_eq!((model.effect_count("i2"), model.effect_count("i3")), (0, 1));
+        assert_eq!(model.requests(), 7);
+    }
+
+    #[test]
+    fn first_timeouts_draw_nothing_and_later_requests_are_drawn_as_usual() {
+        // The same seed and stormy odds, with and without the fault: once a key's first
+        // timeouts are over, its requests see exactly what they would have seen without them.
+        let mut with = model(FaultPlan {
+            first_timeouts_per_key: 2,
+            ..FaultPlan::stormy()
+        });
+        let mut without = model(FaultPlan::stormy());
+        for n in 0..200 {
+            let parameters = json!({"order_id": format!("o{n}"), "intent_key": format!("i{n}")});
+            let key = format!("k{n}");
+            for _ in 0..2 {
+                let decision = with.side_effect(refund(&parameters, Some(&key)));
+                assert_eq!(decision.reply, UpstreamObservation::Timeout);
+            }
+            for _ in 0..3 {
+                assert_eq!(
+                    with.side_effect(refund(&parameters, Some(&key))),
+                    without.side_effect(refund(&parameters, Some(&key)))
+                );
+            }
+            assert_eq!(with.draw_lookup(), without.draw_lookup());
+        }
+        assert_eq!(with.effects(), without.effects());
+    }
+
+    #[test]
+    fn first_timeout_counts_are_forgotten_with_the_key_window() {
+        let mut model = model(FaultPlan {
+            first_timeouts_per_key: 1,
+            ..FaultPlan::none()
+        });
+        let one = json!({"order_id": "o1", "intent_key": "i1"});
+        let timeout = UpstreamObservation::Timeout;
+        assert_eq!(model.side_effect(refund(&one, Some("k1"))).reply, timeout);
+        assert_ne!(model.side_effect(refund(&one, Some("k1"))).reply, timeout);
+        assert_eq!(model.first_timeouts.len(), 1);
+        model.advance(KEY_WINDOW);
+        // The window forgot the key and its count: to the provider it is a new key.
+        assert_eq!(model.side_effect(refund(&one, Some("k1"))).reply, timeout);
+        assert_eq!(
+            (model.first_timeouts.len(), model.first_timeout_order.len()),
+            (1, 1)
+        );
+        model.reset();
+        assert!(model.first_timeouts.is_empty() && model.first_timeout_order.is_empty());
     }
 
     #[test]

@@ -26,6 +26,10 @@ pub const LATENCY_SCALE_MAX: f64 = 100.0;
 pub const RETRY_AFTER_MS_MAX: u64 = 600_000;
 /// Longest a `timeout` shape holds a connection: ten minutes, beyond any tool's timeout.
 pub const TIMEOUT_HOLD_MS_MAX: u64 = 600_000;
+/// Most requests per idempotency key that `first_timeouts_per_key` times out. A retry budget
+/// worth testing is a handful of attempts; a thousand is far past any, and keeps a typo (or a
+/// negative number read as huge) from making a key time out for ever.
+pub const FIRST_TIMEOUTS_PER_KEY_MAX: u32 = 1000;
 /// Longest id, idempotency key, intent key or address field (Stripe caps keys at 255).
 pub const ID_BYTES_MAX: usize = 255;
 /// Most metadata entries on one effect (Stripe's limit).
@@ -48,6 +52,10 @@ pub struct HttpFaultPlan {
     pub dropped: u32,
     /// 500, 502, 503 (no Retry-After) or 504, stored and replayed; committed is drawn.
     pub server_error: u32,
+    /// Not a rate but a count: the first this many side-effecting requests carrying each
+    /// `Idempotency-Key` time out (as `timeout`, held for `timeout_hold_ms`) without
+    /// committing; later ones with that key are drawn as usual. Draws nothing.
+    pub first_timeouts_per_key: u32,
     /// Per thousand ambiguous requests (timeout, dropped, server error) that commit anyway.
     pub commit_when_ambiguous: u32,
     /// Per thousand lookups and lists that fail with 500.
@@ -76,6 +84,7 @@ impl Default for HttpFaultPlan {
             timeout: 0,
             dropped: 0,
             server_error: 0,
+            first_timeouts_per_key: 0,
             commit_when_ambiguous: 500,
             lookup_failure: 0,
             latency_p50_ms: 300,
@@ -97,6 +106,12 @@ pub enum PlanError {
         "the fault shapes add up to {0} per thousand; reject, rate_limited, unavailable, timeout, dropped and server_error together must be at most {PER_THOUSAND}"
     )]
     ShapesOverAThousand(u32),
+    #[error("`{field}` is {value}; it must be at most {max}")]
+    TooMany {
+        field: &'static str,
+        value: u32,
+        max: u32,
+    },
     #[error("`latency_p95_ms` ({p95}) is below `latency_p50_ms` ({p50})")]
     PercentilesOutOfOrder { p50: u64, p95: u64 },
     #[error("`{field}` is {value}; it must be at most {max}")]
@@ -155,6 +170,13 @@ impl HttpFaultPlan {
         if shapes > PER_THOUSAND {
             return Err(PlanError::ShapesOverAThousand(shapes));
         }
+        if self.first_timeouts_per_key > FIRST_TIMEOUTS_PER_KEY_MAX {
+            return Err(PlanError::TooMany {
+                field: "first_timeouts_per_key",
+                value: self.first_timeouts_per_key,
+                max: FIRST_TIMEOUTS_PER_KEY_MAX,
+            });
+        }
         let lengths = [
             ("latency_p50_ms", self.latency_p50_ms, LATENCY_MS_MAX),
             ("latency_p95_ms", self.latency_p95_ms, LATENCY_MS_MAX),
@@ -195,6 +217,7 @@ impl From<&HttpFaultPlan> for Plan {
                 timeout: plan.timeout,
                 dropped: plan.dropped,
                 server_error: plan.server_error,
+                first_timeouts_per_key: plan.first_timeouts_per_key,
                 commit_when_ambiguous: plan.commit_when_ambiguous,
                 lookup_failure: plan.lookup_failure,
                 // Not read: `latency` below is what this face draws.
@@ -502,7 +525,8 @@ mod tests {
     fn the_default_plan_is_the_documented_one_and_valid() {
         let documented: HttpFaultPlan = serde_json::from_str(
             r#"{"reject": 0, "rate_limited": 0, "unavailable": 0, "timeout": 0, "dropped": 0,
-             "server_error": 0, "commit_when_ambiguous": 500, "lookup_failure": 0,
+             "server_error": 0, "first_timeouts_per_key": 0, "commit_when_ambiguous": 500,
+             "lookup_failure": 0,
              "latency_p50_ms": 300, "latency_p95_ms": 4800, "latency_scale": 1.0,
              "retry_after_ms": 1000, "timeout_hold_ms": 30000, "seed": 1}"#,
         )
@@ -530,6 +554,10 @@ mod tests {
             HttpFaultPlan {
                 latency_p50_ms: 500,
                 latency_p95_ms: 100,
+                ..HttpFaultPlan::quiet()
+            },
+            HttpFaultPlan {
+                first_timeouts_per_key: FIRST_TIMEOUTS_PER_KEY_MAX + 1,
                 ..HttpFaultPlan::quiet()
             },
             HttpFaultPlan {

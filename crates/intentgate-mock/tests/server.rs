@@ -379,6 +379,58 @@ async fn a_held_timeout_ends_in_a_cut_connection_not_an_answer() {
 }
 
 #[tokio::test]
+async fn the_first_requests_of_each_key_time_out_uncommitted_then_it_is_served_once() {
+    let plan = HttpFaultPlan {
+        first_timeouts_per_key: 3,
+        timeout_hold_ms: 100,
+        ..quiet()
+    };
+    let mock = Mock::start(plan).await;
+    for attempt in 1..=3 {
+        // Held for `timeout_hold_ms`, then cut: what a `timeout` shape looks like.
+        let started = std::time::Instant::now();
+        let seen = mock.refund("k1", "o1", json!(5)).await;
+        assert_eq!(seen, Seen::Cut, "attempt {attempt}");
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert!(mock.provider().effects().is_empty(), "attempt {attempt}");
+        // Lookups are not affected: they answer, and find nothing yet.
+        let found = mock.get("/v1/refunds?intent_key=refund:o1:5").await;
+        assert_eq!(found.status(), Some(200), "{found:?}");
+        assert_eq!(found.body()["data"], json!([]));
+    }
+    let fourth = mock.refund("k1", "o1", json!(5)).await;
+    assert_eq!(fourth.status(), Some(200), "{fourth:?}");
+    assert_eq!(fourth.body()["id"], "re_000001");
+    // The fifth replays the stored answer: no second effect.
+    assert_eq!(mock.refund("k1", "o1", json!(5)).await, fourth);
+    assert_eq!(mock.provider().effect_count("refund:o1:5"), 1);
+    // Another key has its own count.
+    assert_eq!(mock.refund("k2", "o2", json!(5)).await, Seen::Cut);
+    assert_eq!(mock.provider().effect_count("refund:o2:5"), 0);
+    // A request without a key is not counted: served at once, every time.
+    for _ in 0..2 {
+        let unkeyed = mock
+            .post(
+                "/v1/refunds",
+                None,
+                json!({"order_id": "o3", "amount": 5, "metadata": {"intent_key": "i3"}}),
+            )
+            .await;
+        assert_eq!(unkeyed.status(), Some(200), "{unkeyed:?}");
+    }
+    assert_eq!(mock.provider().effect_count("i3"), 2);
+    let stats = mock.stats().await;
+    assert_eq!((stats.requests, stats.effects.refunds), (8, 3));
+    // A reset forgets the counts: the key times out again from its first request.
+    assert_eq!(
+        mock.post("/admin/reset", None, json!({})).await.status(),
+        Some(200)
+    );
+    assert_eq!(mock.refund("k1", "o1", json!(5)).await, Seen::Cut);
+    assert!(mock.provider().effects().is_empty());
+}
+
+#[tokio::test]
 async fn a_dropped_connection_is_a_client_error_after_the_request_arrived() {
     for commit in [true, false] {
         let mock = Mock::start(always("dropped", commit)).await;
@@ -853,6 +905,7 @@ async fn the_fault_plan_round_trips_and_invalid_plans_are_refused() {
         timeout: 20,
         dropped: 30,
         lookup_failure: 40,
+        first_timeouts_per_key: 3,
         latency_scale: 0.01,
         seed: 5,
         ..HttpFaultPlan::default()
@@ -868,6 +921,8 @@ async fn the_fault_plan_round_trips_and_invalid_plans_are_refused() {
         json!({"latency_p50_ms": 500, "latency_p95_ms": 100}),
         json!({"rejects": 1}),
         json!({"timeout_hold_ms": -1}),
+        json!({"first_timeouts_per_key": 1001}),
+        json!({"first_timeouts_per_key": -1}),
     ] {
         let refused = mock
             .send(mock.client.put(mock.url("/admin/faults")).json(&bad))
