@@ -34,14 +34,19 @@
 
 mod error;
 mod location;
+// What the stores share: with none built (a crate that only speaks the trait), nothing.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod migrations;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod plan;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod query;
 mod record;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod waiters;
 
 use std::sync::Arc;
@@ -76,6 +81,9 @@ pub const SCHEMA_ENV: &str = "INTENTGATE_LEDGER_SCHEMA";
 /// location whose store this build leaves out (its cargo feature is off) is refused, naming
 /// the feature.
 pub async fn open(location: &str, durability: Durability) -> Result<Arc<dyn Ledger>> {
+    // A build with no store has nothing to open with it.
+    #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+    let _ = durability;
     match Location::parse(location) {
         #[cfg(feature = "postgres")]
         Location::Postgres(url) => {

@@ -15,6 +15,8 @@
 //! lookups fall due by choosing `now_ms`, never by sleeping. What only a file store has
 //! (reopening, open errors, the append-only trigger seen from outside) is tested in each
 //! store's module.
+// A build with no store has no ledger to test.
+#![cfg(any(feature = "sqlite", feature = "postgres"))]
 
 use std::collections::HashSet;
 use std::sync::Arc;
