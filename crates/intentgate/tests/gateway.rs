@@ -349,12 +349,7 @@ fn the_demo_refunds_customers_twice_without_intentgate_and_never_with_it() {
         .args(["demo", "--customers", "150", "--json"])
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report: Value = serde_json::from_str(&support::success(&output)).unwrap();
     assert!(
         report["naive"]["customers_refunded_twice"]
             .as_u64()

@@ -15,7 +15,7 @@ use intentgate_test_support::http::{call_tool_with, tool_url};
 use serde_json::{Value, json};
 use support::{
     Running, example_config, get_json, json_answer, mock_provider, set_faults, start_with_stderr,
-    until, with_api_keys, with_setting,
+    success, until, with_api_keys, with_setting,
 };
 
 /// Tool timeouts in the test config: short, so that nothing waits long.
@@ -194,15 +194,6 @@ fn intentgate(args: &[&str], env: &[(&str, &str)]) -> Output {
         command.env(name, value);
     }
     command.output().unwrap()
-}
-
-fn success(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout.clone()).unwrap()
 }
 
 fn failure(output: &Output) -> String {

@@ -50,13 +50,7 @@ fn intents(config: &str, ledger: &str) -> Vec<Value> {
         ])
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .unwrap()
+    support::success(&output)
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect()

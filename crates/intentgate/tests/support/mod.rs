@@ -6,7 +6,7 @@
 use std::fmt::Display;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -61,6 +61,16 @@ pub fn intentgate() -> Command {
     }
     command.env("INTENTGATE_HASH_KEY", HASH_KEY);
     command
+}
+
+/// The stdout of a command that must have succeeded; its stderr in the panic when it did not.
+pub fn success(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
 }
 
 /// Starts `intentgate ARGS` and reads the `... listening on http://ADDR` line it prints. Its
