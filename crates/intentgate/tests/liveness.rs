@@ -1,5 +1,6 @@
 //! Intents reach a definite answer without an operator: what one gateway process leaves
-//! unknown, another process on the same ledger settles on its own, whichever command it runs.
+//! unknown, the other processes on the same ledger settle on their own, whichever command
+//! they run, and between them ask the provider once.
 
 mod support;
 
@@ -7,6 +8,7 @@ use std::io::Write;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use intentgate_runtime::SWEEP_EVERY;
 use serde_json::{Value, json};
 use support::{example_config, get_json, intentgate, mock_provider, serve, set_faults, until};
 
@@ -56,8 +58,11 @@ fn intents(config: &str, ledger: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Stdio gateways on the ledger: agents that each start their own tool server.
+const STDIO_PROCESSES: usize = 5;
+
 #[tokio::test]
-async fn an_intent_a_stopped_gateway_left_unknown_is_settled_by_a_stdio_gateway_alone() {
+async fn an_intent_a_stopped_gateway_left_unknown_is_settled_by_stdio_gateways_alone_once() {
     let folder = tempfile::tempdir().unwrap();
     let config = example_config(folder.path(), |text| {
         support::with_setting(&text, "timeout_ms", TOOL_TIMEOUT_MS)
@@ -92,10 +97,18 @@ async fn an_intent_a_stopped_gateway_left_unknown_is_settled_by_a_stdio_gateway_
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["status"], "unknown", "{listed:?}");
 
-    // The provider recovers; a stdio gateway on the ledger, which no client talks to, finds
-    // the refund by its lookup.
+    // The provider recovers; stdio gateways on the ledger, which no client talks to, find the
+    // refund by its lookup: one of them, since their sweepers share the work through the
+    // ledger's leases and the intent's lookup interval.
     set_faults(&client, &mock, None, json!({})).await;
-    let _stdio = start_mcp(config, ledger, &mock.url);
+    let stats = |client: reqwest::Client| {
+        let url = format!("{}/admin/stats", mock.url);
+        async move { get_json(&client, url).await }
+    };
+    let lookups_before = stats(client.clone()).await["lookups"].as_u64().unwrap();
+    let _stdio: Vec<StdioGateway> = (0..STDIO_PROCESSES)
+        .map(|_| start_mcp(config, ledger, &mock.url))
+        .collect();
     let (settled, _) = until(
         Duration::from_secs(30),
         Duration::from_millis(200),
@@ -114,4 +127,11 @@ async fn an_intent_a_stopped_gateway_left_unknown_is_settled_by_a_stdio_gateway_
     );
     let effects = get_json(&client, format!("{}/admin/effects", mock.url)).await;
     assert_eq!(effects["by_order"]["ord_live"], 1, "{effects}");
+    // Past the next sweep of every process: the settled intent is not asked about again.
+    tokio::time::sleep(SWEEP_EVERY + Duration::from_secs(1)).await;
+    let lookups = stats(client.clone()).await["lookups"].as_u64().unwrap() - lookups_before;
+    assert_eq!(
+        lookups, 1,
+        "{STDIO_PROCESSES} sweepers looked the intent up {lookups} times"
+    );
 }
