@@ -206,13 +206,7 @@ async fn a_closed_port_is_not_sent_and_the_reason_hides_secrets() {
 
 #[tokio::test]
 async fn a_tls_handshake_that_fails_is_not_sent() {
-    let recorder = Recorder::default();
-    let base = serve(
-        Router::new()
-            .fallback(record_and_echo)
-            .with_state(recorder.clone()),
-    )
-    .await;
+    let (recorder, base) = serve_recording().await;
     // The server speaks plain HTTP, so the TLS handshake fails before any request is written.
     let base = base.replace("http://", "https://");
     let upstream = upstream_with(&base, "refund_order", refund_call(), None);
@@ -403,6 +397,18 @@ async fn the_idempotency_header_carries_the_key_on_side_effects_only() {
     assert!(read.body.is_empty());
 }
 
+/// A server that records every request, whatever its path, and echoes what it received.
+async fn serve_recording() -> (Recorder, String) {
+    let recorder = Recorder::default();
+    let base = serve(
+        Router::new()
+            .fallback(record_and_echo)
+            .with_state(recorder.clone()),
+    )
+    .await;
+    (recorder, base)
+}
+
 async fn record_and_echo(State(recorder): State<Recorder>, request: Request) -> impl IntoResponse {
     let seen = recorder.record(request).await;
     let received: Value = serde_json::from_slice(&seen.body).unwrap_or(Value::Null);
@@ -465,13 +471,7 @@ async fn path_arguments_reach_the_server_inside_one_segment() {
 
 #[tokio::test]
 async fn path_arguments_that_would_change_the_url_are_never_sent() {
-    let recorder = Recorder::default();
-    let base = serve(
-        Router::new()
-            .fallback(record_and_echo)
-            .with_state(recorder.clone()),
-    )
-    .await;
+    let (recorder, base) = serve_recording().await;
     let upstream = upstream_with(
         &base,
         "get_order",
@@ -548,13 +548,7 @@ async fn a_body_template_keeps_number_types() {
 
 #[tokio::test]
 async fn a_header_value_with_a_newline_is_refused_and_nothing_is_sent() {
-    let recorder = Recorder::default();
-    let base = serve(
-        Router::new()
-            .fallback(record_and_echo)
-            .with_state(recorder.clone()),
-    )
-    .await;
+    let (recorder, base) = serve_recording().await;
     let upstream = upstream_with(
         &base,
         "refund_order",
@@ -588,13 +582,7 @@ async fn a_header_value_with_a_newline_is_refused_and_nothing_is_sent() {
 // now `invalid_arguments`, naming the argument, with nothing recorded and nothing sent.
 #[tokio::test]
 async fn a_gate_refuses_a_header_line_break_as_invalid_arguments_and_records_nothing() {
-    let recorder = Recorder::default();
-    let base = serve(
-        Router::new()
-            .fallback(record_and_echo)
-            .with_state(recorder.clone()),
-    )
-    .await;
+    let (recorder, base) = serve_recording().await;
     let upstream = upstream_with(
         &base,
         "refund_order",
