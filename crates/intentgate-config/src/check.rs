@@ -72,6 +72,7 @@ pub(crate) fn check(
     let upstreams = checker.upstreams(file.upstreams);
     checker.owners(&file.owners);
     checker.reconcile(&file.reconcile);
+    checker.resolution(&file.resolution);
     checker.tool_list(&file.tools);
     let tool_count = file.tools.len();
     let mut tools = Vec::with_capacity(file.tools.len());
@@ -125,6 +126,7 @@ pub(crate) fn check(
         upstreams,
         owners: file.owners,
         reconcile: file.reconcile,
+        resolution: file.resolution,
         tools,
     };
     Some((config, definitions, hash_key))

@@ -30,6 +30,8 @@ pub struct Config {
     pub owners: BTreeMap<String, OwnerConfig>,
     /// When and over what window `serve` reconciles the ledger with the providers.
     pub reconcile: ReconcileConfig,
+    /// How `unknown` intents are driven to an answer: the same-key re-send backoff.
+    pub resolution: ResolutionConfig,
     /// The tools, in file order.
     pub tools: Vec<ToolConfig>,
 }
@@ -178,6 +180,33 @@ impl Default for ReconcileConfig {
             window_seconds: 3600,
             unknown_grace_seconds: 900,
             settle_seconds: 5,
+        }
+    }
+}
+
+/// How an `unknown` intent is driven to an answer (SPEC section 5): after each attempt that
+/// ended without one, a pause, then a lookup and, inside the provider's key window, the same
+/// request again with the same idempotency key. The pause starts at `backoff_initial_ms` and
+/// doubles per attempt up to `backoff_max_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResolutionConfig {
+    /// Pause after an intent's first unknown attempt before its next lookup and re-send, in
+    /// milliseconds.
+    pub backoff_initial_ms: u64,
+    /// Longest pause between two steps of one intent, in milliseconds.
+    pub backoff_max_ms: u64,
+    /// Most same-key re-sends one gateway process starts per second for one tool; 0 turns
+    /// re-sends off (unknown intents are then only looked up).
+    pub resends_per_second: u32,
+}
+
+impl Default for ResolutionConfig {
+    fn default() -> Self {
+        ResolutionConfig {
+            backoff_initial_ms: 1_000,
+            backoff_max_ms: 5 * 60 * 1_000,
+            resends_per_second: 20,
         }
     }
 }
@@ -344,6 +373,7 @@ impl fmt::Debug for Config {
             .field("upstreams", &upstreams)
             .field("owners", &self.owners)
             .field("reconcile", &self.reconcile)
+            .field("resolution", &self.resolution)
             .field("tools", &self.tools)
             .finish()
     }

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::auth::AuthFile;
-use crate::config::{AlertRule, GatewayConfig, OwnerConfig, ReconcileConfig};
+use crate::config::{AlertRule, GatewayConfig, OwnerConfig, ReconcileConfig, ResolutionConfig};
 
 /// An intentgate config: the gateway's settings, the upstream APIs its tools call, the
 /// owners who hear about problems, and the tools.
@@ -43,6 +43,11 @@ pub(crate) struct ConfigFile {
     /// default (hourly, over the last hour).
     #[serde(default)]
     pub reconcile: ReconcileConfig,
+    /// How `unknown` intents are driven to an answer once the provider is healthy again:
+    /// lookups and same-key re-sends with exponential backoff; every field has a default
+    /// (1 s doubling to 5 minutes, 20 re-sends a second per tool).
+    #[serde(default)]
+    pub resolution: ResolutionConfig,
     /// The tools agents may call through the gateway.
     pub tools: Vec<ToolFile>,
 }

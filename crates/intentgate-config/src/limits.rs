@@ -68,6 +68,13 @@ pub const KEY_WINDOW_HOURS_MAX: u32 = 24 * 365;
 /// after the provider forgot the key could pay out twice. A window of an hour or less
 /// leaves nothing, and such a tool is never re-sent.
 pub const RESEND_WINDOW_MARGIN: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+/// Shortest re-send backoff, in milliseconds: a provider that just timed out gets at least
+/// this long before the same request comes again.
+pub const RESOLUTION_BACKOFF_MIN_MS: u64 = 100;
+/// Longest re-send backoff, in milliseconds (a day, the usual key window).
+pub const RESOLUTION_BACKOFF_MAX_MS: u64 = 24 * 60 * 60 * 1000;
+/// Highest re-send rate per tool and process.
+pub const RESENDS_PER_SECOND_MAX: u32 = 10_000;
 /// Longest `Retry-After` cap, in milliseconds. A retry that waits longer than a tool's
 /// timeout helps nobody.
 pub const RETRY_AFTER_CAP_MS_MAX: u64 = 10 * 60 * 1000;

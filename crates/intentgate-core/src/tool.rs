@@ -48,10 +48,11 @@ pub struct ToolDefinition {
     pub external_id_pointer: String,
     /// How long the upstream stores and replays its response per idempotency key, already
     /// shortened by a safety margin; `None` (the default) when it does not, or nobody said.
-    /// Within this window, counted from when the intent was first seen, the sweeper may
-    /// re-send an `unknown` intent with the same provider key (SPEC section 5): if the first
-    /// attempt committed, the provider replays its answer and nothing happens twice. Outside
-    /// it, or without it, an unknown intent is never sent again.
+    /// Within this window, counted from when the intent was first seen, the gate (its
+    /// sweeper, or a repeat call) re-sends an `unknown` intent with the same provider key
+    /// (SPEC section 5): if the first attempt committed, the provider replays its answer and
+    /// nothing happens twice. Outside it, or without it, an unknown intent is never sent
+    /// again.
     pub resend_window: Option<Duration>,
     /// The arguments the input schema marks `sensitive: true`. The ledger keeps keyed hashes
     /// of them (arguments, key placeholders, echoes in results), never their values.
@@ -243,20 +244,23 @@ impl ToolDefinition {
         Some(template.render_with(arguments, intent_id, self.hash_key.as_ref()))
     }
 
+    /// True when an `unknown` intent first seen at `first_seen_ms` may be re-sent from the
+    /// ledger's copy of its arguments (as the sweeper does): [`ToolDefinition::within_resend_window`],
+    /// and never for a tool with sensitive arguments, since the ledger keeps only their
+    /// hashes and a re-send built from them would send hashes to the provider. A repeat call
+    /// carries the caller's own values and only needs the window.
+    pub fn may_resend(&self, first_seen_ms: i64, now_ms: i64, attempt: Duration) -> bool {
+        self.sensitive.is_empty() && self.within_resend_window(first_seen_ms, now_ms, attempt)
+    }
+
     /// True when an `unknown` intent first seen at `first_seen_ms` may be re-sent with its
     /// provider key at `now_ms` by an attempt that may take up to `attempt` (its lease):
     /// every request of that attempt must leave inside the resend window, since after the
     /// window the provider may have forgotten the key and would perform the effect again.
-    ///
-    /// Never for a tool with sensitive arguments: the ledger keeps only their hashes, and a
-    /// re-send is built from what the ledger keeps, so it would send hashes to the provider.
-    pub fn may_resend(&self, first_seen_ms: i64, now_ms: i64, attempt: Duration) -> bool {
+    pub fn within_resend_window(&self, first_seen_ms: i64, now_ms: i64, attempt: Duration) -> bool {
         let Some(window) = self.resend_window else {
             return false;
         };
-        if !self.sensitive.is_empty() {
-            return false;
-        }
         let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
         let attempt_ms = i64::try_from(attempt.as_millis()).unwrap_or(i64::MAX);
         now_ms.saturating_add(attempt_ms) < first_seen_ms.saturating_add(window_ms)

@@ -22,6 +22,7 @@ use crate::metrics::{
     UpstreamRequest,
 };
 use crate::outcome::CallOutcome;
+use crate::resolve::{Driver, Resolution, ResendBudget, StepRequest, millis};
 use crate::upstream::{LookupOutcome, Upstream, UpstreamCall};
 
 /// Time a waiting caller gives the lease holder beyond the tool's timeout before it answers
@@ -51,6 +52,9 @@ pub struct GateOptions {
     pub lookup_interval: Duration,
     pub retry_after_cap: Duration,
     pub backoff_base: Duration,
+    /// How unknown intents are driven to an answer: the same-key re-send backoff and its
+    /// rate limit (SPEC section 5).
+    pub resolution: Resolution,
 }
 
 impl Default for GateOptions {
@@ -64,6 +68,7 @@ impl Default for GateOptions {
             lookup_interval: LOOKUP_INTERVAL,
             retry_after_cap: RETRY_AFTER_CAP,
             backoff_base: BACKOFF_BASE,
+            resolution: Resolution::default(),
         }
     }
 }
@@ -117,6 +122,14 @@ pub(crate) enum Attempt {
     Resend,
 }
 
+/// What the call path's first read found.
+enum Read {
+    /// A settled repeat, answered from the read.
+    Answered(CallOutcome),
+    /// Anything else: the intent as read, if it exists, for `begin` to decide on.
+    Open(Option<IntentRecord>),
+}
+
 /// What a lookup of an `unknown` intent found, once its answer is in the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Looked {
@@ -146,6 +159,7 @@ pub struct Gate {
     flags: Mutex<FlagCache>,
     metrics: Arc<Metrics>,
     repeated_calls: RepeatedCalls,
+    pub(crate) resend_budget: ResendBudget,
 }
 
 #[derive(Default)]
@@ -196,6 +210,7 @@ impl Gate {
             flags: Mutex::default(),
             metrics: Arc::new(Metrics::new()),
             repeated_calls: RepeatedCalls::new(),
+            resend_budget: ResendBudget::default(),
         })
     }
 
@@ -382,12 +397,13 @@ impl Gate {
             .expect("Gate::new checked that a tool with sensitive arguments has a hash key");
         let fingerprint = fingerprint(&stored_arguments);
 
-        if let Some(outcome) = self
+        let read = match self
             .look_up_settled(tool, &context.tenant, &key, fingerprint.as_str())
             .await?
         {
-            return Ok(outcome);
-        }
+            Read::Answered(outcome) => return Ok(outcome),
+            Read::Open(read) => read,
+        };
 
         // The request must be buildable from these arguments before an intent is recorded: a
         // header value with a line break is the caller's mistake, not an intent. (A settled
@@ -408,35 +424,48 @@ impl Gate {
 
         let owner = self.lease_owner("");
         let now_ms = self.clock.now_ms();
-        let begun = self
-            .acquire(
-                tool,
-                BeginRequest {
-                    tenant: context.tenant.clone(),
-                    tool: tool.name.clone(),
-                    key: key.clone(),
-                    fingerprint: fingerprint.as_str().to_owned(),
-                    arguments: stored_arguments.clone().into_owned(),
-                    lease_owner: owner.clone(),
-                    lease_expires_ms: now_ms + self.lease_duration(tool).as_millis() as i64,
-                    now_ms,
-                    count_call: true,
-                    retry_rejected: tool.retry_rejected,
-                    lookup_interval_ms: self.options.lookup_interval.as_millis() as i64,
-                    resend_unknown: false,
-                },
-            )
-            .await?;
+        let request = BeginRequest {
+            tenant: context.tenant.clone(),
+            tool: tool.name.clone(),
+            key: key.clone(),
+            fingerprint: fingerprint.as_str().to_owned(),
+            arguments: stored_arguments.clone().into_owned(),
+            lease_owner: owner.clone(),
+            lease_expires_ms: now_ms + millis(self.lease_duration(tool)),
+            now_ms,
+            count_call: true,
+            retry_rejected: tool.retry_rejected,
+            // When the intent exists and is unknown, its next step's due time.
+            lookup_interval_ms: match &read {
+                Some(intent) => self.step_interval_ms(tool, intent, now_ms, Driver::Caller),
+                None => millis(self.options.lookup_interval),
+            },
+            resend_unknown: false,
+        };
+        let (begun, request) = self.acquire(tool, request).await?;
         let intent_id = context.intent_id.as_deref();
         match begun {
             Begin::Execute(intent) => Ok(self
                 .execute(tool, &arguments, intent_id, intent, &owner, Attempt::Call)
                 .await),
+            // The next step of an unknown intent is due: run it, within this call.
             Begin::Lookup(intent) => {
-                let (outcome, _) = self
-                    .look_up_unknown(tool, &arguments, intent_id, intent, &owner, "lookup")
-                    .await;
-                Ok(outcome)
+                let step = StepRequest {
+                    arguments: &arguments,
+                    intent_id,
+                    owner: &owner,
+                    driver: Driver::Caller,
+                    begin: &request,
+                };
+                match self.advance_unknown(tool, step, intent).await {
+                    Ok(step) => Ok(step.outcome),
+                    // The lookup is recorded; only the re-send's `begin` failed, and nothing
+                    // was re-sent: the intent is as unknown as the lookup left it.
+                    Err(error) => {
+                        tracing::warn!(tool = %tool.name, %error, "could not re-send an unknown intent; it stays unknown");
+                        Ok(self.outcome(tool, CallStatus::PendingUnknown, ""))
+                    }
+                }
             }
             Begin::Settled(intent) => Ok(self.answer_from(tool, &intent)),
             Begin::Conflict(intent) => Ok(self.conflict(tool, key, &intent, &stored_arguments)),
@@ -446,25 +475,26 @@ impl Gate {
     }
 
     /// Look up: a repeat of a settled intent (done, or rejected for good) is answered from a
-    /// read, without a durable write; the call is still counted, in the background.
+    /// read, without a durable write; the call is still counted, in the background. Any
+    /// other call goes on with the intent as read, if it exists.
     async fn look_up_settled(
         &self,
         tool: &ToolDefinition,
         tenant: &str,
         key: &str,
         fingerprint: &str,
-    ) -> Result<Option<CallOutcome>, GateError> {
+    ) -> Result<Read, GateError> {
         let started = Instant::now();
         let read = self.ledger.get(tenant, &tool.name, key).await;
         self.metrics
             .ledger_operation(LedgerOperation::Get, started.elapsed());
         let Some(intent) = read? else {
-            return Ok(None);
+            return Ok(Read::Open(None));
         };
         let settled = intent.status == IntentStatus::Done
             || (intent.status == IntentStatus::Rejected && !tool.retry_rejected);
         if intent.fingerprint != fingerprint || !settled {
-            return Ok(None);
+            return Ok(Read::Open(Some(intent)));
         }
         // The count the write below will make, unless another repeat's write lands first.
         self.repeated_call(tool, &intent, intent.call_count + 1);
@@ -479,7 +509,7 @@ impl Gate {
             }
             .in_current_span(),
         );
-        Ok(Some(self.answer_from(tool, &intent)))
+        Ok(Read::Answered(self.answer_from(tool, &intent)))
     }
 
     /// Acquire: `begin` takes the intent's lease and records `in_flight` durably (or a lookup
@@ -487,11 +517,12 @@ impl Gate {
     /// caller waits, woken when the holder commits and bounded by the tool's timeout plus
     /// [`WAIT_MARGIN`], and then takes what `begin` answers last (`Busy` when still held).
     /// `request` is the first `begin`; a retry after a wait is not counted as another call.
+    /// Returns the last `begin` asked with what it answered.
     async fn acquire(
         &self,
         tool: &ToolDefinition,
         mut request: BeginRequest,
-    ) -> Result<Begin, LedgerError> {
+    ) -> Result<(Begin, BeginRequest), LedgerError> {
         let wait_until = request.now_ms + (tool.timeout + WAIT_MARGIN).as_millis() as i64;
         // Time spent waiting for another caller's lease, once this call has waited.
         let mut waited: Option<Duration> = None;
@@ -523,13 +554,16 @@ impl Gate {
                 .await;
             *waited.get_or_insert(Duration::ZERO) += started.elapsed();
             request.now_ms = self.clock.now_ms();
-            request.lease_expires_ms =
-                request.now_ms + self.lease_duration(tool).as_millis() as i64;
+            request.lease_expires_ms = request.now_ms + millis(self.lease_duration(tool));
+            // The holder's attempt may leave the intent unknown: its next step is due by
+            // the schedule of the attempt count it had.
+            request.lookup_interval_ms =
+                self.step_interval_ms(tool, intent, request.now_ms, Driver::Caller);
         };
         if let Some(waited) = waited {
             self.metrics.lease_waited(&tool.name, waited);
         }
-        begun
+        begun.map(|begun| (begun, request))
     }
 
     /// The answer to a call whose key names an intent made with other arguments: which
@@ -825,7 +859,7 @@ impl Gate {
     }
 
     /// The answer a repeat gets from the ledger.
-    fn answer_from(&self, tool: &ToolDefinition, intent: &IntentRecord) -> CallOutcome {
+    pub(crate) fn answer_from(&self, tool: &ToolDefinition, intent: &IntentRecord) -> CallOutcome {
         let (status, details) = match intent.status {
             IntentStatus::Done => (CallStatus::AlreadyDone, String::new()),
             IntentStatus::Rejected => (
@@ -858,7 +892,12 @@ impl Gate {
             .with_errors(vec![reason])
     }
 
-    fn outcome(&self, tool: &ToolDefinition, status: CallStatus, details: &str) -> CallOutcome {
+    pub(crate) fn outcome(
+        &self,
+        tool: &ToolDefinition,
+        status: CallStatus,
+        details: &str,
+    ) -> CallOutcome {
         CallOutcome {
             status,
             message: tool.messages.render(status, &tool.name, details),

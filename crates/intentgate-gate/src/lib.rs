@@ -13,9 +13,10 @@
 //! announces each repeated call for an existing intent ([`Gate::repeated_calls`]), for the
 //! duplicate-call alerts.
 //!
-//! [`Gate::sweep`] resolves the intents a crash or an expired lease left `in_flight` or
-//! `unknown`, through the same lookup, and re-sends one with its own provider key only
-//! where the tool's upstream replays responses per key and its window has not passed.
+//! An `unknown` intent is driven to a definite answer (the `resolve` module): each repeat
+//! call whose step is due, and [`Gate::sweep`] for the intents nobody asks about, look it up
+//! and, where the tool's upstream replays responses per key and its window has not passed,
+//! re-send it with its own provider key, with exponential backoff ([`Resolution`]).
 //!
 //! **API boundary:** the gate owns no transport. The HTTP and MCP servers, the CLI and Rust
 //! agents all call [`Gate::call`] and turn its [`CallOutcome`] into their own wire format.
@@ -24,6 +25,7 @@ mod clock;
 mod gate;
 mod metrics;
 mod outcome;
+mod resolve;
 pub mod schema;
 mod sweeper;
 mod upstream;
@@ -35,7 +37,9 @@ pub use gate::{
 };
 pub use metrics::{ConnectionDrop, Metrics, REPEATED_CALL_BUFFER, RepeatedCall};
 pub use outcome::CallOutcome;
-pub use sweeper::{
-    RESEND_ATTEMPTS_MAX, SWEEP_LOOKUP_AGE_FRACTION, SWEEP_LOOKUP_INTERVAL_MAX, SweepReport,
+pub use resolve::{
+    RESEND_BACKOFF_INITIAL, RESEND_BACKOFF_MAX, RESENDS_PER_SECOND, Resolution,
+    SWEEP_LOOKUP_AGE_FRACTION, SWEEP_LOOKUP_INTERVAL_MAX,
 };
+pub use sweeper::{SWEEP_CONCURRENCY, SweepReport};
 pub use upstream::{LookupOutcome, Upstream, UpstreamCall};

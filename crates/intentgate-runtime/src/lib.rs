@@ -31,10 +31,11 @@ mod tasks;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use intentgate_config::{DurabilityMode, HashKeySource, LoadedConfig};
+use intentgate_config::{DurabilityMode, HashKeySource, LoadedConfig, ResolutionConfig};
 use intentgate_core::HashKey;
-use intentgate_gate::{Clock, Gate, GateOptions, SystemClock};
+use intentgate_gate::{Clock, Gate, GateOptions, Resolution, SystemClock};
 use intentgate_http::HttpUpstream;
 use intentgate_ledger::{Durability, Ledger};
 
@@ -194,13 +195,27 @@ pub fn durability(mode: DurabilityMode) -> Durability {
     }
 }
 
-/// The gate over a config's tools, with the HTTP upstream they describe.
+/// The gate over a config's tools, with the HTTP upstream they describe and the config's
+/// `resolution` settings.
 pub fn build_gate(
     loaded: &LoadedConfig,
     ledger: Arc<dyn Ledger>,
     clock: Arc<dyn Clock>,
 ) -> Result<Gate, Error> {
-    build_gate_with(loaded, ledger, clock, GateOptions::default())
+    let options = GateOptions {
+        resolution: resolution(&loaded.config.resolution),
+        ..GateOptions::default()
+    };
+    build_gate_with(loaded, ledger, clock, options)
+}
+
+/// The gate's re-send schedule from a config's `resolution` section.
+pub fn resolution(config: &ResolutionConfig) -> Resolution {
+    Resolution {
+        backoff_initial: Duration::from_millis(config.backoff_initial_ms),
+        backoff_max: Duration::from_millis(config.backoff_max_ms),
+        resends_per_second: config.resends_per_second,
+    }
 }
 
 /// [`build_gate`] with chosen gate options.

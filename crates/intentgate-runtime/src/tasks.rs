@@ -15,14 +15,17 @@ use tokio::task::JoinHandle;
 
 /// How often the retention purge runs.
 pub const PURGE_EVERY: Duration = Duration::from_secs(60 * 60);
-/// How often the sweeper looks for intents left in flight or unknown. Short enough that a
-/// crashed call's intent is settled seconds after its lease expires, before a user asks
-/// again; long enough that an idle gateway costs one indexed read per status each time. Each
-/// intent's lookups are rate-limited on their own, so sweeping often does not mean asking the
-/// provider often.
+/// Longest pause between two sweeps. Short enough that a crashed call's intent is settled
+/// seconds after its lease expires, before a user asks again; long enough that an idle
+/// gateway costs one indexed read per status each time. Each intent's steps are scheduled on
+/// their own, so sweeping often does not mean asking the provider often.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
-/// Most intents of each status (expired in flight, unknown) one sweep takes; one sweep
-/// handles them one at a time, so this bounds how long it runs. The rest wait for the next.
+/// Shortest pause between two sweeps, when an intent's next step falls due sooner than
+/// [`SWEEP_EVERY`] (a re-send backoff of a second).
+pub const SWEEP_PAUSE_MIN: Duration = Duration::from_millis(250);
+/// Most intents of each status (expired in flight, unknown) one sweep takes; it steps a few
+/// at a time (`SWEEP_CONCURRENCY`), so this bounds how long it runs. The rest wait for the
+/// next.
 const SWEEP_LIMIT: u32 = 100;
 
 /// Background tasks that stop when this is dropped: they live as long as the server they
@@ -67,33 +70,56 @@ pub async fn purge_forever(ledger: Arc<dyn Ledger>, retention_days: u32) {
     }
 }
 
-/// Sweeps every [`SWEEP_EVERY`], a sweep at a time; logs what a sweep did when it did
-/// something.
+/// Sweeps until stopped, a sweep at a time: again when the earliest intent it saw falls
+/// due, between [`SWEEP_PAUSE_MIN`] and [`SWEEP_EVERY`] later. Logs what a sweep did when it
+/// did something.
 pub async fn sweep_forever(gate: Arc<Gate>) {
-    let mut ticks = tokio::time::interval(SWEEP_EVERY);
-    // A sweep slower than the interval delays the next one rather than bunching them.
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        ticks.tick().await;
-        match gate.sweep(SWEEP_LIMIT).await {
-            Ok(report) if report.acted() || report.errors > 0 => tracing::info!(
-                examined = report.examined,
-                resolved_done = report.resolved_done,
-                resent = report.resent,
-                looked_up = report.looked_up,
-                lookup_failed = report.lookup_failed,
-                still_unknown = report.still_unknown,
-                settled_otherwise = report.settled_otherwise,
-                skipped_busy = report.skipped_busy,
-                not_due = report.not_due,
-                errors = report.errors,
-                truncated = report.truncated,
-                "swept intents left in flight or unknown"
-            ),
-            Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "sweep failed; will try again"),
-        }
+        let pause = match gate.sweep(SWEEP_LIMIT).await {
+            Ok(report) => {
+                if report.acted() || report.errors > 0 {
+                    tracing::info!(
+                        examined = report.examined,
+                        resolved_done = report.resolved_done,
+                        resent = report.resent,
+                        resends_deferred = report.resends_deferred,
+                        looked_up = report.looked_up,
+                        lookup_failed = report.lookup_failed,
+                        still_unknown = report.still_unknown,
+                        settled_otherwise = report.settled_otherwise,
+                        skipped_busy = report.skipped_busy,
+                        not_due = report.not_due,
+                        errors = report.errors,
+                        truncated = report.truncated,
+                        "swept intents left in flight or unknown"
+                    );
+                }
+                next_sweep_in(&report, SystemClock.now_ms())
+            }
+            Err(error) => {
+                tracing::warn!(%error, "sweep failed; will try again");
+                SWEEP_EVERY
+            }
+        };
+        tokio::time::sleep(pause).await;
     }
+}
+
+/// The pause before the sweep after `report`: until its earliest due step, or at once (after
+/// the least pause) when it left work behind (a listing cut while it acted, a re-send
+/// deferred), at most [`SWEEP_EVERY`]. A cut listing of intents none of which was due waits
+/// for the earliest of them, so a ledger holding many long-unknown intents is not re-read
+/// in a loop.
+fn next_sweep_in(report: &intentgate_gate::SweepReport, now_ms: i64) -> Duration {
+    let until_due = report.next_due_ms.map(|due_ms| {
+        Duration::from_millis(u64::try_from(due_ms.saturating_sub(now_ms)).unwrap_or(0))
+    });
+    let pause = if (report.truncated && report.acted()) || report.resends_deferred > 0 {
+        Duration::ZERO
+    } else {
+        until_due.unwrap_or(SWEEP_EVERY)
+    };
+    pause.clamp(SWEEP_PAUSE_MIN, SWEEP_EVERY)
 }
 
 /// Starts the duplicate-call alert rules of `loaded`'s tools over `gate`'s repeated calls;
@@ -182,5 +208,47 @@ impl intentgate_admin::Reconciler for AdminReconciler {
     async fn reconcile(&self, since: Duration, actor: &str) -> Result<serde_json::Value, String> {
         let report = self.0.run(since, SystemClock.now_ms(), actor).await;
         serde_json::to_value(&report).map_err(|error| error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use intentgate_gate::SweepReport;
+
+    #[test]
+    fn the_next_sweep_comes_when_the_earliest_step_falls_due_within_bounds() {
+        let now_ms = 1_000_000;
+        let idle = SweepReport::default();
+        assert_eq!(next_sweep_in(&idle, now_ms), SWEEP_EVERY);
+        let due_soon = SweepReport {
+            next_due_ms: Some(now_ms + 1_500),
+            ..SweepReport::default()
+        };
+        assert_eq!(next_sweep_in(&due_soon, now_ms), Duration::from_millis(1_500));
+        let overdue = SweepReport {
+            next_due_ms: Some(now_ms - 10),
+            ..SweepReport::default()
+        };
+        assert_eq!(next_sweep_in(&overdue, now_ms), SWEEP_PAUSE_MIN);
+        let far = SweepReport {
+            next_due_ms: Some(now_ms + 3_600_000),
+            ..SweepReport::default()
+        };
+        assert_eq!(next_sweep_in(&far, now_ms), SWEEP_EVERY);
+        let deferred = SweepReport {
+            resends_deferred: 1,
+            next_due_ms: Some(now_ms + 5_000),
+            ..SweepReport::default()
+        };
+        assert_eq!(next_sweep_in(&deferred, now_ms), SWEEP_PAUSE_MIN);
+        // A cut listing of intents none of which was due is not re-read in a loop.
+        let cut_idle = SweepReport {
+            truncated: true,
+            not_due: 100,
+            next_due_ms: Some(now_ms + 4_000),
+            ..SweepReport::default()
+        };
+        assert_eq!(next_sweep_in(&cut_idle, now_ms), Duration::from_millis(4_000));
     }
 }

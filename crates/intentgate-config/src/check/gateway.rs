@@ -7,7 +7,7 @@ use intentgate_core::Effect;
 
 use super::Checker;
 use super::upstreams::check_url;
-use crate::config::{AlertRule, GatewayConfig, OwnerConfig, ReconcileConfig};
+use crate::config::{AlertRule, GatewayConfig, OwnerConfig, ReconcileConfig, ResolutionConfig};
 use crate::limits::*;
 use crate::source_map::at;
 
@@ -113,6 +113,45 @@ impl Checker<'_, '_> {
                 format!(
                     "set `window_seconds` to at least {}",
                     reconcile.every_seconds
+                ),
+            );
+        }
+    }
+
+    /// Checks the re-send backoff: a pause of at least 100 ms, a ceiling no lower than the
+    /// first pause and no longer than a day, and a bounded rate.
+    pub(super) fn resolution(&mut self, resolution: &ResolutionConfig) {
+        self.range(
+            &at!["resolution", "backoff_initial_ms"],
+            resolution.backoff_initial_ms,
+            RESOLUTION_BACKOFF_MIN_MS,
+            RESOLUTION_BACKOFF_MAX_MS,
+            "milliseconds",
+        );
+        self.range(
+            &at!["resolution", "backoff_max_ms"],
+            resolution.backoff_max_ms,
+            RESOLUTION_BACKOFF_MIN_MS,
+            RESOLUTION_BACKOFF_MAX_MS,
+            "milliseconds",
+        );
+        self.range(
+            &at!["resolution", "resends_per_second"],
+            resolution.resends_per_second.into(),
+            0,
+            RESENDS_PER_SECOND_MAX.into(),
+            "re-sends a second",
+        );
+        if resolution.backoff_max_ms < resolution.backoff_initial_ms {
+            self.push(
+                &at!["resolution", "backoff_max_ms"],
+                format!(
+                    "`backoff_max_ms` is {}, shorter than `backoff_initial_ms` ({}): the pause could never grow",
+                    resolution.backoff_max_ms, resolution.backoff_initial_ms
+                ),
+                format!(
+                    "set `backoff_max_ms` to at least {}",
+                    resolution.backoff_initial_ms
                 ),
             );
         }

@@ -183,6 +183,11 @@ async fn run_intentgate(
         lookup_interval: scale(intentgate_gate::LOOKUP_INTERVAL),
         retry_after_cap: scale(intentgate_gate::RETRY_AFTER_CAP),
         backoff_base: scale(intentgate_gate::BACKOFF_BASE),
+        resolution: intentgate_gate::Resolution {
+            backoff_initial: scale(intentgate_gate::RESEND_BACKOFF_INITIAL),
+            backoff_max: scale(intentgate_gate::RESEND_BACKOFF_MAX),
+            ..intentgate_runtime::resolution(&loaded.config.resolution)
+        },
         ..GateOptions::default()
     };
     let gate = Arc::new(intentgate_runtime::build_gate_with(
