@@ -44,8 +44,7 @@ use intentgate_core::{HashKey, ToolDefinition};
 pub use auth::{ApiKeyConfig, AuthConfig, AuthMethods, JwtConfig, TrustedProxyConfig};
 pub use config::{
     AlertRule, AlertScope, Config, DurabilityMode, GatewayConfig, OwnerConfig, ReconcileConfig,
-    ResolutionConfig,
-    ToolConfig,
+    ResolutionConfig, ToolConfig,
 };
 pub use error::{ConfigError, ConfigErrors};
 

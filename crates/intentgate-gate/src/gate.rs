@@ -22,7 +22,7 @@ use crate::metrics::{
     UpstreamRequest,
 };
 use crate::outcome::CallOutcome;
-use crate::resolve::{Driver, Resolution, ResendBudget, StepRequest, millis};
+use crate::resolve::{Driver, ResendBudget, Resolution, StepRequest, millis};
 use crate::upstream::{LookupOutcome, Upstream, UpstreamCall};
 
 /// Time a waiting caller gives the lease holder beyond the tool's timeout before it answers

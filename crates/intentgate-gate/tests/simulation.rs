@@ -31,10 +31,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use intentgate_core::key::provider_key;
 use intentgate_core::{CallStatus, IntentStatus, ToolDefinition};
 use intentgate_gate::{
-    CallContext, CallOutcome, Clock, Gate, GateOptions, SWEEP_LOOKUP_INTERVAL_MAX, SweepReport,
-    TokioClock,
+    CallContext, CallOutcome, Clock, Gate, GateOptions, Resolution, SWEEP_LOOKUP_INTERVAL_MAX,
+    SweepReport, TokioClock,
 };
 use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions};
 use intentgate_mock::{FakeProvider, FaultPlan, Rng};
@@ -64,6 +65,36 @@ const FINAL_SWEEPS_MAX: usize = 100;
 /// The refund tool's resend window in odd seeds: the mock provider keeps keys for 24 hours,
 /// less the config loader's margin of an hour.
 const RESEND_WINDOW: Duration = Duration::from_secs(23 * 60 * 60);
+/// Simulated time after the faults stop within which the sweeper alone must bring every
+/// intent its key window still covers to done, rejected or not executed: the longest re-send
+/// backoff (5 minutes) three times over.
+const LIVENESS_BOUND: Duration = Duration::from_secs(15 * 60);
+/// How often the sweeper runs once the faults stop, at most (`intentgate serve`'s longest
+/// pause between sweeps).
+const SERVE_SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// What varies between runs besides the seed and the number of intents.
+#[derive(Debug, Clone, Copy)]
+struct Variant {
+    /// Make a second effect around the gate, which the checker must catch.
+    sabotage: bool,
+    /// Some users come back after the provider forgot the key (25 hours later). Off, every
+    /// intent is still inside its key window when the faults stop, so the liveness check
+    /// covers them all.
+    late_returns: bool,
+    /// The gate's re-send rate; 0 turns the same-key re-send off.
+    resends_per_second: u32,
+}
+
+impl Default for Variant {
+    fn default() -> Variant {
+        Variant {
+            sabotage: false,
+            late_returns: true,
+            resends_per_second: intentgate_gate::RESENDS_PER_SECOND,
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Call {
@@ -104,6 +135,11 @@ struct Report {
     /// What every sweep did, added up.
     swept: SweepReport,
     problems: Vec<String>,
+    /// Intents inside their key window still unresolved `LIVENESS_BOUND` after the faults
+    /// stopped.
+    unresolved_in_window: usize,
+    /// Intents left unknown because their provider key replays a stored server error.
+    held_by_replayed_errors: usize,
 }
 
 impl Report {
@@ -111,6 +147,12 @@ impl Report {
         self.problems
             .iter()
             .filter(|problem| problem.starts_with("duplicate"))
+            .count()
+    }
+    fn liveness_failures(&self) -> usize {
+        self.problems
+            .iter()
+            .filter(|problem| problem.starts_with("liveness"))
             .count()
     }
     fn lost(&self) -> usize {
@@ -146,13 +188,13 @@ fn amount(rng: &mut Rng, cents: u64) -> Value {
 
 /// The calls of one intent: each user ask goes through the model, the framework and the
 /// HTTP client, each of which may retry; some retries fire at the same instant as another.
-fn calls_for(rng: &mut Rng, intent: usize, cents: u64) -> Vec<Call> {
+fn calls_for(rng: &mut Rng, intent: usize, cents: u64, late_returns: bool) -> Vec<Call> {
     let start = Duration::from_millis(rng.below(STORM_SPAN.as_millis() as u64));
     let mut calls = Vec::new();
     let asks = 1 + rng.below(2) as usize;
     for ask in 0..asks {
         let mut at = start + Duration::from_secs(ask as u64 * (60 + rng.below(20 * 60)));
-        if ask == 1 && rng.chance(LATE_RETURN_PER_THOUSAND) {
+        if ask == 1 && rng.chance(LATE_RETURN_PER_THOUSAND) && late_returns {
             at += Duration::from_secs(25 * 60 * 60);
         }
         for _model in 0..1 + rng.below(2) {
@@ -174,7 +216,7 @@ fn calls_for(rng: &mut Rng, intent: usize, cents: u64) -> Vec<Call> {
     calls
 }
 
-fn workload(seed: u64, intents: usize) -> (Vec<Event>, HashMap<usize, u64>) {
+fn workload(seed: u64, intents: usize, late_returns: bool) -> (Vec<Event>, HashMap<usize, u64>) {
     let mut rng = Rng::new(seed ^ 0x5EED);
     let mut events = Vec::new();
     let mut amounts = HashMap::new();
@@ -182,7 +224,7 @@ fn workload(seed: u64, intents: usize) -> (Vec<Event>, HashMap<usize, u64>) {
         let cents = [4900, 1250, 999, 10000, 5][rng.below(5) as usize];
         amounts.insert(intent, cents);
         events.extend(
-            calls_for(&mut rng, intent, cents)
+            calls_for(&mut rng, intent, cents, late_returns)
                 .into_iter()
                 .map(Event::Call),
         );
@@ -214,22 +256,6 @@ fn refund_tool_of(seed: u64) -> ToolDefinition {
     tool
 }
 
-/// Adds one sweep's report to the running total.
-fn add(total: &mut SweepReport, sweep: &SweepReport) {
-    total.examined += sweep.examined;
-    total.resolved_done += sweep.resolved_done;
-    total.resent += sweep.resent;
-    total.looked_up += sweep.looked_up;
-    total.lookup_failed += sweep.lookup_failed;
-    total.still_unknown += sweep.still_unknown;
-    total.settled_otherwise += sweep.settled_otherwise;
-    total.skipped_busy += sweep.skipped_busy;
-    total.not_due += sweep.not_due;
-    total.skipped_tool += sweep.skipped_tool;
-    total.errors += sweep.errors;
-    total.truncated |= sweep.truncated;
-}
-
 /// The gate's sweeper, every [`SWEEP_EVERY`], until the gate dies; returns the total.
 async fn sweep_forever(gate: Arc<Gate>, total: Arc<std::sync::Mutex<(usize, SweepReport)>>) {
     loop {
@@ -240,7 +266,7 @@ async fn sweep_forever(gate: Arc<Gate>, total: Arc<std::sync::Mutex<(usize, Swee
             .expect("the ledger stays available");
         let mut total = total.lock().unwrap();
         total.0 += 1;
-        add(&mut total.1, &report);
+        total.1.add(&report);
     }
 }
 
@@ -250,11 +276,16 @@ fn open_gate(
     clock: &Arc<dyn Clock>,
     incarnation: usize,
     tool: &ToolDefinition,
+    variant: Variant,
 ) -> Arc<Gate> {
     let ledger =
         Arc::new(SqliteLedger::open(path, SqliteOptions::inline(Durability::Relaxed)).unwrap());
     let options = GateOptions {
         instance: format!("gate{incarnation}"),
+        resolution: Resolution {
+            resends_per_second: variant.resends_per_second,
+            ..Resolution::default()
+        },
         ..GateOptions::default()
     };
     Arc::new(
@@ -269,19 +300,19 @@ fn open_gate(
     )
 }
 
-async fn simulate(seed: u64, intents: usize, sabotage: bool) -> Report {
+async fn simulate(seed: u64, intents: usize, variant: Variant) -> Report {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::new(1_800_000_000_000));
     let provider = Arc::new(FakeProvider::new(seed, FaultPlan::stormy(), clock.clone()));
-    let (events, amounts) = workload(seed, intents);
+    let (events, amounts) = workload(seed, intents, variant.late_returns);
     let tool = refund_tool_of(seed);
     let mut report = Report {
         intents,
         resend_window: tool.resend_window.is_some(),
         ..Report::default()
     };
-    let mut gate = open_gate(&path, &provider, &clock, 0, &tool);
+    let mut gate = open_gate(&path, &provider, &clock, 0, &tool, variant);
     let swept = Arc::new(std::sync::Mutex::new((0, SweepReport::default())));
     let mut sweeper = tokio::spawn(sweep_forever(gate.clone(), swept.clone()));
     let mut running: JoinSet<Answer> = JoinSet::new();
@@ -317,7 +348,7 @@ async fn simulate(seed: u64, intents: usize, sabotage: bool) -> Report {
                 let _ = (&mut sweeper).await;
                 report.crashes += 1;
                 drop(gate);
-                gate = open_gate(&path, &provider, &clock, report.crashes, &tool);
+                gate = open_gate(&path, &provider, &clock, report.crashes, &tool, variant);
                 sweeper = tokio::spawn(sweep_forever(gate.clone(), swept.clone()));
             }
         }
@@ -333,11 +364,22 @@ async fn simulate(seed: u64, intents: usize, sabotage: bool) -> Report {
     let _ = sweeper.await;
     (report.sweeps, report.swept) = swept.lock().unwrap().clone();
 
-    // Quiesce: every lease expires, the provider heals, and the sweeper runs until it has
-    // nothing left to do; between sweeps, every unknown intent's next lookup falls due.
-    tokio::time::sleep(Duration::from_secs(60 * 60)).await;
+    // Liveness: the provider heals, and the sweeper alone, as often as `serve` runs it at
+    // most, brings every intent still inside its key window to an answer within the bound.
     provider.set_plan(FaultPlan::none());
     let ledger = gate.ledger().clone();
+    let liveness_deadline = tokio::time::Instant::now() + LIVENESS_BOUND;
+    while tokio::time::Instant::now() < liveness_deadline {
+        let sweep = gate.sweep(FINAL_SWEEP_LIMIT).await.unwrap();
+        report.sweeps += 1;
+        report.swept.add(&sweep);
+        tokio::time::sleep(SERVE_SWEEP_EVERY).await;
+    }
+    check_liveness(&mut report, &*ledger, &provider, clock.now_ms()).await;
+
+    // Quiesce: the sweeper runs until it has nothing left to do; between sweeps, every
+    // unknown intent's next lookup falls due.
+    tokio::time::sleep(Duration::from_secs(60 * 60)).await;
     let mut settled = false;
     for _ in 0..FINAL_SWEEPS_MAX {
         let sweep = gate.sweep(FINAL_SWEEP_LIMIT).await.unwrap();
@@ -347,7 +389,7 @@ async fn simulate(seed: u64, intents: usize, sabotage: bool) -> Report {
             ));
         }
         report.sweeps += 1;
-        add(&mut report.swept, &sweep);
+        report.swept.add(&sweep);
         if sweep.nothing_left() {
             settled = true;
             break;
@@ -359,7 +401,7 @@ async fn simulate(seed: u64, intents: usize, sabotage: bool) -> Report {
             "unsettled: the sweeper still had work after {FINAL_SWEEPS_MAX} sweeps"
         ));
     }
-    if sabotage {
+    if variant.sabotage {
         // What a naive wrapper does: the same refund again under a per-attempt key.
         use intentgate_gate::{Upstream, UpstreamCall};
         let done = all_intents(&*ledger)
@@ -380,6 +422,53 @@ async fn simulate(seed: u64, intents: usize, sabotage: bool) -> Report {
     }
     check(&mut report, &*ledger, &provider, &amounts, &answers, &tool).await;
     report
+}
+
+/// Every intent whose key window still covers a re-send at `now_ms` must have reached done,
+/// rejected or not executed: the provider has been healthy for [`LIVENESS_BOUND`]. Except
+/// where the provider itself keeps the answer open: a first request that failed with a
+/// server error without committing leaves its key replaying that error for the whole window
+/// (as Stripe does), so no request with the key can settle it and the lookup rightly finds
+/// nothing. Those wait for the window to pass and for their owner, and are counted apart.
+async fn check_liveness(
+    report: &mut Report,
+    ledger: &dyn Ledger,
+    provider: &FakeProvider,
+    now_ms: i64,
+) {
+    if !report.resend_window {
+        // Without key support an intent that never committed stays unknown for good (lookups
+        // find nothing, and nothing may be sent again); its owner is told instead.
+        return;
+    }
+    let window_ms = RESEND_WINDOW.as_millis() as i64;
+    let unresolved: Vec<_> = all_intents(ledger)
+        .await
+        .into_iter()
+        .filter(|record| {
+            !matches!(
+                record.status,
+                IntentStatus::Done | IntentStatus::Rejected | IntentStatus::NotExecuted
+            ) && record.first_seen_ms + window_ms > now_ms
+        })
+        .collect();
+    for record in unresolved {
+        let key = provider_key(&record.tenant, &record.tool, &record.key, record.epoch);
+        if provider.replayed_error(&key).is_some() {
+            report.held_by_replayed_errors += 1;
+            continue;
+        }
+        report.unresolved_in_window += 1;
+        if std::env::var_os("INTENTGATE_SIM_HISTORY").is_some() {
+            println!("{}\n{}", record.key, history(ledger, record.id).await);
+        }
+        report.problems.push(format!(
+            "liveness: {} is still {} {} s after the faults stopped, inside its key window",
+            record.key,
+            record.status,
+            LIVENESS_BOUND.as_secs()
+        ));
+    }
 }
 
 async fn all_intents(ledger: &dyn Ledger) -> Vec<intentgate_ledger::IntentRecord> {
@@ -582,20 +671,21 @@ async fn history(ledger: &dyn Ledger, id: intentgate_ledger::IntentId) -> String
 }
 
 fn run(seed: u64, intents: usize) -> Report {
-    run_with(seed, intents, false)
+    run_with(seed, intents, Variant::default())
 }
 
-fn run_with(seed: u64, intents: usize, sabotage: bool) -> Report {
+fn run_with(seed: u64, intents: usize, variant: Variant) -> Report {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .unwrap();
-    let report = runtime.block_on(simulate(seed, intents, sabotage));
+    let report = runtime.block_on(simulate(seed, intents, variant));
     println!(
         "seed {seed}: intents {}, calls {} ({} answered, {} cut by {} crashes), provider requests {} ({:.2}/intent), \
          lookups {}, effects {}, duplicates {}, lost {}, problems {}\n  statuses returned {:?}\n  intents ended {:?}\n  \
-         sweeper ({}): {} sweeps, {} re-sends, {} resolved done, {} lookups ({} failed), {} left unknown",
+         sweeper ({}): {} sweeps, {} re-sends, {} resolved done, {} lookups ({} failed), {} left unknown \
+         ({} unresolved inside the key window after the faults stopped, {} held by a replayed server error)",
         report.intents,
         report.calls,
         report.answered,
@@ -625,6 +715,8 @@ fn run_with(seed: u64, intents: usize, sabotage: bool) -> Report {
             .get(&IntentStatus::Unknown)
             .copied()
             .unwrap_or(0),
+        report.unresolved_in_window,
+        report.held_by_replayed_errors,
     );
     report
 }
@@ -718,6 +810,54 @@ fn a_seed_replays_the_same_run() {
 
 #[test]
 fn the_checker_catches_a_second_effect_made_around_the_gate() {
-    let report = run_with(5, 200, true);
+    let variant = Variant {
+        sabotage: true,
+        ..Variant::default()
+    };
+    let report = run_with(5, 200, variant);
     assert_eq!(report.duplicates(), 1, "{:#?}", report.problems);
+}
+
+/// Liveness beside safety: with every intent inside its key window when the faults stop,
+/// the sweeper alone settles them all within the bound, with one effect each.
+#[test]
+fn after_the_faults_stop_every_intent_inside_its_key_window_reaches_an_answer() {
+    let variant = Variant {
+        late_returns: false,
+        ..Variant::default()
+    };
+    for seed in [1, 3] {
+        let report = run_with(seed, 600, variant);
+        assert!(report.resend_window);
+        assert!(
+            report.swept.resent > 0,
+            "the storm must leave intents to re-send"
+        );
+        assert_eq!(report.unresolved_in_window, 0, "{:#?}", report.problems);
+        assert!(report.problems.is_empty(), "{:#?}", report.problems);
+    }
+}
+
+/// The liveness check can fail: without the same-key re-send, intents whose attempts timed
+/// out uncommitted stay unknown although the provider is healthy.
+#[test]
+fn the_liveness_check_fails_when_the_re_send_is_off() {
+    let variant = Variant {
+        late_returns: false,
+        resends_per_second: 0,
+        ..Variant::default()
+    };
+    let report = run_with(1, 600, variant);
+    assert_eq!(report.swept.resent, 0);
+    assert!(
+        report.liveness_failures() > 0,
+        "without re-sends some intents must stay unknown: {:#?}",
+        report.problems
+    );
+    assert_eq!(
+        report.duplicates() + report.lost(),
+        0,
+        "{:#?}",
+        report.problems
+    );
 }

@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use intentgate_core::key::provider_key;
 use intentgate_core::{CallStatus, IntentStatus, KeyTemplate, ToolDefinition, UpstreamObservation};
 use intentgate_gate::{
-    CallContext, Clock, Gate, GateOptions, LookupOutcome, SweepReport, TokioClock, Upstream,
-    UpstreamCall,
+    CallContext, Clock, Gate, GateOptions, LookupOutcome, RESEND_BACKOFF_INITIAL, Resolution,
+    SweepReport, TokioClock, Upstream, UpstreamCall,
 };
 use intentgate_ledger::{Begin, BeginRequest, IntentRecord, Ledger, SqliteLedger, ToolFlag};
 use intentgate_mock::{FakeProvider, FaultPlan, Scripted, Shape};
@@ -75,6 +75,10 @@ struct Setup {
 
 impl Setup {
     fn new(tool: ToolDefinition) -> Setup {
+        Setup::with_resolution(tool, Resolution::default())
+    }
+
+    fn with_resolution(tool: ToolDefinition, resolution: Resolution) -> Setup {
         let TempLedger { dir, ledger, .. } = TempLedger::inline();
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::new(T0));
         let provider = Arc::new(FakeProvider::new(7, FaultPlan::none(), clock.clone()));
@@ -85,6 +89,7 @@ impl Setup {
         });
         let options = GateOptions {
             backoff_base: Duration::from_millis(5),
+            resolution,
             ..GateOptions::default()
         };
         let gate = Gate::new(
@@ -166,6 +171,25 @@ impl Setup {
     fn keys_sent(&self) -> Vec<Option<String>> {
         let sent = self.upstream.sent.lock().unwrap();
         sent.iter().map(|(key, _)| key.clone()).collect()
+    }
+
+    /// The intent's attempts as the event log has them: (attempt, when it started).
+    async fn attempt_starts(&self) -> Vec<(u32, i64)> {
+        let intent = self.intent().await;
+        let events = self.ledger.events(intent.id).await.unwrap();
+        events
+            .iter()
+            .filter(|event| event.to_status.as_deref() == Some("in_flight"))
+            .map(|event| (event.attempt.unwrap(), event.at_ms))
+            .collect()
+    }
+
+    /// The provider times out (without committing) the first `n` requests of every key.
+    fn first_timeouts(&self, n: u32) {
+        self.provider.set_plan(FaultPlan {
+            first_timeouts_per_key: n,
+            ..FaultPlan::none()
+        });
     }
 }
 
@@ -520,4 +544,135 @@ async fn intents_of_tools_the_gate_does_not_have_are_left_alone() {
     assert_eq!((report.examined, report.skipped_tool), (1, 1), "{report:?}");
     assert_eq!(s.intent().await.status, IntentStatus::InFlight);
     assert_eq!((s.provider.requests(), s.provider.lookups()), (0, 0));
+}
+
+/// The first call of an intent whose first requests time out without committing: the
+/// caller is told it is being confirmed.
+async fn first_call_times_out(s: &Setup) {
+    let first = call(&s.gate, "refund_order", refund("8812", json!(49))).await;
+    assert_eq!(first.status, CallStatus::PendingUnknown, "{first:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sweeper_re_sends_an_unknown_intent_with_growing_pauses_until_the_provider_answers() {
+    let s = Setup::new(with_window(WINDOW));
+    s.first_timeouts(3);
+    first_call_times_out(&s).await;
+
+    // Step by step, a quarter second apart: each re-send waits its backoff after the lookup
+    // that ended the attempt before it.
+    let mut sweeps = 0;
+    while s.intent().await.status != IntentStatus::Done {
+        sweeps += 1;
+        assert!(sweeps < 200, "not done after {sweeps} sweeps");
+        s.sweep().await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let starts = s.attempt_starts().await;
+    assert_eq!(
+        starts
+            .iter()
+            .map(|(attempt, _)| *attempt)
+            .collect::<Vec<_>>(),
+        [1, 2, 3, 4],
+        "three timed-out attempts, then the one the provider answered"
+    );
+    for (n, pair) in starts.windows(2).enumerate() {
+        let gap_ms = pair[1].1 - pair[0].1;
+        let backoff_ms = RESEND_BACKOFF_INITIAL.as_millis() as i64 * (1 << n);
+        assert!(
+            gap_ms >= backoff_ms,
+            "attempt {} came {gap_ms} ms after the one before",
+            pair[1].0
+        );
+    }
+    assert_eq!(
+        s.keys_sent(),
+        vec![Some(PROVIDER_KEY.to_owned()); 4],
+        "every attempt under the intent's one provider key"
+    );
+    assert_eq!(s.provider.effects().len(), 1, "exactly one effect");
+    assert!(s.sweep().await.nothing_left());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_repeat_call_of_an_unknown_intent_runs_its_due_step_and_answers_with_the_result() {
+    let s = Setup::new(with_window(WINDOW));
+    s.first_timeouts(1);
+    first_call_times_out(&s).await;
+    let sent = s.keys_sent().len();
+
+    // Before the backoff has passed, a repeat is answered from the ledger: nothing is sent.
+    let early = call(&s.gate, "refund_order", refund("8812", json!(49))).await;
+    assert_eq!(early.status, CallStatus::PendingUnknown);
+    assert_eq!(
+        s.keys_sent().len(),
+        sent,
+        "no request before the step is due"
+    );
+
+    // Once it has, the repeat looks the intent up, re-sends it with its key and answers.
+    tokio::time::sleep(RESEND_BACKOFF_INITIAL).await;
+    let repeat = call(&s.gate, "refund_order", refund("8812", json!(49))).await;
+    assert!(
+        matches!(repeat.status, CallStatus::Done | CallStatus::AlreadyDone),
+        "{repeat:?}"
+    );
+    assert_eq!(s.keys_sent(), vec![Some(PROVIDER_KEY.to_owned()); 2]);
+    assert_eq!(s.provider.effects().len(), 1);
+    assert_eq!(s.intent().await.status, IntentStatus::Done);
+}
+
+#[tokio::test(start_paused = true)]
+async fn re_sends_beyond_a_tools_rate_wait_for_a_later_step() {
+    let resolution = Resolution {
+        resends_per_second: 1,
+        ..Resolution::default()
+    };
+    let s = Setup::with_resolution(with_window(WINDOW), resolution);
+    s.first_timeouts(1);
+    for order in ["8812", "8813", "8814"] {
+        let first = call(&s.gate, "refund_order", refund(order, json!(49))).await;
+        assert_eq!(first.status, CallStatus::PendingUnknown);
+    }
+    tokio::time::sleep(RESEND_BACKOFF_INITIAL).await;
+    let report = s.sweep().await;
+    assert_eq!(
+        (report.resent, report.resends_deferred),
+        (1, 2),
+        "{report:?}"
+    );
+    let mut sweeps = 0;
+    while s.provider.effects().len() < 3 {
+        sweeps += 1;
+        assert!(sweeps < 100, "not all re-sent after {sweeps} sweeps");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let report = s.sweep().await;
+        assert!(report.resent <= 1, "one re-send a second: {report:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_re_sends_turned_off_an_unknown_intent_is_only_looked_up() {
+    let resolution = Resolution {
+        resends_per_second: 0,
+        ..Resolution::default()
+    };
+    let s = Setup::with_resolution(with_window(WINDOW), resolution);
+    s.first_timeouts(1);
+    first_call_times_out(&s).await;
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let report = s.sweep().await;
+        assert_eq!(report.resent, 0, "{report:?}");
+        let repeat = call(&s.gate, "refund_order", refund("8812", json!(49))).await;
+        assert_eq!(repeat.status, CallStatus::PendingUnknown);
+    }
+    assert_eq!(
+        s.keys_sent().len(),
+        1,
+        "only the first attempt was ever sent"
+    );
+    assert!(s.provider.lookups() > 2, "but the intent is looked up");
+    assert_eq!(s.intent().await.status, IntentStatus::Unknown);
 }

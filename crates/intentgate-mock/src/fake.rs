@@ -144,6 +144,13 @@ impl FakeProvider {
         self.lock().lookups()
     }
 
+    /// The error status the provider replays for an idempotency key inside its window, if
+    /// it stored one: a key whose first request failed with a server error answers every
+    /// repeat with that error, whatever happens later.
+    pub fn replayed_error(&self, idempotency_key: &str) -> Option<u16> {
+        self.lock().replayed_error(idempotency_key)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Model> {
         self.model.lock().expect("fake provider lock")
     }

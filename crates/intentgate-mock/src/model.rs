@@ -392,6 +392,21 @@ impl Model {
         self.by_kind[kind.index()].len()
     }
 
+    /// The error status stored for `idempotency_key` and replayed to its repeats inside the
+    /// key window, if any.
+    pub fn replayed_error(&self, idempotency_key: &str) -> Option<u16> {
+        let window_ms = KEY_WINDOW.as_millis() as i64;
+        let now_ms = self.now_ms();
+        let entry = self
+            .keys
+            .get(idempotency_key)
+            .filter(|entry| now_ms - entry.created_ms < window_ms)?;
+        match entry.response {
+            Some(Stored::Response(status, _)) if status >= 500 => Some(status),
+            _ => None,
+        }
+    }
+
     pub fn requests(&self) -> u64 {
         self.requests
     }

@@ -225,7 +225,10 @@ mod tests {
             next_due_ms: Some(now_ms + 1_500),
             ..SweepReport::default()
         };
-        assert_eq!(next_sweep_in(&due_soon, now_ms), Duration::from_millis(1_500));
+        assert_eq!(
+            next_sweep_in(&due_soon, now_ms),
+            Duration::from_millis(1_500)
+        );
         let overdue = SweepReport {
             next_due_ms: Some(now_ms - 10),
             ..SweepReport::default()
@@ -249,6 +252,9 @@ mod tests {
             next_due_ms: Some(now_ms + 4_000),
             ..SweepReport::default()
         };
-        assert_eq!(next_sweep_in(&cut_idle, now_ms), Duration::from_millis(4_000));
+        assert_eq!(
+            next_sweep_in(&cut_idle, now_ms),
+            Duration::from_millis(4_000)
+        );
     }
 }
