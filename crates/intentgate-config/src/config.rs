@@ -206,7 +206,7 @@ impl Default for ResolutionConfig {
         ResolutionConfig {
             backoff_initial_ms: 1_000,
             backoff_max_ms: 5 * 60 * 1_000,
-            resends_per_second: 20,
+            resends_per_second: 50,
         }
     }
 }

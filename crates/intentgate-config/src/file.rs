@@ -45,7 +45,7 @@ pub(crate) struct ConfigFile {
     pub reconcile: ReconcileConfig,
     /// How `unknown` intents are driven to an answer once the provider is healthy again:
     /// lookups and same-key re-sends with exponential backoff; every field has a default
-    /// (1 s doubling to 5 minutes, 20 re-sends a second per tool).
+    /// (1 s doubling to 5 minutes, 50 re-sends a second per tool).
     #[serde(default)]
     pub resolution: ResolutionConfig,
     /// The tools agents may call through the gateway.

@@ -30,9 +30,10 @@
 //! the ledger at once: a storm of repeats is never a storm of provider requests.
 //!
 //! **Bounds.** At most one attempt per intent is in flight (the lease). Re-sends are limited
-//! per tool and per process by a token bucket ([`Resolution::resends_per_second`]); a step
-//! whose re-send finds the bucket empty stays a lookup and the re-send waits for the next
-//! step. A `done` or `rejected` intent is never sent again, and a `not_executed` one is only
+//! per tool and per process by a token bucket ([`Resolution::resends_per_second`]). The
+//! sweeper does not start a step that would re-send while the bucket is empty (its lookup
+//! would be wasted); a caller's step whose re-send finds the bucket empty stays a lookup and
+//! the re-send waits for the next step. A `done` or `rejected` intent is never sent again, and a `not_executed` one is only
 //! started again by a new call, never by a step.
 
 use std::collections::HashMap;
@@ -51,7 +52,7 @@ pub const RESEND_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
 /// Longest pause between two steps of one intent inside the provider's key window.
 pub const RESEND_BACKOFF_MAX: Duration = Duration::from_secs(5 * 60);
 /// Most same-key re-sends one process starts per second for one tool, by default.
-pub const RESENDS_PER_SECOND: u32 = 20;
+pub const RESENDS_PER_SECOND: u32 = 50;
 /// The part of an unknown intent's age the sweeper waits between two of its lookups once
 /// it can't be re-sent: one tenth, so an intent a minute old is asked about again within
 /// seconds, one a day old about once an hour. Never less than the gate's lookup interval.
@@ -170,6 +171,15 @@ struct Bucket {
 impl ResendBudget {
     /// Takes one re-send of `tool` at `now_ms`; false when the bucket is empty.
     pub(crate) fn take(&self, tool: &str, rate: u32, now_ms: i64) -> bool {
+        self.with_bucket(tool, rate, now_ms, true)
+    }
+
+    /// True when [`ResendBudget::take`] would succeed now; takes nothing.
+    pub(crate) fn available(&self, tool: &str, rate: u32, now_ms: i64) -> bool {
+        self.with_bucket(tool, rate, now_ms, false)
+    }
+
+    fn with_bucket(&self, tool: &str, rate: u32, now_ms: i64, take: bool) -> bool {
         if rate == 0 {
             return false;
         }
@@ -188,7 +198,9 @@ impl ResendBudget {
         if bucket.milli_tokens < 1000 {
             return false;
         }
-        bucket.milli_tokens -= 1000;
+        if take {
+            bucket.milli_tokens -= 1000;
+        }
         true
     }
 }

@@ -51,7 +51,7 @@ use crate::resolve::{Driver, Resend, StepRequest, UNASKED_ATTEMPT, millis};
 /// Most intents one sweep steps at once. Each step holds one provider request at a time, so
 /// this bounds what a sweep asks of the provider at once; the re-send budget per tool
 /// (`Resolution::resends_per_second`) bounds the rate.
-pub const SWEEP_CONCURRENCY: usize = 16;
+pub const SWEEP_CONCURRENCY: usize = 32;
 
 /// What one sweep did. Each examined intent is counted once in `resolved_done`,
 /// `still_unknown`, `settled_otherwise`, `skipped_busy`, `not_due`, `skipped_tool` or
@@ -211,6 +211,19 @@ impl Gate {
         {
             report.not_due += 1;
             report.next_due_ms = Some(due_ms);
+            return Ok(());
+        }
+        // A step that would end in a re-send waits while the tool's re-send budget is spent:
+        // its lookup would only be repeated by the step that re-sends.
+        let rate = self.options.resolution.resends_per_second;
+        if record.status == IntentStatus::Unknown
+            && rate > 0
+            && self.resend_possible(tool, record.first_seen_ms, now_ms, Driver::Sweeper)
+            && !self.resend_budget.available(&tool.name, rate, now_ms)
+        {
+            report.not_due += 1;
+            report.resends_deferred += 1;
+            report.next_due_ms = Some(now_ms + 1_000 / i64::from(rate));
             return Ok(());
         }
         let template = tool
