@@ -356,7 +356,7 @@ impl Gate {
                 unreachable!("a step asks with the intent's own fingerprint")
             }
         };
-        tracing::info!(tool = %tool.name, key = %intent.key, attempt = intent.attempt, driver = ?request.driver, "re-sending an unknown intent with its provider key");
+        tracing::debug!(tool = %tool.name, key = %intent.key, attempt = intent.attempt, driver = ?request.driver, "re-sending an unknown intent with its provider key");
         let outcome = self
             .execute(
                 tool,

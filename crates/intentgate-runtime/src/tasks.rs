@@ -71,29 +71,18 @@ pub async fn purge_forever(ledger: Arc<dyn Ledger>, retention_days: u32) {
 }
 
 /// Sweeps until stopped, a sweep at a time: again when the earliest intent it saw falls
-/// due, between [`SWEEP_PAUSE_MIN`] and [`SWEEP_EVERY`] later. Logs what a sweep did when it
-/// did something.
+/// due, between [`SWEEP_PAUSE_MIN`] and [`SWEEP_EVERY`] later. What the sweeps did is logged
+/// at most once per [`SWEEP_EVERY`], added up, and only when they did something: a recovery
+/// that steps hundreds of intents writes a line every 10 s, not one per sweep.
 pub async fn sweep_forever(gate: Arc<Gate>) {
+    let mut done = intentgate_gate::SweepReport::default();
+    let mut sweeps = 0u32;
+    let mut logged = tokio::time::Instant::now();
     loop {
         let pause = match gate.sweep(SWEEP_LIMIT).await {
             Ok(report) => {
-                if report.acted() || report.errors > 0 {
-                    tracing::info!(
-                        examined = report.examined,
-                        resolved_done = report.resolved_done,
-                        resent = report.resent,
-                        resends_deferred = report.resends_deferred,
-                        looked_up = report.looked_up,
-                        lookup_failed = report.lookup_failed,
-                        still_unknown = report.still_unknown,
-                        settled_otherwise = report.settled_otherwise,
-                        skipped_busy = report.skipped_busy,
-                        not_due = report.not_due,
-                        errors = report.errors,
-                        truncated = report.truncated,
-                        "swept intents left in flight or unknown"
-                    );
-                }
+                sweeps += 1;
+                done.add(&report);
                 next_sweep_in(&report, SystemClock.now_ms())
             }
             Err(error) => {
@@ -101,6 +90,25 @@ pub async fn sweep_forever(gate: Arc<Gate>) {
                 SWEEP_EVERY
             }
         };
+        if logged.elapsed() >= SWEEP_EVERY {
+            if done.acted() || done.errors > 0 {
+                tracing::info!(
+                    sweeps,
+                    examined = done.examined,
+                    resolved_done = done.resolved_done,
+                    resent = done.resent,
+                    resends_deferred = done.resends_deferred,
+                    looked_up = done.looked_up,
+                    lookup_failed = done.lookup_failed,
+                    settled_otherwise = done.settled_otherwise,
+                    errors = done.errors,
+                    "swept intents left in flight or unknown"
+                );
+            }
+            done = intentgate_gate::SweepReport::default();
+            sweeps = 0;
+            logged = tokio::time::Instant::now();
+        }
         tokio::time::sleep(pause).await;
     }
 }
