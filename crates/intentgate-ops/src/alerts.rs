@@ -244,11 +244,11 @@ impl AlertEngine {
         ledger: Arc<dyn Ledger>,
         metrics: Arc<Metrics>,
     ) {
-        let mut log = WrittenWhenDropped {
+        let mut kept = WrittenWhenDropped {
             log: AlertLog::default(),
             notifier: notifier.clone(),
         };
-        let log = &mut log.log;
+        let log = &mut kept.log;
         loop {
             let due = log.next_due();
             let received = tokio::select! {

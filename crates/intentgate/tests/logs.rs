@@ -5,8 +5,8 @@
 mod support;
 
 use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::{EXAMPLE_CONFIG, Running, intentgate, mock_provider, serve_with_stderr};
@@ -23,16 +23,7 @@ fn stop(mut gateway: Running) -> String {
         stderr.read_to_string(&mut text).unwrap();
         text
     });
-    let status = Command::new("kill")
-        .args(["-TERM", &gateway.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    while gateway.child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the gateway did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    gateway.terminate(STOP_TIMEOUT);
     reader.join().unwrap()
 }
 

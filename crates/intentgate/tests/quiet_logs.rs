@@ -14,7 +14,7 @@ mod support;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -39,8 +39,8 @@ const TOOL_TIMEOUT_MS: u64 = 700;
 /// How long the mock holds a "timeout" answer: past the tool's timeout.
 const TIMEOUT_HOLD_MS: u64 = 1_500;
 /// The patience of the MCP client that gives up: less than a timed-out call takes (the
-/// tool's timeout, then a lookup), more than a quick answer takes on a loaded machine
-/// would not matter either way.
+/// tool's timeout, then a lookup). Whether a quick answer beats it on a loaded machine does
+/// not matter: the test needs some calls given up on, not a number of them.
 const IMPATIENT: Duration = Duration::from_millis(300);
 /// Longest wait for one patient call.
 const PATIENT: Duration = Duration::from_secs(30);
@@ -50,6 +50,8 @@ const ABANDONED_CALLS: usize = 6;
 const SLOW_PROVIDER_MS: u64 = 1_000;
 /// Longest wait for the alerts' webhooks to be posted after the storm.
 const WEBHOOKS_MAX: Duration = Duration::from_secs(30);
+/// How long the gateway gets to start listening.
+const LISTEN_MAX: Duration = Duration::from_secs(30);
 /// How long the gateway gets to stop after SIGTERM before the test fails.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Every fault shape that makes an outcome ambiguous or not processed, per thousand.
@@ -75,8 +77,12 @@ fn serve_logging_to(config: &Path, ledger: &Path, log: &Path, env: &[(&str, &str
     for (name, value) in env {
         command.env(name, value);
     }
-    let mut child = command.spawn().expect("intentgate starts");
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Killed when dropped, should it not start.
+    let mut gateway = Running {
+        child: command.spawn().expect("intentgate starts"),
+        url: String::new(),
+    };
+    let deadline = Instant::now() + LISTEN_MAX;
     loop {
         let text = std::fs::read_to_string(log).unwrap();
         if let Some(url) = text
@@ -87,32 +93,16 @@ fn serve_logging_to(config: &Path, ledger: &Path, log: &Path, env: &[(&str, &str
             })
             .filter(|url| url.starts_with("http://127.0.0.1:"))
         {
-            return Running {
-                child,
-                url: url.to_owned(),
-            };
+            gateway.url = url.to_owned();
+            return gateway;
         }
-        if let Some(status) = child.try_wait().unwrap() {
+        if let Some(status) = gateway.child.try_wait().unwrap() {
             panic!("the gateway exited ({status}):\n{text}");
         }
         assert!(
             Instant::now() < deadline,
             "the gateway did not listen:\n{text}"
         );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Stops the gateway with SIGTERM (its shutdown lines count too) and waits for it.
-fn stop(gateway: &mut Running) {
-    let status = Command::new("kill")
-        .args(["-TERM", &gateway.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    while gateway.child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the gateway did not stop");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -295,7 +285,7 @@ async fn a_storm_of_retried_and_abandoned_calls_writes_few_log_lines_at_info() {
         }
     })
     .await;
-    stop(&mut gateway);
+    gateway.terminate(STOP_TIMEOUT);
 
     let mut text = String::new();
     File::open(&log).unwrap().read_to_string(&mut text).unwrap();
@@ -386,7 +376,7 @@ async fn an_abandoned_mcp_call_is_a_debug_line_not_an_error() {
     for intent in 0..ABANDONED_CALLS {
         assert_eq!(clients.http(refund(intent)).await, "already_done");
     }
-    stop(&mut gateway);
+    gateway.terminate(STOP_TIMEOUT);
 
     let text = std::fs::read_to_string(&log).unwrap();
     let abandoned = text
