@@ -42,6 +42,7 @@ use tracing_core::metadata::Kind;
 use tracing_core::subscriber::Interest;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FormatFields, MakeWriter};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
@@ -87,8 +88,9 @@ fn log_format() -> Result<LogFormat, String> {
 }
 
 /// The filter [`LOG_FILTER_ENV`] asks for: unset or empty is [`LOG_FILTER_DEFAULT`];
-/// otherwise its directives, with rmcp held at `warn` unless one of them names rmcp. A value
-/// that is not a filter is an error that quotes it.
+/// otherwise its directives, with rmcp held at `warn` unless one of them names rmcp or they
+/// ask for no more than `warn` anyway. A value that is not a filter is an error that quotes
+/// it.
 fn log_filter() -> Result<EnvFilter, String> {
     let value = match std::env::var(LOG_FILTER_ENV) {
         Ok(value) => value,
@@ -106,7 +108,9 @@ fn filter_from(directives: &str) -> Result<EnvFilter, tracing_subscriber::filter
         return EnvFilter::builder().parse(LOG_FILTER_DEFAULT);
     }
     let filter = EnvFilter::builder().parse(directives)?;
-    if names_rmcp(directives) {
+    // Only ever quieter: `RUST_LOG=error` or `off` keeps rmcp as quiet as the rest.
+    let verbose = default_level(directives).is_some_and(|level| level > LevelFilter::WARN);
+    if names_rmcp(directives) || !verbose {
         return Ok(filter);
     }
     Ok(filter.add_directive(
@@ -114,6 +118,15 @@ fn filter_from(directives: &str) -> Result<EnvFilter, tracing_subscriber::filter
             .parse()
             .expect("the rmcp directive is a valid directive"),
     ))
+}
+
+/// The level the comma-separated `directives` give every target they don't name: their
+/// bare level (`info` in `info,intentgate_gate=debug`), if they have one.
+fn default_level(directives: &str) -> Option<LevelFilter> {
+    directives
+        .split(',')
+        .filter_map(|directive| directive.trim().parse::<LevelFilter>().ok())
+        .next_back()
 }
 
 /// True when one of the comma-separated `directives` is about rmcp's targets: `rmcp`,
@@ -528,6 +541,16 @@ mod tests {
         }
         let lines = summary(&logged_as_json("info,rmcp=debug", rmcp_and_gateway_lines));
         assert!(lines.contains(&line("DEBUG", "rmcp::service", "received request")));
+        // Asking for less than warn is not made louder for rmcp.
+        assert!(logged_as_json("off", rmcp_and_gateway_lines).is_empty());
+        assert!(logged_as_json("error", rmcp_and_gateway_lines).is_empty());
+        assert_eq!(
+            summary(&logged_as_json(
+                "error,intentgate_gate=info",
+                rmcp_and_gateway_lines
+            )),
+            [line("INFO", "intentgate_gate::gate", "a gateway line")]
+        );
         // A target that merely starts with the same letters is not rmcp.
         assert!(!names_rmcp("rmcpx=debug"));
     }
