@@ -12,7 +12,7 @@
 //!
 //! A storm repeats many intents at once, and a per-intent rule then fires for each of them:
 //! every alert still gets its webhook and its count in the metric, but the log gets one line
-//! per rule and window, not one per intent ([`AlertLog`]). The first alert of a rule is
+//! per rule and window, not one per intent (`AlertLog`). The first alert of a rule is
 //! written at once, as it fires; those that follow within the rule's window (at most
 //! [`SUMMARY_EVERY_MAX`]) are counted, and one line when that time is up says how many there
 //! were, naming a few of their intent keys ([`SUMMARY_EXAMPLES_MAX`]).
