@@ -664,7 +664,7 @@ impl Gate {
         loop {
             let observation = self.send(call).await;
             let class = classify(&observation);
-            tracing::info!(tool = %tool.name, key = %intent.key, attempt = intent.attempt, ?class, "upstream answered");
+            tracing::debug!(tool = %tool.name, key = %intent.key, attempt = intent.attempt, ?class, "upstream answered");
             let (status, detail) = match class {
                 OutcomeClass::Done => (IntentStatus::Done, "the upstream confirmed it".to_owned()),
                 OutcomeClass::Rejected => (IntentStatus::Rejected, rejection_reason(&observation)),
@@ -695,7 +695,7 @@ impl Gate {
                 OutcomeClass::Ambiguous { why } => {
                     let found = self.lookup(call).await;
                     // What was found, not the provider's record: it may hold personal data.
-                    tracing::info!(tool = %tool.name, key = %intent.key, why = why.as_str(), found = found.kind(), "ambiguous outcome looked up");
+                    tracing::debug!(tool = %tool.name, key = %intent.key, why = why.as_str(), found = found.kind(), "ambiguous outcome looked up");
                     let (outcome, _) = self
                         .settle_lookup(
                             tool,

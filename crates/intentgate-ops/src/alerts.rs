@@ -8,7 +8,14 @@
 //! a retry storm). When a window holds `threshold` repeats the rule fires: a notice to the
 //! tool's owner (log line and webhook), `intentgate_alerts_fired_total`, and, where the
 //! rule says `disable_tool`, the tool's kill switch. A rule fires at most once per window
-//! per intent (or per tool), so a storm is one alert, not thousands.
+//! per intent (or per tool).
+//!
+//! A storm repeats many intents at once, and a per-intent rule then fires for each of them:
+//! every alert still gets its webhook and its count in the metric, but the log gets one line
+//! per rule and window, not one per intent (`AlertLog`). The first alert of a rule is
+//! written at once, as it fires; those that follow within the rule's window (at most
+//! [`SUMMARY_EVERY_MAX`]) are counted, and one line when that time is up says how many there
+//! were, naming a few of their intent keys ([`SUMMARY_EXAMPLES_MAX`]).
 //!
 //! Each gateway process counts the repeats it serves. Behind a load balancer that spreads
 //! one intent's repeats over N replicas, a per-intent threshold sees about 1/N of them: set
@@ -16,10 +23,12 @@
 //! across replicas in Prometheus.
 //!
 //! **Bounded:** per rule, at most `threshold` times per window and at most
-//! [`TRACKED_INTENTS_MAX`] intents; windows that went quiet are dropped first.
+//! [`TRACKED_INTENTS_MAX`] intents; windows that went quiet are dropped first. The log keeps
+//! per rule one open window with at most [`SUMMARY_EXAMPLES_MAX`] keys.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use intentgate_config::{AlertRule, AlertScope, LoadedConfig};
 use intentgate_gate::{Metrics, RepeatedCall};
@@ -27,6 +36,7 @@ use intentgate_ledger::{Ledger, ToolFlag};
 use serde::Serialize;
 use serde_json::json;
 use tokio::sync::broadcast;
+use tokio::time::Instant;
 
 use crate::Severity;
 use crate::notify::{Notice, Notifier};
@@ -36,6 +46,12 @@ use crate::notify::{Notice, Notifier};
 pub const TRACKED_INTENTS_MAX: usize = 100_000;
 /// Actor recorded on a flag set by an alert rule.
 pub const ALERT_ACTOR: &str = "alert";
+/// Intent keys a summary line names: enough to start looking, few enough that a storm of
+/// thousands of intents is still one short line (keys are at most 512 bytes).
+pub const SUMMARY_EXAMPLES_MAX: usize = 5;
+/// Longest a rule's later alerts wait to be summed up in the log: a rule's window may be a
+/// day long, and an operator reading the log should not wait that long for the count.
+pub const SUMMARY_EVERY_MAX: Duration = Duration::from_secs(60);
 
 /// A rule that fired.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -218,7 +234,9 @@ impl AlertEngine {
             .and_then(|rules| rules.owner.as_deref())
     }
 
-    /// Reads repeated calls until the gate is gone, firing alerts as rules say.
+    /// Reads repeated calls until the gate is gone, firing alerts as rules say, and writes
+    /// the log's summary lines as they fall due (the ones still open when the gate is gone
+    /// or this task is stopped, at once).
     pub async fn run(
         mut self,
         mut repeats: broadcast::Receiver<RepeatedCall>,
@@ -226,8 +244,21 @@ impl AlertEngine {
         ledger: Arc<dyn Ledger>,
         metrics: Arc<Metrics>,
     ) {
+        let mut kept = WrittenWhenDropped {
+            log: AlertLog::default(),
+            notifier: notifier.clone(),
+        };
+        let log = &mut kept.log;
         loop {
-            let call = match repeats.recv().await {
+            let due = log.next_due();
+            let received = tokio::select! {
+                received = repeats.recv() => received,
+                () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                    log.write_due(Instant::now(), &notifier);
+                    continue;
+                }
+            };
+            let call = match received {
                 Ok(call) => call,
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::warn!(
@@ -239,27 +270,23 @@ impl AlertEngine {
                 Err(broadcast::error::RecvError::Closed) => return,
             };
             for alert in self.observe(&call) {
-                fire(
-                    &alert,
-                    self.owner(&alert.tool),
-                    &notifier,
-                    &ledger,
-                    &metrics,
-                )
-                .await;
+                let owner = self.owner(&alert.tool);
+                let notice = fire(&alert, &ledger, &metrics).await;
+                notifier.post(owner, &notice);
+                let now = Instant::now();
+                // A window that ended while calls kept this loop busy is written first.
+                log.write_due(now, &notifier);
+                if log.opens_window(&alert, owner, now) {
+                    notifier.log(owner, &notice);
+                }
             }
         }
     }
 }
 
-/// Tells the owner, counts the alert, and switches the tool off where the rule says so.
-pub async fn fire(
-    alert: &Alert,
-    owner: Option<&str>,
-    notifier: &Notifier,
-    ledger: &Arc<dyn Ledger>,
-    metrics: &Metrics,
-) {
+/// Counts the alert and switches the tool off where the rule says so; returns the notice
+/// for the tool's owner.
+async fn fire(alert: &Alert, ledger: &Arc<dyn Ledger>, metrics: &Metrics) -> Notice {
     metrics.alert_fired(&alert.tool, &alert.rule);
     let about = match &alert.intent_key {
         Some(key) => format!("intent {key} was called {} more times", alert.repeats),
@@ -287,21 +314,178 @@ pub async fn fire(
             }
         }
     }
-    let severity = if alert.disable_tool {
+    let severity = severity(alert.disable_tool);
+    Notice {
+        kind: DUPLICATE_CALLS,
+        tool: alert.tool.clone(),
+        severity,
+        summary,
+        details: json!(alert),
+    }
+}
+
+/// The kind of a duplicate-call notice, in its webhook and its log line.
+const DUPLICATE_CALLS: &str = "duplicate_calls";
+
+/// The severity of a rule's notices: critical when it switches the tool off.
+fn severity(disable_tool: bool) -> Severity {
+    if disable_tool {
         Severity::Critical
     } else {
         Severity::Warning
+    }
+}
+
+/// The log side of fired alerts: a line for the first alert of a rule, then the rule's
+/// later alerts counted, until its window (at most [`SUMMARY_EVERY_MAX`]) is up and one
+/// summary line says how many there were.
+#[derive(Default)]
+struct AlertLog {
+    /// Per tool and rule name, the window that its first alert opened.
+    open: HashMap<(String, String), LogWindow>,
+}
+
+/// The alerts of one rule since its last line was written.
+struct LogWindow {
+    /// When the summary is due.
+    due: Instant,
+    owner: Option<String>,
+    per: AlertScope,
+    repeats: u32,
+    window_seconds: u32,
+    disable_tool: bool,
+    /// Alerts after the first: the summary's count.
+    more: u64,
+    /// The first [`SUMMARY_EXAMPLES_MAX`] intent keys of those (per-intent rules).
+    examples: Vec<String>,
+}
+
+impl AlertLog {
+    /// True when `alert` opens a window for its rule, so its own line is to be written
+    /// now; false when it was counted into the open window's summary.
+    fn opens_window(&mut self, alert: &Alert, owner: Option<&str>, now: Instant) -> bool {
+        let id = (alert.tool.clone(), alert.rule.clone());
+        if let Some(window) = self.open.get_mut(&id) {
+            window.more += 1;
+            if let Some(key) = &alert.intent_key
+                && window.examples.len() < SUMMARY_EXAMPLES_MAX
+            {
+                window.examples.push(key.clone());
+            }
+            return false;
+        }
+        let lasts = Duration::from_secs(u64::from(alert.window_seconds)).min(SUMMARY_EVERY_MAX);
+        self.open.insert(
+            id,
+            LogWindow {
+                due: now + lasts,
+                owner: owner.map(str::to_owned),
+                per: alert.per,
+                repeats: alert.repeats,
+                window_seconds: alert.window_seconds,
+                disable_tool: alert.disable_tool,
+                more: 0,
+                examples: Vec::new(),
+            },
+        );
+        true
+    }
+
+    /// When the next summary is due, if a window is open.
+    fn next_due(&self) -> Option<Instant> {
+        self.open.values().map(|window| window.due).min()
+    }
+
+    /// Closes the windows due by `now`; the summaries of those that counted alerts.
+    fn take_due(&mut self, now: Instant) -> Vec<(Option<String>, Notice)> {
+        let due: Vec<(String, String)> = self
+            .open
+            .iter()
+            .filter(|(_, window)| window.due <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        due.into_iter()
+            .filter_map(|id| {
+                let window = self.open.remove(&id)?;
+                summary(&id.0, &id.1, window)
+            })
+            .collect()
+    }
+
+    /// Closes every window; the summaries of those that counted alerts.
+    fn take_all(&mut self) -> Vec<(Option<String>, Notice)> {
+        self.open
+            .drain()
+            .filter_map(|((tool, rule), window)| summary(&tool, &rule, window))
+            .collect()
+    }
+
+    fn write_due(&mut self, now: Instant, notifier: &Notifier) {
+        for (owner, notice) in self.take_due(now) {
+            notifier.log(owner.as_deref(), &notice);
+        }
+    }
+}
+
+/// An [`AlertLog`] that writes the summaries of its open windows when dropped: the engine's
+/// task is aborted when the gateway stops, and the counts it holds would be lost.
+struct WrittenWhenDropped {
+    log: AlertLog,
+    notifier: Arc<Notifier>,
+}
+
+impl Drop for WrittenWhenDropped {
+    fn drop(&mut self) {
+        for (owner, notice) in self.log.take_all() {
+            self.notifier.log(owner.as_deref(), &notice);
+        }
+    }
+}
+
+/// The summary line of `tool`'s rule `rule` for `window`, with its owner; None when no
+/// alert followed the first.
+fn summary(tool: &str, rule: &str, window: LogWindow) -> Option<(Option<String>, Notice)> {
+    if window.more == 0 {
+        return None;
+    }
+    let (more, repeats, within) = (window.more, window.repeats, window.window_seconds);
+    let text = match window.per {
+        AlertScope::Intent => {
+            let intents = if more == 1 {
+                "intent was"
+            } else {
+                "intents were"
+            };
+            let mut text = format!(
+                "duplicate-call alert `{rule}` on {tool}: {more} more {intents} each called {repeats} more times within {within} s, for example {}",
+                window.examples.join(", ")
+            );
+            let others = more - window.examples.len() as u64;
+            if others > 0 {
+                text.push_str(&format!(" and {others} others"));
+            }
+            text
+        }
+        AlertScope::Tool => {
+            let alerts = if more == 1 { "alert" } else { "alerts" };
+            format!(
+                "duplicate-call alert `{rule}` on {tool}: {more} more {alerts}, each for {repeats} repeated calls within {within} s"
+            )
+        }
     };
-    notifier.notify(
-        owner,
-        &Notice {
-            kind: "duplicate_calls",
-            tool: alert.tool.clone(),
-            severity,
-            summary,
-            details: json!(alert),
-        },
-    );
+    let notice = Notice {
+        kind: DUPLICATE_CALLS,
+        tool: tool.to_owned(),
+        severity: severity(window.disable_tool),
+        summary: text,
+        details: json!({
+            "rule": rule,
+            "per": window.per,
+            "alerts": window.more,
+            "examples": window.examples,
+        }),
+    };
+    Some((window.owner, notice))
 }
 
 #[cfg(test)]
@@ -387,6 +571,101 @@ mod tests {
         assert_eq!(fired.len(), 1);
         assert_eq!(fired[0].per, AlertScope::Tool);
         assert_eq!(fired[0].intent_key, None);
+    }
+
+    /// The alert `rule` fires for `key` when its threshold is reached.
+    fn alert(rule: AlertRule, key: &str) -> Alert {
+        let threshold = rule.threshold;
+        let mut engine = engine(vec![rule]);
+        let fired: Vec<Alert> = (0..threshold)
+            .flat_map(|n| engine.observe(&repeat(key, i64::from(n))))
+            .collect();
+        assert_eq!(fired.len(), 1);
+        fired.into_iter().next().unwrap()
+    }
+
+    /// A storm of 300 intents fired a per-intent rule 300 times, and the log had a warning
+    /// for each: now the first is logged at once, the rest are one summary line when the
+    /// window is up.
+    #[test]
+    fn a_rule_firing_for_many_intents_is_one_line_then_one_summary_per_window() {
+        let per_intent = rule(AlertScope::Intent, 5, 60);
+        let mut log = AlertLog::default();
+        let start = Instant::now();
+        assert!(log.opens_window(
+            &alert(per_intent.clone(), "refund:0"),
+            Some("payments"),
+            start
+        ));
+        for n in 1..300 {
+            let at = start + Duration::from_millis(n);
+            assert!(!log.opens_window(
+                &alert(per_intent.clone(), &format!("refund:{n}")),
+                Some("payments"),
+                at
+            ));
+        }
+        assert_eq!(log.next_due(), Some(start + Duration::from_secs(60)));
+        assert!(log.take_due(start + Duration::from_secs(59)).is_empty());
+        let summaries = log.take_due(start + Duration::from_secs(60));
+        assert_eq!(summaries.len(), 1);
+        let (owner, notice) = &summaries[0];
+        assert_eq!(owner.as_deref(), Some("payments"));
+        assert_eq!(notice.kind, "duplicate_calls");
+        assert_eq!(notice.severity, Severity::Warning);
+        assert_eq!(
+            notice.summary,
+            "duplicate-call alert `repeats-per-intent` on refund_order: 299 more intents were \
+             each called 5 more times within 60 s, for example refund:1, refund:2, refund:3, \
+             refund:4, refund:5 and 294 others"
+        );
+        assert_eq!(notice.details["alerts"], 299);
+        assert_eq!(log.next_due(), None, "the window is closed");
+        // The storm goes on: the next alert opens a window of its own, logged at once.
+        let later = start + Duration::from_secs(61);
+        assert!(log.opens_window(&alert(per_intent, "refund:300"), None, later));
+    }
+
+    #[test]
+    fn a_window_with_one_alert_has_no_summary_and_rules_have_their_own_windows() {
+        let mut log = AlertLog::default();
+        let start = Instant::now();
+        let per_intent = rule(AlertScope::Intent, 5, 10);
+        let mut per_tool = rule(AlertScope::Tool, 50, 60);
+        per_tool.disable_tool = true;
+        assert!(log.opens_window(&alert(per_intent.clone(), "refund:1"), None, start));
+        assert!(log.opens_window(&alert(per_tool.clone(), "refund:1"), None, start));
+        assert!(!log.opens_window(&alert(per_tool, "refund:2"), None, start));
+        // The per-intent window is 10 s; the per-tool one 60 s.
+        assert!(log.take_due(start + Duration::from_secs(10)).is_empty());
+        assert!(log.opens_window(
+            &alert(per_intent, "refund:2"),
+            None,
+            start + Duration::from_secs(11)
+        ));
+        let summaries = log.take_all();
+        assert_eq!(
+            summaries.len(),
+            1,
+            "only the per-tool window counted alerts"
+        );
+        let (_, notice) = &summaries[0];
+        assert_eq!(notice.severity, Severity::Critical);
+        assert_eq!(
+            notice.summary,
+            "duplicate-call alert `repeats-per-tool` on refund_order: 1 more alert, each for 50 \
+             repeated calls within 60 s"
+        );
+        assert_eq!(log.next_due(), None);
+    }
+
+    #[test]
+    fn a_long_window_is_summed_up_after_at_most_a_minute() {
+        let mut log = AlertLog::default();
+        let start = Instant::now();
+        let daily = rule(AlertScope::Intent, 5, 86_400);
+        assert!(log.opens_window(&alert(daily, "refund:1"), None, start));
+        assert_eq!(log.next_due(), Some(start + SUMMARY_EVERY_MAX));
     }
 
     #[test]

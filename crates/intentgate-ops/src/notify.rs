@@ -1,11 +1,12 @@
 //! Routing notices to a tool's owner: a log line and, where configured, a webhook.
 //!
 //! A notice is one reconciliation run's mismatches for one owner, or one duplicate-call
-//! alert. The log line is written at once, on the caller's task, with the summary as a
-//! field. Webhooks are queued and
+//! alert. Its log line ([`Notifier::log`]) is written at once, on the caller's task, with the
+//! summary as a field; the duplicate-call alerts write one per rule and window, summing up
+//! the rest (see `alerts`). Its webhook ([`Notifier::post`]) is queued and
 //! posted by one background worker, so a slow or dead endpoint never delays a call, an
 //! alert or a run; the queue is bounded and a notice that finds it full is dropped with an
-//! error log (the log line of that notice was written regardless). A delivery is retried a
+//! error log. A delivery is retried a
 //! few times with backoff, then given up with an error log naming the owner, never the URL
 //! (chat webhooks carry their credential in the URL).
 
@@ -29,6 +30,8 @@ pub const WEBHOOK_QUEUE_MAX: usize = 256;
 /// The message of a notice's log line. The summary quotes intent keys, which hold what
 /// callers sent, so it is a field (quoted in text logs), never the message text.
 const NOTICE_LOG_MESSAGE: &str = "notice for the tool's owner";
+/// The owner named in the log line and webhook of a tool that has none.
+const NO_OWNER: &str = "(no owner)";
 /// Longest wait for one webhook answer.
 pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Attempts per notice: the first post and two retries, 1 s and 2 s apart.
@@ -104,11 +107,17 @@ impl Notifier {
         }
     }
 
-    /// Logs `notice` (unless its owner opted out of log lines) and queues its webhook.
-    /// A tool without an owner is logged: someone must hear about it.
+    /// Logs `notice` and queues its webhook: [`Notifier::log`] and [`Notifier::post`].
     pub fn notify(&self, owner: Option<&str>, notice: &Notice) {
+        self.log(owner, notice);
+        self.post(owner, notice);
+    }
+
+    /// Writes `notice`'s log line, unless its owner opted out of log lines. A tool without
+    /// an owner is logged: someone must hear about it.
+    pub fn log(&self, owner: Option<&str>, notice: &Notice) {
         let config = owner.and_then(|name| self.owners.get(name));
-        let owner_name = owner.unwrap_or("(no owner)");
+        let owner_name = owner.unwrap_or(NO_OWNER);
         if config.is_none_or(|config| config.log) {
             match notice.severity {
                 Severity::Critical => tracing::error!(
@@ -128,6 +137,12 @@ impl Notifier {
                 ),
             }
         }
+    }
+
+    /// Queues `notice`'s webhook, if its owner has one.
+    pub fn post(&self, owner: Option<&str>, notice: &Notice) {
+        let config = owner.and_then(|name| self.owners.get(name));
+        let owner_name = owner.unwrap_or(NO_OWNER);
         let Some(url) = config.and_then(|config| config.webhook.clone()) else {
             return;
         };
@@ -149,7 +164,7 @@ impl Notifier {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             tracing::error!(
                 owner = owner_name, tool = %notice.tool, kind = notice.kind,
-                "webhook queue full ({WEBHOOK_QUEUE_MAX} notices waiting); this notice was logged but not posted"
+                "webhook queue full ({WEBHOOK_QUEUE_MAX} notices waiting); this notice was not posted"
             );
         }
     }
@@ -179,7 +194,7 @@ impl Notifier {
                 .is_err()
         {
             tracing::error!(
-                "webhooks still queued after {WEBHOOK_DRAIN_TIMEOUT:?}; they were logged but not all posted"
+                "webhooks still queued after {WEBHOOK_DRAIN_TIMEOUT:?}; not all of them were posted"
             );
         }
         DeliveryStats {
@@ -221,7 +236,7 @@ async fn deliver_forever(
             tracing::error!(
                 owner = %delivery.owner,
                 error = %last_error,
-                "could not post a notice to the owner's webhook after {WEBHOOK_ATTEMPTS} attempts; it is in the log"
+                "could not post a notice to the owner's webhook after {WEBHOOK_ATTEMPTS} attempts"
             );
         }
     }

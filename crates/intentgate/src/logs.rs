@@ -1,32 +1,64 @@
-//! Logging: the format an operator picks, and text log fields that callers can't forge.
+//! Logging: the format an operator picks, the filter that keeps `info` readable, and text log
+//! fields that callers can't forge.
 //!
-//! Log lines carry values that callers chose: a tenant, an intent key or id, a tool name from
-//! a URL, argument values, header values, error messages that quote them. Written as they
-//! are into a text log, a tenant `evil status=admin_override` reads as a second field, and a
-//! value with a line break or a terminal escape writes a line of its own. So the text format
-//! writes every field through [`QuotedFields`]: a value that is a plain token (printable
-//! ASCII without spaces, quotes, `=` or backslashes) as it is, anything else in double quotes
-//! with quotes, backslashes, line breaks, control and invisible characters escaped. It covers
-//! every event and span field of every crate, whichever way the field was recorded (`%`, `?`
-//! or a plain value), so no call site can forget it. The message itself is written unquoted,
-//! with control and invisible characters escaped, so it can't break a line either; callers'
-//! values belong in fields, not in the message text.
+//! **What `info` shows.** A call that goes well writes nothing at `info`; state changes that
+//! need a person (an intent left unknown by a sweep, a conflict, a switched-off tool, an
+//! alert) do. Two dependencies would drown them out, so the filter is adjusted here:
+//!
+//! - rmcp writes lines of its own for every MCP request at `info` (a service started and
+//!   finished per Streamable HTTP request). Unless `RUST_LOG` names rmcp, it is held at
+//!   `warn` ([`RMCP_DIRECTIVE_DEFAULT`]); `RUST_LOG=info,rmcp=debug` shows them again.
+//! - rmcp logs an `ERROR` "failed to send pending response during drain" whenever an MCP
+//!   client gave up on a call before its answer was ready (a client timeout, a closed
+//!   response stream). That is normal operation: the call itself finished, and a repeat gets
+//!   its outcome. [`AbandonedCalls`] replaces exactly that event with a `debug` line of
+//!   target [`ABANDONED_TARGET`], and lets every other rmcp error through.
+//!
+//! **Fields callers can't forge.** Log lines carry values that callers chose: a tenant, an
+//! intent key or id, a tool name from a URL, argument values, header values, error messages
+//! that quote them. Written as they are into a text log, a tenant
+//! `evil status=admin_override` reads as a second field, and a value with a line break or a
+//! terminal escape writes a line of its own. So the text format writes every field through
+//! [`QuotedFields`]: a value that is a plain token (printable ASCII without spaces, quotes,
+//! `=` or backslashes) as it is, anything else in double quotes with quotes, backslashes,
+//! line breaks, control and invisible characters escaped. It covers every event and span
+//! field of every crate, whichever way the field was recorded (`%`, `?` or a plain value), so
+//! no call site can forget it. The message itself is written unquoted, with control and
+//! invisible characters escaped, so it can't break a line either; callers' values belong in
+//! fields, not in the message text.
 //!
 //! JSON logs need none of this: JSON escapes every string.
 
 use std::fmt;
+use std::io;
+use std::sync::OnceLock;
 
 use tracing::field::{Field, Visit};
+use tracing::{Dispatch, Event, Level, Metadata, Subscriber};
+use tracing_core::callsite::Callsite;
+use tracing_core::dispatcher::WeakDispatch;
+use tracing_core::field::FieldSet;
+use tracing_core::metadata::Kind;
+use tracing_core::subscriber::Interest;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::field::RecordFields;
-use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FormatFields, MakeWriter};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// Log filter when `RUST_LOG` is unset: only what an operator must see, and what a
 /// long-running command says when it starts (its port, ledger and admin API).
 const LOG_FILTER_DEFAULT: &str = "warn,intentgate::startup=info";
+/// rmcp's level when `RUST_LOG` does not name rmcp: at `info` it writes lines for every MCP
+/// request, which an operator asking for `info` means to be about the gateway.
+const RMCP_DIRECTIVE_DEFAULT: &str = "rmcp=warn";
 /// The environment variable that picks the log format: `text` (the default) or `json`.
 pub const LOG_FORMAT_ENV: &str = "INTENTGATE_LOG_FORMAT";
+/// The environment variable that filters log lines.
+pub const LOG_FILTER_ENV: &str = "RUST_LOG";
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +72,7 @@ pub enum LogFormat {
 }
 
 /// The log format [`LOG_FORMAT_ENV`] asks for; unset or empty is text.
-pub fn log_format() -> Result<LogFormat, String> {
+fn log_format() -> Result<LogFormat, String> {
     let value = match std::env::var(LOG_FORMAT_ENV) {
         Ok(value) => value,
         Err(std::env::VarError::NotPresent) => return Ok(LogFormat::Text),
@@ -55,23 +87,209 @@ pub fn log_format() -> Result<LogFormat, String> {
     }
 }
 
-/// Installs the process's logger: stderr, filtered by `RUST_LOG`, in `format`.
-pub fn init(format: LogFormat) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(LOG_FILTER_DEFAULT));
+/// The filter [`LOG_FILTER_ENV`] asks for: unset or empty is [`LOG_FILTER_DEFAULT`];
+/// otherwise its directives, with rmcp held at `warn` unless one of them names rmcp or they
+/// ask for no more than `warn` anyway. A value that is not a filter is an error that quotes
+/// it.
+fn log_filter() -> Result<EnvFilter, String> {
+    let value = match std::env::var(LOG_FILTER_ENV) {
+        Ok(value) => value,
+        Err(std::env::VarError::NotPresent) => String::new(),
+        Err(std::env::VarError::NotUnicode(value)) => value.to_string_lossy().into_owned(),
+    };
+    filter_from(&value)
+        .map_err(|error| format!("{LOG_FILTER_ENV}={value:?} is not a log filter: {error}"))
+}
+
+/// [`log_filter`] of the text `directives`.
+fn filter_from(directives: &str) -> Result<EnvFilter, tracing_subscriber::filter::ParseError> {
+    let directives = directives.trim();
+    if directives.is_empty() {
+        return EnvFilter::builder().parse(LOG_FILTER_DEFAULT);
+    }
+    let filter = EnvFilter::builder().parse(directives)?;
+    // Only ever quieter: `RUST_LOG=error` or `off` keeps rmcp as quiet as the rest.
+    let verbose = default_level(directives).is_some_and(|level| level > LevelFilter::WARN);
+    if names_rmcp(directives) || !verbose {
+        return Ok(filter);
+    }
+    Ok(filter.add_directive(
+        RMCP_DIRECTIVE_DEFAULT
+            .parse()
+            .expect("the rmcp directive is a valid directive"),
+    ))
+}
+
+/// The level the comma-separated `directives` give every target they don't name: their
+/// bare level (`info` in `info,intentgate_gate=debug`), if they have one.
+fn default_level(directives: &str) -> Option<LevelFilter> {
+    directives
+        .split(',')
+        .filter_map(|directive| directive.trim().parse::<LevelFilter>().ok())
+        .next_back()
+}
+
+/// True when one of the comma-separated `directives` is about rmcp's targets: `rmcp`,
+/// `rmcp=debug`, `rmcp::service[...]=info`.
+fn names_rmcp(directives: &str) -> bool {
+    directives.split(',').any(|directive| {
+        let target = directive
+            .trim()
+            .split(['[', '='])
+            .next()
+            .unwrap_or_default();
+        target == "rmcp" || target.starts_with("rmcp::")
+    })
+}
+
+/// Installs the process's logger: stderr, filtered by [`log_filter`], in [`log_format`].
+/// Either variable set to what it can't be is an error that says so; nothing is installed.
+pub fn init() -> Result<(), String> {
+    let format = log_format()?;
+    let filter = log_filter()?;
     // Logs go to stderr so that stdout stays the command's output (a table or JSON).
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => logs.fmt_fields(QuotedFields).init(),
-        LogFormat::Json => logs
+    subscriber(format, filter, io::stderr).init();
+    Ok(())
+}
+
+/// The logger [`init`] installs, writing to `writer`.
+fn subscriber<W>(format: LogFormat, filter: EnvFilter, writer: W) -> impl Subscriber + Send + Sync
+where
+    W: for<'writer> MakeWriter<'writer> + Send + Sync + 'static,
+{
+    let lines = tracing_subscriber::fmt::layer().with_writer(writer);
+    let lines = match format {
+        LogFormat::Text => lines.fmt_fields(QuotedFields).boxed(),
+        LogFormat::Json => lines
             .json()
             .flatten_event(true)
             .with_current_span(true)
             .with_span_list(false)
             .with_ansi(false)
-            .init(),
+            .boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(AbandonedCalls::default())
+        .with(lines)
+}
+
+/// The target of the `debug` line that stands for rmcp's error about an abandoned call:
+/// `RUST_LOG=info,intentgate::abandoned=debug` shows them.
+pub const ABANDONED_TARGET: &str = "intentgate::abandoned";
+/// Its message.
+const ABANDONED_MESSAGE: &str =
+    "an MCP client went away before its answer was sent; the call itself finished";
+/// The rmcp event that stands for an abandoned call: its target, level and message. rmcp
+/// writes it when the answer of a finished call can't be sent because the client's end is
+/// gone (its response stream, or stdout of a stdio client).
+const RMCP_DRAIN_TARGET: &str = "rmcp::service";
+const RMCP_DRAIN_LEVEL: Level = Level::ERROR;
+const RMCP_DRAIN_MESSAGE: &str = "failed to send pending response during drain";
+
+/// The callsite of the line [`AbandonedCalls`] writes: a `debug` event of
+/// [`ABANDONED_TARGET`] with a message and rmcp's `error`.
+struct AbandonedCallsite;
+
+static ABANDONED_CALLSITE: AbandonedCallsite = AbandonedCallsite;
+
+static ABANDONED_METADATA: Metadata<'static> = Metadata::new(
+    "abandoned MCP call",
+    ABANDONED_TARGET,
+    Level::DEBUG,
+    Some(file!()),
+    Some(line!()),
+    Some(module_path!()),
+    FieldSet::new(
+        &["message", "error"],
+        tracing_core::identify_callsite!(&ABANDONED_CALLSITE),
+    ),
+    Kind::EVENT,
+);
+
+impl Callsite for AbandonedCallsite {
+    // Never registered: its one event is dispatched directly, after asking the dispatcher
+    // whether it is enabled.
+    fn set_interest(&self, _interest: Interest) {}
+
+    fn metadata(&self) -> &Metadata<'_> {
+        &ABANDONED_METADATA
+    }
+}
+
+/// The layer that turns rmcp's `ERROR` about an abandoned MCP call into a `debug` line of
+/// the gateway's own (module documentation). It matches that one event by target, level and message,
+/// so every other rmcp error is written as rmcp wrote it.
+#[derive(Default)]
+struct AbandonedCalls {
+    /// The dispatcher this layer is part of, where the `debug` line goes. Weak: the
+    /// dispatcher owns this layer.
+    dispatch: OnceLock<WeakDispatch>,
+}
+
+impl<S> Layer<S> for AbandonedCalls
+where
+    S: Subscriber + for<'span> LookupSpan<'span>,
+{
+    fn on_register_dispatch(&self, dispatch: &Dispatch) {
+        let _ = self.dispatch.set(dispatch.downgrade());
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, _context: Context<'_, S>) -> bool {
+        let metadata = event.metadata();
+        if metadata.target() != RMCP_DRAIN_TARGET || *metadata.level() != RMCP_DRAIN_LEVEL {
+            return true;
+        }
+        let mut fields = DrainFields::default();
+        event.record(&mut fields);
+        if fields.message.as_deref() != Some(RMCP_DRAIN_MESSAGE) {
+            return true;
+        }
+        if let Some(dispatch) = self.dispatch.get().and_then(WeakDispatch::upgrade)
+            && dispatch.enabled(&ABANDONED_METADATA)
+        {
+            let error = fields.error.unwrap_or_default();
+            let names = ABANDONED_METADATA.fields();
+            let message_field = names.field("message").expect("the callsite has `message`");
+            let error_field = names.field("error").expect("the callsite has `error`");
+            let values: [(&Field, Option<&dyn tracing::Value>); 2] = [
+                (&message_field, Some(&ABANDONED_MESSAGE)),
+                (&error_field, Some(&error.as_str())),
+            ];
+            // The event is dispatched here rather than through a macro: a macro would look
+            // up the current dispatcher, which is busy with rmcp's event. `value_set` is
+            // what every `tracing` macro expands to, so it is as stable as they are.
+            dispatch.event(&Event::new(&ABANDONED_METADATA, &names.value_set(&values)));
+        }
+        false
+    }
+}
+
+/// The message and `error` of an rmcp event.
+#[derive(Default)]
+struct DrainFields {
+    message: Option<String>,
+    error: Option<String>,
+}
+
+impl DrainFields {
+    fn keep(&mut self, field: &Field, text: impl FnOnce() -> String) {
+        match field.name() {
+            "message" => self.message = Some(text()),
+            "error" => self.error = Some(text()),
+            _ => {}
+        }
+    }
+}
+
+impl Visit for DrainFields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.keep(field, || value.to_owned());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        // `%error` and the message arrive here, their Debug being their Display.
+        self.keep(field, || format!("{value:?}"));
     }
 }
 
@@ -237,6 +455,155 @@ mod tests {
             .finish();
         tracing::subscriber::with_default(subscriber, log);
         String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap()
+    }
+
+    /// The JSON lines the process's logger writes for `log` under the filter `directives`
+    /// (what `RUST_LOG` would hold).
+    fn logged_as_json(directives: &str, log: impl FnOnce()) -> Vec<serde_json::Value> {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let filter = filter_from(directives).unwrap();
+        let subscriber = subscriber(LogFormat::Json, filter, move || writer.clone());
+        tracing::subscriber::with_default(subscriber, log);
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    /// `(level, target, message)` of each line.
+    fn summary(lines: &[serde_json::Value]) -> Vec<(String, String, String)> {
+        lines
+            .iter()
+            .map(|line| {
+                (
+                    line["level"].as_str().unwrap().to_owned(),
+                    line["target"].as_str().unwrap().to_owned(),
+                    line["message"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    fn line(level: &str, target: &str, message: &str) -> (String, String, String) {
+        (level.to_owned(), target.to_owned(), message.to_owned())
+    }
+
+    /// rmcp's per-request lines, and a line of the gateway's, at each level.
+    fn rmcp_and_gateway_lines() {
+        tracing::info!(target: "rmcp::service", "Service initialized as server");
+        tracing::debug!(target: "rmcp::service", "received request");
+        tracing::info!(target: "intentgate::startup", "listening");
+        tracing::info!(target: "intentgate_gate::gate", "a gateway line");
+        tracing::warn!(target: "rmcp::service", "timed out draining in-flight responses");
+    }
+
+    #[test]
+    fn rmcp_is_held_at_warn_unless_the_filter_names_it() {
+        assert_eq!(
+            summary(&logged_as_json("", rmcp_and_gateway_lines)),
+            [
+                line("INFO", "intentgate::startup", "listening"),
+                line(
+                    "WARN",
+                    "rmcp::service",
+                    "timed out draining in-flight responses"
+                ),
+            ],
+            "unset: warn, and the startup lines"
+        );
+        assert_eq!(
+            summary(&logged_as_json("info", rmcp_and_gateway_lines)),
+            [
+                line("INFO", "intentgate::startup", "listening"),
+                line("INFO", "intentgate_gate::gate", "a gateway line"),
+                line(
+                    "WARN",
+                    "rmcp::service",
+                    "timed out draining in-flight responses"
+                ),
+            ]
+        );
+        for names_rmcp in [
+            "info,rmcp=info",
+            "rmcp=debug,info",
+            "info,rmcp::service=debug",
+        ] {
+            let lines = summary(&logged_as_json(names_rmcp, rmcp_and_gateway_lines));
+            assert!(
+                lines.contains(&line(
+                    "INFO",
+                    "rmcp::service",
+                    "Service initialized as server"
+                )),
+                "{names_rmcp}: {lines:?}"
+            );
+        }
+        let lines = summary(&logged_as_json("info,rmcp=debug", rmcp_and_gateway_lines));
+        assert!(lines.contains(&line("DEBUG", "rmcp::service", "received request")));
+        // Asking for less than warn is not made louder for rmcp.
+        assert!(logged_as_json("off", rmcp_and_gateway_lines).is_empty());
+        assert!(logged_as_json("error", rmcp_and_gateway_lines).is_empty());
+        assert_eq!(
+            summary(&logged_as_json(
+                "error,intentgate_gate=info",
+                rmcp_and_gateway_lines
+            )),
+            [line("INFO", "intentgate_gate::gate", "a gateway line")]
+        );
+        // A target that merely starts with the same letters is not rmcp.
+        assert!(!names_rmcp("rmcpx=debug"));
+    }
+
+    /// An MCP client that gave up on a call made rmcp write an ERROR at any level; the
+    /// gateway had done nothing wrong.
+    #[test]
+    fn an_abandoned_mcp_call_is_a_debug_line_and_other_rmcp_errors_stay_errors() {
+        let abandoned_and_failed = || {
+            let span = tracing::info_span!("serve_inner");
+            let _entered = span.enter();
+            tracing::error!(target: "rmcp::service", error = %"channel closed", "failed to send pending response during drain");
+            tracing::error!(target: "rmcp::service", e = %"broken pipe", "fail to close sink");
+            tracing::error!(target: "rmcp::service", error = %"task panicked", "response send task failed during drain");
+            tracing::error!(target: "another::crate", error = %"channel closed", "failed to send pending response during drain");
+        };
+        let others = [
+            line("ERROR", "rmcp::service", "fail to close sink"),
+            line(
+                "ERROR",
+                "rmcp::service",
+                "response send task failed during drain",
+            ),
+            line(
+                "ERROR",
+                "another::crate",
+                "failed to send pending response during drain",
+            ),
+        ];
+        for directives in ["", "info", "info,rmcp=debug"] {
+            assert_eq!(
+                summary(&logged_as_json(directives, abandoned_and_failed)),
+                others,
+                "{directives:?}"
+            );
+        }
+        for directives in ["info,intentgate::abandoned=debug", "debug"] {
+            let lines = logged_as_json(directives, abandoned_and_failed);
+            let mut expected = vec![line("DEBUG", ABANDONED_TARGET, ABANDONED_MESSAGE)];
+            expected.extend(others.iter().cloned());
+            assert_eq!(summary(&lines), expected, "{directives:?}");
+            assert_eq!(lines[0]["error"], "channel closed");
+            assert_eq!(
+                lines[0]["span"]["name"], "serve_inner",
+                "it keeps rmcp's span"
+            );
+        }
+    }
+
+    #[test]
+    fn a_filter_that_does_not_parse_is_an_error() {
+        assert!(filter_from("info,rmcp=loud").is_err());
+        assert!(filter_from("  ").is_ok());
     }
 
     /// The `name=value` fields of a logfmt text, values unquoted and unescaped.

@@ -38,14 +38,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let format = match logs::log_format() {
-        Ok(format) => format,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::FAILURE;
-        }
-    };
-    logs::init(format);
+    if let Err(message) = logs::init() {
+        eprintln!("error: {message}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Serve(arguments) => serve::run(arguments).await,
         Command::Mcp(arguments) => mcp::run(arguments).await,

@@ -5,8 +5,8 @@
 mod support;
 
 use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::{EXAMPLE_CONFIG, Running, intentgate, mock_provider, serve_with_stderr};
@@ -23,16 +23,7 @@ fn stop(mut gateway: Running) -> String {
         stderr.read_to_string(&mut text).unwrap();
         text
     });
-    let status = Command::new("kill")
-        .args(["-TERM", &gateway.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    while gateway.child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the gateway did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    gateway.terminate(STOP_TIMEOUT);
     reader.join().unwrap()
 }
 
@@ -48,7 +39,8 @@ async fn json_logs_are_one_object_a_line_and_a_calls_lines_carry_its_tool_and_ke
         &[
             ("INTENTGATE_MOCK_URL", &mock.url),
             ("INTENTGATE_LOG_FORMAT", "json"),
-            ("RUST_LOG", "info"),
+            // The gate's per-call lines are debug: a call that goes well is quiet at info.
+            ("RUST_LOG", "info,intentgate_gate=debug"),
         ],
         Stdio::piped(),
     );
@@ -79,7 +71,7 @@ async fn json_logs_are_one_object_a_line_and_a_calls_lines_carry_its_tool_and_ke
         .iter()
         .find(|line| line["message"] == "upstream answered")
         .unwrap_or_else(|| panic!("no \"upstream answered\" line in:\n{stderr}"));
-    assert_eq!(answered["level"], "INFO");
+    assert_eq!(answered["level"], "DEBUG");
     assert_eq!(answered["tool"], "refund_order");
     assert_eq!(answered["key"], key);
 }
@@ -116,7 +108,10 @@ async fn text_logs_quote_a_callers_values_so_they_forge_no_field() {
     let gateway = serve_with_stderr(
         EXAMPLE_CONFIG,
         ledger.to_str().unwrap(),
-        &[("INTENTGATE_MOCK_URL", &mock.url), ("RUST_LOG", "info")],
+        &[
+            ("INTENTGATE_MOCK_URL", &mock.url),
+            ("RUST_LOG", "info,intentgate_gate=debug"),
+        ],
         Stdio::piped(),
     );
     let client = support::client();

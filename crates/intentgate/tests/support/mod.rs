@@ -30,6 +30,24 @@ impl Running {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Stops it with SIGTERM (a graceful shutdown) and reaps it; panics if it is still
+    /// running after `limit`.
+    pub fn terminate(&mut self, limit: Duration) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + limit;
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "it did not stop within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Running {
