@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{example_config, get_json, intentgate, mock_provider, set_faults, until};
+use support::{get_json, intentgate, until};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
@@ -140,24 +140,17 @@ impl McpProcess {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_gateway_killed_mid_call_gives_its_intent_up_to_the_others_at_once() {
-    let folder = tempfile::tempdir().unwrap();
-    let config = example_config(folder.path(), |text| {
-        support::with_setting(&text, "timeout_ms", TOOL_TIMEOUT_MS)
-    });
-    let config = config.to_str().unwrap();
-    let ledger = folder.path().join("ledger.db");
-    let ledger = ledger.to_str().unwrap();
-    let mock = mock_provider();
-    let client = support::client();
+    let setup = support::LedgerFolder::new(TOOL_TIMEOUT_MS);
+    let (config, ledger, mock, client) =
+        (&*setup.config, &*setup.ledger, &setup.mock, &setup.client);
 
     // The provider commits each refund as it arrives, then holds the answer.
-    set_faults(
-        &client,
-        &mock,
-        Some(ANSWER_HOLD_MS),
-        json!({"timeout": 1000, "commit_when_ambiguous": 1000}),
-    )
-    .await;
+    setup
+        .set_faults(
+            Some(ANSWER_HOLD_MS),
+            json!({"timeout": 1000, "commit_when_ambiguous": 1000}),
+        )
+        .await;
     let mut processes = Vec::new();
     for _ in 0..PROCESSES {
         processes.push(McpProcess::start(config, ledger, &mock.url).await);
@@ -168,7 +161,7 @@ async fn a_gateway_killed_mid_call_gives_its_intent_up_to_the_others_at_once() {
     // with the intent in flight and its lease tens of seconds from expiry.
     let mut killed = processes.remove(0);
     killed.send_call("refund_order", &refund).await;
-    let effects = async || get_json(&client, format!("{}/admin/effects", mock.url)).await;
+    let effects = async || get_json(client, format!("{}/admin/effects", mock.url)).await;
     until(
         Duration::from_secs(30),
         Duration::from_millis(20),
