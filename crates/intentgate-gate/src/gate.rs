@@ -11,7 +11,10 @@ use intentgate_core::{
     CallStatus, Effect, IntentStatus, OutcomeClass, ToolDefinition, ToolError, UpstreamObservation,
     classify, differing_fields, fingerprint,
 };
-use intentgate_ledger::{Begin, BeginRequest, Finish, Finished, IntentRecord, Ledger, LedgerError};
+use intentgate_ledger::{
+    Begin, BeginRequest, Finish, Finished, IntentRecord, Ledger, LedgerError, ProcessEnd,
+    instance_of,
+};
 use serde_json::Value;
 use tokio::sync::broadcast;
 use tracing::Instrument;
@@ -43,6 +46,11 @@ pub const LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
 pub const FLAG_REFRESH: Duration = Duration::from_millis(500);
 /// How long a test waits for a changed flag to be seen.
 pub const FLAG_REFRESH_FOR_TESTS: Duration = Duration::from_millis(600);
+/// How often a caller waiting for another's lease checks that the owner's process still
+/// runs (and asks `begin` again): a dead process never commits, so no change wakes the
+/// waiter. Often enough that a killed process's intents are taken over well within a
+/// second; each check is one indexed read, made only while waiting.
+pub const OWNER_CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// Settings of a gate.
 #[derive(Debug, Clone)]
@@ -55,6 +63,8 @@ pub struct GateOptions {
     /// How unknown intents are driven to an answer: the same-key re-send backoff and its
     /// rate limit (SPEC section 5).
     pub resolution: Resolution,
+    /// How often a waiting caller checks the lease owner's process ([`OWNER_CHECK_EVERY`]).
+    pub owner_check_every: Duration,
 }
 
 impl Default for GateOptions {
@@ -69,6 +79,7 @@ impl Default for GateOptions {
             retry_after_cap: RETRY_AFTER_CAP,
             backoff_base: BACKOFF_BASE,
             resolution: Resolution::default(),
+            owner_check_every: OWNER_CHECK_EVERY,
         }
     }
 }
@@ -229,6 +240,12 @@ impl Gate {
 
     pub fn ledger(&self) -> &Arc<dyn Ledger> {
         &self.ledger
+    }
+
+    /// The settings this gate runs with; `instance` begins every lease owner it writes, and
+    /// is what a gateway process registers in the ledger.
+    pub fn options(&self) -> &GateOptions {
+        &self.options
     }
 
     /// This gate's metrics (see the `metrics` module for the families).
@@ -518,6 +535,11 @@ impl Gate {
     /// [`WAIT_MARGIN`], and then takes what `begin` answers last (`Busy` when still held).
     /// `request` is the first `begin`; a retry after a wait is not counted as another call.
     /// Returns the last `begin` asked with what it answered.
+    ///
+    /// A holder that died commits nothing, so the waiter also asks `begin` again at least
+    /// every [`GateOptions::owner_check_every`], and as often checks the holder's process:
+    /// found gone on this machine, it is marked dead and `begin` takes its lease at once
+    /// (elsewhere its silent heartbeat makes `begin` take it).
     async fn acquire(
         &self,
         tool: &ToolDefinition,
@@ -526,6 +548,8 @@ impl Gate {
         let wait_until = request.now_ms + (tool.timeout + WAIT_MARGIN).as_millis() as i64;
         // Time spent waiting for another caller's lease, once this call has waited.
         let mut waited: Option<Duration> = None;
+        let check_every_ms = self.options.owner_check_every.as_millis() as i64;
+        let mut owner_checked_ms: Option<i64> = None;
         let begun = loop {
             let begin = match self.ledger_begin(request.clone()).await {
                 Ok(begin) => begin,
@@ -549,9 +573,17 @@ impl Gate {
                 self.metrics.lease_wait_started(&tool.name);
             }
             let started = Instant::now();
-            self.ledger
-                .wait_for_change(intent.id, Duration::from_millis(remaining_ms as u64))
-                .await;
+            let now_ms = self.clock.now_ms();
+            let check_due = owner_checked_ms.is_none_or(|at| now_ms - at >= check_every_ms);
+            if check_due {
+                owner_checked_ms = Some(now_ms);
+            }
+            if !(check_due && self.lease_owner_found_dead(intent).await) {
+                let wait_ms = remaining_ms.min(check_every_ms.max(1));
+                self.ledger
+                    .wait_for_change(intent.id, Duration::from_millis(wait_ms as u64))
+                    .await;
+            }
             *waited.get_or_insert(Duration::ZERO) += started.elapsed();
             request.now_ms = self.clock.now_ms();
             request.lease_expires_ms = request.now_ms + millis(self.lease_duration(tool));
@@ -564,6 +596,52 @@ impl Gate {
             self.metrics.lease_waited(&tool.name, waited);
         }
         begun.map(|begun| (begun, request))
+    }
+
+    /// True when the process holding `intent`'s lease is registered on this machine and no
+    /// longer runs ([`crate::process::runs_no_longer`]): it is then marked dead in the
+    /// ledger, so that the next `begin` (of any caller, on any replica) takes its leases. A
+    /// failure only means waiting on: the silent heartbeat and the lease's expiry still free
+    /// the intent.
+    async fn lease_owner_found_dead(&self, intent: &IntentRecord) -> bool {
+        let Some(instance) = intent.lease_owner.as_deref().and_then(instance_of) else {
+            return false;
+        };
+        if instance == self.options.instance {
+            return false;
+        }
+        let owner = match self.ledger.process(instance).await {
+            Ok(Some(owner)) if owner.ended.is_none() => owner,
+            Ok(_) => return false,
+            Err(error) => {
+                tracing::debug!(%error, instance, "could not read the lease owner's process");
+                return false;
+            }
+        };
+        if !crate::process::runs_no_longer(&owner) {
+            return false;
+        }
+        let now_ms = self.clock.now_ms();
+        match self
+            .ledger
+            .end_process(instance, ProcessEnd::Dead, now_ms)
+            .await
+        {
+            Ok(_) => {
+                tracing::warn!(
+                    instance,
+                    pid = owner.pid,
+                    host = %owner.host,
+                    intent = intent.id,
+                    "the process holding the lease is gone; marked dead, its leases are taken over"
+                );
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, instance, "could not mark a gone lease owner dead; waiting on");
+                false
+            }
+        }
     }
 
     /// The answer to a call whose key names an intent made with other arguments: which

@@ -25,6 +25,7 @@ mod clock;
 mod gate;
 mod metrics;
 mod outcome;
+pub mod process;
 mod resolve;
 pub mod schema;
 mod sweeper;
@@ -33,7 +34,7 @@ mod upstream;
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use gate::{
     BACKOFF_BASE, CallContext, FLAG_REFRESH, FLAG_REFRESH_FOR_TESTS, Gate, GateError, GateOptions,
-    LEASE_MARGIN, LOOKUP_INTERVAL, RETRY_AFTER_CAP, WAIT_MARGIN,
+    LEASE_MARGIN, LOOKUP_INTERVAL, OWNER_CHECK_EVERY, RETRY_AFTER_CAP, WAIT_MARGIN,
 };
 pub use metrics::{ConnectionDrop, Metrics, REPEATED_CALL_BUFFER, RepeatedCall};
 pub use outcome::CallOutcome;

@@ -15,6 +15,10 @@
 //! - [`Ledger::finish`] stores what the attempt learned and releases the lease;
 //! - [`Ledger::wait_for_change`] lets a concurrent caller wait for the lease holder.
 //!
+//! Leases belong to gateway processes that register and heartbeat in the ledger
+//! ([`Ledger::register_process`], [`Ledger::heartbeat_process`], [`Ledger::end_process`]):
+//! `begin` takes a live lease from an owner whose process is gone as if it had expired.
+//!
 //! The other operations serve the gateway's neighbours: the sweeper ([`Ledger::stale`]),
 //! operators ([`Ledger::resolve`], [`Ledger::set_tool_flag`], [`Ledger::events`], and
 //! [`Ledger::intents`], which pages through the intents matching an [`IntentFilter`]), the
@@ -41,6 +45,7 @@ mod migrations;
 mod plan;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod process;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod query;
 mod record;
@@ -62,6 +67,10 @@ pub use error::LedgerError;
 pub use location::Location;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresLedger, PostgresOptions};
+pub use process::{
+    HOST_LENGTH_MAX, INSTANCE_LENGTH_MAX, PID_SCOPE_LENGTH_MAX, PROCESSES_ENDED_KEPT_MAX,
+    ProcessEnd, ProcessRecord, ProcessRegistration, instance_of,
+};
 pub use record::{
     Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
 };
@@ -396,8 +405,9 @@ ledger_trait! {
         /// Reads an intent by id.
         async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>>;
 
-        /// Intents in a status whose lease is free or expired at `now_ms` (for the sweeper and
-        /// for recovery), oldest first, at most `limit`.
+        /// Intents in a status whose lease is free or expired at `now_ms`, or held by a
+        /// registered process that is gone (ended, or silent for longer than it registered),
+        /// for the sweeper and for recovery, oldest first, at most `limit`.
         async fn stale(
             &self,
             status: IntentStatus,
@@ -425,8 +435,10 @@ ledger_trait! {
 
         /// Deletes settled intents (done, rejected, not_executed) not seen since `before_ms`,
         /// with their events, and the reconciliation runs finished before `before_ms` with their
-        /// mismatches. Unknown and in-flight intents are kept until resolved. Returns how many
-        /// intents were deleted.
+        /// mismatches. Unknown and in-flight intents are kept until resolved. Also deletes the
+        /// processes that ended, or last heartbeaten, before `before_ms`, and the ended ones
+        /// beyond the latest [`PROCESSES_ENDED_KEPT_MAX`]. Returns how many intents were
+        /// deleted.
         async fn purge(&self, before_ms: i64) -> Result<u64>;
 
         /// Deletes what [`Erase`] selects (at most [`ERASE_BATCH_MAX`] intents per call, with
@@ -490,6 +502,28 @@ ledger_trait! {
             run_id: i64,
             limit: u32,
         ) -> Result<Vec<StoredMismatch>>;
+
+        /// Registers a gateway process as running since `registration.now_ms`, or registers
+        /// it again (an instance that ended, or was found dead, and still runs starts over).
+        /// Returns the row as stored. Refused: an instance that is empty, over
+        /// [`INSTANCE_LENGTH_MAX`] or holds a `/`; a pid scope over
+        /// [`PID_SCOPE_LENGTH_MAX`]; a silence that is not positive. A host name over
+        /// [`HOST_LENGTH_MAX`] is cut.
+        async fn register_process(&self, registration: ProcessRegistration) -> Result<ProcessRecord>;
+
+        /// Records that a running process was alive at `now_ms` (a heartbeat never moves back).
+        /// False, writing nothing, when it is not registered or has ended: its leases may
+        /// have been taken over, and it should register again.
+        async fn heartbeat_process(&self, instance: &str, now_ms: i64) -> Result<bool>;
+
+        /// Marks a running process ended at `now_ms`: stopped (its own clean shutdown) or dead
+        /// (found gone by another process). The live leases it holds are taken over by the
+        /// next `begin` of each intent. False, writing nothing, when it is not registered or
+        /// had ended already.
+        async fn end_process(&self, instance: &str, end: ProcessEnd, now_ms: i64) -> Result<bool>;
+
+        /// A registered process by its instance, running or ended (until purged).
+        async fn process(&self, instance: &str) -> Result<Option<ProcessRecord>>;
 
         /// Waits until the intent may have changed, or `timeout` passes. Spurious wake-ups are
         /// allowed: callers read the intent again afterwards.

@@ -21,6 +21,10 @@ use intentgate_core::limits::{
 use intentgate_core::text::cut;
 use serde_json::Value;
 
+use crate::process::{
+    HOST_LENGTH_MAX, INSTANCE_LENGTH_MAX, PID_SCOPE_LENGTH_MAX, ProcessEnd, ProcessRecord,
+    ProcessRegistration,
+};
 use crate::record::{
     IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
 };
@@ -204,6 +208,41 @@ pub fn check_begin(request: &BeginRequest) -> Result<(), LedgerError> {
     check_length("lease_owner", &request.lease_owner, LEASE_OWNER_LENGTH_MAX)
 }
 
+/// The row a registration stores (a running process, its host name cut to its limit), or
+/// why it is refused: an instance that is empty, over its limit or holds a `/` (lease owners
+/// are read back to their instance up to the first `/`), a pid scope over its limit, or a
+/// silence that is not positive. Those are bugs of the caller.
+pub fn registration(registration: &ProcessRegistration) -> Result<ProcessRecord, LedgerError> {
+    check_name("instance", &registration.instance, INSTANCE_LENGTH_MAX)?;
+    if registration.instance.contains('/') {
+        return Err(LedgerError::Invalid {
+            field: "instance",
+            reason: format!(
+                "`{}` holds a `/`, which ends the instance in a lease owner",
+                registration.instance
+            ),
+        });
+    }
+    check_length("pid_scope", &registration.pid_scope, PID_SCOPE_LENGTH_MAX)?;
+    if registration.silent_after_ms <= 0 {
+        return Err(LedgerError::Invalid {
+            field: "silent_after_ms",
+            reason: format!("is {}; it must be positive", registration.silent_after_ms),
+        });
+    }
+    Ok(ProcessRecord {
+        instance: registration.instance.clone(),
+        host: cut(&registration.host, HOST_LENGTH_MAX).to_owned(),
+        pid_scope: registration.pid_scope.clone(),
+        pid: registration.pid,
+        started_ms: registration.now_ms,
+        heartbeat_ms: registration.now_ms,
+        silent_after_ms: registration.silent_after_ms,
+        ended: None,
+        ended_ms: None,
+    })
+}
+
 /// The row of an intent seen for the first time, checked against the limits. The store
 /// inserts it, sets its id, logs [`created`] and goes on with [`begin_new`].
 pub fn new_intent(request: &BeginRequest) -> Result<NewIntent, LedgerError> {
@@ -288,10 +327,64 @@ pub fn begin_new(intent: IntentRecord, request: &BeginRequest) -> Result<Plan<Be
     start_attempt(Vec::new(), intent, request, false)
 }
 
+/// The instance whose process `begin` must read before it decides on `intent`: the owner of
+/// a lease that is live at `now_ms` (an expired lease needs no owner to be taken). `None`
+/// when there is no such lease, or its owner names no instance.
+pub fn owner_to_check(intent: &IntentRecord, now_ms: i64) -> Option<&str> {
+    if !intent.lease_live(now_ms) {
+        return None;
+    }
+    intent
+        .lease_owner
+        .as_deref()
+        .and_then(crate::process::instance_of)
+}
+
+/// Why a registered lease owner no longer holds its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerGone {
+    /// It ended: stopped cleanly or found dead.
+    Ended(ProcessEnd),
+    /// It has not heartbeaten for this long, longer than it registered as silent.
+    Silent { silent_ms: i64 },
+}
+
+/// Whether `owner`, the registered process of a live lease's owner, is gone at `now_ms`:
+/// ended, or silent for longer than its `silent_after_ms`. `None` while it lives, and for an
+/// owner that is not registered (`None`), whose lease only expires.
+pub fn owner_gone(owner: Option<&ProcessRecord>, now_ms: i64) -> Option<OwnerGone> {
+    let owner = owner?;
+    if let Some(end) = owner.ended {
+        return Some(OwnerGone::Ended(end));
+    }
+    let silent_ms = now_ms.saturating_sub(owner.heartbeat_ms);
+    (silent_ms > owner.silent_after_ms).then_some(OwnerGone::Silent { silent_ms })
+}
+
+/// What the event log says of a lease taken from a gone owner: who it was and why.
+fn owner_gone_detail(owner: &ProcessRecord, gone: OwnerGone) -> String {
+    let who = format!(
+        "lease owner process {} (pid {} on {})",
+        owner.instance, owner.pid, owner.host
+    );
+    match gone {
+        OwnerGone::Ended(ProcessEnd::Stopped) => format!("{who} stopped"),
+        OwnerGone::Ended(ProcessEnd::Dead) => format!("{who} is gone"),
+        OwnerGone::Silent { silent_ms } => format!(
+            "{who} stopped heartbeating {silent_ms} ms ago (silent after {} ms)",
+            owner.silent_after_ms
+        ),
+    }
+}
+
 /// `begin` on an intent that existed, as read (and locked) in the operation's transaction.
+/// `owner` is the registered process of its live lease's owner, as the store read it for
+/// [`owner_to_check`] (`None`: not asked, or not registered). A lease whose owner is gone
+/// ([`owner_gone`]) is treated exactly like an expired one.
 pub fn begin_existing(
     mut intent: IntentRecord,
     request: &BeginRequest,
+    owner: Option<&ProcessRecord>,
 ) -> Result<Plan<Begin>, LedgerError> {
     let mut writes = Vec::new();
     if request.count_call {
@@ -315,30 +408,42 @@ pub fn begin_existing(
         )));
         return Ok(Plan::new(writes, Begin::Conflict(intent)));
     }
+    // The owner must be the one holding this lease: a stale read of another's is ignored.
+    let owner = owner
+        .filter(|owner| owner_to_check(&intent, request.now_ms) == Some(owner.instance.as_str()));
+    let gone = owner_gone(owner, request.now_ms);
+    let lease_live = intent.lease_live(request.now_ms) && gone.is_none();
     // A re-send follows a lookup of an intent that was unknown. One whose in-flight lease
     // has only just expired gets its own lookup first: its attempt may have committed.
     let may_resend = request.resend_unknown && intent.status == IntentStatus::Unknown;
-    if intent.status == IntentStatus::InFlight && !intent.lease_live(request.now_ms) {
-        // The holder crashed or overran its lease: whatever it did is unknown now.
+    if intent.status == IntentStatus::InFlight && !lease_live {
+        // The holder crashed, overran its lease, or its process is gone: whatever it did is
+        // unknown now.
+        let detail = match (owner, gone) {
+            (Some(owner), Some(gone)) => {
+                format!("{} while in flight", owner_gone_detail(owner, gone))
+            }
+            _ => "lease expired while in flight".to_owned(),
+        };
         let mut next = intent.clone();
         next.status = IntentStatus::Unknown;
         next.lease_owner = None;
         next.lease_expires_ms = None;
         next.updated_ms = request.now_ms;
-        intent = transition(
-            &mut writes,
-            &intent,
-            next,
-            request.now_ms,
-            None,
-            "lease expired while in flight",
-        )?;
+        intent = transition(&mut writes, &intent, next, request.now_ms, None, &detail)?;
+    } else if let (Some(owner), Some(gone)) = (owner, gone) {
+        // A lookup lease (or a pending one) of a gone owner: free it, so that every later
+        // reader, the sweeper's `stale` among them, sees it free without asking again.
+        let mut next = intent.clone();
+        next.lease_owner = None;
+        next.lease_expires_ms = None;
+        next.updated_ms = request.now_ms;
+        let detail = format!("{}; its lease is released", owner_gone_detail(owner, gone));
+        intent = transition(&mut writes, &intent, next, request.now_ms, None, &detail)?;
     }
     match intent.status {
         IntentStatus::InFlight => Ok(Plan::new(writes, Begin::Busy(intent))),
-        IntentStatus::Pending if intent.lease_live(request.now_ms) => {
-            Ok(Plan::new(writes, Begin::Busy(intent)))
-        }
+        IntentStatus::Pending if lease_live => Ok(Plan::new(writes, Begin::Busy(intent))),
         IntentStatus::Pending | IntentStatus::NotExecuted => {
             start_attempt(writes, intent, request, false)
         }
@@ -348,9 +453,7 @@ pub fn begin_existing(
         IntentStatus::Done | IntentStatus::Rejected => {
             Ok(Plan::new(writes, Begin::Settled(intent)))
         }
-        IntentStatus::Unknown if intent.lease_live(request.now_ms) => {
-            Ok(Plan::new(writes, Begin::Settled(intent)))
-        }
+        IntentStatus::Unknown if lease_live => Ok(Plan::new(writes, Begin::Settled(intent))),
         // The same request with the same provider key (the epoch does not move): a provider
         // that honours keys replays the first attempt's answer if that one committed.
         IntentStatus::Unknown if may_resend => start_attempt(writes, intent, request, false),

@@ -27,10 +27,12 @@ use intentgate_core::limits::{
 };
 use intentgate_core::{IllegalTransition, IntentStatus, fingerprint};
 use intentgate_ledger::{
-    Begin, BeginRequest, Erase, Erased, Erasure, Event, Finish, Finished, IntentFilter, IntentId,
-    IntentRecord, Ledger, LedgerError, MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_MAX,
-    MISMATCH_SUBJECT_LENGTH_MAX, Order, RECONCILIATION_MISMATCHES_STORED_MAX, ReconciliationRun,
-    Resolve, SUMMARY_MISMATCHES_NOT_STORED, StatusCount, StoredMismatch, ToolFlag,
+    Begin, BeginRequest, Erase, Erased, Erasure, Event, Finish, Finished, INSTANCE_LENGTH_MAX,
+    IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, MISMATCH_DETAIL_LENGTH_MAX,
+    MISMATCH_EXTERNAL_IDS_MAX, MISMATCH_SUBJECT_LENGTH_MAX, Order, PROCESSES_ENDED_KEPT_MAX,
+    ProcessEnd, ProcessRecord, ProcessRegistration, RECONCILIATION_MISMATCHES_STORED_MAX,
+    ReconciliationRun, Resolve, SUMMARY_MISMATCHES_NOT_STORED, StatusCount, StoredMismatch,
+    ToolFlag,
 };
 use serde_json::{Value, json};
 
@@ -969,6 +971,450 @@ async fn stale_lists_in_flight_intents_whose_lease_has_expired(ledger: &dyn Ledg
         .await
         .unwrap();
     assert_eq!(before_any_expiry, []);
+}
+
+/// How long a registered test process may go without a heartbeat before it counts as gone.
+const SILENT_AFTER_MS: i64 = 3_000;
+
+/// `instance`, registered at `now_ms` as a process on this test's host.
+async fn registered(ledger: &dyn Ledger, instance: &str, now_ms: i64) -> ProcessRecord {
+    ledger
+        .register_process(registration(instance, now_ms))
+        .await
+        .expect("register_process")
+}
+
+fn registration(instance: &str, now_ms: i64) -> ProcessRegistration {
+    ProcessRegistration {
+        instance: instance.into(),
+        host: "test-host".into(),
+        pid_scope: "boot-1/pid:[1]".into(),
+        pid: 4242,
+        now_ms,
+        silent_after_ms: SILENT_AFTER_MS,
+    }
+}
+
+/// The detail of the transition of `intent` out of `in_flight`.
+async fn left_in_flight_because(ledger: &dyn Ledger, intent: &IntentRecord) -> String {
+    let events = events(ledger, intent).await;
+    let left = events
+        .iter()
+        .find(|event| {
+            event.from_status.as_deref() == Some("in_flight")
+                && event.to_status.as_deref() == Some("unknown")
+        })
+        .unwrap_or_else(|| panic!("no in_flight -> unknown event in {events:?}"));
+    left.detail.clone().unwrap_or_default()
+}
+
+async fn a_registered_owner_that_ended_loses_its_live_leases_at_once(ledger: &dyn Ledger) {
+    for (instance, end, said) in [
+        ("gw-dead", ProcessEnd::Dead, "is gone"),
+        ("gw-stopped", ProcessEnd::Stopped, "stopped"),
+    ] {
+        registered(ledger, instance, T0).await;
+        let owner = format!("{instance}/1");
+        let intent = started(ledger, instance, &owner, T0).await;
+        // While it runs, its lease holds.
+        expect!(
+            Begin::Busy,
+            ledger
+                .begin(request(instance, "gw-other/1", T0 + 100))
+                .await
+                .unwrap()
+        );
+        assert!(ledger.end_process(instance, end, T0 + 200).await.unwrap());
+        assert!(
+            !ledger.end_process(instance, end, T0 + 201).await.unwrap(),
+            "a process ends once"
+        );
+
+        // Long before its lease would expire, the intent is stale and the next caller takes
+        // it as if the lease had expired: unknown, and looked up, never executed again.
+        let now_ms = T0 + 300;
+        let stale = ledger
+            .stale(IntentStatus::InFlight, now_ms, 10)
+            .await
+            .unwrap();
+        assert_eq!(stale, [read(ledger, &intent).await], "{instance}");
+        let lookup = expect!(
+            Begin::Lookup,
+            ledger
+                .begin(request(instance, "gw-other/2", now_ms))
+                .await
+                .unwrap()
+        );
+        assert_eq!(lookup.status, IntentStatus::Unknown);
+        assert_eq!(lookup.lease_owner.as_deref(), Some("gw-other/2"));
+        assert_eq!((lookup.attempt, lookup.epoch), (1, 1));
+        let detail = left_in_flight_because(ledger, &intent).await;
+        assert!(
+            detail.contains(&format!(
+                "process {instance} (pid 4242 on test-host) {said}"
+            )),
+            "{detail}"
+        );
+
+        // What the ended owner learns afterwards still settles its attempt.
+        let done = ledger
+            .finish(finish(&intent, &owner, IntentStatus::Done, now_ms + 1))
+            .await
+            .unwrap();
+        assert_eq!(expect!(Finished::Recorded, done).status, IntentStatus::Done);
+    }
+}
+
+async fn a_lookup_lease_of_an_ended_owner_is_released_by_the_next_begin(ledger: &dyn Ledger) {
+    let intent = settled(ledger, "order-1", IntentStatus::Unknown, T0).await;
+    let due_ms = T0 + LOOKUP_INTERVAL_MS;
+    registered(ledger, "gw-a", due_ms).await;
+    let lookup = expect!(
+        Begin::Lookup,
+        ledger
+            .begin(request("order-1", "gw-a/7", due_ms))
+            .await
+            .unwrap()
+    );
+    assert!(lookup.lease_live(due_ms + 1));
+    assert_eq!(
+        ledger
+            .stale(IntentStatus::Unknown, due_ms + 1, 10)
+            .await
+            .unwrap(),
+        []
+    );
+    assert!(
+        ledger
+            .end_process("gw-a", ProcessEnd::Dead, due_ms + 1)
+            .await
+            .unwrap()
+    );
+    // The sweeper sees the intent at once; the next lookup is still due only one interval
+    // after the last, as after an expired lookup lease.
+    let stale = ledger
+        .stale(IntentStatus::Unknown, due_ms + 2, 10)
+        .await
+        .unwrap();
+    assert_eq!(stale.iter().map(|i| i.id).collect::<Vec<_>>(), [intent.id]);
+    let early = expect!(
+        Begin::Settled,
+        ledger
+            .begin(request("order-1", "gw-b/1", due_ms + 2))
+            .await
+            .unwrap()
+    );
+    assert_eq!(early.status, IntentStatus::Unknown);
+    assert_eq!(
+        early.lease_owner, None,
+        "the gone owner's lease is released"
+    );
+    let events = events(ledger, &intent).await;
+    let released = events.last().unwrap();
+    assert_eq!(released.kind, "lease");
+    assert!(
+        released
+            .detail
+            .as_deref()
+            .is_some_and(|detail| detail.contains("process gw-a") && detail.contains("released")),
+        "{released:?}"
+    );
+    expect!(
+        Begin::Lookup,
+        ledger
+            .begin(request("order-1", "gw-b/2", due_ms + LOOKUP_INTERVAL_MS))
+            .await
+            .unwrap()
+    );
+}
+
+async fn a_silent_owner_loses_its_live_lease_once_its_silence_is_over(ledger: &dyn Ledger) {
+    registered(ledger, "gw-a", T0).await;
+    let intent = started(ledger, "order-1", "gw-a/1", T0).await;
+    let last_heartbeat_ms = T0 + 1_000;
+    assert!(
+        ledger
+            .heartbeat_process("gw-a", last_heartbeat_ms)
+            .await
+            .unwrap()
+    );
+    // A heartbeat never moves back.
+    assert!(ledger.heartbeat_process("gw-a", T0).await.unwrap());
+    let process = ledger.process("gw-a").await.unwrap().unwrap();
+    assert_eq!(process.heartbeat_ms, last_heartbeat_ms);
+
+    // Silent for exactly its threshold: still alive.
+    let at_threshold_ms = last_heartbeat_ms + SILENT_AFTER_MS;
+    assert_eq!(
+        ledger
+            .stale(IntentStatus::InFlight, at_threshold_ms, 10)
+            .await
+            .unwrap(),
+        []
+    );
+    expect!(
+        Begin::Busy,
+        ledger
+            .begin(request("order-1", "gw-b/1", at_threshold_ms))
+            .await
+            .unwrap()
+    );
+    // One millisecond more and the lease is taken, the lease itself still far from expiry.
+    let silent_ms = at_threshold_ms + 1;
+    assert!(intent.lease_live(silent_ms));
+    assert_eq!(
+        ledger
+            .stale(IntentStatus::InFlight, silent_ms, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let lookup = expect!(
+        Begin::Lookup,
+        ledger
+            .begin(request("order-1", "gw-b/2", silent_ms))
+            .await
+            .unwrap()
+    );
+    assert_eq!(lookup.status, IntentStatus::Unknown);
+    let detail = left_in_flight_because(ledger, &intent).await;
+    assert!(
+        detail.contains("process gw-a")
+            && detail.contains(&format!(
+                "stopped heartbeating {} ms ago",
+                SILENT_AFTER_MS + 1
+            )),
+        "{detail}"
+    );
+}
+
+async fn a_heartbeating_owner_keeps_its_lease_however_long_its_call(ledger: &dyn Ledger) {
+    registered(ledger, "gw-a", T0).await;
+    let intent = started(ledger, "order-1", "gw-a/1", T0).await;
+    // A slow call: the process heartbeats every second while it lasts, and every other
+    // caller waits, right up to the lease's expiry.
+    let mut now_ms = T0;
+    while now_ms < T0 + LEASE_MS - 1_000 {
+        now_ms += 1_000;
+        assert!(ledger.heartbeat_process("gw-a", now_ms).await.unwrap());
+        let probe_ms = now_ms + 999;
+        let busy = expect!(
+            Begin::Busy,
+            ledger
+                .begin(BeginRequest {
+                    count_call: false,
+                    ..request("order-1", "gw-b/1", probe_ms)
+                })
+                .await
+                .unwrap()
+        );
+        assert_eq!(busy.lease_owner.as_deref(), Some("gw-a/1"));
+        assert_eq!(
+            ledger
+                .stale(IntentStatus::InFlight, probe_ms, 10)
+                .await
+                .unwrap(),
+            []
+        );
+    }
+    // Its lease still expires like any other.
+    let expired_ms = T0 + LEASE_MS;
+    assert!(ledger.heartbeat_process("gw-a", expired_ms).await.unwrap());
+    expect!(
+        Begin::Lookup,
+        ledger
+            .begin(request("order-1", "gw-b/2", expired_ms))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        left_in_flight_because(ledger, &intent).await,
+        "lease expired while in flight"
+    );
+}
+
+async fn an_unregistered_owner_loses_its_lease_only_on_expiry(ledger: &dyn Ledger) {
+    // Ended processes whose instances look like the owners' but are not theirs.
+    for instance in ["gw", "gw-a-b", "owner"] {
+        registered(ledger, instance, T0).await;
+        ledger
+            .end_process(instance, ProcessEnd::Dead, T0)
+            .await
+            .unwrap();
+    }
+    for owner in ["gw-a/1", "owner-a", "gw-a-b-c/1"] {
+        let intent = started(ledger, owner, owner, T0).await;
+        let last_live_ms = T0 + LEASE_MS - 1;
+        assert_eq!(
+            ledger
+                .stale(IntentStatus::InFlight, last_live_ms, 10)
+                .await
+                .unwrap(),
+            [],
+            "{owner}"
+        );
+        expect!(
+            Begin::Busy,
+            ledger
+                .begin(request(owner, "gw-b/1", last_live_ms))
+                .await
+                .unwrap()
+        );
+        expect!(
+            Begin::Lookup,
+            ledger
+                .begin(request(owner, "gw-b/2", T0 + LEASE_MS))
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            left_in_flight_because(ledger, &intent).await,
+            "lease expired while in flight"
+        );
+    }
+}
+
+async fn a_process_registers_heartbeats_ends_and_registers_again(ledger: &dyn Ledger) {
+    assert_eq!(ledger.process("gw-a").await.unwrap(), None);
+    assert!(!ledger.heartbeat_process("gw-a", T0).await.unwrap());
+    assert!(
+        !ledger
+            .end_process("gw-a", ProcessEnd::Stopped, T0)
+            .await
+            .unwrap()
+    );
+
+    let long_host = "h".repeat(300);
+    let stored = ledger
+        .register_process(ProcessRegistration {
+            host: long_host.clone(),
+            ..registration("gw-a", T0)
+        })
+        .await
+        .unwrap();
+    let expected = ProcessRecord {
+        instance: "gw-a".into(),
+        host: long_host[..255].into(),
+        pid_scope: "boot-1/pid:[1]".into(),
+        pid: 4242,
+        started_ms: T0,
+        heartbeat_ms: T0,
+        silent_after_ms: SILENT_AFTER_MS,
+        ended: None,
+        ended_ms: None,
+    };
+    assert_eq!(stored, expected);
+    assert_eq!(
+        ledger.process("gw-a").await.unwrap(),
+        Some(expected.clone())
+    );
+
+    assert!(ledger.heartbeat_process("gw-a", T0 + 1_000).await.unwrap());
+    assert!(
+        ledger
+            .end_process("gw-a", ProcessEnd::Dead, T0 + 2_000)
+            .await
+            .unwrap()
+    );
+    let dead = ledger.process("gw-a").await.unwrap().unwrap();
+    assert_eq!(
+        (dead.heartbeat_ms, dead.ended, dead.ended_ms),
+        (T0 + 1_000, Some(ProcessEnd::Dead), Some(T0 + 2_000))
+    );
+    // An ended process's heartbeat is refused: it registers again, and runs anew.
+    assert!(!ledger.heartbeat_process("gw-a", T0 + 3_000).await.unwrap());
+    let again = registered(ledger, "gw-a", T0 + 3_000).await;
+    assert_eq!((again.ended, again.started_ms), (None, T0 + 3_000));
+    assert_eq!(ledger.process("gw-a").await.unwrap(), Some(again));
+    assert!(ledger.heartbeat_process("gw-a", T0 + 4_000).await.unwrap());
+}
+
+async fn a_registration_with_a_bad_instance_or_silence_is_refused(ledger: &dyn Ledger) {
+    let too_long = "i".repeat(INSTANCE_LENGTH_MAX + 1);
+    for (instance, silent_after_ms, field) in [
+        ("", SILENT_AFTER_MS, "instance"),
+        ("gw/a", SILENT_AFTER_MS, "instance"),
+        (too_long.as_str(), SILENT_AFTER_MS, "instance"),
+        ("gw-a", 0, "silent_after_ms"),
+    ] {
+        let refused = ledger
+            .register_process(ProcessRegistration {
+                silent_after_ms,
+                ..registration(instance, T0)
+            })
+            .await;
+        match refused {
+            Err(
+                LedgerError::Invalid { field: named, .. }
+                | LedgerError::TooLarge { field: named, .. },
+            ) => {
+                assert_eq!(named, field, "{instance:?}")
+            }
+            other => panic!("{instance:?}, {silent_after_ms}: {other:?}"),
+        }
+    }
+    let longest = "i".repeat(INSTANCE_LENGTH_MAX);
+    registered(ledger, &longest, T0).await;
+    assert_eq!(ledger.process("gw-a").await.unwrap(), None);
+}
+
+async fn purge_deletes_processes_that_ended_or_went_silent_before_the_cutoff(ledger: &dyn Ledger) {
+    let cutoff_ms = T0 + 10_000;
+    registered(ledger, "ended-early", T0).await;
+    ledger
+        .end_process("ended-early", ProcessEnd::Stopped, T0 + 1)
+        .await
+        .unwrap();
+    registered(ledger, "silent-early", T0).await;
+    registered(ledger, "ended-late", T0).await;
+    ledger
+        .heartbeat_process("ended-late", cutoff_ms)
+        .await
+        .unwrap();
+    ledger
+        .end_process("ended-late", ProcessEnd::Dead, cutoff_ms)
+        .await
+        .unwrap();
+    registered(ledger, "running", T0).await;
+    ledger
+        .heartbeat_process("running", cutoff_ms)
+        .await
+        .unwrap();
+
+    ledger.purge(cutoff_ms).await.unwrap();
+    for (instance, kept) in [
+        ("ended-early", false),
+        ("silent-early", false),
+        ("ended-late", true),
+        ("running", true),
+    ] {
+        assert_eq!(
+            ledger.process(instance).await.unwrap().is_some(),
+            kept,
+            "{instance}"
+        );
+    }
+
+    // However recent, no more ended processes are kept than the cap: the latest.
+    let beyond = 5;
+    for n in 0..PROCESSES_ENDED_KEPT_MAX as i64 + beyond {
+        let instance = format!("short-lived-{n}");
+        registered(ledger, &instance, cutoff_ms + n).await;
+        ledger
+            .end_process(&instance, ProcessEnd::Stopped, cutoff_ms + n)
+            .await
+            .unwrap();
+    }
+    ledger.purge(cutoff_ms).await.unwrap();
+    for n in [0, beyond - 1] {
+        let instance = format!("short-lived-{n}");
+        assert_eq!(ledger.process(&instance).await.unwrap(), None, "{instance}");
+    }
+    assert!(ledger.process("short-lived-5").await.unwrap().is_some());
+    assert!(ledger.process("running").await.unwrap().is_some());
+    // ended-late ended before every short-lived one: beyond the cap now.
+    assert_eq!(ledger.process("ended-late").await.unwrap(), None);
 }
 
 async fn concurrent_begins_on_distinct_keys_all_commit(ledger: Arc<dyn Ledger>) {
@@ -2196,6 +2642,14 @@ macro_rules! behaviours {
             a_run_keeps_the_first_mismatches_up_to_the_cap_and_says_how_many_it_left_out,
             reconciliation_text_is_cut_to_its_limits_and_bad_names_are_refused,
             purge_deletes_reconciliation_runs_finished_before_the_cutoff,
+            a_registered_owner_that_ended_loses_its_live_leases_at_once,
+            a_lookup_lease_of_an_ended_owner_is_released_by_the_next_begin,
+            a_silent_owner_loses_its_live_lease_once_its_silence_is_over,
+            a_heartbeating_owner_keeps_its_lease_however_long_its_call,
+            an_unregistered_owner_loses_its_lease_only_on_expiry,
+            a_process_registers_heartbeats_ends_and_registers_again,
+            a_registration_with_a_bad_instance_or_silence_is_refused,
+            purge_deletes_processes_that_ended_or_went_silent_before_the_cutoff,
         );
         behaviours!(@each $shared, #[tokio::test(flavor = "multi_thread", worker_threads = 8)],
             concurrent_begins_on_distinct_keys_all_commit,

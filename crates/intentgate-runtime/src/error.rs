@@ -33,6 +33,9 @@ pub enum Error {
     /// The ledger (a SQLite file or a PostgreSQL URL) could not be opened.
     #[error("opening the intent ledger")]
     Ledger(#[source] intentgate_ledger::LedgerError),
+    /// This gateway process could not register in the ledger, which its leases need.
+    #[error("registering this gateway process in the intent ledger")]
+    Register(#[source] intentgate_ledger::LedgerError),
     /// An upstream of the config (its base URL, a header, a template) can't be built.
     #[error("the upstreams of the config")]
     Upstreams(#[source] intentgate_http::HttpError),

@@ -76,12 +76,7 @@ impl Gateway {
             idle_timeout: Duration::from_millis(gateway.idle_timeout_ms),
             connection_limit,
         };
-        let mut background = Background::default();
-        background.spawn(crate::purge_forever(
-            self.ledger.clone(),
-            gateway.retention_days,
-        ));
-        background.spawn(crate::sweep_forever(self.gate.clone()));
+        let mut background = self.start_background();
         // Owners hear about duplicate-call alerts and reconciliation mismatches.
         let notifier = Arc::new(Notifier::new(self.loaded.config.owners.clone()));
         background.add(crate::start_alerts(&self.loaded, &self.gate, &notifier));
@@ -184,17 +179,21 @@ impl HttpGateway {
             background,
             ..
         } = self;
-        intentgate_server::run_with(listener, gate, options, Some(routes), shutdown)
-            .await
-            .map_err(Error::Http)?;
-        let still_running = mcp.drain().await;
-        if still_running > 0 {
-            tracing::warn!(
-                still_running,
-                "shutdown grace period over; MCP calls still running stay in_flight in the ledger and are resolved by lookup"
-            );
+        let ledger = gate.ledger().clone();
+        let instance = gate.options().instance.clone();
+        let served =
+            intentgate_server::run_with(listener, gate, options, Some(routes), shutdown).await;
+        if served.is_ok() {
+            let still_running = mcp.drain().await;
+            if still_running > 0 {
+                tracing::warn!(
+                    still_running,
+                    "shutdown grace period over; MCP calls still running stay in_flight in the ledger and are resolved by lookup"
+                );
+            }
         }
         drop(background);
-        Ok(())
+        crate::tasks::stop(ledger.as_ref(), &instance).await;
+        served.map_err(Error::Http)
     }
 }

@@ -6,8 +6,11 @@
 //! [`Gateway::bind`] binds the HTTP listener and starts the background tasks, and
 //! [`HttpGateway::run`] serves the HTTP API with MCP over Streamable HTTP at `/mcp` and the
 //! admin API at `/v1/admin/` until a shutdown future completes; or [`Gateway::serve_stdio`]
-//! serves MCP on stdin and stdout. The background tasks (`tasks.rs`: retention purge,
-//! sweeper, duplicate-call alerts, reconciliation schedule) stop with the server.
+//! serves MCP on stdin and stdout. The background tasks (`tasks.rs`: the process heartbeat,
+//! retention purge, sweeper, duplicate-call alerts, reconciliation schedule) stop with the
+//! server. A gateway registers its process in the ledger when it opens it, heartbeats while
+//! it serves and marks itself stopped when it stops, so the leases of a process that died
+//! are taken over at once.
 //!
 //! ```no_run
 //! # async fn embed() -> Result<(), intentgate_runtime::Error> {
@@ -43,8 +46,11 @@ pub use auth::authenticator;
 pub use error::{AuthError, Error};
 pub use http::HttpGateway;
 pub use tasks::{
-    PURGE_EVERY, SWEEP_EVERY, purge_forever, reconcile_forever, start_alerts, sweep_forever,
+    HEARTBEAT_EVERY, PURGE_EVERY, SILENT_AFTER, SWEEP_EVERY, purge_forever, reconcile_forever,
+    start_alerts, sweep_forever,
 };
+
+use crate::tasks::Background;
 
 /// How a gateway runs beyond its config: what the command line may override, and the admin
 /// token. Every field is optional; the default runs the config as it is.
@@ -115,6 +121,11 @@ impl Gateway {
             .await
             .map_err(Error::Ledger)?;
         let gate = Arc::new(build_gate(&loaded, ledger.clone(), Arc::new(SystemClock))?);
+        // The leases this process takes belong to it: registered, they are taken over as
+        // soon as it is gone rather than when they expire.
+        tasks::register(ledger.as_ref(), &gate.options().instance)
+            .await
+            .map_err(Error::Register)?;
         Ok(Gateway {
             loaded,
             options,
@@ -138,6 +149,22 @@ impl Gateway {
     /// The config the gateway runs.
     pub fn config(&self) -> &LoadedConfig {
         &self.loaded
+    }
+
+    /// The background tasks every gateway process runs, whatever it serves: the heartbeat
+    /// of this process, the retention purge and the sweeper.
+    fn start_background(&self) -> Background {
+        let mut background = Background::default();
+        background.spawn(tasks::heartbeat_forever(
+            self.ledger.clone(),
+            self.gate.options().instance.clone(),
+        ));
+        background.spawn(purge_forever(
+            self.ledger.clone(),
+            self.loaded.config.gateway.retention_days,
+        ));
+        background.spawn(sweep_forever(self.gate.clone()));
+        background
     }
 
     /// Logs, on the startup target, what is served, from where, over which ledger.

@@ -2,7 +2,8 @@
 //! an agent framework) as its tool server; and the MCP service both servers build.
 //!
 //! stdout is the protocol: everything else goes to the logs. Besides the calls, this server
-//! runs the retention purge, the duplicate-call alerts for the calls it serves, and the
+//! heartbeats in the ledger (its leases are taken over once it is gone), runs the retention
+//! purge, the duplicate-call alerts for the calls it serves, and the
 //! sweeper: an agent may run only stdio gateways on a ledger, and an intent one of them left
 //! in flight or unknown must still be settled without an operator. Sweepers of several
 //! processes share the work through the ledger's leases and each intent's lookup interval.
@@ -18,28 +19,21 @@ use intentgate_gate::Gate;
 use intentgate_mcp::{McpOptions, McpService, ToolHints};
 use intentgate_ops::Notifier;
 
-use crate::tasks::Background;
 use crate::{Error, Gateway};
 
 impl Gateway {
     /// Serves MCP on stdin and stdout until `shutdown` completes or the client closes stdin,
     /// then waits (bounded by the grace period) for the calls still running.
     pub async fn serve_stdio(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
-        let mut background = Background::default();
+        let mut background = self.start_background();
         let notifier = Arc::new(Notifier::new(self.loaded.config.owners.clone()));
         background.add(crate::start_alerts(&self.loaded, &self.gate, &notifier));
-        background.spawn(crate::purge_forever(
-            self.ledger.clone(),
-            self.loaded.config.gateway.retention_days,
-        ));
-        background.spawn(crate::sweep_forever(self.gate.clone()));
         self.log_start(" over MCP on stdio");
-        let service = mcp_service(&self.loaded, self.gate);
-        intentgate_mcp::serve_stdio(service, shutdown)
-            .await
-            .map_err(Error::Stdio)?;
+        let service = mcp_service(&self.loaded, self.gate.clone());
+        let served = intentgate_mcp::serve_stdio(service, shutdown).await;
         drop(background);
-        Ok(())
+        crate::tasks::stop(self.ledger.as_ref(), &self.gate.options().instance).await;
+        served.map_err(Error::Stdio)
     }
 }
 

@@ -1,5 +1,6 @@
-//! The gateway's background work: the retention purge, the sweeper, the duplicate-call
-//! alerts and the reconciliation schedule, each a loop that runs until its task is stopped.
+//! The gateway's background work: the process heartbeat, the retention purge, the sweeper,
+//! the duplicate-call alerts and the reconciliation schedule, each a loop that runs until its
+//! task is stopped.
 //!
 //! A failed round is logged and tried again at the next tick: none of these loops ends on an
 //! error, since each round starts from what the ledger holds.
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use intentgate_config::{LoadedConfig, ReconcileConfig};
 use intentgate_gate::{Clock, Gate, SystemClock};
-use intentgate_ledger::Ledger;
+use intentgate_ledger::{Ledger, ProcessEnd};
 use intentgate_ops::{AlertEngine, Notifier, Reconciler};
 use tokio::task::JoinHandle;
 
@@ -27,6 +28,14 @@ pub const SWEEP_PAUSE_MIN: Duration = Duration::from_millis(250);
 /// at a time (`SWEEP_CONCURRENCY`), so this bounds how long it runs. The rest wait for the
 /// next.
 const SWEEP_LIMIT: u32 = 100;
+
+/// How often a gateway process heartbeats in the ledger. Its leases are taken over once it
+/// has been silent for [`SILENT_AFTER`]; a heartbeat is one small write.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// How long a gateway process may go without a heartbeat before its leases are taken over:
+/// three heartbeats, so that one late write (a busy disk, a slow database) never robs a live
+/// process. The heartbeat runs in a task of its own, so a slow upstream call never delays it.
+pub const SILENT_AFTER: Duration = Duration::from_secs(3);
 
 /// Background tasks that stop when this is dropped: they live as long as the server they
 /// serve, also inside a process that goes on after it.
@@ -48,6 +57,86 @@ impl Drop for Background {
         for task in &self.0 {
             task.abort();
         }
+    }
+}
+
+/// Registers this gateway process under `instance` (its gate's, which begins every lease
+/// owner it writes) as running now, silent after [`SILENT_AFTER`].
+pub async fn register(ledger: &dyn Ledger, instance: &str) -> intentgate_ledger::Result<()> {
+    let registration = intentgate_gate::process::this_process().registration(
+        instance,
+        SystemClock.now_ms(),
+        SILENT_AFTER.as_millis() as i64,
+    );
+    ledger.register_process(registration).await.map(|_| ())
+}
+
+/// Heartbeats `instance` every [`HEARTBEAT_EVERY`]. A failed heartbeat is logged and the
+/// next one tried (after [`SILENT_AFTER`] of them the process's leases are taken over, which
+/// is safe: an intent taken over is only looked up). A process found ended (another marked it
+/// dead, or it was purged) registers again: it plainly runs.
+pub async fn heartbeat_forever(ledger: Arc<dyn Ledger>, instance: String) {
+    let mut ticks = tokio::time::interval(HEARTBEAT_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        // Past the silence a heartbeat is late anyway: bounded, the next one is tried.
+        let beat = tokio::time::timeout(
+            SILENT_AFTER,
+            ledger.heartbeat_process(&instance, SystemClock.now_ms()),
+        )
+        .await;
+        match beat {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => {
+                tracing::warn!(
+                    instance,
+                    "this gateway process is marked ended in the ledger (found gone by another, \
+                     or purged); its leases were taken over; registering again"
+                );
+                match tokio::time::timeout(SILENT_AFTER, register(ledger.as_ref(), &instance)).await
+                {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => tracing::warn!(
+                        %error,
+                        "could not register this gateway process again; will try again"
+                    ),
+                    Err(_) => tracing::warn!(
+                        "registering this gateway process again took longer than {} s; will \
+                         try again",
+                        SILENT_AFTER.as_secs()
+                    ),
+                }
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "heartbeat failed; will try again")
+            }
+            Err(_) => tracing::warn!(
+                "heartbeat took longer than {} s; will try again",
+                SILENT_AFTER.as_secs()
+            ),
+        }
+    }
+}
+
+/// Marks this gateway process stopped, on its clean shutdown (its background tasks, the
+/// heartbeat among them, already stopped). Logged, not fatal: unmarked, its silence frees
+/// its leases a few seconds later.
+pub async fn stop(ledger: &dyn Ledger, instance: &str) {
+    let stopped = tokio::time::timeout(
+        SILENT_AFTER,
+        ledger.end_process(instance, ProcessEnd::Stopped, SystemClock.now_ms()),
+    )
+    .await;
+    match stopped {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "could not mark this gateway process stopped in the ledger")
+        }
+        Err(_) => tracing::warn!(
+            "marking this gateway process stopped took longer than {} s; gave up",
+            SILENT_AFTER.as_secs()
+        ),
     }
 }
 

@@ -1,6 +1,7 @@
 //! A gateway embedded in a Rust program from a config file, as the crate documentation shows:
 //! opened over a SQLite ledger, bound to a loopback port, called over real HTTP with the mock
-//! payments provider as its upstream, and stopped by its shutdown future.
+//! payments provider as its upstream, and stopped by its shutdown future; registered in the
+//! ledger as a running process while it serves, heartbeating, and marked stopped after.
 
 use std::path::Path;
 
@@ -43,6 +44,19 @@ async fn an_embedded_gateway_serves_a_call_over_http_once() {
     };
     let gateway = Gateway::open(loaded, options).await.unwrap();
     assert_eq!(gateway.gate().tools().len(), gateway.config().tools.len());
+    let ledger = gateway.ledger().clone();
+    let instance = gateway.gate().options().instance.clone();
+    let registered = ledger
+        .process(&instance)
+        .await
+        .unwrap()
+        .expect("registered");
+    assert_eq!(registered.pid, std::process::id());
+    assert_eq!(registered.ended, None);
+    assert_eq!(
+        registered.silent_after_ms,
+        intentgate_runtime::SILENT_AFTER.as_millis() as i64
+    );
     let server = gateway.bind().await.unwrap();
     let address = server.local_addr();
     assert!(
@@ -70,8 +84,24 @@ async fn an_embedded_gateway_serves_a_call_over_http_once() {
     }
     assert_eq!(provider.effects().len(), 1, "one refund at the provider");
 
+    // While it serves, it heartbeats (generously bounded: a heartbeat a second).
+    let heartbeaten = async {
+        loop {
+            let process = ledger.process(&instance).await.unwrap().unwrap();
+            if process.heartbeat_ms > registered.heartbeat_ms {
+                return process;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), heartbeaten)
+        .await
+        .expect("a heartbeat within 30 s");
+
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
+    let stopped = ledger.process(&instance).await.unwrap().unwrap();
+    assert_eq!(stopped.ended, Some(intentgate_ledger::ProcessEnd::Stopped));
     assert!(
         client
             .get(format!("http://{address}/healthz"))

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use intentgate_runtime::SWEEP_EVERY;
 use serde_json::{Value, json};
-use support::{example_config, get_json, intentgate, mock_provider, serve, set_faults, until};
+use support::{get_json, intentgate, serve, until};
 
 /// How long the mock holds a "timeout" answer: past the tool timeout below.
 const TIMEOUT_HOLD_MS: u64 = 1_500;
@@ -63,28 +63,21 @@ const STDIO_PROCESSES: usize = 5;
 
 #[tokio::test]
 async fn an_intent_a_stopped_gateway_left_unknown_is_settled_by_stdio_gateways_alone_once() {
-    let folder = tempfile::tempdir().unwrap();
-    let config = example_config(folder.path(), |text| {
-        support::with_setting(&text, "timeout_ms", TOOL_TIMEOUT_MS)
-    });
-    let config = config.to_str().unwrap();
-    let ledger = folder.path().join("ledger.db");
-    let ledger = ledger.to_str().unwrap();
-    let mock = mock_provider();
-    let client = support::client();
+    let setup = support::LedgerFolder::new(TOOL_TIMEOUT_MS);
+    let (config, ledger, mock, client) =
+        (&*setup.config, &*setup.ledger, &setup.mock, &setup.client);
 
     // The refund commits at the provider, but the caller sees a timeout and the lookup fails:
     // the intent is left unknown.
-    set_faults(
-        &client,
-        &mock,
-        Some(TIMEOUT_HOLD_MS),
-        json!({"timeout": 1000, "commit_when_ambiguous": 1000, "lookup_failure": 1000}),
-    )
-    .await;
+    setup
+        .set_faults(
+            Some(TIMEOUT_HOLD_MS),
+            json!({"timeout": 1000, "commit_when_ambiguous": 1000, "lookup_failure": 1000}),
+        )
+        .await;
     let mut gateway = serve(config, ledger, &[("INTENTGATE_MOCK_URL", &mock.url)]);
     let outcome = support::call(
-        &client,
+        client,
         &gateway.url,
         "refund_order",
         json!({"order_id": "ord_live", "amount": 12.5, "reason": "requested_by_customer"}),
@@ -100,9 +93,9 @@ async fn an_intent_a_stopped_gateway_left_unknown_is_settled_by_stdio_gateways_a
     // The provider recovers; stdio gateways on the ledger, which no client talks to, find the
     // refund by its lookup: one of them, since their sweepers share the work through the
     // ledger's leases and the intent's lookup interval.
-    set_faults(&client, &mock, None, json!({})).await;
+    setup.set_faults(None, json!({})).await;
     let lookups = async || {
-        let stats = get_json(&client, format!("{}/admin/stats", mock.url)).await;
+        let stats = get_json(client, format!("{}/admin/stats", mock.url)).await;
         stats["lookups"].as_u64().unwrap()
     };
     let lookups_before = lookups().await;
@@ -125,7 +118,7 @@ async fn an_intent_a_stopped_gateway_left_unknown_is_settled_by_stdio_gateways_a
         settled["external_id"].as_str().map(|id| !id.is_empty()),
         Some(true)
     );
-    let effects = get_json(&client, format!("{}/admin/effects", mock.url)).await;
+    let effects = get_json(client, format!("{}/admin/effects", mock.url)).await;
     assert_eq!(effects["by_order"]["ord_live"], 1, "{effects}");
     // Past the next sweep of every process: the settled intent is not asked about again.
     tokio::time::sleep(SWEEP_EVERY + Duration::from_secs(1)).await;

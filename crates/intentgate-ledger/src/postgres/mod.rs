@@ -44,8 +44,8 @@ use crate::plan::{self, Plan};
 use crate::waiters::Waiters;
 use crate::{
     Begin, BeginRequest, Durability, Erase, Erasure, Event, Finish, Finished, IntentFilter,
-    IntentId, IntentRecord, Ledger, LedgerError, Order, ReconciliationRun, Resolve, StatusCount,
-    StoredMismatch, ToolFlag,
+    IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
+    ProcessRegistration, ReconciliationRun, Resolve, StatusCount, StoredMismatch, ToolFlag,
 };
 
 /// The schema a ledger uses unless told otherwise.
@@ -713,6 +713,46 @@ impl Ledger for PostgresLedger {
                     ops::reconciliation_mismatches(session, run_id, limit).await?,
                 ))
             })
+        })
+        .await
+    }
+
+    async fn register_process(&self, registration: ProcessRegistration) -> Result<ProcessRecord> {
+        self.run(
+            write(false, None),
+            &registration,
+            |session, registration| Box::pin(ops::register_process(session, registration)),
+        )
+        .await
+    }
+
+    async fn heartbeat_process(&self, instance: &str, now_ms: i64) -> Result<bool> {
+        let input = (instance, now_ms);
+        self.run(
+            write(false, None),
+            &input,
+            |session, &(instance, now_ms)| {
+                Box::pin(ops::heartbeat_process(session, instance, now_ms))
+            },
+        )
+        .await
+    }
+
+    async fn end_process(&self, instance: &str, end: ProcessEnd, now_ms: i64) -> Result<bool> {
+        let input = (instance, end, now_ms);
+        self.run(
+            write(false, None),
+            &input,
+            |session, &(instance, end, now_ms)| {
+                Box::pin(ops::end_process(session, instance, end, now_ms))
+            },
+        )
+        .await
+    }
+
+    async fn process(&self, instance: &str) -> Result<Option<ProcessRecord>> {
+        self.run(Mode::Read, instance, |session, instance| {
+            Box::pin(async move { Ok(Plan::outcome(ops::process(session, instance).await?)) })
         })
         .await
     }

@@ -16,6 +16,7 @@ use tokio_postgres::types::ToSql;
 use super::pool::Session;
 use super::{Attempt, Failure, is_connection_lost};
 use crate::plan::{self, MismatchRow, NewIntent, Plan, StoredIntent, StoredRun, Write};
+use crate::process::{PROCESSES_ENDED_KEPT_MAX, ProcessEnd, ProcessRecord, ProcessRegistration};
 use crate::query::{self, Dialect, Parameter, Query};
 use crate::record::{
     Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
@@ -50,12 +51,45 @@ const BY_ID_LOCKED: &str = concat!(
     intent_columns!(),
     " FROM intents WHERE id = $1 FOR UPDATE"
 );
+/// An intent whose lease is free, expired, or held by a gone process: the owner's instance
+/// (the owner up to its first `/`) is registered and ended, or silent for longer than it
+/// registered (`plan::owner_gone`, as SQL).
 const STALE: &str = concat!(
     "SELECT ",
     intent_columns!(),
-    " FROM intents WHERE status = $1 AND (lease_expires_ms IS NULL OR lease_expires_ms <= $2) \
+    " FROM intents WHERE status = $1 AND (lease_expires_ms IS NULL OR lease_expires_ms <= $2 \
+     OR EXISTS (SELECT 1 FROM processes WHERE processes.instance = \
+     CASE WHEN strpos(intents.lease_owner, '/') > 1 \
+     THEN substr(intents.lease_owner, 1, strpos(intents.lease_owner, '/') - 1) END \
+     AND (processes.ended IS NOT NULL OR $2 - processes.heartbeat_ms > processes.silent_after_ms))) \
      ORDER BY updated_ms, id LIMIT $3"
 );
+/// The columns of a process, in the order [`read_process`] reads them.
+macro_rules! process_columns {
+    () => {
+        "instance, host, pid_scope, pid, started_ms, heartbeat_ms, silent_after_ms, ended, ended_ms"
+    };
+}
+const PROCESS: &str = concat!(
+    "SELECT ",
+    process_columns!(),
+    " FROM processes WHERE instance = $1"
+);
+const REGISTER_PROCESS: &str = "INSERT INTO processes (instance, host, pid_scope, pid, started_ms, \
+     heartbeat_ms, silent_after_ms, ended, ended_ms) VALUES ($1, $2, $3, $4, $5, $5, $6, NULL, NULL) \
+     ON CONFLICT (instance) DO UPDATE SET host = EXCLUDED.host, pid_scope = EXCLUDED.pid_scope, \
+     pid = EXCLUDED.pid, started_ms = EXCLUDED.started_ms, heartbeat_ms = EXCLUDED.heartbeat_ms, \
+     silent_after_ms = EXCLUDED.silent_after_ms, ended = NULL, ended_ms = NULL";
+const HEARTBEAT_PROCESS: &str = "UPDATE processes SET heartbeat_ms = greatest(heartbeat_ms, $2) \
+     WHERE instance = $1 AND ended IS NULL";
+const END_PROCESS: &str =
+    "UPDATE processes SET ended = $2, ended_ms = $3 WHERE instance = $1 AND ended IS NULL";
+/// Processes that ended or last heartbeaten before the cutoff.
+const DELETE_OLD_PROCESSES: &str = "DELETE FROM processes WHERE ended_ms < $1 OR heartbeat_ms < $1";
+/// Ended processes beyond the latest [`PROCESSES_ENDED_KEPT_MAX`].
+const DELETE_ENDED_PROCESSES_BEYOND: &str = "DELETE FROM processes WHERE ended_ms IS NOT NULL \
+     AND instance NOT IN (SELECT instance FROM processes WHERE ended_ms IS NOT NULL \
+     ORDER BY ended_ms DESC LIMIT $1)";
 const LIST: &str = concat!(
     "SELECT ",
     intent_columns!(),
@@ -422,10 +456,24 @@ async fn insert(session: &mut Session, new: NewIntent) -> Result<Option<IntentRe
     Ok(Some(intent))
 }
 
+/// `begin` on an intent that existed, locked: reads the process of its live lease's owner
+/// first, if it has one.
+async fn begin_existing(
+    session: &mut Session,
+    intent: IntentRecord,
+    request: &BeginRequest,
+) -> Result<Plan<Begin>, Failure> {
+    let owner = match plan::owner_to_check(&intent, request.now_ms) {
+        Some(instance) => process(session, instance).await?,
+        None => None,
+    };
+    Ok(plan::begin_existing(intent, request, owner.as_ref())?)
+}
+
 pub async fn begin(session: &mut Session, request: &BeginRequest) -> Result<Plan<Begin>, Failure> {
     plan::check_begin(request)?;
     if let Some(intent) = lock_by_key(session, request).await? {
-        return Ok(plan::begin_existing(intent, request)?);
+        return begin_existing(session, intent, request).await;
     }
     if let Some(intent) = insert(session, plan::new_intent(request)?).await? {
         let created = plan::created(&intent, intent.first_seen_ms);
@@ -440,7 +488,78 @@ pub async fn begin(session: &mut Session, request: &BeginRequest) -> Result<Plan
             "the intent was created and deleted by others during this call; try again".to_owned(),
         ))
     })?;
-    Ok(plan::begin_existing(intent, request)?)
+    begin_existing(session, intent, request).await
+}
+
+fn read_process(row: &Row) -> Result<ProcessRecord, Failure> {
+    let ended: Option<String> = row.try_get(7)?;
+    Ok(ProcessRecord {
+        instance: row.try_get(0)?,
+        host: row.try_get(1)?,
+        pid_scope: row.try_get(2)?,
+        pid: unsigned("processes.pid", row.try_get(3)?)?,
+        started_ms: row.try_get(4)?,
+        heartbeat_ms: row.try_get(5)?,
+        silent_after_ms: row.try_get(6)?,
+        ended: ended
+            .map(|text| text.parse::<ProcessEnd>())
+            .transpose()
+            .map_err(|error| corrupt("processes.ended", error))?,
+        ended_ms: row.try_get(8)?,
+    })
+}
+
+pub async fn process(
+    session: &mut Session,
+    instance: &str,
+) -> Result<Option<ProcessRecord>, Failure> {
+    let row = session.query_opt(PROCESS, &[&instance]).await?;
+    row.as_ref().map(read_process).transpose()
+}
+
+pub async fn register_process(
+    session: &mut Session,
+    registration: &ProcessRegistration,
+) -> Result<Plan<ProcessRecord>, Failure> {
+    let row = plan::registration(registration)?;
+    let pid = i64::from(row.pid);
+    session
+        .execute(
+            REGISTER_PROCESS,
+            &[
+                &row.instance,
+                &row.host,
+                &row.pid_scope,
+                &pid,
+                &row.started_ms,
+                &row.silent_after_ms,
+            ],
+        )
+        .await?;
+    Ok(Plan::outcome(row))
+}
+
+pub async fn heartbeat_process(
+    session: &mut Session,
+    instance: &str,
+    now_ms: i64,
+) -> Result<Plan<bool>, Failure> {
+    let changed = session
+        .execute(HEARTBEAT_PROCESS, &[&instance, &now_ms])
+        .await?;
+    Ok(Plan::outcome(changed == 1))
+}
+
+pub async fn end_process(
+    session: &mut Session,
+    instance: &str,
+    end: ProcessEnd,
+    now_ms: i64,
+) -> Result<Plan<bool>, Failure> {
+    let changed = session
+        .execute(END_PROCESS, &[&instance, &end.as_str(), &now_ms])
+        .await?;
+    Ok(Plan::outcome(changed == 1))
 }
 
 pub async fn finish(session: &mut Session, finish: &Finish) -> Result<Plan<Finished>, Failure> {
@@ -523,6 +642,13 @@ pub async fn purge(session: &mut Session, before_ms: i64) -> Result<Plan<u64>, F
         .await?;
     let purged = session.execute(DELETE_INTENTS, &[&ids]).await?;
     session.execute(DELETE_RUNS, &[&before_ms]).await?;
+    session.execute(DELETE_OLD_PROCESSES, &[&before_ms]).await?;
+    session
+        .execute(
+            DELETE_ENDED_PROCESSES_BEYOND,
+            &[&i64::from(PROCESSES_ENDED_KEPT_MAX)],
+        )
+        .await?;
     Ok(Plan::outcome(purged))
 }
 

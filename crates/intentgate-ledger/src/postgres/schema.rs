@@ -120,6 +120,24 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, position)
     );
     "#,
+    // 3: the gateway processes that hold leases, registered and heartbeating, so that a
+    // lease whose owner is gone is taken over at once (`process.rs`). `ended` is null while
+    // the process runs; the purge keeps the latest ended ones (processes_by_ended).
+    r#"
+    CREATE TABLE processes (
+        instance TEXT PRIMARY KEY CHECK (octet_length(instance) BETWEEN 1 AND 64),
+        host TEXT NOT NULL CHECK (octet_length(host) <= 255),
+        pid_scope TEXT NOT NULL CHECK (octet_length(pid_scope) <= 128),
+        pid BIGINT NOT NULL CHECK (pid BETWEEN 0 AND 4294967295),
+        started_ms BIGINT NOT NULL,
+        heartbeat_ms BIGINT NOT NULL,
+        silent_after_ms BIGINT NOT NULL CHECK (silent_after_ms > 0),
+        ended TEXT CHECK (ended IN ('stopped', 'dead')),
+        ended_ms BIGINT,
+        CHECK ((ended IS NULL) = (ended_ms IS NULL))
+    );
+    CREATE INDEX processes_by_ended ON processes (ended_ms) WHERE ended_ms IS NOT NULL;
+    "#,
 ];
 
 /// The first key of the migration's advisory lock ("ig" in ASCII), so that it does not

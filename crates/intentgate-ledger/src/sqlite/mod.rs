@@ -38,8 +38,8 @@ use crate::plan;
 use crate::waiters::Waiters;
 use crate::{
     Begin, BeginRequest, Durability, Erase, Erased, Erasure, Event, Finish, Finished, IntentFilter,
-    IntentId, IntentRecord, Ledger, LedgerError, Order, ReconciliationRun, Resolve, StatusCount,
-    StoredMismatch, ToolFlag,
+    IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
+    ProcessRegistration, ReconciliationRun, Resolve, StatusCount, StoredMismatch, ToolFlag,
 };
 
 /// Most writes committed together. Bounds one transaction's size and the time the first
@@ -529,6 +529,33 @@ impl Ledger for SqliteLedger {
         limit: u32,
     ) -> Result<Vec<StoredMismatch>> {
         self.read(|connection| ops::reconciliation_mismatches(connection, run_id, limit))
+    }
+
+    async fn register_process(&self, registration: ProcessRegistration) -> Result<ProcessRecord> {
+        self.write(false, None, move |connection| {
+            ops::register_process(connection, &registration)
+        })
+        .await
+    }
+
+    async fn heartbeat_process(&self, instance: &str, now_ms: i64) -> Result<bool> {
+        let instance = instance.to_owned();
+        self.write(false, None, move |connection| {
+            ops::heartbeat_process(connection, &instance, now_ms)
+        })
+        .await
+    }
+
+    async fn end_process(&self, instance: &str, end: ProcessEnd, now_ms: i64) -> Result<bool> {
+        let instance = instance.to_owned();
+        self.write(false, None, move |connection| {
+            ops::end_process(connection, &instance, end, now_ms)
+        })
+        .await
+    }
+
+    async fn process(&self, instance: &str) -> Result<Option<ProcessRecord>> {
+        self.read(|connection| ops::process(connection, instance))
     }
 
     async fn wait_for_change(&self, id: IntentId, timeout: Duration) {

@@ -7,6 +7,7 @@ use rusqlite::types::ToSqlOutput;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
 use crate::plan::{self, MismatchRow, NewEvent, NewIntent, Plan, StoredIntent, StoredRun, Write};
+use crate::process::{PROCESSES_ENDED_KEPT_MAX, ProcessEnd, ProcessRecord, ProcessRegistration};
 use crate::query::{self, Dialect, Parameter, Query};
 use crate::record::{
     Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
@@ -100,7 +101,8 @@ pub fn stale(
 ) -> Result<Vec<IntentRecord>, LedgerError> {
     let sql = format!(
         "SELECT {INTENT_COLUMNS} FROM intents WHERE status = ?1 \
-         AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?2) ORDER BY updated_ms, id LIMIT ?3"
+         AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?2 OR {OWNER_GONE}) \
+         ORDER BY updated_ms, id LIMIT ?3"
     );
     let mut statement = connection.prepare_cached(&sql)?;
     let rows = statement.query_map(params![status.as_str(), now_ms, limit], read_intent)?;
@@ -245,7 +247,13 @@ fn insert(connection: &Connection, new: NewIntent) -> Result<IntentRecord, Ledge
 pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, LedgerError> {
     plan::check_begin(request)?;
     let plan = match get(connection, &request.tenant, &request.tool, &request.key)? {
-        Some(intent) => plan::begin_existing(intent, request)?,
+        Some(intent) => {
+            let owner = match plan::owner_to_check(&intent, request.now_ms) {
+                Some(instance) => process(connection, instance)?,
+                None => None,
+            };
+            plan::begin_existing(intent, request, owner.as_ref())?
+        }
         None => {
             let intent = insert(connection, plan::new_intent(request)?)?;
             plan::begin_new(intent, request)?
@@ -327,10 +335,117 @@ pub fn purge(connection: &Connection, before_ms: i64) -> Result<u64, LedgerError
         "DELETE FROM events WHERE intent_id IS NULL AND kind = 'disabled_call' AND at_ms < ?1",
         params![before_ms],
     )?;
+    purge_processes(connection, before_ms)?;
     Ok(connection.execute(
         &format!("DELETE FROM intents WHERE {SETTLED}"),
         params![before_ms],
     )? as u64)
+}
+
+/// The condition `stale` adds for an intent whose lease owner's process is gone: registered
+/// under the owner's instance (the owner up to its first `/`) and ended, or silent for longer
+/// than it registered (`plan::owner_gone`, as SQL; `?2` is `now_ms`).
+const OWNER_GONE: &str = "EXISTS (SELECT 1 FROM processes \
+     WHERE processes.instance = substr(intents.lease_owner, 1, instr(intents.lease_owner, '/') - 1) \
+     AND (processes.ended IS NOT NULL OR ?2 - processes.heartbeat_ms > processes.silent_after_ms))";
+
+const PROCESS_COLUMNS: &str =
+    "instance, host, pid_scope, pid, started_ms, heartbeat_ms, silent_after_ms, ended, ended_ms";
+
+fn read_process(row: &Row<'_>) -> rusqlite::Result<ProcessRecord> {
+    let ended: Option<String> = row.get(7)?;
+    Ok(ProcessRecord {
+        instance: row.get(0)?,
+        host: row.get(1)?,
+        pid_scope: row.get(2)?,
+        pid: row.get(3)?,
+        started_ms: row.get(4)?,
+        heartbeat_ms: row.get(5)?,
+        silent_after_ms: row.get(6)?,
+        ended: ended
+            .map(|text| text.parse::<ProcessEnd>())
+            .transpose()
+            .map_err(|message| corrupt(7, message))?,
+        ended_ms: row.get(8)?,
+    })
+}
+
+pub fn process(
+    connection: &Connection,
+    instance: &str,
+) -> Result<Option<ProcessRecord>, LedgerError> {
+    let sql = format!("SELECT {PROCESS_COLUMNS} FROM processes WHERE instance = ?1");
+    Ok(connection
+        .prepare_cached(&sql)?
+        .query_row(params![instance], read_process)
+        .optional()?)
+}
+
+pub fn register_process(
+    connection: &Connection,
+    registration: &ProcessRegistration,
+) -> Result<ProcessRecord, LedgerError> {
+    let row = plan::registration(registration)?;
+    connection
+        .prepare_cached(
+            "INSERT INTO processes (instance, host, pid_scope, pid, started_ms, heartbeat_ms, \
+             silent_after_ms, ended, ended_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, NULL, NULL) \
+             ON CONFLICT (instance) DO UPDATE SET host = ?2, pid_scope = ?3, pid = ?4, \
+             started_ms = ?5, heartbeat_ms = ?5, silent_after_ms = ?6, ended = NULL, ended_ms = NULL",
+        )?
+        .execute(params![
+            row.instance,
+            row.host,
+            row.pid_scope,
+            row.pid,
+            row.started_ms,
+            row.silent_after_ms
+        ])?;
+    Ok(row)
+}
+
+pub fn heartbeat_process(
+    connection: &Connection,
+    instance: &str,
+    now_ms: i64,
+) -> Result<bool, LedgerError> {
+    let changed = connection
+        .prepare_cached(
+            "UPDATE processes SET heartbeat_ms = max(heartbeat_ms, ?2) \
+             WHERE instance = ?1 AND ended IS NULL",
+        )?
+        .execute(params![instance, now_ms])?;
+    Ok(changed == 1)
+}
+
+pub fn end_process(
+    connection: &Connection,
+    instance: &str,
+    end: ProcessEnd,
+    now_ms: i64,
+) -> Result<bool, LedgerError> {
+    let changed = connection
+        .prepare_cached(
+            "UPDATE processes SET ended = ?2, ended_ms = ?3 WHERE instance = ?1 AND ended IS NULL",
+        )?
+        .execute(params![instance, end.as_str(), now_ms])?;
+    Ok(changed == 1)
+}
+
+/// The processes part of `purge`: those that ended or last heartbeaten before `before_ms`,
+/// and the ended ones beyond the latest [`PROCESSES_ENDED_KEPT_MAX`].
+fn purge_processes(connection: &Connection, before_ms: i64) -> Result<(), LedgerError> {
+    connection.execute(
+        "DELETE FROM processes WHERE ended_ms < ?1 OR heartbeat_ms < ?1",
+        params![before_ms],
+    )?;
+    connection.execute(
+        "DELETE FROM processes WHERE ended_ms IS NOT NULL AND instance NOT IN \
+         (SELECT instance FROM processes WHERE ended_ms IS NOT NULL \
+          ORDER BY ended_ms DESC LIMIT ?1)",
+        params![PROCESSES_ENDED_KEPT_MAX],
+    )?;
+    Ok(())
 }
 
 /// The ids a `SELECT id ...` of [`query::erase_queries`] returns.

@@ -110,6 +110,24 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, position)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 3: the gateway processes that hold leases, registered and heartbeating, so that a
+    // lease whose owner is gone is taken over at once (`process.rs`). `ended` is null while
+    // the process runs; the purge keeps the latest ended ones (processes_by_ended).
+    r#"
+    CREATE TABLE processes (
+        instance TEXT PRIMARY KEY CHECK (length(instance) BETWEEN 1 AND 64),
+        host TEXT NOT NULL CHECK (length(host) <= 255),
+        pid_scope TEXT NOT NULL CHECK (length(pid_scope) <= 128),
+        pid INTEGER NOT NULL CHECK (pid BETWEEN 0 AND 4294967295),
+        started_ms INTEGER NOT NULL,
+        heartbeat_ms INTEGER NOT NULL,
+        silent_after_ms INTEGER NOT NULL CHECK (silent_after_ms > 0),
+        ended TEXT CHECK (ended IN ('stopped', 'dead')),
+        ended_ms INTEGER,
+        CHECK ((ended IS NULL) = (ended_ms IS NULL))
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX processes_by_ended ON processes (ended_ms) WHERE ended_ms IS NOT NULL;
+    "#,
 ];
 
 /// Applies the migrations this file lacks ([`migrations::pending`]), in one transaction.

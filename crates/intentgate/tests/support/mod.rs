@@ -189,6 +189,38 @@ pub fn stack(edit: impl Fn(String) -> String) -> Stack {
     }
 }
 
+/// The mock provider and a ledger file for gateway processes the test starts itself, with the
+/// example config, its tools' timeouts set to `tool_timeout_ms`, in a temporary folder.
+pub struct LedgerFolder {
+    pub folder: tempfile::TempDir,
+    pub config: String,
+    pub ledger: String,
+    pub mock: Running,
+    pub client: reqwest::Client,
+}
+
+impl LedgerFolder {
+    pub fn new(tool_timeout_ms: u64) -> LedgerFolder {
+        let folder = tempfile::tempdir().unwrap();
+        let config = example_config(folder.path(), |text| {
+            with_setting(&text, "timeout_ms", tool_timeout_ms)
+        });
+        let ledger = folder.path().join("ledger.db");
+        LedgerFolder {
+            config: config.to_str().unwrap().to_owned(),
+            ledger: ledger.to_str().unwrap().to_owned(),
+            folder,
+            mock: mock_provider(),
+            client: client(),
+        }
+    }
+
+    /// Sets the mock provider's faults (see [`set_faults`]).
+    pub async fn set_faults(&self, timeout_hold_ms: Option<u64>, plan: Value) {
+        set_faults(&self.client, &self.mock, timeout_hold_ms, plan).await
+    }
+}
+
 /// The text of the example config.
 pub fn example() -> String {
     std::fs::read_to_string(EXAMPLE_CONFIG).unwrap()
