@@ -740,9 +740,16 @@ fn intents_per_seed() -> usize {
 #[test]
 fn the_retry_storm_with_faults_and_crashes_makes_exactly_one_effect_per_intent() {
     let mut total_intents = 0;
+    // Every status some caller was told, over all seeds: the storm must reach every path,
+    // though one seed's draws may miss a rare one (not_executed needs a whole retry budget
+    // of not-processed answers in a row).
+    let mut told: BTreeMap<CallStatus, usize> = BTreeMap::new();
     for seed in seeds() {
         let report = run(seed, intents_per_seed());
         total_intents += report.intents;
+        for (status, count) in &report.statuses {
+            *told.entry(*status).or_default() += count;
+        }
         assert!(
             report.crashes >= 2 && report.aborted_calls > 0,
             "the run must crash mid-call: {report:?}"
@@ -751,19 +758,6 @@ fn the_retry_storm_with_faults_and_crashes_makes_exactly_one_effect_per_intent()
             report.calls > report.intents * 3,
             "the storm must repeat calls"
         );
-        for status in [
-            CallStatus::Done,
-            CallStatus::AlreadyDone,
-            CallStatus::PendingUnknown,
-            CallStatus::Rejected,
-            CallStatus::NotExecuted,
-        ] {
-            assert!(
-                report.statuses.contains_key(&status),
-                "seed {seed} never produced {status}: {:?}",
-                report.statuses
-            );
-        }
         if !report.problems.is_empty() {
             let shown: Vec<&str> = report
                 .problems
@@ -779,6 +773,18 @@ fn the_retry_storm_with_faults_and_crashes_makes_exactly_one_effect_per_intent()
                 shown.join("\n")
             );
         }
+    }
+    for status in [
+        CallStatus::Done,
+        CallStatus::AlreadyDone,
+        CallStatus::PendingUnknown,
+        CallStatus::Rejected,
+        CallStatus::NotExecuted,
+    ] {
+        assert!(
+            told.contains_key(&status),
+            "no seed produced {status}: {told:?}"
+        );
     }
     println!("total: {total_intents} intents, 0 duplicate effects, 0 lost intents");
 }

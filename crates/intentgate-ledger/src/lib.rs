@@ -182,7 +182,8 @@ pub enum Begin {
     Execute(IntentRecord),
     /// This caller holds the lease on an `unknown` intent: look it up.
     Lookup(IntentRecord),
-    /// Another caller holds the lease until `lease_expires_ms`: wait, then ask again.
+    /// Another caller holds the lease until `lease_expires_ms` (an attempt in flight, or a
+    /// lookup or re-send of an unknown intent): wait, then ask again.
     Busy(IntentRecord),
     /// Nothing to do here: answer from the record.
     Settled(IntentRecord),

@@ -453,7 +453,9 @@ pub fn begin_existing(
         IntentStatus::Done | IntentStatus::Rejected => {
             Ok(Plan::new(writes, Begin::Settled(intent)))
         }
-        IntentStatus::Unknown if lease_live => Ok(Plan::new(writes, Begin::Settled(intent))),
+        // Another caller or a sweeper is running a step (a lookup, or a re-send about to
+        // start): wait for what it learns, as for an attempt in flight.
+        IntentStatus::Unknown if lease_live => Ok(Plan::new(writes, Begin::Busy(intent))),
         // The same request with the same provider key (the epoch does not move): a provider
         // that honours keys replays the first attempt's answer if that one committed.
         IntentStatus::Unknown if may_resend => start_attempt(writes, intent, request, false),

@@ -379,12 +379,12 @@ async fn an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up(le
     assert_eq!((lookup.attempt, lookup.epoch), (1, 1));
     assert_eq!(read(ledger, &intent).await, lookup);
 
-    // Another caller meanwhile is answered from the ledger at once.
+    // Another caller meanwhile waits for what the lookup learns.
     let meanwhile = ledger
         .begin(request("order-1", "owner-c", lookup_ms + 1))
         .await
         .unwrap();
-    let meanwhile = expect!(Begin::Settled, meanwhile);
+    let meanwhile = expect!(Begin::Busy, meanwhile);
     assert_eq!(meanwhile.status, IntentStatus::Unknown);
     assert_eq!(meanwhile.lease_owner.as_deref(), Some("owner-b"));
 
@@ -458,7 +458,7 @@ async fn lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited(ledger:
         lookup_interval_ms: 1_000,
         ..request("order-1", "owner-i", lookup_ms + 2_000)
     };
-    let impatient = expect!(Begin::Settled, ledger.begin(impatient).await.unwrap());
+    let impatient = expect!(Begin::Busy, ledger.begin(impatient).await.unwrap());
     assert_eq!(impatient.lease_owner.as_deref(), Some("owner-b"));
     assert_eq!(impatient.last_lookup_ms, Some(lookup_ms));
 
@@ -508,7 +508,7 @@ async fn an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked
 
     // Nor is a live lookup lease taken over by a re-send.
     let during = expect!(
-        Begin::Settled,
+        Begin::Busy,
         ledger
             .begin(resend("owner-s", lookup_ms + 1))
             .await
