@@ -39,7 +39,7 @@ pub const LIST_PAGES_MAX: u32 = 100_000;
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListedRecord {
     /// The intent key the gateway sent with the effect; `None` when the effect was made
-    /// without the gateway.
+    /// without the gateway, or the list pairs records by `match` (no key is kept).
     pub intent_key: Option<String>,
     /// The provider's id for the effect.
     pub external_id: String,

@@ -514,7 +514,15 @@ every record; reconciliation needs it too",
         }
         match &result.intent_key {
             Some(key) => match self
-                .count_effects(config, &definition, &arguments, &context, key)
+                .count_effects(
+                    config,
+                    &Asked {
+                        definition: &definition,
+                        arguments: &arguments,
+                        context: &context,
+                        key,
+                    },
+                )
                 .await
             {
                 Ok(count) => {
@@ -575,17 +583,10 @@ every record; reconciliation needs it too",
         call(&self.gate, definition, arguments, context).await
     }
 
-    /// Effects the provider holds for the intent `key`, called with `arguments` in
-    /// `context` (as [`Counter::of`] says: with `--live`, by the tool's list, or by its
-    /// lookup when it has none).
-    async fn count_effects(
-        &self,
-        config: &ToolConfig,
-        definition: &ToolDefinition,
-        arguments: &Value,
-        context: &CallContext,
-        key: &str,
-    ) -> Result<u64, String> {
+    /// Effects the provider holds for the intent `asked` (as [`Counter::of`] says: with
+    /// `--live`, by the tool's list, or by its lookup when it has none).
+    async fn count_effects(&self, config: &ToolConfig, asked: &Asked<'_>) -> Result<u64, String> {
+        let key = asked.key;
         match &self.target {
             Target::Mock(server) => Ok(server.provider().effect_count(key) as u64),
             Target::Live {
@@ -595,14 +596,12 @@ every record; reconciliation needs it too",
                 ..
             } => {
                 let Some(list) = &config.list else {
-                    return self
-                        .count_by_lookup(lookups, config, definition, arguments, context, key)
-                        .await;
+                    return count_by_lookup(lookups, config, asked).await;
                 };
                 let pairing = Pairing::of_list(list);
                 let wanted = match &pairing {
                     Pairing::IntentKey => key.to_owned(),
-                    Pairing::Fields(fields) => fields.of_arguments(arguments),
+                    Pairing::Fields(fields) => fields.of_arguments(asked.arguments),
                 };
                 let name = list.upstream.as_deref().unwrap_or(&config.call.upstream);
                 let upstream = upstreams
@@ -648,47 +647,6 @@ run's window; can't count them all"
         }
     }
 
-    /// The effects of the intent `key` as the tool's lookup sees them: found is 1, not found
-    /// 0. A lookup answers with one record, so more than one effect can't be seen.
-    async fn count_by_lookup(
-        &self,
-        lookups: &HttpUpstream,
-        config: &ToolConfig,
-        definition: &ToolDefinition,
-        arguments: &Value,
-        context: &CallContext,
-        key: &str,
-    ) -> Result<u64, String> {
-        if config.lookup.is_none() {
-            return Err(format!(
-                "{} has neither a `list` nor a `lookup`, so the sandbox's effects for the intent \
-can't be counted; add a `list:` block (the provider's records over a window), which \
-reconciliation needs too, or at least a `lookup:`",
-                config.name
-            ));
-        }
-        let call = UpstreamCall::for_intent(
-            definition,
-            arguments,
-            key,
-            None,
-            context.intent_id.as_deref(),
-            1,
-        );
-        match lookups.lookup(call).await {
-            LookupOutcome::Found { .. } => Ok(1),
-            LookupOutcome::NotFound => Ok(0),
-            LookupOutcome::Failed(error) => Err(format!(
-                "looking the effect up in the sandbox (the tool has no `list`): {error}"
-            )),
-            LookupOutcome::Unsupported => Err(format!(
-                "{} has no `list`, and its lookup can't be sent, so the sandbox's effects for \
-the intent can't be counted",
-                config.name
-            )),
-        }
-    }
-
     /// Off: a call is answered `disabled` within [`KILL_SWITCH_WAIT`] and a new intent sends
     /// nothing; on again: that new intent is done, once.
     async fn kill_switch(
@@ -722,9 +680,13 @@ the intent can't be counted",
             ));
         }
         let key = outcome.intent_key.unwrap_or_default();
-        let count = self
-            .count_effects(config, definition, &arguments, &context, &key)
-            .await?;
+        let asked = Asked {
+            definition,
+            arguments: &arguments,
+            context: &context,
+            key: &key,
+        };
+        let count = self.count_effects(config, &asked).await?;
         if count != 1 {
             return Err(format!(
                 "switched back on, the provider holds {count} effects for the new intent {key}; expected 1"
@@ -790,6 +752,52 @@ the intent can't be counted",
             })
             .await
             .map_err(|error| format!("storing the flag of {tool}: {error}"))
+    }
+}
+
+/// One intent as the smoke test asked for it: enough to find its effects at the provider.
+struct Asked<'a> {
+    definition: &'a ToolDefinition,
+    arguments: &'a Value,
+    context: &'a CallContext,
+    /// Its key, as the gate rendered it.
+    key: &'a str,
+}
+
+/// The effects of the intent `asked` as the tool's lookup sees them: found is 1, not found
+/// 0. A lookup answers with one record, so more than one effect can't be seen.
+async fn count_by_lookup(
+    lookups: &HttpUpstream,
+    config: &ToolConfig,
+    asked: &Asked<'_>,
+) -> Result<u64, String> {
+    if config.lookup.is_none() {
+        return Err(format!(
+            "{} has neither a `list` nor a `lookup`, so the sandbox's effects for the intent \
+can't be counted; add a `list:` block (the provider's records over a window), which \
+reconciliation needs too, or at least a `lookup:`",
+            config.name
+        ));
+    }
+    let call = UpstreamCall::for_intent(
+        asked.definition,
+        asked.arguments,
+        asked.key,
+        None,
+        asked.context.intent_id.as_deref(),
+        1,
+    );
+    match lookups.lookup(call).await {
+        LookupOutcome::Found { .. } => Ok(1),
+        LookupOutcome::NotFound => Ok(0),
+        LookupOutcome::Failed(error) => Err(format!(
+            "looking the effect up in the sandbox (the tool has no `list`): {error}"
+        )),
+        LookupOutcome::Unsupported => Err(format!(
+            "{} has no `list`, and its lookup can't be sent, so the sandbox's effects for \
+the intent can't be counted",
+            config.name
+        )),
     }
 }
 

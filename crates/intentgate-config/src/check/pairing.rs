@@ -73,11 +73,9 @@ impl Checker<'_, '_> {
                 match argument_schema(input_schema, &path) {
                     Some(schema) => Some(schema),
                     None => {
-                        let at = self
-                            .map
-                            .key(&at!["tools", index, "list", "match", argument]);
-                        self.errors.push(
-                            at,
+                        self.push_at_match_key(
+                            index,
+                            argument,
                             format!(
                                 "{label}: `match` names `{argument}`, which is not an argument \
                                  of the tool"
@@ -97,11 +95,9 @@ impl Checker<'_, '_> {
             if let Some(sensitive) =
                 sensitive.and_then(|paths| paths.iter().find(|marked| marked.overlaps(&path)))
             {
-                let at = self
-                    .map
-                    .key(&at!["tools", index, "list", "match", argument]);
-                self.errors.push(
-                    at,
+                self.push_at_match_key(
+                    index,
+                    argument,
                     format!(
                         "{label}: `match` uses sensitive argument `{sensitive}`; the ledger keeps \
                          only its keyed hash, so reconciliation would never find the provider's \
@@ -148,6 +144,23 @@ impl Checker<'_, '_> {
                 Some(_) => {}
             }
         }
+    }
+}
+
+impl Checker<'_, '_> {
+    /// Reports an error of the `match` field of `argument`, at its name (the argument is
+    /// what is wrong, not where the record holds it).
+    fn push_at_match_key(
+        &mut self,
+        index: usize,
+        argument: &str,
+        message: String,
+        fix: impl Into<String>,
+    ) {
+        let at = self
+            .map
+            .key(&at!["tools", index, "list", "match", argument]);
+        self.errors.push(at, message, fix);
     }
 }
 

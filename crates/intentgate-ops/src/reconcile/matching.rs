@@ -601,6 +601,13 @@ mod tests {
         }
     }
 
+    /// `count` refunds of "10.00" on order 8812.
+    fn refunds_of_ten(count: usize) -> Vec<ListedRecord> {
+        (1..=count)
+            .map(|number| record(&format!("re_{number}"), "8812", Value::from("10.00")))
+            .collect()
+    }
+
     /// An index of `intents` paired by the refund fields, sealed, with `records` claimed;
     /// then each entry's verdict, in the order of `intents`.
     fn verdicts(intents: &[IntentRecord], records: &[ListedRecord]) -> Vec<Verdict> {
@@ -728,20 +735,16 @@ mod tests {
             intent(1, IntentStatus::Done, "8812", "10.00"),
             intent(2, IntentStatus::Done, "8812", "10"),
         ];
-        let two = [
-            record("re_1", "8812", Value::from("10.00")),
-            record("re_2", "8812", Value::from("10.00")),
-        ];
-        assert_eq!(verdicts(&intents, &two), [Verdict::Fine, Verdict::Fine]);
-        let three = [
-            record("re_1", "8812", Value::from("10.00")),
-            record("re_2", "8812", Value::from("10.00")),
-            record("re_3", "8812", Value::from("10.00")),
-        ];
-        assert_eq!(verdicts(&intents, &three), [DUPLICATE, Verdict::Fine]);
-        let one = [record("re_1", "8812", Value::from("10.00"))];
         assert_eq!(
-            verdicts(&intents, &one),
+            verdicts(&intents, &refunds_of_ten(2)),
+            [Verdict::Fine, Verdict::Fine]
+        );
+        assert_eq!(
+            verdicts(&intents, &refunds_of_ten(3)),
+            [DUPLICATE, Verdict::Fine]
+        );
+        assert_eq!(
+            verdicts(&intents, &refunds_of_ten(1)),
             [Verdict::Fine, mismatch(MismatchKind::MissingRecord)]
         );
     }
@@ -755,9 +758,8 @@ mod tests {
             intent(2, IntentStatus::Unknown, "8812", "10.00"),
             intent(3, IntentStatus::Done, "8812", "10.00"),
         ];
-        let one = [record("re_1", "8812", Value::from("10.00"))];
         assert_eq!(
-            verdicts(&intents, &one),
+            verdicts(&intents, &refunds_of_ten(1)),
             [
                 Verdict::Fine,
                 mismatch(MismatchKind::UnknownMissing),
@@ -765,12 +767,8 @@ mod tests {
             ]
         );
         // A second record is one no done intent needs: the unknown intent happened.
-        let two = [
-            record("re_1", "8812", Value::from("10.00")),
-            record("re_2", "8812", Value::from("10.00")),
-        ];
         assert_eq!(
-            verdicts(&intents, &two),
+            verdicts(&intents, &refunds_of_ten(2)),
             [
                 Verdict::Fine,
                 mismatch(MismatchKind::UnknownFound),
@@ -778,13 +776,8 @@ mod tests {
             ]
         );
         // A third is one only the rejected intent could explain.
-        let three = [
-            record("re_1", "8812", Value::from("10.00")),
-            record("re_2", "8812", Value::from("10.00")),
-            record("re_3", "8812", Value::from("10.00")),
-        ];
         assert_eq!(
-            verdicts(&intents, &three),
+            verdicts(&intents, &refunds_of_ten(3)),
             [
                 mismatch(MismatchKind::EffectDespiteStatus),
                 mismatch(MismatchKind::UnknownFound),
