@@ -21,8 +21,8 @@
 //!
 //! A record whose intent was first seen before the window (a late re-send) is matched by a
 //! point lookup of its key, so it is not mistaken for a bypass (paired by business fields,
-//! such a record has no key to look up, and is reported as `no_intent` with that caveat). When a provider page can't
-//! be read after retries, the tool's run stops with an error and draws no conclusion about
+//! such a record has no key to look up, and is reported as `no_intent` with that caveat).
+//! When a provider page can't be read after retries, the tool's run stops with an error and draws no conclusion about
 //! missing records: an incomplete listing proves nothing is missing.
 //!
 //! Three files, because they change for different reasons: `matching.rs` decides, without
@@ -35,6 +35,7 @@
 mod matching;
 mod run;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -254,11 +255,12 @@ impl Pass<'_> {
         while let Some(page) = pages.recv().await {
             for record in page.map_err(ReconcileError::Provider)? {
                 self.report.records_checked += 1;
-                let key = match &self.pairing {
-                    Pairing::IntentKey => record.intent_key.clone(),
-                    Pairing::Fields(fields) => Some(fields.of_record(&record.raw)),
+                // Borrowed by key: a listing of a million records copies no key.
+                let key: Option<Cow<'_, str>> = match &self.pairing {
+                    Pairing::IntentKey => record.intent_key.as_deref().map(Cow::Borrowed),
+                    Pairing::Fields(fields) => Some(Cow::Owned(fields.of_record(&record.raw))),
                 };
-                let by_intent_key = self.pairing == Pairing::IntentKey;
+                let by_intent_key = matches!(self.pairing, Pairing::IntentKey);
                 let claimed = key.as_deref().and_then(|key| self.index.claim(key));
                 match (claimed, key) {
                     (Some(claimed), _) => {

@@ -145,9 +145,7 @@ impl Checker<'_, '_> {
             }
         }
     }
-}
 
-impl Checker<'_, '_> {
     /// Reports an error of the `match` field of `argument`, at its name (the argument is
     /// what is wrong, not where the record holds it).
     fn push_at_match_key(
