@@ -108,6 +108,14 @@ impl Stack {
     }
 }
 
+/// The lines of `intentgate reconcile --format json`: each mismatch, then the summary.
+fn json_lines(output: &std::process::Output) -> Vec<Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("every line is JSON"))
+        .collect()
+}
+
 /// The value of the sample of `name` whose labels include every one of `labels`.
 fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
     metrics
@@ -145,10 +153,7 @@ async fn reconcile_names_a_duplicate_made_around_the_gateway_and_exits_2() {
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("critical"), "{stderr}");
-    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("every line is JSON"))
-        .collect();
+    let lines = json_lines(&output);
     let duplicate = lines
         .iter()
         .find(|line| line["kind"] == "duplicate")
@@ -241,10 +246,7 @@ async fn reconcile_by_business_fields_finds_a_duplicate_the_provider_keeps_no_ke
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2), "{output:?}");
-    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("every line is JSON"))
-        .collect();
+    let lines = json_lines(&output);
     let mismatches: Vec<&Value> = lines
         .iter()
         .filter(|line| line["type"] == "mismatch")
@@ -280,9 +282,8 @@ async fn reconcile_by_business_fields_finds_a_duplicate_the_provider_keeps_no_ke
         .env("INTENTGATE_MOCK_URL", &stack.mock.url)
         .output()
         .unwrap();
-    let kinds: Vec<String> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+    let kinds: Vec<String> = json_lines(&output)
+        .into_iter()
         .filter(|line| line["type"] == "mismatch")
         .map(|line| line["kind"].as_str().unwrap().to_owned())
         .collect();
