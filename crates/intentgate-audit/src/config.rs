@@ -134,9 +134,39 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                     Some(
                         "add a `list:` request that pages through the provider's records over \
                          a window (`path`, `query` with {since_ms}, {until_ms}, {cursor} and \
-                         {limit}, `items`, `next_cursor`, `fields`)"
+                         {limit}, `items`, `next_cursor`, `fields`), pairing records with \
+                         intents by `fields.intent_key` or, for a provider that keeps no \
+                         metadata, by business fields (`match: {order_id: {record: \
+                         /order_id}, amount: {record: /amount}}`)"
                             .to_owned(),
                     ),
+                )
+                .tool(&tool.name),
+            );
+        }
+        if let Some(list) = tool
+            .list
+            .as_ref()
+            .filter(|list| !list.match_fields.is_empty())
+        {
+            let fields: Vec<&str> = list.match_fields.keys().map(String::as_str).collect();
+            findings.push(
+                Finding::new(
+                    Severity::Note,
+                    "reconcile-by-fields",
+                    file,
+                    at,
+                    format!(
+                        "`{}`: reconciliation pairs provider records with intents by {} (the \
+                         provider keeps no intent key): it counts records per set of values, so \
+                         a record beyond the intents with those values is a duplicate, but which \
+                         of two alike intents a record belongs to, and whether a record is a \
+                         late re-send of an intent first seen before the window or a bypass, \
+                         can't be told",
+                        tool.name,
+                        fields.join(", ")
+                    ),
+                    None,
                 )
                 .tool(&tool.name),
             );

@@ -195,6 +195,12 @@ pub const RULES: &[Rule] = &[
         help: "Reconciliation compares the ledger with the provider's records through the tool's `list`; without one, effects made around the gateway go unnoticed.",
     },
     Rule {
+        id: "reconcile-by-fields",
+        severity: Severity::Note,
+        short: "A side-effecting tool is reconciled by business fields",
+        help: "Its list pairs provider records with intents by `match` fields, counting records per set of values: duplicates are found, but alike intents can't be told apart.",
+    },
+    Rule {
         id: "missing-once-per-sentence",
         severity: Severity::Warning,
         short: "A side-effecting tool's description lacks the once-per-intent sentence",

@@ -12,6 +12,7 @@
 //! environment as the caller of the loader asks ([`HashKeySource`]).
 
 mod gateway;
+mod pairing;
 mod requests;
 mod tools;
 mod upstreams;

@@ -382,6 +382,12 @@ fn example(field: &str) -> String {
         "next_cursor" => ("/next_cursor", "a JSON pointer"),
         "intent_key" => ("/metadata/intent_key", "a JSON pointer"),
         "external_id" => ("/id", "a JSON pointer"),
+        "record" => ("/order_id", "a JSON pointer into the provider's record"),
+        "compare" => ("decimal", "or text"),
+        "match" => (
+            "{order_id: {record: /order_id}, amount: {record: /amount}}",
+            "the arguments that pair a provider record with an intent, each with where the record holds it",
+        ),
         "fields" => (
             "{intent_key: /metadata/intent_key, external_id: /id}",
             "pointers inside one listed record",

@@ -14,6 +14,9 @@ pub const CONFIG_NODES_MAX: usize = 200_000;
 /// Most aliases (`*name`). Anchors are handy for shared schemas; thousands of aliases are an
 /// expansion bomb.
 pub const CONFIG_ALIASES_MAX: usize = 1_000;
+/// Most business fields a list's `match` pairs records by. An effect is identified by a few
+/// (an order and an amount); more is a record copied whole, not a pairing.
+pub const MATCH_FIELDS_MAX: usize = 8;
 /// Most tools in one config. MCP clients show every tool to the model, and models choose
 /// badly among more than a few hundred.
 pub const TOOLS_MAX: usize = 512;

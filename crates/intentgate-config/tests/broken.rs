@@ -666,3 +666,116 @@ fn a_reconciliation_window_shorter_than_its_interval_is_refused() {
         &["at least 3600"],
     );
 }
+
+/// `BASE` with a list that pairs records with intents by business fields (`list.match`),
+/// for a provider that keeps no metadata, with `old` replaced by `new`.
+fn with_match_list(old: &str, new: &str) -> String {
+    let list = "    list:\n      path: /v1/refunds\n      query: {created_gte_ms: \"{since_ms}\", starting_after: \"{cursor}\"}\n      items: /data\n      next_cursor: /next_cursor\n      fields: {external_id: /id, amount: /amount}\n      match: {order_id: {record: /order_id}, amount: {record: /amount}}\n";
+    let text = format!("{BASE}{list}");
+    assert!(text.contains(old), "the config has no `{old}`");
+    text.replacen(old, new, 1)
+}
+
+#[test]
+fn a_list_may_pair_records_by_business_fields_compared_as_the_schema_types_them() {
+    use intentgate_http::spec::MatchCompare;
+    let text = with_match_list("", "");
+    let loaded = load_str(&text, "agent.yaml", &env).unwrap_or_else(|errors| panic!("{errors}"));
+    let list = loaded.config.tools[1].list.as_ref().unwrap();
+    assert_eq!(list.fields.intent_key, None);
+    let compare = |argument: &str| list.match_fields[argument].compare;
+    assert_eq!(compare("amount"), Some(MatchCompare::Decimal));
+    assert_eq!(compare("order_id"), Some(MatchCompare::Text));
+
+    // What the config says is kept: an order id compared as a number.
+    let text = with_match_list(
+        "{order_id: {record: /order_id}",
+        "{order_id: {record: /order_id, compare: decimal}",
+    );
+    let loaded = load_str(&text, "agent.yaml", &env).unwrap_or_else(|errors| panic!("{errors}"));
+    let list = loaded.config.tools[1].list.as_ref().unwrap();
+    assert_eq!(
+        list.match_fields["order_id"].compare,
+        Some(MatchCompare::Decimal)
+    );
+}
+
+#[test]
+fn a_list_must_say_one_way_records_pair_with_intents() {
+    // Neither the intent key nor business fields.
+    let text = with_match_list(
+        "\n      match: {order_id: {record: /order_id}, amount: {record: /amount}}",
+        "",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "{external_id: /id, amount: /amount}");
+    assert_says(
+        &error,
+        &[
+            "tool `refund_order`",
+            "neither `fields.intent_key` nor `match`",
+        ],
+        &[
+            "intent_key: /metadata/intent_key",
+            "match: {order_id: {record: /order_id}",
+        ],
+    );
+
+    // Both.
+    let text = with_match_list(
+        "fields: {external_id: /id,",
+        "fields: {intent_key: /metadata/intent_key, external_id: /id,",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "{order_id: {record");
+    assert_says(
+        &error,
+        &["both by `fields.intent_key` and by `match`"],
+        &["remove `match:`"],
+    );
+
+    // An empty `match` says nothing either.
+    let text = with_match_list(
+        "match: {order_id: {record: /order_id}, amount: {record: /amount}}",
+        "match: {}",
+    );
+    let error = only_error(&text);
+    assert_says(&error, &["neither"], &["match:"]);
+}
+
+#[test]
+fn a_match_field_must_be_an_argument_read_from_a_pointer_and_compared_sensibly() {
+    let text = with_match_list("{order_id: {record", "{order: {record");
+    let error = only_error(&text);
+    assert_at(&error, &text, "order: {record");
+    assert_says(
+        &error,
+        &["`match` names `order`", "not an argument"],
+        &["`amount`, `order_id`", "customer.id"],
+    );
+
+    let text = with_match_list("{record: /amount}}", "{record: amount}}");
+    let error = only_error(&text);
+    assert_at(&error, &text, "amount}}");
+    assert_says(
+        &error,
+        &["`amount` is not a JSON pointer"],
+        &["JSON pointer"],
+    );
+
+    let text = with_match_list("{record: /amount}}", "{record: /amount, compare: exact}}");
+    let error = only_error(&text);
+    assert_says(&error, &["compare"], &["decimal"]);
+
+    let text = broken(
+        "amount: {type: number}",
+        "amount: {type: number}\n        refund_all: {type: boolean}",
+    ) + "    list:\n      path: /v1/refunds\n      items: /data\n      next_cursor: /next_cursor\n      fields: {external_id: /id}\n      match: {order_id: {record: /order_id}, refund_all: {record: /full, compare: decimal}}\n";
+    let error = only_error(&text);
+    assert_at(&error, &text, "decimal}}");
+    assert_says(
+        &error,
+        &["`match.refund_all` compares as a decimal", "boolean"],
+        &["compare: text"],
+    );
+}

@@ -117,7 +117,10 @@ fn side_effects_are_keyed_by_intent_and_found_by_their_intent_key() {
             Some("{intent_key}")
         );
         let list = config.list.as_ref().expect("a list for reconciliation");
-        assert_eq!(list.fields.intent_key, "/metadata/intent_key");
+        assert_eq!(
+            list.fields.intent_key.as_deref(),
+            Some("/metadata/intent_key")
+        );
         let body = config.call.body.as_ref().expect("a body");
         assert_eq!(body["metadata"]["intent_key"], "{intent_key}", "{name}");
         assert!(

@@ -211,3 +211,27 @@ fn a_mark_the_gateway_would_ignore_is_refused_where_it_is() {
     let error = only_error(&text, &env);
     assert!(error.message.contains("`true` or `false`"), "{error}");
 }
+
+#[test]
+fn business_fields_that_pair_records_may_not_be_sensitive() {
+    // Reconciliation reads the ledger's copy of the arguments, where the value is a hash.
+    let text = broken(
+        "fields: {intent_key: /metadata/intent_key, external_id: /id}",
+        "fields: {external_id: /id}\n      match: {reference: {record: /metadata/reference}, to: {record: /to}}",
+    );
+    let error = only_error(&text, &env);
+    assert_eq!(error.line, line_of(&text, "match:"));
+    assert!(
+        error
+            .message
+            .contains("`match` uses sensitive argument `to`"),
+        "{error}"
+    );
+    assert!(error.fix.contains("not sensitive"), "{error}");
+    // Without it, the same list loads.
+    let text = broken(
+        "fields: {intent_key: /metadata/intent_key, external_id: /id}",
+        "fields: {external_id: /id}\n      match: {reference: {record: /metadata/reference}}",
+    );
+    load(&text);
+}

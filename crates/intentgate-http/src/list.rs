@@ -39,7 +39,7 @@ pub const LIST_PAGES_MAX: u32 = 100_000;
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListedRecord {
     /// The intent key the gateway sent with the effect; `None` when the effect was made
-    /// without the gateway.
+    /// without the gateway, or the list pairs records by `match` (no key is kept).
     pub intent_key: Option<String>,
     /// The provider's id for the effect.
     pub external_id: String,
@@ -144,7 +144,9 @@ fn list_template(spec: &ListSpec) -> Result<RequestTemplate, HttpError> {
     check_pointer("list", "items", &spec.items)?;
     check_pointer("list", "next_cursor", &spec.next_cursor)?;
     let fields = &spec.fields;
-    check_pointer("list", "fields.intent_key", &fields.intent_key)?;
+    if let Some(intent_key) = &fields.intent_key {
+        check_pointer("list", "fields.intent_key", intent_key)?;
+    }
     check_pointer("list", "fields.external_id", &fields.external_id)?;
     if let Some(amount) = &fields.amount {
         check_pointer("list", "fields.amount", amount)?;
@@ -154,6 +156,9 @@ fn list_template(spec: &ListSpec) -> Result<RequestTemplate, HttpError> {
     }
     if let Some(argument) = &fields.amount_argument {
         check_pointer("list", "fields.amount_argument", argument)?;
+    }
+    for (argument, field) in &spec.match_fields {
+        check_pointer("list", &format!("match.{argument}.record"), &field.record)?;
     }
     Ok(request)
 }
@@ -275,7 +280,7 @@ impl RecordPager {
             ))
         })?;
         Ok(ListedRecord {
-            intent_key: text(&fields.intent_key),
+            intent_key: fields.intent_key.as_deref().and_then(text),
             external_id,
             amount: fields.amount.as_deref().and_then(text),
             subject: fields.subject.as_deref().and_then(text),

@@ -156,14 +156,44 @@ pub struct ListSpec {
     pub next_cursor: String,
     /// Pointers inside one record.
     pub fields: ListFields,
+    /// For a provider that keeps no metadata: the business fields that pair a record with an
+    /// intent, by argument (`order_id`, or `customer.id` for a nested one), in place of
+    /// `fields.intent_key`. A config gives exactly one of the two.
+    #[serde(default, rename = "match", skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_fields: BTreeMap<String, MatchField>,
+}
+
+/// Where a provider record holds one argument of the intent, and how the two are compared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MatchField {
+    /// JSON pointer into the record (`/order_id`, `/metadata/order`).
+    pub record: String,
+    /// `decimal` compares exact decimals (`10.1`, `10.10` and `"10.10"` agree), `text` the
+    /// text. Default: `decimal` for an argument the input schema types as a number or an
+    /// integer, `text` otherwise; a loaded config always has it set.
+    #[serde(default)]
+    pub compare: Option<MatchCompare>,
+}
+
+/// How a `match` field's values are compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchCompare {
+    /// As exact decimals, never floats.
+    Decimal,
+    /// As text (a number as it is written).
+    Text,
 }
 
 /// Where a listed record keeps what reconciliation compares.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListFields {
-    /// The intent key the gateway sent with the effect (metadata).
-    pub intent_key: String,
+    /// The intent key the gateway sent with the effect (metadata). Absent when the list
+    /// pairs records with intents by `match`.
+    #[serde(default)]
+    pub intent_key: Option<String>,
     pub external_id: String,
     /// The amount, when the tool moves money.
     #[serde(default)]
@@ -242,7 +272,9 @@ debug_with_redacted_headers!(CallSpec: upstream, method, path, query; body, resu
 debug_with_redacted_headers!(
     LookupSpec: upstream, method, path, query; found, not_found_statuses, external_id
 );
-debug_with_redacted_headers!(ListSpec: upstream, path, query; items, next_cursor, fields);
+debug_with_redacted_headers!(
+    ListSpec: upstream, path, query; items, next_cursor, fields, match_fields
+);
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,9 @@
 //! For one tool and one window, [`reconcile_tool`] reads the tool's intents first seen in
 //! the window into a compact index (a few dozen bytes per intent: no arguments, no results),
 //! then streams the provider's records page by page through a [`RecordSource`], matching
-//! each by the intent key the gateway sent with the effect. Only one provider page is held
+//! each by the intent key the gateway sent with the effect, or, for a provider that keeps no
+//! metadata, by the business fields of the list's `match` ([`Pairing`], count-based: see
+//! `matching.rs`). Only one provider page is held
 //! at a time, so memory is bounded by the number of intents in the window, whatever the
 //! number of provider records. What does not match is a [`Mismatch`]:
 //!
@@ -18,8 +20,9 @@
 //! | `effect_despite_status` | the model was told `rejected` or `not_executed`, and the provider has the effect | critical |
 //!
 //! A record whose intent was first seen before the window (a late re-send) is matched by a
-//! point lookup of its key, so it is not mistaken for a bypass. When a provider page can't
-//! be read after retries, the tool's run stops with an error and draws no conclusion about
+//! point lookup of its key, so it is not mistaken for a bypass (paired by business fields,
+//! such a record has no key to look up, and is reported as `no_intent` with that caveat).
+//! When a provider page can't be read after retries, the tool's run stops with an error and draws no conclusion about
 //! missing records: an incomplete listing proves nothing is missing.
 //!
 //! Three files, because they change for different reasons: `matching.rs` decides, without
@@ -32,6 +35,7 @@
 mod matching;
 mod run;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +53,7 @@ use tokio::sync::mpsc;
 use crate::Severity;
 use matching::{Index, Verdict, amount_differs, no_intent, verdict};
 
-pub use matching::{Mismatch, MismatchKind};
+pub use matching::{MatchFields, Mismatch, MismatchKind, Pairing};
 pub use run::{Reconciler, Report};
 
 /// Intents read from the ledger per page.
@@ -147,6 +151,8 @@ pub struct ToolToReconcile {
     pub owner: Option<String>,
     /// Pointer into the intent's arguments to the amount to compare; `None` compares none.
     pub amount_argument: Option<String>,
+    /// How its records pair with its intents.
+    pub pairing: Pairing,
     pub source: Box<dyn RecordSource>,
     /// The tool's definition, so that a provider record that resolves an unknown intent is
     /// kept as the gate keeps an answer: echoes of sensitive arguments as their hashes (a
@@ -171,6 +177,7 @@ pub async fn reconcile_tool(
         tool: name,
         owner,
         amount_argument,
+        pairing,
         source,
         definition,
     } = tool;
@@ -182,6 +189,7 @@ pub async fn reconcile_tool(
         report: ToolReport::new(&name, owner.as_deref()),
         name,
         amount_argument,
+        pairing,
         definition,
         index: Index::default(),
         found,
@@ -198,6 +206,7 @@ struct Pass<'a> {
     options: &'a ReconcileOptions,
     name: String,
     amount_argument: Option<String>,
+    pairing: Pairing,
     definition: Option<ToolDefinition>,
     index: Index,
     report: ToolReport,
@@ -222,9 +231,17 @@ impl Pass<'_> {
         let mut intents = read_ahead(self.ledger.clone(), filter);
         while let Some(page) = intents.recv().await {
             for intent in &page? {
-                self.index.insert(intent, self.amount_argument.as_deref());
+                let amount_argument = self.amount_argument.as_deref();
+                match &self.pairing {
+                    Pairing::IntentKey => self.index.insert(intent, &intent.key, amount_argument),
+                    Pairing::Fields(fields) => {
+                        let value = fields.of_arguments(&intent.arguments);
+                        self.index.insert(intent, &value, amount_argument);
+                    }
+                }
             }
         }
+        self.index.seal();
         self.report.intents_checked = self.index.entries.len() as u64;
         Ok(())
     }
@@ -238,18 +255,25 @@ impl Pass<'_> {
         while let Some(page) = pages.recv().await {
             for record in page.map_err(ReconcileError::Provider)? {
                 self.report.records_checked += 1;
-                let Some(key) = record.intent_key.as_deref() else {
-                    self.count(no_intent(&self.name, &record));
-                    continue;
+                // Borrowed by key: a listing of a million records copies no key.
+                let key: Option<Cow<'_, str>> = match &self.pairing {
+                    Pairing::IntentKey => record.intent_key.as_deref().map(Cow::Borrowed),
+                    Pairing::Fields(fields) => Some(Cow::Owned(fields.of_record(&record.raw))),
                 };
-                match self.index.claim(key) {
-                    Some(claimed) => {
+                let by_intent_key = matches!(self.pairing, Pairing::IntentKey);
+                let claimed = key.as_deref().and_then(|key| self.index.claim(key));
+                match (claimed, key) {
+                    (Some(claimed), _) => {
+                        let key = record.intent_key.as_deref();
                         if let Some(mismatch) = self.index.record(&self.name, claimed, key, &record)
                         {
+                            let mismatch = self.with_intent_key(mismatch).await?;
                             self.count(mismatch);
                         }
                     }
-                    None => self.match_earlier(key, &record).await?,
+                    // Only a key can be looked up: business fields may be any intent's.
+                    (None, Some(key)) if by_intent_key => self.match_earlier(&key, &record).await?,
+                    (None, _) => self.count(no_intent(&self.name, &record, &self.pairing)),
                 }
             }
         }
@@ -274,7 +298,7 @@ impl Pass<'_> {
             Vec::new()
         };
         let Some(intent) = earlier.into_iter().next() else {
-            self.count(no_intent(&self.name, record));
+            self.count(no_intent(&self.name, record, &self.pairing));
             return Ok(());
         };
         let mismatches = earlier_intent(
@@ -290,6 +314,22 @@ impl Pass<'_> {
             self.count(mismatch);
         }
         Ok(())
+    }
+
+    /// A mismatch of a record paired by business fields names the intent by id only (the
+    /// record has no key, and the index keeps none): the intent's key is read for it, so the
+    /// report says which intent as a key-paired one would.
+    async fn with_intent_key(
+        &mut self,
+        mut mismatch: Mismatch,
+    ) -> Result<Mismatch, ReconcileError> {
+        if mismatch.intent_key.is_none()
+            && let Some(id) = mismatch.intent_id
+            && let Some(intent) = self.ledger.get_by_id(id).await?
+        {
+            mismatch.intent_key = Some(intent.key);
+        }
+        Ok(mismatch)
     }
 
     /// Step 3: what the ledger has and the provider does not, or has more than once.
@@ -556,7 +596,7 @@ async fn earlier_intent(
         expected.as_ref(),
         record,
         intent.id,
-        &intent.key,
+        Some(&intent.key),
         &intent.tenant,
         intent.status,
     ) {

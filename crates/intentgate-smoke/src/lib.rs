@@ -13,7 +13,10 @@
 //! The provider is the built-in mock (in this process, its upstreams' base URLs replaced by
 //! the mock's; the failure is scripted) unless `--live`: then the configured upstreams (a
 //! sandbox) are used as they are, behind a loopback proxy (`proxy.rs`) that cuts the answer
-//! to the first side-effecting request, and effects are counted through the tool's `list`.
+//! to the first side-effecting request, and effects are counted through the tool's `list`
+//! (by the intent key, or by the business fields of its `match`). A tool without a `list` is
+//! counted through its `lookup`, which finds one record at most: it proves the effect
+//! happened, not that it happened once, and the report says so for that tool.
 
 mod arguments;
 mod proxy;
@@ -28,10 +31,15 @@ use anyhow::Context;
 use comfy_table::Table;
 use intentgate_config::{HashKeySource, LoadedConfig, ToolConfig};
 use intentgate_core::{CallStatus, Effect, ToolDefinition};
-use intentgate_gate::{CallContext, CallOutcome, Clock, Gate, GateOptions, SystemClock};
+use intentgate_gate::{
+    CallContext, CallOutcome, Clock, Gate, GateOptions, LookupOutcome, SystemClock, Upstream,
+    UpstreamCall,
+};
+use intentgate_http::HttpUpstream;
 use intentgate_http::spec::{Method, UpstreamSpec};
 use intentgate_ledger::{Ledger, ToolFlag};
 use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer, Scripted, Shape};
+use intentgate_ops::reconcile::Pairing;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -149,6 +157,9 @@ enum Target {
         /// The upstreams as configured, for counting records without the proxy.
         upstreams: BTreeMap<String, UpstreamSpec>,
         client: reqwest::Client,
+        /// The tools' lookups against the upstreams as configured, for counting the effects
+        /// of a tool without a `list`.
+        lookups: HttpUpstream,
     },
 }
 
@@ -174,10 +185,13 @@ impl Target {
             proxies.insert(name.clone(), proxy);
         }
         let client = intentgate_http::http_client().context("an HTTP client")?;
+        let lookups = HttpUpstream::new(upstreams.clone(), loaded.config.http_tools())
+            .context("the tools' lookups")?;
         Ok(Target::Live {
             proxies,
             upstreams,
             client,
+            lookups,
         })
     }
 
@@ -254,10 +268,41 @@ struct ToolResult {
     /// Effects the provider holds for the intent.
     #[serde(skip_serializing_if = "Option::is_none")]
     effects: Option<u64>,
+    /// How they were counted: `effect_log` (the mock's), `list` (the tool's list, by intent
+    /// key or `match` fields) or `lookup` (a tool without a list: found is one effect).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    effects_counted_by: Option<Counter>,
+    /// What a passing check did not prove, one entry per caveat.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
     /// The statuses answered: the first call, then the repeats.
     answers: Vec<String>,
     /// Why a check failed, one entry per failure.
     reasons: Vec<String>,
+}
+
+/// Where the effects of an intent are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Counter {
+    /// The built-in mock's effect log: every effect, exactly.
+    EffectLog,
+    /// The tool's `list`: every record of the run's window that pairs with the intent.
+    List,
+    /// The tool's `lookup`, for a tool without a list: found is one effect, so a duplicate
+    /// can't be seen.
+    Lookup,
+}
+
+impl Counter {
+    /// How the effects of `config`'s intents are counted against `target`.
+    fn of(target: &Target, config: &ToolConfig) -> Counter {
+        match (target, &config.list) {
+            (Target::Mock(_), _) => Counter::EffectLog,
+            (Target::Live { .. }, Some(_)) => Counter::List,
+            (Target::Live { .. }, None) => Counter::Lookup,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -293,6 +338,8 @@ impl ToolResult {
             kill_switch: Step::Skipped,
             intent_key: None,
             effects: None,
+            effects_counted_by: None,
+            notes: Vec::new(),
             answers: Vec::new(),
             reasons: Vec::new(),
         }
@@ -453,8 +500,31 @@ the effect (metadata) so the provider can be asked for it",
         }
 
         // 3. Exactly one effect at the provider.
+        let counter = Counter::of(&self.target, config);
+        result.effects_counted_by = Some(counter);
+        if counter == Counter::Lookup {
+            result.notes.push(format!(
+                "{} has no `list`, so its effects were counted with its `lookup`, which finds \
+one record at most: \"effect once\" shows the effect happened, not that it happened only once \
+(a duplicate would go unseen). Add a `list:` block (the provider's records over a window, \
+paired with intents by `fields.intent_key` or by business fields with `match`) to count \
+every record; reconciliation needs it too",
+                config.name
+            ));
+        }
         match &result.intent_key {
-            Some(key) => match self.count_effects(config, key).await {
+            Some(key) => match self
+                .count_effects(
+                    config,
+                    &Asked {
+                        definition: &definition,
+                        arguments: &arguments,
+                        context: &context,
+                        key,
+                    },
+                )
+                .await
+            {
                 Ok(count) => {
                     result.effects = Some(count);
                     result.effect_once = Step::of(count == 1);
@@ -513,20 +583,25 @@ the effect (metadata) so the provider can be asked for it",
         call(&self.gate, definition, arguments, context).await
     }
 
-    /// Effects the provider holds for the intent `key`.
-    async fn count_effects(&self, config: &ToolConfig, key: &str) -> Result<u64, String> {
+    /// Effects the provider holds for the intent `asked` (as [`Counter::of`] says: with
+    /// `--live`, by the tool's list, or by its lookup when it has none).
+    async fn count_effects(&self, config: &ToolConfig, asked: &Asked<'_>) -> Result<u64, String> {
+        let key = asked.key;
         match &self.target {
             Target::Mock(server) => Ok(server.provider().effect_count(key) as u64),
             Target::Live {
-                upstreams, client, ..
+                upstreams,
+                client,
+                lookups,
+                ..
             } => {
                 let Some(list) = &config.list else {
-                    return Err(format!(
-                        "{} has no `list`, so the sandbox's effects for the intent can't be \
-counted; add a `list:` block (the provider's records over a window, with \
-`fields.intent_key`), which reconciliation needs too",
-                        config.name
-                    ));
+                    return count_by_lookup(lookups, config, asked).await;
+                };
+                let pairing = Pairing::of_list(list);
+                let wanted = match &pairing {
+                    Pairing::IntentKey => key.to_owned(),
+                    Pairing::Fields(fields) => fields.of_arguments(asked.arguments),
                 };
                 let name = list.upstream.as_deref().unwrap_or(&config.call.upstream);
                 let upstream = upstreams
@@ -558,7 +633,10 @@ counted; add a `list:` block (the provider's records over a window, with \
                     };
                     count += page
                         .iter()
-                        .filter(|record| record.intent_key.as_deref() == Some(key))
+                        .filter(|record| match &pairing {
+                            Pairing::IntentKey => record.intent_key.as_deref() == Some(key),
+                            Pairing::Fields(fields) => fields.of_record(&record.raw) == wanted,
+                        })
                         .count() as u64;
                 }
                 Err(format!(
@@ -602,7 +680,13 @@ run's window; can't count them all"
             ));
         }
         let key = outcome.intent_key.unwrap_or_default();
-        let count = self.count_effects(config, &key).await?;
+        let asked = Asked {
+            definition,
+            arguments: &arguments,
+            context: &context,
+            key: &key,
+        };
+        let count = self.count_effects(config, &asked).await?;
         if count != 1 {
             return Err(format!(
                 "switched back on, the provider holds {count} effects for the new intent {key}; expected 1"
@@ -668,6 +752,52 @@ run's window; can't count them all"
             })
             .await
             .map_err(|error| format!("storing the flag of {tool}: {error}"))
+    }
+}
+
+/// One intent as the smoke test asked for it: enough to find its effects at the provider.
+struct Asked<'a> {
+    definition: &'a ToolDefinition,
+    arguments: &'a Value,
+    context: &'a CallContext,
+    /// Its key, as the gate rendered it.
+    key: &'a str,
+}
+
+/// The effects of the intent `asked` as the tool's lookup sees them: found is 1, not found
+/// 0. A lookup answers with one record, so more than one effect can't be seen.
+async fn count_by_lookup(
+    lookups: &HttpUpstream,
+    config: &ToolConfig,
+    asked: &Asked<'_>,
+) -> Result<u64, String> {
+    if config.lookup.is_none() {
+        return Err(format!(
+            "{} has neither a `list` nor a `lookup`, so the sandbox's effects for the intent \
+can't be counted; add a `list:` block (the provider's records over a window), which \
+reconciliation needs too, or at least a `lookup:`",
+            config.name
+        ));
+    }
+    let call = UpstreamCall::for_intent(
+        asked.definition,
+        asked.arguments,
+        asked.key,
+        None,
+        asked.context.intent_id.as_deref(),
+        1,
+    );
+    match lookups.lookup(call).await {
+        LookupOutcome::Found { .. } => Ok(1),
+        LookupOutcome::NotFound => Ok(0),
+        LookupOutcome::Failed(error) => Err(format!(
+            "looking the effect up in the sandbox (the tool has no `list`): {error}"
+        )),
+        LookupOutcome::Unsupported => Err(format!(
+            "{} has no `list`, and its lookup can't be sent, so the sandbox's effects for \
+the intent can't be counted",
+            config.name
+        )),
     }
 }
 
@@ -767,6 +897,12 @@ answer lost after the provider committed, {REPEATS_SEQUENTIAL} repeats one after
             let _ = writeln!(out, "\n{} failed:", tool.tool);
             for reason in &tool.reasons {
                 let _ = writeln!(out, "    {reason}");
+            }
+        }
+        for tool in self.tools.iter().filter(|tool| !tool.notes.is_empty()) {
+            let _ = writeln!(out, "\n{}, note:", tool.tool);
+            for note in &tool.notes {
+                let _ = writeln!(out, "    {note}");
             }
         }
         let passed = self.tools.iter().filter(|tool| tool.passed).count();

@@ -108,6 +108,14 @@ impl Stack {
     }
 }
 
+/// The lines of `intentgate reconcile --format json`: each mismatch, then the summary.
+fn json_lines(output: &std::process::Output) -> Vec<Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("every line is JSON"))
+        .collect()
+}
+
 /// The value of the sample of `name` whose labels include every one of `labels`.
 fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
     metrics
@@ -145,10 +153,7 @@ async fn reconcile_names_a_duplicate_made_around_the_gateway_and_exits_2() {
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("critical"), "{stderr}");
-    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("every line is JSON"))
-        .collect();
+    let lines = json_lines(&output);
     let duplicate = lines
         .iter()
         .find(|line| line["kind"] == "duplicate")
@@ -197,6 +202,92 @@ async fn reconcile_names_a_duplicate_made_around_the_gateway_and_exits_2() {
         "{line}"
     );
     assert!(stdout.contains("refund_order"), "{stdout}");
+}
+
+// Multi-threaded: the tests block on child processes while the webhook server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_by_business_fields_finds_a_duplicate_the_provider_keeps_no_key_for() {
+    let webhook = Webhook::start().await;
+    let stack = Stack::start(
+        &webhook.url,
+        "reconcile: {settle_seconds: 0, unknown_grace_seconds: 0}",
+        "",
+    );
+    // Reconciled as for a provider that keeps no metadata: refunds pair with intents by
+    // order and amount, never by the intent key the mock happens to keep.
+    let text = std::fs::read_to_string(&stack.config).unwrap();
+    let by_fields = text.replacen(
+        "fields: {intent_key: /metadata/intent_key, external_id: /id, amount: /amount, subject: /order_id}",
+        "fields: {external_id: /id, amount: /amount, subject: /order_id}\n      match: {order_id: {record: /order_id}, amount: {record: /amount}}",
+        1,
+    );
+    assert_ne!(by_fields, text, "the refunds' list is in the config");
+    let by_fields_config = format!("{}.match.yaml", stack.config);
+    std::fs::write(&by_fields_config, by_fields).unwrap();
+
+    // 12.5 in the ledger, "12.50" at the provider: one amount.
+    let first = stack.refund("9101", 12.5).await;
+    assert_eq!(first["status"], "done", "{first}");
+    // The same refund again, made around the gateway with no intent key at all.
+    let again = stack.refund_around_the_gateway("9101", "12.50", None).await;
+    // Another amount on the same order pairs with no intent.
+    let other = stack.refund_around_the_gateway("9101", "12.51", None).await;
+
+    let output = intentgate()
+        .args([
+            "reconcile",
+            "--config",
+            &by_fields_config,
+            "--ledger",
+            &stack.ledger,
+        ])
+        .args(["--since", "1h", "--format", "json"])
+        .env("INTENTGATE_MOCK_URL", &stack.mock.url)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let lines = json_lines(&output);
+    let mismatches: Vec<&Value> = lines
+        .iter()
+        .filter(|line| line["type"] == "mismatch")
+        .collect();
+    assert_eq!(mismatches.len(), 2, "{lines:#?}");
+    let duplicate = mismatches
+        .iter()
+        .find(|line| line["kind"] == "duplicate")
+        .expect("a duplicate mismatch");
+    assert_eq!(duplicate["severity"], "critical");
+    assert_eq!(duplicate["tool"], "refund_order");
+    assert_eq!(duplicate["subject"], "9101");
+    assert_eq!(duplicate["intent_key"], "refund:9101:12.50");
+    assert_eq!(
+        duplicate["external_ids"],
+        json!([first["external_id"], again])
+    );
+    let bypass = mismatches
+        .iter()
+        .find(|line| line["kind"] == "no_intent")
+        .expect("the refund of another amount pairs with no intent");
+    assert_eq!(bypass["external_ids"], json!([other]));
+    let detail = bypass["detail"].as_str().unwrap();
+    assert!(detail.contains(r#"amount "12.51""#), "{detail}");
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["type"], "summary");
+    assert_eq!(summary["critical"], 1);
+
+    // Paired by the intent key, the keyless refunds explain nothing: the same ledger and
+    // provider show two refunds no intent explains, and no duplicate.
+    let output = stack
+        .reconcile(&["--since", "1h", "--format", "json"])
+        .env("INTENTGATE_MOCK_URL", &stack.mock.url)
+        .output()
+        .unwrap();
+    let kinds: Vec<String> = json_lines(&output)
+        .into_iter()
+        .filter(|line| line["type"] == "mismatch")
+        .map(|line| line["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(kinds, ["no_intent", "no_intent"]);
 }
 
 // Multi-threaded: the tests block on child processes while the webhook server answers.

@@ -216,6 +216,83 @@ async fn live_against_a_mock_provider_process_passes_with_one_effect_per_intent(
     assert_eq!(stats["lookups"], 9, "{stats}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_counts_a_tool_without_a_list_by_its_lookup_and_says_what_that_cannot_see() {
+    let folder = tempfile::tempdir().unwrap();
+    let config = example_config(folder.path(), |text| {
+        // refund_order without its `list:` block (up to the next tool); charge_card's list
+        // pairs records by business fields, as for a provider that keeps no metadata.
+        let tool = text.find("  - name: refund_order").unwrap();
+        let list = tool + text[tool..].find("    list:\n").unwrap();
+        let next = list + text[list..].find("  - name: charge_card").unwrap();
+        let text = format!("{}\n{}", &text[..list], &text[next..]);
+        let by_fields = text.replacen(
+            "fields: {intent_key: /metadata/intent_key, external_id: /id, amount: /amount, subject: /customer_id}",
+            "fields: {external_id: /id, amount: /amount, subject: /customer_id}\n      match: {customer_id: {record: /customer_id}, amount: {record: /amount}}",
+            1,
+        );
+        assert_ne!(by_fields, text, "charge_card's list is in the config");
+        by_fields
+    });
+    let mock = support::mock_provider();
+    let url = mock.url.clone();
+    let config_path = path(&config).to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        smoke(
+            &["--config", &config_path, "--live", "--format", "json"],
+            &[("INTENTGATE_MOCK_URL", &url)],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0), "every tool passes");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let tool = |name: &str| {
+        report["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|tool| tool["tool"] == name)
+            .unwrap()
+            .clone()
+    };
+    let refund = tool("refund_order");
+    assert_eq!(refund["effect_once"], "pass", "{refund}");
+    assert_eq!(refund["effects"], 1, "{refund}");
+    assert_eq!(refund["effects_counted_by"], "lookup", "{refund}");
+    let note = refund["notes"][0].as_str().unwrap();
+    assert!(
+        note.contains("finds one record at most") && note.contains("a duplicate would go unseen"),
+        "{note}"
+    );
+    let charge = tool("charge_card");
+    assert_eq!(charge["effects_counted_by"], "list", "{charge}");
+    assert_eq!(charge["effects"], 1, "{charge}");
+    assert!(charge.get("notes").is_none(), "{charge}");
+    assert_eq!(tool("send_email")["effects_counted_by"], "list");
+
+    // The lookup saw what the provider holds: one refund per intent.
+    let effects =
+        support::get_json(&support::client(), format!("{}/admin/effects", mock.url)).await;
+    assert_eq!(effects["duplicates"], serde_json::json!([]), "{effects}");
+
+    // The text report carries the caveat under the table.
+    let config_path = path(&config).to_owned();
+    let url = mock.url.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        smoke(
+            &["--config", &config_path, "--live"],
+            &[("INTENTGATE_MOCK_URL", &url)],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let text = stdout(&output);
+    assert!(text.contains("refund_order, note:"), "{text}");
+    assert!(text.contains("has no `list`"), "{text}");
+}
+
 fn path(path: &Path) -> &str {
     path.to_str().unwrap()
 }

@@ -158,7 +158,7 @@ impl Checker<'_, '_> {
             self.pointer(&at!["tools", index, "list", field], label, pointer);
         }
         for (field, pointer) in [
-            ("intent_key", Some(list.fields.intent_key.as_str())),
+            ("intent_key", list.fields.intent_key.as_deref()),
             ("external_id", Some(list.fields.external_id.as_str())),
             ("amount", list.fields.amount.as_deref()),
             ("amount_argument", list.fields.amount_argument.as_deref()),
@@ -246,8 +246,9 @@ impl Checker<'_, '_> {
                     headers,
                     items: String::new(),
                     next_cursor: String::new(),
+                    match_fields: BTreeMap::new(),
                     fields: ListFields {
-                        intent_key: String::new(),
+                        intent_key: None,
                         external_id: String::new(),
                         amount: None,
                         amount_argument: None,

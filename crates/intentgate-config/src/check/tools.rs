@@ -250,10 +250,12 @@ impl Checker<'_, '_> {
             .lookup
             .clone()
             .map(|lookup| self.lookup(index, label, lookup, upstreams, arguments));
-        let list = tool
-            .list
-            .clone()
-            .map(|list| self.list(index, label, list, upstreams));
+        let list = tool.list.clone().map(|list| {
+            let mut list = self.list(index, label, list, upstreams);
+            let sensitive = definition.map(|definition| definition.sensitive.as_slice());
+            self.list_pairing(index, label, &mut list, &tool.input_schema, sensitive);
+            list
+        });
 
         if self.errors.len() == reported && self.arguments_known {
             let names: Vec<&str> = arguments.iter().map(String::as_str).collect();

@@ -1,12 +1,26 @@
-//! Matching, without I/O: the compact index of a window's intents by key, how a provider
-//! record is claimed by one of them, and what each difference between the two is (the
-//! [`MismatchKind`]s of the table in the `reconcile` module). What is read, resolved, stored
-//! and told is the run's, in the modules around this one; here only what decides.
+//! Matching, without I/O: how a provider record pairs with an intent ([`Pairing`]: by the
+//! intent key sent with the effect, or by business fields), the compact index of a window's
+//! intents by that pairing value, how a record is claimed by one of them, and what each
+//! difference between the two is (the [`MismatchKind`]s of the table in the `reconcile`
+//! module). What is read, resolved, stored and told is the run's, in the modules around this
+//! one; here only what decides.
+//!
+//! Pairing is count-based. Every intent of the window with one pairing value (one key seen
+//! by several tenants, or several intents with the same business fields) is in one group,
+//! ordered by how much its status expects a record: done first, then unsettled (unknown, in
+//! flight, pending), then those the model was told did not happen (rejected, not executed),
+//! oldest first within each. Records of that value claim the group's intents in that order,
+//! one each; a record beyond the group's size goes to its first intent, which then has more
+//! than one: a duplicate. So N intents and M records with the same value always make
+//! min(N, M) pairs, and which of two alike intents a record is given never changes what is
+//! reported: an unknown intent is found only by a record no done intent needs, and a
+//! rejected one only by a record no other intent needs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use intentgate_core::{Decimal, IntentStatus};
+use intentgate_core::{Decimal, ExactNumber, IntentStatus};
 use intentgate_http::ListedRecord;
+use intentgate_http::spec::{ListSpec, MatchCompare, MatchField};
 use intentgate_ledger::{IntentId, IntentRecord};
 use serde::Serialize;
 use serde_json::Value;
@@ -86,6 +100,144 @@ pub struct Mismatch {
     pub detail: String,
 }
 
+/// How a tool's provider records pair with its intents.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pairing {
+    /// By the intent key the gateway sent with each effect (`list.fields.intent_key`).
+    IntentKey,
+    /// By business fields (`list.match`), for a provider that keeps no metadata.
+    Fields(MatchFields),
+}
+
+impl Pairing {
+    /// The pairing `list` configures: its `match` fields when it has any, else its intent key.
+    pub fn of_list(list: &ListSpec) -> Pairing {
+        if list.match_fields.is_empty() {
+            Pairing::IntentKey
+        } else {
+            Pairing::Fields(MatchFields::new(&list.match_fields))
+        }
+    }
+}
+
+/// The business fields that pair a provider record with an intent (`list.match`): for each,
+/// the argument, where the record holds it, and how the two compare. Each side is reduced to
+/// one pairing value, so that a record and an intent pair exactly when their values are
+/// equal: decimals by their exact value (`10.1`, `10.10` and `"10.10"` are one value, never
+/// read through a float), text as it is, an absent or null field as absent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatchFields {
+    fields: Vec<Field>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Field {
+    /// As the config names it: `order_id`, `customer.id`.
+    argument: String,
+    /// The same, as a JSON pointer into the arguments.
+    argument_pointer: String,
+    /// JSON pointer into the provider's record.
+    record: String,
+    compare: MatchCompare,
+}
+
+impl MatchFields {
+    /// The fields of a list's `match`, by argument name. A field without `compare` (which a
+    /// loaded config never has) compares as text.
+    pub fn new(fields: &BTreeMap<String, MatchField>) -> MatchFields {
+        let fields = fields
+            .iter()
+            .map(|(argument, field)| Field {
+                argument: argument.clone(),
+                argument_pointer: argument
+                    .split('.')
+                    .map(|segment| format!("/{}", segment.replace('~', "~0").replace('/', "~1")))
+                    .collect(),
+                record: field.record.clone(),
+                compare: field.compare.unwrap_or(MatchCompare::Text),
+            })
+            .collect();
+        MatchFields { fields }
+    }
+
+    /// The pairing value of an intent, from its arguments (as the ledger keeps them, or as
+    /// the caller sent them: the fields are never sensitive, so both are the same).
+    pub fn of_arguments(&self, arguments: &Value) -> String {
+        self.value(|field| arguments.pointer(&field.argument_pointer))
+    }
+
+    /// The pairing value of a provider record.
+    pub fn of_record(&self, record: &Value) -> String {
+        self.value(|field| record.pointer(&field.record))
+    }
+
+    /// The record's values of the fields, for a person: `order_id 8812, amount "10.10"`.
+    pub fn describe_record(&self, record: &Value) -> String {
+        let parts: Vec<String> = self
+            .fields
+            .iter()
+            .map(|field| match record.pointer(&field.record) {
+                None | Some(Value::Null) => format!("no {}", field.argument),
+                Some(value) => format!("{} {value}", field.argument),
+            })
+            .collect();
+        parts.join(", ")
+    }
+
+    /// The arguments the fields name, for a person: `order_id, amount`.
+    pub fn arguments(&self) -> String {
+        let names: Vec<&str> = self
+            .fields
+            .iter()
+            .map(|field| field.argument.as_str())
+            .collect();
+        names.join(", ")
+    }
+
+    /// Each field's canonical value, in the fields' order, as a JSON array: one text per
+    /// combination of values, which no combination of other values can spell.
+    fn value<'v>(&self, get: impl Fn(&Field) -> Option<&'v Value>) -> String {
+        let parts: Vec<Option<String>> = self
+            .fields
+            .iter()
+            .map(|field| canonical(get(field), field.compare))
+            .collect();
+        serde_json::to_string(&parts).expect("a list of texts serialises")
+    }
+}
+
+/// The canonical text of one field's value, tagged by what it is so that values of different
+/// kinds never meet: `d` and an [`ExactNumber`]'s canonical text for a decimal, `t` and the
+/// text for text (a number as written, a boolean as `true`/`false`), `j` and compact JSON for
+/// an object or array; `None` for absent or null.
+fn canonical(value: Option<&Value>, compare: MatchCompare) -> Option<String> {
+    let text = match value? {
+        Value::Null => return None,
+        Value::String(text) => text.clone(),
+        Value::Number(number) => number.to_string(),
+        Value::Bool(flag) => return Some(format!("t{flag}")),
+        other => return Some(format!("j{other}")),
+    };
+    match compare {
+        MatchCompare::Decimal => match ExactNumber::parse(&text) {
+            Ok(number) => Some(format!("d{number}")),
+            // Not a number: it can equal only the same text, never a decimal.
+            Err(_) => Some(format!("t{text}")),
+        },
+        MatchCompare::Text => Some(format!("t{text}")),
+    }
+}
+
+/// How much an intent of `status` expects a provider record: records of a pairing value
+/// claim the lowest first.
+fn claim_rank(status: IntentStatus) -> u8 {
+    match status {
+        IntentStatus::Done => 0,
+        IntentStatus::Unknown | IntentStatus::InFlight | IntentStatus::Pending => 1,
+        IntentStatus::Rejected | IntentStatus::NotExecuted => 2,
+    }
+}
+
 /// One intent of the window, as compactly as matching allows (arguments and results are
 /// read again, by id, only for the intents that end up in a mismatch).
 pub(super) struct Entry {
@@ -98,17 +250,27 @@ pub(super) struct Entry {
     pub(super) records: u32,
     first_record: Option<Box<str>>,
     first_subject: Option<Box<str>>,
-    /// The next intent of another tenant with the same key (`NONE` ends the chain).
+    /// The next intent with the same pairing value, in claiming order once the index is
+    /// sealed (`NONE` ends the chain).
     next_same_key: u32,
 }
 
 const NONE: u32 = u32::MAX;
 
-/// The intents of one tool in the window, by key.
+/// The intents that records of one pairing value may claim: a chain through the entries.
+struct Group {
+    /// The first intent, which records beyond the group's size go to.
+    head: u32,
+    /// The next intent no record has claimed yet (`NONE` once all have one).
+    unclaimed: u32,
+}
+
+/// The intents of one tool in the window, by pairing value (the intent key, or the business
+/// fields' value).
 #[derive(Default)]
 pub(super) struct Index {
     pub(super) entries: Vec<Entry>,
-    by_key: HashMap<Box<str>, u32>,
+    by_key: HashMap<Box<str>, Group>,
     tenants: Vec<String>,
     /// The ids of an intent's records after its first, by entry: duplicates.
     extra_records: HashMap<u32, Vec<String>>,
@@ -127,17 +289,30 @@ impl Index {
         }
     }
 
-    pub(super) fn insert(&mut self, intent: &IntentRecord, amount_argument: Option<&str>) {
+    /// Adds `intent`, whose records have the pairing value `key`.
+    pub(super) fn insert(
+        &mut self,
+        intent: &IntentRecord,
+        key: &str,
+        amount_argument: Option<&str>,
+    ) {
         let tenant = self.tenant_index(&intent.tenant);
         let amount = amount_argument
             .and_then(|pointer| intent.arguments.pointer(pointer))
             .and_then(|value| Decimal::from_json(value).ok());
         let index = self.entries.len() as u32;
-        let next_same_key = match self.by_key.get_mut(intent.key.as_str()) {
-            // Another tenant's intent with the same key: chain them.
-            Some(head) => std::mem::replace(head, index),
+        let next_same_key = match self.by_key.get_mut(key) {
+            // Another intent with the same value (another tenant's, or alike business
+            // fields): chain them.
+            Some(group) => std::mem::replace(&mut group.head, index),
             None => {
-                self.by_key.insert(intent.key.as_str().into(), index);
+                self.by_key.insert(
+                    key.into(),
+                    Group {
+                        head: index,
+                        unclaimed: NONE,
+                    },
+                );
                 NONE
             }
         };
@@ -154,18 +329,38 @@ impl Index {
         });
     }
 
-    /// The intent a record of `key` belongs to: the first of the key's tenants without a
-    /// record yet, else the first.
-    pub(super) fn claim(&self, key: &str) -> Option<u32> {
-        let head = *self.by_key.get(key)?;
-        let mut index = head;
-        while index != NONE {
-            if self.entries[index as usize].records == 0 {
-                return Some(index);
+    /// Orders every group for claiming (see the module's note), once every intent of the
+    /// window is in. Records are claimed only after this.
+    pub(super) fn seal(&mut self) {
+        let mut members = Vec::new();
+        for group in self.by_key.values_mut() {
+            members.clear();
+            let mut index = group.head;
+            while index != NONE {
+                members.push(index);
+                index = self.entries[index as usize].next_same_key;
             }
-            index = self.entries[index as usize].next_same_key;
+            members.sort_by_key(|&index| (claim_rank(self.entries[index as usize].status), index));
+            for pair in members.windows(2) {
+                self.entries[pair[0] as usize].next_same_key = pair[1];
+            }
+            let last = *members.last().expect("a group has an intent");
+            self.entries[last as usize].next_same_key = NONE;
+            group.head = members[0];
+            group.unclaimed = members[0];
         }
-        Some(head)
+    }
+
+    /// The intent a record of pairing value `key` belongs to: the group's next unclaimed
+    /// intent, else (a record more than the group has intents) its first.
+    pub(super) fn claim(&mut self, key: &str) -> Option<u32> {
+        let group = self.by_key.get_mut(key)?;
+        if group.unclaimed == NONE {
+            return Some(group.head);
+        }
+        let claimed = group.unclaimed;
+        group.unclaimed = self.entries[claimed as usize].next_same_key;
+        Some(claimed)
     }
 
     /// Counts `record` against entry `claimed`, and keeps what the end of the run needs:
@@ -175,7 +370,7 @@ impl Index {
         &mut self,
         tool: &str,
         claimed: u32,
-        key: &str,
+        key: Option<&str>,
         record: &ListedRecord,
     ) -> Option<Mismatch> {
         let entry = &mut self.entries[claimed as usize];
@@ -273,13 +468,19 @@ pub(super) fn verdict(entry: &Entry, now_ms: i64, unknown_grace_ms: i64) -> Verd
 }
 
 /// A provider record no intent explains.
-pub(super) fn no_intent(tool: &str, record: &ListedRecord) -> Mismatch {
-    let detail = match &record.intent_key {
-        None => format!(
+pub(super) fn no_intent(tool: &str, record: &ListedRecord, pairing: &Pairing) -> Mismatch {
+    let detail = match (&record.intent_key, pairing) {
+        (_, Pairing::Fields(fields)) => format!(
+            "the provider has {} ({}), and no intent of the window has those {}: made without the gateway (a direct API call, a dashboard, another service), or a late re-send of an intent first seen before the window, which a provider that keeps no intent key can't tell apart",
+            record.external_id,
+            fields.describe_record(&record.raw),
+            fields.arguments()
+        ),
+        (None, Pairing::IntentKey) => format!(
             "the provider has {} with no intent key: it was made without the gateway (a direct API call, a dashboard, another service)",
             record.external_id
         ),
-        Some(key) => format!(
+        (Some(key), Pairing::IntentKey) => format!(
             "the provider has {} with intent key {key}, which the ledger does not know: made around the gateway, or purged from the ledger",
             record.external_id
         ),
@@ -308,7 +509,7 @@ pub(super) fn amount_differs(
     expected: Option<&Decimal>,
     record: &ListedRecord,
     intent_id: IntentId,
-    key: &str,
+    key: Option<&str>,
     tenant: &str,
     status: IntentStatus,
 ) -> Option<Mismatch> {
@@ -323,7 +524,7 @@ pub(super) fn amount_differs(
         severity: MismatchKind::Amount.severity(),
         intent_id: Some(intent_id),
         tenant: Some(tenant.to_owned()),
-        intent_key: Some(key.to_owned()),
+        intent_key: key.map(str::to_owned),
         intent_status: Some(status),
         external_ids: vec![record.external_id.clone()],
         subject: record.subject.clone(),
@@ -336,4 +537,302 @@ pub(super) fn amount_differs(
             record.external_id
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `order_id` as text and `amount` as a decimal, as a refunds provider without metadata
+    /// is configured.
+    fn refund_fields() -> MatchFields {
+        MatchFields::new(&BTreeMap::from([
+            (
+                "order_id".to_owned(),
+                MatchField {
+                    record: "/order_id".to_owned(),
+                    compare: Some(MatchCompare::Text),
+                },
+            ),
+            (
+                "amount".to_owned(),
+                MatchField {
+                    record: "/amount".to_owned(),
+                    compare: Some(MatchCompare::Decimal),
+                },
+            ),
+        ]))
+    }
+
+    fn intent(id: IntentId, status: IntentStatus, order: &str, amount: &str) -> IntentRecord {
+        let arguments: Value =
+            serde_json::from_str(&format!(r#"{{"order_id": "{order}", "amount": {amount}}}"#))
+                .unwrap();
+        IntentRecord {
+            id,
+            tenant: "default".to_owned(),
+            tool: "refund_order".to_owned(),
+            key: format!("refund:{order}:{id}"),
+            fingerprint: String::new(),
+            arguments,
+            status,
+            attempt: 1,
+            epoch: 0,
+            lease_owner: None,
+            lease_expires_ms: None,
+            result: None,
+            external_id: None,
+            resolved_by: None,
+            call_count: 1,
+            first_seen_ms: 0,
+            last_seen_ms: 0,
+            updated_ms: 0,
+            last_lookup_ms: None,
+        }
+    }
+
+    fn record(id: &str, order: &str, amount: Value) -> ListedRecord {
+        ListedRecord {
+            intent_key: None,
+            external_id: id.to_owned(),
+            amount: None,
+            subject: None,
+            raw: serde_json::json!({"id": id, "order_id": order, "amount": amount}),
+        }
+    }
+
+    /// `count` refunds of "10.00" on order 8812.
+    fn refunds_of_ten(count: usize) -> Vec<ListedRecord> {
+        (1..=count)
+            .map(|number| record(&format!("re_{number}"), "8812", Value::from("10.00")))
+            .collect()
+    }
+
+    /// An index of `intents` paired by the refund fields, sealed, with `records` claimed;
+    /// then each entry's verdict, in the order of `intents`.
+    fn verdicts(intents: &[IntentRecord], records: &[ListedRecord]) -> Vec<Verdict> {
+        let fields = refund_fields();
+        let mut index = Index::default();
+        for intent in intents {
+            index.insert(intent, &fields.of_arguments(&intent.arguments), None);
+        }
+        index.seal();
+        for record in records {
+            match index.claim(&fields.of_record(&record.raw)) {
+                Some(claimed) => {
+                    index.record("refund_order", claimed, None, record);
+                }
+                None => panic!("record {} paired with no intent", record.external_id),
+            }
+        }
+        index
+            .entries
+            .iter()
+            .map(|entry| verdict(entry, 0, 0))
+            .collect()
+    }
+
+    fn mismatch(kind: MismatchKind) -> Verdict {
+        Verdict::Mismatch {
+            kind: Some(kind),
+            duplicate: false,
+        }
+    }
+
+    const DUPLICATE: Verdict = Verdict::Mismatch {
+        kind: None,
+        duplicate: true,
+    };
+
+    #[test]
+    fn decimals_pair_by_exact_value_never_by_a_rounded_one() {
+        let fields = refund_fields();
+        let intent = fields.of_arguments(
+            &serde_json::from_str(r#"{"order_id": "8812", "amount": 10.10}"#).unwrap(),
+        );
+        for same in [
+            json_number("10.1"),
+            json_number("10.10"),
+            Value::from("10.10"),
+            Value::from(" 1.01e1"),
+        ] {
+            let record = serde_json::json!({"order_id": "8812", "amount": same});
+            assert_eq!(fields.of_record(&record), intent, "{record}");
+        }
+        for other in [
+            json_number("10.11"),
+            Value::from("10.11"),
+            // A float would call these equal to 10.1.
+            json_number("10.100000000000000001"),
+            Value::from("10.09999999999999999999"),
+            Value::from("ten"),
+            Value::Null,
+        ] {
+            let record = serde_json::json!({"order_id": "8812", "amount": other});
+            assert_ne!(fields.of_record(&record), intent, "{record}");
+        }
+        let no_amount = serde_json::json!({"order_id": "8812"});
+        assert_ne!(fields.of_record(&no_amount), intent);
+    }
+
+    fn json_number(text: &str) -> Value {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn text_fields_pair_by_their_text_and_values_of_other_fields_never_run_together() {
+        let fields = refund_fields();
+        let intent = fields.of_arguments(&serde_json::json!({"order_id": "8812", "amount": "1"}));
+        // An order id written as a number is the same text.
+        let record = serde_json::json!({"order_id": 8812, "amount": "1.00"});
+        assert_eq!(fields.of_record(&record), intent);
+        let record = serde_json::json!({"order_id": "8812 ", "amount": "1.00"});
+        assert_ne!(fields.of_record(&record), intent);
+        // Field values are kept apart: no separator inside a value can move one into the
+        // next field.
+        let left = fields.of_record(&serde_json::json!({"order_id": "a\",\"b", "amount": "1"}));
+        let right = fields.of_record(&serde_json::json!({"order_id": "a", "amount": "b"}));
+        assert_ne!(left, right);
+    }
+
+    #[test]
+    fn nested_arguments_are_read_through_their_dotted_name() {
+        let fields = MatchFields::new(&BTreeMap::from([(
+            "customer.id".to_owned(),
+            MatchField {
+                record: "/customer".to_owned(),
+                compare: Some(MatchCompare::Text),
+            },
+        )]));
+        let intent = fields.of_arguments(&serde_json::json!({"customer": {"id": "cus_1"}}));
+        assert_eq!(
+            fields.of_record(&serde_json::json!({"customer": "cus_1"})),
+            intent
+        );
+        assert_eq!(
+            fields.describe_record(&serde_json::json!({"customer": "cus_1"})),
+            "customer.id \"cus_1\""
+        );
+    }
+
+    #[test]
+    fn one_record_per_intent_is_fine_and_a_second_for_one_intent_is_a_duplicate() {
+        let intents = [intent(1, IntentStatus::Done, "8812", "10.10")];
+        let one = [record("re_1", "8812", Value::from("10.1"))];
+        assert_eq!(verdicts(&intents, &one), [Verdict::Fine]);
+        let two = [
+            record("re_1", "8812", Value::from("10.10")),
+            record("re_2", "8812", json_number("10.1")),
+        ];
+        assert_eq!(verdicts(&intents, &two), [DUPLICATE]);
+    }
+
+    #[test]
+    fn alike_intents_are_paired_by_count_whatever_order_the_records_come_in() {
+        // Two refunds of 10.00 on one order, asked for as two intents (the application's
+        // intent ids): two records are no duplicate, three are one.
+        let intents = [
+            intent(1, IntentStatus::Done, "8812", "10.00"),
+            intent(2, IntentStatus::Done, "8812", "10"),
+        ];
+        assert_eq!(
+            verdicts(&intents, &refunds_of_ten(2)),
+            [Verdict::Fine, Verdict::Fine]
+        );
+        assert_eq!(
+            verdicts(&intents, &refunds_of_ten(3)),
+            [DUPLICATE, Verdict::Fine]
+        );
+        assert_eq!(
+            verdicts(&intents, &refunds_of_ten(1)),
+            [Verdict::Fine, mismatch(MismatchKind::MissingRecord)]
+        );
+    }
+
+    #[test]
+    fn records_go_to_done_intents_before_unknown_ones_and_to_rejected_ones_last() {
+        // Inserted with the rejected and unknown intents first, so that insertion order
+        // would give them the record.
+        let intents = [
+            intent(1, IntentStatus::Rejected, "8812", "10.00"),
+            intent(2, IntentStatus::Unknown, "8812", "10.00"),
+            intent(3, IntentStatus::Done, "8812", "10.00"),
+        ];
+        assert_eq!(
+            verdicts(&intents, &refunds_of_ten(1)),
+            [
+                Verdict::Fine,
+                mismatch(MismatchKind::UnknownMissing),
+                Verdict::Fine
+            ]
+        );
+        // A second record is one no done intent needs: the unknown intent happened.
+        assert_eq!(
+            verdicts(&intents, &refunds_of_ten(2)),
+            [
+                Verdict::Fine,
+                mismatch(MismatchKind::UnknownFound),
+                Verdict::Fine
+            ]
+        );
+        // A third is one only the rejected intent could explain.
+        assert_eq!(
+            verdicts(&intents, &refunds_of_ten(3)),
+            [
+                mismatch(MismatchKind::EffectDespiteStatus),
+                mismatch(MismatchKind::UnknownFound),
+                Verdict::Fine
+            ]
+        );
+    }
+
+    #[test]
+    fn another_amount_or_order_pairs_with_nothing() {
+        let fields = refund_fields();
+        let mut index = Index::default();
+        let done = intent(1, IntentStatus::Done, "8812", "10.10");
+        index.insert(&done, &fields.of_arguments(&done.arguments), None);
+        index.seal();
+        for other in [
+            record("re_1", "8812", Value::from("10.11")),
+            record("re_2", "8813", Value::from("10.10")),
+        ] {
+            assert_eq!(
+                index.claim(&fields.of_record(&other.raw)),
+                None,
+                "{other:?}"
+            );
+        }
+        assert_eq!(
+            verdict(&index.entries[0], 0, 0),
+            mismatch(MismatchKind::MissingRecord)
+        );
+        let detail = no_intent(
+            "refund_order",
+            &record("re_1", "8812", Value::from("10.11")),
+            &Pairing::Fields(fields),
+        )
+        .detail;
+        assert!(
+            detail.contains(r#"amount "10.11", order_id "8812""#),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn by_intent_key_a_key_two_tenants_share_gets_one_record_each_before_a_duplicate() {
+        let mut index = Index::default();
+        let mut first = intent(1, IntentStatus::Done, "8812", "10");
+        first.key = "refund:8812:10.00".to_owned();
+        let mut second = first.clone();
+        second.id = 2;
+        second.tenant = "other".to_owned();
+        for intent in [&first, &second] {
+            index.insert(intent, &intent.key, None);
+        }
+        index.seal();
+        let claims: Vec<Option<u32>> = (0..3).map(|_| index.claim("refund:8812:10.00")).collect();
+        assert_eq!(claims, [Some(0), Some(1), Some(0)]);
+        assert_eq!(index.claim("refund:8812:20.00"), None);
+    }
 }

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::{
     MISMATCHES_LISTED_MAX, MISMATCHES_STORED_MAX, Mismatch, MismatchKind, NOTICE_MISMATCHES_MAX,
-    PROVIDER_PAGE, ReconcileOptions, ToolReport, ToolToReconcile, reconcile_tool,
+    PROVIDER_PAGE, Pairing, ReconcileOptions, ToolReport, ToolToReconcile, reconcile_tool,
 };
 use crate::Severity;
 use crate::notify::{Notice, Notifier};
@@ -182,6 +182,7 @@ impl Reconciler {
             tool: tool.name.clone(),
             owner: tool.owner.clone(),
             amount_argument: tool.amount_argument.clone(),
+            pairing: Pairing::of_list(list),
             source: Box::new(pager),
             definition: tool.definition.clone(),
         };

@@ -23,7 +23,7 @@ use intentgate_http::ListedRecord;
 use intentgate_ledger::{
     Durability, IntentFilter, IntentRecord, Ledger, Order, SqliteLedger, SqliteOptions,
 };
-use intentgate_ops::reconcile::{LEDGER_PAGE, PROVIDER_PAGE, ToolToReconcile};
+use intentgate_ops::reconcile::{LEDGER_PAGE, PROVIDER_PAGE, Pairing, ToolToReconcile};
 use intentgate_ops::{MismatchKind, ReconcileOptions, RecordSource, reconcile_tool};
 use serde::Serialize;
 use serde_json::json;
@@ -164,6 +164,7 @@ async fn measure(folder: &Path, intents: u32, json: bool) -> anyhow::Result<Figu
         tool: TOOL.to_owned(),
         owner: None,
         amount_argument: Some("/amount".to_owned()),
+        pairing: Pairing::IntentKey,
         // Refunds have no sensitive arguments.
         definition: None,
         source: Box::new(GeneratedRecords {

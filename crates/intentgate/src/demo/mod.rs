@@ -32,7 +32,7 @@ use intentgate_gate::{CallContext, Clock, GateOptions, SystemClock};
 use intentgate_http::HttpUpstream;
 use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions};
 use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer};
-use intentgate_ops::reconcile::{PROVIDER_PAGE, ToolToReconcile};
+use intentgate_ops::reconcile::{PROVIDER_PAGE, Pairing, ToolToReconcile};
 use intentgate_ops::{Mismatch, ReconcileOptions, reconcile_tool};
 use tokio::sync::Semaphore;
 
@@ -278,6 +278,7 @@ async fn reconcile_refunds(
         tool: tool.name.clone(),
         owner: None,
         amount_argument: Some("/amount".to_owned()),
+        pairing: Pairing::IntentKey,
         // Refunds have no sensitive arguments.
         definition: None,
         source: Box::new(pager),

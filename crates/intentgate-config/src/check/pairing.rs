@@ -1,0 +1,184 @@
+//! How a tool's `list` pairs a provider record with an intent: by the intent key the
+//! gateway sent with the effect (`fields.intent_key`), or, for a provider that keeps no
+//! metadata, by business fields (`match`). Exactly one of the two; each `match` field names
+//! an argument that exists and is not sensitive, and gets its comparison from the input
+//! schema when the config does not say.
+
+use intentgate_core::ArgumentPath;
+use intentgate_http::spec::{ListSpec, MatchCompare};
+use serde_json::Value;
+
+use super::Checker;
+use crate::limits::MATCH_FIELDS_MAX;
+use crate::source_map::at;
+
+/// An example of `match` for the fixes, as the example config's refunds would write it.
+const MATCH_EXAMPLE: &str = "`match: {order_id: {record: /order_id}, amount: {record: /amount}}`";
+
+impl Checker<'_, '_> {
+    /// Checks how `list` pairs records with intents, and sets every `match` field's
+    /// comparison. `sensitive` is the tool's sensitive arguments (`None` when its definition
+    /// could not be built, which is reported elsewhere).
+    pub(super) fn list_pairing(
+        &mut self,
+        index: usize,
+        label: &str,
+        list: &mut ListSpec,
+        input_schema: &Value,
+        sensitive: Option<&[ArgumentPath]>,
+    ) {
+        match (
+            list.fields.intent_key.is_some(),
+            list.match_fields.is_empty(),
+        ) {
+            (false, true) => self.push(
+                &at!["tools", index, "list", "fields"],
+                format!(
+                    "{label}: the list does not say how a provider record pairs with an intent: \
+                     it has neither `fields.intent_key` nor `match`"
+                ),
+                format!(
+                    "when the effect carries the intent key (metadata), add `intent_key: \
+                     /metadata/intent_key` under `fields`; when the provider keeps no metadata, \
+                     name the business fields that pair a record with an intent, e.g. \
+                     {MATCH_EXAMPLE}"
+                ),
+            ),
+            (true, false) => self.push(
+                &at!["tools", index, "list", "match"],
+                format!(
+                    "{label}: the list pairs records with intents both by `fields.intent_key` \
+                     and by `match`; it must say one way"
+                ),
+                "keep `fields.intent_key` when the provider keeps the intent key the gateway \
+                 sends (it tells intents apart exactly), and remove `match:`; keep `match` only \
+                 for a provider that keeps no metadata",
+            ),
+            _ => {}
+        }
+        if list.match_fields.len() > MATCH_FIELDS_MAX {
+            self.push(
+                &at!["tools", index, "list", "match"],
+                format!(
+                    "{label}: `match` has {} fields; the limit is {MATCH_FIELDS_MAX}",
+                    list.match_fields.len()
+                ),
+                "pair records by the few fields that identify an effect, such as the order and \
+                 the amount",
+            );
+        }
+        for (argument, field) in &mut list.match_fields {
+            let path: Vec<String> = argument.split('.').map(str::to_owned).collect();
+            let schema = if self.arguments_known {
+                match argument_schema(input_schema, &path) {
+                    Some(schema) => Some(schema),
+                    None => {
+                        self.push_at_match_key(
+                            index,
+                            argument,
+                            format!(
+                                "{label}: `match` names `{argument}`, which is not an argument \
+                                 of the tool"
+                            ),
+                            format!(
+                                "name an argument as a key template does (`order_id`, or \
+                                 `customer.id` for a nested property); the arguments are {}",
+                                super::names(super::tools::argument_names(input_schema))
+                            ),
+                        );
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            if let Some(sensitive) =
+                sensitive.and_then(|paths| paths.iter().find(|marked| marked.overlaps(&path)))
+            {
+                self.push_at_match_key(
+                    index,
+                    argument,
+                    format!(
+                        "{label}: `match` uses sensitive argument `{sensitive}`; the ledger keeps \
+                         only its keyed hash, so reconciliation would never find the provider's \
+                         value in it"
+                    ),
+                    "pair records by arguments that are not sensitive (an order, a reference, \
+                     an amount), or send the intent key with the effect and use \
+                     `fields.intent_key`",
+                );
+            }
+            self.pointer(
+                &at!["tools", index, "list", "match", argument, "record"],
+                label,
+                Some(&field.record),
+            );
+            let types = schema.map(schema_types).unwrap_or_default();
+            let numeric = types
+                .iter()
+                .any(|kind| kind == "number" || kind == "integer");
+            match field.compare {
+                None => {
+                    field.compare = Some(if numeric {
+                        MatchCompare::Decimal
+                    } else {
+                        MatchCompare::Text
+                    });
+                }
+                Some(MatchCompare::Decimal)
+                    if !types.is_empty()
+                        && !numeric
+                        && !types.iter().any(|kind| kind == "string") =>
+                {
+                    self.push(
+                        &at!["tools", index, "list", "match", argument, "compare"],
+                        format!(
+                            "{label}: `match.{argument}` compares as a decimal, but the input \
+                             schema types `{argument}` as {}",
+                            types.join(" or ")
+                        ),
+                        "compare numbers (or amounts written as strings) as `decimal`; use \
+                         `compare: text` for anything else",
+                    );
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// Reports an error of the `match` field of `argument`, at its name (the argument is
+    /// what is wrong, not where the record holds it).
+    fn push_at_match_key(
+        &mut self,
+        index: usize,
+        argument: &str,
+        message: String,
+        fix: impl Into<String>,
+    ) {
+        let at = self
+            .map
+            .key(&at!["tools", index, "list", "match", argument]);
+        self.errors.push(at, message, fix);
+    }
+}
+
+/// The schema of the argument at `path`, following `properties` down from the input schema.
+fn argument_schema<'a>(input_schema: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(input_schema, |schema, segment| {
+        schema.get("properties")?.get(segment)
+    })
+}
+
+/// The types a schema declares (`type: number`, `type: [string, number]`); empty when it
+/// declares none.
+fn schema_types(schema: &Value) -> Vec<String> {
+    match schema.get("type") {
+        Some(Value::String(kind)) => vec![kind.clone()],
+        Some(Value::Array(kinds)) => kinds
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
