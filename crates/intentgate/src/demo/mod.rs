@@ -28,7 +28,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use intentgate_config::HashKeySource;
 use intentgate_core::IntentStatus;
-use intentgate_gate::{CallContext, Clock, GateOptions, SystemClock};
+use intentgate_gate::{Clock, Gate, GateOptions, SystemClock};
 use intentgate_http::HttpUpstream;
 use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions};
 use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer};
@@ -48,6 +48,13 @@ const TIME_SCALE: f64 = 0.01;
 const AGENTS_AT_ONCE: usize = 64;
 /// The window reconciled after the run: far more than the run takes.
 const RECONCILE_WINDOW_MS: i64 = 60 * 60 * 1000;
+/// Sweeps after the provider recovers, [`RECOVERY_PAUSE`] apart: five scaled minutes, for
+/// intents with many attempts behind them to have their next step.
+const RECOVERY_SWEEPS: usize = 10;
+/// Time between two of those sweeps, before scaling.
+const RECOVERY_PAUSE: Duration = Duration::from_secs(30);
+/// Intents one sweep takes: every one the demo makes.
+const SWEEP_LIMIT: u32 = 10_000;
 
 pub async fn run(arguments: DemoArgs) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -199,41 +206,48 @@ async fn run_intentgate(
     let tool: Arc<dyn Tool> = Arc::new(agent::GatedRefund { gate: gate.clone() });
     let served = serve_customers(customers, tool, progress).await?;
 
-    // What is still unknown once each unknown intent has been looked up one more time.
-    tokio::time::sleep(scale(intentgate_gate::LOOKUP_INTERVAL) * 2).await;
-    let mut unknown = 0;
-    let mut after_id = 0;
-    loop {
-        let page = ledger.list(after_id, 1000).await?;
-        let Some(last) = page.last() else { break };
-        after_id = last.id;
-        for intent in page
-            .iter()
-            .filter(|intent| intent.status == IntentStatus::Unknown)
-        {
-            gate.call(
-                &intent.tool,
-                intent.arguments.clone(),
-                &CallContext::default(),
-            )
-            .await?;
-            let now = ledger
-                .get_by_id(intent.id)
-                .await?
-                .map(|intent| intent.status);
-            unknown += usize::from(now == Some(IntentStatus::Unknown));
-        }
-    }
-    let mut run = Run::collect("intentgate", &served, server.provider(), Some(unknown));
-    // Then reconciliation, as `serve` runs it every hour: the provider healed first, so that
-    // its listing is not itself faulted.
+    // The provider recovers, and the sweeper settles what the storm left unknown, as in
+    // `serve`: a lookup, then the same request with the same key while the key window lasts.
     server
         .provider()
         .set_plan(HttpFaultPlan::quiet())
         .context("healing the mock provider")?;
+    let unknown = settle_unknown(&gate, &ledger).await?;
+    let mut run = Run::collect("intentgate", &served, server.provider(), Some(unknown));
+    // Then reconciliation, as `serve` runs it every hour.
     run.reconciliation = Some(reconcile_refunds(&loaded, ledger).await?);
     server.stop().await?;
     Ok(run)
+}
+
+/// Sweeps until no intent is unknown or [`RECOVERY_SWEEPS`] sweeps have run; how
+/// many are still unknown then (those whose provider key replays a stored server error: no
+/// request under that key can settle them, reconciliation and their owner do).
+async fn settle_unknown(gate: &Gate, ledger: &SqliteLedger) -> anyhow::Result<usize> {
+    for _ in 0..RECOVERY_SWEEPS {
+        gate.sweep(SWEEP_LIMIT).await?;
+        if count_unknown(ledger).await? == 0 {
+            break;
+        }
+        tokio::time::sleep(scale(RECOVERY_PAUSE)).await;
+    }
+    count_unknown(ledger).await
+}
+
+async fn count_unknown(ledger: &SqliteLedger) -> anyhow::Result<usize> {
+    let mut unknown = 0;
+    let mut after_id = 0;
+    loop {
+        let page = ledger.list(after_id, 1000).await?;
+        let Some(last) = page.last() else {
+            return Ok(unknown);
+        };
+        after_id = last.id;
+        unknown += page
+            .iter()
+            .filter(|intent| intent.status == IntentStatus::Unknown)
+            .count();
+    }
 }
 
 /// Reconciles the refunds of the last hour; mismatches by kind. Unknown intents get no grace

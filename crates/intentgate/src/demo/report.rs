@@ -29,8 +29,9 @@ pub struct Run {
     pub extra_refunds: u64,
     /// What the agents were told, by status (or error).
     pub statuses: BTreeMap<String, usize>,
-    /// Intents still unknown once looked up (intentgate only; a naive wrapper has no notion).
-    pub unknown_after_lookup: Option<usize>,
+    /// Intents still unknown once the provider recovered and the sweeper had its turn
+    /// (intentgate only; a naive wrapper has no notion).
+    pub unknown_after_recovery: Option<usize>,
     /// Reconciliation of the ledger with the provider's refunds afterwards, mismatches by
     /// kind (intentgate only: a naive wrapper keeps no ledger to reconcile).
     pub reconciliation: Option<BTreeMap<String, u64>>,
@@ -41,7 +42,7 @@ impl Run {
         label: &str,
         served: &[Served],
         provider: &MockProvider,
-        unknown_after_lookup: Option<usize>,
+        unknown_after_recovery: Option<usize>,
     ) -> Run {
         let stats = provider.stats();
         let counts = provider.effect_counts();
@@ -71,7 +72,7 @@ impl Run {
                 .map(|count| count.saturating_sub(1))
                 .sum(),
             statuses,
-            unknown_after_lookup,
+            unknown_after_recovery,
             reconciliation: None,
         }
     }
@@ -117,9 +118,9 @@ impl Report {
             ]
         }));
         rows.push([
-            "unknown after lookup".to_owned(),
+            "unknown after recovery".to_owned(),
             "not tracked".to_owned(),
-            b.unknown_after_lookup
+            b.unknown_after_recovery
                 .map_or("-".to_owned(), |count| count.to_string()),
         ]);
         let mut out = format!(
@@ -170,7 +171,7 @@ fn summary(statuses: &BTreeMap<String, usize>) -> String {
 mod tests {
     use super::*;
 
-    fn run(label: &str, refunded_twice: usize, unknown_after_lookup: Option<usize>) -> Run {
+    fn run(label: &str, refunded_twice: usize, unknown_after_recovery: Option<usize>) -> Run {
         Run {
             label: label.to_owned(),
             calls_made: 180,
@@ -181,7 +182,7 @@ mod tests {
             customers_refunded_twice: refunded_twice,
             extra_refunds: refunded_twice as u64,
             statuses: BTreeMap::from([("done".to_owned(), 150)]),
-            unknown_after_lookup,
+            unknown_after_recovery,
             reconciliation: None,
         }
     }
@@ -208,7 +209,7 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(line("customers refunded twice"), ["0", "12"]);
-        assert_eq!(line("unknown after lookup"), ["2", "tracked"]);
+        assert_eq!(line("unknown after recovery"), ["2", "tracked"]);
         let header = table.lines().find(|line| line.contains("naive wrapper"));
         let first = table
             .lines()
