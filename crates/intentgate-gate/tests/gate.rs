@@ -649,6 +649,7 @@ async fn an_intent_id_from_the_application_keeps_two_equal_refunds_apart() {
     let context = |id: &str| CallContext {
         tenant: "default".into(),
         intent_id: Some(id.into()),
+        explicit_key: None,
     };
     for id in ["int_1", "int_2", "int_1"] {
         h.gate
