@@ -67,6 +67,23 @@ impl Server {
     }
 }
 
+impl Server {
+    /// The status of a refund call that sends one `Idempotency-Key` header per value, each
+    /// as raw bytes (what a header builder from text would refuse to send).
+    async fn refund_with_raw_keys(&self, values: &[&[u8]]) -> u16 {
+        let mut request = self
+            .client
+            .post(format!("{}/v1/tools/refund_order/call", self.base))
+            .header("content-type", "application/json")
+            .body(json!({"arguments": {"order_id": "3", "amount": 1}}).to_string());
+        for value in values {
+            let value = reqwest::header::HeaderValue::from_bytes(value).unwrap();
+            request = request.header("idempotency-key", value);
+        }
+        request.send().await.unwrap().status().as_u16()
+    }
+}
+
 async fn start(plan: FaultPlan, options: ServerOptions) -> Server {
     common::start(
         vec![refund_tool(), get_order_tool(Duration::from_secs(5))],
@@ -271,31 +288,12 @@ async fn a_malformed_key_is_400_saying_what_is_wrong_and_nothing_runs() {
         assert_problem(&answer, 400, "bad-idempotency-key", &[says, "nothing was"]);
     }
     // Bytes beyond ASCII are no RFC 8941 string either.
-    let response = server
-        .client
-        .post(format!("{}/v1/tools/refund_order/call", server.base))
-        .header("content-type", "application/json")
-        .header(
-            "idempotency-key",
-            reqwest::header::HeaderValue::from_bytes("\"clé\"".as_bytes()).unwrap(),
-        )
-        .body(json!({"arguments": {"order_id": "3", "amount": 1}}).to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 400);
+    assert_eq!(
+        server.refund_with_raw_keys(&["\"clé\"".as_bytes()]).await,
+        400
+    );
     // Two headers are two keys: which one would be meant is not known.
-    let response = server
-        .client
-        .post(format!("{}/v1/tools/refund_order/call", server.base))
-        .header("content-type", "application/json")
-        .header("idempotency-key", "a")
-        .header("idempotency-key", "b")
-        .body(json!({"arguments": {"order_id": "3", "amount": 1}}).to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 400);
+    assert_eq!(server.refund_with_raw_keys(&[b"a", b"b"]).await, 400);
     // A read refuses a malformed header too: the client's mistake is worth telling.
     let answer = server
         .call_keyed("get_order", json!({"order_id": "3"}), Some("\"x"), None)
