@@ -155,6 +155,22 @@ pub enum DurabilityMode {
     Relaxed,
 }
 
+/// Whether a side-effecting tool's HTTP calls must carry an `Idempotency-Key` header
+/// (`POST /v1/tools/{name}/call`). With the header, its value is the intent key instead of
+/// the one the tool's `key` template renders; without it the template's key is used, unless
+/// the header is required.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum IdempotencyKeyHeader {
+    /// A call may send the header; one without it gets the template's key.
+    #[default]
+    Optional,
+    /// A call without the header is refused (400): for callers that must choose their own
+    /// key, such as clients that already send one per logical operation. Side effects only:
+    /// reads and idempotent tools record no intent and ignore the header.
+    Required,
+}
+
 /// Reconciliation inside `intentgate serve` (SPEC section 8). `intentgate reconcile` takes
 /// its window from the command line and the grace and settle times from here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -320,6 +336,8 @@ pub struct ToolConfig {
     pub timeout_ms: u64,
     pub retry_budget: u32,
     pub retry_rejected: bool,
+    /// Whether HTTP calls must carry an `Idempotency-Key` header.
+    pub idempotency_key: IdempotencyKeyHeader,
     /// MCP `destructiveHint`.
     pub destructive: Option<bool>,
     /// MCP `openWorldHint`.
@@ -348,6 +366,7 @@ impl fmt::Debug for ToolConfig {
             .field("timeout_ms", &self.timeout_ms)
             .field("retry_budget", &self.retry_budget)
             .field("retry_rejected", &self.retry_rejected)
+            .field("idempotency_key", &self.idempotency_key)
             .field("destructive", &self.destructive)
             .field("open_world", &self.open_world)
             .field("messages", &self.messages)

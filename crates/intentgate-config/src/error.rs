@@ -356,6 +356,7 @@ fn example(field: &str) -> String {
         "retry_after_cap_ms" => ("5000", "a whole number of milliseconds"),
         "listen" => ("127.0.0.1:8080", "an IP address and a port"),
         "durability" => ("strict", "or relaxed"),
+        "idempotency_key" => ("required", "or optional"),
         "effect" => ("side_effect", "or read, idempotent"),
         "method" => ("POST", "or GET, PUT, PATCH, DELETE"),
         "retry_rejected" | "honours_idempotency_keys" | "destructive" | "open_world" | "log" => {

@@ -15,7 +15,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::auth::AuthFile;
-use crate::config::{AlertRule, GatewayConfig, OwnerConfig, ReconcileConfig, ResolutionConfig};
+use crate::config::{
+    AlertRule, GatewayConfig, IdempotencyKeyHeader, OwnerConfig, ReconcileConfig, ResolutionConfig,
+};
 
 /// An intentgate config: the gateway's settings, the upstream APIs its tools call, the
 /// owners who hear about problems, and the tools.
@@ -90,6 +92,12 @@ pub(crate) struct ToolFile {
     /// A rejected intent may start a new attempt later (a declined card may pass tomorrow).
     #[serde(default)]
     pub retry_rejected: bool,
+    /// Whether calls over HTTP must carry an `Idempotency-Key` header: `optional` (the
+    /// default) or `required` (side effects only). A call's header, when sent, is the
+    /// intent key instead of the one `key` renders (scoped to the tenant and the tool, like
+    /// every key); a call without it uses `key`. Reads and idempotent tools ignore the header.
+    #[serde(default)]
+    pub idempotency_key: IdempotencyKeyHeader,
     /// MCP `destructiveHint`: the effect destroys or overwrites something.
     pub destructive: Option<bool>,
     /// MCP `openWorldHint`: the tool reaches outside the organisation (a provider, email).

@@ -43,8 +43,8 @@ use intentgate_core::{HashKey, ToolDefinition};
 
 pub use auth::{ApiKeyConfig, AuthConfig, AuthMethods, JwtConfig, TrustedProxyConfig};
 pub use config::{
-    AlertRule, AlertScope, Config, DurabilityMode, GatewayConfig, OwnerConfig, ReconcileConfig,
-    ResolutionConfig, ToolConfig,
+    AlertRule, AlertScope, Config, DurabilityMode, GatewayConfig, IdempotencyKeyHeader,
+    OwnerConfig, ReconcileConfig, ResolutionConfig, ToolConfig,
 };
 pub use error::{ConfigError, ConfigErrors};
 

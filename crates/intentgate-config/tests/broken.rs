@@ -779,3 +779,52 @@ fn a_match_field_must_be_an_argument_read_from_a_pointer_and_compared_sensibly()
         &["compare: text"],
     );
 }
+
+#[test]
+fn an_idempotency_key_header_is_optional_and_may_be_required_only_of_side_effects() {
+    use intentgate_config::IdempotencyKeyHeader;
+    let loaded = load_str(BASE, "agent.yaml", &env).unwrap();
+    assert!(
+        loaded
+            .config
+            .tools
+            .iter()
+            .all(|tool| tool.idempotency_key == IdempotencyKeyHeader::Optional)
+    );
+
+    let text = broken(
+        "    timeout_ms: 10000\n",
+        "    timeout_ms: 10000\n    idempotency_key: required\n",
+    );
+    let loaded = load_str(&text, "agent.yaml", &env).unwrap();
+    assert_eq!(
+        loaded.config.tools[1].idempotency_key,
+        IdempotencyKeyHeader::Required
+    );
+
+    let text = broken(
+        "    call: {upstream: payments, method: GET",
+        "    idempotency_key: required\n    call: {upstream: payments, method: GET",
+    );
+    let error = only_error(&text);
+    assert_at(
+        &error,
+        &text,
+        "required\n    call: {upstream: payments, method: GET",
+    );
+    assert_says(
+        &error,
+        &[
+            "tool `get_order` requires an Idempotency-Key header",
+            "only side-effecting tools",
+        ],
+        &["remove `idempotency_key: required`"],
+    );
+
+    let text = broken(
+        "    timeout_ms: 10000\n",
+        "    timeout_ms: 10000\n    idempotency_key: always\n",
+    );
+    let rendered = errors(&text).to_string();
+    assert!(rendered.contains("idempotency_key"), "{rendered}");
+}

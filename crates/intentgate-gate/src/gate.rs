@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use intentgate_core::key::provider_key;
-use intentgate_core::limits::RESULT_BYTES_MAX;
+use intentgate_core::limits::{INTENT_KEY_LENGTH_MAX, RESULT_BYTES_MAX};
 use intentgate_core::{
     CallStatus, Effect, IntentStatus, OutcomeClass, ToolDefinition, ToolError, UpstreamObservation,
     classify, differing_fields, fingerprint,
@@ -90,6 +90,11 @@ pub struct CallContext {
     pub tenant: String,
     /// The application's intent id, for tools whose key uses `{intent_id}`.
     pub intent_id: Option<String>,
+    /// An intent key the caller chose (the HTTP API's `Idempotency-Key` header). For a
+    /// side-effecting tool it is the intent's key instead of the one the tool's template
+    /// renders, still scoped to the tenant and the tool; reads and idempotent tools record
+    /// no intent and ignore it. At most `INTENT_KEY_LENGTH_MAX` bytes, not empty.
+    pub explicit_key: Option<String>,
 }
 
 impl Default for CallContext {
@@ -97,6 +102,7 @@ impl Default for CallContext {
         CallContext {
             tenant: "default".to_owned(),
             intent_id: None,
+            explicit_key: None,
         }
     }
 }
@@ -392,13 +398,9 @@ impl Gate {
         arguments: Value,
         context: &CallContext,
     ) -> Result<CallOutcome, GateError> {
-        let rendered = tool
-            .render_key(&arguments, context.intent_id.as_deref())
-            .expect("side-effecting tools have a key (checked at load)");
-        let key = match rendered {
+        let key = match intent_key(tool, &arguments, context) {
             Ok(key) => key,
-            Err(error) => {
-                let reason = error.to_string();
+            Err(reason) => {
                 return Ok(self
                     .outcome(tool, CallStatus::InvalidArguments, &reason)
                     .with_errors(vec![reason]));
@@ -1164,6 +1166,28 @@ fn external_id(tool: &ToolDefinition, result: &Value) -> Option<String> {
         Value::Number(id) => Some(id.to_string()),
         _ => None,
     }
+}
+
+/// The intent key of a side-effecting call: the caller's explicit key when it chose one,
+/// else the tool's template rendered from the arguments. An explicit key the ledger could
+/// not store is the caller's mistake, refused like arguments that render no key.
+fn intent_key(
+    tool: &ToolDefinition,
+    arguments: &Value,
+    context: &CallContext,
+) -> Result<String, String> {
+    if let Some(key) = &context.explicit_key {
+        if key.is_empty() || key.len() > INTENT_KEY_LENGTH_MAX {
+            return Err(format!(
+                "an explicit intent key must be 1 to {INTENT_KEY_LENGTH_MAX} bytes, got {}",
+                key.len()
+            ));
+        }
+        return Ok(key.clone());
+    }
+    tool.render_key(arguments, context.intent_id.as_deref())
+        .expect("side-effecting tools have a key (checked at load)")
+        .map_err(|error| error.to_string())
 }
 
 fn rejection_reason(observation: &UpstreamObservation) -> String {

@@ -649,6 +649,7 @@ async fn an_intent_id_from_the_application_keeps_two_equal_refunds_apart() {
     let context = |id: &str| CallContext {
         tenant: "default".into(),
         intent_id: Some(id.into()),
+        explicit_key: None,
     };
     for id in ["int_1", "int_2", "int_1"] {
         h.gate
@@ -660,6 +661,46 @@ async fn an_intent_id_from_the_application_keeps_two_equal_refunds_apart() {
     let missing = h.call("refund_order", refund("8812", json!(49))).await;
     assert_eq!(missing.status, CallStatus::InvalidArguments);
     assert!(missing.message.contains("Intent-Id"));
+}
+
+#[tokio::test]
+async fn an_explicit_key_replaces_the_template_and_one_the_ledger_cannot_store_is_refused() {
+    let h = Harness::with_tools(
+        FaultPlan::none(),
+        vec![refund_tool()],
+        Arc::new(intentgate_gate::SystemClock),
+    );
+    let context = |key: &str| CallContext {
+        explicit_key: Some(key.to_owned()),
+        ..CallContext::default()
+    };
+    for _ in 0..2 {
+        let outcome = h
+            .gate
+            .call("refund_order", refund("8812", json!(49)), &context("op-1"))
+            .await
+            .unwrap();
+        assert_eq!(outcome.intent_key.as_deref(), Some("op-1"));
+    }
+    assert_eq!(h.provider.effect_count("op-1"), 1);
+    assert!(
+        h.ledger
+            .get("default", "refund_order", "op-1")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    let too_long = "k".repeat(intentgate_core::limits::INTENT_KEY_LENGTH_MAX + 1);
+    for key in ["", too_long.as_str()] {
+        let outcome = h
+            .gate
+            .call("refund_order", refund("8812", json!(49)), &context(key))
+            .await
+            .unwrap();
+        assert_eq!(outcome.status, CallStatus::InvalidArguments, "{key:?}");
+    }
+    assert_eq!(h.provider.effects().len(), 1);
 }
 
 /// An upstream answer over the ledger's result limit made the write that settles the intent

@@ -500,6 +500,7 @@ async fn a_re_send_of_a_tool_keyed_on_the_intent_id_carries_the_same_intent_id()
     let context = CallContext {
         tenant: "default".into(),
         intent_id: Some("int 7/a".into()),
+        explicit_key: None,
     };
     let first = s
         .gate

@@ -172,6 +172,7 @@ impl McpService {
         let context = CallContext {
             tenant: tenant(&context, &self.inner.options.tenant),
             intent_id,
+            explicit_key: None,
         };
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let permit = tokio::time::timeout(PERMIT_WAIT, self.inner.calls.clone().acquire_owned())

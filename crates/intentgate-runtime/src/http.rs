@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use intentgate_admin::{AdminOptions, FailureLimit};
+use intentgate_config::IdempotencyKeyHeader;
 use intentgate_gate::Gate;
 use intentgate_mcp::{HttpOptions, LOOPBACK_HOSTS, McpService};
 use intentgate_ops::{Notifier, Reconciler};
@@ -75,6 +76,14 @@ impl Gateway {
             header_read_timeout: Duration::from_millis(gateway.header_read_timeout_ms),
             idle_timeout: Duration::from_millis(gateway.idle_timeout_ms),
             connection_limit,
+            idempotency_key_required: self
+                .loaded
+                .config
+                .tools
+                .iter()
+                .filter(|tool| tool.idempotency_key == IdempotencyKeyHeader::Required)
+                .map(|tool| tool.name.clone())
+                .collect(),
         };
         let mut background = self.start_background();
         // Owners hear about duplicate-call alerts and reconciliation mismatches.

@@ -33,9 +33,11 @@
 pub mod auth;
 mod connection;
 pub mod edge;
+mod idempotency_key;
 mod problem;
 mod routes;
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +48,7 @@ use tokio::sync::Semaphore;
 
 pub use auth::{AuthOptions, Authenticator};
 pub use edge::BrowserOptions;
+pub use idempotency_key::IDEMPOTENCY_KEY_HEADER;
 pub use problem::Problem;
 
 /// Largest request body accepted by default: tool arguments are small JSON objects.
@@ -85,6 +88,9 @@ pub struct ServerOptions {
     pub idle_timeout: Duration,
     /// Most connections open at once; more are answered 503 and closed at once.
     pub connection_limit: usize,
+    /// Side-effecting tools whose calls must carry an `Idempotency-Key` header (config
+    /// `idempotency_key: required`); a call without it is refused with 400.
+    pub idempotency_key_required: BTreeSet<String>,
 }
 
 impl Default for ServerOptions {
@@ -100,6 +106,7 @@ impl Default for ServerOptions {
             header_read_timeout: HEADER_READ_TIMEOUT_DEFAULT,
             idle_timeout: IDLE_TIMEOUT_DEFAULT,
             connection_limit: CONNECTION_LIMIT_DEFAULT,
+            idempotency_key_required: BTreeSet::new(),
         }
     }
 }
@@ -115,6 +122,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("header_read_timeout", &self.header_read_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("connection_limit", &self.connection_limit)
+            .field("idempotency_key_required", &self.idempotency_key_required)
             .finish()
     }
 }

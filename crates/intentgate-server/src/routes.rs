@@ -10,13 +10,14 @@ use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use intentgate_core::{Principal, Scope, Tenant};
+use intentgate_core::{CallStatus, Effect, Principal, Scope, Tenant};
 use intentgate_gate::{CallContext, GateError};
 use intentgate_ledger::IntentRecord;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::idempotency_key;
 use crate::problem::Problem;
 
 /// The header that carries the application's intent id.
@@ -214,13 +215,23 @@ async fn call_tool_inner(
             ),
         )
     })?;
-    if state.gate.tool(&name).is_none() {
+    let Some(tool) = state.gate.tool(&name) else {
         return Err(Problem::new(
             StatusCode::NOT_FOUND,
             "unknown-tool",
             "Unknown tool",
             format!("no tool named `{name}`; GET /v1/tools lists the tools"),
         ));
+    };
+    // Checked on every tool, so a client's malformed key is caught whatever it calls; only
+    // a side effect has an intent for it to key.
+    let explicit_key =
+        idempotency_key::from_headers(&headers)?.filter(|_| tool.effect == Effect::SideEffect);
+    if explicit_key.is_none()
+        && tool.effect == Effect::SideEffect
+        && state.options.idempotency_key_required.contains(&name)
+    {
+        return Err(idempotency_key::required(&name));
     }
     let request: Value = serde_json::from_slice(&body).map_err(|error| {
         Problem::new(
@@ -251,6 +262,7 @@ async fn call_tool_inner(
     let context = CallContext {
         tenant: caller.tenant.as_str().to_owned(),
         intent_id: header_text(&headers, INTENT_ID_HEADER)?,
+        explicit_key: explicit_key.clone(),
     };
     let permit = state.calls.clone().try_acquire_owned().map_err(|_| {
         let mut problem = Problem::new(
@@ -279,6 +291,11 @@ async fn call_tool_inner(
         )
     })?;
     match outcome {
+        // Under an Idempotency-Key, another payload is the draft's 422, not an outcome.
+        Ok(outcome) if outcome.status == CallStatus::Conflict && explicit_key.is_some() => {
+            let key = explicit_key.unwrap_or_default();
+            Err(idempotency_key::reused(&key, &outcome.differing_fields))
+        }
         Ok(outcome) => Ok(Json(outcome.to_json()).into_response()),
         Err(GateError::UnknownTool(name)) => Err(Problem::new(
             StatusCode::NOT_FOUND,

@@ -571,6 +571,7 @@ every record; reconciliation needs it too",
         CallContext {
             tenant: self.tenant.clone(),
             intent_id: uses_intent_id.then(|| format!("smoke-{}-{variant}", self.tag)),
+            explicit_key: None,
         }
     }
 

@@ -21,7 +21,7 @@ use serde_json::Value;
 use super::upstreams::without_references;
 use super::{Checker, names};
 use crate::HashKeySource;
-use crate::config::{OwnerConfig, ToolConfig};
+use crate::config::{IdempotencyKeyHeader, OwnerConfig, ToolConfig};
 use crate::env::{self, EnvError};
 use crate::file::ToolFile;
 use crate::limits::*;
@@ -67,6 +67,7 @@ impl Checker<'_, '_> {
     ) -> Option<(ToolConfig, ToolDefinition)> {
         let label = format!("tool `{}`", tool.name);
         self.tool_texts(index, &label, &tool, owners);
+        self.idempotency_key_header(index, &label, &tool);
         let messages = self.messages(index, &label, &tool.messages);
         let alerts = self.alerts(index, &label, tool.effect, tool.alerts.take());
         let schema_valid = self.input_schema(index, &label, &tool.input_schema);
@@ -95,6 +96,7 @@ impl Checker<'_, '_> {
             timeout_ms: tool.timeout_ms,
             retry_budget: tool.retry_budget,
             retry_rejected: tool.retry_rejected,
+            idempotency_key: tool.idempotency_key,
             destructive: tool.destructive,
             open_world: tool.open_world,
             messages,
@@ -153,6 +155,23 @@ impl Checker<'_, '_> {
                     "write what one intent is once per, e.g. `once_per: order`",
                 );
             }
+        }
+    }
+
+    /// `idempotency_key: required` only on a side-effecting tool: reads and idempotent tools
+    /// record no intent, so the header means nothing there and requiring it would only
+    /// refuse callers.
+    fn idempotency_key_header(&mut self, index: usize, label: &str, tool: &ToolFile) {
+        if tool.idempotency_key == IdempotencyKeyHeader::Required
+            && matches!(tool.effect, Some(Effect::Read | Effect::Idempotent))
+        {
+            self.push(
+                &at!["tools", index, "idempotency_key"],
+                format!(
+                    "{label} requires an Idempotency-Key header, but only side-effecting tools have intents to key"
+                ),
+                "remove `idempotency_key: required` from this tool, or make it `effect: side_effect`",
+            );
         }
     }
 

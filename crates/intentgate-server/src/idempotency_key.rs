@@ -1,0 +1,210 @@
+//! The `Idempotency-Key` request header of `POST /v1/tools/{name}/call`, with the IETF
+//! draft's semantics (draft-ietf-httpapi-idempotency-key-header).
+//!
+//! For a side-effecting tool the header's value is the intent key, instead of the key the
+//! tool's template renders; like every intent key it is scoped to the caller's tenant and
+//! the tool. The same key with another payload is answered 422 and nothing is executed. A
+//! call that arrives while the first call with its key is still running waits for it, as
+//! any repeat does, and gets the same answer: the draft's 409 would only make the client
+//! retry until it got that answer. Reads and idempotent tools record no intent, so they
+//! ignore a well-formed header.
+//!
+//! The draft makes the value a structured-field string (RFC 8941 `sf-string`): a quoted
+//! string of printable ASCII where `\"` and `\\` are the only escapes. Many clients send the
+//! bare value instead (`Idempotency-Key: 8e03978e-...`), so a value that does not begin with
+//! a quote is taken as it is, when it is visible ASCII without quotes or backslashes.
+//! `"abc"` and `abc` name the same key.
+
+use axum::http::{HeaderMap, StatusCode};
+use intentgate_core::limits::INTENT_KEY_LENGTH_MAX;
+
+use crate::problem::Problem;
+
+/// The header's name (header names are case-insensitive; `http` keeps them lowercase).
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+
+/// The header's key, if the request sent one; a header that is not a usable key is a 400
+/// saying what is wrong with it.
+pub fn from_headers(headers: &HeaderMap) -> Result<Option<String>, Problem> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY_HEADER).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(malformed(
+            "the request has more than one Idempotency-Key header; send exactly one",
+        ));
+    }
+    // Not visible ASCII (obs-text, bytes over 0x7F) is refused by the parse below too, but
+    // `to_str` is what tells it apart without looking at bytes by hand.
+    let text = value.to_str().map_err(|_| {
+        malformed("the Idempotency-Key header must be printable ASCII (an RFC 8941 string)")
+    })?;
+    parse(text).map(Some).map_err(|reason| malformed(&reason))
+}
+
+/// The key a header value names: a quoted `sf-string` with its escapes undone, or a bare
+/// value as it is. The reason of a refusal is a sentence about the header.
+fn parse(value: &str) -> Result<String, String> {
+    // HTTP allows whitespace around a field value; RFC 8941 parsers drop it too.
+    let value = value.trim_matches([' ', '\t']);
+    let key = match value.strip_prefix('"') {
+        Some(quoted) => unquote(quoted)?,
+        None => bare(value)?,
+    };
+    if key.is_empty() {
+        return Err(
+            "the Idempotency-Key header is empty; send a unique key per operation, e.g. a UUID"
+                .to_owned(),
+        );
+    }
+    if key.len() > INTENT_KEY_LENGTH_MAX {
+        return Err(format!(
+            "the Idempotency-Key header's key is {} characters; the limit is {INTENT_KEY_LENGTH_MAX}",
+            key.len()
+        ));
+    }
+    Ok(key)
+}
+
+/// The rest of an `sf-string` after its opening quote, unescaped. Anything after the closing
+/// quote (RFC 8941 parameters such as `;a=1`) is refused: the draft defines none.
+fn unquote(quoted: &str) -> Result<String, String> {
+    let mut key = String::with_capacity(quoted.len());
+    let mut characters = quoted.chars();
+    while let Some(character) = characters.next() {
+        match character {
+            '"' => {
+                let rest = characters.as_str();
+                if !rest.is_empty() {
+                    return Err(format!(
+                        "the Idempotency-Key header has `{}` after its closing quote; send only the quoted key",
+                        rest.escape_default()
+                    ));
+                }
+                return Ok(key);
+            }
+            '\\' => match characters.next() {
+                Some(escaped @ ('"' | '\\')) => key.push(escaped),
+                _ => {
+                    return Err("the Idempotency-Key header has a backslash that escapes neither `\"` nor `\\`; RFC 8941 strings allow only those two escapes".to_owned());
+                }
+            },
+            ' '..='~' => key.push(character),
+            other => return Err(not_printable(other)),
+        }
+    }
+    Err(
+        "the Idempotency-Key header opens a quote it never closes; send \"<key>\" or the bare key"
+            .to_owned(),
+    )
+}
+
+/// An unquoted value: visible ASCII, and no `"` or `\`, which only mean something quoted.
+fn bare(value: &str) -> Result<String, String> {
+    match value
+        .chars()
+        .find(|character| !character.is_ascii_graphic() || matches!(character, '"' | '\\'))
+    {
+        None => Ok(value.to_owned()),
+        Some(' ' | '\t') => Err(
+            "the Idempotency-Key header has whitespace in an unquoted key; quote it (\"<key>\") or leave the whitespace out"
+                .to_owned(),
+        ),
+        Some(quote @ ('"' | '\\')) => Err(format!(
+            "the Idempotency-Key header has `{quote}` in an unquoted key; send the key as an RFC 8941 string, \"<key>\", with `\\\"` and `\\\\` escapes"
+        )),
+        Some(other) => Err(not_printable(other)),
+    }
+}
+
+fn not_printable(character: char) -> String {
+    format!(
+        "the Idempotency-Key header contains {}, which is not printable ASCII; keys are RFC 8941 strings of characters from space to `~`",
+        character.escape_default()
+    )
+}
+
+fn malformed(detail: &str) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "bad-idempotency-key",
+        "Malformed Idempotency-Key header",
+        format!("{detail}; nothing was recorded or executed"),
+    )
+}
+
+/// A call to a tool that requires the header, without it.
+pub fn required(tool: &str) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "idempotency-key-required",
+        "Idempotency-Key header required",
+        format!(
+            "tool `{tool}` requires an Idempotency-Key header: send `Idempotency-Key: \"<key>\"` with a key unique to this operation (a UUID), and the same key when you repeat it; nothing was recorded or executed"
+        ),
+    )
+}
+
+/// The same key with another payload: the draft's 422, naming the arguments that differ
+/// from the first call's, as the `conflict` outcome does.
+pub fn reused(key: &str, differing_fields: &[String]) -> Problem {
+    let fields = if differing_fields.is_empty() {
+        "the arguments".to_owned()
+    } else {
+        differing_fields
+            .iter()
+            .map(|field| format!("`{field}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "idempotency-key-reused",
+        "Idempotency-Key reused with another payload",
+        format!(
+            "the Idempotency-Key `{}` was first used with other arguments (differing: {fields}); nothing was executed. Repeat the first call's arguments to get its answer, or send a new key for a new operation",
+            key.escape_default()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn a_quoted_string_is_unescaped_and_a_bare_value_taken_as_it_is() {
+        assert_eq!(parse("\"8e03978e-40d5\"").unwrap(), "8e03978e-40d5");
+        assert_eq!(parse("8e03978e-40d5").unwrap(), "8e03978e-40d5");
+        assert_eq!(parse(r#""a \"b\" \\ c""#).unwrap(), r#"a "b" \ c"#);
+        assert_eq!(parse("  \"k\"\t").unwrap(), "k");
+    }
+
+    #[test]
+    fn malformed_values_are_refused_with_what_is_wrong() {
+        let cases = [
+            ("\"\"", "empty"),
+            ("", "empty"),
+            ("\"abc", "never closes"),
+            ("\"abc\";p=1", "after its closing quote"),
+            (r#""a\nb""#, "backslash"),
+            ("a b", "whitespace"),
+            ("a\"b", "unquoted key"),
+            ("\"a\u{7f}\"", "not printable"),
+            ("a\u{1}", "not printable"),
+        ];
+        for (value, expected) in cases {
+            let reason = parse(value).unwrap_err();
+            assert!(reason.contains(expected), "{value:?}: {reason}");
+        }
+    }
+
+    #[test]
+    fn the_key_length_is_bounded_by_the_ledger() {
+        let longest = "k".repeat(super::INTENT_KEY_LENGTH_MAX);
+        assert_eq!(parse(&longest).unwrap(), longest);
+        let reason = parse(&format!("\"{longest}k\"")).unwrap_err();
+        assert!(reason.contains("the limit is"), "{reason}");
+    }
+}
