@@ -375,7 +375,7 @@ fn the_demo_refunds_customers_twice_without_intentgate_and_never_with_it() {
     }
     let unknown: u64 = found.values().map(|count| count.as_u64().unwrap()).sum();
     assert_eq!(
-        report["intentgate"]["unknown_after_lookup"], unknown,
+        report["intentgate"]["unknown_after_recovery"], unknown,
         "{report}"
     );
 }
