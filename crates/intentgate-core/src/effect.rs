@@ -26,3 +26,27 @@ impl Effect {
         }
     }
 }
+
+/// Who performs a side-effecting tool's request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Executor {
+    /// The gateway sends the tool's configured request itself (`call`, `lookup`, `list`).
+    #[default]
+    Gateway,
+    /// The caller's own code performs the effect (an SDK call, a database write) under the
+    /// gateway's ledger and leases, through the intent API: it asks for a grant, executes or
+    /// looks up with the provider key it was given, and settles what it learned. The gateway
+    /// can neither look such an intent up nor re-send it.
+    Client,
+}
+
+impl Executor {
+    /// The name used in configs and the HTTP API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Executor::Gateway => "gateway",
+            Executor::Client => "client",
+        }
+    }
+}

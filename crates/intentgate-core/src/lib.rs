@@ -26,7 +26,7 @@ pub mod text;
 pub mod tool;
 
 pub use decimal::Decimal;
-pub use effect::Effect;
+pub use effect::{Effect, Executor};
 pub use fingerprint::{Fingerprint, differing_fields, fingerprint};
 pub use intent::{IllegalTransition, IntentStatus};
 pub use key::{KeyError, KeyTemplate};

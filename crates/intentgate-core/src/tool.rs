@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::effect::Effect;
+use crate::effect::{Effect, Executor};
 use crate::key::{KeyError, KeyTemplate};
 use crate::limits::TOOL_NAME_LENGTH_MAX;
 use crate::sensitive::{ArgumentPath, HashKey, Redaction, SensitiveError};
@@ -26,6 +26,13 @@ pub struct ToolDefinition {
     /// models read.
     pub description: String,
     pub effect: Effect,
+    /// Who performs the request: the gateway (the default), or, for a side effect, the
+    /// caller's own code through the intent API ([`Executor::Client`]).
+    pub executor: Executor,
+    /// Whether MCP lists this tool. Every gateway-executed tool is listed; a client-executed
+    /// one only when its config asks, since an MCP client can only call tools and such a tool
+    /// is executed through the intent API instead.
+    pub listed_over_mcp: bool,
     /// JSON Schema of the arguments (an object schema), as published to models and
     /// validated against: without the gateway's own `sensitive` marks.
     pub input_schema: Value,
@@ -167,6 +174,8 @@ impl ToolDefinition {
             name: name.to_owned(),
             description: description.to_owned(),
             effect,
+            executor: Executor::Gateway,
+            listed_over_mcp: true,
             input_schema,
             key,
             timeout,
