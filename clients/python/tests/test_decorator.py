@@ -415,3 +415,31 @@ def test_async_rejects_a_float_and_a_sync_function() -> None:
     with pytest.raises(TypeError, match="not async"):
         client.side_effect("refund_order")(lambda idempotency_key: None)
     assert gateway.requests == []
+
+
+def test_the_thin_methods_send_what_the_routes_take() -> None:
+    seen: list[tuple[str, str, dict[str, str], bytes]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, request.url.path, dict(request.headers), request.content))
+        if request.url.path == "/v1/tools":
+            return httpx.Response(200, json={"tools": [{"name": "refund_order", "executor": "client"}]})
+        return httpx.Response(200, json={"status": "done", "intent": request.url.path})
+
+    client = intentgate.Client("http://gateway.test/", transport=httpx.MockTransport(handler))
+    assert client.tools() == [{"name": "refund_order", "executor": "client"}]
+    client.call("get_order", {"order_id": "8812"}, idempotency_key="order-8812", intent_id="conversation-7")
+    client.intent(42)
+    client.renew(42, LEASE_TOKEN)
+
+    assert [(method, path) for method, path, _, _ in seen] == [
+        ("GET", "/v1/tools"),
+        ("POST", "/v1/tools/get_order/call"),
+        ("GET", "/v1/intents/42"),
+        ("POST", "/v1/intents/42/renew"),
+    ]
+    _, _, headers, body = seen[1]
+    assert headers["idempotency-key"] == "order-8812" and headers["intent-id"] == "conversation-7"
+    assert body == b'{"arguments":{"order_id":"8812"}}'
+    assert "authorization" not in seen[0][2]
+    assert seen[3][3] == b'{"lease":"igl_test_token"}'
