@@ -16,6 +16,8 @@ import time
 from decimal import Decimal
 from typing import Any
 
+import pytest
+
 import intentgate
 from processes import Gateway, Mock, refund_tool, run_calls
 
@@ -30,19 +32,24 @@ AMOUNT = "5.00"
 #: at most one per 5 s, so a few rounds).
 RECOVERY_SECONDS = 45
 
-#: The faults of the storm, in parts per thousand: every ambiguous shape commits, so a
-#: stored 500 is replayed as a 500 and only the lookup can settle its intent; the first
-#: request of every key is a timeout that did not commit, so every intent goes through the
-#: lookup (not found) and a same-key re-send.
-STORM_FAULTS = {
+#: The faults of the storms, in parts per thousand. Every ambiguous shape commits, so a
+#: stored 500 is replayed as a 500 and only the lookup can settle its intent.
+FAULTS = {
     "timeout": 150,
     "dropped": 100,
     "server_error": 150,
     "rate_limited": 150,
     "commit_when_ambiguous": 1000,
-    "first_timeouts_per_key": 1,
     "lookup_failure": 100,
     "seed": 7,
+}
+#: Two storms: faults from every intent's first request (a 429 then is `not_executed`, and
+#: the intent is executed again later), and a provider down for every intent's first
+#: request (a timeout that did not commit), so every intent goes through the lookup (not
+#: found) and a same-key re-send.
+STORMS = {
+    "faults": FAULTS,
+    "first-requests-lost": {**FAULTS, "first_timeouts_per_key": 1},
 }
 
 
@@ -51,15 +58,16 @@ def provider_key(order_id: str) -> str:
     return f"refund_order:refund:{order_id}:{AMOUNT}"
 
 
-def test_the_storm_makes_one_effect_per_intent_and_tells_every_caller_the_same(mock: Mock, gateway: Gateway) -> None:
-    orders = [f"storm-{n}" for n in range(1, INTENTS + 1)]
+@pytest.mark.parametrize("storm", list(STORMS))
+def test_the_storm_makes_one_effect_per_intent_and_tells_every_caller_the_same(mock: Mock, gateway: Gateway, storm: str) -> None:
+    orders = [f"{storm}-{n}" for n in range(1, INTENTS + 1)]
     half = CALLS_PER_INTENT // 2
     # Interleaved, so calls of one intent arrive together from every caller.
     thread_calls = [(order, AMOUNT) for _ in range(half) for order in orders]
     process_calls = [(order, AMOUNT) for _ in range(CALLS_PER_INTENT - half) for order in orders]
     shares = [process_calls[n::WORKER_PROCESSES] for n in range(WORKER_PROCESSES)]
 
-    mock.faults(**STORM_FAULTS)
+    mock.faults(**STORMS[storm])
     started = time.monotonic()
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(WORKER_PROCESSES, mp_context=context) as workers:
@@ -83,7 +91,7 @@ def test_the_storm_makes_one_effect_per_intent_and_tells_every_caller_the_same(m
     recovery_statuses = collections.Counter(outcome["status"] for outcome in recovery.values())
     final_statuses = collections.Counter(outcome["status"] for _, outcome in final)
     print(
-        f"\nstorm: {INTENTS} intents, {len(records)} calls ({len(thread_calls)} from threads, {len(process_calls)} "
+        f"\nstorm {storm}: {INTENTS} intents, {len(records)} calls ({len(thread_calls)} from threads, {len(process_calls)} "
         f"from {WORKER_PROCESSES} processes) in {storm_seconds:.1f} s; provider: {mock.stats()}\n"
         f"storm answers: {dict(storm_statuses)}\n"
         f"after the faults stopped: {dict(recovery_statuses)}; final answers: {dict(final_statuses)}\n"
