@@ -443,3 +443,14 @@ def test_the_thin_methods_send_what_the_routes_take() -> None:
     assert body == b'{"arguments":{"order_id":"8812"}}'
     assert "authorization" not in seen[0][2]
     assert seen[3][3] == b'{"lease":"igl_test_token"}'
+
+
+def test_a_result_refused_as_too_large_is_settled_done_without_it(client: intentgate.Client, gateway: FakeGateway) -> None:
+    provider = Provider({"id": "re_000001", "receipt": "x" * 70_000})
+    gateway.grants.append(execute())
+    gateway.settles.extend([problem(422, "too-large", "the result is over 65536 bytes"), answer("done")])
+
+    assert decorated(client, provider)("o-1", "5.00")["status"] == "done"
+    first, second = gateway.sent("settle")
+    assert "result" in first
+    assert second == {"lease": LEASE_TOKEN, "outcome": "done", "external_id": "re_000001"}

@@ -30,6 +30,7 @@ from intentgate._side_effect import (
     is_pending_unknown,
     reason_of,
     renew_interval_seconds,
+    result_too_large,
 )
 
 __all__ = ["AsyncClient", "Client", "DEFAULT_TIMEOUT_SECONDS"]
@@ -280,13 +281,18 @@ class Client:
         return answer
 
     def _settle(self, effect: SideEffect, call: Call, grant: dict[str, Any], outcome: str, **fields: Any) -> dict[str, Any]:
-        """Settles, sending again when the gateway can't be reached; on `LeaseLost` asks for
-        a grant again and answers that."""
+        """Settles, sending again when the gateway can't be reached, and without the result
+        when the gateway refuses it as too large (the effect happened all the same); on
+        `LeaseLost` asks for a grant again and answers that."""
         for attempt in range(1, SETTLE_ATTEMPTS + 1):
             try:
                 return self.settle(grant["intent_id"], grant["lease"]["token"], outcome, **fields)
             except LeaseLost:
                 return self.grant(effect.tool, call.arguments)
+            except IntentGateError as error:
+                if not result_too_large(error, fields):
+                    raise
+                fields.pop("result")
             except httpx.TransportError:
                 if attempt == SETTLE_ATTEMPTS:
                     raise
@@ -498,6 +504,10 @@ class AsyncClient:
                 return await self.settle(grant["intent_id"], grant["lease"]["token"], outcome, **fields)
             except LeaseLost:
                 return await self.grant(effect.tool, call.arguments)
+            except IntentGateError as error:
+                if not result_too_large(error, fields):
+                    raise
+                fields.pop("result")
             except httpx.TransportError:
                 if attempt == SETTLE_ATTEMPTS:
                     raise

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from intentgate._errors import IntentGateError
 from intentgate._json import to_json_value
 
 #: The parameter through which a decorated body receives the provider key of its intent.
@@ -25,6 +26,9 @@ MAX_ROUNDS = 8
 #: lease is still held meanwhile; a settle that did arrive answers 409 to the repeat,
 #: and the decorator then asks for a grant to learn where the intent stands.
 SETTLE_ATTEMPTS = 3
+
+#: The problem the gateway answers (422) for a settled result over its limit (64 KiB).
+RESULT_TOO_LARGE = "too-large"
 
 #: The part of a lease's `duration_ms` after which the lease is renewed while the body
 #: runs: a third, so two renewals in a row can fail before the lease runs out.
@@ -202,3 +206,9 @@ def is_pending_unknown(answer: Mapping[str, Any]) -> bool:
     """True for an `answer` whose outcome is `pending_unknown`."""
     outcome = answer.get("outcome")
     return answer.get("action") == "answer" and isinstance(outcome, Mapping) and outcome.get("status") == "pending_unknown"
+
+
+def result_too_large(error: IntentGateError, fields: Mapping[str, Any]) -> bool:
+    """True when a settle carrying a result was refused because the result is over the
+    gateway's limit: settle again without it."""
+    return error.status == 422 and error.kind == RESULT_TOO_LARGE and "result" in fields
