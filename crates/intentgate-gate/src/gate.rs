@@ -708,6 +708,7 @@ impl Gate {
             resolved_by,
             looked_up: false,
             detail,
+            lease_required: false,
         }
     }
 

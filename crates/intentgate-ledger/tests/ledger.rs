@@ -31,8 +31,8 @@ use intentgate_ledger::{
     IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, MISMATCH_DETAIL_LENGTH_MAX,
     MISMATCH_EXTERNAL_IDS_MAX, MISMATCH_SUBJECT_LENGTH_MAX, Order, PROCESSES_ENDED_KEPT_MAX,
     ProcessEnd, ProcessRecord, ProcessRegistration, RECONCILIATION_MISMATCHES_STORED_MAX,
-    ReconciliationRun, Resolve, SUMMARY_MISMATCHES_NOT_STORED, StatusCount, StoredMismatch,
-    ToolFlag,
+    ReconciliationRun, Renew, Renewed, Resolve, SUMMARY_MISMATCHES_NOT_STORED, StatusCount,
+    StoredMismatch, ToolFlag,
 };
 use serde_json::{Value, json};
 
@@ -103,6 +103,7 @@ fn finish(intent: &IntentRecord, lease_owner: &str, status: IntentStatus, now_ms
         resolved_by: "upstream",
         looked_up: false,
         detail: format!("{lease_owner} learned {status}"),
+        lease_required: false,
     }
 }
 
@@ -2610,6 +2611,125 @@ async fn erase_one_intent_and_purge(ledger: &dyn Ledger) {
 /// ledger of the store (in each of its modes), `$shared` one that takes an `Arc<dyn Ledger>`
 /// and calls it from several tasks. A store joins the suite with one line,
 /// `behaviours!(on_fresh_ledger, on_shared_ledger);`, and a new behaviour is one name here.
+/// A renewal by `lease_owner` of its lease on `intent` until `lease_expires_ms`, at `now_ms`.
+fn renewal(intent: &IntentRecord, lease_owner: &str, lease_expires_ms: i64, now_ms: i64) -> Renew {
+    Renew {
+        id: intent.id,
+        lease_owner: lease_owner.into(),
+        attempt: intent.attempt,
+        lease_expires_ms,
+        now_ms,
+    }
+}
+
+/// A renewal moves a live lease's expiry later (so its holder keeps it past the first
+/// expiry and still settles), and never earlier.
+async fn renew_extends_a_live_lease_and_never_shortens_it(ledger: &dyn Ledger) {
+    let intent = started(ledger, "renewed", "owner-a", T0).await;
+    let first_expiry = intent.lease_expires_ms.unwrap();
+    let later = first_expiry + LEASE_MS;
+    let renewed = ledger
+        .renew(renewal(&intent, "owner-a", later, T0 + 10))
+        .await
+        .unwrap();
+    let renewed = expect!(Renewed::Renewed, renewed);
+    assert_eq!(renewed.lease_expires_ms, Some(later));
+    assert_eq!(read(ledger, &intent).await.lease_expires_ms, Some(later));
+    // An earlier expiry leaves the lease as it is.
+    let kept = ledger
+        .renew(renewal(&intent, "owner-a", T0 + 20, T0 + 20))
+        .await
+        .unwrap();
+    assert_eq!(
+        expect!(Renewed::Renewed, kept).lease_expires_ms,
+        Some(later)
+    );
+    // Past the first expiry another caller finds it busy, and the holder still settles it.
+    let other = ledger
+        .begin(request("renewed", "owner-b", first_expiry + 1))
+        .await
+        .unwrap();
+    expect!(Begin::Busy, other);
+    let settle = Finish {
+        lease_required: true,
+        ..finish(&intent, "owner-a", IntentStatus::Done, first_expiry + 2)
+    };
+    let done = expect!(Finished::Recorded, ledger.finish(settle).await.unwrap());
+    assert_eq!(done.status, IntentStatus::Done);
+    assert_eq!(done.lease_owner, None);
+}
+
+/// A renewal by anyone but the live holder of that attempt's lease is `Lost` and writes
+/// nothing: another owner, an expired lease, a settled intent.
+async fn renew_without_the_live_lease_is_lost_and_changes_nothing(ledger: &dyn Ledger) {
+    let intent = started(ledger, "lost", "owner-a", T0).await;
+    let events = ledger.events(intent.id).await.unwrap().len();
+    let expiry = intent.lease_expires_ms.unwrap();
+    for (owner, now_ms) in [
+        ("owner-b", T0 + 1),
+        ("owner-a", expiry),
+        ("owner-a", expiry + 1),
+    ] {
+        let lost = ledger
+            .renew(renewal(&intent, owner, now_ms + LEASE_MS, now_ms))
+            .await
+            .unwrap();
+        assert_eq!(expect!(Renewed::Lost, lost), intent, "{owner} at {now_ms}");
+    }
+    // Another attempt's number is another lease.
+    let old_attempt = Renew {
+        attempt: intent.attempt + 1,
+        ..renewal(&intent, "owner-a", T0 + 2 * LEASE_MS, T0 + 1)
+    };
+    expect!(Renewed::Lost, ledger.renew(old_attempt).await.unwrap());
+    assert_eq!(read(ledger, &intent).await, intent);
+    assert_eq!(ledger.events(intent.id).await.unwrap().len(), events);
+
+    let settled = settled(ledger, "lost-settled", IntentStatus::Done, T0).await;
+    let lost = ledger
+        .renew(renewal(&settled, "owner-settle", T0 + LEASE_MS, T0 + 1))
+        .await
+        .unwrap();
+    assert_eq!(expect!(Renewed::Lost, lost), settled);
+    assert_eq!(read(ledger, &settled).await, settled);
+}
+
+/// A finish that requires the lease (the intent API's settle) records nothing once the lease
+/// has expired, even where the call path's finish would still record: the intent may be
+/// another caller's to look up by then.
+async fn a_finish_that_requires_the_lease_is_superseded_once_it_expired(ledger: &dyn Ledger) {
+    let intent = started(ledger, "expired-settle", "owner-a", T0).await;
+    let expiry = intent.lease_expires_ms.unwrap();
+    let events = ledger.events(intent.id).await.unwrap().len();
+    let late = Finish {
+        lease_required: true,
+        ..finish(&intent, "owner-a", IntentStatus::Done, expiry)
+    };
+    let superseded = expect!(Finished::Superseded, ledger.finish(late).await.unwrap());
+    assert_eq!(superseded, intent);
+    // Another owner's, too, while the lease lives.
+    let stranger = Finish {
+        lease_required: true,
+        ..finish(&intent, "owner-b", IntentStatus::Done, T0 + 1)
+    };
+    expect!(Finished::Superseded, ledger.finish(stranger).await.unwrap());
+    assert_eq!(read(ledger, &intent).await, intent);
+    assert_eq!(ledger.events(intent.id).await.unwrap().len(), events);
+    // Once the next caller turned it unknown, the late settle still records nothing.
+    let lookup = ledger
+        .begin(request("expired-settle", "owner-b", expiry + 1))
+        .await
+        .unwrap();
+    let lookup = expect!(Begin::Lookup, lookup);
+    let late = Finish {
+        lease_required: true,
+        ..finish(&intent, "owner-a", IntentStatus::Done, expiry + 2)
+    };
+    let superseded = expect!(Finished::Superseded, ledger.finish(late).await.unwrap());
+    assert_eq!(superseded, lookup);
+    assert_eq!(read(ledger, &intent).await.status, IntentStatus::Unknown);
+}
+
 macro_rules! behaviours {
     ($fresh:ident, $shared:ident) => {
         behaviours!(@each $fresh, #[tokio::test],
@@ -2622,6 +2742,9 @@ macro_rules! behaviours {
             a_second_caller_is_busy_while_the_lease_lives,
             the_lease_holder_settles_the_intent_and_later_calls_get_it,
             a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing,
+            renew_extends_a_live_lease_and_never_shortens_it,
+            renew_without_the_live_lease_is_lost_and_changes_nothing,
+            a_finish_that_requires_the_lease_is_superseded_once_it_expired,
             the_same_key_with_other_arguments_is_a_conflict,
             the_same_key_under_another_tenant_or_tool_is_another_intent,
             an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up,

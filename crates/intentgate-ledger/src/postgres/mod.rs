@@ -45,7 +45,8 @@ use crate::waiters::Waiters;
 use crate::{
     Begin, BeginRequest, Durability, Erase, Erasure, Event, Finish, Finished, IntentFilter,
     IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
-    ProcessRegistration, ReconciliationRun, Resolve, StatusCount, StoredMismatch, ToolFlag,
+    ProcessRegistration, ReconciliationRun, Renew, Renewed, Resolve, StatusCount, StoredMismatch,
+    ToolFlag,
 };
 
 /// The schema a ledger uses unless told otherwise.
@@ -537,6 +538,13 @@ impl Ledger for PostgresLedger {
     async fn finish(&self, finish: Finish) -> Result<Finished> {
         self.run(write(false, Some(finish.id)), &finish, |session, finish| {
             Box::pin(ops::finish(session, finish))
+        })
+        .await
+    }
+
+    async fn renew(&self, renew: Renew) -> Result<Renewed> {
+        self.run(write(false, None), &renew, |session, renew| {
+            Box::pin(ops::renew(session, renew))
         })
         .await
     }

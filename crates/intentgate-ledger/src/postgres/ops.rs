@@ -23,7 +23,8 @@ use crate::record::{
 };
 use crate::{
     Begin, BeginRequest, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish, Finished, IntentFilter,
-    LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Resolve,
+    LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Renew,
+    Renewed, Resolve,
 };
 
 /// The columns of an intent, in the order [`read_intent`] reads them.
@@ -566,6 +567,11 @@ pub async fn finish(session: &mut Session, finish: &Finish) -> Result<Plan<Finis
     plan::check_finish(finish)?;
     let intent = lock_by_id(session, finish.id).await?;
     Ok(plan::finish(intent, finish)?)
+}
+
+pub async fn renew(session: &mut Session, renew: &Renew) -> Result<Plan<Renewed>, Failure> {
+    let intent = lock_by_id(session, renew.id).await?;
+    Ok(plan::renew(intent, renew)?)
 }
 
 pub async fn record_call(

@@ -39,7 +39,8 @@ use crate::waiters::Waiters;
 use crate::{
     Begin, BeginRequest, Durability, Erase, Erased, Erasure, Event, Finish, Finished, IntentFilter,
     IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
-    ProcessRegistration, ReconciliationRun, Resolve, StatusCount, StoredMismatch, ToolFlag,
+    ProcessRegistration, ReconciliationRun, Renew, Renewed, Resolve, StatusCount, StoredMismatch,
+    ToolFlag,
 };
 
 /// Most writes committed together. Bounds one transaction's size and the time the first
@@ -405,6 +406,13 @@ impl Ledger for SqliteLedger {
         let id = finish.id;
         self.write(false, Some(id), move |connection| {
             ops::finish(connection, &finish)
+        })
+        .await
+    }
+
+    async fn renew(&self, renew: Renew) -> Result<Renewed> {
+        self.write(false, None, move |connection| {
+            ops::renew(connection, &renew)
         })
         .await
     }

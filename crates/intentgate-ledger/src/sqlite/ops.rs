@@ -14,7 +14,8 @@ use crate::record::{
 };
 use crate::{
     Begin, BeginRequest, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish, Finished, IntentFilter,
-    LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Resolve,
+    LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Renew,
+    Renewed, Resolve,
 };
 
 const INTENT_COLUMNS: &str = "id, tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
@@ -266,6 +267,11 @@ pub fn finish(connection: &Connection, finish: &Finish) -> Result<Finished, Ledg
     plan::check_finish(finish)?;
     let intent = must_get(connection, finish.id)?;
     apply(connection, plan::finish(intent, finish)?)
+}
+
+pub fn renew(connection: &Connection, renew: &Renew) -> Result<Renewed, LedgerError> {
+    let intent = must_get(connection, renew.id)?;
+    apply(connection, plan::renew(intent, renew)?)
 }
 
 pub fn record_call(connection: &Connection, id: IntentId, now_ms: i64) -> Result<(), LedgerError> {
