@@ -21,6 +21,7 @@
 //! **API boundary:** the gate owns no transport. The HTTP and MCP servers, the CLI and Rust
 //! agents all call [`Gate::call`] and turn its [`CallOutcome`] into their own wire format.
 
+mod client;
 mod clock;
 mod gate;
 mod metrics;
@@ -31,6 +32,7 @@ pub mod schema;
 mod sweeper;
 mod upstream;
 
+pub use client::{Grant, GrantedLease, LEASE_TOKEN_PREFIX, LeaseToken, SettleError, Settlement};
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use gate::{
     BACKOFF_BASE, CallContext, FLAG_REFRESH, FLAG_REFRESH_FOR_TESTS, Gate, GateError, GateOptions,
