@@ -154,8 +154,21 @@ impl Gate {
         let now_ms = self.clock.now_ms();
         let mut report = SweepReport::default();
         let mut stale = Vec::new();
+        // Nothing steps an unknown intent of a client-executed tool but its caller's next
+        // grant: listing them would only fill the page. Expired in-flight ones are listed,
+        // to be turned unknown.
+        let client_tools: Vec<String> = self
+            .tools
+            .values()
+            .filter(|tool| tool.definition.executor == Executor::Client)
+            .map(|tool| tool.definition.name.clone())
+            .collect();
         for status in [IntentStatus::InFlight, IntentStatus::Unknown] {
-            let page = self.ledger.stale(status, now_ms, limit).await?;
+            let skip_tools: &[String] = match status {
+                IntentStatus::Unknown => &client_tools,
+                _ => &[],
+            };
+            let page = self.ledger.stale(status, now_ms, limit, skip_tools).await?;
             report.truncated |= page.len() as u64 >= u64::from(limit);
             stale.extend(page);
         }

@@ -441,12 +441,15 @@ ledger_trait! {
 
         /// Intents in a status whose lease is free or expired at `now_ms`, or held by a
         /// registered process that is gone (ended, or silent for longer than it registered),
-        /// for the sweeper and for recovery, oldest first, at most `limit`.
+        /// for the sweeper and for recovery, oldest first, at most `limit`, leaving out the
+        /// intents of `skip_tools` (tools the sweeper can't step, such as client-executed
+        /// ones, whose intents would otherwise hold the others back for good).
         async fn stale(
             &self,
             status: IntentStatus,
             now_ms: i64,
             limit: u32,
+            skip_tools: &[String],
         ) -> Result<Vec<IntentRecord>>;
 
         /// Every intent, in id order, `limit` at a time after `after_id` (for checks and reports).

@@ -955,23 +955,55 @@ async fn stale_lists_in_flight_intents_whose_lease_has_expired(ledger: &dyn Ledg
     let now_ms = T0 + LEASE_MS + 1;
     assert!(!expired_later.lease_live(now_ms) && live.lease_live(now_ms));
     let stale = ledger
-        .stale(IntentStatus::InFlight, now_ms, 10)
+        .stale(IntentStatus::InFlight, now_ms, 10, &[])
         .await
         .unwrap();
     let ids: Vec<_> = stale.iter().map(|intent| intent.id).collect();
     assert_eq!(ids, [expired.id, expired_later.id], "oldest first");
 
     let first = ledger
-        .stale(IntentStatus::InFlight, now_ms, 1)
+        .stale(IntentStatus::InFlight, now_ms, 1, &[])
         .await
         .unwrap();
     assert_eq!(first, std::slice::from_ref(&expired));
 
     let before_any_expiry = ledger
-        .stale(IntentStatus::InFlight, T0 + LEASE_MS - 1, 10)
+        .stale(IntentStatus::InFlight, T0 + LEASE_MS - 1, 10, &[])
         .await
         .unwrap();
     assert_eq!(before_any_expiry, []);
+}
+
+/// The intents of skipped tools are left out of the listing and take no place in its limit,
+/// so tools the sweeper can't step never hold the others back.
+async fn stale_leaves_out_the_tools_it_is_told_to_skip(ledger: &dyn Ledger) {
+    let skipped = started(ledger, "skipped", "owner-a", T0).await;
+    let other_tool = BeginRequest {
+        tool: OTHER_TOOL.into(),
+        ..request("kept", "owner-b", T0 + 1)
+    };
+    let kept = expect!(Begin::Execute, ledger.begin(other_tool).await.unwrap());
+    let now_ms = T0 + LEASE_MS + 2;
+    let all = ledger
+        .stale(IntentStatus::InFlight, now_ms, 10, &[])
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 2);
+    for skip in [
+        vec![TOOL.to_owned()],
+        vec![TOOL.to_owned(), "third".to_owned()],
+    ] {
+        let listed = ledger
+            .stale(IntentStatus::InFlight, now_ms, 1, &skip)
+            .await
+            .unwrap();
+        assert_eq!(listed, std::slice::from_ref(&kept), "skipping {skip:?}");
+    }
+    let only_skipped = ledger
+        .stale(IntentStatus::InFlight, now_ms, 10, &[OTHER_TOOL.to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(only_skipped, std::slice::from_ref(&skipped));
 }
 
 /// How long a registered test process may go without a heartbeat before it counts as gone.
@@ -1035,7 +1067,7 @@ async fn a_registered_owner_that_ended_loses_its_live_leases_at_once(ledger: &dy
         // it as if the lease had expired: unknown, and looked up, never executed again.
         let now_ms = T0 + 300;
         let stale = ledger
-            .stale(IntentStatus::InFlight, now_ms, 10)
+            .stale(IntentStatus::InFlight, now_ms, 10, &[])
             .await
             .unwrap();
         assert_eq!(stale, [read(ledger, &intent).await], "{instance}");
@@ -1080,7 +1112,7 @@ async fn a_lookup_lease_of_an_ended_owner_is_released_by_the_next_begin(ledger: 
     assert!(lookup.lease_live(due_ms + 1));
     assert_eq!(
         ledger
-            .stale(IntentStatus::Unknown, due_ms + 1, 10)
+            .stale(IntentStatus::Unknown, due_ms + 1, 10, &[])
             .await
             .unwrap(),
         []
@@ -1094,7 +1126,7 @@ async fn a_lookup_lease_of_an_ended_owner_is_released_by_the_next_begin(ledger: 
     // The sweeper sees the intent at once; the next lookup is still due only one interval
     // after the last, as after an expired lookup lease.
     let stale = ledger
-        .stale(IntentStatus::Unknown, due_ms + 2, 10)
+        .stale(IntentStatus::Unknown, due_ms + 2, 10, &[])
         .await
         .unwrap();
     assert_eq!(stale.iter().map(|i| i.id).collect::<Vec<_>>(), [intent.id]);
@@ -1148,7 +1180,7 @@ async fn a_silent_owner_loses_its_live_lease_once_its_silence_is_over(ledger: &d
     let at_threshold_ms = last_heartbeat_ms + SILENT_AFTER_MS;
     assert_eq!(
         ledger
-            .stale(IntentStatus::InFlight, at_threshold_ms, 10)
+            .stale(IntentStatus::InFlight, at_threshold_ms, 10, &[])
             .await
             .unwrap(),
         []
@@ -1165,7 +1197,7 @@ async fn a_silent_owner_loses_its_live_lease_once_its_silence_is_over(ledger: &d
     assert!(intent.lease_live(silent_ms));
     assert_eq!(
         ledger
-            .stale(IntentStatus::InFlight, silent_ms, 10)
+            .stale(IntentStatus::InFlight, silent_ms, 10, &[])
             .await
             .unwrap()
             .len(),
@@ -1213,7 +1245,7 @@ async fn a_heartbeating_owner_keeps_its_lease_however_long_its_call(ledger: &dyn
         assert_eq!(busy.lease_owner.as_deref(), Some("gw-a/1"));
         assert_eq!(
             ledger
-                .stale(IntentStatus::InFlight, probe_ms, 10)
+                .stale(IntentStatus::InFlight, probe_ms, 10, &[])
                 .await
                 .unwrap(),
             []
@@ -1249,7 +1281,7 @@ async fn an_unregistered_owner_loses_its_lease_only_on_expiry(ledger: &dyn Ledge
         let last_live_ms = T0 + LEASE_MS - 1;
         assert_eq!(
             ledger
-                .stale(IntentStatus::InFlight, last_live_ms, 10)
+                .stale(IntentStatus::InFlight, last_live_ms, 10, &[])
                 .await
                 .unwrap(),
             [],
@@ -2758,6 +2790,7 @@ macro_rules! behaviours {
             a_tool_flag_is_stored_once_per_tool_and_updated_in_place,
             purge_deletes_old_settled_intents_and_keeps_unresolved_ones,
             stale_lists_in_flight_intents_whose_lease_has_expired,
+            stale_leaves_out_the_tools_it_is_told_to_skip,
             intents_are_filtered_by_every_field_alone_and_together,
             intents_page_in_both_orders_without_duplicates_or_gaps,
             status_counts_count_each_tool_in_each_status,

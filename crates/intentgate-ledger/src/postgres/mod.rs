@@ -578,15 +578,20 @@ impl Ledger for PostgresLedger {
         status: IntentStatus,
         now_ms: i64,
         limit: u32,
+        skip_tools: &[String],
     ) -> Result<Vec<IntentRecord>> {
-        let input = (status, now_ms, limit);
-        self.run(Mode::Read, &input, |session, &(status, now_ms, limit)| {
-            Box::pin(async move {
-                Ok(Plan::outcome(
-                    ops::stale(session, status, now_ms, limit).await?,
-                ))
-            })
-        })
+        let input = (status, now_ms, limit, skip_tools);
+        self.run(
+            Mode::Read,
+            &input,
+            |session, &(status, now_ms, limit, skip_tools)| {
+                Box::pin(async move {
+                    Ok(Plan::outcome(
+                        ops::stale(session, status, now_ms, limit, skip_tools).await?,
+                    ))
+                })
+            },
+        )
         .await
     }
 

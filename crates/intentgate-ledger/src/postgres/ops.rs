@@ -63,7 +63,7 @@ const STALE: &str = concat!(
      CASE WHEN strpos(intents.lease_owner, '/') > 1 \
      THEN substr(intents.lease_owner, 1, strpos(intents.lease_owner, '/') - 1) END \
      AND (processes.ended IS NOT NULL OR $2 - processes.heartbeat_ms > processes.silent_after_ms))) \
-     ORDER BY updated_ms, id LIMIT $3"
+     AND NOT (tool = ANY($4)) ORDER BY updated_ms, id LIMIT $3"
 );
 /// The columns of a process, in the order [`read_process`] reads them.
 macro_rules! process_columns {
@@ -248,9 +248,13 @@ pub async fn stale(
     status: IntentStatus,
     now_ms: i64,
     limit: u32,
+    skip_tools: &[String],
 ) -> Result<Vec<IntentRecord>, Failure> {
     let rows = session
-        .query(STALE, &[&status.as_str(), &now_ms, &i64::from(limit)])
+        .query(
+            STALE,
+            &[&status.as_str(), &now_ms, &i64::from(limit), &skip_tools],
+        )
         .await?;
     read_intents(&rows)
 }

@@ -437,8 +437,9 @@ impl Ledger for SqliteLedger {
         status: IntentStatus,
         now_ms: i64,
         limit: u32,
+        skip_tools: &[String],
     ) -> Result<Vec<IntentRecord>> {
-        self.read(|connection| ops::stale(connection, status, now_ms, limit))
+        self.read(|connection| ops::stale(connection, status, now_ms, limit, skip_tools))
     }
 
     async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>> {

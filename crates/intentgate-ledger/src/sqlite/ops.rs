@@ -99,14 +99,28 @@ pub fn stale(
     status: IntentStatus,
     now_ms: i64,
     limit: u32,
+    skip_tools: &[String],
 ) -> Result<Vec<IntentRecord>, LedgerError> {
+    // One placeholder per skipped tool, after the three fixed ones.
+    let skipped = if skip_tools.is_empty() {
+        String::new()
+    } else {
+        let placeholders: Vec<String> = (0..skip_tools.len())
+            .map(|index| format!("?{}", index + 4))
+            .collect();
+        format!("AND tool NOT IN ({}) ", placeholders.join(", "))
+    };
     let sql = format!(
         "SELECT {INTENT_COLUMNS} FROM intents WHERE status = ?1 \
          AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?2 OR {OWNER_GONE}) \
-         ORDER BY updated_ms, id LIMIT ?3"
+         {skipped}ORDER BY updated_ms, id LIMIT ?3"
     );
     let mut statement = connection.prepare_cached(&sql)?;
-    let rows = statement.query_map(params![status.as_str(), now_ms, limit], read_intent)?;
+    let fixed: [&dyn rusqlite::ToSql; 3] = [&status.as_str(), &now_ms, &limit];
+    let parameters = fixed
+        .into_iter()
+        .chain(skip_tools.iter().map(|tool| tool as &dyn rusqlite::ToSql));
+    let rows = statement.query_map(params_from_iter(parameters), read_intent)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
