@@ -630,3 +630,18 @@ async fn the_same_key_in_two_tenants_is_two_intents() {
             .unwrap_err();
     assert!(matches!(wrong_tenant, SettleError::NotFound(_)));
 }
+
+#[tokio::test]
+async fn a_grant_and_its_settle_count_once_in_the_calls_by_outcome() {
+    let c = Client::new(None);
+    let lease = execute(c.grant().await);
+    answer(c.settle(&lease, done()).await.unwrap());
+    answer(c.grant().await);
+    let text = c.h.gate.metrics().encode();
+    let count = |status: &str| {
+        let series = format!(r#"intentgate_calls_total{{tool="refund_order",status="{status}"}}"#);
+        intentgate_test_support::metrics::sample::<u64>(&text, &series)
+    };
+    assert_eq!(count("done"), Some(1), "{text}");
+    assert_eq!(count("already_done"), Some(1), "{text}");
+}

@@ -495,3 +495,31 @@ async fn a_broken_ledger_is_503_for_grants_and_settles() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn the_idempotency_key_header_is_read_as_for_calls() {
+    let server = start_server().await;
+    let path = "/v1/tools/refund_order/intents";
+    let grant_keyed = |order: &str, key: &str| {
+        server
+            .client
+            .post(format!("{}{path}", server.base))
+            .bearer_auth(ACME)
+            .header("idempotency-key", key)
+            .json(&json!({"arguments": {"order_id": order, "amount": 49}}))
+            .send()
+    };
+    let first = ok(answer(grant_keyed("8", "\"order-8\"").await.unwrap()).await);
+    assert_eq!(first["action"], "execute", "{first}");
+    assert_eq!(first["intent_key"], "order-8");
+    let settle = json!({"lease": token(&first), "outcome": "done"});
+    ok(post(&server, &settle_path(&first), ACME, settle).await);
+    let repeat = ok(answer(grant_keyed("8", "\"order-8\"").await.unwrap()).await);
+    assert_eq!(repeat["outcome"]["status"], "already_done");
+    // Another payload under the key is the draft's 422, as for a call.
+    let reused = answer(grant_keyed("9", "\"order-8\"").await.unwrap()).await;
+    assert_problem(&reused, 422, "idempotency-key-reused", &["order_id"]);
+    let malformed = answer(grant_keyed("9", "\"order-8").await.unwrap()).await;
+    assert_eq!(malformed.0, 400, "{}", malformed.2);
+    server.stop().await;
+}
