@@ -18,6 +18,11 @@
 //! and, where the tool's upstream replays responses per key and its window has not passed,
 //! re-send it with its own provider key, with exponential backoff ([`Resolution`]).
 //!
+//! A tool whose effect the caller's own code performs (`executor: client`) is not called
+//! but granted (the `client` module): [`Gate::grant`] runs the same phases up to the lease and
+//! hands it to the caller with the provider key ([`Grant`]), and [`Gate::settle`] records what
+//! the caller's code learned, only while its lease ([`LeaseToken`]) is live.
+//!
 //! **API boundary:** the gate owns no transport. The HTTP and MCP servers, the CLI and Rust
 //! agents all call [`Gate::call`] and turn its [`CallOutcome`] into their own wire format.
 
