@@ -125,6 +125,7 @@ async fn settle(ledger: &dyn Ledger, order: &str, amount: f64, status: IntentSta
             resolved_by: "upstream",
             looked_up: false,
             detail: "test".to_owned(),
+            lease_required: false,
         })
         .await
         .unwrap();
@@ -378,6 +379,7 @@ async fn an_email_resolved_by_reconciliation_keeps_the_address_as_a_hash_and_nam
             resolved_by: "upstream",
             looked_up: false,
             detail: "test".to_owned(),
+            lease_required: false,
         })
         .await
         .unwrap();

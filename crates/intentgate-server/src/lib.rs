@@ -8,6 +8,9 @@
 //! | `GET /v1/tools` | the tools, with their published descriptions and input schemas |
 //! | `POST /v1/tools/{name}/call` | calls a tool through the [`Gate`]; body `{"arguments": {...}}` |
 //! | `GET /v1/intents/{tool}/{key}` | an intent of the caller's tenant, as the ledger holds it |
+//! | `POST /v1/tools/{name}/intents` | the intent API (`intent_api`): a grant of a client-executed tool |
+//! | `POST /v1/intents/{id}/settle`, `POST /v1/intents/{id}/renew` | settle or renew a granted lease |
+//! | `GET /v1/intents/{id}` | an intent of the caller's tenant by id |
 //! | `GET /.well-known/oauth-protected-resource` | OAuth protected-resource metadata (JWT auth) |
 //!
 //! [`run_with`] serves more routes beside these (MCP over Streamable HTTP at `/mcp`).
@@ -34,6 +37,7 @@ pub mod auth;
 mod connection;
 pub mod edge;
 mod idempotency_key;
+pub mod intent_api;
 mod problem;
 mod routes;
 

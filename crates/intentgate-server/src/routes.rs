@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::idempotency_key;
+use crate::intent_api;
 use crate::problem::Problem;
 
 /// The header that carries the application's intent id.
@@ -37,7 +38,14 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
         .route("/metrics", get(metrics))
         .route("/v1/tools", get(list_tools))
         .route("/v1/tools/{name}/call", post(call_tool))
-        .route("/v1/intents/{tool}/{*key}", get(get_intent))
+        .route("/v1/tools/{name}/intents", post(intent_api::grant))
+        // `{tool}` is an intent's id on the intent API's routes: matchit allows one
+        // parameter name per position, and the handlers tell the routes apart.
+        .route("/v1/intents/{tool}", get(intent_api::get_intent_by_id))
+        .route(
+            "/v1/intents/{tool}/{*key}",
+            get(get_intent).post(intent_api::act_on_intent),
+        )
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
@@ -107,6 +115,40 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     response
 }
 
+/// 503 for a request refused at the concurrency limit: nothing was executed.
+pub(crate) fn overloaded() -> Problem {
+    let mut problem = Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "overloaded",
+        "Too many calls at once",
+        "the gateway is at its concurrency limit; nothing was executed, try again shortly",
+    );
+    problem.retry_after_seconds = Some(OVERLOADED_RETRY_AFTER_SECONDS);
+    problem
+}
+
+/// 503 for a ledger that failed: `what` says what did not happen.
+pub(crate) fn ledger_unavailable(what: &str) -> Problem {
+    let mut problem = Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ledger-unavailable",
+        "The intent ledger is unavailable",
+        format!("{what}; try again shortly"),
+    );
+    problem.retry_after_seconds = Some(OVERLOADED_RETRY_AFTER_SECONDS);
+    problem
+}
+
+/// 404 for a tool name the gateway does not serve.
+pub(crate) fn unknown_tool(name: &str) -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "unknown-tool",
+        "Unknown tool",
+        format!("no tool named `{name}`; GET /v1/tools lists the tools"),
+    )
+}
+
 async fn not_found() -> Problem {
     Problem::new(
         StatusCode::NOT_FOUND,
@@ -132,7 +174,7 @@ fn principal(principal: Option<Extension<Principal>>) -> Result<Principal, Probl
 }
 
 /// The principal, if it has `scope`.
-fn principal_with(
+pub(crate) fn principal_with(
     principal_extension: Option<Extension<Principal>>,
     scope: Scope,
 ) -> Result<Principal, Problem> {
@@ -158,6 +200,7 @@ async fn list_tools(
                 "name": tool.name,
                 "description": tool.published_description(),
                 "effect": tool.effect,
+                "executor": tool.executor,
                 "input_schema": tool.input_schema,
             })
         })
@@ -165,7 +208,7 @@ async fn list_tools(
     Ok(Json(json!({ "tools": tools })))
 }
 
-fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, Problem> {
+pub(crate) fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, Problem> {
     match headers.get(name) {
         None => Ok(None),
         Some(value) => value
@@ -264,16 +307,11 @@ async fn call_tool_inner(
         intent_id: header_text(&headers, INTENT_ID_HEADER)?,
         explicit_key: explicit_key.clone(),
     };
-    let permit = state.calls.clone().try_acquire_owned().map_err(|_| {
-        let mut problem = Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
-            "Too many calls at once",
-            "the gateway is at its concurrency limit; nothing was executed, try again shortly",
-        );
-        problem.retry_after_seconds = Some(OVERLOADED_RETRY_AFTER_SECONDS);
-        problem
-    })?;
+    let permit = state
+        .calls
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| overloaded())?;
     // The call runs in its own task: a client that goes away does not cancel it.
     let gate = state.gate.clone();
     let task = tokio::spawn(async move {
@@ -308,6 +346,15 @@ async fn call_tool_inner(
             "bad-tenant",
             "Invalid tenant",
             format!("{error}; nothing was recorded or executed"),
+        )),
+        Err(GateError::ClientExecuted(name)) => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "client-executed",
+            "Tool executed by the caller",
+            format!(
+                "tool `{name}` is executed by the caller's own code: ask for a grant with \
+                 POST /v1/tools/{name}/intents (see the intent API), then settle what happened"
+            ),
         )),
         Err(GateError::Ledger(error)) => {
             tracing::error!(%error, "the ledger failed before the upstream call");
@@ -408,7 +455,7 @@ async fn get_intent_inner(
 
 /// An intent as the API shows it: no lease owners (internal), no arguments beyond what the
 /// caller sent.
-fn intent_view(intent: &IntentRecord) -> Value {
+pub(crate) fn intent_view(intent: &IntentRecord) -> Value {
     json!({
         "tenant": intent.tenant,
         "tool": intent.tool,
