@@ -158,6 +158,7 @@ async fn list_tools(
                 "name": tool.name,
                 "description": tool.published_description(),
                 "effect": tool.effect,
+                "executor": tool.executor.as_str(),
                 "input_schema": tool.input_schema,
             })
         })
