@@ -9,6 +9,7 @@
 //! | `POST /v1/tools/{name}/call` | calls a tool through the [`Gate`]; body `{"arguments": {...}}` |
 //! | `GET /v1/intents/{tool}/{key}` | an intent of the caller's tenant, as the ledger holds it |
 //! | `GET /.well-known/oauth-protected-resource` | OAuth protected-resource metadata (JWT auth) |
+//! | `GET /openapi.json` | the OpenAPI 3.1 document of these routes ([`openapi`]), without a credential |
 //!
 //! [`run_with`] serves more routes beside these (MCP over Streamable HTTP at `/mcp`).
 //! Every route, these and the extra ones, sits behind the edge (`edge.rs`): the browser
@@ -34,8 +35,10 @@ pub mod auth;
 mod connection;
 pub mod edge;
 mod idempotency_key;
+pub mod openapi;
 mod problem;
 mod routes;
+pub mod wire;
 
 use std::collections::BTreeSet;
 use std::future::Future;
