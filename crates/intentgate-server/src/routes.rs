@@ -230,6 +230,22 @@ fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, Proble
     }
 }
 
+/// The headers a call reads (as text, with `header_text` and `idempotency_key`), described
+/// for the OpenAPI document.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // Read from the `HeaderMap`; this type only describes them.
+pub(crate) struct CallHeaders {
+    /// The intent key for a side effect, instead of the one the tool's `key` template renders
+    /// (IETF draft semantics): another payload under the key is a 422. Required where the
+    /// tool says `idempotency_key: required`.
+    #[param(rename = "Idempotency-Key", required = false)]
+    idempotency_key: String,
+    /// The application's intent id, for keys that use `{intent_id}`.
+    #[param(rename = "Intent-Id", required = false)]
+    intent_id: String,
+}
+
 /// Calls a tool through the gate. Whatever the outcome (`done`, `pending_unknown`,
 /// `conflict`, ...) the answer is a 200 with the outcome object: the status tells the model
 /// what happened.
@@ -240,12 +256,7 @@ fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, Proble
     security(("bearer" = [])),
     params(
         ("name" = String, Path, description = "The tool's name, as `GET /v1/tools` lists it."),
-        ("Idempotency-Key" = Option<String>, Header,
-         description = "The intent key for a side effect, instead of the one the tool's `key` \
-                        template renders (IETF draft semantics): another payload under the key \
-                        is a 422. Required where the tool says `idempotency_key: required`."),
-        ("Intent-Id" = Option<String>, Header,
-         description = "The application's intent id, for keys that use `{intent_id}`."),
+        CallHeaders,
     ),
     request_body(content = CallRequest, content_type = "application/json"),
     responses(

@@ -56,7 +56,7 @@ pub struct ToolView {
     /// Who performs it: `gateway` (call it with `POST /v1/tools/{name}/call`) or `client`
     /// (the caller's own code, through `POST /v1/tools/{name}/intents`).
     #[schema(schema_with = executor_schema)]
-    pub executor: &'static str,
+    pub executor: Executor,
     /// The JSON Schema of the arguments.
     #[schema(value_type = Object)]
     pub input_schema: Value,
@@ -68,7 +68,7 @@ impl ToolView {
             name: tool.name.clone(),
             description: tool.published_description(),
             effect: tool.effect,
-            executor: tool.executor.as_str(),
+            executor: tool.executor,
             input_schema: tool.input_schema.clone(),
         }
     }

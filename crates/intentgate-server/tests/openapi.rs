@@ -167,6 +167,24 @@ async fn the_document_is_openapi_3_1_and_every_reference_resolves() {
         let public = ["/healthz", "/readyz", "/metrics", "/openapi.json"].contains(&path.as_str());
         assert_eq!(secured, !public, "{method} {path}");
     }
+    // The call's headers, optional strings.
+    let parameters = document["paths"]["/v1/tools/{name}/call"]["post"]["parameters"]
+        .as_array()
+        .unwrap();
+    for header in ["Idempotency-Key", "Intent-Id"] {
+        let parameter = parameters
+            .iter()
+            .find(|parameter| parameter["name"] == header)
+            .unwrap_or_else(|| panic!("{header} is documented"));
+        assert_eq!(
+            (
+                &parameter["in"],
+                &parameter["required"],
+                &parameter["schema"]
+            ),
+            (&json!("header"), &json!(false), &json!({"type": "string"}))
+        );
+    }
     // Served without a credential, through the edge: a foreign origin is still refused.
     let response = server
         .client
