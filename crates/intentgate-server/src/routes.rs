@@ -10,7 +10,6 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-
 use intentgate_core::{CallStatus, Effect, Principal, Scope, Tenant};
 use intentgate_gate::{CallContext, GateError};
 use serde::Deserialize;
@@ -139,7 +138,7 @@ pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 #[utoipa::path(
     get,
     path = "/openapi.json",
-    tag = "health",
+    tag = "api",
     responses((status = 200, description = "The OpenAPI 3.1 document of this API.",
                body = Object, content_type = "application/json")),
 )]

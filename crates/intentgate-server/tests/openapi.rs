@@ -163,7 +163,18 @@ async fn the_document_is_openapi_3_1_and_every_reference_resolves() {
         "bearer"
     );
     for (method, path) in operations(&document) {
-        let secured = document["paths"][&path][&method].get("security").is_some();
+        let security = document["paths"][&path][&method].get("security");
+        for requirement in security.and_then(Value::as_array).into_iter().flatten() {
+            for scheme in requirement.as_object().unwrap().keys() {
+                assert!(
+                    document["components"]["securitySchemes"]
+                        .get(scheme)
+                        .is_some(),
+                    "{method} {path} names scheme {scheme}"
+                );
+            }
+        }
+        let secured = security.is_some();
         let public = ["/healthz", "/readyz", "/metrics", "/openapi.json"].contains(&path.as_str());
         assert_eq!(secured, !public, "{method} {path}");
     }
