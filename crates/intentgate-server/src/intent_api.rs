@@ -38,8 +38,7 @@ use crate::AppState;
 use crate::idempotency_key;
 use crate::problem::Problem;
 use crate::routes::{
-    INTENT_ID_HEADER, header_text, intent_view, ledger_unavailable, overloaded, principal_with,
-    unknown_tool,
+    INTENT_ID_HEADER, header_text, ledger_unavailable, overloaded, principal_with, unknown_tool,
 };
 
 /// The body of `POST /v1/tools/{name}/intents`.
@@ -394,7 +393,7 @@ async fn get_intent_by_id_inner(
     let id = intent_id(&id)?;
     match state.gate.ledger().get_by_id(id).await {
         Ok(Some(intent)) if intent.tenant == caller.tenant.as_str() => {
-            Ok(Json(intent_view(&intent)).into_response())
+            Ok(Json(crate::wire::IntentView::from(&intent)).into_response())
         }
         Ok(_) => Err(unknown_intent(id)),
         Err(error) => {

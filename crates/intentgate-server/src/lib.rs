@@ -12,6 +12,7 @@
 //! | `POST /v1/intents/{id}/settle`, `POST /v1/intents/{id}/renew` | settle or renew a granted lease |
 //! | `GET /v1/intents/{id}` | an intent of the caller's tenant by id |
 //! | `GET /.well-known/oauth-protected-resource` | OAuth protected-resource metadata (JWT auth) |
+//! | `GET /openapi.json` | the OpenAPI 3.1 document of these routes ([`openapi`]), without a credential |
 //!
 //! [`run_with`] serves more routes beside these (MCP over Streamable HTTP at `/mcp`).
 //! Every route, these and the extra ones, sits behind the edge (`edge.rs`): the browser
@@ -38,8 +39,10 @@ mod connection;
 pub mod edge;
 mod idempotency_key;
 pub mod intent_api;
+pub mod openapi;
 mod problem;
 mod routes;
+pub mod wire;
 
 use std::collections::BTreeSet;
 use std::future::Future;
