@@ -239,6 +239,7 @@ impl Admin {
                 resolved_by: "upstream",
                 looked_up: false,
                 detail: format!("the test settled it {status}"),
+                lease_required: false,
             })
             .await
             .unwrap();

@@ -6,8 +6,8 @@
 //! indentation. A tool written in flow style (`- {name: ..., ...}`) gets its own line.
 
 use intentgate_config::{ConfigErrors, LoadedConfig, ToolConfig};
-use intentgate_core::Effect;
 use intentgate_core::key::looks_per_attempt;
+use intentgate_core::{Effect, Executor};
 use serde_json::Value;
 
 use super::{Finding, Severity};
@@ -74,7 +74,27 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
         if tool.effect != Effect::SideEffect {
             continue;
         }
-        if tool.lookup.is_none() {
+        if tool.executor == Executor::Client {
+            findings.push(
+                Finding::new(
+                    Severity::Note,
+                    "client-executed",
+                    file,
+                    at,
+                    format!(
+                        "`{}` is executed by the caller's code through the intent API \
+                         (`executor: client`): the gateway keeps its intents, key and leases, \
+                         but finding an effect after an unknown outcome (when granted \
+                         `look_up`) and reconciling with the provider's records are the \
+                         caller's, since the gateway can reach nothing of it",
+                        tool.name
+                    ),
+                    None,
+                )
+                .tool(&tool.name),
+            );
+        }
+        if tool.executor == Executor::Gateway && tool.lookup.is_none() {
             findings.push(
                 Finding::new(
                     Severity::Error,
@@ -105,9 +125,15 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                     file,
                     at,
                     format!(
-                        "side-effecting tool `{}` has no `owner`: nobody hears about its \
-                         reconciliation mismatches and duplicate-call alerts",
-                        tool.name
+                        "side-effecting tool `{}` has no `owner`: nobody hears about its {}",
+                        tool.name,
+                        match tool.executor {
+                            Executor::Gateway => {
+                                "reconciliation mismatches and duplicate-call alerts"
+                            }
+                            // Its reconciliation is the caller's.
+                            Executor::Client => "duplicate-call alerts",
+                        }
                     ),
                     Some(
                         "add `owner: NAME` naming an entry of `owners:` (with a webhook, or \
@@ -118,7 +144,7 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                 .tool(&tool.name),
             );
         }
-        if tool.list.is_none() {
+        if tool.executor == Executor::Gateway && tool.list.is_none() {
             findings.push(
                 Finding::new(
                     Severity::Warning,
@@ -220,10 +246,11 @@ fn sensitive_arguments(
         tool.name,
         names.join(", ")
     );
-    let honours_keys = loaded
-        .config
-        .upstreams
-        .get(&tool.call.upstream)
+    // A client tool is re-sent by the caller, with the values in hand: nothing to add.
+    let honours_keys = tool
+        .call
+        .as_ref()
+        .and_then(|call| loaded.config.upstreams.get(&call.upstream))
         .is_some_and(|upstream| upstream.honours_idempotency_keys);
     if honours_keys {
         message.push_str(
@@ -278,8 +305,12 @@ fn classification(tool: &ToolConfig) -> String {
             {
                 sources.push("the application's intent id".to_owned());
             }
+            let executed = match tool.executor {
+                Executor::Gateway => "",
+                Executor::Client => ", executed by the caller's code (intent API)",
+            };
             format!(
-                "`{}`: side_effect through the intent ledger; key `{key}` from {}",
+                "`{}`: side_effect through the intent ledger{executed}; key `{key}` from {}",
                 tool.name,
                 sources.join(", ")
             )

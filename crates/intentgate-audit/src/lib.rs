@@ -183,6 +183,12 @@ pub const RULES: &[Rule] = &[
         help: "After a timeout or a dropped connection the gateway asks the provider whether the effect happened; without a `lookup` the intent stays unknown until a person resolves it.",
     },
     Rule {
+        id: "client-executed",
+        severity: Severity::Note,
+        short: "A side-effecting tool is executed by the caller's code",
+        help: "A tool with `executor: client` runs in the caller's own code through the intent API: the gateway keeps its intents, key and leases, but has no lookup or list of it, so finding an effect after an unknown outcome and reconciling with the provider are the caller's.",
+    },
+    Rule {
         id: "no-owner",
         severity: Severity::Warning,
         short: "A side-effecting tool has no owner",

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 
-use intentgate_core::{Effect, Messages};
+use intentgate_core::{Effect, Executor, Messages};
 use intentgate_http::spec::{CallSpec, ListSpec, LookupSpec, UpstreamSpec};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -37,18 +37,19 @@ pub struct Config {
 }
 
 impl Config {
-    /// The requests of every tool, as the HTTP upstream takes them (`HttpUpstream::new`).
+    /// The requests of every tool the gateway executes, as the HTTP upstream takes them
+    /// (`HttpUpstream::new`). Client-executed tools are left out: the gateway never sends
+    /// them, so they have no request to build.
     pub fn http_tools(&self) -> BTreeMap<String, intentgate_http::HttpTool> {
         self.tools
             .iter()
-            .map(|tool| {
-                (
-                    tool.name.clone(),
-                    intentgate_http::HttpTool {
-                        call: tool.call.clone(),
-                        lookup: tool.lookup.clone(),
-                    },
-                )
+            .filter_map(|tool| {
+                let call = tool.call.clone()?;
+                let http_tool = intentgate_http::HttpTool {
+                    call,
+                    lookup: tool.lookup.clone(),
+                };
+                Some((tool.name.clone(), http_tool))
             })
             .collect()
     }
@@ -329,6 +330,14 @@ pub struct ToolConfig {
     pub name: String,
     pub description: String,
     pub effect: Effect,
+    /// Who performs the tool: the gateway (with `call`), or the caller's own code through
+    /// the intent API (no `call`, `lookup` or `list`).
+    pub executor: Executor,
+    /// Whether MCP `tools/list` shows the tool (`mcp: listed | hidden`).
+    pub listed_over_mcp: bool,
+    /// A client tool's provider key window in hours, as written (`None` on gateway tools,
+    /// whose window comes from their upstream).
+    pub key_window_hours: Option<u32>,
     pub owner: Option<String>,
     pub once_per: Option<String>,
     pub input_schema: Value,
@@ -344,7 +353,8 @@ pub struct ToolConfig {
     pub open_world: Option<bool>,
     pub messages: Messages,
     /// The request that performs the tool, with `${NAME}` references in headers resolved.
-    pub call: CallSpec,
+    /// Present exactly when `executor` is `gateway`.
+    pub call: Option<CallSpec>,
     pub lookup: Option<LookupSpec>,
     pub list: Option<ListSpec>,
     /// Duplicate-call alert rules (side effects only; the defaults when the file names none).
@@ -359,6 +369,9 @@ impl fmt::Debug for ToolConfig {
             .field("name", &self.name)
             .field("description", &self.description)
             .field("effect", &self.effect)
+            .field("executor", &self.executor)
+            .field("listed_over_mcp", &self.listed_over_mcp)
+            .field("key_window_hours", &self.key_window_hours)
             .field("owner", &self.owner)
             .field("once_per", &self.once_per)
             .field("input_schema", &self.input_schema)
@@ -370,7 +383,7 @@ impl fmt::Debug for ToolConfig {
             .field("destructive", &self.destructive)
             .field("open_world", &self.open_world)
             .field("messages", &self.messages)
-            .field("call", &RedactedCall(&self.call))
+            .field("call", &self.call.as_ref().map(RedactedCall))
             .field("lookup", &self.lookup.as_ref().map(RedactedLookup))
             .field("list", &self.list.as_ref().map(RedactedList))
             .field("alerts", &self.alerts)

@@ -358,6 +358,8 @@ fn example(field: &str) -> String {
         "durability" => ("strict", "or relaxed"),
         "idempotency_key" => ("required", "or optional"),
         "effect" => ("side_effect", "or read, idempotent"),
+        "executor" => ("client", "or gateway"),
+        "mcp" => ("hidden", "or listed"),
         "method" => ("POST", "or GET, PUT, PATCH, DELETE"),
         "retry_rejected" | "honours_idempotency_keys" | "destructive" | "open_world" | "log" => {
             ("true", "or false")

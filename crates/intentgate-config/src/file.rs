@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use intentgate_core::{CallStatus, Effect};
+use intentgate_core::{CallStatus, Effect, Executor};
 use intentgate_http::spec::{CallSpec, ListSpec, LookupSpec, UpstreamSpec};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
@@ -55,10 +55,26 @@ pub(crate) struct ConfigFile {
 }
 
 /// A tool: what it does to the world (`effect`), its arguments, its intent key, and the
-/// HTTP requests that perform it, find its effect afterwards and list its effects.
+/// HTTP requests that perform it, find its effect afterwards and list its effects; or, for a
+/// side effect the caller's own code performs (`executor: client`), none of those requests.
 #[derive(Deserialize, JsonSchema)]
 // The name appears in parser errors ("expected struct Tool").
 #[serde(deny_unknown_fields, rename = "Tool")]
+#[schemars(extend("allOf" = [
+    {
+        "if": {"properties": {"executor": {"const": "client"}}, "required": ["executor"]},
+        "then": {
+            "properties": {"effect": {"const": "side_effect"}},
+            "not": {"anyOf": [
+                {"required": ["call"]}, {"required": ["lookup"]}, {"required": ["list"]}
+            ]}
+        },
+        "else": {
+            "required": ["call"],
+            "not": {"required": ["key_window_hours"]}
+        }
+    }
+]))]
 pub(crate) struct ToolFile {
     /// The name models call it by: letters, digits, `_`, `-` or `.`.
     pub name: String,
@@ -69,6 +85,21 @@ pub(crate) struct ToolFile {
     /// Required: a tool without an effect is refused.
     #[schemars(required, with = "EffectName")]
     pub effect: Option<Effect>,
+    /// Who performs the tool: `gateway` (the default: the gateway sends `call`) or `client`
+    /// (the caller's own code, through the intent API `POST /v1/tools/{name}/intents`; side
+    /// effects only, with no `call`, `lookup` or `list`).
+    #[serde(default)]
+    #[schemars(with = "ExecutorName")]
+    pub executor: Executor,
+    /// Whether MCP `tools/list` shows the tool: `listed` (the default for gateway tools) or
+    /// `hidden` (the default for client tools, which an MCP client can't execute).
+    pub mcp: Option<McpListing>,
+    /// Client tools only: how long the caller's provider stores and replays its answer per
+    /// idempotency key, in hours (Stripe: 24). Inside that window, less an hour's margin, an
+    /// intent whose outcome is unknown and whose lookup found nothing may be granted
+    /// `execute` again with the same provider key. A gateway tool's window comes from its
+    /// upstream.
+    pub key_window_hours: Option<u32>,
     /// The entry of `owners` that hears about this tool's mismatches and alerts.
     pub owner: Option<String>,
     /// What one intent is "once per" in the published description ("order"); defaults to
@@ -96,6 +127,7 @@ pub(crate) struct ToolFile {
     /// default) or `required` (side effects only). A call's header, when sent, is the
     /// intent key instead of the one `key` renders (scoped to the tenant and the tool, like
     /// every key); a call without it uses `key`. Reads and idempotent tools ignore the header.
+    /// For a client tool it applies to `POST /v1/tools/{name}/intents`.
     #[serde(default)]
     pub idempotency_key: IdempotencyKeyHeader,
     /// MCP `destructiveHint`: the effect destroys or overwrites something.
@@ -107,11 +139,14 @@ pub(crate) struct ToolFile {
     #[serde(default)]
     #[schemars(schema_with = "messages_schema")]
     pub messages: BTreeMap<String, String>,
-    /// The request that performs the tool.
-    pub call: CallSpec,
-    /// A read-only request that finds the effect after an ambiguous failure (side effects).
+    /// The request that performs the tool. Required for gateway tools; a client tool has
+    /// none (the caller's code performs it).
+    pub call: Option<CallSpec>,
+    /// A read-only request that finds the effect after an ambiguous failure (side effects
+    /// the gateway executes).
     pub lookup: Option<LookupSpec>,
-    /// How to list the provider's records of this tool's effects, for reconciliation.
+    /// How to list the provider's records of this tool's effects, for reconciliation
+    /// (gateway tools).
     pub list: Option<ListSpec>,
     /// Duplicate-call alert rules (side effects only). Absent: one intent repeated 5 times
     /// within 60 s, or 50 repeats of the tool within 60 s; `[]` turns alerts off.
@@ -146,6 +181,30 @@ enum EffectName {
     /// Each execution acts (refund_order, charge_card, send_email). Goes through the intent
     /// ledger and is never retried blindly.
     SideEffect,
+}
+
+/// How `executor` is published (the core's `Executor` has no schema).
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "Executor")]
+#[allow(dead_code)]
+enum ExecutorName {
+    /// The gateway sends the tool's `call` itself.
+    Gateway,
+    /// The caller's own code performs the effect under the gateway's ledger and leases,
+    /// through the intent API (`POST /v1/tools/{name}/intents`). Side effects only.
+    Client,
+}
+
+/// Whether MCP `tools/list` shows a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum McpListing {
+    /// Listed, and callable by MCP clients (a client tool's call is still refused, with a
+    /// message naming the intent API).
+    Listed,
+    /// Not listed over MCP; still listed by `GET /v1/tools`.
+    Hidden,
 }
 
 fn object_schema(_: &mut SchemaGenerator) -> Schema {

@@ -828,3 +828,140 @@ fn an_idempotency_key_header_is_optional_and_may_be_required_only_of_side_effect
     let rendered = errors(&text).to_string();
     assert!(rendered.contains("idempotency_key"), "{rendered}");
 }
+
+/// `BASE`'s refund as a client-executed tool: no call, lookup or list.
+fn client_refund(extra: &str) -> String {
+    let call_start = BASE
+        .find("    call:\n      upstream: payments\n      method: POST")
+        .unwrap();
+    format!("{}    executor: client\n{extra}", &BASE[..call_start])
+}
+
+#[test]
+fn a_client_tool_loads_without_requests() {
+    use intentgate_core::Executor;
+
+    let text = client_refund("    key_window_hours: 48\n    mcp: listed\n");
+    let loaded = load_str(&text, "agent.yaml", &env).unwrap_or_else(|errors| panic!("{errors}"));
+    let refund = &loaded.tools[1];
+    assert_eq!(refund.executor, Executor::Client);
+    assert!(refund.listed_over_mcp, "`mcp: listed` lists it");
+    assert_eq!(
+        refund.resend_window,
+        Some(std::time::Duration::from_secs(47 * 60 * 60))
+    );
+    assert!(loaded.config.tools[1].call.is_none());
+
+    // Hidden from MCP by default, and no re-sends without a key window.
+    let loaded = load_str(&client_refund(""), "agent.yaml", &env).unwrap();
+    assert!(!loaded.tools[1].listed_over_mcp);
+    assert_eq!(loaded.tools[1].resend_window, None);
+    // A gateway tool may be hidden from MCP too.
+    let text = broken("    effect: read\n", "    effect: read\n    mcp: hidden\n");
+    let loaded = load_str(&text, "agent.yaml", &env).unwrap();
+    assert!(!loaded.tools[0].listed_over_mcp);
+    assert!(loaded.tools[1].listed_over_mcp);
+    // `idempotency_key: required` applies to the intents route of a client tool.
+    let text = client_refund("    idempotency_key: required\n");
+    assert!(load_str(&text, "agent.yaml", &env).is_ok());
+}
+
+#[test]
+fn a_client_tool_with_a_call_lookup_or_list_is_refused_at_each() {
+    let text = client_refund(concat!(
+        "    call: {upstream: payments, method: POST, path: /v1/refunds}\n",
+        "    lookup: {path: /v1/refunds, found: /data/0}\n",
+        "    list: {path: /v1/refunds, items: /data, next_cursor: /next_cursor, fields: {intent_key: /metadata/intent_key, external_id: /id}}\n",
+    ));
+    let errors = errors(&text);
+    assert_eq!(errors.len(), 3, "{errors}");
+    for (error, (field, why)) in errors.errors.iter().zip([
+        ("call:", "POST /v1/tools/refund_order/intents"),
+        ("lookup:", "granted `look_up`"),
+        ("list:", "the caller's"),
+    ]) {
+        // At the value, in the client tool (the read above has a `call:` too).
+        let offset = text.rfind(&format!("{field} {{")).unwrap() + field.len() + 1;
+        let (line, column) = position(&text, &text[offset..]);
+        assert_eq!((error.line, error.column), (line, column), "{error}");
+        assert_says(
+            error,
+            &[
+                "tool `refund_order` is executed by the caller's code",
+                &format!("has no `{}`", field.trim_end_matches(':')),
+                why,
+            ],
+            &[&format!("remove `{field}`"), "remove `executor: client`"],
+        );
+    }
+}
+
+#[test]
+fn a_client_tool_must_be_a_side_effect() {
+    let text = broken(
+        "    effect: read\n",
+        "    effect: read\n    executor: client\n",
+    );
+    let error = only_error(&text);
+    assert_at(
+        &error,
+        &text,
+        "client\n    input_schema: {type: object, properties: {order_id",
+    );
+    assert_says(
+        &error,
+        &[
+            "tool `get_order` says `executor: client`",
+            "`effect: read`",
+            "only side effects",
+        ],
+        &["remove `executor: client`", "`effect: side_effect`"],
+    );
+}
+
+#[test]
+fn a_gateway_tool_without_a_call_names_the_client_executor() {
+    let text = broken(
+        "    call: {upstream: payments, method: GET, path: \"/v1/orders/{order_id}\"}\n",
+        "",
+    );
+    let error = only_error(&text);
+    assert_says(&error, &["has no `call`"], &["`executor: client`"]);
+}
+
+#[test]
+fn a_key_window_belongs_to_client_tools_and_is_bounded() {
+    let text = broken(
+        "    timeout_ms: 10000\n",
+        "    timeout_ms: 10000\n    key_window_hours: 24\n",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "24\n    call:");
+    assert_says(
+        &error,
+        &["tool `refund_order`: `key_window_hours` is for client tools"],
+        &["upstream `payments`"],
+    );
+
+    for hours in ["0", "8761"] {
+        let text = client_refund(&format!("    key_window_hours: {hours}\n"));
+        let error = only_error(&text);
+        let (line, column) = position(&text, "key_window_hours: ");
+        assert_eq!((error.line, error.column), (line, column + 18), "{error}");
+        assert_says(&error, &["`key_window_hours` is"], &["between 1 and 8760"]);
+    }
+    let error = only_error(&client_refund("    key_window_hours: a day\n"));
+    assert_says(&error, &["key_window_hours"], &["24"]);
+}
+
+#[test]
+fn an_executor_or_mcp_listing_that_does_not_exist_is_refused() {
+    let text = client_refund("").replace("executor: client", "executor: caller");
+    let error = only_error(&text);
+    assert_at(&error, &text, "caller");
+    assert_says(&error, &["executor"], &["client", "gateway"]);
+    let text = client_refund("    mcp: yes\n");
+    let error = only_error(&text);
+    assert_at(&error, &text, "yes");
+    assert_says(&error, &["mcp"], &["hidden", "listed"]);
+}

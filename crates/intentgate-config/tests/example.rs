@@ -29,7 +29,7 @@ const HASH_KEY: &str = "0123456789abcdef0123456789abcdef-example-tests";
 const SECRET: &str = "sk_live_51Hx9SECRETvalue";
 
 #[test]
-fn the_example_has_the_fourteen_tools_of_a_support_agent() {
+fn the_example_has_the_fifteen_tools_of_a_support_agent() {
     let loaded = load(&example_text(), &|_| None);
     let by_effect = |effect: Effect| -> Vec<&str> {
         loaded
@@ -39,7 +39,7 @@ fn the_example_has_the_fourteen_tools_of_a_support_agent() {
             .map(|tool| tool.name.as_str())
             .collect()
     };
-    assert_eq!(loaded.tools.len(), 14);
+    assert_eq!(loaded.tools.len(), 15);
     assert_eq!(
         by_effect(Effect::Read),
         [
@@ -60,7 +60,12 @@ fn the_example_has_the_fourteen_tools_of_a_support_agent() {
     );
     assert_eq!(
         by_effect(Effect::SideEffect),
-        ["refund_order", "charge_card", "send_email"]
+        [
+            "refund_order",
+            "charge_card",
+            "send_email",
+            "refund_order_sdk"
+        ]
     );
     // The plain config and the definitions are in the same order.
     let names: Vec<&str> = loaded
@@ -121,7 +126,8 @@ fn side_effects_are_keyed_by_intent_and_found_by_their_intent_key() {
             list.fields.intent_key.as_deref(),
             Some("/metadata/intent_key")
         );
-        let body = config.call.body.as_ref().expect("a body");
+        let call = config.call.as_ref().expect("a gateway tool's call");
+        let body = call.body.as_ref().expect("a body");
         assert_eq!(body["metadata"]["intent_key"], "{intent_key}", "{name}");
         assert!(
             definition
@@ -244,7 +250,7 @@ fn the_example_resolves_its_environment() {
         &HashKeySource::EnvironmentOrEphemeral(ephemeral),
     )
     .unwrap_or_else(|errors| panic!("{errors}"));
-    assert_eq!(loaded.tools.len(), 14);
+    assert_eq!(loaded.tools.len(), 15);
 }
 
 #[test]
@@ -375,7 +381,98 @@ fn the_example_validates_against_the_published_schema() {
     let mut typo = document.clone();
     typo["tools"][0]["timout_ms"] = json!(1000);
     assert!(!validator.is_valid(&typo));
-    let mut message = document;
+    let mut message = document.clone();
     message["tools"][11]["messages"]["pending"] = json!("wait");
     assert!(!validator.is_valid(&message));
+
+    // And what it refuses of executors: a gateway tool without a call, a client tool with
+    // one, a client tool that is not a side effect, a key window on a gateway tool.
+    let tools = document["tools"].as_array().unwrap();
+    let client = tools
+        .iter()
+        .position(|tool| tool["executor"] == "client")
+        .expect("the example has a client tool");
+    let mut no_call = document.clone();
+    no_call["tools"][0].as_object_mut().unwrap().remove("call");
+    assert!(!validator.is_valid(&no_call), "a gateway tool needs a call");
+    let mut client_call = document.clone();
+    client_call["tools"][client]["call"] = document["tools"][11]["call"].clone();
+    assert!(
+        !validator.is_valid(&client_call),
+        "a client tool has no call"
+    );
+    let mut client_list = document.clone();
+    client_list["tools"][client]["list"] = document["tools"][11]["list"].clone();
+    assert!(
+        !validator.is_valid(&client_list),
+        "a client tool has no list"
+    );
+    let mut client_read = document.clone();
+    client_read["tools"][client]["effect"] = json!("read");
+    assert!(
+        !validator.is_valid(&client_read),
+        "client tools are side effects"
+    );
+    let mut gateway_window = document.clone();
+    gateway_window["tools"][11]["key_window_hours"] = json!(24);
+    assert!(
+        !validator.is_valid(&gateway_window),
+        "a gateway tool's window is its upstream's"
+    );
+    let mut mcp = document;
+    mcp["tools"][client]["mcp"] = json!("sometimes");
+    assert!(!validator.is_valid(&mcp));
+    mcp["tools"][client]["mcp"] = json!("listed");
+    assert!(validator.is_valid(&mcp));
+}
+
+#[test]
+fn the_client_executed_refund_has_no_requests_and_its_own_key_window() {
+    use std::time::Duration;
+
+    use intentgate_config::limits::RESEND_WINDOW_MARGIN;
+    use intentgate_core::Executor;
+
+    let loaded = load(&example_text(), &|_| None);
+    let index = loaded
+        .tools
+        .iter()
+        .position(|tool| tool.name == "refund_order_sdk")
+        .expect("the example has a client-executed tool");
+    let definition = &loaded.tools[index];
+    let config = &loaded.config.tools[index];
+    assert_eq!(definition.executor, Executor::Client);
+    assert_eq!(config.executor, Executor::Client);
+    assert!(!definition.listed_over_mcp, "hidden from MCP");
+    assert!(!config.listed_over_mcp);
+    assert_eq!(
+        definition.key.as_ref().map(|key| key.as_str()),
+        Some("refund:{order_id}:{amount:.2}"),
+        "the same business intent as refund_order"
+    );
+    assert_eq!(
+        definition.resend_window,
+        Some(Duration::from_secs(24 * 60 * 60) - RESEND_WINDOW_MARGIN),
+        "the tool's own key_window_hours, less the margin"
+    );
+    assert_eq!(config.key_window_hours, Some(24));
+    assert!(config.call.is_none() && config.lookup.is_none() && config.list.is_none());
+    assert!(
+        !loaded.config.http_tools().contains_key("refund_order_sdk"),
+        "the HTTP upstream gets no request for a tool it never sends"
+    );
+    assert!(loaded.config.http_tools().contains_key("refund_order"));
+    // Every gateway tool is listed over MCP and executed by the gateway.
+    for (definition, config) in loaded.tools.iter().zip(&loaded.config.tools) {
+        if definition.name != "refund_order_sdk" {
+            assert_eq!(
+                definition.executor,
+                Executor::Gateway,
+                "{}",
+                definition.name
+            );
+            assert!(definition.listed_over_mcp, "{}", definition.name);
+            assert!(config.call.is_some(), "{}", definition.name);
+        }
+    }
 }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use intentgate_core::key::provider_key;
 use intentgate_core::limits::{INTENT_KEY_LENGTH_MAX, RESULT_BYTES_MAX};
 use intentgate_core::{
-    CallStatus, Effect, IntentStatus, OutcomeClass, ToolDefinition, ToolError, UpstreamObservation,
-    classify, differing_fields, fingerprint,
+    CallStatus, Effect, Executor, IntentStatus, OutcomeClass, ToolDefinition, ToolError,
+    UpstreamObservation, classify, differing_fields, fingerprint,
 };
 use intentgate_ledger::{
     Begin, BeginRequest, Finish, Finished, IntentRecord, Ledger, LedgerError, ProcessEnd,
@@ -122,6 +122,18 @@ pub enum GateError {
     /// A definition the gate can't run as it is (sensitive arguments without a hash key).
     #[error("{0}")]
     Definition(ToolError),
+    /// The tool is executed by the caller's own code ([`Executor::Client`]): it is granted
+    /// through the intent API, never called.
+    #[error(
+        "tool `{0}` is executed by the caller's own code: ask for a grant with POST /v1/tools/{0}/intents instead of calling it"
+    )]
+    ClientExecuted(String),
+    /// The intent API was asked for a grant of a tool the gateway executes itself.
+    #[error("tool `{0}` is executed by the gateway: call it with POST /v1/tools/{0}/call")]
+    NotClientExecuted(String),
+    /// No randomness for a lease token of the intent API: nothing was recorded or granted.
+    #[error("no randomness for a lease token, nothing was granted: {0}")]
+    Randomness(getrandom::Error),
     /// The ledger failed before anything was sent upstream: nothing was executed.
     #[error("the intent ledger is unavailable, nothing was executed: {0}")]
     Ledger(#[from] LedgerError),
@@ -137,6 +149,23 @@ pub(crate) enum Attempt {
     /// not-processed answers proves nothing about the attempt it repeats, so the intent
     /// stays `unknown`.
     Resend,
+}
+
+/// What the phases before the lease decided ([`Gate::acquire_intent`]).
+pub(crate) enum Acquired {
+    /// Nothing to run: the answer (invalid key, settled repeat, conflict, still busy).
+    Answered(CallOutcome),
+    /// This owner holds the lease and the intent is durably `in_flight`.
+    Execute {
+        intent: IntentRecord,
+        /// The last `begin` asked.
+        request: BeginRequest,
+    },
+    /// This owner holds the lookup lease of an `unknown` intent whose next step is due.
+    Lookup {
+        intent: IntentRecord,
+        request: BeginRequest,
+    },
 }
 
 /// What the call path's first read found.
@@ -299,6 +328,9 @@ impl Gate {
             .tools
             .get(name)
             .ok_or_else(|| GateError::UnknownTool(name.to_owned()))?;
+        if tool.definition.executor == Executor::Client {
+            return Err(GateError::ClientExecuted(name.to_owned()));
+        }
         // Checked before the ledger sees it: a malformed tenant is the caller's mistake, not
         // a ledger outage (the schema's length check would fail the write).
         intentgate_core::Tenant::parse(&context.tenant)?;
@@ -320,9 +352,27 @@ impl Gate {
         context: &CallContext,
     ) -> Result<CallOutcome, GateError> {
         let definition = &tool.definition;
+        if let Some(refused) = self.admit(tool, &arguments, context).await? {
+            return Ok(refused);
+        }
+        match definition.effect {
+            Effect::Read | Effect::Idempotent => Ok(self.call_direct(definition, &arguments).await),
+            Effect::SideEffect => self.call_side_effect(definition, arguments, context).await,
+        }
+    }
+
+    /// Validate and honour the kill switch: the answer to a call refused before its key is
+    /// rendered (`invalid_arguments`, `disabled`), or `None` when it may go on.
+    pub(crate) async fn admit(
+        &self,
+        tool: &Tool,
+        arguments: &Value,
+        context: &CallContext,
+    ) -> Result<Option<CallOutcome>, GateError> {
+        let definition = &tool.definition;
         let mut errors: Vec<String> = tool
             .validator
-            .iter_errors(&arguments)
+            .iter_errors(arguments)
             .map(|error| {
                 let path = error.instance_path().to_string();
                 if path.is_empty() {
@@ -333,24 +383,22 @@ impl Gate {
             })
             .collect();
         if errors.is_empty() {
-            errors = crate::schema::unreadable_numbers(&arguments);
+            errors = crate::schema::unreadable_numbers(arguments);
         }
         if !errors.is_empty() {
-            return Ok(self
-                .outcome(definition, CallStatus::InvalidArguments, &errors.join("; "))
-                .with_errors(errors));
+            return Ok(Some(
+                self.outcome(definition, CallStatus::InvalidArguments, &errors.join("; "))
+                    .with_errors(errors),
+            ));
         }
         if self.is_disabled(&definition.name).await? {
             self.ledger
                 .record_disabled_call(&context.tenant, &definition.name, self.clock.now_ms())
                 .await?;
             tracing::warn!(tool = %definition.name, "call refused: the tool is switched off");
-            return Ok(self.outcome(definition, CallStatus::Disabled, ""));
+            return Ok(Some(self.outcome(definition, CallStatus::Disabled, "")));
         }
-        match definition.effect {
-            Effect::Read | Effect::Idempotent => Ok(self.call_direct(definition, &arguments).await),
-            Effect::SideEffect => self.call_side_effect(definition, arguments, context).await,
-        }
+        Ok(None)
     }
 
     /// Reads and idempotent tools: no ledger, bounded retries with the same arguments.
@@ -398,12 +446,59 @@ impl Gate {
         arguments: Value,
         context: &CallContext,
     ) -> Result<CallOutcome, GateError> {
-        let key = match intent_key(tool, &arguments, context) {
+        let owner = self.lease_owner("");
+        let (intent, request, lookup) = match self
+            .acquire_intent(tool, &arguments, context, &owner)
+            .await?
+        {
+            Acquired::Answered(outcome) => return Ok(outcome),
+            Acquired::Execute { intent, request } => (intent, request, false),
+            Acquired::Lookup { intent, request } => (intent, request, true),
+        };
+        let intent_id = context.intent_id.as_deref();
+        if !lookup {
+            return Ok(self
+                .execute(tool, &arguments, intent_id, intent, &owner, Attempt::Call)
+                .await);
+        }
+        // The next step of an unknown intent is due: run it, within this call.
+        let step = StepRequest {
+            arguments: &arguments,
+            intent_id,
+            owner: &owner,
+            driver: Driver::Caller,
+            begin: &request,
+        };
+        match self.advance_unknown(tool, step, intent).await {
+            Ok(step) => Ok(step.outcome),
+            // The lookup is recorded; only the re-send's `begin` failed, and nothing
+            // was re-sent: the intent is as unknown as the lookup left it.
+            Err(error) => {
+                tracing::warn!(tool = %tool.name, %error, "could not re-send an unknown intent; it stays unknown");
+                Ok(self.outcome(tool, CallStatus::PendingUnknown, ""))
+            }
+        }
+    }
+
+    /// The phases of a side-effecting call before anything is sent, shared by
+    /// [`Gate::call`] and the intent API's [`Gate::grant`]: the key and fingerprint, look up
+    /// (a settled repeat is answered from a read), check the request can be built (for a
+    /// tool the gateway sends), and acquire under `owner`: the lease with `in_flight`
+    /// durable, or a lookup lease, or the answer of a settled, conflicting or busy intent.
+    pub(crate) async fn acquire_intent(
+        &self,
+        tool: &ToolDefinition,
+        arguments: &Value,
+        context: &CallContext,
+        owner: &str,
+    ) -> Result<Acquired, GateError> {
+        let key = match intent_key(tool, arguments, context) {
             Ok(key) => key,
             Err(reason) => {
-                return Ok(self
-                    .outcome(tool, CallStatus::InvalidArguments, &reason)
-                    .with_errors(vec![reason]));
+                return Ok(Acquired::Answered(
+                    self.outcome(tool, CallStatus::InvalidArguments, &reason)
+                        .with_errors(vec![reason]),
+                ));
             }
         };
         tracing::Span::current().record("key", key.as_str());
@@ -412,7 +507,7 @@ impl Gate {
         // ledger test guesses (an address book) against it. Equal values still hash alike,
         // so a repeat matches and a changed value is a conflict.
         let stored_arguments = tool
-            .stored_arguments(&arguments)
+            .stored_arguments(arguments)
             .expect("Gate::new checked that a tool with sensitive arguments has a hash key");
         let fingerprint = fingerprint(&stored_arguments);
 
@@ -420,7 +515,7 @@ impl Gate {
             .look_up_settled(tool, &context.tenant, &key, fingerprint.as_str())
             .await?
         {
-            Read::Answered(outcome) => return Ok(outcome),
+            Read::Answered(outcome) => return Ok(Acquired::Answered(outcome)),
             Read::Open(read) => read,
         };
 
@@ -428,20 +523,22 @@ impl Gate {
         // header value with a line break is the caller's mistake, not an intent. (A settled
         // repeat, answered above, has the arguments its first call was checked with.) The
         // real provider key may carry an epoch (`#2`), which changes nothing a check refuses.
-        let check_key = provider_key(&context.tenant, &tool.name, &key, 1);
-        let check = UpstreamCall::for_intent(
-            tool,
-            &arguments,
-            &key,
-            Some(&check_key),
-            context.intent_id.as_deref(),
-            1,
-        );
-        if let Err(reason) = self.upstream.check(check) {
-            return Ok(self.request_not_buildable(tool, reason));
+        // The caller's own code builds a client-executed tool's request: nothing to check.
+        if tool.executor == Executor::Gateway {
+            let check_key = provider_key(&context.tenant, &tool.name, &key, 1);
+            let check = UpstreamCall::for_intent(
+                tool,
+                arguments,
+                &key,
+                Some(&check_key),
+                context.intent_id.as_deref(),
+                1,
+            );
+            if let Err(reason) = self.upstream.check(check) {
+                return Ok(Acquired::Answered(self.request_not_buildable(tool, reason)));
+            }
         }
 
-        let owner = self.lease_owner("");
         let now_ms = self.clock.now_ms();
         let request = BeginRequest {
             tenant: context.tenant.clone(),
@@ -449,7 +546,7 @@ impl Gate {
             key: key.clone(),
             fingerprint: fingerprint.as_str().to_owned(),
             arguments: stored_arguments.clone().into_owned(),
-            lease_owner: owner.clone(),
+            lease_owner: owner.to_owned(),
             lease_expires_ms: now_ms + millis(self.lease_duration(tool)),
             now_ms,
             count_call: true,
@@ -462,35 +559,16 @@ impl Gate {
             resend_unknown: false,
         };
         let (begun, request) = self.acquire(tool, request).await?;
-        let intent_id = context.intent_id.as_deref();
-        match begun {
-            Begin::Execute(intent) => Ok(self
-                .execute(tool, &arguments, intent_id, intent, &owner, Attempt::Call)
-                .await),
-            // The next step of an unknown intent is due: run it, within this call.
-            Begin::Lookup(intent) => {
-                let step = StepRequest {
-                    arguments: &arguments,
-                    intent_id,
-                    owner: &owner,
-                    driver: Driver::Caller,
-                    begin: &request,
-                };
-                match self.advance_unknown(tool, step, intent).await {
-                    Ok(step) => Ok(step.outcome),
-                    // The lookup is recorded; only the re-send's `begin` failed, and nothing
-                    // was re-sent: the intent is as unknown as the lookup left it.
-                    Err(error) => {
-                        tracing::warn!(tool = %tool.name, %error, "could not re-send an unknown intent; it stays unknown");
-                        Ok(self.outcome(tool, CallStatus::PendingUnknown, ""))
-                    }
-                }
+        Ok(match begun {
+            Begin::Execute(intent) => Acquired::Execute { intent, request },
+            Begin::Lookup(intent) => Acquired::Lookup { intent, request },
+            Begin::Settled(intent) => Acquired::Answered(self.answer_from(tool, &intent)),
+            Begin::Conflict(intent) => {
+                Acquired::Answered(self.conflict(tool, key, &intent, &stored_arguments))
             }
-            Begin::Settled(intent) => Ok(self.answer_from(tool, &intent)),
-            Begin::Conflict(intent) => Ok(self.conflict(tool, key, &intent, &stored_arguments)),
             // Still held when the wait ran out: answer from the ledger as it stands.
-            Begin::Busy(intent) => Ok(self.answer_from(tool, &intent)),
-        }
+            Begin::Busy(intent) => Acquired::Answered(self.answer_from(tool, &intent)),
+        })
     }
 
     /// Look up: a repeat of a settled intent (done, or rejected for good) is answered from a
@@ -708,6 +786,7 @@ impl Gate {
             resolved_by,
             looked_up: false,
             detail,
+            lease_required: false,
         }
     }
 
@@ -1039,7 +1118,12 @@ impl Gate {
     }
 
     /// A lease covers every attempt of one call: each timeout, each capped pause, a margin.
+    /// The caller's own code makes one attempt per lease (and renews it): its timeout and
+    /// the margin.
     pub(crate) fn lease_duration(&self, tool: &ToolDefinition) -> Duration {
+        if tool.executor == Executor::Client {
+            return tool.timeout + LEASE_MARGIN;
+        }
         let attempts = tool.retry_budget + 1;
         tool.timeout * attempts + self.options.retry_after_cap * tool.retry_budget + LEASE_MARGIN
     }
@@ -1132,7 +1216,7 @@ fn body(observation: UpstreamObservation) -> Value {
 /// A result as the ledger keeps it: within the ledger's limit, and with the upstream's
 /// echoes of sensitive arguments as their keyed hashes. `stored_arguments` are the intent's
 /// arguments as the ledger keeps them (hashes in place of sensitive values).
-fn kept_result(tool: &ToolDefinition, result: Value, stored_arguments: &Value) -> Value {
+pub(crate) fn kept_result(tool: &ToolDefinition, result: Value, stored_arguments: &Value) -> Value {
     // Bounded first, so that the hashing is bounded too.
     let result = storable(result);
     let redaction = tool

@@ -18,9 +18,15 @@
 //! and, where the tool's upstream replays responses per key and its window has not passed,
 //! re-send it with its own provider key, with exponential backoff ([`Resolution`]).
 //!
+//! A tool whose effect the caller's own code performs (`executor: client`) is not called
+//! but granted (the `client` module): [`Gate::grant`] runs the same phases up to the lease and
+//! hands it to the caller with the provider key ([`Grant`]), and [`Gate::settle`] records what
+//! the caller's code learned, only while its lease ([`LeaseToken`]) is live.
+//!
 //! **API boundary:** the gate owns no transport. The HTTP and MCP servers, the CLI and Rust
 //! agents all call [`Gate::call`] and turn its [`CallOutcome`] into their own wire format.
 
+mod client;
 mod clock;
 mod gate;
 mod metrics;
@@ -31,6 +37,7 @@ pub mod schema;
 mod sweeper;
 mod upstream;
 
+pub use client::{Grant, GrantedLease, LEASE_TOKEN_PREFIX, LeaseToken, SettleError, Settlement};
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use gate::{
     BACKOFF_BASE, CallContext, FLAG_REFRESH, FLAG_REFRESH_FOR_TESTS, Gate, GateError, GateOptions,

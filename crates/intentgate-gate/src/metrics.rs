@@ -8,7 +8,7 @@
 //!
 //! | family | type | labels | what it counts |
 //! |---|---|---|---|
-//! | `intentgate_calls_total` | counter | `tool`, `status` | every outcome of `Gate::call` by its status (`done`, `already_done`, `rejected`, ...), or `ledger_unavailable` when the ledger failed before anything was sent |
+//! | `intentgate_calls_total` | counter | `tool`, `status` | every outcome of `Gate::call` by its status (`done`, `already_done`, `rejected`, ...), or `ledger_unavailable` when the ledger failed before anything was sent; for a client-executed tool, every grant answered at once and every settle's answer, so one grant and its settle count once |
 //! | `intentgate_repeated_calls_total` | counter | `tool` | calls for an intent that already existed (the "duplicate calls" of SPEC section 8) |
 //! | `intentgate_upstream_request_duration_seconds` | histogram | `tool`, `request` | one upstream request, `request` = `execute` (side effects, reads, idempotent calls, re-sends) or `lookup`; the tool's timeout included |
 //! | `intentgate_ledger_operation_duration_seconds` | histogram | `operation` | the ledger operations of the call path: `begin`, `finish`, `get` (the fast path's read) |

@@ -67,7 +67,7 @@ pub const SWEEP_LOOKUP_INTERVAL_MAX: Duration = Duration::from_secs(60 * 60);
 pub(crate) const UNASKED_ATTEMPT: &str =
     "the sweeper starts no attempt of a not-executed intent; nothing was sent";
 /// The event log's reason when a driver gives back a lookup lease without looking up.
-const UNUSED_LOOKUP_LEASE: &str = "lookup lease released unused";
+pub(crate) const UNUSED_LOOKUP_LEASE: &str = "lookup lease released unused";
 
 /// How unknown intents are driven forward: the re-send backoff and its rate limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

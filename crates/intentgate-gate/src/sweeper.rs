@@ -13,6 +13,10 @@
 //!    call runs; see the `resolve` module): the lookup, and when it finds nothing and the
 //!    tool allows it, the same request again with the **same** provider key.
 //!
+//! A client-executed tool's intents ([`Executor::Client`]) are the caller's code to look up
+//! or re-send (the intent API): the sweeper only turns an expired `in_flight` one `unknown`,
+//! and sends nothing.
+//!
 //! The sweeper never sends a new key for an intent and never starts an attempt of any other
 //! kind. A re-send the provider did not process (retries spent on 429s) leaves the intent
 //! `unknown`, never `not_executed`: it says nothing about the attempt it repeats.
@@ -41,12 +45,17 @@
 
 use futures_util::StreamExt;
 use intentgate_core::key::KeyTemplate;
-use intentgate_core::{CallStatus, Effect, IntentStatus, ToolDefinition};
+use intentgate_core::{CallStatus, Effect, Executor, IntentStatus, ToolDefinition};
 use intentgate_ledger::{Begin, BeginRequest, IntentRecord};
 use tracing::Instrument;
 
 use crate::gate::{Gate, GateError, Looked};
 use crate::resolve::{Driver, Resend, StepRequest, UNASKED_ATTEMPT, millis};
+
+/// The event log's reason when the sweeper gives back the lookup lease of a client-executed
+/// tool's intent, which only the caller's code can look up.
+const CLIENT_LOOKUP_LEASE: &str =
+    "lookup lease released: only the caller's code can look up a client-executed tool";
 
 /// Most intents one sweep steps at once. Each step holds one provider request at a time, so
 /// this bounds what a sweep asks of the provider at once; the re-send budget per tool
@@ -145,8 +154,21 @@ impl Gate {
         let now_ms = self.clock.now_ms();
         let mut report = SweepReport::default();
         let mut stale = Vec::new();
+        // Nothing steps an unknown intent of a client-executed tool but its caller's next
+        // grant: listing them would only fill the page. Expired in-flight ones are listed,
+        // to be turned unknown.
+        let client_tools: Vec<String> = self
+            .tools
+            .values()
+            .filter(|tool| tool.definition.executor == Executor::Client)
+            .map(|tool| tool.definition.name.clone())
+            .collect();
         for status in [IntentStatus::InFlight, IntentStatus::Unknown] {
-            let page = self.ledger.stale(status, now_ms, limit).await?;
+            let skip_tools: &[String] = match status {
+                IntentStatus::Unknown => &client_tools,
+                _ => &[],
+            };
+            let page = self.ledger.stale(status, now_ms, limit, skip_tools).await?;
             report.truncated |= page.len() as u64 >= u64::from(limit);
             stale.extend(page);
         }
@@ -201,6 +223,9 @@ impl Gate {
             return Ok(());
         };
         let now_ms = self.clock.now_ms();
+        if tool.executor == Executor::Client {
+            return self.sweep_client_intent(tool, record, now_ms, report).await;
+        }
         let interval_ms = self.step_interval_ms(tool, &record, now_ms, Driver::Sweeper);
         // Not due yet: answered without a ledger write.
         if record.status == IntentStatus::Unknown
@@ -292,6 +317,59 @@ impl Gate {
                     Some(self.clock.now_ms() + millis(self.options.resolution.backoff(1)));
             }
             _ => report.settled_otherwise += 1,
+        }
+        Ok(())
+    }
+
+    /// An intent of a client-executed tool: the gateway can neither look it up nor re-send
+    /// it, so the sweeper only turns an expired `in_flight` one `unknown` (as the next
+    /// caller's `begin` would), so operators see it listed so, and gives back the lookup
+    /// lease that `begin` hands it. An `unknown` one is left for the next caller's look-up
+    /// grant, and never makes the sweep due again.
+    async fn sweep_client_intent(
+        &self,
+        tool: &ToolDefinition,
+        record: IntentRecord,
+        now_ms: i64,
+        report: &mut SweepReport,
+    ) -> Result<(), GateError> {
+        if record.status != IntentStatus::InFlight {
+            report.skipped_tool += 1;
+            return Ok(());
+        }
+        let owner = self.lease_owner("sweeper");
+        let begin = self.sweep_request(&record, &owner, now_ms, i64::MAX, tool);
+        match self.ledger_begin(begin).await? {
+            Begin::Lookup(intent) => {
+                self.release_unused(
+                    &intent,
+                    &owner,
+                    IntentStatus::Unknown,
+                    "sweeper",
+                    CLIENT_LOOKUP_LEASE,
+                )
+                .await?;
+                report.still_unknown += 1;
+            }
+            Begin::Busy(_) => report.skipped_busy += 1,
+            Begin::Settled(intent) if intent.status == IntentStatus::Unknown => {
+                report.still_unknown += 1
+            }
+            Begin::Settled(_) => report.settled_otherwise += 1,
+            Begin::Execute(intent) => {
+                self.release_unused(
+                    &intent,
+                    &owner,
+                    IntentStatus::NotExecuted,
+                    "sweeper",
+                    UNASKED_ATTEMPT,
+                )
+                .await?;
+                report.settled_otherwise += 1;
+            }
+            Begin::Conflict(_) => {
+                unreachable!("the sweeper asks with the intent's own fingerprint")
+            }
         }
         Ok(())
     }

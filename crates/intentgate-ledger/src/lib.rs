@@ -211,6 +211,11 @@ pub struct Finish {
     pub looked_up: bool,
     /// A short reason for the event log.
     pub detail: String,
+    /// Record only while `lease_owner` holds the intent's lease, live at `now_ms`, for
+    /// `attempt` (the intent API's settle: the caller's lease is its only proof). False on
+    /// the gateway's own call path, where an attempt whose lease ran out still records what
+    /// it learned on an intent that went `unknown` meanwhile.
+    pub lease_required: bool,
 }
 
 /// What [`Ledger::finish`] did.
@@ -221,6 +226,29 @@ pub enum Finished {
     /// A later attempt owns the intent now, or it was settled meanwhile (by an operator,
     /// reconciliation or the lookup of another caller): nothing was written.
     Superseded(IntentRecord),
+}
+
+/// A lease holder asking for more time, for [`Ledger::renew`].
+#[derive(Debug, Clone)]
+pub struct Renew {
+    pub id: IntentId,
+    /// The owner that must hold the lease now.
+    pub lease_owner: String,
+    /// The attempt the lease was granted for; a later attempt's lease is another lease.
+    pub attempt: u32,
+    /// The new expiry. A lease is never shortened: an earlier one leaves it as it is.
+    pub lease_expires_ms: i64,
+    pub now_ms: i64,
+}
+
+/// What [`Ledger::renew`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Renewed {
+    /// The lease is held by the owner until the intent's `lease_expires_ms`.
+    Renewed(IntentRecord),
+    /// The owner no longer holds a live lease for that attempt (it expired, was settled,
+    /// or another caller holds the intent now): nothing was written.
+    Lost(IntentRecord),
 }
 
 /// A manual or automatic resolution of an intent (operator, reconciliation).
@@ -397,6 +425,11 @@ ledger_trait! {
         /// Records what an attempt (or a lookup) learned and releases the lease.
         async fn finish(&self, finish: Finish) -> Result<Finished>;
 
+        /// Extends a live lease held by `renew.lease_owner` for `renew.attempt` to
+        /// `renew.lease_expires_ms` (never shortening it), or answers [`Renewed::Lost`]
+        /// without writing when that owner holds no such lease at `renew.now_ms`.
+        async fn renew(&self, renew: Renew) -> Result<Renewed>;
+
         /// Counts a repeated call answered from a read (the already-done fast path).
         async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()>;
 
@@ -408,12 +441,15 @@ ledger_trait! {
 
         /// Intents in a status whose lease is free or expired at `now_ms`, or held by a
         /// registered process that is gone (ended, or silent for longer than it registered),
-        /// for the sweeper and for recovery, oldest first, at most `limit`.
+        /// for the sweeper and for recovery, oldest first, at most `limit`, leaving out the
+        /// intents of `skip_tools` (tools the sweeper can't step, such as client-executed
+        /// ones, whose intents would otherwise hold the others back for good).
         async fn stale(
             &self,
             status: IntentStatus,
             now_ms: i64,
             limit: u32,
+            skip_tools: &[String],
         ) -> Result<Vec<IntentRecord>>;
 
         /// Every intent, in id order, `limit` at a time after `after_id` (for checks and reports).

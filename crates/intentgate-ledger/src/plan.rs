@@ -32,8 +32,8 @@ use crate::{
     Begin, BeginRequest, Erase, Erased, Erasure, Finish, Finished, LedgerError,
     MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_BYTES_MAX, MISMATCH_EXTERNAL_IDS_MAX,
     MISMATCH_KIND_LENGTH_MAX, MISMATCH_SEVERITIES, MISMATCH_SUBJECT_LENGTH_MAX,
-    RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATION_SUMMARY_BYTES_MAX, Resolve,
-    SUMMARY_MISMATCHES_NOT_STORED,
+    RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATION_SUMMARY_BYTES_MAX, Renew, Renewed,
+    Resolve, SUMMARY_MISMATCHES_NOT_STORED,
 };
 
 /// The writes an operation makes, in order, and what it answers once they are committed.
@@ -502,7 +502,10 @@ pub fn check_finish(finish: &Finish) -> Result<(), LedgerError> {
 /// `finish` on the intent as read (and locked) in the operation's transaction.
 pub fn finish(intent: IntentRecord, finish: &Finish) -> Result<Plan<Finished>, LedgerError> {
     let holds_lease = intent.lease_owner.as_deref() == Some(finish.lease_owner.as_str());
-    let current = intent.attempt == finish.attempt
+    // The intent API's settle proves nothing but its lease: held, live and of this attempt.
+    let lease_ok = !finish.lease_required || (holds_lease && intent.lease_live(finish.now_ms));
+    let current = lease_ok
+        && intent.attempt == finish.attempt
         && match intent.status {
             IntentStatus::InFlight => holds_lease,
             // Our lease expired and the intent went unknown, or we hold the lookup lease:
@@ -541,6 +544,36 @@ pub fn finish(intent: IntentRecord, finish: &Finish) -> Result<Plan<Finished>, L
         &finish.detail,
     )?;
     Ok(Plan::new(writes, Finished::Recorded(next)))
+}
+
+/// `renew` on the intent as read (and locked) in the operation's transaction: the lease is
+/// extended only while `renew.lease_owner` holds it, live at `renew.now_ms`, for
+/// `renew.attempt`. The change is logged as a `lease` event, as every lease change is.
+pub fn renew(intent: IntentRecord, renew: &Renew) -> Result<Plan<Renewed>, LedgerError> {
+    let held = intent.lease_owner.as_deref() == Some(renew.lease_owner.as_str())
+        && intent.lease_live(renew.now_ms)
+        && intent.attempt == renew.attempt
+        && matches!(
+            intent.status,
+            IntentStatus::InFlight | IntentStatus::Unknown
+        );
+    if !held {
+        return Ok(Plan::new(Vec::new(), Renewed::Lost(intent)));
+    }
+    let current_ms = intent.lease_expires_ms.unwrap_or(renew.now_ms);
+    if renew.lease_expires_ms <= current_ms {
+        return Ok(Plan::new(Vec::new(), Renewed::Renewed(intent)));
+    }
+    let mut next = intent.clone();
+    next.lease_expires_ms = Some(renew.lease_expires_ms);
+    next.updated_ms = renew.now_ms;
+    let detail = format!(
+        "lease renewed from {current_ms} to {} ms",
+        renew.lease_expires_ms
+    );
+    let mut writes = Vec::new();
+    let next = transition(&mut writes, &intent, next, renew.now_ms, None, &detail)?;
+    Ok(Plan::new(writes, Renewed::Renewed(next)))
 }
 
 /// `record_call` on the intent as read (and locked) in the operation's transaction.

@@ -31,8 +31,8 @@ use intentgate_ledger::{
     IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, MISMATCH_DETAIL_LENGTH_MAX,
     MISMATCH_EXTERNAL_IDS_MAX, MISMATCH_SUBJECT_LENGTH_MAX, Order, PROCESSES_ENDED_KEPT_MAX,
     ProcessEnd, ProcessRecord, ProcessRegistration, RECONCILIATION_MISMATCHES_STORED_MAX,
-    ReconciliationRun, Resolve, SUMMARY_MISMATCHES_NOT_STORED, StatusCount, StoredMismatch,
-    ToolFlag,
+    ReconciliationRun, Renew, Renewed, Resolve, SUMMARY_MISMATCHES_NOT_STORED, StatusCount,
+    StoredMismatch, ToolFlag,
 };
 use serde_json::{Value, json};
 
@@ -103,6 +103,7 @@ fn finish(intent: &IntentRecord, lease_owner: &str, status: IntentStatus, now_ms
         resolved_by: "upstream",
         looked_up: false,
         detail: format!("{lease_owner} learned {status}"),
+        lease_required: false,
     }
 }
 
@@ -954,23 +955,55 @@ async fn stale_lists_in_flight_intents_whose_lease_has_expired(ledger: &dyn Ledg
     let now_ms = T0 + LEASE_MS + 1;
     assert!(!expired_later.lease_live(now_ms) && live.lease_live(now_ms));
     let stale = ledger
-        .stale(IntentStatus::InFlight, now_ms, 10)
+        .stale(IntentStatus::InFlight, now_ms, 10, &[])
         .await
         .unwrap();
     let ids: Vec<_> = stale.iter().map(|intent| intent.id).collect();
     assert_eq!(ids, [expired.id, expired_later.id], "oldest first");
 
     let first = ledger
-        .stale(IntentStatus::InFlight, now_ms, 1)
+        .stale(IntentStatus::InFlight, now_ms, 1, &[])
         .await
         .unwrap();
     assert_eq!(first, std::slice::from_ref(&expired));
 
     let before_any_expiry = ledger
-        .stale(IntentStatus::InFlight, T0 + LEASE_MS - 1, 10)
+        .stale(IntentStatus::InFlight, T0 + LEASE_MS - 1, 10, &[])
         .await
         .unwrap();
     assert_eq!(before_any_expiry, []);
+}
+
+/// The intents of skipped tools are left out of the listing and take no place in its limit,
+/// so tools the sweeper can't step never hold the others back.
+async fn stale_leaves_out_the_tools_it_is_told_to_skip(ledger: &dyn Ledger) {
+    let skipped = started(ledger, "skipped", "owner-a", T0).await;
+    let other_tool = BeginRequest {
+        tool: OTHER_TOOL.into(),
+        ..request("kept", "owner-b", T0 + 1)
+    };
+    let kept = expect!(Begin::Execute, ledger.begin(other_tool).await.unwrap());
+    let now_ms = T0 + LEASE_MS + 2;
+    let all = ledger
+        .stale(IntentStatus::InFlight, now_ms, 10, &[])
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 2);
+    for skip in [
+        vec![TOOL.to_owned()],
+        vec![TOOL.to_owned(), "third".to_owned()],
+    ] {
+        let listed = ledger
+            .stale(IntentStatus::InFlight, now_ms, 1, &skip)
+            .await
+            .unwrap();
+        assert_eq!(listed, std::slice::from_ref(&kept), "skipping {skip:?}");
+    }
+    let only_skipped = ledger
+        .stale(IntentStatus::InFlight, now_ms, 10, &[OTHER_TOOL.to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(only_skipped, std::slice::from_ref(&skipped));
 }
 
 /// How long a registered test process may go without a heartbeat before it counts as gone.
@@ -1034,7 +1067,7 @@ async fn a_registered_owner_that_ended_loses_its_live_leases_at_once(ledger: &dy
         // it as if the lease had expired: unknown, and looked up, never executed again.
         let now_ms = T0 + 300;
         let stale = ledger
-            .stale(IntentStatus::InFlight, now_ms, 10)
+            .stale(IntentStatus::InFlight, now_ms, 10, &[])
             .await
             .unwrap();
         assert_eq!(stale, [read(ledger, &intent).await], "{instance}");
@@ -1079,7 +1112,7 @@ async fn a_lookup_lease_of_an_ended_owner_is_released_by_the_next_begin(ledger: 
     assert!(lookup.lease_live(due_ms + 1));
     assert_eq!(
         ledger
-            .stale(IntentStatus::Unknown, due_ms + 1, 10)
+            .stale(IntentStatus::Unknown, due_ms + 1, 10, &[])
             .await
             .unwrap(),
         []
@@ -1093,7 +1126,7 @@ async fn a_lookup_lease_of_an_ended_owner_is_released_by_the_next_begin(ledger: 
     // The sweeper sees the intent at once; the next lookup is still due only one interval
     // after the last, as after an expired lookup lease.
     let stale = ledger
-        .stale(IntentStatus::Unknown, due_ms + 2, 10)
+        .stale(IntentStatus::Unknown, due_ms + 2, 10, &[])
         .await
         .unwrap();
     assert_eq!(stale.iter().map(|i| i.id).collect::<Vec<_>>(), [intent.id]);
@@ -1147,7 +1180,7 @@ async fn a_silent_owner_loses_its_live_lease_once_its_silence_is_over(ledger: &d
     let at_threshold_ms = last_heartbeat_ms + SILENT_AFTER_MS;
     assert_eq!(
         ledger
-            .stale(IntentStatus::InFlight, at_threshold_ms, 10)
+            .stale(IntentStatus::InFlight, at_threshold_ms, 10, &[])
             .await
             .unwrap(),
         []
@@ -1164,7 +1197,7 @@ async fn a_silent_owner_loses_its_live_lease_once_its_silence_is_over(ledger: &d
     assert!(intent.lease_live(silent_ms));
     assert_eq!(
         ledger
-            .stale(IntentStatus::InFlight, silent_ms, 10)
+            .stale(IntentStatus::InFlight, silent_ms, 10, &[])
             .await
             .unwrap()
             .len(),
@@ -1212,7 +1245,7 @@ async fn a_heartbeating_owner_keeps_its_lease_however_long_its_call(ledger: &dyn
         assert_eq!(busy.lease_owner.as_deref(), Some("gw-a/1"));
         assert_eq!(
             ledger
-                .stale(IntentStatus::InFlight, probe_ms, 10)
+                .stale(IntentStatus::InFlight, probe_ms, 10, &[])
                 .await
                 .unwrap(),
             []
@@ -1248,7 +1281,7 @@ async fn an_unregistered_owner_loses_its_lease_only_on_expiry(ledger: &dyn Ledge
         let last_live_ms = T0 + LEASE_MS - 1;
         assert_eq!(
             ledger
-                .stale(IntentStatus::InFlight, last_live_ms, 10)
+                .stale(IntentStatus::InFlight, last_live_ms, 10, &[])
                 .await
                 .unwrap(),
             [],
@@ -2610,6 +2643,125 @@ async fn erase_one_intent_and_purge(ledger: &dyn Ledger) {
 /// ledger of the store (in each of its modes), `$shared` one that takes an `Arc<dyn Ledger>`
 /// and calls it from several tasks. A store joins the suite with one line,
 /// `behaviours!(on_fresh_ledger, on_shared_ledger);`, and a new behaviour is one name here.
+/// A renewal by `lease_owner` of its lease on `intent` until `lease_expires_ms`, at `now_ms`.
+fn renewal(intent: &IntentRecord, lease_owner: &str, lease_expires_ms: i64, now_ms: i64) -> Renew {
+    Renew {
+        id: intent.id,
+        lease_owner: lease_owner.into(),
+        attempt: intent.attempt,
+        lease_expires_ms,
+        now_ms,
+    }
+}
+
+/// A renewal moves a live lease's expiry later (so its holder keeps it past the first
+/// expiry and still settles), and never earlier.
+async fn renew_extends_a_live_lease_and_never_shortens_it(ledger: &dyn Ledger) {
+    let intent = started(ledger, "renewed", "owner-a", T0).await;
+    let first_expiry = intent.lease_expires_ms.unwrap();
+    let later = first_expiry + LEASE_MS;
+    let renewed = ledger
+        .renew(renewal(&intent, "owner-a", later, T0 + 10))
+        .await
+        .unwrap();
+    let renewed = expect!(Renewed::Renewed, renewed);
+    assert_eq!(renewed.lease_expires_ms, Some(later));
+    assert_eq!(read(ledger, &intent).await.lease_expires_ms, Some(later));
+    // An earlier expiry leaves the lease as it is.
+    let kept = ledger
+        .renew(renewal(&intent, "owner-a", T0 + 20, T0 + 20))
+        .await
+        .unwrap();
+    assert_eq!(
+        expect!(Renewed::Renewed, kept).lease_expires_ms,
+        Some(later)
+    );
+    // Past the first expiry another caller finds it busy, and the holder still settles it.
+    let other = ledger
+        .begin(request("renewed", "owner-b", first_expiry + 1))
+        .await
+        .unwrap();
+    expect!(Begin::Busy, other);
+    let settle = Finish {
+        lease_required: true,
+        ..finish(&intent, "owner-a", IntentStatus::Done, first_expiry + 2)
+    };
+    let done = expect!(Finished::Recorded, ledger.finish(settle).await.unwrap());
+    assert_eq!(done.status, IntentStatus::Done);
+    assert_eq!(done.lease_owner, None);
+}
+
+/// A renewal by anyone but the live holder of that attempt's lease is `Lost` and writes
+/// nothing: another owner, an expired lease, a settled intent.
+async fn renew_without_the_live_lease_is_lost_and_changes_nothing(ledger: &dyn Ledger) {
+    let intent = started(ledger, "lost", "owner-a", T0).await;
+    let events = ledger.events(intent.id).await.unwrap().len();
+    let expiry = intent.lease_expires_ms.unwrap();
+    for (owner, now_ms) in [
+        ("owner-b", T0 + 1),
+        ("owner-a", expiry),
+        ("owner-a", expiry + 1),
+    ] {
+        let lost = ledger
+            .renew(renewal(&intent, owner, now_ms + LEASE_MS, now_ms))
+            .await
+            .unwrap();
+        assert_eq!(expect!(Renewed::Lost, lost), intent, "{owner} at {now_ms}");
+    }
+    // Another attempt's number is another lease.
+    let old_attempt = Renew {
+        attempt: intent.attempt + 1,
+        ..renewal(&intent, "owner-a", T0 + 2 * LEASE_MS, T0 + 1)
+    };
+    expect!(Renewed::Lost, ledger.renew(old_attempt).await.unwrap());
+    assert_eq!(read(ledger, &intent).await, intent);
+    assert_eq!(ledger.events(intent.id).await.unwrap().len(), events);
+
+    let settled = settled(ledger, "lost-settled", IntentStatus::Done, T0).await;
+    let lost = ledger
+        .renew(renewal(&settled, "owner-settle", T0 + LEASE_MS, T0 + 1))
+        .await
+        .unwrap();
+    assert_eq!(expect!(Renewed::Lost, lost), settled);
+    assert_eq!(read(ledger, &settled).await, settled);
+}
+
+/// A finish that requires the lease (the intent API's settle) records nothing once the lease
+/// has expired, even where the call path's finish would still record: the intent may be
+/// another caller's to look up by then.
+async fn a_finish_that_requires_the_lease_is_superseded_once_it_expired(ledger: &dyn Ledger) {
+    let intent = started(ledger, "expired-settle", "owner-a", T0).await;
+    let expiry = intent.lease_expires_ms.unwrap();
+    let events = ledger.events(intent.id).await.unwrap().len();
+    let late = Finish {
+        lease_required: true,
+        ..finish(&intent, "owner-a", IntentStatus::Done, expiry)
+    };
+    let superseded = expect!(Finished::Superseded, ledger.finish(late).await.unwrap());
+    assert_eq!(superseded, intent);
+    // Another owner's, too, while the lease lives.
+    let stranger = Finish {
+        lease_required: true,
+        ..finish(&intent, "owner-b", IntentStatus::Done, T0 + 1)
+    };
+    expect!(Finished::Superseded, ledger.finish(stranger).await.unwrap());
+    assert_eq!(read(ledger, &intent).await, intent);
+    assert_eq!(ledger.events(intent.id).await.unwrap().len(), events);
+    // Once the next caller turned it unknown, the late settle still records nothing.
+    let lookup = ledger
+        .begin(request("expired-settle", "owner-b", expiry + 1))
+        .await
+        .unwrap();
+    let lookup = expect!(Begin::Lookup, lookup);
+    let late = Finish {
+        lease_required: true,
+        ..finish(&intent, "owner-a", IntentStatus::Done, expiry + 2)
+    };
+    let superseded = expect!(Finished::Superseded, ledger.finish(late).await.unwrap());
+    assert_eq!(superseded, lookup);
+    assert_eq!(read(ledger, &intent).await.status, IntentStatus::Unknown);
+}
+
 macro_rules! behaviours {
     ($fresh:ident, $shared:ident) => {
         behaviours!(@each $fresh, #[tokio::test],
@@ -2622,6 +2774,9 @@ macro_rules! behaviours {
             a_second_caller_is_busy_while_the_lease_lives,
             the_lease_holder_settles_the_intent_and_later_calls_get_it,
             a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing,
+            renew_extends_a_live_lease_and_never_shortens_it,
+            renew_without_the_live_lease_is_lost_and_changes_nothing,
+            a_finish_that_requires_the_lease_is_superseded_once_it_expired,
             the_same_key_with_other_arguments_is_a_conflict,
             the_same_key_under_another_tenant_or_tool_is_another_intent,
             an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up,
@@ -2635,6 +2790,7 @@ macro_rules! behaviours {
             a_tool_flag_is_stored_once_per_tool_and_updated_in_place,
             purge_deletes_old_settled_intents_and_keeps_unresolved_ones,
             stale_lists_in_flight_intents_whose_lease_has_expired,
+            stale_leaves_out_the_tools_it_is_told_to_skip,
             intents_are_filtered_by_every_field_alone_and_together,
             intents_page_in_both_orders_without_duplicates_or_gaps,
             status_counts_count_each_tool_in_each_status,

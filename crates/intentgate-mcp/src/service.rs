@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use intentgate_core::Principal;
 use intentgate_core::limits::INTENT_ID_LENGTH_MAX;
+use intentgate_core::{Executor, Principal};
 use intentgate_gate::{CallContext, CallOutcome, Gate, GateError};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, RequestMetaObject, ServerCapabilities, ServerConfig,
-    Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, RequestMetaObject,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -83,9 +83,11 @@ impl McpService {
             "the config check refuses a concurrency limit of 0"
         );
         let output_schema = Arc::new(outcome_schema());
+        // A client-executed tool is listed only when its config asks (`mcp: listed`).
         let tools = gate
             .tools()
             .into_iter()
+            .filter(|definition| definition.listed_over_mcp)
             .map(|definition| {
                 let tool_hints = hints.get(&definition.name).copied().unwrap_or_default();
                 listing(definition, tool_hints, &output_schema)
@@ -157,8 +159,13 @@ impl McpService {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let name = request.name.into_owned();
-        if self.inner.gate.tool(&name).is_none() {
+        let Some(tool) = self.inner.gate.tool(&name) else {
             return Err(unknown_tool(&name));
+        };
+        // Listed or not, a client tool is never executed by the gateway: answered before
+        // the gate is asked, so nothing is recorded.
+        if tool.executor == Executor::Client {
+            return Ok(client_executed(&name));
         }
         // The SDK moves the request's `_meta` into the context; read both, in case a
         // transport leaves it in place.
@@ -231,6 +238,17 @@ pub(crate) fn tool_result(outcome: &CallOutcome) -> CallToolResult {
     } else {
         CallToolResult::structured(object)
     }
+}
+
+/// The answer to a `tools/call` of a client-executed tool: a tool result with `isError`, so
+/// the model reads why, naming the route the application's own code uses instead.
+pub(crate) fn client_executed(name: &str) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(format!(
+        "`{name}` is executed by the application's own code, not by the gateway, so it can't \
+         be called over MCP; nothing was recorded or executed. The application asks for a grant \
+         with POST /v1/tools/{name}/intents (the intent API), performs the effect only when \
+         granted, and settles what happened."
+    ))])
 }
 
 fn unknown_tool(name: &str) -> ErrorData {

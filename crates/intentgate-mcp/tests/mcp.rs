@@ -596,3 +596,59 @@ async fn the_flag_watcher_stops_when_the_service_is_dropped() {
         "the watcher task ended and let go of the gate"
     );
 }
+
+/// A side effect the application's own code executes (`executor: client`), listed over MCP
+/// or not.
+fn client_tool(name: &str, listed: bool) -> ToolDefinition {
+    let mut tool = refund_tool();
+    tool.name = name.to_owned();
+    tool.executor = intentgate_core::Executor::Client;
+    tool.listed_over_mcp = listed;
+    tool
+}
+
+#[tokio::test]
+async fn client_executed_tools_are_listed_only_when_asked_and_never_called() {
+    let fixture = intentgate_test_support::Harness::build(HarnessOptions::new(vec![
+        refund_tool(),
+        client_tool("refund_order_sdk", false),
+        client_tool("refund_order_listed_sdk", true),
+    ]));
+    let service = McpService::new(
+        fixture.gate.clone(),
+        &BTreeMap::new(),
+        McpOptions::default(),
+    );
+    let h = Harness {
+        ledger: fixture.ledger.clone(),
+        provider: fixture.provider.clone(),
+        _fixture: fixture,
+        service,
+    };
+    let client = h.connect().await;
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
+    assert_eq!(names, ["refund_order", "refund_order_listed_sdk"]);
+
+    // Listed or not, a call is a tool result with isError that names the intent API, and
+    // the gate is never asked: nothing recorded, nothing sent.
+    for name in ["refund_order_sdk", "refund_order_listed_sdk"] {
+        let result = client.call_tool(call(name, refund("9"))).await.unwrap();
+        assert_eq!(result.is_error, Some(true), "{result:?}");
+        let text = &result.content[0].as_text().expect("a text block").text;
+        assert!(
+            text.contains(&format!("POST /v1/tools/{name}/intents")),
+            "{text}"
+        );
+        assert!(text.contains("nothing was recorded or executed"), "{text}");
+    }
+    assert!(h.ledger.list(0, 10).await.unwrap().is_empty());
+    assert_eq!(h.provider.effect_count("refund:9:49.00"), 0);
+    // The gateway's own tool is still called as before.
+    let result = client
+        .call_tool(call("refund_order", refund("9")))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&result)["status"], "done");
+    client.cancel().await.unwrap();
+}

@@ -106,6 +106,10 @@ pub struct ToolReport {
     pub mismatches: BTreeMap<MismatchKind, u64>,
     /// Why the tool could not be reconciled, if it could not (no list, a provider error).
     pub error: Option<String>,
+    /// Why the tool was left out on purpose, if it was: a client-executed tool, whose
+    /// provider the gateway can't reach. Not an error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 impl ToolReport {
@@ -118,6 +122,7 @@ impl ToolReport {
             unknown_pending: 0,
             mismatches: BTreeMap::new(),
             error: None,
+            skipped: None,
         }
     }
 }

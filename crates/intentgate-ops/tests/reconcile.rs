@@ -125,6 +125,7 @@ async fn settle(ledger: &dyn Ledger, order: &str, amount: f64, status: IntentSta
             resolved_by: "upstream",
             looked_up: false,
             detail: "test".to_owned(),
+            lease_required: false,
         })
         .await
         .unwrap();
@@ -378,6 +379,7 @@ async fn an_email_resolved_by_reconciliation_keeps_the_address_as_a_hash_and_nam
             resolved_by: "upstream",
             looked_up: false,
             detail: "test".to_owned(),
+            lease_required: false,
         })
         .await
         .unwrap();
@@ -415,4 +417,43 @@ async fn an_email_resolved_by_reconciliation_keeps_the_address_as_a_hash_and_nam
     assert_eq!(result["to"], intent.arguments["to"], "{result}");
     assert_eq!(result["subject"], intent.arguments["subject"], "{result}");
     assert!(!result.to_string().contains("alice"), "{result}");
+}
+
+#[tokio::test]
+async fn a_client_executed_tool_is_skipped_with_its_reason_and_is_not_an_error() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mock =
+        MockServer::start(MockProvider::new(MockOptions::new(HttpFaultPlan::quiet())).unwrap())
+            .await
+            .unwrap();
+    let TempLedger {
+        dir: _dir, ledger, ..
+    } = TempLedger::with_options(SqliteOptions::default());
+    let ledger: Arc<dyn Ledger> = ledger;
+    let loaded = config(&mock.url(), "http://127.0.0.1:9/hook");
+    let notifier = Arc::new(Notifier::new(Default::default()));
+    let reconciler = Reconciler::new(&loaded, ledger, notifier, None).unwrap();
+    let report = reconciler
+        .run(Duration::from_secs(3600), SystemClock.now_ms(), "test")
+        .await;
+    let sdk = report
+        .tools
+        .iter()
+        .find(|tool| tool.tool == "refund_order_sdk")
+        .expect("the example's client tool is in the report");
+    let reason = sdk.skipped.as_deref().expect("skipped");
+    assert!(reason.contains("executor: client"), "{reason}");
+    assert!(reason.contains("the caller's"), "{reason}");
+    assert_eq!(sdk.error, None, "no list is not an error for a client tool");
+    assert!(!report.has_errors(), "{:#?}", report.tools);
+    // The gateway tools are reconciled as before.
+    let refunds = report
+        .tools
+        .iter()
+        .find(|tool| tool.tool == "refund_order")
+        .unwrap();
+    assert_eq!(
+        (refunds.error.as_deref(), refunds.skipped.as_deref()),
+        (None, None)
+    );
 }

@@ -44,6 +44,22 @@ async fn an_embedded_gateway_serves_a_call_over_http_once() {
     };
     let gateway = Gateway::open(loaded, options).await.unwrap();
     assert_eq!(gateway.gate().tools().len(), gateway.config().tools.len());
+    // The client-executed refund is in the gate, as the config describes it, with no
+    // request for the HTTP upstream to build.
+    let sdk = gateway
+        .gate()
+        .tool("refund_order_sdk")
+        .expect("the client tool");
+    assert_eq!(sdk.executor, intentgate_core::Executor::Client);
+    assert!(!sdk.listed_over_mcp);
+    assert_eq!(
+        sdk.resend_window,
+        Some(std::time::Duration::from_secs(23 * 60 * 60)),
+        "24 hours less the margin"
+    );
+    let refund = gateway.gate().tool("refund_order").unwrap();
+    assert_eq!(refund.executor, intentgate_core::Executor::Gateway);
+    assert!(refund.listed_over_mcp);
     let ledger = gateway.ledger().clone();
     let instance = gateway.gate().options().instance.clone();
     let registered = ledger

@@ -11,7 +11,7 @@
 //!
 //! Authentication. The [`Authenticator`] turns the credential into a [`Principal`] that is
 //! inserted into the request's extensions; handlers and MCP read the tenant only from it.
-//! `/healthz`, `/readyz`, `/metrics` and the OAuth protected-resource metadata need no
+//! `/healthz`, `/readyz`, `/metrics`, `/openapi.json` and the OAuth protected-resource metadata need no
 //! credential (they carry no caller data). The admin API keeps its own token: a request to it
 //! gets a principal when its credential is one, and is otherwise left to the admin API.
 //! `/mcp` needs the `call` scope; each other route checks the scope it needs.
@@ -161,7 +161,8 @@ enum Access {
 
 fn access(path: &str) -> Access {
     match path {
-        "/healthz" | "/readyz" | "/metrics" => Access::Public,
+        // The document describes the API, not the configured tools.
+        "/healthz" | "/readyz" | "/metrics" | crate::openapi::OPENAPI_PATH => Access::Public,
         _ if path.starts_with(RESOURCE_METADATA_PATH) => Access::Public,
         _ if path == ADMIN_PREFIX || path.starts_with("/v1/admin/") => Access::Admin,
         MCP_PATH => Access::Principal(Some(Scope::Call)),

@@ -8,7 +8,11 @@
 //! | `GET /v1/tools` | the tools, with their published descriptions and input schemas |
 //! | `POST /v1/tools/{name}/call` | calls a tool through the [`Gate`]; body `{"arguments": {...}}` |
 //! | `GET /v1/intents/{tool}/{key}` | an intent of the caller's tenant, as the ledger holds it |
+//! | `POST /v1/tools/{name}/intents` | the intent API (`intent_api`): a grant of a client-executed tool |
+//! | `POST /v1/intents/{id}/settle`, `POST /v1/intents/{id}/renew` | settle or renew a granted lease |
+//! | `GET /v1/intents/{id}` | an intent of the caller's tenant by id |
 //! | `GET /.well-known/oauth-protected-resource` | OAuth protected-resource metadata (JWT auth) |
+//! | `GET /openapi.json` | the OpenAPI 3.1 document of these routes ([`openapi`]), without a credential |
 //!
 //! [`run_with`] serves more routes beside these (MCP over Streamable HTTP at `/mcp`).
 //! Every route, these and the extra ones, sits behind the edge (`edge.rs`): the browser
@@ -34,8 +38,11 @@ pub mod auth;
 mod connection;
 pub mod edge;
 mod idempotency_key;
+pub mod intent_api;
+pub mod openapi;
 mod problem;
 mod routes;
+pub mod wire;
 
 use std::collections::BTreeSet;
 use std::future::Future;

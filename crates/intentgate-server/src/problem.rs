@@ -4,7 +4,8 @@
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+
+use crate::wire::ProblemBody;
 
 /// One problem response.
 #[derive(Debug, Clone)]
@@ -57,13 +58,14 @@ impl Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let body = json!({
-            "type": format!("urn:intentgate:problem:{}", self.kind),
-            "title": self.title,
-            "status": self.status.as_u16(),
-            "detail": self.detail,
-        });
-        let mut response = (self.status, body.to_string()).into_response();
+        let body = ProblemBody {
+            kind: format!("urn:intentgate:problem:{}", self.kind),
+            title: self.title.to_owned(),
+            status: self.status.as_u16(),
+            detail: self.detail,
+        };
+        let text = serde_json::to_string(&body).expect("a problem body is plain JSON");
+        let mut response = (self.status, text).into_response();
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,

@@ -1,4 +1,5 @@
-//! The handlers, one per route.
+//! The handlers, one per route. Each carries its `#[utoipa::path]`, and `openapi.rs` lists
+//! them: that list is both the router and the OpenAPI document.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,13 +13,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use intentgate_core::{CallStatus, Effect, Principal, Scope, Tenant};
 use intentgate_gate::{CallContext, GateError};
-use intentgate_ledger::IntentRecord;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
+use utoipa::IntoParams;
 
 use crate::AppState;
 use crate::idempotency_key;
+use crate::intent_api;
 use crate::problem::Problem;
+use crate::wire::{CallRequest, IntentView, Outcome, ProblemBody, Readiness, ToolList, ToolView};
 
 /// The header that carries the application's intent id.
 pub const INTENT_ID_HEADER: &str = "intent-id";
@@ -29,30 +32,50 @@ const OVERLOADED_RETRY_AFTER_SECONDS: u64 = 1;
 /// Prometheus scrape usually gives up after a few seconds.
 pub const LEDGER_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The API's routes (the one list is `openapi::routes`), with the fallback and the body
+/// limit.
 pub fn router(state: Arc<AppState>) -> axum::Router {
     let body_limit = state.options.body_limit_bytes;
-    axum::Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/tools", get(list_tools))
-        .route("/v1/tools/{name}/call", post(call_tool))
-        .route("/v1/intents/{tool}/{*key}", get(get_intent))
+    let (routes, _document) = crate::openapi::routes().split_for_parts();
+    routes
+        .route("/v1/tools/{name}/intents", post(intent_api::grant))
+        // `{tool}` is an intent's id on the intent API's routes: matchit allows one
+        // parameter name per position, and the handlers tell the routes apart.
+        .route("/v1/intents/{tool}", get(intent_api::get_intent_by_id))
+        .route("/v1/intents/{tool}/{*key}", post(intent_api::act_on_intent))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
 }
 
-async fn healthz() -> &'static str {
+/// Liveness: answers at once, touches nothing.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    responses((status = 200, description = "The process is up.", body = String,
+               content_type = "text/plain", example = "ok")),
+)]
+pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
 /// Ready when the ledger answers a cheap read in time: without it no call can be served.
-async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    responses(
+        (status = 200, description = "The ledger answered a read within 2 s.", body = Readiness),
+        (status = 503, description = "The ledger failed a read or did not answer in time.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     let detail = match tokio::time::timeout(LEDGER_CHECK_TIMEOUT, state.gate.ledger().tool_flags())
         .await
     {
-        Ok(Ok(_)) => return Json(json!({"ready": true})).into_response(),
+        Ok(Ok(_)) => return Json(Readiness { ready: true }).into_response(),
         Ok(Err(error)) => {
             tracing::warn!(%error, "not ready: the ledger failed a read");
             "the intent ledger failed a read; no call can be served until it answers".to_owned()
@@ -80,7 +103,17 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 /// The gate's metrics in the Prometheus text format, with `intentgate_intents` refreshed
 /// from the ledger first. A ledger that fails or is slow only leaves that gauge as it was:
 /// the other metrics are still worth scraping.
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "health",
+    responses((status = 200,
+               description = "Prometheus text format 0.0.4: calls by tool and status, repeated \
+                              calls, upstream and ledger latency, lease waits, intents by \
+                              status, connections.",
+               body = String, content_type = "text/plain; version=0.0.4")),
+)]
+pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let gate = &state.gate;
     match tokio::time::timeout(LEDGER_CHECK_TIMEOUT, gate.ledger().status_counts()).await {
         Ok(Ok(counts)) => gate.metrics().set_intent_counts(
@@ -103,6 +136,58 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(prometheus_client::encoding::prometheus_text::CONTENT_TYPE),
+    );
+    response
+}
+
+/// 503 for a request refused at the concurrency limit: nothing was executed.
+pub(crate) fn overloaded() -> Problem {
+    let mut problem = Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "overloaded",
+        "Too many calls at once",
+        "the gateway is at its concurrency limit; nothing was executed, try again shortly",
+    );
+    problem.retry_after_seconds = Some(OVERLOADED_RETRY_AFTER_SECONDS);
+    problem
+}
+
+/// 503 for a ledger that failed: `what` says what did not happen.
+pub(crate) fn ledger_unavailable(what: &str) -> Problem {
+    let mut problem = Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ledger-unavailable",
+        "The intent ledger is unavailable",
+        format!("{what}; try again shortly"),
+    );
+    problem.retry_after_seconds = Some(OVERLOADED_RETRY_AFTER_SECONDS);
+    problem
+}
+
+/// 404 for a tool name the gateway does not serve.
+pub(crate) fn unknown_tool(name: &str) -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "unknown-tool",
+        "Unknown tool",
+        format!("no tool named `{name}`; GET /v1/tools lists the tools"),
+    )
+}
+
+/// This document: the HTTP API in OpenAPI 3.1. Served without a credential: it describes
+/// the API, not the configured tools.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "api",
+    responses((status = 200, description = "The OpenAPI 3.1 document of this API.",
+               body = Object, content_type = "application/json")),
+)]
+pub(crate) async fn openapi_document() -> Response {
+    let mut response = crate::openapi::document_json().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
     );
     response
 }
@@ -132,7 +217,7 @@ fn principal(principal: Option<Extension<Principal>>) -> Result<Principal, Probl
 }
 
 /// The principal, if it has `scope`.
-fn principal_with(
+pub(crate) fn principal_with(
     principal_extension: Option<Extension<Principal>>,
     scope: Scope,
 ) -> Result<Principal, Problem> {
@@ -144,28 +229,31 @@ fn principal_with(
     }
 }
 
-async fn list_tools(
+/// The tools, with the descriptions models should read, their input schemas and who
+/// executes each.
+#[utoipa::path(
+    get,
+    path = "/v1/tools",
+    tag = "tools",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every tool, sorted by name.", body = ToolList),
+        (status = 401, description = "No valid credential.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 403, description = "A foreign `Origin` or a non-loopback `Host`.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn list_tools(
     State(state): State<Arc<AppState>>,
     caller: Option<Extension<Principal>>,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Json<ToolList>, Problem> {
     principal(caller)?;
-    let tools: Vec<Value> = state
-        .gate
-        .tools()
-        .into_iter()
-        .map(|tool| {
-            json!({
-                "name": tool.name,
-                "description": tool.published_description(),
-                "effect": tool.effect,
-                "input_schema": tool.input_schema,
-            })
-        })
-        .collect();
-    Ok(Json(json!({ "tools": tools })))
+    let tools = state.gate.tools().into_iter().map(ToolView::of).collect();
+    Ok(Json(ToolList { tools }))
 }
 
-fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, Problem> {
+pub(crate) fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, Problem> {
     match headers.get(name) {
         None => Ok(None),
         Some(value) => value
@@ -182,7 +270,60 @@ fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, Proble
     }
 }
 
-async fn call_tool(
+/// The headers a call reads (as text, with `header_text` and `idempotency_key`), described
+/// for the OpenAPI document.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // Read from the `HeaderMap`; this type only describes them.
+pub(crate) struct CallHeaders {
+    /// The intent key for a side effect, instead of the one the tool's `key` template renders
+    /// (IETF draft semantics): another payload under the key is a 422. Required where the
+    /// tool says `idempotency_key: required`.
+    #[param(rename = "Idempotency-Key", required = false)]
+    idempotency_key: String,
+    /// The application's intent id, for keys that use `{intent_id}`.
+    #[param(rename = "Intent-Id", required = false)]
+    intent_id: String,
+}
+
+/// Calls a tool through the gate. Whatever the outcome (`done`, `pending_unknown`,
+/// `conflict`, ...) the answer is a 200 with the outcome object: the status tells the model
+/// what happened.
+#[utoipa::path(
+    post,
+    path = "/v1/tools/{name}/call",
+    tag = "tools",
+    security(("bearer" = [])),
+    params(
+        ("name" = String, Path, description = "The tool's name, as `GET /v1/tools` lists it."),
+        CallHeaders,
+    ),
+    request_body(content = CallRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The call's outcome, whatever it was.", body = Outcome),
+        (status = 400, description = "Malformed JSON, an unreadable header, a malformed \
+                                      `Idempotency-Key`, or one missing where required.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, description = "No valid credential.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 403, description = "No `call` scope, a foreign `Origin` or a non-loopback \
+                                      `Host`.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "No such tool.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 413, description = "The body is over `gateway.body_limit_bytes`.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 422, description = "The body is not `{\"arguments\": {...}}`, or another \
+                                      payload was sent under the same `Idempotency-Key`.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 503, description = "At the concurrency limit, or the ledger is unavailable; \
+                                      nothing was executed. `Retry-After` says when to retry.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn call_tool(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
     caller: Option<Extension<Principal>>,
@@ -242,14 +383,28 @@ async fn call_tool_inner(
         )
     })?;
     let arguments = match request {
-        Value::Object(mut object) => object.remove("arguments").ok_or_else(|| {
-            Problem::new(
+        Value::Object(object) if !object.contains_key("arguments") => {
+            return Err(Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "missing-arguments",
                 "Missing arguments",
                 "the body must be {\"arguments\": {...}}",
-            )
-        })?,
+            ));
+        }
+        // Read as the documented `CallRequest`: an unknown field is refused, not ignored.
+        request @ Value::Object(_) => {
+            let request: CallRequest = serde_json::from_value(request).map_err(|error| {
+                Problem::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "unknown-field",
+                    "Unknown field",
+                    format!(
+                        "{error}; the body must be {{\"arguments\": {{...}}}} and nothing else"
+                    ),
+                )
+            })?;
+            request.arguments
+        }
         _ => {
             return Err(Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -264,16 +419,11 @@ async fn call_tool_inner(
         intent_id: header_text(&headers, INTENT_ID_HEADER)?,
         explicit_key: explicit_key.clone(),
     };
-    let permit = state.calls.clone().try_acquire_owned().map_err(|_| {
-        let mut problem = Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
-            "Too many calls at once",
-            "the gateway is at its concurrency limit; nothing was executed, try again shortly",
-        );
-        problem.retry_after_seconds = Some(OVERLOADED_RETRY_AFTER_SECONDS);
-        problem
-    })?;
+    let permit = state
+        .calls
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| overloaded())?;
     // The call runs in its own task: a client that goes away does not cancel it.
     let gate = state.gate.clone();
     let task = tokio::spawn(async move {
@@ -296,7 +446,7 @@ async fn call_tool_inner(
             let key = explicit_key.unwrap_or_default();
             Err(idempotency_key::reused(&key, &outcome.differing_fields))
         }
-        Ok(outcome) => Ok(Json(outcome.to_json()).into_response()),
+        Ok(outcome) => Ok(Json(Outcome::from(&outcome)).into_response()),
         Err(GateError::UnknownTool(name)) => Err(Problem::new(
             StatusCode::NOT_FOUND,
             "unknown-tool",
@@ -308,6 +458,15 @@ async fn call_tool_inner(
             "bad-tenant",
             "Invalid tenant",
             format!("{error}; nothing was recorded or executed"),
+        )),
+        Err(GateError::ClientExecuted(name)) => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "client-executed",
+            "Tool executed by the caller",
+            format!(
+                "tool `{name}` is executed by the caller's own code: ask for a grant with \
+                 POST /v1/tools/{name}/intents (see the intent API), then settle what happened"
+            ),
         )),
         Err(GateError::Ledger(error)) => {
             tracing::error!(%error, "the ledger failed before the upstream call");
@@ -332,14 +491,42 @@ async fn call_tool_inner(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
-struct IntentQuery {
+#[into_params(parameter_in = Query)]
+pub(crate) struct IntentQuery {
     /// Another tenant's intent: for `admin` credentials only.
     tenant: Option<String>,
 }
 
-async fn get_intent(
+/// An intent of the caller's tenant, as the ledger holds it (scope `intents:read`).
+#[utoipa::path(
+    get,
+    // `{*key}`: the rest of the path, since a key may hold `/`. The document writes it `{key}`.
+    path = "/v1/intents/{tool}/{*key}",
+    tag = "intents",
+    security(("bearer" = [])),
+    params(
+        ("tool" = String, Path, description = "The tool's name."),
+        ("key" = String, Path, description = "The intent key, URL-encoded; the rest of the path."),
+        IntentQuery,
+    ),
+    responses(
+        (status = 200, description = "The intent.", body = IntentView),
+        (status = 400, description = "An unknown query parameter or an invalid tenant.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, description = "No valid credential.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 403, description = "No `intents:read` scope (or `admin`, for `tenant`), a \
+                                      foreign `Origin` or a non-loopback `Host`.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "No such intent in the tenant.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 503, description = "The ledger is unavailable.", body = ProblemBody,
+         content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn get_intent(
     State(state): State<Arc<AppState>>,
     Path((tool, key)): Path<(String, String)>,
     caller: Option<Extension<Principal>>,
@@ -387,7 +574,7 @@ async fn get_intent_inner(
         }
     };
     match state.gate.ledger().get(tenant.as_str(), &tool, &key).await {
-        Ok(Some(intent)) => Ok(Json(intent_view(&intent)).into_response()),
+        Ok(Some(intent)) => Ok(Json(IntentView::from(&intent)).into_response()),
         Ok(None) => Err(Problem::new(
             StatusCode::NOT_FOUND,
             "unknown-intent",
@@ -404,23 +591,4 @@ async fn get_intent_inner(
             ))
         }
     }
-}
-
-/// An intent as the API shows it: no lease owners (internal), no arguments beyond what the
-/// caller sent.
-fn intent_view(intent: &IntentRecord) -> Value {
-    json!({
-        "tenant": intent.tenant,
-        "tool": intent.tool,
-        "key": intent.key,
-        "status": intent.status,
-        "arguments": intent.arguments,
-        "attempts": intent.attempt,
-        "result": intent.result,
-        "external_id": intent.external_id,
-        "resolved_by": intent.resolved_by,
-        "call_count": intent.call_count,
-        "first_seen_ms": intent.first_seen_ms,
-        "last_seen_ms": intent.last_seen_ms,
-    })
 }

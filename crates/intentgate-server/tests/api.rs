@@ -178,6 +178,45 @@ async fn the_tool_list_publishes_the_once_per_intent_sentence() {
         tool["input_schema"]["required"],
         json!(["order_id", "amount"])
     );
+    assert_eq!(tool["executor"], "gateway");
+}
+
+#[tokio::test]
+async fn the_tool_list_says_who_executes_each_tool() {
+    // A client tool is listed over HTTP whether or not MCP lists it.
+    let mut sdk = refund_tool();
+    sdk.name = "refund_order_sdk".to_owned();
+    sdk.executor = intentgate_core::Executor::Client;
+    sdk.listed_over_mcp = false;
+    let server = common::start(
+        vec![refund_tool(), sdk],
+        FaultPlan::none(),
+        ServerOptions::default(),
+    )
+    .await;
+    let response = server
+        .client
+        .get(format!("{}/v1/tools", server.base))
+        .send()
+        .await
+        .unwrap();
+    let (status, _, body) = read(response).await;
+    assert_eq!(status, 200);
+    let executors: Vec<(&str, &str)> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| {
+            (
+                tool["name"].as_str().unwrap(),
+                tool["executor"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        executors,
+        [("refund_order", "gateway"), ("refund_order_sdk", "client")]
+    );
 }
 
 #[tokio::test]

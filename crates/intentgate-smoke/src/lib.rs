@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use comfy_table::Table;
 use intentgate_config::{HashKeySource, LoadedConfig, ToolConfig};
-use intentgate_core::{CallStatus, Effect, ToolDefinition};
+use intentgate_core::{CallStatus, Effect, Executor, ToolDefinition};
 use intentgate_gate::{
     CallContext, CallOutcome, Clock, Gate, GateOptions, LookupOutcome, SystemClock, Upstream,
     UpstreamCall,
@@ -70,6 +70,15 @@ const LIST_PAGES_MAX: u32 = 1000;
 const LIST_PAGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The write requests the built-in mock serves, as (path, what it makes).
 const MOCK_SIDE_EFFECTS: [&str; 3] = ["/v1/refunds", "/v1/charges", "/v1/emails"];
+
+/// Why a client-executed tool is not smoke-tested.
+fn client_tool_skipped(name: &str) -> String {
+    format!(
+        "executed by the caller's own code (`executor: client`): the gateway sends no request \
+for it, so there is no effect here to fail and repeat; test the caller's code against the \
+intent API (POST /v1/tools/{name}/intents) instead"
+    )
+}
 
 /// Smoke-tests every side-effecting tool of the config at `config_path`: against the
 /// built-in mock provider, or with `live` against the configured upstreams behind a
@@ -115,12 +124,20 @@ pub async fn smoke(config_path: &Path, live: bool) -> anyhow::Result<Report> {
         started_ms: SystemClock.now_ms(),
     };
     let mut tools = Vec::new();
+    let mut skipped = Vec::new();
     for config in loaded
         .config
         .tools
         .iter()
         .filter(|tool| tool.effect == Effect::SideEffect)
     {
+        if config.executor == Executor::Client {
+            skipped.push(SkippedTool {
+                tool: config.name.clone(),
+                reason: client_tool_skipped(&config.name),
+            });
+            continue;
+        }
         tools.push(smoke.check(config).await);
     }
     let report = Report {
@@ -129,6 +146,7 @@ pub async fn smoke(config_path: &Path, live: bool) -> anyhow::Result<Report> {
         passed: tools.iter().all(|tool| tool.passed),
         seconds: started.elapsed().as_secs_f64(),
         tools,
+        skipped,
     };
     smoke.target.stop().await;
     Ok(report)
@@ -226,7 +244,8 @@ impl Target {
                 commit: true,
             }]),
             Target::Live { proxies, .. } => {
-                if let Some(proxy) = proxies.get(&tool.call.upstream) {
+                let upstream = tool.call.as_ref().map(|call| call.upstream.as_str());
+                if let Some(proxy) = upstream.and_then(|upstream| proxies.get(upstream)) {
                     proxy.arm();
                 }
             }
@@ -377,15 +396,19 @@ impl Smoke {
         let Some(definition) = self.gate.tool(&config.name).cloned() else {
             return result.could_not_start("the gate did not load this tool".to_owned());
         };
+        // Client tools are skipped by `smoke`, before they get here.
+        let Some(request) = &config.call else {
+            return result.could_not_start(client_tool_skipped(&config.name));
+        };
         if let Target::Mock(_) = self.target
-            && !(config.call.method == Method::Post
-                && MOCK_SIDE_EFFECTS.contains(&config.call.path.as_str()))
+            && !(request.method == Method::Post
+                && MOCK_SIDE_EFFECTS.contains(&request.path.as_str()))
         {
             return result.could_not_start(format!(
                 "the built-in mock provider does not serve {} {} (it serves POST {}); run \
 `intentgate smoke --live` with the upstream pointed at a sandbox of this tool's API",
-                format!("{:?}", config.call.method).to_uppercase(),
-                config.call.path,
+                format!("{:?}", request.method).to_uppercase(),
+                request.path,
                 MOCK_SIDE_EFFECTS.join(", POST ")
             ));
         }
@@ -604,7 +627,13 @@ every record; reconciliation needs it too",
                     Pairing::IntentKey => key.to_owned(),
                     Pairing::Fields(fields) => fields.of_arguments(asked.arguments),
                 };
-                let name = list.upstream.as_deref().unwrap_or(&config.call.upstream);
+                let call_upstream = config.call.as_ref().map(|call| call.upstream.as_str());
+                let Some(name) = list.upstream.as_deref().or(call_upstream) else {
+                    return Err(format!(
+                        "{} has a list but no call, so no upstream",
+                        config.name
+                    ));
+                };
                 let upstream = upstreams
                     .get(name)
                     .ok_or_else(|| format!("the list's upstream `{name}` is not configured"))?;
@@ -836,6 +865,15 @@ pub struct Report {
     passed: bool,
     seconds: f64,
     tools: Vec<ToolResult>,
+    /// Side-effecting tools not smoke-tested, each with why.
+    skipped: Vec<SkippedTool>,
+}
+
+/// A side-effecting tool the smoke test leaves out, and why.
+#[derive(Debug, Serialize)]
+struct SkippedTool {
+    tool: String,
+    reason: String,
 }
 
 impl Report {
@@ -905,6 +943,9 @@ answer lost after the provider committed, {REPEATS_SEQUENTIAL} repeats one after
             for note in &tool.notes {
                 let _ = writeln!(out, "    {note}");
             }
+        }
+        for skipped in &self.skipped {
+            let _ = writeln!(out, "\n{} skipped: {}", skipped.tool, skipped.reason);
         }
         let passed = self.tools.iter().filter(|tool| tool.passed).count();
         let _ = writeln!(

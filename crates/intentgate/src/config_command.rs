@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use intentgate_core::Effect;
+use intentgate_core::{Effect, Executor};
 
 use crate::cli::{ConfigArgs, ConfigCommand};
 
@@ -22,8 +22,19 @@ pub fn run(arguments: ConfigArgs) -> anyhow::Result<()> {
                 *counts.entry(tool.effect.as_str()).or_default() += 1;
             }
             let count = |effect: Effect| counts.get(effect.as_str()).copied().unwrap_or(0);
+            let clients = loaded
+                .tools
+                .iter()
+                .filter(|tool| tool.executor == Executor::Client)
+                .count();
+            // Said only when there are any: the intent API is where their callers go.
+            let executed_by_callers = if clients > 0 {
+                format!(", {clients} executed by the caller's code through the intent API")
+            } else {
+                String::new()
+            };
             println!(
-                "{}: ok, {} tools ({} read, {} idempotent, {} side_effect)",
+                "{}: ok, {} tools ({} read, {} idempotent, {} side_effect{executed_by_callers})",
                 file.display(),
                 loaded.tools.len(),
                 count(Effect::Read),

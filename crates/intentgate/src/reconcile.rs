@@ -113,6 +113,7 @@ pub fn text(report: &Report) -> String {
         let mismatches: u64 = tool.mismatches.values().sum();
         let result = match &tool.error {
             Some(error) => format!("NOT RECONCILED: {error}"),
+            None if let Some(reason) = &tool.skipped => format!("skipped: {reason}"),
             None if mismatches == 0 && tool.unknown_pending == 0 => "ok".to_owned(),
             None => {
                 let mut parts: Vec<String> = tool

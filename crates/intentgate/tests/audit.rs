@@ -65,12 +65,12 @@ fn the_example_config_has_no_errors_or_warnings() {
         .filter(|finding| finding["rule"] == "tool-classified")
         .map(|finding| finding["tool"].as_str().unwrap())
         .collect();
-    assert_eq!(classified.len(), 14, "{classified:?}");
+    assert_eq!(classified.len(), 15, "{classified:?}");
     let text = audit(Path::new("."), &["--config", EXAMPLE_CONFIG]);
     assert_eq!(text.status.code(), Some(0));
     let stdout = String::from_utf8(text.stdout).unwrap();
     assert!(
-        stdout.ends_with("audit: 0 error(s), 0 warning(s), 16 note(s)\n"),
+        stdout.ends_with("audit: 0 error(s), 0 warning(s), 18 note(s)\n"),
         "{stdout}"
     );
     // send_email's sensitive arguments, and why its upstream's key support does not make
@@ -288,14 +288,15 @@ fn prompts_that_say_not_to_retry_are_not_flagged() {
     assert_eq!(output.status.code(), Some(2));
 }
 
-/// The example without send_email, in `folder`: the MCP server of the full example then
-/// lists a tool this config does not front.
+/// The example without send_email (and the client-executed refund after it, which MCP does
+/// not list), in `folder`: the MCP server of the full example then lists a tool this config
+/// does not front.
 fn without_send_email(folder: &Path) -> PathBuf {
     let path = folder.join("without-send-email.yaml");
     let text = example();
     let at = text
         .find("  - name: send_email")
-        .expect("send_email is the last tool");
+        .expect("send_email is the last gateway tool");
     std::fs::write(&path, &text[..at]).unwrap();
     path
 }

@@ -145,7 +145,7 @@ impl Setup {
 fn list_on_a_fresh_ledger_shows_every_tool_on_and_creates_no_ledger() {
     let setup = Setup::new();
     let tools = example_tools();
-    assert_eq!(tools.len(), 14);
+    assert_eq!(tools.len(), 15);
 
     let rows = listed(&setup.location(), &[]);
     assert_eq!(rows.len(), tools.len());

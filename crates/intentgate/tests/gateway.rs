@@ -337,7 +337,19 @@ async fn malformed_requests_get_problem_json() {
         .unwrap();
     assert_eq!(response.status().as_u16(), 413);
     let tools = get_json(&stack.client, format!("{}/v1/tools", stack.gateway.url)).await;
-    assert_eq!(tools["tools"].as_array().unwrap().len(), 14);
+    // Every tool, the client-executed one too.
+    let tools = tools["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 15);
+    let sdk = tools
+        .iter()
+        .find(|tool| tool["name"] == "refund_order_sdk")
+        .unwrap();
+    assert_eq!(sdk["executor"], "client");
+    let refund = tools
+        .iter()
+        .find(|tool| tool["name"] == "refund_order")
+        .unwrap();
+    assert_eq!(refund["executor"], "gateway");
 }
 
 #[test]
@@ -415,7 +427,7 @@ fn config_check_says_which_line_and_what_to_change() {
     assert!(good.status.success());
     assert!(
         String::from_utf8_lossy(&good.stdout)
-            .contains("14 tools (9 read, 2 idempotent, 3 side_effect)")
+            .contains("15 tools (9 read, 2 idempotent, 4 side_effect, 1 executed by the caller's code through the intent API)")
     );
     let schema = intentgate().args(["config", "schema"]).output().unwrap();
     let schema: Value = serde_json::from_slice(&schema.stdout).unwrap();

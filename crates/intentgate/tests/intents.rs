@@ -447,7 +447,7 @@ async fn the_admin_api_of_a_running_gateway_switches_a_tool_off_and_on() {
         .unwrap();
     assert_eq!(anonymous.status().as_u16(), 401);
     let flags = json_answer(admin(reqwest::Method::GET, "/v1/admin/flags")).await;
-    assert_eq!(flags["flags"].as_array().unwrap().len(), 14, "{flags}");
+    assert_eq!(flags["flags"].as_array().unwrap().len(), 15, "{flags}");
 
     assert_eq!(
         stack

@@ -303,6 +303,15 @@ async fn reconcile_exits_0_when_ledger_and_provider_agree_and_explains_a_bad_win
     assert!(output.status.success(), "{output:?}");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("0 mismatches, 0 critical"), "{stdout}");
+    // The client-executed refund is skipped, saying why, and does not fail the run.
+    let sdk = stdout
+        .lines()
+        .find(|line| line.starts_with("refund_order_sdk "))
+        .unwrap_or_else(|| panic!("no line for refund_order_sdk:\n{stdout}"));
+    assert!(
+        sdk.contains("skipped: executed by the caller's code (`executor: client`)"),
+        "{sdk}"
+    );
 
     let output = stack.reconcile(&["--since", "an hour"]).output().unwrap();
     assert_eq!(output.status.code(), Some(1));

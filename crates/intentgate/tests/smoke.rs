@@ -76,6 +76,17 @@ fn the_example_config_passes_against_the_built_in_mock() {
     }
     // Reads and idempotent tools are not smoke-tested.
     assert!(!table.contains("get_order"), "{table}");
+    // The client-executed refund is skipped with the reason, not failed.
+    assert!(
+        table.contains(
+            "refund_order_sdk skipped: executed by the caller's own code (`executor: client`)"
+        ),
+        "{table}"
+    );
+    assert!(
+        table.contains("POST /v1/tools/refund_order_sdk/intents"),
+        "{table}"
+    );
     assert!(table.contains("PASSED: 3 of 3"), "{table}");
 }
 
@@ -92,6 +103,16 @@ fn json_output_has_every_side_effecting_tool_with_its_steps() {
         .map(|tool| tool["tool"].as_str().unwrap())
         .collect();
     assert_eq!(names, SIDE_EFFECTING_TOOLS);
+    let skipped = report["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{report}");
+    assert_eq!(skipped[0]["tool"], "refund_order_sdk");
+    assert!(
+        skipped[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("executor: client"),
+        "{report}"
+    );
     for tool in tools {
         for step in ["effect_once", "repeats_answered", "kill_switch"] {
             assert_eq!(tool[step], "pass", "{tool}");

@@ -10,8 +10,8 @@ use std::time::Duration;
 use intentgate_core::sensitive::{HASH_KEY_BYTES_MIN, HashKeyError, SensitiveError};
 use intentgate_core::tool::{RETRY_BUDGET_MAX, TIMEOUT_MS_MAX};
 use intentgate_core::{
-    ArgumentPath, CallStatus, Effect, HashKey, KeyError, KeyTemplate, Messages, ToolDefinition,
-    ToolError,
+    ArgumentPath, CallStatus, Effect, Executor, HashKey, KeyError, KeyTemplate, Messages,
+    ToolDefinition, ToolError,
 };
 use intentgate_http::spec::{CallSpec, ListSpec, LookupSpec, UpstreamSpec};
 use intentgate_http::template::Template;
@@ -23,13 +23,14 @@ use super::{Checker, names};
 use crate::HashKeySource;
 use crate::config::{IdempotencyKeyHeader, OwnerConfig, ToolConfig};
 use crate::env::{self, EnvError};
-use crate::file::ToolFile;
+use crate::file::{McpListing, ToolFile};
 use crate::limits::*;
 use crate::source_map::{Segment, at, segments};
 
 /// A tool's requests as checked, with their `${NAME}` references resolved.
 struct Requests {
-    call: CallSpec,
+    /// None for a client tool, and for a gateway tool without one (reported).
+    call: Option<CallSpec>,
     lookup: Option<LookupSpec>,
     list: Option<ListSpec>,
     /// The call's request uses `{intent_id}`: a re-send would need the application's id.
@@ -68,6 +69,7 @@ impl Checker<'_, '_> {
         let label = format!("tool `{}`", tool.name);
         self.tool_texts(index, &label, &tool, owners);
         self.idempotency_key_header(index, &label, &tool);
+        self.executor(index, &label, &mut tool);
         let messages = self.messages(index, &label, &tool.messages);
         let alerts = self.alerts(index, &label, tool.effect, tool.alerts.take());
         let schema_valid = self.input_schema(index, &label, &tool.input_schema);
@@ -89,6 +91,9 @@ impl Checker<'_, '_> {
             name: tool.name,
             description: tool.description,
             effect: definition.effect,
+            executor: definition.executor,
+            listed_over_mcp: definition.listed_over_mcp,
+            key_window_hours: tool.key_window_hours,
             owner: tool.owner,
             once_per: tool.once_per,
             input_schema: tool.input_schema,
@@ -175,6 +180,115 @@ impl Checker<'_, '_> {
         }
     }
 
+    /// Who performs the tool, and what that rules out. A client tool (`executor: client`) is
+    /// a side effect whose request the caller's code sends, so the gateway has nothing to
+    /// send, look up or list: its `call`, `lookup` and `list` are refused, and then dropped
+    /// so that nothing downstream checks them. A gateway tool needs its `call`, and takes its
+    /// key window from the call's upstream, not from the tool.
+    fn executor(&mut self, index: usize, label: &str, tool: &mut ToolFile) {
+        match tool.executor {
+            Executor::Client => {
+                if let Some(effect) = tool.effect
+                    && effect != Effect::SideEffect
+                {
+                    self.push(
+                        &at!["tools", index, "executor"],
+                        format!(
+                            "{label} says `executor: client`, but it is `effect: {}`: only side \
+                             effects are executed by the caller's code through the intent API",
+                            effect.as_str()
+                        ),
+                        "remove `executor: client` and give the tool a `call`, or set \
+                         `effect: side_effect` if calling it twice would act twice",
+                    );
+                    // Whether it should have a `call` depends on which of the two is meant.
+                    return;
+                }
+                let name = &tool.name;
+                let refused = [
+                    (
+                        tool.call.is_some(),
+                        "call",
+                        "the gateway never sends its request: the caller's code performs it \
+                         after `POST /v1/tools/{name}/intents` grants `execute`",
+                    ),
+                    (
+                        tool.lookup.is_some(),
+                        "lookup",
+                        "the gateway never looks its effects up: the caller's code checks with \
+                         the provider when it is granted `look_up`",
+                    ),
+                    (
+                        tool.list.is_some(),
+                        "list",
+                        "the gateway never lists its effects: reconciling a client tool's \
+                         effects with the provider is the caller's",
+                    ),
+                ];
+                for (present, field, why) in refused {
+                    if present {
+                        self.push(
+                            &at!["tools", index, field],
+                            format!(
+                                "{label} is executed by the caller's code (`executor: client`), \
+                                 so it has no `{field}`: {}",
+                                why.replace("{name}", name)
+                            ),
+                            format!(
+                                "remove `{field}:` from this tool, or remove `executor: client` \
+                                 to have the gateway perform it"
+                            ),
+                        );
+                    }
+                }
+                tool.call = None;
+                tool.lookup = None;
+                tool.list = None;
+                if let Some(hours) = tool.key_window_hours {
+                    self.range(
+                        &at!["tools", index, "key_window_hours"],
+                        hours.into(),
+                        1,
+                        KEY_WINDOW_HOURS_MAX.into(),
+                        "hours (the provider's documented key retention; Stripe: 24)",
+                    );
+                }
+            }
+            Executor::Gateway => {
+                if tool.call.is_none() {
+                    self.push(
+                        &at!["tools", index],
+                        format!(
+                            "{label} has no `call`, so the gateway has no request that performs it"
+                        ),
+                        "add `call: {upstream: payments, method: POST, path: /v1/...}` (the \
+                         request the gateway sends), or `executor: client` for a side effect \
+                         that your own code performs through the intent API",
+                    );
+                }
+                if tool.key_window_hours.is_some() {
+                    let upstream = tool
+                        .call
+                        .as_ref()
+                        .map_or("its upstream".to_owned(), |call| {
+                            format!("upstream `{}`", call.upstream)
+                        });
+                    self.push(
+                        &at!["tools", index, "key_window_hours"],
+                        format!(
+                            "{label}: `key_window_hours` is for client tools (`executor: \
+                             client`); the gateway's calls use the key window of their upstream"
+                        ),
+                        format!(
+                            "remove it from the tool, and set `key_window_hours` (with \
+                             `honours_idempotency_keys: true`) on {upstream}"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
     /// The engine's definition, as `ToolDefinition::new` builds it; each refusal is reported
     /// at its field.
     fn definition(
@@ -235,12 +349,22 @@ impl Checker<'_, '_> {
         upstreams: &BTreeMap<String, UpstreamSpec>,
         arguments: &[String],
     ) -> Requests {
+        // A client tool has none (dropped by `executor`); a gateway tool without a call is
+        // reported there, and its lookup and list can't be checked without it.
+        let Some(tool_call) = &tool.call else {
+            return Requests {
+                call: None,
+                lookup: None,
+                list: None,
+                call_uses_intent_id: false,
+            };
+        };
         // Header values go to the backstop without their `${NAME}` references, which are not
         // templates.
         let backstop_tool = HttpTool {
             call: CallSpec {
-                headers: without_references(&tool.call.headers),
-                ..tool.call.clone()
+                headers: without_references(&tool_call.headers),
+                ..tool_call.clone()
             },
             lookup: tool.lookup.as_ref().map(|lookup| LookupSpec {
                 headers: without_references(&lookup.headers),
@@ -264,7 +388,7 @@ impl Checker<'_, '_> {
                 tool.list.as_ref(),
             );
         }
-        let call = self.call(index, label, tool.call.clone(), upstreams, arguments);
+        let call = self.call(index, label, tool_call.clone(), upstreams, arguments);
         let lookup = tool
             .lookup
             .clone()
@@ -295,14 +419,15 @@ impl Checker<'_, '_> {
         }
         Requests {
             call_uses_intent_id: backstop_tool.call_uses_intent_id(&tool.name),
-            call,
+            call: Some(call),
             lookup,
             list,
         }
     }
 
-    /// What the gateway adds to the engine's definition from the config: the resend window,
-    /// the owner, the messages, and the tool's own words for its intents and results.
+    /// What the gateway adds to the engine's definition from the config: who executes the
+    /// tool and whether MCP lists it, the resend window, the owner, the messages, and the
+    /// tool's own words for its intents and results.
     fn complete_definition(
         &self,
         definition: &mut ToolDefinition,
@@ -311,18 +436,35 @@ impl Checker<'_, '_> {
         upstreams: &BTreeMap<String, UpstreamSpec>,
         messages: &Messages,
     ) {
-        definition.resend_window = resend_window(
-            definition,
-            upstreams.get(&requests.call.upstream),
-            requests.call_uses_intent_id,
-        );
+        definition.executor = tool.executor;
+        definition.listed_over_mcp = match tool.mcp {
+            Some(McpListing::Listed) => true,
+            Some(McpListing::Hidden) => false,
+            // An MCP client can only call tools, and a client tool is not called.
+            None => tool.executor == Executor::Gateway,
+        };
+        definition.resend_window = match tool.executor {
+            Executor::Gateway => resend_window(
+                definition,
+                requests
+                    .call
+                    .as_ref()
+                    .and_then(|call| upstreams.get(&call.upstream)),
+                requests.call_uses_intent_id,
+            ),
+            Executor::Client => tool.key_window_hours.and_then(window_less_margin),
+        };
         definition.owner = tool.owner.clone();
         definition.messages = messages.clone();
         definition.retry_rejected = tool.retry_rejected;
         if let Some(once_per) = &tool.once_per {
             definition.once_per = once_per.clone();
         }
-        if let Some(pointer) = &requests.call.result.external_id {
+        if let Some(pointer) = requests
+            .call
+            .as_ref()
+            .and_then(|call| call.result.external_id.as_ref())
+        {
             definition.external_id_pointer = pointer.clone();
         }
     }
@@ -673,8 +815,15 @@ pub(super) fn resend_window(
     {
         return None;
     }
-    let window = Duration::from_secs(u64::from(upstream.key_window_hours) * 60 * 60);
-    window
+    window_less_margin(upstream.key_window_hours)
+}
+
+/// A provider key window of `hours`, less [`RESEND_WINDOW_MARGIN`]; None when nothing is
+/// left. A client tool's window (`key_window_hours` on the tool) is this too: the caller
+/// re-sends with the arguments it holds, so neither `{intent_id}` nor sensitive arguments
+/// stand in its way, but the provider's clock is just as far from the gateway's.
+fn window_less_margin(hours: u32) -> Option<Duration> {
+    Duration::from_secs(u64::from(hours) * 60 * 60)
         .checked_sub(RESEND_WINDOW_MARGIN)
         .filter(|left| !left.is_zero())
 }

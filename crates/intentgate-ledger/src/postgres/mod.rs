@@ -45,7 +45,8 @@ use crate::waiters::Waiters;
 use crate::{
     Begin, BeginRequest, Durability, Erase, Erasure, Event, Finish, Finished, IntentFilter,
     IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
-    ProcessRegistration, ReconciliationRun, Resolve, StatusCount, StoredMismatch, ToolFlag,
+    ProcessRegistration, ReconciliationRun, Renew, Renewed, Resolve, StatusCount, StoredMismatch,
+    ToolFlag,
 };
 
 /// The schema a ledger uses unless told otherwise.
@@ -541,6 +542,13 @@ impl Ledger for PostgresLedger {
         .await
     }
 
+    async fn renew(&self, renew: Renew) -> Result<Renewed> {
+        self.run(write(false, None), &renew, |session, renew| {
+            Box::pin(ops::renew(session, renew))
+        })
+        .await
+    }
+
     async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()> {
         self.run(
             write(false, None),
@@ -570,15 +578,20 @@ impl Ledger for PostgresLedger {
         status: IntentStatus,
         now_ms: i64,
         limit: u32,
+        skip_tools: &[String],
     ) -> Result<Vec<IntentRecord>> {
-        let input = (status, now_ms, limit);
-        self.run(Mode::Read, &input, |session, &(status, now_ms, limit)| {
-            Box::pin(async move {
-                Ok(Plan::outcome(
-                    ops::stale(session, status, now_ms, limit).await?,
-                ))
-            })
-        })
+        let input = (status, now_ms, limit, skip_tools);
+        self.run(
+            Mode::Read,
+            &input,
+            |session, &(status, now_ms, limit, skip_tools)| {
+                Box::pin(async move {
+                    Ok(Plan::outcome(
+                        ops::stale(session, status, now_ms, limit, skip_tools).await?,
+                    ))
+                })
+            },
+        )
         .await
     }
 

@@ -23,7 +23,8 @@ use crate::record::{
 };
 use crate::{
     Begin, BeginRequest, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish, Finished, IntentFilter,
-    LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Resolve,
+    LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Renew,
+    Renewed, Resolve,
 };
 
 /// The columns of an intent, in the order [`read_intent`] reads them.
@@ -62,7 +63,7 @@ const STALE: &str = concat!(
      CASE WHEN strpos(intents.lease_owner, '/') > 1 \
      THEN substr(intents.lease_owner, 1, strpos(intents.lease_owner, '/') - 1) END \
      AND (processes.ended IS NOT NULL OR $2 - processes.heartbeat_ms > processes.silent_after_ms))) \
-     ORDER BY updated_ms, id LIMIT $3"
+     AND NOT (tool = ANY($4)) ORDER BY updated_ms, id LIMIT $3"
 );
 /// The columns of a process, in the order [`read_process`] reads them.
 macro_rules! process_columns {
@@ -247,9 +248,13 @@ pub async fn stale(
     status: IntentStatus,
     now_ms: i64,
     limit: u32,
+    skip_tools: &[String],
 ) -> Result<Vec<IntentRecord>, Failure> {
     let rows = session
-        .query(STALE, &[&status.as_str(), &now_ms, &i64::from(limit)])
+        .query(
+            STALE,
+            &[&status.as_str(), &now_ms, &i64::from(limit), &skip_tools],
+        )
         .await?;
     read_intents(&rows)
 }
@@ -566,6 +571,11 @@ pub async fn finish(session: &mut Session, finish: &Finish) -> Result<Plan<Finis
     plan::check_finish(finish)?;
     let intent = lock_by_id(session, finish.id).await?;
     Ok(plan::finish(intent, finish)?)
+}
+
+pub async fn renew(session: &mut Session, renew: &Renew) -> Result<Plan<Renewed>, Failure> {
+    let intent = lock_by_id(session, renew.id).await?;
+    Ok(plan::renew(intent, renew)?)
 }
 
 pub async fn record_call(

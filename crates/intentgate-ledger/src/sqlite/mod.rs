@@ -39,7 +39,8 @@ use crate::waiters::Waiters;
 use crate::{
     Begin, BeginRequest, Durability, Erase, Erased, Erasure, Event, Finish, Finished, IntentFilter,
     IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
-    ProcessRegistration, ReconciliationRun, Resolve, StatusCount, StoredMismatch, ToolFlag,
+    ProcessRegistration, ReconciliationRun, Renew, Renewed, Resolve, StatusCount, StoredMismatch,
+    ToolFlag,
 };
 
 /// Most writes committed together. Bounds one transaction's size and the time the first
@@ -409,6 +410,13 @@ impl Ledger for SqliteLedger {
         .await
     }
 
+    async fn renew(&self, renew: Renew) -> Result<Renewed> {
+        self.write(false, None, move |connection| {
+            ops::renew(connection, &renew)
+        })
+        .await
+    }
+
     async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()> {
         self.write(false, None, move |connection| {
             ops::record_call(connection, id, now_ms)
@@ -429,8 +437,9 @@ impl Ledger for SqliteLedger {
         status: IntentStatus,
         now_ms: i64,
         limit: u32,
+        skip_tools: &[String],
     ) -> Result<Vec<IntentRecord>> {
-        self.read(|connection| ops::stale(connection, status, now_ms, limit))
+        self.read(|connection| ops::stale(connection, status, now_ms, limit, skip_tools))
     }
 
     async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>> {

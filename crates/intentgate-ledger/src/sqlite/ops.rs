@@ -14,7 +14,8 @@ use crate::record::{
 };
 use crate::{
     Begin, BeginRequest, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish, Finished, IntentFilter,
-    LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Resolve,
+    LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Renew,
+    Renewed, Resolve,
 };
 
 const INTENT_COLUMNS: &str = "id, tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
@@ -98,14 +99,28 @@ pub fn stale(
     status: IntentStatus,
     now_ms: i64,
     limit: u32,
+    skip_tools: &[String],
 ) -> Result<Vec<IntentRecord>, LedgerError> {
+    // One placeholder per skipped tool, after the three fixed ones.
+    let skipped = if skip_tools.is_empty() {
+        String::new()
+    } else {
+        let placeholders: Vec<String> = (0..skip_tools.len())
+            .map(|index| format!("?{}", index + 4))
+            .collect();
+        format!("AND tool NOT IN ({}) ", placeholders.join(", "))
+    };
     let sql = format!(
         "SELECT {INTENT_COLUMNS} FROM intents WHERE status = ?1 \
          AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?2 OR {OWNER_GONE}) \
-         ORDER BY updated_ms, id LIMIT ?3"
+         {skipped}ORDER BY updated_ms, id LIMIT ?3"
     );
     let mut statement = connection.prepare_cached(&sql)?;
-    let rows = statement.query_map(params![status.as_str(), now_ms, limit], read_intent)?;
+    let fixed: [&dyn rusqlite::ToSql; 3] = [&status.as_str(), &now_ms, &limit];
+    let parameters = fixed
+        .into_iter()
+        .chain(skip_tools.iter().map(|tool| tool as &dyn rusqlite::ToSql));
+    let rows = statement.query_map(params_from_iter(parameters), read_intent)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
@@ -266,6 +281,11 @@ pub fn finish(connection: &Connection, finish: &Finish) -> Result<Finished, Ledg
     plan::check_finish(finish)?;
     let intent = must_get(connection, finish.id)?;
     apply(connection, plan::finish(intent, finish)?)
+}
+
+pub fn renew(connection: &Connection, renew: &Renew) -> Result<Renewed, LedgerError> {
+    let intent = must_get(connection, renew.id)?;
+    apply(connection, plan::renew(intent, renew)?)
 }
 
 pub fn record_call(connection: &Connection, id: IntentId, now_ms: i64) -> Result<(), LedgerError> {

@@ -1,5 +1,6 @@
-"""tools/list over MCP: the 14 tools of examples/support-agent.yaml, with their schemas,
-published descriptions and annotations, in both protocol eras and on both transports."""
+"""tools/list over MCP: the 14 tools of examples/support-agent.yaml that MCP lists (not its
+client-executed refund_order_sdk), with their schemas, published descriptions and
+annotations, in both protocol eras and on both transports."""
 
 import pytest
 
@@ -41,6 +42,8 @@ async def test_the_fourteen_tools_are_listed_with_annotations_from_their_effect(
     tools = {tool.name: tool for tool in listed}
     assert len(listed) == 14
     assert set(tools) == READS | UPDATES | SIDE_EFFECTS
+    # Executed by the application's own code through the intent API: not an MCP tool.
+    assert "refund_order_sdk" not in tools
 
     for name in READS:
         annotations = tools[name].annotations

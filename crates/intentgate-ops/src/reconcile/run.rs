@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use intentgate_config::LoadedConfig;
-use intentgate_core::{Effect, ToolDefinition};
+use intentgate_core::{Effect, Executor, ToolDefinition};
 use intentgate_gate::{Clock, Metrics, SystemClock};
 use intentgate_http::HttpUpstream;
 use intentgate_ledger::{Ledger, ReconciliationRun, StoredMismatch};
@@ -51,6 +51,8 @@ impl Report {
 #[derive(Debug, Clone)]
 struct ListedTool {
     name: String,
+    /// A client-executed tool is skipped: the gateway has no request to list its records.
+    executor: Executor,
     owner: Option<String>,
     list: Option<intentgate_http::spec::ListSpec>,
     amount_argument: Option<String>,
@@ -86,6 +88,7 @@ impl Reconciler {
             .iter()
             .filter(|tool| tool.effect == Effect::SideEffect)
             .map(|tool| ListedTool {
+                executor: tool.executor,
                 definition: loaded
                     .tools
                     .iter()
@@ -157,6 +160,15 @@ impl Reconciler {
         options: &ReconcileOptions,
         report: &mut Report,
     ) -> ToolReport {
+        if tool.executor == Executor::Client {
+            let mut skipped = ToolReport::new(&tool.name, tool.owner.as_deref());
+            skipped.skipped = Some(
+                "executed by the caller's code (`executor: client`): the gateway can't list its \
+                 provider's records, so reconciling them is the caller's"
+                    .to_owned(),
+            );
+            return skipped;
+        }
         let Some(list) = &tool.list else {
             let mut empty = ToolReport::new(&tool.name, tool.owner.as_deref());
             empty.error = Some(

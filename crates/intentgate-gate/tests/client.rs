@@ -1,0 +1,647 @@
+//! The intent API's side of the gate (`Gate::grant`, `settle`, `renew`) for a tool whose
+//! effect the caller's own code performs, through a real SQLite ledger. The clock is a
+//! hand-moved one, so leases expire and lookups fall due exactly when a test says.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use intentgate_core::key::provider_key;
+use intentgate_core::limits::RESULT_BYTES_MAX;
+use intentgate_core::{CallStatus, Executor, IntentStatus, ToolDefinition};
+use intentgate_gate::{
+    CallContext, Clock, GateError, GateOptions, Grant, GrantedLease, LEASE_MARGIN, LOOKUP_INTERVAL,
+    Resolution, SettleError, Settlement,
+};
+use intentgate_ledger::{IntentRecord, Ledger, ToolFlag};
+use intentgate_test_support::{Harness, HarnessOptions, refund, refund_tool};
+use serde_json::{Value, json};
+
+const T0: i64 = 1_760_000_000_000;
+const KEY: &str = "refund:8812:49.00";
+/// The test tool's timeout (`refund_tool`) plus the lease margin.
+const LEASE_MS: i64 = 2_000 + LEASE_MARGIN.as_millis() as i64;
+
+/// A clock that moves only when the test moves it.
+struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    fn advance(&self, by_ms: i64) {
+        self.0.fetch_add(by_ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// `refund_order`, executed by the caller's code; with a resend window when given.
+fn client_tool(resend_window: Option<Duration>) -> ToolDefinition {
+    let mut tool = refund_tool();
+    tool.executor = Executor::Client;
+    tool.resend_window = resend_window;
+    tool
+}
+
+struct Client {
+    h: Harness,
+    clock: Arc<ManualClock>,
+}
+
+impl Client {
+    fn new(resend_window: Option<Duration>) -> Client {
+        Client::with_resends(resend_window, 50)
+    }
+
+    fn with_resends(resend_window: Option<Duration>, resends_per_second: u32) -> Client {
+        let clock = Arc::new(ManualClock(AtomicI64::new(T0)));
+        let h = Harness::build(HarnessOptions {
+            clock: clock.clone(),
+            gate: GateOptions {
+                resolution: Resolution {
+                    resends_per_second,
+                    ..Resolution::default()
+                },
+                ..GateOptions::default()
+            },
+            ..HarnessOptions::new(vec![client_tool(resend_window), refund_tool_named_call()])
+        });
+        Client { h, clock }
+    }
+
+    async fn grant_as(&self, tenant: &str, arguments: Value) -> Grant {
+        let context = CallContext {
+            tenant: tenant.to_owned(),
+            ..CallContext::default()
+        };
+        self.h
+            .gate
+            .grant("refund_order", arguments, &context)
+            .await
+            .unwrap()
+    }
+
+    async fn grant(&self) -> Grant {
+        self.grant_as("default", refund("8812", json!(49))).await
+    }
+
+    async fn settle(
+        &self,
+        lease: &GrantedLease,
+        settlement: Settlement,
+    ) -> Result<Grant, SettleError> {
+        self.h
+            .gate
+            .settle("default", lease.intent_id, lease.token.as_str(), settlement)
+            .await
+    }
+
+    async fn intent(&self) -> IntentRecord {
+        self.h.intent(KEY).await
+    }
+}
+
+/// A gateway-executed side effect beside the client one.
+fn refund_tool_named_call() -> ToolDefinition {
+    let mut tool = refund_tool();
+    tool.name = "refund_by_gateway".to_owned();
+    tool
+}
+
+fn execute(grant: Grant) -> GrantedLease {
+    match grant {
+        Grant::Execute(lease) => lease,
+        other => panic!("expected an execute grant, got {other:?}"),
+    }
+}
+
+fn look_up(grant: Grant) -> GrantedLease {
+    match grant {
+        Grant::LookUp(lease) => lease,
+        other => panic!("expected a look_up grant, got {other:?}"),
+    }
+}
+
+fn answer(grant: Grant) -> intentgate_gate::CallOutcome {
+    match grant {
+        Grant::Answer(outcome) => outcome,
+        other => panic!("expected an answer, got {other:?}"),
+    }
+}
+
+fn done() -> Settlement {
+    Settlement::Done {
+        result: Some(json!({"id": "re_1", "amount": "49.00"})),
+        external_id: Some("re_1".to_owned()),
+    }
+}
+
+fn unknown() -> Settlement {
+    Settlement::Unknown {
+        reason: "timeout after 2 s".to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn the_first_grant_executes_under_a_hashed_lease_and_done_is_answered_to_every_repeat() {
+    let c = Client::new(None);
+    let lease = execute(c.grant().await);
+    assert_eq!(lease.tool, "refund_order");
+    assert_eq!(lease.intent_key, KEY);
+    assert_eq!(
+        lease.provider_key,
+        provider_key("default", "refund_order", KEY, 1)
+    );
+    assert_eq!((lease.attempt, lease.resend), (1, false));
+    assert_eq!(lease.expires_at_ms, T0 + LEASE_MS);
+    assert_eq!(lease.duration_ms, LEASE_MS);
+    let token = lease.token.as_str();
+    assert!(
+        token.starts_with("igl_") && token.len() == 4 + 64,
+        "{token}"
+    );
+    assert!(!format!("{:?}", lease.token).contains(&token[4..]));
+    let intent = c.intent().await;
+    assert_eq!(intent.status, IntentStatus::InFlight);
+    let owner = intent.lease_owner.unwrap();
+    assert!(
+        owner.starts_with("client:") && owner.len() == 7 + 64,
+        "{owner}"
+    );
+    assert!(!owner.contains(&token[4..]));
+
+    let settled = answer(c.settle(&lease, done()).await.unwrap());
+    assert_eq!(settled.status, CallStatus::Done);
+    assert_eq!(settled.external_id.as_deref(), Some("re_1"));
+    let intent = c.intent().await;
+    assert_eq!(intent.status, IntentStatus::Done);
+    assert_eq!(intent.resolved_by.as_deref(), Some("client"));
+    assert_eq!(
+        intent.result,
+        Some(json!({"id": "re_1", "amount": "49.00"}))
+    );
+
+    let repeat = answer(c.grant().await);
+    assert_eq!(repeat.status, CallStatus::AlreadyDone);
+    assert_eq!(
+        repeat.result,
+        Some(json!({"id": "re_1", "amount": "49.00"}))
+    );
+    // The gateway itself sent nothing.
+    assert_eq!(c.h.provider.requests(), 0);
+}
+
+#[tokio::test]
+async fn a_repeat_while_the_lease_is_held_waits_and_gets_the_answer_after_the_settle() {
+    let c = Arc::new(Client::new(None));
+    let lease = execute(c.grant().await);
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { c.grant().await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "the repeat waits for the holder");
+    answer(c.settle(&lease, done()).await.unwrap());
+    let repeat = answer(waiter.await.unwrap());
+    assert_eq!(repeat.status, CallStatus::AlreadyDone);
+    assert_eq!(c.intent().await.call_count, 2);
+}
+
+#[tokio::test]
+async fn other_arguments_under_the_same_key_are_a_conflict_and_nothing_is_granted() {
+    let c = Client::new(None);
+    let context = |order: &str| CallContext {
+        explicit_key: Some("ik-1".to_owned()),
+        intent_id: Some(order.to_owned()),
+        ..CallContext::default()
+    };
+    let gate = &c.h.gate;
+    let first = gate
+        .grant("refund_order", refund("8812", json!(49)), &context("a"))
+        .await
+        .unwrap();
+    execute(first);
+    let other = gate
+        .grant("refund_order", refund("8813", json!(49)), &context("b"))
+        .await
+        .unwrap();
+    let other = answer(other);
+    assert_eq!(other.status, CallStatus::Conflict);
+    assert_eq!(other.differing_fields, vec!["order_id".to_owned()]);
+}
+
+#[tokio::test]
+async fn invalid_arguments_and_a_switched_off_tool_are_answered_and_record_nothing() {
+    let c = Client::new(None);
+    let invalid = answer(c.grant_as("default", json!({"order_id": "8812"})).await);
+    assert_eq!(invalid.status, CallStatus::InvalidArguments);
+    assert!(!invalid.errors.is_empty());
+    c.h.ledger
+        .set_tool_flag(ToolFlag {
+            tool: "refund_order".into(),
+            enabled: false,
+            reason: "incident".into(),
+            actor: "ops".into(),
+            updated_ms: 1,
+        })
+        .await
+        .unwrap();
+    let disabled = answer(c.grant().await);
+    assert_eq!(disabled.status, CallStatus::Disabled);
+    let none =
+        c.h.ledger
+            .get("default", "refund_order", KEY)
+            .await
+            .unwrap();
+    assert_eq!(none, None);
+}
+
+#[tokio::test]
+async fn a_rejection_is_stored_and_answered_to_repeats() {
+    let c = Client::new(None);
+    let lease = execute(c.grant().await);
+    let settlement = Settlement::Rejected {
+        reason: "card declined".to_owned(),
+        result: None,
+    };
+    let rejected = answer(c.settle(&lease, settlement).await.unwrap());
+    assert_eq!(rejected.status, CallStatus::Rejected);
+    assert!(
+        rejected.message.contains("card declined"),
+        "{}",
+        rejected.message
+    );
+    let repeat = answer(c.grant().await);
+    assert_eq!(repeat.status, CallStatus::Rejected);
+    assert!(
+        repeat.message.contains("card declined"),
+        "{}",
+        repeat.message
+    );
+    assert_eq!(c.intent().await.status, IntentStatus::Rejected);
+}
+
+#[tokio::test]
+async fn not_executed_is_answered_and_the_next_grant_executes_again_with_the_same_provider_key() {
+    let c = Client::new(None);
+    let first = execute(c.grant().await);
+    let settlement = Settlement::NotExecuted {
+        reason: "429 before sending".to_owned(),
+    };
+    let outcome = answer(c.settle(&first, settlement).await.unwrap());
+    assert_eq!(outcome.status, CallStatus::NotExecuted);
+    let second = execute(c.grant().await);
+    assert_eq!(second.attempt, 2);
+    assert_eq!(second.provider_key, first.provider_key);
+    assert_ne!(second.token, first.token);
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_is_granted_as_one_look_up_per_interval() {
+    let c = Client::new(None);
+    let lease = execute(c.grant().await);
+    let pending = answer(c.settle(&lease, unknown()).await.unwrap());
+    assert_eq!(pending.status, CallStatus::PendingUnknown);
+    assert_eq!(c.intent().await.status, IntentStatus::Unknown);
+
+    let lookup = look_up(c.grant().await);
+    assert_eq!(lookup.attempt, 1);
+    assert_eq!(lookup.provider_key, lease.provider_key);
+    // Executing is not what a look-up grant is for.
+    let refused = c
+        .settle(
+            &lookup,
+            Settlement::NotExecuted {
+                reason: "no".to_owned(),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, SettleError::NotAllowed { .. }),
+        "{refused}"
+    );
+    let nothing = answer(c.settle(&lookup, Settlement::NotFound).await.unwrap());
+    assert_eq!(nothing.status, CallStatus::PendingUnknown);
+    // The next lookup is due one interval after this one: callers in between are answered.
+    let early = answer(c.grant().await);
+    assert_eq!(early.status, CallStatus::PendingUnknown);
+    c.clock.advance(LOOKUP_INTERVAL.as_millis() as i64);
+    let again = look_up(c.grant().await);
+    let found = answer(c.settle(&again, done()).await.unwrap());
+    assert_eq!(found.status, CallStatus::AlreadyDone);
+    let intent = c.intent().await;
+    assert_eq!(intent.status, IntentStatus::Done);
+    assert_eq!(intent.resolved_by.as_deref(), Some("lookup"));
+}
+
+#[tokio::test]
+async fn not_found_inside_the_resend_window_grants_a_re_send_with_the_same_provider_key() {
+    let c = Client::new(Some(Duration::from_secs(24 * 3600)));
+    let first = execute(c.grant().await);
+    answer(c.settle(&first, unknown()).await.unwrap());
+    // Inside the window the next step is due one re-send backoff later.
+    c.clock
+        .advance(Resolution::default().backoff(1).as_millis() as i64);
+    let lookup = look_up(c.grant().await);
+    let resend = execute(c.settle(&lookup, Settlement::NotFound).await.unwrap());
+    assert!(resend.resend);
+    assert_eq!(resend.attempt, 2);
+    assert_eq!(resend.provider_key, first.provider_key);
+    assert_eq!(c.intent().await.status, IntentStatus::InFlight);
+    // A re-send that was not executed proves nothing about the first attempt.
+    let settlement = Settlement::NotExecuted {
+        reason: "429".to_owned(),
+    };
+    let outcome = answer(c.settle(&resend, settlement).await.unwrap());
+    assert_eq!(outcome.status, CallStatus::PendingUnknown);
+    assert_eq!(c.intent().await.status, IntentStatus::Unknown);
+}
+
+#[tokio::test]
+async fn without_a_resend_window_or_budget_not_found_stays_pending_unknown() {
+    // One re-send a second: the first intent takes it, the second finds the bucket empty.
+    let c = Client::with_resends(Some(Duration::from_secs(24 * 3600)), 1);
+    let mut lookups = Vec::new();
+    for order in ["1", "2"] {
+        let lease = execute(c.grant_as("default", refund(order, json!(5))).await);
+        answer(c.settle(&lease, unknown()).await.unwrap());
+    }
+    c.clock.advance(1_000);
+    for order in ["1", "2"] {
+        lookups.push(look_up(
+            c.grant_as("default", refund(order, json!(5))).await,
+        ));
+    }
+    execute(c.settle(&lookups[0], Settlement::NotFound).await.unwrap());
+    let deferred = answer(c.settle(&lookups[1], Settlement::NotFound).await.unwrap());
+    assert_eq!(deferred.status, CallStatus::PendingUnknown);
+
+    let c = Client::new(None);
+    let lease = execute(c.grant().await);
+    answer(c.settle(&lease, unknown()).await.unwrap());
+    let lookup = look_up(c.grant().await);
+    let outcome = answer(c.settle(&lookup, Settlement::NotFound).await.unwrap());
+    assert_eq!(outcome.status, CallStatus::PendingUnknown);
+}
+
+#[tokio::test]
+async fn a_settle_without_the_live_lease_is_refused_and_changes_nothing() {
+    let c = Client::new(None);
+    let lease = execute(c.grant().await);
+    let before = c.intent().await;
+    let gate = &c.h.gate;
+
+    let wrong = gate
+        .settle("default", lease.intent_id, "igl_00", done())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&wrong, SettleError::LeaseLost(intent) if intent.status == IntentStatus::InFlight),
+        "{wrong}"
+    );
+    let other_tenant = gate
+        .settle("globex", lease.intent_id, lease.token.as_str(), done())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(other_tenant, SettleError::NotFound(_)),
+        "{other_tenant}"
+    );
+    let no_such = gate
+        .settle(
+            "default",
+            lease.intent_id + 100,
+            lease.token.as_str(),
+            done(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(no_such, SettleError::NotFound(_)), "{no_such}");
+    // `not_found` answers a lookup, not an execution.
+    let refused = c.settle(&lease, Settlement::NotFound).await.unwrap_err();
+    assert!(
+        matches!(refused, SettleError::NotAllowed { .. }),
+        "{refused}"
+    );
+    let too_large = Settlement::Done {
+        result: Some(json!("x".repeat(RESULT_BYTES_MAX))),
+        external_id: None,
+    };
+    let refused = c.settle(&lease, too_large).await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            SettleError::TooLarge {
+                field: "result",
+                ..
+            }
+        ),
+        "{refused}"
+    );
+    assert_eq!(c.intent().await, before);
+
+    // Once the lease has expired, the holder's settle records nothing.
+    c.clock.advance(LEASE_MS);
+    let late = c.settle(&lease, done()).await.unwrap_err();
+    assert!(matches!(late, SettleError::LeaseLost(_)), "{late}");
+    assert_eq!(c.intent().await, before);
+    // The next caller looks it up.
+    look_up(c.grant().await);
+}
+
+#[tokio::test]
+async fn a_second_settle_of_one_lease_is_refused() {
+    let c = Client::new(None);
+    let lease = execute(c.grant().await);
+    answer(c.settle(&lease, done()).await.unwrap());
+    let again = c.settle(&lease, unknown()).await.unwrap_err();
+    assert!(
+        matches!(&again, SettleError::LeaseLost(intent) if intent.status == IntentStatus::Done),
+        "{again}"
+    );
+    assert_eq!(c.intent().await.status, IntentStatus::Done);
+}
+
+#[tokio::test]
+async fn a_renewed_lease_outlives_its_first_expiry_and_still_settles() {
+    let c = Client::new(None);
+    let lease = execute(c.grant().await);
+    c.clock.advance(LEASE_MS - 1_000);
+    let renewed =
+        c.h.gate
+            .renew("default", lease.intent_id, lease.token.as_str())
+            .await
+            .unwrap();
+    assert_eq!(renewed.token, lease.token);
+    assert_eq!(renewed.expires_at_ms, T0 + LEASE_MS - 1_000 + LEASE_MS);
+    // Past the first expiry, the lease holds.
+    c.clock.advance(2_000);
+    assert_eq!(c.intent().await.status, IntentStatus::InFlight);
+    let outcome = answer(c.settle(&lease, done()).await.unwrap());
+    assert_eq!(outcome.status, CallStatus::Done);
+    // A settled lease can't be renewed; nor can another token or tenant renew.
+    let gate = &c.h.gate;
+    let lost = gate
+        .renew("default", lease.intent_id, lease.token.as_str())
+        .await
+        .unwrap_err();
+    assert!(matches!(lost, SettleError::LeaseLost(_)), "{lost}");
+    let wrong = gate
+        .renew("default", lease.intent_id, "igl_1")
+        .await
+        .unwrap_err();
+    assert!(matches!(wrong, SettleError::LeaseLost(_)), "{wrong}");
+    let other = gate
+        .renew("globex", lease.intent_id, lease.token.as_str())
+        .await
+        .unwrap_err();
+    assert!(matches!(other, SettleError::NotFound(_)), "{other}");
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_granted_as_a_look_up_and_the_old_holder_is_refused() {
+    let c = Client::new(None);
+    let lease = execute(c.grant().await);
+    c.clock.advance(LEASE_MS + 1);
+    let lookup = look_up(c.grant().await);
+    assert_eq!(c.intent().await.status, IntentStatus::Unknown);
+    let late = c.settle(&lease, done()).await.unwrap_err();
+    assert!(matches!(late, SettleError::LeaseLost(_)), "{late}");
+    // The old token can't renew the new holder's lease either.
+    let gate = &c.h.gate;
+    let stolen = gate
+        .renew("default", lease.intent_id, lease.token.as_str())
+        .await
+        .unwrap_err();
+    assert!(matches!(stolen, SettleError::LeaseLost(_)), "{stolen}");
+    answer(c.settle(&lookup, done()).await.unwrap());
+}
+
+#[tokio::test]
+async fn the_sweeper_sends_nothing_for_a_client_tool_and_does_not_come_back_for_it() {
+    let c = Client::new(Some(Duration::from_secs(24 * 3600)));
+    execute(c.grant().await);
+    c.clock.advance(LEASE_MS + 1);
+    let report = c.h.gate.sweep(100).await.unwrap();
+    assert_eq!(report.looked_up + report.resent, 0, "{report:?}");
+    assert_eq!(report.next_due_ms, None, "{report:?}");
+    assert_eq!(c.intent().await.status, IntentStatus::Unknown);
+    assert_eq!(c.intent().await.lease_owner, None);
+    c.clock.advance(LOOKUP_INTERVAL.as_millis() as i64);
+    let again = c.h.gate.sweep(100).await.unwrap();
+    // Its unknown intents are not even listed: they hold no other intent back.
+    assert_eq!(again.examined, 0, "{again:?}");
+    assert_eq!(again.next_due_ms, None, "{again:?}");
+    assert!(again.nothing_left(), "{again:?}");
+    assert_eq!(c.h.provider.requests(), 0);
+    assert_eq!(c.intent().await.status, IntentStatus::Unknown);
+    // The caller's code is the one to look it up.
+    look_up(c.grant().await);
+}
+
+#[tokio::test]
+async fn calling_a_client_tool_is_refused_naming_the_intents_route_and_granting_a_gateway_tool_too()
+{
+    let c = Client::new(None);
+    let context = CallContext::default();
+    let called =
+        c.h.gate
+            .call("refund_order", refund("8812", json!(49)), &context)
+            .await
+            .unwrap_err();
+    assert!(matches!(called, GateError::ClientExecuted(_)));
+    assert!(
+        called
+            .to_string()
+            .contains("POST /v1/tools/refund_order/intents"),
+        "{called}"
+    );
+    let granted =
+        c.h.gate
+            .grant("refund_by_gateway", refund("8812", json!(49)), &context)
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(granted, GateError::NotClientExecuted(_)),
+        "{granted}"
+    );
+    let unknown =
+        c.h.gate
+            .grant("nope", json!({}), &context)
+            .await
+            .unwrap_err();
+    assert!(matches!(unknown, GateError::UnknownTool(_)), "{unknown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_many_concurrent_granters_of_one_intent_exactly_one_executes() {
+    const GRANTERS: usize = 16;
+    let c = Arc::new(Client::new(None));
+    let tasks: Vec<_> = (0..GRANTERS)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move { c.grant().await })
+        })
+        .collect();
+    // Every granter has been counted: one holds the lease, the others wait for it.
+    for _ in 0..500 {
+        let counted =
+            c.h.ledger
+                .get("default", "refund_order", KEY)
+                .await
+                .unwrap()
+                .is_some_and(|intent| intent.call_count == GRANTERS as u64);
+        if counted {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut waiting = Vec::new();
+    let mut leases = Vec::new();
+    for task in tasks {
+        if task.is_finished() {
+            leases.push(execute(task.await.unwrap()));
+        } else {
+            waiting.push(task);
+        }
+    }
+    assert_eq!(leases.len(), 1, "exactly one granter executes");
+    answer(c.settle(&leases[0], done()).await.unwrap());
+    for task in waiting {
+        assert_eq!(answer(task.await.unwrap()).status, CallStatus::AlreadyDone);
+    }
+}
+
+#[tokio::test]
+async fn the_same_key_in_two_tenants_is_two_intents() {
+    let c = Client::new(None);
+    let a = execute(c.grant_as("acme", refund("8812", json!(49))).await);
+    let b = execute(c.grant_as("globex", refund("8812", json!(49))).await);
+    assert_ne!(a.intent_id, b.intent_id);
+    assert_ne!(a.provider_key, b.provider_key);
+    let wrong_tenant =
+        c.h.gate
+            .settle("globex", a.intent_id, a.token.as_str(), done())
+            .await
+            .unwrap_err();
+    assert!(matches!(wrong_tenant, SettleError::NotFound(_)));
+}
+
+#[tokio::test]
+async fn a_grant_and_its_settle_count_once_in_the_calls_by_outcome() {
+    let c = Client::new(None);
+    let lease = execute(c.grant().await);
+    answer(c.settle(&lease, done()).await.unwrap());
+    answer(c.grant().await);
+    let text = c.h.gate.metrics().encode();
+    let count = |status: &str| {
+        let series = format!(r#"intentgate_calls_total{{tool="refund_order",status="{status}"}}"#);
+        intentgate_test_support::metrics::sample::<u64>(&text, &series)
+    };
+    assert_eq!(count("done"), Some(1), "{text}");
+    assert_eq!(count("already_done"), Some(1), "{text}");
+}

@@ -1,0 +1,556 @@
+//! The intent API: tools whose effect the caller's own code performs (`executor: client`),
+//! as `docs/intent-api.md` lays down the wire contract.
+//!
+//! | route | scope | what it does |
+//! |---|---|---|
+//! | `POST /v1/tools/{name}/intents` | `call` | a grant: `answer`, `execute` or `look_up` ([`Gate::grant`](intentgate_gate::Gate::grant)) |
+//! | `POST /v1/intents/{id}/settle` | `call` | records what the caller's code learned under its lease |
+//! | `POST /v1/intents/{id}/renew` | `call` | extends the lease by the tool's lease duration |
+//! | `GET /v1/intents/{id}` | `intents:read` | the intent, as `GET /v1/intents/{tool}/{key}` shows it |
+//!
+//! Bodies are handled as a call's are: the edge enforces the JSON content type, the body is
+//! bounded, malformed JSON is 400 and a body of the wrong shape (a missing or an unknown
+//! field) 422; grants and settles run in their own task holding a concurrency permit, so a
+//! client that goes away never cancels one half-way through `begin` or `finish`. The tenant
+//! is the principal's: another tenant's intent is not found (404), never refused as such.
+//!
+//! The request and response bodies are the serde structs below, the promise to clients.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use intentgate_core::{CallStatus, Effect, Executor, Principal, Scope};
+use intentgate_gate::{
+    CallContext, CallOutcome, GateError, Grant, GrantedLease, SettleError, Settlement,
+};
+use intentgate_ledger::IntentId;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::AppState;
+use crate::idempotency_key;
+use crate::problem::Problem;
+use crate::routes::{
+    INTENT_ID_HEADER, header_text, ledger_unavailable, overloaded, principal_with, unknown_tool,
+};
+
+/// The body of `POST /v1/tools/{name}/intents`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantRequest {
+    /// The tool's arguments, as for a call.
+    pub arguments: Value,
+}
+
+/// What a grant or a settle answers: nothing to run, or a lease to run under.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum GrantResponse {
+    /// Nothing to run: `outcome` is what `POST /v1/tools/{name}/call` would answer.
+    Answer { outcome: CallOutcome },
+    /// Run the effect once, sending `idempotency_key` to the provider.
+    Execute(LeaseGrant),
+    /// Check with the provider what an earlier attempt did; never execute.
+    LookUp(LeaseGrant),
+}
+
+/// An `execute` or `look_up` grant.
+#[derive(Debug, Clone, Serialize)]
+pub struct LeaseGrant {
+    pub intent_id: IntentId,
+    pub tool: String,
+    pub intent_key: String,
+    /// The idempotency key to send the provider.
+    pub idempotency_key: String,
+    pub attempt: u32,
+    /// The same request again for an intent whose first attempt's outcome is unknown.
+    pub resend: bool,
+    pub lease: Lease,
+}
+
+/// A lease as the caller holds it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Lease {
+    /// The secret that proves the lease: `igl_` and 64 hex digits.
+    pub token: String,
+    /// When the lease expires unless renewed, in Unix milliseconds.
+    pub expires_at_ms: i64,
+    /// How long the lease and each renewal last.
+    pub duration_ms: i64,
+}
+
+/// The body of `POST /v1/intents/{id}/renew`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenewRequest {
+    /// The lease token of the grant.
+    pub lease: String,
+}
+
+/// What a renewal answers: the same token, valid for another `duration_ms`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RenewResponse {
+    pub lease: Lease,
+}
+
+/// The body of `POST /v1/intents/{id}/settle`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettleRequest {
+    /// The lease token of the grant.
+    pub lease: String,
+    pub outcome: SettleOutcome,
+    /// `done`: what repeats are shown; `rejected`: the provider's refusal.
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// `done`: the provider's id of the effect.
+    #[serde(default)]
+    pub external_id: Option<String>,
+    /// `rejected`, `not_executed`, `unknown`: why, for the event log and the model.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// What the caller's code learned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettleOutcome {
+    Done,
+    Rejected,
+    NotExecuted,
+    Unknown,
+    NotFound,
+}
+
+impl SettleOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            SettleOutcome::Done => "done",
+            SettleOutcome::Rejected => "rejected",
+            SettleOutcome::NotExecuted => "not_executed",
+            SettleOutcome::Unknown => "unknown",
+            SettleOutcome::NotFound => "not_found",
+        }
+    }
+}
+
+impl SettleRequest {
+    /// The settlement the gate records, or 422 for a field the outcome does not take.
+    fn settlement(self) -> Result<(String, Settlement), Problem> {
+        let outcome = self.outcome;
+        let refuse = |field: &str, takes: &str| {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "bad-settlement",
+                "Field does not go with the outcome",
+                format!(
+                    "outcome `{}` takes no `{field}`; it takes {takes}",
+                    outcome.as_str()
+                ),
+            )
+        };
+        let reason = |reason: Option<String>| reason.unwrap_or_default();
+        let settlement = match outcome {
+            SettleOutcome::Done => {
+                if self.reason.is_some() {
+                    return Err(refuse("reason", "`result` and `external_id`"));
+                }
+                Settlement::Done {
+                    result: self.result,
+                    external_id: self.external_id,
+                }
+            }
+            SettleOutcome::Rejected => {
+                if self.external_id.is_some() {
+                    return Err(refuse("external_id", "`reason` and `result`"));
+                }
+                Settlement::Rejected {
+                    reason: reason(self.reason),
+                    result: self.result,
+                }
+            }
+            SettleOutcome::NotExecuted | SettleOutcome::Unknown | SettleOutcome::NotFound => {
+                let takes = if outcome == SettleOutcome::NotFound {
+                    "nothing but the lease"
+                } else {
+                    "a `reason`"
+                };
+                if self.result.is_some() {
+                    return Err(refuse("result", takes));
+                }
+                if self.external_id.is_some() {
+                    return Err(refuse("external_id", takes));
+                }
+                match outcome {
+                    SettleOutcome::NotExecuted => Settlement::NotExecuted {
+                        reason: reason(self.reason),
+                    },
+                    SettleOutcome::Unknown => Settlement::Unknown {
+                        reason: reason(self.reason),
+                    },
+                    _ if self.reason.is_some() => return Err(refuse("reason", takes)),
+                    _ => Settlement::NotFound,
+                }
+            }
+        };
+        Ok((self.lease, settlement))
+    }
+}
+
+impl From<Grant> for GrantResponse {
+    fn from(grant: Grant) -> GrantResponse {
+        match grant {
+            Grant::Answer(outcome) => GrantResponse::Answer { outcome },
+            Grant::Execute(lease) => GrantResponse::Execute(LeaseGrant::from(lease)),
+            Grant::LookUp(lease) => GrantResponse::LookUp(LeaseGrant::from(lease)),
+        }
+    }
+}
+
+impl From<GrantedLease> for LeaseGrant {
+    fn from(granted: GrantedLease) -> LeaseGrant {
+        LeaseGrant {
+            intent_id: granted.intent_id,
+            tool: granted.tool.clone(),
+            intent_key: granted.intent_key.clone(),
+            idempotency_key: granted.provider_key.clone(),
+            attempt: granted.attempt,
+            resend: granted.resend,
+            lease: Lease::from(&granted),
+        }
+    }
+}
+
+impl From<&GrantedLease> for Lease {
+    fn from(granted: &GrantedLease) -> Lease {
+        Lease {
+            token: granted.token.as_str().to_owned(),
+            expires_at_ms: granted.expires_at_ms,
+            duration_ms: granted.duration_ms,
+        }
+    }
+}
+
+/// `POST /v1/tools/{name}/intents`.
+pub(crate) async fn grant(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    caller: Option<Extension<Principal>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    respond(grant_inner(state, name, caller, headers, body).await)
+}
+
+async fn grant_inner(
+    state: Arc<AppState>,
+    name: String,
+    caller: Option<Extension<Principal>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let caller = principal_with(caller, Scope::Call)?;
+    let body = read_body(&state, body)?;
+    let Some(tool) = state.gate.tool(&name) else {
+        return Err(unknown_tool(&name));
+    };
+    if tool.executor != Executor::Client {
+        return Err(not_client_executed(&name));
+    }
+    let explicit_key =
+        idempotency_key::from_headers(&headers)?.filter(|_| tool.effect == Effect::SideEffect);
+    if explicit_key.is_none() && state.options.idempotency_key_required.contains(&name) {
+        return Err(idempotency_key::required(&name));
+    }
+    let request: GrantRequest = parse(&body, "{\"arguments\": {...}}")?;
+    let context = CallContext {
+        tenant: caller.tenant.as_str().to_owned(),
+        intent_id: header_text(&headers, INTENT_ID_HEADER)?,
+        explicit_key: explicit_key.clone(),
+    };
+    let gate = state.gate.clone();
+    let granted = in_task(&state, async move {
+        gate.grant(&name, request.arguments, &context).await
+    })
+    .await?;
+    match granted {
+        // Under an Idempotency-Key, another payload is the draft's 422, as for a call.
+        Ok(Grant::Answer(outcome))
+            if outcome.status == CallStatus::Conflict && explicit_key.is_some() =>
+        {
+            let key = explicit_key.unwrap_or_default();
+            Err(idempotency_key::reused(&key, &outcome.differing_fields))
+        }
+        Ok(grant) => Ok(Json(GrantResponse::from(grant)).into_response()),
+        Err(GateError::UnknownTool(name)) => Err(unknown_tool(&name)),
+        Err(GateError::NotClientExecuted(name)) => Err(not_client_executed(&name)),
+        Err(GateError::InvalidTenant(error)) => Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "bad-tenant",
+            "Invalid tenant",
+            format!("{error}; nothing was recorded or granted"),
+        )),
+        Err(GateError::Ledger(error)) => {
+            tracing::error!(%error, "the ledger failed during a grant");
+            Err(ledger_unavailable("nothing was granted"))
+        }
+        Err(error) => {
+            tracing::error!(%error, "gate error during a grant");
+            Err(internal(
+                "the grant failed inside the gateway; nothing was granted",
+            ))
+        }
+    }
+}
+
+/// `POST /v1/intents/{id}/settle` and `POST /v1/intents/{id}/renew`, which share their
+/// path's shape with `GET /v1/intents/{tool}/{key}`.
+pub(crate) async fn act_on_intent(
+    State(state): State<Arc<AppState>>,
+    Path((id, action)): Path<(String, String)>,
+    caller: Option<Extension<Principal>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = match action.as_str() {
+        "settle" => settle(state, &id, caller, body).await,
+        "renew" => renew(state, &id, caller, body).await,
+        _ => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "No such route",
+            "an intent takes POST /v1/intents/{id}/settle and POST /v1/intents/{id}/renew",
+        )),
+    };
+    respond(result)
+}
+
+async fn settle(
+    state: Arc<AppState>,
+    id: &str,
+    caller: Option<Extension<Principal>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let caller = principal_with(caller, Scope::Call)?;
+    let id = intent_id(id)?;
+    let body = read_body(&state, body)?;
+    let request: SettleRequest = parse(&body, "{\"lease\": \"igl_...\", \"outcome\": \"done\"}")?;
+    let (token, settlement) = request.settlement()?;
+    let gate = state.gate.clone();
+    let tenant = caller.tenant.as_str().to_owned();
+    let settled = in_task(&state, async move {
+        gate.settle(&tenant, id, &token, settlement).await
+    })
+    .await?;
+    let grant = settled.map_err(|error| settle_problem(id, error))?;
+    Ok(Json(GrantResponse::from(grant)).into_response())
+}
+
+async fn renew(
+    state: Arc<AppState>,
+    id: &str,
+    caller: Option<Extension<Principal>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let caller = principal_with(caller, Scope::Call)?;
+    let id = intent_id(id)?;
+    let body = read_body(&state, body)?;
+    let request: RenewRequest = parse(&body, "{\"lease\": \"igl_...\"}")?;
+    let gate = state.gate.clone();
+    let tenant = caller.tenant.as_str().to_owned();
+    let renewed = in_task(&state, async move {
+        gate.renew(&tenant, id, &request.lease).await
+    })
+    .await?;
+    let granted = renewed.map_err(|error| settle_problem(id, error))?;
+    let response = RenewResponse {
+        lease: Lease::from(&granted),
+    };
+    Ok(Json(response).into_response())
+}
+
+/// `GET /v1/intents/{id}`.
+pub(crate) async fn get_intent_by_id(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    caller: Option<Extension<Principal>>,
+) -> Response {
+    respond(get_intent_by_id_inner(state, id, caller).await)
+}
+
+async fn get_intent_by_id_inner(
+    state: Arc<AppState>,
+    id: String,
+    caller: Option<Extension<Principal>>,
+) -> Result<Response, Problem> {
+    let caller = principal_with(caller, Scope::IntentsRead)?;
+    let id = intent_id(&id)?;
+    match state.gate.ledger().get_by_id(id).await {
+        Ok(Some(intent)) if intent.tenant == caller.tenant.as_str() => {
+            Ok(Json(crate::wire::IntentView::from(&intent)).into_response())
+        }
+        Ok(_) => Err(unknown_intent(id)),
+        Err(error) => {
+            tracing::error!(%error, "ledger read failed");
+            Err(ledger_unavailable("the intent could not be read"))
+        }
+    }
+}
+
+fn respond(result: Result<Response, Problem>) -> Response {
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The body, or 413 over the limit (or the rejection's own problem).
+fn read_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, Problem> {
+    body.map_err(|rejection| {
+        Problem::unreadable_body(
+            rejection,
+            format!(
+                "the body is over {} bytes; intent API bodies should be small",
+                state.options.body_limit_bytes
+            ),
+        )
+    })
+}
+
+/// The body as `T`: 400 when it is not JSON, 422 when it is JSON of another shape (a field
+/// missing, unknown or of the wrong type), saying the shape (`example`).
+fn parse<T: DeserializeOwned>(body: &[u8], example: &str) -> Result<T, Problem> {
+    serde_json::from_slice(body).map_err(|error| {
+        if error.is_data() {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "bad-request-body",
+                "Body of the wrong shape",
+                format!("{error}; the body must be {example}"),
+            )
+        } else {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                "malformed-json",
+                "Malformed JSON",
+                format!("the body is not JSON: {error}"),
+            )
+        }
+    })
+}
+
+/// An intent id from the path: one that is not a number names no intent.
+fn intent_id(text: &str) -> Result<IntentId, Problem> {
+    text.parse::<IntentId>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| {
+            Problem::new(
+                StatusCode::NOT_FOUND,
+                "unknown-intent",
+                "No such intent",
+                format!("`{text}` is not an intent id: ids are the positive numbers grants answer"),
+            )
+        })
+}
+
+/// `work` in its own task holding a concurrency permit: a client that goes away does not
+/// cancel it half-way through a ledger write. 503 at the concurrency limit.
+async fn in_task<T: Send + 'static>(
+    state: &AppState,
+    work: impl Future<Output = T> + Send + 'static,
+) -> Result<T, Problem> {
+    let permit = state
+        .calls
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| overloaded())?;
+    let task = tokio::spawn(async move {
+        let output = work.await;
+        drop(permit);
+        output
+    });
+    task.await.map_err(|error| {
+        tracing::error!(%error, "bug: an intent API task failed");
+        internal("the request failed inside the gateway")
+    })
+}
+
+fn internal(detail: &str) -> Problem {
+    Problem::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "Internal error",
+        detail,
+    )
+}
+
+fn not_client_executed(name: &str) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "not-client-executed",
+        "Tool executed by the gateway",
+        format!(
+            "tool `{name}` is executed by the gateway itself: call it with POST /v1/tools/{name}/call"
+        ),
+    )
+}
+
+fn unknown_intent(id: IntentId) -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "unknown-intent",
+        "No such intent",
+        format!("no intent {id} in your tenant"),
+    )
+}
+
+/// The problem of a settle or renew that changed nothing.
+fn settle_problem(id: IntentId, error: SettleError) -> Problem {
+    match error {
+        SettleError::NotFound(_) => Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown-intent",
+            "No such intent",
+            format!("no intent {id} of a client-executed tool in your tenant"),
+        ),
+        SettleError::LeaseLost(intent) => Problem::new(
+            StatusCode::CONFLICT,
+            "lease-lost",
+            "Lease not held",
+            format!(
+                "this lease does not hold intent {id} now (it is `{}`): it expired, was settled, \
+                 or another caller holds the intent; nothing was changed. Ask for a grant again \
+                 to learn the answer",
+                intent.status
+            ),
+        ),
+        SettleError::NotAllowed { .. } => Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "outcome-not-allowed",
+            "Outcome not allowed on this grant",
+            format!("{error}; nothing was changed"),
+        ),
+        SettleError::TooLarge { .. } => Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "too-large",
+            "Value too large",
+            format!("{error}; nothing was changed"),
+        ),
+        SettleError::Ledger(error) => {
+            tracing::error!(%error, intent = id, "the ledger failed during a settle or renew");
+            ledger_unavailable("the lease may not have been recorded")
+        }
+        SettleError::Randomness(error) => {
+            tracing::error!(%error, intent = id, "no randomness for a re-send grant");
+            let mut problem =
+                ledger_unavailable("the settle was recorded, but no re-send was granted");
+            problem.kind = "unavailable";
+            problem.title = "Try again";
+            problem
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! The OpenAPI 3.1 document of the HTTP API, served at `GET /openapi.json`, and the one list
+//! of the API's routes.
+//!
+//! [`routes`] registers every handler of `routes.rs` together with its `#[utoipa::path]`, so
+//! the router that serves the API and the document that describes it are built from the same
+//! list: a route can't be served undocumented or documented unserved. A new route is added
+//! there, as its handler with a `#[utoipa::path]` attribute; its bodies are types of
+//! `wire.rs` deriving `ToSchema`, so the document is generated from what the handler really
+//! sends and reads.
+//!
+//! The document is the same for every server (it describes the API, not the configured
+//! tools), so it is built once per process and served without a credential, behind the same
+//! edge (`Origin`, `Host`) as every route.
+
+use std::sync::{Arc, OnceLock};
+
+use axum::body::Bytes;
+use utoipa::openapi::OpenApi as Document;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::AppState;
+use crate::routes as handlers;
+
+/// Where the document is served.
+pub const OPENAPI_PATH: &str = "/openapi.json";
+/// The name of the security scheme of every route that needs a credential.
+pub const BEARER_SCHEME: &str = "bearer";
+
+/// The document's title, version and security schemes; the paths come from [`routes`].
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "intentgate",
+        description = "A retry-safe tool gateway for AI agents: list tools, call them through the \
+                       intent ledger, read intents. Errors are `application/problem+json` \
+                       (RFC 9457).",
+    ),
+    modifiers(&SecuritySchemes),
+)]
+struct ApiDoc;
+
+/// Adds the bearer scheme: an API key or a JWT, as `auth` in the config says.
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, document: &mut Document) {
+        let components = document.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            BEARER_SCHEME,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "`Authorization: Bearer <credential>`: an API key (`intentgate auth \
+                         new-key`) or a JWT from the configured issuer, as the gateway's \
+                         `auth` section says. With `auth: none` (loopback only) no credential \
+                         is needed.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// Every route of the API with its handler and its documentation: the one list.
+pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(handlers::healthz))
+        .routes(routes!(handlers::readyz))
+        .routes(routes!(handlers::metrics))
+        .routes(routes!(handlers::openapi_document))
+        .routes(routes!(handlers::list_tools))
+        .routes(routes!(handlers::call_tool))
+        .routes(routes!(handlers::get_intent))
+}
+
+/// The document as served: the paths of [`routes`], with axum's wildcard segments
+/// (`{*key}`, the rest of the path) written as OpenAPI path parameters (`{key}`).
+pub fn document() -> Document {
+    let mut document = routes().into_openapi();
+    let paths = std::mem::take(&mut document.paths.paths);
+    document.paths.paths = paths
+        .into_iter()
+        .map(|(path, item)| (path.replace("{*", "{"), item))
+        .collect();
+    document
+}
+
+/// [`document`] as JSON, built once.
+pub(crate) fn document_json() -> Bytes {
+    static JSON: OnceLock<Bytes> = OnceLock::new();
+    JSON.get_or_init(|| {
+        let text = document()
+            .to_json()
+            .expect("an OpenAPI document is plain JSON");
+        Bytes::from(text)
+    })
+    .clone()
+}

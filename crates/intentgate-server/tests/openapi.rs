@@ -1,0 +1,409 @@
+//! The OpenAPI document at `GET /openapi.json`, against a real server on a loopback port: it
+//! is OpenAPI 3.1 whose every `$ref` resolves, every operation in it is served, the router
+//! serves nothing on its paths that it does not document, and each documented request body
+//! is accepted by its route when the schema accepts it and refused when the schema refuses
+//! it.
+
+mod common;
+
+use common::{Server, refund_tool};
+use intentgate_mock::FaultPlan;
+use intentgate_server::ServerOptions;
+use reqwest::Method;
+use serde_json::{Map, Value, json};
+
+/// Every HTTP method an OpenAPI path item may hold.
+const METHODS: [&str; 8] = [
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+async fn start() -> Server {
+    common::start(
+        vec![refund_tool()],
+        FaultPlan::none(),
+        ServerOptions::default(),
+    )
+    .await
+}
+
+async fn document(server: &Server) -> Value {
+    let response = server
+        .client
+        .get(format!("{}/openapi.json", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "application/json"
+    );
+    response.json().await.unwrap()
+}
+
+/// Every `$ref` in `value`.
+fn refs<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
+    match value {
+        Value::Object(object) => {
+            if let Some(Value::String(reference)) = object.get("$ref") {
+                found.push(reference);
+            }
+            object.values().for_each(|value| refs(value, found));
+        }
+        Value::Array(items) => items.iter().for_each(|value| refs(value, found)),
+        _ => {}
+    }
+}
+
+/// The schema `schema` points to, when it is a `$ref` into the document.
+fn resolved<'a>(document: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema.get("$ref").and_then(Value::as_str) {
+        Some(reference) => {
+            let pointer = reference.strip_prefix('#').expect("a local reference");
+            document.pointer(pointer).expect("the reference resolves")
+        }
+        None => schema,
+    }
+}
+
+/// A value the schema accepts, built from its types and required properties: the least a
+/// caller who reads only the document would send.
+fn sample(document: &Value, schema: &Value) -> Value {
+    let schema = resolved(document, schema);
+    let kind = match &schema["type"] {
+        Value::String(kind) => kind.as_str(),
+        Value::Array(kinds) => kinds[0].as_str().unwrap(),
+        _ => "object",
+    };
+    match kind {
+        "object" => {
+            let mut object = Map::new();
+            let properties = schema["properties"].as_object();
+            for name in schema["required"].as_array().into_iter().flatten() {
+                let name = name.as_str().unwrap();
+                let property = &properties.expect("required properties are described")[name];
+                object.insert(name.to_owned(), sample(document, property));
+            }
+            Value::Object(object)
+        }
+        "array" => json!([]),
+        "string" => json!("x"),
+        "integer" | "number" => json!(1),
+        "boolean" => json!(true),
+        other => panic!("no sample for type {other}"),
+    }
+}
+
+/// A validator of `schema`, whose references resolve into the document's components.
+fn validator(document: &Value, schema: &Value) -> jsonschema::Validator {
+    let mut root = schema.clone();
+    root["components"] = document["components"].clone();
+    jsonschema::validator_for(&root).expect("a valid JSON Schema")
+}
+
+/// The path with a sample for each parameter: the refund tool, and an intent key of it.
+fn concrete(path: &str) -> String {
+    path.replace("{name}", "refund_order")
+        .replace("{tool}", "refund_order")
+        .replace("{key}", "refund:8812:49.00")
+}
+
+/// The operations of the document, as (method, path).
+fn operations(document: &Value) -> Vec<(String, String)> {
+    let mut operations = Vec::new();
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for method in METHODS {
+            if item.get(method).is_some() {
+                operations.push((method.to_owned(), path.clone()));
+            }
+        }
+    }
+    operations
+}
+
+async fn send(server: &Server, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+    let mut request = server
+        .client
+        .request(method, format!("{}{path}", server.base));
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let body = response.json().await.unwrap_or(Value::Null);
+    (status, body)
+}
+
+#[tokio::test]
+async fn the_document_is_openapi_3_1_and_every_reference_resolves() {
+    let server = start().await;
+    let document = document(&server).await;
+    assert!(
+        document["openapi"].as_str().unwrap().starts_with("3.1."),
+        "{}",
+        document["openapi"]
+    );
+    assert_eq!(document["info"]["title"], "intentgate");
+    let mut found = Vec::new();
+    refs(&document, &mut found);
+    assert!(!found.is_empty(), "the bodies are components");
+    for reference in found {
+        let pointer = reference.strip_prefix('#').expect("a local reference");
+        assert!(
+            document.pointer(pointer).is_some(),
+            "{reference} does not resolve"
+        );
+    }
+    // The bearer scheme, on every route that needs a credential and on no other.
+    assert_eq!(
+        document["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    for (method, path) in operations(&document) {
+        let security = document["paths"][&path][&method].get("security");
+        for requirement in security.and_then(Value::as_array).into_iter().flatten() {
+            for scheme in requirement.as_object().unwrap().keys() {
+                assert!(
+                    document["components"]["securitySchemes"]
+                        .get(scheme)
+                        .is_some(),
+                    "{method} {path} names scheme {scheme}"
+                );
+            }
+        }
+        let secured = security.is_some();
+        let public = ["/healthz", "/readyz", "/metrics", "/openapi.json"].contains(&path.as_str());
+        assert_eq!(secured, !public, "{method} {path}");
+    }
+    // The call's headers, optional strings.
+    let parameters = document["paths"]["/v1/tools/{name}/call"]["post"]["parameters"]
+        .as_array()
+        .unwrap();
+    for header in ["Idempotency-Key", "Intent-Id"] {
+        let parameter = parameters
+            .iter()
+            .find(|parameter| parameter["name"] == header)
+            .unwrap_or_else(|| panic!("{header} is documented"));
+        assert_eq!(
+            (
+                &parameter["in"],
+                &parameter["required"],
+                &parameter["schema"]
+            ),
+            (&json!("header"), &json!(false), &json!({"type": "string"}))
+        );
+    }
+    // Served without a credential, through the edge: a foreign origin is still refused.
+    let response = server
+        .client
+        .get(format!("{}/openapi.json", server.base))
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+}
+
+#[tokio::test]
+async fn the_document_and_the_router_serve_the_same_routes() {
+    let server = start().await;
+    let document = document(&server).await;
+    // An intent to read, so that every documented route has something to answer.
+    let (status, _) = send(
+        &server,
+        "post",
+        "/v1/tools/refund_order/call",
+        Some(&json!({"arguments": {"order_id": "8812", "amount": 49}})),
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    let operations = operations(&document);
+    let mut listed: Vec<String> = operations
+        .iter()
+        .map(|(method, path)| format!("{} {path}", method.to_uppercase()))
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        [
+            "GET /healthz",
+            "GET /metrics",
+            "GET /openapi.json",
+            "GET /readyz",
+            "GET /v1/intents/{tool}/{key}",
+            "GET /v1/tools",
+            "POST /v1/tools/{name}/call",
+        ]
+    );
+    let paths: Vec<&String> = document["paths"].as_object().unwrap().keys().collect();
+    for path in paths {
+        let item = &document["paths"][path];
+        for method in ["get", "post", "put", "patch", "delete"] {
+            let body = (method != "get").then(|| json!({"arguments": {}}));
+            let (status, answer) = send(&server, method, &concrete(path), body.as_ref()).await;
+            if item.get(method).is_some() {
+                // Served: neither the fallback's 404 nor a 405.
+                assert_ne!(status, 405, "{method} {path}: {answer}");
+                assert_ne!(
+                    answer["type"], "urn:intentgate:problem:not-found",
+                    "{method} {path}"
+                );
+            } else {
+                // A method the document does not list on a path it does: not served.
+                assert_eq!(status, 405, "{method} {path} is served but not documented");
+            }
+        }
+    }
+    // And a path it does not list falls to the fallback.
+    let (status, answer) = send(&server, "get", "/v1/undocumented", None).await;
+    assert_eq!(
+        (status, answer["type"].as_str()),
+        (404, Some("urn:intentgate:problem:not-found"))
+    );
+}
+
+#[tokio::test]
+async fn request_bodies_the_schema_accepts_are_accepted_and_those_it_refuses_are_refused() {
+    let server = start().await;
+    let document = document(&server).await;
+    let mut checked = 0;
+    for (method, path) in operations(&document) {
+        let operation = &document["paths"][&path][&method];
+        let Some(schema) = operation
+            .pointer("/requestBody/content/application~1json/schema")
+            .cloned()
+        else {
+            continue;
+        };
+        checked += 1;
+        let validator = validator(&document, &schema);
+        let target = concrete(&path);
+
+        let valid = sample(&document, &schema);
+        assert!(validator.is_valid(&valid), "{valid}");
+        let (status, answer) = send(&server, &method, &target, Some(&valid)).await;
+        assert!(
+            ![400, 422].contains(&status),
+            "{method} {path} refused a body its schema accepts ({valid}): {status} {answer}"
+        );
+
+        let body = resolved(&document, &schema);
+        let mut unknown = valid.clone();
+        unknown["not_a_field"] = json!(1);
+        let mut refused = vec![unknown];
+        for name in body["required"].as_array().into_iter().flatten() {
+            let mut missing = valid.clone();
+            missing
+                .as_object_mut()
+                .unwrap()
+                .remove(name.as_str().unwrap());
+            refused.push(missing);
+        }
+        for invalid in refused {
+            assert!(
+                !validator.is_valid(&invalid),
+                "the schema accepts {invalid}"
+            );
+            let (status, answer) = send(&server, &method, &target, Some(&invalid)).await;
+            assert!(
+                [400, 422].contains(&status),
+                "{method} {path} accepted a body its schema refuses ({invalid}): {status} {answer}"
+            );
+            assert!(
+                answer["type"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("urn:intentgate:problem:")
+            );
+        }
+    }
+    assert!(checked >= 1, "the call's body is documented");
+}
+
+#[tokio::test]
+async fn the_outcome_and_problem_schemas_accept_what_the_routes_answer() {
+    let server = start().await;
+    let document = document(&server).await;
+    let call = &document["paths"]["/v1/tools/{name}/call"]["post"]["responses"];
+    let outcome = validator(
+        &document,
+        &call["200"]["content"]["application/json"]["schema"],
+    );
+    let problem = validator(
+        &document,
+        &call["404"]["content"]["application/problem+json"]["schema"],
+    );
+    for arguments in [
+        json!({"order_id": "8812", "amount": 49}),
+        json!({"order_id": "8812", "amount": 49}),
+        json!({"order_id": "8812", "amount": 50, "extra": true}),
+    ] {
+        let (status, answer) = send(
+            &server,
+            "post",
+            "/v1/tools/refund_order/call",
+            Some(&json!({ "arguments": arguments })),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert!(outcome.is_valid(&answer), "{answer}");
+    }
+    let (status, answer) = send(
+        &server,
+        "post",
+        "/v1/tools/no_such_tool/call",
+        Some(&json!({"arguments": {}})),
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert!(problem.is_valid(&answer), "{answer}");
+    let tools = &document["paths"]["/v1/tools"]["get"]["responses"]["200"]["content"]["application/json"]
+        ["schema"];
+    let (_, listed) = send(&server, "get", "/v1/tools", None).await;
+    assert!(validator(&document, tools).is_valid(&listed), "{listed}");
+    let intent = &document["paths"]["/v1/intents/{tool}/{key}"]["get"]["responses"]["200"]["content"]
+        ["application/json"]["schema"];
+    let (status, read) = send(
+        &server,
+        "get",
+        "/v1/intents/refund_order/refund:8812:49.00",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(validator(&document, intent).is_valid(&read), "{read}");
+}
+
+#[tokio::test]
+async fn the_document_needs_no_credential_where_the_tools_do() {
+    use std::sync::Arc;
+
+    use intentgate_core::{Scopes, Tenant};
+    use intentgate_server::auth::{ActFor, ApiKey, AuthOptions, Authenticator};
+
+    let authenticator = Authenticator::new(AuthOptions::Methods {
+        api_keys: vec![ApiKey {
+            name: "agent".to_owned(),
+            digest: ApiKey::parse_digest(&ApiKey::digest_hex("key-of-agent")).unwrap(),
+            tenant: Tenant::parse("acme").unwrap(),
+            scopes: Scopes::all(),
+            act_for: ActFor::Own,
+        }],
+        jwt: None,
+        trusted_proxy: None,
+    })
+    .unwrap();
+    let options = ServerOptions {
+        authenticator: Arc::new(authenticator),
+        ..ServerOptions::default()
+    };
+    let server = common::start(vec![refund_tool()], FaultPlan::none(), options).await;
+    let (status, _) = send(&server, "get", "/v1/tools", None).await;
+    assert_eq!(status, 401, "the tools need a credential");
+    let document = document(&server).await;
+    assert!(document["paths"]["/v1/tools"].is_object());
+}
