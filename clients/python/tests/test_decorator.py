@@ -212,7 +212,11 @@ def test_a_lookup_without_the_key_parameter_gets_only_the_arguments(client: inte
     gateway.grants.append(look_up())
     gateway.settles.append(answer("done"))
 
-    decorated(client, provider, lookup=lambda order_id, amount, reason: provider.lookups.append({"order_id": order_id}) or RECORD)("o-1", "5.00")
+    def find(order_id: str, amount: Decimal, reason: str) -> dict[str, Any]:
+        provider.lookups.append({"order_id": order_id})
+        return RECORD
+
+    decorated(client, provider, lookup=find)("o-1", "5.00")
 
     assert provider.lookups == [{"order_id": "o-1"}]
 

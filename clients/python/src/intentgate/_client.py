@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, cast
 
 import httpx
 
@@ -42,7 +42,11 @@ DEFAULT_TIMEOUT_SECONDS = 60.0
 #: Sent with every request; the gateway refuses a POST without a JSON content type.
 _JSON_HEADERS = {"content-type": "application/json", "accept": "application/json, application/problem+json"}
 
-F = TypeVar("F", bound=Callable[..., Any])
+#: What a decorated function becomes, for type checkers: it takes the business arguments
+#: (the signature, without `idempotency_key`, is kept for introspection) and returns the
+#: outcome the model should read.
+SideEffectFunction = Callable[..., dict[str, Any]]
+AsyncSideEffectFunction = Callable[..., Coroutine[Any, Any, dict[str, Any]]]
 _ABSENT: Any = object()
 
 
@@ -198,13 +202,13 @@ class Client:
         rejected: ExceptionTypes = (),
         lookup: Callable[..., Any] | None = None,
         external_id: ExternalId = None,
-    ) -> Callable[[F], F]:
+    ) -> Callable[[Callable[..., Any]], SideEffectFunction]:
         """Runs the decorated function as the client-executed tool `tool`, at most once per
         intent whatever the retries. The function takes `idempotency_key` (the provider key
         of the intent, to send to the provider); the wrapper doesn't, and returns the
         outcome the model should read. See the package's README for each branch."""
 
-        def decorate(function: F) -> F:
+        def decorate(function: Callable[..., Any]) -> SideEffectFunction:
             if inspect.iscoroutinefunction(function):
                 raise TypeError(f"{function.__qualname__} is async: decorate it with AsyncClient.side_effect")
             effect = SideEffect.of(
@@ -220,7 +224,7 @@ class Client:
             def wrapper(*args: Any, **kwargs: Any) -> dict[str, Any]:
                 return self._run(effect, effect.bind(args, kwargs))
 
-            return cast(F, effect.wrap(wrapper))
+            return cast(SideEffectFunction, effect.wrap(wrapper))
 
         return decorate
 
@@ -417,11 +421,11 @@ class AsyncClient:
         rejected: ExceptionTypes = (),
         lookup: Callable[..., Any] | None = None,
         external_id: ExternalId = None,
-    ) -> Callable[[F], F]:
+    ) -> Callable[[Callable[..., Any]], AsyncSideEffectFunction]:
         """`Client.side_effect` for `async def` functions. `lookup` may be a plain function
         or a coroutine function."""
 
-        def decorate(function: F) -> F:
+        def decorate(function: Callable[..., Any]) -> AsyncSideEffectFunction:
             if not inspect.iscoroutinefunction(function):
                 raise TypeError(f"{function.__qualname__} is not async: decorate it with Client.side_effect")
             effect = SideEffect.of(
@@ -437,7 +441,7 @@ class AsyncClient:
             async def wrapper(*args: Any, **kwargs: Any) -> dict[str, Any]:
                 return await self._run(effect, effect.bind(args, kwargs))
 
-            return cast(F, effect.wrap(wrapper))
+            return cast(AsyncSideEffectFunction, effect.wrap(wrapper))
 
         return decorate
 
