@@ -13,6 +13,7 @@ root (the default is `target/debug/intentgate`).
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import json
 import os
 import pathlib
@@ -122,9 +123,9 @@ class Mock:
 class Gateway:
     """`intentgate serve` with the refund tool, a SQLite ledger in `folder`."""
 
-    def __init__(self, folder: pathlib.Path) -> None:
+    def __init__(self, folder: pathlib.Path, api_keys: list[tuple[str, str, str, str]] | None = None) -> None:
         config = folder / "gateway.yaml"
-        config.write_text(CONFIG)
+        config.write_text(CONFIG if api_keys is None else with_api_keys(CONFIG, api_keys))
         self.process = Process(
             ["serve", "--listen", "127.0.0.1:0", "--config", str(config), "--ledger", str(folder / "ledger.db"), "--durability", "relaxed"],
             folder / "serve.log",
@@ -133,6 +134,17 @@ class Gateway:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+def with_api_keys(config: str, keys: list[tuple[str, str, str, str]]) -> str:
+    """`config` with `auth: none` replaced by API keys, one per `(name, key, tenant, scopes)`
+    (scopes as YAML list items, `call, intents:read`)."""
+    section = "auth:\n  api_keys:\n"
+    for name, key, tenant, scopes in keys:
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        section += f"    - name: {name}\n      sha256: {digest}\n      tenant: {tenant}\n      scopes: [{scopes}]\n"
+    assert "\nauth: none\n" in config
+    return config.replace("\nauth: none\n", "\n" + section)
 
 
 class Declined(Exception):
