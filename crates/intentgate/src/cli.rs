@@ -10,6 +10,7 @@ use intentgate_core::IntentStatus;
 use intentgate_ledger::Durability;
 
 use crate::bench::gateway::{CALLS_DEFAULT, CALLS_MAX};
+use crate::bench::intents::{ROUNDS_DEFAULT, ROUNDS_MAX};
 use crate::bench::ledger::{INTENTS_DEFAULT, INTENTS_MAX, SEQUENTIAL_INTENTS_MAX};
 use crate::bench::reconcile::{
     INTENTS_DEFAULT as RECONCILE_INTENTS_DEFAULT, INTENTS_MAX as RECONCILE_INTENTS_MAX,
@@ -772,6 +773,55 @@ memory during the run (Linux), and a baseline measured in the same run: a plain 
 same intents through the same ledger query."
     )]
     Reconcile(ReconcileBenchArgs),
+    /// Measure what the intent API (grant and settle, over HTTP) adds to a client-executed
+    /// side effect, over the ledger's own cost of the same intent.
+    #[command(
+        long_about = "Measure what the intent API adds to a client-executed side effect.
+
+Opens a fresh SQLite ledger in a temporary folder inside --dir, a gate with one \
+client-executed tool (refund_order_sdk) over it, and the real gateway HTTP server on a \
+loopback port, in this process. Each round then makes three new intents, one per series, in \
+turn so that all three see the same machine:
+
+  1. ledger: Ledger::begin then Ledger::finish (done) on the ledger directly, the baseline;
+  2. gate: Gate::grant then Gate::settle in process;
+  3. HTTP: POST /v1/tools/refund_order_sdk/intents then POST /v1/intents/{id}/settle over \
+one keep-alive connection.
+
+Reports each series' p50 and p99, and what the intent API adds over the ledger (HTTP minus \
+ledger), split into the gate's share and the two HTTP round trips. It checks that every \
+grant was `execute`, every settle `done`, that the ledger holds one done intent per intent \
+made and that nothing was sent upstream. The temporary folder is removed afterwards."
+    )]
+    Intents(IntentsBenchArgs),
+}
+
+/// `intentgate bench intents`.
+#[derive(Debug, Args)]
+pub struct IntentsBenchArgs {
+    /// The folder the ledger goes in (in a temporary folder inside it). Pick a folder on the
+    /// disk that will hold the real ledger: under strict durability its fsyncs are measured.
+    #[arg(long, env = "INTENTGATE_BENCH_DIR", default_value = ".")]
+    pub dir: PathBuf,
+
+    #[arg(
+        long,
+        default_value_t = ROUNDS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(ROUNDS_MAX)),
+        help = format!(
+            "Measured rounds (1 to {ROUNDS_MAX}), each making one new intent per series"
+        )
+    )]
+    pub rounds: u32,
+
+    /// What a ledger write promises: `strict` fsyncs it (survives a power loss), `relaxed`
+    /// does not (survives a crash of the process).
+    #[arg(long, env = "INTENTGATE_DURABILITY", value_enum, default_value_t = DurabilityArgument::Strict)]
+    pub durability: DurabilityArgument,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `intentgate bench reconcile`.

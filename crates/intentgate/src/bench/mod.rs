@@ -4,6 +4,7 @@
 //! that figures from different machines compare. None of them is a timed test.
 
 pub mod gateway;
+pub mod intents;
 pub mod ledger;
 pub mod reconcile;
 
@@ -21,6 +22,7 @@ pub async fn run(arguments: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Ledger(arguments) => ledger::run(arguments).await,
         BenchCommand::Gateway(arguments) => gateway::run(arguments).await,
         BenchCommand::Reconcile(arguments) => reconcile::run(arguments).await,
+        BenchCommand::Intents(arguments) => intents::run(arguments).await,
     }
 }
 
