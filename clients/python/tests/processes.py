@@ -29,6 +29,8 @@ import intentgate
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[3]
 BINARY = pathlib.Path(os.environ.get("INTENTGATE_BIN", REPOSITORY / "target" / "debug" / "intentgate"))
+#: The repository's example config, whose `refund_order_sdk` is client-executed.
+EXAMPLE_CONFIG = REPOSITORY / "examples" / "support-agent.yaml"
 
 #: The refund tool's lease, in milliseconds: short, so an expired lease costs the kill and
 #: expiry tests about a second and a half. The decorator renews it while the body runs.
@@ -66,13 +68,13 @@ tools:
 class Process:
     """A child `intentgate` process that prints `... listening on http://ADDR` first."""
 
-    def __init__(self, args: list[str], log: pathlib.Path) -> None:
+    def __init__(self, args: list[str], log: pathlib.Path, env: dict[str, str] | None = None) -> None:
         assert BINARY.exists(), f"{BINARY} is missing: run `cargo build -p intentgate` first, or set INTENTGATE_BIN"
         self.process = subprocess.Popen(
             [str(BINARY), *args],
             stdout=subprocess.PIPE,
             stderr=log.open("w"),
-            env={**os.environ, "RUST_LOG": "warn"},
+            env={**os.environ, "RUST_LOG": "warn", **(env or {})},
             text=True,
         )
         assert self.process.stdout is not None
@@ -121,14 +123,24 @@ class Mock:
 
 
 class Gateway:
-    """`intentgate serve` with the refund tool, a SQLite ledger in `folder`."""
+    """`intentgate serve` with a SQLite ledger in `folder`, and the refund tool of `CONFIG`
+    (with `api_keys` in place of `auth: none` when given) or the config file `config`."""
 
-    def __init__(self, folder: pathlib.Path, api_keys: list[tuple[str, str, str, str]] | None = None) -> None:
-        config = folder / "gateway.yaml"
-        config.write_text(CONFIG if api_keys is None else with_api_keys(CONFIG, api_keys))
+    def __init__(
+        self,
+        folder: pathlib.Path,
+        api_keys: list[tuple[str, str, str, str]] | None = None,
+        *,
+        config: pathlib.Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        if config is None:
+            config = folder / "gateway.yaml"
+            config.write_text(CONFIG if api_keys is None else with_api_keys(CONFIG, api_keys))
         self.process = Process(
             ["serve", "--listen", "127.0.0.1:0", "--config", str(config), "--ledger", str(folder / "ledger.db"), "--durability", "relaxed"],
             folder / "serve.log",
+            env,
         )
         self.url = self.process.url
 
