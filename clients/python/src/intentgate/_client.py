@@ -1,0 +1,535 @@
+"""`Client` and `AsyncClient`: one method per route of the gateway's HTTP API, and the
+`side_effect` decorator that runs a function of yours under the intent API.
+
+The two classes have the same methods; `AsyncClient`'s are coroutines. Every answer is
+parsed with `Decimal` for numbers with a fraction, and every 4xx or 5xx raises
+`IntentGateError` (`LeaseLost` for 409 `lease-lost`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, cast
+
+import httpx
+
+from intentgate import _json
+from intentgate._errors import IntentGateError, LeaseLost, TooManyRounds, error_from_response
+from intentgate._side_effect import (
+    KEY_PARAMETER,
+    MAX_ROUNDS,
+    SETTLE_ATTEMPTS,
+    Call,
+    ExceptionTypes,
+    ExternalId,
+    SideEffect,
+    done_fields,
+    is_pending_unknown,
+    reason_of,
+    renew_interval_seconds,
+    result_too_large,
+)
+
+__all__ = ["AsyncClient", "Client", "DEFAULT_TIMEOUT_SECONDS"]
+
+#: The default HTTP timeout, in seconds. A grant waits while another caller holds the
+#: intent's lease, up to the tool's `timeout_ms` plus a second: keep the timeout above that.
+DEFAULT_TIMEOUT_SECONDS = 60.0
+
+#: Sent with every request; the gateway refuses a POST without a JSON content type.
+_JSON_HEADERS = {"content-type": "application/json", "accept": "application/json, application/problem+json"}
+
+#: What a decorated function becomes, for type checkers: it takes the business arguments
+#: (the signature, without `idempotency_key`, is kept for introspection) and returns the
+#: outcome the model should read.
+SideEffectFunction = Callable[..., dict[str, Any]]
+AsyncSideEffectFunction = Callable[..., Coroutine[Any, Any, dict[str, Any]]]
+_ABSENT: Any = object()
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    headers = dict(_JSON_HEADERS)
+    if api_key is not None:
+        headers["authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def _grant_headers(idempotency_key: str | None, intent_id: str | None) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    if idempotency_key is not None:
+        headers["idempotency-key"] = idempotency_key
+    if intent_id is not None:
+        headers["intent-id"] = intent_id
+    return headers
+
+
+def _settle_body(
+    lease: str, outcome: str, result: Any, reason: str | None, external_id: str | None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"lease": lease, "outcome": outcome}
+    if result is not _ABSENT:
+        body["result"] = result
+    if reason is not None:
+        body["reason"] = reason
+    if external_id is not None:
+        body["external_id"] = external_id
+    return body
+
+
+def _parse(response: httpx.Response) -> Any:
+    """The parsed body of `response`; raises `IntentGateError` for a 4xx or 5xx."""
+    try:
+        body = _json.loads(response.content) if response.content else None
+    except ValueError:
+        body = response.text
+    if response.status_code >= 400:
+        raise error_from_response(response.status_code, body)
+    return body
+
+
+def _intent_path(intent_id: int | str, action: str = "") -> str:
+    return f"/v1/intents/{intent_id}{'/' + action if action else ''}"
+
+
+class Client:
+    """A blocking client of the gateway at `base_url` (`http://127.0.0.1:8080`).
+
+    `api_key` is sent as `Authorization: Bearer <key>` (leave it out for a gateway with
+    `auth: none`). `timeout` is the HTTP timeout in seconds (see `DEFAULT_TIMEOUT_SECONDS`).
+    `transport` replaces httpx's (tests pass an `httpx.MockTransport`). The client is
+    thread-safe; close it with `close()` or use it with `with`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        """Closes the connections."""
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None) -> Any:
+        content = None if body is None else _json.dumps(body)
+        return _parse(self._http.request(method, path, content=content, headers=headers))
+
+    def tools(self) -> list[dict[str, Any]]:
+        """`GET /v1/tools`: the tools the caller may use, with `executor` for each."""
+        return cast(list[dict[str, Any]], self._request("GET", "/v1/tools")["tools"])
+
+    def call(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        intent_id: str | None = None,
+    ) -> dict[str, Any]:
+        """`POST /v1/tools/{tool}/call`: the gateway runs the tool; answers its outcome
+        (`status`, `message`, `result`, ...)."""
+        return cast(
+            dict[str, Any],
+            self._request(
+                "POST", f"/v1/tools/{tool}/call", {"arguments": arguments}, _grant_headers(idempotency_key, intent_id)
+            ),
+        )
+
+    def grant(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        intent_id: str | None = None,
+    ) -> dict[str, Any]:
+        """`POST /v1/tools/{tool}/intents`: asks to run a client-executed tool. Answers
+        `{"action": "answer", "outcome": {...}}`, or an `execute` or `look_up` grant with
+        `intent_id`, `idempotency_key`, `attempt`, `resend` and `lease`."""
+        return cast(
+            dict[str, Any],
+            self._request(
+                "POST", f"/v1/tools/{tool}/intents", {"arguments": arguments}, _grant_headers(idempotency_key, intent_id)
+            ),
+        )
+
+    def renew(self, intent_id: int | str, lease: str) -> dict[str, Any]:
+        """`POST /v1/intents/{id}/renew`: extends the lease whose token is `lease`. Answers
+        `{"lease": {...}}`; raises `LeaseLost` when the lease is no longer held."""
+        return cast(dict[str, Any], self._request("POST", _intent_path(intent_id, "renew"), {"lease": lease}))
+
+    def settle(
+        self,
+        intent_id: int | str,
+        lease: str,
+        outcome: str,
+        *,
+        result: Any = _ABSENT,
+        reason: str | None = None,
+        external_id: str | None = None,
+    ) -> dict[str, Any]:
+        """`POST /v1/intents/{id}/settle`: reports `outcome` (`done`, `rejected`,
+        `not_executed`, `unknown` or `not_found`). Answers like `grant`; raises `LeaseLost`
+        when the lease is no longer held (nothing was changed)."""
+        body = _settle_body(lease, outcome, result, reason, external_id)
+        return cast(dict[str, Any], self._request("POST", _intent_path(intent_id, "settle"), body))
+
+    def intent(self, intent_id: int | str) -> dict[str, Any]:
+        """`GET /v1/intents/{id}`: the intent as the ledger holds it (scope `intents:read`)."""
+        return cast(dict[str, Any], self._request("GET", _intent_path(intent_id)))
+
+    def side_effect(
+        self,
+        tool: str,
+        *,
+        ambiguous: ExceptionTypes = (),
+        not_processed: ExceptionTypes = (),
+        rejected: ExceptionTypes = (),
+        lookup: Callable[..., Any] | None = None,
+        external_id: ExternalId = None,
+    ) -> Callable[[Callable[..., Any]], SideEffectFunction]:
+        """Runs the decorated function as the client-executed tool `tool`, at most once per
+        intent whatever the retries. The function takes `idempotency_key` (the provider key
+        of the intent, to send to the provider); the wrapper doesn't, and returns the
+        outcome the model should read. See the package's README for each branch."""
+
+        def decorate(function: Callable[..., Any]) -> SideEffectFunction:
+            if inspect.iscoroutinefunction(function):
+                raise TypeError(f"{function.__qualname__} is async: decorate it with AsyncClient.side_effect")
+            effect = SideEffect.of(
+                tool,
+                function,
+                ambiguous=ambiguous,
+                not_processed=not_processed,
+                rejected=rejected,
+                lookup=lookup,
+                external_id=external_id,
+            )
+
+            def wrapper(*args: Any, **kwargs: Any) -> dict[str, Any]:
+                return self._run(effect, effect.bind(args, kwargs))
+
+            return cast(SideEffectFunction, effect.wrap(wrapper))
+
+        return decorate
+
+    # The exchange of a decorated function.
+
+    def _run(self, effect: SideEffect, call: Call) -> dict[str, Any]:
+        answer = self.grant(effect.tool, call.arguments)
+        for _ in range(MAX_ROUNDS):
+            action = answer.get("action")
+            if action == "answer":
+                return cast(dict[str, Any], answer["outcome"])
+            if action == "execute":
+                answer = self._execute(effect, call, answer)
+            elif action == "look_up":
+                answer = self._look_up(effect, call, answer)
+            else:
+                raise IntentGateError(200, title="Unexpected answer", detail=f"unknown action {action!r}")
+        raise TooManyRounds(f"{effect.tool}: no answer after {MAX_ROUNDS} rounds")
+
+    def _execute(self, effect: SideEffect, call: Call, grant: dict[str, Any]) -> dict[str, Any]:
+        key = grant["idempotency_key"]
+        renewer = _Renewer(self, grant["intent_id"], grant["lease"])
+        try:
+            value = effect.function(*call.args, **call.kwargs, **{KEY_PARAMETER: key})
+        except Exception as error:
+            renewer.stop()
+            outcome = effect.classify(error)
+            answer = self._settle(effect, call, grant, outcome, reason=reason_of(error))
+            if outcome == "unknown" and is_pending_unknown(answer):
+                # The gateway grants the lookup of an unknown intent to the next caller.
+                answer = self.grant(effect.tool, call.arguments)
+            return answer
+        except BaseException:
+            # KeyboardInterrupt, SystemExit: the lease runs out and the next caller looks
+            # the intent up.
+            renewer.stop()
+            raise
+        renewer.stop()
+        fields, encoding_error = done_fields(effect, value)
+        answer = self._settle(effect, call, grant, "done", **fields)
+        if encoding_error is not None:
+            raise encoding_error
+        return answer
+
+    def _look_up(self, effect: SideEffect, call: Call, grant: dict[str, Any]) -> dict[str, Any]:
+        if effect.lookup is None:
+            return self._settle(effect, call, grant, "unknown", reason="no lookup is configured in the client")
+        try:
+            record = effect.lookup(**effect.lookup_arguments(call, grant["idempotency_key"]))
+        except Exception as error:
+            return self._settle(effect, call, grant, "unknown", reason=f"lookup failed: {reason_of(error)}")
+        if record is None:
+            return self._settle(effect, call, grant, "not_found")
+        fields, encoding_error = done_fields(effect, record)
+        answer = self._settle(effect, call, grant, "done", **fields)
+        if encoding_error is not None:
+            raise encoding_error
+        return answer
+
+    def _settle(self, effect: SideEffect, call: Call, grant: dict[str, Any], outcome: str, **fields: Any) -> dict[str, Any]:
+        """Settles, sending again when the gateway can't be reached, and without the result
+        when the gateway refuses it as too large (the effect happened all the same); on
+        `LeaseLost` asks for a grant again and answers that."""
+        for attempt in range(1, SETTLE_ATTEMPTS + 1):
+            try:
+                return self.settle(grant["intent_id"], grant["lease"]["token"], outcome, **fields)
+            except LeaseLost:
+                return self.grant(effect.tool, call.arguments)
+            except IntentGateError as error:
+                if not result_too_large(error, fields):
+                    raise
+                fields.pop("result")
+            except httpx.TransportError:
+                if attempt == SETTLE_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+
+class _Renewer:
+    """Renews a lease from a thread while a body runs. A lost lease stops it; a failed
+    renewal is tried again at the next interval."""
+
+    def __init__(self, client: Client, intent_id: int | str, lease: Mapping[str, Any]) -> None:
+        self._client = client
+        self._intent_id = intent_id
+        self._lease = lease
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"intentgate-renew-{intent_id}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        lease = self._lease
+        while not self._stopped.wait(renew_interval_seconds(lease)):
+            try:
+                lease = self._client.renew(self._intent_id, lease["token"])["lease"]
+            except LeaseLost:
+                return
+            except (httpx.HTTPError, IntentGateError, KeyError, TypeError):
+                continue
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+
+class AsyncClient:
+    """The asyncio twin of `Client`: the same constructor and methods, as coroutines, and a
+    `side_effect` decorator for `async def` functions (renewing the lease from a task)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers=_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    async def aclose(self) -> None:
+        """Closes the connections."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _request(self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None) -> Any:
+        content = None if body is None else _json.dumps(body)
+        return _parse(await self._http.request(method, path, content=content, headers=headers))
+
+    async def tools(self) -> list[dict[str, Any]]:
+        """`GET /v1/tools` (see `Client.tools`)."""
+        return cast(list[dict[str, Any]], (await self._request("GET", "/v1/tools"))["tools"])
+
+    async def call(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        intent_id: str | None = None,
+    ) -> dict[str, Any]:
+        """`POST /v1/tools/{tool}/call` (see `Client.call`)."""
+        path = f"/v1/tools/{tool}/call"
+        answer = await self._request("POST", path, {"arguments": arguments}, _grant_headers(idempotency_key, intent_id))
+        return cast(dict[str, Any], answer)
+
+    async def grant(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        intent_id: str | None = None,
+    ) -> dict[str, Any]:
+        """`POST /v1/tools/{tool}/intents` (see `Client.grant`)."""
+        path = f"/v1/tools/{tool}/intents"
+        answer = await self._request("POST", path, {"arguments": arguments}, _grant_headers(idempotency_key, intent_id))
+        return cast(dict[str, Any], answer)
+
+    async def renew(self, intent_id: int | str, lease: str) -> dict[str, Any]:
+        """`POST /v1/intents/{id}/renew` (see `Client.renew`)."""
+        return cast(dict[str, Any], await self._request("POST", _intent_path(intent_id, "renew"), {"lease": lease}))
+
+    async def settle(
+        self,
+        intent_id: int | str,
+        lease: str,
+        outcome: str,
+        *,
+        result: Any = _ABSENT,
+        reason: str | None = None,
+        external_id: str | None = None,
+    ) -> dict[str, Any]:
+        """`POST /v1/intents/{id}/settle` (see `Client.settle`)."""
+        body = _settle_body(lease, outcome, result, reason, external_id)
+        return cast(dict[str, Any], await self._request("POST", _intent_path(intent_id, "settle"), body))
+
+    async def intent(self, intent_id: int | str) -> dict[str, Any]:
+        """`GET /v1/intents/{id}` (see `Client.intent`)."""
+        return cast(dict[str, Any], await self._request("GET", _intent_path(intent_id)))
+
+    def side_effect(
+        self,
+        tool: str,
+        *,
+        ambiguous: ExceptionTypes = (),
+        not_processed: ExceptionTypes = (),
+        rejected: ExceptionTypes = (),
+        lookup: Callable[..., Any] | None = None,
+        external_id: ExternalId = None,
+    ) -> Callable[[Callable[..., Any]], AsyncSideEffectFunction]:
+        """`Client.side_effect` for `async def` functions. `lookup` may be a plain function
+        or a coroutine function."""
+
+        def decorate(function: Callable[..., Any]) -> AsyncSideEffectFunction:
+            if not inspect.iscoroutinefunction(function):
+                raise TypeError(f"{function.__qualname__} is not async: decorate it with Client.side_effect")
+            effect = SideEffect.of(
+                tool,
+                function,
+                ambiguous=ambiguous,
+                not_processed=not_processed,
+                rejected=rejected,
+                lookup=lookup,
+                external_id=external_id,
+            )
+
+            async def wrapper(*args: Any, **kwargs: Any) -> dict[str, Any]:
+                return await self._run(effect, effect.bind(args, kwargs))
+
+            return cast(AsyncSideEffectFunction, effect.wrap(wrapper))
+
+        return decorate
+
+    async def _run(self, effect: SideEffect, call: Call) -> dict[str, Any]:
+        answer = await self.grant(effect.tool, call.arguments)
+        for _ in range(MAX_ROUNDS):
+            action = answer.get("action")
+            if action == "answer":
+                return cast(dict[str, Any], answer["outcome"])
+            if action == "execute":
+                answer = await self._execute(effect, call, answer)
+            elif action == "look_up":
+                answer = await self._look_up(effect, call, answer)
+            else:
+                raise IntentGateError(200, title="Unexpected answer", detail=f"unknown action {action!r}")
+        raise TooManyRounds(f"{effect.tool}: no answer after {MAX_ROUNDS} rounds")
+
+    async def _execute(self, effect: SideEffect, call: Call, grant: dict[str, Any]) -> dict[str, Any]:
+        key = grant["idempotency_key"]
+        renewer = asyncio.create_task(self._renew(grant["intent_id"], grant["lease"]))
+        try:
+            value = await effect.function(*call.args, **call.kwargs, **{KEY_PARAMETER: key})
+        except Exception as error:
+            await _stop(renewer)
+            outcome = effect.classify(error)
+            answer = await self._settle(effect, call, grant, outcome, reason=reason_of(error))
+            if outcome == "unknown" and is_pending_unknown(answer):
+                answer = await self.grant(effect.tool, call.arguments)
+            return answer
+        except BaseException:
+            # Cancelled: the lease runs out and the next caller looks the intent up.
+            renewer.cancel()
+            raise
+        await _stop(renewer)
+        fields, encoding_error = done_fields(effect, value)
+        answer = await self._settle(effect, call, grant, "done", **fields)
+        if encoding_error is not None:
+            raise encoding_error
+        return answer
+
+    async def _look_up(self, effect: SideEffect, call: Call, grant: dict[str, Any]) -> dict[str, Any]:
+        if effect.lookup is None:
+            return await self._settle(effect, call, grant, "unknown", reason="no lookup is configured in the client")
+        try:
+            record = effect.lookup(**effect.lookup_arguments(call, grant["idempotency_key"]))
+            if inspect.isawaitable(record):
+                record = await record
+        except Exception as error:
+            return await self._settle(effect, call, grant, "unknown", reason=f"lookup failed: {reason_of(error)}")
+        if record is None:
+            return await self._settle(effect, call, grant, "not_found")
+        fields, encoding_error = done_fields(effect, record)
+        answer = await self._settle(effect, call, grant, "done", **fields)
+        if encoding_error is not None:
+            raise encoding_error
+        return answer
+
+    async def _settle(
+        self, effect: SideEffect, call: Call, grant: dict[str, Any], outcome: str, **fields: Any
+    ) -> dict[str, Any]:
+        """`Client._settle` for asyncio."""
+        for attempt in range(1, SETTLE_ATTEMPTS + 1):
+            try:
+                return await self.settle(grant["intent_id"], grant["lease"]["token"], outcome, **fields)
+            except LeaseLost:
+                return await self.grant(effect.tool, call.arguments)
+            except IntentGateError as error:
+                if not result_too_large(error, fields):
+                    raise
+                fields.pop("result")
+            except httpx.TransportError:
+                if attempt == SETTLE_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _renew(self, intent_id: int | str, lease: Mapping[str, Any]) -> None:
+        """Renews `lease` until cancelled or lost (see `_Renewer`)."""
+        while True:
+            await asyncio.sleep(renew_interval_seconds(lease))
+            try:
+                lease = (await self.renew(intent_id, lease["token"]))["lease"]
+            except LeaseLost:
+                return
+            except (httpx.HTTPError, IntentGateError, KeyError, TypeError):
+                continue
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    """Cancels a renewal task and waits for it to end."""
+    task.cancel()
+    await asyncio.wait([task])
