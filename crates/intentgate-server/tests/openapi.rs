@@ -415,6 +415,25 @@ async fn the_document_and_the_router_serve_the_same_routes() {
             send(&server, method, &target, Some(&json!({"lease": "igl_x"}))).await;
         assert_eq!(status, 405, "{method} {target}: {answer}");
     }
+    // The 405 of a POST there says the path takes GET, as the router's own 405s say theirs.
+    let response = server
+        .client
+        .delete(format!("{}/v1/tools/refund_order/call", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    assert_eq!(response.headers()["allow"], "POST");
+    let response = server
+        .client
+        .post(format!("{}/v1/intents/{id}/other", server.base))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    assert_eq!(response.headers()["allow"], "GET");
     // And a path it does not list falls to the fallback.
     let (status, answer) = send(&server, "get", "/v1/undocumented", None).await;
     assert_eq!(
