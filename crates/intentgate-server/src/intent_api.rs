@@ -14,7 +14,9 @@
 //! client that goes away never cancels one half-way through `begin` or `finish`. The tenant
 //! is the principal's: another tenant's intent is not found (404), never refused as such.
 //!
-//! The request and response bodies are the serde structs below, the promise to clients.
+//! The request and response bodies are the serde structs below, the promise to clients; they
+//! derive `ToSchema`, and the handlers carry their `#[utoipa::path]`, so the OpenAPI document
+//! describes them from the same types (`openapi.rs` says how the routes by id are listed).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -23,38 +25,44 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use intentgate_core::{CallStatus, Effect, Executor, Principal, Scope};
-use intentgate_gate::{
-    CallContext, CallOutcome, GateError, Grant, GrantedLease, SettleError, Settlement,
-};
+use intentgate_gate::{CallContext, GateError, Grant, GrantedLease, SettleError, Settlement};
 use intentgate_ledger::IntentId;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::idempotency_key;
 use crate::problem::Problem;
 use crate::routes::{
-    INTENT_ID_HEADER, header_text, ledger_unavailable, overloaded, principal_with, unknown_tool,
+    CallHeaders, INTENT_ID_HEADER, header_text, ledger_unavailable, overloaded, principal_with,
+    unknown_tool,
 };
+use crate::wire::{IntentView, Outcome, ProblemBody};
 
 /// The body of `POST /v1/tools/{name}/intents`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrantRequest {
-    /// The tool's arguments, as for a call.
+    /// The tool's arguments, as its input schema describes them and as for a call.
+    #[schema(value_type = Object)]
     pub arguments: Value,
 }
 
-/// What a grant or a settle answers: nothing to run, or a lease to run under.
-#[derive(Debug, Clone, Serialize)]
+/// What a grant or a settle answers: nothing to run (`answer`), or a lease to run under
+/// (`execute`, `look_up`), as the `action` field says.
+#[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum GrantResponse {
     /// Nothing to run: `outcome` is what `POST /v1/tools/{name}/call` would answer.
-    Answer { outcome: CallOutcome },
+    Answer {
+        /// The call's outcome, for the model.
+        outcome: Outcome,
+    },
     /// Run the effect once, sending `idempotency_key` to the provider.
     Execute(LeaseGrant),
     /// Check with the provider what an earlier attempt did; never execute.
@@ -62,21 +70,27 @@ pub enum GrantResponse {
 }
 
 /// An `execute` or `look_up` grant.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct LeaseGrant {
+    /// The intent's id, for `/v1/intents/{id}/renew`, `/settle` and `GET /v1/intents/{id}`.
+    #[schema(value_type = i64)]
     pub intent_id: IntentId,
+    /// The tool's name.
     pub tool: String,
+    /// The intent's key: the tool's `key` template rendered, or the `Idempotency-Key`.
     pub intent_key: String,
     /// The idempotency key to send the provider.
     pub idempotency_key: String,
+    /// The attempt this grant is, from 1.
     pub attempt: u32,
     /// The same request again for an intent whose first attempt's outcome is unknown.
     pub resend: bool,
+    /// The lease the caller holds the intent under.
     pub lease: Lease,
 }
 
 /// A lease as the caller holds it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Lease {
     /// The secret that proves the lease: `igl_` and 64 hex digits.
     pub token: String,
@@ -87,7 +101,7 @@ pub struct Lease {
 }
 
 /// The body of `POST /v1/intents/{id}/renew`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RenewRequest {
     /// The lease token of the grant.
@@ -95,20 +109,24 @@ pub struct RenewRequest {
 }
 
 /// What a renewal answers: the same token, valid for another `duration_ms`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct RenewResponse {
+    /// The renewed lease.
     pub lease: Lease,
 }
 
 /// The body of `POST /v1/intents/{id}/settle`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SettleRequest {
     /// The lease token of the grant.
     pub lease: String,
+    /// What the caller's code learned.
     pub outcome: SettleOutcome,
-    /// `done`: what repeats are shown; `rejected`: the provider's refusal.
+    /// `done`: what repeats are shown; `rejected`: the provider's refusal. Any JSON, at most
+    /// 64 KiB.
     #[serde(default)]
+    #[schema(value_type = Option<Value>)]
     pub result: Option<Value>,
     /// `done`: the provider's id of the effect.
     #[serde(default)]
@@ -118,8 +136,11 @@ pub struct SettleRequest {
     pub reason: Option<String>,
 }
 
-/// What the caller's code learned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+/// What the caller's code learned: `done` (the effect exists), `rejected` (the provider
+/// refused), `not_executed` (nothing reached the provider; `execute` grants only), `unknown`
+/// (ambiguous, or a lookup failed), `not_found` (the lookup found no effect; `look_up`
+/// grants only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SettleOutcome {
     Done,
@@ -207,7 +228,9 @@ impl SettleRequest {
 impl From<Grant> for GrantResponse {
     fn from(grant: Grant) -> GrantResponse {
         match grant {
-            Grant::Answer(outcome) => GrantResponse::Answer { outcome },
+            Grant::Answer(outcome) => GrantResponse::Answer {
+                outcome: Outcome::from(&outcome),
+            },
             Grant::Execute(lease) => GrantResponse::Execute(LeaseGrant::from(lease)),
             Grant::LookUp(lease) => GrantResponse::LookUp(LeaseGrant::from(lease)),
         }
@@ -238,7 +261,51 @@ impl From<&GrantedLease> for Lease {
     }
 }
 
-/// `POST /v1/tools/{name}/intents`.
+/// Asks for a grant on a client-executed tool: `answer` (nothing to run), `execute` (run the
+/// effect once, under the lease) or `look_up` (check with the provider first).
+#[utoipa::path(
+    post,
+    path = "/v1/tools/{name}/intents",
+    tag = "intents",
+    security(("bearer" = [])),
+    params(
+        ("name" = String, Path, description = "The tool's name: one with `executor: client`."),
+        CallHeaders,
+    ),
+    request_body(content = GrantRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The grant: `answer`, `execute` or `look_up`.",
+         body = GrantResponse),
+        (status = 400, description = "Malformed JSON, an unreadable header, a malformed \
+                                      `Idempotency-Key`, or one missing where required.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 401, description = "No valid credential.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 403, description = "No `call` scope, a foreign `Origin` or a non-loopback \
+                                      `Host`.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 404, description = "No such tool.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 409, description = "`not-client-executed`: the gateway executes this tool; \
+                                      call it with `POST /v1/tools/{name}/call`.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 413, description = "The body is over `gateway.body_limit_bytes`.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 422, description = "The body is not `{\"arguments\": {...}}`, or another \
+                                      payload was sent under the same `Idempotency-Key`.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 503, description = "At the concurrency limit, or the ledger is unavailable; \
+                                      nothing was granted. `Retry-After` says when to retry.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+    ),
+)]
 pub(crate) async fn grant(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
@@ -310,28 +377,83 @@ async fn grant_inner(
     }
 }
 
-/// `POST /v1/intents/{id}/settle` and `POST /v1/intents/{id}/renew`, which share their
-/// path's shape with `GET /v1/intents/{tool}/{key}`.
+/// `POST /v1/intents/{id}/settle` and `POST /v1/intents/{id}/renew`, served as `POST
+/// /v1/intents/{tool}/{*key}` since they share their path's shape with `GET
+/// /v1/intents/{tool}/{key}` (see `openapi.rs`). Any other `POST` on that shape is a 405,
+/// as the router answers a method a path does not take.
 pub(crate) async fn act_on_intent(
     State(state): State<Arc<AppState>>,
     Path((id, action)): Path<(String, String)>,
     caller: Option<Extension<Principal>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let result = match action.as_str() {
-        "settle" => settle(state, &id, caller, body).await,
-        "renew" => renew(state, &id, caller, body).await,
-        _ => Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            "not-found",
-            "No such route",
-            "an intent takes POST /v1/intents/{id}/settle and POST /v1/intents/{id}/renew",
-        )),
-    };
-    respond(result)
+    match action.as_str() {
+        "settle" => respond(settle(state, &id, caller, body).await),
+        "renew" => respond(renew(state, &id, caller, body).await),
+        _ => {
+            let mut response = Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "Method not allowed",
+                "this path takes GET (an intent by tool and key); an intent is changed with \
+                 POST /v1/intents/{id}/settle and POST /v1/intents/{id}/renew",
+            )
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET"));
+            response
+        }
+    }
 }
 
-async fn settle(
+/// Records what the caller's code learned under its lease. The answer has a grant's shape:
+/// usually `answer`, with what the model should read; after `not_found` inside the tool's key
+/// window, a new `execute` grant (the re-send) to run at once.
+#[utoipa::path(
+    post,
+    path = "/v1/intents/{id}/settle",
+    tag = "intents",
+    security(("bearer" = [])),
+    params(("id" = i64, Path, description = "The intent's id, as the grant gave it.")),
+    request_body(content = SettleRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Settled: `answer`, or a re-send's `execute` grant.",
+         body = GrantResponse),
+        (status = 400, description = "Malformed JSON.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 401, description = "No valid credential.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 403, description = "No `call` scope, a foreign `Origin` or a non-loopback \
+                                      `Host`.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 404, description = "`unknown-intent`: no intent of a client-executed tool \
+                                      with this id in the caller's tenant.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 409, description = "`lease-lost`: this lease does not hold the intent now \
+                                      (expired, settled, or another caller's); nothing was \
+                                      changed.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 413, description = "The body is over `gateway.body_limit_bytes`.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 422, description = "A body of the wrong shape (`bad-request-body`), a field \
+                                      the outcome does not take (`bad-settlement`), a `result` \
+                                      over 64 KiB (`too-large`), or an outcome the grant does \
+                                      not allow (`outcome-not-allowed`); nothing was changed.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 503, description = "At the concurrency limit, or the ledger is unavailable. \
+                                      `Retry-After` says when to retry.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn settle(
     state: Arc<AppState>,
     id: &str,
     caller: Option<Extension<Principal>>,
@@ -352,7 +474,46 @@ async fn settle(
     Ok(Json(GrantResponse::from(grant)).into_response())
 }
 
-async fn renew(
+/// Extends the lease by the tool's lease duration: the same token, valid for another
+/// `duration_ms`.
+#[utoipa::path(
+    post,
+    path = "/v1/intents/{id}/renew",
+    tag = "intents",
+    security(("bearer" = [])),
+    params(("id" = i64, Path, description = "The intent's id, as the grant gave it.")),
+    request_body(content = RenewRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The renewed lease.", body = RenewResponse),
+        (status = 400, description = "Malformed JSON.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 401, description = "No valid credential.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 403, description = "No `call` scope, a foreign `Origin` or a non-loopback \
+                                      `Host`.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 404, description = "`unknown-intent`: no intent of a client-executed tool \
+                                      with this id in the caller's tenant.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 409, description = "`lease-lost`: this lease does not hold the intent now \
+                                      (expired and taken, or settled); nothing was changed.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 413, description = "The body is over `gateway.body_limit_bytes`.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 422, description = "A body of the wrong shape (`bad-request-body`).", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 503, description = "At the concurrency limit, or the ledger is unavailable. \
+                                      `Retry-After` says when to retry.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn renew(
     state: Arc<AppState>,
     id: &str,
     caller: Option<Extension<Principal>>,
@@ -375,7 +536,31 @@ async fn renew(
     Ok(Json(response).into_response())
 }
 
-/// `GET /v1/intents/{id}`.
+/// An intent of the caller's tenant by its id (scope `intents:read`), as `GET
+/// /v1/intents/{tool}/{key}` shows it.
+// Served as `GET /v1/intents/{tool}`: see `openapi::routes`.
+#[utoipa::path(
+    get,
+    path = "/v1/intents/{id}",
+    tag = "intents",
+    security(("bearer" = [])),
+    params(("id" = i64, Path, description = "The intent's id, as a grant gave it.")),
+    responses(
+        (status = 200, description = "The intent.", body = IntentView),
+        (status = 401, description = "No valid credential.", body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 403, description = "No `intents:read` scope, a foreign `Origin` or a \
+                                      non-loopback `Host`.",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 404, description = "`unknown-intent`: no intent with this id in the \
+                                      caller's tenant (another tenant's is not found either).",
+         body = ProblemBody,
+         content_type = "application/problem+json"),
+        (status = 503, description = "The ledger is unavailable.", body = ProblemBody,
+         content_type = "application/problem+json"),
+    ),
+)]
 pub(crate) async fn get_intent_by_id(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -393,7 +578,7 @@ async fn get_intent_by_id_inner(
     let id = intent_id(&id)?;
     match state.gate.ledger().get_by_id(id).await {
         Ok(Some(intent)) if intent.tenant == caller.tenant.as_str() => {
-            Ok(Json(crate::wire::IntentView::from(&intent)).into_response())
+            Ok(Json(IntentView::from(&intent)).into_response())
         }
         Ok(_) => Err(unknown_intent(id)),
         Err(error) => {

@@ -8,6 +8,9 @@
 //! `wire.rs` deriving `ToSchema`, so the document is generated from what the handler really
 //! sends and reads.
 //!
+//! Three routes of the intent API are the exception, for a reason of axum's router: see
+//! [`routes`].
+//!
 //! The document is the same for every server (it describes the API, not the configured
 //! tools), so it is built once per process and served without a credential, behind the same
 //! edge (`Origin`, `Host`) as every route.
@@ -15,6 +18,7 @@
 use std::sync::{Arc, OnceLock};
 
 use axum::body::Bytes;
+use axum::routing::{get, post};
 use utoipa::openapi::OpenApi as Document;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -22,6 +26,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::AppState;
+use crate::intent_api;
 use crate::routes as handlers;
 
 /// Where the document is served.
@@ -35,8 +40,9 @@ pub const BEARER_SCHEME: &str = "bearer";
     info(
         title = "intentgate",
         description = "A retry-safe tool gateway for AI agents: list tools, call them through the \
-                       intent ledger, read intents. Errors are `application/problem+json` \
-                       (RFC 9457).",
+                       intent ledger, read intents, and grant and settle the intents of tools \
+                       the caller's own code executes (the intent API). Errors are \
+                       `application/problem+json` (RFC 9457).",
     ),
     modifiers(&SecuritySchemes),
 )]
@@ -65,9 +71,24 @@ impl Modify for SecuritySchemes {
     }
 }
 
+/// The intent API's operations on an intent by its id, documented here rather than through
+/// `routes!` (see [`routes`]).
+#[derive(OpenApi)]
+#[openapi(paths(intent_api::get_intent_by_id, intent_api::settle, intent_api::renew))]
+struct IntentsById;
+
 /// Every route of the API with its handler and its documentation: the one list.
+///
+/// The intent API's routes by id (`GET /v1/intents/{id}`, `POST /v1/intents/{id}/settle`,
+/// `POST /v1/intents/{id}/renew`) can't be registered with `routes!`: axum's router allows
+/// one parameter name per position, and `GET /v1/intents/{tool}/{*key}` names the first
+/// segment after `/v1/intents/` `tool`. They are served as `GET /v1/intents/{tool}` and
+/// `POST /v1/intents/{tool}/{*key}` (whose handler tells settle from renew by the last
+/// segment and answers 405 to any other), and documented as the three operations by their
+/// `#[utoipa::path]`, added beside the routes that serve them. `tests/openapi.rs` checks that
+/// these, too, are served as documented and documented as served.
 pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let mut router = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(handlers::healthz))
         .routes(routes!(handlers::readyz))
         .routes(routes!(handlers::metrics))
@@ -75,6 +96,12 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(handlers::list_tools))
         .routes(routes!(handlers::call_tool))
         .routes(routes!(handlers::get_intent))
+        .routes(routes!(intent_api::grant))
+        // `{tool}` is the intent's id on these two: see above.
+        .route("/v1/intents/{tool}", get(intent_api::get_intent_by_id))
+        .route("/v1/intents/{tool}/{*key}", post(intent_api::act_on_intent));
+    router.get_openapi_mut().merge(IntentsById::openapi());
+    router
 }
 
 /// The document as served: the paths of [`routes`], with axum's wildcard segments

@@ -10,7 +10,6 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use intentgate_core::{CallStatus, Effect, Principal, Scope, Tenant};
 use intentgate_gate::{CallContext, GateError};
 use serde::Deserialize;
@@ -19,7 +18,6 @@ use utoipa::IntoParams;
 
 use crate::AppState;
 use crate::idempotency_key;
-use crate::intent_api;
 use crate::problem::Problem;
 use crate::wire::{CallRequest, IntentView, Outcome, ProblemBody, Readiness, ToolList, ToolView};
 
@@ -38,11 +36,6 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
     let body_limit = state.options.body_limit_bytes;
     let (routes, _document) = crate::openapi::routes().split_for_parts();
     routes
-        .route("/v1/tools/{name}/intents", post(intent_api::grant))
-        // `{tool}` is an intent's id on the intent API's routes: matchit allows one
-        // parameter name per position, and the handlers tell the routes apart.
-        .route("/v1/intents/{tool}", get(intent_api::get_intent_by_id))
-        .route("/v1/intents/{tool}/{*key}", post(intent_api::act_on_intent))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)

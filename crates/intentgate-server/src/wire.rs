@@ -86,7 +86,7 @@ pub struct CallRequest {
 
 /// What a call did: always a 200, whatever the status; the status and message tell the
 /// model what happened and what to do next.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Outcome {
     #[schema(schema_with = call_status_schema)]
     pub status: CallStatus,

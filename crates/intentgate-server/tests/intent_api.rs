@@ -365,8 +365,14 @@ async fn every_problem_of_a_settle_changes_nothing() {
         json!({"lease": lease, "outcome": "done"}),
     );
     assert_problem(&no_such.await, 404, "unknown-intent", &[]);
+    // `/v1/intents/1/cancel` is a path of `GET /v1/intents/{tool}/{key}`, which takes no POST.
     let other_route = post(&server, "/v1/intents/1/cancel", ACME, json!({}));
-    assert_problem(&other_route.await, 404, "not-found", &["settle"]);
+    assert_problem(
+        &other_route.await,
+        405,
+        "method-not-allowed",
+        &["GET", "settle"],
+    );
 
     let intent = ok(get(
         &server,

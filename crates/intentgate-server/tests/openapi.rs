@@ -2,13 +2,17 @@
 //! is OpenAPI 3.1 whose every `$ref` resolves, every operation in it is served, the router
 //! serves nothing on its paths that it does not document, and each documented request body
 //! is accepted by its route when the schema accepts it and refused when the schema refuses
-//! it.
+//! it. The routes' answers, the intent API's included, are valid by their schemas.
 
 mod common;
 
+use std::time::Duration;
+
 use common::{Server, refund_tool};
+use intentgate_core::{Executor, ToolDefinition};
 use intentgate_mock::FaultPlan;
 use intentgate_server::ServerOptions;
+use intentgate_test_support::{refund_schema, refund_tool_with};
 use reqwest::Method;
 use serde_json::{Map, Value, json};
 
@@ -17,9 +21,24 @@ const METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 
+/// The client-executed tool: `refund_order`'s twin, which the caller's code performs.
+const CLIENT_TOOL: &str = "refund_order_sdk";
+
+/// [`CLIENT_TOOL`], with a 5 s timeout.
+fn client_tool() -> ToolDefinition {
+    let mut tool = refund_tool_with(
+        refund_schema(json!({"type": "number"})),
+        Duration::from_secs(5),
+    );
+    tool.name = CLIENT_TOOL.to_owned();
+    tool.executor = Executor::Client;
+    tool
+}
+
+/// A server of `refund_order` (executed by the gateway) and [`CLIENT_TOOL`].
 async fn start() -> Server {
     common::start(
-        vec![refund_tool()],
+        vec![refund_tool(), client_tool()],
         FaultPlan::none(),
         ServerOptions::default(),
     )
@@ -70,6 +89,9 @@ fn resolved<'a>(document: &'a Value, schema: &'a Value) -> &'a Value {
 /// caller who reads only the document would send.
 fn sample(document: &Value, schema: &Value) -> Value {
     let schema = resolved(document, schema);
+    if let Some(value) = schema["enum"].get(0) {
+        return value.clone();
+    }
     let kind = match &schema["type"] {
         Value::String(kind) => kind.as_str(),
         Value::Array(kinds) => kinds[0].as_str().unwrap(),
@@ -101,11 +123,57 @@ fn validator(document: &Value, schema: &Value) -> jsonschema::Validator {
     jsonschema::validator_for(&root).expect("a valid JSON Schema")
 }
 
-/// The path with a sample for each parameter: the refund tool, and an intent key of it.
-fn concrete(path: &str) -> String {
-    path.replace("{name}", "refund_order")
+/// The path with a sample for each parameter: the refund tool (its client-executed twin for
+/// the intent API's grant), an intent key of it, and the intent id `id`.
+fn concrete(path: &str, id: i64) -> String {
+    let tool = if path.ends_with("/intents") {
+        CLIENT_TOOL
+    } else {
+        "refund_order"
+    };
+    path.replace("{name}", tool)
         .replace("{tool}", "refund_order")
         .replace("{key}", "refund:8812:49.00")
+        .replace("{id}", &id.to_string())
+}
+
+/// Whether `concrete` is a path of the document's `template`: a `{param}` is one segment,
+/// and `{key}` (axum's `{*key}`, which the document writes `{key}`) the rest of the path.
+fn matches(template: &str, concrete: &str) -> bool {
+    let mut segments = concrete.split('/');
+    for part in template.split('/') {
+        if part == "{key}" {
+            let rest: Vec<&str> = segments.collect();
+            return !rest.is_empty() && rest.iter().all(|segment| !segment.is_empty());
+        }
+        match segments.next() {
+            Some(segment) if part.starts_with('{') => {
+                if segment.is_empty() {
+                    return false;
+                }
+            }
+            Some(segment) if segment == part => {}
+            _ => return false,
+        }
+    }
+    segments.next().is_none()
+}
+
+/// A grant of [`CLIENT_TOOL`] that answers `execute`: its body.
+async fn execute_grant(server: &Server, order_id: &str) -> Value {
+    let (status, grant) = send(
+        server,
+        "post",
+        &format!("/v1/tools/{CLIENT_TOOL}/intents"),
+        Some(&json!({"arguments": {"order_id": order_id, "amount": 49}})),
+    )
+    .await;
+    assert_eq!(
+        (status, grant["action"].as_str()),
+        (200, Some("execute")),
+        "{grant}"
+    );
+    grant
 }
 
 /// The operations of the document, as (method, path).
@@ -178,22 +246,51 @@ async fn the_document_is_openapi_3_1_and_every_reference_resolves() {
         let public = ["/healthz", "/readyz", "/metrics", "/openapi.json"].contains(&path.as_str());
         assert_eq!(secured, !public, "{method} {path}");
     }
-    // The call's headers, optional strings.
-    let parameters = document["paths"]["/v1/tools/{name}/call"]["post"]["parameters"]
-        .as_array()
-        .unwrap();
-    for header in ["Idempotency-Key", "Intent-Id"] {
-        let parameter = parameters
-            .iter()
-            .find(|parameter| parameter["name"] == header)
-            .unwrap_or_else(|| panic!("{header} is documented"));
+    // The headers of a call and of a grant, optional strings.
+    for path in ["/v1/tools/{name}/call", "/v1/tools/{name}/intents"] {
+        let parameters = document["paths"][path]["post"]["parameters"]
+            .as_array()
+            .unwrap();
+        for header in ["Idempotency-Key", "Intent-Id"] {
+            let parameter = parameters
+                .iter()
+                .find(|parameter| parameter["name"] == header)
+                .unwrap_or_else(|| panic!("{header} is documented on {path}"));
+            assert_eq!(
+                (
+                    &parameter["in"],
+                    &parameter["required"],
+                    &parameter["schema"]
+                ),
+                (&json!("header"), &json!(false), &json!({"type": "string"}))
+            );
+        }
+    }
+    // The intent API's routes by id take the id as an integer.
+    for (method, path) in [
+        ("get", "/v1/intents/{id}"),
+        ("post", "/v1/intents/{id}/settle"),
+        ("post", "/v1/intents/{id}/renew"),
+    ] {
+        let parameters = document["paths"][path][method]["parameters"]
+            .as_array()
+            .unwrap();
+        assert_eq!(parameters.len(), 1, "{method} {path}");
+        let id = &parameters[0];
         assert_eq!(
             (
-                &parameter["in"],
-                &parameter["required"],
-                &parameter["schema"]
+                &id["name"],
+                &id["in"],
+                &id["required"],
+                &id["schema"]["type"]
             ),
-            (&json!("header"), &json!(false), &json!({"type": "string"}))
+            (
+                &json!("id"),
+                &json!("path"),
+                &json!(true),
+                &json!("integer")
+            ),
+            "{method} {path}"
         );
     }
     // Served without a credential, through the edge: a foreign origin is still refused.
@@ -220,6 +317,9 @@ async fn the_document_and_the_router_serve_the_same_routes() {
     )
     .await;
     assert_eq!(status, 200);
+    let id = execute_grant(&server, "8812").await["intent_id"]
+        .as_i64()
+        .unwrap();
 
     let operations = operations(&document);
     let mut listed: Vec<String> = operations
@@ -234,30 +334,106 @@ async fn the_document_and_the_router_serve_the_same_routes() {
             "GET /metrics",
             "GET /openapi.json",
             "GET /readyz",
+            "GET /v1/intents/{id}",
             "GET /v1/intents/{tool}/{key}",
             "GET /v1/tools",
+            "POST /v1/intents/{id}/renew",
+            "POST /v1/intents/{id}/settle",
             "POST /v1/tools/{name}/call",
+            "POST /v1/tools/{name}/intents",
         ]
     );
+    // A method a path does not document may still be served there when the concrete path is
+    // also one of another documented path, as any OpenAPI client matches it: `GET
+    // /v1/intents/7/settle` is the intent of tool `7` with key `settle`, which `GET
+    // /v1/intents/{tool}/{key}` documents (a tool may be named `7`). These are all such paths.
+    let mut overlaps = Vec::new();
     let paths: Vec<&String> = document["paths"].as_object().unwrap().keys().collect();
     for path in paths {
         let item = &document["paths"][path];
+        let target = concrete(path, id);
         for method in ["get", "post", "put", "patch", "delete"] {
             let body = (method != "get").then(|| json!({"arguments": {}}));
-            let (status, answer) = send(&server, method, &concrete(path), body.as_ref()).await;
-            if item.get(method).is_some() {
+            let (status, answer) = send(&server, method, &target, body.as_ref()).await;
+            let elsewhere = operations
+                .iter()
+                .find(|(other_method, other)| {
+                    other_method == method && other != path && matches(other, &target)
+                })
+                .map(|(_, other)| other.clone());
+            if item.get(method).is_some() || elsewhere.is_some() {
                 // Served: neither the fallback's 404 nor a 405.
-                assert_ne!(status, 405, "{method} {path}: {answer}");
+                assert_ne!(status, 405, "{method} {target}: {answer}");
                 assert_ne!(
                     answer["type"], "urn:intentgate:problem:not-found",
-                    "{method} {path}"
+                    "{method} {target}"
                 );
+                if item.get(method).is_none() {
+                    overlaps.push(format!("{method} {path} = {}", elsewhere.unwrap()));
+                }
             } else {
                 // A method the document does not list on a path it does: not served.
                 assert_eq!(status, 405, "{method} {path} is served but not documented");
             }
         }
     }
+    overlaps.sort();
+    assert_eq!(
+        overlaps,
+        [
+            "get /v1/intents/{id}/renew = /v1/intents/{tool}/{key}",
+            "get /v1/intents/{id}/settle = /v1/intents/{tool}/{key}",
+        ]
+    );
+    // Read as that intent: the tool `{id}`'s key `settle`, which does not exist.
+    let (status, answer) = send(&server, "get", &format!("/v1/intents/{id}/settle"), None).await;
+    assert_eq!(
+        (status, answer["type"].as_str()),
+        (404, Some("urn:intentgate:problem:unknown-intent"))
+    );
+    assert!(
+        answer["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("tool `{id}` with key `settle`")),
+        "{answer}"
+    );
+    // Paths the document has no template for but the router's shapes reach: the intent routes
+    // are served as `/v1/intents/{tool}` and `/v1/intents/{tool}/{*key}`, whose other methods
+    // and other last segments are not served.
+    for (method, target) in [
+        ("post", format!("/v1/intents/{id}")),
+        ("post", format!("/v1/intents/{id}/other")),
+        ("post", format!("/v1/intents/{id}/settle/more")),
+        ("put", format!("/v1/intents/{id}/settle")),
+    ] {
+        let documented = operations
+            .iter()
+            .any(|(other_method, other)| other_method == method && matches(other, &target));
+        assert!(!documented, "{method} {target}");
+        let (status, answer) =
+            send(&server, method, &target, Some(&json!({"lease": "igl_x"}))).await;
+        assert_eq!(status, 405, "{method} {target}: {answer}");
+    }
+    // The 405 of a POST there says the path takes GET, as the router's own 405s say theirs.
+    let response = server
+        .client
+        .delete(format!("{}/v1/tools/refund_order/call", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    assert_eq!(response.headers()["allow"], "POST");
+    let response = server
+        .client
+        .post(format!("{}/v1/intents/{id}/other", server.base))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    assert_eq!(response.headers()["allow"], "GET");
     // And a path it does not list falls to the fallback.
     let (status, answer) = send(&server, "get", "/v1/undocumented", None).await;
     assert_eq!(
@@ -270,7 +446,11 @@ async fn the_document_and_the_router_serve_the_same_routes() {
 async fn request_bodies_the_schema_accepts_are_accepted_and_those_it_refuses_are_refused() {
     let server = start().await;
     let document = document(&server).await;
-    let mut checked = 0;
+    // An intent of the client tool, for the routes by id; a sample lease does not hold it.
+    let id = execute_grant(&server, "8812").await["intent_id"]
+        .as_i64()
+        .unwrap();
+    let mut checked = Vec::new();
     for (method, path) in operations(&document) {
         let operation = &document["paths"][&path][&method];
         let Some(schema) = operation
@@ -279,9 +459,9 @@ async fn request_bodies_the_schema_accepts_are_accepted_and_those_it_refuses_are
         else {
             continue;
         };
-        checked += 1;
+        checked.push(format!("{method} {path}"));
         let validator = validator(&document, &schema);
-        let target = concrete(&path);
+        let target = concrete(&path, id);
 
         let valid = sample(&document, &schema);
         assert!(validator.is_valid(&valid), "{valid}");
@@ -321,7 +501,16 @@ async fn request_bodies_the_schema_accepts_are_accepted_and_those_it_refuses_are
             );
         }
     }
-    assert!(checked >= 1, "the call's body is documented");
+    checked.sort();
+    assert_eq!(
+        checked,
+        [
+            "post /v1/intents/{id}/renew",
+            "post /v1/intents/{id}/settle",
+            "post /v1/tools/{name}/call",
+            "post /v1/tools/{name}/intents",
+        ]
+    );
 }
 
 #[tokio::test]
@@ -406,4 +595,146 @@ async fn the_document_needs_no_credential_where_the_tools_do() {
     assert_eq!(status, 401, "the tools need a credential");
     let document = document(&server).await;
     assert!(document["paths"]["/v1/tools"].is_object());
+}
+
+/// The schema of the answer `status` of `method path`, as a validator.
+fn answer_schema(document: &Value, method: &str, path: &str, status: u16) -> jsonschema::Validator {
+    let response = &document["paths"][path][method]["responses"][status.to_string()];
+    let content = if status < 400 {
+        "application/json"
+    } else {
+        "application/problem+json"
+    };
+    let schema = &response["content"][content]["schema"];
+    assert!(schema.is_object(), "{method} {path} documents no {status}");
+    validator(document, schema)
+}
+
+#[tokio::test]
+async fn the_intent_api_schemas_accept_what_its_routes_answer() {
+    let server = start().await;
+    let document = document(&server).await;
+    let grant_path = "/v1/tools/{name}/intents";
+    let granted = answer_schema(&document, "post", grant_path, 200);
+    // The schema tells the actions apart: it is no `{}`.
+    for wrong in [
+        json!({"action": "execute"}),
+        json!({"action": "answer"}),
+        json!({"action": "done", "outcome": {"status": "done", "message": "m", "tool": "t"}}),
+    ] {
+        assert!(!granted.is_valid(&wrong), "{wrong}");
+    }
+
+    // A grant: execute.
+    let grant = execute_grant(&server, "8812").await;
+    assert!(granted.is_valid(&grant), "{grant}");
+    let id = grant["intent_id"].as_i64().unwrap();
+    let lease = grant["lease"]["token"].as_str().unwrap().to_owned();
+
+    // A renewal.
+    let (status, renewed) = send(
+        &server,
+        "post",
+        &format!("/v1/intents/{id}/renew"),
+        Some(&json!({"lease": lease})),
+    )
+    .await;
+    assert_eq!(status, 200, "{renewed}");
+    let renewal = answer_schema(&document, "post", "/v1/intents/{id}/renew", 200);
+    assert!(renewal.is_valid(&renewed), "{renewed}");
+    assert!(!renewal.is_valid(&json!({"lease": {"token": lease}})));
+
+    // A settle: done, answered with the outcome.
+    let settle_path = "/v1/intents/{id}/settle";
+    let (status, settled) = send(
+        &server,
+        "post",
+        &format!("/v1/intents/{id}/settle"),
+        Some(
+            &json!({"lease": lease, "outcome": "done", "result": {"id": "re_1"},
+                     "external_id": "re_1"}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, settled["action"].as_str()),
+        (200, Some("answer")),
+        "{settled}"
+    );
+    assert!(
+        answer_schema(&document, "post", settle_path, 200).is_valid(&settled),
+        "{settled}"
+    );
+
+    // The same lease again: 409 lease-lost, a problem.
+    let (status, lost) = send(
+        &server,
+        "post",
+        &format!("/v1/intents/{id}/settle"),
+        Some(&json!({"lease": lease, "outcome": "done"})),
+    )
+    .await;
+    assert_eq!(
+        (status, lost["type"].as_str()),
+        (409, Some("urn:intentgate:problem:lease-lost")),
+        "{lost}"
+    );
+    assert!(
+        answer_schema(&document, "post", settle_path, 409).is_valid(&lost),
+        "{lost}"
+    );
+
+    // A grant again: the answer, already done.
+    let (status, again) = send(
+        &server,
+        "post",
+        &format!("/v1/tools/{CLIENT_TOOL}/intents"),
+        Some(&json!({"arguments": {"order_id": "8812", "amount": 49}})),
+    )
+    .await;
+    assert_eq!(
+        (
+            status,
+            again["action"].as_str(),
+            again["outcome"]["status"].as_str()
+        ),
+        (200, Some("answer"), Some("already_done")),
+        "{again}"
+    );
+    assert!(granted.is_valid(&again), "{again}");
+
+    // The intent by id.
+    let (status, intent) = send(&server, "get", &format!("/v1/intents/{id}"), None).await;
+    assert_eq!(
+        (status, intent["status"].as_str()),
+        (200, Some("done")),
+        "{intent}"
+    );
+    assert!(
+        answer_schema(&document, "get", "/v1/intents/{id}", 200).is_valid(&intent),
+        "{intent}"
+    );
+    let (status, unknown) = send(&server, "get", "/v1/intents/999999", None).await;
+    assert_eq!(status, 404);
+    assert!(
+        answer_schema(&document, "get", "/v1/intents/{id}", 404).is_valid(&unknown),
+        "{unknown}"
+    );
+
+    // A grant of a tool the gateway executes: 409 not-client-executed.
+    let (status, refused) = send(
+        &server,
+        "post",
+        "/v1/tools/refund_order/intents",
+        Some(&json!({"arguments": {"order_id": "8812", "amount": 49}})),
+    )
+    .await;
+    assert_eq!(
+        (status, refused["type"].as_str()),
+        (409, Some("urn:intentgate:problem:not-client-executed"))
+    );
+    assert!(
+        answer_schema(&document, "post", grant_path, 409).is_valid(&refused),
+        "{refused}"
+    );
 }
