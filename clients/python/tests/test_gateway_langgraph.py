@@ -59,3 +59,38 @@ def test_tool_node_runs_the_decorated_function_once_per_intent(mock: Mock, gatew
     assert second["status"] == "already_done", second
     assert first["result"]["id"] == second["result"]["id"]
     assert mock.effects()["by_intent_key"] == {"refund_order:refund:graph-1:7.50": 1}
+
+
+def test_a_retry_policy_that_reruns_the_node_lands_on_the_same_refund(mock: Mock, gateway: Gateway) -> None:
+    """LangGraph's `RetryPolicy` re-runs a node that raised, tool calls included. Here the
+    node fails after the refund went through (as a step does when what follows the tool
+    breaks), twice: each re-run calls the tool again and is told `already_done`, and the
+    provider holds one refund."""
+    langgraph_types = pytest.importorskip("langgraph.types", reason="langgraph is not installed")
+
+    class StepFailed(Exception):
+        """What broke after the tool ran."""
+
+    outcomes: list[dict[str, object]] = []
+    with intentgate.Client(gateway.url, timeout=30) as client:
+        refund_order = refund_tool(client, mock.url)
+
+        def refund_step(state: dict[str, object]) -> dict[str, object]:
+            outcomes.append(refund_order("graph-retry", "3.25"))
+            if len(outcomes) < 3:
+                raise StepFailed(f"the step failed after the tool ran (run {len(outcomes)})")
+            return {"messages": [langchain_messages.AIMessage(content=json.dumps(outcomes[-1], default=str))]}
+
+        builder = langgraph_graph.StateGraph(langgraph_graph.MessagesState)
+        builder.add_node(
+            "refund",
+            refund_step,
+            retry_policy=langgraph_types.RetryPolicy(max_attempts=3, initial_interval=0.01, jitter=False, retry_on=StepFailed),
+        )
+        builder.add_edge(langgraph_graph.START, "refund")
+        builder.add_edge("refund", langgraph_graph.END)
+        builder.compile().invoke({"messages": []})
+
+    assert [outcome["status"] for outcome in outcomes] == ["done", "already_done", "already_done"], outcomes
+    assert len({json.dumps(outcome["result"], sort_keys=True, default=str) for outcome in outcomes}) == 1
+    assert mock.effects()["by_intent_key"] == {"refund_order:refund:graph-retry:3.25": 1}
