@@ -38,6 +38,17 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the configured tools over HTTP, through the intent ledger.
+    #[command(
+        long_about = "Serve the configured tools over HTTP, through the intent ledger.
+
+Routes: GET /v1/tools; POST /v1/tools/{name}/call (tools the gateway executes); the intent \
+API for tools with `executor: client`, which the caller's own code executes: POST \
+/v1/tools/{name}/intents (a grant: answer, execute or look_up), POST /v1/intents/{id}/settle, \
+POST /v1/intents/{id}/renew, GET /v1/intents/{id} (docs/intent-api.md; the Python client is \
+clients/python); GET /v1/intents/{tool}/{key}; MCP over Streamable HTTP at /mcp; /healthz, \
+/readyz, /metrics; and GET /openapi.json, the OpenAPI 3.1 document of every route. The \
+sweeper runs in the same process, driving unknown intents to an answer."
+    )]
     Serve(ServeArgs),
     /// Serve the configured tools over MCP on stdin and stdout, for an agent that starts
     /// intentgate as its MCP server (`intentgate serve` serves MCP over HTTP at /mcp).
