@@ -26,13 +26,18 @@
 //! | a result without `isError`                                 | `Response` 200, the value     | done             |
 //! | `isError`, its text matches a `not_processed` pattern      | `Response` 429                | not processed    |
 //! | `isError`, any other text                                  | `Response` 422                | rejected         |
-//! | JSON-RPC error -32601 or -32602 (the call was not accepted) | `Response` 400                | rejected         |
+//! | JSON-RPC error -32601 or -32602 (the call was not accepted) | `Response` 429                | not processed    |
 //! | any other JSON-RPC error                                   | `Response` 502                | ambiguous        |
 //! | no answer within the timeout                               | `Timeout`                     | ambiguous        |
 //! | the session or process ended with the call in flight       | `Dropped`                     | ambiguous        |
 //! | the server is down (restarting) when the call is made      | `NotSent`                     | not processed    |
 //!
-//! The error bodies are `{"error": {"type", "message"}}` (plus `code` for JSON-RPC errors).
+//! The error bodies are `{"error": {"type", "message"}}` (plus `code` for JSON-RPC errors);
+//! `type` tells the two 429s apart (`not_processed`, `not_accepted`). A call the server did not
+//! accept is retried within the tool's budget like a rate limit, then ends `not_executed`
+//! (SPEC section 11). A server that answers an unknown tool with an `isError` result (the
+//! Python SDK does) gets a refusal instead: `rejected`, which is as certain that nothing
+//! happened. A gate tool with no MCP call configured answers 422 (`not_configured`).
 //! A lookup that gets no result, or an `isError` result, is `LookupOutcome::Failed`: nothing
 //! is known.
 //!

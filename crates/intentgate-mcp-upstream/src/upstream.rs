@@ -19,8 +19,11 @@ use crate::spec::{McpTool, McpToolCall};
 pub const REFUSED_STATUS: u16 = 422;
 /// Status of a result with `isError` whose text matches a not-processed pattern.
 pub const NOT_PROCESSED_STATUS: u16 = 429;
-/// Status of a JSON-RPC error that proves the call was not accepted (-32601, -32602).
-pub const NOT_ACCEPTED_STATUS: u16 = 400;
+/// Status of a JSON-RPC error that proves the call was not accepted (-32601 method not found,
+/// -32602 invalid params): like a rate limit, certainly not executed, so the gate's
+/// classification is not processed and the intent ends `not_executed` once the tool's retries
+/// are spent (each retry again certainly not executed).
+pub const NOT_ACCEPTED_STATUS: u16 = 429;
 /// Status of any other JSON-RPC error answered to a call.
 pub const SERVER_ERROR_STATUS: u16 = 502;
 
@@ -107,7 +110,7 @@ impl Upstream for McpUpstream {
     async fn execute(&self, call: UpstreamCall<'_>) -> UpstreamObservation {
         let Some(tool) = self.tools.get(&call.tool.name) else {
             return UpstreamObservation::Response {
-                status: NOT_ACCEPTED_STATUS,
+                status: REFUSED_STATUS,
                 retry_after_ms: None,
                 body: error_body(
                     "not_configured",
@@ -347,4 +350,87 @@ fn value_of(name: &str, call: &UpstreamCall<'_>) -> Option<Value> {
         value = value.get(part)?;
     }
     Some(value.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use intentgate_test_support::refund_tool;
+
+    fn params(spec: &McpToolCall, arguments: &Value, key: Option<&str>) -> Value {
+        let tool = refund_tool();
+        let call = UpstreamCall::for_intent(&tool, arguments, "refund:8812:49.50", key, None, 0);
+        serde_json::to_value(request(spec, &call, key).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_whole_value_placeholder_keeps_the_arguments_json_type() {
+        let spec = McpToolCall {
+            arguments: Some(json!({
+                "order": "{order_id}",
+                "amount": "{amount}",
+                "customer": "{customer.id}",
+                "note": "refund of {order_id}",
+                "literal": "{{order_id}}",
+                "intent": "{intent_key}",
+                "missing": "{reason}",
+                "list": ["{reason}", 7],
+            })),
+            ..McpToolCall::new("refund")
+        };
+        // Parsed from text: `json!` would read 49.50 as a float.
+        let arguments: Value =
+            serde_json::from_str(r#"{"order_id": "8812", "amount": 49.50, "customer": {"id": 3}}"#)
+                .unwrap();
+        let sent = params(&spec, &arguments, None);
+        assert_eq!(
+            sent["arguments"],
+            json!({
+                "order": "8812",
+                // The number's text as the caller wrote it, never through a float.
+                "amount": serde_json::from_str::<Value>("49.50").unwrap(),
+                "customer": 3,
+                "note": "refund of {order_id}",
+                "literal": "{order_id}",
+                "intent": "refund:8812:49.50",
+                "list": [null, 7],
+            })
+        );
+        assert_eq!(sent["arguments"]["amount"].to_string(), "49.50");
+        assert!(sent.get("_meta").is_none());
+    }
+
+    #[test]
+    fn the_key_goes_to_the_named_argument_or_to_meta() {
+        let arguments = json!({"order_id": "8812", "amount": 49});
+        let in_argument = McpToolCall {
+            idempotency_key_argument: Some("idempotency_key".into()),
+            ..McpToolCall::new("refund")
+        };
+        let sent = params(&in_argument, &arguments, Some("ig_1"));
+        assert_eq!(sent["arguments"]["idempotency_key"], "ig_1");
+        assert!(sent.get("_meta").is_none());
+
+        let sent = params(&McpToolCall::new("refund"), &arguments, Some("ig_1"));
+        assert_eq!(sent["_meta"]["idempotency_key"], "ig_1");
+        assert_eq!(sent["arguments"], arguments);
+
+        // No key (a lookup, a read): nothing added.
+        let sent = params(&in_argument, &arguments, None);
+        assert_eq!(sent["arguments"], arguments);
+        assert!(sent.get("_meta").is_none());
+    }
+
+    #[test]
+    fn arguments_that_are_not_an_object_are_not_sent() {
+        let spec = McpToolCall {
+            arguments: Some(json!("{order_id}")),
+            ..McpToolCall::new("refund")
+        };
+        let tool = refund_tool();
+        let arguments = json!({"order_id": "8812", "amount": 49});
+        let call = UpstreamCall::without_intent(&tool, &arguments);
+        let error = request(&spec, &call, None).unwrap_err();
+        assert!(error.contains("not an object"), "{error}");
+    }
 }

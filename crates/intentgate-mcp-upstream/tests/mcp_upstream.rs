@@ -76,6 +76,11 @@ fn find_refund() -> McpLookup {
 /// Starts the server with `refund_order` mapped onto `call` (and the `find_refund` lookup),
 /// each call bounded by `timeout`.
 async fn start(call: McpToolCall, timeout: Duration) -> Option<Server> {
+    start_with(call, timeout, &[]).await
+}
+
+/// [`start`] with `env` added to the server's environment.
+async fn start_with(call: McpToolCall, timeout: Duration, env: &[(&str, &str)]) -> Option<Server> {
     let python = python()?;
     let state = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/refund_server.py");
@@ -84,10 +89,14 @@ async fn start(call: McpToolCall, timeout: Duration) -> Option<Server> {
         transport: McpTransport::Stdio {
             command: python.display().to_string(),
             args: vec![script.display().to_string()],
-            env: BTreeMap::from([(
-                "REFUND_STATE".to_owned(),
-                state.path().join("effects.json").display().to_string(),
-            )]),
+            env: env
+                .iter()
+                .map(|(name, value)| (name.to_string(), value.to_string()))
+                .chain([(
+                    "REFUND_STATE".to_owned(),
+                    state.path().join("effects.json").display().to_string(),
+                )])
+                .collect(),
         },
         timeout,
     };
@@ -240,9 +249,15 @@ async fn a_call_the_server_does_not_accept_is_not_executed() {
     };
     // A JSON-RPC error -32602 (invalid params).
     let invalid = execute(&server, "invalid-1", "k_invalid").await;
-    assert_eq!(status_of(&invalid), 400, "{invalid:?}");
+    assert_eq!(status_of(&invalid), 429, "{invalid:?}");
+    assert_eq!(body_of(&invalid)["error"]["type"], "not_accepted");
     assert_eq!(body_of(&invalid)["error"]["code"], -32602);
-    assert_eq!(classify(&invalid), OutcomeClass::Rejected);
+    assert_eq!(
+        classify(&invalid),
+        OutcomeClass::NotProcessed {
+            retry_after_ms: None
+        }
+    );
     assert!(server.effects().is_empty());
 }
 
@@ -291,6 +306,96 @@ async fn a_server_that_dies_mid_call_is_ambiguous_and_restarted() {
     }
     assert_eq!(classify(&next), OutcomeClass::Done, "{next:?}");
     assert_eq!(server.effects()["k_after"]["effects"], 1);
+}
+
+#[tokio::test]
+async fn calls_while_the_server_is_down_are_not_sent_and_its_stderr_is_logged() {
+    let log = Log::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(log.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    // The test's runtime is one thread, so the server's stderr task logs here too.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let Some(server) = start_with(
+        refund_call(),
+        Duration::from_secs(1),
+        &[("REFUND_STARTS_MAX", "1")],
+    )
+    .await
+    else {
+        return;
+    };
+    let dropped = execute(&server, "die-2", "k_die_2").await;
+    assert!(
+        matches!(dropped, UpstreamObservation::Dropped { .. }),
+        "{dropped:?}"
+    );
+    // Every restart exits at once: the server stays down.
+    let connection = server.upstream.connection();
+    for _ in 0..200 {
+        if !connection.is_up() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!connection.is_up());
+    let observation = execute(&server, "8820", "k_down").await;
+    assert!(
+        matches!(observation, UpstreamObservation::NotSent { .. }),
+        "{observation:?}"
+    );
+    assert_eq!(
+        classify(&observation),
+        OutcomeClass::NotProcessed {
+            retry_after_ms: None
+        }
+    );
+    // A lookup waits for the server within the timeout, then knows nothing.
+    assert!(matches!(
+        lookup(&server, "die-2").await,
+        LookupOutcome::Failed(_)
+    ));
+    assert!(!server.effects().contains_key("k_down"));
+
+    // The refused start's stderr line, its control character escaped.
+    for _ in 0..100 {
+        if log.text().contains("start 2 refused") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = log.text();
+    assert!(text.contains("start 2 refused \\u{7}"), "{text}");
+    assert!(!text.contains('\u{7}'), "{text}");
+}
+
+/// A log writer that keeps what it is given.
+#[derive(Clone, Default)]
+struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Log {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Log {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
+    type Writer = Log;
+    fn make_writer(&'a self) -> Log {
+        self.clone()
+    }
 }
 
 #[tokio::test]

@@ -9,6 +9,9 @@ record per idempotency key, with `effects`, the number of times that refund was 
 - `die-...`: the refund is recorded, then the process exits before it answers (once per key).
 - `slow-...`: the answer comes after 3 s (the refund is recorded first).
 - `invalid-...`: a JSON-RPC error -32602 (invalid params); nothing recorded.
+
+With REFUND_STARTS_MAX set, starts past that many (counted in a file beside the state) print
+a line with a control character to stderr and exit at once: a server that can't come back.
 """
 
 from __future__ import annotations
@@ -101,4 +104,12 @@ async def find_refund(order_id: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    starts_max = os.environ.get("REFUND_STARTS_MAX")
+    if starts_max is not None:
+        starts = STATE.with_name("starts")
+        count = int(starts.read_text()) + 1 if starts.exists() else 1
+        starts.write_text(str(count))
+        if count > int(starts_max):
+            print(f"start {count} refused \x07", file=sys.stderr, flush=True)
+            sys.exit(1)
     server.run("stdio")
