@@ -15,7 +15,7 @@ use intentgate_mcp_upstream::{
     McpConnection, McpLookup, McpServer, McpTool, McpToolCall, McpTransport, McpUpstream,
 };
 use intentgate_test_support::TempLedger;
-use intentgate_test_support::{call, default_gate, refund, refund_tool};
+use intentgate_test_support::{call, default_gate, get_order_tool, refund, refund_tool};
 use serde_json::{Value, json};
 
 /// The venv's Python, or `None` (the test is skipped) when the venv is missing outside CI.
@@ -396,6 +396,90 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
     fn make_writer(&'a self) -> Log {
         self.clone()
     }
+}
+
+#[tokio::test]
+async fn a_streamable_http_server_is_called_with_the_configured_headers() {
+    let Some(python) = python() else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/refund_server.py");
+    let _process = tokio::process::Command::new(python)
+        .arg(script)
+        .env("REFUND_STATE", state.path().join("effects.json"))
+        .env("REFUND_HTTP_PORT", port.to_string())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut listening = false;
+    for _ in 0..300 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            listening = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(listening, "the HTTP server did not listen on {port}");
+    let server = McpServer {
+        name: "refunds-http".into(),
+        transport: McpTransport::Http {
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            headers: BTreeMap::from([("x-refund-token".to_owned(), "t0ken".to_owned())]),
+        },
+        timeout: Duration::from_secs(5),
+    };
+    let connection = Arc::new(McpConnection::start(server).await.unwrap());
+    let header = McpTool {
+        call: McpToolCall {
+            arguments: Some(json!({"name": "x-refund-token"})),
+            ..McpToolCall::new("request_header")
+        },
+        lookup: None,
+    };
+    let tools = BTreeMap::from([
+        (
+            "refund_order".to_owned(),
+            McpTool {
+                call: refund_call(),
+                lookup: Some(find_refund()),
+            },
+        ),
+        ("get_order".to_owned(), header),
+    ]);
+    let server = Server {
+        upstream: McpUpstream::new(connection, tools),
+        state,
+    };
+
+    let observation = execute(&server, "8830", "k_http").await;
+    assert_eq!(
+        classify(&observation),
+        OutcomeClass::Done,
+        "{observation:?}"
+    );
+    assert_eq!(body_of(&observation)["idempotency_key"], "k_http");
+    assert!(matches!(
+        lookup(&server, "8830").await,
+        LookupOutcome::Found { external_id: Some(id), .. } if id == "re_1"
+    ));
+
+    let read = get_order_tool(Duration::from_secs(5));
+    let arguments = json!({"order_id": "8830"});
+    let seen = server
+        .upstream
+        .execute(UpstreamCall::without_intent(&read, &arguments))
+        .await;
+    assert_eq!(body_of(&seen)["value"], "t0ken", "{seen:?}");
 }
 
 #[tokio::test]

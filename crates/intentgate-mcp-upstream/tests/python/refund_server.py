@@ -10,7 +10,8 @@ record per idempotency key, with `effects`, the number of times that refund was 
 - `slow-...`: the answer comes after 3 s (the refund is recorded first).
 - `invalid-...`: a JSON-RPC error -32602 (invalid params); nothing recorded.
 
-With REFUND_STARTS_MAX set, starts past that many (counted in a file beside the state) print
+With REFUND_HTTP_PORT set, the server speaks Streamable HTTP at http://127.0.0.1:PORT/mcp
+instead of stdio. With REFUND_STARTS_MAX set, starts past that many (counted in a file beside the state) print
 a line with a control character to stderr and exit at once: a server that can't come back.
 """
 
@@ -103,6 +104,14 @@ async def find_refund(order_id: str) -> dict[str, Any]:
     return {"refund": None}
 
 
+@server.tool()
+async def request_header(name: str, ctx: Context) -> dict[str, Any]:
+    """The value of the HTTP request header `name` (Streamable HTTP only), or null."""
+    request = getattr(ctx.request_context, "request", None)
+    headers = getattr(request, "headers", None)
+    return {"value": headers.get(name) if headers is not None else None}
+
+
 if __name__ == "__main__":
     starts_max = os.environ.get("REFUND_STARTS_MAX")
     if starts_max is not None:
@@ -112,4 +121,8 @@ if __name__ == "__main__":
         if count > int(starts_max):
             print(f"start {count} refused \x07", file=sys.stderr, flush=True)
             sys.exit(1)
-    server.run("stdio")
+    port = os.environ.get("REFUND_HTTP_PORT")
+    if port is not None:
+        server.run("streamable-http", host="127.0.0.1", port=int(port))
+    else:
+        server.run("stdio")
