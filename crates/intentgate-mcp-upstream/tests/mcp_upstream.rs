@@ -277,7 +277,7 @@ async fn a_slow_reply_past_the_timeout_is_ambiguous() {
 }
 
 #[tokio::test]
-async fn a_server_that_dies_mid_call_is_ambiguous_and_restarted() {
+async fn a_reply_lost_after_the_effect_is_ambiguous_and_the_server_restarted() {
     let Some(server) = start(refund_call(), Duration::from_secs(5)).await else {
         return;
     };
@@ -306,6 +306,57 @@ async fn a_server_that_dies_mid_call_is_ambiguous_and_restarted() {
     }
     assert_eq!(classify(&next), OutcomeClass::Done, "{next:?}");
     assert_eq!(server.effects()["k_after"]["effects"], 1);
+}
+
+#[tokio::test]
+async fn a_server_killed_mid_call_is_ambiguous_and_the_next_call_after_the_restart_works() {
+    let Some(server) = start(refund_call(), Duration::from_secs(5)).await else {
+        return;
+    };
+    let pid = std::fs::read_to_string(server.state.path().join("pid")).unwrap();
+    let kill = async {
+        // The slow call records its refund, then sleeps 3 s before answering.
+        for _ in 0..100 {
+            if server.effects().contains_key("k_killed") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", pid.trim()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+    };
+    let (observation, ()) = tokio::join!(execute(&server, "slow-8850", "k_killed"), kill);
+    assert!(
+        matches!(observation, UpstreamObservation::Dropped { .. }),
+        "{observation:?}"
+    );
+    assert_eq!(
+        classify(&observation),
+        OutcomeClass::Ambiguous {
+            why: Ambiguity::Dropped
+        }
+    );
+    assert!(
+        server
+            .upstream
+            .connection()
+            .wait_up(Duration::from_secs(30))
+            .await
+    );
+    let mut next = execute(&server, "8851", "k_after_kill").await;
+    for _ in 0..100 {
+        if !matches!(next, UpstreamObservation::NotSent { .. }) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        next = execute(&server, "8851", "k_after_kill").await;
+    }
+    assert_eq!(classify(&next), OutcomeClass::Done, "{next:?}");
+    let pid_after = std::fs::read_to_string(server.state.path().join("pid")).unwrap();
+    assert_ne!(pid, pid_after, "the server was restarted");
 }
 
 #[tokio::test]
@@ -525,4 +576,26 @@ async fn the_gate_settles_a_refund_whose_server_died_after_committing_as_done() 
     let record = effects.values().next().unwrap();
     assert_eq!(record["effects"], 1);
     assert_eq!(record["order_id"], "die-8817");
+}
+
+#[tokio::test]
+async fn through_the_gate_a_refusal_is_rejected_and_an_unaccepted_call_not_executed() {
+    let Some(server) = start(refund_call(), Duration::from_secs(5)).await else {
+        return;
+    };
+    let ledger = TempLedger::new();
+    let Server { upstream, state } = server;
+    let gate = default_gate(
+        vec![refund_tool()],
+        ledger.ledger.clone(),
+        Arc::new(upstream),
+        Arc::new(SystemClock),
+    );
+    let refused = call(&gate, "refund_order", refund("refuse-8840", json!(49.5))).await;
+    assert_eq!(refused.status, CallStatus::Rejected, "{refused:?}");
+    let limited = call(&gate, "refund_order", refund("ratelimit-8841", json!(49.5))).await;
+    assert_eq!(limited.status, CallStatus::NotExecuted, "{limited:?}");
+    let invalid = call(&gate, "refund_order", refund("invalid-8842", json!(49.5))).await;
+    assert_eq!(invalid.status, CallStatus::NotExecuted, "{invalid:?}");
+    assert!(!state.path().join("effects.json").exists());
 }

@@ -10,7 +10,7 @@ record per idempotency key, with `effects`, the number of times that refund was 
 - `slow-...`: the answer comes after 3 s (the refund is recorded first).
 - `invalid-...`: a JSON-RPC error -32602 (invalid params); nothing recorded.
 
-With REFUND_HTTP_PORT set, the server speaks Streamable HTTP at http://127.0.0.1:PORT/mcp
+Each start writes its process id to a file `pid` beside the state. With REFUND_HTTP_PORT set, the server speaks Streamable HTTP at http://127.0.0.1:PORT/mcp
 instead of stdio. With REFUND_STARTS_MAX set, starts past that many (counted in a file beside the state) print
 a line with a control character to stderr and exit at once: a server that can't come back.
 """
@@ -113,6 +113,7 @@ async def request_header(name: str, ctx: Context) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    STATE.with_name("pid").write_text(str(os.getpid()))
     starts_max = os.environ.get("REFUND_STARTS_MAX")
     if starts_max is not None:
         starts = STATE.with_name("starts")
