@@ -19,8 +19,9 @@ pub struct McpServer {
     pub timeout: Duration,
 }
 
-/// How the gateway reaches an MCP server.
-#[derive(Debug, Clone, PartialEq)]
+/// How the gateway reaches an MCP server. Its `Debug` shows the names of environment variables
+/// and headers, never their values (they hold secrets).
+#[derive(Clone, PartialEq)]
 pub enum McpTransport {
     /// A server the gateway starts as a child process and speaks to over its stdin and
     /// stdout. The child inherits the gateway's environment plus `env`; its stderr lines go to
@@ -36,6 +37,24 @@ pub enum McpTransport {
         url: String,
         headers: BTreeMap<String, String>,
     },
+}
+
+impl std::fmt::Debug for McpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            McpTransport::Stdio { command, args, env } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", &args.len())
+                .field("env", &env.keys().collect::<Vec<_>>())
+                .finish(),
+            McpTransport::Http { url, headers } => f
+                .debug_struct("Http")
+                .field("url", &url.split(['?', '#']).next().unwrap_or_default())
+                .field("headers", &headers.keys().collect::<Vec<_>>())
+                .finish(),
+        }
+    }
 }
 
 /// The `tools/call` that performs a gate tool (or, inside an [`McpLookup`], finds one).
@@ -94,4 +113,28 @@ pub struct McpLookup {
     pub found: String,
     /// JSON pointer, inside the found value, to the provider's id; `None` is `/id`.
     pub external_id: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_names_secrets_without_their_values() {
+        let stdio = McpTransport::Stdio {
+            command: "refund-server".into(),
+            args: vec!["--token=s3cret-arg".into()],
+            env: BTreeMap::from([("API_KEY".into(), "s3cret-env".into())]),
+        };
+        let http = McpTransport::Http {
+            url: "https://mcp.example/mcp?key=s3cret-query".into(),
+            headers: BTreeMap::from([("authorization".into(), "Bearer s3cret-header".into())]),
+        };
+        let text = format!("{stdio:?} {http:?}");
+        assert!(
+            text.contains("API_KEY") && text.contains("authorization"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret"), "{text}");
+    }
 }
