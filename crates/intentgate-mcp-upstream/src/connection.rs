@@ -289,7 +289,8 @@ async fn supervise(opener: Opener, first: Session, state: watch::Sender<State>) 
     }
 }
 
-/// Logs each stderr line of a child at `warn`, escaped (no control characters reach the log)
+/// Logs each stderr line of a child at `info` (servers write their ordinary logs there),
+/// escaped (no control characters reach the log)
 /// and cut at [`STDERR_LINE_BYTES_MAX`] bytes.
 async fn log_stderr(server: String, stderr: impl AsyncRead + Unpin) {
     let mut reader = BufReader::new(stderr);
@@ -304,8 +305,8 @@ async fn log_stderr(server: String, stderr: impl AsyncRead + Unpin) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
-        let cut = !line.ends_with(b"\n");
-        if cut && line.len() == STDERR_LINE_BYTES_MAX {
+        let cut = line.len() == STDERR_LINE_BYTES_MAX && !line.ends_with(b"\n");
+        if cut {
             // Drop the rest of an overlong line.
             let mut rest = Vec::new();
             loop {
@@ -323,6 +324,63 @@ async fn log_stderr(server: String, stderr: impl AsyncRead + Unpin) {
         }
         let text = String::from_utf8_lossy(line.strip_suffix(b"\n").unwrap_or(&line));
         let text = text.strip_suffix('\r').unwrap_or(&text);
-        tracing::warn!(server = %server, truncated = cut, line = %text.escape_debug(), "MCP server stderr");
+        tracing::info!(server = %server, truncated = cut, line = %text.escape_debug(), "MCP server stderr");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log writer that keeps what it is given.
+    #[derive(Clone, Default)]
+    struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Log {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
+        type Writer = Log;
+        fn make_writer(&'a self) -> Log {
+            self.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn stderr_lines_are_logged_escaped_and_cut() {
+        let log = Log::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let long = "x".repeat(3 * STDERR_LINE_BYTES_MAX);
+        let stderr = format!("first\r\n{long}\nbell \u{7} end\nlast without newline");
+        log_stderr("refunds".into(), stderr.as_bytes()).await;
+        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(
+            lines[0].contains("line=first truncated=false")
+                || lines[0].contains("truncated=false line=first"),
+            "{}",
+            lines[0]
+        );
+        // The long line: its first STDERR_LINE_BYTES_MAX bytes only, marked, and its rest
+        // is not taken for the next line.
+        assert!(lines[1].contains("truncated=true"), "{}", lines[1]);
+        assert!(lines[1].contains(&"x".repeat(STDERR_LINE_BYTES_MAX)));
+        assert!(!lines[1].contains(&"x".repeat(STDERR_LINE_BYTES_MAX + 1)));
+        assert!(lines[2].contains("bell \\u{7} end"), "{}", lines[2]);
+        assert!(lines[3].contains("last without newline"), "{}", lines[3]);
+        assert!(lines[3].contains("truncated=false"), "{}", lines[3]);
+        assert!(!text.contains('\u{7}'));
     }
 }

@@ -15,7 +15,9 @@ use intentgate_mcp_upstream::{
     McpConnection, McpLookup, McpServer, McpTool, McpToolCall, McpTransport, McpUpstream,
 };
 use intentgate_test_support::TempLedger;
-use intentgate_test_support::{call, default_gate, get_order_tool, refund, refund_tool};
+use intentgate_test_support::{
+    call, default_gate, get_order_tool, refund, refund_schema, refund_tool, refund_tool_with,
+};
 use serde_json::{Value, json};
 
 /// The venv's Python, or `None` (the test is skipped) when the venv is missing outside CI.
@@ -316,7 +318,7 @@ async fn a_server_killed_mid_call_is_ambiguous_and_the_next_call_after_the_resta
     let pid = std::fs::read_to_string(server.state.path().join("pid")).unwrap();
     let kill = async {
         // The slow call records its refund, then sleeps 3 s before answering.
-        for _ in 0..100 {
+        for _ in 0..500 {
             if server.effects().contains_key("k_killed") {
                 break;
             }
@@ -365,7 +367,7 @@ async fn calls_while_the_server_is_down_are_not_sent_and_its_stderr_is_logged() 
     let subscriber = tracing_subscriber::fmt()
         .with_writer(log.clone())
         .with_ansi(false)
-        .with_max_level(tracing::Level::WARN)
+        .with_max_level(tracing::Level::INFO)
         .finish();
     // The test's runtime is one thread, so the server's stderr task logs here too.
     let _guard = tracing::subscriber::set_default(subscriber);
@@ -470,7 +472,7 @@ async fn a_streamable_http_server_is_called_with_the_configured_headers() {
         .spawn()
         .unwrap();
     let mut listening = false;
-    for _ in 0..300 {
+    for _ in 0..1200 {
         if tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .is_ok()
@@ -552,15 +554,26 @@ async fn a_lookup_finds_an_effect_or_says_not_found() {
     }
 }
 
+/// The tool's timeout in the tests through a gate, which bounds the lookup that waits for the
+/// restarted server: a Python server takes seconds to start on a loaded machine.
+const GATE_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn gate_refund_tool() -> intentgate_core::ToolDefinition {
+    refund_tool_with(
+        refund_schema(json!({"type": ["number", "string"]})),
+        GATE_TIMEOUT,
+    )
+}
+
 #[tokio::test]
 async fn the_gate_settles_a_refund_whose_server_died_after_committing_as_done() {
-    let Some(server) = start(refund_call(), Duration::from_secs(5)).await else {
+    let Some(server) = start(refund_call(), GATE_TIMEOUT).await else {
         return;
     };
     let ledger = TempLedger::new();
     let Server { upstream, state } = server;
     let gate = default_gate(
-        vec![refund_tool()],
+        vec![gate_refund_tool()],
         ledger.ledger.clone(),
         Arc::new(upstream),
         Arc::new(SystemClock),
@@ -580,13 +593,13 @@ async fn the_gate_settles_a_refund_whose_server_died_after_committing_as_done() 
 
 #[tokio::test]
 async fn through_the_gate_a_refusal_is_rejected_and_an_unaccepted_call_not_executed() {
-    let Some(server) = start(refund_call(), Duration::from_secs(5)).await else {
+    let Some(server) = start(refund_call(), GATE_TIMEOUT).await else {
         return;
     };
     let ledger = TempLedger::new();
     let Server { upstream, state } = server;
     let gate = default_gate(
-        vec![refund_tool()],
+        vec![gate_refund_tool()],
         ledger.ledger.clone(),
         Arc::new(upstream),
         Arc::new(SystemClock),
