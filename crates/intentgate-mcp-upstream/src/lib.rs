@@ -46,8 +46,11 @@
 //! A supervisor task watches the session. When a stdio server exits (or an HTTP session is
 //! lost), calls in flight end as `Dropped`, never as failed: the server may have committed
 //! before it died. Until a new session is open, calls answer `NotSent` at once: nothing was
-//! sent. The server is started again after [`connection::BACKOFF_MIN`], doubling up to
-//! [`connection::BACKOFF_MAX`]. A stdio server's stderr lines go to the log at `warn`,
+//! sent; a lookup, which performs nothing, waits for the new session within its timeout
+//! instead, since the gate looks up right after an ambiguous outcome such as a crash. The
+//! first session must open for [`McpConnection::start`] to succeed (a server that can't start
+//! at all is a config error); later ones are retried forever. The server is started again after [`connection::BACKOFF_MIN`], doubling up to
+//! [`connection::BACKOFF_MAX`]. A stdio server's stderr lines go to the log at `info`,
 //! escaped and cut at [`connection::STDERR_LINE_BYTES_MAX`] bytes.
 
 pub mod connection;
