@@ -168,9 +168,9 @@ pub async fn run(arguments: GatewayBenchArgs) -> anyhow::Result<()> {
 }
 
 /// The real gateway HTTP server, on `127.0.0.1` on a free port, in this process.
-struct GatewayServer {
+pub(super) struct GatewayServer {
     /// `http://127.0.0.1:PORT`, without a trailing slash.
-    url: String,
+    pub(super) url: String,
     stop: oneshot::Sender<()>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -213,6 +213,12 @@ impl GatewayServer {
             ledger,
             Arc::new(SystemClock),
         )?);
+        GatewayServer::serve(gate).await
+    }
+
+    /// Serves `gate` the way `intentgate serve` does (default server options, no
+    /// credentials), on a free loopback port.
+    pub(super) async fn serve(gate: Arc<intentgate_gate::Gate>) -> anyhow::Result<GatewayServer> {
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .await
             .context("can't listen on a loopback port for the gateway")?;
@@ -231,7 +237,7 @@ impl GatewayServer {
 
     /// Stops accepting, lets the server finish (bounded) and waits for it; the gate and its
     /// ledger are closed once this returns `Ok`.
-    async fn stop(self) -> anyhow::Result<()> {
+    pub(super) async fn stop(self) -> anyhow::Result<()> {
         let _ = self.stop.send(());
         tokio::time::timeout(GATEWAY_STOP_TIMEOUT, self.task)
             .await

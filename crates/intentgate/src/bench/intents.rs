@@ -36,14 +36,12 @@ use intentgate_gate::{
 use intentgate_ledger::{
     Begin, BeginRequest, Finish, Finished, Ledger, SqliteLedger, SqliteOptions,
 };
-use intentgate_server::ServerOptions;
 use reqwest::StatusCode;
 use reqwest::header::CONTENT_TYPE;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 
+use super::gateway::GatewayServer;
 use super::{cores, existing_folder, microseconds, percentile, progress, rounded, scratch_folder};
 use crate::cli::{DurabilityArgument, IntentsBenchArgs};
 use crate::table::{self, Align};
@@ -58,8 +56,6 @@ pub const ROUNDS_MAX: u32 = 50_000;
 const WARM_UP_ROUNDS: u32 = 50;
 /// Longest wait for one HTTP answer: every one here takes milliseconds.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Longest wait for the server to stop once asked.
-const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The client-executed tool measured, keyed as the example config keys its refunds.
 const TOOL_NAME: &str = "refund_order_sdk";
@@ -97,7 +93,7 @@ pub async fn run(arguments: IntentsBenchArgs) -> anyhow::Result<()> {
         Arc::new(SystemClock),
         GateOptions::default(),
     )?);
-    let server = Server::start(gate.clone()).await?;
+    let server = GatewayServer::serve(gate.clone()).await?;
     let bench = Bench {
         gate: gate.clone(),
         ledger: ledger.clone(),
@@ -198,46 +194,6 @@ impl Upstream for Unreachable {
     async fn lookup(&self, _call: UpstreamCall<'_>) -> LookupOutcome {
         self.requests.fetch_add(1, Ordering::Relaxed);
         LookupOutcome::Unsupported
-    }
-}
-
-/// The real gateway HTTP server over `gate`, on a free loopback port, in this process.
-struct Server {
-    url: String,
-    stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl Server {
-    async fn start(gate: Arc<Gate>) -> anyhow::Result<Server> {
-        let listener = TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .context("can't listen on a loopback port for the gateway")?;
-        let url = format!("http://{}", listener.local_addr()?);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(intentgate_server::run(
-            listener,
-            gate,
-            ServerOptions::default(),
-            async move {
-                let _ = stopped.await;
-            },
-        ));
-        Ok(Server { url, stop, task })
-    }
-
-    async fn stop(self) -> anyhow::Result<()> {
-        let _ = self.stop.send(());
-        tokio::time::timeout(SERVER_STOP_TIMEOUT, self.task)
-            .await
-            .with_context(|| {
-                format!(
-                    "the gateway did not stop within {} s",
-                    SERVER_STOP_TIMEOUT.as_secs()
-                )
-            })?
-            .context("the gateway's task panicked")?
-            .context("the gateway's HTTP server failed")
     }
 }
 
