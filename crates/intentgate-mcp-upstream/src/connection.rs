@@ -332,30 +332,9 @@ async fn log_stderr(server: String, stderr: impl AsyncRead + Unpin) {
 mod tests {
     use super::*;
 
-    /// A log writer that keeps what it is given.
-    #[derive(Clone, Default)]
-    struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Log {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
-        type Writer = Log;
-        fn make_writer(&'a self) -> Log {
-            self.clone()
-        }
-    }
-
     #[tokio::test]
     async fn stderr_lines_are_logged_escaped_and_cut() {
-        let log = Log::default();
+        let log = intentgate_test_support::CapturedLog::default();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(log.clone())
             .with_ansi(false)
@@ -364,7 +343,7 @@ mod tests {
         let long = "x".repeat(3 * STDERR_LINE_BYTES_MAX);
         let stderr = format!("first\r\n{long}\nbell \u{7} end\nlast without newline");
         log_stderr("refunds".into(), stderr.as_bytes()).await;
-        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        let text = log.text();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4, "{text}");
         assert!(

@@ -14,7 +14,7 @@ use intentgate_gate::{LookupOutcome, SystemClock, Upstream, UpstreamCall};
 use intentgate_mcp_upstream::{
     McpConnection, McpLookup, McpServer, McpTool, McpToolCall, McpTransport, McpUpstream,
 };
-use intentgate_test_support::TempLedger;
+use intentgate_test_support::{CapturedLog, TempLedger};
 use intentgate_test_support::{
     call, default_gate, get_order_tool, refund, refund_schema, refund_tool, refund_tool_with,
 };
@@ -363,7 +363,7 @@ async fn a_server_killed_mid_call_is_ambiguous_and_the_next_call_after_the_resta
 
 #[tokio::test]
 async fn calls_while_the_server_is_down_are_not_sent_and_its_stderr_is_logged() {
-    let log = Log::default();
+    let log = CapturedLog::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(log.clone())
         .with_ansi(false)
@@ -422,33 +422,6 @@ async fn calls_while_the_server_is_down_are_not_sent_and_its_stderr_is_logged() 
     let text = log.text();
     assert!(text.contains("start 2 refused \\u{7}"), "{text}");
     assert!(!text.contains('\u{7}'), "{text}");
-}
-
-/// A log writer that keeps what it is given.
-#[derive(Clone, Default)]
-struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Log {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for Log {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
-    type Writer = Log;
-    fn make_writer(&'a self) -> Log {
-        self.clone()
-    }
 }
 
 #[tokio::test]

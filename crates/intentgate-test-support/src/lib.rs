@@ -1,6 +1,6 @@
 //! What the tests of several intentgate crates share, so that one fixture has one definition:
 //! the `refund_order` tool and its arguments (`tools`), a SQLite ledger in a temporary folder
-//! (`ledger`), a gate over it and the fake provider (`gate`), an HTTP client and tool calls
+//! (`ledger`), a log writer tests read back (`log`), a gate over it and the fake provider (`gate`), an HTTP client and tool calls
 //! through a gateway's API (`http`), samples read from a Prometheus scrape (`metrics`), and refunds made at the mock
 //! provider around the gateway (`provider`).
 //!
@@ -9,12 +9,14 @@
 pub mod gate;
 pub mod http;
 pub mod ledger;
+pub mod log;
 pub mod metrics;
 pub mod provider;
 pub mod tools;
 
 pub use gate::{Harness, HarnessOptions, call, default_gate};
 pub use ledger::TempLedger;
+pub use log::CapturedLog;
 pub use tools::{
     REFUND_KEY_TEMPLATE, get_order_tool, refund, refund_schema, refund_tool, refund_tool_with,
     send_email_tool,
