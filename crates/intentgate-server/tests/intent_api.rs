@@ -529,3 +529,80 @@ async fn the_idempotency_key_header_is_read_as_for_calls() {
     assert_eq!(malformed.0, 400, "{}", malformed.2);
     server.stop().await;
 }
+
+/// The intent API sits behind the same edge as calls, and hostile values in its bodies and
+/// paths are 4xx answers that change nothing: a browser's form post or foreign page, no
+/// credential, ids that overflow or are negative, and lease tokens that are huge, empty or
+/// not ASCII.
+#[tokio::test]
+async fn hostile_requests_to_the_intent_api_are_refused_and_change_nothing() {
+    let server = start_server().await;
+    let granted = ok(grant(&server, ACME, "hostile").await);
+    let intent_path = format!("/v1/intents/{}", granted["intent_id"]);
+    let body = json!({"arguments": {"order_id": "other", "amount": 1}}).to_string();
+    let send = |request: reqwest::RequestBuilder| async move {
+        answer(request.send().await.unwrap()).await
+    };
+    let grant_url = format!("{}/v1/tools/refund_order/intents", server.base);
+
+    // A form post (what a page can send without a preflight): 415, before any grant.
+    let form = send(
+        server
+            .client
+            .post(&grant_url)
+            .bearer_auth(ACME)
+            .header("content-type", "text/plain")
+            .body(body.clone()),
+    )
+    .await;
+    assert_eq!(form.0, 415, "{}", form.2);
+    // A foreign page's request, even with JSON and a credential: 403.
+    let foreign = send(
+        server
+            .client
+            .post(&grant_url)
+            .bearer_auth(ACME)
+            .header("content-type", "application/json")
+            .header("origin", "https://evil.example")
+            .body(body.clone()),
+    )
+    .await;
+    assert_eq!(foreign.0, 403, "{}", foreign.2);
+    // No credential.
+    let anonymous = send(
+        server
+            .client
+            .post(&grant_url)
+            .header("content-type", "application/json")
+            .body(body),
+    )
+    .await;
+    assert_eq!(anonymous.0, 401, "{}", anonymous.2);
+
+    for id in ["-1", "0", "99999999999999999999999", "1e3", "%00"] {
+        let path = format!("/v1/intents/{id}/settle");
+        let settle = json!({"lease": token(&granted), "outcome": "done"});
+        let refused = post(&server, &path, ACME, settle).await;
+        assert_eq!(refused.0, 404, "{id}: {}", refused.2);
+    }
+    let long = format!("igl_{}", "f".repeat(100_000));
+    for lease in ["", "igl_", "igl_ünïcode\u{0}", long.as_str()] {
+        let settle = json!({"lease": lease, "outcome": "done", "result": {"id": "re_1"}});
+        let refused = post(&server, &settle_path(&granted), ACME, settle).await;
+        assert_problem(&refused, 409, "lease-lost", &[]);
+        let renew = post(
+            &server,
+            &format!("{intent_path}/renew"),
+            ACME,
+            json!({"lease": lease}),
+        )
+        .await;
+        assert_problem(&renew, 409, "lease-lost", &[]);
+    }
+    // Still in flight under the real lease, which still settles it.
+    let intent = ok(get(&server, &intent_path, ACME_READER).await);
+    assert_eq!(intent["status"], "in_flight", "{intent}");
+    let settle = json!({"lease": token(&granted), "outcome": "done"});
+    let settled = ok(post(&server, &settle_path(&granted), ACME, settle).await);
+    assert_eq!(settled["outcome"]["status"], "done", "{settled}");
+}
