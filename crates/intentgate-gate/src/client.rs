@@ -540,14 +540,14 @@ fn held(intent: &IntentRecord, token: &LeaseToken, now_ms: i64) -> Option<Held> 
         return None;
     }
     let owner = intent.lease_owner.as_deref()?;
+    // Hashed once; a re-send grant's owner is the only other one the token can hold.
+    let plain = token.owner(false);
     match intent.status {
-        IntentStatus::InFlight if owner == token.owner(false) => {
-            Some(Held::Execute { resend: false })
-        }
+        IntentStatus::InFlight if owner == plain => Some(Held::Execute { resend: false }),
         IntentStatus::InFlight if owner == token.owner(true) => {
             Some(Held::Execute { resend: true })
         }
-        IntentStatus::Unknown if owner == token.owner(false) => Some(Held::LookUp),
+        IntentStatus::Unknown if owner == plain => Some(Held::LookUp),
         _ => None,
     }
 }
