@@ -94,7 +94,11 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                 .tool(&tool.name),
             );
         }
-        if tool.executor == Executor::Gateway && tool.lookup.is_none() {
+        let mcp_lookup = tool
+            .mcp
+            .as_ref()
+            .is_some_and(|mcp| mcp.tool.lookup.is_some());
+        if tool.executor == Executor::Gateway && tool.lookup.is_none() && !mcp_lookup {
             findings.push(
                 Finding::new(
                     Severity::Error,
@@ -144,7 +148,29 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                 .tool(&tool.name),
             );
         }
-        if tool.executor == Executor::Gateway && tool.list.is_none() {
+        if let Some(mcp) = &tool.mcp {
+            findings.push(
+                Finding::new(
+                    Severity::Warning,
+                    "no-list",
+                    file,
+                    at,
+                    format!(
+                        "side-effecting tool `{}` calls MCP upstream `{}`, and reconciliation \
+                         lists provider records over HTTP only: effects made around the gateway \
+                         go unnoticed (its unknown intents are still settled by its lookup)",
+                        tool.name, mcp.upstream
+                    ),
+                    Some(
+                        "if the provider behind the MCP server has an HTTP API, reconcile its \
+                         records with `intentgate reconcile` over a config whose tool lists them \
+                         (`list:`)"
+                            .to_owned(),
+                    ),
+                )
+                .tool(&tool.name),
+            );
+        } else if tool.executor == Executor::Gateway && tool.list.is_none() {
             findings.push(
                 Finding::new(
                     Severity::Warning,

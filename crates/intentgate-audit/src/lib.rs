@@ -18,6 +18,7 @@
 //! audit that could not run (an unreadable file, an MCP server that does not answer).
 
 mod config;
+mod imports;
 mod latency;
 mod mcp;
 mod prompts;
@@ -171,6 +172,30 @@ pub const RULES: &[Rule] = &[
         help: "The tool's effect and, for a side effect, where its intent key comes from.",
     },
     Rule {
+        id: "import-classified",
+        severity: Severity::Note,
+        short: "How a tool of an imported MCP server is classified",
+        help: "Each tool an imported MCP server lists: exposed as a read (the server marks it readOnlyHint), with the effect the import's `effects` gives, as the call of an entry of `tools` (a side effect with its key and lookup), or excluded.",
+    },
+    Rule {
+        id: "import-unclassified",
+        severity: Severity::Error,
+        short: "An imported MCP tool is not classified, or the config names a tool its server does not list",
+        help: "The gateway refuses to start: a tool the server does not mark read-only must be classified (`effects`), called by a side-effecting entry of `tools`, or excluded; and every MCP call and lookup must name a tool the server lists.",
+    },
+    Rule {
+        id: "mcp-upstream-down",
+        severity: Severity::Error,
+        short: "An MCP upstream did not start",
+        help: "The gateway starts every `kind: mcp` upstream before it serves, and refuses to start when one does not open a session: its tools could not be listed or called.",
+    },
+    Rule {
+        id: "mcp-tools",
+        severity: Severity::Error,
+        short: "The MCP tools can't be served",
+        help: "Starting the config's MCP upstreams failed for another reason; the message says which.",
+    },
+    Rule {
         id: "kill-switch",
         severity: Severity::Note,
         short: "Tools the kill switch covers",
@@ -297,9 +322,12 @@ pub async fn audit(inputs: &Inputs) -> anyhow::Result<Vec<Finding>> {
         config_path,
         &intentgate_config::HashKeySource::NotNeeded,
     ) {
-        Ok(loaded) => {
+        Ok(mut loaded) => {
             let text = std::fs::read_to_string(config_path)
                 .with_context(|| format!("reading {}", config_path.display()))?;
+            // The MCP servers are asked what they list, as `serve` does, so that the
+            // imported tools are classified and audited like the others.
+            let _servers = imports::expand(&mut loaded, &text, &config_file, &mut findings).await;
             config::check(&loaded, &text, &config_file, &mut findings);
             Some((loaded, text))
         }

@@ -68,11 +68,12 @@ pub(crate) fn check(
         lookup,
         errors,
         arguments_known: true,
+        declared: HashMap::new(),
     };
     checker.gateway(&file.gateway);
     checker.auth(&file.auth.0);
     let (upstreams, mcp_upstreams) = checker.upstream_kinds(file.upstreams);
-    let imports = checker.imports(file.imports, &mcp_upstreams, &upstreams);
+    let imports = checker.imports(file.imports, &mcp_upstreams);
     checker.owners(&file.owners);
     checker.reconcile(&file.reconcile);
     checker.resolution(&file.resolution);
@@ -147,6 +148,9 @@ pub(crate) struct Checker<'c, 'e> {
     /// names are known. Without them every placeholder would be reported as unknown: one
     /// mistake in the schema would bury the file under errors that are not.
     arguments_known: bool,
+    /// Every upstream the file declares, with its kind, whether or not it passed its
+    /// checks: a request naming a broken upstream is not reported again.
+    declared: HashMap<String, crate::file::UpstreamKind>,
 }
 
 impl Checker<'_, '_> {

@@ -47,7 +47,12 @@ API for tools with `executor: client`, which the caller's own code executes: POS
 POST /v1/intents/{id}/renew, GET /v1/intents/{id} (docs/intent-api.md; the Python client is \
 clients/python); GET /v1/intents/{tool}/{key}; MCP over Streamable HTTP at /mcp; /healthz, \
 /readyz, /metrics; and GET /openapi.json, the OpenAPI 3.1 document of every route. The \
-sweeper runs in the same process, driving unknown intents to an answer."
+sweeper runs in the same process, driving unknown intents to an answer.
+
+MCP upstreams (`kind: mcp` in `upstreams:`) are started (stdio) or connected to (Streamable \
+HTTP) before anything is served, and their tools listed; a server that does not start, an \
+imported tool the config does not classify, or a call of a tool the server does not list \
+stops the start with a fix per problem (docs/mcp-upstreams.md)."
     )]
     Serve(ServeArgs),
     /// Serve the configured tools over MCP on stdin and stdout, for an agent that starts
@@ -74,7 +79,7 @@ sweeper runs in the same process, driving unknown intents to an answer."
     #[command(
         long_about = "Check a config, and optionally the agent's prompts, observed upstream \
 latencies and a live MCP server's tools, for what makes retries act twice. Nothing is called \
-and nothing is written.
+and nothing is written (a config's MCP upstreams are started, to list their tools).
 
 Checks (each finding has a severity, a rule id, a file:line:column, what is wrong and a fix):
 
@@ -83,6 +88,9 @@ Checks (each finding has a severity, a rule id, a file:line:column, what is wron
   tool-classified             every tool's effect and where a side effect's key comes from
   kill-switch                 the tools behind the gateway, which the kill switch covers
   no-lookup                   a side effect whose ambiguous errors can't be resolved (error)
+  import-classified           the config's MCP upstreams started and listed: how each \
+imported tool is classified (import-unclassified: one the gateway would refuse; \
+mcp-upstream-down: a server that did not start)
   no-owner, no-list           nobody hears of its mismatches; reconciliation can't compare it
   per-attempt-argument        a key argument named or typed (format: uuid, date-time) like a \
 per-attempt value

@@ -53,6 +53,7 @@ impl Checker<'_, '_> {
         let mut http = BTreeMap::new();
         let mut mcp = BTreeMap::new();
         for (name, upstream) in upstreams {
+            self.declared.insert(name.clone(), upstream.kind);
             match upstream.kind {
                 UpstreamKind::Http => {
                     if let Some(spec) = self.http_upstream(&name, upstream) {
@@ -275,7 +276,6 @@ impl Checker<'_, '_> {
         effect: Option<Effect>,
         call: Option<CallFile>,
         lookup: Option<LookupFile>,
-        upstreams: &BTreeMap<String, UpstreamSpec>,
         mcp_upstreams: &BTreeMap<String, McpUpstreamConfig>,
         arguments: &[String],
     ) -> Forms {
@@ -283,7 +283,7 @@ impl Checker<'_, '_> {
             return Forms::None;
         };
         let Some(tool) = call.tool.clone() else {
-            return self.http_forms(index, label, call, lookup, mcp_upstreams);
+            return self.http_forms(index, label, call, lookup);
         };
         let base = at!["tools", index, "call"];
         self.misplaced(
@@ -310,8 +310,8 @@ impl Checker<'_, '_> {
             label,
             call.result.external_id.as_deref(),
         );
-        if !mcp_upstreams.contains_key(&call.upstream) {
-            let fix = if upstreams.contains_key(&call.upstream) {
+        if self.declared.get(&call.upstream) != Some(&UpstreamKind::Mcp) {
+            let fix = if self.declared.contains_key(&call.upstream) {
                 format!(
                     "upstream `{}` is an HTTP API: call it with `method:` and `path:`, or name a `kind: mcp` upstream",
                     call.upstream
@@ -388,7 +388,6 @@ impl Checker<'_, '_> {
         label: &str,
         call: CallFile,
         lookup: Option<LookupFile>,
-        mcp_upstreams: &BTreeMap<String, McpUpstreamConfig>,
     ) -> Forms {
         let base = at!["tools", index, "call"];
         self.misplaced(
@@ -401,7 +400,7 @@ impl Checker<'_, '_> {
             &format!("{label}: `{{field}}` is for calls of an MCP server's tool, and this call has no `tool:`"),
             "add `tool:` (the MCP tool's name) if the upstream is an MCP server, or remove `{field}`",
         );
-        if mcp_upstreams.contains_key(&call.upstream) {
+        if self.declared.get(&call.upstream) == Some(&UpstreamKind::Mcp) {
             self.push(
                 &at!["tools", index, "call", "upstream"],
                 format!(
@@ -410,6 +409,10 @@ impl Checker<'_, '_> {
                 ),
                 "call one of its tools: `call: {upstream: NAME, tool: TOOL, arguments: {...}}`",
             );
+            return Forms::Http {
+                call: None,
+                lookup: None,
+            };
         }
         let mut missing = |field: &str, example: &str| {
             self.push(
@@ -599,14 +602,13 @@ impl Checker<'_, '_> {
         &mut self,
         imports: Vec<ImportFile>,
         mcp_upstreams: &BTreeMap<String, McpUpstreamConfig>,
-        upstreams: &BTreeMap<String, UpstreamSpec>,
     ) -> Vec<ImportConfig> {
         let mut seen: BTreeMap<String, usize> = BTreeMap::new();
         let mut checked = Vec::with_capacity(imports.len());
         for (index, import) in imports.into_iter().enumerate() {
             let label = format!("import of `{}`", import.upstream);
-            if !mcp_upstreams.contains_key(&import.upstream) {
-                let fix = if upstreams.contains_key(&import.upstream) {
+            if self.declared.get(&import.upstream) != Some(&UpstreamKind::Mcp) {
+                let fix = if self.declared.contains_key(&import.upstream) {
                     "only MCP servers can be imported; an HTTP API's tools are entries of `tools:`"
                         .to_owned()
                 } else {

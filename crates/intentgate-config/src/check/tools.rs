@@ -87,7 +87,6 @@ impl Checker<'_, '_> {
             tool.effect,
             tool.call.take(),
             tool.lookup.take(),
-            upstreams,
             mcp_upstreams,
             &arguments,
         );

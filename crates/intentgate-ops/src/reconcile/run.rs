@@ -53,6 +53,8 @@ struct ListedTool {
     name: String,
     /// A client-executed tool is skipped: the gateway has no request to list its records.
     executor: Executor,
+    /// The MCP upstream a tool calls: skipped, since provider records are listed over HTTP.
+    mcp_upstream: Option<String>,
     owner: Option<String>,
     list: Option<intentgate_http::spec::ListSpec>,
     amount_argument: Option<String>,
@@ -89,6 +91,7 @@ impl Reconciler {
             .filter(|tool| tool.effect == Effect::SideEffect)
             .map(|tool| ListedTool {
                 executor: tool.executor,
+                mcp_upstream: tool.mcp.as_ref().map(|mcp| mcp.upstream.clone()),
                 definition: loaded
                     .tools
                     .iter()
@@ -167,6 +170,14 @@ impl Reconciler {
                  provider's records, so reconciling them is the caller's"
                     .to_owned(),
             );
+            return skipped;
+        }
+        if let Some(upstream) = &tool.mcp_upstream {
+            let mut skipped = ToolReport::new(&tool.name, tool.owner.as_deref());
+            skipped.skipped = Some(format!(
+                "calls MCP upstream `{upstream}`: reconciliation lists provider records over \
+                 HTTP only, so its intents are settled by its lookup alone"
+            ));
             return skipped;
         }
         let Some(list) = &tool.list else {

@@ -1,0 +1,225 @@
+//! A gateway whose tools are an MCP server's: `refund_server.py` of
+//! `intentgate-mcp-upstream`'s tests (the official MCP Python SDK, over stdio, from the venv
+//! `.ci/run` makes under `target/mcp-python-venv`), started by `Gateway::open`, imported,
+//! and called over the gateway's HTTP API. Without the venv the tests say they are skipped,
+//! except under `CI=true`, where they fail.
+
+use std::path::{Path, PathBuf};
+
+use intentgate_config::HashKeySource;
+use intentgate_runtime::{Error, Gateway, Options};
+use serde_json::{Value, json};
+
+/// The venv's Python, or `None` (skipped) when it is missing outside CI.
+fn python() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python = root.join("target/mcp-python-venv/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    let why = format!(
+        "{} is missing: make it as .ci/run does (python3 -m venv target/mcp-python-venv; \
+         target/mcp-python-venv/bin/pip install -r crates/intentgate-mcp/tests/python/requirements.txt)",
+        python.display()
+    );
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{why}");
+    }
+    eprintln!("skipped: {why}");
+    None
+}
+
+fn server_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../intentgate-mcp-upstream/tests/python/refund_server.py")
+}
+
+/// A config with the refund server as upstream `refunds`, `import` as its import section,
+/// and `refund_order` calling its `refund` tool with `find_refund` as the lookup.
+fn config(folder: &Path, python: &Path, import: &str) -> PathBuf {
+    let text = format!(
+        r#"upstreams:
+  refunds:
+    kind: mcp
+    command: "{python}"
+    args: ["{script}"]
+    env: {{REFUND_STATE: "{state}"}}
+    timeout_ms: 2000
+imports:
+{import}
+tools:
+  - name: refund_order
+    description: Refund an order.
+    effect: side_effect
+    key: "refund:{{order_id}}"
+    input_schema:
+      type: object
+      properties: {{order_id: {{type: string}}, amount: {{type: string}}}}
+      required: [order_id, amount]
+    call:
+      upstream: refunds
+      tool: refund
+      idempotency_key_argument: idempotency_key
+      not_processed: [rate limit]
+    lookup:
+      tool: find_refund
+      arguments: {{order_id: "{{order_id}}"}}
+      found: /refund
+"#,
+        python = python.display(),
+        script = server_script().display(),
+        state = folder.join("effects.json").display(),
+    );
+    let path = folder.join("gateway.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+async fn open(path: &Path, folder: &Path) -> Result<Gateway, Error> {
+    let hash_key =
+        HashKeySource::EnvironmentOrEphemeral(intentgate_runtime::ephemeral_hash_key().unwrap());
+    let loaded = intentgate_runtime::load_with(path, &hash_key).unwrap();
+    let options = Options {
+        listen: Some("127.0.0.1:0".to_owned()),
+        ledger: Some(folder.join("ledger.db").display().to_string()),
+        ..Options::default()
+    };
+    Gateway::open(loaded, options).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unclassified_tool_of_an_import_stops_the_start_naming_each_with_a_fix() {
+    let Some(python) = python() else { return };
+    let folder = tempfile::tempdir().unwrap();
+    let path = config(
+        folder.path(),
+        &python,
+        "  - upstream: refunds\n    effects: {find_refund: read}\n",
+    );
+    let error = match open(&path, folder.path()).await {
+        Ok(_) => panic!("a config with unclassified tools must not start"),
+        Err(error) => error.to_string(),
+    };
+    // `refund` is called by `refund_order`, `find_refund` is classified; the server's
+    // other two tools are neither, and each is named with the lines that would fix it.
+    for tool in ["refund_meta", "request_header"] {
+        assert!(
+            error.contains(&format!("does not mark tool `{tool}` read-only")),
+            "{error}"
+        );
+        assert!(error.contains(&format!("`{tool}: idempotent`")), "{error}");
+        assert!(
+            error.contains(&format!("call: {{upstream: refunds, tool: {tool}}}")),
+            "{error}"
+        );
+    }
+    assert!(!error.contains("tool `refund` read-only"), "{error}");
+    assert!(!error.contains("tool `find_refund` read-only"), "{error}");
+
+    // A classification of a tool the server does not list is refused too (a typo would
+    // otherwise leave the real tool unclassified).
+    let path = config(
+        folder.path(),
+        &python,
+        "  - upstream: refunds\n    effects: {find_refunds: read, request_header: read}\n    exclude: [refund_meta, find_refund]\n",
+    );
+    let error = open(&path, folder.path()).await.err().unwrap().to_string();
+    assert!(
+        error.contains("names `find_refunds`, which the server does not list"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imported_tools_and_an_mcp_side_effect_are_served_over_http() {
+    let Some(python) = python() else { return };
+    let folder = tempfile::tempdir().unwrap();
+    let path = config(
+        folder.path(),
+        &python,
+        "  - upstream: refunds\n    prefix: refunds_\n    effects: {find_refund: read, request_header: read}\n    exclude: [refund_meta]\n",
+    );
+    let gateway = open(&path, folder.path()).await.unwrap();
+    let mut names: Vec<String> = gateway
+        .gate()
+        .tools()
+        .iter()
+        .map(|tool| tool.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "refund_order",
+            "refunds_find_refund",
+            "refunds_request_header"
+        ]
+    );
+    // The imported tool keeps the server's description and input schema.
+    let find = gateway.gate().tool("refunds_find_refund").unwrap();
+    assert_eq!(find.description, "The refund of an order, or null.");
+    assert_eq!(find.input_schema["required"], json!(["order_id"]));
+    assert_eq!(find.effect, intentgate_core::Effect::Read);
+
+    let server = gateway.bind().await.unwrap();
+    let address = server.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let call = |tool: &str, arguments: Value| {
+        let request = client
+            .post(format!("http://{address}/v1/tools/{tool}/call"))
+            .json(&json!({ "arguments": arguments }));
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let refund = json!({"order_id": "ord_1", "amount": "49.50"});
+    let first = call("refund_order", refund.clone()).await;
+    assert_eq!(first["status"], "done", "{first}");
+    assert_eq!(first["external_id"], "re_1", "{first}");
+    let repeat = call("refund_order", refund.clone()).await;
+    assert_eq!(repeat["status"], "already_done", "{repeat}");
+    // The server died after performing the refund: the gateway looks it up, once the server
+    // is back (within the call, or, on a loaded machine, by a later repeat), and finds it.
+    let died = json!({"order_id": "die-1", "amount": "5"});
+    let mut answer = call("refund_order", died.clone()).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while answer["status"] == "pending_unknown" && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        answer = call("refund_order", died.clone()).await;
+    }
+    assert!(
+        matches!(answer["status"].as_str(), Some("done" | "already_done")),
+        "{answer}"
+    );
+    assert_eq!(answer["external_id"], "re_2", "{answer}");
+    // The server's refusal is a rejection.
+    let refused = call(
+        "refund_order",
+        json!({"order_id": "refuse-1", "amount": "5"}),
+    )
+    .await;
+    assert_eq!(refused["status"], "rejected", "{refused}");
+    // The imported read passes through to the server.
+    let found = call("refunds_find_refund", json!({"order_id": "ord_1"})).await;
+    assert_eq!(found["status"], "done", "{found}");
+    assert_eq!(found["result"]["refund"]["id"], "re_1", "{found}");
+
+    // One effect per intent, counted by the server itself.
+    let effects: Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.path().join("effects.json")).unwrap())
+            .unwrap();
+    let records = effects.as_object().unwrap();
+    assert_eq!(records.len(), 2, "{effects}");
+    assert!(
+        records.values().all(|record| record["effects"] == 1),
+        "{effects}"
+    );
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+}
