@@ -28,6 +28,12 @@ pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Starting the server, the handshake and `tools/list` together, per session.
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// The gateway's environment variables a stdio server inherits: what finding programs,
+/// a home folder, the user, the locale and a temporary folder need. Everything else (the
+/// gateway's secrets among it) reaches a server only through its config's `env`.
+pub const INHERITED_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LC_ALL", "TMPDIR", "TZ",
+];
 /// Longest stderr line logged, in bytes; the rest of a longer line is dropped.
 pub const STDERR_LINE_BYTES_MAX: usize = 2048;
 
@@ -227,7 +233,18 @@ impl Opener {
         let service = match (&self.server.transport, &self.http) {
             (McpTransport::Stdio { command, args, env }, _) => {
                 let mut cmd = tokio::process::Command::new(command);
-                cmd.args(args).envs(env).kill_on_drop(true);
+                // The gateway's environment holds its secrets (upstream keys, the hash key,
+                // database URLs), and a server may show its environment to the model: a
+                // child gets only the variables a program needs to run, and the config's.
+                cmd.env_clear()
+                    .envs(
+                        INHERITED_ENV
+                            .iter()
+                            .filter_map(|name| std::env::var_os(name).map(|value| (*name, value))),
+                    )
+                    .args(args)
+                    .envs(env)
+                    .kill_on_drop(true);
                 let (transport, stderr) = TokioChildProcess::builder(cmd)
                     .stderr(Stdio::piped())
                     .spawn()

@@ -14,7 +14,7 @@
 //! arguments. The provider idempotency key goes into the argument that
 //! `idempotency_key_argument` names, or else into the request's `_meta` as
 //! `idempotency_key`. A result's value is its `structuredContent`, else the JSON in its first
-//! text block, else that text; the gate reads the external id from it with the tool
+//! text block, else that text, else its content blocks (an image, a resource); the gate reads the external id from it with the tool
 //! definition's `external_id_pointer`.
 //!
 //! # Outcome mapping

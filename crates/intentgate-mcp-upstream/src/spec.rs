@@ -24,8 +24,9 @@ pub struct McpServer {
 #[derive(Clone, PartialEq)]
 pub enum McpTransport {
     /// A server the gateway starts as a child process and speaks to over its stdin and
-    /// stdout. The child inherits the gateway's environment plus `env`; its stderr lines go to
-    /// the log. It is restarted when it exits (see the crate docs on supervision).
+    /// stdout. The child gets `env` and, of the gateway's environment, only
+    /// [`crate::connection::INHERITED_ENV`] (`PATH`, `HOME`, ...): never the gateway's
+    /// secrets. Its stderr lines go to the log. It is restarted when it exits (see the crate docs on supervision).
     Stdio {
         command: String,
         args: Vec<String>,

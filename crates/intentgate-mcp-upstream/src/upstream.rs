@@ -244,14 +244,16 @@ fn error_body(kind: &str, message: &str) -> Value {
 }
 
 /// The value of a result: `structuredContent`, else the JSON in the first text block, else
-/// that text as a string, else `null`.
+/// that text as a string, else the content blocks as the server sent them (images,
+/// resources), else `null`.
 pub fn result_value(result: &CallToolResult) -> Value {
     if let Some(structured) = &result.structured_content {
         return structured.clone();
     }
     match first_text(result) {
         Some(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        None => Value::Null,
+        None if result.content.is_empty() => Value::Null,
+        None => serde_json::to_value(&result.content).unwrap_or(Value::Null),
     }
 }
 
@@ -419,6 +421,24 @@ mod tests {
         let sent = params(&in_argument, &arguments, None);
         assert_eq!(sent["arguments"], arguments);
         assert!(sent.get("_meta").is_none());
+    }
+
+    #[test]
+    fn a_result_without_text_keeps_its_content_blocks() {
+        let image: CallToolResult = serde_json::from_value(json!({
+            "content": [{"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}]
+        }))
+        .unwrap();
+        let value = result_value(&image);
+        assert_eq!(value[0]["type"], "image", "{value}");
+        assert_eq!(value[0]["data"], "iVBORw0KGgo=", "{value}");
+        let text: CallToolResult = serde_json::from_value(json!({
+            "content": [{"type": "text", "text": "{\"id\": \"re_1\"}"}]
+        }))
+        .unwrap();
+        assert_eq!(result_value(&text), json!({"id": "re_1"}));
+        let empty: CallToolResult = serde_json::from_value(json!({"content": []})).unwrap();
+        assert_eq!(result_value(&empty), Value::Null);
     }
 
     #[test]
