@@ -37,15 +37,16 @@ Server"), all hints set on every tool:
   the unmarked trigger-elicitation-request, trigger-url-elicitation, trigger-sampling-request
   and their -async forms. The gateway's MCP client declares none of them.
 - get-env answers the server's whole environment. A stdio server started by the gateway
-  inherits the gateway's environment, so the config here excludes it.
+  gets only its config's `env` and a few variables such as PATH and HOME, never the
+  gateway's secrets: get-env is imported here, and a test checks that a secret in the
+  gateway's environment does not reach the model through it.
 
-Here gzip-file-as-resource is `idempotent` and the per-session toggles, the task tool and
-get-env are excluded; memory's create_entities is an explicit side effect keyed by entity
+Here gzip-file-as-resource is `idempotent` and the per-session toggles and the task tool
+are excluded; memory's create_entities is an explicit side effect keyed by entity
 name, found afterwards with open_nodes, and delete_entities is excluded.
 
 Through the gateway a call's result is the upstream's structured content, else its first text
-block: everything's images, resource links and embedded resources are not passed on
-(get-tiny-image answers its caption, gzip-file-as-resource `null`).
+block (parsed when it is JSON), else its content blocks as the server sent them.
 """
 
 from __future__ import annotations
@@ -81,7 +82,9 @@ MEMORY_EFFECTS = {
 }
 MEMORY_EXCLUDED = {"delete_entities"}
 EVERYTHING_EFFECTS = {"gzip-file-as-resource": "idempotent"}
-EVERYTHING_EXCLUDED = {"get-env", "toggle-simulated-logging", "toggle-subscriber-updates", "simulate-research-query"}
+EVERYTHING_EXCLUDED = {"toggle-simulated-logging", "toggle-subscriber-updates", "simulate-research-query"}
+# A secret in the gateway's environment, which no upstream server may see.
+GATEWAY_SECRET = "gateway-secret-sentinel-8f3a"
 # The input schema of the explicit tool: one entity, where the upstream takes a list.
 CREATE_ENTITY_SCHEMA = {
     "type": "object",
@@ -244,7 +247,7 @@ class NpmGateway:
         self.folder = folder
         self.config = write_config(folder)
         self.args = ["--config", str(self.config), "--ledger", str(folder / "ledger.db"), "--durability", "relaxed"]
-        self.env = {"RUST_LOG": "warn"}
+        self.env = {"RUST_LOG": "warn", "GATEWAY_SECRET_SENTINEL": GATEWAY_SECRET}
         self.server: Process | None = None
         if transport == "http":
             self.server = Process(["serve", "--listen", "127.0.0.1:0", *self.args], self.env, folder / "serve.log")
@@ -321,7 +324,7 @@ async def test_imported_tools_are_listed_with_upstream_descriptions_schemas_and_
         set(MEMORY_EFFECTS) | MEMORY_EXCLUDED | {"create_entities"}
     )
     assert {name for name, tool in everything.items() if not tool.annotations.read_only_hint} == (
-        set(EVERYTHING_EFFECTS) | (EVERYTHING_EXCLUDED - {"get-env"})
+        set(EVERYTHING_EFFECTS) | EVERYTHING_EXCLUDED
     )
 
     async with npm_gateway.connect() as client:
@@ -408,6 +411,18 @@ async def test_read_and_idempotent_tools_pass_through_with_the_upstreams_data(np
 
     ada = [entity for entity in memory_entities(tmp_path) if entity["name"] == "Ada"]
     assert ada[0]["observations"] == ["prefers email", "called on Tuesday"]
+
+
+@pytest.mark.anyio
+async def test_a_server_never_sees_the_gateways_secrets(npm_gateway):
+    # get-env answers the everything server's whole environment: it has PATH, which a server
+    # needs to run, and its config's env, but nothing else of the gateway's environment.
+    async with npm_gateway.connect() as client:
+        result = await client.call_tool(f"{EVERYTHING_PREFIX}get-env", {})
+    text = json.dumps(done_result(result))
+    assert "PATH" in text, text
+    assert GATEWAY_SECRET not in text, text
+    assert "GATEWAY_SECRET_SENTINEL" not in text, text
 
 
 @pytest.mark.anyio
