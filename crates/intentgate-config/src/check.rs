@@ -12,6 +12,7 @@
 //! environment as the caller of the loader asks ([`HashKeySource`]).
 
 mod gateway;
+mod mcp;
 mod pairing;
 mod requests;
 mod tools;
@@ -70,11 +71,12 @@ pub(crate) fn check(
     };
     checker.gateway(&file.gateway);
     checker.auth(&file.auth.0);
-    let upstreams = checker.upstreams(file.upstreams);
+    let (upstreams, mcp_upstreams) = checker.upstream_kinds(file.upstreams);
+    let imports = checker.imports(file.imports, &mcp_upstreams, &upstreams);
     checker.owners(&file.owners);
     checker.reconcile(&file.reconcile);
     checker.resolution(&file.resolution);
-    checker.tool_list(&file.tools);
+    checker.tool_list(&file.tools, !imports.is_empty());
     let tool_count = file.tools.len();
     let mut tools = Vec::with_capacity(file.tools.len());
     let mut definitions = Vec::with_capacity(file.tools.len());
@@ -95,7 +97,9 @@ pub(crate) fn check(
         } else {
             first_seen.insert(tool.name.clone(), name_at);
         }
-        if let Some((tool, definition)) = checker.tool(index, tool, &upstreams, &file.owners) {
+        if let Some((tool, definition)) =
+            checker.tool(index, tool, &upstreams, &mcp_upstreams, &file.owners)
+        {
             if first_sensitive.is_none() && !definition.sensitive.is_empty() {
                 first_sensitive = Some((index, definition.clone()));
             }
@@ -125,6 +129,8 @@ pub(crate) fn check(
         gateway: file.gateway,
         auth: file.auth.0,
         upstreams,
+        mcp_upstreams,
+        imports,
         owners: file.owners,
         reconcile: file.reconcile,
         resolution: file.resolution,

@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 
 use intentgate_core::{Effect, Executor, Messages};
 use intentgate_http::spec::{CallSpec, ListSpec, LookupSpec, UpstreamSpec};
+use intentgate_mcp_upstream::{McpServer, McpTool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -24,8 +25,12 @@ pub struct Config {
     pub gateway: GatewayConfig,
     /// Who may call and which tenant each caller is.
     pub auth: AuthConfig,
-    /// Upstream APIs by name, with `${NAME}` references in `base_url` and `headers` resolved.
+    /// HTTP upstreams by name, with `${NAME}` references in `base_url` and `headers` resolved.
     pub upstreams: BTreeMap<String, UpstreamSpec>,
+    /// MCP upstreams (`kind: mcp`) by name, with their references resolved.
+    pub mcp_upstreams: BTreeMap<String, McpUpstreamConfig>,
+    /// MCP upstreams whose every tool is exposed, in file order.
+    pub imports: Vec<ImportConfig>,
     /// Who is told about each tool's mismatches and alerts, by name.
     pub owners: BTreeMap<String, OwnerConfig>,
     /// When and over what window `serve` reconciles the ledger with the providers.
@@ -53,6 +58,84 @@ impl Config {
             })
             .collect()
     }
+
+    /// The MCP calls of every tool that calls an MCP upstream, by upstream name, then by
+    /// tool name (as `McpUpstream::new` takes them).
+    pub fn mcp_tools(&self) -> BTreeMap<String, BTreeMap<String, McpTool>> {
+        let mut by_upstream: BTreeMap<String, BTreeMap<String, McpTool>> = BTreeMap::new();
+        for tool in &self.tools {
+            if let Some(mcp) = &tool.mcp {
+                by_upstream
+                    .entry(mcp.upstream.clone())
+                    .or_default()
+                    .insert(tool.name.clone(), mcp.tool.clone());
+            }
+        }
+        by_upstream
+    }
+}
+
+/// An MCP server the gateway's tools call (`kind: mcp`).
+#[derive(Clone, PartialEq)]
+pub struct McpUpstreamConfig {
+    /// How to reach it and how long a call may take; its `Debug` names secrets' keys only.
+    pub server: McpServer,
+    /// Whether its tools replay their first answer per idempotency key (the key goes on to
+    /// a provider that does), which allows same-key re-sends of an unknown intent.
+    pub honours_idempotency_keys: bool,
+    /// How long that provider keeps a key, in hours.
+    pub key_window_hours: u32,
+}
+
+impl fmt::Debug for McpUpstreamConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpUpstreamConfig")
+            .field("server", &self.server)
+            .field("honours_idempotency_keys", &self.honours_idempotency_keys)
+            .field("key_window_hours", &self.key_window_hours)
+            .finish()
+    }
+}
+
+/// Every tool of an MCP upstream, exposed (`imports:`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportConfig {
+    /// The `kind: mcp` upstream.
+    pub upstream: String,
+    /// Put before each exposed tool's name.
+    pub prefix: String,
+    /// The effect of upstream tools not marked `readOnlyHint: true` (`read` or `idempotent`).
+    pub effects: BTreeMap<String, Effect>,
+    /// Upstream tools not exposed.
+    pub exclude: Vec<String>,
+    /// The line of the config file where the import starts.
+    pub line: u64,
+}
+
+/// How a tool calls an MCP upstream: the upstream's name, the call and its lookup.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpToolConfig {
+    /// The `kind: mcp` entry of `upstreams`.
+    pub upstream: String,
+    /// The `tools/call` that performs the tool and the one that finds its effect.
+    pub tool: McpTool,
+    /// Set on tools an import exposed: what the upstream lists for the tool (its title and
+    /// output schema are published with it).
+    pub imported: Option<UpstreamToolInfo>,
+}
+
+/// What an MCP upstream's `tools/list` says about one tool, as far as the gateway uses it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpstreamToolInfo {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
+    pub read_only: Option<bool>,
+    pub destructive: Option<bool>,
+    pub idempotent: Option<bool>,
+    pub open_world: Option<bool>,
 }
 
 /// Settings of the gateway process. Every field has a default.
@@ -352,9 +435,11 @@ pub struct ToolConfig {
     /// MCP `openWorldHint`.
     pub open_world: Option<bool>,
     pub messages: Messages,
-    /// The request that performs the tool, with `${NAME}` references in headers resolved.
-    /// Present exactly when `executor` is `gateway`.
+    /// The HTTP request that performs the tool, with `${NAME}` references in headers
+    /// resolved. A gateway tool has this or `mcp`; a client tool neither.
     pub call: Option<CallSpec>,
+    /// The MCP upstream tool that performs the tool, and its lookup.
+    pub mcp: Option<McpToolConfig>,
     pub lookup: Option<LookupSpec>,
     pub list: Option<ListSpec>,
     /// Duplicate-call alert rules (side effects only; the defaults when the file names none).
@@ -384,6 +469,7 @@ impl fmt::Debug for ToolConfig {
             .field("open_world", &self.open_world)
             .field("messages", &self.messages)
             .field("call", &self.call.as_ref().map(RedactedCall))
+            .field("mcp", &self.mcp)
             .field("lookup", &self.lookup.as_ref().map(RedactedLookup))
             .field("list", &self.list.as_ref().map(RedactedList))
             .field("alerts", &self.alerts)
@@ -403,6 +489,8 @@ impl fmt::Debug for Config {
             .field("gateway", &self.gateway)
             .field("auth", &self.auth)
             .field("upstreams", &upstreams)
+            .field("mcp_upstreams", &self.mcp_upstreams)
+            .field("imports", &self.imports)
             .field("owners", &self.owners)
             .field("reconcile", &self.reconcile)
             .field("resolution", &self.resolution)

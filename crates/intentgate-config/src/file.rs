@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use intentgate_core::{CallStatus, Effect, Executor};
-use intentgate_http::spec::{CallSpec, ListSpec, LookupSpec, UpstreamSpec};
+use intentgate_http::spec::{ListSpec, Method, ResultSpec};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde_json::Value;
@@ -33,10 +33,16 @@ pub(crate) struct ConfigFile {
     /// and/or `trusted_proxy`.
     #[serde(default)]
     pub auth: AuthFile,
-    /// Upstream APIs by name. `base_url` and `headers` values may use `${NAME}` and
+    /// Upstreams by name: HTTP APIs (the default) and MCP servers (`kind: mcp`). `base_url`,
+    /// `url`, `headers`, `command`, `args` and `env` values may use `${NAME}` and
     /// `${NAME:-default}` references to environment variables (for secrets).
     #[serde(default)]
-    pub upstreams: BTreeMap<String, UpstreamSpec>,
+    pub upstreams: BTreeMap<String, UpstreamFile>,
+    /// MCP servers whose every tool is exposed: tools the server marks `readOnlyHint: true`
+    /// pass through as reads; every other one must be classified here (`effects`), excluded,
+    /// or called by an entry of `tools`, or the gateway refuses to start.
+    #[serde(default)]
+    pub imports: Vec<ImportFile>,
     /// Who decides about each tool's reconciliation mismatches and duplicate-call alerts,
     /// by name.
     #[serde(default)]
@@ -51,7 +57,100 @@ pub(crate) struct ConfigFile {
     #[serde(default)]
     pub resolution: ResolutionConfig,
     /// The tools agents may call through the gateway.
+    #[serde(default)]
     pub tools: Vec<ToolFile>,
+}
+
+/// An upstream: an HTTP API (`kind: http`, the default: `base_url` and the HTTP fields) or an
+/// MCP server (`kind: mcp`: `command` with `args` and `env` for a stdio server the gateway
+/// starts and supervises, or `url` for a Streamable HTTP server).
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename = "Upstream")]
+#[schemars(extend("allOf" = [
+    {
+        "if": {"properties": {"kind": {"const": "mcp"}}, "required": ["kind"]},
+        "then": {
+            "oneOf": [{"required": ["command"]}, {"required": ["url"]}],
+            "not": {"anyOf": [
+                {"required": ["base_url"]}, {"required": ["idempotency_header"]},
+                {"required": ["retry_after_cap_ms"]}
+            ]}
+        },
+        "else": {
+            "required": ["base_url"],
+            "not": {"anyOf": [
+                {"required": ["command"]}, {"required": ["args"]}, {"required": ["env"]},
+                {"required": ["url"]}, {"required": ["timeout_ms"]}
+            ]}
+        }
+    }
+]))]
+pub(crate) struct UpstreamFile {
+    /// `http` (the default) or `mcp`.
+    #[serde(default)]
+    pub kind: UpstreamKind,
+    /// HTTP: the base URL, e.g. `https://api.example.com`.
+    pub base_url: Option<String>,
+    /// Headers sent with every request (HTTP, and MCP over Streamable HTTP), e.g.
+    /// `Authorization: Bearer ${PAYMENTS_API_KEY}`. Values are taken literally and never logged.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// HTTP: the header that carries the intent's idempotency key (default `Idempotency-Key`).
+    pub idempotency_header: Option<String>,
+    /// The upstream stores the first answer per idempotency key and replays it (Stripe-like),
+    /// so the gateway may re-send an unknown intent with the same key inside the key window.
+    /// For an MCP server: its tools pass the key they receive on to such a provider.
+    #[serde(default)]
+    pub honours_idempotency_keys: bool,
+    /// How long the upstream remembers an idempotency key, in hours (default 24).
+    pub key_window_hours: Option<u32>,
+    /// HTTP: the longest `Retry-After` honoured, in milliseconds (default 5000).
+    pub retry_after_cap_ms: Option<u64>,
+    /// MCP over stdio: the program the gateway starts (found on `PATH`, or a path).
+    pub command: Option<String>,
+    /// MCP over stdio: the program's arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// MCP over stdio: environment variables added to the gateway's for the program.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// MCP over Streamable HTTP: the server's endpoint, e.g. `http://127.0.0.1:9000/mcp`.
+    pub url: Option<String>,
+    /// MCP: upper bound on one `tools/call`, in milliseconds (default 30000); a tool's
+    /// `timeout_ms` bounds its own calls too, and the shorter wins.
+    pub timeout_ms: Option<u64>,
+}
+
+/// What an upstream speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum UpstreamKind {
+    /// An HTTP API, called with the request templates of each tool's `call`.
+    #[default]
+    Http,
+    /// An MCP server, whose tools are called with `tools/call`.
+    Mcp,
+}
+
+/// Every tool of an MCP upstream, exposed through the gateway.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename = "Import")]
+pub(crate) struct ImportFile {
+    /// The `kind: mcp` entry of `upstreams` whose tools are exposed.
+    pub upstream: String,
+    /// Put before every exposed tool's name (`memory_` exposes `read_graph` as
+    /// `memory_read_graph`).
+    #[serde(default)]
+    pub prefix: String,
+    /// The effect of each upstream tool that is not marked `readOnlyHint: true`: `read` or
+    /// `idempotent`. A side effect needs an intent key and a lookup, so it is an entry of
+    /// `tools` whose `call` names the upstream tool.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, EffectName>")]
+    pub effects: BTreeMap<String, Effect>,
+    /// Upstream tools not exposed at all.
+    #[serde(default)]
+    pub exclude: Vec<String>,
 }
 
 /// A tool: what it does to the world (`effect`), its arguments, its intent key, and the
@@ -139,18 +238,103 @@ pub(crate) struct ToolFile {
     #[serde(default)]
     #[schemars(schema_with = "messages_schema")]
     pub messages: BTreeMap<String, String>,
-    /// The request that performs the tool. Required for gateway tools; a client tool has
-    /// none (the caller's code performs it).
-    pub call: Option<CallSpec>,
+    /// The request that performs the tool: an HTTP request (`method`, `path`, ...) or a
+    /// `tools/call` of an MCP upstream's tool (`tool`, `arguments`). Required for gateway
+    /// tools; a client tool has none (the caller's code performs it).
+    pub call: Option<CallFile>,
     /// A read-only request that finds the effect after an ambiguous failure (side effects
-    /// the gateway executes).
-    pub lookup: Option<LookupSpec>,
+    /// the gateway executes): an HTTP request, or a call of another tool of the same MCP
+    /// upstream.
+    pub lookup: Option<LookupFile>,
     /// How to list the provider's records of this tool's effects, for reconciliation
-    /// (gateway tools).
+    /// (gateway tools with an HTTP call).
     pub list: Option<ListSpec>,
     /// Duplicate-call alert rules (side effects only). Absent: one intent repeated 5 times
     /// within 60 s, or 50 repeats of the tool within 60 s; `[]` turns alerts off.
     pub alerts: Option<Vec<AlertRule>>,
+}
+
+/// The request that performs a tool: an HTTP request (`method` and `path`) or, with `tool`,
+/// a `tools/call` of an MCP upstream's tool.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename = "Call")]
+#[schemars(extend("oneOf" = [
+    {
+        "required": ["upstream", "tool"],
+        "not": {"anyOf": [
+            {"required": ["method"]}, {"required": ["path"]}, {"required": ["query"]},
+            {"required": ["headers"]}, {"required": ["body"]}
+        ]}
+    },
+    {
+        "required": ["upstream", "method", "path"],
+        "not": {"anyOf": [
+            {"required": ["tool"]}, {"required": ["arguments"]},
+            {"required": ["idempotency_key_argument"]}, {"required": ["not_processed"]}
+        ]}
+    }
+]))]
+pub(crate) struct CallFile {
+    /// The name of an entry of `upstreams`.
+    pub upstream: String,
+    /// HTTP: the method.
+    pub method: Option<Method>,
+    /// HTTP: path template, appended to the upstream's base URL: `/v1/orders/{order_id}`.
+    pub path: Option<String>,
+    /// HTTP: query parameters; values are templates.
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    /// HTTP: extra headers; values are templates.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// HTTP: JSON body template (none for GET and DELETE).
+    pub body: Option<Value>,
+    /// What to take from a successful answer.
+    #[serde(default)]
+    pub result: ResultSpec,
+    /// MCP: the upstream tool's name.
+    pub tool: Option<String>,
+    /// MCP: the `arguments` template; absent sends the tool's arguments as they are. A string
+    /// that is exactly one placeholder (`"{order_id}"`, `"{customer.id}"`) becomes that
+    /// argument with its JSON type; `{intent_key}`, `{idempotency_key}` and `{intent_id}` are
+    /// the gateway's values.
+    pub arguments: Option<Value>,
+    /// MCP: the argument that carries the provider idempotency key; absent sends it in the
+    /// request's `_meta` as `idempotency_key`.
+    pub idempotency_key_argument: Option<String>,
+    /// MCP: texts of an `isError` result that mean the call was not processed (a rate
+    /// limit, "try again"), compared case-insensitively; such a call may be retried with the
+    /// same key. Any other `isError` result is a refusal.
+    #[serde(default)]
+    pub not_processed: Vec<String>,
+}
+
+/// A read-only request that finds a side effect without performing it: an HTTP request, or,
+/// with `tool`, a call of another tool of the call's MCP upstream.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename = "Lookup")]
+pub(crate) struct LookupFile {
+    /// Defaults to the call's upstream.
+    pub upstream: Option<String>,
+    /// HTTP: the method (default GET).
+    pub method: Option<Method>,
+    /// HTTP: the path template.
+    pub path: Option<String>,
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// JSON pointer that holds the effect when it was found (`/data/0`); absent, null or an
+    /// empty array or object there means not found.
+    pub found: String,
+    /// HTTP: statuses that mean "not found" rather than "the lookup failed" (default 404).
+    pub not_found_statuses: Option<Vec<u16>>,
+    /// JSON pointer, inside the found object, to the provider's id (default `/id`).
+    pub external_id: Option<String>,
+    /// MCP: the lookup tool's name on the upstream.
+    pub tool: Option<String>,
+    /// MCP: the lookup's `arguments` template, as for `call`.
+    pub arguments: Option<Value>,
 }
 
 /// Ten seconds: the p99 of a payment provider's write endpoints is a few seconds.

@@ -34,6 +34,7 @@ mod config;
 mod env;
 mod error;
 mod file;
+pub mod imports;
 pub mod limits;
 mod source_map;
 
@@ -45,7 +46,8 @@ use intentgate_core::{HashKey, ToolDefinition};
 pub use auth::{ApiKeyConfig, AuthConfig, AuthMethods, JwtConfig, TrustedProxyConfig};
 pub use config::{
     AlertRule, AlertScope, Config, DurabilityMode, GatewayConfig, IdempotencyKeyHeader,
-    OwnerConfig, ReconcileConfig, ResolutionConfig, ToolConfig,
+    ImportConfig, McpToolConfig, McpUpstreamConfig, OwnerConfig, ReconcileConfig, ResolutionConfig,
+    ToolConfig, UpstreamToolInfo,
 };
 pub use error::{ConfigError, ConfigErrors};
 

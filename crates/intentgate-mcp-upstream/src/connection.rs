@@ -11,13 +11,14 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rmcp::handler::client::ClientHandler;
 use rmcp::model::Tool;
-use rmcp::service::{Peer, RunningService};
+use rmcp::service::{NotificationContext, Peer, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::spec::{McpServer, McpTransport};
 
@@ -144,9 +145,26 @@ impl McpConnection {
     }
 }
 
+/// The client side of a session: it hears `notifications/tools/list_changed`, which the
+/// supervisor answers by reading `tools/list` again.
+#[derive(Clone, Default)]
+struct Listener {
+    tools_changed: Arc<Notify>,
+}
+
+impl ClientHandler for Listener {
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        self.tools_changed.notify_one();
+        std::future::ready(())
+    }
+}
+
 /// One open session and what it listed.
 struct Session {
-    service: RunningService<RoleClient, ()>,
+    service: RunningService<RoleClient, Listener>,
     tools: Arc<Vec<Tool>>,
 }
 
@@ -159,6 +177,8 @@ impl Session {
 /// Opens sessions of one server.
 struct Opener {
     server: McpServer,
+    /// Shared by every session's listener.
+    listener: Listener,
     /// The HTTP client and headers, built once.
     http: Option<(
         reqwest::Client,
@@ -196,6 +216,7 @@ impl Opener {
         };
         Ok(Opener {
             server: server.clone(),
+            listener: Listener::default(),
             http,
         })
     }
@@ -214,7 +235,7 @@ impl Opener {
                 if let Some(stderr) = stderr {
                     tokio::spawn(log_stderr(self.server.name.clone(), stderr));
                 }
-                tokio::time::timeout(OPEN_TIMEOUT, ().serve(transport))
+                tokio::time::timeout(OPEN_TIMEOUT, self.listener.clone().serve(transport))
                     .await
                     .map_err(|_| format!("no MCP handshake within {OPEN_TIMEOUT:?}"))?
                     .map_err(|error| format!("MCP handshake: {error}"))?
@@ -225,7 +246,7 @@ impl Opener {
                     StreamableHttpClientTransportConfig::with_uri(url.as_str())
                         .custom_headers(headers.clone()),
                 );
-                tokio::time::timeout(OPEN_TIMEOUT, ().serve(transport))
+                tokio::time::timeout(OPEN_TIMEOUT, self.listener.clone().serve(transport))
                     .await
                     .map_err(|_| format!("no MCP handshake within {OPEN_TIMEOUT:?}"))?
                     .map_err(|error| format!("MCP handshake: {error}"))?
@@ -249,11 +270,33 @@ impl Opener {
 async fn supervise(opener: Opener, first: Session, state: watch::Sender<State>) {
     let name = opener.server.name.clone();
     let mut backoff = BACKOFF_MIN;
+    let mut last_tools = first.tools.clone();
     let mut session = Some(first);
     loop {
         if let Some(open) = session.take() {
             let opened = Instant::now();
-            let quit = open.service.waiting().await;
+            let peer = open.peer().clone();
+            let waiting = open.service.waiting();
+            tokio::pin!(waiting);
+            let quit = loop {
+                tokio::select! {
+                    quit = &mut waiting => break quit,
+                    () = opener.listener.tools_changed.notified() => {
+                        match tokio::time::timeout(OPEN_TIMEOUT, peer.list_all_tools()).await {
+                            Ok(Ok(listed)) => {
+                                log_changes(&name, &last_tools, &listed);
+                                last_tools = Arc::new(listed);
+                                let up = State::Up { peer: peer.clone(), tools: last_tools.clone() };
+                                if state.send(up).is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(Err(error)) => tracing::warn!(server = %name, %error, "MCP server announced new tools, and tools/list failed"),
+                            Err(_) => tracing::warn!(server = %name, "MCP server announced new tools, and tools/list did not answer"),
+                        }
+                    }
+                }
+            };
             let reason = match quit {
                 Ok(reason) => format!("session ended: {reason:?}"),
                 Err(error) => format!("session task failed: {error}"),
@@ -270,6 +313,8 @@ async fn supervise(opener: Opener, first: Session, state: watch::Sender<State>) 
         backoff = (backoff * 2).min(BACKOFF_MAX);
         match opener.open().await {
             Ok(open) => {
+                log_changes(&name, &last_tools, &open.tools);
+                last_tools = open.tools.clone();
                 let up = State::Up {
                     peer: open.peer().clone(),
                     tools: open.tools.clone(),
@@ -287,6 +332,32 @@ async fn supervise(opener: Opener, first: Session, state: watch::Sender<State>) 
             }
         }
     }
+}
+
+/// Logs how a server's tool list changed. The gateway's tools are fixed when it starts:
+/// a new upstream tool is not served until a restart, and a call of a removed one is refused
+/// by the server (not executed).
+fn log_changes(server: &str, before: &[Tool], after: &[Tool]) {
+    let names = |tools: &[Tool]| -> std::collections::BTreeSet<String> {
+        tools.iter().map(|tool| tool.name.to_string()).collect()
+    };
+    let (before, after) = (names(before), names(after));
+    let added: Vec<&String> = after.difference(&before).collect();
+    let removed: Vec<&String> = before.difference(&after).collect();
+    if added.is_empty() && removed.is_empty() {
+        tracing::info!(
+            server,
+            tools = after.len(),
+            "MCP server listed its tools again; none added or removed"
+        );
+        return;
+    }
+    tracing::warn!(
+        server,
+        ?added,
+        ?removed,
+        "MCP server's tools changed: added tools are served after the gateway restarts; calls of removed ones end not executed"
+    );
 }
 
 /// Logs each stderr line of a child at `info` (servers write their ordinary logs there),

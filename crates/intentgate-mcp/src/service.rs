@@ -89,7 +89,7 @@ impl McpService {
             .into_iter()
             .filter(|definition| definition.listed_over_mcp)
             .map(|definition| {
-                let tool_hints = hints.get(&definition.name).copied().unwrap_or_default();
+                let tool_hints = hints.get(&definition.name).cloned().unwrap_or_default();
                 listing(definition, tool_hints, &output_schema)
             })
             .collect();

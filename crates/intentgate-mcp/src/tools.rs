@@ -7,14 +7,20 @@ use intentgate_core::{CallStatus, Effect, ToolDefinition};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
-/// The MCP hints a config sets per tool. Unset hints are left out of the annotations, so
-/// clients apply the spec's pessimistic defaults (destructive, open world).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The MCP hints a config sets per tool, or an imported tool's upstream lists. Unset hints
+/// are left out of the annotations, so clients apply the spec's pessimistic defaults
+/// (destructive, open world).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ToolHints {
     /// `destructiveHint`: the effect can't be taken back (a refund, an email).
     pub destructive: Option<bool>,
     /// `openWorldHint`: the tool reaches entities outside the gateway (a provider, a person).
     pub open_world: Option<bool>,
+    /// A human-readable title (an imported tool's, from its server).
+    pub title: Option<String>,
+    /// The output schema of the upstream tool behind an imported read or idempotent tool:
+    /// published as the schema of `result` when a call's status is `done` or `already_done`.
+    pub upstream_output_schema: Option<Value>,
 }
 
 /// The annotations of a tool with `effect`.
@@ -23,7 +29,7 @@ pub struct ToolHints {
 /// intent is answered from the ledger and has no additional effect. That is a property of
 /// the gateway, not of the upstream API, which is why it is published here and not read
 /// from the config.
-pub(crate) fn annotations(effect: Effect, hints: ToolHints) -> ToolAnnotations {
+pub(crate) fn annotations(effect: Effect, hints: &ToolHints) -> ToolAnnotations {
     let annotations = match effect {
         Effect::Read => ToolAnnotations::new().read_only(true),
         Effect::Idempotent | Effect::SideEffect => {
@@ -34,10 +40,31 @@ pub(crate) fn annotations(effect: Effect, hints: ToolHints) -> ToolAnnotations {
         Some(destructive) => annotations.destructive(destructive),
         None => annotations,
     };
-    match hints.open_world {
+    let annotations = match hints.open_world {
         Some(open_world) => annotations.open_world(open_world),
         None => annotations,
-    }
+    };
+    let mut annotations = annotations;
+    annotations.title = hints.title.clone();
+    annotations
+}
+
+/// The outcome schema with an upstream tool's output schema as the schema of `result` when
+/// the status is `done` or `already_done` (the upstream's result, passed through). Any
+/// other status carries no upstream output, so the upstream schema is not applied to it.
+fn outcome_schema_with(outcome: &JsonObject, upstream: &Value) -> JsonObject {
+    let mut schema = outcome.clone();
+    schema.insert(
+        "allOf".to_owned(),
+        json!([{
+            "if": {
+                "properties": {"status": {"enum": ["done", "already_done"]}},
+                "required": ["status"]
+            },
+            "then": {"properties": {"result": upstream}}
+        }]),
+    );
+    schema
 }
 
 /// The JSON Schema of the outcome object (`intentgate_gate::CallOutcome`), published as
@@ -91,13 +118,23 @@ pub(crate) fn listing(
         .as_object()
         .cloned()
         .expect("ToolDefinition::new accepts only object schemas");
-    Tool::new(
+    // A side effect's `done` may carry what its lookup found rather than the call's own
+    // output, so only reads and idempotent tools promise the upstream's output schema.
+    let output_schema = match (&hints.upstream_output_schema, definition.effect) {
+        (Some(upstream), Effect::Read | Effect::Idempotent) => {
+            Arc::new(outcome_schema_with(output_schema, upstream))
+        }
+        _ => output_schema.clone(),
+    };
+    let mut tool = Tool::new(
         definition.name.clone(),
         definition.published_description(),
         Arc::new(input_schema),
     )
-    .with_raw_output_schema(output_schema.clone())
-    .with_annotations(annotations(definition.effect, hints))
+    .with_raw_output_schema(output_schema)
+    .with_annotations(annotations(definition.effect, &hints));
+    tool.title = hints.title;
+    tool
 }
 
 /// The sentence that starts the description of a switched-off tool: models read
@@ -141,7 +178,7 @@ mod tests {
             &definition,
             ToolHints {
                 destructive: Some(true),
-                open_world: None,
+                ..ToolHints::default()
             },
             &schema,
         );
@@ -164,12 +201,12 @@ mod tests {
 
     #[test]
     fn annotations_follow_the_effect_and_the_configured_hints() {
-        let read = annotations(Effect::Read, ToolHints::default());
+        let read = annotations(Effect::Read, &ToolHints::default());
         assert_eq!(read.read_only_hint, Some(true));
         assert_eq!(read.idempotent_hint, None);
         assert_eq!(read.destructive_hint, None);
 
-        let update = annotations(Effect::Idempotent, ToolHints::default());
+        let update = annotations(Effect::Idempotent, &ToolHints::default());
         assert_eq!(
             (update.read_only_hint, update.idempotent_hint),
             (Some(false), Some(true))
@@ -177,9 +214,10 @@ mod tests {
 
         let refund = annotations(
             Effect::SideEffect,
-            ToolHints {
+            &ToolHints {
                 destructive: Some(true),
                 open_world: Some(true),
+                ..ToolHints::default()
             },
         );
         assert_eq!(refund.read_only_hint, Some(false));

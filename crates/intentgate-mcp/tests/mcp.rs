@@ -93,6 +93,7 @@ impl Harness {
             ToolHints {
                 destructive: Some(true),
                 open_world: Some(true),
+                ..ToolHints::default()
             },
         )]);
         let service = McpService::new(fixture.gate.clone(), &hints, McpOptions::default());

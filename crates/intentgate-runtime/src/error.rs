@@ -39,6 +39,13 @@ pub enum Error {
     /// An upstream of the config (its base URL, a header, a template) can't be built.
     #[error("the upstreams of the config")]
     Upstreams(#[source] intentgate_http::HttpError),
+    /// An MCP upstream could not be started (its first session did not open).
+    #[error("starting the MCP upstreams: {0}")]
+    McpStart(String),
+    /// The config's MCP tools don't fit what their servers list (an unclassified imported
+    /// tool, a call of a tool the server does not list): every problem with its fix.
+    #[error(transparent)]
+    McpTools(intentgate_config::imports::ImportErrors),
     /// The config's tools can't make a gate.
     #[error("the tools of the config")]
     Tools(#[source] intentgate_gate::GateError),

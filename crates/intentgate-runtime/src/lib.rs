@@ -28,6 +28,7 @@
 mod auth;
 mod error;
 mod http;
+mod mcp;
 mod open_files;
 mod stdio;
 mod tasks;
@@ -45,6 +46,7 @@ use intentgate_ledger::{Durability, Ledger};
 pub use auth::authenticator;
 pub use error::{AuthError, Error};
 pub use http::HttpGateway;
+pub use mcp::McpUpstreams;
 pub use tasks::{
     HEARTBEAT_EVERY, PURGE_EVERY, SILENT_AFTER, SWEEP_EVERY, purge_forever, reconcile_forever,
     start_alerts, sweep_forever,
@@ -100,15 +102,21 @@ pub struct Gateway {
     ledger_location: String,
     durability: Durability,
     gate: Arc<Gate>,
+    /// The sessions of the config's MCP upstreams; they live as long as the gateway.
+    mcp: McpUpstreams,
 }
 
 impl Gateway {
     /// Opens the ledger that `options` or the config names and builds the gate over the
     /// config's tools, with the system clock.
-    pub async fn open(loaded: LoadedConfig, options: Options) -> Result<Gateway, Error> {
+    /// Its MCP upstreams are started first, and their tools listed: the config's imports
+    /// become tools, and a config whose MCP tools don't fit what the servers list is refused.
+    pub async fn open(mut loaded: LoadedConfig, options: Options) -> Result<Gateway, Error> {
         if let Some(token) = admin_token(&options) {
             intentgate_admin::check_token(token).map_err(Error::AdminToken)?;
         }
+        let mcp = McpUpstreams::start(&loaded).await?;
+        mcp.expand(&mut loaded)?;
         let gateway = &loaded.config.gateway;
         let ledger_location = options
             .ledger
@@ -120,7 +128,17 @@ impl Gateway {
         let ledger = intentgate_ledger::open(&ledger_location, durability)
             .await
             .map_err(Error::Ledger)?;
-        let gate = Arc::new(build_gate(&loaded, ledger.clone(), Arc::new(SystemClock))?);
+        let options_of_gate = GateOptions {
+            resolution: resolution(&loaded.config.resolution),
+            ..GateOptions::default()
+        };
+        let gate = Arc::new(build_gate_over(
+            &loaded,
+            ledger.clone(),
+            Arc::new(SystemClock),
+            options_of_gate,
+            &mcp,
+        )?);
         // The leases this process takes belong to it: registered, they are taken over as
         // soon as it is gone rather than when they expire.
         tasks::register(ledger.as_ref(), &gate.options().instance)
@@ -133,7 +151,13 @@ impl Gateway {
             ledger_location,
             durability,
             gate,
+            mcp,
         })
+    }
+
+    /// The sessions of the config's MCP upstreams.
+    pub fn mcp_upstreams(&self) -> &McpUpstreams {
+        &self.mcp
     }
 
     /// The gate every interface calls through.
@@ -245,21 +269,28 @@ pub fn resolution(config: &ResolutionConfig) -> Resolution {
     }
 }
 
-/// [`build_gate`] with chosen gate options.
+/// [`build_gate`] with chosen gate options. Its tools' upstream is HTTP only: a config with
+/// MCP upstreams needs them started ([`build_gate_over`]).
 pub fn build_gate_with(
     loaded: &LoadedConfig,
     ledger: Arc<dyn Ledger>,
     clock: Arc<dyn Clock>,
     options: GateOptions,
 ) -> Result<Gate, Error> {
-    let upstream = HttpUpstream::new(loaded.config.upstreams.clone(), loaded.config.http_tools())
+    build_gate_over(loaded, ledger, clock, options, &McpUpstreams::default())
+}
+
+/// The gate over a config's tools: HTTP tools through the HTTP upstream, MCP tools through
+/// the sessions of `mcp` (started, and the config expanded, by [`McpUpstreams`]).
+pub fn build_gate_over(
+    loaded: &LoadedConfig,
+    ledger: Arc<dyn Ledger>,
+    clock: Arc<dyn Clock>,
+    options: GateOptions,
+    mcp: &McpUpstreams,
+) -> Result<Gate, Error> {
+    let http = HttpUpstream::new(loaded.config.upstreams.clone(), loaded.config.http_tools())
         .map_err(Error::Upstreams)?;
-    Gate::new(
-        loaded.tools.clone(),
-        ledger,
-        Arc::new(upstream),
-        clock,
-        options,
-    )
-    .map_err(Error::Tools)
+    let upstream = mcp.route(loaded, Arc::new(http));
+    Gate::new(loaded.tools.clone(), ledger, upstream, clock, options).map_err(Error::Tools)
 }

@@ -42,18 +42,22 @@ pub(crate) fn mcp_service(loaded: &LoadedConfig, gate: Arc<Gate>) -> McpService 
     McpService::new(gate, &hints(loaded), options(&loaded.config.gateway))
 }
 
-/// The MCP hints each tool's config sets (`destructive`, `open_world`).
+/// The MCP hints each tool's config sets (`destructive`, `open_world`), and for an imported
+/// tool its server's title and output schema.
 fn hints(loaded: &LoadedConfig) -> BTreeMap<String, ToolHints> {
     loaded
         .config
         .tools
         .iter()
         .map(|tool| {
+            let imported = tool.mcp.as_ref().and_then(|mcp| mcp.imported.as_ref());
             (
                 tool.name.clone(),
                 ToolHints {
                     destructive: tool.destructive,
                     open_world: tool.open_world,
+                    title: imported.and_then(|info| info.title.clone()),
+                    upstream_output_schema: imported.and_then(|info| info.output_schema.clone()),
                 },
             )
         })

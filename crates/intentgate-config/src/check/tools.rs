@@ -18,10 +18,13 @@ use intentgate_http::template::Template;
 use intentgate_http::{HttpTool, check_list_spec};
 use serde_json::Value;
 
+use super::mcp::{Forms, placeholders};
 use super::upstreams::without_references;
 use super::{Checker, names};
 use crate::HashKeySource;
-use crate::config::{IdempotencyKeyHeader, OwnerConfig, ToolConfig};
+use crate::config::{
+    IdempotencyKeyHeader, McpToolConfig, McpUpstreamConfig, OwnerConfig, ToolConfig,
+};
 use crate::env::{self, EnvError};
 use crate::file::{McpListing, ToolFile};
 use crate::limits::*;
@@ -38,8 +41,8 @@ struct Requests {
 }
 
 impl Checker<'_, '_> {
-    pub(super) fn tool_list(&mut self, tools: &[ToolFile]) {
-        if tools.is_empty() {
+    pub(super) fn tool_list(&mut self, tools: &[ToolFile], imports: bool) {
+        if tools.is_empty() && !imports {
             self.push(
                 &at!["tools"],
                 "the config has no tools",
@@ -64,6 +67,7 @@ impl Checker<'_, '_> {
         index: usize,
         mut tool: ToolFile,
         upstreams: &BTreeMap<String, UpstreamSpec>,
+        mcp_upstreams: &BTreeMap<String, McpUpstreamConfig>,
         owners: &BTreeMap<String, OwnerConfig>,
     ) -> Option<(ToolConfig, ToolDefinition)> {
         let label = format!("tool `{}`", tool.name);
@@ -77,16 +81,39 @@ impl Checker<'_, '_> {
         self.arguments_known =
             schema_valid && tool.input_schema.get("type").and_then(Value::as_str) == Some("object");
         let definition = self.definition(index, &label, &tool, &arguments, schema_valid);
+        let forms = self.forms(
+            index,
+            &label,
+            tool.effect,
+            tool.call.take(),
+            tool.lookup.take(),
+            upstreams,
+            mcp_upstreams,
+            &arguments,
+        );
+        let (call, lookup, mcp, mcp_external_id) = match forms {
+            Forms::None => (None, None, None, None),
+            Forms::Http { call, lookup } => (call, lookup, None, None),
+            Forms::Mcp(mcp, external_id) => (None, None, Some(mcp), external_id),
+        };
+        if let Some(mcp) = &mcp {
+            self.mcp_requests(index, &label, &tool, mcp, definition.as_ref());
+        }
         let requests = self.requests(
             index,
             &label,
             &tool,
+            call,
+            lookup,
             definition.as_ref(),
             upstreams,
             &arguments,
         );
         let mut definition = definition?;
         self.complete_definition(&mut definition, &tool, &requests, upstreams, &messages);
+        if let Some(mcp) = &mcp {
+            complete_mcp_definition(&mut definition, mcp, mcp_external_id, mcp_upstreams);
+        }
         let config = ToolConfig {
             name: tool.name,
             description: tool.description,
@@ -106,6 +133,7 @@ impl Checker<'_, '_> {
             open_world: tool.open_world,
             messages,
             call: requests.call,
+            mcp,
             lookup: requests.lookup,
             list: requests.list,
             alerts,
@@ -340,18 +368,22 @@ impl Checker<'_, '_> {
     /// The tool's requests, checked field by field (`requests.rs`), where its sensitive
     /// arguments may not go, and then whole by the HTTP crate's own checks: a backstop for
     /// anything the field-by-field checks don't cover (they report at the field).
+    #[allow(clippy::too_many_arguments)]
     fn requests(
         &mut self,
         index: usize,
         label: &str,
         tool: &ToolFile,
+        call: Option<CallSpec>,
+        lookup: Option<LookupSpec>,
         definition: Option<&ToolDefinition>,
         upstreams: &BTreeMap<String, UpstreamSpec>,
         arguments: &[String],
     ) -> Requests {
         // A client tool has none (dropped by `executor`); a gateway tool without a call is
-        // reported there, and its lookup and list can't be checked without it.
-        let Some(tool_call) = &tool.call else {
+        // reported there, and its lookup and list can't be checked without it. An MCP
+        // tool's requests are checked by `mcp_requests`.
+        let Some(tool_call) = &call else {
             return Requests {
                 call: None,
                 lookup: None,
@@ -366,7 +398,7 @@ impl Checker<'_, '_> {
                 headers: without_references(&tool_call.headers),
                 ..tool_call.clone()
             },
-            lookup: tool.lookup.as_ref().map(|lookup| LookupSpec {
+            lookup: lookup.as_ref().map(|lookup| LookupSpec {
                 headers: without_references(&lookup.headers),
                 ..lookup.clone()
             }),
@@ -384,15 +416,12 @@ impl Checker<'_, '_> {
                 index,
                 label,
                 &definition.sensitive,
-                tool.lookup.as_ref(),
+                lookup.as_ref(),
                 tool.list.as_ref(),
             );
         }
         let call = self.call(index, label, tool_call.clone(), upstreams, arguments);
-        let lookup = tool
-            .lookup
-            .clone()
-            .map(|lookup| self.lookup(index, label, lookup, upstreams, arguments));
+        let lookup = lookup.map(|lookup| self.lookup(index, label, lookup, upstreams, arguments));
         let list = tool.list.clone().map(|list| {
             let mut list = self.list(index, label, list, upstreams);
             let sensitive = definition.map(|definition| definition.sensitive.as_slice());
@@ -449,7 +478,9 @@ impl Checker<'_, '_> {
                 requests
                     .call
                     .as_ref()
-                    .and_then(|call| upstreams.get(&call.upstream)),
+                    .and_then(|call| upstreams.get(&call.upstream))
+                    .filter(|upstream| upstream.honours_idempotency_keys)
+                    .map(|upstream| upstream.key_window_hours),
                 requests.call_uses_intent_id,
             ),
             Executor::Client => tool.key_window_hours.and_then(window_less_margin),
@@ -799,12 +830,14 @@ impl Checker<'_, '_> {
 /// tool with sensitive arguments, whose request the sweeper would have to build from their
 /// hashes. Nothing is refused here: a tool without a window only never has its unknown
 /// intents re-sent.
+/// The window in which an unknown intent may be re-sent with the same key:
+/// `key_window_hours` is the upstream's, when it honours idempotency keys.
 pub(super) fn resend_window(
     definition: &ToolDefinition,
-    upstream: Option<&UpstreamSpec>,
+    key_window_hours: Option<u32>,
     call_uses_intent_id: bool,
 ) -> Option<Duration> {
-    let upstream = upstream.filter(|upstream| upstream.honours_idempotency_keys)?;
+    let key_window_hours = key_window_hours?;
     let key_has_intent_id = definition
         .key
         .as_ref()
@@ -815,7 +848,7 @@ pub(super) fn resend_window(
     {
         return None;
     }
-    window_less_margin(upstream.key_window_hours)
+    window_less_margin(key_window_hours)
 }
 
 /// A provider key window of `hours`, less [`RESEND_WINDOW_MARGIN`]; None when nothing is
@@ -890,4 +923,92 @@ pub(super) fn pointer_path(prefix: &[String], pointer: &str) -> Vec<String> {
             .map(|segment| segment.replace("~1", "/").replace("~0", "~")),
     );
     path
+}
+
+impl Checker<'_, '_> {
+    /// What only an MCP tool's requests can get wrong beyond their fields (`mcp.rs`): a
+    /// `list`, which reconciliation reads as HTTP pages, and a lookup that would carry a
+    /// sensitive argument. The sweeper looks up from what the ledger keeps, where such a
+    /// value is only a hash.
+    fn mcp_requests(
+        &mut self,
+        index: usize,
+        label: &str,
+        tool: &ToolFile,
+        mcp: &McpToolConfig,
+        definition: Option<&ToolDefinition>,
+    ) {
+        if tool.list.is_some() {
+            self.push(
+                &at!["tools", index, "list"],
+                format!(
+                    "{label} calls MCP upstream `{}`, and reconciliation lists a provider's records over HTTP only",
+                    mcp.upstream
+                ),
+                "remove `list:`; the tool's intents are still checked by its lookup",
+            );
+        }
+        let (Some(definition), Some(lookup)) = (definition, &mcp.tool.lookup) else {
+            return;
+        };
+        if definition.sensitive.is_empty() {
+            return;
+        }
+        let mut used = Vec::new();
+        match &lookup.call.arguments {
+            Some(template) => placeholders(template, &mut |name| used.push(name.to_owned())),
+            None => used.extend(definition.sensitive.iter().map(ToString::to_string)),
+        }
+        let sensitive = used.iter().find_map(|name| {
+            let path: Vec<String> = name.split('.').map(str::to_owned).collect();
+            definition
+                .sensitive
+                .iter()
+                .find(|argument| argument.overlaps(&path))
+                .map(ToString::to_string)
+        });
+        if let Some(argument) = sensitive {
+            let (path, fix) = match &lookup.call.arguments {
+                Some(_) => (
+                    at!["tools", index, "lookup", "arguments"].to_vec(),
+                    "look the effect up by arguments that are not sensitive (an order id)",
+                ),
+                None => (
+                    at!["tools", index, "lookup"].to_vec(),
+                    "give the lookup `arguments:` without the sensitive argument (it sends all the tool's arguments otherwise)",
+                ),
+            };
+            self.push(
+                &path,
+                format!(
+                    "{label}: the lookup would send sensitive argument `{argument}`, which the ledger keeps only as a hash"
+                ),
+                fix,
+            );
+        }
+    }
+}
+
+/// What an MCP call adds to the engine's definition: the resend window of its upstream
+/// (when the server's tools replay per key) and the result's external-id pointer.
+fn complete_mcp_definition(
+    definition: &mut ToolDefinition,
+    mcp: &McpToolConfig,
+    external_id: Option<String>,
+    mcp_upstreams: &BTreeMap<String, McpUpstreamConfig>,
+) {
+    let upstream = mcp_upstreams.get(&mcp.upstream);
+    let uses_intent_id = mcp
+        .tool
+        .call
+        .arguments
+        .as_ref()
+        .is_some_and(|template| template.to_string().contains("{intent_id}"));
+    let key_window_hours = upstream
+        .filter(|upstream| upstream.honours_idempotency_keys)
+        .map(|upstream| upstream.key_window_hours);
+    definition.resend_window = resend_window(definition, key_window_hours, uses_intent_id);
+    if let Some(pointer) = external_id {
+        definition.external_id_pointer = pointer;
+    }
 }
