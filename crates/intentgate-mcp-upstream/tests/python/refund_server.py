@@ -18,8 +18,8 @@ call behaves:
 The first two are answers, given every time. The others are faults: with REFUND_FAULTS_PER_ORDER
 set, each fires at most that many times per order id and the call then behaves as a plain one
 (the counts, by fault and order, are kept in `faults.json` beside the state, so they outlive a
-restart too); while a file `calm` exists beside the state, none fires. Without
-REFUND_FAULTS_PER_ORDER they fire every time (`die-` once per key, as it only dies on a new record).
+restart too). Without REFUND_FAULTS_PER_ORDER they fire every time (`die-` once per key, as it
+only dies on a new record).
 
 Each start writes its process id to a file `pid` beside the state and counts itself in a file
 `starts`. With REFUND_HTTP_PORT set, the server speaks Streamable HTTP at
@@ -43,7 +43,6 @@ from mcp.types import ToolAnnotations
 
 STATE = pathlib.Path(os.environ["REFUND_STATE"])
 FAULTS = STATE.with_name("faults.json")
-CALM = STATE.with_name("calm")
 # How long a `slow-` answer takes: past the timeouts the tests configure.
 SLOW_SECONDS = 3
 
@@ -56,11 +55,16 @@ def read_json(path: pathlib.Path) -> dict[str, Any]:
     return {}
 
 
-def write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
-    # Written aside and renamed, so a process killed mid-write leaves the old file whole.
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(value))
+def write_text(path: pathlib.Path, text: str) -> None:
+    # Written aside and renamed, so a process killed mid-write leaves the old file whole and
+    # a reader never sees half of it.
+    partial = path.with_name(f"{path.name}.partial")
+    partial.write_text(text)
     os.replace(partial, path)
+
+
+def write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
+    write_text(path, json.dumps(value))
 
 
 def load() -> dict[str, Any]:
@@ -78,8 +82,6 @@ def fault(kind: str, order_id: str) -> bool:
     limit = os.environ.get("REFUND_FAULTS_PER_ORDER")
     if limit is None:
         return True
-    if CALM.exists():
-        return False
     counts = read_json(FAULTS)
     name = f"{kind}:{order_id}"
     if counts.get(name, 0) >= int(limit):
@@ -166,10 +168,10 @@ async def request_header(name: str, ctx: Context) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    STATE.with_name("pid").write_text(str(os.getpid()))
+    write_text(STATE.with_name("pid"), str(os.getpid()))
     starts = STATE.with_name("starts")
     count = int(starts.read_text()) + 1 if starts.exists() else 1
-    starts.write_text(str(count))
+    write_text(starts, str(count))
     starts_max = os.environ.get("REFUND_STARTS_MAX")
     if starts_max is not None and count > int(starts_max):
         print(f"start {count} refused \x07", file=sys.stderr, flush=True)

@@ -5,7 +5,7 @@ rate limits (an `isError` result that says "not processed"), a reply lost after 
 slow reply past the timeout, the process dying after the effect or before it, the process
 killed from outside mid-call, and refusals. Every call is repeated by the four layers of an
 agent: the model repeats it, the agent framework retries it, the HTTP client retries it, and
-the user asks again. The server counts its own effects; once its faults stop, every intent
+the user asks again. The server counts its own effects; once the storm is over, every intent
 must settle, with exactly one effect per refund that was made and none for the refused.
 """
 
@@ -31,7 +31,7 @@ from support import PROCESS_WAIT_SECONDS, REPOSITORY, Process, outcome_of
 REFUND_SERVER = REPOSITORY / "crates" / "intentgate-mcp-upstream" / "tests" / "python" / "refund_server.py"
 
 # The orders of the storm by the server's behaviour (the prefix of the order id; see
-# refund_server.py): plain ones, one per transient fault, and two answers that never change.
+# refund_server.py): plain ones, one per transient fault, and a refusal that never changes.
 KINDS = {
     "plain": 2,
     "ratelimit": 2,
@@ -40,7 +40,6 @@ KINDS = {
     "die": 1,
     "crash": 1,
     "refuse": 1,
-    "invalid": 1,
 }
 # The transient faults, each firing at most this many times per order (so the storm
 # converges); every one of them must have fired during the storm.
@@ -53,23 +52,25 @@ MODEL_REPEATS, MODEL_PAUSE_SECONDS = 3, 0.15
 FRAMEWORK_RETRIES, FRAMEWORK_PAUSE_SECONDS = 2, 0.5
 HTTP_RETRIES, HTTP_PAUSE_SECONDS = 3, 0.05
 # The user asks twice during the storm (a new conversation each time), then again after the
-# faults stop until every intent is settled.
+# storm until every intent is settled.
 USER_ASKS = 2
 CALLS_PER_INTENT = USER_ASKS * MODEL_REPEATS * FRAMEWORK_RETRIES * HTTP_RETRIES
 # The server is killed from outside this many times during the storm, this far apart.
 KILLS = 2
 KILL_PAUSE_SECONDS = 1.5
-# How often the killer looks for a running server while it is being started again.
+# How often, and how long at most, the killer looks for a running server while it is being
+# started again (a Python server takes seconds to start on a loaded machine).
 KILL_POLL_SECONDS = 0.1
+KILL_WAIT_SECONDS = 60
 # The refund tool's timeout: past it a call is ambiguous and goes to the lookup. The slow
 # reply (3 s) and the lost one are past it.
 TOOL_TIMEOUT_MS = 1000
 # Statuses a call may get during the storm; `rejected` only for a refused order.
 STORM_STATUSES = {"done", "already_done", "pending_unknown", "not_executed", "rejected"}
 # How each kind of order must end, once settled.
-FINAL = {"refuse": {"rejected"}, "invalid": {"not_executed"}}
+FINAL = {"refuse": {"rejected"}}
 MADE = {"done", "already_done"}
-# Liveness: every intent settles within this long after the faults stop, the user asking
+# Liveness: every intent settles within this long after the storm, the user asking
 # again every FOLLOW_UP_PAUSE_SECONDS while it is pending.
 SETTLE_SECONDS_MAX = 60
 FOLLOW_UP_PAUSE_SECONDS = 1.0
@@ -158,19 +159,15 @@ class RefundServer:
 
     def kill(self) -> bool:
         """SIGKILL to the running server, whatever call it is in; false if none runs."""
-        pid = int((self.folder / "pid").read_text())
         try:
+            pid = int((self.folder / "pid").read_text())
             command = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
+        except (OSError, ValueError):
             return False
         if REFUND_SERVER.name.encode() not in command:
             return False
         os.kill(pid, signal.SIGKILL)
         return True
-
-    def calm(self) -> None:
-        """No fault fires from now on."""
-        (self.folder / "calm").touch()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -283,7 +280,7 @@ async def kill_repeatedly(server: RefundServer) -> int:
     kills = 0
     for _ in range(KILLS):
         await anyio.sleep(KILL_PAUSE_SECONDS)
-        for _ in range(int(PROCESS_WAIT_SECONDS / KILL_POLL_SECONDS)):
+        for _ in range(int(KILL_WAIT_SECONDS / KILL_POLL_SECONDS)):
             if server.kill():
                 kills += 1
                 break
@@ -294,19 +291,22 @@ async def kill_repeatedly(server: RefundServer) -> int:
 async def settle(url: str, orders: list[str], told: dict[str, collections.Counter]) -> dict[str, dict]:
     """The user asks again about every order until its answer is final; the final outcomes."""
     final: dict[str, dict] = {}
+    last: dict[str, str] = {}
+    pending = list(orders)
     async with Client(url) as client:
-        with anyio.fail_after(SETTLE_SECONDS_MAX):
-            pending = list(orders)
+        with anyio.move_on_after(SETTLE_SECONDS_MAX):
             while pending:
                 for order in list(pending):
                     outcome = outcome_of(await client.call_tool("refund_order", refund(order)))
                     told[order][outcome["status"]] += 1
-                    expected = FINAL.get(kind_of(order), MADE)
-                    if outcome["status"] in expected:
+                    last[order] = outcome["status"]
+                    if outcome["status"] in FINAL.get(kind_of(order), MADE):
                         final[order] = outcome
                         pending.remove(order)
                 if pending:
                     await anyio.sleep(FOLLOW_UP_PAUSE_SECONDS)
+    unsettled = {order: last.get(order) for order in pending}
+    assert unsettled == {}, f"not settled {SETTLE_SECONDS_MAX} s after the storm: {unsettled}"
     return final
 
 
@@ -321,6 +321,7 @@ async def test_the_retry_storm_against_a_faulty_mcp_server_makes_one_refund_per_
         nonlocal kills
         kills = await kill_repeatedly(upstream)
 
+    began = time.monotonic()
     with anyio.fail_after(STORM_SECONDS_MAX):
         async with anyio.create_task_group() as group:
             group.start_soon(killer)
@@ -328,13 +329,18 @@ async def test_the_retry_storm_against_a_faulty_mcp_server_makes_one_refund_per_
                 await ask(url, orders, told)
     storm_calls = sum(sum(counter.values()) for counter in told.values())
     assert storm_calls == len(orders) * CALLS_PER_INTENT, told
-    # The faults were met: each transient one fired, and the server restarted.
+    assert kills == KILLS, kills
+
+    # The storm is over and nobody kills the server any more. A fault that has not fired its
+    # bounded number of times yet may still fire while the intents settle.
+    stormed = time.monotonic()
+    final = await settle(url, orders, told)
+    settled = time.monotonic()
+    # The faults were met: each one fired (every faulty order reached the server before it
+    # was done), and the server was started again.
     fired = upstream.faults_fired()
     assert all(fired[fault] >= 1 for fault in TRANSIENT), fired
-    assert kills == KILLS and upstream.starts() > 1, (kills, upstream.starts())
-
-    upstream.calm()
-    final = await settle(url, orders, told)
+    assert upstream.starts() > 1 + KILLS, upstream.starts()
 
     made = upstream.effects_by_order()
     statuses = collections.Counter()
@@ -343,14 +349,13 @@ async def test_the_retry_storm_against_a_faulty_mcp_server_makes_one_refund_per_
         statuses.update(told[order])
         assert set(told[order]) <= STORM_STATUSES, (order, told[order])
         has_effect = made[order] > 0
-        # Told refused while the refund was made (or the server never refused it); told made
-        # while it was not; told not executed at the end while it was made.
+        # Told refused while the refund was made (or the server never refused it), or told
+        # made while it was not. (`not_executed` during the storm is true of its attempt: a
+        # later call may make the refund.)
         if told[order]["rejected"] and (has_effect or kind_of(order) != "refuse"):
             misreported.append((order, "rejected", made[order]))
         if (told[order]["done"] or told[order]["already_done"]) and not has_effect:
             misreported.append((order, "done", made[order]))
-        if final[order]["status"] == "not_executed" and has_effect:
-            misreported.append((order, "not_executed", made[order]))
     duplicates = {order: count for order, count in made.items() if count > 1}
     assert duplicates == {}, duplicates
     assert misreported == [], misreported
@@ -368,6 +373,7 @@ async def test_the_retry_storm_against_a_faulty_mcp_server_makes_one_refund_per_
     print(
         f"mcp upstream over {'http' if upstream.url else 'stdio'}: {len(orders)} intents, {calls} calls "
         f"({storm_calls} in the storm), effects per made intent {per_intent}, duplicates 0, misreported 0, "
-        f"refused/not executed with 0 effects {sum(1 for order in orders if kind_of(order) in FINAL)}, "
-        f"statuses {dict(statuses)}, faults fired {dict(fired)}, kills {kills}, server starts {upstream.starts()}"
+        f"refused with 0 effects {sum(1 for order in orders if kind_of(order) in FINAL)}, "
+        f"statuses {dict(statuses)}, faults fired {dict(fired)}, kills {kills}, server starts {upstream.starts()}, "
+        f"storm {stormed - began:.1f} s, settled {settled - stormed:.1f} s after it"
     )
