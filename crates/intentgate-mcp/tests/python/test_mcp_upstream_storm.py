@@ -42,7 +42,7 @@ KINDS = {
     "refuse": 1,
 }
 # The transient faults, each firing at most this many times per order (so the storm
-# converges); every one of them must have fired during the storm.
+# converges); every one of them must have fired by the time the intents settle.
 TRANSIENT = ["ratelimit", "slow", "lost", "die", "crash"]
 FAULTS_PER_ORDER = 2
 # How many copies of one request each layer makes, and how long after its first copy each
