@@ -12,6 +12,7 @@ use intentgate_ledger::Durability;
 use crate::bench::gateway::{CALLS_DEFAULT, CALLS_MAX};
 use crate::bench::intents::{ROUNDS_DEFAULT, ROUNDS_MAX};
 use crate::bench::ledger::{INTENTS_DEFAULT, INTENTS_MAX, SEQUENTIAL_INTENTS_MAX};
+use crate::bench::mcp::{ROUNDS_DEFAULT as MCP_ROUNDS_DEFAULT, ROUNDS_MAX as MCP_ROUNDS_MAX};
 use crate::bench::reconcile::{
     INTENTS_DEFAULT as RECONCILE_INTENTS_DEFAULT, INTENTS_MAX as RECONCILE_INTENTS_MAX,
     INTENTS_MIN as RECONCILE_INTENTS_MIN,
@@ -813,6 +814,59 @@ grant was `execute`, every settle `done`, that the ledger holds one done intent 
 made and that nothing was sent upstream. The temporary folder is removed afterwards."
     )]
     Intents(IntentsBenchArgs),
+    /// Measure a side-effecting tool of an MCP server called through the gate (in process,
+    /// over HTTP and over the gateway's MCP) against the same call made to the server directly.
+    #[command(
+        long_about = "Measure what the gateway adds to a call of an MCP server's tool.
+
+Starts an MCP server with a `refund` tool (the official Rust SDK's server, Streamable HTTP on \
+a loopback port, in this process), a fresh SQLite ledger in a temporary folder inside --dir, a \
+gate whose side-effecting tool refund_order is performed on that server through the MCP \
+upstream, and the real gateway HTTP server, which serves MCP at /mcp too. Each round then \
+makes one new refund per series, the series taking turns to go first so that all of them see \
+the same machine:
+
+  1. direct: the SDK's client calls `refund` on the server, with a new idempotency key in \
+_meta: the baseline;
+  2. gate: Gate::call in process, over the MCP upstream;
+  3. HTTP: POST /v1/tools/refund_order/call to the gateway over one keep-alive connection;
+  4. MCP: the SDK's client calls refund_order on the gateway's /mcp.
+
+Reports each series' p50 and p99, what each adds over the direct call at both, and the ratio \
+of its p50 to the direct call's. It checks that every call through the gateway was `done`, that \
+the server made exactly one refund per call and never replayed a key, and that the ledger holds \
+one done intent per call through the gateway. The servers are shut down and the temporary \
+folder removed afterwards."
+    )]
+    Mcp(McpBenchArgs),
+}
+
+/// `intentgate bench mcp`.
+#[derive(Debug, Args)]
+pub struct McpBenchArgs {
+    /// The folder the ledger goes in (in a temporary folder inside it). Pick a folder on the
+    /// disk that will hold the real ledger: under strict durability its fsyncs are measured.
+    #[arg(long, env = "INTENTGATE_BENCH_DIR", default_value = ".")]
+    pub dir: PathBuf,
+
+    #[arg(
+        long,
+        default_value_t = MCP_ROUNDS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MCP_ROUNDS_MAX)),
+        help = format!(
+            "Measured rounds (1 to {MCP_ROUNDS_MAX}), each making one new refund per series"
+        )
+    )]
+    pub rounds: u32,
+
+    /// What a ledger write promises before the upstream call: `strict` fsyncs it (survives a
+    /// power loss), `relaxed` does not (survives a crash of the process).
+    #[arg(long, env = "INTENTGATE_DURABILITY", value_enum, default_value_t = DurabilityArgument::Strict)]
+    pub durability: DurabilityArgument,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `intentgate bench intents`.

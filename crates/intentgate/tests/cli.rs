@@ -181,6 +181,81 @@ fn bench_gateway_prints_positive_figures_as_json_and_cleans_up() {
     );
 }
 
+#[test]
+fn bench_mcp_help_documents_every_flag() {
+    let output = run(intentgate().args(["bench", "mcp", "--help"]));
+    assert!(output.status.success(), "{output:?}");
+    let stdout = text(&output.stdout);
+    for flag in [
+        "--rounds",
+        "--json",
+        "--durability",
+        "--dir",
+        "strict",
+        "relaxed",
+        "/v1/tools/refund_order/call",
+        "/mcp",
+    ] {
+        assert!(stdout.contains(flag), "`{flag}` is not in:\n{stdout}");
+    }
+}
+
+#[test]
+fn bench_mcp_prints_positive_figures_as_json_and_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(intentgate()
+        .args(["bench", "mcp", "--rounds", "20", "--json", "--dir"])
+        .arg(dir.path()));
+    assert!(output.status.success(), "{output:?}");
+    let stdout = text(&output.stdout);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|error| {
+        panic!("stdout is not one JSON object ({error}):\n{stdout}");
+    });
+    // Each series' latencies and ratios are positive; what a series adds over the direct
+    // call may be negative on a noisy machine, but is there.
+    for series in ["direct", "gate", "http", "mcp"] {
+        for percentile in ["p50", "p99"] {
+            let field = format!("{series}_{percentile}_us");
+            assert!(
+                report[&field].as_f64().is_some_and(|value| value > 0.0),
+                "{field} is not a positive number: {report}"
+            );
+        }
+    }
+    for field in [
+        "ratio_gate_to_direct_p50",
+        "ratio_http_to_direct_p50",
+        "ratio_mcp_to_direct_p50",
+    ] {
+        assert!(
+            report[field].as_f64().is_some_and(|value| value > 0.0),
+            "{field} is not a positive number: {report}"
+        );
+    }
+    for field in [
+        "added_by_gate_p50_us",
+        "added_by_gate_p99_us",
+        "added_over_http_p50_us",
+        "added_over_http_p99_us",
+        "added_over_mcp_p50_us",
+        "added_over_mcp_p99_us",
+    ] {
+        assert!(report[field].is_number(), "{field} is missing: {report}");
+    }
+    assert_eq!(report["durability"], "strict", "{report}");
+    assert_eq!(report["rounds"], 20, "{report}");
+    // One refund at the server per call of each of the four series, and one done intent per
+    // call through the gateway, warm-up included: none lost, none doubled.
+    let warm_up = report["warm_up_rounds"].as_u64().unwrap();
+    assert_eq!(report["refunds"], 4 * (20 + warm_up), "{report}");
+    assert_eq!(report["intents_done"], 3 * (20 + warm_up), "{report}");
+    let remaining: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(
+        remaining.is_empty(),
+        "the temporary folder was left behind: {remaining:?}"
+    );
+}
+
 /// A ledger file created before it was made private stays readable by others until its
 /// operator changes it: every command that opens it says so, with the command that fixes it.
 #[cfg(unix)]

@@ -219,15 +219,25 @@ impl GatewayServer {
     /// Serves `gate` the way `intentgate serve` does (default server options, no
     /// credentials), on a free loopback port.
     pub(super) async fn serve(gate: Arc<intentgate_gate::Gate>) -> anyhow::Result<GatewayServer> {
+        GatewayServer::serve_with(gate, None).await
+    }
+
+    /// [`GatewayServer::serve`] with `extra` routes beside the HTTP API, as `intentgate
+    /// serve` mounts MCP at `/mcp`.
+    pub(super) async fn serve_with(
+        gate: Arc<intentgate_gate::Gate>,
+        extra: Option<axum::Router>,
+    ) -> anyhow::Result<GatewayServer> {
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .await
             .context("can't listen on a loopback port for the gateway")?;
         let url = format!("http://{}", listener.local_addr()?);
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(intentgate_server::run(
+        let task = tokio::spawn(intentgate_server::run_with(
             listener,
             gate,
             ServerOptions::default(),
+            extra,
             async move {
                 let _ = stopped.await;
             },

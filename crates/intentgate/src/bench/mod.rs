@@ -6,6 +6,7 @@
 pub mod gateway;
 pub mod intents;
 pub mod ledger;
+pub mod mcp;
 pub mod reconcile;
 
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ pub async fn run(arguments: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Gateway(arguments) => gateway::run(arguments).await,
         BenchCommand::Reconcile(arguments) => reconcile::run(arguments).await,
         BenchCommand::Intents(arguments) => intents::run(arguments).await,
+        BenchCommand::Mcp(arguments) => mcp::run(arguments).await,
     }
 }
 
