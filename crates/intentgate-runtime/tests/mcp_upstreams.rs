@@ -91,18 +91,15 @@ async fn open(path: &Path, folder: &Path) -> Result<Gateway, Error> {
 async fn an_unclassified_tool_of_an_import_stops_the_start_naming_each_with_a_fix() {
     let Some(python) = python() else { return };
     let folder = tempfile::tempdir().unwrap();
-    let path = config(
-        folder.path(),
-        &python,
-        "  - upstream: refunds\n    effects: {find_refund: read}\n",
-    );
+    let path = config(folder.path(), &python, "  - upstream: refunds\n");
     let error = match open(&path, folder.path()).await {
         Ok(_) => panic!("a config with unclassified tools must not start"),
         Err(error) => error.to_string(),
     };
-    // `refund` is called by `refund_order`, `find_refund` is classified; the server's
-    // other two tools are neither, and each is named with the lines that would fix it.
-    for tool in ["refund_meta", "request_header"] {
+    // `refund` is called by `refund_order`; `find_refund` and `request_header` are marked
+    // readOnlyHint by the server; `refund_meta` is none of these, and is named with the
+    // lines that would fix it.
+    for tool in ["refund_meta"] {
         assert!(
             error.contains(&format!("does not mark tool `{tool}` read-only")),
             "{error}"
@@ -113,15 +110,16 @@ async fn an_unclassified_tool_of_an_import_stops_the_start_naming_each_with_a_fi
             "{error}"
         );
     }
-    assert!(!error.contains("tool `refund` read-only"), "{error}");
-    assert!(!error.contains("tool `find_refund` read-only"), "{error}");
+    for classified in ["`refund`", "`find_refund`", "`request_header`"] {
+        assert!(!error.contains(classified), "{error}");
+    }
 
     // A classification of a tool the server does not list is refused too (a typo would
     // otherwise leave the real tool unclassified).
     let path = config(
         folder.path(),
         &python,
-        "  - upstream: refunds\n    effects: {find_refunds: read, request_header: read}\n    exclude: [refund_meta, find_refund]\n",
+        "  - upstream: refunds\n    effects: {find_refunds: read}\n    exclude: [refund_meta]\n",
     );
     let error = open(&path, folder.path()).await.err().unwrap().to_string();
     assert!(
@@ -137,7 +135,7 @@ async fn imported_tools_and_an_mcp_side_effect_are_served_over_http() {
     let path = config(
         folder.path(),
         &python,
-        "  - upstream: refunds\n    prefix: refunds_\n    effects: {find_refund: read, request_header: read}\n    exclude: [refund_meta]\n",
+        "  - upstream: refunds\n    prefix: refunds_\n    exclude: [refund_meta]\n",
     );
     let gateway = open(&path, folder.path()).await.unwrap();
     let mut names: Vec<String> = gateway
@@ -155,7 +153,8 @@ async fn imported_tools_and_an_mcp_side_effect_are_served_over_http() {
             "refunds_request_header"
         ]
     );
-    // The imported tool keeps the server's description and input schema.
+    // The imported tool, a read because the server marks it readOnlyHint, keeps the
+    // server's description and input schema.
     let find = gateway.gate().tool("refunds_find_refund").unwrap();
     assert_eq!(find.description, "The refund of an order, or null.");
     assert_eq!(find.input_schema["required"], json!(["order_id"]));
