@@ -10,6 +10,7 @@ use intentgate_core::limits::EXTERNAL_ID_LENGTH_MAX;
 use intentgate_gate::{LookupOutcome, Upstream, UpstreamCall};
 use rmcp::ServiceError;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ErrorCode};
+use rmcp::transport::streamable_http_client::StreamableHttpError;
 use serde_json::{Map, Value, json};
 
 use crate::connection::{McpConnection, State};
@@ -208,6 +209,12 @@ pub fn observation_of_result(spec: &McpToolCall, result: &CallToolResult) -> Ups
 
 /// The observation of a call that ended in an rmcp error.
 fn observation_of_error(error: ServiceError) -> UpstreamObservation {
+    if never_connected(&error) {
+        // A Streamable HTTP server that is not listening: the request never left.
+        return UpstreamObservation::NotSent {
+            reason: error.to_string(),
+        };
+    }
     match error {
         ServiceError::McpError(error)
             if error.code == ErrorCode::METHOD_NOT_FOUND
@@ -237,6 +244,24 @@ fn observation_of_error(error: ServiceError) -> UpstreamObservation {
             reason: other.to_string(),
         },
     }
+}
+
+/// True when the error says the HTTP connection could not be made (refused, unreachable),
+/// so that nothing was sent. Any other transport error may come after the request left.
+fn never_connected(error: &ServiceError) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = current {
+        if let Some(StreamableHttpError::Client(client)) =
+            error.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            return client.is_connect();
+        }
+        if let Some(client) = error.downcast_ref::<reqwest::Error>() {
+            return client.is_connect();
+        }
+        current = error.source();
+    }
+    false
 }
 
 fn error_body(kind: &str, message: &str) -> Value {

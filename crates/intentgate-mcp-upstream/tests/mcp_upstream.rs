@@ -436,7 +436,7 @@ async fn a_streamable_http_server_is_called_with_the_configured_headers() {
         .unwrap()
         .port();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/refund_server.py");
-    let _process = tokio::process::Command::new(python)
+    let mut process = tokio::process::Command::new(python)
         .arg(script)
         .env("REFUND_STATE", state.path().join("effects.json"))
         .env("REFUND_HTTP_PORT", port.to_string())
@@ -506,6 +506,19 @@ async fn a_streamable_http_server_is_called_with_the_configured_headers() {
         .execute(UpstreamCall::without_intent(&read, &arguments))
         .await;
     assert_eq!(body_of(&seen)["value"], "t0ken", "{seen:?}");
+
+    // The server is gone and nothing listens on its port: a call can't be sent at all, so
+    // it is not processed (retried, then not executed), never ambiguous.
+    process.kill().await.unwrap();
+    let observation = execute(&server, "8831", "k_http_down").await;
+    assert!(
+        matches!(observation, UpstreamObservation::NotSent { .. }),
+        "{observation:?}"
+    );
+    assert!(
+        matches!(classify(&observation), OutcomeClass::NotProcessed { .. }),
+        "{observation:?}"
+    );
 }
 
 #[tokio::test]
