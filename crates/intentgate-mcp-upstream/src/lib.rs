@@ -30,7 +30,7 @@
 //! | any other JSON-RPC error                                   | `Response` 502                | ambiguous        |
 //! | no answer within the timeout                               | `Timeout`                     | ambiguous        |
 //! | the session or process ended with the call in flight       | `Dropped`                     | ambiguous        |
-//! | the server is down (restarting) when the call is made      | `NotSent`                     | not processed    |
+//! | the server is down (restarting; nothing listens at its URL) | `NotSent`                     | not processed    |
 //!
 //! The error bodies are `{"error": {"type", "message"}}` (plus `code` for JSON-RPC errors);
 //! `type` tells the two 429s apart (`not_processed`, `not_accepted`). A call the server did not
