@@ -4,7 +4,7 @@
 //! they fail.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,30 +14,12 @@ use intentgate_gate::{LookupOutcome, SystemClock, Upstream, UpstreamCall};
 use intentgate_mcp_upstream::{
     McpConnection, McpLookup, McpServer, McpTool, McpToolCall, McpTransport, McpUpstream,
 };
+use intentgate_test_support::mcp_python;
 use intentgate_test_support::{CapturedLog, TempLedger};
 use intentgate_test_support::{
     call, default_gate, get_order_tool, refund, refund_schema, refund_tool, refund_tool_with,
 };
 use serde_json::{Value, json};
-
-/// The venv's Python, or `None` (the test is skipped) when the venv is missing outside CI.
-fn python() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let python = root.join("target/mcp-python-venv/bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    let why = format!(
-        "{} is missing: make it as .ci/run does (python3 -m venv target/mcp-python-venv; \
-         target/mcp-python-venv/bin/pip install -r crates/intentgate-mcp/tests/python/requirements.txt)",
-        python.display()
-    );
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}");
-    }
-    eprintln!("skipped: {why}");
-    None
-}
 
 /// A started refund server with its effects file.
 struct Server {
@@ -83,7 +65,7 @@ async fn start(call: McpToolCall, timeout: Duration) -> Option<Server> {
 
 /// [`start`] with `env` added to the server's environment.
 async fn start_with(call: McpToolCall, timeout: Duration, env: &[(&str, &str)]) -> Option<Server> {
-    let python = python()?;
+    let python = mcp_python()?;
     let state = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/refund_server.py");
     let server = McpServer {
@@ -426,7 +408,7 @@ async fn calls_while_the_server_is_down_are_not_sent_and_its_stderr_is_logged() 
 
 #[tokio::test]
 async fn a_streamable_http_server_is_called_with_the_configured_headers() {
-    let Some(python) = python() else {
+    let Some(python) = mcp_python() else {
         return;
     };
     let state = tempfile::tempdir().unwrap();

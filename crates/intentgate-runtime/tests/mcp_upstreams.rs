@@ -8,26 +8,8 @@ use std::path::{Path, PathBuf};
 
 use intentgate_config::HashKeySource;
 use intentgate_runtime::{Error, Gateway, Options};
+use intentgate_test_support::mcp_python;
 use serde_json::{Value, json};
-
-/// The venv's Python, or `None` (skipped) when it is missing outside CI.
-fn python() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let python = root.join("target/mcp-python-venv/bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    let why = format!(
-        "{} is missing: make it as .ci/run does (python3 -m venv target/mcp-python-venv; \
-         target/mcp-python-venv/bin/pip install -r crates/intentgate-mcp/tests/python/requirements.txt)",
-        python.display()
-    );
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}");
-    }
-    eprintln!("skipped: {why}");
-    None
-}
 
 fn server_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -89,7 +71,7 @@ async fn open(path: &Path, folder: &Path) -> Result<Gateway, Error> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unclassified_tool_of_an_import_stops_the_start_naming_each_with_a_fix() {
-    let Some(python) = python() else { return };
+    let Some(python) = mcp_python() else { return };
     let folder = tempfile::tempdir().unwrap();
     let path = config(folder.path(), &python, "  - upstream: refunds\n");
     let error = match open(&path, folder.path()).await {
@@ -129,7 +111,7 @@ async fn an_unclassified_tool_of_an_import_stops_the_start_naming_each_with_a_fi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imported_tools_and_an_mcp_side_effect_are_served_over_http() {
-    let Some(python) = python() else { return };
+    let Some(python) = mcp_python() else { return };
     let folder = tempfile::tempdir().unwrap();
     let path = config(
         folder.path(),

@@ -12,11 +12,13 @@ pub mod ledger;
 pub mod log;
 pub mod metrics;
 pub mod provider;
+pub mod python;
 pub mod tools;
 
 pub use gate::{Harness, HarnessOptions, call, default_gate};
 pub use ledger::TempLedger;
 pub use log::CapturedLog;
+pub use python::mcp_python;
 pub use tools::{
     REFUND_KEY_TEMPLATE, get_order_tool, refund, refund_schema, refund_tool, refund_tool_with,
     send_email_tool,
