@@ -1,4 +1,5 @@
-//! The bearer token in front of every admin route.
+//! The bearer token in front of every admin route, or a principal with the `admin` scope,
+//! or a signed-in console user ([`ConsoleUser`]).
 //!
 //! The presented token and the configured one are both hashed (SHA-256) and the digests
 //! compared without an early exit, so the time taken says nothing about how much of a guess
@@ -40,13 +41,38 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     intentgate_server::auth::bearer(headers).ok().flatten()
 }
 
-/// Lets the request through when it carries the admin token; answers 401 otherwise, and 429
-/// to a source that sent too many wrong tokens.
+/// An operator signed in to the console. Only the console's session layer inserts it into a
+/// request, after finding the request's session cookie among its live sessions and, for a
+/// request that changes something, checking the session's CSRF token and the request's
+/// origin; a client can't set request extensions. The admin API lets such a request in and
+/// records what it changes under `actor`, whatever actor its body names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleUser {
+    /// Who signed in, as the event log and flags record it (`console:<subject>`).
+    pub actor: String,
+}
+
+/// Lets the request through when it carries the admin token, a principal with the `admin`
+/// scope or a console user; answers 401 otherwise, and 429 to a source that sent too many
+/// wrong tokens.
 pub(crate) async fn require_token(
     State(state): State<Arc<AdminState>>,
     request: Request,
     next: Next,
 ) -> Response {
+    if request.extensions().get::<ConsoleUser>().is_some() {
+        return next.run(request).await;
+    }
+    match credential(&state, &request) {
+        Ok(_) => next.run(request).await,
+        Err(response) => *response,
+    }
+}
+
+/// The subject of the request's admin credential: `admin-token` for the token, the
+/// principal's subject for a credential with the `admin` scope; otherwise the 401 (or 429)
+/// to answer. Wrong tokens are counted against the source address.
+pub(crate) fn credential(state: &AdminState, request: &Request) -> Result<String, Box<Response>> {
     let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -56,14 +82,16 @@ pub(crate) async fn require_token(
     let admin_principal = request
         .extensions()
         .get::<Principal>()
-        .is_some_and(|principal| principal.scopes.contains(Scope::Admin));
-    if state.admin_scope && admin_principal {
-        return next.run(request).await;
+        .filter(|principal| principal.scopes.contains(Scope::Admin));
+    if state.admin_scope
+        && let Some(principal) = admin_principal
+    {
+        return Ok(principal.subject.clone());
     }
     let source = Source::of(peer);
     let now = Instant::now();
     if let Err(refused) = state.throttle.check(source, now) {
-        return too_many_failures(&state, refused);
+        return Err(Box::new(too_many_failures(state, refused)));
     }
     let presented = bearer(request.headers());
     match presented {
@@ -73,7 +101,7 @@ pub(crate) async fn require_token(
                 .is_some_and(|expected| same(&digest(token), &expected)) =>
         {
             state.throttle.succeeded(source);
-            next.run(request).await
+            Ok(TOKEN_SUBJECT.to_owned())
         }
         Some(_) => {
             tracing::warn!(
@@ -89,21 +117,24 @@ pub(crate) async fn require_token(
                     "too many wrong admin tokens from one source; refusing every admin request from it for the rest of the window"
                 );
             }
-            unauthorized(
+            Err(Box::new(unauthorized(
                 "the bearer token is not this gateway's admin token; send the token it was \
 started with",
                 Some("invalid_token"),
-            )
+            )))
         }
-        None => unauthorized(
+        None => Err(Box::new(unauthorized(
             &format!(
                 "the admin API needs the header `Authorization: Bearer <token>`, with the token \
 the gateway was started with ({TOKEN_ENV} or --admin-token)"
             ),
             None,
-        ),
+        ))),
     }
 }
+
+/// The subject of a request that carried the admin token: the token names nobody.
+pub(crate) const TOKEN_SUBJECT: &str = "admin-token";
 
 /// Whole seconds to wait, rounded up, at least 1 (a `Retry-After` of 0 invites a retry at once).
 fn retry_after_seconds(wait: Duration) -> u64 {

@@ -5,17 +5,18 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use intentgate_core::limits::{ACTOR_LENGTH_MAX, EVENT_DETAIL_LENGTH_MAX};
 use intentgate_ledger::ToolFlag;
 use intentgate_server::Problem;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::auth::ConsoleUser;
 use crate::body::{self, unprocessable};
 use crate::{AdminState, now_ms};
 
@@ -83,6 +84,7 @@ const SET_FLAG_SHAPE: &str = r#"{"enabled": false, "reason": "why", "actor": "wh
 
 pub(crate) async fn set(
     State(state): State<Arc<AdminState>>,
+    console: Option<Extension<ConsoleUser>>,
     Path(tool): Path<String>,
     request: Result<Bytes, BytesRejection>,
 ) -> Result<Json<FlagView>, Problem> {
@@ -125,7 +127,7 @@ the flag and shown to whoever switches it back on"
             ),
         ));
     }
-    let actor = actor(request.actor, &state.actor_default)?;
+    let actor = actor(request.actor, &state.actor_default, console)?;
     let flag = ToolFlag {
         tool: tool.clone(),
         enabled,
@@ -157,11 +159,17 @@ the flag and shown to whoever switches it back on"
     Ok(Json(FlagView::stored(stored, true)))
 }
 
-/// The actor a request names, or the default; 422 when empty or over the ledger's limit.
-pub(crate) fn actor(asked: Option<String>, default: &str) -> Result<String, Problem> {
-    let actor = match asked {
-        Some(actor) => actor.trim().to_owned(),
-        None => default.to_owned(),
+/// The actor a request names, or the default; 422 when empty or over the ledger's limit. A
+/// console user's change is recorded under the user who signed in, whatever the body says.
+pub(crate) fn actor(
+    asked: Option<String>,
+    default: &str,
+    console: Option<Extension<ConsoleUser>>,
+) -> Result<String, Problem> {
+    let actor = match (console, asked) {
+        (Some(Extension(user)), _) => user.actor,
+        (None, Some(actor)) => actor.trim().to_owned(),
+        (None, None) => default.to_owned(),
     };
     if actor.is_empty() {
         return Err(unprocessable(

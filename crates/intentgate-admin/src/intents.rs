@@ -1,24 +1,32 @@
 //! `GET /v1/admin/intents`, `GET /v1/admin/intents/{id}`,
 //! `POST /v1/admin/intents/{id}/resolve` and `POST /v1/admin/erasures`.
+//!
+//! The list narrows by tool, status, tenant, key and when an intent was first seen, along the
+//! ledger's indexes; a search (`q`, text inside keys, arguments and provider ids) has no
+//! index, so it reads intents newest first a page at a time, at most [`SEARCH_SCAN_MAX`] of
+//! them per request, and says where it stopped.
 
 use std::str::FromStr;
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use intentgate_core::IntentStatus;
 use intentgate_ledger::{Erase, IntentFilter, IntentRecord, Order};
 use intentgate_server::Problem;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::auth::ConsoleUser;
 use crate::body::{self, bad_request, unprocessable};
 use crate::erasure::{check_erase, erase_all};
 use crate::resolution::{ManualResolution, check_resolvable};
-use crate::{AdminState, EVENTS_SHOWN_MAX, INTENTS_LIMIT_DEFAULT, INTENTS_LIMIT_MAX, now_ms};
+use crate::{
+    AdminState, EVENTS_SHOWN_MAX, INTENTS_LIMIT_DEFAULT, INTENTS_LIMIT_MAX, now_ms, parse_duration,
+};
 
 /// The query of `GET /v1/admin/intents`. Every value is read as text so that a wrong one
 /// gets a problem naming what is accepted; an empty value counts as absent.
@@ -32,7 +40,24 @@ pub(crate) struct ListQuery {
     order: Option<String>,
     cursor: Option<String>,
     limit: Option<String>,
+    /// Only intents first seen within this long before now (`15m`, `1h`, `7d`).
+    since: Option<String>,
+    /// Only intents first seen at or after this time (milliseconds since the Unix epoch).
+    from_ms: Option<String>,
+    /// Only intents first seen before this time (milliseconds since the Unix epoch).
+    until_ms: Option<String>,
+    /// Text to find, in any case, inside the key, the arguments or the provider's id.
+    q: Option<String>,
 }
+
+/// Most intents one search (`q`) reads before it answers with what it found so far and a
+/// cursor to go on from: the text is inside keys and arguments, which no index holds, and a
+/// request must stay short.
+pub const SEARCH_SCAN_MAX: u32 = 20_000;
+/// Intents read from the ledger per page of a search.
+const SEARCH_PAGE: u32 = 500;
+/// Longest search text: a customer or order id, an email address, a key.
+pub const SEARCH_LENGTH_MAX: usize = 256;
 
 fn present(value: Option<String>) -> Option<String> {
     value.filter(|value| !value.is_empty())
@@ -93,17 +118,80 @@ pub(crate) async fn list(
         INTENTS_LIMIT_DEFAULT,
         INTENTS_LIMIT_MAX,
     )?;
+    let now = now_ms();
+    let from_ms = match (present(query.since), present(query.from_ms)) {
+        (Some(_), Some(_)) => {
+            return Err(bad_request(
+                "bad-query",
+                "Two starts",
+                "give either since (a duration back from now) or from_ms, not both".to_owned(),
+            ));
+        }
+        (Some(since), None) => {
+            let since = parse_duration(&since).map_err(|detail| {
+                bad_request("bad-query", "Invalid since", format!("since: {detail}"))
+            })?;
+            Some(now.saturating_sub(i64::try_from(since.as_millis()).unwrap_or(i64::MAX)))
+        }
+        (None, Some(text)) => Some(time_ms(&text, "from_ms")?),
+        (None, None) => None,
+    };
+    let until_ms = present(query.until_ms)
+        .map(|text| time_ms(&text, "until_ms"))
+        .transpose()?;
+    let search = present(query.q).map(|text| text.trim().to_lowercase());
+    if let Some(search) = &search
+        && search.len() > SEARCH_LENGTH_MAX
+    {
+        return Err(bad_request(
+            "bad-query",
+            "Search text too long",
+            format!(
+                "q is {} bytes long; search for at most {SEARCH_LENGTH_MAX} bytes (an id, a key)",
+                search.len()
+            ),
+        ));
+    }
     let filter = IntentFilter {
         tenant: present(query.tenant),
         tool: present(query.tool),
         key: present(query.key),
         status,
-        ..IntentFilter::default()
+        first_seen_from_ms: from_ms,
+        first_seen_until_ms: until_ms,
     };
+    match search.filter(|search| !search.is_empty()) {
+        None => page(&state, &filter, order, cursor, limit).await,
+        Some(search) => find(&state, &filter, order, cursor, limit, &search).await,
+    }
+}
+
+/// A time parameter: whole milliseconds since the Unix epoch.
+fn time_ms(text: &str, name: &str) -> Result<i64, Problem> {
+    text.parse::<i64>()
+        .ok()
+        .filter(|ms| *ms >= 0)
+        .ok_or_else(|| {
+            bad_request(
+                "bad-query",
+                "Invalid time",
+                format!("{name} must be milliseconds since the Unix epoch, not `{text}`"),
+            )
+        })
+}
+
+/// One page of the filtered intents, from the ledger's indexes.
+async fn page(
+    state: &AdminState,
+    filter: &IntentFilter,
+    order: Order,
+    cursor: Option<i64>,
+    limit: u32,
+) -> Result<Json<Value>, Problem> {
     // One more than the page: whether it exists says whether there is a next page.
     let mut intents = state
         .ledger
-        .intents(&filter, order, cursor, limit + 1)
+        .intents(filter, order, cursor, limit + 1)
         .await
         .map_err(body::ledger_problem)?;
     let next_cursor = if intents.len() > limit as usize {
@@ -115,6 +203,84 @@ pub(crate) async fn list(
     Ok(Json(
         json!({ "intents": intents, "next_cursor": next_cursor }),
     ))
+}
+
+/// The filtered intents whose key, arguments or provider id hold `search` (lowercase), read
+/// a page at a time until `limit` are found or [`SEARCH_SCAN_MAX`] were read. `next_cursor`
+/// goes on after the last intent read when the scan stopped early (`scan_stopped`).
+async fn find(
+    state: &AdminState,
+    filter: &IntentFilter,
+    order: Order,
+    mut cursor: Option<i64>,
+    limit: u32,
+    search: &str,
+) -> Result<Json<Value>, Problem> {
+    let mut found: Vec<IntentRecord> = Vec::new();
+    let mut scanned: u32 = 0;
+    let mut exhausted = false;
+    while found.len() <= limit as usize && scanned < SEARCH_SCAN_MAX {
+        let batch = state
+            .ledger
+            .intents(
+                filter,
+                order,
+                cursor,
+                SEARCH_PAGE.min(SEARCH_SCAN_MAX - scanned),
+            )
+            .await
+            .map_err(body::ledger_problem)?;
+        let Some(last) = batch.last() else {
+            exhausted = true;
+            break;
+        };
+        cursor = Some(last.id);
+        let complete = batch.len() < SEARCH_PAGE as usize;
+        for intent in batch {
+            scanned += 1;
+            if found.len() <= limit as usize && holds(&intent, search) {
+                found.push(intent);
+            }
+        }
+        if complete {
+            exhausted = true;
+            break;
+        }
+    }
+    let (next_cursor, stopped) = if found.len() > limit as usize {
+        found.truncate(limit as usize);
+        (found.last().map(|intent| intent.id), false)
+    } else if exhausted {
+        (None, false)
+    } else {
+        // The scan's budget ran out: go on from the last intent read.
+        (cursor, true)
+    };
+    Ok(Json(json!({
+        "intents": found,
+        "next_cursor": next_cursor,
+        "scanned": scanned,
+        "scan_stopped": stopped,
+    })))
+}
+
+/// Whether the intent's key, external id or any argument value holds `search` (lowercase).
+fn holds(intent: &IntentRecord, search: &str) -> bool {
+    fn value_holds(value: &Value, search: &str) -> bool {
+        match value {
+            Value::String(text) => text.to_lowercase().contains(search),
+            Value::Number(number) => number.to_string().contains(search),
+            Value::Array(items) => items.iter().any(|item| value_holds(item, search)),
+            Value::Object(fields) => fields.values().any(|item| value_holds(item, search)),
+            Value::Bool(_) | Value::Null => false,
+        }
+    }
+    intent.key.to_lowercase().contains(search)
+        || intent
+            .external_id
+            .as_deref()
+            .is_some_and(|id| id.to_lowercase().contains(search))
+        || value_holds(&intent.arguments, search)
 }
 
 async fn read(state: &AdminState, id: &str) -> Result<IntentRecord, Problem> {
@@ -146,8 +312,12 @@ pub(crate) async fn show(
         .map_err(body::ledger_problem)?;
     let omitted = events.len().saturating_sub(EVENTS_SHOWN_MAX);
     events.drain(..omitted);
+    // The idempotency key the provider received for the intent's current attempt.
+    let provider_key =
+        intentgate_core::key::provider_key(&intent.tenant, &intent.tool, &intent.key, intent.epoch);
     Ok(Json(json!({
         "intent": intent,
+        "provider_key": provider_key,
         "events": events,
         "events_omitted": omitted,
     })))
@@ -167,6 +337,7 @@ const RESOLVE_SHAPE: &str = r#"{"status": "done" or "not_executed", "external_id
 
 pub(crate) async fn resolve(
     State(state): State<Arc<AdminState>>,
+    console: Option<Extension<ConsoleUser>>,
     Path(id): Path<String>,
     request: Result<Bytes, BytesRejection>,
 ) -> Result<Json<IntentRecord>, Problem> {
@@ -197,7 +368,7 @@ pub(crate) async fn resolve(
         status,
         external_id: request.external_id,
         reason: request.reason.unwrap_or_default(),
-        actor: crate::flags::actor(request.actor, &state.actor_default)?,
+        actor: crate::flags::actor(request.actor, &state.actor_default, console)?,
     };
     asked
         .check()
@@ -252,6 +423,7 @@ const ERASE_SHAPE: &str = r#"{"tenant": "whose data", "tool": "only this tool (o
 /// not settled and `force` is not set.
 pub(crate) async fn erase(
     State(state): State<Arc<AdminState>>,
+    console: Option<Extension<ConsoleUser>>,
     request: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, Problem> {
     let request: EraseBody = body::json(request, ERASE_SHAPE)?;
@@ -260,7 +432,7 @@ pub(crate) async fn erase(
         tool: request.tool.filter(|tool| !tool.is_empty()),
         key: request.key.filter(|key| !key.is_empty()),
         force: request.force,
-        actor: crate::flags::actor(request.actor, &state.actor_default)?,
+        actor: crate::flags::actor(request.actor, &state.actor_default, console)?,
         reason: request.reason.unwrap_or_default(),
         now_ms: now_ms(),
     };

@@ -12,9 +12,15 @@
 //! | `POST /v1/admin/reconcile` | runs reconciliation over a window: `{"since": "1h"}` |
 //! | `GET /v1/admin/reconciliations` | stored runs, newest first |
 //! | `GET /v1/admin/reconciliations/{id}` | one run with its stored mismatches |
+//! | `GET /v1/admin/reconciliations/{id}/mismatches.csv` | the run's mismatches and who they affected, as CSV: `kind`, `severity` |
+//! | `GET /v1/admin/activity` | calls, repeats and statuses per tool over a window (`since`, default 1h), in buckets |
+//! | `GET /v1/admin/alerts` | the notices this gateway sent lately (duplicate-call alerts, reconciliation), newest first |
 //!
-//! Every route needs `Authorization: Bearer <token>` (401 otherwise); a source address that
-//! sent too many wrong tokens is refused with 429 for a while, whatever it sends. With no token
+//! Every route needs `Authorization: Bearer <token>` (401 otherwise), a credential with the
+//! `admin` scope, or the console's session (a [`ConsoleUser`] that the console's session
+//! layer inserts after checking the cookie and, for a change, its CSRF token); a source
+//! address that sent too many wrong tokens is refused with 429 for a while, whatever it
+//! sends. With no token
 //! configured the admin API is off, and every admin route answers 404 saying how to turn it
 //! on. Errors are `application/problem+json` ([`intentgate_server::Problem`]). A flag is
 //! stored in the ledger, so every replica that shares it honours the switch (the gate reads
@@ -27,6 +33,8 @@
 //! command line, so `intentgate intents resolve` and `erase` and the API check the same
 //! rules with the same messages.
 
+mod activity;
+mod alerts;
 mod auth;
 mod body;
 mod duration;
@@ -50,6 +58,8 @@ use intentgate_ledger::Ledger;
 use intentgate_server::Problem;
 use tokio::sync::Semaphore;
 
+pub use alerts::AlertLog;
+pub use auth::ConsoleUser;
 pub use duration::parse_duration;
 pub use erasure::{ERASE_ROUNDS_MAX, ErasureReport, Refusal, check_erase, erase_all};
 pub use resolution::{MANUAL_STATUSES, ManualResolution, Unresolvable, check_resolvable};
@@ -170,63 +180,126 @@ pub(crate) struct AdminState {
     pub reconciling: Arc<Semaphore>,
     /// Wrong tokens counted per source address.
     pub throttle: throttle::Throttle,
+    /// The notices sent lately, when the server keeps them.
+    pub alerts: Option<Arc<dyn AlertLog>>,
 }
 
-/// The admin routes, to merge beside the HTTP API (`intentgate_server::run_with`). The
-/// router defines no fallback: an unknown admin path is answered by its own catch-all
-/// route, everything else by the API's fallback.
+/// The admin API, built once: its router, and the credential check that the console's
+/// sign-in shares with it (the same token, the same scope, the same count of wrong tokens).
+#[derive(Clone)]
+pub struct Admin {
+    /// `None`: the admin API is off (no token, and no credential can carry the scope).
+    state: Option<Arc<AdminState>>,
+}
+
+impl Admin {
+    /// The admin API over `ledger`; `reconciler` runs `POST /v1/admin/reconcile` and
+    /// `alerts` answers `GET /v1/admin/alerts` (each answers 501 when absent).
+    pub fn new(
+        ledger: Arc<dyn Ledger>,
+        options: AdminOptions,
+        reconciler: Option<Arc<dyn Reconciler>>,
+        alerts: Option<Arc<dyn AlertLog>>,
+    ) -> Admin {
+        let token = options.token.filter(|token| !token.is_empty());
+        if token.is_none() && !options.admin_scope {
+            return Admin { state: None };
+        }
+        let mut tools: Vec<String> = Vec::with_capacity(options.tools.len());
+        for tool in options.tools {
+            if !tools.contains(&tool) {
+                tools.push(tool);
+            }
+        }
+        let state = Arc::new(AdminState {
+            ledger,
+            token_digest: token.as_deref().map(auth::digest),
+            admin_scope: options.admin_scope,
+            tools,
+            actor_default: options.actor_default,
+            reconciler,
+            reconciling: Arc::new(Semaphore::new(1)),
+            throttle: throttle::Throttle::new(options.failure_limit),
+            alerts,
+        });
+        Admin { state: Some(state) }
+    }
+
+    /// Whether the admin API is on.
+    pub fn is_on(&self) -> bool {
+        self.state.is_some()
+    }
+
+    /// Who may sign in to the console with this request's credential: its
+    /// `Authorization: Bearer` admin token (`admin-token`), or the subject of a principal
+    /// with the `admin` scope that the server's edge authenticated. Otherwise the answer the
+    /// admin API would give (401, 429 past too many wrong tokens, 404 when it is off).
+    pub fn sign_in(
+        &self,
+        request: &axum::extract::Request,
+    ) -> Result<String, Box<axum::response::Response>> {
+        use axum::response::IntoResponse;
+        match &self.state {
+            None => Err(Box::new(admin_off_problem().into_response())),
+            Some(state) => auth::credential(state, request),
+        }
+    }
+
+    /// The admin routes, to merge beside the HTTP API (`intentgate_server::run_with`). The
+    /// router defines no fallback: an unknown admin path is answered by its own catch-all
+    /// route, everything else by the API's fallback.
+    pub fn router(&self) -> axum::Router {
+        let Some(state) = self.state.clone() else {
+            return axum::Router::new()
+                .route("/v1/admin", any(admin_off))
+                .route("/v1/admin/", any(admin_off))
+                .route("/v1/admin/{*rest}", any(admin_off));
+        };
+        axum::Router::new()
+            .route("/v1/admin/flags", get(flags::list))
+            .route("/v1/admin/flags/{tool}", put(flags::set))
+            .route("/v1/admin/intents", get(intents::list))
+            .route("/v1/admin/intents/{id}", get(intents::show))
+            .route("/v1/admin/intents/{id}/resolve", post(intents::resolve))
+            .route("/v1/admin/erasures", post(intents::erase))
+            .route("/v1/admin/reconcile", post(reconcile::run))
+            .route("/v1/admin/reconciliations", get(reconcile::list))
+            .route("/v1/admin/reconciliations/{id}", get(reconcile::show))
+            .route(
+                "/v1/admin/reconciliations/{id}/mismatches.csv",
+                get(reconcile::csv),
+            )
+            .route("/v1/admin/activity", get(activity::show))
+            .route("/v1/admin/alerts", get(alerts::list))
+            .method_not_allowed_fallback(method_not_allowed)
+            .route("/v1/admin", any(no_such_route))
+            .route("/v1/admin/", any(no_such_route))
+            .route("/v1/admin/{*rest}", any(no_such_route))
+            .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+            // Outermost: nothing of a request is looked at before its token is checked.
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                auth::require_token,
+            ))
+            .with_state(state)
+    }
+}
+
+/// The admin routes, to merge beside the HTTP API: [`Admin::router`] of an admin API that
+/// keeps no alerts.
 pub fn router(
     ledger: Arc<dyn Ledger>,
     options: AdminOptions,
     reconciler: Option<Arc<dyn Reconciler>>,
 ) -> axum::Router {
-    let token = options.token.filter(|token| !token.is_empty());
-    if token.is_none() && !options.admin_scope {
-        return axum::Router::new()
-            .route("/v1/admin", any(admin_off))
-            .route("/v1/admin/", any(admin_off))
-            .route("/v1/admin/{*rest}", any(admin_off));
-    }
-    let mut tools: Vec<String> = Vec::with_capacity(options.tools.len());
-    for tool in options.tools {
-        if !tools.contains(&tool) {
-            tools.push(tool);
-        }
-    }
-    let state = Arc::new(AdminState {
-        ledger,
-        token_digest: token.as_deref().map(auth::digest),
-        admin_scope: options.admin_scope,
-        tools,
-        actor_default: options.actor_default,
-        reconciler,
-        reconciling: Arc::new(Semaphore::new(1)),
-        throttle: throttle::Throttle::new(options.failure_limit),
-    });
-    axum::Router::new()
-        .route("/v1/admin/flags", get(flags::list))
-        .route("/v1/admin/flags/{tool}", put(flags::set))
-        .route("/v1/admin/intents", get(intents::list))
-        .route("/v1/admin/intents/{id}", get(intents::show))
-        .route("/v1/admin/intents/{id}/resolve", post(intents::resolve))
-        .route("/v1/admin/erasures", post(intents::erase))
-        .route("/v1/admin/reconcile", post(reconcile::run))
-        .route("/v1/admin/reconciliations", get(reconcile::list))
-        .route("/v1/admin/reconciliations/{id}", get(reconcile::show))
-        .method_not_allowed_fallback(method_not_allowed)
-        .route("/v1/admin", any(no_such_route))
-        .route("/v1/admin/", any(no_such_route))
-        .route("/v1/admin/{*rest}", any(no_such_route))
-        .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
-        // Outermost: nothing of a request is looked at before its token is checked.
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_token,
-        ))
-        .with_state(state)
+    Admin::new(ledger, options, reconciler, None).router()
 }
 
 async fn admin_off() -> Problem {
+    admin_off_problem()
+}
+
+fn admin_off_problem() -> Problem {
     Problem::new(
         StatusCode::NOT_FOUND,
         "admin-off",
@@ -245,7 +318,7 @@ async fn no_such_route() -> Problem {
         "not-found",
         "No such admin route",
         "the admin routes are /v1/admin/flags, /v1/admin/intents, /v1/admin/erasures, \
-/v1/admin/reconcile and /v1/admin/reconciliations",
+/v1/admin/reconcile, /v1/admin/reconciliations, /v1/admin/activity and /v1/admin/alerts",
     )
 }
 

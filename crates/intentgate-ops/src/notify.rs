@@ -9,8 +9,11 @@
 //! error log. A delivery is retried a
 //! few times with backoff, then given up with an error log naming the owner, never the URL
 //! (chat webhooks carry their credential in the URL).
+//!
+//! The last [`RECENT_NOTICES_MAX`] notices are kept in memory ([`Notifier::recent`]), for
+//! the admin API's `GET /v1/admin/alerts` and the console.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -42,6 +45,10 @@ pub const WEBHOOK_BACKOFF: Duration = Duration::from_secs(1);
 /// ends.
 pub const WEBHOOK_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Notices kept in memory for the console's alerts page. A storm fires at most one alert per
+/// rule, intent and window, so a few hundred cover the last incident; each is a few KiB.
+pub const RECENT_NOTICES_MAX: usize = 200;
+
 /// What an owner is told.
 #[derive(Debug, Clone, Serialize)]
 pub struct Notice {
@@ -62,6 +69,8 @@ pub struct Notifier {
     queue: mpsc::Sender<Delivery>,
     worker: Mutex<Option<JoinHandle<()>>>,
     stats: Arc<Stats>,
+    /// The latest notices with the time they were sent, oldest first.
+    recent: std::sync::Mutex<VecDeque<Value>>,
 }
 
 #[derive(Default)]
@@ -104,7 +113,43 @@ impl Notifier {
             queue,
             worker: Mutex::new(Some(worker)),
             stats,
+            recent: std::sync::Mutex::new(VecDeque::with_capacity(RECENT_NOTICES_MAX)),
         }
+    }
+
+    /// The notices sent lately, newest first: `at_ms`, `kind`, `tool`, `owner`, `severity`,
+    /// `summary` and `details`.
+    pub fn recent(&self) -> Vec<Value> {
+        let recent = self
+            .recent
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        recent.iter().rev().cloned().collect()
+    }
+
+    fn keep(&self, owner: &str, notice: &Notice) {
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| {
+                i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
+            });
+        let kept = json!({
+            "at_ms": at_ms,
+            "kind": notice.kind,
+            "tool": notice.tool,
+            "owner": owner,
+            "severity": notice.severity,
+            "summary": notice.summary,
+            "details": notice.details,
+        });
+        let mut recent = self
+            .recent
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if recent.len() == RECENT_NOTICES_MAX {
+            recent.pop_front();
+        }
+        recent.push_back(kept);
     }
 
     /// Logs `notice` and queues its webhook: [`Notifier::log`] and [`Notifier::post`].
@@ -139,10 +184,11 @@ impl Notifier {
         }
     }
 
-    /// Queues `notice`'s webhook, if its owner has one.
+    /// Keeps `notice` among the recent ones and queues its webhook, if its owner has one.
     pub fn post(&self, owner: Option<&str>, notice: &Notice) {
         let config = owner.and_then(|name| self.owners.get(name));
         let owner_name = owner.unwrap_or(NO_OWNER);
+        self.keep(owner_name, notice);
         let Some(url) = config.and_then(|config| config.webhook.clone()) else {
             return;
         };

@@ -1,5 +1,6 @@
-//! The gateway as an HTTP server: the HTTP API, MCP over Streamable HTTP at `/mcp`, and the
-//! admin API at `/v1/admin/`, with the background tasks running beside them.
+//! The gateway as an HTTP server: the HTTP API, MCP over Streamable HTTP at `/mcp`, the
+//! admin API at `/v1/admin/` and the operator console at `/console`, with the background
+//! tasks running beside them.
 //!
 //! [`Gateway::bind`] does everything that can fail before the first request (the open-file
 //! limit, the listener, the authenticator, the reconciler), so that a caller that learns the
@@ -11,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use intentgate_admin::{AdminOptions, FailureLimit};
+use intentgate_admin::{Admin, AdminOptions, AlertLog, FailureLimit};
 use intentgate_config::IdempotencyKeyHeader;
 use intentgate_gate::Gate;
 use intentgate_mcp::{HttpOptions, LOOPBACK_HOSTS, McpService};
@@ -126,7 +127,7 @@ impl Gateway {
         let token = admin_token(&self.options).map(str::to_owned);
         let admin_scope = !options.authenticator.is_none();
         let admin_on = token.is_some() || admin_scope;
-        let admin_routes = intentgate_admin::router(
+        let admin = Admin::new(
             self.ledger.clone(),
             AdminOptions {
                 token,
@@ -141,11 +142,16 @@ impl Gateway {
                 admin_scope,
             },
             Some(Arc::new(AdminReconciler(reconciler))),
+            Some(Arc::new(NoticeLog(notifier.clone()))),
         );
+        // The console at /console: its pages, and the admin API with its session cookie
+        // accepted (with the CSRF checks of a browser's changes).
+        let console = intentgate_console::Console::new(admin);
+        let admin_routes = console.admin_router().merge(console.router());
         if admin_on {
             tracing::info!(
                 target: "intentgate::startup",
-                "admin API on at /v1/admin/ (the admin token{} required)",
+                "admin API on at /v1/admin/ and the console at /console (the admin token{} required)",
                 if admin_scope { ", or a credential with the admin scope," } else { "" }
             );
         } else {
@@ -164,6 +170,15 @@ impl Gateway {
             routes: mcp_routes.merge(admin_routes),
             background,
         })
+    }
+}
+
+/// The notices the notifier sent lately, for the admin API's alerts.
+struct NoticeLog(Arc<Notifier>);
+
+impl AlertLog for NoticeLog {
+    fn recent(&self) -> Vec<serde_json::Value> {
+        self.0.recent()
     }
 }
 

@@ -7,13 +7,19 @@
 //! is not listed in `allowed_origins` is refused (403), a POST, PUT or PATCH must be
 //! `application/json` (415: a browser can't send that cross-origin without a preflight that
 //! this server never approves), and a server listening on loopback accepts only loopback
-//! `Host` names (403).
+//! `Host` names (403). The one exception is the operator console's own pages: under
+//! `/console` and `/v1/admin` an `Origin` naming the very host the request was sent to
+//! (`http://127.0.0.1:8080` to `Host: 127.0.0.1:8080`) is the console calling its own server,
+//! not another site, and passes; its cookie-authenticated requests face the console's CSRF
+//! checks besides. A DNS-rebinding page that passes it (its own name in both) carries no
+//! credential of this server: the console's cookie belongs to the real host name.
 //!
 //! Authentication. The [`Authenticator`] turns the credential into a [`Principal`] that is
 //! inserted into the request's extensions; handlers and MCP read the tenant only from it.
 //! `/healthz`, `/readyz`, `/metrics`, `/openapi.json` and the OAuth protected-resource metadata need no
-//! credential (they carry no caller data). The admin API keeps its own token: a request to it
-//! gets a principal when its credential is one, and is otherwise left to the admin API.
+//! credential (they carry no caller data). The admin API keeps its own token and the console
+//! its own sessions: a request to either gets a principal when its credential is one, and
+//! is otherwise left to them.
 //! `/mcp` needs the `call` scope; each other route checks the scope it needs.
 
 use std::net::SocketAddr;
@@ -37,6 +43,8 @@ pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
 const MCP_PATH: &str = "/mcp";
 /// Where the admin API lives; it has its own token.
 const ADMIN_PREFIX: &str = "/v1/admin";
+/// Where the operator console is served; it has its own sign-in and sessions.
+pub const CONSOLE_PATH: &str = "/console";
 
 /// Settings of the browser checks.
 #[derive(Debug, Clone, Default)]
@@ -54,16 +62,25 @@ pub async fn browser_checks(
     request: Request,
     next: Next,
 ) -> Response {
-    if let Err(problem) = check_browser(&options, request.method(), request.headers()) {
+    let own_origin_allowed = is_console_or_admin(request.uri().path());
+    if let Err(problem) = check_browser(
+        &options,
+        request.method(),
+        request.headers(),
+        own_origin_allowed,
+    ) {
         return problem.into_response();
     }
     next.run(request).await
 }
 
+/// `own_origin_allowed`: an `Origin` naming the request's own `Host` passes (the console's
+/// paths only).
 fn check_browser(
     options: &BrowserOptions,
     method: &Method,
     headers: &HeaderMap,
+    own_origin_allowed: bool,
 ) -> Result<(), Problem> {
     if options.loopback_hosts_only {
         let host = headers
@@ -85,10 +102,11 @@ fn check_browser(
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("").trim().trim_end_matches('/');
-        let allowed = options
+        let listed = options
             .allowed_origins
             .iter()
             .any(|allowed| allowed.trim_end_matches('/').eq_ignore_ascii_case(origin));
+        let allowed = listed || (own_origin_allowed && same_origin(origin, headers));
         if !allowed {
             return Err(Problem::new(
                 StatusCode::FORBIDDEN,
@@ -111,6 +129,31 @@ fn check_browser(
         ));
     }
     Ok(())
+}
+
+/// The console's paths and the admin API's, where the console's own origin is accepted.
+fn is_console_or_admin(path: &str) -> bool {
+    let under = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    under(CONSOLE_PATH) || under(ADMIN_PREFIX)
+}
+
+/// True when `origin` (`http://host:port`, `https://host`) names the host the request was
+/// sent to (its `Host` header): a page this server served is calling it.
+pub fn same_origin(origin: &str, headers: &HeaderMap) -> bool {
+    let Some(host) = headers
+        .get(header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .filter(|host| !host.is_empty())
+    else {
+        return false;
+    };
+    let authority = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    authority.is_some_and(|authority| authority.eq_ignore_ascii_case(host.trim()))
 }
 
 /// True for `localhost`, `127.0.0.1` and `[::1]`, with or without a port.
@@ -153,7 +196,8 @@ fn is_json(value: Option<&HeaderValue>) -> bool {
 enum Access {
     /// No credential (health, metrics, the resource metadata).
     Public,
-    /// The admin API: a principal if the credential is one, else the admin API's token.
+    /// The admin API and the console: a principal if the credential is one, else the admin
+    /// API's token or the console's session.
     Admin,
     /// A principal with this scope (`None`: any scope; the handler checks).
     Principal(Option<Scope>),
@@ -164,7 +208,7 @@ fn access(path: &str) -> Access {
         // The document describes the API, not the configured tools.
         "/healthz" | "/readyz" | "/metrics" | crate::openapi::OPENAPI_PATH => Access::Public,
         _ if path.starts_with(RESOURCE_METADATA_PATH) => Access::Public,
-        _ if path == ADMIN_PREFIX || path.starts_with("/v1/admin/") => Access::Admin,
+        _ if is_console_or_admin(path) => Access::Admin,
         MCP_PATH => Access::Principal(Some(Scope::Call)),
         _ => Access::Principal(None),
     }
@@ -305,6 +349,57 @@ mod tests {
         ] {
             assert!(!is_loopback_host(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn only_the_console_and_the_admin_api_accept_their_own_origin() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8080"));
+        headers.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:8080"),
+        );
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let options = BrowserOptions::default();
+        assert!(check_browser(&options, &Method::POST, &headers, true).is_ok());
+        assert!(check_browser(&options, &Method::POST, &headers, false).is_err());
+        headers.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:8081"),
+        );
+        assert!(check_browser(&options, &Method::POST, &headers, true).is_err());
+        for path in [
+            "/console",
+            "/console/intents",
+            "/v1/admin",
+            "/v1/admin/flags",
+        ] {
+            assert!(is_console_or_admin(path), "{path}");
+        }
+        for path in ["/consoles", "/v1/administer", "/v1/tools/x/call", "/"] {
+            assert!(!is_console_or_admin(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn an_origin_is_the_same_only_with_the_same_host_and_port() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("gw.example.com"));
+        assert!(same_origin("https://gw.example.com", &headers));
+        assert!(same_origin("http://GW.example.com", &headers));
+        for other in [
+            "https://gw.example.com:8443",
+            "https://evil.example.com",
+            "gw.example.com",
+            "null",
+            "https://gw.example.com.evil.example",
+        ] {
+            assert!(!same_origin(other, &headers), "{other}");
+        }
+        assert!(!same_origin("https://gw.example.com", &HeaderMap::new()));
     }
 
     #[test]

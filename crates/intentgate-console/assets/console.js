@@ -1,0 +1,680 @@
+// The intentgate console: draws the page its path names from the admin API's answers.
+//
+// Every value from the gateway is put into the page as text (textContent, attributes),
+// never as HTML, so a key or an argument can't become markup or script. Changes carry the
+// session's CSRF token, which the server wrote into a <meta> element of this page.
+"use strict";
+
+const CSRF = document.querySelector('meta[name="intentgate-csrf"]').content;
+const API = "/v1/admin";
+// The overview asks again this often while it is on screen.
+const REFRESH_MS = 2000;
+const SINCE_CHOICES = [["", "Any time"], ["15m", "Last 15 minutes"], ["1h", "Last hour"], ["24h", "Last 24 hours"], ["7d", "Last 7 days"]];
+const STATUSES = ["pending", "in_flight", "done", "rejected", "not_executed", "unknown"];
+const WINDOWS = [["15m", "15 minutes"], ["1h", "1 hour"], ["24h", "24 hours"], ["7d", "7 days"]];
+const TIME = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+const CLOCK = new Intl.DateTimeFormat(undefined, { timeStyle: "medium" });
+const SHORT = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------
+
+/** An element with attributes (`on*` functions become listeners) and children (text or nodes). */
+function el(tag, attributes, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith("on") && typeof value === "function") node.addEventListener(name.slice(2), value);
+    else if (name === "class") node.className = value;
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  append(node, children);
+  return node;
+}
+
+function append(node, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function svg(tag, attributes) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [name, value] of Object.entries(attributes || {})) node.setAttribute(name, String(value));
+  return node;
+}
+
+/** A time in the viewer's time zone, short (today: the time only); the full date on hover. */
+function when(ms) {
+  if (ms === null || ms === undefined) return "—";
+  const date = new Date(ms);
+  const today = new Date().toDateString() === date.toDateString();
+  return el("time", { datetime: date.toISOString(), title: TIME.format(date) }, today ? CLOCK.format(date) : SHORT.format(date));
+}
+
+function ago(ms) {
+  const seconds = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  if (seconds < 60) return seconds + " s ago";
+  if (seconds < 3600) return Math.round(seconds / 60) + " min ago";
+  if (seconds < 86400) return Math.round(seconds / 3600) + " h ago";
+  return Math.round(seconds / 86400) + " d ago";
+}
+
+function badge(text, kind) {
+  return el("span", { class: "badge " + (kind || "") }, text);
+}
+
+function statusBadge(status) {
+  return badge(status.replace("_", " "), "status-" + status);
+}
+
+function table(headings, rows, empty) {
+  if (!rows.length) return el("p", { class: "empty" }, empty || "Nothing to show.");
+  const head = el("tr", {}, headings.map((heading) => {
+    const [text, kind] = Array.isArray(heading) ? heading : [heading, ""];
+    return el("th", { scope: "col", class: kind }, text);
+  }));
+  return el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, head), el("tbody", {}, rows)));
+}
+
+function td(content, kind) {
+  return el("td", { class: kind || "" }, content);
+}
+
+function intentLink(id) {
+  return el("a", { href: "/console/intents/" + encodeURIComponent(id) }, "#" + id);
+}
+
+function panel(title, ...children) {
+  return el("section", { class: "panel", "aria-label": typeof title === "string" ? title : null },
+    el("h2", {}, title), ...children);
+}
+
+let toastTimer = null;
+function toast(text) {
+  const node = document.getElementById("toast");
+  node.textContent = text;
+  node.classList.add("show");
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => node.classList.remove("show"), 4000);
+}
+
+/** Calls the admin API; an ended session reloads the page (the sign-in form). */
+async function api(path, options) {
+  const init = { method: "GET", credentials: "same-origin", cache: "no-store", headers: { "Accept": "application/json" } };
+  if (options && options.method) init.method = options.method;
+  if (options && options.body !== undefined) {
+    init.body = JSON.stringify(options.body);
+    init.headers["Content-Type"] = "application/json";
+  }
+  if (init.method !== "GET") init.headers["X-Intentgate-Csrf"] = CSRF;
+  const response = await fetch(API + path, init);
+  if (response.status === 401) {
+    location.reload();
+    throw new Error("the session has ended; sign in again");
+  }
+  const text = await response.text();
+  let body = null;
+  try { body = text ? JSON.parse(text) : null; } catch (_) { body = null; }
+  if (!response.ok) {
+    const detail = body && body.detail ? body.detail : "HTTP " + response.status;
+    const error = new Error(detail);
+    error.status = response.status;
+    throw error;
+  }
+  return body;
+}
+
+function setMain(...children) {
+  const main = document.getElementById("main");
+  main.replaceChildren(...children.flat().filter(Boolean));
+}
+
+function pageHead(title, sub, ...extra) {
+  return el("div", { class: "page-head" }, el("div", {}, el("h1", {}, title), sub ? el("p", { class: "sub" }, sub) : null), ...extra);
+}
+
+function failure(error) {
+  return el("div", { class: "callout", role: "alert" }, el("strong", {}, "The admin API answered with an error"), error.message);
+}
+
+function isSensitive(value) {
+  return typeof value === "string" && value.startsWith("hmac-sha256:");
+}
+
+/** A value from the ledger as readable text: sensitive hashes redacted, objects as JSON. */
+function showValue(value) {
+  if (isSensitive(value)) return el("span", { title: "Stored only as a keyed hash" }, badge("redacted", "info"), " sensitive");
+  if (value === null || value === undefined) return "—";
+  if (typeof value === "object") return el("code", {}, JSON.stringify(value));
+  return String(value);
+}
+
+/** An object's fields as a two-column table (nested objects flattened with dots). */
+function fieldsTable(object, empty) {
+  const rows = [];
+  const walk = (prefix, value) => {
+    if (value && typeof value === "object" && !Array.isArray(value)) {
+      for (const [name, inner] of Object.entries(value)) walk(prefix ? prefix + "." + name : name, inner);
+    } else {
+      rows.push(el("tr", {}, el("th", { scope: "row" }, prefix || "(value)"), td(showValue(value), "wrap")));
+    }
+  };
+  walk("", object);
+  return rows.length ? el("div", { class: "table-wrap" }, el("table", { class: "fields" }, el("tbody", {}, rows))) : el("p", { class: "empty" }, empty);
+}
+
+// ---------------------------------------------------------------------------------------
+// The resolve form (unknown intents), shared by the Unknown page and an intent's page
+// ---------------------------------------------------------------------------------------
+
+let formCount = 0;
+function resolveForm(intent, onDone) {
+  const n = ++formCount;
+  const external = el("input", { id: "external-" + n, type: "text", autocomplete: "off", spellcheck: "false", maxlength: 256 });
+  const reason = el("textarea", { id: "reason-" + n, rows: 2, maxlength: 4096, required: true });
+  const message = el("p", { class: "message", role: "alert" });
+  const done = el("input", { type: "radio", name: "status-" + n, value: "done", id: "done-" + n });
+  const notExecuted = el("input", { type: "radio", name: "status-" + n, value: "not_executed", id: "not-executed-" + n });
+  const externalField = el("div", { class: "field" }, el("label", { for: external.id }, "Provider's id of the effect (required for done)"), external);
+  const button = el("button", { type: "submit", class: "primary" }, "Resolve intent #" + intent.id);
+  const form = el("form", { class: "resolve", novalidate: true, "data-intent": intent.id, "aria-label": "Resolve intent " + intent.id },
+    el("fieldset", { class: "radios" },
+      el("legend", {}, "What happened at the provider?"),
+      el("label", { for: done.id }, done, "Done: the provider has the effect"),
+      el("label", { for: notExecuted.id }, notExecuted, "Not executed: it never happened")),
+    el("div", { class: "resolve-grid" },
+      externalField,
+      el("div", { class: "field" }, el("label", { for: reason.id }, "Reason (required)"), reason)),
+    message,
+    el("div", { class: "actions" }, button));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    message.textContent = "";
+    const status = done.checked ? "done" : notExecuted.checked ? "not_executed" : null;
+    if (!status) { message.textContent = "Choose done or not executed."; done.focus(); return; }
+    if (status === "done" && !external.value.trim()) { message.textContent = "Give the provider's id of the effect, as the provider's dashboard shows it."; external.focus(); return; }
+    if (!reason.value.trim()) { message.textContent = "Give a reason: it is kept in the intent's event log."; reason.focus(); return; }
+    const body = { status, reason: reason.value.trim() };
+    if (status === "done") body.external_id = external.value.trim();
+    button.disabled = true;
+    try {
+      const resolved = await api("/intents/" + encodeURIComponent(intent.id) + "/resolve", { method: "POST", body });
+      toast("Intent #" + intent.id + " resolved as " + resolved.status.replace("_", " "));
+      onDone(resolved);
+    } catch (error) {
+      message.textContent = error.message;
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return form;
+}
+
+// ---------------------------------------------------------------------------------------
+// The confirmation dialog (kill switch)
+// ---------------------------------------------------------------------------------------
+
+function confirmDialog(title, text, okLabel, danger, action) {
+  const dialog = document.getElementById("confirm");
+  const reason = document.getElementById("confirm-reason");
+  const message = document.getElementById("confirm-message");
+  const ok = document.getElementById("confirm-ok");
+  document.getElementById("confirm-title").textContent = title;
+  document.getElementById("confirm-text").textContent = text;
+  ok.textContent = okLabel;
+  ok.className = danger ? "danger" : "primary";
+  reason.value = "";
+  message.textContent = "";
+  const form = document.getElementById("confirm-form");
+  form.onsubmit = async (event) => {
+    event.preventDefault();
+    if (!reason.value.trim()) { message.textContent = "Give a reason: it is stored with the switch."; reason.focus(); return; }
+    ok.disabled = true;
+    try {
+      await action(reason.value.trim());
+      dialog.close();
+    } catch (error) {
+      message.textContent = error.message;
+    } finally {
+      ok.disabled = false;
+    }
+  };
+  document.getElementById("confirm-cancel").onclick = () => dialog.close();
+  dialog.showModal();
+  reason.focus();
+}
+
+// ---------------------------------------------------------------------------------------
+// Overview
+// ---------------------------------------------------------------------------------------
+
+function sparkline(buckets) {
+  const width = 168, height = 36, gap = 2;
+  const max = Math.max(1, ...buckets.map((bucket) => bucket.calls));
+  const bar = (width - gap * (buckets.length - 1)) / buckets.length;
+  const chart = svg("svg", { class: "spark", viewBox: `0 0 ${width} ${height}`, role: "img" });
+  buckets.forEach((bucket, index) => {
+    const x = index * (bar + gap);
+    const callsHeight = Math.round((bucket.calls / max) * (height - 2));
+    const repeatsHeight = Math.round((bucket.repeats / max) * (height - 2));
+    if (callsHeight > 0) chart.append(svg("rect", { class: "calls", x, y: height - 1 - callsHeight, width: bar, height: callsHeight }));
+    if (repeatsHeight > 0) chart.append(svg("rect", { class: "repeats", x, y: height - 1 - repeatsHeight, width: bar, height: repeatsHeight }));
+  });
+  chart.append(svg("line", { class: "base", x1: 0, y1: height - 0.5, x2: width, y2: height - 0.5 }));
+  return chart;
+}
+
+function statusBadges(statuses) {
+  return Object.entries(statuses).map(([status, count]) => badge(status.replace("_", " ") + " " + count, "status-" + status));
+}
+
+async function overview() {
+  const live = el("span", { class: "live", "aria-live": "off" }, "Live");
+  const body = el("div", {}, el("p", { class: "muted" }, "Loading…"));
+  setMain(pageHead("Overview", "The last hour of side-effecting calls, refreshed every few seconds.", live), body);
+  let stopped = false;
+  const refresh = async () => {
+    if (stopped) return;
+    if (!document.hidden) {
+      try {
+        body.replaceChildren(await overviewBody());
+        live.textContent = "Updated " + CLOCK.format(new Date());
+        live.classList.remove("stale");
+      } catch (error) {
+        live.textContent = "Not updated: " + error.message;
+        live.classList.add("stale");
+      }
+    }
+    setTimeout(refresh, REFRESH_MS);
+  };
+  window.addEventListener("pagehide", () => { stopped = true; });
+  await refresh();
+}
+
+async function overviewBody() {
+  const [activity, flags, unknown, runs, alerts] = await Promise.all([
+    api("/activity?since=1h"),
+    api("/flags"),
+    api("/intents?status=unknown&limit=10"),
+    api("/reconciliations?limit=1"),
+    api("/alerts").catch(() => ({ alerts: [] })),
+  ]);
+  const lastRun = runs.reconciliations[0];
+  const run = lastRun ? await api("/reconciliations/" + lastRun.id + "?limit=1000") : null;
+  const critical = run ? run.mismatches.filter((mismatch) => mismatch.severity === "critical") : [];
+  const off = flags.flags.filter((flag) => !flag.enabled);
+  const calls = activity.tools.reduce((sum, tool) => sum + tool.calls, 0);
+  const repeats = activity.tools.reduce((sum, tool) => sum + tool.repeats, 0);
+  const card = (label, value, kind, id) => el("div", { class: "card " + (kind || ""), id }, el("div", { class: "label" }, label), el("div", { class: "value" }, String(value)));
+  const cards = el("div", { class: "cards" },
+    card("Calls, last hour", calls, "", "card-calls"),
+    card("Repeats, last hour", repeats, repeats > 0 ? "caution" : "", "card-repeats"),
+    card("Unknown intents", unknown.intents.length + (unknown.next_cursor ? "+" : ""), unknown.intents.length ? "caution" : "", "card-unknown"),
+    card("Tools switched off", off.length, off.length ? "alarm" : "", "card-off"),
+    card("Critical mismatches", lastRun ? lastRun.critical : 0, lastRun && lastRun.critical ? "alarm" : "", "card-critical"),
+    card("Alerts", alerts.alerts.length, alerts.alerts.length ? "caution" : "", "card-alerts"));
+
+  const activityRows = activity.tools.map((tool) => el("tr", { "data-tool": tool.tool },
+    td(el("a", { href: "/console/intents?tool=" + encodeURIComponent(tool.tool) + "&since=1h" }, tool.tool)),
+    td(sparkline(tool.buckets)),
+    td(String(tool.calls), "num"),
+    td(String(tool.repeats), "num repeats"),
+    td(statusBadges(tool.statuses))));
+  const activityPanel = panel("Calls by tool, last hour",
+    table(["Tool", "Every 5 minutes", ["Calls", "num"], ["Repeats", "num"], "Intents by status"], activityRows,
+      "No side-effecting calls in the last hour."),
+    el("div", { class: "legend", "aria-hidden": "true" }, el("span", {}, el("i", { class: "calls" }), "calls"), el("span", {}, el("i", { class: "repeats" }), "repeats (duplicate calls answered from the ledger)")),
+    activity.stopped_early ? el("p", { class: "muted" }, "Counted from the first " + activity.intents_read + " intents of the hour.") : null);
+
+  const offPanel = panel(el("span", {}, "Tools switched off ", el("a", { href: "/console/flags" }, "Kill switch")),
+    table(["Tool", "Reason", "By", "Since"], off.map((flag) => el("tr", {},
+      td(el("strong", {}, flag.tool)), td(flag.reason || "—", "wrap"), td(flag.actor || "—"), td(when(flag.updated_ms), "time"))), "Every tool is on."));
+
+  const unknownPanel = panel(el("span", {}, "Unknown intents ", el("a", { href: "/console/unknown" }, "Resolve")),
+    table(["Intent", "Tool", "Key", "Last call"], unknown.intents.map((intent) => el("tr", {},
+      td(intentLink(intent.id)), td(intent.tool), td(intent.key, "key"), td(when(intent.last_seen_ms), "time"))), "No intent is waiting for an answer."));
+
+  let runPanel;
+  if (!lastRun) {
+    runPanel = panel("Last reconciliation", el("p", { class: "empty" }, "No reconciliation has run yet. ", el("a", { href: "/console/reconciliation" }, "Run one")));
+  } else {
+    runPanel = panel(el("span", {}, "Last reconciliation ", el("a", { href: "/console/reconciliation/" + lastRun.id }, "Run #" + lastRun.id)),
+      el("p", { class: "muted" }, "Finished ", when(lastRun.finished_ms), " · ", lastRun.mismatches + " mismatches, " + lastRun.critical + " critical"),
+      table(["Subject", "Kind", "Tool", "Detail"], critical.slice(0, 10).map((mismatch) => el("tr", {},
+        td(el("strong", {}, mismatch.subject || "—")), td(mismatch.kind), td(mismatch.tool), td(mismatch.detail, "wrap"))), "No critical mismatch."));
+  }
+
+  const alertsPanel = panel(el("span", {}, "Recent alerts ", el("a", { href: "/console/alerts" }, "All alerts")),
+    table(["Time", "Tool", "What happened"], alerts.alerts.slice(0, 5).map((alert) => el("tr", {},
+      td(when(alert.at_ms), "time"), td(alert.tool), td(alert.summary, "wrap"))), "No alert has fired."));
+
+  return el("div", {}, cards, activityPanel, el("div", { class: "grid-2" }, offPanel, unknownPanel), el("div", { class: "grid-2" }, runPanel, alertsPanel));
+}
+
+// ---------------------------------------------------------------------------------------
+// Intents
+// ---------------------------------------------------------------------------------------
+
+function select(id, label, choices, value) {
+  const node = el("select", { id, name: id },
+    choices.map(([choice, text]) => el("option", { value: choice, selected: choice === value }, text)));
+  return el("div", {}, el("label", { for: id }, label), node);
+}
+
+async function intents() {
+  const query = new URLSearchParams(location.search);
+  const flags = await api("/flags");
+  const tools = flags.flags.map((flag) => flag.tool);
+  const form = el("form", { class: "filters", method: "get", action: "/console/intents", role: "search", "aria-label": "Filter intents" },
+    select("tool", "Tool", [["", "Any tool"], ...tools.map((tool) => [tool, tool])], query.get("tool") || ""),
+    select("status", "Status", [["", "Any status"], ...STATUSES.map((status) => [status, status.replace("_", " ")])], query.get("status") || ""),
+    el("div", {}, el("label", { for: "tenant" }, "Tenant"), el("input", { id: "tenant", name: "tenant", type: "text", value: query.get("tenant") || "", autocomplete: "off" })),
+    select("since", "First seen", SINCE_CHOICES, query.get("since") || ""),
+    el("div", { class: "wide" }, el("label", { for: "q" }, "Key or subject"), el("input", { id: "q", name: "q", type: "search", value: query.get("q") || "", placeholder: "order id, customer, key…", autocomplete: "off" })),
+    el("div", {}, el("button", { type: "submit", class: "primary" }, "Filter")));
+  const results = el("div", {}, el("p", { class: "muted" }, "Loading…"));
+  setMain(pageHead("Intents", "Every side-effecting intent the ledger holds, newest first."), panel("Filter", form), el("section", { class: "panel", "aria-label": "Intents" }, results));
+  const parameters = new URLSearchParams();
+  for (const name of ["tool", "status", "tenant", "since", "q", "cursor"]) {
+    const value = query.get(name);
+    if (value) parameters.set(name, value);
+  }
+  parameters.set("limit", "50");
+  try {
+    const page = await api("/intents?" + parameters.toString());
+    const rows = page.intents.map((intent) => el("tr", {},
+      td(intentLink(intent.id)), td(when(intent.first_seen_ms), "time"), td(intent.tool), td(intent.tenant),
+      td(intent.key, "key"), td(statusBadge(intent.status)), td(String(intent.call_count), "num"), td(intent.external_id || "—", "wrap")));
+    const next = new URLSearchParams(query);
+    if (page.next_cursor) next.set("cursor", page.next_cursor);
+    results.replaceChildren(
+      table(["Intent", "First seen", "Tool", "Tenant", "Key", "Status", ["Calls", "num"], "Provider id"], rows, "No intent matches these filters."),
+      page.scan_stopped ? el("p", { class: "muted" }, "The search read " + page.scanned + " intents and stopped; go on to search further.") : null,
+      page.next_cursor ? el("p", {}, el("a", { href: "/console/intents?" + next.toString() }, "Older intents →")) : null);
+  } catch (error) {
+    results.replaceChildren(failure(error));
+  }
+}
+
+async function intent(id) {
+  let data;
+  try {
+    data = await api("/intents/" + encodeURIComponent(id));
+  } catch (error) {
+    setMain(pageHead("Intent #" + id), failure(error));
+    return;
+  }
+  const record = data.intent;
+  const facts = [
+    ["Tool", record.tool], ["Tenant", record.tenant], ["Key", el("code", {}, record.key)],
+    ["Status", statusBadge(record.status)],
+    ["Calls", record.call_count + (record.call_count > 1 ? " (" + (record.call_count - 1) + " repeats answered from the ledger)" : "")],
+    ["Attempts", String(record.attempt)],
+    ["First seen", when(record.first_seen_ms)], ["Last call", when(record.last_seen_ms)], ["Updated", when(record.updated_ms)],
+    ["Provider's id", record.external_id ? el("code", {}, record.external_id) : "—"],
+    ["Provider key", el("code", {}, data.provider_key)],
+    ["Resolved by", record.resolved_by || "—"],
+    ["Lease", record.lease_owner ? record.lease_owner + " until " + TIME.format(new Date(record.lease_expires_ms)) : "—"],
+  ];
+  // The trace of the call, once tracing exists: shown only when the gateway records one.
+  if (data.trace_id) facts.push(["Trace", el("code", { "data-slot": "trace-id" }, data.trace_id)]);
+  const factList = el("dl", { class: "facts" }, facts.map(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
+  const events = data.events.map((event) => el("tr", {},
+    td(when(event.at_ms), "time"), td(event.kind),
+    td(event.from_status || event.to_status ? [event.from_status ? statusBadge(event.from_status) : "", event.to_status ? [" → ", statusBadge(event.to_status)] : ""] : "—"),
+    td(event.attempt === null ? "—" : String(event.attempt), "num"), td(event.actor || "—"), td(event.detail || "—", "wrap")));
+  const resolvable = record.status === "unknown";
+  setMain(
+    pageHead(el("span", {}, "Intent #" + record.id + " ", statusBadge(record.status)), record.tool + " · " + record.key,
+      el("a", { href: "/console/intents?tool=" + encodeURIComponent(record.tool) }, "← Intents of " + record.tool)),
+    el("div", { class: "grid-2" },
+      panel("Intent", factList),
+      panel("Arguments", fieldsTable(record.arguments, "No arguments."),
+        record.result ? [el("h3", {}, "Stored result"), fieldsTable(record.result, "—")] : null)),
+    resolvable ? panel("Resolve this unknown intent",
+      el("p", { class: "muted" }, "Check the provider's records first: done needs the provider's id of the effect; not executed means it certainly never happened. The resolution is recorded under your name."),
+      resolveForm(record, () => intent(id))) : null,
+    panel(el("span", {}, "Event log ", el("span", { class: "sub" }, data.events.length + " events" + (data.events_omitted ? ", " + data.events_omitted + " older ones not shown" : ""))),
+      table(["Time", "Event", "Status", ["Attempt", "num"], "By", "Detail"], events, "No events.")));
+}
+
+async function unknownIntents() {
+  const list = el("div", {}, el("p", { class: "muted" }, "Loading…"));
+  setMain(pageHead("Unknown intents", "Calls whose outcome the gateway could not learn: the provider may or may not have the effect. Look each up at the provider, then resolve it."), list);
+  const load = async () => {
+    try {
+      const page = await api("/intents?status=unknown&limit=100");
+      if (!page.intents.length) {
+        list.replaceChildren(el("div", { class: "callout calm" }, el("strong", {}, "Nothing to resolve"), "No intent is unknown."));
+        return;
+      }
+      list.replaceChildren(...page.intents.map((record) => el("section", { class: "panel", "aria-label": "Intent " + record.id },
+        el("h2", {}, el("span", {}, intentLink(record.id), " ", record.tool), el("span", { class: "sub" }, "last call ", when(record.last_seen_ms))),
+        el("dl", { class: "facts" },
+          el("dt", {}, "Key"), el("dd", {}, el("code", {}, record.key)),
+          el("dt", {}, "Tenant"), el("dd", {}, record.tenant),
+          el("dt", {}, "Calls"), el("dd", {}, String(record.call_count))),
+        resolveForm(record, load))));
+    } catch (error) {
+      list.replaceChildren(failure(error));
+    }
+  };
+  await load();
+}
+
+// ---------------------------------------------------------------------------------------
+// Kill switch
+// ---------------------------------------------------------------------------------------
+
+async function flagsPage() {
+  const body = el("div", {}, el("p", { class: "muted" }, "Loading…"));
+  setMain(pageHead("Kill switch", "A switched-off tool executes nothing: every call is answered disabled, on every gateway sharing the ledger, within a second."), el("section", { class: "panel", "aria-label": "Tools" }, body));
+  const load = async () => {
+    try {
+      const flags = (await api("/flags")).flags;
+      const rows = flags.map((flag) => {
+        const action = flag.enabled
+          ? el("button", { type: "button", class: "danger-quiet", "data-tool": flag.tool, "data-action": "off", onclick: () => confirmDialog(
+              "Switch off " + flag.tool + "?",
+              "Every call of " + flag.tool + " will be answered disabled, and nothing will be sent to its upstream, until someone switches it back on.",
+              "Switch off", true,
+              async (reason) => { await api("/flags/" + encodeURIComponent(flag.tool), { method: "PUT", body: { enabled: false, reason } }); toast(flag.tool + " is switched off"); await load(); }) }, "Switch off…")
+          : el("button", { type: "button", "data-tool": flag.tool, "data-action": "on", onclick: () => confirmDialog(
+              "Switch on " + flag.tool + "?",
+              "Calls of " + flag.tool + " will be executed again.",
+              "Switch on", false,
+              async (reason) => { await api("/flags/" + encodeURIComponent(flag.tool), { method: "PUT", body: { enabled: true, reason } }); toast(flag.tool + " is switched on"); await load(); }) }, "Switch on…");
+        return el("tr", { "data-tool": flag.tool },
+          td(el("strong", {}, flag.tool)),
+          td(flag.enabled ? badge("on", "ok") : badge("off", "off")),
+          td(flag.reason || "—", "wrap"), td(flag.actor || "—"), td(when(flag.updated_ms), "time"),
+          td(flag.configured ? action : el("span", { class: "muted" }, "not configured")));
+      });
+      body.replaceChildren(table(["Tool", "State", "Reason", "By", "Since", "Action"], rows, "No tools."));
+    } catch (error) {
+      body.replaceChildren(failure(error));
+    }
+  };
+  await load();
+}
+
+// ---------------------------------------------------------------------------------------
+// Reconciliation
+// ---------------------------------------------------------------------------------------
+
+async function reconciliation() {
+  const runs = el("div", {}, el("p", { class: "muted" }, "Loading…"));
+  const message = el("p", { class: "message", role: "alert" });
+  const button = el("button", { type: "submit", class: "primary", id: "run-reconciliation" }, "Run reconciliation");
+  const form = el("form", { class: "filters", "aria-label": "Run reconciliation" },
+    select("window", "Compare the last", WINDOWS, "1h"), el("div", {}, button));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    message.textContent = "";
+    button.disabled = true;
+    button.textContent = "Reconciling…";
+    try {
+      await api("/reconcile", { method: "POST", body: { since: form.elements.window.value } });
+      const latest = (await api("/reconciliations?limit=1")).reconciliations[0];
+      location.assign("/console/reconciliation/" + latest.id);
+    } catch (error) {
+      message.textContent = error.message;
+      button.disabled = false;
+      button.textContent = "Run reconciliation";
+    }
+  });
+  setMain(pageHead("Reconciliation", "Compares the ledger with the provider's records: who was charged or refunded without an intent, or more than once."),
+    panel("Run now", form, message), el("section", { class: "panel", "aria-label": "Runs" }, el("h2", {}, "Runs"), runs));
+  try {
+    const list = (await api("/reconciliations?limit=50")).reconciliations;
+    runs.replaceChildren(table(["Run", "Finished", "Window", "By", ["Intents", "num"], ["Records", "num"], ["Mismatches", "num"], ["Critical", "num"]],
+      list.map((run) => el("tr", {},
+        td(el("a", { href: "/console/reconciliation/" + run.id }, "Run #" + run.id)), td(when(run.finished_ms), "time"),
+        td([TIME.format(new Date(run.since_ms)), " – ", CLOCK.format(new Date(run.until_ms))]), td(run.actor),
+        td(String(run.intents_checked), "num"), td(String(run.records_checked), "num"), td(String(run.mismatches), "num"),
+        td(run.critical ? badge(String(run.critical), "critical") : "0", "num"))), "No run yet."));
+  } catch (error) {
+    runs.replaceChildren(failure(error));
+  }
+}
+
+const SEVERITY_ORDER = { critical: 0, warning: 1, info: 2 };
+
+/** The run's mismatches grouped by who they affected, most provider records first. */
+function subjects(mismatches) {
+  const bySubject = new Map();
+  for (const mismatch of mismatches) {
+    if (!mismatch.subject) continue;
+    const entry = bySubject.get(mismatch.subject) || { subject: mismatch.subject, records: new Set(), kinds: new Set(), severity: "info", tools: new Set(), intents: new Set(), mismatches: 0 };
+    mismatch.external_ids.forEach((id) => entry.records.add(id));
+    entry.kinds.add(mismatch.kind);
+    entry.tools.add(mismatch.tool);
+    if (mismatch.intent_id) entry.intents.add(mismatch.intent_id);
+    if (SEVERITY_ORDER[mismatch.severity] < SEVERITY_ORDER[entry.severity]) entry.severity = mismatch.severity;
+    entry.mismatches += 1;
+    bySubject.set(mismatch.subject, entry);
+  }
+  return [...bySubject.values()].sort((a, b) => b.records.size - a.records.size || SEVERITY_ORDER[a.severity] - SEVERITY_ORDER[b.severity] || a.subject.localeCompare(b.subject));
+}
+
+function csvLink(runId, text, kind, severity) {
+  const parameters = new URLSearchParams();
+  if (kind) parameters.set("kind", kind);
+  if (severity) parameters.set("severity", severity);
+  const query = parameters.toString();
+  return el("a", { class: "button", href: API + "/reconciliations/" + runId + "/mismatches.csv" + (query ? "?" + query : ""), download: "" }, text);
+}
+
+async function reconciliationRun(id) {
+  let data;
+  try {
+    data = await api("/reconciliations/" + encodeURIComponent(id) + "?limit=10000");
+  } catch (error) {
+    setMain(pageHead("Reconciliation run #" + id), failure(error));
+    return;
+  }
+  const run = data.reconciliation;
+  const groups = new Map();
+  for (const mismatch of data.mismatches) {
+    const key = mismatch.kind + "\u0000" + mismatch.severity;
+    const group = groups.get(key) || { kind: mismatch.kind, severity: mismatch.severity, count: 0, tools: new Set() };
+    group.count += 1;
+    group.tools.add(mismatch.tool);
+    groups.set(key, group);
+  }
+  const groupRows = [...groups.values()]
+    .sort((a, b) => SEVERITY_ORDER[a.severity] - SEVERITY_ORDER[b.severity] || b.count - a.count)
+    .map((group) => el("tr", {}, td(badge(group.severity, group.severity)), td(group.kind), td([...group.tools].join(", ")), td(String(group.count), "num"),
+      td(csvLink(run.id, "CSV", group.kind, group.severity))));
+  const affected = subjects(data.mismatches);
+  const twice = affected.filter((entry) => entry.records.size > 1);
+  const subjectRows = affected.map((entry) => el("tr", { "data-subject": entry.subject },
+    td(el("strong", {}, entry.subject)), td(String(entry.records.size), "num"), td(badge(entry.severity, entry.severity)),
+    td([...entry.kinds].join(", ")), td([...entry.tools].join(", ")),
+    td(entry.intents.size ? [...entry.intents].map((intentId) => [intentLink(intentId), " "]) : "—"), td([...entry.records].join(" "), "wrap")));
+  const facts = el("dl", { class: "facts" },
+    el("dt", {}, "Window"), el("dd", {}, when(run.since_ms), " – ", when(run.until_ms)),
+    el("dt", {}, "Finished"), el("dd", {}, when(run.finished_ms), " (", ((run.finished_ms - run.started_ms) / 1000).toFixed(1), " s)"),
+    el("dt", {}, "Run by"), el("dd", {}, run.actor),
+    el("dt", {}, "Checked"), el("dd", {}, run.intents_checked + " intents, " + run.records_checked + " provider records"),
+    el("dt", {}, "Mismatches"), el("dd", {}, run.mismatches + " (" + run.critical + " critical)" + (data.mismatches_not_shown ? "; " + data.mismatches_not_shown + " not shown" : "")));
+  const mismatchRows = data.mismatches.map((mismatch) => el("tr", {},
+    td(badge(mismatch.severity, mismatch.severity)), td(mismatch.kind), td(mismatch.subject || "—"), td(mismatch.tool),
+    td(mismatch.intent_id ? intentLink(mismatch.intent_id) : "—"), td(mismatch.external_ids.join(" ") || "—", "wrap"), td(mismatch.detail, "wrap")));
+  setMain(
+    pageHead("Reconciliation run #" + run.id, null, el("a", { href: "/console/reconciliation" }, "← All runs")),
+    twice.length
+      ? el("div", { class: "callout", id: "affected-twice", role: "status" },
+          el("strong", {}, twice.length + (twice.length === 1 ? " subject has" : " subjects have") + " more than one provider record the ledger does not account for"),
+          el("ul", { class: "subject-list" }, twice.map((entry) => el("li", { "data-subject": entry.subject }, entry.subject + ": " + entry.records.size + " records (" + [...entry.kinds].join(", ") + ")"))))
+      : run.mismatches === 0 ? el("div", { class: "callout calm" }, el("strong", {}, "The ledger and the provider agree"), "No mismatch in this window.") : null,
+    el("div", { class: "grid-2" },
+      panel("Run", facts),
+      panel(el("span", {}, "By kind and severity ", csvLink(run.id, "Download all as CSV")),
+        table(["Severity", "Kind", "Tools", ["Count", "num"], "Export"], groupRows, "No mismatches."))),
+    panel(el("span", {}, "Affected subjects ", el("span", { class: "sub" }, "customers and orders, most provider records first")),
+      table(["Subject", ["Records", "num"], "Severity", "Kinds", "Tools", "Intents", "Provider ids"], subjectRows, "No subject is named by a mismatch.")),
+    panel("Mismatches", table(["Severity", "Kind", "Subject", "Tool", "Intent", "Provider ids", "Detail"], mismatchRows, "No mismatches.")));
+}
+
+// ---------------------------------------------------------------------------------------
+// Alerts
+// ---------------------------------------------------------------------------------------
+
+async function alertsPage() {
+  const body = el("div", {}, el("p", { class: "muted" }, "Loading…"));
+  setMain(pageHead("Alerts", "Duplicate-call alerts and reconciliation notices this gateway sent its tools' owners, newest first."), el("section", { class: "panel", "aria-label": "Alerts" }, body));
+  try {
+    const alerts = (await api("/alerts")).alerts;
+    body.replaceChildren(table(["Time", "Severity", "Kind", "Tool", "Intent", "What happened"],
+      alerts.map((alert) => {
+        const details = alert.details || {};
+        return el("tr", {},
+          td(when(alert.at_ms), "time"), td(badge(alert.severity, alert.severity)), td(alert.kind.replace("_", " ")),
+          td(el("a", { href: "/console/intents?tool=" + encodeURIComponent(alert.tool) }, alert.tool)),
+          td(details.intent_id ? intentLink(details.intent_id) : "—"), td(alert.summary, "wrap"));
+      }), "No alert has fired since this gateway started."));
+  } catch (error) {
+    body.replaceChildren(failure(error));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Start
+// ---------------------------------------------------------------------------------------
+
+const PAGES = [
+  [/^\/console\/?$/, "overview", () => overview(), "Overview"],
+  [/^\/console\/intents\/?$/, "intents", () => intents(), "Intents"],
+  [/^\/console\/intents\/(\d+)$/, "intents", (id) => intent(id), "Intent"],
+  [/^\/console\/unknown\/?$/, "unknown", () => unknownIntents(), "Unknown intents"],
+  [/^\/console\/flags\/?$/, "flags", () => flagsPage(), "Kill switch"],
+  [/^\/console\/reconciliation\/?$/, "reconciliation", () => reconciliation(), "Reconciliation"],
+  [/^\/console\/reconciliation\/(\d+)$/, "reconciliation", (id) => reconciliationRun(id), "Reconciliation run"],
+  [/^\/console\/alerts\/?$/, "alerts", () => alertsPage(), "Alerts"],
+];
+
+document.addEventListener("DOMContentLoaded", () => {
+  sessionStorage.removeItem("intentgate-console-signed-in");
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  document.getElementById("time-zone").textContent = "Times are shown in your time zone (" + zone + ").";
+  document.getElementById("sign-out").addEventListener("click", async () => {
+    await fetch("/console/session", { method: "DELETE", credentials: "same-origin", headers: { "X-Intentgate-Csrf": CSRF } });
+    location.assign("/console/");
+  });
+  const path = location.pathname;
+  for (const [pattern, nav, draw, title] of PAGES) {
+    const match = path.match(pattern);
+    if (!match) continue;
+    document.title = title + " · intentgate console";
+    const link = document.querySelector('nav a[data-page="' + nav + '"]');
+    if (link) link.setAttribute("aria-current", "page");
+    draw(match[1]).catch((error) => setMain(pageHead(title), failure(error)));
+    return;
+  }
+  setMain(pageHead("No such page"), el("p", {}, "This console has no page here. ", el("a", { href: "/console/" }, "Go to the overview")));
+});

@@ -1,0 +1,95 @@
+//! `POST /console/session` (sign in) and `DELETE /console/session` (sign out).
+//!
+//! The sign-in form's script sends the credential as `Authorization: Bearer`, the header the
+//! admin API reads, so the credential never travels in a URL or a form field a proxy might
+//! log, and a cross-site form can't send it (a form can't set headers; a script of another
+//! origin needs a preflight the gateway never approves). The edge has already turned an
+//! admin-scoped key or token into a principal; [`Admin::sign_in`](intentgate_admin::Admin::sign_in)
+//! accepts that or the admin token, counting wrong tokens as the admin API does.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Json;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use intentgate_core::limits::ACTOR_LENGTH_MAX;
+use intentgate_core::text::cut;
+use intentgate_server::Problem;
+use serde_json::json;
+
+use crate::Shared;
+use crate::guard::{SESSION_COOKIE, check_change, check_same_origin, private, session_of};
+use crate::session::SESSION_LIFETIME_MAX;
+
+/// Prefix of the actor a console user's changes are recorded under.
+const ACTOR_PREFIX: &str = "console:";
+
+pub(crate) async fn sign_in(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    // A page of another site must not sign the browser in (with the attacker's credential,
+    // to watch what the operator then does).
+    if let Err(problem) = check_same_origin(request.headers()) {
+        return private(problem.into_response());
+    }
+    if !request.headers().contains_key(header::AUTHORIZATION) {
+        return private(
+            Problem::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "Credential required",
+                "sign in with the admin token or an API key with the admin scope, sent as \
+`Authorization: Bearer <credential>` (the sign-in form does this)",
+            )
+            .into_response(),
+        );
+    }
+    let subject = match shared.admin.sign_in(&request) {
+        Ok(subject) => subject,
+        Err(response) => return private(*response),
+    };
+    let actor = cut(&format!("{ACTOR_PREFIX}{subject}"), ACTOR_LENGTH_MAX).to_owned();
+    let (id, _) = match shared.sessions.create(actor.clone(), Instant::now()) {
+        Ok(created) => created,
+        Err(error) => {
+            tracing::error!(%error, "no console session could be made");
+            return private(
+                Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no-session",
+                    "No session could be made",
+                    "the gateway could not draw random bytes for a session id; see its log",
+                )
+                .into_response(),
+            );
+        }
+    };
+    tracing::info!(%actor, "signed in to the console");
+    let mut response = Json(json!({ "actor": actor })).into_response();
+    let cookie = format!(
+        "{SESSION_COOKIE}={id}; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age={}",
+        SESSION_LIFETIME_MAX.as_secs()
+    );
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    private(response)
+}
+
+pub(crate) async fn sign_out(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    if let Some((id, session)) = session_of(&shared, request.headers()) {
+        // Signing someone out is a change too: a page of another site must not do it.
+        if let Err(problem) = check_change(request.headers(), &session) {
+            return private(problem.into_response());
+        }
+        shared.sessions.remove(&id);
+        tracing::info!(actor = %session.actor, "signed out of the console");
+    }
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    let expired =
+        format!("{SESSION_COOKIE}=; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age=0");
+    if let Ok(value) = HeaderValue::from_str(&expired) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    private(response)
+}

@@ -1,0 +1,206 @@
+"""The console in a real browser: sign-in, the overview during a retry storm, the kill switch,
+an unknown intent resolved by hand, a reconciliation run and its CSV, the alerts, and what a
+page of another site or a browser without a session gets."""
+
+from __future__ import annotations
+
+import csv
+import http.server as web
+import pathlib
+import threading
+import time
+
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from harness import PHONE, Gateway, Mock, find, http, naive_refund, screenshot, sign_in, storm, wait_for
+
+
+def test_a_page_without_a_session_gets_the_sign_in_form_and_a_wrong_token_a_message(driver, gateway: Gateway) -> None:
+    driver.get(gateway.url + "/console/intents")
+    field = find(driver, "#credential")
+    label = driver.find_element(By.CSS_SELECTOR, "label[for=credential]")
+    assert "Admin token" in label.text
+    assert field.get_attribute("type") == "password"
+    # Nothing of the console's data without a session.
+    assert not driver.find_elements(By.CSS_SELECTOR, "header.top nav")
+    screenshot(driver, "01-sign-in")
+    field.send_keys("not-the-token-" + "0" * 40)
+    find(driver, "#sign-in-button").click()
+    message = wait_for("the refusal", lambda: find(driver, "#sign-in-message").text)
+    assert "not this gateway's admin token" in message
+    # The credential went in a header, never into the URL.
+    assert "token" not in driver.current_url and "?" not in driver.current_url
+    screenshot(driver, "02-sign-in-refused")
+    assert not driver.get_cookies()
+
+
+def test_the_operator_walks_through_an_incident(driver, gateway: Gateway, mock: Mock, downloads: pathlib.Path) -> None:
+    sign_in(driver, gateway)
+    # Chromium keeps the Secure, HttpOnly, SameSite=Strict cookie over http://127.0.0.1.
+    cookies = {cookie["name"]: cookie for cookie in driver.get_cookies()}
+    session = cookies["__Host-intentgate-console"]
+    assert session["secure"] and session["httpOnly"] and session["sameSite"] == "Strict"
+    assert driver.execute_script("return document.cookie") == ""
+    find(driver, "#card-calls")
+    screenshot(driver, "03-overview-quiet")
+
+    # A storm of duplicate calls appears on the overview as it happens.
+    orders = [(f"88{n:02d}", "49.00") for n in range(12)]
+    outcomes = storm(gateway, orders, calls_per_order=6)
+    assert {outcome["status"] for outcome in outcomes} <= {"done", "already_done"}
+    repeats = wait_for("the repeats on the overview", lambda: int(find(driver, "#card-repeats .value").text) >= 60 and find(driver, "#card-repeats .value").text)
+    assert int(repeats) == 12 * 5
+    row = find(driver, 'tr[data-tool="refund_order"]')
+    assert row.find_element(By.CSS_SELECTOR, "td.repeats").text == "60"
+    assert row.find_elements(By.CSS_SELECTOR, "svg.spark rect.repeats")
+    wait_for("the duplicate-call alert", lambda: int(find(driver, "#card-alerts .value").text) >= 1)
+    screenshot(driver, "04-overview-storm")
+    screenshot(driver, "05-overview-phone", PHONE)
+    driver.set_window_size(*PHONE)
+    assert driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1"), "the overview scrolls sideways on a phone"
+
+    # The intents list, filtered, and one intent's page.
+    driver.get(gateway.url + "/console/intents")
+    Select(find(driver, "#tool")).select_by_value("refund_order")
+    find(driver, "#q").send_keys("8805")
+    find(driver, "form[role=search] button").click()
+    link = wait_for("the intent of order 8805", lambda: driver.find_element(By.XPATH, "//td[contains(., 'refund:8805:49.00')]/preceding-sibling::td//a"))
+    assert "q=8805" in driver.current_url
+    screenshot(driver, "06-intents")
+    link.click()
+    find(driver, "dl.facts")
+    page = driver.find_element(By.ID, "main").text
+    assert "refund:8805:49.00" in page and "re_" in page and "refund_order:refund:8805:49.00" in page
+    events = driver.find_elements(By.XPATH, "//section[contains(., 'Event log')]//tbody/tr")
+    assert len(events) >= 6
+    # No tracing yet: the trace slot shows nothing.
+    assert not driver.find_elements(By.CSS_SELECTOR, "[data-slot=trace-id]")
+    screenshot(driver, "07-intent")
+
+    # An ambiguous failure the gateway can't settle: the provider answers 500 after
+    # committing and every lookup fails.
+    mock.faults(server_error=1000, commit_when_ambiguous=1000, lookup_failure=1000)
+    assert gateway.refund("8899", "19.00")["status"] == "pending_unknown"
+    driver.get(gateway.url + "/console/unknown")
+    form = find(driver, "form.resolve")
+    intent_id = form.get_attribute("data-intent")
+    external_id = mock_refund_id(mock)
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    assert "Choose done or not executed" in wait_for("the missing choice", lambda: form.find_element(By.CSS_SELECTOR, ".message").text)
+    form.find_element(By.CSS_SELECTOR, "input[value=done]").click()
+    form.find_element(By.CSS_SELECTOR, "input[type=text]").send_keys(external_id)
+    form.find_element(By.CSS_SELECTOR, "textarea").send_keys("Found in the provider's dashboard: refund succeeded")
+    screenshot(driver, "08-unknown")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    find(driver, ".callout.calm")
+    resolved = gateway.admin("GET", f"/intents/{intent_id}")
+    assert resolved["intent"]["status"] == "done" and resolved["intent"]["external_id"] == external_id
+    resolve_event = [event for event in resolved["events"] if event["kind"] == "resolve"][-1]
+    assert resolve_event["actor"] == "console:admin-token"
+    mock.faults()
+
+    # Reconciliation, with two refunds made around the gateway for one order.
+    naive_refund(mock.url, "7001", "25.00")
+    naive_refund(mock.url, "7001", "25.00")
+    naive_refund(mock.url, "7002", "12.50")
+    time.sleep(6)  # past the newest seconds a run leaves for the next one
+    driver.get(gateway.url + "/console/reconciliation")
+    Select(find(driver, "#window")).select_by_value("15m")
+    find(driver, "#run-reconciliation").click()
+    callout = find(driver, "#affected-twice")
+    assert [item.get_attribute("data-subject") for item in callout.find_elements(By.CSS_SELECTOR, "li")] == ["7001"]
+    subjects = [row.get_attribute("data-subject") for row in driver.find_elements(By.CSS_SELECTOR, "tr[data-subject]")]
+    assert subjects[:2] == ["7001", "7002"]
+    screenshot(driver, "09-reconciliation-run")
+    driver.find_element(By.XPATH, "//a[contains(., 'Download all as CSV')]").click()
+    exported = wait_for("the CSV download", lambda: [path for path in downloads.glob("*.csv")])
+    with exported[0].open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert sorted(row["subject"] for row in rows) == ["7001", "7001", "7002"]
+    assert {row["kind"] for row in rows} == {"no_intent"}
+    driver.get(gateway.url + "/console/reconciliation")
+    find(driver, "tbody tr")
+    screenshot(driver, "10-reconciliation")
+
+    # The alerts name the tool and the intents they concern.
+    driver.get(gateway.url + "/console/alerts")
+    find(driver, "tbody tr")
+    alerts = driver.find_element(By.ID, "main").text
+    assert "refund_order" in alerts and "duplicate-call alert" in alerts
+    assert driver.find_elements(By.CSS_SELECTOR, "tbody a[href^='/console/intents/']")
+    screenshot(driver, "11-alerts")
+
+    # The kill switch: confirmation first, then the next call is answered disabled.
+    driver.get(gateway.url + "/console/flags")
+    find(driver, 'button[data-tool="refund_order"][data-action="off"]').click()
+    dialog = find(driver, "dialog#confirm[open]")
+    screenshot(driver, "12-kill-switch-confirm")
+    find(driver, "#confirm-ok").click()
+    assert "reason" in wait_for("the missing reason", lambda: find(driver, "#confirm-message").text)
+    find(driver, "#confirm-reason").send_keys("INC-4411: duplicate refunds")
+    find(driver, "#confirm-ok").click()
+    find(driver, 'button[data-tool="refund_order"][data-action="on"]')
+    assert not dialog.get_attribute("open")
+    wait_for("the disabled answer", lambda: gateway.refund("8900", "10.00")["status"] == "disabled", every=0.2)
+    flag = [flag for flag in gateway.admin("GET", "/flags")["flags"] if flag["tool"] == "refund_order"][0]
+    assert flag["actor"] == "console:admin-token" and flag["reason"] == "INC-4411: duplicate refunds"
+    screenshot(driver, "13-kill-switch")
+    screenshot(driver, "14-kill-switch-phone", PHONE)
+
+    # Signing out ends the session: the next page is the sign-in form again.
+    driver.set_window_size(1280, 900)
+    find(driver, "#sign-out").click()
+    find(driver, "#credential")
+    driver.get(gateway.url + "/console/flags")
+    find(driver, "#credential")
+
+
+def mock_refund_id(mock: Mock) -> str:
+    """The id of the one refund the provider committed for order 8899, the newest: ids are
+    numbered in order, and the provider's lists fail under the faults (as its dashboard
+    would not, for the operator)."""
+    status, effects = http("GET", mock.url + "/admin/effects")
+    assert status == 200 and effects["by_order"]["8899"] == 1, effects
+    return f"re_{effects['total']:06d}"
+
+
+class AttackerPage(web.BaseHTTPRequestHandler):
+    """A page of another site that posts a form to the gateway as soon as it loads."""
+
+    target = ""
+
+    def do_GET(self) -> None:  # noqa: N802 (the handler's name)
+        page = f"""<!doctype html><title>win a prize</title>
+<form id=f method=post action="{self.target}/v1/admin/reconcile" enctype="text/plain">
+<input name='{{"since":"1h","x":"' value='"}}'></form>
+<script>document.getElementById("f").submit()</script>"""
+        body = page.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_cross_site_form_post_is_refused(driver, gateway: Gateway) -> None:
+    sign_in(driver, gateway)
+    runs_before = gateway.admin("GET", "/reconciliations")["reconciliations"]
+    AttackerPage.target = gateway.url
+    server = web.ThreadingHTTPServer(("127.0.0.1", 0), AttackerPage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        # `localhost` is another site than `127.0.0.1`, as a real attacker's domain would be.
+        driver.get(f"http://localhost:{server.server_address[1]}/")
+        refusal = wait_for("the refusal", lambda: "Origin not allowed" in driver.find_element(By.TAG_NAME, "body").text and driver.find_element(By.TAG_NAME, "body").text)
+        assert "403" in refusal or "origin-not-allowed" in refusal
+        screenshot(driver, "15-cross-site-refused")
+    finally:
+        server.shutdown()
+    assert gateway.admin("GET", "/reconciliations")["reconciliations"] == runs_before
+    # The session itself still works from the console's own page.
+    driver.get(gateway.url + "/console/flags")
+    find(driver, 'button[data-tool="refund_order"]')
