@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use intentgate_admin::{AdminOptions, FailureLimit, Reconciler};
+use intentgate_admin::{AdminOptions, AlertLog, FailureLimit, Reconciler};
 use intentgate_core::IntentStatus;
 use intentgate_ledger::{
     Begin, BeginRequest, Finish, Finished, IntentRecord, Ledger, ReconciliationRun, StoredMismatch,
@@ -43,7 +43,7 @@ impl Drop for Admin {
 }
 
 async fn start(token: Option<&str>, reconciler: Option<Arc<dyn Reconciler>>) -> Admin {
-    start_with(token, reconciler, FailureLimit::default()).await
+    start_with(token, reconciler, FailureLimit::default(), None).await
 }
 
 /// [`start`] with a chosen limit on wrong tokens. The router is served with the peer's
@@ -52,10 +52,11 @@ async fn start_with(
     token: Option<&str>,
     reconciler: Option<Arc<dyn Reconciler>>,
     failure_limit: FailureLimit,
+    alerts: Option<Arc<dyn AlertLog>>,
 ) -> Admin {
     let TempLedger { dir, ledger, .. } = TempLedger::new();
     let ledger: Arc<dyn Ledger> = ledger;
-    let router = intentgate_admin::router(
+    let router = intentgate_admin::Admin::new(
         ledger.clone(),
         AdminOptions {
             token: token.map(str::to_owned),
@@ -65,7 +66,9 @@ async fn start_with(
             admin_scope: false,
         },
         reconciler,
-    );
+        alerts,
+    )
+    .router();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
@@ -1021,7 +1024,7 @@ fn a_token_shorter_than_32_bytes_is_refused_saying_how_to_make_one() {
 #[tokio::test]
 async fn wrong_tokens_from_one_address_are_throttled_even_for_the_right_token() {
     let limit = FailureLimit::default();
-    let admin = start_with(Some(TOKEN), None, limit).await;
+    let admin = start_with(Some(TOKEN), None, limit, None).await;
     let wrong = "wrong-admin-token-wrong-admin-token";
     for _ in 0..limit.failures {
         admin
@@ -1077,7 +1080,7 @@ async fn a_throttled_address_is_let_in_again_once_its_window_is_over() {
         failures: 2,
         window: Duration::from_secs(1),
     };
-    let admin = start_with(Some(TOKEN), None, limit).await;
+    let admin = start_with(Some(TOKEN), None, limit, None).await;
     for _ in 0..2 {
         admin
             .send("GET", "/v1/admin/flags", Some("not-the-token"), None)
@@ -1176,4 +1179,238 @@ async fn an_erasure_is_validated_before_anything_is_erased() {
     let answer = admin.get("/v1/admin/erasures").await;
     answer.problem(405);
     assert_eq!(admin.ledger.get_by_id(kept.id).await.unwrap(), Some(kept));
+}
+
+#[tokio::test]
+async fn activity_counts_calls_repeats_and_statuses_per_tool_over_the_window() {
+    let admin = start(Some(TOKEN), None).await;
+    let stormed = admin
+        .done("acme", "refund_order", "refund:1:10.00", "re_1")
+        .await;
+    for _ in 0..4 {
+        admin
+            .ledger
+            .record_call(stormed.id, now_ms())
+            .await
+            .unwrap();
+    }
+    admin
+        .done("acme", "refund_order", "refund:2:10.00", "re_2")
+        .await;
+    admin.unknown_refund("acme", "refund:3:10.00").await;
+    admin.done("acme", "send_email", "email:1", "em_1").await;
+    let answer = admin.get("/v1/admin/activity").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let tools = answer.body["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 2, "{}", answer.body);
+    let refunds = &tools[0];
+    assert_eq!(refunds["tool"], "refund_order");
+    assert_eq!(refunds["intents"], 3);
+    assert_eq!(refunds["calls"], 7);
+    assert_eq!(refunds["repeats"], 4);
+    assert_eq!(refunds["statuses"], json!({"done": 2, "unknown": 1}));
+    let buckets = refunds["buckets"].as_array().unwrap();
+    assert_eq!(buckets.len(), 12);
+    // Everything happened just now: in the last bucket of the hour.
+    assert_eq!(buckets[11], json!({"calls": 7, "repeats": 4}));
+    assert_eq!(tools[1]["tool"], "send_email");
+    assert_eq!(answer.body["intents_read"], 4);
+    assert_eq!(answer.body["stopped_early"], false);
+    assert_eq!(answer.body["bucket_ms"], 300_000);
+    for wrong in ["0s", "8d", "soon"] {
+        admin
+            .get(&format!("/v1/admin/activity?since={wrong}"))
+            .await
+            .problem(400);
+    }
+}
+
+#[tokio::test]
+async fn intents_are_found_by_text_in_keys_arguments_and_provider_ids_and_by_time() {
+    let admin = start(Some(TOKEN), None).await;
+    let first = admin
+        .done("acme", "refund_order", "refund:8812:49.00", "re_AB12")
+        .await;
+    admin
+        .done("acme", "refund_order", "refund:9000:10.00", "re_CD34")
+        .await;
+    let keys = |answer: &Answer| -> Vec<String> {
+        answer.body["intents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|intent| intent["key"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let by_key = admin.get("/v1/admin/intents?q=8812").await;
+    assert_eq!(keys(&by_key), ["refund:8812:49.00"], "{}", by_key.body);
+    assert_eq!(by_key.body["scan_stopped"], false);
+    // Any case, in the provider's id.
+    let by_id = admin.get("/v1/admin/intents?q=re_ab").await;
+    assert_eq!(keys(&by_id), ["refund:8812:49.00"]);
+    // In an argument's value (the test's intents carry their key as an argument).
+    let by_argument = admin.get("/v1/admin/intents?q=9000:10").await;
+    assert_eq!(keys(&by_argument), ["refund:9000:10.00"]);
+    let none = admin.get("/v1/admin/intents?q=nobody").await;
+    assert!(keys(&none).is_empty());
+    let recent = admin.get("/v1/admin/intents?since=1h").await;
+    assert_eq!(keys(&recent).len(), 2);
+    let later = admin
+        .get(&format!(
+            "/v1/admin/intents?from_ms={}",
+            first.first_seen_ms + 3_600_000
+        ))
+        .await;
+    assert!(keys(&later).is_empty(), "{}", later.body);
+    let before = admin
+        .get(&format!(
+            "/v1/admin/intents?until_ms={}",
+            first.first_seen_ms
+        ))
+        .await;
+    assert!(keys(&before).is_empty(), "{}", before.body);
+    let shown = admin.get(&format!("/v1/admin/intents/{}", first.id)).await;
+    assert_eq!(
+        shown.body["provider_key"],
+        "acme/refund_order:refund:8812:49.00"
+    );
+    for wrong in [
+        "since=1h&from_ms=5".to_owned(),
+        "from_ms=yesterday".to_owned(),
+        "since=forever".to_owned(),
+        format!("q={}", "x".repeat(300)),
+    ] {
+        admin
+            .get(&format!("/v1/admin/intents?{wrong}"))
+            .await
+            .problem(400);
+    }
+}
+
+#[tokio::test]
+async fn a_runs_mismatches_are_exported_as_csv_with_formulas_shown_as_text() {
+    let admin = start(Some(TOKEN), None).await;
+    let started_ms = now_ms();
+    let run = ReconciliationRun {
+        id: 0,
+        started_ms,
+        finished_ms: started_ms + 5,
+        since_ms: started_ms - 3_600_000,
+        until_ms: started_ms,
+        actor: "serve".into(),
+        intents_checked: 2,
+        records_checked: 3,
+        mismatches: 2,
+        critical: 1,
+        summary: json!({}),
+    };
+    let mismatch = |kind: &str, severity: &str, subject: &str, ids: &[&str]| StoredMismatch {
+        run_id: 0,
+        tool: "refund_order".into(),
+        kind: kind.into(),
+        severity: severity.into(),
+        intent_id: None,
+        tenant: Some("acme".into()),
+        intent_key: Some("refund:8812:49.00".into()),
+        external_ids: ids.iter().map(|id| (*id).to_owned()).collect(),
+        subject: Some(subject.into()),
+        detail: "two refunds, \"one\" intent".into(),
+    };
+    let id = admin
+        .ledger
+        .record_reconciliation(
+            &run,
+            &[
+                mismatch("duplicate", "critical", "8812", &["re_1", "re_2"]),
+                mismatch("no_intent", "warning", "=HYPERLINK(\"x\")", &["re_3"]),
+            ],
+        )
+        .await
+        .unwrap();
+    let csv = |query: &str| {
+        let url = format!(
+            "{}/v1/admin/reconciliations/{id}/mismatches.csv{query}",
+            admin.base
+        );
+        let client = admin.client.clone();
+        async move {
+            let response = client.get(url).bearer_auth(TOKEN).send().await.unwrap();
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            (status, headers, response.text().await.unwrap())
+        }
+    };
+    let (status, headers, text) = csv("").await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(headers["content-type"], "text/csv; charset=utf-8");
+    assert_eq!(
+        headers["content-disposition"],
+        format!("attachment; filename=\"reconciliation-{id}-mismatches.csv\"")
+    );
+    let lines: Vec<&str> = text.split("\r\n").collect();
+    assert_eq!(
+        lines[0],
+        "run_id,tool,kind,severity,subject,tenant,intent_id,intent_key,external_ids,detail"
+    );
+    assert_eq!(
+        lines[1],
+        format!(
+            r#""{id}","refund_order","duplicate","critical","8812","acme","","refund:8812:49.00","re_1 re_2","two refunds, ""one"" intent""#
+        )
+    );
+    assert!(
+        lines[2].contains(r#","'=HYPERLINK(""x"")","#),
+        "{}",
+        lines[2]
+    );
+    assert_eq!(lines.len(), 4, "{text}");
+    let (_, _, critical) = csv("?severity=critical").await;
+    assert_eq!(critical.split("\r\n").count(), 3, "{critical}");
+    let (_, _, bypass) = csv("?kind=no_intent").await;
+    assert!(bypass.contains("no_intent") && !bypass.contains("duplicate"));
+    assert_eq!(csv("?severity=urgent").await.0, 400);
+    assert_eq!(csv("?kind=DROP%20TABLE").await.0, 400);
+    let missing = admin
+        .get(&format!(
+            "/v1/admin/reconciliations/{}/mismatches.csv",
+            id + 1
+        ))
+        .await;
+    missing.problem(404);
+}
+
+/// An alert log with one notice.
+struct OneAlert;
+
+impl AlertLog for OneAlert {
+    fn recent(&self) -> Vec<Value> {
+        vec![
+            json!({"at_ms": 1, "kind": "duplicate_calls", "tool": "refund_order", "severity": "warning", "summary": "called 5 more times", "details": {"intent_id": 7}}),
+        ]
+    }
+}
+
+#[tokio::test]
+async fn alerts_are_listed_from_the_servers_log_and_501_without_one() {
+    let admin = start(Some(TOKEN), None).await;
+    assert!(
+        admin
+            .get("/v1/admin/alerts")
+            .await
+            .problem(501)
+            .contains("log")
+    );
+    let admin = start_with(
+        Some(TOKEN),
+        None,
+        FailureLimit::default(),
+        Some(Arc::new(OneAlert)),
+    )
+    .await;
+    let answer = admin.get("/v1/admin/alerts").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.body["alerts"][0]["details"]["intent_id"], 7);
+    // Behind the token like every admin route.
+    let anonymous = admin.send("GET", "/v1/admin/alerts", None, None).await;
+    anonymous.problem(401);
 }

@@ -298,3 +298,34 @@ fn describe(error: &reqwest::Error) -> String {
         "the request failed".to_owned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notice(tool: &str) -> Notice {
+        Notice {
+            kind: "duplicate_calls",
+            tool: tool.to_owned(),
+            severity: Severity::Warning,
+            summary: format!("{tool} was called again"),
+            details: json!({"intent_id": 7}),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_latest_notices_are_kept_newest_first_and_bounded() {
+        let notifier = Notifier::new(BTreeMap::new());
+        assert!(notifier.recent().is_empty());
+        for index in 0..RECENT_NOTICES_MAX + 3 {
+            notifier.post(Some("payments-team"), &notice(&format!("tool_{index}")));
+        }
+        let recent = notifier.recent();
+        assert_eq!(recent.len(), RECENT_NOTICES_MAX);
+        assert_eq!(recent[0]["tool"], format!("tool_{}", RECENT_NOTICES_MAX + 2));
+        assert_eq!(recent[RECENT_NOTICES_MAX - 1]["tool"], "tool_3");
+        assert_eq!(recent[0]["owner"], "payments-team");
+        assert_eq!(recent[0]["details"]["intent_id"], 7);
+        assert!(recent[0]["at_ms"].as_i64().unwrap() > 0);
+    }
+}
