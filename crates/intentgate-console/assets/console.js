@@ -41,6 +41,12 @@ function append(node, children) {
   return node;
 }
 
+/** Replaces a node's children (absent ones skipped, as `el` skips them). */
+function fill(node, ...children) {
+  node.replaceChildren();
+  return append(node, children);
+}
+
 function svg(tag, attributes) {
   const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const [name, value] of Object.entries(attributes || {})) node.setAttribute(name, String(value));
@@ -130,7 +136,7 @@ async function api(path, options) {
 
 function setMain(...children) {
   const main = document.getElementById("main");
-  main.replaceChildren(...children.flat().filter(Boolean));
+  fill(main, ...children.flat().filter(Boolean));
 }
 
 function pageHead(title, sub, ...extra) {
@@ -256,7 +262,10 @@ function sparkline(buckets) {
   const width = 168, height = 36, gap = 2;
   const max = Math.max(1, ...buckets.map((bucket) => bucket.calls));
   const bar = (width - gap * (buckets.length - 1)) / buckets.length;
-  const chart = svg("svg", { class: "spark", viewBox: `0 0 ${width} ${height}`, role: "img" });
+  const total = (field) => buckets.reduce((sum, bucket) => sum + bucket[field], 0);
+  const peak = Math.max(...buckets.map((bucket) => bucket.repeats));
+  const chart = svg("svg", { class: "spark", viewBox: `0 0 ${width} ${height}`, role: "img",
+    "aria-label": `${total("calls")} calls and ${total("repeats")} repeats in the last hour; at most ${peak} repeats in one 5-minute bucket` });
   buckets.forEach((bucket, index) => {
     const x = index * (bar + gap);
     const callsHeight = Math.round((bucket.calls / max) * (height - 2));
@@ -281,7 +290,7 @@ async function overview() {
     if (stopped) return;
     if (!document.hidden) {
       try {
-        body.replaceChildren(await overviewBody());
+        fill(body, await overviewBody());
         live.textContent = "Updated " + CLOCK.format(new Date());
         live.classList.remove("stale");
       } catch (error) {
@@ -391,12 +400,12 @@ async function intents() {
       td(intent.key, "key"), td(statusBadge(intent.status)), td(String(intent.call_count), "num"), td(intent.external_id || "—", "wrap")));
     const next = new URLSearchParams(query);
     if (page.next_cursor) next.set("cursor", page.next_cursor);
-    results.replaceChildren(
+    fill(results, 
       table(["Intent", "First seen", "Tool", "Tenant", "Key", "Status", ["Calls", "num"], "Provider id"], rows, "No intent matches these filters."),
       page.scan_stopped ? el("p", { class: "muted" }, "The search read " + page.scanned + " intents and stopped; go on to search further.") : null,
       page.next_cursor ? el("p", {}, el("a", { href: "/console/intents?" + next.toString() }, "Older intents →")) : null);
   } catch (error) {
-    results.replaceChildren(failure(error));
+    fill(results, failure(error));
   }
 }
 
@@ -449,10 +458,10 @@ async function unknownIntents() {
     try {
       const page = await api("/intents?status=unknown&limit=100");
       if (!page.intents.length) {
-        list.replaceChildren(el("div", { class: "callout calm" }, el("strong", {}, "Nothing to resolve"), "No intent is unknown."));
+        fill(list, el("div", { class: "callout calm" }, el("strong", {}, "Nothing to resolve"), "No intent is unknown."));
         return;
       }
-      list.replaceChildren(...page.intents.map((record) => el("section", { class: "panel", "aria-label": "Intent " + record.id },
+      fill(list, ...page.intents.map((record) => el("section", { class: "panel", "aria-label": "Intent " + record.id },
         el("h2", {}, el("span", {}, intentLink(record.id), " ", record.tool), el("span", { class: "sub" }, "last call ", when(record.last_seen_ms))),
         el("dl", { class: "facts" },
           el("dt", {}, "Key"), el("dd", {}, el("code", {}, record.key)),
@@ -460,7 +469,7 @@ async function unknownIntents() {
           el("dt", {}, "Calls"), el("dd", {}, String(record.call_count))),
         resolveForm(record, load))));
     } catch (error) {
-      list.replaceChildren(failure(error));
+      fill(list, failure(error));
     }
   };
   await load();
@@ -488,15 +497,17 @@ async function flagsPage() {
               "Calls of " + flag.tool + " will be executed again.",
               "Switch on", false,
               async (reason) => { await api("/flags/" + encodeURIComponent(flag.tool), { method: "PUT", body: { enabled: true, reason } }); toast(flag.tool + " is switched on"); await load(); }) }, "Switch on…");
-        return el("tr", { "data-tool": flag.tool },
-          td(el("strong", {}, flag.tool)),
+        const changed = flag.updated_ms
+          ? el("div", { class: "note" }, flag.enabled ? "Switched on" : "Switched off", " by ", flag.actor, " at ", when(flag.updated_ms), flag.reason ? [": ", flag.reason] : "")
+          : null;
+        return el("tr", { "data-tool": flag.tool, class: flag.enabled ? "" : "is-off" },
+          td([el("strong", {}, flag.tool), changed], "wrap"),
           td(flag.enabled ? badge("on", "ok") : badge("off", "off")),
-          td(flag.reason || "—", "wrap"), td(flag.actor || "—"), td(when(flag.updated_ms), "time"),
-          td(flag.configured ? action : el("span", { class: "muted" }, "not configured")));
+          td(flag.configured ? action : el("span", { class: "muted" }, "not configured"), "action"));
       });
-      body.replaceChildren(table(["Tool", "State", "Reason", "By", "Since", "Action"], rows, "No tools."));
+      fill(body, table(["Tool", "State", ["Action", "action"]], rows, "No tools."));
     } catch (error) {
-      body.replaceChildren(failure(error));
+      fill(body, failure(error));
     }
   };
   await load();
@@ -531,14 +542,14 @@ async function reconciliation() {
     panel("Run now", form, message), el("section", { class: "panel", "aria-label": "Runs" }, el("h2", {}, "Runs"), runs));
   try {
     const list = (await api("/reconciliations?limit=50")).reconciliations;
-    runs.replaceChildren(table(["Run", "Finished", "Window", "By", ["Intents", "num"], ["Records", "num"], ["Mismatches", "num"], ["Critical", "num"]],
+    fill(runs, table(["Run", "Finished", "Window", "By", ["Intents", "num"], ["Records", "num"], ["Mismatches", "num"], ["Critical", "num"]],
       list.map((run) => el("tr", {},
         td(el("a", { href: "/console/reconciliation/" + run.id }, "Run #" + run.id)), td(when(run.finished_ms), "time"),
         td([TIME.format(new Date(run.since_ms)), " – ", CLOCK.format(new Date(run.until_ms))]), td(run.actor),
         td(String(run.intents_checked), "num"), td(String(run.records_checked), "num"), td(String(run.mismatches), "num"),
         td(run.critical ? badge(String(run.critical), "critical") : "0", "num"))), "No run yet."));
   } catch (error) {
-    runs.replaceChildren(failure(error));
+    fill(runs, failure(error));
   }
 }
 
@@ -630,7 +641,7 @@ async function alertsPage() {
   setMain(pageHead("Alerts", "Duplicate-call alerts and reconciliation notices this gateway sent its tools' owners, newest first."), el("section", { class: "panel", "aria-label": "Alerts" }, body));
   try {
     const alerts = (await api("/alerts")).alerts;
-    body.replaceChildren(table(["Time", "Severity", "Kind", "Tool", "Intent", "What happened"],
+    fill(body, table(["Time", "Severity", "Kind", "Tool", "Intent", "What happened"],
       alerts.map((alert) => {
         const details = alert.details || {};
         return el("tr", {},
@@ -639,7 +650,7 @@ async function alertsPage() {
           td(details.intent_id ? intentLink(details.intent_id) : "—"), td(alert.summary, "wrap"));
       }), "No alert has fired since this gateway started."));
   } catch (error) {
-    body.replaceChildren(failure(error));
+    fill(body, failure(error));
   }
 }
 

@@ -322,7 +322,10 @@ mod tests {
         }
         let recent = notifier.recent();
         assert_eq!(recent.len(), RECENT_NOTICES_MAX);
-        assert_eq!(recent[0]["tool"], format!("tool_{}", RECENT_NOTICES_MAX + 2));
+        assert_eq!(
+            recent[0]["tool"],
+            format!("tool_{}", RECENT_NOTICES_MAX + 2)
+        );
         assert_eq!(recent[RECENT_NOTICES_MAX - 1]["tool"], "tool_3");
         assert_eq!(recent[0]["owner"], "payments-team");
         assert_eq!(recent[0]["details"]["intent_id"], 7);

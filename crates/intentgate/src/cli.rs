@@ -50,6 +50,12 @@ clients/python); GET /v1/intents/{tool}/{key}; MCP over Streamable HTTP at /mcp;
 /readyz, /metrics; and GET /openapi.json, the OpenAPI 3.1 document of every route. The \
 sweeper runs in the same process, driving unknown intents to an answer.
 
+With an admin token (or credentials that can carry the `admin` scope), the admin API is at \
+/v1/admin/ and the operator console at /console: open http://<listen address>/console in a \
+browser and sign in with the admin token or an admin-scoped API key (overview, intents, \
+unknown intents, kill switch, reconciliation, alerts). Browsers keep its session cookie over \
+plain HTTP only from localhost and 127.0.0.1; elsewhere serve it behind HTTPS.
+
 MCP upstreams (`kind: mcp` in `upstreams:`) are started (stdio) or connected to (Streamable \
 HTTP) before anything is served, and their tools listed; a server that does not start, an \
 imported tool the config does not classify, or a call of a tool the server does not list \
@@ -287,10 +293,11 @@ pub struct ServeArgs {
     /// Durability of the ledger (overrides `gateway.durability`).
     #[arg(long, env = "INTENTGATE_DURABILITY", value_enum)]
     pub durability: Option<DurabilityArgument>,
-    /// Turns the admin API on (/v1/admin/: flags, intents, reconciliation): the bearer
-    /// token its requests must carry, at least 32 bytes (make one with `openssl rand -hex
-    /// 32`). Prefer the environment variable: a command-line value is visible in the process
-    /// list. Without it the admin API is off.
+    /// Turns the admin API on (/v1/admin/: flags, intents, reconciliation) and the operator
+    /// console (/console, signed in with this token): the bearer token its requests must
+    /// carry, at least 32 bytes (make one with `openssl rand -hex 32`). Prefer the
+    /// environment variable: a command-line value is visible in the process list. Without it
+    /// the admin API is off.
     #[arg(
         long,
         env = "INTENTGATE_ADMIN_TOKEN",

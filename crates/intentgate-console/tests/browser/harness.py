@@ -228,6 +228,7 @@ def screenshot(driver: WebDriver, name: str, size: tuple[int, int] = LAPTOP) -> 
     driver.set_window_size(*size)
     height = driver.execute_script("return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)")
     driver.set_window_size(size[0], max(size[1], min(int(height) + 120, 6000)))
+    driver.execute_script("window.scrollTo(0, 0)")
     path = SCREENSHOTS / f"{name}.png"
     driver.save_screenshot(str(path))
     driver.set_window_size(*size)
