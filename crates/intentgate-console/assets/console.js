@@ -645,7 +645,7 @@ async function alertsPage() {
       alerts.map((alert) => {
         const details = alert.details || {};
         return el("tr", {},
-          td(when(alert.at_ms), "time"), td(badge(alert.severity, alert.severity)), td(alert.kind.replace("_", " ")),
+          td(when(alert.at_ms), "time"), td(badge(alert.severity, alert.severity)), td(alert.kind.replace("_", " "), "nowrap"),
           td(el("a", { href: "/console/intents?tool=" + encodeURIComponent(alert.tool) }, alert.tool)),
           td(details.intent_id ? intentLink(details.intent_id) : "—"), td(alert.summary, "wrap"));
       }), "No alert has fired since this gateway started."));

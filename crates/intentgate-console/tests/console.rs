@@ -518,3 +518,56 @@ async fn with_the_admin_api_off_nobody_signs_in_and_the_answer_says_how_to_turn_
         "{problem}"
     );
 }
+
+#[tokio::test]
+async fn wrong_tokens_at_sign_in_count_towards_the_admin_apis_limit() {
+    let server = start(Setup::Token).await;
+    let limit = FailureLimit::default().failures;
+    for _ in 0..limit {
+        let wrong = server
+            .sign_in_with("not-the-admin-token-0123456789abcdef")
+            .await;
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    }
+    // Past the limit even the right token is refused for a while, at sign-in and at the API.
+    let refused = server.sign_in_with(TOKEN).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().get("set-cookie").is_none());
+    let api = server
+        .client
+        .get(format!("{}/v1/admin/flags", server.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn a_request_with_a_bearer_credential_is_judged_by_it_whatever_cookie_it_carries() {
+    let server = start(Setup::Token).await;
+    let browser = server.sign_in(TOKEN).await;
+    let with_wrong_bearer = server
+        .client
+        .get(format!("{}/v1/admin/flags", server.base))
+        .header("cookie", &browser.cookie)
+        .bearer_auth("not-the-admin-token-0123456789abcdef")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with_wrong_bearer.status(), StatusCode::UNAUTHORIZED);
+    // The right token needs no CSRF token (a page of another site can't send the header), and
+    // its change is the caller's to name.
+    let with_token = server
+        .client
+        .put(format!("{}{REFUND_FLAG}", server.base))
+        .header("cookie", &browser.cookie)
+        .bearer_auth(TOKEN)
+        .json(&json!({"enabled": false, "reason": "INC-2", "actor": "pager"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with_token.status(), StatusCode::OK);
+    let flag: Value = with_token.json().await.unwrap();
+    assert_eq!(flag["actor"], "pager");
+}

@@ -235,6 +235,15 @@ def screenshot(driver: WebDriver, name: str, size: tuple[int, int] = LAPTOP) -> 
     return path
 
 
+def fits_a_phone(driver: WebDriver) -> bool:
+    """Whether the page, at a phone's width, needs no sideways scrolling (wide tables scroll
+    inside their own panel)."""
+    driver.set_window_size(*PHONE)
+    fits = driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
+    driver.set_window_size(*LAPTOP)
+    return bool(fits)
+
+
 def sign_in(driver: WebDriver, gateway: Gateway, path: str = "/console/") -> None:
     driver.get(gateway.url + path)
     find(driver, "#credential").send_keys(gateway.token)

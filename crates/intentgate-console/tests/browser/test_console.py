@@ -11,9 +11,10 @@ import threading
 import time
 
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
-from harness import PHONE, Gateway, Mock, find, http, naive_refund, screenshot, sign_in, storm, wait_for
+from harness import PHONE, Gateway, Mock, find, fits_a_phone, http, naive_refund, screenshot, sign_in, storm, wait_for
 
 
 def test_a_page_without_a_session_gets_the_sign_in_form_and_a_wrong_token_a_message(driver, gateway: Gateway) -> None:
@@ -25,8 +26,9 @@ def test_a_page_without_a_session_gets_the_sign_in_form_and_a_wrong_token_a_mess
     # Nothing of the console's data without a session.
     assert not driver.find_elements(By.CSS_SELECTOR, "header.top nav")
     screenshot(driver, "01-sign-in")
-    field.send_keys("not-the-token-" + "0" * 40)
-    find(driver, "#sign-in-button").click()
+    # By keyboard: the field has the focus, Enter submits.
+    assert driver.switch_to.active_element == field
+    field.send_keys("not-the-token-" + "0" * 40 + Keys.ENTER)
     message = wait_for("the refusal", lambda: find(driver, "#sign-in-message").text)
     assert "not this gateway's admin token" in message
     # The credential went in a header, never into the URL.
@@ -57,8 +59,7 @@ def test_the_operator_walks_through_an_incident(driver, gateway: Gateway, mock: 
     wait_for("the duplicate-call alert", lambda: int(find(driver, "#card-alerts .value").text) >= 1)
     screenshot(driver, "04-overview-storm")
     screenshot(driver, "05-overview-phone", PHONE)
-    driver.set_window_size(*PHONE)
-    assert driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1"), "the overview scrolls sideways on a phone"
+    assert fits_a_phone(driver), "the overview scrolls sideways on a phone"
 
     # The intents list, filtered, and one intent's page.
     driver.get(gateway.url + "/console/intents")
@@ -113,6 +114,7 @@ def test_the_operator_walks_through_an_incident(driver, gateway: Gateway, mock: 
     subjects = [row.get_attribute("data-subject") for row in driver.find_elements(By.CSS_SELECTOR, "tr[data-subject]")]
     assert subjects[:2] == ["7001", "7002"]
     screenshot(driver, "09-reconciliation-run")
+    assert fits_a_phone(driver), "a reconciliation run scrolls sideways on a phone"
     driver.find_element(By.XPATH, "//a[contains(., 'Download all as CSV')]").click()
     exported = wait_for("the CSV download", lambda: [path for path in downloads.glob("*.csv")])
     with exported[0].open(newline="") as file:
@@ -134,6 +136,12 @@ def test_the_operator_walks_through_an_incident(driver, gateway: Gateway, mock: 
     # The kill switch: confirmation first, then the next call is answered disabled.
     driver.get(gateway.url + "/console/flags")
     find(driver, 'button[data-tool="refund_order"][data-action="off"]').click()
+    find(driver, "dialog#confirm[open]")
+    # Escape cancels: nothing is switched.
+    driver.switch_to.active_element.send_keys(Keys.ESCAPE)
+    wait_for("the dialog to close", lambda: not driver.find_elements(By.CSS_SELECTOR, "dialog#confirm[open]"))
+    assert all(flag["enabled"] for flag in gateway.admin("GET", "/flags")["flags"])
+    find(driver, 'button[data-tool="refund_order"][data-action="off"]').click()
     dialog = find(driver, "dialog#confirm[open]")
     screenshot(driver, "12-kill-switch-confirm")
     find(driver, "#confirm-ok").click()
@@ -147,6 +155,7 @@ def test_the_operator_walks_through_an_incident(driver, gateway: Gateway, mock: 
     assert flag["actor"] == "console:admin-token" and flag["reason"] == "INC-4411: duplicate refunds"
     screenshot(driver, "13-kill-switch")
     screenshot(driver, "14-kill-switch-phone", PHONE)
+    assert fits_a_phone(driver), "the kill switch scrolls sideways on a phone"
 
     # Signing out ends the session: the next page is the sign-in form again.
     driver.set_window_size(1280, 900)
