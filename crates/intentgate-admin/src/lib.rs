@@ -13,6 +13,7 @@
 //! | `GET /v1/admin/reconciliations` | stored runs, newest first |
 //! | `GET /v1/admin/reconciliations/{id}` | one run with its stored mismatches |
 //! | `GET /v1/admin/reconciliations/{id}/mismatches.csv` | the run's mismatches and who they affected, as CSV: `kind`, `severity` |
+//! | `GET /v1/admin/reconciliations/{id}/subjects.csv` | the subjects (customers, orders) the run's mismatches name, one row each, most provider records first |
 //! | `GET /v1/admin/activity` | calls, repeats and statuses per tool over a window (`since`, default 1h), in buckets |
 //! | `GET /v1/admin/alerts` | the notices this gateway sent lately (duplicate-call alerts, reconciliation), newest first |
 //!
@@ -39,6 +40,7 @@ mod auth;
 mod body;
 mod duration;
 mod erasure;
+mod export;
 mod flags;
 mod intents;
 mod reconcile;
@@ -267,7 +269,11 @@ impl Admin {
             .route("/v1/admin/reconciliations/{id}", get(reconcile::show))
             .route(
                 "/v1/admin/reconciliations/{id}/mismatches.csv",
-                get(reconcile::csv),
+                get(export::mismatches),
+            )
+            .route(
+                "/v1/admin/reconciliations/{id}/subjects.csv",
+                get(export::subjects),
             )
             .route("/v1/admin/activity", get(activity::show))
             .route("/v1/admin/alerts", get(alerts::list))

@@ -1,6 +1,5 @@
-//! `POST /v1/admin/reconcile`, `GET /v1/admin/reconciliations`,
-//! `GET /v1/admin/reconciliations/{id}` and its mismatches as CSV,
-//! `GET /v1/admin/reconciliations/{id}/mismatches.csv`.
+//! `POST /v1/admin/reconcile`, `GET /v1/admin/reconciliations` and
+//! `GET /v1/admin/reconciliations/{id}` (its CSV exports are `export.rs`).
 //!
 //! A run is the [`Reconciler`](crate::Reconciler)'s: this module checks the request, runs
 //! one reconciliation at a time, in a task of its own (a client that goes away does not cut
@@ -11,17 +10,15 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
 use axum::{Extension, Json};
 use intentgate_core::text::cut;
-use intentgate_ledger::{MISMATCH_KIND_LENGTH_MAX, MISMATCH_SEVERITIES, StoredMismatch};
 use intentgate_server::Problem;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::auth::ConsoleUser;
-use crate::body::{self, bad_request, unprocessable};
+use crate::body::{self, unprocessable};
 use crate::{
     AdminState, MISMATCHES_LIMIT_DEFAULT, MISMATCHES_LIMIT_MAX, RECONCILE_WINDOW_MAX,
     RUNS_LIMIT_DEFAULT, RUNS_LIMIT_MAX, parse_duration,
@@ -168,162 +165,12 @@ pub(crate) async fn show(
     })))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct CsvQuery {
-    kind: Option<String>,
-    severity: Option<String>,
-}
-
-/// The columns of the CSV export, in order.
-const CSV_COLUMNS: [&str; 10] = [
-    "run_id",
-    "tool",
-    "kind",
-    "severity",
-    "subject",
-    "tenant",
-    "intent_id",
-    "intent_key",
-    "external_ids",
-    "detail",
-];
-
-/// A run's stored mismatches (of one kind or severity when asked) as CSV, one row each, with
-/// who was affected (`subject`: the customer or order) and the provider's ids, for whoever
-/// contacts the customers or reverses the payments.
-pub(crate) async fn csv(
-    State(state): State<Arc<AdminState>>,
-    Path(id): Path<String>,
-    query: Result<Query<CsvQuery>, QueryRejection>,
-) -> Result<Response, Problem> {
-    let id = body::id(&id, "a reconciliation")?;
-    let query = body::query(query)?;
-    let severity = query.severity.filter(|text| !text.is_empty());
-    if let Some(severity) = &severity
-        && !MISMATCH_SEVERITIES.contains(&severity.as_str())
-    {
-        return Err(bad_request(
-            "bad-query",
-            "Invalid severity",
-            format!(
-                "`{severity}` is not a severity; one of {}",
-                MISMATCH_SEVERITIES.join(", ")
-            ),
-        ));
-    }
-    let kind = query.kind.filter(|text| !text.is_empty());
-    if let Some(kind) = &kind
-        && (kind.len() > MISMATCH_KIND_LENGTH_MAX
-            || !kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
-    {
-        return Err(bad_request(
-            "bad-query",
-            "Invalid kind",
-            format!(
-                "`{kind}` is not a mismatch kind: kinds are lowercase words joined by _, such \
-as duplicate or no_intent"
-            ),
-        ));
-    }
-    if state
-        .ledger
-        .reconciliation(id)
-        .await
-        .map_err(body::ledger_problem)?
-        .is_none()
-    {
-        return Err(unknown_run(id));
-    }
-    let mismatches = state
-        .ledger
-        .reconciliation_mismatches(id, MISMATCHES_LIMIT_MAX)
-        .await
-        .map_err(body::ledger_problem)?;
-    let mut text = CSV_COLUMNS.join(",");
-    text.push_str("\r\n");
-    for mismatch in mismatches.iter().filter(|mismatch| {
-        kind.as_ref().is_none_or(|kind| &mismatch.kind == kind)
-            && severity
-                .as_ref()
-                .is_none_or(|severity| &mismatch.severity == severity)
-    }) {
-        csv_row(&mut text, mismatch);
-    }
-    let mut response = text.into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/csv; charset=utf-8"),
-    );
-    if let Ok(disposition) = HeaderValue::from_str(&format!(
-        "attachment; filename=\"reconciliation-{id}-mismatches.csv\""
-    )) {
-        headers.insert(header::CONTENT_DISPOSITION, disposition);
-    }
-    Ok(response)
-}
-
-fn csv_row(text: &mut String, mismatch: &StoredMismatch) {
-    let fields = [
-        mismatch.run_id.to_string(),
-        mismatch.tool.clone(),
-        mismatch.kind.clone(),
-        mismatch.severity.clone(),
-        mismatch.subject.clone().unwrap_or_default(),
-        mismatch.tenant.clone().unwrap_or_default(),
-        mismatch
-            .intent_id
-            .map(|id| id.to_string())
-            .unwrap_or_default(),
-        mismatch.intent_key.clone().unwrap_or_default(),
-        mismatch.external_ids.join(" "),
-        mismatch.detail.clone(),
-    ];
-    for (index, field) in fields.iter().enumerate() {
-        if index > 0 {
-            text.push(',');
-        }
-        csv_field(text, field);
-    }
-    text.push_str("\r\n");
-}
-
-/// One CSV field (RFC 4180), quoted, with its quotes doubled. A field that a spreadsheet
-/// would run as a formula (it starts with `=`, `+`, `-`, `@`, a tab or a carriage return; a
-/// subject comes from the provider's records or a caller's arguments) gets a leading `'`,
-/// so it is shown as text.
-fn csv_field(text: &mut String, field: &str) {
-    text.push('"');
-    if field.starts_with(['=', '+', '-', '@', '\t', '\r']) {
-        text.push('\'');
-    }
-    text.push_str(&field.replace('"', "\"\""));
-    text.push('"');
-}
-
-fn unknown_run(id: i64) -> Problem {
+/// The 404 of a reconciliation run that does not exist.
+pub(crate) fn unknown_run(id: i64) -> Problem {
     Problem::new(
         StatusCode::NOT_FOUND,
         "unknown-reconciliation",
         "No such reconciliation",
         format!("no reconciliation run with id {id}; GET /v1/admin/reconciliations lists them"),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn csv_fields_are_quoted_and_formulas_are_shown_as_text() {
-        let mut text = String::new();
-        csv_field(&mut text, r#"say "hi", then go"#);
-        assert_eq!(text, r#""say ""hi"", then go""#);
-        for formula in ["=1+1", "+1", "-1", "@SUM(A1)", "\tx", "\rx"] {
-            let mut text = String::new();
-            csv_field(&mut text, formula);
-            assert_eq!(text, format!("\"'{formula}\""), "{formula:?}");
-        }
-    }
 }

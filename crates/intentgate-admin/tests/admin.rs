@@ -1350,7 +1350,7 @@ async fn a_runs_mismatches_are_exported_as_csv_with_formulas_shown_as_text() {
     let lines: Vec<&str> = text.split("\r\n").collect();
     assert_eq!(
         lines[0],
-        "run_id,tool,kind,severity,subject,tenant,intent_id,intent_key,external_ids,detail"
+        r#""run_id","tool","kind","severity","subject","tenant","intent_id","intent_key","external_ids","detail""#
     );
     assert_eq!(
         lines[1],

@@ -572,12 +572,13 @@ function subjects(mismatches) {
   return [...bySubject.values()].sort((a, b) => b.records.size - a.records.size || SEVERITY_ORDER[a.severity] - SEVERITY_ORDER[b.severity] || a.subject.localeCompare(b.subject));
 }
 
-function csvLink(runId, text, kind, severity) {
+/** A download of the run's mismatches (`what`: "mismatches") or affected subjects ("subjects"). */
+function csvLink(runId, what, text, kind, severity) {
   const parameters = new URLSearchParams();
   if (kind) parameters.set("kind", kind);
   if (severity) parameters.set("severity", severity);
   const query = parameters.toString();
-  return el("a", { class: "button", href: API + "/reconciliations/" + runId + "/mismatches.csv" + (query ? "?" + query : ""), download: "" }, text);
+  return el("a", { class: "button", href: API + "/reconciliations/" + runId + "/" + what + ".csv" + (query ? "?" + query : ""), download: "" }, text);
 }
 
 async function reconciliationRun(id) {
@@ -600,7 +601,7 @@ async function reconciliationRun(id) {
   const groupRows = [...groups.values()]
     .sort((a, b) => SEVERITY_ORDER[a.severity] - SEVERITY_ORDER[b.severity] || b.count - a.count)
     .map((group) => el("tr", {}, td(badge(group.severity, group.severity)), td(group.kind), td([...group.tools].join(", ")), td(String(group.count), "num"),
-      td(csvLink(run.id, "CSV", group.kind, group.severity))));
+      td(csvLink(run.id, "mismatches", "CSV", group.kind, group.severity))));
   const affected = subjects(data.mismatches);
   const twice = affected.filter((entry) => entry.records.size > 1);
   const subjectRows = affected.map((entry) => el("tr", { "data-subject": entry.subject },
@@ -625,9 +626,9 @@ async function reconciliationRun(id) {
       : run.mismatches === 0 ? el("div", { class: "callout calm" }, el("strong", {}, "The ledger and the provider agree"), "No mismatch in this window.") : null,
     el("div", { class: "grid-2" },
       panel("Run", facts),
-      panel(el("span", {}, "By kind and severity ", csvLink(run.id, "Download all as CSV")),
+      panel(el("span", {}, "By kind and severity ", csvLink(run.id, "mismatches", "All mismatches as CSV")),
         table(["Severity", "Kind", "Tools", ["Count", "num"], "Export"], groupRows, "No mismatches."))),
-    panel(el("span", {}, "Affected subjects ", el("span", { class: "sub" }, "customers and orders, most provider records first")),
+    panel(el("span", {}, "Affected subjects ", el("span", { class: "sub" }, "customers and orders, most provider records first"), " ", csvLink(run.id, "subjects", "Download affected subjects (CSV)")),
       table(["Subject", ["Records", "num"], "Severity", "Kinds", "Tools", "Intents", "Provider ids"], subjectRows, "No subject is named by a mismatch.")),
     panel("Mismatches", table(["Severity", "Kind", "Subject", "Tool", "Intent", "Provider ids", "Detail"], mismatchRows, "No mismatches.")));
 }

@@ -115,8 +115,13 @@ def test_the_operator_walks_through_an_incident(driver, gateway: Gateway, mock: 
     assert subjects[:2] == ["7001", "7002"]
     screenshot(driver, "09-reconciliation-run")
     assert fits_a_phone(driver), "a reconciliation run scrolls sideways on a phone"
-    driver.find_element(By.XPATH, "//a[contains(., 'Download all as CSV')]").click()
-    exported = wait_for("the CSV download", lambda: [path for path in downloads.glob("*.csv")])
+    driver.find_element(By.XPATH, "//a[contains(., 'Download affected subjects')]").click()
+    exported = wait_for("the subjects' CSV", lambda: list(downloads.glob("*-subjects.csv")))
+    with exported[0].open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert [(row["subject"], row["provider_records"]) for row in rows] == [("7001", "2"), ("7002", "1")]
+    driver.find_element(By.XPATH, "//a[contains(., 'All mismatches as CSV')]").click()
+    exported = wait_for("the mismatches' CSV", lambda: list(downloads.glob("*-mismatches.csv")))
     with exported[0].open(newline="") as file:
         rows = list(csv.DictReader(file))
     assert sorted(row["subject"] for row in rows) == ["7001", "7001", "7002"]

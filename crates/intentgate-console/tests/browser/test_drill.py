@@ -11,6 +11,8 @@ page. The goal for the first is under 60 s; the test fails past 120 s (shared ma
 from __future__ import annotations
 
 import concurrent.futures
+import csv
+import pathlib
 import time
 
 from selenium.webdriver.common.by import By
@@ -33,7 +35,7 @@ FAULTS = {"server_error": 400, "commit_when_ambiguous": 1000, "seed": 1812}
 NAMED_WITHIN_SECONDS = 120
 
 
-def test_the_incident_drill(driver, gateway: Gateway, mock: Mock) -> None:
+def test_the_incident_drill(driver, gateway: Gateway, mock: Mock, downloads: pathlib.Path) -> None:
     sign_in(driver, gateway)
     find(driver, "#card-calls")
     mock.faults(**FAULTS)
@@ -78,6 +80,12 @@ def test_the_incident_drill(driver, gateway: Gateway, mock: Mock) -> None:
             time.sleep(1)
     named_ms = time.time() * 1000
     screenshot(driver, "drill-2-reconciliation")
+    # The list of customers to contact, as a file.
+    driver.find_element(By.XPATH, "//a[contains(., 'Download affected subjects')]").click()
+    exported = wait_for("the affected customers' CSV", lambda: list(downloads.glob("*-subjects.csv")))
+    with exported[0].open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert sorted(row["subject"] for row in rows if int(row["provider_records"]) > 1) == twice
 
     # ...and switches the refund tool off from the page.
     driver.get(gateway.url + "/console/flags")
