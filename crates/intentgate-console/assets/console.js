@@ -521,7 +521,7 @@ async function reconciliation() {
   const runs = el("div", {}, el("p", { class: "muted" }, "Loading…"));
   const message = el("p", { class: "message", role: "alert" });
   const button = el("button", { type: "submit", class: "primary", id: "run-reconciliation" }, "Run reconciliation");
-  const form = el("form", { class: "filters", "aria-label": "Run reconciliation" },
+  const form = el("form", { class: "filters narrow", "aria-label": "Run reconciliation" },
     select("window", "Compare the last", WINDOWS, "1h"), el("div", {}, button));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();

@@ -5,6 +5,7 @@ page of another site or a browser without a session gets."""
 from __future__ import annotations
 
 import csv
+import datetime
 import http.server as web
 import pathlib
 import threading
@@ -38,7 +39,10 @@ def test_a_page_without_a_session_gets_the_sign_in_form_and_a_wrong_token_a_mess
 
 
 def test_the_operator_walks_through_an_incident(driver, gateway: Gateway, mock: Mock, downloads: pathlib.Path) -> None:
+    # An operator in Tokyo: times are shown in the browser's time zone.
+    driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Tokyo"})
     sign_in(driver, gateway)
+    assert "Asia/Tokyo" in find(driver, "#time-zone").text
     # Chromium keeps the Secure, HttpOnly, SameSite=Strict cookie over http://127.0.0.1.
     cookies = {cookie["name"]: cookie for cookie in driver.get_cookies()}
     session = cookies["__Host-intentgate-console"]
@@ -75,6 +79,10 @@ def test_the_operator_walks_through_an_incident(driver, gateway: Gateway, mock: 
     assert "refund:8805:49.00" in page and "re_" in page and "refund_order:refund:8805:49.00" in page
     events = driver.find_elements(By.XPATH, "//section[contains(., 'Event log')]//tbody/tr")
     assert len(events) >= 6
+    first_seen = driver.find_element(By.XPATH, "//dt[.='First seen']/following-sibling::dd[1]/time")
+    utc = datetime.datetime.fromisoformat(first_seen.get_attribute("datetime").replace("Z", "+00:00"))
+    tokyo = utc.astimezone(datetime.timezone(datetime.timedelta(hours=9)))
+    assert first_seen.text.startswith(tokyo.strftime("%-I:%M:%S")), (first_seen.text, tokyo)
     # No tracing yet: the trace slot shows nothing.
     assert not driver.find_elements(By.CSS_SELECTOR, "[data-slot=trace-id]")
     screenshot(driver, "07-intent")
