@@ -5,8 +5,9 @@
 //! default), so every replica sharing the ledger answers alike. The ledger keeps, per intent,
 //! its call count and the times of its first and last call, not the time of every repeat: an
 //! intent's first call is counted in the bucket of its first sighting, its repeats in the
-//! bucket of its last call. At most [`ACTIVITY_INTENTS_MAX`] intents are read; the answer says
-//! when it stopped there (`stopped_early`).
+//! bucket of its last call. At most [`ACTIVITY_INTENTS_MAX`] intents are read, the newest
+//! first; the answer says when it stopped there (`stopped_early`), and the counts are then
+//! those of the window's newest intents.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use intentgate_ledger::{IntentFilter, IntentRecord, Order};
+use intentgate_ledger::{IntentFilter, IntentRecord, Ledger, LedgerError, Order};
 use intentgate_server::Problem;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -27,9 +28,10 @@ use crate::{AdminState, now_ms, parse_duration};
 pub const ACTIVITY_SINCE_DEFAULT: Duration = Duration::from_secs(60 * 60);
 /// Longest window: every intent of it is read, so a week is the most that stays quick.
 pub const ACTIVITY_SINCE_MAX: Duration = Duration::from_secs(7 * 24 * 60 * 60);
-/// Most intents read for one answer (some 100 MB of a storm's worth of rows at worst would be
-/// far too many; 100,000 rows are read in well under a second).
-pub const ACTIVITY_INTENTS_MAX: u32 = 100_000;
+/// Most intents read for one answer. The console's overview asks every two seconds, so one
+/// answer must stay cheap for the ledger: 20,000 rows (a few MB) at most, the newest first,
+/// which is what a live view needs during a storm.
+pub const ACTIVITY_INTENTS_MAX: u32 = 20_000;
 /// Intents read from the ledger per page.
 const ACTIVITY_PAGE: u32 = 1000;
 /// Buckets the window is cut into: five minutes each for the default hour.
@@ -88,49 +90,80 @@ pub(crate) async fn show(
     let since_ms = until_ms.saturating_sub(window_ms);
     // Whole milliseconds per bucket, rounded up so the last bucket ends at `until_ms` or after.
     let bucket_ms = (window_ms + ACTIVITY_BUCKETS as i64 - 1) / ACTIVITY_BUCKETS as i64;
-    let filter = IntentFilter {
-        first_seen_from_ms: Some(since_ms),
-        ..IntentFilter::default()
-    };
-    let mut tools: BTreeMap<String, ToolActivity> = BTreeMap::new();
-    let mut cursor = None;
-    let mut read: u32 = 0;
-    let mut stopped_early = false;
-    loop {
-        if read >= ACTIVITY_INTENTS_MAX {
-            stopped_early = true;
-            break;
-        }
-        let page = state
-            .ledger
-            .intents(
-                &filter,
-                Order::Oldest,
-                cursor,
-                ACTIVITY_PAGE.min(ACTIVITY_INTENTS_MAX - read),
-            )
-            .await
-            .map_err(body::ledger_problem)?;
-        let Some(last) = page.last() else { break };
-        cursor = Some(last.id);
-        let complete = page.len() < ACTIVITY_PAGE as usize;
-        read += page.len() as u32;
-        for intent in &page {
-            count(&mut tools, intent, since_ms, bucket_ms);
-        }
-        if complete {
-            break;
-        }
-    }
-    let tools: Vec<ToolActivity> = tools.into_values().collect();
+    let window = read_window(
+        state.ledger.as_ref(),
+        since_ms,
+        bucket_ms,
+        ACTIVITY_INTENTS_MAX,
+    )
+    .await
+    .map_err(body::ledger_problem)?;
+    let tools: Vec<ToolActivity> = window.tools.into_values().collect();
     Ok(Json(json!({
         "since_ms": since_ms,
         "until_ms": until_ms,
         "bucket_ms": bucket_ms,
-        "intents_read": read,
-        "stopped_early": stopped_early,
+        "intents_read": window.read,
+        "stopped_early": window.stopped_early,
         "tools": tools,
     })))
+}
+
+/// The counts of a window, as read.
+struct Window {
+    tools: BTreeMap<String, ToolActivity>,
+    /// Intents read.
+    read: u32,
+    /// More intents were in the window than `max`: the counts are of the newest.
+    stopped_early: bool,
+}
+
+/// Counts the intents first seen since `since_ms`, the newest first, reading at most `max`.
+async fn read_window(
+    ledger: &dyn Ledger,
+    since_ms: i64,
+    bucket_ms: i64,
+    max: u32,
+) -> Result<Window, LedgerError> {
+    let filter = IntentFilter {
+        first_seen_from_ms: Some(since_ms),
+        ..IntentFilter::default()
+    };
+    let mut window = Window {
+        tools: BTreeMap::new(),
+        read: 0,
+        stopped_early: false,
+    };
+    let mut cursor = None;
+    loop {
+        if window.read >= max {
+            // Full: one more intent past it means the window held more.
+            window.stopped_early = !ledger
+                .intents(&filter, Order::Newest, cursor, 1)
+                .await?
+                .is_empty();
+            break;
+        }
+        let page = ledger
+            .intents(
+                &filter,
+                Order::Newest,
+                cursor,
+                ACTIVITY_PAGE.min(max - window.read),
+            )
+            .await?;
+        let Some(last) = page.last() else { break };
+        cursor = Some(last.id);
+        let asked = ACTIVITY_PAGE.min(max - window.read) as usize;
+        window.read += page.len() as u32;
+        for intent in &page {
+            count(&mut window.tools, intent, since_ms, bucket_ms);
+        }
+        if page.len() < asked {
+            break;
+        }
+    }
+    Ok(window)
 }
 
 /// Adds one intent to its tool's counts.
@@ -173,7 +206,38 @@ fn bucket(at_ms: i64, since_ms: i64, bucket_ms: i64) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use intentgate_mock::FaultPlan;
+    use intentgate_test_support::gate::Harness;
+    use intentgate_test_support::tools::refund;
+    use serde_json::json;
+
     use super::*;
+
+    #[tokio::test]
+    async fn a_window_with_more_intents_than_the_limit_is_counted_from_its_newest() {
+        let harness = Harness::new(FaultPlan::none());
+        for order in 0..5 {
+            harness
+                .call("refund_order", refund(&format!("o{order}"), json!(10)))
+                .await;
+        }
+        let since_ms = 0;
+        let all = read_window(harness.ledger.as_ref(), since_ms, 1, 5)
+            .await
+            .unwrap();
+        assert_eq!((all.read, all.stopped_early), (5, false));
+        assert_eq!(all.tools["refund_order"].intents, 5);
+        let newest = read_window(harness.ledger.as_ref(), since_ms, 1, 3)
+            .await
+            .unwrap();
+        assert_eq!((newest.read, newest.stopped_early), (3, true));
+        assert_eq!(newest.tools["refund_order"].intents, 3);
+        let later = read_window(harness.ledger.as_ref(), i64::MAX / 2, 1, 3)
+            .await
+            .unwrap();
+        assert_eq!((later.read, later.stopped_early), (0, false));
+        assert!(later.tools.is_empty());
+    }
 
     #[test]
     fn times_fall_in_their_bucket_and_strays_in_the_nearest() {

@@ -337,7 +337,7 @@ async function overviewBody() {
     table(["Tool", "Every 5 minutes", ["Calls", "num"], ["Repeats", "num"], "Intents by status"], activityRows,
       "No side-effecting calls in the last hour."),
     el("div", { class: "legend", "aria-hidden": "true" }, el("span", {}, el("i", { class: "calls" }), "calls"), el("span", {}, el("i", { class: "repeats" }), "repeats (duplicate calls answered from the ledger)")),
-    activity.stopped_early ? el("p", { class: "muted" }, "Counted from the first " + activity.intents_read + " intents of the hour.") : null);
+    activity.stopped_early ? el("p", { class: "muted" }, "Counted from the hour's newest " + activity.intents_read + " intents.") : null);
 
   const offPanel = panel(el("span", {}, "Tools switched off ", el("a", { href: "/console/flags" }, "Kill switch")),
     table(["Tool", "Reason", "By", "Since"], off.map((flag) => el("tr", {},
