@@ -571,3 +571,34 @@ async fn a_request_with_a_bearer_credential_is_judged_by_it_whatever_cookie_it_c
     let flag: Value = with_token.json().await.unwrap();
     assert_eq!(flag["actor"], "pager");
 }
+
+#[tokio::test]
+async fn a_rebinding_page_that_names_itself_as_origin_and_host_is_refused_on_loopback() {
+    // A page of evil.example whose name now points at 127.0.0.1: its requests carry its own
+    // name as Host and Origin, which the console's same-origin rule alone would accept.
+    let server = start(Setup::Token).await;
+    let port = server.base.rsplit(':').next().unwrap();
+    let host = format!("evil.example:{port}");
+    let page = server
+        .client
+        .get(format!("{}/console/", server.base))
+        .header("host", &host)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::FORBIDDEN);
+    let sign_in = server
+        .client
+        .post(format!("{}/console/session", server.base))
+        .header("host", &host)
+        .header("origin", format!("http://{host}"))
+        .bearer_auth(TOKEN)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sign_in.status(), StatusCode::FORBIDDEN);
+    assert!(sign_in.headers().get("set-cookie").is_none());
+    let problem: Value = sign_in.json().await.unwrap();
+    assert_eq!(problem["type"], "urn:intentgate:problem:host-not-allowed");
+}
