@@ -227,11 +227,6 @@ impl Admin {
         Admin { state: Some(state) }
     }
 
-    /// Whether the admin API is on.
-    pub fn is_on(&self) -> bool {
-        self.state.is_some()
-    }
-
     /// Who may sign in to the console with this request's credential: its
     /// `Authorization: Bearer` admin token (`admin-token`), or the subject of a principal
     /// with the `admin` scope that the server's edge authenticated. Otherwise the answer the

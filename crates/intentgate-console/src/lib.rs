@@ -97,9 +97,4 @@ impl Console {
                 guard::admin_session,
             ))
     }
-
-    /// The live sessions (for tests and diagnostics).
-    pub fn sessions(&self) -> &Sessions {
-        &self.shared.sessions
-    }
 }
