@@ -138,6 +138,12 @@ class Gateway:
         assert status == 200, body
         return body
 
+    def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Any tool through the gateway (arguments without numbers)."""
+        status, body = http("POST", self.url + f"/v1/tools/{tool}/call", {"arguments": arguments})
+        assert status == 200, body
+        return body
+
     def admin(self, method: str, path: str, body: Any = None) -> Any:
         status, answer = http(method, self.url + "/v1/admin" + path, body, {"Authorization": "Bearer " + self.token})
         assert 200 <= status < 300, answer

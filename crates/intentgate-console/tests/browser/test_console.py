@@ -87,6 +87,19 @@ def test_the_operator_walks_through_an_incident(driver, gateway: Gateway, mock: 
     assert not driver.find_elements(By.CSS_SELECTOR, "[data-slot=trace-id]")
     screenshot(driver, "07-intent")
 
+    # An email's address, subject and body are sensitive: its page shows them redacted.
+    email = {"to": "ada@example.com", "template_id": "refund_confirmation", "reference": "8805", "subject": "Your refund of 49.00", "body": "Dear Ada, your refund went through."}
+    assert gateway.call("send_email", email)["status"] == "done"
+    driver.get(gateway.url + "/console/intents?tool=send_email")
+    find(driver, "tbody a").click()
+    find(driver, "dl.facts")
+    page = driver.find_element(By.ID, "main").text
+    assert page.count("redacted") >= 3, page
+    for secret in ("ada@example.com", "Your refund of 49.00", "Dear Ada"):
+        assert secret not in driver.page_source, secret
+    assert "refund_confirmation" in page and "8805" in page
+    screenshot(driver, "07-intent-sensitive")
+
     # An ambiguous failure the gateway can't settle: the provider answers 500 after
     # committing and every lookup fails.
     mock.faults(server_error=1000, commit_when_ambiguous=1000, lookup_failure=1000)
