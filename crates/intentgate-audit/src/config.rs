@@ -148,7 +148,8 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                 .tool(&tool.name),
             );
         }
-        if let Some(mcp) = &tool.mcp {
+        let records = tool.list_records();
+        if let Some(mcp) = tool.mcp.as_ref().filter(|_| records.is_none()) {
             findings.push(
                 Finding::new(
                     Severity::Warning,
@@ -156,21 +157,22 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                     file,
                     at,
                     format!(
-                        "side-effecting tool `{}` calls MCP upstream `{}`, and reconciliation \
-                         lists provider records over HTTP only: effects made around the gateway \
-                         go unnoticed (its unknown intents are still settled by its lookup)",
+                        "side-effecting tool `{}` has no `list`: reconciliation can't compare \
+                         the ledger with the records of MCP upstream `{}`, so effects made \
+                         around the gateway go unnoticed (its unknown intents are still settled \
+                         by its lookup)",
                         tool.name, mcp.upstream
                     ),
                     Some(
-                        "if the provider behind the MCP server has an HTTP API, reconcile its \
-                         records with `intentgate reconcile` over a config whose tool lists them \
-                         (`list:`)"
+                        "add a `list:` that calls a read-only tool of the same server a page at \
+                         a time (`tool`, `arguments` with {since_ms}, {until_ms}, {cursor} and \
+                         {limit}, `items`, `next_cursor`, `fields`)"
                             .to_owned(),
                     ),
                 )
                 .tool(&tool.name),
             );
-        } else if tool.executor == Executor::Gateway && tool.list.is_none() {
+        } else if tool.executor == Executor::Gateway && records.is_none() {
             findings.push(
                 Finding::new(
                     Severity::Warning,
@@ -196,8 +198,7 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                 .tool(&tool.name),
             );
         }
-        if let Some(list) = tool
-            .list
+        if let Some(list) = records
             .as_ref()
             .filter(|list| !list.match_fields.is_empty())
         {

@@ -11,8 +11,8 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use intentgate_core::{Effect, Executor, Messages};
-use intentgate_http::spec::{CallSpec, ListSpec, LookupSpec, UpstreamSpec};
-use intentgate_mcp_upstream::{McpServer, McpTool};
+use intentgate_http::spec::{CallSpec, ListRecords, ListSpec, LookupSpec, UpstreamSpec};
+use intentgate_mcp_upstream::{McpList, McpServer, McpTool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -122,6 +122,8 @@ pub struct McpToolConfig {
     /// Set on tools an import exposed: what the upstream lists for the tool (its title and
     /// output schema are published with it).
     pub imported: Option<UpstreamToolInfo>,
+    /// The tool of the same server that lists the tool's effects, for reconciliation.
+    pub list: Option<McpList>,
 }
 
 /// What an MCP upstream's `tools/list` says about one tool, as far as the gateway uses it.
@@ -446,6 +448,17 @@ pub struct ToolConfig {
     pub alerts: Vec<AlertRule>,
     /// The line of the config file where the tool starts, for reports that point at it.
     pub line: u64,
+}
+
+impl ToolConfig {
+    /// How reconciliation reads the tool's provider records, whether its `list` is an HTTP
+    /// request or a tool of its MCP upstream; `None` when it has no list.
+    pub fn list_records(&self) -> Option<ListRecords> {
+        match &self.mcp {
+            Some(mcp) => mcp.list.as_ref().map(|list| list.records.clone()),
+            None => self.list.as_ref().map(ListSpec::records),
+        }
+    }
 }
 
 impl fmt::Debug for ToolConfig {

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use intentgate_core::{CallStatus, Effect, Executor};
-use intentgate_http::spec::{ListSpec, Method, ResultSpec};
+use intentgate_http::spec::{ListFields, MatchField, Method, ResultSpec};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde_json::Value;
@@ -247,8 +247,9 @@ pub(crate) struct ToolFile {
     /// upstream.
     pub lookup: Option<LookupFile>,
     /// How to list the provider's records of this tool's effects, for reconciliation
-    /// (gateway tools with an HTTP call).
-    pub list: Option<ListSpec>,
+    /// (side effects the gateway executes): an HTTP request, or a call of another tool of
+    /// the call's MCP upstream.
+    pub list: Option<ListFile>,
     /// Duplicate-call alert rules (side effects only). Absent: one intent repeated 5 times
     /// within 60 s, or 50 repeats of the tool within 60 s; `[]` turns alerts off.
     pub alerts: Option<Vec<AlertRule>>,
@@ -335,6 +336,50 @@ pub(crate) struct LookupFile {
     pub tool: Option<String>,
     /// MCP: the lookup's `arguments` template, as for `call`.
     pub arguments: Option<Value>,
+}
+
+/// How to page through the provider's records of a tool's effects over a time window: an
+/// HTTP request (`path`, `query`), or, with `tool`, a call of another tool of the call's MCP
+/// upstream. Either way each answer is one page, read with the same pointers.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename = "List")]
+#[schemars(extend("oneOf" = [
+    {
+        "required": ["tool"],
+        "not": {"anyOf": [{"required": ["path"]}, {"required": ["query"]}, {"required": ["headers"]}]}
+    },
+    {
+        "required": ["path"],
+        "not": {"anyOf": [{"required": ["tool"]}, {"required": ["arguments"]}]}
+    }
+]))]
+pub(crate) struct ListFile {
+    /// HTTP: defaults to the call's upstream. MCP: the call's upstream, always.
+    pub upstream: Option<String>,
+    /// HTTP: the path template.
+    pub path: Option<String>,
+    /// HTTP: query templates; may use `{since_ms}`, `{until_ms}`, `{cursor}` and `{limit}`.
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    /// HTTP: extra headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// MCP: the listing tool's name on the upstream.
+    pub tool: Option<String>,
+    /// MCP: the listing's `arguments` template; may use `{since_ms}`, `{until_ms}`,
+    /// `{cursor}` and `{limit}` (a member that is exactly `"{cursor}"` is left out of the
+    /// first page). Absent sends those four as they are.
+    pub arguments: Option<Value>,
+    /// JSON pointer to the array of records in a page (`/data`).
+    pub items: String,
+    /// JSON pointer to the next page's cursor; absent or null ends the listing.
+    pub next_cursor: String,
+    /// Pointers inside one record.
+    pub fields: ListFields,
+    /// For a provider that keeps no metadata: the business fields that pair a record with an
+    /// intent, by argument, in place of `fields.intent_key`.
+    #[serde(default, rename = "match")]
+    pub match_fields: BTreeMap<String, MatchField>,
 }
 
 /// Ten seconds: the p99 of a payment provider's write endpoints is a few seconds.

@@ -77,8 +77,8 @@ fn render(problems: &[(String, String)]) -> String {
 }
 
 /// Adds the tools of `loaded`'s imports, as the servers listed them (`listed`, by upstream
-/// name), and checks that every MCP call and lookup of the config names a tool its server
-/// lists. Returns the classification of every upstream tool of every import.
+/// name), and checks that every MCP call, lookup and list of the config names a tool its
+/// server lists. Returns the classification of every upstream tool of every import.
 pub fn expand(
     loaded: &mut LoadedConfig,
     listed: &BTreeMap<String, Vec<UpstreamToolInfo>>,
@@ -203,7 +203,8 @@ pub fn expand(
     Ok(report)
 }
 
-/// Every MCP call and lookup of the config's own tools must name a tool its server lists.
+/// Every MCP call, lookup and list of the config's own tools must name a tool its server
+/// lists.
 fn check_named_tools(
     loaded: &LoadedConfig,
     listed: &BTreeMap<String, Vec<UpstreamToolInfo>>,
@@ -219,7 +220,12 @@ fn check_named_tools(
             .lookup
             .as_ref()
             .map(|lookup| ("lookup", &lookup.call.tool));
-        for (part, name) in [("call", &mcp.tool.call.tool)].into_iter().chain(lookup) {
+        let list = mcp.list.as_ref().map(|list| ("list", &list.call.tool));
+        for (part, name) in [("call", &mcp.tool.call.tool)]
+            .into_iter()
+            .chain(lookup)
+            .chain(list)
+        {
             if !tools.iter().any(|listed| &listed.name == name) {
                 problems.push((
                     format!(
@@ -295,6 +301,7 @@ fn imported_tool(
                 lookup: None,
             },
             imported: Some(info.clone()),
+            list: None,
         }),
         lookup: None,
         list: None,

@@ -49,6 +49,13 @@ tools:
       arguments: {order: "{order_id}"}
       found: /refund
       external_id: /refund_id
+    list:
+      tool: list_refunds
+      arguments: {created_from: "{since_ms}", created_before: "{until_ms}", page: "{cursor}"}
+      items: /refunds
+      next_cursor: /next
+      fields: {external_id: /refund_id, amount: /amount}
+      match: {order_id: {record: /order}}
   - name: get_order
     description: Look up an order.
     effect: read
@@ -138,6 +145,19 @@ fn a_valid_config_splits_http_and_mcp_upstreams_and_calls() {
     assert_eq!(lookup.call.tool, "find_refund");
     assert_eq!(lookup.found, "/refund");
     assert_eq!(lookup.external_id.as_deref(), Some("/refund_id"));
+    // The list is a tool of the same server, read like an HTTP list; the `match` field got
+    // its comparison from the input schema (a string: text).
+    let list = mcp.list.as_ref().unwrap();
+    assert_eq!(list.call.tool, "list_refunds");
+    assert_eq!(list.call.arguments.as_ref().unwrap()["page"], "{cursor}");
+    assert_eq!(list.records.items, "/refunds");
+    assert_eq!(list.records.next_cursor, "/next");
+    assert_eq!(
+        list.records.match_fields["order_id"].compare,
+        Some(intentgate_http::spec::MatchCompare::Text)
+    );
+    assert!(refund.list.is_none());
+    assert_eq!(refund.list_records().unwrap(), list.records);
     let definition = &loaded.tools[0];
     assert_eq!(definition.external_id_pointer, "/refund_id");
     // The server honours keys: same-key re-sends inside its window (24 h less the margin).
@@ -338,7 +358,7 @@ fn arguments_must_name_arguments_of_the_tool() {
 }
 
 #[test]
-fn a_key_argument_or_a_list_only_where_they_mean_something() {
+fn a_key_argument_only_where_it_means_something() {
     let text = broken(
         "    call: {upstream: payments, method: GET, path: \"/v1/orders/{order_id}\"}",
         "    call: {upstream: crm, tool: get_order, idempotency_key_argument: key}",
@@ -349,15 +369,98 @@ fn a_key_argument_or_a_list_only_where_they_mean_something() {
         &["only side-effecting tools send an idempotency key"],
         "remove `idempotency_key_argument`",
     );
+}
+
+#[test]
+fn an_mcp_list_is_a_tool_of_the_same_server_with_the_window_and_paging_values() {
+    // HTTP fields in an MCP list, each at its line.
     let text = broken(
-        "      external_id: /refund_id\n  - name: get_order",
-        "      external_id: /refund_id\n    list: {path: /v1/refunds, items: /data, next_cursor: /next, fields: {intent_key: /k, external_id: /id}}\n  - name: get_order",
+        "      tool: list_refunds\n",
+        "      tool: list_refunds\n      path: /v1/refunds\n",
     );
     only_error(
         &text,
-        line_of(&text, "    list: {path"),
-        &["calls MCP upstream `refunds`", "over HTTP only"],
-        "remove `list:`",
+        line_of(&text, "      path: /v1/refunds"),
+        &["`list.path` is for HTTP listings", "calls an MCP server"],
+        "an MCP listing is another tool of the same server",
+    );
+    // Another server.
+    let text = broken(
+        "      tool: list_refunds\n",
+        "      tool: list_refunds\n      upstream: crm\n",
+    );
+    only_error(
+        &text,
+        line_of(&text, "      upstream: crm"),
+        &["names upstream `crm`", "the call's own server (`refunds`)"],
+        "remove `upstream:`",
+    );
+    // A listing runs outside any call: an argument of the tool is no value there.
+    let text = broken(
+        "page: \"{cursor}\"",
+        "page: \"{cursor}\", order: \"{order_id}\"",
+    );
+    only_error(
+        &text,
+        line_of(&text, "      arguments: {created_from"),
+        &["`list.arguments` uses `{order_id}`", "outside any call"],
+        "{since_ms}",
+    );
+    let text = broken(
+        "      arguments: {created_from: \"{since_ms}\", created_before: \"{until_ms}\", page: \"{cursor}\"}",
+        "      arguments: [since]",
+    );
+    only_error(
+        &text,
+        line_of(&text, "      arguments: [since]"),
+        &["`list.arguments` is not a mapping"],
+        "as a mapping",
+    );
+    // No tool to call.
+    let text = broken("      tool: list_refunds\n", "");
+    only_error(
+        &text,
+        // The list's mapping starts on its first member's line.
+        line_of(&text, "      arguments: {created_from"),
+        &["the list of an MCP call has no `tool`"],
+        "tool: list_refunds",
+    );
+    // Its pages are read and paired as an HTTP list's: the same checks, at the same lines.
+    let text = broken("      match: {order_id: {record: /order}}\n", "");
+    only_error(
+        &text,
+        line_of(&text, "      fields: {external_id"),
+        &["does not say how a provider record pairs with an intent"],
+        "intent_key: /metadata/intent_key",
+    );
+    let text = broken("next_cursor: /next", "next_cursor: next");
+    only_error(
+        &text,
+        line_of(&text, "      next_cursor: next"),
+        &["next"],
+        "/",
+    );
+}
+
+#[test]
+fn an_http_list_takes_no_mcp_fields() {
+    let text = broken(
+        "    call: {upstream: payments, method: GET, path: \"/v1/orders/{order_id}\"}",
+        "    effect: side_effect\n    key: \"o:{order_id}\"\n    call: {upstream: payments, method: POST, path: \"/v1/orders/{order_id}\"}\n    list: {tool: list_orders, path: /v1/orders, items: /data, next_cursor: /next, fields: {intent_key: /k, external_id: /id}}",
+    )
+    .replace("    effect: read\n    input_schema", "    input_schema");
+    only_error(
+        &text,
+        line_of(&text, "    list: {tool"),
+        &["`list.tool` is for listings of an MCP call"],
+        "remove `tool`",
+    );
+    let text = text.replace("tool: list_orders, path: /v1/orders, ", "");
+    only_error(
+        &text,
+        line_of(&text, "    list: {items"),
+        &["`list` has no `path`"],
+        "path: /v1/",
     );
 }
 

@@ -31,7 +31,7 @@ mod upstream;
 pub use error::HttpError;
 pub use list::{
     LIST_PAGE_BYTES_MAX, LIST_PAGE_RECORDS_MAX, LIST_PAGE_TIMEOUT, LIST_PAGES_MAX,
-    LIST_PLACEHOLDERS, ListedRecord, RecordPager, check_list_spec, list_records,
+    LIST_PLACEHOLDERS, ListedPage, ListedRecord, RecordPager, check_list_spec, list_records,
 };
 pub use request::{
     CONNECT_TIMEOUT, NOT_BUILT_STATUS, POOL_IDLE_PER_HOST_MAX, POOL_IDLE_TIMEOUT,

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::error::HttpError;
 use crate::request::{Body, CompiledUpstream, Exchange, RequestParts, RequestTemplate, exchange};
-use crate::spec::{ListFields, ListSpec, Method, UpstreamSpec};
+use crate::spec::{ListRecords, ListSpec, Method, UpstreamSpec};
 use crate::template::{GatewayValues, Values};
 use crate::upstream::check_pointer;
 
@@ -57,9 +57,7 @@ pub struct RecordPager {
     client: Client,
     upstream: CompiledUpstream,
     request: RequestTemplate,
-    items: String,
-    next_cursor: String,
-    fields: ListFields,
+    records: ListRecords,
     since_ms: i64,
     until_ms: i64,
     page_limit: u32,
@@ -112,9 +110,7 @@ pub(crate) fn list_records_with(
         client: client.clone(),
         upstream,
         request,
-        items: spec.items.clone(),
-        next_cursor: spec.next_cursor.clone(),
-        fields: spec.fields.clone(),
+        records: spec.records(),
         since_ms,
         until_ms,
         page_limit,
@@ -141,25 +137,7 @@ fn list_template(spec: &ListSpec) -> Result<RequestTemplate, HttpError> {
         body: None,
     })?;
     request.check(&LIST_PLACEHOLDERS, false)?;
-    check_pointer("list", "items", &spec.items)?;
-    check_pointer("list", "next_cursor", &spec.next_cursor)?;
-    let fields = &spec.fields;
-    if let Some(intent_key) = &fields.intent_key {
-        check_pointer("list", "fields.intent_key", intent_key)?;
-    }
-    check_pointer("list", "fields.external_id", &fields.external_id)?;
-    if let Some(amount) = &fields.amount {
-        check_pointer("list", "fields.amount", amount)?;
-    }
-    if let Some(subject) = &fields.subject {
-        check_pointer("list", "fields.subject", subject)?;
-    }
-    if let Some(argument) = &fields.amount_argument {
-        check_pointer("list", "fields.amount_argument", argument)?;
-    }
-    for (argument, field) in &spec.match_fields {
-        check_pointer("list", &format!("match.{argument}.record"), &field.record)?;
-    }
+    spec.records().check()?;
     Ok(request)
 }
 
@@ -224,18 +202,61 @@ impl RecordPager {
             }
             Exchange::Timeout => return Err(HttpError::ListRequest("timed out".to_owned())),
         };
+        let page = self
+            .records
+            .read_page(page, self.cursor.as_deref())
+            .map_err(HttpError::ListPage)?;
+        self.pages_read += 1;
+        self.finished = page.next_cursor.is_none();
+        self.cursor = page.next_cursor;
+        Ok(Some(page.records))
+    }
+}
+
+/// One page of a listing, as read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedPage {
+    pub records: Vec<ListedRecord>,
+    /// The cursor of the next page; `None` after the last.
+    pub next_cursor: Option<String>,
+}
+
+impl ListRecords {
+    /// Checks every pointer.
+    pub fn check(&self) -> Result<(), HttpError> {
+        check_pointer("list", "items", &self.items)?;
+        check_pointer("list", "next_cursor", &self.next_cursor)?;
+        let fields = &self.fields;
+        if let Some(intent_key) = &fields.intent_key {
+            check_pointer("list", "fields.intent_key", intent_key)?;
+        }
+        check_pointer("list", "fields.external_id", &fields.external_id)?;
+        if let Some(amount) = &fields.amount {
+            check_pointer("list", "fields.amount", amount)?;
+        }
+        if let Some(subject) = &fields.subject {
+            check_pointer("list", "fields.subject", subject)?;
+        }
+        if let Some(argument) = &fields.amount_argument {
+            check_pointer("list", "fields.amount_argument", argument)?;
+        }
+        for (argument, field) in &self.match_fields {
+            check_pointer("list", &format!("match.{argument}.record"), &field.record)?;
+        }
+        Ok(())
+    }
+
+    /// Reads one page a listing answered with. `cursor` is the one the page was asked for
+    /// with: a provider that answers with it again would have the listing go round forever,
+    /// so that page is refused. The error says what is wrong with the page.
+    pub fn read_page(&self, page: Value, cursor: Option<&str>) -> Result<ListedPage, String> {
         let mut page = page;
         let next_cursor = page.pointer(&self.next_cursor).cloned();
         // The records are moved out of the page, not copied: a page holds up to
         // LIST_PAGE_RECORDS_MAX of them.
         let items = match page.pointer_mut(&self.items).map(Value::take) {
             Some(Value::Array(items)) => items,
-            _ => {
-                return Err(HttpError::ListPage(format!(
-                    "no array of records at `{}`",
-                    self.items
-                )));
-            }
+            _ => return Err(format!("no array of records at `{}`", self.items)),
         };
         let records = items
             .into_iter()
@@ -248,25 +269,25 @@ impl RecordPager {
             Some(Value::String(cursor)) => Some(cursor.clone()),
             Some(Value::Number(cursor)) => Some(cursor.to_string()),
             Some(_) => {
-                return Err(HttpError::ListPage(format!(
+                return Err(format!(
                     "the cursor at `{}` is neither text nor a number",
                     self.next_cursor
-                )));
+                ));
             }
         };
-        if next_cursor.is_some() && next_cursor == self.cursor {
-            return Err(HttpError::ListPage(
+        if next_cursor.is_some() && next_cursor.as_deref() == cursor {
+            return Err(
                 "the provider answered with the cursor it was given; the listing would loop"
                     .to_owned(),
-            ));
+            );
         }
-        self.pages_read += 1;
-        self.finished = next_cursor.is_none();
-        self.cursor = next_cursor;
-        Ok(Some(records))
+        Ok(ListedPage {
+            records,
+            next_cursor,
+        })
     }
 
-    fn record(&self, index: usize, item: Value) -> Result<ListedRecord, HttpError> {
+    fn record(&self, index: usize, item: Value) -> Result<ListedRecord, String> {
         let text = |pointer: &str| match item.pointer(pointer) {
             Some(Value::String(text)) => Some(text.clone()),
             Some(Value::Number(number)) => Some(number.to_string()),
@@ -274,10 +295,10 @@ impl RecordPager {
         };
         let fields = &self.fields;
         let external_id = text(&fields.external_id).ok_or_else(|| {
-            HttpError::ListPage(format!(
+            format!(
                 "record {index} of the page has no id at `{}`",
                 fields.external_id
-            ))
+            )
         })?;
         Ok(ListedRecord {
             intent_key: fields.intent_key.as_deref().and_then(text),

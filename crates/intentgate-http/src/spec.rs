@@ -163,6 +163,34 @@ pub struct ListSpec {
     pub match_fields: BTreeMap<String, MatchField>,
 }
 
+impl ListSpec {
+    /// How the listing's pages are read, apart from the request that fetches them.
+    pub fn records(&self) -> ListRecords {
+        ListRecords {
+            items: self.items.clone(),
+            next_cursor: self.next_cursor.clone(),
+            fields: self.fields.clone(),
+            match_fields: self.match_fields.clone(),
+        }
+    }
+}
+
+/// How reconciliation reads a page of provider records and pairs each with an intent: the
+/// part of a `list` that is the same whether its pages come from an HTTP API ([`ListSpec`])
+/// or from a tool of an MCP server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListRecords {
+    /// JSON pointer to the array of records in a page (`/data`).
+    pub items: String,
+    /// JSON pointer to the next page's cursor; absent, null or empty ends the listing.
+    pub next_cursor: String,
+    /// Pointers inside one record.
+    pub fields: ListFields,
+    /// The business fields that pair a record with an intent, in place of
+    /// `fields.intent_key` (see [`ListSpec::match_fields`]).
+    pub match_fields: BTreeMap<String, MatchField>,
+}
+
 /// Where a provider record holds one argument of the intent, and how the two are compared.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

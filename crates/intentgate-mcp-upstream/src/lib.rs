@@ -41,6 +41,14 @@
 //! A lookup that gets no result, or an `isError` result, is `LookupOutcome::Failed`: nothing
 //! is known.
 //!
+//! # Listing for reconciliation
+//!
+//! [`McpRecordPager`] pages through a tool's effects with another tool of the server
+//! ([`McpList`]): its `arguments` template takes `{since_ms}`, `{until_ms}`, `{limit}` and
+//! `{cursor}`, and each result is one page, read with the same pointers (`items`,
+//! `next_cursor`, `fields`) as an HTTP listing. An `isError` result, a JSON-RPC error or no
+//! answer within `LIST_PAGE_TIMEOUT` fails the page, and asking again asks for the same page.
+//!
 //! # Supervision
 //!
 //! A supervisor task watches the session. When a stdio server exits (or an HTTP session is
@@ -54,11 +62,13 @@
 //! escaped and cut at [`connection::STDERR_LINE_BYTES_MAX`] bytes.
 
 pub mod connection;
+mod list;
 mod spec;
 mod upstream;
 
 pub use connection::{McpConnectError, McpConnection};
-pub use spec::{McpLookup, McpServer, McpTool, McpToolCall, McpTransport};
+pub use list::McpRecordPager;
+pub use spec::{McpList, McpLookup, McpServer, McpTool, McpToolCall, McpTransport};
 pub use upstream::{
     McpUpstream, NOT_ACCEPTED_STATUS, NOT_PROCESSED_STATUS, REFUSED_STATUS, SERVER_ERROR_STATUS,
     observation_of_result, result_value,

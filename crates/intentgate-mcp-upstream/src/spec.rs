@@ -1,11 +1,12 @@
 //! What a config says about an MCP upstream: the server ([`McpServer`]) and, per tool, the
 //! call that performs it ([`McpToolCall`]) and the call that finds its effect afterwards
-//! ([`McpLookup`]). Plain structs with public fields; [`crate::McpConnection::start`] and
+//! ([`McpLookup`]), and the call that lists its effects for reconciliation ([`McpList`]). Plain structs with public fields; [`crate::McpConnection::start`] and
 //! [`crate::McpUpstream::new`] check them.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use intentgate_http::spec::ListRecords;
 use serde_json::Value;
 
 /// One upstream MCP server and how long one call to it may take.
@@ -114,6 +115,20 @@ pub struct McpLookup {
     pub found: String,
     /// JSON pointer, inside the found value, to the provider's id; `None` is `/id`.
     pub external_id: Option<String>,
+}
+
+/// A read-only tool of the same server that lists a tool's effects over a time window, for
+/// reconciliation, as `ListSpec` does for HTTP. Its `arguments` template may use
+/// `{since_ms}`, `{until_ms}`, `{limit}` and `{cursor}` (nothing else: a listing has no
+/// intent); on the first page there is no cursor, so a member that is exactly `"{cursor}"` is
+/// left out. Each result (its `structuredContent`, else the JSON of its first text block) is
+/// one page, read with `records`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpList {
+    /// The listing tool's call; it carries no key.
+    pub call: McpToolCall,
+    /// Where a page keeps its records and the next cursor, and what each record holds.
+    pub records: ListRecords,
 }
 
 #[cfg(test)]

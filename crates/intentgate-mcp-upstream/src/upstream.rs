@@ -71,30 +71,42 @@ impl McpUpstream {
         let params = request(spec, call, idempotency_key)
             .map_err(|reason| UpstreamObservation::NotSent { reason })?;
         let timeout = self.connection.timeout().min(call.timeout);
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut state = self.connection.state();
-        while wait && !is_open(&state) && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(WAIT_POLL).await;
-            state = self.connection.state();
+        call_tool(&self.connection, params, timeout, wait).await
+    }
+}
+
+/// Sends one `tools/call` on `connection` within `timeout`. `Err` is the observation of a call
+/// that got no result. With `wait`, a server that is down is waited for within the timeout;
+/// without, the call answers `NotSent` at once.
+pub(crate) async fn call_tool(
+    connection: &McpConnection,
+    params: CallToolRequestParams,
+    timeout: std::time::Duration,
+    wait: bool,
+) -> Result<CallToolResult, UpstreamObservation> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut state = connection.state();
+    while wait && !is_open(&state) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(WAIT_POLL).await;
+        state = connection.state();
+    }
+    let peer = match state {
+        State::Up { peer, .. } if !peer.is_transport_closed() => peer,
+        State::Up { .. } => {
+            return Err(UpstreamObservation::NotSent {
+                reason: format!("MCP server `{}` is restarting", connection.name()),
+            });
         }
-        let peer = match state {
-            State::Up { peer, .. } if !peer.is_transport_closed() => peer,
-            State::Up { .. } => {
-                return Err(UpstreamObservation::NotSent {
-                    reason: format!("MCP server `{}` is restarting", self.connection.name()),
-                });
-            }
-            State::Down { reason } => {
-                return Err(UpstreamObservation::NotSent {
-                    reason: format!("MCP server `{}` is down ({reason})", self.connection.name()),
-                });
-            }
-        };
-        match tokio::time::timeout_at(deadline, peer.call_tool(params)).await {
-            Err(_) => Err(UpstreamObservation::Timeout),
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(error)) => Err(observation_of_error(error)),
+        State::Down { reason } => {
+            return Err(UpstreamObservation::NotSent {
+                reason: format!("MCP server `{}` is down ({reason})", connection.name()),
+            });
         }
+    };
+    match tokio::time::timeout_at(deadline, peer.call_tool(params)).await {
+        Err(_) => Err(UpstreamObservation::Timeout),
+        Ok(Ok(result)) => Ok(result),
+        Ok(Err(error)) => Err(observation_of_error(error)),
     }
 }
 
@@ -283,7 +295,7 @@ pub fn result_value(result: &CallToolResult) -> Value {
 }
 
 /// The text of the result's first text block.
-fn first_text(result: &CallToolResult) -> Option<String> {
+pub(crate) fn first_text(result: &CallToolResult) -> Option<String> {
     result
         .content
         .iter()
@@ -298,7 +310,7 @@ fn request(
 ) -> Result<CallToolRequestParams, String> {
     let rendered = match &spec.arguments {
         None => call.arguments.clone(),
-        Some(template) => render(template, call).unwrap_or(Value::Null),
+        Some(template) => render(template, &|name| value_of(name, call)).unwrap_or(Value::Null),
     };
     let mut arguments = match rendered {
         Value::Object(members) => members,
@@ -323,23 +335,24 @@ fn request(
     serde_json::from_value(params).map_err(|error| format!("building tools/call: {error}"))
 }
 
-/// Renders a template value; `None` for a placeholder whose value is absent.
-fn render(template: &Value, call: &UpstreamCall<'_>) -> Option<Value> {
+/// Renders a template value with the values `value_of` gives by placeholder name; `None` for
+/// a placeholder whose value is absent.
+pub(crate) fn render(template: &Value, value_of: &dyn Fn(&str) -> Option<Value>) -> Option<Value> {
     match template {
         Value::String(text) => match placeholder(text) {
             Placeholder::Literal(text) => Some(Value::String(text)),
-            Placeholder::Name(name) => value_of(name, call),
+            Placeholder::Name(name) => value_of(name),
         },
         Value::Array(items) => Some(Value::Array(
             items
                 .iter()
-                .map(|item| render(item, call).unwrap_or(Value::Null))
+                .map(|item| render(item, value_of).unwrap_or(Value::Null))
                 .collect(),
         )),
         Value::Object(members) => Some(Value::Object(
             members
                 .iter()
-                .filter_map(|(name, value)| Some((name.clone(), render(value, call)?)))
+                .filter_map(|(name, value)| Some((name.clone(), render(value, value_of)?)))
                 .collect(),
         )),
         other => Some(other.clone()),

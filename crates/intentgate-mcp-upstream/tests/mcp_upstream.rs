@@ -11,8 +11,10 @@ use std::time::Duration;
 use intentgate_core::outcome::Ambiguity;
 use intentgate_core::{CallStatus, OutcomeClass, UpstreamObservation, classify};
 use intentgate_gate::{LookupOutcome, SystemClock, Upstream, UpstreamCall};
+use intentgate_http::spec::{ListFields, ListRecords};
 use intentgate_mcp_upstream::{
-    McpConnection, McpLookup, McpServer, McpTool, McpToolCall, McpTransport, McpUpstream,
+    McpConnection, McpList, McpLookup, McpRecordPager, McpServer, McpTool, McpToolCall,
+    McpTransport, McpUpstream,
 };
 use intentgate_test_support::mcp_python;
 use intentgate_test_support::{CapturedLog, TempLedger};
@@ -579,4 +581,105 @@ async fn through_the_gate_a_refusal_is_rejected_and_an_unaccepted_call_not_execu
     let invalid = call(&gate, "refund_order", refund("invalid-8842", json!(49.5))).await;
     assert_eq!(invalid.status, CallStatus::NotExecuted, "{invalid:?}");
     assert!(!state.path().join("effects.json").exists());
+}
+
+/// The listing of `list_refunds`, read with `items` at `items`.
+fn list_refunds(arguments: Option<Value>, items: &str) -> McpList {
+    McpList {
+        call: McpToolCall {
+            arguments,
+            ..McpToolCall::new("list_refunds")
+        },
+        records: ListRecords {
+            items: items.into(),
+            next_cursor: "/next_cursor".into(),
+            fields: ListFields {
+                intent_key: None,
+                external_id: "/id".into(),
+                amount: Some("/amount".into()),
+                amount_argument: None,
+                subject: Some("/order_id".into()),
+            },
+            match_fields: BTreeMap::new(),
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_pages_with_the_servers_cursor_and_a_bad_page_is_an_error() {
+    let Some(server) = start_with(
+        refund_call(),
+        Duration::from_secs(5),
+        &[("REFUND_PAGE_MAX", "2")],
+    )
+    .await
+    else {
+        return;
+    };
+    for (order, key) in [("ord_1", "k1"), ("ord_2", "k2"), ("ord_3", "k3")] {
+        let observation = execute(&server, order, key).await;
+        assert!(
+            matches!(
+                observation,
+                UpstreamObservation::Response { status: 200, .. }
+            ),
+            "{observation:?}"
+        );
+    }
+    let connection = server.upstream.connection().clone();
+    let window = (0, i64::MAX);
+    // No template: the four values as they are, the cursor once the server gave one.
+    let mut pager = McpRecordPager::new(
+        connection.clone(),
+        list_refunds(None, "/refunds"),
+        window.0,
+        window.1,
+        1000,
+    )
+    .unwrap();
+    let mut pages = Vec::new();
+    while let Some(page) = pager.next_page().await.unwrap() {
+        pages.push(
+            page.iter()
+                .map(|record| record.subject.clone().unwrap())
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(pages, [vec!["ord_1", "ord_2"], vec!["ord_3"]]);
+    assert_eq!(pager.next_page().await.unwrap(), None);
+
+    // A template that never passes the cursor on: the server answers the first page again,
+    // with the cursor the pager already holds, and the listing stops instead of going round.
+    let stuck = list_refunds(
+        Some(json!({"since_ms": "{since_ms}", "until_ms": "{until_ms}", "cursor": "0"})),
+        "/refunds",
+    );
+    let mut pager =
+        McpRecordPager::new(connection.clone(), stuck, window.0, window.1, 1000).unwrap();
+    assert_eq!(pager.next_page().await.unwrap().unwrap().len(), 2);
+    let error = pager.next_page().await.unwrap_err();
+    assert!(error.contains("would loop"), "{error}");
+
+    // A page without records where the config says, and a refusal of the call.
+    let mut pager = McpRecordPager::new(
+        connection.clone(),
+        list_refunds(None, "/data"),
+        window.0,
+        window.1,
+        1000,
+    )
+    .unwrap();
+    let error = pager.next_page().await.unwrap_err();
+    assert!(error.contains("no array of records at `/data`"), "{error}");
+    let missing = list_refunds(Some(json!({"limit": "{limit}"})), "/refunds");
+    let mut pager =
+        McpRecordPager::new(connection.clone(), missing, window.0, window.1, 1000).unwrap();
+    let error = pager.next_page().await.unwrap_err();
+    assert!(
+        error.contains("listing tool `list_refunds` answered an error"),
+        "{error}"
+    );
+    // The page that failed is asked for again.
+    assert!(pager.next_page().await.is_err());
+    assert!(McpRecordPager::new(connection, list_refunds(None, "/refunds"), 0, 1, 0).is_err());
 }

@@ -46,6 +46,7 @@ use intentgate_http::{ListedRecord, RecordPager};
 use intentgate_ledger::{
     IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order, Resolve,
 };
+use intentgate_mcp_upstream::McpRecordPager;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -90,6 +91,13 @@ impl RecordSource for RecordPager {
         RecordPager::next_page(self)
             .await
             .map_err(|error| error.to_string())
+    }
+}
+
+#[async_trait]
+impl RecordSource for McpRecordPager {
+    async fn next_page(&mut self) -> Result<Option<Vec<ListedRecord>>, String> {
+        McpRecordPager::next_page(self).await
     }
 }
 

@@ -210,7 +210,14 @@ async fn every_mismatch_kind_is_found_named_and_sent_to_the_owner() {
     .await;
 
     let notifier = Arc::new(Notifier::new(loaded.config.owners.clone()));
-    let reconciler = Reconciler::new(&loaded, ledger.clone(), notifier.clone(), None).unwrap();
+    let reconciler = Reconciler::new(
+        &loaded,
+        ledger.clone(),
+        notifier.clone(),
+        None,
+        Default::default(),
+    )
+    .unwrap();
     let report = reconciler
         .run(Duration::from_secs(3600), SystemClock.now_ms(), "test")
         .await;
@@ -325,7 +332,8 @@ async fn a_provider_that_fails_every_page_stops_the_tool_without_reporting_anyth
     drop(dead);
     let loaded = config(&dead_url, "http://127.0.0.1:9/hook");
     let notifier = Arc::new(Notifier::new(Default::default()));
-    let reconciler = Reconciler::new(&loaded, ledger.clone(), notifier, None).unwrap();
+    let reconciler =
+        Reconciler::new(&loaded, ledger.clone(), notifier, None, Default::default()).unwrap();
     let report = reconciler
         .run(Duration::from_secs(3600), SystemClock.now_ms(), "test")
         .await;
@@ -396,7 +404,8 @@ async fn an_email_resolved_by_reconciliation_keeps_the_address_as_a_hash_and_nam
     assert!(response.status().is_success(), "{response:?}");
 
     let notifier = Arc::new(Notifier::new(Default::default()));
-    let reconciler = Reconciler::new(&loaded, ledger.clone(), notifier, None).unwrap();
+    let reconciler =
+        Reconciler::new(&loaded, ledger.clone(), notifier, None, Default::default()).unwrap();
     let report = reconciler
         .run(Duration::from_secs(3600), SystemClock.now_ms(), "test")
         .await;
@@ -432,7 +441,7 @@ async fn a_client_executed_tool_is_skipped_with_its_reason_and_is_not_an_error()
     let ledger: Arc<dyn Ledger> = ledger;
     let loaded = config(&mock.url(), "http://127.0.0.1:9/hook");
     let notifier = Arc::new(Notifier::new(Default::default()));
-    let reconciler = Reconciler::new(&loaded, ledger, notifier, None).unwrap();
+    let reconciler = Reconciler::new(&loaded, ledger, notifier, None, Default::default()).unwrap();
     let report = reconciler
         .run(Duration::from_secs(3600), SystemClock.now_ms(), "test")
         .await;

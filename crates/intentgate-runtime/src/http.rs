@@ -96,6 +96,7 @@ impl Gateway {
                 self.ledger.clone(),
                 notifier.clone(),
                 Some(self.gate.metrics().clone()),
+                self.mcp.connections(),
             )
             .map_err(Error::Upstreams)?,
         );

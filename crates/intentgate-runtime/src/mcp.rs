@@ -46,6 +46,11 @@ impl McpUpstreams {
         Ok(McpUpstreams { connections })
     }
 
+    /// The sessions by upstream name (what reconciliation lists MCP records through).
+    pub fn connections(&self) -> BTreeMap<String, Arc<McpConnection>> {
+        self.connections.clone()
+    }
+
     /// True when the config has no MCP upstream.
     pub fn is_empty(&self) -> bool {
         self.connections.is_empty()

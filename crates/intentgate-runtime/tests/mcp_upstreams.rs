@@ -17,7 +17,8 @@ fn server_script() -> PathBuf {
 }
 
 /// A config with the refund server as upstream `refunds`, `import` as its import section,
-/// and `refund_order` calling its `refund` tool with `find_refund` as the lookup.
+/// and `refund_order` calling its `refund` tool with `find_refund` as the lookup and
+/// `list_refunds` as the list (two records a page, so that listings take several pages).
 fn config(folder: &Path, python: &Path, import: &str) -> PathBuf {
     let text = format!(
         r#"upstreams:
@@ -25,8 +26,9 @@ fn config(folder: &Path, python: &Path, import: &str) -> PathBuf {
     kind: mcp
     command: "{python}"
     args: ["{script}"]
-    env: {{REFUND_STATE: "{state}"}}
+    env: {{REFUND_STATE: "{state}", REFUND_PAGE_MAX: "2"}}
     timeout_ms: 2000
+reconcile: {{settle_seconds: 0, unknown_grace_seconds: 0}}
 imports:
 {import}
 tools:
@@ -41,12 +43,19 @@ tools:
     call:
       upstream: refunds
       tool: refund
+      arguments: {{order_id: "{{order_id}}", amount: "{{amount}}", intent_key: "{{intent_key}}"}}
       idempotency_key_argument: idempotency_key
       not_processed: [rate limit]
     lookup:
       tool: find_refund
       arguments: {{order_id: "{{order_id}}"}}
       found: /refund
+    list:
+      tool: list_refunds
+      arguments: {{since_ms: "{{since_ms}}", until_ms: "{{until_ms}}", limit: "{{limit}}", cursor: "{{cursor}}"}}
+      items: /refunds
+      next_cursor: /next_cursor
+      fields: {{intent_key: /intent_key, external_id: /id, amount: /amount, subject: /order_id}}
 "#,
         python = python.display(),
         script = server_script().display(),
@@ -57,6 +66,9 @@ tools:
     path
 }
 
+/// The admin API's bearer token in these tests.
+const ADMIN_TOKEN: &str = "an-admin-token-of-at-least-32-bytes";
+
 async fn open(path: &Path, folder: &Path) -> Result<Gateway, Error> {
     let hash_key =
         HashKeySource::EnvironmentOrEphemeral(intentgate_runtime::ephemeral_hash_key().unwrap());
@@ -64,9 +76,53 @@ async fn open(path: &Path, folder: &Path) -> Result<Gateway, Error> {
     let options = Options {
         listen: Some("127.0.0.1:0".to_owned()),
         ledger: Some(folder.join("ledger.db").display().to_string()),
+        admin_token: Some(ADMIN_TOKEN.to_owned()),
         ..Options::default()
     };
     Gateway::open(loaded, options).await
+}
+
+/// A gateway serving its HTTP API on a loopback port until [`Serving::stop`].
+struct Serving {
+    address: std::net::SocketAddr,
+    client: reqwest::Client,
+    stop: tokio::sync::oneshot::Sender<()>,
+    running: tokio::task::JoinHandle<Result<(), Error>>,
+}
+
+impl Serving {
+    async fn start(gateway: Gateway) -> Serving {
+        let server = gateway.bind().await.unwrap();
+        let address = server.local_addr();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(server.run(async {
+            let _ = stopped.await;
+        }));
+        Serving {
+            address,
+            client: reqwest::Client::new(),
+            stop,
+            running,
+        }
+    }
+
+    /// `POST /v1/tools/{tool}/call`, which must answer 200.
+    async fn call(&self, tool: &str, arguments: Value) -> Value {
+        let response = self
+            .client
+            .post(format!("http://{}/v1/tools/{tool}/call", self.address))
+            .json(&json!({ "arguments": arguments }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    }
+
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        self.running.await.unwrap().unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,7 +147,12 @@ async fn an_unclassified_tool_of_an_import_stops_the_start_naming_each_with_a_fi
         error.contains(&format!("call: {{upstream: refunds, tool: {tool}}}")),
         "{error}"
     );
-    for classified in ["`refund`", "`find_refund`", "`request_header`"] {
+    for classified in [
+        "`refund`",
+        "`find_refund`",
+        "`list_refunds`",
+        "`request_header`",
+    ] {
         assert!(!error.contains(classified), "{error}");
     }
 
@@ -131,6 +192,7 @@ async fn imported_tools_and_an_mcp_side_effect_are_served_over_http() {
         [
             "refund_order",
             "refunds_find_refund",
+            "refunds_list_refunds",
             "refunds_request_header"
         ]
     );
@@ -141,23 +203,8 @@ async fn imported_tools_and_an_mcp_side_effect_are_served_over_http() {
     assert_eq!(find.input_schema["required"], json!(["order_id"]));
     assert_eq!(find.effect, intentgate_core::Effect::Read);
 
-    let server = gateway.bind().await.unwrap();
-    let address = server.local_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(server.run(async {
-        let _ = stopped.await;
-    }));
-    let client = reqwest::Client::new();
-    let call = |tool: &str, arguments: Value| {
-        let request = client
-            .post(format!("http://{address}/v1/tools/{tool}/call"))
-            .json(&json!({ "arguments": arguments }));
-        async move {
-            let response = request.send().await.unwrap();
-            assert_eq!(response.status(), 200);
-            response.json::<Value>().await.unwrap()
-        }
-    };
+    let serving = Serving::start(gateway).await;
+    let call = |tool: &'static str, arguments: Value| serving.call(tool, arguments);
     let refund = json!({"order_id": "ord_1", "amount": "49.50"});
     let first = call("refund_order", refund.clone()).await;
     assert_eq!(first["status"], "done", "{first}");
@@ -200,6 +247,102 @@ async fn imported_tools_and_an_mcp_side_effect_are_served_over_http() {
         records.values().all(|record| record["effects"] == 1),
         "{effects}"
     );
-    stop.send(()).unwrap();
-    running.await.unwrap().unwrap();
+    serving.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciliation_pages_through_the_mcp_servers_records_and_finds_what_went_around() {
+    let Some(python) = mcp_python() else { return };
+    let folder = tempfile::tempdir().unwrap();
+    let path = config(
+        folder.path(),
+        &python,
+        "  - upstream: refunds\n    exclude: [refund_meta]\n",
+    );
+    let gateway = open(&path, folder.path()).await.unwrap();
+    let serving = Serving::start(gateway).await;
+    for order in ["ord_1", "ord_2", "ord_3"] {
+        let answer = serving
+            .call(
+                "refund_order",
+                json!({"order_id": order, "amount": "49.50"}),
+            )
+            .await;
+        assert_eq!(answer["status"], "done", "{answer}");
+    }
+    // Around the gateway: ord_2 refunded a second time under the same intent key (a client
+    // that replayed the provider call itself), and ord_9 refunded with no intent at all.
+    let state = folder.path().join("effects.json");
+    let mut effects: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    let intent_key = effects
+        .as_object()
+        .unwrap()
+        .values()
+        .find(|record| record["order_id"] == "ord_2")
+        .unwrap()["intent_key"]
+        .clone();
+    assert!(
+        intent_key.is_string(),
+        "the call sends its intent key: {effects}"
+    );
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for (key, order, intent) in [
+        ("around-1", "ord_2", intent_key),
+        ("around-2", "ord_9", Value::Null),
+    ] {
+        effects[key] = json!({
+            "id": format!("re_{key}"), "order_id": order, "amount": "49.50",
+            "idempotency_key": key, "intent_key": intent, "created_ms": now_ms, "effects": 1,
+        });
+    }
+    std::fs::write(&state, effects.to_string()).unwrap();
+
+    let report: Value = serving
+        .client
+        .post(format!("http://{}/v1/admin/reconcile", serving.address))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"since": "1h"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tool = report["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["tool"] == "refund_order")
+        .unwrap();
+    assert!(tool["error"].is_null(), "{report}");
+    assert!(tool["skipped"].is_null(), "{report}");
+    // Five records over three pages of two, and the three intents.
+    assert_eq!(tool["records_checked"], 5, "{report}");
+    assert_eq!(tool["intents_checked"], 3, "{report}");
+    let mut found: Vec<(String, String)> = report["mismatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|mismatch| {
+            (
+                mismatch["kind"].as_str().unwrap().to_owned(),
+                mismatch["subject"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            ("duplicate".to_owned(), "ord_2".to_owned()),
+            ("no_intent".to_owned(), "ord_9".to_owned())
+        ],
+        "{report}"
+    );
+    assert_eq!(report["critical"], 1, "{report}");
+    serving.stop().await;
 }

@@ -622,7 +622,7 @@ every record; reconciliation needs it too",
                 let Some(list) = &config.list else {
                     return count_by_lookup(lookups, config, asked).await;
                 };
-                let pairing = Pairing::of_list(list);
+                let pairing = Pairing::of_match(&list.match_fields);
                 let wanted = match &pairing {
                     Pairing::IntentKey => key.to_owned(),
                     Pairing::Fields(fields) => fields.of_arguments(asked.arguments),

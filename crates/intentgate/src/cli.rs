@@ -126,7 +126,9 @@ records over a window, and report every mismatch to the tool's owner.
 
 For every side-effecting tool with a `list` in the config, the provider's records created in \
 the window are paged through (one page in memory at a time) and matched to the intents first \
-seen in the window by the intent key the gateway sent with each effect. Mismatches:
+seen in the window by the intent key the gateway sent with each effect (or by the list's \
+`match` fields). A list is an HTTP request, or a tool of the call's MCP server; the MCP \
+upstreams are started for the run when a tool lists through one. Mismatches:
 
   unknown_found          an unknown intent the provider has: resolved to done (info)
   unknown_missing        an unknown intent the provider lacks, past the grace period: the owner decides

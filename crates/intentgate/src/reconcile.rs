@@ -14,7 +14,7 @@ use intentgate_ops::{Mismatch, Notifier, Reconciler, Report};
 use serde_json::json;
 
 use crate::cli::{OutputFormat, ReconcileArgs};
-use intentgate_runtime::load;
+use intentgate_runtime::{McpUpstreams, load};
 
 /// Exit status when the run found a critical mismatch (a duplicate effect, or an effect the
 /// model was told did not happen).
@@ -37,7 +37,20 @@ pub async fn run(arguments: ReconcileArgs) -> anyhow::Result<()> {
     .await
     .context("opening the intent ledger")?;
     let notifier = Arc::new(Notifier::new(loaded.config.owners.clone()));
-    let reconciler = Reconciler::new(&loaded, ledger, notifier.clone(), None)
+    // The MCP servers are started only when a tool lists its records through one.
+    let mcp = if loaded
+        .config
+        .tools
+        .iter()
+        .any(|tool| tool.mcp.as_ref().is_some_and(|mcp| mcp.list.is_some()))
+    {
+        McpUpstreams::start(&loaded)
+            .await
+            .context("starting the MCP upstreams that list records")?
+    } else {
+        McpUpstreams::default()
+    };
+    let reconciler = Reconciler::new(&loaded, ledger, notifier.clone(), None, mcp.connections())
         .context("the upstreams of the config")?;
     let report = reconciler
         .run(window, SystemClock.now_ms(), &arguments.actor)

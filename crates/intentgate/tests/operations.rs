@@ -432,3 +432,86 @@ async fn a_burst_of_duplicate_calls_alerts_the_owner_within_two_seconds_and_swit
     })
     .await;
 }
+
+/// `intentgate reconcile` over a tool that calls an MCP server and lists its records with
+/// another of its tools: the command starts the server for the run (here the refund server of
+/// `intentgate-mcp-upstream`'s tests, one record a page), and a refund made around the gateway
+/// is reported. Without the MCP SDK venv the test says it is skipped (it fails under CI=true).
+#[test]
+fn reconcile_starts_the_mcp_server_a_tool_lists_through() {
+    let Some(python) = intentgate_test_support::mcp_python() else {
+        return;
+    };
+    let folder = tempfile::tempdir().unwrap();
+    let state = folder.path().join("effects.json");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let around = |id: &str, order: &str| {
+        json!({"id": id, "order_id": order, "amount": "12.00", "idempotency_key": id,
+               "intent_key": null, "created_ms": now_ms, "effects": 1})
+    };
+    std::fs::write(
+        &state,
+        json!({"k1": around("re_1", "ord_7"), "k2": around("re_2", "ord_8")}).to_string(),
+    )
+    .unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../intentgate-mcp-upstream/tests/python/refund_server.py");
+    let config = folder.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"upstreams:
+  refunds:
+    kind: mcp
+    command: "{python}"
+    args: ["{script}"]
+    env: {{REFUND_STATE: "{state}", REFUND_PAGE_MAX: "1"}}
+reconcile: {{settle_seconds: 0}}
+tools:
+  - name: refund_order
+    description: Refund an order.
+    effect: side_effect
+    key: "refund:{{order_id}}"
+    input_schema:
+      type: object
+      properties: {{order_id: {{type: string}}, amount: {{type: string}}}}
+      required: [order_id, amount]
+    call: {{upstream: refunds, tool: refund, idempotency_key_argument: idempotency_key}}
+    lookup: {{tool: find_refund, arguments: {{order_id: "{{order_id}}"}}, found: /refund}}
+    list:
+      tool: list_refunds
+      items: /refunds
+      next_cursor: /next_cursor
+      fields: {{intent_key: /intent_key, external_id: /id, amount: /amount, subject: /order_id}}
+"#,
+            python = python.display(),
+            script = script.display(),
+            state = state.display(),
+        ),
+    )
+    .unwrap();
+    let output = intentgate()
+        .args(["reconcile", "--config"])
+        .arg(&config)
+        .args(["--since", "1h", "--format", "json", "--ledger"])
+        .arg(folder.path().join("ledger.db"))
+        .output()
+        .unwrap();
+    // `no_intent` is a warning: the run succeeds.
+    let stdout = support::success(&output);
+    let lines = json_lines(&output);
+    let mut no_intent: Vec<&str> = lines
+        .iter()
+        .filter(|line| line["type"] == "mismatch" && line["kind"] == "no_intent")
+        .map(|line| line["subject"].as_str().unwrap())
+        .collect();
+    no_intent.sort();
+    assert_eq!(no_intent, ["ord_7", "ord_8"], "{stdout}");
+    let summary = lines.last().unwrap();
+    // Two pages of one record each.
+    assert_eq!(summary["tools"][0]["records_checked"], 2, "{stdout}");
+    assert!(summary["tools"][0]["error"].is_null(), "{stdout}");
+}

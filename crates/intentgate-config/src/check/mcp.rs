@@ -1,6 +1,6 @@
 //! The checks of what reaches MCP servers: `kind: mcp` upstreams (how the server is started
-//! or reached, `${NAME}` references resolved), the two forms of a tool's `call` and `lookup`
-//! (an HTTP request, or with `tool:` a `tools/call` of an MCP upstream's tool), and
+//! or reached, `${NAME}` references resolved), the two forms of a tool's `call`, `lookup`
+//! and `list` (an HTTP request, or with `tool:` a `tools/call` of an MCP upstream's tool), and
 //! `imports`. What only the server can tell (which tools it lists, with which hints) is
 //! checked when the gateway starts, by `crate::imports`.
 
@@ -9,17 +9,18 @@ use std::time::Duration;
 
 use intentgate_core::Effect;
 use intentgate_core::tool::TIMEOUT_MS_MAX;
+use intentgate_http::LIST_PLACEHOLDERS;
 use intentgate_http::spec::{
-    CallSpec, LookupSpec, Method, UpstreamSpec, default_idempotency_header,
+    CallSpec, ListRecords, ListSpec, LookupSpec, Method, UpstreamSpec, default_idempotency_header,
 };
 use intentgate_http::template::GATEWAY_VALUE_NAMES;
-use intentgate_mcp_upstream::{McpLookup, McpServer, McpTool, McpToolCall, McpTransport};
+use intentgate_mcp_upstream::{McpList, McpLookup, McpServer, McpTool, McpToolCall, McpTransport};
 use serde_json::Value;
 
 use super::upstreams::check_url;
 use super::{Checker, names};
 use crate::config::{ImportConfig, McpToolConfig, McpUpstreamConfig};
-use crate::file::{CallFile, ImportFile, LookupFile, UpstreamFile, UpstreamKind};
+use crate::file::{CallFile, ImportFile, ListFile, LookupFile, UpstreamFile, UpstreamKind};
 use crate::limits::*;
 use crate::source_map::{Segment, at};
 
@@ -35,8 +36,9 @@ pub(super) enum Forms {
     Http {
         call: Option<CallSpec>,
         lookup: Option<LookupSpec>,
+        list: Option<ListSpec>,
     },
-    /// The MCP call and lookup, and the call's `result.external_id` pointer.
+    /// The MCP call, lookup and list, and the call's `result.external_id` pointer.
     Mcp(McpToolConfig, Option<String>),
 }
 
@@ -266,8 +268,8 @@ impl Checker<'_, '_> {
         })
     }
 
-    /// Reads a tool's `call` and `lookup` in the form the call chose, reporting fields of the
-    /// other form and upstreams of the wrong kind.
+    /// Reads a tool's `call`, `lookup` and `list` in the form the call chose, reporting fields
+    /// of the other form and upstreams of the wrong kind.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forms(
         &mut self,
@@ -276,6 +278,7 @@ impl Checker<'_, '_> {
         effect: Option<Effect>,
         call: Option<CallFile>,
         lookup: Option<LookupFile>,
+        list: Option<ListFile>,
         mcp_upstreams: &BTreeMap<String, McpUpstreamConfig>,
         arguments: &[String],
     ) -> Forms {
@@ -283,7 +286,7 @@ impl Checker<'_, '_> {
             return Forms::None;
         };
         let Some(tool) = call.tool.clone() else {
-            return self.http_forms(index, label, call, lookup);
+            return self.http_forms(index, label, call, lookup, list);
         };
         let base = at!["tools", index, "call"];
         self.misplaced(
@@ -363,6 +366,7 @@ impl Checker<'_, '_> {
         }
         let lookup = lookup
             .and_then(|lookup| self.mcp_lookup(index, label, &call.upstream, lookup, arguments));
+        let list = list.and_then(|list| self.mcp_list(index, label, &call.upstream, list));
         let external_id = call.result.external_id;
         Forms::Mcp(
             McpToolConfig {
@@ -377,6 +381,7 @@ impl Checker<'_, '_> {
                     lookup,
                 },
                 imported: None,
+                list,
             },
             external_id,
         )
@@ -388,6 +393,7 @@ impl Checker<'_, '_> {
         label: &str,
         call: CallFile,
         lookup: Option<LookupFile>,
+        list: Option<ListFile>,
     ) -> Forms {
         let base = at!["tools", index, "call"];
         self.misplaced(
@@ -412,6 +418,7 @@ impl Checker<'_, '_> {
             return Forms::Http {
                 call: None,
                 lookup: None,
+                list: None,
             };
         }
         let mut missing = |field: &str, example: &str| {
@@ -431,6 +438,7 @@ impl Checker<'_, '_> {
             return Forms::Http {
                 call: None,
                 lookup: None,
+                list: None,
             };
         };
         let http_call = CallSpec {
@@ -472,10 +480,124 @@ impl Checker<'_, '_> {
                 external_id: lookup.external_id,
             })
         });
+        let list = list.and_then(|list| self.http_list(index, label, list));
         Forms::Http {
             call: Some(http_call),
             lookup,
+            list,
         }
+    }
+
+    /// An HTTP tool's `list`: a `path` with `query`, not an MCP tool.
+    fn http_list(&mut self, index: usize, label: &str, list: ListFile) -> Option<ListSpec> {
+        let base = at!["tools", index, "list"];
+        self.misplaced(
+            &base,
+            &[
+                ("tool", list.tool.is_some()),
+                ("arguments", list.arguments.is_some()),
+            ],
+            &format!("{label}: `list.{{field}}` is for listings of an MCP call, and this tool's call is an HTTP request"),
+            "remove `{field}`; an HTTP listing is a `path` with `query`",
+        );
+        let Some(path) = list.path else {
+            self.push(
+                &base,
+                format!("{label}: `list` has no `path`"),
+                "add `path: /v1/...` (a read-only request that lists the provider's records, a page at a time)",
+            );
+            return None;
+        };
+        Some(ListSpec {
+            upstream: list.upstream,
+            path,
+            query: list.query,
+            headers: list.headers,
+            items: list.items,
+            next_cursor: list.next_cursor,
+            fields: list.fields,
+            match_fields: list.match_fields,
+        })
+    }
+
+    /// An MCP tool's `list`: another tool of the call's server, whose `arguments` may use the
+    /// window and paging values only (a listing runs outside any call). Its pointers and
+    /// pairing are checked with the tool's other checks, as an HTTP list's are.
+    fn mcp_list(
+        &mut self,
+        index: usize,
+        label: &str,
+        upstream: &str,
+        list: ListFile,
+    ) -> Option<McpList> {
+        let base = at!["tools", index, "list"];
+        self.misplaced(
+            &base,
+            &[
+                ("path", list.path.is_some()),
+                ("query", !list.query.is_empty()),
+                ("headers", !list.headers.is_empty()),
+            ],
+            &format!("{label}: `list.{{field}}` is for HTTP listings, and this tool calls an MCP server"),
+            "remove `{field}`; an MCP listing is another tool of the same server: `tool:` and `arguments:`",
+        );
+        if let Some(other) = &list.upstream
+            && other != upstream
+        {
+            self.push(
+                &at!["tools", index, "list", "upstream"],
+                format!("{label}: the list names upstream `{other}`, but an MCP listing calls a tool of the call's own server (`{upstream}`)"),
+                "remove `upstream:` from the list",
+            );
+        }
+        let arguments_path = at!["tools", index, "list", "arguments"];
+        match &list.arguments {
+            Some(template) if !template.is_object() => self.push(
+                &arguments_path,
+                format!("{label}: `list.arguments` is not a mapping"),
+                "write the listing tool's arguments as a mapping, e.g. `arguments: {created_after_ms: \"{since_ms}\", cursor: \"{cursor}\"}`",
+            ),
+            Some(template) => {
+                let mut unknown = Vec::new();
+                placeholders(template, &mut |name| {
+                    if !LIST_PLACEHOLDERS.contains(&name) {
+                        unknown.push(name.to_owned());
+                    }
+                });
+                for name in unknown {
+                    self.push(
+                        &arguments_path,
+                        format!("{label}: `list.arguments` uses `{{{name}}}`; a listing runs outside any call, so it has no arguments or intent"),
+                        format!(
+                            "use the window and paging values ({}); write `{{{{{name}}}}}` for the literal text",
+                            names(LIST_PLACEHOLDERS.map(|value| format!("{{{value}}}")))
+                        ),
+                    );
+                }
+            }
+            None => {}
+        }
+        let Some(tool) = list.tool else {
+            self.push(
+                &base,
+                format!("{label}: the list of an MCP call has no `tool`"),
+                "add `tool:`, a read-only tool of the same server that lists the effects a page at a time (e.g. `tool: list_refunds`)",
+            );
+            return None;
+        };
+        self.mcp_tool_name(&at!["tools", index, "list", "tool"], label, &tool);
+        Some(McpList {
+            call: McpToolCall {
+                arguments: list.arguments,
+                ..McpToolCall::new(tool)
+            },
+            records: ListRecords {
+                items: list.items,
+                next_cursor: list.next_cursor,
+                fields: list.fields,
+                match_fields: list.match_fields,
+            },
+        })
     }
 
     fn mcp_lookup(

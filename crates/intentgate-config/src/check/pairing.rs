@@ -1,14 +1,16 @@
-//! How a tool's `list` pairs a provider record with an intent: by the intent key the
-//! gateway sent with the effect (`fields.intent_key`), or, for a provider that keeps no
-//! metadata, by business fields (`match`). Exactly one of the two; each `match` field names
-//! an argument that exists and is not sensitive, and gets its comparison from the input
-//! schema when the config does not say.
+//! How a tool's `list` reads a page and pairs a provider record with an intent, the same for
+//! an HTTP and an MCP listing: its pointers, and the pairing by the intent key the gateway
+//! sent with the effect (`fields.intent_key`) or, for a provider that keeps no metadata, by
+//! business fields (`match`). Exactly one of the two; each `match` field names an argument
+//! that exists and is not sensitive, and gets its comparison from the input schema when the
+//! config does not say. The amount compared must not be a sensitive argument either.
 
 use intentgate_core::ArgumentPath;
-use intentgate_http::spec::{ListSpec, MatchCompare};
+use intentgate_http::spec::{ListRecords, MatchCompare};
 use serde_json::Value;
 
 use super::Checker;
+use super::tools::pointer_path;
 use crate::limits::MATCH_FIELDS_MAX;
 use crate::source_map::at;
 
@@ -16,17 +18,39 @@ use crate::source_map::at;
 const MATCH_EXAMPLE: &str = "`match: {order_id: {record: /order_id}, amount: {record: /amount}}`";
 
 impl Checker<'_, '_> {
-    /// Checks how `list` pairs records with intents, and sets every `match` field's
-    /// comparison. `sensitive` is the tool's sensitive arguments (`None` when its definition
-    /// could not be built, which is reported elsewhere).
-    pub(super) fn list_pairing(
+    /// Checks how `list` reads its pages and pairs records with intents, and sets every
+    /// `match` field's comparison. `sensitive` is the tool's sensitive arguments (`None` when
+    /// its definition could not be built, which is reported elsewhere).
+    pub(super) fn list_records(
         &mut self,
         index: usize,
         label: &str,
-        list: &mut ListSpec,
+        list: &mut ListRecords,
         input_schema: &Value,
         sensitive: Option<&[ArgumentPath]>,
     ) {
+        for (field, pointer) in [
+            ("items", Some(list.items.as_str())),
+            ("next_cursor", Some(list.next_cursor.as_str())),
+        ] {
+            self.pointer(&at!["tools", index, "list", field], label, pointer);
+        }
+        for (field, pointer) in [
+            ("intent_key", list.fields.intent_key.as_deref()),
+            ("external_id", Some(list.fields.external_id.as_str())),
+            ("amount", list.fields.amount.as_deref()),
+            ("amount_argument", list.fields.amount_argument.as_deref()),
+            ("subject", list.fields.subject.as_deref()),
+        ] {
+            self.pointer(
+                &at!["tools", index, "list", "fields", field],
+                label,
+                pointer,
+            );
+        }
+        if let Some(sensitive) = sensitive {
+            self.sensitive_amount(index, label, sensitive, list);
+        }
         match (
             list.fields.intent_key.is_some(),
             list.match_fields.is_empty(),
@@ -148,6 +172,34 @@ impl Checker<'_, '_> {
 
     /// Reports an error of the `match` field of `argument`, at its name (the argument is
     /// what is wrong, not where the record holds it).
+    /// Reconciliation compares the provider's amount with an argument the ledger must keep
+    /// as it was: a sensitive one is only a keyed hash there, so the amounts would never match.
+    fn sensitive_amount(
+        &mut self,
+        index: usize,
+        label: &str,
+        sensitive: &[ArgumentPath],
+        list: &ListRecords,
+    ) {
+        if list.fields.amount.is_none() {
+            return;
+        }
+        let pointer = list.fields.amount_argument.as_deref().unwrap_or("/amount");
+        let path: Vec<String> = pointer_path(&[], pointer);
+        if let Some(argument) = sensitive.iter().find(|argument| argument.overlaps(&path)) {
+            self.push(
+                &at!["tools", index, "list", "fields"],
+                format!(
+                    "{label}: reconciliation compares the provider's amount with argument \
+                     `{argument}` (`amount_argument` {pointer}), which is sensitive: the \
+                     ledger keeps only its keyed hash, so the amounts would never match"
+                ),
+                "remove `sensitive: true` from the amount, or remove `fields.amount` so that \
+                 reconciliation compares no amounts",
+            );
+        }
+    }
+
     fn push_at_match_key(
         &mut self,
         index: usize,

@@ -151,25 +151,6 @@ impl Checker<'_, '_> {
             );
         }
         self.list_templates(index, label, &list);
-        for (field, pointer) in [
-            ("items", Some(list.items.as_str())),
-            ("next_cursor", Some(list.next_cursor.as_str())),
-        ] {
-            self.pointer(&at!["tools", index, "list", field], label, pointer);
-        }
-        for (field, pointer) in [
-            ("intent_key", list.fields.intent_key.as_deref()),
-            ("external_id", Some(list.fields.external_id.as_str())),
-            ("amount", list.fields.amount.as_deref()),
-            ("amount_argument", list.fields.amount_argument.as_deref()),
-            ("subject", list.fields.subject.as_deref()),
-        ] {
-            self.pointer(
-                &at!["tools", index, "list", "fields", field],
-                label,
-                pointer,
-            );
-        }
         let headers = std::mem::take(&mut list.headers);
         list.headers = self.headers(
             &at!["tools", index, "list"],

@@ -87,15 +87,16 @@ impl Checker<'_, '_> {
             tool.effect,
             tool.call.take(),
             tool.lookup.take(),
+            tool.list.take(),
             mcp_upstreams,
             &arguments,
         );
-        let (call, lookup, mcp, mcp_external_id) = match forms {
-            Forms::None => (None, None, None, None),
-            Forms::Http { call, lookup } => (call, lookup, None, None),
-            Forms::Mcp(mcp, external_id) => (None, None, Some(mcp), external_id),
+        let (call, lookup, list, mut mcp, mcp_external_id) = match forms {
+            Forms::None => (None, None, None, None, None),
+            Forms::Http { call, lookup, list } => (call, lookup, list, None, None),
+            Forms::Mcp(mcp, external_id) => (None, None, None, Some(mcp), external_id),
         };
-        if let Some(mcp) = &mcp {
+        if let Some(mcp) = &mut mcp {
             self.mcp_requests(index, &label, &tool, mcp, definition.as_ref());
         }
         let requests = self.requests(
@@ -104,6 +105,7 @@ impl Checker<'_, '_> {
             &tool,
             call,
             lookup,
+            list,
             definition.as_ref(),
             upstreams,
             &arguments,
@@ -375,6 +377,7 @@ impl Checker<'_, '_> {
         tool: &ToolFile,
         call: Option<CallSpec>,
         lookup: Option<LookupSpec>,
+        list: Option<ListSpec>,
         definition: Option<&ToolDefinition>,
         upstreams: &BTreeMap<String, UpstreamSpec>,
         arguments: &[String],
@@ -402,7 +405,7 @@ impl Checker<'_, '_> {
                 ..lookup.clone()
             }),
         };
-        let backstop_list = tool.list.as_ref().map(|list| ListSpec {
+        let backstop_list = list.as_ref().map(|list| ListSpec {
             headers: without_references(&list.headers),
             ..list.clone()
         });
@@ -411,20 +414,17 @@ impl Checker<'_, '_> {
         if let Some(definition) = definition
             && !definition.sensitive.is_empty()
         {
-            self.sensitive_uses(
-                index,
-                label,
-                &definition.sensitive,
-                lookup.as_ref(),
-                tool.list.as_ref(),
-            );
+            self.sensitive_uses(index, label, &definition.sensitive, lookup.as_ref());
         }
         let call = self.call(index, label, tool_call.clone(), upstreams, arguments);
         let lookup = lookup.map(|lookup| self.lookup(index, label, lookup, upstreams, arguments));
-        let list = tool.list.clone().map(|list| {
+        let list = list.map(|list| {
             let mut list = self.list(index, label, list, upstreams);
             let sensitive = definition.map(|definition| definition.sensitive.as_slice());
-            self.list_pairing(index, label, &mut list, &tool.input_schema, sensitive);
+            let mut records = list.records();
+            self.list_records(index, label, &mut records, &tool.input_schema, sensitive);
+            // The checks set each `match` field's comparison.
+            list.match_fields = records.match_fields;
             list
         });
 
@@ -526,16 +526,15 @@ impl Checker<'_, '_> {
         );
     }
 
-    /// Refuses a lookup or a reconciliation amount that reads a sensitive argument. Both run
-    /// from what the ledger keeps (the sweeper's lookups, reconciliation), where the value is
-    /// only a hash: the request would carry the hash, the amount would never match.
+    /// Refuses a lookup that reads a sensitive argument. The sweeper looks up from what the
+    /// ledger keeps, where the value is only a hash: the request would carry the hash. (The
+    /// amount reconciliation compares is checked with the rest of the list, `pairing.rs`.)
     pub(super) fn sensitive_uses(
         &mut self,
         index: usize,
         label: &str,
         sensitive: &[ArgumentPath],
         lookup: Option<&LookupSpec>,
-        list: Option<&ListSpec>,
     ) {
         let sensitive_in = |template: &str| -> Option<String> {
             let template = Template::parse(&env::without_references(template)).ok()?;
@@ -583,24 +582,6 @@ impl Checker<'_, '_> {
                     ),
                     "find the effect by what the ledger keeps: the intent key (`{intent_key}`, \
                      sent with the effect in metadata) or arguments that are not sensitive",
-                );
-            }
-        }
-        if let Some(list) = list
-            && list.fields.amount.is_some()
-        {
-            let pointer = list.fields.amount_argument.as_deref().unwrap_or("/amount");
-            let path: Vec<String> = pointer_path(&[], pointer);
-            if let Some(argument) = sensitive.iter().find(|argument| argument.overlaps(&path)) {
-                self.push(
-                    &at!["tools", index, "list", "fields"],
-                    format!(
-                        "{label}: reconciliation compares the provider's amount with argument \
-                         `{argument}` (`amount_argument` {pointer}), which is sensitive: the \
-                         ledger keeps only its keyed hash, so the amounts would never match"
-                    ),
-                    "remove `sensitive: true` from the amount, or remove `fields.amount` so that \
-                     reconciliation compares no amounts",
                 );
             }
         }
@@ -925,8 +906,8 @@ pub(super) fn pointer_path(prefix: &[String], pointer: &str) -> Vec<String> {
 }
 
 impl Checker<'_, '_> {
-    /// What only an MCP tool's requests can get wrong beyond their fields (`mcp.rs`): a
-    /// `list`, which reconciliation reads as HTTP pages, and a lookup that would carry a
+    /// What only an MCP tool's requests can get wrong beyond their fields (`mcp.rs`): how its
+    /// `list` reads pages and pairs records (as for HTTP), and a lookup that would carry a
     /// sensitive argument. The sweeper looks up from what the ledger keeps, where such a
     /// value is only a hash.
     fn mcp_requests(
@@ -934,17 +915,17 @@ impl Checker<'_, '_> {
         index: usize,
         label: &str,
         tool: &ToolFile,
-        mcp: &McpToolConfig,
+        mcp: &mut McpToolConfig,
         definition: Option<&ToolDefinition>,
     ) {
-        if tool.list.is_some() {
-            self.push(
-                &at!["tools", index, "list"],
-                format!(
-                    "{label} calls MCP upstream `{}`, and reconciliation lists a provider's records over HTTP only",
-                    mcp.upstream
-                ),
-                "remove `list:`; the tool's intents are still checked by its lookup",
+        if let Some(list) = &mut mcp.list {
+            let sensitive = definition.map(|definition| definition.sensitive.as_slice());
+            self.list_records(
+                index,
+                label,
+                &mut list.records,
+                &tool.input_schema,
+                sensitive,
             );
         }
         let (Some(definition), Some(lookup)) = (definition, &mcp.tool.lookup) else {

@@ -21,6 +21,11 @@ set, each fires at most that many times per order id and the call then behaves a
 restart too). Without REFUND_FAULTS_PER_ORDER they fire every time (`die-` once per key, as it
 only dies on a new record).
 
+Each record has `created_ms`, when it was made, and the `intent_key` the caller passed (or
+null). `list_refunds` pages through the records made in a window, oldest first, for
+reconciliation, at most REFUND_PAGE_MAX (default 100) a page, as providers cap their pages; a
+record added to the state file by hand is a refund made around the gateway.
+
 Each start writes its process id to a file `pid` beside the state and counts itself in a file
 `starts`. With REFUND_HTTP_PORT set, the server speaks Streamable HTTP at
 http://127.0.0.1:PORT/mcp instead of stdio. With REFUND_STARTS_MAX set, starts past that many
@@ -34,6 +39,7 @@ import json
 import os
 import pathlib
 import sys
+import time
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -105,7 +111,9 @@ def exit_now(why: str) -> None:
     os._exit(1)
 
 
-async def perform(order_id: str, amount: Any, key: str | None) -> dict[str, Any]:
+async def perform(
+    order_id: str, amount: Any, key: str | None, intent_key: str | None = None
+) -> dict[str, Any]:
     if order_id.startswith("invalid-"):
         raise MCPError(-32602, "amount: must be positive")
     if order_id.startswith("refuse-"):
@@ -124,6 +132,8 @@ async def perform(order_id: str, amount: Any, key: str | None) -> dict[str, Any]
             "order_id": order_id,
             "amount": str(amount),
             "idempotency_key": key,
+            "intent_key": intent_key,
+            "created_ms": int(time.time() * 1000),
             "effects": 1,
         }
         effects[key] = record
@@ -139,9 +149,14 @@ async def perform(order_id: str, amount: Any, key: str | None) -> dict[str, Any]
 
 
 @server.tool()
-async def refund(order_id: str, amount: float | str, idempotency_key: str | None = None) -> dict[str, Any]:
-    """Refund an order, once per idempotency key."""
-    return await perform(order_id, amount, idempotency_key)
+async def refund(
+    order_id: str,
+    amount: float | str,
+    idempotency_key: str | None = None,
+    intent_key: str | None = None,
+) -> dict[str, Any]:
+    """Refund an order, once per idempotency key; `intent_key` is kept with the refund."""
+    return await perform(order_id, amount, idempotency_key, intent_key)
 
 
 @server.tool()
@@ -157,6 +172,22 @@ async def find_refund(order_id: str) -> dict[str, Any]:
         if record["order_id"] == order_id:
             return {"refund": record}
     return {"refund": None}
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def list_refunds(
+    since_ms: int, until_ms: int, limit: int = 100, cursor: str | None = None
+) -> dict[str, Any]:
+    """The refunds made in [since_ms, until_ms), oldest first, `limit` a page; pass the
+    answer's `next_cursor` back for the next page (null after the last)."""
+    made = sorted(
+        (record for record in load().values() if since_ms <= record.get("created_ms", 0) < until_ms),
+        key=lambda record: (record.get("created_ms", 0), record["id"]),
+    )
+    start = int(cursor) if cursor else 0
+    page = made[start : start + min(limit, int(os.environ.get("REFUND_PAGE_MAX", "100")))]
+    end = start + len(page)
+    return {"refunds": page, "next_cursor": str(end) if end < len(made) else None}
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))

@@ -622,6 +622,12 @@ async def test_audit_reports_the_classification_of_every_imported_tool(tmp_path)
     for name, effect in expected.items():
         about = [line for line in lines if f"`{name}`" in line]
         assert any(effect in line or effect.replace("_", " ") in line for line in about), (name, effect, about)
+    # The memory side effect has no `list`: the audit says reconciliation can't see the
+    # server's records, and how to list them with a tool of the same server.
+    no_list = [index for index, line in enumerate(lines) if "[no-list]" in line and f"`{CREATE_ENTITY}`" in line]
+    assert len(no_list) == 1, lines
+    assert "records of MCP upstream `memory`" in lines[no_list[0]], lines
+    assert "read-only tool of the same server" in lines[no_list[0] + 1], lines
     # Excluded tools are not behind the gateway, so not classified.
     for name in EVERYTHING_EXCLUDED:
         assert not any(f"`{EVERYTHING_PREFIX}{name}`" in line and "tool-classified" in line for line in lines), name

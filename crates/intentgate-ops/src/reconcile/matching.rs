@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use intentgate_core::{Decimal, ExactNumber, IntentStatus};
 use intentgate_http::ListedRecord;
-use intentgate_http::spec::{ListSpec, MatchCompare, MatchField};
+use intentgate_http::spec::{MatchCompare, MatchField};
 use intentgate_ledger::{IntentId, IntentRecord};
 use serde::Serialize;
 use serde_json::Value;
@@ -110,12 +110,13 @@ pub enum Pairing {
 }
 
 impl Pairing {
-    /// The pairing `list` configures: its `match` fields when it has any, else its intent key.
-    pub fn of_list(list: &ListSpec) -> Pairing {
-        if list.match_fields.is_empty() {
+    /// The pairing a `list` configures: its `match` fields when it has any, else its intent
+    /// key.
+    pub fn of_match(match_fields: &BTreeMap<String, MatchField>) -> Pairing {
+        if match_fields.is_empty() {
             Pairing::IntentKey
         } else {
-            Pairing::Fields(MatchFields::new(&list.match_fields))
+            Pairing::Fields(MatchFields::new(match_fields))
         }
     }
 }

@@ -3,6 +3,7 @@
 //! first mismatches stored in the ledger, the mismatches counted in the gate's metrics, and
 //! one notice per tool to its owner.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,13 +11,16 @@ use intentgate_config::LoadedConfig;
 use intentgate_core::{Effect, Executor, ToolDefinition};
 use intentgate_gate::{Clock, Metrics, SystemClock};
 use intentgate_http::HttpUpstream;
+use intentgate_http::spec::{ListFields, ListSpec, MatchField};
 use intentgate_ledger::{Ledger, ReconciliationRun, StoredMismatch};
+use intentgate_mcp_upstream::{McpConnection, McpList, McpRecordPager};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{
     MISMATCHES_LISTED_MAX, MISMATCHES_STORED_MAX, Mismatch, MismatchKind, NOTICE_MISMATCHES_MAX,
-    PROVIDER_PAGE, Pairing, ReconcileOptions, ToolReport, ToolToReconcile, reconcile_tool,
+    PROVIDER_PAGE, Pairing, ReconcileOptions, RecordSource, ToolReport, ToolToReconcile,
+    reconcile_tool,
 };
 use crate::Severity;
 use crate::notify::{Notice, Notifier};
@@ -53,12 +57,36 @@ struct ListedTool {
     name: String,
     /// A client-executed tool is skipped: the gateway has no request to list its records.
     executor: Executor,
-    /// The MCP upstream a tool calls: skipped, since provider records are listed over HTTP.
-    mcp_upstream: Option<String>,
     owner: Option<String>,
-    list: Option<intentgate_http::spec::ListSpec>,
+    /// How its provider's records are listed; `None` when the config has no `list`.
+    listing: Option<Listing>,
     amount_argument: Option<String>,
     definition: Option<ToolDefinition>,
+}
+
+/// Where a tool's provider records come from.
+#[derive(Debug, Clone)]
+enum Listing {
+    /// Pages of an HTTP API.
+    Http(ListSpec),
+    /// Results of a tool of the MCP server the tool calls (`upstream`).
+    Mcp { upstream: String, list: McpList },
+}
+
+impl Listing {
+    fn fields(&self) -> &ListFields {
+        match self {
+            Listing::Http(list) => &list.fields,
+            Listing::Mcp { list, .. } => &list.records.fields,
+        }
+    }
+
+    fn match_fields(&self) -> &BTreeMap<String, MatchField> {
+        match self {
+            Listing::Http(list) => &list.match_fields,
+            Listing::Mcp { list, .. } => &list.records.match_fields,
+        }
+    }
 }
 
 /// Runs reconciliation for every side-effecting tool of a config: the provider listings,
@@ -66,6 +94,8 @@ struct ListedTool {
 pub struct Reconciler {
     ledger: Arc<dyn Ledger>,
     upstream: HttpUpstream,
+    /// The sessions of the config's MCP upstreams, by name, for MCP listings.
+    mcp: BTreeMap<String, Arc<McpConnection>>,
     tools: Vec<ListedTool>,
     notifier: Arc<Notifier>,
     metrics: Option<Arc<Metrics>>,
@@ -74,13 +104,16 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    /// A reconciler for `loaded`'s side-effecting tools. Their listings go through an HTTP
-    /// client of their own (a slow listing never holds a connection a call needs).
+    /// A reconciler for `loaded`'s side-effecting tools. Their HTTP listings go through an
+    /// HTTP client of their own (a slow listing never holds a connection a call needs); their
+    /// MCP listings through `mcp`, the running sessions of the config's MCP upstreams by name
+    /// (a tool whose server is missing there fails its part of each run, saying so).
     pub fn new(
         loaded: &LoadedConfig,
         ledger: Arc<dyn Ledger>,
         notifier: Arc<Notifier>,
         metrics: Option<Arc<Metrics>>,
+        mcp: BTreeMap<String, Arc<McpConnection>>,
     ) -> Result<Reconciler, intentgate_http::HttpError> {
         let upstream =
             HttpUpstream::new(loaded.config.upstreams.clone(), loaded.config.http_tools())?;
@@ -89,31 +122,41 @@ impl Reconciler {
             .tools
             .iter()
             .filter(|tool| tool.effect == Effect::SideEffect)
-            .map(|tool| ListedTool {
-                executor: tool.executor,
-                mcp_upstream: tool.mcp.as_ref().map(|mcp| mcp.upstream.clone()),
-                definition: loaded
-                    .tools
-                    .iter()
-                    .find(|definition| definition.name == tool.name)
-                    .cloned(),
-                name: tool.name.clone(),
-                owner: tool.owner.clone(),
-                list: tool.list.clone(),
-                amount_argument: tool.list.as_ref().and_then(|list| {
-                    list.fields.amount.as_ref().map(|_| {
-                        list.fields
-                            .amount_argument
-                            .clone()
-                            .unwrap_or_else(|| "/amount".to_owned())
-                    })
-                }),
+            .map(|tool| {
+                let listing = match &tool.mcp {
+                    Some(mcp) => mcp.list.clone().map(|list| Listing::Mcp {
+                        upstream: mcp.upstream.clone(),
+                        list,
+                    }),
+                    None => tool.list.clone().map(Listing::Http),
+                };
+                ListedTool {
+                    executor: tool.executor,
+                    definition: loaded
+                        .tools
+                        .iter()
+                        .find(|definition| definition.name == tool.name)
+                        .cloned(),
+                    name: tool.name.clone(),
+                    owner: tool.owner.clone(),
+                    amount_argument: listing.as_ref().and_then(|listing| {
+                        let fields = listing.fields();
+                        fields.amount.as_ref().map(|_| {
+                            fields
+                                .amount_argument
+                                .clone()
+                                .unwrap_or_else(|| "/amount".to_owned())
+                        })
+                    }),
+                    listing,
+                }
             })
             .collect();
         let settings = &loaded.config.reconcile;
         Ok(Reconciler {
             ledger,
             upstream,
+            mcp,
             tools,
             notifier,
             metrics,
@@ -172,32 +215,18 @@ impl Reconciler {
             );
             return skipped;
         }
-        if let Some(upstream) = &tool.mcp_upstream {
-            let mut skipped = ToolReport::new(&tool.name, tool.owner.as_deref());
-            skipped.skipped = Some(format!(
-                "calls MCP upstream `{upstream}`: reconciliation lists provider records over \
-                 HTTP only, so its intents are settled by its lookup alone"
-            ));
-            return skipped;
-        }
-        let Some(list) = &tool.list else {
+        let Some(listing) = &tool.listing else {
             let mut empty = ToolReport::new(&tool.name, tool.owner.as_deref());
             empty.error = Some(
                 "the tool has no `list`, so its provider records can't be compared: add one to the config".to_owned(),
             );
             return empty;
         };
-        let pager = match self.upstream.list_records(
-            &tool.name,
-            list,
-            options.since_ms,
-            options.until_ms,
-            PROVIDER_PAGE,
-        ) {
-            Ok(pager) => pager,
+        let source = match self.source(&tool.name, listing, options) {
+            Ok(source) => source,
             Err(error) => {
                 let mut failed = ToolReport::new(&tool.name, tool.owner.as_deref());
-                failed.error = Some(error.to_string());
+                failed.error = Some(error);
                 return failed;
             }
         };
@@ -205,8 +234,8 @@ impl Reconciler {
             tool: tool.name.clone(),
             owner: tool.owner.clone(),
             amount_argument: tool.amount_argument.clone(),
-            pairing: Pairing::of_list(list),
-            source: Box::new(pager),
+            pairing: Pairing::of_match(listing.match_fields()),
+            source,
             definition: tool.definition.clone(),
         };
         let mut collect = |mismatch: Mismatch| {
@@ -226,6 +255,43 @@ impl Reconciler {
                 let mut failed = ToolReport::new(&tool.name, tool.owner.as_deref());
                 failed.error = Some(error.to_string());
                 failed
+            }
+        }
+    }
+
+    /// The pager over `tool`'s provider records in the run's window.
+    fn source(
+        &self,
+        tool: &str,
+        listing: &Listing,
+        options: &ReconcileOptions,
+    ) -> Result<Box<dyn RecordSource>, String> {
+        match listing {
+            Listing::Http(list) => self
+                .upstream
+                .list_records(
+                    tool,
+                    list,
+                    options.since_ms,
+                    options.until_ms,
+                    PROVIDER_PAGE,
+                )
+                .map(|pager| Box::new(pager) as Box<dyn RecordSource>)
+                .map_err(|error| error.to_string()),
+            Listing::Mcp { upstream, list } => {
+                let connection = self.mcp.get(upstream).ok_or_else(|| {
+                    format!(
+                        "MCP upstream `{upstream}` is not running here, so its records can't be listed"
+                    )
+                })?;
+                McpRecordPager::new(
+                    connection.clone(),
+                    list.clone(),
+                    options.since_ms,
+                    options.until_ms,
+                    PROVIDER_PAGE,
+                )
+                .map(|pager| Box::new(pager) as Box<dyn RecordSource>)
             }
         }
     }
