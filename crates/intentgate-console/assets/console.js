@@ -325,7 +325,7 @@ async function overviewBody() {
     card("Unknown intents", unknown.intents.length + (unknown.next_cursor ? "+" : ""), unknown.intents.length ? "caution" : "", "card-unknown"),
     card("Tools switched off", off.length, off.length ? "alarm" : "", "card-off"),
     card("Critical mismatches", lastRun ? lastRun.critical : 0, lastRun && lastRun.critical ? "alarm" : "", "card-critical"),
-    card("Alerts", alerts.alerts.length, alerts.alerts.length ? "caution" : "", "card-alerts"));
+    card("Alerts sent", alerts.alerts.length, alerts.alerts.length ? "caution" : "", "card-alerts"));
 
   const activityRows = activity.tools.map((tool) => el("tr", { "data-tool": tool.tool },
     td(el("a", { href: "/console/intents?tool=" + encodeURIComponent(tool.tool) + "&since=1h" }, tool.tool)),
