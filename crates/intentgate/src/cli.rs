@@ -777,10 +777,16 @@ measures, call by call and alternating between each pair so that both see the sa
 
   1. a new refund through the gateway (POST /v1/tools/refund_order/call) against the same \
 refund sent directly to the provider (POST /v1/refunds): p50, p99, their ratio and the \
-gateway's overhead;
+gateway's overhead at p50 and p99, beside the SPEC targets (strict: at most a /healthz round \
+trip + one fsync + 50 us at p50, p99 at most 3 x p50; relaxed: at most a round trip + 50 us, \
+p99 under 1 ms);
   2. a repeated refund answered from the ledger (`already_done`) against GET /healthz of \
 the same server (a bare HTTP round trip to an empty handler): p50, p99 and their ratio, \
-beside the SPEC target (at most 2).
+beside the SPEC target (at most 1.5).
+
+Then it measures one fsync of the ledger's disk (the strict target's allowance) and splits a \
+new call's mean into its phases from the gate's own histograms: the HTTP round trip, the \
+ledger's get, begin and finish, the upstream request, and the rest of the gateway.
 
 It checks that every new call returned `done`, every repeat `already_done`, every direct \
 call succeeded, and that the provider holds exactly one refund per intent and per direct \

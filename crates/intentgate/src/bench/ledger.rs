@@ -10,8 +10,6 @@
 //! `done`, the upstream must see exactly one request per call, and the ledger must hold
 //! exactly one `done` intent per call; anything else ends the run with an error.
 
-use std::fs::OpenOptions;
-use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,8 +30,8 @@ use serde_json::json;
 use crate::table::{self, Align};
 
 use super::{
-    TargetCheck, cores, existing_folder, microseconds, percentile, progress, rounded,
-    scratch_folder, target_cells,
+    TargetCheck, cores, existing_folder, measure_fsync, microseconds, percentile, progress,
+    rounded, scratch_folder, target_cells,
 };
 use crate::cli::{DurabilityArgument, LedgerBenchArgs};
 
@@ -51,13 +49,6 @@ pub const CONCURRENT_CALLERS: u32 = 64;
 /// Calls made before measuring, so that opening read connections and filling statement
 /// caches is not counted as the cost of an intent.
 const WARM_UP_CALLS: u32 = 20;
-
-/// Timed fsyncs of the probe file; enough for a stable median and a meaningful p99.
-const FSYNC_SAMPLES: usize = 200;
-/// Untimed fsyncs first, so that the first flush of a cold file does not skew the figures.
-const FSYNC_WARM_UP_ROUNDS: usize = 5;
-/// Bytes written before each fsync: one page, as small as a commit gets.
-const FSYNC_BLOCK_BYTES: usize = 4096;
 
 /// Intents read per page when counting the ledger; bounds the memory of the check.
 const LIST_PAGE_SIZE: u32 = 1_000;
@@ -255,34 +246,6 @@ async fn measure(
         concurrent_elapsed,
         intents_in_ledger,
     })
-}
-
-/// Times `FSYNC_SAMPLES` rounds of writing one block and `sync_data`, in `dir`.
-///
-/// Each round overwrites the same block of a file allocated beforehand. SQLite's WAL is
-/// reused from its start after every checkpoint, so its commits mostly overwrite blocks too;
-/// and an overwrite needs no metadata flush, which makes it the cheapest honest fsync, so
-/// the ratio to it is not flattered.
-fn measure_fsync(dir: &Path) -> std::io::Result<Vec<Duration>> {
-    let mut file = OpenOptions::new()
-        .create_new(true)
-        .write(true)
-        .open(dir.join("fsync-probe"))?;
-    let block = vec![0x5a_u8; FSYNC_BLOCK_BYTES];
-    file.write_all(&block)?;
-    file.sync_all()?;
-    let mut samples = Vec::with_capacity(FSYNC_SAMPLES);
-    for round in 0..FSYNC_WARM_UP_ROUNDS + FSYNC_SAMPLES {
-        file.seek(SeekFrom::Start(0))?;
-        let started = Instant::now();
-        file.write_all(&block)?;
-        file.sync_data()?;
-        let elapsed = started.elapsed();
-        if round >= FSYNC_WARM_UP_ROUNDS {
-            samples.push(elapsed);
-        }
-    }
-    Ok(samples)
 }
 
 /// What the 1-caller level measured.

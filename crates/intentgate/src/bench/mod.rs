@@ -9,8 +9,10 @@ pub mod ledger;
 pub mod mcp;
 pub mod reconcile;
 
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
@@ -29,6 +31,13 @@ pub async fn run(arguments: BenchArgs) -> anyhow::Result<()> {
 }
 
 // Helpers the benchmarks share.
+
+/// Timed fsyncs of the probe file; enough for a stable median and a meaningful p99.
+pub const FSYNC_SAMPLES: usize = 200;
+/// Untimed fsyncs first, so that the first flush of a cold file does not skew the figures.
+pub const FSYNC_WARM_UP_ROUNDS: usize = 5;
+/// Bytes written before each fsync: one page, as small as a commit gets.
+pub const FSYNC_BLOCK_BYTES: usize = 4096;
 
 /// The folder to measure in, made absolute; says which folder when it is unusable.
 pub fn existing_folder(dir: &Path) -> anyhow::Result<PathBuf> {
@@ -115,6 +124,34 @@ pub fn target_cells(targets: &[TargetCheck], field: &str) -> (String, String) {
             (check.target.clone(), met.to_owned())
         })
         .unwrap_or_default()
+}
+
+/// Times `FSYNC_SAMPLES` rounds of writing one block and `sync_data`, in `dir`.
+///
+/// Each round overwrites the same block of a file allocated beforehand. SQLite's WAL is
+/// reused from its start after every checkpoint, so its commits mostly overwrite blocks too;
+/// and an overwrite needs no metadata flush, which makes it the cheapest honest fsync, so
+/// the ratio to it is not flattered.
+pub fn measure_fsync(dir: &Path) -> std::io::Result<Vec<Duration>> {
+    let mut file = OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(dir.join("fsync-probe"))?;
+    let block = vec![0x5a_u8; FSYNC_BLOCK_BYTES];
+    file.write_all(&block)?;
+    file.sync_all()?;
+    let mut samples = Vec::with_capacity(FSYNC_SAMPLES);
+    for round in 0..FSYNC_WARM_UP_ROUNDS + FSYNC_SAMPLES {
+        file.seek(SeekFrom::Start(0))?;
+        let started = Instant::now();
+        file.write_all(&block)?;
+        file.sync_data()?;
+        let elapsed = started.elapsed();
+        if round >= FSYNC_WARM_UP_ROUNDS {
+            samples.push(elapsed);
+        }
+    }
+    Ok(samples)
 }
 
 #[cfg(test)]
