@@ -70,10 +70,14 @@ def test_the_operator_walks_through_an_incident(driver, gateway: Gateway, mock: 
     Select(find(driver, "#tool")).select_by_value("refund_order")
     find(driver, "#q").send_keys("8805")
     find(driver, "form[role=search] button").click()
-    link = wait_for("the intent of order 8805", lambda: driver.find_element(By.XPATH, "//td[contains(., 'refund:8805:49.00')]/preceding-sibling::td//a"))
-    assert "q=8805" in driver.current_url
+    # The unfiltered list already showed the row: wait for the filtered page, whose rows are
+    # drawn after it loads, before reading them.
+    wait_for("the filtered list", lambda: "q=8805" in driver.current_url)
+    row = "//td[contains(., 'refund:8805:49.00')]/preceding-sibling::td//a"
+    wait_for("the intent of order 8805", lambda: driver.find_element(By.XPATH, row))
     screenshot(driver, "06-intents")
-    link.click()
+    # A row redrawn between finding and clicking it is found again.
+    wait_for("the intent's page to open", lambda: driver.find_element(By.XPATH, row).click() or True)
     find(driver, "dl.facts")
     page = driver.find_element(By.ID, "main").text
     assert "refund:8805:49.00" in page and "re_" in page and "refund_order:refund:8805:49.00" in page
@@ -91,7 +95,7 @@ def test_the_operator_walks_through_an_incident(driver, gateway: Gateway, mock: 
     email = {"to": "ada@example.com", "template_id": "refund_confirmation", "reference": "8805", "subject": "Your refund of 49.00", "body": "Dear Ada, your refund went through."}
     assert gateway.call("send_email", email)["status"] == "done"
     driver.get(gateway.url + "/console/intents?tool=send_email")
-    find(driver, "tbody a").click()
+    wait_for("the email's intent page to open", lambda: driver.find_element(By.CSS_SELECTOR, "tbody a").click() or True)
     find(driver, "dl.facts")
     page = driver.find_element(By.ID, "main").text
     assert page.count("redacted") >= 3, page
