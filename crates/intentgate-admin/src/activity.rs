@@ -18,8 +18,10 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use intentgate_ledger::{IntentFilter, IntentRecord, Ledger, LedgerError, Order};
 use intentgate_server::Problem;
+use intentgate_server::wire::ProblemBody;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::IntoParams;
 
 use crate::body::{self, bad_request};
 use crate::{AdminState, now_ms, parse_duration};
@@ -37,9 +39,11 @@ const ACTIVITY_PAGE: u32 = 1000;
 /// Buckets the window is cut into: five minutes each for the default hour.
 pub const ACTIVITY_BUCKETS: usize = 12;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ActivityQuery {
+    /// The window, ending now: `15m`, `1h` (the default), at most `7d`.
     since: Option<String>,
 }
 
@@ -64,6 +68,21 @@ struct Bucket {
     repeats: u64,
 }
 
+/// Calls, repeats and statuses per tool over the window, in 12 buckets.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/activity",
+    operation_id = "admin_activity",
+    params(ActivityQuery),
+    responses(
+        (status = 200, description = "`{\"since_ms\", \"until_ms\", \"bucket_ms\", \"intents_read\", \
+         \"stopped_early\", \"tools\": [{\"tool\", \"intents\", \"calls\", \"repeats\", \
+         \"statuses\": {status: count}, \"buckets\": [{\"calls\", \"repeats\"}...]}...]}`.",
+         body = Object),
+        (status = 400, description = "An unknown query parameter or an invalid or out-of-range `since`.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
 pub(crate) async fn show(
     State(state): State<Arc<AdminState>>,
     query: Result<Query<ActivityQuery>, QueryRejection>,

@@ -10,6 +10,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use intentgate_server::Problem;
+use intentgate_server::wire::ProblemBody;
 use serde_json::{Value, json};
 
 use crate::AdminState;
@@ -21,6 +22,18 @@ pub trait AlertLog: Send + Sync {
     fn recent(&self) -> Vec<Value>;
 }
 
+/// The notices this gateway sent lately, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/alerts",
+    operation_id = "admin_alerts",
+    responses(
+        (status = 200, description = "`{\"alerts\": [notice...]}`, each notice an object with at \
+         least `at_ms`, `kind`, `tool`, `severity`, `summary` and `details`.", body = Object),
+        (status = 501, description = "This gateway keeps no log of its notices.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
 pub(crate) async fn list(State(state): State<Arc<AdminState>>) -> Result<Json<Value>, Problem> {
     let Some(alerts) = &state.alerts else {
         return Err(Problem::new(

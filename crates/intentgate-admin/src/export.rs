@@ -18,15 +18,21 @@ use axum::response::{IntoResponse, Response};
 use intentgate_ledger::{MISMATCH_KIND_LENGTH_MAX, MISMATCH_SEVERITIES, StoredMismatch};
 use intentgate_server::Problem;
 use serde::Deserialize;
+use utoipa::openapi::RefOr;
+use utoipa::{IntoParams, IntoResponses};
 
 use crate::body::{self, bad_request};
+use crate::openapi::problem_response;
 use crate::reconcile::unknown_run;
 use crate::{AdminState, MISMATCHES_LIMIT_MAX};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ExportQuery {
+    /// Only mismatches of this kind (`duplicate`, `no_intent`, ...).
     kind: Option<String>,
+    /// Only mismatches of this severity.
     severity: Option<String>,
 }
 
@@ -57,7 +63,37 @@ const SUBJECT_COLUMNS: [&str; 9] = [
     "external_ids",
 ];
 
+/// The refusals of both exports, beside those of every admin route.
+struct ExportRefusals;
+
+impl IntoResponses for ExportRefusals {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+        BTreeMap::from([
+            (
+                "400".to_owned(),
+                problem_response(
+                    "An id that is not a number, an unknown query parameter, or an invalid \
+                     `kind` or `severity`.",
+                ),
+            ),
+            ("404".to_owned(), problem_response("No such run.")),
+        ])
+    }
+}
+
 /// `GET /v1/admin/reconciliations/{id}/mismatches.csv`.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/reconciliations/{id}/mismatches.csv",
+    operation_id = "admin_export_mismatches",
+    params(("id" = String, Path, description = "The run's id."), ExportQuery),
+    responses(
+        (status = 200, description = "The run's stored mismatches, one row each: run_id, tool, kind, severity, subject, tenant, intent_id, intent_key, external_ids, detail.", body = String,
+         content_type = "text/csv; charset=utf-8",
+         headers(("content-disposition" = String, description = "`attachment; filename=...`"))),
+        ExportRefusals,
+    ),
+)]
 pub(crate) async fn mismatches(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
@@ -107,6 +143,18 @@ struct Subject {
 
 /// `GET /v1/admin/reconciliations/{id}/subjects.csv`: most provider records first. A
 /// mismatch that names no subject is left out (it affects nobody it could name).
+#[utoipa::path(
+    get,
+    path = "/v1/admin/reconciliations/{id}/subjects.csv",
+    operation_id = "admin_export_subjects",
+    params(("id" = String, Path, description = "The run's id."), ExportQuery),
+    responses(
+        (status = 200, description = "The subjects the run's mismatches name, one row each, most provider records first: subject, provider_records, mismatches, severity, kinds, tools, tenants, intent_ids, external_ids.", body = String,
+         content_type = "text/csv; charset=utf-8",
+         headers(("content-disposition" = String, description = "`attachment; filename=...`"))),
+        ExportRefusals,
+    ),
+)]
 pub(crate) async fn subjects(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,

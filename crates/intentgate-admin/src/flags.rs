@@ -13,8 +13,9 @@ use axum::{Extension, Json};
 use intentgate_core::limits::{ACTOR_LENGTH_MAX, EVENT_DETAIL_LENGTH_MAX};
 use intentgate_ledger::ToolFlag;
 use intentgate_server::Problem;
+use intentgate_server::wire::ProblemBody;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use utoipa::ToSchema;
 
 use crate::auth::ConsoleUser;
 use crate::body::{self, unprocessable};
@@ -22,15 +23,28 @@ use crate::{AdminState, now_ms};
 
 /// A tool's flag as the admin API shows it. A configured tool that was never switched has
 /// no stored flag: it is enabled, with no reason, actor or time.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct FlagView {
+    /// The tool's name.
     tool: String,
     /// The tool is in this gateway's config (false: a flag stored for a tool since removed).
     configured: bool,
+    /// Whether the tool may be called; a switched-off tool answers `disabled`.
     enabled: bool,
+    /// Why it was last switched (`null`: never switched).
     reason: Option<String>,
+    /// Who last switched it (`null`: never switched).
     actor: Option<String>,
+    /// When it was last switched, in milliseconds since the Unix epoch (`null`: never).
     updated_ms: Option<i64>,
+}
+
+/// The answer of `GET /v1/admin/flags`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct FlagList {
+    /// Every configured tool's flag in config order, then the stored flags of tools no
+    /// longer configured, by name.
+    flags: Vec<FlagView>,
 }
 
 impl FlagView {
@@ -46,7 +60,15 @@ impl FlagView {
     }
 }
 
-pub(crate) async fn list(State(state): State<Arc<AdminState>>) -> Result<Json<Value>, Problem> {
+/// Every configured tool's kill-switch flag, and the stored flags of tools no longer
+/// configured.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/flags",
+    operation_id = "admin_list_flags",
+    responses((status = 200, description = "The flags.", body = FlagList)),
+)]
+pub(crate) async fn list(State(state): State<Arc<AdminState>>) -> Result<Json<FlagList>, Problem> {
     let mut stored = state
         .ledger
         .tool_flags()
@@ -68,20 +90,40 @@ pub(crate) async fn list(State(state): State<Arc<AdminState>>) -> Result<Json<Va
         }
     }
     flags.extend(stored.into_iter().map(|flag| FlagView::stored(flag, false)));
-    Ok(Json(json!({ "flags": flags })))
+    Ok(Json(FlagList { flags }))
 }
 
 /// The body of `PUT /v1/admin/flags/{tool}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SetFlag {
+    /// Whether the tool may be called. Required.
     enabled: Option<bool>,
+    /// Why (the incident, the ticket): required to switch a tool off, at most 4096 bytes.
     reason: Option<String>,
+    /// Who switches it; the console's user or the gateway's default when absent.
     actor: Option<String>,
 }
 
 const SET_FLAG_SHAPE: &str = r#"{"enabled": false, "reason": "why", "actor": "who (optional)"}"#;
 
+/// Switches a configured tool off or on, for every replica that shares the ledger.
+#[utoipa::path(
+    put,
+    path = "/v1/admin/flags/{tool}",
+    operation_id = "admin_set_flag",
+    params(("tool" = String, Path, description = "A configured tool's name.")),
+    request_body(content = SetFlag, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The flag as stored.", body = FlagView),
+        (status = 400, description = "A body that is not JSON, or has unknown fields.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "No such tool in this gateway's config.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 422, description = "No `enabled`, no reason to switch a tool off, or a value too long.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
 pub(crate) async fn set(
     State(state): State<Arc<AdminState>>,
     console: Option<Extension<ConsoleUser>>,

@@ -17,8 +17,10 @@ use axum::{Extension, Json};
 use intentgate_core::IntentStatus;
 use intentgate_ledger::{Erase, IntentFilter, IntentRecord, Order};
 use intentgate_server::Problem;
+use intentgate_server::wire::ProblemBody;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::ConsoleUser;
 use crate::body::{self, bad_request, unprocessable};
@@ -30,15 +32,23 @@ use crate::{
 
 /// The query of `GET /v1/admin/intents`. Every value is read as text so that a wrong one
 /// gets a problem naming what is accepted; an empty value counts as absent.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ListQuery {
+    /// Only this tool's intents.
     tool: Option<String>,
+    /// Only intents with this status (`pending`, `executing`, `done`, `failed`, ...).
     status: Option<String>,
+    /// Only this tenant's intents.
     tenant: Option<String>,
+    /// Only the intent with this key (with `tool`).
     key: Option<String>,
+    /// `newest` (the default) or `oldest` first.
     order: Option<String>,
+    /// The `next_cursor` of the previous page.
     cursor: Option<String>,
+    /// Intents per page: 1 to 1000, 50 by default.
     limit: Option<String>,
     /// Only intents first seen within this long before now (`15m`, `1h`, `7d`).
     since: Option<String>,
@@ -71,6 +81,20 @@ fn status_names() -> String {
         .join(", ")
 }
 
+/// Intents, filtered and paged, newest first unless `order` says otherwise.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/intents",
+    operation_id = "admin_list_intents",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of intents: `{\"intents\": [intent...], \"next_cursor\": id or null}`; \
+         with `q`, also `scanned` (intents read) and `scan_stopped` (the scan stopped at its limit \
+         before the end: `next_cursor` goes on from there).", body = Object),
+        (status = 400, description = "An unknown query parameter or a value out of range; the detail names what is accepted.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
 pub(crate) async fn list(
     State(state): State<Arc<AdminState>>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -300,6 +324,22 @@ async fn read(state: &AdminState, id: &str) -> Result<IntentRecord, Problem> {
         })
 }
 
+/// One intent, the idempotency key the provider received for its current attempt, and its
+/// event log (the newest 1000 events).
+#[utoipa::path(
+    get,
+    path = "/v1/admin/intents/{id}",
+    operation_id = "admin_get_intent",
+    params(("id" = String, Path, description = "The intent's id.")),
+    responses(
+        (status = 200, description = "`{\"intent\": intent, \"provider_key\": string, \"events\": [event...], \
+         \"events_omitted\": number}`.", body = Object),
+        (status = 400, description = "An id that is not a number.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "No such intent.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
 pub(crate) async fn show(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,
@@ -324,17 +364,40 @@ pub(crate) async fn show(
 }
 
 /// The body of `POST /v1/admin/intents/{id}/resolve`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ResolveBody {
+    /// `done` or `not_executed`. Required.
     status: Option<String>,
+    /// The provider's id for the effect: required for `done`, refused otherwise.
     external_id: Option<String>,
+    /// Why (what the provider's dashboard or the customer says). Required.
     reason: Option<String>,
+    /// Who resolves it; the console's user or the gateway's default when absent.
     actor: Option<String>,
 }
 
 const RESOLVE_SHAPE: &str = r#"{"status": "done" or "not_executed", "external_id": "the provider's id (for done)", "reason": "why", "actor": "who (optional)"}"#;
 
+/// Resolves an intent by hand: `done` (the provider performed it) or `not_executed`.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/intents/{id}/resolve",
+    operation_id = "admin_resolve_intent",
+    params(("id" = String, Path, description = "The intent's id.")),
+    request_body(content = ResolveBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The intent as resolved.", body = Object),
+        (status = 400, description = "An id that is not a number, or a body that is not JSON.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "No such intent.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "The intent can't be resolved now (settled, or a call holds its lease).",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 422, description = "A body of the wrong shape, a status an operator can't set, or a missing reason.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
 pub(crate) async fn resolve(
     State(state): State<Arc<AdminState>>,
     console: Option<Extension<ConsoleUser>>,
@@ -404,14 +467,20 @@ pub(crate) async fn resolve(
 }
 
 /// The body of `POST /v1/admin/erasures`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct EraseBody {
+    /// Whose data to erase.
     tenant: String,
+    /// Only this tool's intents.
     tool: Option<String>,
+    /// Only this intent key of the tool.
     key: Option<String>,
+    /// Why (the request it answers). Required.
     reason: Option<String>,
+    /// Who asks; the console's user or the gateway's default when absent.
     actor: Option<String>,
+    /// Erase intents that are not settled too.
     #[serde(default)]
     force: bool,
 }
@@ -421,6 +490,22 @@ const ERASE_SHAPE: &str = r#"{"tenant": "whose data", "tool": "only this tool (o
 /// Erases a tenant's intents (or a tool's, or one key's), with their events and the
 /// reconciliation mismatches that name them. 409 when a call holds one of them, or one is
 /// not settled and `force` is not set.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/erasures",
+    operation_id = "admin_erase",
+    request_body(content = EraseBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "What was erased: `{\"erased\": {\"intents\": n, \"events\": n, \
+         \"mismatches\": n}}`.", body = Object),
+        (status = 400, description = "A body that is not JSON.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "A call holds one of the intents, or one is not settled and `force` is not set; the detail says what was erased before.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 422, description = "A body of the wrong shape, or no tenant, reason or actor.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
 pub(crate) async fn erase(
     State(state): State<Arc<AdminState>>,
     console: Option<Extension<ConsoleUser>>,

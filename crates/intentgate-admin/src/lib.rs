@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `GET /v1/admin/flags` | every configured tool's flag, and stored flags of tools no longer configured |
 //! | `PUT /v1/admin/flags/{tool}` | switches a tool off or on: `{"enabled": false, "reason": "...", "actor": "..."}` |
-//! | `GET /v1/admin/intents` | intents, filtered and paged: `tool`, `status`, `tenant`, `key`, `order`, `cursor`, `limit` |
+//! | `GET /v1/admin/intents` | intents, filtered and paged: `tool`, `status`, `tenant`, `key`, `since`, `from_ms`, `until_ms`, `q`, `order`, `cursor`, `limit` |
 //! | `GET /v1/admin/intents/{id}` | one intent and its event log |
 //! | `POST /v1/admin/intents/{id}/resolve` | `done` (with the provider's external id) or `not_executed`, with a reason |
 //! | `POST /v1/admin/erasures` | erases a tenant's intents (or a tool's, or one key's) on request: `{"tenant": "...", "reason": "..."}` |
@@ -16,6 +16,10 @@
 //! | `GET /v1/admin/reconciliations/{id}/subjects.csv` | the subjects (customers, orders) the run's mismatches name, one row each, most provider records first |
 //! | `GET /v1/admin/activity` | calls, repeats and statuses per tool over a window (`since`, default 1h), in buckets |
 //! | `GET /v1/admin/alerts` | the notices this gateway sent lately (duplicate-call alerts, reconciliation), newest first |
+//!
+//! Each route is documented by its handler's `#[utoipa::path]`, and [`openapi()`] gives the
+//! admin API's operations as an OpenAPI fragment that `intentgate serve` merges into the
+//! document at `GET /openapi.json` (`ServerOptions::openapi_extra`) when the admin API is on.
 //!
 //! Every route needs `Authorization: Bearer <token>` (401 otherwise), a credential with the
 //! `admin` scope, or the console's session (a [`ConsoleUser`] that the console's session
@@ -43,6 +47,7 @@ mod erasure;
 mod export;
 mod flags;
 mod intents;
+mod openapi;
 mod reconcile;
 mod resolution;
 mod throttle;
@@ -54,7 +59,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
-use axum::routing::{any, get, post, put};
+use axum::routing::any;
 use intentgate_gate::{Clock, SystemClock};
 use intentgate_ledger::Ledger;
 use intentgate_server::Problem;
@@ -64,6 +69,7 @@ pub use alerts::AlertLog;
 pub use auth::ConsoleUser;
 pub use duration::parse_duration;
 pub use erasure::{ERASE_ROUNDS_MAX, ErasureReport, Refusal, check_erase, erase_all};
+pub use openapi::{ADMIN_TAG, openapi};
 pub use resolution::{MANUAL_STATUSES, ManualResolution, Unresolvable, check_resolvable};
 pub use throttle::{FAILURE_WINDOW_DEFAULT, FAILURES_MAX_DEFAULT, FailureLimit, SOURCES_MAX};
 
@@ -252,26 +258,9 @@ impl Admin {
                 .route("/v1/admin/", any(admin_off))
                 .route("/v1/admin/{*rest}", any(admin_off));
         };
-        axum::Router::new()
-            .route("/v1/admin/flags", get(flags::list))
-            .route("/v1/admin/flags/{tool}", put(flags::set))
-            .route("/v1/admin/intents", get(intents::list))
-            .route("/v1/admin/intents/{id}", get(intents::show))
-            .route("/v1/admin/intents/{id}/resolve", post(intents::resolve))
-            .route("/v1/admin/erasures", post(intents::erase))
-            .route("/v1/admin/reconcile", post(reconcile::run))
-            .route("/v1/admin/reconciliations", get(reconcile::list))
-            .route("/v1/admin/reconciliations/{id}", get(reconcile::show))
-            .route(
-                "/v1/admin/reconciliations/{id}/mismatches.csv",
-                get(export::mismatches),
-            )
-            .route(
-                "/v1/admin/reconciliations/{id}/subjects.csv",
-                get(export::subjects),
-            )
-            .route("/v1/admin/activity", get(activity::show))
-            .route("/v1/admin/alerts", get(alerts::list))
+        // The documented routes: the one list is `openapi::routes`.
+        let (routes, _document) = openapi::routes().split_for_parts();
+        routes
             .method_not_allowed_fallback(method_not_allowed)
             .route("/v1/admin", any(no_such_route))
             .route("/v1/admin/", any(no_such_route))

@@ -14,8 +14,10 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use intentgate_core::text::cut;
 use intentgate_server::Problem;
+use intentgate_server::wire::ProblemBody;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::ConsoleUser;
 use crate::body::{self, unprocessable};
@@ -28,15 +30,39 @@ use crate::{
 const ERROR_LENGTH_MAX: usize = 4096;
 
 /// The body of `POST /v1/admin/reconcile`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ReconcileBody {
+    /// How far back to reconcile (`30s`, `15m`, `1h`, `2d`), at most a year. Required.
     since: Option<String>,
+    /// Who runs it; the console's user or the gateway's default when absent.
     actor: Option<String>,
 }
 
 const RECONCILE_SHAPE: &str = r#"{"since": "1h", "actor": "who (optional)"}"#;
 
+/// Runs reconciliation over the window that ends now, one run at a time, and answers its
+/// report.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/reconcile",
+    operation_id = "admin_reconcile",
+    request_body(content = ReconcileBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The run's report, as `intentgate reconcile --json` prints it.",
+         body = Object),
+        (status = 400, description = "A body that is not JSON.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "A reconciliation is already running.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 422, description = "A body of the wrong shape, or no `since` or an invalid one.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 500, description = "The reconciliation failed; the detail says why.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 501, description = "This gateway has no reconciler.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
 pub(crate) async fn run(
     State(state): State<Arc<AdminState>>,
     console: Option<Extension<ConsoleUser>>,
@@ -113,12 +139,27 @@ GET /v1/admin/reconciliations still lists the runs stored in the ledger",
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct LimitQuery {
+    /// How many to show: runs (20 by default, at most 1000) or a run's mismatches (1000 by
+    /// default and at most).
     limit: Option<String>,
 }
 
+/// The stored reconciliation runs, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/reconciliations",
+    operation_id = "admin_list_reconciliations",
+    params(LimitQuery),
+    responses(
+        (status = 200, description = "`{\"reconciliations\": [run...]}`.", body = Object),
+        (status = 400, description = "An unknown query parameter or a `limit` out of range.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
 pub(crate) async fn list(
     State(state): State<Arc<AdminState>>,
     query: Result<Query<LimitQuery>, QueryRejection>,
@@ -133,6 +174,21 @@ pub(crate) async fn list(
     Ok(Json(json!({ "reconciliations": runs })))
 }
 
+/// One reconciliation run with its stored mismatches.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/reconciliations/{id}",
+    operation_id = "admin_get_reconciliation",
+    params(("id" = String, Path, description = "The run's id."), LimitQuery),
+    responses(
+        (status = 200, description = "`{\"reconciliation\": run, \"mismatches\": [mismatch...], \
+         \"mismatches_not_shown\": number}`.", body = Object),
+        (status = 400, description = "An id that is not a number, an unknown query parameter or a `limit` out of range.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "No such run.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
 pub(crate) async fn show(
     State(state): State<Arc<AdminState>>,
     Path(id): Path<String>,

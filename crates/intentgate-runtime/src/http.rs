@@ -68,7 +68,7 @@ impl Gateway {
             })?;
         let address = listener.local_addr().map_err(Error::LocalAddress)?;
         let authenticator = crate::auth::authenticator(&self.loaded.config, address)?;
-        let options = ServerOptions {
+        let mut options = ServerOptions {
             body_limit_bytes: gateway.body_limit_bytes as usize,
             concurrency_limit: gateway.concurrency_limit as usize,
             shutdown_grace: Duration::from_millis(gateway.shutdown_grace_ms),
@@ -85,6 +85,8 @@ impl Gateway {
                 .filter(|tool| tool.idempotency_key == IdempotencyKeyHeader::Required)
                 .map(|tool| tool.name.clone())
                 .collect(),
+            // Set below, once it is known whether the admin API is on.
+            openapi_extra: None,
         };
         let mut background = self.start_background();
         // Owners hear about duplicate-call alerts and reconciliation mismatches.
@@ -150,6 +152,8 @@ impl Gateway {
         let console = intentgate_console::Console::new(admin);
         let admin_routes = console.admin_router().merge(console.router());
         if admin_on {
+            // `/openapi.json` documents the admin API only where it is served.
+            options.openapi_extra = Some(intentgate_admin::openapi());
             tracing::info!(
                 target: "intentgate::startup",
                 "admin API on at /v1/admin/ and the console at /console (the admin token{} required)",

@@ -3,46 +3,18 @@
 //! payments provider as its upstream, and stopped by its shutdown future; registered in the
 //! ledger as a running process while it serves, heartbeating, and marked stopped after.
 
-use std::path::Path;
+mod common;
 
-use intentgate_config::HashKeySource;
+use common::open_example;
 use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer};
-use intentgate_runtime::{Gateway, Options};
 use serde_json::{Value, json};
-
-/// The example config the gateway runs.
-const EXAMPLE_CONFIG: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../examples/support-agent.yaml"
-);
-
-/// The example config with its payments upstream at `mock_url`, written into `folder`.
-fn config_file(folder: &Path, mock_url: &str) -> std::path::PathBuf {
-    let text = std::fs::read_to_string(EXAMPLE_CONFIG).unwrap();
-    let upstream = "${INTENTGATE_MOCK_URL:-http://127.0.0.1:8090}";
-    assert!(text.contains(upstream), "the example's payments base_url");
-    let path = folder.join("gateway.yaml");
-    std::fs::write(&path, text.replace(upstream, mock_url)).unwrap();
-    path
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_embedded_gateway_serves_a_call_over_http_once() {
     let provider = MockProvider::new(MockOptions::new(HttpFaultPlan::quiet())).unwrap();
     let mock = MockServer::start(provider.clone()).await.unwrap();
     let folder = tempfile::tempdir().unwrap();
-    let path = config_file(folder.path(), &mock.url());
-    // No hash key in the test's environment: the ledger is thrown away with the folder.
-    let hash_key =
-        HashKeySource::EnvironmentOrEphemeral(intentgate_runtime::ephemeral_hash_key().unwrap());
-    let loaded = intentgate_runtime::load_with(&path, &hash_key).unwrap();
-    let options = Options {
-        config_path: Some(path),
-        listen: Some("127.0.0.1:0".to_owned()),
-        ledger: Some(folder.path().join("ledger.db").display().to_string()),
-        ..Options::default()
-    };
-    let gateway = Gateway::open(loaded, options).await.unwrap();
+    let gateway = open_example(folder.path(), &mock.url(), None).await;
     assert_eq!(gateway.gate().tools().len(), gateway.config().tools.len());
     // The client-executed refund is in the gate, as the config describes it, with no
     // request for the HTTP upstream to build.

@@ -98,6 +98,10 @@ pub struct ServerOptions {
     /// Side-effecting tools whose calls must carry an `Idempotency-Key` header (config
     /// `idempotency_key: required`); a call without it is refused with 400.
     pub idempotency_key_required: BTreeSet<String>,
+    /// The OpenAPI operations of the routes served beside the API (`run_with`'s `extra`,
+    /// such as the admin API), merged into the document at `/openapi.json` so that it
+    /// describes everything this server answers. `None`: the API's own operations only.
+    pub openapi_extra: Option<utoipa::openapi::OpenApi>,
 }
 
 impl Default for ServerOptions {
@@ -114,6 +118,7 @@ impl Default for ServerOptions {
             idle_timeout: IDLE_TIMEOUT_DEFAULT,
             connection_limit: CONNECTION_LIMIT_DEFAULT,
             idempotency_key_required: BTreeSet::new(),
+            openapi_extra: None,
         }
     }
 }
@@ -130,6 +135,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("idle_timeout", &self.idle_timeout)
             .field("connection_limit", &self.connection_limit)
             .field("idempotency_key_required", &self.idempotency_key_required)
+            .field("openapi_extra", &self.openapi_extra.is_some())
             .finish()
     }
 }
@@ -140,6 +146,9 @@ pub(crate) struct AppState {
     pub options: ServerOptions,
     /// One permit per running call: bounds concurrency, and shutdown waits for all of them.
     pub calls: Arc<Semaphore>,
+    /// The document served at `/openapi.json`: built once per server, with the operations of
+    /// `options.openapi_extra` merged in.
+    pub openapi_json: axum::body::Bytes,
 }
 
 /// The router with its edge, for embedding in another axum app or testing without a
@@ -183,10 +192,12 @@ fn with_edge(app: axum::Router, options: &ServerOptions, loopback: bool) -> axum
 
 fn state(gate: Arc<Gate>, options: ServerOptions) -> Arc<AppState> {
     let calls = Arc::new(Semaphore::new(options.concurrency_limit));
+    let openapi_json = openapi::document_json(options.openapi_extra.as_ref());
     Arc::new(AppState {
         gate,
         options,
         calls,
+        openapi_json,
     })
 }
 

@@ -11,11 +11,13 @@
 //! Three routes of the intent API are the exception, for a reason of axum's router: see
 //! [`routes`].
 //!
-//! The document is the same for every server (it describes the API, not the configured
-//! tools), so it is built once per process and served without a credential, behind the same
-//! edge (`Origin`, `Host`) as every route.
+//! Routes served beside the API (the admin API, mounted by `intentgate serve`) describe
+//! themselves: their operations come in as `ServerOptions::openapi_extra` and are merged
+//! into the document ([`document_with`]). The document describes the API, not the
+//! configured tools, so it is built once per server, when the server starts, and served
+//! without a credential, behind the same edge (`Origin`, `Host`) as every route.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::routing::{get, post};
@@ -104,10 +106,21 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
     router
 }
 
-/// The document as served: the paths of [`routes`], with axum's wildcard segments
-/// (`{*key}`, the rest of the path) written as OpenAPI path parameters (`{key}`).
+/// The document of the API alone, as served by a server without `openapi_extra`.
 pub fn document() -> Document {
+    document_with(None)
+}
+
+/// The document as served: the paths of [`routes`] and those of `extra` (the operations of
+/// routes served beside the API), with axum's wildcard segments (`{*key}`, the rest of the
+/// path) written as OpenAPI path parameters (`{key}`). Where both hold an operation of one
+/// method and path, or a schema of one name, the API's is kept; `extra` should name neither
+/// (axum refuses to merge routers that serve one route twice anyway).
+pub fn document_with(extra: Option<&Document>) -> Document {
     let mut document = routes().into_openapi();
+    if let Some(extra) = extra {
+        document.merge(extra.clone());
+    }
     let paths = std::mem::take(&mut document.paths.paths);
     document.paths.paths = paths
         .into_iter()
@@ -116,14 +129,10 @@ pub fn document() -> Document {
     document
 }
 
-/// [`document`] as JSON, built once.
-pub(crate) fn document_json() -> Bytes {
-    static JSON: OnceLock<Bytes> = OnceLock::new();
-    JSON.get_or_init(|| {
-        let text = document()
-            .to_json()
-            .expect("an OpenAPI document is plain JSON");
-        Bytes::from(text)
-    })
-    .clone()
+/// [`document_with`] as JSON, built once per server.
+pub(crate) fn document_json(extra: Option<&Document>) -> Bytes {
+    let text = document_with(extra)
+        .to_json()
+        .expect("an OpenAPI document is plain JSON");
+    Bytes::from(text)
 }

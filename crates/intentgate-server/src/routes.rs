@@ -176,8 +176,8 @@ pub(crate) fn unknown_tool(name: &str) -> Problem {
     responses((status = 200, description = "The OpenAPI 3.1 document of this API.",
                body = Object, content_type = "application/json")),
 )]
-pub(crate) async fn openapi_document() -> Response {
-    let mut response = crate::openapi::document_json().into_response();
+pub(crate) async fn openapi_document(State(state): State<Arc<AppState>>) -> Response {
+    let mut response = state.openapi_json.clone().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

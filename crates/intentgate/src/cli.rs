@@ -47,8 +47,9 @@ API for tools with `executor: client`, which the caller's own code executes: POS
 /v1/tools/{name}/intents (a grant: answer, execute or look_up), POST /v1/intents/{id}/settle, \
 POST /v1/intents/{id}/renew, GET /v1/intents/{id} (docs/intent-api.md; the Python client is \
 clients/python); GET /v1/intents/{tool}/{key}; MCP over Streamable HTTP at /mcp; /healthz, \
-/readyz, /metrics; and GET /openapi.json, the OpenAPI 3.1 document of every route. The \
-sweeper runs in the same process, driving unknown intents to an answer.
+/readyz, /metrics; and GET /openapi.json, the OpenAPI 3.1 document of these routes (and of \
+the admin API's, when it is on). The sweeper runs in the same process, driving unknown \
+intents to an answer.
 
 With an admin token (or credentials that can carry the `admin` scope), the admin API is at \
 /v1/admin/ and the operator console at /console: open http://<listen address>/console in a \
