@@ -75,7 +75,7 @@ pub use record::{
     Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
 };
 #[cfg(feature = "sqlite")]
-pub use sqlite::{SqliteLedger, SqliteOptions};
+pub use sqlite::{CommitCounts, SqliteLedger, SqliteOptions};
 
 /// What every ledger operation returns: its answer, or a [`LedgerError`].
 pub type Result<T, E = LedgerError> = std::result::Result<T, E>;

@@ -116,20 +116,35 @@ fn bench_gateway_help_documents_every_flag() {
         "--json",
         "--durability",
         "--dir",
+        "--ledger",
+        "--concurrent-calls",
         "strict",
         "relaxed",
         "already_done",
         "/healthz",
+        "64 concurrent callers",
+        "1.5 x SQLite strict",
     ] {
         assert!(stdout.contains(flag), "`{flag}` is not in:\n{stdout}");
     }
 }
 
-#[test]
-fn bench_gateway_prints_positive_figures_as_json_and_cleans_up() {
+/// Runs `bench gateway` with 50 calls of each kind and 128 concurrent ones, in a temporary
+/// folder, with `extra` arguments; checks the report's counts and figures, and that the
+/// folder is left empty. Returns the report.
+fn bench_gateway(extra: &[&str]) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let output = run(intentgate()
-        .args(["bench", "gateway", "--calls", "50", "--json", "--dir"])
+        .args([
+            "bench",
+            "gateway",
+            "--calls",
+            "50",
+            "--concurrent-calls",
+            "128",
+        ])
+        .args(extra)
+        .args(["--json", "--dir"])
         .arg(dir.path()));
     assert!(output.status.success(), "{output:?}");
     let stdout = text(&output.stdout);
@@ -149,6 +164,11 @@ fn bench_gateway_prints_positive_figures_as_json_and_cleans_up() {
         "healthz_p50_us",
         "healthz_p99_us",
         "ratio_already_done_p50",
+        "concurrent_calls_per_second",
+        "concurrent_call_p50_us",
+        "concurrent_call_p99_us",
+        "ledger_only_intents_per_second",
+        "ratio_ledger_only_to_concurrent",
     ] {
         assert!(fields.contains_key(field), "{field} is missing: {report}");
     }
@@ -159,35 +179,19 @@ fn bench_gateway_prints_positive_figures_as_json_and_cleans_up() {
             "{field} is not a positive number: {report}"
         );
     }
-    assert_eq!(report["durability"], "strict", "{report}");
     assert_eq!(report["calls"], 50, "{report}");
-    // One refund at the provider per intent (new ones and the repeated one) and per direct
-    // call, warm-up included: none lost, none doubled.
+    assert_eq!(report["concurrent_callers"], 64, "{report}");
+    assert_eq!(report["concurrent_calls"], 128, "{report}");
+    // One refund at the provider per intent (new ones, the repeated one, and the concurrent
+    // callers' with one warm-up call each) and per direct call, warm-up included: none lost,
+    // none doubled.
     let warm_up = report["warm_up_calls"].as_u64().unwrap();
-    assert_eq!(report["intents"], 50 + warm_up + 1, "{report}");
+    let intents = 50 + warm_up + 1 + 64 + 128;
+    assert_eq!(report["intents"], intents, "{report}");
     assert_eq!(report["direct_calls"], 50 + warm_up, "{report}");
     assert_eq!(
         report["provider_refunds"],
-        2 * (50 + warm_up) + 1,
-        "{report}"
-    );
-    // The SPEC targets of strict durability, each with its verdict.
-    let targets: Vec<&str> = report["targets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|target| {
-            assert!(target["met"].is_boolean(), "{report}");
-            target["field"].as_str().unwrap()
-        })
-        .collect();
-    assert_eq!(
-        targets,
-        [
-            "overhead_call_p50_us",
-            "overhead_call_p99_us",
-            "ratio_already_done_p50"
-        ],
+        intents + 50 + warm_up,
         "{report}"
     );
     // The phases of a new call, each measured.
@@ -211,6 +215,64 @@ fn bench_gateway_prints_positive_figures_as_json_and_cleans_up() {
     assert!(
         remaining.is_empty(),
         "the temporary folder was left behind: {remaining:?}"
+    );
+    report
+}
+
+/// The fields of the report's targets, each checked to carry a verdict.
+fn target_fields(report: &Value) -> Vec<String> {
+    report["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|target| {
+            assert!(target["met"].is_boolean(), "{report}");
+            target["field"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn bench_gateway_prints_positive_figures_as_json_and_cleans_up() {
+    let report = bench_gateway(&[]);
+    assert_eq!(report["durability"], "strict", "{report}");
+    assert_eq!(report["ledger"], "sqlite", "{report}");
+    // The SPEC targets of strict durability, each with its verdict.
+    assert_eq!(
+        target_fields(&report),
+        [
+            "overhead_call_p50_us",
+            "overhead_call_p99_us",
+            "ratio_already_done_p50",
+            "ratio_ledger_only_to_concurrent",
+        ],
+        "{report}"
+    );
+}
+
+#[test]
+fn bench_gateway_on_postgresql_is_held_to_sqlite_strict_of_the_same_run() {
+    let test = "bench_gateway_on_postgresql_is_held_to_sqlite_strict_of_the_same_run";
+    let Some(url) = support::database_url(test) else {
+        return;
+    };
+    let report = bench_gateway(&["--ledger", &url]);
+    assert_eq!(report["ledger"], "postgresql", "{report}");
+    assert!(
+        report["sqlite_strict_overhead_call_p50_us"]
+            .as_f64()
+            .is_some()
+            && report["ratio_overhead_to_sqlite_strict"].as_f64().is_some(),
+        "{report}"
+    );
+    assert_eq!(
+        target_fields(&report),
+        [
+            "overhead_call_p50_us",
+            "ratio_already_done_p50",
+            "ratio_ledger_only_to_concurrent",
+        ],
+        "{report}"
     );
 }
 

@@ -9,7 +9,9 @@
 //! commit without their own fsync (`NORMAL`), and the next durable commit covers them, as
 //! the WAL is written in order.
 //!
-//! Reads run on a small pool of read connections, which WAL lets proceed beside the writer.
+//! Reads run on a small pool of read connections, which WAL lets proceed beside the writer,
+//! and WAL checkpoints on a thread of their own (`checkpoint.rs`), so that no commit carries
+//! one.
 //!
 //! [`SqliteOptions::inline`] runs every write on the calling thread instead, one
 //! transaction each. The deterministic simulation uses it, so that a seed fixes the order
@@ -18,12 +20,14 @@
 //! A new ledger file, its WAL and its shared memory are readable by their owner only
 //! (`file.rs`); opening one that others may read logs a warning with the fix.
 
+mod checkpoint;
 mod file;
 mod ops;
 mod schema;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -42,6 +46,7 @@ use crate::{
     ProcessRegistration, ReconciliationRun, Renew, Renewed, Resolve, StatusCount, StoredMismatch,
     ToolFlag,
 };
+use checkpoint::Checkpointer;
 
 /// Most writes committed together. Bounds one transaction's size and the time the first
 /// caller of a batch waits for the last.
@@ -80,22 +85,73 @@ impl SqliteOptions {
 
 /// A write: runs inside the batch's transaction (or learns that the transaction could not
 /// begin) and returns what to do once the batch's commit has succeeded or failed.
-type Job = Box<dyn FnOnce(Result<&Connection>) -> Completion + Send>;
+type Job = Box<dyn FnOnce(Result<&Connection>, Scope) -> Ran + Send>;
 type Completion = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// How a write is kept apart from the others of its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// In a savepoint of its own, rolled back alone when it fails.
+    Savepoint,
+    /// Alone in the transaction, which is rolled back when it fails: no savepoint, so none
+    /// of the copies of its pages a savepoint keeps for a rollback.
+    Transaction,
+}
+
+/// Who waits for a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waiter {
+    /// A call waits for it (begin, finish, resolve): it may commit on the caller's thread
+    /// when the writer is idle.
+    Call,
+    /// Bookkeeping nobody waits on (a repeat counted, a heartbeat, a purge): always the
+    /// writer thread's, so that it never holds up the task that started it, nor the others
+    /// of its runtime thread.
+    Background,
+}
+
+/// What a write did: whether its work succeeded, and what to answer once the commit is known.
+struct Ran {
+    succeeded: bool,
+    completion: Completion,
+}
 
 struct Queued {
     durable: bool,
     job: Job,
 }
 
+/// The write connection, with the `synchronous` setting it was last given.
+struct Writer {
+    connection: Connection,
+    synchronous_full: Option<bool>,
+    counts: Arc<CommitCounts>,
+    /// The checkpoint thread, when checkpoints are off the writes (not inline).
+    checkpointer: Option<Checkpointer>,
+}
+
+/// What the writer has committed since the ledger was opened.
+#[derive(Debug, Default)]
+pub struct CommitCounts {
+    /// Transactions committed (or rolled back after a failed write), each answering a batch.
+    pub commits: AtomicU64,
+    /// Those of them committed with `synchronous = FULL`: fsynced before anyone was answered.
+    pub durable_commits: AtomicU64,
+    /// Writes answered, over all batches.
+    pub writes: AtomicU64,
+}
+
 enum Engine {
+    /// A writer thread commits the writes queued for it together. A write that finds
+    /// nothing queued and the connection free commits on its caller's thread instead, which
+    /// saves the two thread hops a lone write would otherwise make.
     Grouped {
+        writer: Arc<Mutex<Writer>>,
         queue: Option<mpsc::Sender<Queued>>,
-        writer: Option<JoinHandle<()>>,
+        thread: Option<JoinHandle<()>>,
     },
     Inline {
-        connection: Mutex<Connection>,
-        synchronous_full: Mutex<Option<bool>>,
+        writer: Mutex<Writer>,
     },
 }
 
@@ -106,6 +162,7 @@ pub struct SqliteLedger {
     engine: Engine,
     readers: Mutex<Vec<Connection>>,
     waiters: Arc<Waiters>,
+    counts: Arc<CommitCounts>,
 }
 
 impl SqliteLedger {
@@ -148,21 +205,30 @@ impl SqliteLedger {
         connection
             .pragma_update(None, "secure_delete", "ON")
             .map_err(|error| open_error(error.to_string()))?;
+        let counts = Arc::new(CommitCounts::default());
         let engine = if options.inline {
             Engine::Inline {
-                connection: Mutex::new(connection),
-                synchronous_full: Mutex::new(None),
+                writer: Mutex::new(Writer::new(connection, counts.clone())),
             }
         } else {
+            let checkpointer = Checkpointer::start(&path, &mut connection)
+                .map_err(|error| open_error(error.to_string()))?;
+            let mut writer = Writer::new(connection, counts.clone());
+            writer.checkpointer = Some(checkpointer);
+            let writer = Arc::new(Mutex::new(writer));
             let (queue, receiver) = mpsc::channel(WRITE_QUEUE_MAX);
             let strict = options.durability == Durability::Strict;
-            let writer = std::thread::Builder::new()
+            let thread = std::thread::Builder::new()
                 .name("intentgate-ledger-writer".into())
-                .spawn(move || write_loop(connection, receiver, strict))
+                .spawn({
+                    let writer = writer.clone();
+                    move || write_loop(&writer, receiver, strict)
+                })
                 .map_err(|error| open_error(format!("can't start the writer thread: {error}")))?;
             Engine::Grouped {
+                writer,
                 queue: Some(queue),
-                writer: Some(writer),
+                thread: Some(thread),
             }
         };
         Ok(SqliteLedger {
@@ -171,6 +237,7 @@ impl SqliteLedger {
             engine,
             readers: Mutex::new(Vec::new()),
             waiters: Arc::default(),
+            counts,
         })
     }
 
@@ -180,6 +247,12 @@ impl SqliteLedger {
 
     pub fn durability(&self) -> Durability {
         self.durability
+    }
+
+    /// What the writer has committed so far: how writes were grouped, and which commits
+    /// were fsynced.
+    pub fn commit_counts(&self) -> &CommitCounts {
+        &self.counts
     }
 
     /// Inserts intents exactly as given (ids are assigned by the store; `id` is ignored), in
@@ -192,51 +265,57 @@ impl SqliteLedger {
     /// writer thread (a million intents into an empty ledger: about 12 s on a slow two-core
     /// machine, release build): other writes wait meanwhile. Returns how many were inserted.
     pub async fn bulk_insert(&self, intents: Vec<IntentRecord>) -> Result<u64> {
-        self.write(true, None, move |connection| {
+        self.write(Waiter::Background, true, None, move |connection| {
             ops::bulk_insert(connection, intents)
         })
         .await
     }
 
     /// Runs `work` in its own savepoint of the next commit and answers after the commit.
-    /// `durable` asks for the commit to be fsynced (under strict durability); `notify`
-    /// wakes callers waiting on that intent once committed.
+    /// `waiter` says whether a caller waits for it; `durable` asks for the commit to be
+    /// fsynced (under strict durability); `notify` wakes callers waiting on that intent once
+    /// committed.
     async fn write<T: Send + 'static>(
         &self,
+        waiter: Waiter,
         durable: bool,
         notify: Option<IntentId>,
         work: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let (answer, answered) = oneshot::channel();
         let waiters = self.waiters.clone();
-        let job: Job = Box::new(move |connection| {
-            let result = connection.and_then(|connection| in_savepoint(connection, work));
-            Box::new(move |committed| {
-                let outcome = committed.and(result);
-                if let (Ok(_), Some(id)) = (&outcome, notify) {
-                    waiters.notify(id);
-                }
-                let _ = answer.send(outcome);
-            })
+        let job: Job = Box::new(move |connection, scope| {
+            let result = connection.and_then(|connection| match scope {
+                Scope::Savepoint => in_savepoint(connection, work),
+                Scope::Transaction => caught(connection, work),
+            });
+            Ran {
+                succeeded: result.is_ok(),
+                completion: Box::new(move |committed| {
+                    let outcome = committed.and(result);
+                    if let (Ok(_), Some(id)) = (&outcome, notify) {
+                        waiters.notify(id);
+                    }
+                    let _ = answer.send(outcome);
+                }),
+            }
         });
         let queued = Queued { durable, job };
+        let strict = self.durability == Durability::Strict;
         match &self.engine {
-            Engine::Inline {
-                connection,
-                synchronous_full,
-            } => {
-                let connection = connection.lock().map_err(|_| LedgerError::Closed)?;
-                let mut full = synchronous_full.lock().map_err(|_| LedgerError::Closed)?;
-                commit_batch(
-                    &connection,
-                    vec![queued],
-                    self.durability == Durability::Strict,
-                    &mut full,
-                );
+            Engine::Inline { writer } => {
+                let mut writer = writer.lock().map_err(|_| LedgerError::Closed)?;
+                writer.commit(vec![queued], strict);
             }
-            Engine::Grouped { queue, .. } => {
+            Engine::Grouped { writer, queue, .. } => {
                 let queue = queue.as_ref().ok_or(LedgerError::Closed)?;
-                queue.send(queued).await.map_err(|_| LedgerError::Closed)?;
+                let queued = match waiter {
+                    Waiter::Call => commit_if_idle(writer, queue, queued, strict),
+                    Waiter::Background => Some(queued),
+                };
+                if let Some(queued) = queued {
+                    queue.send(queued).await.map_err(|_| LedgerError::Closed)?;
+                }
             }
         }
         answered.await.map_err(|_| LedgerError::Closed)?
@@ -268,8 +347,8 @@ impl SqliteLedger {
 
     /// Runs a read on a pooled read connection (the write connection when inline).
     fn read<T>(&self, work: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        if let Engine::Inline { connection, .. } = &self.engine {
-            return work(&*connection.lock().map_err(|_| LedgerError::Closed)?);
+        if let Engine::Inline { writer } = &self.engine {
+            return work(&writer.lock().map_err(|_| LedgerError::Closed)?.connection);
         }
         let pooled = self.readers.lock().map_err(|_| LedgerError::Closed)?.pop();
         let connection = match pooled {
@@ -287,11 +366,21 @@ impl SqliteLedger {
 
 impl Drop for SqliteLedger {
     fn drop(&mut self) {
-        if let Engine::Grouped { queue, writer } = &mut self.engine {
+        if let Engine::Grouped {
+            writer,
+            queue,
+            thread,
+        } = &mut self.engine
+        {
             // Closing the queue lets the writer finish what is queued, then stop.
             queue.take();
-            if let Some(writer) = writer.take() {
-                let _ = writer.join();
+            if let Some(thread) = thread.take() {
+                let _ = thread.join();
+            }
+            if let Ok(mut writer) = writer.lock()
+                && let Some(checkpointer) = writer.checkpointer.as_mut()
+            {
+                checkpointer.stop();
             }
         }
     }
@@ -311,77 +400,143 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection> {
     Ok(connection)
 }
 
+/// Runs `work` in a savepoint of the open transaction, rolled back alone when it fails.
 fn in_savepoint<T>(
     connection: &Connection,
     work: impl FnOnce(&Connection) -> Result<T>,
 ) -> Result<T> {
-    connection.execute_batch("SAVEPOINT operation")?;
-    let result = match catch_unwind(AssertUnwindSafe(|| work(connection))) {
-        Ok(result) => result,
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|text| text.to_string()))
-                .unwrap_or_default();
-            tracing::error!(%message, "bug: a ledger operation panicked; it was rolled back");
-            Err(LedgerError::Storage(format!(
-                "internal error, rolled back: {message}"
-            )))
-        }
-    };
+    connection
+        .prepare_cached("SAVEPOINT operation")?
+        .execute([])?;
+    let result = caught(connection, work);
     match &result {
-        Ok(_) => connection.execute_batch("RELEASE operation")?,
+        Ok(_) => {
+            connection
+                .prepare_cached("RELEASE operation")?
+                .execute([])?;
+        }
         Err(_) => connection.execute_batch("ROLLBACK TO operation; RELEASE operation")?,
     }
     result
 }
 
-/// Runs a batch in one transaction and answers every job once the commit is known.
-fn commit_batch(
-    connection: &Connection,
-    batch: Vec<Queued>,
+/// Runs `work`, turning a panic into an error (after logging it as the bug it is), so that
+/// the write is rolled back and the writer goes on.
+fn caught<T>(connection: &Connection, work: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(|| work(connection))).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|text| text.to_string()))
+            .unwrap_or_default();
+        tracing::error!(%message, "bug: a ledger operation panicked; it was rolled back");
+        Err(LedgerError::Storage(format!(
+            "internal error, rolled back: {message}"
+        )))
+    })
+}
+
+/// Commits `queued` on the caller's thread when the writer is idle: nothing is queued for it
+/// and the connection is free. Otherwise gives it back, to be queued: it then joins the
+/// writes it would only have delayed.
+fn commit_if_idle(
+    writer: &Mutex<Writer>,
+    queue: &mpsc::Sender<Queued>,
+    queued: Queued,
     strict: bool,
-    synchronous_full: &mut Option<bool>,
-) {
-    let full = strict && batch.iter().any(|queued| queued.durable);
-    if *synchronous_full != Some(full) {
-        match connection.pragma_update(None, "synchronous", if full { "FULL" } else { "NORMAL" }) {
-            Ok(()) => *synchronous_full = Some(full),
-            Err(error) => {
-                let error = LedgerError::from(error);
-                for queued in batch {
-                    (queued.job)(Err(error.clone()))(Err(error.clone()));
-                }
-                return;
-            }
+) -> Option<Queued> {
+    if queue.capacity() < queue.max_capacity() {
+        return Some(queued);
+    }
+    match writer.try_lock() {
+        Ok(mut writer) => {
+            writer.commit(vec![queued], strict);
+            None
         }
-    }
-    if let Err(error) = connection.execute_batch("BEGIN IMMEDIATE") {
-        let error = LedgerError::from(error);
-        for queued in batch {
-            (queued.job)(Err(error.clone()))(Err(error.clone()));
-        }
-        return;
-    }
-    let completions: Vec<Completion> = batch
-        .into_iter()
-        .map(|queued| (queued.job)(Ok(connection)))
-        .collect();
-    let committed = connection
-        .execute_batch("COMMIT")
-        .map_err(LedgerError::from);
-    if committed.is_err() {
-        let _ = connection.execute_batch("ROLLBACK");
-    }
-    for completion in completions {
-        completion(committed.clone());
+        Err(_) => Some(queued),
     }
 }
 
-fn write_loop(connection: Connection, mut receiver: mpsc::Receiver<Queued>, strict: bool) {
-    let mut synchronous_full = None;
+impl Writer {
+    fn new(connection: Connection, counts: Arc<CommitCounts>) -> Writer {
+        Writer {
+            connection,
+            synchronous_full: None,
+            counts,
+            checkpointer: None,
+        }
+    }
+
+    /// Runs a batch in one transaction and answers every job once the commit is known.
+    fn commit(&mut self, batch: Vec<Queued>, strict: bool) {
+        let fail_all = |batch: Vec<Queued>, error: LedgerError| {
+            for queued in batch {
+                ((queued.job)(Err(error.clone()), Scope::Savepoint).completion)(Err(error.clone()));
+            }
+        };
+        let full = strict && batch.iter().any(|queued| queued.durable);
+        if self.synchronous_full != Some(full) {
+            let mode = if full { "FULL" } else { "NORMAL" };
+            match self.connection.pragma_update(None, "synchronous", mode) {
+                Ok(()) => self.synchronous_full = Some(full),
+                Err(error) => return fail_all(batch, error.into()),
+            }
+        }
+        let connection = &self.connection;
+        if let Err(error) = run_cached(connection, "BEGIN IMMEDIATE") {
+            return fail_all(batch, error);
+        }
+        let scope = if batch.len() == 1 {
+            Scope::Transaction
+        } else {
+            Scope::Savepoint
+        };
+        let ran: Vec<Ran> = batch
+            .into_iter()
+            .map(|queued| (queued.job)(Ok(connection), scope))
+            .collect();
+        let committed = if scope == Scope::Transaction && !ran[0].succeeded {
+            // The one write failed and answers its own error; nothing is left to commit.
+            let _ = run_cached(connection, "ROLLBACK");
+            Ok(())
+        } else {
+            let committed = run_cached(connection, "COMMIT");
+            if committed.is_err() {
+                let _ = run_cached(connection, "ROLLBACK");
+            }
+            committed
+        };
+        self.counts.commits.fetch_add(1, Ordering::Relaxed);
+        if full {
+            self.counts.durable_commits.fetch_add(1, Ordering::Relaxed);
+        }
+        self.counts
+            .writes
+            .fetch_add(ran.len() as u64, Ordering::Relaxed);
+        for ran in ran {
+            (ran.completion)(committed.clone());
+        }
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.catch_up(&self.connection);
+        }
+    }
+}
+
+/// Runs one statement that returns no rows, prepared once per connection.
+fn run_cached(connection: &Connection, sql: &str) -> Result<()> {
+    connection.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
+/// The writer thread: takes the first queued write, then, holding the connection, every
+/// write queued meanwhile (up to [`BATCH_MAX`]), and commits them together.
+fn write_loop(writer: &Mutex<Writer>, mut receiver: mpsc::Receiver<Queued>, strict: bool) {
     while let Some(first) = receiver.blocking_recv() {
+        // Poisoned only by a panic outside the writes (which are caught): stop, and the
+        // callers learn that the ledger is closed.
+        let Ok(mut writer) = writer.lock() else {
+            return;
+        };
         let mut batch = vec![first];
         while batch.len() < BATCH_MAX {
             match receiver.try_recv() {
@@ -389,14 +544,14 @@ fn write_loop(connection: Connection, mut receiver: mpsc::Receiver<Queued>, stri
                 Err(_) => break,
             }
         }
-        commit_batch(&connection, batch, strict, &mut synchronous_full);
+        writer.commit(batch, strict);
     }
 }
 
 #[async_trait]
 impl Ledger for SqliteLedger {
     async fn begin(&self, request: BeginRequest) -> Result<Begin> {
-        self.write(true, None, move |connection| {
+        self.write(Waiter::Call, true, None, move |connection| {
             ops::begin(connection, &request)
         })
         .await
@@ -404,21 +559,21 @@ impl Ledger for SqliteLedger {
 
     async fn finish(&self, finish: Finish) -> Result<Finished> {
         let id = finish.id;
-        self.write(false, Some(id), move |connection| {
+        self.write(Waiter::Call, false, Some(id), move |connection| {
             ops::finish(connection, &finish)
         })
         .await
     }
 
     async fn renew(&self, renew: Renew) -> Result<Renewed> {
-        self.write(false, None, move |connection| {
+        self.write(Waiter::Background, false, None, move |connection| {
             ops::renew(connection, &renew)
         })
         .await
     }
 
     async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()> {
-        self.write(false, None, move |connection| {
+        self.write(Waiter::Background, false, None, move |connection| {
             ops::record_call(connection, id, now_ms)
         })
         .await
@@ -452,7 +607,7 @@ impl Ledger for SqliteLedger {
 
     async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord> {
         let id = resolve.id;
-        self.write(true, Some(id), move |connection| {
+        self.write(Waiter::Call, true, Some(id), move |connection| {
             ops::resolve(connection, &resolve)
         })
         .await
@@ -460,14 +615,14 @@ impl Ledger for SqliteLedger {
 
     async fn record_disabled_call(&self, tenant: &str, tool: &str, now_ms: i64) -> Result<()> {
         let (tenant, tool) = (tenant.to_owned(), tool.to_owned());
-        self.write(false, None, move |connection| {
+        self.write(Waiter::Background, false, None, move |connection| {
             ops::record_disabled_call(connection, &tenant, &tool, now_ms)
         })
         .await
     }
 
     async fn set_tool_flag(&self, flag: ToolFlag) -> Result<()> {
-        self.write(true, None, move |connection| {
+        self.write(Waiter::Background, true, None, move |connection| {
             ops::set_tool_flag(connection, &flag)
         })
         .await
@@ -478,7 +633,7 @@ impl Ledger for SqliteLedger {
     }
 
     async fn purge(&self, before_ms: i64) -> Result<u64> {
-        self.write(false, None, move |connection| {
+        self.write(Waiter::Background, false, None, move |connection| {
             ops::purge(connection, before_ms)
         })
         .await
@@ -487,7 +642,7 @@ impl Ledger for SqliteLedger {
     async fn erase(&self, erase: &Erase) -> Result<Erasure> {
         let request = erase.clone();
         let erasure = self
-            .write(true, None, move |connection| {
+            .write(Waiter::Background, true, None, move |connection| {
                 ops::erase(connection, &request)
             })
             .await?;
@@ -518,7 +673,7 @@ impl Ledger for SqliteLedger {
     ) -> Result<i64> {
         // Checked here, so the writer thread only writes.
         let (run, mismatches) = plan::reconciliation(run, mismatches)?;
-        self.write(false, None, move |connection| {
+        self.write(Waiter::Background, false, None, move |connection| {
             ops::record_reconciliation(connection, &run, &mismatches)
         })
         .await
@@ -541,7 +696,7 @@ impl Ledger for SqliteLedger {
     }
 
     async fn register_process(&self, registration: ProcessRegistration) -> Result<ProcessRecord> {
-        self.write(false, None, move |connection| {
+        self.write(Waiter::Background, false, None, move |connection| {
             ops::register_process(connection, &registration)
         })
         .await
@@ -549,7 +704,7 @@ impl Ledger for SqliteLedger {
 
     async fn heartbeat_process(&self, instance: &str, now_ms: i64) -> Result<bool> {
         let instance = instance.to_owned();
-        self.write(false, None, move |connection| {
+        self.write(Waiter::Background, false, None, move |connection| {
             ops::heartbeat_process(connection, &instance, now_ms)
         })
         .await
@@ -557,7 +712,7 @@ impl Ledger for SqliteLedger {
 
     async fn end_process(&self, instance: &str, end: ProcessEnd, now_ms: i64) -> Result<bool> {
         let instance = instance.to_owned();
-        self.write(false, None, move |connection| {
+        self.write(Waiter::Background, false, None, move |connection| {
             ops::end_process(connection, &instance, end, now_ms)
         })
         .await
@@ -571,3 +726,6 @@ impl Ledger for SqliteLedger {
         self.waiters.wait(id, timeout.min(WAIT_POLL)).await
     }
 }
+
+#[cfg(test)]
+mod tests;

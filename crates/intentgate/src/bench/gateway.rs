@@ -20,14 +20,14 @@
 //! provider must hold exactly one refund per intent and per direct call; anything else ends
 //! the run with an error.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use intentgate_core::CallStatus;
 use intentgate_gate::SystemClock;
-use intentgate_ledger::{SqliteLedger, SqliteOptions};
+use intentgate_ledger::{Ledger, SqliteLedger, SqliteOptions};
 use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer};
 use intentgate_server::ServerOptions;
 use reqwest::StatusCode;
@@ -40,6 +40,7 @@ use tokio::task::JoinHandle;
 
 use crate::table::{self, Align};
 
+use super::ledger::{CONCURRENT_CALLERS, PostgresLedger};
 use super::{
     TargetCheck, cores, existing_folder, measure_fsync, microseconds, percentile, progress,
     rounded, scratch_folder, target_cells,
@@ -53,6 +54,9 @@ pub const CALLS_DEFAULT: u32 = 2_000;
 /// new call costs an fsync, about 4 ms on the reference disk), the provider's effect log and
 /// the memory of the per-call latencies kept.
 pub const CALLS_MAX: u32 = 100_000;
+/// Default new refunds made by the concurrent callers: enough for a stable rate and p99 in
+/// a few seconds.
+pub const CONCURRENT_CALLS_DEFAULT: u32 = 5_000;
 /// Unmeasured calls of each kind made first, so that opening connections (client to gateway,
 /// gateway to provider, the ledger's read connections) and filling statement caches are not
 /// counted as the cost of a call.
@@ -96,52 +100,54 @@ const TARGET_OVERHEAD_MARGIN_US: f64 = 50.0;
 const TARGET_OVERHEAD_P99_OVER_P50_STRICT: f64 = 3.0;
 /// SPEC target under relaxed durability: the overhead's p99, in microseconds.
 const TARGET_OVERHEAD_P99_RELAXED_US: f64 = 1_000.0;
+/// SPEC target on PostgreSQL: the overhead's p50 over SQLite strict's, in the same run.
+const TARGET_OVERHEAD_OVER_SQLITE_STRICT_POSTGRES: f64 = 1.5;
+/// Target of the concurrent callers: the ledger-only rate over the rate through the gateway.
+const TARGET_LEDGER_ONLY_OVER_CONCURRENT: f64 = 3.0;
 
 /// Runs the benchmark and prints its report.
 pub async fn run(arguments: GatewayBenchArgs) -> anyhow::Result<()> {
     // reqwest is built without a crypto provider; an error only means one is installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = existing_folder(&arguments.dir)?;
-    // Declared before the servers so that it is removed after the ledger has closed, also
+    // Declared before the servers so that it is removed after the ledgers have closed, also
     // when the run fails.
     let scratch = scratch_folder(&dir, "intentgate-bench-")?;
     let progress = progress(arguments.json);
 
-    progress("starting the mock provider and the gateway on loopback ports ...");
-    let provider = MockProvider::new(MockOptions::new(HttpFaultPlan::quiet()))
-        .context("the mock provider's fault plan")?;
-    let mock = MockServer::start(provider)
-        .await
-        .context("starting the mock provider on a loopback port")?;
-    let gateway =
-        match GatewayServer::start(&mock.url(), scratch.path(), arguments.durability).await {
-            Ok(gateway) => gateway,
-            Err(error) => {
-                let _ = mock.stop().await;
-                return Err(error);
-            }
-        };
-    let client = Client::new(&gateway.url, &mock.url());
-
-    // Both servers stop whatever the measurement's outcome; its error is reported after.
-    let measured = match client {
-        Ok(client) => measure(&client, arguments.calls, &progress).await,
-        Err(error) => Err(error),
+    let store = match &arguments.ledger {
+        None => Store::Sqlite(scratch.path().to_path_buf()),
+        Some(url) => Store::Postgres(url.clone()),
     };
-    let phases = Phases::of(&gateway.gate.metrics().encode());
-    let gateway_stopped = gateway.stop().await;
-    let refunds = mock.provider().stats().effects.refunds;
-    let duplicates = mock.provider().effect_counts().duplicates;
-    let mock_stopped = mock
-        .stop()
-        .await
-        .context("the mock provider did not stop cleanly");
-    let measured = measured?;
-    gateway_stopped?;
-    mock_stopped?;
+    let durability = arguments.durability;
+    let run = measure_store(
+        &store,
+        durability,
+        arguments.calls,
+        Some(arguments.concurrent_calls),
+        &progress,
+    )
+    .await?;
+    // PostgreSQL's target is a ratio to SQLite strict on the same machine, in the same run.
+    let sqlite_strict = match store {
+        Store::Sqlite(_) => None,
+        Store::Postgres(_) => {
+            progress("the same series over a strict SQLite ledger, PostgreSQL's baseline ...");
+            let sqlite = Store::Sqlite(scratch.path().to_path_buf());
+            let baseline = measure_store(
+                &sqlite,
+                DurabilityArgument::Strict,
+                arguments.calls,
+                None,
+                &progress,
+            )
+            .await?;
+            Some(baseline.measured)
+        }
+    };
     progress("measuring one fsync of this disk ...");
     let probe_dir = scratch.path().to_path_buf();
-    let fsync = tokio::task::spawn_blocking(move || measure_fsync(&probe_dir))
+    let mut fsync = tokio::task::spawn_blocking(move || measure_fsync(&probe_dir))
         .await
         .context("the fsync probe panicked")?
         .with_context(|| format!("can't measure an fsync in {}", dir.display()))?;
@@ -149,9 +155,141 @@ pub async fn run(arguments: GatewayBenchArgs) -> anyhow::Result<()> {
         .close()
         .with_context(|| format!("can't remove the temporary folder in {}", dir.display()))?;
 
+    fsync.sort_unstable();
+    let fsync_p50_us = microseconds(percentile(&fsync, 0.5));
+    let mut report = Report::new(durability, &dir, &run, sqlite_strict.as_ref(), fsync_p50_us);
+    report.breakdown = Some(Breakdown::new(&run.measured, &run.phases, fsync_p50_us));
+    if arguments.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}
+
+/// The ledger a run serves: a new SQLite file in the folder, or a fresh schema of the
+/// PostgreSQL database at the URL.
+enum Store {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl Store {
+    fn name(&self) -> &'static str {
+        match self {
+            Store::Sqlite(_) => "sqlite",
+            Store::Postgres(_) => "postgresql",
+        }
+    }
+
+    /// Opens a new, empty ledger; `label` names its file.
+    async fn open(
+        &self,
+        durability: DurabilityArgument,
+        label: &str,
+    ) -> anyhow::Result<OpenLedger> {
+        match self {
+            Store::Sqlite(folder) => {
+                let options = SqliteOptions {
+                    durability: durability.into(),
+                    inline: false,
+                };
+                let ledger = SqliteLedger::open(folder.join(format!("{label}.sqlite3")), options)
+                    .context("opening the intent ledger")?;
+                Ok(OpenLedger {
+                    ledger: Arc::new(ledger),
+                    postgres: None,
+                })
+            }
+            Store::Postgres(url) => {
+                let ledger = super::ledger::fresh_postgres(url, durability.into()).await?;
+                Ok(OpenLedger {
+                    ledger: ledger.clone(),
+                    postgres: Some(ledger),
+                })
+            }
+        }
+    }
+}
+
+/// A ledger opened for one measurement.
+struct OpenLedger {
+    ledger: Arc<dyn Ledger>,
+    /// The same ledger when it is PostgreSQL, whose schema is dropped afterwards.
+    postgres: Option<Arc<PostgresLedger>>,
+}
+
+impl OpenLedger {
+    /// Drops a PostgreSQL ledger's schema (a SQLite file goes with the temporary folder).
+    async fn close(self) -> anyhow::Result<()> {
+        drop(self.ledger);
+        if let Some(postgres) = self.postgres {
+            postgres.destroy().await.with_context(|| {
+                format!("can't drop the benchmark's schema {}", postgres.location())
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// What one store's run measured.
+struct StoreRun {
+    /// `sqlite` or `postgresql`.
+    ledger: &'static str,
+    measured: Measured,
+    phases: Phases,
+    concurrent: Option<Concurrent>,
+    /// Distinct intents made through the gateway, warm-up and the repeated one included.
+    intents: u64,
+    /// Refunds sent directly to the provider, warm-up included.
+    direct_calls: u64,
+    /// Refunds the provider holds afterwards: one per intent and per direct call.
+    provider_refunds: u64,
+}
+
+/// Serves a new ledger of `store` and measures the paired series of `calls` calls, then, given
+/// `concurrent_calls`, the concurrent callers through the gateway and through the ledger
+/// alone; checks that the provider holds one refund per intent and per direct call.
+async fn measure_store(
+    store: &Store,
+    durability: DurabilityArgument,
+    calls: u32,
+    concurrent_calls: Option<u32>,
+    progress: &impl Fn(&str),
+) -> anyhow::Result<StoreRun> {
+    progress(&format!(
+        "starting the mock provider and the gateway on loopback ports, {} ledger ...",
+        store.name()
+    ));
+    let provider = MockProvider::new(MockOptions::new(HttpFaultPlan::quiet()))
+        .context("the mock provider's fault plan")?;
+    let mock = MockServer::start(provider)
+        .await
+        .context("starting the mock provider on a loopback port")?;
+    let served = serve_and_measure(
+        store,
+        durability,
+        &mock.url(),
+        calls,
+        concurrent_calls,
+        progress,
+    )
+    .await;
+    let refunds = mock.provider().stats().effects.refunds;
+    let duplicates = mock.provider().effect_counts().duplicates;
+    let mock_stopped = mock
+        .stop()
+        .await
+        .context("the mock provider did not stop cleanly");
+    let (measured, phases, concurrent) = served?;
+    mock_stopped?;
+
     // Every intent and every direct call is one refund, exactly once.
-    let intents = u64::from(WARM_UP_CALLS + arguments.calls + 1);
-    let direct_calls = u64::from(WARM_UP_CALLS + arguments.calls);
+    let concurrent_intents = concurrent
+        .as_ref()
+        .map_or(0, |concurrent| CONCURRENT_CALLERS + concurrent.calls);
+    let intents = u64::from(WARM_UP_CALLS + calls + 1 + concurrent_intents);
+    let direct_calls = u64::from(WARM_UP_CALLS + calls);
     ensure!(
         duplicates.is_empty(),
         "the provider holds more than one refund for {} intent keys, such as {}",
@@ -163,27 +301,127 @@ pub async fn run(arguments: GatewayBenchArgs) -> anyhow::Result<()> {
         "the provider holds {refunds} refunds after {intents} intents through the gateway and \
          {direct_calls} direct calls; expected one per intent and per direct call"
     );
-
-    let mut fsync = fsync;
-    fsync.sort_unstable();
-    let fsync_p50_us = microseconds(percentile(&fsync, 0.5));
-    let mut report = Report::new(
-        arguments.durability,
-        &dir,
-        arguments.calls,
-        &measured,
-        fsync_p50_us,
+    let concurrent = match (concurrent, concurrent_calls) {
+        (Some(mut concurrent), Some(calls)) => {
+            progress(&format!(
+                "measuring {calls} new intents by {CONCURRENT_CALLERS} callers through the \
+                 ledger alone ..."
+            ));
+            let ledger = store.open(durability, "ledger-only").await?;
+            let rate = super::ledger::concurrent_rate(ledger.ledger.clone(), calls).await;
+            ledger.close().await?;
+            concurrent.ledger_only_per_second = rate?;
+            Some(concurrent)
+        }
+        _ => None,
+    };
+    Ok(StoreRun {
+        ledger: store.name(),
+        measured,
+        phases,
+        concurrent,
         intents,
         direct_calls,
-        refunds,
-    );
-    report.breakdown = Some(Breakdown::new(&measured, &phases, fsync_p50_us));
-    if arguments.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.table());
+        provider_refunds: refunds,
+    })
+}
+
+/// The gateway over a new ledger of `store`, against the provider at `provider_url`: the
+/// paired series, the gate's phases, and the concurrent callers when asked. The gateway is
+/// stopped and its ledger closed before this returns.
+async fn serve_and_measure(
+    store: &Store,
+    durability: DurabilityArgument,
+    provider_url: &str,
+    calls: u32,
+    concurrent_calls: Option<u32>,
+    progress: &impl Fn(&str),
+) -> anyhow::Result<(Measured, Phases, Option<Concurrent>)> {
+    let ledger = store.open(durability, "gateway").await?;
+    let gateway = match GatewayServer::start(provider_url, ledger.ledger.clone()).await {
+        Ok(gateway) => gateway,
+        Err(error) => {
+            let _ = ledger.close().await;
+            return Err(error);
+        }
+    };
+    let measured = async {
+        let client = Client::new(&gateway.url, provider_url)?;
+        let measured = measure(&client, calls, progress).await?;
+        // The phases of the calls made one at a time, before the concurrent ones queue.
+        let phases = Phases::of(&gateway.gate.metrics().encode());
+        let concurrent = match concurrent_calls {
+            Some(calls) => Some(measure_concurrent(&client, calls, progress).await?),
+            None => None,
+        };
+        anyhow::Ok((measured, phases, concurrent))
     }
-    Ok(())
+    .await;
+    let gateway_stopped = gateway.stop().await;
+    let closed = ledger.close().await;
+    let (measured, phases, concurrent) = measured?;
+    gateway_stopped?;
+    closed?;
+    Ok((measured, phases, concurrent))
+}
+
+/// New refunds through the gateway from [`CONCURRENT_CALLERS`] callers at once.
+struct Concurrent {
+    /// Measured calls, over all callers.
+    calls: u32,
+    /// From the first call to the last answer.
+    elapsed: Duration,
+    /// Every call's latency.
+    latencies: Vec<Duration>,
+    /// New intents per second at as many callers through the ledger alone (a gate whose
+    /// upstream answers at once), measured after.
+    ledger_only_per_second: f64,
+}
+
+/// `calls` new refunds through the gateway by [`CONCURRENT_CALLERS`] callers, each making its
+/// share one after another, after one unmeasured call each (which opens its connection).
+async fn measure_concurrent(
+    client: &Client,
+    calls: u32,
+    progress: &impl Fn(&str),
+) -> anyhow::Result<Concurrent> {
+    let by_callers = async |label: &str, calls: u32| {
+        let callers: Vec<_> = (0..CONCURRENT_CALLERS)
+            .map(|caller| {
+                let share =
+                    calls / CONCURRENT_CALLERS + u32::from(caller < calls % CONCURRENT_CALLERS);
+                let (client, label) = (client.clone(), label.to_owned());
+                tokio::spawn(async move {
+                    let mut latencies = Vec::with_capacity(share as usize);
+                    for index in 0..share {
+                        let order_id = format!("{label}-{caller}-{index}");
+                        latencies.push(client.gateway_refund(&order_id, CallStatus::Done).await?);
+                    }
+                    anyhow::Ok(latencies)
+                })
+            })
+            .collect();
+        let mut latencies = Vec::with_capacity(calls as usize);
+        for caller in callers {
+            latencies.extend(caller.await.context("a benchmark caller panicked")??);
+        }
+        anyhow::Ok(latencies)
+    };
+    progress(&format!(
+        "warming up {CONCURRENT_CALLERS} concurrent callers with one new refund each ..."
+    ));
+    by_callers("concurrent-warm-up", CONCURRENT_CALLERS).await?;
+    progress(&format!(
+        "measuring {calls} new refunds through the gateway by {CONCURRENT_CALLERS} callers ..."
+    ));
+    let started = Instant::now();
+    let latencies = by_callers("concurrent", calls).await?;
+    Ok(Concurrent {
+        calls,
+        elapsed: started.elapsed(),
+        latencies,
+        ledger_only_per_second: 0.0,
+    })
 }
 
 /// The real gateway HTTP server, on `127.0.0.1` on a free port, in this process.
@@ -197,13 +435,9 @@ pub(super) struct GatewayServer {
 }
 
 impl GatewayServer {
-    /// Loads the example config against the provider at `provider_url`, opens a new ledger
-    /// in `folder` and serves the gate the way `intentgate serve` does.
-    async fn start(
-        provider_url: &str,
-        folder: &Path,
-        durability: DurabilityArgument,
-    ) -> anyhow::Result<GatewayServer> {
+    /// Loads the example config against the provider at `provider_url` and serves it over
+    /// `ledger` the way `intentgate serve` does.
+    async fn start(provider_url: &str, ledger: Arc<dyn Ledger>) -> anyhow::Result<GatewayServer> {
         let provider_url = provider_url.to_owned();
         // Only the provider's URL: nothing from this process's environment changes the run.
         let environment =
@@ -219,16 +453,6 @@ impl GatewayServer {
             &hash_key,
         )
         .map_err(|errors| anyhow::anyhow!("{errors}"))?;
-        let ledger = Arc::new(
-            SqliteLedger::open(
-                folder.join("ledger.sqlite3"),
-                SqliteOptions {
-                    durability: durability.into(),
-                    inline: false,
-                },
-            )
-            .context("opening the intent ledger")?,
-        );
         let gate = Arc::new(intentgate_runtime::build_gate(
             &loaded,
             ledger,
@@ -288,7 +512,9 @@ impl GatewayServer {
     }
 }
 
-/// The one keep-alive HTTP client of every measured call, with the URLs it calls.
+/// The keep-alive HTTP client of every measured call, with the URLs it calls. Its clones
+/// share one connection pool.
+#[derive(Clone)]
 struct Client {
     http: reqwest::Client,
     /// `POST` a call of the measured tool to the gateway.
@@ -437,6 +663,13 @@ struct Measured {
     direct_call: Vec<Duration>,
     already_done: Vec<Duration>,
     healthz: Vec<Duration>,
+}
+
+impl Measured {
+    /// What the gateway adds to a new call at p50: its p50 less the direct call's.
+    fn overhead_p50_us(&self) -> f64 {
+        p50_p99_us(&self.gateway_call).0 - p50_p99_us(&self.direct_call).0
+    }
 }
 
 /// Warms up and measures both pairs of series, `calls` calls of each kind.
@@ -636,7 +869,9 @@ fn p50_p99_us(samples: &[Duration]) -> (f64, f64) {
 #[derive(Debug, Serialize)]
 struct Report {
     durability: &'static str,
-    /// The folder the ledger was in (absolute).
+    /// The ledger served: `sqlite` or `postgresql`.
+    ledger: &'static str,
+    /// The folder the ledger (SQLite) and the fsync probe were in (absolute).
     dir: String,
     /// Cores this process may use; both servers and the client share them.
     cores: usize,
@@ -672,6 +907,24 @@ struct Report {
     direct_calls: u64,
     /// Refunds the provider holds afterwards: one per intent and per direct call.
     provider_refunds: u64,
+    /// PostgreSQL only: the overhead p50 of the same series over a strict SQLite ledger, in
+    /// the same run, and this run's over it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sqlite_strict_overhead_call_p50_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_overhead_to_sqlite_strict: Option<f64>,
+    /// New refunds through the gateway by concurrent callers, each waiting for its answer
+    /// before the next.
+    concurrent_callers: u32,
+    concurrent_calls: u32,
+    concurrent_calls_per_second: f64,
+    concurrent_call_p50_us: f64,
+    concurrent_call_p99_us: f64,
+    /// New intents per second by as many callers through the ledger alone (a gate whose
+    /// upstream answers at once), on a new ledger of the same kind.
+    ledger_only_intents_per_second: f64,
+    /// The ledger-only rate over the rate through the gateway.
+    ratio_ledger_only_to_concurrent: f64,
     /// The SPEC targets this benchmark measures, and whether each is met.
     targets: Vec<TargetCheck>,
     /// Where a new call's time goes (means).
@@ -679,27 +932,38 @@ struct Report {
 }
 
 impl Report {
-    #[allow(clippy::too_many_arguments)]
+    /// The report of `run`, with the baseline of PostgreSQL's target (`sqlite_strict`, the
+    /// same series over a strict SQLite ledger) when the run served PostgreSQL.
     fn new(
         durability: DurabilityArgument,
         dir: &Path,
-        calls: u32,
-        measured: &Measured,
+        run: &StoreRun,
+        sqlite_strict: Option<&Measured>,
         fsync_p50_us: f64,
-        intents: u64,
-        direct_calls: u64,
-        provider_refunds: u64,
     ) -> Report {
+        let measured = &run.measured;
         let (gateway_call_p50_us, gateway_call_p99_us) = p50_p99_us(&measured.gateway_call);
         let (direct_call_p50_us, direct_call_p99_us) = p50_p99_us(&measured.direct_call);
         let (already_done_p50_us, already_done_p99_us) = p50_p99_us(&measured.already_done);
         let (healthz_p50_us, healthz_p99_us) = p50_p99_us(&measured.healthz);
         let ratio_already_done_p50 = already_done_p50_us / healthz_p50_us;
-        let overhead_p50_us = gateway_call_p50_us - direct_call_p50_us;
+        let overhead_p50_us = measured.overhead_p50_us();
         let overhead_p99_us = gateway_call_p99_us - direct_call_p50_us;
+        let sqlite_strict_overhead_p50_us = sqlite_strict.map(Measured::overhead_p50_us);
         let mut targets = Vec::new();
-        match durability {
-            DurabilityArgument::Strict => {
+        match (sqlite_strict_overhead_p50_us, durability) {
+            (Some(sqlite_strict_us), _) => {
+                let limit = TARGET_OVERHEAD_OVER_SQLITE_STRICT_POSTGRES * sqlite_strict_us;
+                targets.push(TargetCheck {
+                    field: "overhead_call_p50_us",
+                    target: format!(
+                        "at most {TARGET_OVERHEAD_OVER_SQLITE_STRICT_POSTGRES} x SQLite strict's \
+                         = {limit:.0} us"
+                    ),
+                    met: overhead_p50_us <= limit,
+                });
+            }
+            (None, DurabilityArgument::Strict) => {
                 let limit = healthz_p50_us + fsync_p50_us + TARGET_OVERHEAD_MARGIN_US;
                 targets.push(TargetCheck {
                     field: "overhead_call_p50_us",
@@ -717,7 +981,7 @@ impl Report {
                     met: overhead_p99_us <= limit,
                 });
             }
-            DurabilityArgument::Relaxed => {
+            (None, DurabilityArgument::Relaxed) => {
                 let limit = healthz_p50_us + TARGET_OVERHEAD_MARGIN_US;
                 targets.push(TargetCheck {
                     field: "overhead_call_p50_us",
@@ -738,12 +1002,40 @@ impl Report {
             target: format!("at most {TARGET_RATIO_ALREADY_DONE_P50}"),
             met: ratio_already_done_p50 <= TARGET_RATIO_ALREADY_DONE_P50,
         });
+        let (
+            concurrent_calls,
+            concurrent_per_second,
+            concurrent_p50_us,
+            concurrent_p99_us,
+            ledger_only,
+        ) = match &run.concurrent {
+            Some(concurrent) => {
+                let (p50_us, p99_us) = p50_p99_us(&concurrent.latencies);
+                (
+                    concurrent.calls,
+                    f64::from(concurrent.calls) / concurrent.elapsed.as_secs_f64(),
+                    p50_us,
+                    p99_us,
+                    concurrent.ledger_only_per_second,
+                )
+            }
+            None => (0, 0.0, 0.0, 0.0, 0.0),
+        };
+        let ratio_ledger_only = ledger_only / concurrent_per_second;
+        if run.concurrent.is_some() {
+            targets.push(TargetCheck {
+                field: "ratio_ledger_only_to_concurrent",
+                target: format!("at most {TARGET_LEDGER_ONLY_OVER_CONCURRENT}"),
+                met: ratio_ledger_only <= TARGET_LEDGER_ONLY_OVER_CONCURRENT,
+            });
+        }
         Report {
             durability: durability.as_str(),
+            ledger: run.ledger,
             dir: dir.display().to_string(),
             cores: cores(),
             warm_up_calls: WARM_UP_CALLS,
-            calls,
+            calls: measured.gateway_call.len() as u32,
             gateway_call_p50_us: rounded(gateway_call_p50_us, 1),
             gateway_call_p99_us: rounded(gateway_call_p99_us, 1),
             direct_call_p50_us: rounded(direct_call_p50_us, 1),
@@ -757,9 +1049,24 @@ impl Report {
             healthz_p50_us: rounded(healthz_p50_us, 1),
             healthz_p99_us: rounded(healthz_p99_us, 1),
             ratio_already_done_p50: rounded(ratio_already_done_p50, 3),
-            intents,
-            direct_calls,
-            provider_refunds,
+            intents: run.intents,
+            direct_calls: run.direct_calls,
+            provider_refunds: run.provider_refunds,
+            sqlite_strict_overhead_call_p50_us: sqlite_strict_overhead_p50_us
+                .map(|us| rounded(us, 1)),
+            ratio_overhead_to_sqlite_strict: sqlite_strict_overhead_p50_us
+                .map(|us| rounded(overhead_p50_us / us, 3)),
+            concurrent_callers: CONCURRENT_CALLERS,
+            concurrent_calls,
+            concurrent_calls_per_second: rounded(concurrent_per_second, 1),
+            concurrent_call_p50_us: rounded(concurrent_p50_us, 1),
+            concurrent_call_p99_us: rounded(concurrent_p99_us, 1),
+            ledger_only_intents_per_second: rounded(ledger_only, 1),
+            ratio_ledger_only_to_concurrent: if run.concurrent.is_some() {
+                rounded(ratio_ledger_only, 2)
+            } else {
+                0.0
+            },
             targets,
             breakdown: None,
         }
@@ -844,13 +1151,63 @@ impl Report {
                 already_done_met,
             ],
         ];
+        let mut rows = rows.to_vec();
+        if let (Some(baseline_us), Some(ratio)) = (
+            self.sqlite_strict_overhead_call_p50_us,
+            self.ratio_overhead_to_sqlite_strict,
+        ) {
+            rows.push([
+                "overhead p50 over SQLite strict (same run)".to_owned(),
+                format!("{baseline_us:.1} us"),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+            rows.push([
+                "  this ledger / SQLite strict".to_owned(),
+                format!("{ratio:.2}"),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+        }
+        if self.concurrent_calls > 0 {
+            let (ratio_target, ratio_met) = target("ratio_ledger_only_to_concurrent");
+            rows.push(series(
+                &format!("new refund, {} concurrent callers", self.concurrent_callers),
+                self.concurrent_call_p50_us,
+                self.concurrent_call_p99_us,
+            ));
+            rows.push([
+                "  new refunds per second through the gateway".to_owned(),
+                format!("{:.0}", self.concurrent_calls_per_second),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+            rows.push([
+                "  new intents per second, ledger alone".to_owned(),
+                format!("{:.0}", self.ledger_only_intents_per_second),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+            rows.push([
+                "  ledger alone / through the gateway".to_owned(),
+                format!("{:.2}", self.ratio_ledger_only_to_concurrent),
+                String::new(),
+                ratio_target,
+                ratio_met,
+            ]);
+        }
         let mut text = format!(
-            "intentgate bench gateway: the HTTP server with examples/support-agent.yaml, SQLite \
+            "intentgate bench gateway: the HTTP server with examples/support-agent.yaml, {} \
              ledger, durability {}, in {} ({} cores), against the mock provider (no faults, \
              no latency) on loopback\n\
              {} calls of each kind measured after {} warm-up calls, alternating within each \
              pair; every new call returned `done`, every repeat `already_done`, and the \
              provider holds {} refunds: one per intent ({}) and per direct call ({}).\n\n",
+            self.ledger,
             self.durability,
             self.dir,
             self.cores,
@@ -951,26 +1308,41 @@ mod tests {
         assert_eq!(key, intent_key("8812"));
     }
 
+    /// One call of each kind, in milliseconds.
+    fn measured([gateway, direct, already_done, healthz]: [u64; 4]) -> Measured {
+        Measured {
+            gateway_call: milliseconds(&[gateway]),
+            direct_call: milliseconds(&[direct]),
+            already_done: milliseconds(&[already_done]),
+            healthz: milliseconds(&[healthz]),
+        }
+    }
+
+    /// A SQLite run of one call of each kind and no concurrent callers.
+    fn sqlite_run(calls: [u64; 4]) -> StoreRun {
+        StoreRun {
+            ledger: "sqlite",
+            measured: measured(calls),
+            phases: Phases::default(),
+            concurrent: None,
+            intents: 52,
+            direct_calls: 51,
+            provider_refunds: 103,
+        }
+    }
+
     /// A report of one call of each kind, in milliseconds (the fsync too), under `durability`.
     fn report(
         durability: DurabilityArgument,
         [gateway, direct, already_done, healthz, fsync]: [u64; 5],
     ) -> Report {
-        let measured = Measured {
-            gateway_call: milliseconds(&[gateway]),
-            direct_call: milliseconds(&[direct]),
-            already_done: milliseconds(&[already_done]),
-            healthz: milliseconds(&[healthz]),
-        };
+        let run = sqlite_run([gateway, direct, already_done, healthz]);
         Report::new(
             durability,
             Path::new("/bench"),
-            1,
-            &measured,
+            &run,
+            None,
             fsync as f64 * 1_000.0,
-            52,
-            51,
-            103,
         )
     }
 
@@ -1031,5 +1403,61 @@ mod tests {
             table.contains("at most healthz + 50 us = 2050 us") && table.contains("under 1000 us"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn postgresql_is_held_to_sqlite_strict_of_the_same_run() {
+        let mut run = sqlite_run([5, 2, 2, 2]);
+        run.ledger = "postgresql";
+        // Overhead 3 ms against SQLite strict's 2 ms: 1.5 x, met; against 1 ms, missed.
+        let baseline = measured([4, 2, 2, 2]);
+        let report = Report::new(
+            DurabilityArgument::Strict,
+            Path::new("/bench"),
+            &run,
+            Some(&baseline),
+            1_000.0,
+        );
+        assert_eq!(report.ledger, "postgresql");
+        assert_eq!(report.ratio_overhead_to_sqlite_strict, Some(1.5));
+        assert!(met(&report, "overhead_call_p50_us"));
+        assert!(
+            !report
+                .targets
+                .iter()
+                .any(|check| check.field == "overhead_call_p99_us"),
+            "the SQLite p99 targets are not PostgreSQL's"
+        );
+        let baseline = measured([3, 2, 2, 2]);
+        let report = Report::new(
+            DurabilityArgument::Strict,
+            Path::new("/bench"),
+            &run,
+            Some(&baseline),
+            1_000.0,
+        );
+        assert!(!met(&report, "overhead_call_p50_us"));
+        assert!(report.table().contains("at most 1.5 x SQLite strict's"));
+    }
+
+    #[test]
+    fn concurrent_callers_are_held_to_three_times_the_ledger_only_rate() {
+        let mut run = sqlite_run([5, 2, 2, 2]);
+        run.concurrent = Some(Concurrent {
+            calls: 1_000,
+            elapsed: Duration::from_millis(500),
+            latencies: milliseconds(&[10; 1_000]),
+            ledger_only_per_second: 6_000.0,
+        });
+        let relaxed = DurabilityArgument::Relaxed;
+        let report = Report::new(relaxed, Path::new("/bench"), &run, None, 1_000.0);
+        assert_eq!(report.concurrent_calls_per_second, 2_000.0);
+        assert_eq!(report.ratio_ledger_only_to_concurrent, 3.0);
+        assert!(met(&report, "ratio_ledger_only_to_concurrent"));
+        run.concurrent.as_mut().unwrap().ledger_only_per_second = 6_100.0;
+        let report = Report::new(relaxed, Path::new("/bench"), &run, None, 1_000.0);
+        assert!(!met(&report, "ratio_ledger_only_to_concurrent"));
+        let table = report.table();
+        assert!(table.contains("64 concurrent callers"), "{table}");
     }
 }

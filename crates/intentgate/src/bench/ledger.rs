@@ -21,9 +21,9 @@ use intentgate_core::{CallStatus, Effect, IntentStatus, ToolDefinition, Upstream
 use intentgate_gate::{
     CallContext, Gate, GateOptions, LookupOutcome, SystemClock, Upstream, UpstreamCall,
 };
-use intentgate_ledger::{IntentId, Ledger, SqliteLedger, SqliteOptions};
 #[cfg(feature = "postgres")]
-use intentgate_ledger::{PostgresLedger, PostgresOptions};
+use intentgate_ledger::PostgresOptions;
+use intentgate_ledger::{IntentId, Ledger, SqliteLedger, SqliteOptions};
 use serde::Serialize;
 use serde_json::json;
 
@@ -65,9 +65,11 @@ const TOOL_RETRY_BUDGET: u32 = 2;
 /// Every refund is of the same amount; the order ids keep the intents distinct.
 const REFUND_AMOUNT: f64 = 49.0;
 
-/// SPEC target: new side-effecting intents per second at 64 concurrent callers (the SPEC
-/// states it for 2 cores).
-const TARGET_INTENTS_PER_SECOND_64: f64 = 5_000.0;
+/// SPEC target: new side-effecting intents per second at 64 concurrent callers on SQLite
+/// (the SPEC states it for 2 cores).
+const TARGET_INTENTS_PER_SECOND_64_SQLITE: f64 = 15_000.0;
+/// The same on PostgreSQL.
+const TARGET_INTENTS_PER_SECOND_64_POSTGRES: f64 = 3_000.0;
 /// SPEC target under strict durability: p50 latency of a new intent over one fsync.
 const TARGET_RATIO_P50_TO_FSYNC_STRICT: f64 = 1.2;
 /// SPEC target under relaxed durability: p50 latency of a new intent, in microseconds.
@@ -99,33 +101,14 @@ pub async fn run(arguments: LedgerBenchArgs) -> anyhow::Result<()> {
             };
             (Arc::new(SqliteLedger::open(path, options)?), None)
         }
-        #[cfg(feature = "postgres")]
         Some(url) => {
-            ensure!(
-                matches!(
-                    intentgate_ledger::Location::parse(url),
-                    intentgate_ledger::Location::Postgres(_)
-                ),
-                "--ledger takes a PostgreSQL URL (postgres://user@host:port/database); without \
-                 it the benchmark uses a fresh SQLite file in --dir"
-            );
-            let options = PostgresOptions {
-                schema: run_schema(),
-                durability,
-                ..PostgresOptions::default()
-            };
-            let ledger = Arc::new(PostgresLedger::connect(url, options).await?);
+            let ledger = fresh_postgres(url, durability).await?;
             progress(&format!(
                 "using the fresh schema of {} ...",
                 ledger.location()
             ));
             (ledger.clone() as Arc<dyn Ledger>, Some(ledger))
         }
-        #[cfg(not(feature = "postgres"))]
-        Some(_) => anyhow::bail!(
-            "--ledger needs PostgreSQL, which this build of intentgate leaves out: build it \
-             with its default features (or `--features postgres`)"
-        ),
     };
     let ledger_location = match &postgres {
         Some(postgres) => postgres.location(),
@@ -167,17 +150,54 @@ pub async fn run(arguments: LedgerBenchArgs) -> anyhow::Result<()> {
 
 /// In a build without PostgreSQL no run has a schema to drop: the type has no values.
 #[cfg(not(feature = "postgres"))]
-enum PostgresLedger {}
+pub(super) enum PostgresLedger {}
 
 #[cfg(not(feature = "postgres"))]
 impl PostgresLedger {
-    fn location(&self) -> String {
+    pub(super) fn location(&self) -> String {
         match *self {}
     }
 
-    async fn destroy(&self) -> intentgate_ledger::Result<()> {
+    pub(super) async fn destroy(&self) -> intentgate_ledger::Result<()> {
         match *self {}
     }
+}
+
+#[cfg(feature = "postgres")]
+pub(super) use intentgate_ledger::PostgresLedger;
+
+/// A PostgreSQL ledger at `url` in a fresh schema of its own, for one measurement; drop it
+/// with `destroy` afterwards, also when the measurement failed.
+#[cfg(feature = "postgres")]
+pub(super) async fn fresh_postgres(
+    url: &str,
+    durability: intentgate_ledger::Durability,
+) -> anyhow::Result<Arc<PostgresLedger>> {
+    ensure!(
+        matches!(
+            intentgate_ledger::Location::parse(url),
+            intentgate_ledger::Location::Postgres(_)
+        ),
+        "--ledger takes a PostgreSQL URL (postgres://user@host:port/database); without it the \
+         benchmark uses a fresh SQLite file in --dir"
+    );
+    let options = PostgresOptions {
+        schema: run_schema(),
+        durability,
+        ..PostgresOptions::default()
+    };
+    Ok(Arc::new(PostgresLedger::connect(url, options).await?))
+}
+
+#[cfg(not(feature = "postgres"))]
+pub(super) async fn fresh_postgres(
+    _url: &str,
+    _durability: intentgate_ledger::Durability,
+) -> anyhow::Result<Arc<PostgresLedger>> {
+    anyhow::bail!(
+        "--ledger needs PostgreSQL, which this build of intentgate leaves out: build it with \
+         its default features (or `--features postgres`)"
+    )
 }
 
 /// A schema name for one run: unique on one database across runs and concurrent runs.
@@ -246,6 +266,32 @@ async fn measure(
         concurrent_elapsed,
         intents_in_ledger,
     })
+}
+
+/// New intents per second through a gate over `ledger` whose upstream answers at once, made
+/// by [`CONCURRENT_CALLERS`] callers: the ledger-only rate `bench gateway` compares its
+/// callers through the HTTP server with. Checks one upstream request and one `done` answer
+/// per call.
+pub(super) async fn concurrent_rate(ledger: Arc<dyn Ledger>, intents: u32) -> anyhow::Result<f64> {
+    let upstream = Arc::new(InstantUpstream::default());
+    let gate = Arc::new(Gate::new(
+        vec![refund_tool()?],
+        ledger,
+        upstream.clone(),
+        Arc::new(SystemClock),
+        GateOptions::default(),
+    )?);
+    for index in 0..WARM_UP_CALLS {
+        call_refund(&gate, &format!("warm-up-{index}")).await?;
+    }
+    let elapsed = measure_concurrent(&gate, intents).await?;
+    let calls = u64::from(WARM_UP_CALLS + intents);
+    let requests = upstream.requests.load(Ordering::Relaxed);
+    ensure!(
+        requests == calls,
+        "the upstream received {requests} requests for {calls} calls; expected one per call"
+    );
+    Ok(per_second(intents, elapsed))
 }
 
 /// What the 1-caller level measured.
@@ -463,13 +509,18 @@ impl Report {
         let intents_per_second_64 = per_second(intents_64, concurrent_elapsed);
         let ratio_p50_to_fsync = latency_p50_us / fsync_median_us;
 
+        let target_per_second = if ledger == "postgresql" {
+            TARGET_INTENTS_PER_SECOND_64_POSTGRES
+        } else {
+            TARGET_INTENTS_PER_SECOND_64_SQLITE
+        };
         let mut targets = vec![TargetCheck {
             field: "intents_per_second_64",
             target: format!(
-                "at least {} per second (on 2 cores)",
-                grouped_thousands(TARGET_INTENTS_PER_SECOND_64)
+                "at least {} per second on {ledger} (on 2 cores)",
+                grouped_thousands(target_per_second)
             ),
-            met: intents_per_second_64 >= TARGET_INTENTS_PER_SECOND_64,
+            met: intents_per_second_64 >= target_per_second,
         }];
         match durability {
             DurabilityArgument::Strict => targets.push(TargetCheck {

@@ -1,0 +1,154 @@
+//! WAL checkpoints beside the writes instead of inside one of them.
+//!
+//! SQLite's automatic checkpoint runs inside the commit that takes the WAL past 1,000 pages:
+//! the caller of that commit (and every write queued behind it) waits while thousands of
+//! pages are copied into the database file and both files are fsynced. That is the slow tail
+//! of a call. Here the writer connection's WAL hook, which replaces the automatic checkpoint,
+//! only wakes a thread of its own once the WAL holds [`CHECKPOINT_PAGES`]; that thread runs a
+//! `PASSIVE` checkpoint on its own connection, which WAL lets proceed while the writer keeps
+//! appending.
+//!
+//! A checkpoint that runs beside the writes may never catch up with them: SQLite starts the
+//! WAL over only once every frame in it has been copied, so under a steady stream of writes
+//! it could grow without end. When it reaches [`CHECKPOINT_PAGES_INLINE`] the writer
+//! checkpoints itself, once it has answered the batch that took it there, with no write
+//! between: the frames left to copy are the few the thread had not reached, and the next
+//! write starts the WAL over. One batch in thousands waits for that, rather than one in a
+//! hundred for a whole checkpoint.
+
+use std::ffi::c_int;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+
+use rusqlite::Connection;
+use rusqlite::hooks::Wal;
+use rusqlite::wal::CheckpointMode;
+
+use crate::{LedgerError, Result};
+
+/// WAL pages at which the checkpoint thread is woken: SQLite's own automatic threshold.
+pub const CHECKPOINT_PAGES: c_int = 1_000;
+/// WAL pages at which the writer checkpoints itself, the checkpoint thread having fallen
+/// behind (32 MiB of 4 KiB pages).
+pub const CHECKPOINT_PAGES_INLINE: i32 = 8 * CHECKPOINT_PAGES;
+
+/// The checkpoint thread, until [`Checkpointer::stop`].
+pub struct Checkpointer {
+    wake: SyncSender<()>,
+    stopping: Arc<AtomicBool>,
+    /// Checkpoints the thread has run (read by tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    checkpoints: Arc<AtomicU64>,
+    /// Pages in the WAL after the writer's last commit.
+    wal_pages: Arc<AtomicI32>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    /// Opens the checkpoint connection to `path`, starts its thread and sets the WAL hook of
+    /// `writer` that wakes it.
+    pub fn start(path: &Path, writer: &mut Connection) -> Result<Checkpointer> {
+        let connection = super::open_connection(path, false)?;
+        // A checkpoint fsyncs the WAL before it copies and the database file after, whatever
+        // the durability: the file never holds pages the WAL may still lose.
+        connection.pragma_update(None, "synchronous", "NORMAL")?;
+        let (wake, woken) = sync_channel(1);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let checkpoints = Arc::new(AtomicU64::new(0));
+        let wal_pages = Arc::new(AtomicI32::new(0));
+        let (hook_wake, hook_pages) = (wake.clone(), wal_pages.clone());
+        writer.wal_hook(Some(move |_: &mut Wal, pages: c_int| {
+            on_commit(pages, &hook_pages, &hook_wake);
+            // Never an error: the commit has happened, and an error here would report it
+            // as failed.
+            Ok(())
+        }))?;
+        let thread = std::thread::Builder::new()
+            .name("intentgate-ledger-checkpoint".into())
+            .spawn({
+                let (stopping, checkpoints) = (stopping.clone(), checkpoints.clone());
+                move || run(connection, woken, &stopping, &checkpoints)
+            })
+            .map_err(|error| {
+                LedgerError::Storage(format!("can't start the checkpoint thread: {error}"))
+            })?;
+        Ok(Checkpointer {
+            wake,
+            stopping,
+            checkpoints,
+            wal_pages,
+            thread: Some(thread),
+        })
+    }
+
+    /// Checkpoints the thread has run so far.
+    #[cfg(test)]
+    pub fn checkpoints(&self) -> u64 {
+        self.checkpoints.load(Ordering::Relaxed)
+    }
+
+    /// Pages in the WAL after the writer's last commit.
+    #[cfg(test)]
+    pub fn wal_pages(&self) -> i32 {
+        self.wal_pages.load(Ordering::Relaxed)
+    }
+
+    /// Checkpoints on `writer` (the connection whose hook was set) when the WAL has outgrown
+    /// the thread. Call between batches, outside any transaction.
+    pub fn catch_up(&self, writer: &Connection) {
+        if self.wal_pages.load(Ordering::Relaxed) < CHECKPOINT_PAGES_INLINE {
+            return;
+        }
+        match writer.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE) {
+            Ok((pages, copied)) => {
+                tracing::debug!(
+                    pages,
+                    copied,
+                    "the writer checkpointed the WAL the checkpoint thread had not caught up with"
+                );
+                self.wal_pages.store(0, Ordering::Relaxed);
+            }
+            Err(error) => tracing::debug!(%error, "the writer's WAL checkpoint did not run"),
+        }
+    }
+
+    /// Stops the thread (after the checkpoint it may be running) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.stopping.store(true, Ordering::Release);
+            // Blocks at most until the thread takes the wake-up already pending.
+            let _ = self.wake.send(());
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The WAL hook: runs after every commit of the writer, with the pages the WAL now holds.
+fn on_commit(pages: c_int, wal_pages: &AtomicI32, wake: &SyncSender<()>) {
+    wal_pages.store(pages, Ordering::Relaxed);
+    if pages >= CHECKPOINT_PAGES {
+        // Full: a wake-up is already pending, which will see these pages too.
+        let _ = wake.try_send(());
+    }
+}
+
+/// The checkpoint thread's loop: one `PASSIVE` checkpoint per wake-up, until stopped.
+fn run(
+    connection: Connection,
+    woken: Receiver<()>,
+    stopping: &AtomicBool,
+    checkpoints: &AtomicU64,
+) {
+    while woken.recv().is_ok() && !stopping.load(Ordering::Acquire) {
+        let checkpointed = connection.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE);
+        checkpoints.fetch_add(1, Ordering::Relaxed);
+        if let Err(error) = checkpointed {
+            // Busy (an erasure truncating the WAL) or failing: the next wake-up tries again,
+            // and the writer checkpoints itself if the WAL keeps growing.
+            tracing::debug!(%error, "a background WAL checkpoint did not run");
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! The writer's promises, seen from inside: which commits are fsynced, that queued writes
+//! are grouped, that a lone write commits on its caller's thread, and that checkpoints
+//! leave the writer alone.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use intentgate_core::fingerprint;
+use serde_json::json;
+
+use super::*;
+
+const TENANT: &str = "acme";
+const TOOL: &str = "refund_order";
+const OWNER: &str = "test-owner";
+const NOW_MS: i64 = 1_000_000;
+
+fn request(key: &str) -> BeginRequest {
+    let arguments = json!({ "order": key, "amount": "49.00" });
+    BeginRequest {
+        tenant: TENANT.into(),
+        tool: TOOL.into(),
+        key: key.into(),
+        fingerprint: fingerprint(&arguments).as_str().to_owned(),
+        arguments,
+        lease_owner: OWNER.into(),
+        lease_expires_ms: NOW_MS + 60_000,
+        now_ms: NOW_MS,
+        count_call: true,
+        retry_rejected: false,
+        lookup_interval_ms: 1_000,
+        resend_unknown: false,
+    }
+}
+
+fn done(intent: &IntentRecord) -> Finish {
+    Finish {
+        id: intent.id,
+        lease_owner: OWNER.into(),
+        attempt: intent.attempt,
+        now_ms: NOW_MS + 1,
+        status: IntentStatus::Done,
+        result: Some(json!({ "id": "re_1" })),
+        external_id: None,
+        resolved_by: "upstream",
+        looked_up: false,
+        detail: "done".into(),
+        lease_required: false,
+    }
+}
+
+fn open(folder: &tempfile::TempDir, durability: Durability) -> SqliteLedger {
+    let options = SqliteOptions {
+        durability,
+        inline: false,
+    };
+    SqliteLedger::open(folder.path().join("ledger.sqlite3"), options).expect("open")
+}
+
+/// (commits, durable commits, writes) so far.
+fn counted(ledger: &SqliteLedger) -> (u64, u64, u64) {
+    let counts = ledger.commit_counts();
+    (
+        counts.commits.load(Ordering::Relaxed),
+        counts.durable_commits.load(Ordering::Relaxed),
+        counts.writes.load(Ordering::Relaxed),
+    )
+}
+
+async fn execute(ledger: &SqliteLedger, key: &str) -> IntentRecord {
+    match ledger.begin(request(key)).await.expect("begin") {
+        Begin::Execute(intent) => intent,
+        other => panic!("expected to execute, got {other:?}"),
+    }
+}
+
+/// Strict durability: `begin` (the `in_flight` write) is answered only after a commit made
+/// with `synchronous = FULL`, which fsyncs the WAL; `finish` commits without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_strict_durability_begin_is_fsynced_before_it_answers_and_finish_is_not() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Strict);
+    let before = counted(&ledger);
+    let intent = execute(&ledger, "order-1").await;
+    let begun = counted(&ledger);
+    assert_eq!(begun.0 - before.0, 1, "one commit for begin");
+    assert_eq!(begun.1 - before.1, 1, "and it was durable");
+    ledger.finish(done(&intent)).await.expect("finish");
+    let finished = counted(&ledger);
+    assert_eq!(finished.0 - begun.0, 1, "one commit for finish");
+    assert_eq!(finished.1, begun.1, "finish is not fsynced on its own");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_relaxed_durability_no_commit_is_fsynced() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Relaxed);
+    let intent = execute(&ledger, "order-1").await;
+    ledger.finish(done(&intent)).await.expect("finish");
+    let (commits, durable, _) = counted(&ledger);
+    assert!(commits >= 2);
+    assert_eq!(durable, 0);
+}
+
+/// Writes queued while the connection is busy are committed together, in one transaction:
+/// one fsync covers them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_queued_while_the_writer_is_busy_share_one_commit() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(open(&folder, Durability::Strict));
+    let Engine::Grouped { writer, .. } = &ledger.engine else {
+        panic!("a served ledger groups its writes");
+    };
+    let before = counted(&ledger);
+    // Hold the connection as a commit in progress would, while 32 callers write.
+    let busy = writer.lock().unwrap();
+    let callers: Vec<_> = (0..32)
+        .map(|index| {
+            let ledger = ledger.clone();
+            tokio::spawn(async move { execute(&ledger, &format!("order-{index}")).await })
+        })
+        .collect();
+    // Every one of them is queued (none can commit on its own thread while the connection
+    // is held); the writer thread has taken at most the first.
+    let Engine::Grouped { queue, .. } = &ledger.engine else {
+        unreachable!()
+    };
+    let queue = queue.as_ref().unwrap();
+    for _ in 0..2_000 {
+        if queue.max_capacity() - queue.capacity() >= 31 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        queue.max_capacity() - queue.capacity() >= 31,
+        "the callers queued"
+    );
+    drop(busy);
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    let after = counted(&ledger);
+    assert_eq!(after.2 - before.2, 32, "32 writes answered");
+    assert!(
+        after.0 - before.0 <= 2,
+        "32 queued writes took {} commits; they should share one (two if the writer thread \
+         had taken the first before the connection was held)",
+        after.0 - before.0
+    );
+    assert_eq!(
+        after.1 - before.1,
+        after.0 - before.0,
+        "each of them durable"
+    );
+}
+
+/// The thread of each commit, in order, as the commit hook sees it.
+fn commit_threads(ledger: &SqliteLedger) -> Arc<Mutex<Vec<Option<String>>>> {
+    let Engine::Grouped { writer, .. } = &ledger.engine else {
+        panic!("a served ledger groups its writes");
+    };
+    let committed_on = Arc::new(Mutex::new(Vec::new()));
+    let hook = committed_on.clone();
+    writer
+        .lock()
+        .unwrap()
+        .connection
+        .commit_hook(Some(move || {
+            let name = std::thread::current().name().map(str::to_owned);
+            hook.lock().unwrap().push(name);
+            false
+        }))
+        .unwrap();
+    committed_on
+}
+
+const WRITER_THREAD: &str = "intentgate-ledger-writer";
+
+/// A write a call waits for, finding the writer idle, commits on its caller's thread; a
+/// bookkeeping write (a repeat counted) goes to the writer thread, never holding up the
+/// runtime thread that made it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_lone_call_write_commits_on_its_callers_thread_and_bookkeeping_on_the_writers() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Relaxed);
+    let threads = commit_threads(&ledger);
+    let intent = execute(&ledger, "order-1").await;
+    ledger.record_call(intent.id, NOW_MS + 2).await.unwrap();
+    let threads = threads.lock().unwrap().clone();
+    assert_eq!(threads.len(), 2);
+    assert_ne!(
+        threads[0].as_deref(),
+        Some(WRITER_THREAD),
+        "the lone begin went through the writer thread"
+    );
+    assert_eq!(threads[1].as_deref(), Some(WRITER_THREAD));
+}
+
+/// The WAL hook hands checkpoints to their own thread: once the WAL passes the threshold,
+/// it is checkpointed (and, with nobody reading, started over) without a write waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_wal_is_checkpointed_by_the_checkpoint_thread() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Relaxed);
+    let Engine::Grouped { writer, .. } = &ledger.engine else {
+        panic!("a served ledger groups its writes");
+    };
+    let checkpoints = || {
+        let writer = writer.lock().unwrap();
+        writer.checkpointer.as_ref().unwrap().checkpoints()
+    };
+    let mut index = 0;
+    while checkpoints() == 0 {
+        // A new intent writes about ten pages: a few hundred pass the threshold.
+        for _ in 0..50 {
+            let intent = execute(&ledger, &format!("order-{index}")).await;
+            ledger.finish(done(&intent)).await.expect("finish");
+            index += 1;
+        }
+        assert!(
+            index < 20_000,
+            "no checkpoint after {index} intents: the checkpoint thread never ran"
+        );
+    }
+}
+
+/// With the checkpoint thread gone, the writer checkpoints itself once the WAL passes
+/// `CHECKPOINT_PAGES_INLINE`, between batches: every write still succeeds, and the WAL
+/// starts over instead of growing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wal_the_thread_did_not_checkpoint_is_checkpointed_by_the_writer() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Relaxed);
+    let Engine::Grouped { writer, .. } = &ledger.engine else {
+        panic!("a served ledger groups its writes");
+    };
+    writer.lock().unwrap().checkpointer.as_mut().unwrap().stop();
+    let wal_pages = || {
+        let writer = writer.lock().unwrap();
+        writer.checkpointer.as_ref().unwrap().wal_pages()
+    };
+    let mut most = 0;
+    for index in 0..3_000 {
+        let intent = execute(&ledger, &format!("order-{index}")).await;
+        ledger.finish(done(&intent)).await.expect("finish");
+        let pages = wal_pages();
+        if pages < most {
+            // Started over after the writer's checkpoint, which the thread's threshold did
+            // not bring about (last seen after a `finish`, a `begin` or so before it).
+            assert!(
+                most > checkpoint::CHECKPOINT_PAGES_INLINE - 100,
+                "{most} pages"
+            );
+            return;
+        }
+        most = pages;
+    }
+    panic!("the WAL grew to {most} pages and was never started over");
+}
