@@ -225,18 +225,7 @@ async fn measure(
     ledger: Arc<dyn Ledger>,
     progress: &dyn Fn(&str),
 ) -> anyhow::Result<Measured> {
-    let upstream = Arc::new(InstantUpstream::default());
-    let gate = Arc::new(Gate::new(
-        vec![refund_tool()?],
-        ledger.clone(),
-        upstream.clone(),
-        Arc::new(SystemClock),
-        GateOptions::default(),
-    )?);
-
-    for index in 0..WARM_UP_CALLS {
-        call_refund(&gate, &format!("warm-up-{index}")).await?;
-    }
+    let (gate, upstream) = warmed_up_gate(ledger.clone()).await?;
     let intents_1 = arguments.intents.min(SEQUENTIAL_INTENTS_MAX);
     progress(&format!(
         "measuring {intents_1} new intents with 1 caller ..."
@@ -273,6 +262,22 @@ async fn measure(
 /// callers through the HTTP server with. Checks one upstream request and one `done` answer
 /// per call.
 pub(super) async fn concurrent_rate(ledger: Arc<dyn Ledger>, intents: u32) -> anyhow::Result<f64> {
+    let (gate, upstream) = warmed_up_gate(ledger).await?;
+    let elapsed = measure_concurrent(&gate, intents).await?;
+    let calls = u64::from(WARM_UP_CALLS + intents);
+    let requests = upstream.requests.load(Ordering::Relaxed);
+    ensure!(
+        requests == calls,
+        "the upstream received {requests} requests for {calls} calls; expected one per call"
+    );
+    Ok(per_second(intents, elapsed))
+}
+
+/// The benchmark's gate over `ledger`, with its upstream that answers at once, after
+/// [`WARM_UP_CALLS`] unmeasured calls.
+async fn warmed_up_gate(
+    ledger: Arc<dyn Ledger>,
+) -> anyhow::Result<(Arc<Gate>, Arc<InstantUpstream>)> {
     let upstream = Arc::new(InstantUpstream::default());
     let gate = Arc::new(Gate::new(
         vec![refund_tool()?],
@@ -284,14 +289,7 @@ pub(super) async fn concurrent_rate(ledger: Arc<dyn Ledger>, intents: u32) -> an
     for index in 0..WARM_UP_CALLS {
         call_refund(&gate, &format!("warm-up-{index}")).await?;
     }
-    let elapsed = measure_concurrent(&gate, intents).await?;
-    let calls = u64::from(WARM_UP_CALLS + intents);
-    let requests = upstream.requests.load(Ordering::Relaxed);
-    ensure!(
-        requests == calls,
-        "the upstream received {requests} requests for {calls} calls; expected one per call"
-    );
-    Ok(per_second(intents, elapsed))
+    Ok((gate, upstream))
 }
 
 /// What the 1-caller level measured.
