@@ -202,10 +202,11 @@ impl Store {
                 })
             }
             Store::Postgres(url) => {
-                let ledger = super::ledger::fresh_postgres(url, durability.into()).await?;
+                let (ledger, postgres) =
+                    super::ledger::fresh_postgres(url, durability.into()).await?;
                 Ok(OpenLedger {
-                    ledger: ledger.clone(),
-                    postgres: Some(ledger),
+                    ledger,
+                    postgres: Some(postgres),
                 })
             }
         }

@@ -102,12 +102,12 @@ pub async fn run(arguments: LedgerBenchArgs) -> anyhow::Result<()> {
             (Arc::new(SqliteLedger::open(path, options)?), None)
         }
         Some(url) => {
-            let ledger = fresh_postgres(url, durability).await?;
+            let (ledger, postgres) = fresh_postgres(url, durability).await?;
             progress(&format!(
                 "using the fresh schema of {} ...",
-                ledger.location()
+                postgres.location()
             ));
-            (ledger.clone() as Arc<dyn Ledger>, Some(ledger))
+            (ledger, Some(postgres))
         }
     };
     let ledger_location = match &postgres {
@@ -166,13 +166,14 @@ impl PostgresLedger {
 #[cfg(feature = "postgres")]
 pub(super) use intentgate_ledger::PostgresLedger;
 
-/// A PostgreSQL ledger at `url` in a fresh schema of its own, for one measurement; drop it
-/// with `destroy` afterwards, also when the measurement failed.
+/// A PostgreSQL ledger at `url` in a fresh schema of its own, for one measurement, as the
+/// gate's ledger and as itself: drop it with `destroy` afterwards, also when the measurement
+/// failed.
 #[cfg(feature = "postgres")]
 pub(super) async fn fresh_postgres(
     url: &str,
     durability: intentgate_ledger::Durability,
-) -> anyhow::Result<Arc<PostgresLedger>> {
+) -> anyhow::Result<(Arc<dyn Ledger>, Arc<PostgresLedger>)> {
     ensure!(
         matches!(
             intentgate_ledger::Location::parse(url),
@@ -186,14 +187,15 @@ pub(super) async fn fresh_postgres(
         durability,
         ..PostgresOptions::default()
     };
-    Ok(Arc::new(PostgresLedger::connect(url, options).await?))
+    let postgres = Arc::new(PostgresLedger::connect(url, options).await?);
+    Ok((postgres.clone(), postgres))
 }
 
 #[cfg(not(feature = "postgres"))]
 pub(super) async fn fresh_postgres(
     _url: &str,
     _durability: intentgate_ledger::Durability,
-) -> anyhow::Result<Arc<PostgresLedger>> {
+) -> anyhow::Result<(Arc<dyn Ledger>, Arc<PostgresLedger>)> {
     anyhow::bail!(
         "--ledger needs PostgreSQL, which this build of intentgate leaves out: build it with \
          its default features (or `--features postgres`)"
