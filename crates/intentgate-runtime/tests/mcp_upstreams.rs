@@ -286,17 +286,20 @@ async fn reconciliation_pages_through_the_mcp_servers_records_and_finds_what_wen
         intent_key.is_string(),
         "the call sends its intent key: {effects}"
     );
-    let now_ms = std::time::SystemTime::now()
+    // A second ago: the run's window ends (exclusive) where it starts, which on a fast machine
+    // can be the very millisecond these records are written in.
+    let created_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_millis() as i64;
+        .as_millis() as i64
+        - 1_000;
     for (key, order, intent) in [
         ("around-1", "ord_2", intent_key),
         ("around-2", "ord_9", Value::Null),
     ] {
         effects[key] = json!({
             "id": format!("re_{key}"), "order_id": order, "amount": "49.50",
-            "idempotency_key": key, "intent_key": intent, "created_ms": now_ms, "effects": 1,
+            "idempotency_key": key, "intent_key": intent, "created_ms": created_ms, "effects": 1,
         });
     }
     std::fs::write(&state, effects.to_string()).unwrap();

@@ -14,14 +14,13 @@ mod support;
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Running, Schema, connect, database_url, example_config, get_json, mock_provider,
-    serve_with_stderr, set_faults, with_setting,
+    Running, Schema, connect, database_url, example_config, get_json, mock_provider, set_faults,
+    try_serve_with_stderr, with_setting,
 };
 
 /// Tool timeouts in the test config: short, so ambiguous outcomes take a second, not ten.
@@ -64,30 +63,54 @@ struct GatewaySpec {
     ledger: String,
     mock_url: String,
     schema: Option<String>,
-    /// Where the replicas' logs go: `$CHAOS_LOGS/NAME.log` when CHAOS_LOGS is set.
-    log: Option<PathBuf>,
+    /// Where the replicas' stderr goes (at level info): `$CHAOS_LOGS/NAME.log` when CHAOS_LOGS
+    /// is set, else a file in the test's folder, quoted when a replica fails to start.
+    log: PathBuf,
 }
 
+/// How many times a killed replica is started again before the test gives up on it.
+const RESTART_TRIES: usize = 3;
+
 impl GatewaySpec {
-    /// The replica, with its stderr (at level info) appended to its log when there is one.
-    fn start(&self) -> Running {
-        let mut env = vec![("INTENTGATE_MOCK_URL", self.mock_url.as_str())];
+    /// The replica, or why it did not start, with the end of the replicas' log.
+    fn try_start(&self) -> Result<Running, String> {
+        let mut env = vec![
+            ("INTENTGATE_MOCK_URL", self.mock_url.as_str()),
+            ("RUST_LOG", "info"),
+        ];
         if let Some(schema) = &self.schema {
             env.push(("INTENTGATE_LEDGER_SCHEMA", schema.as_str()));
         }
-        let stderr = match &self.log {
-            Some(log) => {
-                env.push(("RUST_LOG", "info"));
-                let file = OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(log)
-                    .unwrap();
-                Stdio::from(file)
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        try_serve_with_stderr(self.config.to_str().unwrap(), &self.ledger, &env, file).map_err(
+            |problem| {
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+                format!("{problem}; the replicas' log ends with:\n{tail}")
+            },
+        )
+    }
+
+    fn start(&self) -> Running {
+        self.try_start()
+            .unwrap_or_else(|problem| panic!("{problem}"))
+    }
+
+    /// A replica started again after a kill. A start that fails (a loaded machine can make
+    /// one miss a connect timeout) is printed and tried again, up to `RESTART_TRIES` times.
+    fn restart(&self) -> Running {
+        for _ in 1..RESTART_TRIES {
+            match self.try_start() {
+                Ok(running) => return running,
+                Err(problem) => eprintln!("a replica failed to start again: {problem}"),
             }
-            None => Stdio::null(),
-        };
-        serve_with_stderr(self.config.to_str().unwrap(), &self.ledger, &env, stderr)
+        }
+        self.start()
     }
 }
 
@@ -133,8 +156,10 @@ impl Cluster {
             ledger,
             mock_url: mock.url.clone(),
             schema: schema.map(str::to_owned),
-            log: std::env::var_os("CHAOS_LOGS")
-                .map(|folder| PathBuf::from(folder).join(format!("{log_name}.log"))),
+            log: std::env::var_os("CHAOS_LOGS").map_or_else(
+                || folder.path().join("replicas.log"),
+                |logs| PathBuf::from(logs).join(format!("{log_name}.log")),
+            ),
         };
         // The first one sets the schema up; the others find it.
         let replicas: Vec<Running> = (0..count).map(|_| spec.start()).collect();
@@ -301,7 +326,7 @@ impl Cluster {
             let cluster = self.clone();
             restarts[slot] = Some(tokio::spawn(async move {
                 let spec = cluster.spec.clone();
-                let fresh = tokio::task::spawn_blocking(move || spec.start())
+                let fresh = tokio::task::spawn_blocking(move || spec.restart())
                     .await
                     .unwrap();
                 cluster.urls.write().unwrap()[slot] = fresh.url.clone();

@@ -100,6 +100,16 @@ pub fn start(args: &[&str], env: &[(&str, &str)]) -> Running {
 /// [`start`], with the process's stderr going to `stderr` (a file, or piped for the test to
 /// read).
 pub fn start_with_stderr(args: &[&str], env: &[(&str, &str)], stderr: impl Into<Stdio>) -> Running {
+    try_start_with_stderr(args, env, stderr).unwrap_or_else(|problem| panic!("{problem}"))
+}
+
+/// [`start_with_stderr`], answering what went wrong (how the process ended, or what it
+/// printed instead of its address) rather than panicking.
+pub fn try_start_with_stderr(
+    args: &[&str],
+    env: &[(&str, &str)],
+    stderr: impl Into<Stdio>,
+) -> Result<Running, String> {
     let mut command = intentgate();
     command.args(args).stdout(Stdio::piped()).stderr(stderr);
     for (name, value) in env {
@@ -111,12 +121,23 @@ pub fn start_with_stderr(args: &[&str], env: &[(&str, &str)], stderr: impl Into<
     BufReader::new(stdout)
         .read_line(&mut line)
         .expect("it prints where it listens");
-    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(
-        url.starts_with("http://127.0.0.1:"),
-        "unexpected first line: {line:?}"
-    );
-    Running { child, url }
+    let url = line
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    if url.starts_with("http://127.0.0.1:") {
+        return Ok(Running { child, url });
+    }
+    let _ = child.kill();
+    let ended = child
+        .wait()
+        .map_or_else(|error| error.to_string(), |status| status.to_string());
+    Err(format!(
+        "intentgate {} printed {line:?} instead of its address ({ended})",
+        args.first().unwrap_or(&"")
+    ))
 }
 
 /// The quiet mock provider on a free port.
@@ -147,7 +168,17 @@ pub fn serve_with_stderr(
     env: &[(&str, &str)],
     stderr: impl Into<Stdio>,
 ) -> Running {
-    start_with_stderr(
+    try_serve_with_stderr(config, ledger, env, stderr).unwrap_or_else(|problem| panic!("{problem}"))
+}
+
+/// [`serve_with_stderr`], answering what went wrong rather than panicking.
+pub fn try_serve_with_stderr(
+    config: &str,
+    ledger: &str,
+    env: &[(&str, &str)],
+    stderr: impl Into<Stdio>,
+) -> Result<Running, String> {
+    try_start_with_stderr(
         &[
             "serve",
             "--config",
