@@ -6,7 +6,14 @@
 //! of a call. Here the writer connection's WAL hook, which replaces the automatic checkpoint,
 //! only wakes a thread of its own once the WAL holds [`CHECKPOINT_PAGES`]; that thread runs a
 //! `PASSIVE` checkpoint on its own connection, which WAL lets proceed while the writer keeps
-//! appending.
+//! appending. It is woken again only once the WAL has grown by another [`CHECKPOINT_PAGES`]:
+//! a checkpoint leaves the WAL as long as it was (SQLite starts it over at the next write
+//! after a checkpoint that copied every frame), so waking on its length alone would run a
+//! checkpoint, with its two fsyncs, after nearly every commit.
+//!
+//! The thread then checkpoints again while each pass leaves fewer frames behind than the
+//! one before (the writes made during the pass), so that it usually copies the last frame
+//! and the WAL starts over without the writer's help.
 //!
 //! A checkpoint that runs beside the writes may never catch up with them: SQLite starts the
 //! WAL over only once every frame in it has been copied, so under a steady stream of writes
@@ -34,6 +41,8 @@ pub const CHECKPOINT_PAGES: c_int = 1_000;
 /// WAL pages at which the writer checkpoints itself, the checkpoint thread having fallen
 /// behind (32 MiB of 4 KiB pages).
 pub const CHECKPOINT_PAGES_INLINE: i32 = 8 * CHECKPOINT_PAGES;
+/// Most checkpoints the thread runs per wake-up while each leaves fewer frames behind.
+pub const CHECKPOINT_PASSES_MAX: u32 = 4;
 
 /// The checkpoint thread, until [`Checkpointer::stop`].
 pub struct Checkpointer {
@@ -47,6 +56,15 @@ pub struct Checkpointer {
     thread: Option<JoinHandle<()>>,
 }
 
+/// What the WAL hook keeps between commits.
+#[derive(Default)]
+struct WalGrowth {
+    /// Pages in the WAL after the writer's last commit.
+    pages: Arc<AtomicI32>,
+    /// Pages in the WAL when the thread was last woken; 0 once the WAL has started over.
+    woken_at: AtomicI32,
+}
+
 impl Checkpointer {
     /// Opens the checkpoint connection to `path`, starts its thread and sets the WAL hook of
     /// `writer` that wakes it.
@@ -58,10 +76,11 @@ impl Checkpointer {
         let (wake, woken) = sync_channel(1);
         let stopping = Arc::new(AtomicBool::new(false));
         let checkpoints = Arc::new(AtomicU64::new(0));
-        let wal_pages = Arc::new(AtomicI32::new(0));
-        let (hook_wake, hook_pages) = (wake.clone(), wal_pages.clone());
+        let growth = WalGrowth::default();
+        let wal_pages = growth.pages.clone();
+        let hook_wake = wake.clone();
         writer.wal_hook(Some(move |_: &mut Wal, pages: c_int| {
-            on_commit(pages, &hook_pages, &hook_wake);
+            on_commit(pages, &growth, &hook_wake);
             // Never an error: the commit has happened, and an error here would report it
             // as failed.
             Ok(())
@@ -127,9 +146,17 @@ impl Checkpointer {
 }
 
 /// The WAL hook: runs after every commit of the writer, with the pages the WAL now holds.
-fn on_commit(pages: c_int, wal_pages: &AtomicI32, wake: &SyncSender<()>) {
-    wal_pages.store(pages, Ordering::Relaxed);
-    if pages >= CHECKPOINT_PAGES {
+/// Wakes the thread each time the WAL has grown by [`CHECKPOINT_PAGES`].
+fn on_commit(pages: c_int, growth: &WalGrowth, wake: &SyncSender<()>) {
+    growth.pages.store(pages, Ordering::Relaxed);
+    let mut woken_at = growth.woken_at.load(Ordering::Relaxed);
+    if pages < woken_at {
+        // Started over since.
+        woken_at = 0;
+        growth.woken_at.store(0, Ordering::Relaxed);
+    }
+    if pages - woken_at >= CHECKPOINT_PAGES {
+        growth.woken_at.store(pages, Ordering::Relaxed);
         // Full: a wake-up is already pending, which will see these pages too.
         let _ = wake.try_send(());
     }
@@ -143,12 +170,28 @@ fn run(
     checkpoints: &AtomicU64,
 ) {
     while woken.recv().is_ok() && !stopping.load(Ordering::Acquire) {
-        let checkpointed = connection.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE);
-        checkpoints.fetch_add(1, Ordering::Relaxed);
-        if let Err(error) = checkpointed {
-            // Busy (an erasure truncating the WAL) or failing: the next wake-up tries again,
-            // and the writer checkpoints itself if the WAL keeps growing.
-            tracing::debug!(%error, "a background WAL checkpoint did not run");
+        let mut left_before = c_int::MAX;
+        for _ in 0..CHECKPOINT_PASSES_MAX {
+            let checkpointed = connection.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE);
+            checkpoints.fetch_add(1, Ordering::Relaxed);
+            match checkpointed {
+                // Every frame copied: the next write starts the WAL over.
+                Ok((pages, copied)) if copied >= pages => break,
+                // Frames written during the pass are left: copy them while they shrink.
+                Ok((pages, copied)) if pages - copied < left_before => {
+                    left_before = pages - copied;
+                }
+                Ok(_) => break,
+                Err(error) => {
+                    // Busy (an erasure truncating the WAL) or failing: the next wake-up tries
+                    // again, and the writer checkpoints itself if the WAL keeps growing.
+                    tracing::debug!(%error, "a background WAL checkpoint did not run");
+                    break;
+                }
+            }
+            if stopping.load(Ordering::Acquire) {
+                return;
+            }
         }
     }
 }

@@ -225,6 +225,37 @@ async fn a_full_wal_is_checkpointed_by_the_checkpoint_thread() {
     }
 }
 
+/// A checkpoint leaves the WAL as long as it was, so a thread woken whenever the WAL is past
+/// the threshold would checkpoint (two fsyncs) after nearly every commit of a steady stream:
+/// it is woken once per `CHECKPOINT_PAGES` of growth instead, for a few passes at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_stream_of_writes_is_checkpointed_per_thousand_pages_not_per_commit() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Relaxed);
+    let Engine::Grouped { writer, .. } = &ledger.engine else {
+        panic!("a served ledger groups its writes");
+    };
+    // About ten pages a new intent and a few its finish: some 15,000 pages in all.
+    for index in 0..1_000 {
+        let intent = execute(&ledger, &format!("order-{index}")).await;
+        ledger.finish(done(&intent)).await.expect("finish");
+    }
+    let commits = ledger.commit_counts().commits.load(Ordering::Relaxed);
+    let checkpoints = writer
+        .lock()
+        .unwrap()
+        .checkpointer
+        .as_ref()
+        .unwrap()
+        .checkpoints();
+    assert!(checkpoints > 0, "the checkpoint thread never ran");
+    let bound = 30 * checkpoint::CHECKPOINT_PASSES_MAX as u64;
+    assert!(
+        checkpoints <= bound,
+        "{checkpoints} checkpoints for {commits} commits: more than {bound}"
+    );
+}
+
 /// With the checkpoint thread gone, the writer checkpoints itself once the WAL passes
 /// `CHECKPOINT_PAGES_INLINE`, between batches: every write still succeeds, and the WAL
 /// starts over instead of growing.
