@@ -39,7 +39,7 @@ use crate::{LedgerError, Result};
 /// WAL pages at which the checkpoint thread is woken: SQLite's own automatic threshold.
 pub const CHECKPOINT_PAGES: c_int = 1_000;
 /// WAL pages at which the writer checkpoints itself, the checkpoint thread having fallen
-/// behind (32 MiB of 4 KiB pages).
+/// behind (16 MiB of 2 KiB pages).
 pub const CHECKPOINT_PAGES_INLINE: i32 = 8 * CHECKPOINT_PAGES;
 /// Most checkpoints the thread runs per wake-up while each leaves fewer frames behind.
 pub const CHECKPOINT_PASSES_MAX: u32 = 4;

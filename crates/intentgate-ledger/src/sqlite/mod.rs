@@ -48,6 +48,14 @@ use crate::{
 };
 use checkpoint::Checkpointer;
 
+/// The page size of a new ledger file, in bytes. A new intent's commit writes one page of
+/// each b-tree it touches (the row, its indexes, its event: about ten), so smaller pages
+/// make each commit's WAL frames fewer bytes to write and, under strict durability, to
+/// fsync: 2 KiB pages made a new intent about 10% faster and 64 callers about a quarter
+/// faster than SQLite's default 4 KiB (`bench ledger`, strict). Not smaller: an index entry
+/// longer than about a quarter of a page (a long key in seven indexes) spills into overflow
+/// pages, and a 2 KiB page keeps keys of up to about 480 bytes in place.
+pub const PAGE_SIZE: u32 = 2048;
 /// Most writes committed together. Bounds one transaction's size and the time the first
 /// caller of a batch waits for the last.
 pub const BATCH_MAX: usize = 256;
@@ -191,6 +199,10 @@ impl SqliteLedger {
         }
         let mut connection =
             open_connection(&path, false).map_err(|error| open_error(error.to_string()))?;
+        // Takes effect only in a new, empty file: an existing ledger keeps its page size.
+        connection
+            .pragma_update(None, "page_size", PAGE_SIZE)
+            .map_err(|error| open_error(format!("{error} (is this an SQLite file?)")))?;
         let mode: String = connection
             .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
             .map_err(|error| open_error(format!("{error} (is this an SQLite file?)")))?;

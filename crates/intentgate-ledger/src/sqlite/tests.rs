@@ -289,3 +289,33 @@ async fn a_wal_the_thread_did_not_checkpoint_is_checkpointed_by_the_writer() {
     }
     panic!("the WAL grew to {most} pages and was never started over");
 }
+
+fn page_size(path: &std::path::Path) -> u32 {
+    let connection = Connection::open(path).unwrap();
+    connection
+        .query_row("PRAGMA page_size", [], |row| row.get(0))
+        .unwrap()
+}
+
+/// A new ledger file gets the smaller pages its commits are measured with; a file made
+/// before, with SQLite's default, keeps its pages and serves as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_ledger_has_small_pages_and_an_existing_file_keeps_its_own() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Strict);
+    execute(&ledger, "order-1").await;
+    drop(ledger);
+    assert_eq!(page_size(&folder.path().join("ledger.sqlite3")), PAGE_SIZE);
+
+    let older = tempfile::tempdir().unwrap();
+    let path = older.path().join("ledger.sqlite3");
+    let connection = Connection::open(&path).unwrap();
+    connection
+        .execute_batch("PRAGMA page_size = 4096; CREATE TABLE made_before (x INTEGER);")
+        .unwrap();
+    drop(connection);
+    let ledger = open(&older, Durability::Strict);
+    execute(&ledger, "order-1").await;
+    drop(ledger);
+    assert_eq!(page_size(&path), 4096);
+}
