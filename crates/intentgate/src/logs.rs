@@ -42,6 +42,7 @@ use tracing_core::metadata::Kind;
 use tracing_core::subscriber::Interest;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::filter::FilterExt;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FormatFields, MakeWriter};
@@ -144,21 +145,29 @@ fn names_rmcp(directives: &str) -> bool {
 
 /// Installs the process's logger: stderr, filtered by [`log_filter`], in [`log_format`].
 /// Either variable set to what it can't be is an error that says so; nothing is installed.
-pub fn init() -> Result<(), String> {
+///
+/// With a `tracer` (traces are on, `telemetry.rs`), spans of intentgate's crates are also
+/// exported through it; log lines are then filtered on their own, and leave out the phase
+/// spans (`intentgate_gate::trace::PHASE_TARGET`), so they read as they do without traces.
+pub fn init(tracer: Option<opentelemetry_sdk::trace::Tracer>) -> Result<(), String> {
     let format = log_format()?;
     let filter = log_filter()?;
     // Logs go to stderr so that stdout stays the command's output (a table or JSON).
-    subscriber(format, filter, io::stderr).init();
+    match tracer {
+        None => subscriber(format, filter, io::stderr).init(),
+        Some(tracer) => traced_subscriber(format, filter, io::stderr, tracer).init(),
+    }
     Ok(())
 }
 
-/// The logger [`init`] installs, writing to `writer`.
-fn subscriber<W>(format: LogFormat, filter: EnvFilter, writer: W) -> impl Subscriber + Send + Sync
+/// The log lines' layer, writing to `writer` in `format`.
+fn lines<S, W>(format: LogFormat, writer: W) -> Box<dyn Layer<S> + Send + Sync>
 where
+    S: Subscriber + for<'span> LookupSpan<'span>,
     W: for<'writer> MakeWriter<'writer> + Send + Sync + 'static,
 {
     let lines = tracing_subscriber::fmt::layer().with_writer(writer);
-    let lines = match format {
+    match format {
         LogFormat::Text => lines.fmt_fields(QuotedFields).boxed(),
         LogFormat::Json => lines
             .json()
@@ -167,11 +176,51 @@ where
             .with_span_list(false)
             .with_ansi(false)
             .boxed(),
-    };
+    }
+}
+
+/// [`subscriber`] that also exports intentgate's spans through `tracer`: every span of
+/// intentgate's crates at `info` or finer, whatever `RUST_LOG` says (it filters log lines),
+/// and their `warn` and `error` events.
+fn traced_subscriber<W>(
+    format: LogFormat,
+    filter: EnvFilter,
+    writer: W,
+    tracer: opentelemetry_sdk::trace::Tracer,
+) -> impl Subscriber + Send + Sync
+where
+    W: for<'writer> MakeWriter<'writer> + Send + Sync + 'static,
+{
+    let not_a_phase = tracing_subscriber::filter::filter_fn(|metadata| {
+        metadata.target() != intentgate_gate::trace::PHASE_TARGET
+    });
+    let exported = tracing_subscriber::filter::filter_fn(|metadata| {
+        let ours = metadata.target().starts_with("intentgate");
+        let level = *metadata.level();
+        ours && ((metadata.is_span() && level <= Level::INFO) || level <= Level::WARN)
+    });
+    let traces = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_error_records_to_exceptions(false)
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_filter(exported);
+    tracing_subscriber::registry()
+        .with(AbandonedCalls::default())
+        .with(lines(format, writer).with_filter(filter.and(not_a_phase)))
+        .with(traces)
+}
+
+/// The logger [`init`] installs, writing to `writer`.
+fn subscriber<W>(format: LogFormat, filter: EnvFilter, writer: W) -> impl Subscriber + Send + Sync
+where
+    W: for<'writer> MakeWriter<'writer> + Send + Sync + 'static,
+{
     tracing_subscriber::registry()
         .with(filter)
         .with(AbandonedCalls::default())
-        .with(lines)
+        .with(lines(format, writer))
 }
 
 /// The target of the `debug` line that stands for rmcp's error about an abandoned call:

@@ -1,0 +1,354 @@
+//! Traces through the real binary, exported to a loopback OTLP/HTTP receiver that decodes
+//! the protobuf: a call under a caller's `traceparent` is one trace, from the HTTP server
+//! span through each phase to the upstream request, whose `traceparent` carries the same
+//! trace on to the provider; and a slow or dead collector neither slows nor fails a call.
+
+mod support;
+
+use std::collections::HashSet;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::otlp::{Receiver, Recorder, Span};
+use support::{EXAMPLE_CONFIG, mock_provider, serve_with_stderr};
+
+/// How long the test waits for spans: the exporter sends a batch at least every second.
+const SPANS_WAIT: Duration = Duration::from_secs(20);
+/// The caller's trace and span, as an agent framework that traces would send them.
+const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+fn refund() -> Value {
+    json!({"order_id": "8812", "amount": 49.0, "reason": "requested_by_customer"})
+}
+
+/// Calls refund_order with `traceparent`, when given; the outcome.
+async fn call(client: &reqwest::Client, gateway: &str, traceparent: Option<&str>) -> Value {
+    let mut request = client.post(format!("{gateway}/v1/tools/refund_order/call"));
+    if let Some(traceparent) = traceparent {
+        request = request.header("traceparent", traceparent);
+    }
+    let response = request
+        .json(&json!({"arguments": refund()}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    response.json().await.unwrap()
+}
+
+fn named<'s>(spans: &'s [Span], name: &str) -> Vec<&'s Span> {
+    spans.iter().filter(|span| span.name == name).collect()
+}
+
+fn one<'s>(spans: &'s [Span], name: &str) -> &'s Span {
+    let found = named(spans, name);
+    assert_eq!(found.len(), 1, "one `{name}` span in {spans:#?}");
+    found[0]
+}
+
+#[tokio::test]
+async fn a_call_is_one_trace_under_the_callers_span_down_to_the_upstream_request() {
+    let receiver = Receiver::start().await;
+    let mock = mock_provider();
+    let recorder = Recorder::start(&mock.url).await;
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = folder.path().join("ledger.db");
+    let gateway = serve_with_stderr(
+        EXAMPLE_CONFIG,
+        ledger.to_str().unwrap(),
+        &[
+            ("INTENTGATE_MOCK_URL", &recorder.url),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url),
+            ("OTEL_SERVICE_NAME", "gateway-under-test"),
+        ],
+        Stdio::null(),
+    );
+    let client = support::client();
+    let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    let outcome = call(&client, &gateway.url, Some(&traceparent)).await;
+    assert_eq!(outcome["status"], "done", "{outcome}");
+
+    let spans = receiver
+        .wait_for(SPANS_WAIT, |spans| {
+            spans
+                .iter()
+                .any(|span| span.name == "POST /v1/tools/{name}/call")
+        })
+        .await;
+    let server = one(&spans, "POST /v1/tools/{name}/call");
+    assert_eq!(server.trace_id, CALLER_TRACE);
+    assert_eq!(
+        server.parent_span_id, CALLER_SPAN,
+        "the caller's span is the parent"
+    );
+    assert_eq!(server.service, "gateway-under-test");
+    assert_eq!(server.attribute("http.request.method"), Some("POST"));
+    assert_eq!(server.attribute("http.response.status_code"), Some("200"));
+
+    let call_span = one(&spans, "call");
+    assert_eq!(call_span.parent_span_id, server.span_id);
+    assert_eq!(
+        call_span.attribute("gen_ai.operation.name"),
+        Some("execute_tool")
+    );
+    assert_eq!(
+        call_span.attribute("gen_ai.tool.name"),
+        Some("refund_order")
+    );
+    assert_eq!(
+        call_span.attribute("intentgate.effect"),
+        Some("side_effect")
+    );
+    assert_eq!(call_span.attribute("intentgate.tenant"), Some("default"));
+    assert_eq!(
+        call_span.attribute("intentgate.key"),
+        Some("refund:8812:49.00")
+    );
+    assert_eq!(call_span.attribute("intentgate.decision"), Some("execute"));
+    assert_eq!(call_span.attribute("intentgate.status"), Some("done"));
+    assert_eq!(call_span.attribute("intentgate.attempt"), Some("1"));
+
+    // Every phase, in the caller's trace, under the call.
+    let in_call: HashSet<&str> = spans
+        .iter()
+        .filter(|span| span.parent_span_id == call_span.span_id)
+        .map(|span| span.name.as_str())
+        .collect();
+    for phase in [
+        "validate",
+        "kill_switch",
+        "key_and_fingerprint",
+        "ledger.get",
+        "ledger.begin",
+        "upstream.request",
+        "classify",
+        "settle",
+    ] {
+        assert!(
+            in_call.contains(phase),
+            "no `{phase}` under the call: {in_call:?}"
+        );
+    }
+    for span in &spans {
+        assert_eq!(span.trace_id, CALLER_TRACE, "{span:#?}");
+        // No argument value becomes an attribute (the reason is only an argument).
+        for value in span.attributes.values() {
+            assert!(!value.contains("requested_by_customer"), "{span:#?}");
+        }
+    }
+    let request = one(&spans, "upstream.request");
+    assert_eq!(request.attribute("http.request.method"), Some("POST"));
+    assert_eq!(request.attribute("http.response.status_code"), Some("200"));
+    assert_eq!(request.attribute("server.address"), Some("127.0.0.1"));
+    assert_eq!(
+        one(&spans, "classify").attribute("intentgate.class"),
+        Some("done")
+    );
+
+    // The provider saw the same trace, with the upstream request's span as the parent.
+    let sent: Vec<_> = recorder
+        .seen()
+        .into_iter()
+        .filter(|(path, _)| path.contains("refund"))
+        .collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(
+        sent[0].1.as_deref(),
+        Some(format!("00-{CALLER_TRACE}-{}-01", request.span_id).as_str())
+    );
+}
+
+#[tokio::test]
+async fn without_a_collector_named_no_traceparent_goes_upstream() {
+    let mock = mock_provider();
+    let recorder = Recorder::start(&mock.url).await;
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = folder.path().join("ledger.db");
+    let gateway = serve_with_stderr(
+        EXAMPLE_CONFIG,
+        ledger.to_str().unwrap(),
+        &[("INTENTGATE_MOCK_URL", &recorder.url)],
+        Stdio::null(),
+    );
+    let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    let outcome = call(&support::client(), &gateway.url, Some(&traceparent)).await;
+    assert_eq!(outcome["status"], "done", "{outcome}");
+    let seen = recorder.seen();
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter().all(|(_, traceparent)| traceparent.is_none()),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_collector_slows_no_call_and_a_dead_one_fails_none_and_drops_are_counted() {
+    // A collector that takes 30 s to answer each export: calls don't wait for it.
+    let slow = Receiver::start_answering_after(Duration::from_secs(30)).await;
+    let mock = mock_provider();
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = folder.path().join("slow.db");
+    let gateway = serve_with_stderr(
+        EXAMPLE_CONFIG,
+        ledger.to_str().unwrap(),
+        &[
+            ("INTENTGATE_MOCK_URL", &mock.url),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &slow.url),
+        ],
+        Stdio::null(),
+    );
+    let client = support::client();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let outcome = call(&client, &gateway.url, None).await;
+        assert!(
+            ["done", "already_done"].contains(&outcome["status"].as_str().unwrap()),
+            "{outcome}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "a call took {:?} with a slow collector",
+            started.elapsed()
+        );
+        // Past the batch delay, so an export is under way while the next call runs.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+    }
+    drop(gateway);
+
+    // A collector that is not there at all: calls succeed, lost spans are counted.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let ledger = folder.path().join("dead.db");
+    let gateway = serve_with_stderr(
+        EXAMPLE_CONFIG,
+        ledger.to_str().unwrap(),
+        &[
+            ("INTENTGATE_MOCK_URL", &mock.url),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                &format!("{dead_url}/v1/traces"),
+            ),
+        ],
+        Stdio::null(),
+    );
+    let outcome = call(&client, &gateway.url, None).await;
+    assert_eq!(outcome["status"], "done", "{outcome}");
+    let deadline = Instant::now() + SPANS_WAIT;
+    loop {
+        let metrics = intentgate_test_support::http::scrape(&client, &gateway.url).await;
+        let dropped: f64 = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("intentgate_trace_spans_dropped_total "))
+            .unwrap_or_else(|| panic!("no drop counter in:\n{metrics}"))
+            .trim()
+            .parse()
+            .unwrap();
+        if dropped > 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no dropped span counted:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Sends one JSON-RPC message to an MCP server on stdio.
+fn send(stdin: &mut std::process::ChildStdin, message: Value) {
+    use std::io::Write;
+    writeln!(stdin, "{message}").unwrap();
+    stdin.flush().unwrap();
+}
+
+/// Reads stdout lines until the answer to request `id`.
+fn answer_to(lines: &mut impl Iterator<Item = std::io::Result<String>>, id: u64) -> Value {
+    for line in lines {
+        let message: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if message["id"] == id {
+            return message;
+        }
+    }
+    panic!("the MCP server ended before answering request {id}");
+}
+
+#[tokio::test]
+async fn an_mcp_call_on_stdio_continues_the_trace_its_meta_names() {
+    use std::io::BufRead;
+
+    let receiver = Receiver::start().await;
+    let mock = mock_provider();
+    let recorder = Recorder::start(&mock.url).await;
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = folder.path().join("ledger.db");
+    let mut child = support::intentgate()
+        .args(["mcp", "--config", EXAMPLE_CONFIG, "--ledger"])
+        .arg(&ledger)
+        .env("INTENTGATE_MOCK_URL", &recorder.url)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        send(
+            &mut stdin,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "traces-test", "version": "1"}}}),
+        );
+        answer_to(&mut lines, 1);
+        send(
+            &mut stdin,
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        );
+        send(
+            &mut stdin,
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "refund_order", "arguments": refund(),
+                "_meta": {"traceparent": traceparent}}}),
+        );
+        let answer = answer_to(&mut lines, 2);
+        // Closing stdin ends the server, which sends its last spans as it stops.
+        drop(stdin);
+        answer
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        answer["result"]["structuredContent"]["status"], "done",
+        "{answer}"
+    );
+    let spans = receiver
+        .wait_for(SPANS_WAIT, |spans| {
+            spans.iter().any(|span| span.name == "tools/call")
+                && spans.iter().any(|span| span.name == "settle")
+        })
+        .await;
+    let server = one(&spans, "tools/call");
+    assert_eq!(server.trace_id, CALLER_TRACE);
+    assert_eq!(server.parent_span_id, CALLER_SPAN);
+    assert_eq!(server.attribute("gen_ai.tool.name"), Some("refund_order"));
+    let call_span = one(&spans, "call");
+    assert_eq!(call_span.parent_span_id, server.span_id);
+    let request = one(&spans, "upstream.request");
+    assert_eq!(request.trace_id, CALLER_TRACE);
+    let sent: Vec<_> = recorder
+        .seen()
+        .into_iter()
+        .filter(|(path, _)| path.contains("refund"))
+        .collect();
+    assert_eq!(
+        sent[0].1.as_deref(),
+        Some(format!("00-{CALLER_TRACE}-{}-01", request.span_id).as_str())
+    );
+    let _ = child.wait();
+}
