@@ -605,6 +605,11 @@ impl Gate {
             resend_unknown: false,
         };
         let (begun, request) = self.acquire(tool, request).await?;
+        if begun_intent(&begun).call_count > 1 {
+            // A repeat: its trace points at the call that executed the intent.
+            self.link_to_executing(&call_span, begun_intent(&begun).id)
+                .await;
+        }
         set_decision(match &begun {
             Begin::Execute(_) => "execute",
             Begin::Lookup(_) => "look_up",
@@ -655,6 +660,8 @@ impl Gate {
             return Ok(Read::Open(Some(intent)));
         }
         set_decision("answer_from_ledger");
+        self.link_to_executing(&tracing::Span::current(), intent.id)
+            .await;
         // The count the write below will make, unless another repeat's write lands first.
         self.repeated_call(tool, &intent, intent.call_count + 1);
         // Counting the call is bookkeeping: the answer does not wait for its commit.
@@ -902,9 +909,21 @@ impl Gate {
             intent_id,
             intent.attempt,
         );
-        let current = tracing::Span::current();
-        trace::set_attribute(&current, "intentgate.attempt", i64::from(intent.attempt));
-        trace::set_attribute(&current, "intentgate.intent", intent.id);
+        if trace::enabled() {
+            let current = tracing::Span::current();
+            trace::set_attribute(&current, "intentgate.attempt", i64::from(intent.attempt));
+            trace::set_attribute(&current, "intentgate.intent", intent.id);
+            // Kept with the intent, so a repeat's or a re-send's trace links to this one.
+            // Bookkeeping in the background: the request does not wait for it.
+            if let Some(traceparent) = trace::traceparent_of(&current) {
+                let (ledger, id) = (self.ledger.clone(), intent.id);
+                tokio::spawn(async move {
+                    if let Err(error) = ledger.record_trace(id, traceparent).await {
+                        tracing::debug!(intent = id, %error, "could not keep the call's trace");
+                    }
+                });
+            }
+        }
         let mut retry = 0;
         loop {
             let observation = self.send(call).await;
@@ -1403,6 +1422,21 @@ fn rejection_text(body: &Value) -> String {
         .find_map(|pointer| body.pointer(pointer).and_then(Value::as_str))
         .unwrap_or_default()
         .to_owned()
+}
+
+impl Gate {
+    /// Links `span` to the span that executed the intent `id` (its trace kept by
+    /// `Ledger::record_trace`), when traces are on: the trace of a repeat, or of the
+    /// sweeper's work on the intent, then points at the original call.
+    pub(crate) async fn link_to_executing(&self, span: &tracing::Span, id: i64) {
+        if !trace::enabled() {
+            return;
+        }
+        match self.ledger.trace_of(id).await {
+            Ok(traceparent) => trace::link_to(span, traceparent.as_deref()),
+            Err(error) => tracing::debug!(intent = id, %error, "could not read the call's trace"),
+        }
+    }
 }
 
 /// Records what the gateway decided about the current call (`execute`, `conflict`,

@@ -352,3 +352,195 @@ async fn an_mcp_call_on_stdio_continues_the_trace_its_meta_names() {
     );
     let _ = child.wait();
 }
+
+/// A gateway exporting to `receiver`, in front of the mock provider, on the example config
+/// with its tools' timeouts at `tool_timeout_ms`.
+struct Traced {
+    mock: support::Running,
+    gateway: support::Running,
+    client: reqwest::Client,
+    _folder: tempfile::TempDir,
+}
+
+fn traced(receiver: &Receiver, tool_timeout_ms: u64) -> Traced {
+    let folder = tempfile::tempdir().unwrap();
+    let mock = mock_provider();
+    let config = support::example_config(folder.path(), |text| {
+        support::with_setting(&text, "timeout_ms", tool_timeout_ms)
+    });
+    let ledger = folder.path().join("ledger.db");
+    let gateway = serve_with_stderr(
+        config.to_str().unwrap(),
+        ledger.to_str().unwrap(),
+        &[
+            ("INTENTGATE_MOCK_URL", &mock.url),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url),
+        ],
+        Stdio::null(),
+    );
+    Traced {
+        mock,
+        gateway,
+        client: support::client(),
+        _folder: folder,
+    }
+}
+
+#[tokio::test]
+async fn a_repeat_links_to_the_call_that_executed_the_intent() {
+    let receiver = Receiver::start().await;
+    let stack = traced(&receiver, 10_000);
+    let first = call(
+        &stack.client,
+        &stack.gateway.url,
+        Some(&format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")),
+    )
+    .await;
+    assert_eq!(first["status"], "done", "{first}");
+    // "Did my refund go through?": the same intent, asked again from another trace.
+    let repeat_trace = "0af7651916cd43dd8448eb211c80319c";
+    let repeat = call(
+        &stack.client,
+        &stack.gateway.url,
+        Some(&format!("00-{repeat_trace}-b7ad6b7169203331-01")),
+    )
+    .await;
+    assert_eq!(repeat["status"], "already_done", "{repeat}");
+
+    let spans = receiver
+        .wait_for(SPANS_WAIT, |spans| named(spans, "call").len() == 2)
+        .await;
+    let calls = named(&spans, "call");
+    let executing = calls
+        .iter()
+        .find(|span| span.trace_id == CALLER_TRACE)
+        .expect("the first call's span");
+    let repeated = calls
+        .iter()
+        .find(|span| span.trace_id == repeat_trace)
+        .expect("the repeat's span");
+    assert_eq!(
+        repeated.attribute("intentgate.decision"),
+        Some("answer_from_ledger")
+    );
+    assert_eq!(
+        repeated.attribute("intentgate.status"),
+        Some("already_done")
+    );
+    assert_eq!(
+        repeated.links,
+        vec![(executing.trace_id.clone(), executing.span_id.clone())],
+        "the repeat links to the executing call"
+    );
+    // Nothing was sent for the repeat.
+    assert_eq!(named(&spans, "upstream.request").len(), 1);
+}
+
+#[tokio::test]
+async fn the_sweepers_re_send_is_a_trace_of_its_own_linked_to_the_original_call() {
+    let receiver = Receiver::start().await;
+    // Short timeouts: the first request times out, and nothing was committed.
+    let stack = traced(&receiver, 700);
+    support::set_faults(
+        &stack.client,
+        &stack.mock,
+        Some(2_000),
+        json!({"timeout": 1000, "commit_when_ambiguous": 0}),
+    )
+    .await;
+    let first = call(
+        &stack.client,
+        &stack.gateway.url,
+        Some(&format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")),
+    )
+    .await;
+    assert_eq!(first["status"], "pending_unknown", "{first}");
+    // The provider is healthy again: the sweeper looks the intent up, finds nothing, and
+    // sends the same request with the same key.
+    support::set_faults(&stack.client, &stack.mock, None, json!({})).await;
+    let spans = receiver
+        .wait_for(Duration::from_secs(40), |spans| {
+            spans
+                .iter()
+                .any(|span| span.name == "upstream.request" && span.trace_id != CALLER_TRACE)
+        })
+        .await;
+    let original = one(
+        &spans
+            .iter()
+            .filter(|span| span.trace_id == CALLER_TRACE)
+            .cloned()
+            .collect::<Vec<_>>(),
+        "call",
+    )
+    .clone();
+    let resend = spans
+        .iter()
+        .find(|span| span.name == "upstream.request" && span.trace_id != CALLER_TRACE)
+        .unwrap();
+    let sweep = spans
+        .iter()
+        .find(|span| span.name == "sweep" && span.trace_id == resend.trace_id)
+        .unwrap_or_else(|| panic!("no sweep span in the re-send's trace: {spans:#?}"));
+    assert_eq!(sweep.parent_span_id, "", "the sweep is a root span");
+    assert!(
+        sweep
+            .links
+            .contains(&(original.trace_id.clone(), original.span_id.clone())),
+        "the sweep links to the original call: {sweep:#?}"
+    );
+    assert_eq!(sweep.attribute("intentgate.key"), Some("refund:8812:49.00"));
+}
+
+#[tokio::test]
+async fn json_log_lines_about_a_call_carry_its_trace_and_span_ids() {
+    use std::io::Read;
+
+    let receiver = Receiver::start().await;
+    let mock = mock_provider();
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = folder.path().join("ledger.db");
+    let mut gateway = serve_with_stderr(
+        EXAMPLE_CONFIG,
+        ledger.to_str().unwrap(),
+        &[
+            ("INTENTGATE_MOCK_URL", &mock.url),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url),
+            ("INTENTGATE_LOG_FORMAT", "json"),
+            ("RUST_LOG", "info,intentgate_gate=debug"),
+        ],
+        Stdio::piped(),
+    );
+    let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    let outcome = call(&support::client(), &gateway.url, Some(&traceparent)).await;
+    assert_eq!(outcome["status"], "done", "{outcome}");
+    let spans = receiver
+        .wait_for(SPANS_WAIT, |spans| {
+            spans.iter().any(|span| span.name == "call")
+        })
+        .await;
+    let call_span = one(&spans, "call");
+
+    let mut stderr = gateway.child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        stderr.read_to_string(&mut text).unwrap();
+        text
+    });
+    gateway.terminate(Duration::from_secs(20));
+    let stderr = reader.join().unwrap();
+    let answered: Value = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|line| line["message"] == "upstream answered")
+        .unwrap_or_else(|| panic!("no \"upstream answered\" line in:\n{stderr}"));
+    assert_eq!(answered["trace_id"], CALLER_TRACE, "{answered}");
+    assert_eq!(
+        answered["span_id"],
+        call_span.span_id.as_str(),
+        "{answered}"
+    );
+    // Still the call's span, not a phase's: the tool and key as before.
+    assert_eq!(answered["span"]["name"], "call", "{answered}");
+    assert_eq!(answered["span"]["key"], "refund:8812:49.00", "{answered}");
+}
