@@ -544,3 +544,128 @@ async fn json_log_lines_about_a_call_carry_its_trace_and_span_ids() {
     assert_eq!(answered["span"]["name"], "call", "{answered}");
     assert_eq!(answered["span"]["key"], "refund:8812:49.00", "{answered}");
 }
+
+#[tokio::test]
+async fn a_grant_of_the_intent_api_continues_the_callers_trace() {
+    let receiver = Receiver::start().await;
+    let stack = traced(&receiver, 10_000);
+    let response = stack
+        .client
+        .post(format!(
+            "{}/v1/tools/refund_order_sdk/intents",
+            stack.gateway.url
+        ))
+        .header("traceparent", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
+        .json(&json!({"arguments": {"order_id": "8812", "amount": "49.00"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let grant: Value = response.json().await.unwrap();
+    assert_eq!(grant["action"], "execute", "{grant}");
+    let spans = receiver
+        .wait_for(SPANS_WAIT, |spans| {
+            spans.iter().any(|span| span.name == "grant")
+        })
+        .await;
+    let server = one(&spans, "POST /v1/tools/{name}/intents");
+    assert_eq!(server.trace_id, CALLER_TRACE);
+    assert_eq!(server.parent_span_id, CALLER_SPAN);
+    let granted = one(&spans, "grant");
+    assert_eq!(granted.parent_span_id, server.span_id);
+    assert!(
+        spans
+            .iter()
+            .any(|span| span.name == "ledger.begin" && span.parent_span_id == granted.span_id),
+        "{spans:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_reconciliation_run_is_a_trace_of_its_own() {
+    let receiver = Receiver::start().await;
+    let folder = tempfile::tempdir().unwrap();
+    let mock = mock_provider();
+    let config = support::example_config(folder.path(), |text| {
+        format!(
+            "{text}\nreconcile: {{every_seconds: 1, window_seconds: 3600, settle_seconds: 0}}\n"
+        )
+    });
+    let ledger = folder.path().join("ledger.db");
+    let gateway = serve_with_stderr(
+        config.to_str().unwrap(),
+        ledger.to_str().unwrap(),
+        &[
+            ("INTENTGATE_MOCK_URL", &mock.url),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url),
+        ],
+        Stdio::null(),
+    );
+    let outcome = call(&support::client(), &gateway.url, None).await;
+    assert_eq!(outcome["status"], "done", "{outcome}");
+    let spans = receiver
+        .wait_for(SPANS_WAIT, |spans| {
+            spans.iter().any(|span| span.name == "reconcile")
+                && spans.iter().any(|span| span.name == "reconcile.tool")
+        })
+        .await;
+    let run = spans.iter().find(|span| span.name == "reconcile").unwrap();
+    assert_eq!(run.parent_span_id, "", "a root span");
+    assert!(run.attribute("intentgate.actor").is_some(), "{run:#?}");
+    let tools: Vec<&Span> = spans
+        .iter()
+        .filter(|span| span.name == "reconcile.tool" && span.parent_span_id == run.span_id)
+        .collect();
+    assert!(
+        tools
+            .iter()
+            .any(|span| span.attribute("intentgate.tool") == Some("refund_order")),
+        "{tools:#?}"
+    );
+    // Not in any call's trace.
+    let call_span = one(&spans, "call");
+    assert_ne!(run.trace_id, call_span.trace_id);
+}
+
+#[tokio::test]
+async fn sensitive_arguments_never_become_attributes() {
+    let receiver = Receiver::start().await;
+    let stack = traced(&receiver, 10_000);
+    let (to, subject, body) = (
+        "dana.customer@example.com",
+        "Your refund of 49.00",
+        "Dear Dana, your refund is on its way.",
+    );
+    let response = stack
+        .client
+        .post(format!("{}/v1/tools/send_email/call", stack.gateway.url))
+        .header("traceparent", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
+        .json(&json!({"arguments": {
+            "to": to, "template_id": "refund_confirmation", "reference": "8812",
+            "subject": subject, "body": body}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let outcome: Value = response.json().await.unwrap();
+    assert_eq!(outcome["status"], "done", "{outcome}");
+    let spans = receiver
+        .wait_for(SPANS_WAIT, |spans| {
+            spans.iter().any(|span| span.name == "settle")
+        })
+        .await;
+    let call_span = one(&spans, "call");
+    // The key is there, with the recipient as its keyed hash.
+    let key = call_span.attribute("intentgate.key").unwrap();
+    assert!(
+        key.starts_with("email:") && key.ends_with(":refund_confirmation:8812"),
+        "{key}"
+    );
+    for span in &spans {
+        for (name, value) in &span.attributes {
+            for secret in [to, "dana.customer", subject, body] {
+                assert!(!value.contains(secret), "{name}={value:?} in {span:#?}");
+            }
+        }
+    }
+}
