@@ -459,6 +459,65 @@ mod tests {
         assert_eq!(traces_only.endpoint, "http://t:4318/custom");
     }
 
+    /// An exporter that holds each export until the test lets it go, counting what it got.
+    #[derive(Debug)]
+    struct Held {
+        release: Mutex<Receiver<()>>,
+        exported: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl SpanExporter for Held {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            let _ = self.release.lock().unwrap().recv();
+            self.exported.fetch_add(batch.len(), Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stuck_export_never_blocks_the_span_that_ends_and_what_does_not_fit_is_counted() {
+        use opentelemetry::trace::{Span as _, Tracer as _};
+
+        // Room for every release the test sends, so sending one never waits for an export.
+        let (release, released) = sync_channel(16);
+        let exported = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let exporter = Held {
+            release: Mutex::new(released),
+            exported: exported.clone(),
+        };
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(BoundedBatch::new(exporter, 2))
+            .build();
+        let tracer = provider.tracer("test");
+        tracer.start("first").end();
+        // The first span's export starts and is held.
+        let flusher = {
+            let provider = provider.clone();
+            thread::spawn(move || provider.force_flush())
+        };
+        thread::sleep(Duration::from_millis(200));
+        let dropped_before = intentgate_gate::trace::spans_dropped().get();
+        let started = Instant::now();
+        for _ in 0..5 {
+            tracer.start("while stuck").end();
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "ending spans waited for the export: {:?}",
+            started.elapsed()
+        );
+        // Two fit the queue; the flush request waits for room behind them.
+        assert_eq!(
+            intentgate_gate::trace::spans_dropped().get() - dropped_before,
+            3
+        );
+        for _ in 0..16 {
+            release.send(()).unwrap();
+        }
+        let _ = flusher.join();
+        assert!(exported.load(Ordering::SeqCst) >= 1);
+    }
+
     #[test]
     fn settings_that_cant_be_are_errors_that_name_the_variable() {
         let endpoint = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")];
