@@ -236,8 +236,9 @@ fn read_bounded(path: &Path) -> Result<String, (String, String)> {
 
 /// The `telemetry:` section of the config at `path`, its `${NAME}` references resolved from
 /// the process environment; the default (off) when the file has none. Read on its own, before
-/// logging starts; the whole file is checked later, as always. An unreadable file or section
-/// is an error that says so.
+/// logging starts: a file that can't be read or parsed is also the default here, since the
+/// whole file is checked later and its errors reported in full then. A header whose
+/// reference can't be resolved is an error that names it.
 pub fn telemetry_section(path: &Path) -> Result<TelemetryConfig, String> {
     /// Only the section; every other key is left to the full check.
     #[derive(serde::Deserialize)]
@@ -245,10 +246,13 @@ pub fn telemetry_section(path: &Path) -> Result<TelemetryConfig, String> {
         #[serde(default)]
         telemetry: TelemetryConfig,
     }
-    let text =
-        read_bounded(path).map_err(|(message, _)| format!("{}: {message}", path.display()))?;
-    let section: Section = serde_saphyr::from_str_with_options(&text, parser_options())
-        .map_err(|error| format!("{}: {error}", path.display()))?;
+    let Ok(text) = read_bounded(path) else {
+        return Ok(TelemetryConfig::default());
+    };
+    let Ok(section) = serde_saphyr::from_str_with_options::<Section>(&text, parser_options())
+    else {
+        return Ok(TelemetryConfig::default());
+    };
     let mut telemetry = section.telemetry;
     let lookup = |name: &str| std::env::var(name).ok();
     for (name, value) in &mut telemetry.headers {

@@ -89,11 +89,10 @@ async fn main() -> ExitCode {
 /// config that can't be read here is left to the command, which reports it in full.
 fn start_traces(command: &Command) -> Result<Option<telemetry::Tracing>, String> {
     let section = match command {
-        Command::Serve(arguments) => intentgate_config::telemetry_section(&arguments.config).ok(),
-        Command::Mcp(arguments) => intentgate_config::telemetry_section(&arguments.config).ok(),
-        _ => None,
-    }
-    .unwrap_or_default();
+        Command::Serve(arguments) => intentgate_config::telemetry_section(&arguments.config)?,
+        Command::Mcp(arguments) => intentgate_config::telemetry_section(&arguments.config)?,
+        _ => intentgate_config::TelemetryConfig::default(),
+    };
     let env = |name: &str| std::env::var(name).ok();
     match telemetry::settings(&env, &section)? {
         Some(settings) => telemetry::start(&settings).map(Some),

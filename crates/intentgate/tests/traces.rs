@@ -669,3 +669,30 @@ async fn sensitive_arguments_never_become_attributes() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_configs_telemetry_section_names_the_collector_when_no_variable_does() {
+    let receiver = Receiver::start().await;
+    let folder = tempfile::tempdir().unwrap();
+    let mock = mock_provider();
+    let section = format!(
+        "\ntelemetry:\n  endpoint: {}\n  service_name: from-the-config\n  headers: {{x-team: \"${{TRACES_TEAM:-payments}}\"}}\n",
+        receiver.url
+    );
+    let config = support::example_config(folder.path(), |text| format!("{text}{section}"));
+    let ledger = folder.path().join("ledger.db");
+    let gateway = serve_with_stderr(
+        config.to_str().unwrap(),
+        ledger.to_str().unwrap(),
+        &[("INTENTGATE_MOCK_URL", &mock.url)],
+        Stdio::null(),
+    );
+    let outcome = call(&support::client(), &gateway.url, None).await;
+    assert_eq!(outcome["status"], "done", "{outcome}");
+    let spans = receiver
+        .wait_for(SPANS_WAIT, |spans| {
+            spans.iter().any(|span| span.name == "call")
+        })
+        .await;
+    assert_eq!(one(&spans, "call").service, "from-the-config");
+}
