@@ -696,3 +696,34 @@ async fn the_configs_telemetry_section_names_the_collector_when_no_variable_does
         .await;
     assert_eq!(one(&spans, "call").service, "from-the-config");
 }
+
+#[tokio::test]
+async fn an_mcp_call_over_http_continues_the_trace_of_its_traceparent_header() {
+    let receiver = Receiver::start().await;
+    let stack = traced(&receiver, 10_000);
+    let request = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "refund_order", "arguments": refund()}});
+    let response = stack
+        .client
+        .post(format!("{}/mcp", stack.gateway.url))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("traceparent", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
+        .body(request.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let text = response.text().await.unwrap();
+    assert!(text.contains("\"done\""), "{text}");
+    let spans = receiver
+        .wait_for(SPANS_WAIT, |spans| {
+            spans.iter().any(|span| span.name == "call")
+        })
+        .await;
+    let server = one(&spans, "tools/call");
+    assert_eq!(server.trace_id, CALLER_TRACE);
+    assert_eq!(server.parent_span_id, CALLER_SPAN);
+    assert_eq!(one(&spans, "call").parent_span_id, server.span_id);
+}
