@@ -182,8 +182,8 @@ where
 }
 
 /// [`subscriber`] that also exports intentgate's spans through `tracer`: every span of
-/// intentgate's crates at `info` or finer, whatever `RUST_LOG` says (it filters log lines),
-/// and their `warn` and `error` events.
+/// intentgate's crates at `info`, `warn` or `error`, whatever `RUST_LOG` says (it filters
+/// log lines only), and their `warn` and `error` events as span events.
 fn traced_subscriber<W>(
     format: LogFormat,
     filter: EnvFilter,
@@ -294,7 +294,7 @@ where
     }
 }
 
-/// The logger [`init`] installs, writing to `writer`.
+/// The logger [`init`] installs when traces are off, writing to `writer`.
 fn subscriber<W>(format: LogFormat, filter: EnvFilter, writer: W) -> impl Subscriber + Send + Sync
 where
     W: for<'writer> MakeWriter<'writer> + Send + Sync + 'static,
