@@ -313,6 +313,23 @@ impl Default for ResolutionConfig {
     }
 }
 
+/// Traces of calls exported over OTLP (HTTP, protobuf) to a collector. Off unless an
+/// endpoint is given here or in `OTEL_EXPORTER_OTLP_ENDPOINT` /
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`; the standard `OTEL_*` variables override these
+/// fields.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP base URL, such as `http://127.0.0.1:4318`; spans go to its
+    /// `/v1/traces`.
+    pub endpoint: Option<String>,
+    /// Headers sent with every export (an API key); values may use `${NAME}` references to
+    /// environment variables, for secrets.
+    pub headers: BTreeMap<String, String>,
+    /// The `service.name` of the exported spans; `intentgate` when unset.
+    pub service_name: Option<String>,
+}
+
 /// What a duplicate-call alert rule counts repeated calls over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

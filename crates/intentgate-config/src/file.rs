@@ -17,6 +17,7 @@ use serde_json::Value;
 use crate::auth::AuthFile;
 use crate::config::{
     AlertRule, GatewayConfig, IdempotencyKeyHeader, OwnerConfig, ReconcileConfig, ResolutionConfig,
+    TelemetryConfig,
 };
 
 /// An intentgate config: the gateway's settings, the upstream APIs its tools call, the
@@ -59,6 +60,11 @@ pub(crate) struct ConfigFile {
     /// The tools agents may call through the gateway.
     #[serde(default)]
     pub tools: Vec<ToolFile>,
+    /// Traces of calls sent to an OpenTelemetry collector (OTLP over HTTP); off unless an
+    /// endpoint is set here or in the standard `OTEL_EXPORTER_OTLP_*` variables.
+    #[serde(default)]
+    #[allow(dead_code)] // Read before logging starts, by `telemetry_section`.
+    pub telemetry: TelemetryConfig,
 }
 
 /// An upstream: an HTTP API (`kind: http`, the default: `base_url` and the HTTP fields) or an

@@ -47,7 +47,7 @@ pub use auth::{ApiKeyConfig, AuthConfig, AuthMethods, JwtConfig, TrustedProxyCon
 pub use config::{
     AlertRule, AlertScope, Config, DurabilityMode, GatewayConfig, IdempotencyKeyHeader,
     ImportConfig, McpToolConfig, McpUpstreamConfig, OwnerConfig, ReconcileConfig, ResolutionConfig,
-    ToolConfig, UpstreamToolInfo,
+    TelemetryConfig, ToolConfig, UpstreamToolInfo,
 };
 pub use error::{ConfigError, ConfigErrors};
 
@@ -232,4 +232,34 @@ fn read_bounded(path: &Path) -> Result<String, (String, String)> {
             "save the file as UTF-8".to_owned(),
         )
     })
+}
+
+/// The `telemetry:` section of the config at `path`, its `${NAME}` references resolved from
+/// the process environment; the default (off) when the file has none. Read on its own, before
+/// logging starts: a file that can't be read or parsed is also the default here, since the
+/// whole file is checked later and its errors reported in full then. A header whose
+/// reference can't be resolved is an error that names it.
+pub fn telemetry_section(path: &Path) -> Result<TelemetryConfig, String> {
+    /// Only the section; every other key is left to the full check.
+    #[derive(serde::Deserialize)]
+    struct Section {
+        #[serde(default)]
+        telemetry: TelemetryConfig,
+    }
+    let Ok(text) = read_bounded(path) else {
+        return Ok(TelemetryConfig::default());
+    };
+    let Ok(section) = serde_saphyr::from_str_with_options::<Section>(&text, parser_options())
+    else {
+        return Ok(TelemetryConfig::default());
+    };
+    let mut telemetry = section.telemetry;
+    let lookup = |name: &str| std::env::var(name).ok();
+    for (name, value) in &mut telemetry.headers {
+        *value = env::resolve(value, &lookup).map_err(|error| {
+            let (message, fix) = error.describe(&format!("telemetry.headers.{name}"));
+            format!("{}: {message}; {fix}", path.display())
+        })?;
+    }
+    Ok(telemetry)
 }

@@ -26,6 +26,7 @@ use crate::metrics::{
 };
 use crate::outcome::CallOutcome;
 use crate::resolve::{Driver, ResendBudget, Resolution, StepRequest, millis};
+use crate::trace;
 use crate::upstream::{LookupOutcome, Upstream, UpstreamCall};
 
 /// Time a waiting caller gives the lease holder beyond the tool's timeout before it answers
@@ -312,9 +313,29 @@ impl Gate {
             key = tracing::field::Empty,
             tenant = %context.tenant
         );
-        self.call_counted(tool, arguments, context)
-            .instrument(span)
-            .await
+        if trace::enabled() {
+            // The GenAI conventions' tool call, and intentgate's own names.
+            trace::set_attribute(&span, "gen_ai.operation.name", "execute_tool");
+            trace::set_attribute(&span, "gen_ai.tool.name", tool.to_owned());
+            trace::set_attribute(&span, "intentgate.tool", tool.to_owned());
+            trace::set_attribute(&span, "intentgate.tenant", context.tenant.clone());
+            if let Some(intent_id) = &context.intent_id {
+                trace::set_attribute(&span, "intentgate.intent_id", intent_id.clone());
+            }
+        }
+        let result = self
+            .call_counted(tool, arguments, context)
+            .instrument(span.clone())
+            .await;
+        if trace::enabled() {
+            let status = match &result {
+                Ok(outcome) => outcome.status.as_str(),
+                Err(GateError::Ledger(_)) => STATUS_LEDGER_UNAVAILABLE,
+                Err(_) => "error",
+            };
+            trace::set_attribute(&span, "intentgate.status", status);
+        }
+        result
     }
 
     /// [`Gate::call`], counted in `intentgate_calls_total` by its outcome.
@@ -352,6 +373,11 @@ impl Gate {
         context: &CallContext,
     ) -> Result<CallOutcome, GateError> {
         let definition = &tool.definition;
+        trace::set_attribute(
+            &tracing::Span::current(),
+            "intentgate.effect",
+            definition.effect.as_str(),
+        );
         if let Some(refused) = self.admit(tool, &arguments, context).await? {
             return Ok(refused);
         }
@@ -370,6 +396,8 @@ impl Gate {
         context: &CallContext,
     ) -> Result<Option<CallOutcome>, GateError> {
         let definition = &tool.definition;
+        let validate = crate::phase!("validate");
+        let validating = validate.enter();
         let mut errors: Vec<String> = tool
             .validator
             .iter_errors(arguments)
@@ -385,13 +413,24 @@ impl Gate {
         if errors.is_empty() {
             errors = crate::schema::unreadable_numbers(arguments);
         }
+        // How many errors, never what they quote (an argument's value).
+        trace::set_attribute(&validate, "intentgate.errors", errors.len() as i64);
+        drop(validating);
         if !errors.is_empty() {
+            set_decision("invalid_arguments");
             return Ok(Some(
                 self.outcome(definition, CallStatus::InvalidArguments, &errors.join("; "))
                     .with_errors(errors),
             ));
         }
-        if self.is_disabled(&definition.name).await? {
+        let kill_switch = crate::phase!("kill_switch");
+        let disabled = self
+            .is_disabled(&definition.name)
+            .instrument(kill_switch.clone())
+            .await?;
+        trace::set_attribute(&kill_switch, "intentgate.disabled", disabled);
+        if disabled {
+            set_decision("disabled");
             self.ledger
                 .record_disabled_call(&context.tenant, &definition.name, self.clock.now_ms())
                 .await?;
@@ -492,16 +531,22 @@ impl Gate {
         context: &CallContext,
         owner: &str,
     ) -> Result<Acquired, GateError> {
+        let call_span = tracing::Span::current();
+        let keying = crate::phase!("key_and_fingerprint");
+        let entered = keying.enter();
         let key = match intent_key(tool, arguments, context) {
             Ok(key) => key,
             Err(reason) => {
+                drop(entered);
+                set_decision("invalid_arguments");
                 return Ok(Acquired::Answered(
                     self.outcome(tool, CallStatus::InvalidArguments, &reason)
                         .with_errors(vec![reason]),
                 ));
             }
         };
-        tracing::Span::current().record("key", key.as_str());
+        call_span.record("key", key.as_str());
+        trace::set_attribute(&call_span, "intentgate.key", key.clone());
         // The ledger keeps sensitive values as keyed hashes only, and the fingerprint is of
         // that form too: a plain SHA-256 over the clear values would let anyone holding the
         // ledger test guesses (an address book) against it. Equal values still hash alike,
@@ -510,6 +555,7 @@ impl Gate {
             .stored_arguments(arguments)
             .expect("Gate::new checked that a tool with sensitive arguments has a hash key");
         let fingerprint = fingerprint(&stored_arguments);
+        drop(entered);
 
         let read = match self
             .look_up_settled(tool, &context.tenant, &key, fingerprint.as_str())
@@ -559,6 +605,18 @@ impl Gate {
             resend_unknown: false,
         };
         let (begun, request) = self.acquire(tool, request).await?;
+        if begun_intent(&begun).call_count > 1 {
+            // A repeat: its trace points at the call that executed the intent.
+            self.link_to_executing(&call_span, begun_intent(&begun).id)
+                .await;
+        }
+        set_decision(match &begun {
+            Begin::Execute(_) => "execute",
+            Begin::Lookup(_) => "look_up",
+            Begin::Settled(_) => "answer_from_ledger",
+            Begin::Conflict(_) => "conflict",
+            Begin::Busy(_) => "busy",
+        });
         Ok(match begun {
             Begin::Execute(intent) => Acquired::Execute { intent, request },
             Begin::Lookup(intent) => Acquired::Lookup { intent, request },
@@ -582,7 +640,15 @@ impl Gate {
         fingerprint: &str,
     ) -> Result<Read, GateError> {
         let started = Instant::now();
-        let read = self.ledger.get(tenant, &tool.name, key).await;
+        let read = self
+            .ledger
+            .get(tenant, &tool.name, key)
+            .instrument(crate::phase!(
+                "ledger.get",
+                db.operation.name = "get",
+                db.collection.name = "intents"
+            ))
+            .await;
         self.metrics
             .ledger_operation(LedgerOperation::Get, started.elapsed());
         let Some(intent) = read? else {
@@ -593,6 +659,9 @@ impl Gate {
         if intent.fingerprint != fingerprint || !settled {
             return Ok(Read::Open(Some(intent)));
         }
+        set_decision("answer_from_ledger");
+        self.link_to_executing(&tracing::Span::current(), intent.id)
+            .await;
         // The count the write below will make, unless another repeat's write lands first.
         self.repeated_call(tool, &intent, intent.call_count + 1);
         // Counting the call is bookkeeping: the answer does not wait for its commit.
@@ -658,10 +727,17 @@ impl Gate {
             if check_due {
                 owner_checked_ms = Some(now_ms);
             }
-            if !(check_due && self.lease_owner_found_dead(intent).await) {
+            let lease_wait = crate::phase!("lease_wait", intentgate.intent = intent.id);
+            if !(check_due
+                && self
+                    .lease_owner_found_dead(intent)
+                    .instrument(lease_wait.clone())
+                    .await)
+            {
                 let wait_ms = remaining_ms.min(check_every_ms.max(1));
                 self.ledger
                     .wait_for_change(intent.id, Duration::from_millis(wait_ms as u64))
+                    .instrument(lease_wait)
                     .await;
             }
             *waited.get_or_insert(Duration::ZERO) += started.elapsed();
@@ -759,7 +835,15 @@ impl Gate {
     /// [`Ledger::begin`], timed.
     pub(crate) async fn ledger_begin(&self, request: BeginRequest) -> Result<Begin, LedgerError> {
         let started = Instant::now();
-        let begin = self.ledger.begin(request).await;
+        let begin = self
+            .ledger
+            .begin(request)
+            .instrument(crate::phase!(
+                "ledger.begin",
+                db.operation.name = "begin",
+                db.collection.name = "intents"
+            ))
+            .await;
         self.metrics
             .ledger_operation(LedgerOperation::Begin, started.elapsed());
         begin
@@ -793,7 +877,13 @@ impl Gate {
     /// [`Ledger::finish`], timed.
     pub(crate) async fn ledger_finish(&self, finish: Finish) -> Result<Finished, LedgerError> {
         let started = Instant::now();
-        let finished = self.ledger.finish(finish).await;
+        let settle = crate::phase!(
+            "settle",
+            db.operation.name = "finish",
+            db.collection.name = "intents",
+            intentgate.status = finish.status.as_str()
+        );
+        let finished = self.ledger.finish(finish).instrument(settle).await;
         self.metrics
             .ledger_operation(LedgerOperation::Finish, started.elapsed());
         finished
@@ -819,10 +909,31 @@ impl Gate {
             intent_id,
             intent.attempt,
         );
+        if trace::enabled() {
+            let current = tracing::Span::current();
+            trace::set_attribute(&current, "intentgate.attempt", i64::from(intent.attempt));
+            trace::set_attribute(&current, "intentgate.intent", intent.id);
+            // Kept with the intent, so a repeat's or a re-send's trace links to this one.
+            // Bookkeeping in the background: the request does not wait for it.
+            if let Some(traceparent) = trace::traceparent_of(&current) {
+                let (ledger, id) = (self.ledger.clone(), intent.id);
+                tokio::spawn(async move {
+                    if let Err(error) = ledger.record_trace(id, traceparent).await {
+                        tracing::debug!(intent = id, %error, "could not keep the call's trace");
+                    }
+                });
+            }
+        }
         let mut retry = 0;
         loop {
             let observation = self.send(call).await;
-            let class = classify(&observation);
+            let class = {
+                let classifying = crate::phase!("classify");
+                let _entered = classifying.enter();
+                let class = classify(&observation);
+                trace::set_attribute(&classifying, "intentgate.class", class_name(&class));
+                class
+            };
             tracing::debug!(tool = %tool.name, key = %intent.key, attempt = intent.attempt, ?class, "upstream answered");
             let (status, detail) = match class {
                 OutcomeClass::Done => (IntentStatus::Done, "the upstream confirmed it".to_owned()),
@@ -1072,7 +1183,14 @@ impl Gate {
     /// One upstream request, bounded by the tool's timeout.
     async fn send(&self, call: UpstreamCall<'_>) -> UpstreamObservation {
         let started = Instant::now();
+        let request = crate::phase!(
+            "upstream.request",
+            otel.kind = "client",
+            gen_ai.tool.name = %call.tool.name,
+            intentgate.attempt = call.attempt
+        );
         let observation = tokio::time::timeout(call.timeout, self.upstream.execute(call))
+            .instrument(request)
             .await
             .unwrap_or(UpstreamObservation::Timeout);
         self.metrics
@@ -1083,12 +1201,21 @@ impl Gate {
     /// One lookup, bounded by the tool's timeout.
     async fn lookup(&self, call: UpstreamCall<'_>) -> LookupOutcome {
         let started = Instant::now();
-        let found = match tokio::time::timeout(call.timeout, self.upstream.lookup(call)).await {
+        let request = crate::phase!(
+            "lookup",
+            otel.kind = "client",
+            gen_ai.tool.name = %call.tool.name
+        );
+        let found = match tokio::time::timeout(call.timeout, self.upstream.lookup(call))
+            .instrument(request.clone())
+            .await
+        {
             Ok(found) => found,
             Err(_) => LookupOutcome::Failed("the lookup timed out".to_owned()),
         };
         self.metrics
             .upstream_request(&call.tool.name, UpstreamRequest::Lookup, started.elapsed());
+        trace::set_attribute(&request, "intentgate.found", found.kind());
         found
     }
 
@@ -1295,4 +1422,35 @@ fn rejection_text(body: &Value) -> String {
         .find_map(|pointer| body.pointer(pointer).and_then(Value::as_str))
         .unwrap_or_default()
         .to_owned()
+}
+
+impl Gate {
+    /// Links `span` to the span that executed the intent `id` (its trace kept by
+    /// `Ledger::record_trace`), when traces are on: the trace of a repeat, or of the
+    /// sweeper's work on the intent, then points at the original call.
+    pub(crate) async fn link_to_executing(&self, span: &tracing::Span, id: i64) {
+        if !trace::enabled() {
+            return;
+        }
+        match self.ledger.trace_of(id).await {
+            Ok(traceparent) => trace::link_to(span, traceparent.as_deref()),
+            Err(error) => tracing::debug!(intent = id, %error, "could not read the call's trace"),
+        }
+    }
+}
+
+/// Records what the gateway decided about the current call (`execute`, `conflict`,
+/// `answer_from_ledger`, ...) on its exported span.
+fn set_decision(decision: &'static str) {
+    trace::set_attribute(&tracing::Span::current(), "intentgate.decision", decision);
+}
+
+/// The name of an outcome class, as exported.
+fn class_name(class: &OutcomeClass) -> &'static str {
+    match class {
+        OutcomeClass::Done => "done",
+        OutcomeClass::Rejected => "rejected",
+        OutcomeClass::NotProcessed { .. } => "not_processed",
+        OutcomeClass::Ambiguous { .. } => "ambiguous",
+    }
 }

@@ -35,6 +35,7 @@ pub mod process;
 mod resolve;
 pub mod schema;
 mod sweeper;
+pub mod trace;
 mod upstream;
 
 pub use client::{Grant, GrantedLease, LEASE_TOKEN_PREFIX, LeaseToken, SettleError, Settlement};

@@ -336,6 +336,13 @@ impl Metrics {
             ),
             registry,
         };
+        let mut metrics = metrics;
+        // One count per process, whichever gate's registry is scraped.
+        metrics.registry.register(
+            "intentgate_trace_spans_dropped",
+            "Spans not exported because the export queue was full (a slow or unreachable collector)",
+            crate::trace::spans_dropped().clone(),
+        );
         for reason in ConnectionDrop::ALL {
             let _ = metrics.connections_dropped.get_or_create(&ReasonLabels {
                 reason: reason.as_str(),

@@ -51,6 +51,7 @@ use tracing::Instrument;
 
 use crate::gate::{Gate, GateError, Looked};
 use crate::resolve::{Driver, Resend, StepRequest, UNASKED_ATTEMPT, millis};
+use crate::trace;
 
 /// The event log's reason when the sweeper gives back the lookup lease of a client-executed
 /// tool's intent, which only the caller's code can look up.
@@ -184,12 +185,22 @@ impl Gate {
     /// [`Gate::sweep_one`] in a span naming the intent, with a failure counted and logged.
     async fn sweep_logged(&self, record: IntentRecord) -> SweepReport {
         // Every log line about this intent carries its tool and key.
+        // A trace of its own (no parent), linked to the call that executed the intent.
         let span = tracing::info_span!(
+            parent: None,
             "sweep",
             tool = %record.tool,
             key = %record.key,
             tenant = %record.tenant
         );
+        if trace::enabled() {
+            trace::set_attribute(&span, "intentgate.tool", record.tool.clone());
+            trace::set_attribute(&span, "intentgate.tenant", record.tenant.clone());
+            trace::set_attribute(&span, "intentgate.key", record.key.clone());
+            trace::set_attribute(&span, "intentgate.intent", record.id);
+            trace::set_attribute(&span, "intentgate.status", record.status.as_str());
+            self.link_to_executing(&span, record.id).await;
+        }
         let (id, tool) = (record.id, record.tool.clone());
         let mut report = SweepReport {
             examined: 1,

@@ -22,6 +22,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use intentgate_core::limits::EXTERNAL_ID_LENGTH_MAX;
 use intentgate_core::{ToolDefinition, UpstreamObservation};
+use intentgate_gate::trace;
 use intentgate_gate::{LookupOutcome, Upstream, UpstreamCall};
 use reqwest::Client;
 use serde_json::{Value, json};
@@ -234,9 +235,28 @@ impl HttpUpstream {
         let values = values_of(call);
         // Every request's upstream was found in `HttpUpstream::new`.
         let upstream = &self.upstreams[&request.upstream];
-        let prepared = request
+        let mut prepared = request
             .prepare(upstream, &values, idempotency_key)
             .map_err(|error| not_built_reason(&error, call.tool))?;
+        if trace::enabled() {
+            // The request's span (the gate's `upstream.request` or `lookup`) goes with it, so
+            // a provider that traces links its span to the call's trace.
+            let span = tracing::Span::current();
+            if let Some(traceparent) = trace::traceparent_of(&span)
+                && let Ok(value) = reqwest::header::HeaderValue::from_str(&traceparent)
+            {
+                prepared.headers.insert(trace::TRACEPARENT, value);
+            }
+            // The HTTP client conventions, without the URL: its path and query may hold
+            // argument values and secrets.
+            trace::set_attribute(&span, "http.request.method", prepared.method.to_string());
+            if let Some(host) = prepared.url.host_str() {
+                trace::set_attribute(&span, "server.address", host.to_owned());
+            }
+            if let Some(port) = prepared.url.port_or_known_default() {
+                trace::set_attribute(&span, "server.port", i64::from(port));
+            }
+        }
         let started = Instant::now();
         let exchange = exchange(
             &self.client,
@@ -251,6 +271,13 @@ impl HttpUpstream {
             Exchange::Timeout => "timeout".to_owned(),
             Exchange::Dropped(_) => "dropped".to_owned(),
         };
+        if let Exchange::Response { status, .. } = &exchange {
+            trace::set_attribute(
+                &tracing::Span::current(),
+                "http.response.status_code",
+                i64::from(*status),
+            );
+        }
         // The URL and headers are not logged: they may hold secrets.
         tracing::debug!(
             request = %request.context,

@@ -380,6 +380,22 @@ pub enum Order {
     Newest,
 }
 
+/// Length of a W3C version-00 `traceparent` (`00-{32 hex}-{16 hex}-{2 hex}`), the only form
+/// [`Ledger::record_trace`] keeps.
+pub const TRACEPARENT_LENGTH: usize = 55;
+
+/// Refuses a `traceparent` that is not [`TRACEPARENT_LENGTH`] bytes of ASCII.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn check_traceparent(traceparent: &str) -> std::result::Result<(), LedgerError> {
+    if traceparent.len() == TRACEPARENT_LENGTH && traceparent.is_ascii() {
+        return Ok(());
+    }
+    Err(LedgerError::Invalid {
+        field: "traceparent",
+        reason: format!("must be {TRACEPARENT_LENGTH} ASCII bytes"),
+    })
+}
+
 /// Defines [`Ledger`] from its operations, and the impl that lets an `Arc` of a ledger
 /// (`Arc<dyn Ledger>`, as the gateway holds one) stand wherever a ledger is taken: each
 /// operation is written once, and forwarded to the ledger inside.
@@ -432,6 +448,15 @@ ledger_trait! {
 
         /// Counts a repeated call answered from a read (the already-done fast path).
         async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()>;
+
+        /// Keeps the W3C `traceparent` of the span that executed the intent `id`'s latest
+        /// attempt (only while traces are on), so that the trace of a repeat or a re-send
+        /// links to it. Bookkeeping: not durable before it returns. A value that is not 55
+        /// bytes is refused.
+        async fn record_trace(&self, id: IntentId, traceparent: String) -> Result<()>;
+
+        /// The `traceparent` [`Ledger::record_trace`] kept for `id`, if any.
+        async fn trace_of(&self, id: IntentId) -> Result<Option<String>>;
 
         /// Reads an intent by its scope and key.
         async fn get(&self, tenant: &str, tool: &str, key: &str) -> Result<Option<IntentRecord>>;

@@ -2382,6 +2382,54 @@ fn mismatch_of(intent: &IntentRecord) -> StoredMismatch {
 /// Before erasure, nothing could delete one customer's intents, events and the
 /// reconciliation mismatches naming them; an erasure takes exactly those, by key, tool or
 /// tenant, and leaves everyone else's.
+async fn the_executing_calls_trace_is_kept_replaced_and_erased_with_its_intent(
+    ledger: &dyn Ledger,
+) {
+    let first = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let second = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let intent = settled(ledger, "traced-1", IntentStatus::Done, T0).await;
+    assert_eq!(ledger.trace_of(intent.id).await.unwrap(), None);
+    ledger
+        .record_trace(intent.id, first.to_owned())
+        .await
+        .unwrap();
+    assert_eq!(
+        ledger.trace_of(intent.id).await.unwrap().as_deref(),
+        Some(first)
+    );
+    // A later attempt's call replaces it.
+    ledger
+        .record_trace(intent.id, second.to_owned())
+        .await
+        .unwrap();
+    assert_eq!(
+        ledger.trace_of(intent.id).await.unwrap().as_deref(),
+        Some(second)
+    );
+    // Only a version-00 traceparent's length is kept; nothing for an intent that is gone.
+    assert!(
+        ledger
+            .record_trace(intent.id, "00-short".to_owned())
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        ledger.trace_of(intent.id).await.unwrap().as_deref(),
+        Some(second)
+    );
+    ledger
+        .record_trace(intent.id + 1_000, first.to_owned())
+        .await
+        .unwrap();
+    assert_eq!(ledger.trace_of(intent.id + 1_000).await.unwrap(), None);
+    // Erased with its intent.
+    ledger
+        .erase(&erasure(TENANT, Some(TOOL), Some("traced-1"), T0 + 2_000))
+        .await
+        .unwrap();
+    assert_eq!(ledger.trace_of(intent.id).await.unwrap(), None);
+}
+
 async fn erase_deletes_a_tenants_intents_events_and_mismatches_and_nothing_else(
     ledger: &dyn Ledger,
 ) {
@@ -2806,6 +2854,7 @@ macro_rules! behaviours {
             a_process_registers_heartbeats_ends_and_registers_again,
             a_registration_with_a_bad_instance_or_silence_is_refused,
             purge_deletes_processes_that_ended_or_went_silent_before_the_cutoff,
+            the_executing_calls_trace_is_kept_replaced_and_erased_with_its_intent,
         );
         behaviours!(@each $shared, #[tokio::test(flavor = "multi_thread", worker_threads = 8)],
             concurrent_begins_on_distinct_keys_all_commit,

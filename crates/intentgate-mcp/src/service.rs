@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use intentgate_core::limits::INTENT_ID_LENGTH_MAX;
 use intentgate_core::{Executor, Principal};
+use intentgate_gate::trace;
 use intentgate_gate::{CallContext, CallOutcome, Gate, GateError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -17,6 +18,7 @@ use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::Semaphore;
+use tracing::Instrument;
 
 use crate::McpOptions;
 use crate::flags::{FlagWatch, PeerRegistration};
@@ -176,6 +178,20 @@ impl McpService {
                 None => None,
             },
         };
+        // The MCP server span of the call, under the caller's context when it sent one:
+        // `_meta.traceparent` (any transport, stdio included), else the HTTP request's
+        // `traceparent` header (Streamable HTTP). None when traces are off.
+        let span = intentgate_gate::phase!(
+            "tools/call",
+            otel.kind = "server",
+            mcp.method.name = "tools/call",
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %name
+        );
+        if trace::enabled() {
+            let (traceparent, tracestate) = trace_context(&context, request.meta.as_ref());
+            trace::adopt_parent(&span, traceparent.as_deref(), tracestate.as_deref());
+        }
         let context = CallContext {
             tenant: tenant(&context, &self.inner.options.tenant),
             intent_id,
@@ -195,11 +211,14 @@ impl McpService {
         // response stream stops waiting, but never turns an upstream call in flight into
         // a lost one. The intent keeps its state in the ledger either way.
         let gate = self.inner.gate.clone();
-        let task = tokio::spawn(async move {
-            let outcome = gate.call(&name, arguments, &context).await;
-            drop(permit);
-            outcome
-        });
+        let task = tokio::spawn(
+            async move {
+                let outcome = gate.call(&name, arguments, &context).await;
+                drop(permit);
+                outcome
+            }
+            .instrument(span),
+        );
         let outcome = task.await.map_err(|error| {
             tracing::error!(%error, "bug: an MCP call task failed");
             ErrorData::internal_error("the call failed inside the gateway", None)
@@ -273,6 +292,33 @@ fn intent_id(meta: &RequestMetaObject) -> Result<Option<String>, ErrorData> {
             None,
         )),
     }
+}
+
+/// The caller's W3C trace context of a `tools/call`: `traceparent` and `tracestate` from
+/// the request's `_meta` (where the SDK leaves it in the context, or in the request), else
+/// from the HTTP request's headers.
+fn trace_context(
+    context: &RequestContext<RoleServer>,
+    request_meta: Option<&RequestMetaObject>,
+) -> (Option<String>, Option<String>) {
+    let from_meta = |meta: &RequestMetaObject| {
+        let text = |key: &str| meta.get(key).and_then(Value::as_str).map(str::to_owned);
+        text(trace::TRACEPARENT).map(|parent| (Some(parent), text(trace::TRACESTATE)))
+    };
+    if let Some(found) = from_meta(&context.meta).or_else(|| request_meta.and_then(from_meta)) {
+        return found;
+    }
+    let Some(parts) = context.extensions.get::<axum::http::request::Parts>() else {
+        return (None, None);
+    };
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    };
+    (header(trace::TRACEPARENT), header(trace::TRACESTATE))
 }
 
 /// The tenant of a call: over Streamable HTTP the caller's principal, which the HTTP edge

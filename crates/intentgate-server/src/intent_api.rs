@@ -28,11 +28,13 @@ use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use intentgate_core::{CallStatus, Effect, Executor, Principal, Scope};
+use intentgate_gate::trace;
 use intentgate_gate::{CallContext, GateError, Grant, GrantedLease, SettleError, Settlement};
 use intentgate_ledger::IntentId;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tracing::Instrument;
 use utoipa::ToSchema;
 
 use crate::AppState;
@@ -313,7 +315,27 @@ pub(crate) async fn grant(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    respond(grant_inner(state, name, caller, headers, body).await)
+    // The HTTP server span of the grant, under the caller's `traceparent`; none when traces
+    // are off.
+    let span = intentgate_gate::phase!(
+        "POST /v1/tools/{name}/intents",
+        otel.kind = "server",
+        http.request.method = "POST",
+        http.route = "/v1/tools/{name}/intents",
+        url.scheme = "http",
+        http.response.status_code = tracing::field::Empty
+    );
+    if trace::enabled() {
+        let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+        trace::adopt_parent(&span, text(trace::TRACEPARENT), text(trace::TRACESTATE));
+    }
+    let response = respond(
+        grant_inner(state, name, caller, headers, body)
+            .instrument(span.clone())
+            .await,
+    );
+    span.record("http.response.status_code", response.status().as_u16());
+    response
 }
 
 async fn grant_inner(
@@ -653,11 +675,15 @@ async fn in_task<T: Send + 'static>(
         .clone()
         .try_acquire_owned()
         .map_err(|_| overloaded())?;
-    let task = tokio::spawn(async move {
-        let output = work.await;
-        drop(permit);
-        output
-    });
+    // In the request's span, so that the work's trace continues the caller's.
+    let task = tokio::spawn(
+        async move {
+            let output = work.await;
+            drop(permit);
+            output
+        }
+        .in_current_span(),
+    );
     task.await.map_err(|error| {
         tracing::error!(%error, "bug: an intent API task failed");
         internal("the request failed inside the gateway")

@@ -11,9 +11,11 @@ use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use intentgate_core::{CallStatus, Effect, Principal, Scope, Tenant};
+use intentgate_gate::trace;
 use intentgate_gate::{CallContext, GateError};
 use serde::Deserialize;
 use serde_json::Value;
+use tracing::Instrument;
 use utoipa::IntoParams;
 
 use crate::AppState;
@@ -327,10 +329,29 @@ pub(crate) async fn call_tool(
         Ok(caller) => caller,
         Err(problem) => return problem.into_response(),
     };
-    match call_tool_inner(state, name, caller, headers, body).await {
+    // The HTTP server span of the call, under the caller's `traceparent` when it sent one;
+    // none when traces are off.
+    let span = intentgate_gate::phase!(
+        "POST /v1/tools/{name}/call",
+        otel.kind = "server",
+        http.request.method = "POST",
+        http.route = "/v1/tools/{name}/call",
+        url.scheme = "http",
+        http.response.status_code = tracing::field::Empty
+    );
+    if trace::enabled() {
+        let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+        trace::adopt_parent(&span, text(trace::TRACEPARENT), text(trace::TRACESTATE));
+    }
+    let response = match call_tool_inner(state, name, caller, headers, body)
+        .instrument(span.clone())
+        .await
+    {
         Ok(response) => response,
         Err(problem) => problem.into_response(),
-    }
+    };
+    span.record("http.response.status_code", response.status().as_u16());
+    response
 }
 
 async fn call_tool_inner(
@@ -419,11 +440,15 @@ async fn call_tool_inner(
         .map_err(|_| overloaded())?;
     // The call runs in its own task: a client that goes away does not cancel it.
     let gate = state.gate.clone();
-    let task = tokio::spawn(async move {
-        let outcome = gate.call(&name, arguments, &context).await;
-        drop(permit);
-        outcome
-    });
+    // In the request's span, so that the call's trace continues the caller's.
+    let task = tokio::spawn(
+        async move {
+            let outcome = gate.call(&name, arguments, &context).await;
+            drop(permit);
+            outcome
+        }
+        .in_current_span(),
+    );
     let outcome = task.await.map_err(|error| {
         tracing::error!(%error, "bug: a call task failed");
         Problem::new(

@@ -62,7 +62,9 @@ plain HTTP only from localhost and 127.0.0.1; elsewhere serve it behind HTTPS.
 MCP upstreams (`kind: mcp` in `upstreams:`) are started (stdio) or connected to (Streamable \
 HTTP) before anything is served, and their tools listed; a server that does not start, an \
 imported tool the config does not classify, or a call of a tool the server does not list \
-stops the start with a fix per problem (docs/mcp-upstreams.md)."
+stops the start with a fix per problem (docs/mcp-upstreams.md).
+
+Traces (OpenTelemetry, OTLP over HTTP) are off until a collector is named: OTEL_EXPORTER_OTLP_ENDPOINT (spans go to its /v1/traces) or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or `telemetry.endpoint` in the config; OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME and OTEL_TRACES_SAMPLER(_ARG) as usual. A call continues the caller's W3C `traceparent` (HTTP header, or `_meta.traceparent` over MCP) and sends its own upstream. Spans a slow collector can't take are dropped and counted in intentgate_trace_spans_dropped_total."
     )]
     Serve(ServeArgs),
     /// Serve the configured tools over MCP on stdin and stdout, for an agent that starts

@@ -31,8 +31,9 @@
 
 use std::fmt;
 use std::io;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
+use opentelemetry::trace::TraceContextExt;
 use tracing::field::{Field, Visit};
 use tracing::{Dispatch, Event, Level, Metadata, Subscriber};
 use tracing_core::callsite::Callsite;
@@ -42,9 +43,11 @@ use tracing_core::metadata::Kind;
 use tracing_core::subscriber::Interest;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::filter::FilterExt;
 use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::fmt::format::JsonFields;
 use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::{FormatFields, MakeWriter};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -144,21 +147,29 @@ fn names_rmcp(directives: &str) -> bool {
 
 /// Installs the process's logger: stderr, filtered by [`log_filter`], in [`log_format`].
 /// Either variable set to what it can't be is an error that says so; nothing is installed.
-pub fn init() -> Result<(), String> {
+///
+/// With a `tracer` (traces are on, `telemetry.rs`), spans of intentgate's crates are also
+/// exported through it; log lines are then filtered on their own, and leave out the phase
+/// spans (`intentgate_gate::trace::PHASE_TARGET`), so they read as they do without traces.
+pub fn init(tracer: Option<opentelemetry_sdk::trace::Tracer>) -> Result<(), String> {
     let format = log_format()?;
     let filter = log_filter()?;
     // Logs go to stderr so that stdout stays the command's output (a table or JSON).
-    subscriber(format, filter, io::stderr).init();
+    match tracer {
+        None => subscriber(format, filter, io::stderr).init(),
+        Some(tracer) => traced_subscriber(format, filter, io::stderr, tracer).init(),
+    }
     Ok(())
 }
 
-/// The logger [`init`] installs, writing to `writer`.
-fn subscriber<W>(format: LogFormat, filter: EnvFilter, writer: W) -> impl Subscriber + Send + Sync
+/// The log lines' layer, writing to `writer` in `format`.
+fn lines<S, W>(format: LogFormat, writer: W) -> Box<dyn Layer<S> + Send + Sync>
 where
+    S: Subscriber + for<'span> LookupSpan<'span>,
     W: for<'writer> MakeWriter<'writer> + Send + Sync + 'static,
 {
     let lines = tracing_subscriber::fmt::layer().with_writer(writer);
-    let lines = match format {
+    match format {
         LogFormat::Text => lines.fmt_fields(QuotedFields).boxed(),
         LogFormat::Json => lines
             .json()
@@ -167,11 +178,131 @@ where
             .with_span_list(false)
             .with_ansi(false)
             .boxed(),
+    }
+}
+
+/// [`subscriber`] that also exports intentgate's spans through `tracer`: every span of
+/// intentgate's crates at `info`, `warn` or `error`, whatever `RUST_LOG` says (it filters
+/// log lines only), and their `warn` and `error` events as span events.
+fn traced_subscriber<W>(
+    format: LogFormat,
+    filter: EnvFilter,
+    writer: W,
+    tracer: opentelemetry_sdk::trace::Tracer,
+) -> impl Subscriber + Send + Sync
+where
+    W: for<'writer> MakeWriter<'writer> + Send + Sync + 'static,
+{
+    let not_a_phase = tracing_subscriber::filter::filter_fn(|metadata| {
+        metadata.target() != intentgate_gate::trace::PHASE_TARGET
+    });
+    let exported = tracing_subscriber::filter::filter_fn(|metadata| {
+        let ours = metadata.target().starts_with("intentgate");
+        let level = *metadata.level();
+        ours && ((metadata.is_span() && level <= Level::INFO) || level <= Level::WARN)
+    });
+    let traces = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_error_records_to_exceptions(false)
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_filter(exported);
+    let dispatch = Arc::new(OnceLock::new());
+    let lines = match format {
+        LogFormat::Text => lines(format, writer),
+        // JSON lines also carry the trace and span ids of the call they are about.
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .with_writer(writer)
+            .fmt_fields(JsonFields::new())
+            .event_format(WithTraceIds {
+                inner: tracing_subscriber::fmt::format()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(true)
+                    .with_span_list(false),
+                dispatch: dispatch.clone(),
+            })
+            .with_ansi(false)
+            .boxed(),
     };
+    tracing_subscriber::registry()
+        .with(AbandonedCalls::default())
+        .with(lines.with_filter(filter.and(not_a_phase)))
+        .with(traces)
+        .with(DispatchOf(dispatch))
+}
+
+/// The dispatcher a subscriber was registered as, for [`WithTraceIds`]. Weak: the
+/// dispatcher owns its layers.
+type DispatchCell = Arc<OnceLock<WeakDispatch>>;
+
+/// The layer that notes the dispatcher it is part of in a [`DispatchCell`].
+struct DispatchOf(DispatchCell);
+
+impl<S: Subscriber> Layer<S> for DispatchOf {
+    fn on_register_dispatch(&self, dispatch: &Dispatch) {
+        let _ = self.0.set(dispatch.downgrade());
+    }
+}
+
+/// A JSON event format that puts `trace_id` and `span_id` (of the span the line is about,
+/// as exported) first in each line written inside a traced span, so logs and traces join
+/// on them.
+struct WithTraceIds<F> {
+    inner: F,
+    dispatch: DispatchCell,
+}
+
+impl<S, N, F> FormatEvent<S, N> for WithTraceIds<F>
+where
+    S: Subscriber + for<'span> LookupSpan<'span>,
+    N: for<'writer> FormatFields<'writer> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        context: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let ids = context.lookup_current().and_then(|span| {
+            let dispatch = self.dispatch.get()?.upgrade()?;
+            let otel = tracing_opentelemetry::get_otel_context(&span.id(), &dispatch)?;
+            let span_context = otel.span().span_context().clone();
+            span_context.is_valid().then(|| {
+                (
+                    span_context.trace_id().to_string(),
+                    span_context.span_id().to_string(),
+                )
+            })
+        });
+        let Some((trace_id, span_id)) = ids else {
+            return self.inner.format_event(context, writer, event);
+        };
+        let mut line = String::new();
+        self.inner
+            .format_event(context, Writer::new(&mut line), event)?;
+        // The JSON format writes one object per event, never an empty one.
+        match line.strip_prefix('{') {
+            Some(rest) => write!(
+                writer,
+                "{{\"trace_id\":\"{trace_id}\",\"span_id\":\"{span_id}\",{rest}"
+            ),
+            None => writer.write_str(&line),
+        }
+    }
+}
+
+/// The logger [`init`] installs when traces are off, writing to `writer`.
+fn subscriber<W>(format: LogFormat, filter: EnvFilter, writer: W) -> impl Subscriber + Send + Sync
+where
+    W: for<'writer> MakeWriter<'writer> + Send + Sync + 'static,
+{
     tracing_subscriber::registry()
         .with(filter)
         .with(AbandonedCalls::default())
-        .with(lines)
+        .with(lines(format, writer))
 }
 
 /// The target of the `debug` line that stands for rmcp's error about an abandoned call:

@@ -21,6 +21,7 @@ mod reconcile;
 mod serve;
 mod smoke;
 mod table;
+mod telemetry;
 mod time;
 
 use std::process::ExitCode;
@@ -38,7 +39,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(message) = logs::init() {
+    let tracing = match start_traces(&cli.command) {
+        Ok(tracing) => tracing,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(message) = logs::init(tracing.as_ref().map(|tracing| tracing.tracer.clone())) {
         eprintln!("error: {message}");
         return ExitCode::FAILURE;
     }
@@ -56,6 +64,10 @@ async fn main() -> ExitCode {
         Command::Audit(arguments) => audit::run(arguments).await,
         Command::Smoke(arguments) => smoke::run(arguments).await,
     };
+    if tracing.is_some() {
+        // The last spans (the shutdown's own) are sent before the process ends.
+        tokio::task::block_in_place(telemetry::shutdown);
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.is::<Exit>() => {
@@ -69,6 +81,22 @@ async fn main() -> ExitCode {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Starts exporting traces when a collector is named (`telemetry.rs`): by the standard
+/// `OTEL_*` variables, or for `serve` and `mcp` by the config's `telemetry:` section. A
+/// config that can't be read here is left to the command, which reports it in full.
+fn start_traces(command: &Command) -> Result<Option<telemetry::Tracing>, String> {
+    let section = match command {
+        Command::Serve(arguments) => intentgate_config::telemetry_section(&arguments.config)?,
+        Command::Mcp(arguments) => intentgate_config::telemetry_section(&arguments.config)?,
+        _ => intentgate_config::TelemetryConfig::default(),
+    };
+    let env = |name: &str| std::env::var(name).ok();
+    match telemetry::settings(&env, &section)? {
+        Some(settings) => telemetry::start(&settings).map(Some),
+        None => Ok(None),
     }
 }
 

@@ -25,5 +25,7 @@ pub async fn run(arguments: McpArgs) -> anyhow::Result<()> {
     // it on a blocking thread that nothing can interrupt, and the runtime would wait for
     // that read at exit: a stopped server would hang until its client writes or closes.
     let _ = std::io::Write::flush(&mut std::io::stdout());
+    // `exit` skips what `main` does at the end: the last spans are sent here.
+    tokio::task::block_in_place(crate::telemetry::shutdown);
     std::process::exit(0)
 }

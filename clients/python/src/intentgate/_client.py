@@ -16,6 +16,14 @@ from typing import Any, cast
 
 import httpx
 
+try:
+    # Optional: when the application traces with OpenTelemetry, every request carries the
+    # current span's context (`traceparent`, `tracestate`), so the gateway's trace of the call
+    # continues the agent's.
+    from opentelemetry import propagate as _propagate
+except ImportError:  # pragma: no cover - exercised where opentelemetry is not installed
+    _propagate = None  # type: ignore[assignment]
+
 from intentgate import _json
 from intentgate._errors import IntentGateError, LeaseLost, TooManyRounds, error_from_response
 from intentgate._side_effect import (
@@ -55,6 +63,19 @@ def _headers(api_key: str | None) -> dict[str, str]:
     if api_key is not None:
         headers["authorization"] = f"Bearer {api_key}"
     return headers
+
+
+def _with_trace_context(headers: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    """`headers` plus the current OpenTelemetry context as W3C `traceparent` and
+    `tracestate`, when `opentelemetry` is installed and a span is current; `headers` as they
+    are otherwise."""
+    if _propagate is None:
+        return headers
+    carrier: dict[str, str] = {}
+    _propagate.inject(carrier)
+    if not carrier:
+        return headers
+    return {**carrier, **(headers or {})}
 
 
 def _grant_headers(idempotency_key: str | None, intent_id: str | None) -> dict[str, str]:
@@ -127,7 +148,7 @@ class Client:
 
     def _request(self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None) -> Any:
         content = None if body is None else _json.dumps(body)
-        return _parse(self._http.request(method, path, content=content, headers=headers))
+        return _parse(self._http.request(method, path, content=content, headers=_with_trace_context(headers)))
 
     def tools(self) -> list[dict[str, Any]]:
         """`GET /v1/tools`: the tools the caller may use, with `executor` for each."""
@@ -358,7 +379,7 @@ class AsyncClient:
 
     async def _request(self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None) -> Any:
         content = None if body is None else _json.dumps(body)
-        return _parse(await self._http.request(method, path, content=content, headers=headers))
+        return _parse(await self._http.request(method, path, content=content, headers=_with_trace_context(headers)))
 
     async def tools(self) -> list[dict[str, Any]]:
         """`GET /v1/tools` (see `Client.tools`)."""

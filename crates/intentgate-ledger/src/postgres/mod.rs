@@ -558,6 +558,22 @@ impl Ledger for PostgresLedger {
         .await
     }
 
+    async fn record_trace(&self, id: IntentId, traceparent: String) -> Result<()> {
+        crate::check_traceparent(&traceparent)?;
+        let input = (id, traceparent);
+        self.run(write(false, None), &input, |session, (id, traceparent)| {
+            Box::pin(ops::record_trace(session, *id, traceparent))
+        })
+        .await
+    }
+
+    async fn trace_of(&self, id: IntentId) -> Result<Option<String>> {
+        self.run(Mode::Read, &id, |session, id| {
+            Box::pin(async move { Ok(Plan::outcome(ops::trace_of(session, *id).await?)) })
+        })
+        .await
+    }
+
     async fn get(&self, tenant: &str, tool: &str, key: &str) -> Result<Option<IntentRecord>> {
         let input = (tenant, tool, key);
         self.run(Mode::Read, &input, |session, (tenant, tool, key)| {

@@ -888,3 +888,32 @@ pub async fn reconciliation_mismatches(
         })
         .collect()
 }
+
+/// Keeps `traceparent` for the intent `id` (`Ledger::record_trace`), replacing an earlier
+/// attempt's; nothing for an intent that no longer exists.
+pub async fn record_trace(
+    session: &mut Session,
+    id: IntentId,
+    traceparent: &str,
+) -> Result<Plan<()>, Failure> {
+    session
+        .execute(
+            "INSERT INTO intent_traces (intent_id, traceparent) \
+             SELECT id, $2 FROM intents WHERE id = $1 \
+             ON CONFLICT (intent_id) DO UPDATE SET traceparent = excluded.traceparent",
+            &[&id, &traceparent],
+        )
+        .await?;
+    Ok(Plan::outcome(()))
+}
+
+/// The `traceparent` kept for the intent `id` (`Ledger::trace_of`).
+pub async fn trace_of(session: &mut Session, id: IntentId) -> Result<Option<String>, Failure> {
+    let row = session
+        .query_opt(
+            "SELECT traceparent FROM intent_traces WHERE intent_id = $1",
+            &[&id],
+        )
+        .await?;
+    Ok(row.map(|row| row.get(0)))
+}

@@ -138,6 +138,14 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX processes_by_ended ON processes (ended_ms) WHERE ended_ms IS NOT NULL;
     "#,
+    // 4: the W3C traceparent of the span that executed each intent's latest attempt, kept
+    // only while traces are on, so a repeat's trace links to the call that executed it.
+    r#"
+    CREATE TABLE intent_traces (
+        intent_id BIGINT PRIMARY KEY REFERENCES intents (id) ON DELETE CASCADE,
+        traceparent TEXT NOT NULL CHECK (octet_length(traceparent) = 55)
+    );
+    "#,
 ];
 
 /// The first key of the migration's advisory lock ("ig" in ASCII), so that it does not

@@ -591,6 +591,18 @@ impl Ledger for SqliteLedger {
         .await
     }
 
+    async fn record_trace(&self, id: IntentId, traceparent: String) -> Result<()> {
+        crate::check_traceparent(&traceparent)?;
+        self.write(Waiter::Background, false, None, move |connection| {
+            ops::record_trace(connection, id, &traceparent)
+        })
+        .await
+    }
+
+    async fn trace_of(&self, id: IntentId) -> Result<Option<String>> {
+        self.read(|connection| ops::trace_of(connection, id))
+    }
+
     async fn get(&self, tenant: &str, tool: &str, key: &str) -> Result<Option<IntentRecord>> {
         self.read(|connection| ops::get(connection, tenant, tool, key))
     }

@@ -356,6 +356,12 @@ pub fn purge(connection: &Connection, before_ms: i64) -> Result<u64, LedgerError
         params![before_ms],
     )?;
     purge_processes(connection, before_ms)?;
+    connection.execute(
+        &format!(
+            "DELETE FROM intent_traces WHERE intent_id IN (SELECT id FROM intents WHERE {SETTLED})"
+        ),
+        params![before_ms],
+    )?;
     Ok(connection.execute(
         &format!("DELETE FROM intents WHERE {SETTLED}"),
         params![before_ms],
@@ -497,7 +503,9 @@ pub fn erase(connection: &Connection, erase: &Erase) -> Result<Erasure, LedgerEr
     };
     let mut events = connection.prepare_cached("DELETE FROM events WHERE intent_id = ?1")?;
     let mut intents = connection.prepare_cached("DELETE FROM intents WHERE id = ?1")?;
+    let mut traces = connection.prepare_cached("DELETE FROM intent_traces WHERE intent_id = ?1")?;
     for id in &batch {
+        traces.execute(params![id])?;
         erased.events += events.execute(params![id])? as u64;
         erased.intents += intents.execute(params![id])? as u64;
     }
@@ -745,6 +753,30 @@ pub fn bulk_insert(
         connection.execute_batch(sql)?;
     }
     Ok(inserted)
+}
+
+/// Keeps `traceparent` for the intent `id` (`Ledger::record_trace`), replacing an earlier
+/// attempt's; nothing for an intent that no longer exists.
+pub fn record_trace(
+    connection: &Connection,
+    id: IntentId,
+    traceparent: &str,
+) -> Result<(), LedgerError> {
+    connection
+        .prepare_cached(
+            "INSERT INTO intent_traces (intent_id, traceparent) SELECT id, ?2 FROM intents WHERE id = ?1 \
+             ON CONFLICT (intent_id) DO UPDATE SET traceparent = excluded.traceparent",
+        )?
+        .execute(params![id, traceparent])?;
+    Ok(())
+}
+
+/// The `traceparent` kept for the intent `id` (`Ledger::trace_of`).
+pub fn trace_of(connection: &Connection, id: IntentId) -> Result<Option<String>, LedgerError> {
+    Ok(connection
+        .prepare_cached("SELECT traceparent FROM intent_traces WHERE intent_id = ?1")?
+        .query_row(params![id], |row| row.get(0))
+        .optional()?)
 }
 
 #[cfg(test)]

@@ -128,6 +128,14 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX processes_by_ended ON processes (ended_ms) WHERE ended_ms IS NOT NULL;
     "#,
+    // 4: the W3C traceparent of the span that executed each intent's latest attempt, kept
+    // only while traces are on, so a repeat's trace links to the call that executed it.
+    r#"
+    CREATE TABLE intent_traces (
+        intent_id INTEGER PRIMARY KEY,
+        traceparent TEXT NOT NULL CHECK (length(traceparent) = 55)
+    ) STRICT;
+    "#,
 ];
 
 /// Applies the migrations this file lacks ([`migrations::pending`]), in one transaction.

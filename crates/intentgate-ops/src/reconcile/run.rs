@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use intentgate_config::LoadedConfig;
 use intentgate_core::{Effect, Executor, ToolDefinition};
+use intentgate_gate::trace;
 use intentgate_gate::{Clock, Metrics, SystemClock};
 use intentgate_http::HttpUpstream;
 use intentgate_http::spec::{ListFields, ListSpec, MatchField};
@@ -16,6 +17,7 @@ use intentgate_ledger::{Ledger, ReconciliationRun, StoredMismatch};
 use intentgate_mcp_upstream::{McpConnection, McpList, McpRecordPager};
 use serde::Serialize;
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use super::{
     MISMATCHES_LISTED_MAX, MISMATCHES_STORED_MAX, Mismatch, MismatchKind, NOTICE_MISMATCHES_MAX,
@@ -165,8 +167,34 @@ impl Reconciler {
         })
     }
 
-    /// Reconciles the `window` that ends the settle time before `now_ms`, as `actor`.
+    /// Reconciles the `window` that ends the settle time before `now_ms`, as `actor`. When
+    /// traces are on, the run is a trace of its own: a `reconcile` root span with a
+    /// `reconcile.tool` span per tool.
     pub async fn run(&self, window: Duration, now_ms: i64, actor: &str) -> Report {
+        if !trace::enabled() {
+            return self.run_untraced(window, now_ms, actor).await;
+        }
+        let span = tracing::info_span!(
+            target: trace::PHASE_TARGET,
+            parent: None,
+            "reconcile",
+            intentgate.actor = %actor,
+            intentgate.window_ms = window.as_millis() as i64
+        );
+        let report = self
+            .run_untraced(window, now_ms, actor)
+            .instrument(span.clone())
+            .await;
+        trace::set_attribute(
+            &span,
+            "intentgate.mismatches",
+            report.mismatches_total as i64,
+        );
+        trace::set_attribute(&span, "intentgate.critical", report.critical as i64);
+        report
+    }
+
+    async fn run_untraced(&self, window: Duration, now_ms: i64, actor: &str) -> Report {
         let until_ms = now_ms - self.settle_ms;
         let since_ms = until_ms - window.as_millis() as i64;
         let options = ReconcileOptions {
@@ -190,7 +218,11 @@ impl Reconciler {
             critical: 0,
         };
         for tool in &self.tools {
-            let tool_report = self.run_tool(tool, &options, &mut report).await;
+            let span = intentgate_gate::phase!("reconcile.tool", intentgate.tool = %tool.name);
+            let tool_report = self
+                .run_tool(tool, &options, &mut report)
+                .instrument(span)
+                .await;
             report.tools.push(tool_report);
         }
         report.finished_ms = report.started_ms.max(SystemClock.now_ms());

@@ -3,6 +3,8 @@
 //! a deadline, a PostgreSQL schema of a test's own, and a webhook receiver.
 #![allow(dead_code)]
 
+pub mod otlp;
+
 use std::fmt::Display;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -74,6 +76,15 @@ pub fn intentgate() -> Command {
         "INTENTGATE_ADMIN_TOKEN",
         "INTENTGATE_LOG_FORMAT",
         "INTENTGATE_BENCH_DIR",
+        // Traces stay off unless a test names its own collector.
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_SDK_DISABLED",
+        "OTEL_SERVICE_NAME",
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_TRACES_SAMPLER",
+        "OTEL_TRACES_SAMPLER_ARG",
     ] {
         command.env_remove(name);
     }
