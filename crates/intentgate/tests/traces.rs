@@ -492,6 +492,95 @@ async fn the_sweepers_re_send_is_a_trace_of_its_own_linked_to_the_original_call(
     assert_eq!(sweep.attribute("intentgate.key"), Some("refund:8812:49.00"));
 }
 
+/// The spans of `trace_id` as an indented tree (name, then the attributes that tell the
+/// story), roots first, children in the order they were received (the order they ended).
+fn tree(spans: &[Span], trace_id: &str) -> String {
+    fn walk(spans: &[&Span], parent: &str, depth: usize, text: &mut String) {
+        for span in spans.iter().filter(|span| span.parent_span_id == parent) {
+            let mut told: Vec<String> = [
+                "intentgate.decision",
+                "intentgate.status",
+                "intentgate.found",
+                "intentgate.attempt",
+                "http.response.status_code",
+            ]
+            .iter()
+            .filter_map(|name| span.attribute(name).map(|value| format!("{name}={value}")))
+            .collect();
+            if !span.links.is_empty() {
+                told.push(format!("links to {:?}", span.links));
+            }
+            text.push_str(&format!(
+                "{}{} {}\n",
+                "  ".repeat(depth),
+                span.name,
+                told.join(" ")
+            ));
+            walk(spans, &span.span_id, depth + 1, text);
+        }
+    }
+    let ours: Vec<&Span> = spans
+        .iter()
+        .filter(|span| span.trace_id == trace_id)
+        .collect();
+    let ids: HashSet<&str> = ours.iter().map(|span| span.span_id.as_str()).collect();
+    let mut text = format!("trace {trace_id}\n");
+    // Roots: no parent, or a parent outside the export (the caller's own span).
+    let mut roots: Vec<&str> = ours
+        .iter()
+        .map(|span| span.parent_span_id.as_str())
+        .filter(|parent| !ids.contains(parent))
+        .collect();
+    roots.dedup();
+    for root in roots {
+        walk(&ours, root, 1, &mut text);
+    }
+    text
+}
+
+/// The story of "my refund never came": the provider made the refund but its answer timed
+/// out, so the gateway looked the intent up, found the refund and answered `done` without
+/// sending it again, all in the caller's trace. Printed as a tree (`cargo test --test traces
+/// -- --nocapture a_refund_that`).
+#[tokio::test]
+async fn a_refund_that_timed_out_and_was_found_by_its_lookup_is_one_trace() {
+    let receiver = Receiver::start().await;
+    let stack = traced(&receiver, 700);
+    // The provider commits the refund, then holds its answer past the tool's timeout.
+    support::set_faults(
+        &stack.client,
+        &stack.mock,
+        Some(2_000),
+        json!({"timeout": 1000, "commit_when_ambiguous": 1000}),
+    )
+    .await;
+    let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    let answer = call(&stack.client, &stack.gateway.url, Some(&traceparent)).await;
+    assert_eq!(answer["status"], "done", "{answer}");
+    let spans = receiver
+        .wait_for(SPANS_WAIT, |spans| {
+            spans
+                .iter()
+                .any(|span| span.trace_id == CALLER_TRACE && span.name == "call")
+        })
+        .await;
+    println!("{}", tree(&spans, CALLER_TRACE));
+    let ours: Vec<Span> = spans
+        .iter()
+        .filter(|span| span.trace_id == CALLER_TRACE)
+        .cloned()
+        .collect();
+    let call_span = one(&ours, "call");
+    assert_eq!(call_span.attribute("intentgate.status"), Some("done"));
+    let sent = one(&ours, "upstream.request");
+    let lookup = one(&ours, "lookup");
+    assert_eq!(lookup.attribute("intentgate.found"), Some("found"));
+    // The request and the lookup both belong to this call (under its phases).
+    let ids: HashSet<&str> = ours.iter().map(|span| span.span_id.as_str()).collect();
+    assert!(ids.contains(sent.parent_span_id.as_str()), "{ours:#?}");
+    assert!(ids.contains(lookup.parent_span_id.as_str()), "{ours:#?}");
+}
+
 #[tokio::test]
 async fn json_log_lines_about_a_call_carry_its_trace_and_span_ids() {
     use std::io::Read;
