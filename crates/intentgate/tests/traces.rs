@@ -362,6 +362,21 @@ struct Traced {
     _folder: tempfile::TempDir,
 }
 
+impl Traced {
+    /// Has the provider hold every answer for 2 s, past a 700 ms tool timeout, having made
+    /// the refund (`committed`) or not.
+    async fn answer_late(&self, committed: bool) {
+        let commit = if committed { 1000 } else { 0 };
+        support::set_faults(
+            &self.client,
+            &self.mock,
+            Some(2_000),
+            json!({"timeout": 1000, "commit_when_ambiguous": commit}),
+        )
+        .await;
+    }
+}
+
 fn traced(receiver: &Receiver, tool_timeout_ms: u64) -> Traced {
     let folder = tempfile::tempdir().unwrap();
     let mock = mock_provider();
@@ -441,13 +456,7 @@ async fn the_sweepers_re_send_is_a_trace_of_its_own_linked_to_the_original_call(
     let receiver = Receiver::start().await;
     // Short timeouts: the first request times out, and nothing was committed.
     let stack = traced(&receiver, 700);
-    support::set_faults(
-        &stack.client,
-        &stack.mock,
-        Some(2_000),
-        json!({"timeout": 1000, "commit_when_ambiguous": 0}),
-    )
-    .await;
+    stack.answer_late(false).await;
     let first = call(
         &stack.client,
         &stack.gateway.url,
@@ -547,13 +556,7 @@ async fn a_refund_that_timed_out_and_was_found_by_its_lookup_is_one_trace() {
     let receiver = Receiver::start().await;
     let stack = traced(&receiver, 700);
     // The provider commits the refund, then holds its answer past the tool's timeout.
-    support::set_faults(
-        &stack.client,
-        &stack.mock,
-        Some(2_000),
-        json!({"timeout": 1000, "commit_when_ambiguous": 1000}),
-    )
-    .await;
+    stack.answer_late(true).await;
     let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
     let answer = call(&stack.client, &stack.gateway.url, Some(&traceparent)).await;
     assert_eq!(answer["status"], "done", "{answer}");
