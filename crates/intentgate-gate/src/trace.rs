@@ -202,6 +202,23 @@ mod tests {
     }
 
     #[test]
+    fn a_tracestate_over_the_bound_is_ignored_and_the_traceparent_kept() {
+        let header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let members = |count: usize| {
+            (0..count)
+                .map(|index| format!("k{index}=v"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let kept = parse_traceparent(header, Some(&members(3))).unwrap();
+        assert_eq!(kept.trace_state().header(), members(3));
+        let long = members(2_000);
+        assert!(long.len() > TRACESTATE_BYTES_MAX);
+        let context = parse_traceparent(header, Some(&long)).expect("the traceparent stands");
+        assert_eq!(context.trace_state().header(), "");
+    }
+
+    #[test]
     fn off_by_default_no_context_goes_out() {
         // `enable` is never called in this crate's unit tests.
         assert!(!enabled());

@@ -28,7 +28,6 @@ use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use intentgate_core::{CallStatus, Effect, Executor, Principal, Scope};
-use intentgate_gate::trace;
 use intentgate_gate::{CallContext, GateError, Grant, GrantedLease, SettleError, Settlement};
 use intentgate_ledger::IntentId;
 use serde::de::DeserializeOwned;
@@ -325,10 +324,7 @@ pub(crate) async fn grant(
         url.scheme = "http",
         http.response.status_code = tracing::field::Empty
     );
-    if trace::enabled() {
-        let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
-        trace::adopt_parent(&span, text(trace::TRACEPARENT), text(trace::TRACESTATE));
-    }
+    crate::routes::adopt_callers_trace(&span, &headers);
     let response = respond(
         grant_inner(state, name, caller, headers, body)
             .instrument(span.clone())

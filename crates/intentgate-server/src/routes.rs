@@ -339,10 +339,7 @@ pub(crate) async fn call_tool(
         url.scheme = "http",
         http.response.status_code = tracing::field::Empty
     );
-    if trace::enabled() {
-        let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
-        trace::adopt_parent(&span, text(trace::TRACEPARENT), text(trace::TRACESTATE));
-    }
+    adopt_callers_trace(&span, &headers);
     let response = match call_tool_inner(state, name, caller, headers, body)
         .instrument(span.clone())
         .await
@@ -352,6 +349,15 @@ pub(crate) async fn call_tool(
     };
     span.record("http.response.status_code", response.status().as_u16());
     response
+}
+
+/// Makes the caller's span the parent of `span` (an HTTP server span) when traces are on and
+/// the request carries a valid `traceparent` (with its `tracestate`).
+pub(crate) fn adopt_callers_trace(span: &tracing::Span, headers: &HeaderMap) {
+    if trace::enabled() {
+        let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+        trace::adopt_parent(span, text(trace::TRACEPARENT), text(trace::TRACESTATE));
+    }
 }
 
 async fn call_tool_inner(

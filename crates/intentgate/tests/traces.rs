@@ -25,15 +25,27 @@ fn refund() -> Value {
 
 /// Calls refund_order with `traceparent`, when given; the outcome.
 async fn call(client: &reqwest::Client, gateway: &str, traceparent: Option<&str>) -> Value {
-    let mut request = client.post(format!("{gateway}/v1/tools/refund_order/call"));
+    post(
+        client,
+        &format!("{gateway}/v1/tools/refund_order/call"),
+        traceparent,
+        json!({"arguments": refund()}),
+    )
+    .await
+}
+
+/// POSTs `body` to `url` with `traceparent`, when given; the answer, which must be a 200.
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    traceparent: Option<&str>,
+    body: Value,
+) -> Value {
+    let mut request = client.post(url);
     if let Some(traceparent) = traceparent {
         request = request.header("traceparent", traceparent);
     }
-    let response = request
-        .json(&json!({"arguments": refund()}))
-        .send()
-        .await
-        .unwrap();
+    let response = request.json(&body).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 200);
     response.json().await.unwrap()
 }
@@ -641,19 +653,13 @@ async fn json_log_lines_about_a_call_carry_its_trace_and_span_ids() {
 async fn a_grant_of_the_intent_api_continues_the_callers_trace() {
     let receiver = Receiver::start().await;
     let stack = traced(&receiver, 10_000);
-    let response = stack
-        .client
-        .post(format!(
-            "{}/v1/tools/refund_order_sdk/intents",
-            stack.gateway.url
-        ))
-        .header("traceparent", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
-        .json(&json!({"arguments": {"order_id": "8812", "amount": "49.00"}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    let grant: Value = response.json().await.unwrap();
+    let grant = post(
+        &stack.client,
+        &format!("{}/v1/tools/refund_order_sdk/intents", stack.gateway.url),
+        Some(&format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")),
+        json!({"arguments": {"order_id": "8812", "amount": "49.00"}}),
+    )
+    .await;
     assert_eq!(grant["action"], "execute", "{grant}");
     let spans = receiver
         .wait_for(SPANS_WAIT, |spans| {
@@ -728,18 +734,15 @@ async fn sensitive_arguments_never_become_attributes() {
         "Your refund of 49.00",
         "Dear Dana, your refund is on its way.",
     );
-    let response = stack
-        .client
-        .post(format!("{}/v1/tools/send_email/call", stack.gateway.url))
-        .header("traceparent", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
-        .json(&json!({"arguments": {
+    let outcome = post(
+        &stack.client,
+        &format!("{}/v1/tools/send_email/call", stack.gateway.url),
+        Some(&format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")),
+        json!({"arguments": {
             "to": to, "template_id": "refund_confirmation", "reference": "8812",
-            "subject": subject, "body": body}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    let outcome: Value = response.json().await.unwrap();
+            "subject": subject, "body": body}}),
+    )
+    .await;
     assert_eq!(outcome["status"], "done", "{outcome}");
     let spans = receiver
         .wait_for(SPANS_WAIT, |spans| {
