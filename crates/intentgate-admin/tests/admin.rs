@@ -210,6 +210,7 @@ impl Admin {
                 retry_rejected: false,
                 lookup_interval_ms: 1_000,
                 resend_unknown: false,
+                expect_new: false,
             })
             .await
             .unwrap();

@@ -479,6 +479,7 @@ impl Gate {
             retry_rejected: tool.retry_rejected,
             lookup_interval_ms: self.step_interval_ms(tool, &intent, now_ms, Driver::Caller),
             resend_unknown: true,
+            expect_new: false,
         };
         match self.ledger_begin(begin).await? {
             // The owner says re-send, whichever attempt `begin` started: a not-executed

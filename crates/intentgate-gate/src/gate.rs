@@ -603,6 +603,7 @@ impl Gate {
                 None => millis(self.options.lookup_interval),
             },
             resend_unknown: false,
+            expect_new: read.is_none(),
         };
         let (begun, request) = self.acquire(tool, request).await?;
         if begun_intent(&begun).call_count > 1 {
@@ -711,6 +712,8 @@ impl Gate {
                 }
             }
             request.count_call = false;
+            // The first `begin` created the intent if it was new.
+            request.expect_new = false;
             let Begin::Busy(intent) = &begin else {
                 break Ok(begin);
             };

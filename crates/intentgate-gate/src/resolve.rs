@@ -301,6 +301,7 @@ impl Gate {
             now_ms,
             count_call: false,
             resend_unknown: true,
+            expect_new: false,
             ..request.begin.clone()
         };
         let intent = match self.ledger_begin(begin).await? {

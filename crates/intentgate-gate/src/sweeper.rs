@@ -408,6 +408,7 @@ impl Gate {
             retry_rejected: false,
             lookup_interval_ms: interval_ms,
             resend_unknown: false,
+            expect_new: false,
         }
     }
 }

@@ -363,6 +363,7 @@ async fn an_expired_in_flight_intent_is_resolved_by_lookup_and_never_executed_ag
             retry_rejected: false,
             lookup_interval_ms: 5_000,
             resend_unknown: false,
+            expect_new: false,
         };
         assert!(matches!(
             h.ledger.begin(request).await.unwrap(),

@@ -128,6 +128,7 @@ impl Setup {
             retry_rejected: false,
             lookup_interval_ms: 5_000,
             resend_unknown: false,
+            expect_new: false,
         };
         let Begin::Execute(intent) = self.ledger.begin(request).await.unwrap() else {
             panic!("a new intent starts in flight");

@@ -172,6 +172,10 @@ pub struct BeginRequest {
     /// whose upstream honours idempotency keys, inside the provider's key window (SPEC
     /// section 5); the sweeper is the one such caller. False everywhere else.
     pub resend_unknown: bool,
+    /// The caller read this key just before and found no intent. A hint: a store may try
+    /// the insert before any read (PostgreSQL then saves a round trip), and `begin` decides
+    /// the same either way.
+    pub expect_new: bool,
 }
 
 /// What [`Ledger::begin`] decided. Every variant carries the intent as it now stands.

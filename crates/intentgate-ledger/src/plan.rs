@@ -284,6 +284,64 @@ pub fn created(intent: &IntentRecord, at_ms: i64) -> NewEvent {
     }
 }
 
+/// A new intent's first `begin` as one insert: the row as [`begin_new`] leaves it
+/// (`in_flight`, attempt 1, this caller's lease) and the events of its creation and first
+/// attempt. The store inserts the row, which gives it its id ([`Fresh::inserted`]), and
+/// appends the events: no row is written twice, and on PostgreSQL the insert needs no read
+/// of the key before it.
+#[derive(Debug)]
+pub struct Fresh {
+    /// The row to insert; `id` is a placeholder until [`Fresh::inserted`].
+    pub row: NewIntent,
+    events: Vec<NewEvent>,
+}
+
+impl Fresh {
+    /// The plan once the row is inserted with `id`: its events, and the intent to execute.
+    pub fn inserted(self, id: IntentId) -> Plan<Begin> {
+        let Fresh { row, events } = self;
+        let writes = events
+            .into_iter()
+            .map(|event| {
+                Write::Event(NewEvent {
+                    intent_id: Some(id),
+                    ..event
+                })
+            })
+            .collect();
+        Plan::new(writes, Begin::Execute(IntentRecord { id, ..row.intent }))
+    }
+}
+
+/// The row and events of a key seen for the first time, whose first `begin` executes it.
+pub fn begin_fresh(request: &BeginRequest) -> Result<Fresh, LedgerError> {
+    check_begin(request)?;
+    let NewIntent {
+        mut intent,
+        arguments,
+    } = new_intent(request)?;
+    // Any id: the events and the row get the store's once the row is inserted.
+    intent.id = IntentId::MAX;
+    let created = created(&intent, request.now_ms);
+    let Plan { writes, outcome } = begin_new(intent, request)?;
+    let Begin::Execute(intent) = outcome else {
+        unreachable!("a new intent's first begin executes it")
+    };
+    let mut events = vec![created];
+    for write in writes {
+        match write {
+            Write::Event(event) => events.push(event),
+            // Its columns are the row's: inserted as they are.
+            Write::Intent(_) => {}
+            Write::Counts(_) => unreachable!("a new intent's first begin counts no call"),
+        }
+    }
+    Ok(Fresh {
+        row: NewIntent { intent, arguments },
+        events,
+    })
+}
+
 /// Takes the lease and moves the intent to `in_flight` as a new attempt.
 fn start_attempt(
     mut writes: Vec<Write>,

@@ -76,6 +76,7 @@ fn request(key: &str, lease_owner: &str, now_ms: i64) -> BeginRequest {
             retry_rejected: false,
             lookup_interval_ms: LOOKUP_INTERVAL_MS,
             resend_unknown: false,
+            expect_new: false,
         },
         json!({ "order": key, "amount": "49.00" }),
     )
@@ -169,6 +170,57 @@ async fn a_new_key_starts_its_first_attempt_in_flight(ledger: &dyn Ledger) {
     assert_eq!(by_key.as_ref(), Some(&intent));
     assert_eq!(ledger.get_by_id(intent.id).await.unwrap(), Some(intent));
     assert_eq!(ledger.get(TENANT, TOOL, "order-2").await.unwrap(), None);
+}
+
+/// `expect_new` is a hint (a store may insert before it reads): a new key starts as any
+/// first call does, and a key that exists, in flight or settled, is decided exactly as
+/// without it, one intent throughout.
+async fn a_begin_expecting_a_new_key_decides_the_same_when_the_key_exists(ledger: &dyn Ledger) {
+    let expecting = |lease_owner: &str, now_ms| BeginRequest {
+        expect_new: true,
+        ..request("order-1", lease_owner, now_ms)
+    };
+    let intent = expect!(
+        Begin::Execute,
+        ledger.begin(expecting("owner-a", T0)).await.unwrap()
+    );
+    assert_eq!(
+        (intent.status, intent.attempt, intent.call_count),
+        (IntentStatus::InFlight, 1, 1)
+    );
+    assert_eq!(read(ledger, &intent).await, intent);
+    let kinds: Vec<_> = events(ledger, &intent)
+        .await
+        .into_iter()
+        .map(|event| (event.kind, event.to_status, event.attempt))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("created".to_owned(), Some("pending".to_owned()), Some(0)),
+            (
+                "transition".to_owned(),
+                Some("in_flight".to_owned()),
+                Some(1)
+            ),
+        ]
+    );
+
+    let busy = expect!(
+        Begin::Busy,
+        ledger.begin(expecting("owner-b", T0 + 1)).await.unwrap()
+    );
+    assert_eq!((busy.id, busy.call_count), (intent.id, 2));
+    assert_eq!(busy.lease_owner.as_deref(), Some("owner-a"));
+
+    let done = finish(&intent, "owner-a", IntentStatus::Done, T0 + 2);
+    expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
+    let repeat = expect!(
+        Begin::Settled,
+        ledger.begin(expecting("owner-c", T0 + 3)).await.unwrap()
+    );
+    assert_eq!((repeat.id, repeat.call_count), (intent.id, 3));
+    assert_eq!(all_intents(ledger).await.len(), 1);
 }
 
 async fn a_second_caller_is_busy_while_the_lease_lives(ledger: &dyn Ledger) {
@@ -491,6 +543,7 @@ async fn an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked
     let resend = |lease_owner: &str, now_ms| BeginRequest {
         count_call: false,
         resend_unknown: true,
+        expect_new: false,
         ..request("order-1", lease_owner, now_ms)
     };
     let intent = started(ledger, "order-1", "owner-a", T0).await;
@@ -2819,6 +2872,7 @@ macro_rules! behaviours {
             erase_refuses_unsettled_intents_unless_forced_and_a_running_call_always,
             an_erasure_without_a_reason_or_a_key_without_a_tool_is_refused,
             a_new_key_starts_its_first_attempt_in_flight,
+            a_begin_expecting_a_new_key_decides_the_same_when_the_key_exists,
             a_second_caller_is_busy_while_the_lease_lives,
             the_lease_holder_settles_the_intent_and_later_calls_get_it,
             a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing,
@@ -3927,8 +3981,14 @@ mod postgres {
                     let (ledger, start, key) = (ledger.clone(), start.clone(), key.clone());
                     callers.spawn(async move {
                         let owner = format!("replica-{replica}/{caller}");
+                        // Half of them as the gateway asks after reading no intent: their
+                        // inserts race, and the losers wait for the winner's commit.
+                        let asked = BeginRequest {
+                            expect_new: caller % 2 == 0,
+                            ..request(&key, &owner, T0)
+                        };
                         start.wait().await;
-                        ledger.begin(request(&key, &owner, T0)).await.unwrap()
+                        ledger.begin(asked).await.unwrap()
                     });
                 }
             }

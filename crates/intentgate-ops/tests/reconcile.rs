@@ -97,6 +97,7 @@ async fn begin_new(
             retry_rejected: false,
             lookup_interval_ms: 5_000,
             resend_unknown: false,
+            expect_new: false,
         })
         .await
         .unwrap();

@@ -1,7 +1,10 @@
 //! The body of every ledger operation on PostgreSQL. Writes run inside the one transaction
 //! that `PostgresLedger` opened for them: each locks the intent's row (`SELECT ... FOR
 //! UPDATE`, sent with the `BEGIN`) and asks [`crate::plan`] what to do; [`commit`] then sends
-//! the plan's writes, the notification and the `COMMIT` together, in one round trip.
+//! the plan's writes, the notification and the `COMMIT` together, in one round trip. A
+//! `begin` expected to find no intent (`BeginRequest::expect_new`) sends the insert of the
+//! new row with the `BEGIN` instead, and locks the row only when the key was taken meanwhile:
+//! two round trips for a new intent.
 //! Because the row is locked until the commit, replicas that work on one intent at once
 //! take turns, and each decides from what the previous one committed.
 
@@ -96,11 +99,12 @@ const LIST: &str = concat!(
     intent_columns!(),
     " FROM intents WHERE id > $1 ORDER BY id LIMIT $2"
 );
-/// Another replica may insert the same key at the same moment: the insert then waits for
-/// its transaction, and does nothing if it committed.
+/// A new intent's row as its first `begin` leaves it. Another replica may insert the same
+/// key at the same moment: the insert then waits for its transaction, and does nothing if
+/// it committed.
 const INSERT_INTENT: &str = "INSERT INTO intents (tenant, tool, intent_key, fingerprint, arguments, \
-     status, attempt, epoch, call_count, first_seen_ms, last_seen_ms, updated_ms) \
-     VALUES ($1, $2, $3, $4, $5, $6, 0, 1, $7, $8, $8, $8) \
+     status, attempt, epoch, lease_owner, lease_expires_ms, call_count, first_seen_ms, last_seen_ms, \
+     updated_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
      ON CONFLICT (tenant, tool, intent_key) DO NOTHING RETURNING id";
 const UPDATE_INTENT: &str = "UPDATE intents SET status = $2, attempt = $3, epoch = $4, lease_owner = $5, \
      lease_expires_ms = $6, result = $7, external_id = $8, resolved_by = $9, call_count = $10, \
@@ -433,12 +437,15 @@ pub async fn commit(
 }
 
 /// Inserts a new intent, or returns `None` if another replica inserted the key first.
-async fn insert(session: &mut Session, new: NewIntent) -> Result<Option<IntentRecord>, Failure> {
-    let NewIntent {
-        mut intent,
-        arguments,
-    } = new;
-    let call_count = intent.call_count as i64;
+/// Inserts a new intent's row (a [`plan::Fresh`] row); its id, or `None` when the key
+/// exists (committed by another transaction meanwhile).
+async fn insert(session: &mut Session, row: &NewIntent) -> Result<Option<IntentId>, Failure> {
+    let intent = &row.intent;
+    let (attempt, epoch, call_count) = (
+        i64::from(intent.attempt),
+        i64::from(intent.epoch),
+        intent.call_count as i64,
+    );
     let inserted = session
         .query_opt(
             INSERT_INTENT,
@@ -447,18 +454,23 @@ async fn insert(session: &mut Session, new: NewIntent) -> Result<Option<IntentRe
                 &intent.tool,
                 &intent.key,
                 &intent.fingerprint,
-                &arguments,
+                &row.arguments,
                 &intent.status.as_str(),
+                &attempt,
+                &epoch,
+                &intent.lease_owner,
+                &intent.lease_expires_ms,
                 &call_count,
                 &intent.first_seen_ms,
+                &intent.last_seen_ms,
+                &intent.updated_ms,
             ],
         )
         .await?;
-    let Some(row) = inserted else {
-        return Ok(None);
-    };
-    intent.id = row.try_get(0)?;
-    Ok(Some(intent))
+    inserted
+        .map(|row| row.try_get(0))
+        .transpose()
+        .map_err(Failure::from)
 }
 
 /// `begin` on an intent that existed, locked: reads the process of its live lease's owner
@@ -475,16 +487,19 @@ async fn begin_existing(
     Ok(plan::begin_existing(intent, request, owner.as_ref())?)
 }
 
+/// Locks the key's intent and decides from it; a key not found is inserted as begun. When
+/// the caller's read found no intent just before (`expect_new`), the insert goes first:
+/// one round trip less for a new intent.
 pub async fn begin(session: &mut Session, request: &BeginRequest) -> Result<Plan<Begin>, Failure> {
     plan::check_begin(request)?;
-    if let Some(intent) = lock_by_key(session, request).await? {
+    if !request.expect_new
+        && let Some(intent) = lock_by_key(session, request).await?
+    {
         return begin_existing(session, intent, request).await;
     }
-    if let Some(intent) = insert(session, plan::new_intent(request)?).await? {
-        let created = plan::created(&intent, intent.first_seen_ms);
-        let mut plan = plan::begin_new(intent, request)?;
-        plan.writes.insert(0, Write::Event(created));
-        return Ok(plan);
+    let fresh = plan::begin_fresh(request)?;
+    if let Some(id) = insert(session, &fresh.row).await? {
+        return Ok(fresh.inserted(id));
     }
     // Another replica inserted it after our read, and has committed (the insert waited
     // for it): lock its row and decide from what it wrote.

@@ -233,30 +233,33 @@ fn apply<T>(connection: &Connection, plan: Plan<T>) -> Result<T, LedgerError> {
     Ok(plan.outcome)
 }
 
-/// Inserts a new intent and logs its creation; returns it with its id.
-fn insert(connection: &Connection, new: NewIntent) -> Result<IntentRecord, LedgerError> {
-    let NewIntent {
-        mut intent,
-        arguments,
-    } = new;
+/// Inserts a new intent's row as it stands (a [`plan::Fresh`] row: `in_flight`, with its
+/// lease); returns the id it was given.
+fn insert(connection: &Connection, row: &NewIntent) -> Result<IntentId, LedgerError> {
+    let intent = &row.intent;
     connection
         .prepare_cached(
             "INSERT INTO intents (tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
-             call_count, first_seen_ms, last_seen_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, 1, ?7, ?8, ?8, ?8)",
+             lease_owner, lease_expires_ms, call_count, first_seen_ms, last_seen_ms, updated_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         )?
         .execute(params![
             intent.tenant,
             intent.tool,
             intent.key,
             intent.fingerprint,
-            arguments,
+            row.arguments,
             intent.status.as_str(),
+            intent.attempt,
+            intent.epoch,
+            intent.lease_owner,
+            intent.lease_expires_ms,
             intent.call_count as i64,
-            intent.first_seen_ms
+            intent.first_seen_ms,
+            intent.last_seen_ms,
+            intent.updated_ms,
         ])?;
-    intent.id = connection.last_insert_rowid();
-    append_event(connection, &plan::created(&intent, intent.first_seen_ms))?;
-    Ok(intent)
+    Ok(connection.last_insert_rowid())
 }
 
 pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, LedgerError> {
@@ -270,8 +273,9 @@ pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, L
             plan::begin_existing(intent, request, owner.as_ref())?
         }
         None => {
-            let intent = insert(connection, plan::new_intent(request)?)?;
-            plan::begin_new(intent, request)?
+            let fresh = plan::begin_fresh(request)?;
+            let id = insert(connection, &fresh.row)?;
+            fresh.inserted(id)
         }
     };
     apply(connection, plan)

@@ -30,6 +30,7 @@ fn request(key: &str) -> BeginRequest {
         retry_rejected: false,
         lookup_interval_ms: 1_000,
         resend_unknown: false,
+        expect_new: false,
     }
 }
 

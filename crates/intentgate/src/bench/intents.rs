@@ -293,6 +293,8 @@ impl Bench {
                 retry_rejected: false,
                 lookup_interval_ms: 5_000,
                 resend_unknown: false,
+                // As the gateway asks, its read having found no intent for the key.
+                expect_new: true,
             })
             .await?;
         let Begin::Execute(intent) = begun else {
