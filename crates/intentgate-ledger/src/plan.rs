@@ -41,11 +41,21 @@ use crate::{
 pub struct Plan<T> {
     pub writes: Vec<Write>,
     pub outcome: T,
+    /// Whether a caller other than the writer may be waiting for this change (true unless
+    /// the plan knows otherwise). A store that wakes the waiters of other replicas at some
+    /// cost (PostgreSQL's `NOTIFY`, which makes concurrent commits take turns) sends the
+    /// wake-up only when true.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub watched: bool,
 }
 
 impl<T> Plan<T> {
     fn new(writes: Vec<Write>, outcome: T) -> Plan<T> {
-        Plan { writes, outcome }
+        Plan {
+            writes,
+            outcome,
+            watched: true,
+        }
     }
 
     /// A plan that writes nothing (more).
@@ -323,7 +333,9 @@ pub fn begin_fresh(request: &BeginRequest) -> Result<Fresh, LedgerError> {
     // Any id: the events and the row get the store's once the row is inserted.
     intent.id = IntentId::MAX;
     let created = created(&intent, request.now_ms);
-    let Plan { writes, outcome } = begin_new(intent, request)?;
+    let Plan {
+        writes, outcome, ..
+    } = begin_new(intent, request)?;
     let Begin::Execute(intent) = outcome else {
         unreachable!("a new intent's first begin executes it")
     };
@@ -592,6 +604,9 @@ pub fn finish(intent: IntentRecord, finish: &Finish) -> Result<Plan<Finished>, L
     if next == intent {
         return Ok(Plan::new(Vec::new(), Finished::Recorded(intent)));
     }
+    // Whoever waits for an attempt asked `begin` first, which counted the call: with no
+    // call but the one that executes, nobody waits.
+    let watched = intent.call_count > 1;
     let mut writes = Vec::new();
     let next = transition(
         &mut writes,
@@ -601,7 +616,10 @@ pub fn finish(intent: IntentRecord, finish: &Finish) -> Result<Plan<Finished>, L
         Some(finish.resolved_by),
         &finish.detail,
     )?;
-    Ok(Plan::new(writes, Finished::Recorded(next)))
+    Ok(Plan {
+        watched,
+        ..Plan::new(writes, Finished::Recorded(next))
+    })
 }
 
 /// `renew` on the intent as read (and locked) in the operation's transaction: the lease is

@@ -4009,6 +4009,45 @@ mod postgres {
         assert_eq!(all_intents(&*replicas[0]).await.len(), KEYS);
     }
 
+    /// A finish that nobody but its own caller asked for sends no NOTIFY (a notification
+    /// makes concurrent commits take turns): a wait on another replica that never asked
+    /// `begin` is not woken by it, and sees the change at its next poll instead.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_finish_nobody_else_asked_for_notifies_no_other_replica() {
+        const WAIT_POLL: Duration = Duration::from_secs(30);
+        /// Far longer than a notification takes (the test above bounds it).
+        const QUIET: Duration = Duration::from_secs(1);
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let holder = scratch.connect(scratch.options()).await;
+        let other = Arc::new(
+            scratch
+                .connect(PostgresOptions {
+                    wait_poll: WAIT_POLL,
+                    ..scratch.options()
+                })
+                .await,
+        );
+        let intent = started(&holder, "order-1", "owner-a", T0).await;
+        assert_eq!(intent.call_count, 1);
+        let waiter = tokio::spawn({
+            let other = other.clone();
+            async move { other.wait_for_change(intent.id, WAIT_POLL).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        let done = finish(&intent, "owner-a", IntentStatus::Done, T0 + 10);
+        expect!(Finished::Recorded, holder.finish(done).await.unwrap());
+        tokio::time::sleep(QUIET).await;
+        assert!(
+            !waiter.is_finished(),
+            "a NOTIFY was sent for an intent nobody else asked for"
+        );
+        waiter.abort();
+        let seen = other.get_by_id(intent.id).await.unwrap().unwrap();
+        assert_eq!(seen.status, IntentStatus::Done);
+    }
+
     /// A caller waiting on one replica is woken by the other replica's finish through
     /// NOTIFY. Its poll interval is far longer than the bound, so only a notification can
     /// wake it in time.

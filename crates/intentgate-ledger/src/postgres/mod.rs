@@ -403,7 +403,11 @@ impl PostgresLedger {
         };
         session.begin_with_next_statement(begin);
         let plan = work(session, input).await?;
-        let notify = notify.map(|id| (self.channel.as_str(), id));
+        // The callers of this process are woken in any case (`run`); other replicas only
+        // when someone may be waiting.
+        let notify = notify
+            .filter(|_| plan.watched)
+            .map(|id| (self.channel.as_str(), id));
         ops::commit(session, &plan.writes, notify).await?;
         Ok(plan.outcome)
     }

@@ -616,6 +616,7 @@ pub fn record_disabled_call(tenant: &str, tool: &str, now_ms: i64) -> Result<Pla
     Ok(Plan {
         writes: vec![Write::Event(event)],
         outcome: (),
+        watched: true,
     })
 }
 
@@ -636,6 +637,7 @@ pub async fn set_tool_flag(session: &mut Session, flag: &ToolFlag) -> Result<Pla
     Ok(Plan {
         writes: vec![Write::Event(event)],
         outcome: (),
+        watched: true,
     })
 }
 
@@ -729,6 +731,7 @@ pub async fn erase(session: &mut Session, erase: &Erase) -> Result<Plan<Erasure>
     Ok(Plan {
         writes: vec![Write::Event(event)],
         outcome: Erasure::Erased(erased),
+        watched: true,
     })
 }
 
