@@ -92,6 +92,45 @@ async fn under_strict_durability_begin_is_fsynced_before_it_answers_and_finish_i
     assert_eq!(finished.1, begun.1, "finish is not fsynced on its own");
 }
 
+/// The `synchronous` level a write's transaction really runs under, read inside it.
+async fn synchronous_inside(ledger: &SqliteLedger, durable: bool) -> i64 {
+    ledger
+        .write(Waiter::Call, durable, None, |connection| {
+            Ok(connection.query_row("PRAGMA synchronous", [], |row| row.get(0))?)
+        })
+        .await
+        .expect("write")
+}
+
+/// The counts above say which commits the writer meant to fsync; this reads, inside each
+/// write's transaction, the level SQLite really commits it with (2 = FULL: the WAL is
+/// fsynced before the commit returns; 1 = NORMAL), alternating as a begin and a finish do,
+/// so a switch that did not take effect fails here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_strict_durability_each_durable_write_really_commits_with_synchronous_full() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Strict);
+    for _ in 0..3 {
+        assert_eq!(
+            synchronous_inside(&ledger, true).await,
+            2,
+            "a durable write"
+        );
+        assert_eq!(
+            synchronous_inside(&ledger, false).await,
+            1,
+            "any other write"
+        );
+    }
+    let relaxed_folder = tempfile::tempdir().unwrap();
+    let relaxed = open(&relaxed_folder, Durability::Relaxed);
+    assert_eq!(
+        synchronous_inside(&relaxed, true).await,
+        1,
+        "relaxed: never FULL"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_relaxed_durability_no_commit_is_fsynced() {
     let folder = tempfile::tempdir().unwrap();
