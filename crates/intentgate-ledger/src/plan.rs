@@ -325,7 +325,6 @@ impl Fresh {
 
 /// The row and events of a key seen for the first time, whose first `begin` executes it.
 pub fn begin_fresh(request: &BeginRequest) -> Result<Fresh, LedgerError> {
-    check_begin(request)?;
     let NewIntent {
         mut intent,
         arguments,

@@ -4009,6 +4009,25 @@ mod postgres {
         assert_eq!(all_intents(&*replicas[0]).await.len(), KEYS);
     }
 
+    /// Two replicas: one holding `order-1` in flight under `owner-a`, and one that polls
+    /// for changes only every `wait_poll`, so that only a notification wakes it sooner.
+    async fn started_beside_a_slow_replica(
+        scratch: &Scratch,
+        wait_poll: Duration,
+    ) -> (PostgresLedger, Arc<PostgresLedger>, IntentRecord) {
+        let holder = scratch.connect(scratch.options()).await;
+        let slow = Arc::new(
+            scratch
+                .connect(PostgresOptions {
+                    wait_poll,
+                    ..scratch.options()
+                })
+                .await,
+        );
+        let intent = started(&holder, "order-1", "owner-a", T0).await;
+        (holder, slow, intent)
+    }
+
     /// A finish that nobody but its own caller asked for sends no NOTIFY (a notification
     /// makes concurrent commits take turns): a wait on another replica that never asked
     /// `begin` is not woken by it, and sees the change at its next poll instead.
@@ -4019,16 +4038,7 @@ mod postgres {
         const QUIET: Duration = Duration::from_secs(1);
         let Some(url) = database_url() else { return };
         let scratch = Scratch::new(&url);
-        let holder = scratch.connect(scratch.options()).await;
-        let other = Arc::new(
-            scratch
-                .connect(PostgresOptions {
-                    wait_poll: WAIT_POLL,
-                    ..scratch.options()
-                })
-                .await,
-        );
-        let intent = started(&holder, "order-1", "owner-a", T0).await;
+        let (holder, other, intent) = started_beside_a_slow_replica(&scratch, WAIT_POLL).await;
         assert_eq!(intent.call_count, 1);
         let waiter = tokio::spawn({
             let other = other.clone();
@@ -4059,16 +4069,7 @@ mod postgres {
         const PROMPTLY: Duration = Duration::from_secs(3);
         let Some(url) = database_url() else { return };
         let scratch = Scratch::new(&url);
-        let holder = scratch.connect(scratch.options()).await;
-        let waiting = Arc::new(
-            scratch
-                .connect(PostgresOptions {
-                    wait_poll: WAIT_POLL,
-                    ..scratch.options()
-                })
-                .await,
-        );
-        let intent = started(&holder, "order-1", "owner-a", T0).await;
+        let (holder, waiting, intent) = started_beside_a_slow_replica(&scratch, WAIT_POLL).await;
         let busy = waiting.begin(request("order-1", "owner-b", T0 + 1)).await;
         expect!(Begin::Busy, busy.unwrap());
 

@@ -436,7 +436,6 @@ pub async fn commit(
     Ok(())
 }
 
-/// Inserts a new intent, or returns `None` if another replica inserted the key first.
 /// Inserts a new intent's row (a [`plan::Fresh`] row); its id, or `None` when the key
 /// exists (committed by another transaction meanwhile).
 async fn insert(session: &mut Session, row: &NewIntent) -> Result<Option<IntentId>, Failure> {
