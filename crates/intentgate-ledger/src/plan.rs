@@ -50,7 +50,9 @@ pub struct Plan<T> {
 }
 
 impl<T> Plan<T> {
-    fn new(writes: Vec<Write>, outcome: T) -> Plan<T> {
+    /// A plan of `writes` that answers `outcome`; watched, as any plan is unless it knows
+    /// otherwise.
+    pub(crate) fn new(writes: Vec<Write>, outcome: T) -> Plan<T> {
         Plan {
             writes,
             outcome,

@@ -612,11 +612,7 @@ pub async fn resolve(
 
 pub fn record_disabled_call(tenant: &str, tool: &str, now_ms: i64) -> Result<Plan<()>, Failure> {
     let event = plan::disabled_call(tenant, tool, now_ms)?;
-    Ok(Plan {
-        writes: vec![Write::Event(event)],
-        outcome: (),
-        watched: true,
-    })
+    Ok(Plan::new(vec![Write::Event(event)], ()))
 }
 
 pub async fn set_tool_flag(session: &mut Session, flag: &ToolFlag) -> Result<Plan<()>, Failure> {
@@ -633,11 +629,7 @@ pub async fn set_tool_flag(session: &mut Session, flag: &ToolFlag) -> Result<Pla
             ],
         )
         .await?;
-    Ok(Plan {
-        writes: vec![Write::Event(event)],
-        outcome: (),
-        watched: true,
-    })
+    Ok(Plan::new(vec![Write::Event(event)], ()))
 }
 
 pub async fn tool_flags(session: &mut Session) -> Result<Vec<ToolFlag>, Failure> {
@@ -727,11 +719,10 @@ pub async fn erase(session: &mut Session, erase: &Erase) -> Result<Plan<Erasure>
             .await?;
     }
     let event = plan::erasure_event(erase, &erased);
-    Ok(Plan {
-        writes: vec![Write::Event(event)],
-        outcome: Erasure::Erased(erased),
-        watched: true,
-    })
+    Ok(Plan::new(
+        vec![Write::Event(event)],
+        Erasure::Erased(erased),
+    ))
 }
 
 /// A count column, which the schema keeps non-negative.
