@@ -35,6 +35,10 @@ pub const WAIT_MARGIN: Duration = Duration::from_secs(1);
 /// Time added to a lease beyond the attempt's worst case, so a slow but healthy holder is
 /// not taken for a crashed one.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
+/// Least time a call's lease must have left for its outcome to be answered before the write
+/// commits ([`Gate::record_queued`]): far more than a commit takes, so the lease still runs
+/// when it lands. A call that used up more of its lease waits for the commit.
+pub const QUEUED_FINISH_MIN_LEASE: Duration = Duration::from_secs(2);
 /// Longest `Retry-After` the gate honours; a longer one ends the retries (`not_executed`).
 pub const RETRY_AFTER_CAP: Duration = Duration::from_secs(5);
 /// First backoff of a bounded retry; doubles per retry, capped by [`RETRY_AFTER_CAP`].
@@ -880,12 +884,7 @@ impl Gate {
     /// [`Ledger::finish`], timed.
     pub(crate) async fn ledger_finish(&self, finish: Finish) -> Result<Finished, LedgerError> {
         let started = Instant::now();
-        let settle = crate::phase!(
-            "settle",
-            db.operation.name = "finish",
-            db.collection.name = "intents",
-            intentgate.status = finish.status.as_str()
-        );
+        let settle = settle_span(&finish);
         let finished = self.ledger.finish(finish).instrument(settle).await;
         self.metrics
             .ledger_operation(LedgerOperation::Finish, started.elapsed());
@@ -1003,7 +1002,7 @@ impl Gate {
                 external_id,
                 ..self.finish(&intent, owner, status, "upstream", detail)
             };
-            return self.record(tool, finish).await;
+            return self.record_queued(tool, &intent, finish).await;
         }
     }
 
@@ -1106,29 +1105,105 @@ impl Gate {
                 if intent.status == IntentStatus::Unknown {
                     self.metrics.intent_left_unknown(&tool.name);
                 }
-                let mut outcome = self.answer_from(tool, &intent);
-                if learned == IntentStatus::Done && outcome.status == CallStatus::AlreadyDone {
-                    outcome.status = CallStatus::Done;
-                    outcome.message = tool.messages.render(CallStatus::Done, &tool.name, "");
-                }
-                outcome
+                self.recorded_answer(tool, &intent, learned)
             }
             Ok(Finished::Superseded(intent)) => {
                 tracing::warn!(tool = %tool.name, key = %intent.key, status = %intent.status, "attempt superseded; answering from the ledger");
                 self.answer_from(tool, &intent)
             }
-            Err(error) => {
-                tracing::error!(tool = %tool.name, intent = key_for_log, %error, "could not record the outcome; the intent stays in flight until looked up");
-                let status = match learned {
-                    IntentStatus::Done => CallStatus::Done,
-                    IntentStatus::Rejected => CallStatus::Rejected,
-                    IntentStatus::NotExecuted => CallStatus::NotExecuted,
-                    _ => CallStatus::PendingUnknown,
-                };
-                self.outcome(tool, status, "")
-                    .with_result(finish.result.unwrap_or(Value::Null), finish.external_id)
-            }
+            Err(error) => self.unrecorded_answer(tool, key_for_log, &error, finish),
         }
+    }
+
+    /// [`Gate::record`] for the outcome of this call's own attempt, under a lease it still
+    /// holds for [`QUEUED_FINISH_MIN_LEASE`] or more: answers as soon as the write is
+    /// queued, from what the ledger will hold, while the write commits (SPEC section 7: only
+    /// `in_flight` must be durable before the upstream call; a crash before this commit
+    /// leaves the intent `in_flight`, resolved by its lookup). Nobody else can take the
+    /// intent while the lease runs, so what the ledger will hold is what this call learned.
+    /// Reads through the ledger wait for the queued write ([`Ledger::finish_queued`]); a
+    /// repeat elsewhere waits on the lease until it commits.
+    async fn record_queued(
+        &self,
+        tool: &ToolDefinition,
+        intent: &IntentRecord,
+        finish: Finish,
+    ) -> CallOutcome {
+        let lease_left_ms = intent.lease_expires_ms.unwrap_or(i64::MIN) - self.clock.now_ms();
+        if lease_left_ms < millis(QUEUED_FINISH_MIN_LEASE) {
+            return self.record(tool, finish).await;
+        }
+        let learned = finish.status;
+        let started = Instant::now();
+        let settle = settle_span(&finish);
+        let queued = match self
+            .ledger
+            .finish_queued(finish.clone())
+            .instrument(settle.clone())
+            .await
+        {
+            Ok(queued) => queued,
+            Err(error) => return self.unrecorded_answer(tool, intent.id, &error, finish),
+        };
+        let mut settled = intent.clone();
+        settled.status = learned;
+        settled.result = finish.result;
+        settled.external_id = finish.external_id;
+        let (metrics, tool_name, id) = (self.metrics.clone(), tool.name.clone(), intent.id);
+        tokio::spawn(
+            async move {
+                match queued.await {
+                    Ok(Finished::Recorded(intent)) if intent.status == IntentStatus::Unknown => {
+                        metrics.intent_left_unknown(&tool_name)
+                    }
+                    Ok(Finished::Recorded(_)) => {}
+                    Ok(Finished::Superseded(intent)) => {
+                        tracing::warn!(tool = %tool_name, key = %intent.key, status = %intent.status, "a queued outcome was superseded; the ledger keeps the later one")
+                    }
+                    Err(error) => {
+                        tracing::error!(tool = %tool_name, intent = id, %error, "could not record the outcome; the intent stays in flight until looked up")
+                    }
+                }
+                metrics.ledger_operation(LedgerOperation::Finish, started.elapsed());
+            }
+            .instrument(settle),
+        );
+        self.recorded_answer(tool, &settled, learned)
+    }
+
+    /// The answer to the call whose attempt learned `learned` and left `intent` so: a repeat's
+    /// answer, except that the call that did the work is told `done`, not `already_done`.
+    fn recorded_answer(
+        &self,
+        tool: &ToolDefinition,
+        intent: &IntentRecord,
+        learned: IntentStatus,
+    ) -> CallOutcome {
+        let mut outcome = self.answer_from(tool, intent);
+        if learned == IntentStatus::Done && outcome.status == CallStatus::AlreadyDone {
+            outcome.status = CallStatus::Done;
+            outcome.message = tool.messages.render(CallStatus::Done, &tool.name, "");
+        }
+        outcome
+    }
+
+    /// The answer when the outcome could not be recorded: the truth this call learned.
+    fn unrecorded_answer(
+        &self,
+        tool: &ToolDefinition,
+        id: i64,
+        error: &LedgerError,
+        finish: Finish,
+    ) -> CallOutcome {
+        tracing::error!(tool = %tool.name, intent = id, %error, "could not record the outcome; the intent stays in flight until looked up");
+        let status = match finish.status {
+            IntentStatus::Done => CallStatus::Done,
+            IntentStatus::Rejected => CallStatus::Rejected,
+            IntentStatus::NotExecuted => CallStatus::NotExecuted,
+            _ => CallStatus::PendingUnknown,
+        };
+        self.outcome(tool, status, "")
+            .with_result(finish.result.unwrap_or(Value::Null), finish.external_id)
     }
 
     /// The answer a repeat gets from the ledger.
@@ -1326,6 +1401,16 @@ impl CallOutcome {
 }
 
 /// The intent as `begin` left it, whatever it decided.
+/// The `settle` phase's span: the write of an attempt's outcome.
+fn settle_span(finish: &Finish) -> tracing::Span {
+    crate::phase!(
+        "settle",
+        db.operation.name = "finish",
+        db.collection.name = "intents",
+        intentgate.status = finish.status.as_str()
+    )
+}
+
 fn begun_intent(begin: &Begin) -> &IntentRecord {
     match begin {
         Begin::Execute(intent)

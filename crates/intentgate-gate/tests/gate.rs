@@ -341,6 +341,63 @@ async fn a_hundred_concurrent_calls_for_one_intent_make_one_upstream_execution()
     assert_eq!(h.intent_after_calls(KEY, 100).await.call_count, 100);
 }
 
+/// SPEC section 7: only `in_flight` must be durable before the upstream call. The outcome
+/// is answered once its write is queued, not committed: with the ledger file locked by
+/// another writer, the call still answers `done` at once, and a read of the intent waits
+/// for the commit instead of showing it `in_flight`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outcome_is_answered_before_its_write_commits_and_reads_wait_for_the_commit() {
+    let slow = FaultPlan {
+        latency_min: Duration::from_millis(300),
+        latency_max: Duration::from_millis(300),
+        ..FaultPlan::none()
+    };
+    let h = Harness::new(slow);
+    let call = h.spawn_call("refund_order", refund("8812", json!(49)));
+    // Once `in_flight` is committed and the request is at the provider, another connection
+    // takes the file's write lock: the outcome's commit must wait for it.
+    let intent = loop {
+        if let Some(intent) = h.ledger.get("default", "refund_order", KEY).await.unwrap() {
+            break intent;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(intent.status, IntentStatus::InFlight);
+    let blocker = rusqlite::Connection::open(h.ledger_path()).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+    let outcome = tokio::time::timeout(Duration::from_secs(3), call)
+        .await
+        .expect("answered while its write waits for the lock")
+        .unwrap();
+    assert_eq!(outcome.status, CallStatus::Done);
+    assert_eq!(outcome.external_id.as_deref(), Some("re_000001"));
+
+    let read = tokio::spawn({
+        let ledger = h.ledger.clone();
+        async move { ledger.get_by_id(intent.id).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !read.is_finished(),
+        "a read made after the answer waits for the outcome's commit"
+    );
+    blocker.execute_batch("ROLLBACK").unwrap();
+    let settled = tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .expect("the read ends once the commit lands")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(settled.status, IntentStatus::Done);
+    assert_eq!(settled.external_id.as_deref(), Some("re_000001"));
+    // A repeat gets what the first call was told.
+    let again = h.call("refund_order", refund("8812", json!(49))).await;
+    assert_eq!(again.status, CallStatus::AlreadyDone);
+    assert_eq!(again.result, outcome.result);
+    assert_eq!(h.provider.requests(), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_expired_in_flight_intent_is_resolved_by_lookup_and_never_executed_again() {
     let clock = Arc::new(TokioClock::new(1_700_000_000_000));

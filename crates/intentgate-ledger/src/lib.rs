@@ -48,6 +48,8 @@ pub mod postgres;
 mod process;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod query;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod queued;
 mod record;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
@@ -220,6 +222,32 @@ pub struct Finish {
     /// the gateway's own call path, where an attempt whose lease ran out still records what
     /// it learned on an intent that went `unknown` meanwhile.
     pub lease_required: bool,
+}
+
+/// A finish queued by [`Ledger::finish_queued`]: resolves to what [`Ledger::finish`] would
+/// have answered, once the write has committed (or failed). Dropping it leaves the write
+/// queued.
+pub struct QueuedFinish(tokio::sync::oneshot::Receiver<Result<Finished>>);
+
+impl QueuedFinish {
+    /// A finish that will resolve to what `answer` receives.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+    pub(crate) fn new(answer: tokio::sync::oneshot::Receiver<Result<Finished>>) -> QueuedFinish {
+        QueuedFinish(answer)
+    }
+}
+
+impl std::future::Future for QueuedFinish {
+    type Output = Result<Finished>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Finished>> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(context)
+            .map(|answer| answer.unwrap_or(Err(LedgerError::Closed)))
+    }
 }
 
 /// What [`Ledger::finish`] did.
@@ -444,6 +472,22 @@ ledger_trait! {
 
         /// Records what an attempt (or a lookup) learned and releases the lease.
         async fn finish(&self, finish: Finish) -> Result<Finished>;
+
+        /// [`Ledger::finish`], returning once the write is queued rather than committed: the
+        /// call it ends is answered meanwhile. Await the [`QueuedFinish`] for what it did.
+        ///
+        /// Every read through this ledger object made after it returns sees the write: a
+        /// read of the intent that finds it still open waits for it, and a read of many
+        /// waits for every finish queued before it. Another process or replica may see the
+        /// intent `in_flight` for as long as the commit takes, under a lease still live.
+        /// Only writes after the durable `in_flight` may be queued so (SPEC section 7): a
+        /// crash before the commit leaves the intent `in_flight`, resolved by its lookup.
+        async fn finish_queued(&self, finish: Finish) -> Result<QueuedFinish>;
+
+        /// Waits until every finish queued so far by [`Ledger::finish_queued`] has committed
+        /// (or failed). A gateway process calls it on its clean shutdown, before it marks
+        /// itself stopped and its leases free.
+        async fn drain_queued(&self);
 
         /// Extends a live lease held by `renew.lease_owner` for `renew.attempt` to
         /// `renew.lease_expires_ms` (never shortening it), or answers [`Renewed::Lost`]

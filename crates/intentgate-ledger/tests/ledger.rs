@@ -1593,6 +1593,64 @@ async fn a_waiter_sees_the_lease_holder_finish_promptly(ledger: Arc<dyn Ledger>)
     );
 }
 
+/// A finish queued with `finish_queued` returns before it commits, and every read made
+/// through the ledger after it returns sees it: a read of the intent (by key, by id, its
+/// events) and a read of many (a filtered page, the status counts). Each round reads right
+/// after queueing, racing the commit.
+async fn a_queued_finish_is_seen_by_every_read_made_after_it(ledger: Arc<dyn Ledger>) {
+    const ROUNDS: usize = 25;
+    for round in 0..ROUNDS {
+        let key = format!("order-{round}");
+        let intent = started(&*ledger, &key, "owner-a", T0).await;
+        let id = intent.id;
+        let queued = ledger
+            .finish_queued(finish(&intent, "owner-a", IntentStatus::Done, T0 + 10))
+            .await
+            .expect("queued");
+        let seen = match round % 5 {
+            0 => {
+                ledger
+                    .get(TENANT, TOOL, &key)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .status
+            }
+            1 => ledger.get_by_id(id).await.unwrap().unwrap().status,
+            2 => {
+                let events = ledger.events(id).await.unwrap();
+                let last = events.last().expect("the intent's events");
+                assert_eq!(last.kind, "transition", "{events:?}");
+                last.to_status.as_deref().unwrap().parse().unwrap()
+            }
+            3 => {
+                let page = ledger
+                    .intents(&IntentFilter::default(), Order::Newest, None, 10)
+                    .await
+                    .unwrap();
+                page.iter().find(|found| found.id == id).unwrap().status
+            }
+            _ => {
+                let counts = ledger.status_counts().await.unwrap();
+                assert!(
+                    !counts
+                        .iter()
+                        .any(|count| count.status == IntentStatus::InFlight),
+                    "{counts:?}"
+                );
+                IntentStatus::Done
+            }
+        };
+        assert_eq!(seen, IntentStatus::Done, "round {round}");
+        let recorded = expect!(Finished::Recorded, queued.await.unwrap());
+        assert_eq!(recorded.status, IntentStatus::Done);
+    }
+    // Nothing left to wait for: returns at once.
+    tokio::time::timeout(Duration::from_secs(5), ledger.drain_queued())
+        .await
+        .expect("drained");
+}
+
 // ---------------------------------------------------------------------------------------
 // Filtered pages, status counts and reconciliation runs, store-independent.
 // ---------------------------------------------------------------------------------------
@@ -2915,6 +2973,7 @@ macro_rules! behaviours {
         );
         behaviours!(@each $shared, #[tokio::test(flavor = "multi_thread", worker_threads = 2)],
             a_waiter_sees_the_lease_holder_finish_promptly,
+            a_queued_finish_is_seen_by_every_read_made_after_it,
         );
     };
     (@each $runner:ident, #[$test:meta], $($behaviour:ident),* $(,)?) => {

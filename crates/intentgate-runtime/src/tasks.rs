@@ -120,13 +120,16 @@ pub async fn heartbeat_forever(ledger: Arc<dyn Ledger>, instance: String) {
 }
 
 /// Marks this gateway process stopped, on its clean shutdown (its background tasks, the
-/// heartbeat among them, already stopped). Logged, not fatal: unmarked, its silence frees
+/// heartbeat among them, already stopped), once the outcomes its calls queued have
+/// committed: its leases are freed only then. Logged, not fatal: unmarked, its silence frees
 /// its leases a few seconds later.
 pub async fn stop(ledger: &dyn Ledger, instance: &str) {
-    let stopped = tokio::time::timeout(
-        SILENT_AFTER,
-        ledger.end_process(instance, ProcessEnd::Stopped, SystemClock.now_ms()),
-    )
+    let stopped = tokio::time::timeout(SILENT_AFTER, async {
+        ledger.drain_queued().await;
+        ledger
+            .end_process(instance, ProcessEnd::Stopped, SystemClock.now_ms())
+            .await
+    })
     .await;
     match stopped {
         Ok(Ok(_)) => {}

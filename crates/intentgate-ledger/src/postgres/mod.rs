@@ -41,12 +41,13 @@ use self::pool::{CONNECT_TIMEOUT, Pool, Session, Target, describe};
 use crate::Result;
 use crate::location::redacted;
 use crate::plan::{self, Plan};
+use crate::queued::Queued;
 use crate::waiters::Waiters;
 use crate::{
     Begin, BeginRequest, Durability, Erase, Erasure, Event, Finish, Finished, IntentFilter,
     IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
-    ProcessRegistration, ReconciliationRun, Renew, Renewed, Resolve, StatusCount, StoredMismatch,
-    ToolFlag,
+    ProcessRegistration, QueuedFinish, ReconciliationRun, Renew, Renewed, Resolve, StatusCount,
+    StoredMismatch, ToolFlag,
 };
 
 /// The schema a ledger uses unless told otherwise.
@@ -165,6 +166,12 @@ impl<E: Into<Failure>> From<E> for Attempt {
 
 /// The PostgreSQL [`Ledger`].
 pub struct PostgresLedger {
+    shared: Arc<Shared>,
+    listener: JoinHandle<()>,
+}
+
+/// What a ledger's operations need, shared with the tasks that commit queued finishes.
+pub struct Shared {
     pool: Pool,
     schema: String,
     /// The notification channel of this schema.
@@ -172,7 +179,16 @@ pub struct PostgresLedger {
     durability: Durability,
     wait_poll: Duration,
     waiters: Arc<Waiters>,
-    listener: JoinHandle<()>,
+    /// Finishes queued by `finish_queued` and not yet committed, which reads wait for.
+    queued: Arc<Queued>,
+}
+
+impl std::ops::Deref for PostgresLedger {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
 }
 
 impl PostgresLedger {
@@ -270,12 +286,15 @@ impl PostgresLedger {
             )));
         }
         Ok(PostgresLedger {
-            pool,
-            schema,
-            channel,
-            durability: options.durability,
-            wait_poll: options.wait_poll,
-            waiters,
+            shared: Arc::new(Shared {
+                pool,
+                schema,
+                channel,
+                durability: options.durability,
+                wait_poll: options.wait_poll,
+                waiters,
+                queued: Arc::default(),
+            }),
             listener,
         })
     }
@@ -310,6 +329,25 @@ impl PostgresLedger {
         Ok(())
     }
 
+    /// Reads one intent with `read`, after its queued finish when the intent read is one.
+    async fn read_settled<I: Sync + ?Sized>(
+        &self,
+        input: &I,
+        read: impl for<'a> Fn(&'a mut Session, &'a I) -> Work<'a, Option<IntentRecord>> + Send + Sync,
+    ) -> Result<Option<IntentRecord>> {
+        let closed = self.queued.closed();
+        let found = self.run(Mode::Read, input, &read).await?;
+        match &found {
+            Some(intent) if self.queued.stale(intent, closed) => {
+                self.queued.settle(intent.id).await;
+                self.run(Mode::Read, input, &read).await
+            }
+            _ => Ok(found),
+        }
+    }
+}
+
+impl Shared {
     /// Runs `work` on a pooled connection, in a transaction for writes. A connection found
     /// broken before the commit was sent is replaced and the operation run once more
     /// (nothing of it was committed); a lost commit is reported as such.
@@ -546,6 +584,27 @@ impl Ledger for PostgresLedger {
         .await
     }
 
+    async fn finish_queued(&self, finish: Finish) -> Result<QueuedFinish> {
+        let ticket = self.queued.open(finish.id);
+        let (answer, answered) = oneshot::channel();
+        let shared = self.shared.clone();
+        // On a connection of its own: the caller answers meanwhile.
+        tokio::spawn(async move {
+            let finished = shared
+                .run(write(false, Some(finish.id)), &finish, |session, finish| {
+                    Box::pin(ops::finish(session, finish))
+                })
+                .await;
+            let _ = answer.send(finished);
+            drop(ticket);
+        });
+        Ok(QueuedFinish::new(answered))
+    }
+
+    async fn drain_queued(&self) {
+        self.queued.drain().await;
+    }
+
     async fn renew(&self, renew: Renew) -> Result<Renewed> {
         self.run(write(false, None), &renew, |session, renew| {
             Box::pin(ops::renew(session, renew))
@@ -580,14 +639,14 @@ impl Ledger for PostgresLedger {
 
     async fn get(&self, tenant: &str, tool: &str, key: &str) -> Result<Option<IntentRecord>> {
         let input = (tenant, tool, key);
-        self.run(Mode::Read, &input, |session, (tenant, tool, key)| {
+        self.read_settled(&input, |session, (tenant, tool, key)| {
             Box::pin(async move { Ok(Plan::outcome(ops::get(session, tenant, tool, key).await?)) })
         })
         .await
     }
 
     async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>> {
-        self.run(Mode::Read, &id, |session, &id| {
+        self.read_settled(&id, |session, &id| {
             Box::pin(async move { Ok(Plan::outcome(ops::get_by_id(session, id).await?)) })
         })
         .await
@@ -616,6 +675,7 @@ impl Ledger for PostgresLedger {
     }
 
     async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>> {
+        self.queued.drain().await;
         self.run(
             Mode::Read,
             &(after_id, limit),
@@ -629,6 +689,7 @@ impl Ledger for PostgresLedger {
     }
 
     async fn events(&self, id: IntentId) -> Result<Vec<Event>> {
+        self.queued.settle(id).await;
         self.run(Mode::Read, &id, |session, &id| {
             Box::pin(async move { Ok(Plan::outcome(ops::events(session, id).await?)) })
         })
@@ -636,6 +697,8 @@ impl Ledger for PostgresLedger {
     }
 
     async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord> {
+        // After a finish of the intent still queued, as the single writer orders SQLite's.
+        self.queued.settle(resolve.id).await;
         self.run(
             write(true, Some(resolve.id)),
             &resolve,
@@ -667,6 +730,7 @@ impl Ledger for PostgresLedger {
     }
 
     async fn purge(&self, before_ms: i64) -> Result<u64> {
+        self.queued.drain().await;
         self.run(write(false, None), &before_ms, |session, &before_ms| {
             Box::pin(ops::purge(session, before_ms))
         })
@@ -674,6 +738,7 @@ impl Ledger for PostgresLedger {
     }
 
     async fn erase(&self, erase: &Erase) -> Result<Erasure> {
+        self.queued.drain().await;
         self.run(write(true, None), erase, |session, erase| {
             Box::pin(ops::erase(session, erase))
         })
@@ -687,6 +752,7 @@ impl Ledger for PostgresLedger {
         cursor: Option<IntentId>,
         limit: u32,
     ) -> Result<Vec<IntentRecord>> {
+        self.queued.drain().await;
         let input = (filter, order, cursor, limit);
         self.run(
             Mode::Read,
@@ -703,6 +769,7 @@ impl Ledger for PostgresLedger {
     }
 
     async fn status_counts(&self) -> Result<Vec<StatusCount>> {
+        self.queued.drain().await;
         self.run(Mode::Read, &(), |session, ()| {
             Box::pin(async move { Ok(Plan::outcome(ops::status_counts(session).await?)) })
         })

@@ -39,12 +39,13 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::Result;
 use crate::plan;
+use crate::queued::{Queued as QueuedFinishes, Ticket};
 use crate::waiters::Waiters;
 use crate::{
     Begin, BeginRequest, Durability, Erase, Erased, Erasure, Event, Finish, Finished, IntentFilter,
     IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
-    ProcessRegistration, ReconciliationRun, Renew, Renewed, Resolve, StatusCount, StoredMismatch,
-    ToolFlag,
+    ProcessRegistration, QueuedFinish, ReconciliationRun, Renew, Renewed, Resolve, StatusCount,
+    StoredMismatch, ToolFlag,
 };
 use checkpoint::Checkpointer;
 
@@ -170,6 +171,8 @@ pub struct SqliteLedger {
     engine: Engine,
     readers: Mutex<Vec<Connection>>,
     waiters: Arc<Waiters>,
+    /// Finishes queued by `finish_queued` and not yet committed, which reads wait for.
+    queued: Arc<QueuedFinishes>,
     counts: Arc<CommitCounts>,
 }
 
@@ -249,6 +252,7 @@ impl SqliteLedger {
             engine,
             readers: Mutex::new(Vec::new()),
             waiters: Arc::default(),
+            queued: Arc::default(),
             counts,
         })
     }
@@ -294,6 +298,20 @@ impl SqliteLedger {
         notify: Option<IntentId>,
         work: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
+        let (queued, answered) = self.job(durable, notify, None, work);
+        self.dispatch(waiter, queued).await?;
+        answered.await.map_err(|_| LedgerError::Closed)?
+    }
+
+    /// A write of `work` for the writer, and where its answer will arrive once committed.
+    /// `ticket`, the registration of a queued finish, is dropped only after the answer.
+    fn job<T: Send + 'static>(
+        &self,
+        durable: bool,
+        notify: Option<IntentId>,
+        ticket: Option<Ticket>,
+        work: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+    ) -> (Queued, oneshot::Receiver<Result<T>>) {
         let (answer, answered) = oneshot::channel();
         let waiters = self.waiters.clone();
         let job: Job = Box::new(move |connection, scope| {
@@ -309,10 +327,16 @@ impl SqliteLedger {
                         waiters.notify(id);
                     }
                     let _ = answer.send(outcome);
+                    drop(ticket);
                 }),
             }
         });
-        let queued = Queued { durable, job };
+        (Queued { durable, job }, answered)
+    }
+
+    /// Commits `queued` now when the engine is inline, or hands it to the writer: on the
+    /// caller's thread when a call waits for it and the writer is idle, else queued.
+    async fn dispatch(&self, waiter: Waiter, queued: Queued) -> Result<()> {
         let strict = self.durability == Durability::Strict;
         match &self.engine {
             Engine::Inline { writer } => {
@@ -330,7 +354,23 @@ impl SqliteLedger {
                 }
             }
         }
-        answered.await.map_err(|_| LedgerError::Closed)?
+        Ok(())
+    }
+
+    /// Reads one intent with `read`, after its queued finish when the intent read is one.
+    async fn read_settled(
+        &self,
+        read: impl Fn(&Connection) -> Result<Option<IntentRecord>>,
+    ) -> Result<Option<IntentRecord>> {
+        let closed = self.queued.closed();
+        let found = self.read(&read)?;
+        match &found {
+            Some(intent) if self.queued.stale(intent, closed) => {
+                self.queued.settle(intent.id).await;
+                self.read(&read)
+            }
+            _ => Ok(found),
+        }
     }
 
     /// Checkpoints the WAL into the file and truncates it, so that the old page images it
@@ -577,6 +617,21 @@ impl Ledger for SqliteLedger {
         .await
     }
 
+    async fn finish_queued(&self, finish: Finish) -> Result<QueuedFinish> {
+        let id = finish.id;
+        let ticket = self.queued.open(id);
+        let (queued, answered) = self.job(false, Some(id), Some(ticket), move |connection| {
+            ops::finish(connection, &finish)
+        });
+        // The writer thread's, never the caller's: the caller answers meanwhile.
+        self.dispatch(Waiter::Background, queued).await?;
+        Ok(QueuedFinish::new(answered))
+    }
+
+    async fn drain_queued(&self) {
+        self.queued.drain().await;
+    }
+
     async fn renew(&self, renew: Renew) -> Result<Renewed> {
         self.write(Waiter::Background, false, None, move |connection| {
             ops::renew(connection, &renew)
@@ -604,11 +659,13 @@ impl Ledger for SqliteLedger {
     }
 
     async fn get(&self, tenant: &str, tool: &str, key: &str) -> Result<Option<IntentRecord>> {
-        self.read(|connection| ops::get(connection, tenant, tool, key))
+        self.read_settled(|connection| ops::get(connection, tenant, tool, key))
+            .await
     }
 
     async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>> {
-        self.read(|connection| ops::get_by_id(connection, id))
+        self.read_settled(|connection| ops::get_by_id(connection, id))
+            .await
     }
 
     async fn stale(
@@ -622,15 +679,20 @@ impl Ledger for SqliteLedger {
     }
 
     async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>> {
+        self.queued.drain().await;
         self.read(|connection| ops::list(connection, after_id, limit))
     }
 
     async fn events(&self, id: IntentId) -> Result<Vec<Event>> {
+        self.queued.settle(id).await;
         self.read(|connection| ops::events(connection, id))
     }
 
     async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord> {
         let id = resolve.id;
+        // After a finish of the intent still queued (the writer may hold it, taken off the
+        // queue, while this would commit on the caller's thread).
+        self.queued.settle(id).await;
         self.write(Waiter::Call, true, Some(id), move |connection| {
             ops::resolve(connection, &resolve)
         })
@@ -683,10 +745,12 @@ impl Ledger for SqliteLedger {
         cursor: Option<IntentId>,
         limit: u32,
     ) -> Result<Vec<IntentRecord>> {
+        self.queued.drain().await;
         self.read(|connection| ops::intents(connection, filter, order, cursor, limit))
     }
 
     async fn status_counts(&self) -> Result<Vec<StatusCount>> {
+        self.queued.drain().await;
         self.read(ops::status_counts)
     }
 

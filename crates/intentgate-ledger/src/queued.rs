@@ -1,0 +1,184 @@
+//! Finishes queued but not yet committed, so that a read made after one was queued sees it.
+//!
+//! [`Ledger::finish_queued`](crate::Ledger::finish_queued) returns before its write commits:
+//! the gateway answers the call meanwhile (SPEC section 7: only the `in_flight` write must be
+//! durable before the upstream call; the ones after it may be batched, because recovery goes
+//! through the lookup). Whoever reads the ledger next, through the same ledger object (the
+//! admin API, the console, a test, the gateway's own next call), must not see the intent
+//! still `in_flight` after its caller was answered. A store registers each queued finish here
+//! and its reads wait for them:
+//!
+//! - a read of one intent waits only when it found the intent `in_flight` and a finish of
+//!   it is queued, or was done while it read ([`Queued::is_open`], [`Queued::closed`]),
+//!   then reads again ([`Queued::settle`] waits);
+//! - a read of many ([`Queued::drain`]) waits for every finish queued before it.
+//!
+//! Another process reading the same ledger (the CLI on the SQLite file, another replica) may
+//! see the intent `in_flight` for the moment the commit takes, under a lease that is still
+//! live: a repeat there waits on that lease, as it would for a call still running.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+use intentgate_core::IntentStatus;
+
+use crate::{IntentId, IntentRecord};
+
+/// The finishes a ledger has queued and not yet committed (or failed).
+#[derive(Default)]
+pub struct Queued {
+    state: Mutex<State>,
+    /// Woken each time a queued finish is done.
+    done: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    next: u64,
+    /// Open finishes by their order of queueing, with the intent each one settles.
+    open: BTreeMap<u64, IntentId>,
+    /// Finishes done so far.
+    closed: u64,
+}
+
+/// One queued finish, open until dropped (after its commit succeeded or failed).
+pub struct Ticket {
+    queued: Arc<Queued>,
+    number: u64,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut state = self.queued.state.lock().expect("queued finishes lock");
+        state.open.remove(&self.number);
+        state.closed += 1;
+        drop(state);
+        self.queued.done.notify_waiters();
+    }
+}
+
+impl Queued {
+    /// Registers a finish of intent `id` about to be queued.
+    pub fn open(self: &Arc<Self>, id: IntentId) -> Ticket {
+        let mut state = self.state.lock().expect("queued finishes lock");
+        let number = state.next;
+        state.next += 1;
+        state.open.insert(number, id);
+        Ticket {
+            queued: self.clone(),
+            number,
+        }
+    }
+
+    /// How many finishes are done so far: a read that found an intent `in_flight` and no
+    /// finish of it open compares this with the count taken before it read, since the
+    /// finish may have been done in between.
+    pub fn closed(&self) -> u64 {
+        self.state.lock().expect("queued finishes lock").closed
+    }
+
+    /// Whether a finish of intent `id` is queued and not yet committed.
+    pub fn is_open(&self, id: IntentId) -> bool {
+        self.state
+            .lock()
+            .expect("queued finishes lock")
+            .open
+            .values()
+            .any(|open| *open == id)
+    }
+
+    /// Whether `intent`, read after [`Queued::closed`] returned `closed_before`, may be older
+    /// than a queued finish: it is `in_flight` (the only status a queued finish leaves) and a
+    /// finish of it is open, or some finish was done while it was read. Read it again after
+    /// [`Queued::settle`].
+    pub fn stale(&self, intent: &IntentRecord, closed_before: u64) -> bool {
+        intent.status == IntentStatus::InFlight
+            && (self.is_open(intent.id) || self.closed() != closed_before)
+    }
+
+    /// Waits until no finish of intent `id` queued before this call is still open.
+    pub async fn settle(&self, id: IntentId) {
+        self.wait_until(|state, before| state.open.range(..before).all(|(_, open)| *open != id))
+            .await
+    }
+
+    /// Waits until every finish queued before this call is done.
+    pub async fn drain(&self) {
+        self.wait_until(|state, before| state.open.range(..before).next().is_none())
+            .await
+    }
+
+    /// Waits until `done(state, before)` holds, where `before` is the number of the next
+    /// finish to be queued when the wait began: finishes queued later never hold it up.
+    async fn wait_until(&self, done: impl Fn(&State, u64) -> bool) {
+        let before = self.state.lock().expect("queued finishes lock").next;
+        loop {
+            let notified = self.done.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so that a ticket dropped after it still wakes us.
+            notified.as_mut().enable();
+            if done(&self.state.lock().expect("queued finishes lock"), before) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A read waits for the finish of its own intent, queued before it, and no longer.
+    #[tokio::test]
+    async fn settle_waits_for_the_intents_own_finish_only() {
+        let queued = Arc::new(Queued::default());
+        let other = queued.open(2);
+        let own = queued.open(1);
+        assert!(queued.is_open(1));
+        // Intent 3 has nothing queued: no wait, although others are open.
+        tokio::time::timeout(Duration::from_secs(1), queued.settle(3))
+            .await
+            .expect("nothing of intent 3 is queued");
+        let waiting = tokio::spawn({
+            let queued = queued.clone();
+            async move { queued.settle(1).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !waiting.is_finished(),
+            "the finish of intent 1 is still open"
+        );
+        drop(own);
+        tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("woken once intent 1's finish is done")
+            .unwrap();
+        assert!(!queued.is_open(1));
+        drop(other);
+    }
+
+    /// A read of many waits for every finish queued before it, not for the ones after.
+    #[tokio::test]
+    async fn drain_waits_for_the_finishes_queued_before_it() {
+        let queued = Arc::new(Queued::default());
+        let first = queued.open(1);
+        let waiting = tokio::spawn({
+            let queued = queued.clone();
+            async move { queued.drain().await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let later = queued.open(2);
+        assert!(!waiting.is_finished(), "the first finish is still open");
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("a finish queued after the read does not hold it up")
+            .unwrap();
+        drop(later);
+    }
+}
