@@ -3061,6 +3061,33 @@ mod sqlite {
         }
     }
 
+    /// A finish queued just before its ledger is dropped neither holds up the drop (the
+    /// writer thread stops) nor is lost: on this one-thread runtime its task can only run
+    /// after the drop, and commits it then on the connection it kept.
+    #[tokio::test]
+    async fn a_finish_queued_just_before_the_ledger_is_dropped_still_commits() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        let ledger = open(&path, GROUPED);
+        let intent = started(&ledger, "order-1", "owner-a", T0).await;
+        let queued = ledger
+            .finish_queued(finish(&intent, "owner-a", IntentStatus::Done, T0 + 10))
+            .await
+            .unwrap();
+        drop(ledger);
+        let recorded = tokio::time::timeout(Duration::from_secs(5), queued)
+            .await
+            .expect("the queued finish is answered")
+            .unwrap();
+        assert_eq!(
+            expect!(Finished::Recorded, recorded).status,
+            IntentStatus::Done
+        );
+        let reopened = open(&path, GROUPED);
+        let stored = reopened.get_by_id(intent.id).await.unwrap().unwrap();
+        assert_eq!(stored.status, IntentStatus::Done);
+    }
+
     /// Purging old intents also erased the kill-switch audit trail (the events without an
     /// intent), which the trait does not promise to delete.
     #[tokio::test]

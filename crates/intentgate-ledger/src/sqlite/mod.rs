@@ -35,6 +35,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use intentgate_core::IntentStatus;
 use rusqlite::{Connection, OpenFlags};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::Result;
@@ -623,8 +624,35 @@ impl Ledger for SqliteLedger {
         let (queued, answered) = self.job(false, Some(id), Some(ticket), move |connection| {
             ops::finish(connection, &finish)
         });
-        // The writer thread's, never the caller's: the caller answers meanwhile.
-        self.dispatch(Waiter::Background, queued).await?;
+        match &self.engine {
+            Engine::Inline { .. } => self.dispatch(Waiter::Call, queued).await?,
+            Engine::Grouped { writer, queue, .. } => {
+                // Weak: a task not yet run must not keep the writer thread from stopping
+                // when the ledger is dropped.
+                let queue = queue.as_ref().ok_or(LedgerError::Closed)?.downgrade();
+                let (writer, strict) = (writer.clone(), self.durability == Durability::Strict);
+                // A task of its own commits it as a call's write is (on its thread when the
+                // writer is idle, else queued), while the caller answers.
+                tokio::spawn(async move {
+                    let queued = match queue.upgrade() {
+                        Some(queue) => commit_if_idle(&writer, &queue, queued, strict)
+                            .and_then(|queued| queue.try_send(queued).err())
+                            .map(|refused| match refused {
+                                TrySendError::Full(queued) | TrySendError::Closed(queued) => queued,
+                            }),
+                        None => Some(queued),
+                    };
+                    // The queue is full or gone (the ledger was dropped meanwhile; its
+                    // connection lives on in `writer`): commit it here, after the batch
+                    // the writer may be committing.
+                    if let Some(queued) = queued
+                        && let Ok(mut writer) = writer.lock()
+                    {
+                        writer.commit(vec![queued], strict);
+                    }
+                });
+            }
+        }
         Ok(QueuedFinish::new(answered))
     }
 
