@@ -801,7 +801,8 @@ is an overhead p50 at most 1.5 x SQLite strict's, in the same run.
 
 Then it measures one fsync of the ledger's disk (the strict target's allowance) and splits a \
 new call's mean into its phases from the gate's own histograms: the HTTP round trip, the \
-ledger's get, begin and finish, the upstream request, and the rest of the gateway.
+ledger's get and begin, the upstream request, and the rest of the gateway; the ledger's \
+finish, committed after the call is answered, is shown apart.
 
 It checks that every new call returned `done`, every repeat `already_done`, every direct \
 call succeeded, and that the provider holds exactly one refund per intent and per direct \
