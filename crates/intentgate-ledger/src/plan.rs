@@ -309,6 +309,13 @@ pub struct Fresh {
 }
 
 impl Fresh {
+    /// The events to log with the row, in order; their `intent_id` is the row's, once it
+    /// is inserted.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub fn events(&self) -> &[NewEvent] {
+        &self.events
+    }
+
     /// The plan once the row is inserted with `id`: its events, and the intent to execute.
     pub fn inserted(self, id: IntentId) -> Plan<Begin> {
         let Fresh { row, events } = self;

@@ -221,6 +221,11 @@ async fn a_begin_expecting_a_new_key_decides_the_same_when_the_key_exists(ledger
     );
     assert_eq!((repeat.id, repeat.call_count), (intent.id, 3));
     assert_eq!(all_intents(ledger).await.len(), 1);
+    // A begin that found the key taken logged nothing of its own: no events under the ids a
+    // store may have drawn for its insert and not used.
+    for drawn in 1..=2 {
+        assert_eq!(ledger.events(intent.id + drawn).await.unwrap(), []);
+    }
 }
 
 async fn a_second_caller_is_busy_while_the_lease_lives(ledger: &dyn Ledger) {
