@@ -9,7 +9,7 @@
 //! and its reads wait for them:
 //!
 //! - a read of one intent waits only when it found the intent `in_flight` and a finish of
-//!   it is queued, or was done while it read ([`Queued::is_open`], [`Queued::closed`]),
+//!   it is queued, or was done while it read ([`Queued::closed`], [`Queued::stale`]),
 //!   then reads again ([`Queued::settle`] waits);
 //! - a read of many ([`Queued::drain`]) waits for every finish queued before it.
 //!
@@ -41,6 +41,12 @@ struct State {
     open: BTreeMap<u64, IntentId>,
     /// Finishes done so far.
     closed: u64,
+}
+
+impl State {
+    fn is_open(&self, id: IntentId) -> bool {
+        self.open.values().any(|open| *open == id)
+    }
 }
 
 /// One queued finish, open until dropped (after its commit succeeded or failed).
@@ -80,13 +86,9 @@ impl Queued {
     }
 
     /// Whether a finish of intent `id` is queued and not yet committed.
-    pub fn is_open(&self, id: IntentId) -> bool {
-        self.state
-            .lock()
-            .expect("queued finishes lock")
-            .open
-            .values()
-            .any(|open| *open == id)
+    #[cfg(test)]
+    fn is_open(&self, id: IntentId) -> bool {
+        self.state.lock().expect("queued finishes lock").is_open(id)
     }
 
     /// Whether `intent`, read after [`Queued::closed`] returned `closed_before`, may be older
@@ -94,8 +96,11 @@ impl Queued {
     /// finish of it is open, or some finish was done while it was read. Read it again after
     /// [`Queued::settle`].
     pub fn stale(&self, intent: &IntentRecord, closed_before: u64) -> bool {
-        intent.status == IntentStatus::InFlight
-            && (self.is_open(intent.id) || self.closed() != closed_before)
+        if intent.status != IntentStatus::InFlight {
+            return false;
+        }
+        let state = self.state.lock().expect("queued finishes lock");
+        state.closed != closed_before || state.is_open(intent.id)
     }
 
     /// Waits until no finish of intent `id` queued before this call is still open.

@@ -348,6 +348,14 @@ impl PostgresLedger {
 }
 
 impl Shared {
+    /// Stores an attempt's outcome (`Ledger::finish`), waking whoever waits on the intent.
+    async fn finish(&self, finish: &Finish) -> Result<Finished> {
+        self.run(write(false, Some(finish.id)), finish, |session, finish| {
+            Box::pin(ops::finish(session, finish))
+        })
+        .await
+    }
+
     /// Runs `work` on a pooled connection, in a transaction for writes. A connection found
     /// broken before the commit was sent is replaced and the operation run once more
     /// (nothing of it was committed); a lost commit is reported as such.
@@ -578,10 +586,7 @@ impl Ledger for PostgresLedger {
     }
 
     async fn finish(&self, finish: Finish) -> Result<Finished> {
-        self.run(write(false, Some(finish.id)), &finish, |session, finish| {
-            Box::pin(ops::finish(session, finish))
-        })
-        .await
+        self.shared.finish(&finish).await
     }
 
     async fn finish_queued(&self, finish: Finish) -> Result<QueuedFinish> {
@@ -590,12 +595,7 @@ impl Ledger for PostgresLedger {
         let shared = self.shared.clone();
         // On a connection of its own: the caller answers meanwhile.
         tokio::spawn(async move {
-            let finished = shared
-                .run(write(false, Some(finish.id)), &finish, |session, finish| {
-                    Box::pin(ops::finish(session, finish))
-                })
-                .await;
-            let _ = answer.send(finished);
+            let _ = answer.send(shared.finish(&finish).await);
             drop(ticket);
         });
         Ok(QueuedFinish::new(answered))

@@ -529,10 +529,16 @@ impl Writer {
         };
         let full = strict && batch.iter().any(|queued| queued.durable);
         if self.synchronous_full != Some(full) {
-            let mode = if full { "FULL" } else { "NORMAL" };
-            match self.connection.pragma_update(None, "synchronous", mode) {
+            // Cached: under strict durability a new call's `begin` and `finish` switch it
+            // back and forth, so it runs twice per call.
+            let pragma = if full {
+                "PRAGMA synchronous = FULL"
+            } else {
+                "PRAGMA synchronous = NORMAL"
+            };
+            match run_cached(&self.connection, pragma) {
                 Ok(()) => self.synchronous_full = Some(full),
-                Err(error) => return fail_all(batch, error.into()),
+                Err(error) => return fail_all(batch, error),
             }
         }
         let connection = &self.connection;
