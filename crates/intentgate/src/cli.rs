@@ -775,17 +775,20 @@ removed afterwards."
     #[command(
         long_about = "Measure the gateway over HTTP, against baselines measured in the same run.
 
-Starts the mock payments provider (no faults, no latency) and the real gateway HTTP server \
-in this process, on loopback ports, with the tools of examples/support-agent.yaml and a fresh \
-SQLite ledger in a temporary folder inside --dir (or PostgreSQL, with --ledger). With one \
-keep-alive HTTP client it then \
-measures, call by call and alternating between each pair so that both see the same machine:
+Starts the mock payments provider (no faults, no latency), a bare forwarding proxy in front \
+of it, and the real gateway HTTP server in this process, on loopback ports, with the tools of \
+examples/support-agent.yaml and a fresh SQLite ledger in a temporary folder inside --dir (or \
+PostgreSQL, with --ledger). With one keep-alive HTTP client it then measures, call by call \
+and taking turns within each set so that all of a set see the same machine:
 
   1. a new refund through the gateway (POST /v1/tools/refund_order/call) against the same \
 refund sent directly to the provider (POST /v1/refunds): p50, p99, their ratio and the \
 gateway's overhead at p50 and p99, beside the SPEC targets (strict: at most a /healthz round \
 trip + one fsync + 50 us at p50, p99 at most 3 x p50; relaxed: at most a round trip + 50 us, \
-p99 under 1 ms);
+p99 under 1 ms); and the same refund through the proxy, which forwards it with the HTTP \
+client the gateway's upstream calls use and does nothing else: what any hop in front of the \
+provider costs (proxy minus direct), and what intentgate adds beyond it (gateway minus \
+proxy);
   2. a repeated refund answered from the ledger (`already_done`) against GET /healthz of \
 the same server (a bare HTTP round trip to an empty handler): p50, p99 and their ratio, \
 beside the SPEC target (at most 1.5).
@@ -804,9 +807,10 @@ new call's mean into its phases from the gate's own histograms: the HTTP round t
 ledger's get and begin, the upstream request, and the rest of the gateway; the ledger's \
 finish, committed after the call is answered, is shown apart.
 
-It checks that every new call returned `done`, every repeat `already_done`, every direct \
-call succeeded, and that the provider holds exactly one refund per intent and per direct \
-call. Both servers are shut down and the temporary folder removed afterwards."
+It checks that every new call returned `done`, every repeat `already_done`, every direct or \
+proxied call succeeded, and that the provider holds exactly one refund per intent and per \
+direct or proxied call. The servers are shut down and the temporary folder removed \
+afterwards."
     )]
     Gateway(GatewayBenchArgs),
     /// Measure reconciliation of a large window: 1,000,000 intents against about as many
@@ -999,7 +1003,7 @@ pub struct GatewayBenchArgs {
         value_parser = clap::value_parser!(u32).range(1..=i64::from(CALLS_MAX)),
         help = format!(
             "Measured calls of each kind (1 to {CALLS_MAX}): new refunds through the gateway, \
-direct refunds, repeated refunds and health checks"
+direct refunds, refunds through the forwarding proxy, repeated refunds and health checks"
         )
     )]
     pub calls: u32,

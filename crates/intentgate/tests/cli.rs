@@ -124,6 +124,7 @@ fn bench_gateway_help_documents_every_flag() {
         "/healthz",
         "64 concurrent callers",
         "1.5 x SQLite strict",
+        "forwarding proxy",
     ] {
         assert!(stdout.contains(flag), "`{flag}` is not in:\n{stdout}");
     }
@@ -159,6 +160,10 @@ fn bench_gateway(extra: &[&str]) -> Value {
         "direct_call_p99_us",
         "ratio_call_p50",
         "overhead_call_p50_us",
+        "proxy_call_p50_us",
+        "proxy_call_p99_us",
+        "overhead_proxy_p50_us",
+        "overhead_beyond_proxy_p50_us",
         "already_done_p50_us",
         "already_done_p99_us",
         "healthz_p50_us",
@@ -183,17 +188,23 @@ fn bench_gateway(extra: &[&str]) -> Value {
     assert_eq!(report["concurrent_callers"], 64, "{report}");
     assert_eq!(report["concurrent_calls"], 128, "{report}");
     // One refund at the provider per intent (new ones, the repeated one, and the concurrent
-    // callers' with one warm-up call each) and per direct call, warm-up included: none lost,
-    // none doubled.
+    // callers' with one warm-up call each) and per direct or proxied call, warm-up included:
+    // none lost, none doubled.
     let warm_up = report["warm_up_calls"].as_u64().unwrap();
     let intents = 50 + warm_up + 1 + 64 + 128;
     assert_eq!(report["intents"], intents, "{report}");
     assert_eq!(report["direct_calls"], 50 + warm_up, "{report}");
+    assert_eq!(report["proxied_calls"], 50 + warm_up, "{report}");
     assert_eq!(
         report["provider_refunds"],
-        intents + 50 + warm_up,
+        intents + 2 * (50 + warm_up),
         "{report}"
     );
+    // The proxy is the gateway's hop without the gateway: it costs more than the direct
+    // call, and the gateway more than it.
+    let p50 = |series: &str| report[format!("{series}_call_p50_us")].as_f64().unwrap();
+    assert!(p50("direct") < p50("proxy"), "{report}");
+    assert!(p50("proxy") < p50("gateway"), "{report}");
     // The phases of a new call, each measured.
     for phase in [
         "http_round_trip_us",

@@ -51,12 +51,12 @@ use rmcp::transport::{
 use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use super::gateway::GatewayServer;
-use super::{cores, existing_folder, microseconds, percentile, progress, rounded, scratch_folder};
+use super::{
+    LoopbackServer, cores, existing_folder, microseconds, percentile, progress, rounded,
+    scratch_folder,
+};
 use crate::cli::{DurabilityArgument, McpBenchArgs};
 use crate::table::{self, Align};
 
@@ -73,8 +73,6 @@ const WARM_UP_ROUNDS: u32 = 50;
 const SERIES: u32 = 4;
 /// Longest wait for one answer, over any of the series: every one here takes milliseconds.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Longest wait for a server to stop once asked; no call is running by then.
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The gate's tool, and the server's tools it is performed and found with.
 const TOOL_NAME: &str = "refund_order";
@@ -432,18 +430,13 @@ impl ServerHandler for RefundServer {
 struct RefundHttp {
     /// `http://127.0.0.1:PORT/mcp`.
     url: String,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<std::io::Result<()>>,
+    server: LoopbackServer,
 }
 
 impl RefundHttp {
     /// Serves `server` statelessly (no sessions; each answer a JSON body), as the gateway
     /// serves its own MCP endpoint.
     async fn serve(server: RefundServer) -> anyhow::Result<RefundHttp> {
-        let listener = TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .context("can't listen on a loopback port for the refund server")?;
-        let url = format!("http://{}/mcp", listener.local_addr()?);
         let config = StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
             .with_json_response(true);
@@ -453,29 +446,15 @@ impl RefundHttp {
             config,
         );
         let app = axum::Router::new().route_service("/mcp", endpoint);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
-        Ok(RefundHttp { url, stop, task })
+        let server = LoopbackServer::start("the refund server", app).await?;
+        Ok(RefundHttp {
+            url: format!("{}/mcp", server.url),
+            server,
+        })
     }
 
     async fn stop(self) -> anyhow::Result<()> {
-        let _ = self.stop.send(());
-        tokio::time::timeout(STOP_TIMEOUT, self.task)
-            .await
-            .with_context(|| {
-                format!(
-                    "the refund server did not stop within {} s",
-                    STOP_TIMEOUT.as_secs()
-                )
-            })?
-            .context("the refund server's task panicked")?
-            .context("the refund server failed")
+        self.server.stop().await
     }
 }
 

@@ -7,6 +7,7 @@ pub mod gateway;
 pub mod intents;
 pub mod ledger;
 pub mod mcp;
+mod proxy;
 pub mod reconcile;
 
 use std::fs::OpenOptions;
@@ -16,6 +17,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 use crate::cli::{BenchArgs, BenchCommand};
 
@@ -124,6 +128,60 @@ pub fn target_cells(targets: &[TargetCheck], field: &str) -> (String, String) {
             (check.target.clone(), met.to_owned())
         })
         .unwrap_or_default()
+}
+
+/// Longest wait for a [`LoopbackServer`] to stop once asked: no call is running by then, so
+/// it only has to close its idle connections.
+const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An HTTP app served on `127.0.0.1` on a free port, in this process, until stopped: a
+/// benchmark's stand-in server (a provider, a proxy, an MCP server).
+pub struct LoopbackServer {
+    /// `http://127.0.0.1:PORT`, without a trailing slash.
+    pub url: String,
+    /// What it is, for errors ("the forwarding proxy").
+    name: &'static str,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl LoopbackServer {
+    pub async fn start(name: &'static str, app: axum::Router) -> anyhow::Result<LoopbackServer> {
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .with_context(|| format!("can't listen on a loopback port for {name}"))?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Ok(LoopbackServer {
+            url,
+            name,
+            stop,
+            task,
+        })
+    }
+
+    /// Stops accepting and waits, bounded, for the server to end.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let name = self.name;
+        let _ = self.stop.send(());
+        tokio::time::timeout(SERVER_STOP_TIMEOUT, self.task)
+            .await
+            .with_context(|| {
+                format!(
+                    "{name} did not stop within {} s",
+                    SERVER_STOP_TIMEOUT.as_secs()
+                )
+            })?
+            .with_context(|| format!("{name}'s task panicked"))?
+            .with_context(|| format!("{name} failed"))
+    }
 }
 
 /// Times `FSYNC_SAMPLES` rounds of writing one block and `sync_data`, in `dir`.
