@@ -41,8 +41,8 @@ pub const INTENTS_DEFAULT: u32 = 5_000;
 /// Most new intents per level. Bounds the run's time, its disk use and the memory of the
 /// per-call latencies it keeps.
 pub const INTENTS_MAX: u32 = 1_000_000;
-/// Most new intents at 1 caller. Under strict durability each costs one fsync (about 4 ms
-/// on the reference disk), so more would only make the run longer.
+/// Most new intents at 1 caller. Under strict durability each costs one fsync (about 0.1 ms
+/// on a local SSD, several ms on some virtual disks), so more would only make the run longer.
 pub const SEQUENTIAL_INTENTS_MAX: u32 = 2_000;
 /// Concurrent callers of the throughput level the SPEC target names.
 pub const CONCURRENT_CALLERS: u32 = 64;
