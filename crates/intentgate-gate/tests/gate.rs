@@ -228,11 +228,7 @@ async fn a_409_key_in_use_is_looked_up() {
     // Another attempt holds the key at the provider: simulate it by sending first outside the gate.
     let tool = refund_tool();
     let arguments = refund("8812", json!(49));
-    let slow = FaultPlan {
-        latency_min: Duration::from_secs(3),
-        latency_max: Duration::from_secs(3),
-        ..FaultPlan::none()
-    };
+    let slow = FaultPlan::slow(Duration::from_secs(3));
     h.provider.set_plan(slow);
     let provider = h.provider.clone();
     let outside = tokio::spawn(async move {
@@ -311,11 +307,7 @@ async fn changed_arguments_under_one_key_are_a_conflict_that_names_the_fields() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hundred_concurrent_calls_for_one_intent_make_one_upstream_execution() {
-    let slow = FaultPlan {
-        latency_min: Duration::from_millis(200),
-        latency_max: Duration::from_millis(200),
-        ..FaultPlan::none()
-    };
+    let slow = FaultPlan::slow(Duration::from_millis(200));
     let h = Harness::new(slow);
     let calls: Vec<_> = (0..100)
         .map(|_| h.spawn_call("refund_order", refund("8812", json!(49))))
@@ -347,11 +339,7 @@ async fn a_hundred_concurrent_calls_for_one_intent_make_one_upstream_execution()
 /// for the commit instead of showing it `in_flight`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_outcome_is_answered_before_its_write_commits_and_reads_wait_for_the_commit() {
-    let slow = FaultPlan {
-        latency_min: Duration::from_millis(300),
-        latency_max: Duration::from_millis(300),
-        ..FaultPlan::none()
-    };
+    let slow = FaultPlan::slow(Duration::from_millis(300));
     let h = Harness::new(slow);
     let call = h.spawn_call("refund_order", refund("8812", json!(49)));
     // Once `in_flight` is committed and the request is at the provider, another connection

@@ -83,11 +83,7 @@ async fn a_first_call_sends_no_event_and_each_settled_repeat_sends_one_with_its_
 
 #[tokio::test]
 async fn repeats_while_the_first_call_is_in_flight_are_announced_through_begin() {
-    let h = Harness::new(FaultPlan {
-        latency_min: Duration::from_millis(400),
-        latency_max: Duration::from_millis(400),
-        ..FaultPlan::none()
-    });
+    let h = Harness::new(FaultPlan::slow(Duration::from_millis(400)));
     let mut events = h.gate.repeated_calls();
     let first = h.spawn_call("refund_order", refund("8812", json!(49)));
     // Wait until the first call holds the lease and is talking to the provider.

@@ -62,6 +62,16 @@ impl FaultPlan {
         }
     }
 
+    /// No faults; every answer takes exactly `latency`: a request still running while a
+    /// test does something beside it.
+    pub fn slow(latency: Duration) -> FaultPlan {
+        FaultPlan {
+            latency_min: latency,
+            latency_max: latency,
+            ..FaultPlan::none()
+        }
+    }
+
     /// Every fault shape, often: about a third of requests fail somehow.
     pub fn stormy() -> FaultPlan {
         FaultPlan {

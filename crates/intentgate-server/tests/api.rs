@@ -221,11 +221,7 @@ async fn the_tool_list_says_who_executes_each_tool() {
 
 #[tokio::test]
 async fn a_client_that_disconnects_mid_call_does_not_lose_the_intent() {
-    let slow = FaultPlan {
-        latency_min: Duration::from_millis(500),
-        latency_max: Duration::from_millis(500),
-        ..FaultPlan::none()
-    };
+    let slow = FaultPlan::slow(Duration::from_millis(500));
     let server = start(slow, ServerOptions::default()).await;
     let impatient = client(Some(Duration::from_millis(100)));
     let sent = impatient
@@ -248,11 +244,7 @@ async fn a_client_that_disconnects_mid_call_does_not_lose_the_intent() {
 
 #[tokio::test]
 async fn shutdown_lets_a_running_call_finish() {
-    let slow = FaultPlan {
-        latency_min: Duration::from_millis(300),
-        latency_max: Duration::from_millis(300),
-        ..FaultPlan::none()
-    };
+    let slow = FaultPlan::slow(Duration::from_millis(300));
     let mut server = start(slow, ServerOptions::default()).await;
     let client = server.client.clone();
     let url = format!("{}/v1/tools/refund_order/call", server.base);
@@ -275,11 +267,7 @@ async fn shutdown_lets_a_running_call_finish() {
 
 #[tokio::test]
 async fn calls_beyond_the_concurrency_limit_are_refused_before_anything_runs() {
-    let slow = FaultPlan {
-        latency_min: Duration::from_millis(400),
-        latency_max: Duration::from_millis(400),
-        ..FaultPlan::none()
-    };
+    let slow = FaultPlan::slow(Duration::from_millis(400));
     let server = Arc::new(
         start(
             slow,

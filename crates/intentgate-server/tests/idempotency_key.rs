@@ -219,11 +219,7 @@ async fn one_key_value_in_two_tenants_is_two_intents() {
 async fn concurrent_calls_with_one_key_wait_for_the_first_and_share_its_answer() {
     // Every answer takes 300 ms, so the calls overlap: all but one find the intent
     // `in_flight` under another's lease and wait for it.
-    let plan = FaultPlan {
-        latency_min: Duration::from_millis(300),
-        latency_max: Duration::from_millis(300),
-        ..FaultPlan::none()
-    };
+    let plan = FaultPlan::slow(Duration::from_millis(300));
     let server = Arc::new(start(plan, ServerOptions::default()).await);
     let calls: Vec<_> = (0..4)
         .map(|_| {

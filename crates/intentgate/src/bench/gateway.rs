@@ -37,16 +37,13 @@ use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use crate::table::{self, Align};
 
 use super::ledger::{CONCURRENT_CALLERS, PostgresLedger};
 use super::{
-    TargetCheck, cores, existing_folder, measure_fsync, microseconds, percentile, progress,
-    rounded, scratch_folder, target_cells,
+    LoopbackServer, TargetCheck, cores, existing_folder, measure_fsync, microseconds, percentile,
+    progress, rounded, scratch_folder, target_cells,
 };
 use crate::cli::{DurabilityArgument, GatewayBenchArgs};
 
@@ -68,9 +65,6 @@ const WARM_UP_CALLS: u32 = 50;
 /// Longest wait for one answer. Every call here answers in milliseconds; a call that takes
 /// this long means a server is stuck, and the run ends with an error instead of hanging.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Longest wait for the gateway to stop once asked. No call is running by then, so it only
-/// has to close its idle connections.
-const GATEWAY_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The example config, embedded so that the benchmark needs no files.
 const EXAMPLE_CONFIG: &str = include_str!("../../../../examples/support-agent.yaml");
@@ -452,8 +446,7 @@ pub(super) struct GatewayServer {
     pub(super) url: String,
     /// The gate it serves, for its metrics.
     pub(super) gate: Arc<intentgate_gate::Gate>,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<std::io::Result<()>>,
+    server: LoopbackServer,
 }
 
 impl GatewayServer {
@@ -495,42 +488,22 @@ impl GatewayServer {
         gate: Arc<intentgate_gate::Gate>,
         extra: Option<axum::Router>,
     ) -> anyhow::Result<GatewayServer> {
-        let listener = TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .context("can't listen on a loopback port for the gateway")?;
-        let url = format!("http://{}", listener.local_addr()?);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(intentgate_server::run_with(
-            listener,
-            gate.clone(),
-            ServerOptions::default(),
-            extra,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let served = gate.clone();
+        let server = LoopbackServer::run("the gateway", |listener, shutdown| {
+            intentgate_server::run_with(listener, served, ServerOptions::default(), extra, shutdown)
+        })
+        .await?;
         Ok(GatewayServer {
-            url,
+            url: server.url.clone(),
             gate,
-            stop,
-            task,
+            server,
         })
     }
 
     /// Stops accepting, lets the server finish (bounded) and waits for it; the gate and its
     /// ledger are closed once this returns `Ok`.
     pub(super) async fn stop(self) -> anyhow::Result<()> {
-        let _ = self.stop.send(());
-        tokio::time::timeout(GATEWAY_STOP_TIMEOUT, self.task)
-            .await
-            .with_context(|| {
-                format!(
-                    "the gateway did not stop within {} s",
-                    GATEWAY_STOP_TIMEOUT.as_secs()
-                )
-            })?
-            .context("the gateway's task panicked")?
-            .context("the gateway's HTTP server failed")
+        self.server.stop().await
     }
 }
 

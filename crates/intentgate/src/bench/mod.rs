@@ -13,6 +13,7 @@ pub mod reconcile;
 use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -134,6 +135,9 @@ pub fn target_cells(targets: &[TargetCheck], field: &str) -> (String, String) {
 /// it only has to close its idle connections.
 const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Completes once a [`LoopbackServer`] is asked to stop.
+pub type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// An HTTP app served on `127.0.0.1` on a free port, in this process, until stopped: a
 /// benchmark's stand-in server (a provider, a proxy, an MCP server).
 pub struct LoopbackServer {
@@ -146,19 +150,34 @@ pub struct LoopbackServer {
 }
 
 impl LoopbackServer {
+    /// Serves `app` with axum's server.
     pub async fn start(name: &'static str, app: axum::Router) -> anyhow::Result<LoopbackServer> {
+        LoopbackServer::run(name, async move |listener, shutdown| {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        })
+        .await
+    }
+
+    /// Listens on a free loopback port and runs `serve` on it in a task of its own, with a
+    /// future that completes once [`LoopbackServer::stop`] is called.
+    pub async fn run<F>(
+        name: &'static str,
+        serve: impl FnOnce(TcpListener, Shutdown) -> F,
+    ) -> anyhow::Result<LoopbackServer>
+    where
+        F: Future<Output = std::io::Result<()>> + Send + 'static,
+    {
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .await
             .with_context(|| format!("can't listen on a loopback port for {name}"))?;
         let url = format!("http://{}", listener.local_addr()?);
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await
+        let shutdown = Box::pin(async move {
+            let _ = stopped.await;
         });
+        let task = tokio::spawn(serve(listener, shutdown));
         Ok(LoopbackServer {
             url,
             name,
