@@ -1,5 +1,6 @@
 //! `GET /v1/admin/intents`, `GET /v1/admin/intents/{id}`,
-//! `POST /v1/admin/intents/{id}/resolve` and `POST /v1/admin/erasures`.
+//! `POST /v1/admin/intents/{id}/resolve`, `POST /v1/admin/intents/{id}/reopen` and
+//! `POST /v1/admin/erasures`.
 //!
 //! The list narrows by tool, status, tenant, key and when an intent was first seen, along the
 //! ledger's indexes; a search (`q`, text inside keys, arguments and provider ids) has no
@@ -15,7 +16,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use intentgate_core::IntentStatus;
-use intentgate_ledger::{Erase, IntentFilter, IntentRecord, Order};
+use intentgate_ledger::{Erase, IntentFilter, IntentRecord, LedgerError, Order};
 use intentgate_server::Problem;
 use intentgate_server::wire::ProblemBody;
 use serde::Deserialize;
@@ -25,7 +26,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::auth::ConsoleUser;
 use crate::body::{self, bad_request, unprocessable};
 use crate::erasure::{check_erase, erase_all};
-use crate::resolution::{ManualResolution, check_resolvable};
+use crate::resolution::{ManualReopen, ManualResolution, check_reopenable, check_resolvable};
 use crate::{
     AdminState, EVENTS_SHOWN_MAX, INTENTS_LIMIT_DEFAULT, INTENTS_LIMIT_MAX, now_ms, parse_duration,
 };
@@ -464,6 +465,86 @@ pub(crate) async fn resolve(
         "intent resolved by hand through the admin API"
     );
     Ok(Json(resolved))
+}
+
+/// The body of `POST /v1/admin/intents/{id}/reopen`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct ReopenBody {
+    /// Why the stored refusal was wrong (the misconfiguration that caused it, now fixed).
+    /// Required.
+    reason: Option<String>,
+    /// Who reopens it; the console's user or the gateway's default when absent.
+    actor: Option<String>,
+}
+
+const REOPEN_SHAPE: &str =
+    r#"{"reason": "why the stored refusal was wrong", "actor": "who (optional)"}"#;
+
+/// Reopens a `rejected` intent whose refusal was wrong (the gateway's own error, such as a
+/// wrong API key answered 401): it becomes `not_executed`, with a new provider-key epoch, and
+/// the next call of the tool executes it. The event log keeps who and why (kind `reopen`).
+#[utoipa::path(
+    post,
+    path = "/v1/admin/intents/{id}/reopen",
+    operation_id = "admin_reopen_intent",
+    params(("id" = String, Path, description = "The intent's id.")),
+    request_body(content = ReopenBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The intent as reopened (`not_executed`).", body = Object),
+        (status = 400, description = "An id that is not a number, or a body that is not JSON.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "No such intent.",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "The intent is not rejected (done, unknown, not_executed, ...).",
+         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 422, description = "A body of the wrong shape, or a missing reason.",
+         body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn reopen(
+    State(state): State<Arc<AdminState>>,
+    console: Option<Extension<ConsoleUser>>,
+    Path(id): Path<String>,
+    request: Result<Bytes, BytesRejection>,
+) -> Result<Json<IntentRecord>, Problem> {
+    let id = body::id(&id, "an intent")?;
+    let request: ReopenBody = body::json(request, REOPEN_SHAPE)?;
+    let asked = ManualReopen {
+        reason: request.reason.unwrap_or_default(),
+        actor: crate::flags::actor(request.actor, &state.actor_default, console)?,
+    };
+    asked
+        .check()
+        .map_err(|detail| unprocessable("invalid-reopen", "Invalid reopening", detail))?;
+    let intent = read(&state, &id.to_string()).await?;
+    let not_reopenable = |detail: String| {
+        Problem::new(
+            StatusCode::CONFLICT,
+            "not-reopenable",
+            "The intent can't be reopened",
+            detail,
+        )
+    };
+    check_reopenable(&intent).map_err(not_reopenable)?;
+    let reopened = match state.ledger.resolve(asked.to_resolve(id, now_ms())).await {
+        Ok(reopened) => reopened,
+        // Changed between the read and the write (a retry_rejected call started an attempt).
+        Err(LedgerError::Transition(illegal)) => {
+            return Err(not_reopenable(format!(
+                "intent {id} became {} while it was being reopened; nothing was changed",
+                illegal.from
+            )));
+        }
+        Err(error) => return Err(body::ledger_problem(error)),
+    };
+    tracing::warn!(
+        intent = id,
+        tool = %reopened.tool,
+        actor = %asked.actor,
+        "rejected intent reopened by hand through the admin API; the next call executes it"
+    );
+    Ok(Json(reopened))
 }
 
 /// The body of `POST /v1/admin/erasures`.

@@ -8,6 +8,7 @@
 //! | `GET /v1/admin/intents` | intents, filtered and paged: `tool`, `status`, `tenant`, `key`, `since`, `from_ms`, `until_ms`, `q`, `order`, `cursor`, `limit` |
 //! | `GET /v1/admin/intents/{id}` | one intent and its event log |
 //! | `POST /v1/admin/intents/{id}/resolve` | `done` (with the provider's external id) or `not_executed`, with a reason |
+//! | `POST /v1/admin/intents/{id}/reopen` | a `rejected` intent whose refusal was the gateway's own error becomes `not_executed`, with a reason; the next call executes it |
 //! | `POST /v1/admin/erasures` | erases a tenant's intents (or a tool's, or one key's) on request: `{"tenant": "...", "reason": "..."}` |
 //! | `POST /v1/admin/reconcile` | runs reconciliation over a window: `{"since": "1h"}` |
 //! | `GET /v1/admin/reconciliations` | stored runs, newest first |
@@ -15,7 +16,7 @@
 //! | `GET /v1/admin/reconciliations/{id}/mismatches.csv` | the run's mismatches and who they affected, as CSV: `kind`, `severity` |
 //! | `GET /v1/admin/reconciliations/{id}/subjects.csv` | the subjects (customers, orders) the run's mismatches name, one row each, most provider records first |
 //! | `GET /v1/admin/activity` | calls, repeats and statuses per tool over a window (`since`, default 1h), in buckets |
-//! | `GET /v1/admin/alerts` | the notices this gateway sent lately (duplicate-call alerts, reconciliation), newest first |
+//! | `GET /v1/admin/alerts` | the notices this gateway sent lately (duplicate-call alerts, upstream errors that are the operator's, reconciliation), newest first |
 //!
 //! Each route is documented by its handler's `#[utoipa::path]`, and [`openapi()`] gives the
 //! admin API's operations as an OpenAPI fragment that `intentgate serve` merges into the
@@ -70,7 +71,10 @@ pub use auth::ConsoleUser;
 pub use duration::parse_duration;
 pub use erasure::{ERASE_ROUNDS_MAX, ErasureReport, Refusal, check_erase, erase_all};
 pub use openapi::{ADMIN_TAG, openapi};
-pub use resolution::{MANUAL_STATUSES, ManualResolution, Unresolvable, check_resolvable};
+pub use resolution::{
+    MANUAL_STATUSES, ManualReopen, ManualResolution, Unresolvable, check_reopenable,
+    check_resolvable,
+};
 pub use throttle::{FAILURE_WINDOW_DEFAULT, FAILURES_MAX_DEFAULT, FailureLimit, SOURCES_MAX};
 
 /// The environment variable that holds the admin token (read by `intentgate serve`).

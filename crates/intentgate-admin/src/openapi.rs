@@ -74,6 +74,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AdminState>> {
         .routes(routes!(intents::list))
         .routes(routes!(intents::show))
         .routes(routes!(intents::resolve))
+        .routes(routes!(intents::reopen))
         .routes(routes!(intents::erase))
         .routes(routes!(reconcile::run))
         .routes(routes!(reconcile::list))

@@ -2,6 +2,11 @@
 //! `intentgate intents resolve`: what an operator may ask for, and which intents may be
 //! resolved. The ledger checks the transition again inside its transaction; these checks
 //! come first so that the operator reads why, and what to do instead.
+//!
+//! Reopening (`intentgate intents reopen`, `POST /v1/admin/intents/{id}/reopen`) is the other
+//! manual change: a `rejected` intent whose refusal was stored wrongly (the gateway's own
+//! error, such as a wrong API key answered 401 before such errors were told apart) becomes
+//! `not_executed`, so that the next call executes it ([`ManualReopen`], [`check_reopenable`]).
 
 use intentgate_core::IntentStatus;
 use intentgate_core::limits::{ACTOR_LENGTH_MAX, EVENT_DETAIL_LENGTH_MAX, EXTERNAL_ID_LENGTH_MAX};
@@ -94,6 +99,77 @@ fn check_length(what: &str, text: &str, limit: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// A reopening as an operator asks for it: who, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManualReopen {
+    /// Why the stored refusal was wrong: written to the event log with the actor.
+    pub reason: String,
+    /// Who: a person or a system.
+    pub actor: String,
+}
+
+impl ManualReopen {
+    /// Checks what is asked, before anything is read: a reason and an actor, within the
+    /// ledger's limits.
+    pub fn check(&self) -> Result<(), String> {
+        if self.reason.trim().is_empty() {
+            return Err(
+                "a reason is required: say why the stored refusal was wrong (the gateway's \
+misconfiguration that caused it, and that it is fixed); it goes to the intent's event log"
+                    .to_owned(),
+            );
+        }
+        check_length("the reason", &self.reason, EVENT_DETAIL_LENGTH_MAX)?;
+        if self.actor.trim().is_empty() {
+            return Err("the actor (who reopens the intent) must not be empty".to_owned());
+        }
+        check_length("the actor", &self.actor, ACTOR_LENGTH_MAX)
+    }
+
+    /// The ledger's operation for intent `id` at `now_ms`: `rejected` to `not_executed`,
+    /// which the ledger records as a reopening (a new provider-key epoch, the refusal dropped).
+    pub fn to_resolve(&self, id: IntentId, now_ms: i64) -> Resolve {
+        Resolve {
+            id,
+            status: IntentStatus::NotExecuted,
+            external_id: None,
+            result: None,
+            actor: self.actor.trim().to_owned(),
+            reason: self.reason.trim().to_owned(),
+            now_ms,
+        }
+    }
+}
+
+/// Why an intent can't be reopened: only a `rejected` one can, and the message says what to
+/// do with the others.
+pub fn check_reopenable(intent: &IntentRecord) -> Result<(), String> {
+    let id = intent.id;
+    match intent.status {
+        IntentStatus::Rejected => Ok(()),
+        IntentStatus::NotExecuted => Err(format!(
+            "intent {id} is already not_executed: the next call of the tool executes it; \
+nothing to reopen"
+        )),
+        IntentStatus::Unknown | IntentStatus::InFlight => Err(format!(
+            "intent {id} is {}: its outcome is not known, so it can't be reopened (it may have \
+happened); check the provider, then resolve it with `intentgate intents resolve`",
+            intent.status
+        )),
+        IntentStatus::Done => Err(format!(
+            "intent {id} is done{}: the effect happened, so it can't be reopened",
+            intent
+                .external_id
+                .as_deref()
+                .map(|external_id| format!(" (external id {external_id})"))
+                .unwrap_or_default()
+        )),
+        IntentStatus::Pending => Err(format!(
+            "intent {id} is pending: no attempt has started, so there is nothing to reopen"
+        )),
+    }
+}
+
 /// Why an intent can't be resolved by hand now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unresolvable {
@@ -147,6 +223,15 @@ still unknown",
             } => format!(
                 "intent {id} is pending: no attempt has started, so there is nothing to resolve"
             ),
+            Unresolvable::Settled {
+                status: IntentStatus::Rejected,
+                ..
+            } => format!(
+                "intent {id} is rejected: the provider refused it and nothing happened; if that \
+refusal was the gateway's own error (a wrong API key, a wrong route), reopen it with \
+`intentgate intents reopen` (or POST /v1/admin/intents/{id}/reopen) and the next call executes \
+it"
+            ),
             Unresolvable::Settled { status, .. } => format!(
                 "intent {id} is already {status}, which is settled (nothing happened at the \
 provider; a later call of the tool may start a new attempt); only an unknown intent, or an \
@@ -157,13 +242,19 @@ in_flight one whose lease has expired, can be resolved by hand"
 }
 
 /// Whether `intent` may be resolved by hand to `to` at `now_ms`: only from `unknown`, or
-/// from `in_flight` once its lease has expired, and never while a caller holds the lease.
+/// from `in_flight` once its lease has expired, and never while a caller holds the lease. (A
+/// `rejected` intent is reopened instead, [`check_reopenable`]: the state machine's edge to
+/// `not_executed` is not a resolution.)
 pub fn check_resolvable(
     intent: &IntentRecord,
     to: IntentStatus,
     now_ms: i64,
 ) -> Result<(), Unresolvable> {
-    if !intent.status.can_become(to) {
+    let resolvable = matches!(
+        intent.status,
+        IntentStatus::Unknown | IntentStatus::InFlight
+    );
+    if !resolvable || !intent.status.can_become(to) {
         return Err(Unresolvable::Settled {
             status: intent.status,
             external_id: intent.external_id.clone(),
@@ -211,6 +302,72 @@ mod tests {
             asked(IntentStatus::NotExecuted, Some("re_1"))
                 .check()
                 .is_err()
+        );
+    }
+
+    fn intent(status: IntentStatus) -> IntentRecord {
+        IntentRecord {
+            id: 7,
+            tenant: "default".into(),
+            tool: "refund_order".into(),
+            key: "refund:1:49.00".into(),
+            fingerprint: String::new(),
+            arguments: serde_json::Value::Null,
+            status,
+            attempt: 1,
+            epoch: 1,
+            lease_owner: None,
+            lease_expires_ms: None,
+            result: None,
+            external_id: None,
+            resolved_by: None,
+            call_count: 1,
+            first_seen_ms: 0,
+            last_seen_ms: 0,
+            updated_ms: 0,
+            last_lookup_ms: None,
+        }
+    }
+
+    #[test]
+    fn only_a_rejected_intent_is_reopened_and_a_rejected_one_is_not_resolved() {
+        assert_eq!(check_reopenable(&intent(IntentStatus::Rejected)), Ok(()));
+        for (status, says) in [
+            (IntentStatus::Done, "effect happened"),
+            (IntentStatus::NotExecuted, "next call"),
+            (IntentStatus::Unknown, "intents resolve"),
+            (IntentStatus::InFlight, "intents resolve"),
+            (IntentStatus::Pending, "nothing to reopen"),
+        ] {
+            let refused = check_reopenable(&intent(status)).unwrap_err();
+            assert!(refused.contains(says), "{status}: {refused}");
+        }
+        let refused = check_resolvable(
+            &intent(IntentStatus::Rejected),
+            IntentStatus::NotExecuted,
+            0,
+        )
+        .unwrap_err();
+        assert!(refused.message(7).contains("intents reopen"), "{refused:?}");
+        let asked = ManualReopen {
+            reason: " the 401 was our key ".into(),
+            actor: "alice".into(),
+        };
+        assert!(asked.check().is_ok());
+        let resolve = asked.to_resolve(7, 5);
+        assert_eq!(
+            (resolve.status, resolve.reason.as_str()),
+            (IntentStatus::NotExecuted, "the 401 was our key")
+        );
+        let no_reason = ManualReopen {
+            reason: " ".into(),
+            ..asked
+        };
+        assert!(
+            no_reason
+                .check()
+                .unwrap_err()
+                .contains("reason is required")
         );
     }
 

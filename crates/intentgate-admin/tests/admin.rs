@@ -283,6 +283,7 @@ async fn every_admin_route_is_404_when_no_token_is_configured() {
         ("GET", "/v1/admin/intents".to_owned()),
         ("GET", format!("/v1/admin/intents/{}", unknown.id)),
         ("POST", format!("/v1/admin/intents/{}/resolve", unknown.id)),
+        ("POST", format!("/v1/admin/intents/{}/reopen", unknown.id)),
         ("POST", "/v1/admin/reconcile".to_owned()),
         ("GET", "/v1/admin/reconciliations".to_owned()),
         ("GET", "/v1/admin".to_owned()),
@@ -691,6 +692,109 @@ async fn an_unknown_intent_is_resolved_by_hand_and_the_event_names_actor_and_rea
     assert_eq!(last["kind"], "resolve");
     assert_eq!(last["actor"], ACTOR_DEFAULT);
     assert_eq!(last["detail"], "the provider has no such refund");
+}
+
+/// Before, a refusal stored wrongly (a 401 from a wrong API key was `rejected`) was replayed
+/// forever: `resolve` takes only unknown intents. Reopened, the next call executes it once,
+/// and the event log names who and why.
+#[tokio::test]
+async fn a_rejected_intent_reopened_by_hand_executes_on_the_next_call() {
+    use intentgate_core::CallStatus;
+    use intentgate_mock::{FakeProvider, FaultPlan, Scripted, Shape};
+    use intentgate_test_support::{call, default_gate, refund, refund_tool};
+
+    let admin = start(Some(TOKEN), None).await;
+    let clock: Arc<dyn intentgate_gate::Clock> = Arc::new(intentgate_gate::SystemClock);
+    let provider = Arc::new(FakeProvider::new(7, FaultPlan::none(), clock.clone()));
+    let gate = default_gate(
+        vec![refund_tool()],
+        admin.ledger.clone(),
+        provider.clone(),
+        clock,
+    );
+    provider.script([Scripted {
+        shape: Shape::Reject,
+        commit: false,
+    }]);
+    let arguments = refund("8812", json!(49));
+    let first = call(&gate, "refund_order", arguments.clone()).await;
+    assert_eq!(first.status, CallStatus::Rejected);
+    let again = call(&gate, "refund_order", arguments.clone()).await;
+    assert_eq!(
+        again.status,
+        CallStatus::Rejected,
+        "replayed from the ledger"
+    );
+    let intent = admin
+        .ledger
+        .get("default", "refund_order", "refund:8812:49.00")
+        .await
+        .unwrap()
+        .unwrap();
+    let path = format!("/v1/admin/intents/{}/reopen", intent.id);
+
+    // resolve refuses a rejected intent and says to reopen it.
+    let resolve = admin
+        .post(
+            &format!("/v1/admin/intents/{}/resolve", intent.id),
+            json!({"status": "not_executed", "reason": "r"}),
+        )
+        .await;
+    assert!(
+        resolve.problem(409).contains("intents reopen"),
+        "{}",
+        resolve.body
+    );
+    // A reason is required.
+    let no_reason = admin.post(&path, json!({"actor": "alice"})).await;
+    assert!(no_reason.problem(422).contains("reason is required"));
+
+    let reopened = admin
+        .post(
+            &path,
+            json!({"reason": "the refusal was our expired API key; rotated", "actor": "alice"}),
+        )
+        .await;
+    assert_eq!(reopened.status, 200, "{}", reopened.body);
+    assert_eq!(reopened.body["status"], "not_executed");
+    assert_eq!(reopened.body["resolved_by"], "alice");
+    assert_eq!(reopened.body["result"], Value::Null);
+
+    let next = call(&gate, "refund_order", arguments.clone()).await;
+    assert_eq!(next.status, CallStatus::Done, "{next:?}");
+    let repeat = call(&gate, "refund_order", arguments).await;
+    assert_eq!(repeat.status, CallStatus::AlreadyDone);
+    assert_eq!(provider.effect_count("refund:8812:49.00"), 1);
+    let effects = provider.effects();
+    // The reopened intent's provider key is a new epoch's: the refused one is never reused.
+    assert_eq!(
+        effects[0].idempotency_key.as_deref(),
+        Some("refund_order:refund:8812:49.00#2")
+    );
+
+    let shown = admin.get(&format!("/v1/admin/intents/{}", intent.id)).await;
+    let events = shown.body["events"].as_array().unwrap();
+    let reopen = events
+        .iter()
+        .find(|event| event["kind"] == "reopen")
+        .expect("a reopen event");
+    assert_eq!(reopen["actor"], "alice");
+    assert_eq!(
+        reopen["detail"],
+        "the refusal was our expired API key; rotated"
+    );
+    assert_eq!(
+        (&reopen["from_status"], &reopen["to_status"]),
+        (&json!("rejected"), &json!("not_executed"))
+    );
+
+    // A done intent is not reopened.
+    let done = admin.post(&path, json!({"reason": "undo"})).await;
+    assert!(
+        done.problem(409).contains("effect happened"),
+        "{}",
+        done.body
+    );
 }
 
 #[tokio::test]

@@ -4,6 +4,12 @@
 //! The loader keeps one line per tool (`ToolConfig::line`); the lines of fields inside a tool
 //! (`key`, `timeout_ms`) are found here in the file's text, from the tool's line on, by
 //! indentation. A tool written in flow style (`- {name: ..., ...}`) gets its own line.
+//!
+//! A lookup that proves nothing (neither `key` nor `match`) and a list that pairs records by
+//! the intent key alone are refused by the loader, so the audit sees them as loader errors,
+//! and gives them their own rules (`unproved-lookup`, `list-by-intent-key`). What the loader
+//! accepts but the provider may not bear out is warned about here: a `key` pointer into the
+//! part of a record the call's own body writes, when the call never sends the provider key.
 
 use intentgate_config::{ConfigErrors, LoadedConfig, ToolConfig};
 use intentgate_core::key::looks_per_attempt;
@@ -23,6 +29,13 @@ pub fn from_errors(errors: &ConfigErrors, file: &str, findings: &mut Vec<Finding
             "per-attempt-key"
         } else if error.message.contains("has no effect") {
             "no-effect"
+        } else if error
+            .message
+            .contains("the lookup has neither `key` nor `match`")
+        {
+            "unproved-lookup"
+        } else if error.message.contains("by `fields.intent_key` alone") {
+            "list-by-intent-key"
         } else {
             "config"
         };
@@ -112,9 +125,15 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                         tool.name
                     ),
                     Some(
-                        "add a `lookup:` request that finds the effect by its intent key, e.g. \
-                         `lookup: {method: GET, path: /v1/refunds, query: {intent_key: \
-                         \"{intent_key}\"}, found: /data/0}`"
+                        "add a `lookup:` request that finds the effect and proves it is this \
+                         intent's by the provider key the gateway sent (`key`, where a record \
+                         carries `{idempotency_key}`) and by its business fields (`match`), \
+                         e.g. `lookup: {path: /v1/refunds, query: {idempotency_key: \
+                         \"{idempotency_key}\"}, found: /data, key: /idempotency_key, match: \
+                         {order_id: {record: /order_id}, amount: {record: /amount}}}`; where the \
+                         provider does not keep the idempotency header's value, send \
+                         `metadata: {idempotency_key: \"{idempotency_key}\"}` in the call's body \
+                         and use `key: /metadata/idempotency_key`"
                             .to_owned(),
                     ),
                 )
@@ -189,9 +208,10 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                         "add a `list:` request that pages through the provider's records over \
                          a window (`path`, `query` with {since_ms}, {until_ms}, {cursor} and \
                          {limit}, `items`, `next_cursor`, `fields`), pairing records with \
-                         intents by `fields.intent_key` or, for a provider that keeps no \
-                         metadata, by business fields (`match: {order_id: {record: \
-                         /order_id}, amount: {record: /amount}}`)"
+                         intents by the provider key the gateway sent \
+                         (`fields.idempotency_key`) or, for a provider that keeps no key, by \
+                         business fields (`match: {order_id: {record: /order_id}, amount: \
+                         {record: /amount}}`)"
                             .to_owned(),
                     ),
                 )
@@ -211,7 +231,7 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                     at,
                     format!(
                         "`{}`: reconciliation pairs provider records with intents by {} (the \
-                         provider keeps no intent key): it counts records per set of values, so \
+                         provider keeps no provider key): it counts records per set of values, so \
                          a record beyond the intents with those values is a duplicate, but which \
                          of two alike intents a record belongs to, and whether a record is a \
                          late re-send of an intent first seen before the window or a bypass, \
@@ -224,6 +244,7 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                 .tool(&tool.name),
             );
         }
+        key_not_sent(loaded, tool, text, file, findings);
         key_arguments(tool, text, file, findings);
         sensitive_arguments(loaded, tool, definition, at, file, findings);
         let published = definition.published_description();
@@ -247,6 +268,115 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                 .tool(&tool.name),
             );
         }
+    }
+}
+
+/// A lookup's `key` (or a list's `fields.idempotency_key`) that points into a part of the
+/// provider's record that the call's own body writes (a member of the body, or `metadata`),
+/// while the call sends `{idempotency_key}` nowhere (body, query, headers): the provider
+/// keeps there only what the body sent, so no record carries the provider key at that
+/// pointer, and the lookup never finds an effect (every ambiguous failure stays unknown) or
+/// the list pairs no record. A pointer elsewhere may be the provider's echo of the
+/// idempotency header, which the audit can't tell from the config: `intentgate smoke` does.
+/// HTTP calls only: an MCP call always carries the provider key (an argument or `_meta`).
+fn key_not_sent(
+    loaded: &LoadedConfig,
+    tool: &ToolConfig,
+    text: &str,
+    file: &str,
+    findings: &mut Vec<Finding>,
+) {
+    let Some(call) = &tool.call else {
+        return;
+    };
+    let sends_key = call
+        .body
+        .as_ref()
+        .is_some_and(|body| body.to_string().contains("{idempotency_key}"))
+        || call.path.contains("{idempotency_key}")
+        || call
+            .query
+            .values()
+            .chain(call.headers.values())
+            .any(|value| value.contains("{idempotency_key}"));
+    if sends_key {
+        return;
+    }
+    let body_members: Vec<&str> = call
+        .body
+        .as_ref()
+        .and_then(Value::as_object)
+        .map(|members| members.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    let written_by_body = |pointer: &str| {
+        let first = pointer
+            .strip_prefix('/')
+            .and_then(|rest| rest.split('/').next())
+            .map(|segment| segment.replace("~1", "/").replace("~0", "~"));
+        first.is_some_and(|first| first == "metadata" || body_members.contains(&first.as_str()))
+    };
+    let header = loaded
+        .config
+        .upstreams
+        .get(&call.upstream)
+        .map_or("Idempotency-Key", |upstream| {
+            upstream.idempotency_header.as_str()
+        });
+    let mut pointers: Vec<(&str, &str, &str)> = Vec::new();
+    if let Some(pointer) = tool
+        .lookup
+        .as_ref()
+        .and_then(|lookup| lookup.key.as_deref())
+    {
+        pointers.push(("lookup", "key", pointer));
+    }
+    if let Some(pointer) = tool
+        .list
+        .as_ref()
+        .and_then(|list| list.fields.idempotency_key.as_deref())
+    {
+        pointers.push(("list", "fields.idempotency_key", pointer));
+    }
+    for (section, field, pointer) in pointers {
+        if !written_by_body(pointer) {
+            continue;
+        }
+        let consequence = match section {
+            "lookup" => {
+                "so the lookup never finds an effect, and every ambiguous failure stays unknown \
+                 until a person resolves it"
+            }
+            _ => "so reconciliation pairs no record with an intent",
+        };
+        findings.push(
+            Finding::new(
+                Severity::Warning,
+                "key-not-sent",
+                file,
+                field_position(text, tool.line, section),
+                format!(
+                    "`{}`: the {section}'s `{field}: {pointer}` points into what the call's body \
+                     writes, and the call never sends `{{idempotency_key}}` (only the `{header}` \
+                     header carries it): the provider keeps there what the body sent, not the \
+                     provider key, {consequence}",
+                    tool.name
+                ),
+                Some(format!(
+                    "send the provider key in the call's body where `{pointer}` reads it (e.g. \
+                     `metadata: {{intent_key: \"{{intent_key}}\", idempotency_key: \
+                     \"{{idempotency_key}}\"}}` for `/metadata/idempotency_key`), or point \
+                     `{field}` at the provider's echo of the `{header}` header if it keeps \
+                     one{}",
+                    if section == "lookup" {
+                        "; `intentgate smoke` shows whether the lookup finds each intent's own \
+                         effect"
+                    } else {
+                        ""
+                    }
+                )),
+            )
+            .tool(&tool.name),
+        );
     }
 }
 

@@ -6,8 +6,10 @@
 //! line, column when known), what is wrong and what to change. Nothing is called and nothing
 //! is written: the audit only reads.
 //!
-//! - `config.rs`: the loader's errors as findings; every tool classified; side-effecting
-//!   tools without lookup, owner or list; key arguments that look per-attempt.
+//! - `config.rs`: the loader's errors as findings (a lookup that proves nothing, a list paired
+//!   by the intent key alone, each under its own rule); every tool classified;
+//!   side-effecting tools without lookup, owner or list; a lookup `key` where the call never
+//!   writes the provider key; key arguments that look per-attempt.
 //! - `latency.rs`: timeouts below the upstream's observed p99 (or p50), from `--latency`.
 //! - `prompts.rs`: prompt lines that tell the model to retry a side-effecting tool.
 //! - `mcp.rs`: an MCP server's tools: side-effecting by default, no once-per sentence, not
@@ -206,6 +208,24 @@ pub const RULES: &[Rule] = &[
         severity: Severity::Error,
         short: "A side-effecting tool has no lookup",
         help: "After a timeout or a dropped connection the gateway asks the provider whether the effect happened; without a `lookup` the intent stays unknown until a person resolves it.",
+    },
+    Rule {
+        id: "unproved-lookup",
+        severity: Severity::Error,
+        short: "A lookup can't tell this intent's effect from another's",
+        help: "A lookup with neither `key` (the provider key the gateway sent, in a record) nor `match` (the business fields, equal to the intent's arguments) would settle an intent as done with the first record the provider answers: another tenant's, another customer's. The gateway refuses to start with it.",
+    },
+    Rule {
+        id: "list-by-intent-key",
+        severity: Severity::Error,
+        short: "A list pairs provider records with intents by the intent key alone",
+        help: "The intent key is not scoped by tenant: two tenants' records of one order and amount carry the same one. Pair by the provider key (`fields.idempotency_key`) or by business fields (`match`). The gateway refuses to start with it.",
+    },
+    Rule {
+        id: "key-not-sent",
+        severity: Severity::Warning,
+        short: "A lookup or list reads the provider key where the call never writes it",
+        help: "The lookup's `key` (or the list's `fields.idempotency_key`) points into what the call's body writes, and the call never sends `{idempotency_key}`: no record carries the provider key there, so the lookup finds nothing and reconciliation pairs nothing. Send it in the body, or point at the provider's echo of the idempotency header.",
     },
     Rule {
         id: "client-executed",

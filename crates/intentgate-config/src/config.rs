@@ -631,6 +631,9 @@ impl fmt::Debug for RedactedLookup<'_> {
             .field("found", &lookup.found)
             .field("not_found_statuses", &lookup.not_found_statuses)
             .field("external_id", &lookup.external_id)
+            .field("key", &lookup.key)
+            .field("match_fields", &lookup.match_fields)
+            .field("pages", &lookup.pages)
             .finish()
     }
 }

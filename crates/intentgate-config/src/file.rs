@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use intentgate_core::{CallStatus, Effect, Executor};
-use intentgate_http::spec::{ListFields, MatchField, Method, ResultSpec};
+use intentgate_http::spec::{ListFields, LookupPages, MatchField, Method, ResultSpec};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde_json::Value;
@@ -331,13 +331,25 @@ pub(crate) struct LookupFile {
     pub query: BTreeMap<String, String>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// JSON pointer that holds the effect when it was found (`/data/0`); absent, null or an
-    /// empty array or object there means not found.
+    /// JSON pointer to what the provider found: one record (an object) or the candidates
+    /// (an array, `/data`); absent, null or an empty array or object there means not found.
     pub found: String,
     /// HTTP: statuses that mean "not found" rather than "the lookup failed" (default 404).
     pub not_found_statuses: Option<Vec<u16>>,
-    /// JSON pointer, inside the found object, to the provider's id (default `/id`).
+    /// JSON pointer, inside a record, to the provider's id (default `/id`).
     pub external_id: Option<String>,
+    /// JSON pointer, inside a record, to the provider key the gateway sent with the effect
+    /// (`{idempotency_key}`, scoped by tenant and tool): a record is this intent's effect only
+    /// when it carries that key. Give `key`, `match`, or both.
+    pub key: Option<String>,
+    /// The business fields, by argument (`order_id`, `customer.id`), that a record must hold
+    /// with exactly the intent's values (for a provider that keeps no key; decimals compared
+    /// exactly).
+    #[serde(default, rename = "match")]
+    pub match_fields: BTreeMap<String, MatchField>,
+    /// HTTP: how a listing continues past its first page (`query: starting_after` with
+    /// `has_more: /has_more`, or with `next_cursor: /next_cursor`); absent reads one page.
+    pub pages: Option<LookupPages>,
     /// MCP: the lookup tool's name on the upstream.
     pub tool: Option<String>,
     /// MCP: the lookup's `arguments` template, as for `call`.

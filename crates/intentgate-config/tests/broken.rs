@@ -38,7 +38,7 @@ tools:
         order_id: "{order_id}"
         amount: "{amount:.2}"
         metadata: {intent_key: "{intent_key}"}
-    lookup: {path: /v1/refunds, query: {intent_key: "{intent_key}"}, found: /data/0}
+    lookup: {path: /v1/refunds, query: {idempotency_key: "{idempotency_key}"}, found: /data, key: /idempotency_key}
 "#;
 
 /// The secret the environment holds; it must never appear in an error.
@@ -450,7 +450,7 @@ fn a_template_placeholder_must_be_an_argument_or_a_gateway_value() {
 
     // A list runs outside any call: no intent key there.
     let text = format!(
-        "{BASE}    list:\n      path: /v1/refunds\n      query: {{intent_key: \"{{intent_key}}\"}}\n      items: /data\n      next_cursor: /next_cursor\n      fields: {{intent_key: /metadata/intent_key, external_id: /id}}\n"
+        "{BASE}    list:\n      path: /v1/refunds\n      query: {{intent_key: \"{{intent_key}}\"}}\n      items: /data\n      next_cursor: /next_cursor\n      fields: {{idempotency_key: /idempotency_key, external_id: /id}}\n"
     );
     let error = only_error(&text);
     assert_at(&error, &text, "\"{intent_key}\"}\n      items");
@@ -542,7 +542,7 @@ fn every_error_of_a_file_is_reported_in_file_order() {
 fn a_side_effect_without_a_lookup_or_key_honouring_upstream_is_not_an_error() {
     // The audit reports a missing lookup; loading accepts it.
     let text = broken(
-        "    lookup: {path: /v1/refunds, query: {intent_key: \"{intent_key}\"}, found: /data/0}\n",
+        "    lookup: {path: /v1/refunds, query: {idempotency_key: \"{idempotency_key}\"}, found: /data, key: /idempotency_key}\n",
         "",
     )
     .replace("    honours_idempotency_keys: true\n", "");
@@ -702,7 +702,7 @@ fn a_list_may_pair_records_by_business_fields_compared_as_the_schema_types_them(
 
 #[test]
 fn a_list_must_say_one_way_records_pair_with_intents() {
-    // Neither the intent key nor business fields.
+    // Neither the provider key nor business fields.
     let text = with_match_list(
         "\n      match: {order_id: {record: /order_id}, amount: {record: /amount}}",
         "",
@@ -713,24 +713,38 @@ fn a_list_must_say_one_way_records_pair_with_intents() {
         &error,
         &[
             "tool `refund_order`",
-            "neither `fields.intent_key` nor `match`",
+            "neither `fields.idempotency_key` nor `match`",
         ],
         &[
-            "intent_key: /metadata/intent_key",
+            "idempotency_key: <pointer>",
             "match: {order_id: {record: /order_id}",
         ],
+    );
+
+    // Regression: the intent key alone paired two tenants' records of one order and amount
+    // with either tenant's intent; it is not enough.
+    let text = with_match_list(
+        "fields: {external_id: /id, amount: /amount}\n      match: {order_id: {record: /order_id}, amount: {record: /amount}}",
+        "fields: {intent_key: /metadata/intent_key, external_id: /id, amount: /amount}",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "/metadata/intent_key");
+    assert_says(
+        &error,
+        &["`fields.intent_key` alone", "not scoped by tenant"],
+        &["idempotency_key: <pointer>", "match: {order_id"],
     );
 
     // Both.
     let text = with_match_list(
         "fields: {external_id: /id,",
-        "fields: {intent_key: /metadata/intent_key, external_id: /id,",
+        "fields: {idempotency_key: /idempotency_key, external_id: /id,",
     );
     let error = only_error(&text);
     assert_at(&error, &text, "{order_id: {record");
     assert_says(
         &error,
-        &["both by `fields.intent_key` and by `match`"],
+        &["both by `fields.idempotency_key` and by `match`"],
         &["remove `match:`"],
     );
 
@@ -870,8 +884,8 @@ fn a_client_tool_loads_without_requests() {
 fn a_client_tool_with_a_call_lookup_or_list_is_refused_at_each() {
     let text = client_refund(concat!(
         "    call: {upstream: payments, method: POST, path: /v1/refunds}\n",
-        "    lookup: {path: /v1/refunds, found: /data/0}\n",
-        "    list: {path: /v1/refunds, items: /data, next_cursor: /next_cursor, fields: {intent_key: /metadata/intent_key, external_id: /id}}\n",
+        "    lookup: {path: /v1/refunds, found: /data, key: /idempotency_key}\n",
+        "    list: {path: /v1/refunds, items: /data, next_cursor: /next_cursor, fields: {idempotency_key: /idempotency_key, external_id: /id}}\n",
     ));
     let errors = errors(&text);
     assert_eq!(errors.len(), 3, "{errors}");
@@ -964,4 +978,32 @@ fn an_executor_or_mcp_listing_that_does_not_exist_is_refused() {
     let error = only_error(&text);
     assert_at(&error, &text, "yes");
     assert_says(&error, &["mcp"], &["hidden", "listed"]);
+}
+
+/// Regression: a lookup with `found: /data/0` and nothing else took the first record of the
+/// provider's answer (another tenant's, another customer's) as the intent's effect. A lookup
+/// must now say how a record is proved to be this intent's.
+#[test]
+fn a_lookup_that_can_not_tell_two_intents_apart_is_refused_at_its_line() {
+    let text = BASE.replace("found: /data, key: /idempotency_key}", "found: /data/0}");
+    let error = only_error(&text);
+    assert_at(&error, &text, "{path: /v1/refunds, query");
+    assert_says(
+        &error,
+        &["neither `key` nor `match`", "another tenant's"],
+        &["key: /metadata/idempotency_key", "match: {<argument>"],
+    );
+
+    let pages = BASE.replace(
+        "found: /data, key: /idempotency_key}",
+        "found: /data, key: /idempotency_key, pages: {query: starting_after, max: 500}}",
+    );
+    let errors = load_str(&pages, "agent.yaml", &env)
+        .expect_err("unusable pages must be refused")
+        .to_string();
+    assert!(
+        errors.contains("exactly one of `next_cursor` and `has_more`"),
+        "{errors}"
+    );
+    assert!(errors.contains("it must be 1 to 50"), "{errors}");
 }

@@ -79,7 +79,7 @@ fn the_example_has_the_fifteen_tools_of_a_support_agent() {
 }
 
 #[test]
-fn side_effects_are_keyed_by_intent_and_found_by_their_intent_key() {
+fn side_effects_are_keyed_by_intent_and_found_by_their_provider_key() {
     let loaded = load(&example_text(), &|_| None);
     let tool = |name: &str| loaded.tools.iter().find(|tool| tool.name == name).unwrap();
     let config = |name: &str| {
@@ -116,15 +116,15 @@ fn side_effects_are_keyed_by_intent_and_found_by_their_intent_key() {
         assert!(definition.owner.is_some(), "{name} has an owner");
         assert_eq!(definition.external_id_pointer, "/id");
         let lookup = config.lookup.as_ref().expect("a lookup");
-        assert_eq!(lookup.found, "/data/0");
-        assert_eq!(
-            lookup.query.get("intent_key").map(String::as_str),
-            Some("{intent_key}")
-        );
+        // Every record of the answer is judged by the provider key it carries and the
+        // business fields it holds, never taken because it came first.
+        assert_eq!(lookup.found, "/data");
+        assert_eq!(lookup.key.as_deref(), Some("/idempotency_key"), "{name}");
+        assert!(!lookup.match_fields.is_empty(), "{name}");
         let list = config.list.as_ref().expect("a list for reconciliation");
         assert_eq!(
-            list.fields.intent_key.as_deref(),
-            Some("/metadata/intent_key")
+            list.fields.idempotency_key.as_deref(),
+            Some("/idempotency_key")
         );
         let call = config.call.as_ref().expect("a gateway tool's call");
         let body = call.body.as_ref().expect("a body");
@@ -258,8 +258,8 @@ fn debug_of_a_loaded_config_never_contains_a_secret() {
     // Secrets in an upstream header, in a base URL (user info and path) and in a tool's
     // lookup header.
     let text = example_text().replacen(
-        "    lookup:\n      method: GET\n      path: /v1/refunds\n",
-        "    lookup:\n      method: GET\n      headers: {X-Lookup-Token: \"${LOOKUP_TOKEN}\"}\n      path: /v1/refunds\n",
+        "    lookup:\n      method: GET\n",
+        "    lookup:\n      method: GET\n      headers: {X-Lookup-Token: \"${LOOKUP_TOKEN}\"}\n",
         1,
     );
     assert!(text.contains("LOOKUP_TOKEN"));

@@ -48,6 +48,7 @@ tools:
       tool: find_refund
       arguments: {order: "{order_id}"}
       found: /refund
+      key: /idempotency_key
       external_id: /refund_id
     list:
       tool: list_refunds
@@ -431,7 +432,7 @@ fn an_mcp_list_is_a_tool_of_the_same_server_with_the_window_and_paging_values() 
         &text,
         line_of(&text, "      fields: {external_id"),
         &["does not say how a provider record pairs with an intent"],
-        "intent_key: /metadata/intent_key",
+        "idempotency_key: <pointer>",
     );
     let text = broken("next_cursor: /next", "next_cursor: next");
     only_error(
@@ -446,7 +447,7 @@ fn an_mcp_list_is_a_tool_of_the_same_server_with_the_window_and_paging_values() 
 fn an_http_list_takes_no_mcp_fields() {
     let text = broken(
         "    call: {upstream: payments, method: GET, path: \"/v1/orders/{order_id}\"}",
-        "    effect: side_effect\n    key: \"o:{order_id}\"\n    call: {upstream: payments, method: POST, path: \"/v1/orders/{order_id}\"}\n    list: {tool: list_orders, path: /v1/orders, items: /data, next_cursor: /next, fields: {intent_key: /k, external_id: /id}}",
+        "    effect: side_effect\n    key: \"o:{order_id}\"\n    call: {upstream: payments, method: POST, path: \"/v1/orders/{order_id}\"}\n    list: {tool: list_orders, path: /v1/orders, items: /data, next_cursor: /next, fields: {idempotency_key: /k, external_id: /id}}",
     )
     .replace("    effect: read\n    input_schema", "    input_schema");
     only_error(

@@ -30,13 +30,13 @@ tools:
       method: POST
       path: /v1/emails
       body: {to: "{to}", body: "{body}", metadata: {intent_key: "{intent_key}"}}
-    lookup: {path: /v1/emails, query: {intent_key: "{intent_key}"}, found: /data/0}
+    lookup: {path: /v1/emails, query: {idempotency_key: "{idempotency_key}"}, found: /data, key: /idempotency_key}
     list:
       path: /v1/emails
       query: {created_gte_ms: "{since_ms}"}
       items: /data
       next_cursor: /next_cursor
-      fields: {intent_key: /metadata/intent_key, external_id: /id}
+      fields: {idempotency_key: /idempotency_key, external_id: /id}
 "#;
 
 /// The key the environment holds; it must never appear in an error or a `Debug` print.
@@ -164,7 +164,7 @@ fn commands_that_hash_nothing_need_no_key_and_throwaway_ledgers_may_invent_one()
 fn a_lookup_or_amount_that_reads_a_sensitive_argument_is_refused() {
     // The sweeper's lookups run from the ledger's copy, where the value is a hash.
     let text = broken(
-        r#"query: {intent_key: "{intent_key}"}, found"#,
+        r#"query: {idempotency_key: "{idempotency_key}"}, found"#,
         r#"query: {to: "{to}"}, found"#,
     );
     let error = only_error(&text, &env);
@@ -173,7 +173,18 @@ fn a_lookup_or_amount_that_reads_a_sensitive_argument_is_refused() {
         error.message.contains("`lookup.query.to`") && error.message.contains("`to`"),
         "{error}"
     );
-    assert!(error.fix.contains("{intent_key}"), "{error}");
+    assert!(error.fix.contains("{idempotency_key}"), "{error}");
+
+    // Nor may a lookup prove its records by a sensitive argument: the sweeper has its hash.
+    let text = broken(
+        "found: /data, key: /idempotency_key}",
+        "found: /data, match: {to: {record: /to}}}",
+    );
+    let error = only_error(&text, &env);
+    assert!(
+        error.message.contains("sensitive argument `to`") && error.message.contains("lookup"),
+        "{error}"
+    );
 
     let text = broken(
         "reference: {type: string}",
@@ -216,7 +227,7 @@ fn a_mark_the_gateway_would_ignore_is_refused_where_it_is() {
 fn business_fields_that_pair_records_may_not_be_sensitive() {
     // Reconciliation reads the ledger's copy of the arguments, where the value is a hash.
     let text = broken(
-        "fields: {intent_key: /metadata/intent_key, external_id: /id}",
+        "fields: {idempotency_key: /idempotency_key, external_id: /id}",
         "fields: {external_id: /id}\n      match: {reference: {record: /metadata/reference}, to: {record: /to}}",
     );
     let error = only_error(&text, &env);
@@ -230,7 +241,7 @@ fn business_fields_that_pair_records_may_not_be_sensitive() {
     assert!(error.fix.contains("not sensitive"), "{error}");
     // Without it, the same list loads.
     let text = broken(
-        "fields: {intent_key: /metadata/intent_key, external_id: /id}",
+        "fields: {idempotency_key: /idempotency_key, external_id: /id}",
         "fields: {external_id: /id}\n      match: {reference: {record: /metadata/reference}}",
     );
     load(&text);

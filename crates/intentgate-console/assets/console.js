@@ -221,6 +221,37 @@ function resolveForm(intent, onDone) {
 }
 
 // ---------------------------------------------------------------------------------------
+// The reopen form (a rejected intent whose refusal was the gateway's own error)
+// ---------------------------------------------------------------------------------------
+
+function reopenForm(intent, onDone) {
+  const n = ++formCount;
+  const reason = el("textarea", { id: "reopen-reason-" + n, rows: 2, maxlength: 4096, required: true });
+  const message = el("p", { class: "message", role: "alert" });
+  const button = el("button", { type: "submit", class: "primary" }, "Reopen intent #" + intent.id);
+  const form = el("form", { class: "reopen", novalidate: true, "data-intent": intent.id, "aria-label": "Reopen intent " + intent.id },
+    el("div", { class: "field" }, el("label", { for: reason.id }, "Why the refusal was wrong, and that it is fixed (required)"), reason),
+    message,
+    el("div", { class: "actions" }, button));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    message.textContent = "";
+    if (!reason.value.trim()) { message.textContent = "Give a reason: it is kept in the intent's event log."; reason.focus(); return; }
+    button.disabled = true;
+    try {
+      const reopened = await api("/intents/" + encodeURIComponent(intent.id) + "/reopen", { method: "POST", body: { reason: reason.value.trim() } });
+      toast("Intent #" + intent.id + " reopened: the next call executes it");
+      onDone(reopened);
+    } catch (error) {
+      message.textContent = error.message;
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return form;
+}
+
+// ---------------------------------------------------------------------------------------
 // The confirmation dialog (kill switch)
 // ---------------------------------------------------------------------------------------
 
@@ -437,6 +468,7 @@ async function intent(id) {
     td(event.from_status || event.to_status ? [event.from_status ? statusBadge(event.from_status) : "", event.to_status ? [" → ", statusBadge(event.to_status)] : ""] : "—"),
     td(event.attempt === null ? "—" : String(event.attempt), "num"), td(event.actor || "—"), td(event.detail || "—", "wrap")));
   const resolvable = record.status === "unknown";
+  const reopenable = record.status === "rejected";
   setMain(
     pageHead(el("span", {}, "Intent #" + record.id + " ", statusBadge(record.status)), record.tool + " · " + record.key,
       el("a", { href: "/console/intents?tool=" + encodeURIComponent(record.tool) }, "← Intents of " + record.tool)),
@@ -447,6 +479,9 @@ async function intent(id) {
     resolvable ? panel("Resolve this unknown intent",
       el("p", { class: "muted" }, "Check the provider's records first: done needs the provider's id of the effect; not executed means it certainly never happened. The resolution is recorded under your name."),
       resolveForm(record, () => intent(id))) : null,
+    reopenable ? panel("Reopen this rejected intent",
+      el("p", { class: "muted" }, "Only if the refusal was the gateway's own error (a wrong API key, a wrong route) and the config is fixed: the intent becomes not executed, with a new provider key, and the next call of the tool executes it. The reopening is recorded under your name."),
+      reopenForm(record, () => intent(id))) : null,
     panel(el("span", {}, "Event log ", el("span", { class: "sub" }, data.events.length + " events" + (data.events_omitted ? ", " + data.events_omitted + " older ones not shown" : ""))),
       table(["Time", "Event", "Status", ["Attempt", "num"], "By", "Detail"], events, "No events.")));
 }

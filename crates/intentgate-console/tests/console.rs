@@ -602,3 +602,60 @@ async fn a_rebinding_page_that_names_itself_as_origin_and_host_is_refused_on_loo
     let problem: Value = sign_in.json().await.unwrap();
     assert_eq!(problem["type"], "urn:intentgate:problem:host-not-allowed");
 }
+
+/// The console's reopen button posts what this test posts: a rejected intent reopened with
+/// the session (and its CSRF token), recorded under who signed in, then executed by the next
+/// call. Its page script offers the button only on a rejected intent.
+#[tokio::test]
+async fn a_rejected_intent_is_reopened_from_the_console_under_its_user() {
+    use intentgate_core::{CallStatus, IntentStatus};
+    use intentgate_ledger::Ledger;
+    use intentgate_mock::{Scripted, Shape};
+    use intentgate_test_support::refund;
+
+    let server = start(Setup::Token).await;
+    let script = server.page("/console/assets/console.js", None).await;
+    assert!(
+        script.contains(r#"record.status === "rejected""#) && script.contains("/reopen"),
+        "the intent page offers the reopen form on a rejected intent"
+    );
+    server.harness.provider.script([Scripted {
+        shape: Shape::Reject,
+        commit: false,
+    }]);
+    let arguments = refund("8812", json!(49));
+    let refused = server.harness.call("refund_order", arguments.clone()).await;
+    assert_eq!(refused.status, CallStatus::Rejected);
+    let intent = server.harness.intent("refund:8812:49.00").await;
+
+    let browser = server.sign_in(TOKEN).await;
+    let reopened = server
+        .client
+        .post(format!(
+            "{}/v1/admin/intents/{}/reopen",
+            server.base, intent.id
+        ))
+        .header("cookie", &browser.cookie)
+        .header("origin", server.origin())
+        .header(CSRF_HEADER, &browser.csrf)
+        .header("sec-fetch-site", "same-origin")
+        .json(&json!({"reason": "the 401 was our rotated key"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reopened.status(), StatusCode::OK);
+    let reopened: Value = reopened.json().await.unwrap();
+    assert_eq!(reopened["status"], "not_executed");
+    assert_eq!(reopened["resolved_by"], "console:admin-token");
+
+    let next = server.harness.call("refund_order", arguments).await;
+    assert_eq!(next.status, CallStatus::Done);
+    assert_eq!(server.harness.provider.effect_count("refund:8812:49.00"), 1);
+    let events = server.harness.ledger.events(intent.id).await.unwrap();
+    let reopen = events.iter().find(|event| event.kind == "reopen").unwrap();
+    assert_eq!(reopen.actor.as_deref(), Some("console:admin-token"));
+    assert_eq!(
+        server.harness.intent("refund:8812:49.00").await.status,
+        IntentStatus::Done
+    );
+}

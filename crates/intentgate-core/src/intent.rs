@@ -7,13 +7,17 @@
 //! ```text
 //!   pending ──▶ in_flight ──▶ done
 //!                 │  ▲  ├───▶ rejected ──(retry_rejected: a new attempt)──▶ in_flight
+//!                 │  │  │        └──(an operator reopens it)──▶ not_executed
 //!                 │  │  ├───▶ not_executed ──(a later call)──▶ in_flight
 //!                 ▼  │  └───▶ unknown ──(lookup, sweeper, reconciliation, operator)──▶ done
 //!              unknown ─(same-key re-send, inside the provider's key window)─┘      not_executed
 //! ```
 //!
 //! `unknown` may also become `rejected` or `not_executed` when the attempt that left it
-//! unknown later learns its own definite outcome.
+//! unknown later learns its own definite outcome. `rejected` becomes `not_executed` only by
+//! an operator's reopening (`intentgate intents reopen`): a refusal that was stored wrongly (a
+//! wrong API key answered 401 before the gateway knew such errors are its own) is then executed
+//! by the next call, since a rejected attempt is known to have done nothing.
 
 use std::fmt;
 use std::str::FromStr;
@@ -67,7 +71,7 @@ impl IntentStatus {
                 | (InFlight, Done | Rejected | NotExecuted | Unknown)
                 | (Unknown, Done | Rejected | NotExecuted | InFlight)
                 | (NotExecuted, InFlight)
-                | (Rejected, InFlight)
+                | (Rejected, InFlight | NotExecuted)
         )
     }
 
@@ -134,6 +138,7 @@ mod tests {
         (Unknown, InFlight),
         (NotExecuted, InFlight),
         (Rejected, InFlight),
+        (Rejected, NotExecuted),
     ];
 
     #[test]

@@ -31,8 +31,11 @@ pub use fingerprint::{Fingerprint, differing_fields, fingerprint};
 pub use intent::{IllegalTransition, IntentStatus};
 pub use key::{KeyError, KeyTemplate};
 pub use number::ExactNumber;
-pub use outcome::{OutcomeClass, UpstreamObservation, classify};
+pub use outcome::{
+    Misconfiguration, OutcomeClass, RequestFacts, Unreachable, UpstreamObservation, classify,
+    classify_with,
+};
 pub use principal::{Principal, Scope, Scopes, Tenant, TenantError};
 pub use sensitive::{ArgumentPath, HashKey, Redaction};
-pub use status::{CallStatus, Messages};
+pub use status::{CallStatus, Messages, OutcomeReason};
 pub use tool::{ToolDefinition, ToolError};

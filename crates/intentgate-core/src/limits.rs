@@ -11,6 +11,11 @@ pub const TOOL_NAME_LENGTH_MAX: usize = 128;
 pub const INTENT_KEY_LENGTH_MAX: usize = 512;
 /// Longest application intent id (`Intent-Id` header, MCP `_meta`).
 pub const INTENT_ID_LENGTH_MAX: usize = 256;
+/// Longest key a caller chooses for one operation (the HTTP `Idempotency-Key` header),
+/// which the ledger keeps bound to the intent it named. The IETF draft sets no limit; a
+/// UUID is 36 characters, and this is as long as an intent key may be, so that a caller
+/// may send one of those as its key.
+pub const CALLER_KEY_LENGTH_MAX: usize = 512;
 /// Largest serialised arguments object stored with an intent.
 pub const ARGUMENTS_BYTES_MAX: usize = 64 * 1024;
 /// Largest stored upstream result or rejection.

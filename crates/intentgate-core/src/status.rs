@@ -96,6 +96,39 @@ impl CallStatus {
     }
 }
 
+/// Why a call ended with its status, where the status alone would tell the model the wrong
+/// thing to do. Published beside the status (`"reason": "misconfigured"`); the status stays
+/// what it is on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeReason {
+    /// `not_executed` because the gateway is misconfigured (a wrong credential, a route that
+    /// does not exist, an upstream it can't reach): nothing happened, trying again will not
+    /// help until a person fixes it, and the operator has been told.
+    Misconfigured,
+}
+
+impl OutcomeReason {
+    pub const ALL: [OutcomeReason; 1] = [OutcomeReason::Misconfigured];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeReason::Misconfigured => "misconfigured",
+        }
+    }
+
+    /// The instruction for a call that ended for this reason. A tool's own message for the
+    /// status is not used: it is written for the usual case ("try again later"), which is
+    /// the wrong advice here.
+    pub fn default_message(self) -> &'static str {
+        match self {
+            OutcomeReason::Misconfigured => {
+                "It did not happen, and nothing was done: the gateway could not use {tool}'s                  provider as configured, which the operators have been told about. Tell the                  customer a person will follow up. Do not retry {tool} for this request now."
+            }
+        }
+    }
+}
+
 impl fmt::Display for CallStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -119,10 +152,29 @@ impl Messages {
         } else {
             details
         };
-        template
-            .replace("{tool}", tool)
-            .replace("{details}", details)
+        fill(template, tool, details)
     }
+
+    /// The instruction for a call that ended with `status` for `reason`: the reason's own
+    /// message ([`OutcomeReason::default_message`]) when there is one.
+    pub fn render_with_reason(
+        &self,
+        status: CallStatus,
+        reason: Option<OutcomeReason>,
+        tool: &str,
+        details: &str,
+    ) -> String {
+        match reason {
+            Some(reason) => fill(reason.default_message(), tool, details),
+            None => self.render(status, tool, details),
+        }
+    }
+}
+
+fn fill(template: &str, tool: &str, details: &str) -> String {
+    template
+        .replace("{tool}", tool)
+        .replace("{details}", details)
 }
 
 #[cfg(test)]
@@ -155,6 +207,34 @@ mod tests {
             messages
                 .render(CallStatus::AlreadyDone, "refund_order", "")
                 .starts_with("Completed earlier")
+        );
+    }
+
+    #[test]
+    fn a_misconfigured_outcome_says_a_person_follows_up_whatever_the_tool_set() {
+        let mut messages = Messages::default();
+        messages
+            .0
+            .insert(CallStatus::NotExecuted, "Try {tool} again later.".into());
+        let text = messages.render_with_reason(
+            CallStatus::NotExecuted,
+            Some(OutcomeReason::Misconfigured),
+            "refund_order",
+            "",
+        );
+        assert!(text.contains("a person will follow up"), "{text}");
+        assert!(text.contains("Do not retry refund_order"), "{text}");
+        assert!(
+            !text.to_lowercase().contains("explain the reason"),
+            "{text}"
+        );
+        assert_eq!(
+            messages.render_with_reason(CallStatus::NotExecuted, None, "refund_order", ""),
+            "Try refund_order again later."
+        );
+        assert_eq!(
+            serde_json::to_value(OutcomeReason::Misconfigured).unwrap(),
+            "misconfigured"
         );
     }
 

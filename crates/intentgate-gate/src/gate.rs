@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use intentgate_core::key::provider_key;
-use intentgate_core::limits::{INTENT_KEY_LENGTH_MAX, RESULT_BYTES_MAX};
+use intentgate_core::limits::{CALLER_KEY_LENGTH_MAX, RESULT_BYTES_MAX};
 use intentgate_core::{
-    CallStatus, Effect, Executor, IntentStatus, OutcomeClass, ToolDefinition, ToolError,
-    UpstreamObservation, classify, differing_fields, fingerprint,
+    CallStatus, Effect, Executor, IntentStatus, OutcomeClass, OutcomeReason, RequestFacts,
+    ToolDefinition, ToolError, UpstreamObservation, classify_with, differing_fields, fingerprint,
 };
 use intentgate_ledger::{
-    Begin, BeginRequest, Finish, Finished, IntentRecord, Ledger, LedgerError, ProcessEnd,
-    instance_of,
+    Begin, BeginRequest, Bound, CallerKey, Finish, Finished, IntentRecord, Ledger, LedgerError,
+    ProcessEnd, instance_of,
 };
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -24,10 +24,13 @@ use crate::metrics::{
     LedgerOperation, Metrics, RepeatedCall, RepeatedCalls, STATUS_LEDGER_UNAVAILABLE,
     UpstreamRequest,
 };
+use crate::misconfigured::{DegradedUpstream, Failure, UpstreamError, UpstreamHealth};
 use crate::outcome::CallOutcome;
 use crate::resolve::{Driver, ResendBudget, Resolution, StepRequest, millis};
 use crate::trace;
-use crate::upstream::{LookupOutcome, Upstream, UpstreamCall};
+use crate::upstream::{
+    LOOKUP_MISMATCH_BUFFER, LookupMismatch, LookupOutcome, Upstream, UpstreamCall,
+};
 
 /// Time a waiting caller gives the lease holder beyond the tool's timeout before it answers
 /// from the ledger.
@@ -93,12 +96,19 @@ impl Default for GateOptions {
 #[derive(Debug, Clone)]
 pub struct CallContext {
     pub tenant: String,
-    /// The application's intent id, for tools whose key uses `{intent_id}`.
+    /// The application's intent id, for tools whose key uses `{intent_id}` (and the
+    /// requests that send it).
     pub intent_id: Option<String>,
-    /// An intent key the caller chose (the HTTP API's `Idempotency-Key` header). For a
-    /// side-effecting tool it is the intent's key instead of the one the tool's template
-    /// renders, still scoped to the tenant and the tool; reads and idempotent tools record
-    /// no intent and ignore it. At most `INTENT_KEY_LENGTH_MAX` bytes, not empty.
+    /// The key the caller chose for this operation (the HTTP API's IETF `Idempotency-Key`
+    /// header). It never replaces the intent key, which is the tool's business key: for a
+    /// key template that uses `{intent_id}` it is the intent id (an `intent_id` that
+    /// disagrees is `invalid_arguments`), and for every side effect it is bound, within the
+    /// tenant and the tool, to the intent its first call named ([`Ledger::bind_caller_key`]).
+    /// A later call under it that names another intent (another business key, or other
+    /// arguments) is refused with [`GateError::IdempotencyKeyReused`], nothing recorded or
+    /// executed; the same intent under a second key is one intent, as any repeat. Reads and
+    /// idempotent tools record no intent and ignore it. At most `CALLER_KEY_LENGTH_MAX`
+    /// bytes, not empty: another is `invalid_arguments`.
     pub explicit_key: Option<String>,
 }
 
@@ -139,9 +149,49 @@ pub enum GateError {
     /// No randomness for a lease token of the intent API: nothing was recorded or granted.
     #[error("no randomness for a lease token, nothing was granted: {0}")]
     Randomness(getrandom::Error),
+    /// The call's own key for its operation ([`CallContext::explicit_key`], the HTTP API's
+    /// `Idempotency-Key`) was first used, in this tenant and tool, for another intent: another
+    /// business key, or the same key with other arguments. Nothing was recorded or executed.
+    #[error("{}", key_reused(.caller_key, .first_intent_key, .intent_key, .differing_fields))]
+    IdempotencyKeyReused {
+        /// The caller's key, as it sent it.
+        caller_key: String,
+        /// The key of the intent the caller key was first used for.
+        first_intent_key: String,
+        /// The key of the intent this call's arguments name.
+        intent_key: String,
+        /// The arguments that differ from those of the intent first named (empty when that
+        /// intent is no longer, or never was, in the ledger).
+        differing_fields: Vec<String>,
+    },
     /// The ledger failed before anything was sent upstream: nothing was executed.
     #[error("the intent ledger is unavailable, nothing was executed: {0}")]
     Ledger(#[from] LedgerError),
+}
+
+/// The message of [`GateError::IdempotencyKeyReused`].
+fn key_reused(
+    caller_key: &str,
+    first_intent_key: &str,
+    intent_key: &str,
+    differing_fields: &[String],
+) -> String {
+    let first = if first_intent_key == intent_key {
+        format!("intent `{first_intent_key}` with other arguments")
+    } else {
+        format!("intent `{first_intent_key}`, and this call's arguments name intent `{intent_key}`")
+    };
+    let differing = if differing_fields.is_empty() {
+        String::new()
+    } else {
+        format!(" (differing: {})", differing_fields.join(", "))
+    };
+    format!(
+        "the idempotency key `{}` was first used for {first}{differing}; nothing was recorded or \
+         executed: repeat the first call's arguments to get its answer, or send a new key for a \
+         new operation",
+        caller_key.escape_default()
+    )
 }
 
 /// Why an attempt is being made, which decides what a spent retry budget means.
@@ -175,8 +225,8 @@ pub(crate) enum Acquired {
 
 /// What the call path's first read found.
 enum Read {
-    /// A settled repeat, answered from the read.
-    Answered(CallOutcome),
+    /// A settled repeat, to be answered from the read ([`Gate::answer_settled`]).
+    Settled(IntentRecord),
     /// Anything else: the intent as read, if it exists, for `begin` to decide on.
     Open(Option<IntentRecord>),
 }
@@ -190,6 +240,8 @@ pub(crate) enum Looked {
     NotFound,
     /// The lookup itself failed: nothing is known.
     Failed,
+    /// A record half this intent's: nothing is settled, and no re-send may follow.
+    Mismatch,
     /// The tool has no lookup.
     Unsupported,
 }
@@ -210,6 +262,9 @@ pub struct Gate {
     flags: Mutex<FlagCache>,
     metrics: Arc<Metrics>,
     repeated_calls: RepeatedCalls,
+    upstream_health: UpstreamHealth,
+    /// Lookups that found a record half an intent's, for the owners' notices.
+    lookup_mismatches: broadcast::Sender<LookupMismatch>,
     pub(crate) resend_budget: ResendBudget,
 }
 
@@ -261,6 +316,8 @@ impl Gate {
             flags: Mutex::default(),
             metrics: Arc::new(Metrics::new()),
             repeated_calls: RepeatedCalls::new(),
+            upstream_health: UpstreamHealth::new(),
+            lookup_mismatches: broadcast::channel(LOOKUP_MISMATCH_BUFFER).0,
             resend_budget: ResendBudget::default(),
         })
     }
@@ -298,6 +355,31 @@ impl Gate {
     /// (counted in `intentgate_repeated_call_events_dropped_total`).
     pub fn repeated_calls(&self) -> broadcast::Receiver<RepeatedCall> {
         self.repeated_calls.subscribe()
+    }
+
+    /// Every upstream error that is the operator's from now on (a wrong credential, a route
+    /// that does not exist, an upstream that can't be reached): one event per tool and
+    /// upstream at the first failure of a streak, then at most one per
+    /// [`UPSTREAM_ERROR_LOG_EVERY`](crate::UPSTREAM_ERROR_LOG_EVERY) while it lasts, saying how
+    /// many failures it stands for. Bounded: a receiver more than
+    /// [`UPSTREAM_ERROR_BUFFER`](crate::UPSTREAM_ERROR_BUFFER) events behind loses the oldest.
+    pub fn upstream_errors(&self) -> broadcast::Receiver<UpstreamError> {
+        self.upstream_health.subscribe()
+    }
+
+    /// Every lookup from now on that found a record half an intent's (its provider key with
+    /// other business fields, or its fields under another gateway key): nothing was settled,
+    /// and the owner must look. Bounded: a receiver more than
+    /// [`LOOKUP_MISMATCH_BUFFER`](crate::LOOKUP_MISMATCH_BUFFER) events behind loses the oldest.
+    pub fn lookup_mismatches(&self) -> broadcast::Receiver<LookupMismatch> {
+        self.lookup_mismatches.subscribe()
+    }
+
+    /// The tools whose requests to an upstream have all failed as the operator's errors since
+    /// the first of them (none answered as configured since), by upstream and tool: what
+    /// `/readyz` reports.
+    pub fn degraded_upstreams(&self) -> Vec<DegradedUpstream> {
+        self.upstream_health.degraded()
     }
 
     /// Runs one tool call. Returns `Err` only for an unknown tool or a ledger that failed
@@ -452,8 +534,9 @@ impl Gate {
         }
         let mut retry = 0;
         loop {
-            let observation = self.send(call).await;
-            let class = classify(&observation);
+            let (observation, facts) = self.send(call).await;
+            let class = classify_with(&observation, &facts);
+            self.observe_upstream(tool, &facts, &class, &observation);
             let retry_after = match &class {
                 OutcomeClass::Done => {
                     return self
@@ -466,6 +549,11 @@ impl Gate {
                         .outcome(tool, CallStatus::Rejected, &reason)
                         .with_result(body(observation), None);
                 }
+                // The answer to a wrong credential or route won't change within the call.
+                OutcomeClass::Misconfigured { kind } if !kind.retried() => {
+                    return self.misconfigured_outcome(tool);
+                }
+                OutcomeClass::Misconfigured { .. } => None,
                 OutcomeClass::NotProcessed { retry_after_ms } => *retry_after_ms,
                 OutcomeClass::Ambiguous { .. } => None,
             };
@@ -474,8 +562,46 @@ impl Gate {
                     tokio::time::sleep(pause).await;
                     retry += 1;
                 }
+                None if matches!(class, OutcomeClass::Misconfigured { .. }) => {
+                    return self.misconfigured_outcome(tool);
+                }
                 None => return self.outcome(tool, CallStatus::NotExecuted, ""),
             }
+        }
+    }
+
+    /// The answer to a call that was not processed because the gateway is misconfigured:
+    /// `not_executed`, and the instruction that a person will follow up.
+    fn misconfigured_outcome(&self, tool: &ToolDefinition) -> CallOutcome {
+        self.outcome(tool, CallStatus::NotExecuted, "")
+            .with_reason(tool, OutcomeReason::Misconfigured)
+    }
+
+    /// Tells the upstream's health what one request showed: an error that is the operator's
+    /// is counted, logged and reported ([`UpstreamHealth::failed`]); an answer as configured
+    /// (done, or a refusal of the customer's request) clears the tool and upstream.
+    fn observe_upstream(
+        &self,
+        tool: &ToolDefinition,
+        facts: &RequestFacts,
+        class: &OutcomeClass,
+        observation: &UpstreamObservation,
+    ) {
+        match class {
+            OutcomeClass::Misconfigured { kind } => self.upstream_health.failed(
+                &self.metrics,
+                &Failure {
+                    tool: &tool.name,
+                    facts,
+                    kind: *kind,
+                    observation,
+                    now_ms: self.clock.now_ms(),
+                },
+            ),
+            OutcomeClass::Done | OutcomeClass::Rejected => {
+                self.upstream_health.answered(&tool.name, facts)
+            }
+            OutcomeClass::NotProcessed { .. } | OutcomeClass::Ambiguous { .. } => {}
         }
     }
 
@@ -498,7 +624,8 @@ impl Gate {
             Acquired::Execute { intent, request } => (intent, request, false),
             Acquired::Lookup { intent, request } => (intent, request, true),
         };
-        let intent_id = context.intent_id.as_deref();
+        // `acquire_intent` answered a call whose intent id can't be told.
+        let intent_id = call_intent_id(tool, context).ok().flatten();
         if !lookup {
             return Ok(self
                 .execute(tool, &arguments, intent_id, intent, &owner, Attempt::Call)
@@ -538,8 +665,11 @@ impl Gate {
         let call_span = tracing::Span::current();
         let keying = crate::phase!("key_and_fingerprint");
         let entered = keying.enter();
-        let key = match intent_key(tool, arguments, context) {
-            Ok(key) => key,
+        let keyed = check_caller_key(context)
+            .and_then(|()| call_intent_id(tool, context))
+            .and_then(|intent_id| Ok((intent_id, intent_key(tool, arguments, intent_id)?)));
+        let (intent_id, key) = match keyed {
+            Ok(keyed) => keyed,
             Err(reason) => {
                 drop(entered);
                 set_decision("invalid_arguments");
@@ -565,7 +695,12 @@ impl Gate {
             .look_up_settled(tool, &context.tenant, &key, fingerprint.as_str())
             .await?
         {
-            Read::Answered(outcome) => return Ok(Acquired::Answered(outcome)),
+            Read::Settled(intent) => {
+                // A settled repeat under a caller key: the key must name this intent too.
+                self.bind_caller_key(tool, context, &key, fingerprint.as_str(), &stored_arguments)
+                    .await?;
+                return Ok(Acquired::Answered(self.answer_settled(tool, intent).await));
+            }
             Read::Open(read) => read,
         };
 
@@ -576,18 +711,17 @@ impl Gate {
         // The caller's own code builds a client-executed tool's request: nothing to check.
         if tool.executor == Executor::Gateway {
             let check_key = provider_key(&context.tenant, &tool.name, &key, 1);
-            let check = UpstreamCall::for_intent(
-                tool,
-                arguments,
-                &key,
-                Some(&check_key),
-                context.intent_id.as_deref(),
-                1,
-            );
+            let check =
+                UpstreamCall::for_intent(tool, arguments, &key, Some(&check_key), intent_id, 1);
             if let Err(reason) = self.upstream.check(check) {
                 return Ok(Acquired::Answered(self.request_not_buildable(tool, reason)));
             }
         }
+        // Bound once the call may become an intent: a call refused above (bad arguments, a
+        // request that can't be built) never used its key, which stays free for the caller
+        // to send again with arguments that work.
+        self.bind_caller_key(tool, context, &key, fingerprint.as_str(), &stored_arguments)
+            .await?;
 
         let now_ms = self.clock.now_ms();
         let request = BeginRequest {
@@ -634,9 +768,9 @@ impl Gate {
         })
     }
 
-    /// Look up: a repeat of a settled intent (done, or rejected for good) is answered from a
-    /// read, without a durable write; the call is still counted, in the background. Any
-    /// other call goes on with the intent as read, if it exists.
+    /// Look up: a repeat of a settled intent (done, or rejected for good) is found by a read,
+    /// to be answered from it ([`Gate::answer_settled`]) without a durable write. Any other
+    /// call goes on with the intent as read, if it exists.
     async fn look_up_settled(
         &self,
         tool: &ToolDefinition,
@@ -664,6 +798,12 @@ impl Gate {
         if intent.fingerprint != fingerprint || !settled {
             return Ok(Read::Open(Some(intent)));
         }
+        Ok(Read::Settled(intent))
+    }
+
+    /// The answer to a settled repeat, from the intent as read; the call is still counted,
+    /// in the background.
+    async fn answer_settled(&self, tool: &ToolDefinition, intent: IntentRecord) -> CallOutcome {
         set_decision("answer_from_ledger");
         self.link_to_executing(&tracing::Span::current(), intent.id)
             .await;
@@ -680,7 +820,69 @@ impl Gate {
             }
             .in_current_span(),
         );
-        Ok(Read::Answered(self.answer_from(tool, &intent)))
+        self.answer_from(tool, &intent)
+    }
+
+    /// Binds the call's own key for its operation ([`CallContext::explicit_key`], if it sent
+    /// one) to the intent it names (`key`, `fingerprint`), within its tenant and tool, or
+    /// refuses the call when that key was first used for another intent
+    /// ([`GateError::IdempotencyKeyReused`], naming the arguments that differ from that
+    /// intent's): the IETF draft's "same key, other payload". The key is only ever compared
+    /// with the keys of the caller's own tenant and the tool.
+    async fn bind_caller_key(
+        &self,
+        tool: &ToolDefinition,
+        context: &CallContext,
+        key: &str,
+        fingerprint: &str,
+        stored_arguments: &Value,
+    ) -> Result<(), GateError> {
+        let Some(caller_key) = &context.explicit_key else {
+            return Ok(());
+        };
+        let binding = CallerKey {
+            tenant: context.tenant.clone(),
+            tool: tool.name.clone(),
+            caller_key: caller_key.clone(),
+            intent_key: key.to_owned(),
+            fingerprint: fingerprint.to_owned(),
+            bound_ms: self.clock.now_ms(),
+        };
+        let bound = self
+            .ledger
+            .bind_caller_key(&binding)
+            .instrument(crate::phase!(
+                "ledger.bind_caller_key",
+                db.operation.name = "bind_caller_key",
+                db.collection.name = "caller_keys"
+            ))
+            .await?;
+        let Bound::Other(first) = bound else {
+            return Ok(());
+        };
+        // What differs from the intent the key first named, as a conflict says it.
+        let differing_fields = match self
+            .ledger
+            .get(&context.tenant, &tool.name, &first.intent_key)
+            .await?
+        {
+            Some(intent) => differing_fields(&intent.arguments, stored_arguments),
+            None => Vec::new(),
+        };
+        set_decision("idempotency_key_reused");
+        tracing::warn!(
+            tool = %tool.name,
+            key = %key,
+            first_key = %first.intent_key,
+            fields = ?differing_fields,
+            "idempotency key reused for another intent; nothing executed"
+        );
+        Err(GateError::IdempotencyKeyReused {
+            caller_key: caller_key.clone(),
+            first_intent_key: first.intent_key,
+            intent_key: key.to_owned(),
+            differing_fields,
+        })
     }
 
     /// Acquire: `begin` takes the intent's lease and records `in_flight` durably (or a lookup
@@ -928,39 +1130,64 @@ impl Gate {
         }
         let mut retry = 0;
         loop {
-            let observation = self.send(call).await;
+            let (observation, facts) = self.send(call).await;
             let class = {
                 let classifying = crate::phase!("classify");
                 let _entered = classifying.enter();
-                let class = classify(&observation);
+                let class = classify_with(&observation, &facts);
                 trace::set_attribute(&classifying, "intentgate.class", class_name(&class));
                 class
             };
             tracing::debug!(tool = %tool.name, key = %intent.key, attempt = intent.attempt, ?class, "upstream answered");
+            self.observe_upstream(tool, &facts, &class, &observation);
+            let mut reason = None;
             let (status, detail) = match class {
                 OutcomeClass::Done => (IntentStatus::Done, "the upstream confirmed it".to_owned()),
                 OutcomeClass::Rejected => (IntentStatus::Rejected, rejection_reason(&observation)),
-                OutcomeClass::NotProcessed { retry_after_ms } => {
-                    let pause = self.backoff(retry, tool.retry_budget, retry_after_ms);
-                    if let Some(pause) =
-                        pause.filter(|pause| self.fits_lease(&intent, tool, *pause))
-                    {
+                OutcomeClass::NotProcessed { .. } | OutcomeClass::Misconfigured { .. } => {
+                    // The bounded retries with the same key, where they may help: not a wrong
+                    // credential or route, whose answer won't change within the call.
+                    let retried = match class {
+                        OutcomeClass::NotProcessed { retry_after_ms } => Some(retry_after_ms),
+                        OutcomeClass::Misconfigured { kind } => kind.retried().then_some(None),
+                        _ => None,
+                    };
+                    let pause = retried
+                        .and_then(|retry_after_ms| {
+                            self.backoff(retry, tool.retry_budget, retry_after_ms)
+                        })
+                        .filter(|pause| self.fits_lease(&intent, tool, *pause));
+                    if let Some(pause) = pause {
                         tokio::time::sleep(pause).await;
                         retry += 1;
                         continue;
                     }
-                    match attempt {
-                        Attempt::Call => (
-                            IntentStatus::NotExecuted,
-                            "not processed by the upstream; retries spent".to_owned(),
+                    let cause = match class {
+                        OutcomeClass::Misconfigured { kind } => {
+                            reason = Some(OutcomeReason::Misconfigured);
+                            Failure {
+                                tool: &tool.name,
+                                facts: &facts,
+                                kind,
+                                observation: &observation,
+                                now_ms: self.clock.now_ms(),
+                            }
+                            .detail(retry, &provider_text(&observation))
+                        }
+                        _ => format!(
+                            "not processed by the upstream ({}); retries spent",
+                            seen(&observation)
                         ),
+                    };
+                    match attempt {
+                        Attempt::Call => (IntentStatus::NotExecuted, cause),
                         // This request did nothing, but the attempt it repeats may have: that
                         // one's outcome is as unknown as before.
                         Attempt::Resend => (
                             IntentStatus::Unknown,
-                            "re-send not processed by the upstream; retries spent; the first \
-                             attempt's outcome is still unknown"
-                                .to_owned(),
+                            format!(
+                                "re-send {cause}; the first attempt's outcome is still unknown"
+                            ),
                         ),
                     }
                 }
@@ -1002,7 +1229,14 @@ impl Gate {
                 external_id,
                 ..self.finish(&intent, owner, status, "upstream", detail)
             };
-            return self.record_queued(tool, &intent, finish).await;
+            let outcome = self.record_queued(tool, &intent, finish).await;
+            // What this attempt learned is what the ledger holds: say why it was not executed.
+            return match reason {
+                Some(reason) if outcome.status == CallStatus::NotExecuted => {
+                    outcome.with_reason(tool, reason)
+                }
+                _ => outcome,
+            };
         }
     }
 
@@ -1018,11 +1252,14 @@ impl Gate {
         owner: &str,
         resolved_by: &'static str,
     ) -> (CallOutcome, Looked) {
+        // The same request the first attempt's lookup renders, provider key included: a
+        // lookup that filters or proves by `{idempotency_key}` must never go without it.
+        let idempotency_key = provider_key(&intent.tenant, &intent.tool, &intent.key, intent.epoch);
         let call = UpstreamCall::for_intent(
             tool,
             arguments,
             &intent.key,
-            None,
+            Some(&idempotency_key),
             intent_id,
             intent.attempt,
         );
@@ -1056,6 +1293,7 @@ impl Gate {
             LookupOutcome::Found { .. } => Looked::Found,
             LookupOutcome::NotFound => Looked::NotFound,
             LookupOutcome::Failed(_) => Looked::Failed,
+            LookupOutcome::Mismatch(_) => Looked::Mismatch,
             LookupOutcome::Unsupported => Looked::Unsupported,
         };
         let mut finish = Finish {
@@ -1082,7 +1320,25 @@ impl Gate {
                 finish.detail = format!("{why}; the lookup found nothing yet")
             }
             LookupOutcome::Failed(reason) => {
+                tracing::info!(tool = %tool.name, key = %intent.key, %reason, "lookup failed; the intent stays unknown");
                 finish.detail = format!("{why}; the lookup failed: {reason}")
+            }
+            LookupOutcome::Mismatch(reason) => {
+                // Never a silent done: the provider holds something the ledger can't explain.
+                tracing::warn!(tool = %tool.name, key = %intent.key, owner = tool.owner.as_deref().unwrap_or("-"), %reason, "lookup mismatch: a record is half this intent's; nothing settled, the owner must check");
+                // No receiver (a gate without notices) is fine: the log line stands.
+                let _ = self.lookup_mismatches.send(LookupMismatch {
+                    tool: tool.name.clone(),
+                    tenant: intent.tenant.clone(),
+                    intent_id: intent.id,
+                    intent_key: intent.key.clone(),
+                    reason: reason.clone(),
+                    at_ms: self.clock.now_ms(),
+                });
+                finish.detail = format!(
+                    "{why}; the lookup found a record it can't prove is this intent's: {reason}; \
+                     nothing was settled: check the provider's record"
+                )
             }
             LookupOutcome::Unsupported => finish.detail = format!("{why}; the tool has no lookup"),
         }
@@ -1248,6 +1504,7 @@ impl Gate {
     ) -> CallOutcome {
         CallOutcome {
             status,
+            reason: None,
             message: tool.messages.render(status, &tool.name, details),
             tool: tool.name.clone(),
             intent_key: None,
@@ -1258,8 +1515,9 @@ impl Gate {
         }
     }
 
-    /// One upstream request, bounded by the tool's timeout.
-    async fn send(&self, call: UpstreamCall<'_>) -> UpstreamObservation {
+    /// One upstream request, bounded by the tool's timeout, with what the upstream knows of
+    /// it ([`Upstream::execute_with_facts`]).
+    async fn send(&self, call: UpstreamCall<'_>) -> (UpstreamObservation, RequestFacts) {
         let started = Instant::now();
         let request = crate::phase!(
             "upstream.request",
@@ -1267,10 +1525,11 @@ impl Gate {
             gen_ai.tool.name = %call.tool.name,
             intentgate.attempt = call.attempt
         );
-        let observation = tokio::time::timeout(call.timeout, self.upstream.execute(call))
-            .instrument(request)
-            .await
-            .unwrap_or(UpstreamObservation::Timeout);
+        let observation =
+            tokio::time::timeout(call.timeout, self.upstream.execute_with_facts(call))
+                .instrument(request)
+                .await
+                .unwrap_or((UpstreamObservation::Timeout, RequestFacts::default()));
         self.metrics
             .upstream_request(&call.tool.name, UpstreamRequest::Execute, started.elapsed());
         observation
@@ -1294,6 +1553,7 @@ impl Gate {
         self.metrics
             .upstream_request(&call.tool.name, UpstreamRequest::Lookup, started.elapsed());
         trace::set_attribute(&request, "intentgate.found", found.kind());
+        self.metrics.lookup(&call.tool.name, found.kind());
         found
     }
 
@@ -1398,6 +1658,15 @@ impl CallOutcome {
         self.errors = errors;
         self
     }
+
+    /// The outcome with `reason`, and the instruction for it.
+    fn with_reason(mut self, tool: &ToolDefinition, reason: OutcomeReason) -> CallOutcome {
+        self.reason = Some(reason);
+        self.message = tool
+            .messages
+            .render_with_reason(self.status, Some(reason), &tool.name, "");
+        self
+    }
 }
 
 /// The intent as `begin` left it, whatever it decided.
@@ -1467,26 +1736,53 @@ fn external_id(tool: &ToolDefinition, result: &Value) -> Option<String> {
     }
 }
 
-/// The intent key of a side-effecting call: the caller's explicit key when it chose one,
-/// else the tool's template rendered from the arguments. An explicit key the ledger could
-/// not store is the caller's mistake, refused like arguments that render no key.
+/// The intent key of a side-effecting call: the tool's template rendered from the
+/// arguments and the call's intent id ([`call_intent_id`]). Nothing a caller chooses
+/// replaces it: a caller's own key is at most the intent id of a template that has one.
 fn intent_key(
     tool: &ToolDefinition,
     arguments: &Value,
-    context: &CallContext,
+    intent_id: Option<&str>,
 ) -> Result<String, String> {
-    if let Some(key) = &context.explicit_key {
-        if key.is_empty() || key.len() > INTENT_KEY_LENGTH_MAX {
-            return Err(format!(
-                "an explicit intent key must be 1 to {INTENT_KEY_LENGTH_MAX} bytes, got {}",
-                key.len()
-            ));
-        }
-        return Ok(key.clone());
-    }
-    tool.render_key(arguments, context.intent_id.as_deref())
+    tool.render_key(arguments, intent_id)
         .expect("side-effecting tools have a key (checked at load)")
         .map_err(|error| error.to_string())
+}
+
+/// Refuses a caller's own key ([`CallContext::explicit_key`]) the ledger could not keep: the
+/// caller's mistake, refused like arguments that render no key.
+fn check_caller_key(context: &CallContext) -> Result<(), String> {
+    match &context.explicit_key {
+        Some(key) if key.is_empty() || key.len() > CALLER_KEY_LENGTH_MAX => Err(format!(
+            "an idempotency key must be 1 to {CALLER_KEY_LENGTH_MAX} bytes, got {}",
+            key.len()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The application's intent id of a call of `tool`. For a key template that uses
+/// `{intent_id}`, the caller's own key for the operation (the IETF `Idempotency-Key`) is that
+/// id, so it stands in for a missing `intent_id`, and the two must agree when both are
+/// given; otherwise the `intent_id` as given (requests may send it).
+pub(crate) fn call_intent_id<'c>(
+    tool: &ToolDefinition,
+    context: &'c CallContext,
+) -> Result<Option<&'c str>, String> {
+    let keyed_by_id = tool.key.as_ref().is_some_and(|key| key.uses_intent_id());
+    match (
+        context.intent_id.as_deref(),
+        context.explicit_key.as_deref(),
+    ) {
+        (Some(id), Some(caller_key)) if keyed_by_id && id != caller_key => Err(format!(
+            "this tool's key uses {{intent_id}}, and the call names two different ones: \
+             Intent-Id `{}` and Idempotency-Key `{}`; send one of them, or the same value in both",
+            id.escape_default(),
+            caller_key.escape_default()
+        )),
+        (None, Some(caller_key)) if keyed_by_id => Ok(Some(caller_key)),
+        (intent_id, _) => Ok(intent_id),
+    }
 }
 
 fn rejection_reason(observation: &UpstreamObservation) -> String {
@@ -1499,6 +1795,24 @@ fn rejection_reason(observation: &UpstreamObservation) -> String {
                 format!("HTTP {status}: {text}")
             }
         }
+        _ => String::new(),
+    }
+}
+
+/// What an observation was, for the event log: its status or its transport reason.
+fn seen(observation: &UpstreamObservation) -> String {
+    match observation {
+        UpstreamObservation::Response { status, .. } => format!("HTTP {status}"),
+        UpstreamObservation::NotSent { reason } => format!("not sent: {reason}"),
+        UpstreamObservation::Timeout => "timeout".to_owned(),
+        UpstreamObservation::Dropped { reason } => format!("dropped: {reason}"),
+    }
+}
+
+/// The provider's own words in an answer, if it has a body that holds them.
+fn provider_text(observation: &UpstreamObservation) -> String {
+    match observation {
+        UpstreamObservation::Response { body, .. } => rejection_text(body),
         _ => String::new(),
     }
 }
@@ -1539,6 +1853,7 @@ fn class_name(class: &OutcomeClass) -> &'static str {
         OutcomeClass::Done => "done",
         OutcomeClass::Rejected => "rejected",
         OutcomeClass::NotProcessed { .. } => "not_processed",
+        OutcomeClass::Misconfigured { .. } => "misconfigured",
         OutcomeClass::Ambiguous { .. } => "ambiguous",
     }
 }

@@ -9,9 +9,12 @@
 //! happened, look the effect up when that is ambiguous, and store the answer that every later
 //! repeat receives. Reads and idempotent tools skip the ledger and are retried within a bound.
 //!
-//! Every gate counts and times what it does ([`Metrics`], in the Prometheus text format) and
+//! Every gate counts and times what it does ([`Metrics`], in the Prometheus text format),
 //! announces each repeated call for an existing intent ([`Gate::repeated_calls`]), for the
-//! duplicate-call alerts.
+//! duplicate-call alerts, and each upstream error that is the operator's
+//! ([`Gate::upstream_errors`], [`Gate::degraded_upstreams`]: a wrong credential, a route that
+//! does not exist, an upstream it can't reach), which ends a call `not_executed` with reason
+//! `misconfigured`, never `rejected`.
 //!
 //! An `unknown` intent is driven to a definite answer (the `resolve` module): each repeat
 //! call whose step is due, and [`Gate::sweep`] for the intents nobody asks about, look it up
@@ -30,6 +33,7 @@ mod client;
 mod clock;
 mod gate;
 mod metrics;
+mod misconfigured;
 mod outcome;
 pub mod process;
 mod resolve;
@@ -45,10 +49,14 @@ pub use gate::{
     LEASE_MARGIN, LOOKUP_INTERVAL, OWNER_CHECK_EVERY, RETRY_AFTER_CAP, WAIT_MARGIN,
 };
 pub use metrics::{ConnectionDrop, Metrics, REPEATED_CALL_BUFFER, RepeatedCall};
+pub use misconfigured::{
+    DEGRADED_UPSTREAMS_MAX, DegradedUpstream, PROVIDER_TEXT_MAX, UNNAMED_UPSTREAM,
+    UPSTREAM_ERROR_BUFFER, UPSTREAM_ERROR_LOG_EVERY, UpstreamError,
+};
 pub use outcome::CallOutcome;
 pub use resolve::{
     RESEND_BACKOFF_INITIAL, RESEND_BACKOFF_MAX, RESENDS_PER_SECOND, Resolution,
     SWEEP_LOOKUP_AGE_FRACTION, SWEEP_LOOKUP_INTERVAL_MAX,
 };
 pub use sweeper::{SWEEP_CONCURRENCY, SweepReport};
-pub use upstream::{LookupOutcome, Upstream, UpstreamCall};
+pub use upstream::{LOOKUP_MISMATCH_BUFFER, LookupMismatch, LookupOutcome, Upstream, UpstreamCall};

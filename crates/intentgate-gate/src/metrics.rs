@@ -15,6 +15,8 @@
 //! | `intentgate_lease_waits_total` | counter | `tool` | calls that found the intent's lease held and waited for its holder |
 //! | `intentgate_lease_wait_seconds` | histogram | `tool` | how long each of those calls waited, in all |
 //! | `intentgate_intents_unknown_total` | counter | `tool` | attempts and lookups that left an intent `unknown` |
+//! | `intentgate_lookups_total` | counter | `tool`, `result` | every lookup by what it concluded: `found` (a record proved to be the intent's), `not_found`, `failed` (the lookup could not be made or read, a placeholder without a value included), `mismatch` (a record half the intent's: its key with other fields, or its fields under another key), `unsupported` |
+//! | `intentgate_upstream_errors_total` | counter | `tool`, `upstream`, `kind` | upstream requests not processed because the gateway is misconfigured (SPEC section 5: the operator's errors), each retry counted; `upstream` is its name in the config (`unnamed` for an upstream that gave none), `kind` one of `unauthorized` (401), `forbidden` (403), `proxy_auth` (407), `route_not_found` (405, or 404 to a fixed route), `connect`, `dns`, `tls` |
 //! | `intentgate_intents` | gauge | `tool`, `status` | intents in the ledger by status, set from outside ([`Metrics::set_intent_counts`]) |
 //! | `intentgate_reconcile_mismatches_total` | counter | `tool`, `kind` | mismatches reconciliation found ([`Metrics::reconcile_mismatches`]) |
 //! | `intentgate_alerts_fired_total` | counter | `tool`, `rule` | duplicate-call alerts fired ([`Metrics::alert_fired`]) |
@@ -173,6 +175,19 @@ struct ToolRequestLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ToolResultLabels {
+    tool: String,
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct UpstreamErrorLabels {
+    tool: String,
+    upstream: String,
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct OperationLabels {
     operation: &'static str,
 }
@@ -224,6 +239,8 @@ pub struct Metrics {
     lease_waits: Family<ToolLabels, Counter>,
     lease_wait_duration: HistogramFamily<ToolLabels>,
     intents_unknown: Family<ToolLabels, Counter>,
+    lookups: Family<ToolResultLabels, Counter>,
+    upstream_errors: Family<UpstreamErrorLabels, Counter>,
     intents: Family<ToolStatusLabels, Gauge>,
     /// Every (tool, status) pair `intents` was ever set for, so that a pair missing from a
     /// later refresh is set to zero rather than left at its old count. Held across a whole
@@ -295,6 +312,18 @@ impl Metrics {
                 &mut registry,
                 "intentgate_intents_unknown",
                 "Attempts and lookups that left an intent unknown",
+                Family::default(),
+            ),
+            lookups: registered(
+                &mut registry,
+                "intentgate_lookups",
+                "Lookups of side effects, by tool and what they concluded",
+                Family::default(),
+            ),
+            upstream_errors: registered(
+                &mut registry,
+                "intentgate_upstream_errors",
+                "Upstream requests not processed because the gateway is misconfigured, by tool, upstream and kind",
                 Family::default(),
             ),
             intents: registered(
@@ -469,8 +498,30 @@ impl Metrics {
             .observe(waited.as_secs_f64());
     }
 
+    /// One request of `tool` to `upstream` not processed because the gateway is
+    /// misconfigured, of `kind` (`Misconfiguration::as_str`).
+    pub(crate) fn upstream_error(&self, tool: &str, upstream: &str, kind: &'static str) {
+        self.upstream_errors
+            .get_or_create(&UpstreamErrorLabels {
+                tool: tool.to_owned(),
+                upstream: upstream.to_owned(),
+                kind,
+            })
+            .inc();
+    }
+
     pub(crate) fn intent_left_unknown(&self, tool: &str) {
         self.intents_unknown.get_or_create(&tool_labels(tool)).inc();
+    }
+
+    /// One lookup of `tool`, by [`LookupOutcome::kind`](crate::LookupOutcome::kind).
+    pub(crate) fn lookup(&self, tool: &str, result: &'static str) {
+        self.lookups
+            .get_or_create(&ToolResultLabels {
+                tool: tool.to_owned(),
+                result,
+            })
+            .inc();
     }
 }
 

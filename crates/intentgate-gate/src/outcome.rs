@@ -1,6 +1,6 @@
 //! The answer to one call, as every interface returns it.
 
-use intentgate_core::CallStatus;
+use intentgate_core::{CallStatus, OutcomeReason};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -9,6 +9,10 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CallOutcome {
     pub status: CallStatus,
+    /// Why it ended so, where the status alone would mislead (`misconfigured`: a
+    /// `not_executed` that trying again won't fix until a person does).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<OutcomeReason>,
     /// The instruction for the model.
     pub message: String,
     pub tool: String,

@@ -79,7 +79,8 @@ pub struct SweepReport {
     pub resends_deferred: u32,
     /// Lookups made.
     pub looked_up: u32,
-    /// Lookups that failed; those intents stay `unknown` and nothing was re-sent.
+    /// Lookups that failed, or found a record half the intent's (a mismatch); those intents
+    /// stay `unknown` and nothing was re-sent.
     pub lookup_failed: u32,
     /// Left `unknown`: not found (and not re-sent, or re-sent without a definite answer),
     /// lookup failed, or no lookup.
@@ -312,7 +313,8 @@ impl Gate {
             begin: &begin,
         };
         let step = self.advance_unknown(tool, request, intent).await?;
-        report.lookup_failed += u32::from(step.looked == Looked::Failed);
+        // A mismatch is a lookup that could not conclude, as a failed one.
+        report.lookup_failed += u32::from(matches!(step.looked, Looked::Failed | Looked::Mismatch));
         match step.resend {
             Resend::Sent => report.resent += 1,
             Resend::Deferred => report.resends_deferred += 1,

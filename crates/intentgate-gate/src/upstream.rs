@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use intentgate_core::{ToolDefinition, UpstreamObservation};
+use intentgate_core::{RequestFacts, ToolDefinition, UpstreamObservation};
 use serde_json::Value;
 
 /// One request to the upstream.
@@ -15,8 +15,8 @@ pub struct UpstreamCall<'a> {
     /// the ledger keeps them (sensitive values as keyed hashes, which is why a tool with
     /// sensitive arguments is never re-sent).
     pub arguments: &'a Value,
-    /// The intent's provider idempotency key (side-effecting tools only). The same for
-    /// every attempt of one intent, within an epoch.
+    /// The intent's provider idempotency key (side-effecting tools only; lookups too, which
+    /// prove a record by it). The same for every attempt of one intent, within an epoch.
     pub idempotency_key: Option<&'a str>,
     /// The intent's key, for upstreams that record it beside the effect (metadata) so the
     /// lookup can find it later.
@@ -46,8 +46,8 @@ impl<'a> UpstreamCall<'a> {
         }
     }
 
-    /// A request for the intent `intent_key`, in its `attempt`; `idempotency_key` is `None`
-    /// for a lookup, which performs nothing.
+    /// A request for the intent `intent_key`, in its `attempt`, with its provider key
+    /// (`None` only for a check made before the intent exists).
     pub fn for_intent(
         tool: &'a ToolDefinition,
         arguments: &'a Value,
@@ -78,6 +78,10 @@ pub enum LookupOutcome {
     NotFound,
     /// The lookup itself failed; nothing is known.
     Failed(String),
+    /// The provider holds a record that is half this intent's (its provider key with other
+    /// business fields, or its fields under another key): nothing is settled, and the
+    /// owner is told. The text says what differs.
+    Mismatch(String),
     /// The tool has no lookup; its ambiguous outcomes stay unknown until someone decides.
     Unsupported,
 }
@@ -90,6 +94,7 @@ impl LookupOutcome {
             LookupOutcome::Found { .. } => "found",
             LookupOutcome::NotFound => "not_found",
             LookupOutcome::Failed(_) => "failed",
+            LookupOutcome::Mismatch(_) => "mismatch",
             LookupOutcome::Unsupported => "unsupported",
         }
     }
@@ -109,7 +114,42 @@ pub trait Upstream: Send + Sync + 'static {
     /// Sends the request once. Never retries: the gate decides that.
     async fn execute(&self, call: UpstreamCall<'_>) -> UpstreamObservation;
 
-    /// Read-only: finds the effect of a side-effecting call by its business fields or its
-    /// intent key, without performing it.
+    /// [`Upstream::execute`], with what the upstream knows of the request beyond what the
+    /// transport saw ([`RequestFacts`]: its upstream's name in the config, whether its path is
+    /// a fixed route, why a connection could not be made). The gate calls this one, and
+    /// classifies with the facts (`classify_with`): they tell the operator's errors (a 404 to
+    /// a fixed route, a refused connection) from the customer's. The default adds nothing.
+    async fn execute_with_facts(
+        &self,
+        call: UpstreamCall<'_>,
+    ) -> (UpstreamObservation, RequestFacts) {
+        (self.execute(call).await, RequestFacts::default())
+    }
+
+    /// Read-only: finds the effect of a side-effecting call without performing it. `call`
+    /// carries the intent's provider key (`idempotency_key`), on every path (the first
+    /// attempt, a repeat, the sweeper): `Found` only for a record proved to be this
+    /// intent's effect, never merely the first one an answer holds.
     async fn lookup(&self, call: UpstreamCall<'_>) -> LookupOutcome;
+}
+
+/// Events a receiver of [`Gate::lookup_mismatches`](crate::Gate::lookup_mismatches) may fall
+/// behind by before it loses the oldest. A mismatch is rare (it means the provider holds a
+/// record the ledger can't explain), and each intent is looked up at most once per lookup
+/// interval, so this holds minutes of even a bad incident.
+pub const LOOKUP_MISMATCH_BUFFER: usize = 256;
+
+/// A lookup that found a record half an intent's: its provider key with other business
+/// fields, or its business fields under another gateway key. Nothing was settled; the
+/// intent's owner must look at the provider's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LookupMismatch {
+    pub tool: String,
+    pub tenant: String,
+    pub intent_id: i64,
+    pub intent_key: String,
+    /// What differs, naming fields and keys (never the record's other values).
+    pub reason: String,
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: i64,
 }

@@ -209,27 +209,46 @@ async fn a_repeat_while_the_lease_is_held_waits_and_gets_the_answer_after_the_se
     assert_eq!(c.intent().await.call_count, 2);
 }
 
+/// A grant's `Idempotency-Key` follows the call path's rules: it never replaces the
+/// business key, another payload under it is refused with nothing granted, and the same
+/// business intent under a second key is one intent.
 #[tokio::test]
-async fn other_arguments_under_the_same_key_are_a_conflict_and_nothing_is_granted() {
+async fn other_arguments_under_the_same_idempotency_key_are_refused_and_nothing_is_granted() {
     let c = Client::new(None);
-    let context = |order: &str| CallContext {
-        explicit_key: Some("ik-1".to_owned()),
-        intent_id: Some(order.to_owned()),
+    let context = |key: &str| CallContext {
+        explicit_key: Some(key.to_owned()),
         ..CallContext::default()
     };
     let gate = &c.h.gate;
     let first = gate
-        .grant("refund_order", refund("8812", json!(49)), &context("a"))
+        .grant("refund_order", refund("8812", json!(49)), &context("ik-1"))
         .await
         .unwrap();
-    execute(first);
+    let lease = execute(first);
+    assert_eq!(lease.intent_key, KEY);
     let other = gate
-        .grant("refund_order", refund("8813", json!(49)), &context("b"))
+        .grant("refund_order", refund("8813", json!(49)), &context("ik-1"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&other, GateError::IdempotencyKeyReused { first_intent_key, intent_key, differing_fields, .. }
+            if first_intent_key == KEY && intent_key == "refund:8813:49.00"
+                && differing_fields == &["order_id".to_owned()]),
+        "{other:?}"
+    );
+    assert_eq!(
+        c.h.ledger
+            .get("default", "refund_order", "refund:8813:49.00")
+            .await
+            .unwrap(),
+        None
+    );
+    answer(c.settle(&lease, done()).await.unwrap());
+    let second_key = gate
+        .grant("refund_order", refund("8812", json!(49)), &context("ik-2"))
         .await
         .unwrap();
-    let other = answer(other);
-    assert_eq!(other.status, CallStatus::Conflict);
-    assert_eq!(other.differing_fields, vec!["order_id".to_owned()]);
+    assert_eq!(answer(second_key).status, CallStatus::AlreadyDone);
 }
 
 #[tokio::test]

@@ -419,10 +419,14 @@ async fn an_expired_in_flight_intent_is_resolved_by_lookup_and_never_executed_ag
             use intentgate_gate::{Upstream, UpstreamCall};
             let tool = refund_tool();
             let arguments = refund("8812", json!(49));
+            // Under the intent's provider key, as the gateway sends it: what the lookup
+            // proves the effect by.
+            let provider_key =
+                intentgate_core::key::provider_key("default", "refund_order", KEY, 1);
             let call = UpstreamCall {
                 tool: &tool,
                 arguments: &arguments,
-                idempotency_key: Some("k"),
+                idempotency_key: Some(&provider_key),
                 intent_key: Some(KEY),
                 intent_id: None,
                 attempt: 1,
@@ -709,8 +713,11 @@ async fn an_intent_id_from_the_application_keeps_two_equal_refunds_apart() {
     assert!(missing.message.contains("Intent-Id"));
 }
 
+/// The `Idempotency-Key` of an HTTP call was taken as the intent key: a caller's key named
+/// any intent it liked (another tenant's business key text reached the provider), and one
+/// refund under two keys was two refunds. The key never replaces the template now.
 #[tokio::test]
-async fn an_explicit_key_replaces_the_template_and_one_the_ledger_cannot_store_is_refused() {
+async fn an_explicit_key_never_replaces_the_template_and_stays_bound_to_its_first_intent() {
     let h = Harness::with_tools(
         FaultPlan::none(),
         vec![refund_tool()],
@@ -720,33 +727,209 @@ async fn an_explicit_key_replaces_the_template_and_one_the_ledger_cannot_store_i
         explicit_key: Some(key.to_owned()),
         ..CallContext::default()
     };
-    for _ in 0..2 {
-        let outcome = h
-            .gate
-            .call("refund_order", refund("8812", json!(49)), &context("op-1"))
-            .await
-            .unwrap();
-        assert_eq!(outcome.intent_key.as_deref(), Some("op-1"));
+    let call = |arguments, key: &'static str| {
+        let gate = h.gate.clone();
+        async move { gate.call("refund_order", arguments, &context(key)).await }
+    };
+    let first = call(refund("8812", json!(49)), "op-1").await.unwrap();
+    assert_eq!(
+        (first.status, first.intent_key.as_deref()),
+        (CallStatus::Done, Some(KEY))
+    );
+    // A repeat under the key, and the same refund under a second key, are one intent.
+    for key in ["op-1", "op-2"] {
+        let repeat = call(refund("8812", json!(49)), key).await.unwrap();
+        assert_eq!(repeat.status, CallStatus::AlreadyDone, "{key}");
+        assert_eq!(repeat.external_id, first.external_id);
     }
-    assert_eq!(h.provider.effect_count("op-1"), 1);
-    assert!(
+    assert_eq!(h.provider.effects().len(), 1);
+    assert_eq!(h.provider.effect_count(KEY), 1);
+    assert_eq!(h.provider.effect_count("op-1"), 0);
+    assert_eq!(
         h.ledger
             .get("default", "refund_order", "op-1")
             .await
-            .unwrap()
-            .is_some()
+            .unwrap(),
+        None
     );
 
-    let too_long = "k".repeat(intentgate_core::limits::INTENT_KEY_LENGTH_MAX + 1);
+    // The key with another payload: another business key, or the same key with other
+    // arguments (the amount as a string has another fingerprint). Nothing is recorded.
+    let other_key = call(refund("8812", json!(50)), "op-1").await.unwrap_err();
+    let GateError::IdempotencyKeyReused {
+        caller_key,
+        first_intent_key,
+        intent_key,
+        differing_fields,
+    } = &other_key
+    else {
+        panic!("expected the key to be refused, got {other_key:?}");
+    };
+    assert_eq!(
+        (
+            caller_key.as_str(),
+            first_intent_key.as_str(),
+            intent_key.as_str()
+        ),
+        ("op-1", KEY, "refund:8812:50.00")
+    );
+    assert_eq!(differing_fields, &["amount".to_owned()]);
+    assert!(
+        other_key
+            .to_string()
+            .contains("nothing was recorded or executed")
+    );
+    let other_arguments = call(refund("8812", json!("49.00")), "op-2")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&other_arguments, GateError::IdempotencyKeyReused { first_intent_key, intent_key, .. }
+            if first_intent_key == KEY && intent_key == KEY),
+        "{other_arguments:?}"
+    );
+    assert!(other_arguments.to_string().contains("with other arguments"));
+    assert_eq!(
+        h.ledger
+            .get("default", "refund_order", "refund:8812:50.00")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(h.provider.effects().len(), 1);
+    // Without the key, another amount is another refund, as it always was.
+    let plain = h.call("refund_order", refund("8812", json!(50))).await;
+    assert_eq!(plain.status, CallStatus::Done);
+
+    // A key the ledger can't keep is the caller's mistake, and nothing is recorded.
+    let too_long = "k".repeat(intentgate_core::limits::CALLER_KEY_LENGTH_MAX + 1);
     for key in ["", too_long.as_str()] {
         let outcome = h
             .gate
-            .call("refund_order", refund("8812", json!(49)), &context(key))
+            .call("refund_order", refund("8813", json!(49)), &context(key))
             .await
             .unwrap();
         assert_eq!(outcome.status, CallStatus::InvalidArguments, "{key:?}");
     }
-    assert_eq!(h.provider.effects().len(), 1);
+    assert_eq!(h.provider.effects().len(), 2);
+}
+
+/// A key of the same value in two tenants is compared only within each: two tenants' calls
+/// under one key are two intents of their own, neither refused.
+#[tokio::test]
+async fn an_explicit_key_is_compared_only_within_its_tenant() {
+    let h = Harness::with_tools(
+        FaultPlan::none(),
+        vec![refund_tool()],
+        Arc::new(intentgate_gate::SystemClock),
+    );
+    let context = |tenant: &str| CallContext {
+        tenant: tenant.to_owned(),
+        intent_id: None,
+        explicit_key: Some("shared-key".to_owned()),
+    };
+    let acme = h
+        .gate
+        .call("refund_order", refund("1", json!(5)), &context("acme"))
+        .await
+        .unwrap();
+    let globex = h
+        .gate
+        .call("refund_order", refund("2", json!(6)), &context("globex"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (acme.status, acme.intent_key.as_deref()),
+        (CallStatus::Done, Some("refund:1:5.00"))
+    );
+    assert_eq!(
+        (globex.status, globex.intent_key.as_deref()),
+        (CallStatus::Done, Some("refund:2:6.00"))
+    );
+    assert_eq!(h.provider.effects().len(), 2);
+}
+
+/// For a key that uses `{intent_id}`, the caller's own key is the intent id: the key keeps
+/// the template's shape, an `intent_id` that agrees is the same intent, one that disagrees
+/// is refused, and the key still can't name another payload.
+#[tokio::test]
+async fn an_explicit_key_is_the_intent_id_of_a_key_that_uses_one() {
+    let mut tool = refund_tool();
+    tool.key = Some(intentgate_core::KeyTemplate::parse("refund:{order_id}:{intent_id}").unwrap());
+    let h = Harness::with_tools(
+        FaultPlan::none(),
+        vec![tool],
+        Arc::new(intentgate_gate::SystemClock),
+    );
+    let context = |intent_id: Option<&str>, key: Option<&str>| CallContext {
+        tenant: "default".into(),
+        intent_id: intent_id.map(str::to_owned),
+        explicit_key: key.map(str::to_owned),
+    };
+    let call = |arguments, context: CallContext| {
+        let gate = h.gate.clone();
+        async move { gate.call("refund_order", arguments, &context).await }
+    };
+    let first = call(refund("8812", json!(49)), context(None, Some("op-7")))
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.status, first.intent_key.as_deref()),
+        (CallStatus::Done, Some("refund:8812:op-7"))
+    );
+    for (intent_id, key) in [
+        (None, Some("op-7")),
+        (Some("op-7"), Some("op-7")),
+        (Some("op-7"), None),
+    ] {
+        let repeat = call(refund("8812", json!(49)), context(intent_id, key))
+            .await
+            .unwrap();
+        assert_eq!(
+            repeat.status,
+            CallStatus::AlreadyDone,
+            "{intent_id:?} {key:?}"
+        );
+    }
+    // Another key is another intent id: the application said it is another refund.
+    let second = call(refund("8812", json!(49)), context(None, Some("op-8")))
+        .await
+        .unwrap();
+    assert_eq!(
+        (second.status, second.intent_key.as_deref()),
+        (CallStatus::Done, Some("refund:8812:op-8"))
+    );
+    // Two ids that disagree: nothing is recorded or executed.
+    let both = call(
+        refund("8812", json!(49)),
+        context(Some("op-9"), Some("op-10")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(both.status, CallStatus::InvalidArguments);
+    assert!(
+        both.message
+            .contains("Intent-Id `op-9` and Idempotency-Key `op-10`"),
+        "{}",
+        both.message
+    );
+    // The key of another order would be another intent key: refused as another payload.
+    let other = call(refund("8813", json!(49)), context(None, Some("op-7")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&other, GateError::IdempotencyKeyReused { first_intent_key, intent_key, differing_fields, .. }
+            if first_intent_key == "refund:8812:op-7" && intent_key == "refund:8813:op-7"
+                && differing_fields == &["order_id".to_owned()]),
+        "{other:?}"
+    );
+    assert_eq!(h.provider.effects().len(), 2);
+    for key in ["refund:8812:op-9", "refund:8812:op-10", "refund:8813:op-7"] {
+        assert_eq!(
+            h.ledger.get("default", "refund_order", key).await.unwrap(),
+            None,
+            "{key}"
+        );
+    }
 }
 
 /// An upstream answer over the ledger's result limit made the write that settles the intent

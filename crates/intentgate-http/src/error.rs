@@ -45,6 +45,18 @@ pub enum HttpError {
         field: String,
         error: TemplateError,
     },
+    /// A lookup with neither `key` nor `match`: it can't tell this intent's effect from
+    /// another's, so whatever it answered first would settle the intent.
+    #[error(
+        "{0} has neither `key` nor `match`, so it can't tell this intent's effect from \
+         another's: add `key: <pointer to the provider key the record carries>` (the body's \
+         `{{idempotency_key}}`, e.g. /metadata/idempotency_key) or `match: {{<argument>: \
+         {{record: <pointer>}}}}` for each business field (order, amount, recipient)"
+    )]
+    UnprovenLookup(String),
+    /// A lookup's `pages` is not usable.
+    #[error("{context}, pages: {reason}")]
+    BadLookupPages { context: String, reason: String },
     /// The HTTP client could not be built (TLS setup).
     #[error("could not build the HTTP client: {0}")]
     Client(String),

@@ -9,7 +9,8 @@
 //!   it once with the intent's idempotency key (side effects only) and reports what the
 //!   transport saw, in the shapes SPEC section 5 classifies: a response, not sent (connect,
 //!   DNS or TLS failure), timeout, or dropped after sending. Its lookup finds an effect with
-//!   a read-only request.
+//!   a read-only request, page by page for a listing, and takes a record only once
+//!   [`verify`] proves it is this intent's (its provider key, its business fields).
 //! - [`RecordPager`] pages through a [`spec::ListSpec`], one bounded page at a time.
 //! - [`template`] renders the templates; [`check_template`], [`check_body_template`],
 //!   [`HttpTool::check`] and [`check_list_spec`] let the config loader refuse a bad config
@@ -27,6 +28,7 @@ mod request;
 pub mod spec;
 pub mod template;
 mod upstream;
+pub mod verify;
 
 pub use error::HttpError;
 pub use list::{
@@ -38,4 +40,6 @@ pub use request::{
     REASON_LENGTH_MAX, RESPONSE_BODY_BYTES_MAX, TEXT_BODY_BYTES_MAX, http_client,
 };
 pub use template::{TemplateError, check_body_template, check_template};
-pub use upstream::{DEFAULT_EXTERNAL_ID_POINTER, HttpTool, HttpUpstream};
+pub use upstream::{
+    DEFAULT_EXTERNAL_ID_POINTER, HttpTool, HttpUpstream, LOOKUP_PAGES_DEFAULT, LOOKUP_PAGES_MAX,
+};

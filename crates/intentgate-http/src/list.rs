@@ -15,7 +15,9 @@ use reqwest::Client;
 use serde_json::{Value, json};
 
 use crate::error::HttpError;
-use crate::request::{Body, CompiledUpstream, Exchange, RequestParts, RequestTemplate, exchange};
+use crate::request::{
+    Absent, Body, CompiledUpstream, Exchange, RequestParts, RequestTemplate, exchange,
+};
 use crate::spec::{ListRecords, ListSpec, Method, UpstreamSpec};
 use crate::template::{GatewayValues, Values};
 use crate::upstream::check_pointer;
@@ -38,8 +40,10 @@ pub const LIST_PAGES_MAX: u32 = 100_000;
 /// One provider record, with what reconciliation compares.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListedRecord {
-    /// The intent key the gateway sent with the effect; `None` when the effect was made
-    /// without the gateway, or the list pairs records by `match` (no key is kept).
+    /// The provider key the gateway sent with the effect (`fields.idempotency_key`); `None`
+    /// when the effect was made without the gateway, or the list pairs records by `match`.
+    pub provider_key: Option<String>,
+    /// The intent key the record keeps (`fields.intent_key`), for the report only.
     pub intent_key: Option<String>,
     /// The provider's id for the effect.
     pub external_id: String,
@@ -135,6 +139,8 @@ fn list_template(spec: &ListSpec) -> Result<RequestTemplate, HttpError> {
         query: &spec.query,
         headers: &spec.headers,
         body: None,
+        // The first page has no cursor: a parameter that is exactly `{cursor}` is left out.
+        absent: Absent::LeaveOut,
     })?;
     request.check(&LIST_PLACEHOLDERS, false)?;
     spec.records().check()?;
@@ -197,9 +203,8 @@ impl RecordPager {
                 status: 200..=299, ..
             } => return Err(HttpError::ListPage("the page is not JSON".to_owned())),
             Exchange::Response { status, .. } => return Err(HttpError::ListStatus(status)),
-            Exchange::NotSent(reason) | Exchange::Dropped(reason) => {
-                return Err(HttpError::ListRequest(reason));
-            }
+            Exchange::NotSent(not_sent) => return Err(HttpError::ListRequest(not_sent.reason)),
+            Exchange::Dropped(reason) => return Err(HttpError::ListRequest(reason)),
             Exchange::Timeout => return Err(HttpError::ListRequest("timed out".to_owned())),
         };
         let page = self
@@ -227,6 +232,9 @@ impl ListRecords {
         check_pointer("list", "items", &self.items)?;
         check_pointer("list", "next_cursor", &self.next_cursor)?;
         let fields = &self.fields;
+        if let Some(provider_key) = &fields.idempotency_key {
+            check_pointer("list", "fields.idempotency_key", provider_key)?;
+        }
         if let Some(intent_key) = &fields.intent_key {
             check_pointer("list", "fields.intent_key", intent_key)?;
         }
@@ -301,6 +309,7 @@ impl ListRecords {
             )
         })?;
         Ok(ListedRecord {
+            provider_key: fields.idempotency_key.as_deref().and_then(text),
             intent_key: fields.intent_key.as_deref().and_then(text),
             external_id,
             amount: fields.amount.as_deref().and_then(text),

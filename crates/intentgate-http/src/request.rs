@@ -8,6 +8,7 @@
 use std::error::Error as _;
 use std::time::{Duration, SystemTime};
 
+use intentgate_core::Unreachable;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{Client, Url};
 use serde_json::Value;
@@ -126,6 +127,23 @@ pub(crate) struct RequestTemplate {
     /// Each header's name as sent, its name as configured (for errors), its template.
     pub headers: Vec<(HeaderName, String, Template)>,
     pub body: Option<BodyTemplate>,
+    /// What a query or header that is exactly one placeholder without a value does.
+    pub absent: Absent,
+    /// The path has no placeholder (a fixed route such as `/v1/refunds`): a 404 to it can
+    /// only mean the route is wrong (`intentgate_core::outcome::route_not_found`), while a
+    /// path that names a resource by a value may be answered 404 for that value.
+    pub fixed_path: bool,
+}
+
+/// What a query parameter or header whose template is exactly one placeholder does when the
+/// call has no value for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Absent {
+    /// It is left out: an optional argument of a call, a list's cursor on the first page.
+    LeaveOut,
+    /// The request is not built: a lookup's query is its filter, and a filter left out
+    /// would list everything (whose first record is somebody else's effect).
+    Refuse,
 }
 
 /// The templates of one request as configured.
@@ -137,6 +155,7 @@ pub(crate) struct RequestParts<'a> {
     pub query: &'a std::collections::BTreeMap<String, String>,
     pub headers: &'a std::collections::BTreeMap<String, String>,
     pub body: Option<&'a Value>,
+    pub absent: Absent,
 }
 
 impl RequestTemplate {
@@ -150,6 +169,12 @@ impl RequestTemplate {
         let path = Template::parse(parts.path)
             .and_then(|path| path.check_path().map(|()| path))
             .map_err(|error| template_error("path".to_owned(), error))?;
+        // Parsed above, so it parses: a path is fixed when it is one literal piece.
+        let fixed_path = intentgate_core::placeholder::parse(parts.path).is_ok_and(|pieces| {
+            pieces
+                .iter()
+                .all(|piece| matches!(piece, intentgate_core::placeholder::Piece::Literal(_)))
+        });
         let mut query = Vec::with_capacity(parts.query.len());
         for (name, value) in parts.query {
             let template = Template::parse(value)
@@ -175,6 +200,8 @@ impl RequestTemplate {
             headers,
             body,
             context,
+            absent: parts.absent,
+            fixed_path,
         })
     }
 
@@ -242,8 +269,10 @@ impl RequestTemplate {
         }
         let mut query = Vec::with_capacity(self.query.len());
         for (name, template) in &self.query {
-            if let Some(value) = template.render_text(values)? {
-                query.push((name, value));
+            match template.render_text(values)? {
+                Some(value) => query.push((name, value)),
+                None if self.absent == Absent::Refuse => return Err(template.missing()),
+                None => {}
             }
         }
         if !query.is_empty() {
@@ -251,12 +280,16 @@ impl RequestTemplate {
         }
         let mut headers = upstream.headers.clone();
         for (name, configured_name, template) in &self.headers {
-            if let Some(text) = template.render_header(configured_name, values)? {
-                let mut value = HeaderValue::from_str(&text)
-                    .map_err(|_| TemplateError::BadHeaderValue(configured_name.clone()))?;
-                value.set_sensitive(true);
-                headers.insert(name.clone(), value);
-            }
+            let Some(text) = template.render_header(configured_name, values)? else {
+                if self.absent == Absent::Refuse {
+                    return Err(template.missing());
+                }
+                continue;
+            };
+            let mut value = HeaderValue::from_str(&text)
+                .map_err(|_| TemplateError::BadHeaderValue(configured_name.clone()))?;
+            value.set_sensitive(true);
+            headers.insert(name.clone(), value);
         }
         if let Some(key) = idempotency_key {
             let header = &upstream.idempotency_header;
@@ -312,11 +345,53 @@ pub(crate) enum Exchange {
     },
     /// Nothing left this process: connect, DNS or TLS failure, or a request reqwest refused
     /// to build.
-    NotSent(String),
+    NotSent(NotSent),
     /// The timeout passed, before or while the response arrived.
     Timeout,
     /// The connection broke after the request was sent, or the body was cut short.
     Dropped(String),
+}
+
+/// Why nothing left this process: the reason (without the URL), and, for a connection that
+/// could not be made, which kind of failure it was. Shown as its reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NotSent {
+    pub reason: String,
+    /// `None` for a request that reqwest refused to build.
+    pub unreachable: Option<Unreachable>,
+}
+
+impl std::fmt::Display for NotSent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// Which kind of connect failure `error` is: the host name did not resolve, the TLS
+/// handshake failed (a `rustls::Error` somewhere in its causes), or no connection was made
+/// (refused, unreachable, the connect timeout).
+pub(crate) fn unreachable_kind(error: &reqwest::Error) -> Unreachable {
+    if error.is_dns() {
+        return Unreachable::Dns;
+    }
+    let mut source = error.source();
+    while let Some(cause) = source {
+        // An `io::Error` hands out only its inner error's source, so the inner errors of
+        // nested ones (hyper's `Other` around tokio-rustls' `InvalidData` around the
+        // `rustls::Error`) are looked into one by one.
+        let mut layer: Option<&(dyn std::error::Error + 'static)> = Some(cause);
+        while let Some(error) = layer {
+            if error.is::<rustls::Error>() {
+                return Unreachable::Tls;
+            }
+            layer = error
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .map(|inner| inner as &(dyn std::error::Error + 'static));
+        }
+        source = cause.source();
+    }
+    Unreachable::Connect
 }
 
 /// A response body, as far as it was read.
@@ -369,9 +444,19 @@ pub(crate) async fn exchange(
         Ok(response) => response,
         // A connect timeout is a timeout *and* a connect error; nothing was sent, so the
         // connect check comes first.
-        Err(error) if error.is_connect() => return Exchange::NotSent(reason(&error)),
+        Err(error) if error.is_connect() => {
+            return Exchange::NotSent(NotSent {
+                reason: reason(&error),
+                unreachable: Some(unreachable_kind(&error)),
+            });
+        }
         Err(error) if error.is_timeout() => return Exchange::Timeout,
-        Err(error) if error.is_builder() => return Exchange::NotSent(reason(&error)),
+        Err(error) if error.is_builder() => {
+            return Exchange::NotSent(NotSent {
+                reason: reason(&error),
+                unreachable: None,
+            });
+        }
         Err(error) => return Exchange::Dropped(reason(&error)),
     };
     let status = response.status().as_u16();

@@ -104,8 +104,16 @@ pub struct ResultSpec {
     pub pointer: Option<String>,
 }
 
-/// A read-only request that finds a side effect by its business fields or its intent key,
-/// without performing it.
+/// A read-only request that finds a side effect after an ambiguous outcome, without
+/// performing it, and the proof that what it found is this intent's effect.
+///
+/// The request may answer one record or a list of candidates (`found` points at an object or
+/// an array); a listing may continue over pages (`pages`). Each candidate is judged on its
+/// own: it is this intent's effect only when it carries this intent's provider key at `key`,
+/// or, for a provider that keeps no key, when every `match` field equals the intent's
+/// argument exactly. With both, both must hold, and a record that passes one and fails the
+/// other is a mismatch the owner is told about. A config gives at least one of the two: the
+/// first record of an answer is somebody else's as often as not.
 #[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LookupSpec {
@@ -115,19 +123,54 @@ pub struct LookupSpec {
     #[serde(default = "default_get")]
     pub method: Method,
     pub path: String,
+    /// Query templates. Every placeholder must have a value: a lookup whose filter would be
+    /// empty fails rather than list everything.
     #[serde(default)]
     pub query: BTreeMap<String, String>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// JSON pointer that holds the effect when it was found (`/data/0`); absent, null or an
-    /// empty array or object there means not found.
+    /// JSON pointer to what the provider found: one record (an object) or the candidates (an
+    /// array, `/data`); absent, null, `[]` or `{}` there means none.
     pub found: String,
     /// Statuses that mean "not found" rather than "the lookup failed" (default 404).
     #[serde(default = "default_not_found_statuses")]
     pub not_found_statuses: Vec<u16>,
-    /// JSON pointer, inside the found object, to the provider's id (default `/id`).
+    /// JSON pointer, inside a record, to the provider's id (default `/id`).
     #[serde(default)]
     pub external_id: Option<String>,
+    /// JSON pointer, inside a record, to the provider key the gateway sent with the effect
+    /// (`{idempotency_key}`: the tenant-scoped key, wherever the provider keeps it: an
+    /// idempotency field it echoes, or a metadata field the call's body set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Business fields, by argument (`order_id`, `customer.id`), that a record must hold with
+    /// exactly the intent's values (decimals compared exactly).
+    #[serde(default, rename = "match", skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_fields: BTreeMap<String, MatchField>,
+    /// How a listing continues past its first page; absent, only the first page is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages: Option<LookupPages>,
+}
+
+/// How a lookup that lists reads its next page: the cursor comes from the answer
+/// (`next_cursor`), or is the last record's id while the answer says it has more
+/// (`has_more`, Stripe's form). Exactly one of the two.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LookupPages {
+    /// The query parameter that carries the cursor (`starting_after`, `cursor`).
+    pub query: String,
+    /// JSON pointer to the next page's cursor; absent, null or empty ends the listing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// JSON pointer to a boolean that says another page follows; the next page then starts
+    /// after the last record's id (`external_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub has_more: Option<String>,
+    /// Most pages read, the first included (default 5, at most 50). A listing with more
+    /// pages fails the lookup: the effect may be on one not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u32>,
 }
 
 fn default_get() -> Method {
@@ -156,9 +199,9 @@ pub struct ListSpec {
     pub next_cursor: String,
     /// Pointers inside one record.
     pub fields: ListFields,
-    /// For a provider that keeps no metadata: the business fields that pair a record with an
+    /// For a provider that keeps no key: the business fields that pair a record with an
     /// intent, by argument (`order_id`, or `customer.id` for a nested one), in place of
-    /// `fields.intent_key`. A config gives exactly one of the two.
+    /// `fields.idempotency_key`. A config gives exactly one of the two.
     #[serde(default, rename = "match", skip_serializing_if = "BTreeMap::is_empty")]
     pub match_fields: BTreeMap<String, MatchField>,
 }
@@ -187,7 +230,7 @@ pub struct ListRecords {
     /// Pointers inside one record.
     pub fields: ListFields,
     /// The business fields that pair a record with an intent, in place of
-    /// `fields.intent_key` (see [`ListSpec::match_fields`]).
+    /// `fields.idempotency_key` (see [`ListSpec::match_fields`]).
     pub match_fields: BTreeMap<String, MatchField>,
 }
 
@@ -218,9 +261,14 @@ pub enum MatchCompare {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListFields {
-    /// The intent key the gateway sent with the effect (metadata). Absent when the list
-    /// pairs records with intents by `match`.
-    #[serde(default)]
+    /// The provider key the gateway sent with the effect (`{idempotency_key}`, tenant-scoped),
+    /// wherever the record keeps it: how records pair with intents. Absent when the list
+    /// pairs records by `match`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// The intent key sent with the effect (metadata), shown in reports. It names the
+    /// business intent but not its tenant, so records are never paired by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intent_key: Option<String>,
     pub external_id: String,
     /// The amount, when the tool moves money.
@@ -298,7 +346,8 @@ macro_rules! debug_with_redacted_headers {
 
 debug_with_redacted_headers!(CallSpec: upstream, method, path, query; body, result);
 debug_with_redacted_headers!(
-    LookupSpec: upstream, method, path, query; found, not_found_statuses, external_id
+    LookupSpec: upstream, method, path, query;
+    found, not_found_statuses, external_id, key, match_fields, pages
 );
 debug_with_redacted_headers!(
     ListSpec: upstream, path, query; items, next_cursor, fields, match_fields

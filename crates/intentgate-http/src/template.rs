@@ -25,7 +25,8 @@
 //! A value that is exactly one placeholder for an absent (or null) optional argument is left
 //! out: the object member, query parameter or header is omitted. Anywhere else a missing
 //! argument is an error that names it. In the body a null argument stays `null`, since there
-//! JSON can say so.
+//! JSON can say so. A lookup leaves nothing out: its query is its filter, so a placeholder
+//! without a value fails the lookup rather than widen it (`request.rs`, `Absent::Refuse`).
 //!
 //! Templates are parsed once, when the tools are loaded; [`check_template`] and
 //! [`check_body_template`] also check that every placeholder names an argument of the tool
@@ -459,6 +460,14 @@ impl Template {
             return Err(TemplateError::BadHeaderValue(header.to_owned()));
         }
         Ok(Some(text))
+    }
+
+    /// The error for a template that is exactly one placeholder without a value: it names
+    /// the placeholder (only ever called for such a template).
+    pub(crate) fn missing(&self) -> TemplateError {
+        self.single_placeholder()
+            .expect("only a template of one placeholder renders to nothing")
+            .missing()
     }
 
     /// True when a placeholder is the application's intent id (`{intent_id}`).

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use intentgate_core::limits::EXTERNAL_ID_LENGTH_MAX;
-use intentgate_core::{ToolDefinition, UpstreamObservation};
+use intentgate_core::{RequestFacts, ToolDefinition, UpstreamObservation};
 use intentgate_gate::trace;
 use intentgate_gate::{LookupOutcome, Upstream, UpstreamCall};
 use reqwest::Client;
@@ -30,14 +30,21 @@ use serde_json::{Value, json};
 use crate::error::HttpError;
 use crate::list::{RecordPager, list_records_with};
 use crate::request::{
-    Body, CompiledUpstream, Exchange, NOT_BUILT_STATUS, RESPONSE_BODY_BYTES_MAX, RequestParts,
-    RequestTemplate, exchange, http_client,
+    Absent, Body, CompiledUpstream, Exchange, NOT_BUILT_STATUS, RESPONSE_BODY_BYTES_MAX,
+    RequestParts, RequestTemplate, exchange, http_client,
 };
-use crate::spec::{CallSpec, ListSpec, LookupSpec, UpstreamSpec};
+use crate::spec::{CallSpec, ListSpec, LookupPages, LookupSpec, UpstreamSpec};
 use crate::template::{GatewayValues, TemplateError, Values};
+use crate::verify::{Intent, Proof, Tally, candidates};
 
 /// The pointer to the provider's id when a spec names none.
 pub const DEFAULT_EXTERNAL_ID_POINTER: &str = "/id";
+/// Pages a listing lookup reads when its `pages` names no `max`: a payment's refunds or a
+/// recipient's recent messages fit in a few pages of 100.
+pub const LOOKUP_PAGES_DEFAULT: u32 = 5;
+/// Most pages a listing lookup may read. Every page is a request inside the tool's timeout,
+/// and a lookup that needs more has a filter too wide to prove anything quickly.
+pub const LOOKUP_PAGES_MAX: u32 = 50;
 
 /// How one tool maps onto HTTP: the request that performs it and, for side effects, the
 /// request that finds its effect afterwards.
@@ -65,7 +72,9 @@ impl HttpTool {
         let call = call_template(tool, &self.call)?;
         call.check(argument_names, true)?;
         if let Some(lookup) = &self.lookup {
-            lookup_template(tool, &self.call, lookup)?.check(argument_names, true)?;
+            let request = lookup_template(tool, &self.call, lookup)?;
+            request.check(argument_names, true)?;
+            CompiledLookup::new(request, lookup)?;
         }
         Ok(())
     }
@@ -98,6 +107,25 @@ struct CompiledLookup {
     found: String,
     not_found_statuses: Vec<u16>,
     external_id: String,
+    /// How a record is proved to be this intent's.
+    proof: Proof,
+    /// How a listing continues, if it does.
+    pages: Option<CompiledPages>,
+}
+
+struct CompiledPages {
+    /// The query parameter that carries the cursor.
+    query: String,
+    next: NextPage,
+    max: u32,
+}
+
+/// Where a listing lookup's next cursor comes from.
+enum NextPage {
+    /// A pointer into the answer.
+    Cursor(String),
+    /// While the boolean at this pointer is true, the last record's id.
+    AfterLast(String),
 }
 
 impl fmt::Debug for HttpUpstream {
@@ -136,18 +164,7 @@ impl HttpUpstream {
                 Some(spec) => {
                     let request = lookup_template(name, &tool.call, spec)?;
                     known_upstream(&upstreams, &request)?;
-                    check_pointer(&request.context, "found", &spec.found)?;
-                    let external_id = spec
-                        .external_id
-                        .clone()
-                        .unwrap_or_else(|| DEFAULT_EXTERNAL_ID_POINTER.to_owned());
-                    check_pointer(&request.context, "external_id", &external_id)?;
-                    Some(CompiledLookup {
-                        request,
-                        found: spec.found.clone(),
-                        not_found_statuses: spec.not_found_statuses.clone(),
-                        external_id,
-                    })
+                    Some(CompiledLookup::new(request, spec)?)
                 }
             };
             compiled.insert(
@@ -231,6 +248,7 @@ impl HttpUpstream {
         request: &RequestTemplate,
         call: &UpstreamCall<'_>,
         idempotency_key: Option<&str>,
+        cursor: Option<(&str, &str)>,
     ) -> Result<Exchange, String> {
         let values = values_of(call);
         // Every request's upstream was found in `HttpUpstream::new`.
@@ -238,6 +256,9 @@ impl HttpUpstream {
         let mut prepared = request
             .prepare(upstream, &values, idempotency_key)
             .map_err(|error| not_built_reason(&error, call.tool))?;
+        if let Some((name, cursor)) = cursor {
+            prepared.url.query_pairs_mut().append_pair(name, cursor);
+        }
         if trace::enabled() {
             // The request's span (the gate's `upstream.request` or `lookup`) goes with it, so
             // a provider that traces links its span to the call's trace.
@@ -308,14 +329,30 @@ impl Upstream for HttpUpstream {
     }
 
     async fn execute(&self, call: UpstreamCall<'_>) -> UpstreamObservation {
+        self.execute_with_facts(call).await.0
+    }
+
+    /// Sends the tool's request once, and tells the gate its upstream's name, whether its path
+    /// is a fixed route (so that a 404 means the route is wrong), and why a connection could
+    /// not be made (connect, DNS, TLS).
+    async fn execute_with_facts(
+        &self,
+        call: UpstreamCall<'_>,
+    ) -> (UpstreamObservation, RequestFacts) {
         let Some(tool) = self.tools.get(&call.tool.name) else {
-            return not_built(format!(
-                "tool `{}` has no HTTP request configured",
-                call.tool.name
-            ));
+            let message = format!("tool `{}` has no HTTP request configured", call.tool.name);
+            return (not_built(message), RequestFacts::default());
+        };
+        let mut facts = RequestFacts {
+            upstream: Some(tool.call.upstream.clone()),
+            fixed_route: tool.call.fixed_path,
+            unreachable: None,
         };
         // Only side-effecting calls carry a key; reads go without the header.
-        match self.send(&tool.call, &call, call.idempotency_key).await {
+        let observation = match self
+            .send(&tool.call, &call, call.idempotency_key, None)
+            .await
+        {
             Err(message) => {
                 tracing::warn!(tool = %call.tool.name, %message, "request not built; nothing was sent");
                 not_built(message)
@@ -329,12 +366,21 @@ impl Upstream for HttpUpstream {
                 retry_after_ms,
                 body: body.into_value(),
             },
-            Ok(Exchange::NotSent(reason)) => UpstreamObservation::NotSent { reason },
+            Ok(Exchange::NotSent(not_sent)) => {
+                facts.unreachable = not_sent.unreachable;
+                UpstreamObservation::NotSent {
+                    reason: not_sent.reason,
+                }
+            }
             Ok(Exchange::Timeout) => UpstreamObservation::Timeout,
             Ok(Exchange::Dropped(reason)) => UpstreamObservation::Dropped { reason },
-        }
+        };
+        (observation, facts)
     }
 
+    /// Reads the lookup's answer (page by page for a listing) and judges every record
+    /// against this intent (`verify.rs`): found only with a record that is proved to be its
+    /// effect.
     async fn lookup(&self, call: UpstreamCall<'_>) -> LookupOutcome {
         let Some(tool) = self.tools.get(&call.tool.name) else {
             return LookupOutcome::Failed(format!(
@@ -345,51 +391,178 @@ impl Upstream for HttpUpstream {
         let Some(lookup) = &tool.lookup else {
             return LookupOutcome::Unsupported;
         };
-        // A lookup performs nothing, so it carries no idempotency key.
-        match self.send(&lookup.request, &call, None).await {
-            Err(message) => {
-                LookupOutcome::Failed(format!("the lookup request could not be built: {message}"))
+        if lookup.proof.uses_key() && call.idempotency_key.is_none() {
+            return LookupOutcome::Failed(
+                "the lookup proves records by their provider key, and this call has none"
+                    .to_owned(),
+            );
+        }
+        let mut tally = Tally::default();
+        let mut cursor: Option<String> = None;
+        let pages_max = lookup.pages.as_ref().map_or(1, |pages| pages.max);
+        for page in 1..=pages_max {
+            let cursor_query = lookup
+                .pages
+                .as_ref()
+                .zip(cursor.as_deref())
+                .map(|(pages, cursor)| (pages.query.as_str(), cursor));
+            // A lookup performs nothing, so it carries no idempotency key header; its
+            // templates still render `{idempotency_key}`.
+            let body = match self.send(&lookup.request, &call, None, cursor_query).await {
+                Err(message) => {
+                    return LookupOutcome::Failed(format!(
+                        "the lookup request could not be built: {message}"
+                    ));
+                }
+                Ok(exchange) => match lookup.page_of(exchange) {
+                    Ok(Some(body)) => body,
+                    // A not-found status: the provider has nothing (more).
+                    Ok(None) => break,
+                    Err(reason) => return LookupOutcome::Failed(reason),
+                },
+            };
+            tally.add(
+                &lookup.proof,
+                candidates(&body, &lookup.found),
+                &Intent {
+                    tool: &call.tool.name,
+                    provider_key: call.idempotency_key,
+                    arguments: call.arguments,
+                },
+            );
+            if tally.ours.is_some() {
+                break;
             }
-            Ok(Exchange::Response { status, .. })
-                if lookup.not_found_statuses.contains(&status) =>
-            {
-                LookupOutcome::NotFound
-            }
-            Ok(Exchange::Response {
-                status: 200..=299,
-                body: Body::Json(body),
-                ..
-            }) => lookup.found_in(&body),
-            Ok(Exchange::Response {
-                status: status @ 200..=299,
-                ..
-            }) => LookupOutcome::Failed(format!(
-                "the lookup answered HTTP {status} with a body that is not JSON"
-            )),
-            Ok(Exchange::Response { status, .. }) => {
-                LookupOutcome::Failed(format!("the lookup answered HTTP {status}"))
-            }
-            Ok(Exchange::NotSent(reason)) => {
-                LookupOutcome::Failed(format!("the lookup was not sent: {reason}"))
-            }
-            Ok(Exchange::Timeout) => LookupOutcome::Failed("the lookup timed out".to_owned()),
-            Ok(Exchange::Dropped(reason)) => {
-                LookupOutcome::Failed(format!("the lookup's connection broke: {reason}"))
+            let next = match lookup.next_cursor(&body, cursor.as_deref()) {
+                Ok(next) => next,
+                Err(reason) => return LookupOutcome::Failed(reason),
+            };
+            match next {
+                None => break,
+                Some(_) if page == pages_max => {
+                    return LookupOutcome::Failed(format!(
+                        "the lookup read {pages_max} pages and the provider has more; the \
+                         effect may be on a page not read: narrow the lookup's query (the \
+                         payment, the recipient) or raise `pages.max`"
+                    ));
+                }
+                Some(next) => cursor = Some(next),
             }
         }
+        lookup.outcome(tally)
     }
 }
 
 impl CompiledLookup {
-    /// Absent, null, `[]` or `{}` at the `found` pointer means the provider has no such
-    /// effect; anything else is the effect.
-    fn found_in(&self, body: &Value) -> LookupOutcome {
-        let found = match body.pointer(&self.found) {
-            None | Some(Value::Null) => return LookupOutcome::NotFound,
-            Some(Value::Array(items)) if items.is_empty() => return LookupOutcome::NotFound,
-            Some(Value::Object(members)) if members.is_empty() => return LookupOutcome::NotFound,
-            Some(found) => found,
+    /// Checks a lookup's pointers, its proof and its paging.
+    fn new(request: RequestTemplate, spec: &LookupSpec) -> Result<CompiledLookup, HttpError> {
+        let context = request.context.clone();
+        check_pointer(&context, "found", &spec.found)?;
+        let external_id = spec
+            .external_id
+            .clone()
+            .unwrap_or_else(|| DEFAULT_EXTERNAL_ID_POINTER.to_owned());
+        check_pointer(&context, "external_id", &external_id)?;
+        if let Some(key) = &spec.key {
+            check_pointer(&context, "key", key)?;
+        }
+        for (argument, field) in &spec.match_fields {
+            check_pointer(&context, &format!("match.{argument}.record"), &field.record)?;
+        }
+        let proof = Proof::new(spec.key.as_deref(), &spec.match_fields)
+            .ok_or_else(|| HttpError::UnprovenLookup(context.clone()))?;
+        let pages = spec
+            .pages
+            .as_ref()
+            .map(|pages| compile_pages(&context, pages))
+            .transpose()?;
+        Ok(CompiledLookup {
+            request,
+            found: spec.found.clone(),
+            not_found_statuses: spec.not_found_statuses.clone(),
+            external_id,
+            proof,
+            pages,
+        })
+    }
+
+    /// The JSON body of one answer; `None` for a not-found status.
+    fn page_of(&self, exchange: Exchange) -> Result<Option<Value>, String> {
+        match exchange {
+            Exchange::Response { status, .. } if self.not_found_statuses.contains(&status) => {
+                Ok(None)
+            }
+            Exchange::Response {
+                status: 200..=299,
+                body: Body::Json(body),
+                ..
+            } => Ok(Some(body)),
+            Exchange::Response {
+                status: status @ 200..=299,
+                ..
+            } => Err(format!(
+                "the lookup answered HTTP {status} with a body that is not JSON"
+            )),
+            Exchange::Response { status, .. } => Err(format!("the lookup answered HTTP {status}")),
+            Exchange::NotSent(reason) => Err(format!("the lookup was not sent: {reason}")),
+            Exchange::Timeout => Err("the lookup timed out".to_owned()),
+            Exchange::Dropped(reason) => Err(format!("the lookup's connection broke: {reason}")),
+        }
+    }
+
+    /// The cursor of the page after `body`, `None` after the last; an error for an answer
+    /// that would page in a circle or that says it has more without saying where.
+    fn next_cursor(&self, body: &Value, asked: Option<&str>) -> Result<Option<String>, String> {
+        let Some(pages) = &self.pages else {
+            return Ok(None);
         };
+        let text = |value: Option<&Value>| match value {
+            Some(Value::String(text)) if !text.is_empty() => Some(text.clone()),
+            Some(Value::Number(number)) => Some(number.to_string()),
+            _ => None,
+        };
+        let next = match &pages.next {
+            NextPage::Cursor(pointer) => text(body.pointer(pointer)),
+            NextPage::AfterLast(has_more) => {
+                if body.pointer(has_more) != Some(&Value::Bool(true)) {
+                    return Ok(None);
+                }
+                let last = candidates(body, &self.found).last().copied();
+                let id = text(last.and_then(|record| record.pointer(&self.external_id)));
+                Some(id.ok_or_else(|| {
+                    format!(
+                        "the lookup's answer says it has more at `{has_more}`, but its last \
+                         record has no id at `{}` to continue after",
+                        self.external_id
+                    )
+                })?)
+            }
+        };
+        if next.is_some() && next.as_deref() == asked {
+            return Err(
+                "the provider answered the lookup with the cursor it was given; the listing \
+                 would loop"
+                    .to_owned(),
+            );
+        }
+        Ok(next)
+    }
+
+    /// What the judged records add up to.
+    fn outcome(&self, tally: Tally) -> LookupOutcome {
+        let Some(found) = tally.ours else {
+            return match tally.mismatch {
+                Some(reason) => LookupOutcome::Mismatch(if tally.mismatches > 1 {
+                    format!("{reason} (and {} more such records)", tally.mismatches - 1)
+                } else {
+                    reason
+                }),
+                None => LookupOutcome::NotFound,
+            };
+        };
+        if tally.more_ours > 0 {
+            tracing::warn!(request = %self.request.context, records = tally.more_ours + 1, "the provider holds more than one record proved to be this intent's effect: a duplicate, which reconciliation reports");
+        }
         let external_id = match found.pointer(&self.external_id) {
             Some(Value::String(id)) => Some(id.clone()),
             Some(Value::Number(id)) => Some(id.to_string()),
@@ -405,9 +578,52 @@ impl CompiledLookup {
         });
         LookupOutcome::Found {
             external_id,
-            result: found.clone(),
+            result: found,
         }
     }
+}
+
+fn compile_pages(context: &str, pages: &LookupPages) -> Result<CompiledPages, HttpError> {
+    let bad = |reason: String| HttpError::BadLookupPages {
+        context: context.to_owned(),
+        reason,
+    };
+    let next = match (&pages.next_cursor, &pages.has_more) {
+        (Some(pointer), None) => {
+            check_pointer(context, "pages.next_cursor", pointer)?;
+            NextPage::Cursor(pointer.clone())
+        }
+        (None, Some(pointer)) => {
+            check_pointer(context, "pages.has_more", pointer)?;
+            NextPage::AfterLast(pointer.clone())
+        }
+        _ => {
+            return Err(bad(
+                "give exactly one of `next_cursor` (a pointer to the next page's cursor) and \
+                 `has_more` (a pointer to a boolean; the next page starts after the last \
+                 record's id)"
+                    .to_owned(),
+            ));
+        }
+    };
+    let max = pages.max.unwrap_or(LOOKUP_PAGES_DEFAULT);
+    if !(1..=LOOKUP_PAGES_MAX).contains(&max) {
+        return Err(bad(format!(
+            "`max` is {max}; give 1 to {LOOKUP_PAGES_MAX} pages"
+        )));
+    }
+    if pages.query.is_empty() {
+        return Err(bad(
+            "`query` is empty; name the query parameter that carries the cursor \
+             (`starting_after`)"
+                .to_owned(),
+        ));
+    }
+    Ok(CompiledPages {
+        query: pages.query.clone(),
+        next,
+        max,
+    })
 }
 
 /// Everything the templates of `call`'s requests may refer to.
@@ -461,6 +677,7 @@ fn call_template(tool: &str, call: &CallSpec) -> Result<RequestTemplate, HttpErr
         query: &call.query,
         headers: &call.headers,
         body: call.body.as_ref(),
+        absent: Absent::LeaveOut,
     })
 }
 
@@ -477,6 +694,7 @@ fn lookup_template(
         query: &lookup.query,
         headers: &lookup.headers,
         body: None,
+        absent: Absent::Refuse,
     })
 }
 

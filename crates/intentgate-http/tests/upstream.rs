@@ -15,8 +15,13 @@ use axum::http::{StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use axum::routing::{any, get, post};
 use common::*;
-use intentgate_core::{CallStatus, Effect, OutcomeClass, UpstreamObservation, classify};
-use intentgate_gate::{CallContext, Gate, GateOptions, LookupOutcome, SystemClock, Upstream};
+use intentgate_core::{
+    CallStatus, Effect, Misconfiguration, OutcomeClass, RequestFacts, Unreachable,
+    UpstreamObservation, classify, classify_with,
+};
+use intentgate_gate::{
+    CallContext, Gate, GateOptions, LookupOutcome, SystemClock, Upstream, UpstreamCall,
+};
 use intentgate_http::{HttpError, HttpTool, HttpUpstream, NOT_BUILT_STATUS};
 use intentgate_ledger::{Ledger, SqliteLedger, SqliteOptions};
 use serde_json::{Value, json};
@@ -782,8 +787,9 @@ async fn a_body_that_is_not_json_is_kept_as_bounded_text() {
 fn refund_lookup() -> intentgate_http::spec::LookupSpec {
     lookup_spec(json!({
         "path": "/v1/refunds",
-        "query": {"intent_key": "{intent_key}", "order_id": "{order_id}"},
-        "found": "/data/0",
+        "query": {"idempotency_key": "{idempotency_key}", "order_id": "{order_id}"},
+        "found": "/data",
+        "key": "/idempotency_key",
     }))
 }
 
@@ -799,7 +805,7 @@ async fn lookup_server(recorder: Recorder) -> String {
                         let seen = recorder.record(request).await;
                         let query = seen.query.unwrap_or_default();
                         if query.contains("order_id=found") {
-                            let refund = json!({"id": "re_9", "amount": "49.00"});
+                            let refund = json!({"id": "re_9", "amount": "49.00", "idempotency_key": "refund_order:refund:8812"});
                             (StatusCode::OK, axum::Json(json!({"data": [refund]})))
                         } else if query.contains("order_id=none") {
                             (StatusCode::OK, axum::Json(json!({"data": []})))
@@ -835,7 +841,7 @@ async fn a_lookup_finds_the_effect_or_says_why_not() {
         upstream.lookup(call(&tool, &found)).await,
         LookupOutcome::Found {
             external_id: Some("re_9".into()),
-            result: json!({"id": "re_9", "amount": "49.00"}),
+            result: json!({"id": "re_9", "amount": "49.00", "idempotency_key": "refund_order:refund:8812"}),
         }
     );
     let none = json!({"order_id": "none"});
@@ -869,7 +875,7 @@ async fn a_lookup_finds_the_effect_or_says_why_not() {
                 .query
                 .as_deref()
                 .unwrap()
-                .starts_with("intent_key=refund%3A8812&order_id="),
+                .starts_with("idempotency_key=refund_order%3Arefund%3A8812&order_id="),
             "{:?}",
             request.query
         );
@@ -1004,7 +1010,8 @@ fn a_call_that_uses_the_intent_id_anywhere_is_told_apart() {
     // The lookup may use it: a lookup without it fails, which proves nothing and is safe.
     let mut with_lookup = tool(refund_call());
     with_lookup.lookup = Some(lookup_spec(json!({
-        "path": "/v1/refunds", "query": {"intent": "{intent_id}"}, "found": "/data/0",
+        "path": "/v1/refunds", "query": {"intent": "{intent_id}"}, "found": "/data",
+        "key": "/idempotency_key",
     })));
     assert!(!with_lookup.call_uses_intent_id("refund_order"));
     let uses = [
@@ -1022,4 +1029,333 @@ fn a_call_that_uses_the_intent_id_anywhere_is_told_apart() {
     }
     let literal = json!({"upstream": "payments", "method": "POST", "path": "/v1/refunds", "body": {"note": "{{intent_id}}"}});
     assert!(!tool(call_spec(literal)).call_uses_intent_id("refund_order"));
+}
+
+/// A Stripe-like provider: `GET /v1/refunds?payment=...` lists every refund of one payment,
+/// two per page, continuing `starting_after` the last id while `has_more`. Payment `pi_1`
+/// holds a support agent's earlier partial refund (no key), another tenant's refund of the
+/// same amount, and, on the second page, this intent's; `pi_2` only others', over three
+/// pages; `pi_loop` answers `has_more` forever with the same page.
+async fn refunds_of_payments(recorder: Recorder) -> String {
+    let refunds = |payment: &str| -> Vec<Value> {
+        match payment {
+            "pi_1" => vec![
+                json!({"id": "re_1", "amount": "20.00", "payment": "pi_1", "idempotency_key": null}),
+                json!({"id": "re_2", "amount": "30.00", "payment": "pi_1", "idempotency_key": "south/refund_order:refund:8812"}),
+                json!({"id": "re_3", "amount": "30.00", "payment": "pi_1", "idempotency_key": "refund_order:refund:8812"}),
+            ],
+            "pi_2" => (1..=6)
+                .map(|n| json!({"id": format!("re_2{n}"), "amount": "30.00", "payment": "pi_2", "idempotency_key": format!("other/{n}")}))
+                .collect(),
+            _ => vec![json!({"id": "re_loop", "amount": "1.00", "idempotency_key": "x"})],
+        }
+    };
+    serve(
+        Router::new()
+            .route(
+                "/v1/refunds",
+                get(
+                    move |State(recorder): State<Recorder>, request: Request| async move {
+                        let seen = recorder.record(request).await;
+                        let query: BTreeMap<String, String> =
+                            url_pairs(seen.query.as_deref().unwrap_or_default());
+                        let all = refunds(query.get("payment").map(String::as_str).unwrap_or(""));
+                        if query.get("payment").map(String::as_str) == Some("pi_loop") {
+                            return axum::Json(json!({"data": all, "has_more": true}));
+                        }
+                        let start = match query.get("starting_after") {
+                            Some(after) => all
+                                .iter()
+                                .position(|refund| refund["id"] == after.as_str())
+                                .map_or(all.len(), |at| at + 1),
+                            None => 0,
+                        };
+                        let page: Vec<Value> = all.iter().skip(start).take(2).cloned().collect();
+                        let has_more = start + page.len() < all.len();
+                        axum::Json(json!({"object": "list", "data": page, "has_more": has_more}))
+                    },
+                ),
+            )
+            .with_state(recorder),
+    )
+    .await
+}
+
+fn url_pairs(query: &str) -> BTreeMap<String, String> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
+fn payment_lookup(max: u32) -> intentgate_http::spec::LookupSpec {
+    lookup_spec(json!({
+        "path": "/v1/refunds",
+        "query": {"payment": "{payment}"},
+        "found": "/data",
+        "key": "/idempotency_key",
+        "match": {"amount": {"record": "/amount", "compare": "decimal"}},
+        "pages": {"query": "starting_after", "has_more": "/has_more", "max": max},
+    }))
+}
+
+/// Regression: `found: /data/0` took the first refund of the payment, a support agent's
+/// 20.00 or another tenant's 30.00, and settled this intent with it. Now every record of
+/// every page is judged: only the one carrying this intent's provider key (and its amount)
+/// is found, on the second page.
+#[tokio::test]
+async fn a_listing_lookup_takes_only_this_intents_record_whatever_page_it_is_on() {
+    let recorder = Recorder::default();
+    let base = refunds_of_payments(recorder.clone()).await;
+    let upstream = upstream_with(
+        &base,
+        "refund_order",
+        refund_call(),
+        Some(payment_lookup(5)),
+    );
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+
+    let ours = json!({"order_id": "8812", "payment": "pi_1", "amount": 30});
+    let LookupOutcome::Found { external_id, .. } = upstream.lookup(call(&tool, &ours)).await else {
+        panic!("the intent's own refund is on the second page");
+    };
+    assert_eq!(external_id.as_deref(), Some("re_3"));
+    let queries: Vec<Option<String>> = recorder.seen().into_iter().map(|seen| seen.query).collect();
+    assert_eq!(
+        queries,
+        [
+            Some("payment=pi_1".to_owned()),
+            Some("payment=pi_1&starting_after=re_2".to_owned())
+        ]
+    );
+
+    // Only others' refunds, over three pages: not found, every page read.
+    let others = json!({"order_id": "8812", "payment": "pi_2", "amount": 30});
+    assert_eq!(
+        upstream.lookup(call(&tool, &others)).await,
+        LookupOutcome::NotFound
+    );
+    assert_eq!(recorder.seen().len(), 2 + 3);
+
+    // This intent's key with another amount is a mismatch, never found.
+    let other_amount = json!({"order_id": "8812", "payment": "pi_1", "amount": 31});
+    let LookupOutcome::Mismatch(reason) = upstream.lookup(call(&tool, &other_amount)).await else {
+        panic!("a record with this intent's key and another amount is a mismatch");
+    };
+    assert!(reason.contains("amount differs"), "{reason}");
+}
+
+/// A listing with more pages than the lookup may read proves nothing about the pages it did
+/// not read; a provider that answers the same page again would page forever.
+#[tokio::test]
+async fn a_listing_lookup_that_can_not_read_every_page_fails() {
+    let recorder = Recorder::default();
+    let base = refunds_of_payments(recorder.clone()).await;
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+
+    let two_pages = upstream_with(
+        &base,
+        "refund_order",
+        refund_call(),
+        Some(payment_lookup(2)),
+    );
+    let others = json!({"order_id": "8812", "payment": "pi_2", "amount": 30});
+    let LookupOutcome::Failed(reason) = two_pages.lookup(call(&tool, &others)).await else {
+        panic!("two pages of three prove nothing");
+    };
+    assert!(
+        reason.contains("read 2 pages and the provider has more"),
+        "{reason}"
+    );
+
+    let looping = json!({"order_id": "8812", "payment": "pi_loop", "amount": 30});
+    let LookupOutcome::Failed(reason) = two_pages.lookup(call(&tool, &looping)).await else {
+        panic!("a looping listing fails");
+    };
+    assert!(reason.contains("would loop"), "{reason}");
+}
+
+/// Regression: a query placeholder without a value was left out, so a lookup without the
+/// provider key was a bare `GET /v1/refunds` (every refund of every customer). Now the
+/// request is not built and the lookup fails, naming what is missing.
+#[tokio::test]
+async fn a_lookup_placeholder_without_a_value_fails_the_lookup_and_sends_nothing() {
+    let recorder = Recorder::default();
+    let base = lookup_server(recorder.clone()).await;
+    let upstream = upstream_with(&base, "refund_order", refund_call(), Some(refund_lookup()));
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "found"});
+    let without_key = UpstreamCall {
+        idempotency_key: None,
+        ..call(&tool, &arguments)
+    };
+    let LookupOutcome::Failed(reason) = upstream.lookup(without_key).await else {
+        panic!("a lookup without its provider key must fail");
+    };
+    assert!(reason.contains("provider key"), "{reason}");
+
+    // An optional argument of the filter, absent: refused by name, never left out.
+    let by_order = lookup_spec(json!({
+        "path": "/v1/refunds", "query": {"order_id": "{order_id}"}, "found": "/data",
+        "match": {"order_id": {"record": "/order_id"}},
+    }));
+    let upstream = upstream_with(&base, "refund_order", refund_call(), Some(by_order));
+    let LookupOutcome::Failed(reason) = upstream.lookup(call(&tool, &json!({}))).await else {
+        panic!("a lookup without its filter's argument must fail");
+    };
+    assert!(reason.contains("order_id"), "{reason}");
+    assert!(recorder.seen().is_empty(), "nothing may be sent");
+}
+
+#[test]
+fn a_lookup_without_a_proof_or_with_unusable_pages_is_refused() {
+    let unproven = lookup_spec(json!({"path": "/v1/refunds", "found": "/data/0"}));
+    let tools = BTreeMap::from([(
+        "refund_order".to_owned(),
+        HttpTool {
+            call: refund_call(),
+            lookup: Some(unproven),
+        },
+    )]);
+    let Err(error) = HttpUpstream::new(payments("https://api.example.com"), tools) else {
+        panic!("a lookup with neither key nor match must be refused");
+    };
+    assert!(matches!(error, HttpError::UnprovenLookup(_)), "{error}");
+    assert!(error.to_string().contains("key"), "{error}");
+
+    for pages in [
+        json!({"query": "starting_after"}),
+        json!({"query": "starting_after", "has_more": "/has_more", "next_cursor": "/next"}),
+        json!({"query": "starting_after", "has_more": "/has_more", "max": 0}),
+        json!({"query": "", "has_more": "/has_more"}),
+    ] {
+        let lookup = lookup_spec(json!({
+            "path": "/v1/refunds", "found": "/data", "key": "/k", "pages": pages.clone(),
+        }));
+        let tools = BTreeMap::from([(
+            "refund_order".to_owned(),
+            HttpTool {
+                call: refund_call(),
+                lookup: Some(lookup),
+            },
+        )]);
+        let refused = HttpUpstream::new(payments("https://api.example.com"), tools);
+        assert!(
+            matches!(refused, Err(HttpError::BadLookupPages { .. })),
+            "{pages}: {:?}",
+            refused.err()
+        );
+    }
+}
+
+/// A request's facts beside its observation: the upstream's name, a fixed route or not, and
+/// which kind of connect failure stopped it (SPEC section 5: the operator's errors).
+async fn executed(
+    base: &str,
+    spec: intentgate_http::spec::CallSpec,
+) -> (UpstreamObservation, RequestFacts) {
+    let upstream = upstream_with(base, "refund_order", spec, None);
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "8812", "amount": 49});
+    upstream.execute_with_facts(call(&tool, &arguments)).await
+}
+
+fn misconfigured(kind: Misconfiguration) -> OutcomeClass {
+    OutcomeClass::Misconfigured { kind }
+}
+
+#[tokio::test]
+async fn a_404_means_a_wrong_route_only_where_the_path_has_no_placeholder() {
+    let not_found = || async {
+        let body = json!({"error": {"message": "No such order: 8812"}});
+        (StatusCode::NOT_FOUND, axum::Json(body))
+    };
+    let base = serve(
+        Router::new()
+            .route("/v1/refundz", post(not_found))
+            .route("/v1/orders/{order_id}/refund", post(not_found)),
+    )
+    .await;
+
+    let (observation, facts) = executed(
+        &base,
+        call_spec(json!({"upstream": "payments", "method": "POST", "path": "/v1/refundz"})),
+    )
+    .await;
+    assert_eq!(facts.upstream.as_deref(), Some("payments"));
+    assert!(facts.fixed_route);
+    assert_eq!(
+        classify_with(&observation, &facts),
+        misconfigured(Misconfiguration::RouteNotFound)
+    );
+
+    let (observation, facts) = executed(
+        &base,
+        call_spec(json!({
+            "upstream": "payments", "method": "POST", "path": "/v1/orders/{order_id}/refund"
+        })),
+    )
+    .await;
+    assert!(!facts.fixed_route);
+    assert_eq!(classify_with(&observation, &facts), OutcomeClass::Rejected);
+}
+
+#[tokio::test]
+async fn a_401_a_403_and_a_407_are_the_operators_whatever_the_route() {
+    for (status, kind) in [
+        (StatusCode::UNAUTHORIZED, Misconfiguration::Unauthorized),
+        (StatusCode::FORBIDDEN, Misconfiguration::Forbidden),
+        (
+            StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            Misconfiguration::ProxyAuth,
+        ),
+    ] {
+        let base = serve(Router::new().route(
+            "/v1/orders/{order_id}/refund",
+            post(move || async move { (status, axum::Json(json!({"error": "no"}))) }),
+        ))
+        .await;
+        let (observation, facts) = executed(
+            &base,
+            call_spec(json!({
+                "upstream": "payments", "method": "POST", "path": "/v1/orders/{order_id}/refund"
+            })),
+        )
+        .await;
+        assert_eq!(
+            classify_with(&observation, &facts),
+            misconfigured(kind),
+            "{status}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refused_connection_a_failed_tls_handshake_and_an_unknown_host_are_told_apart() {
+    let (observation, facts) = executed(&closed_port_url(), refund_call()).await;
+    assert_eq!(
+        facts.unreachable,
+        Some(Unreachable::Connect),
+        "{observation:?}"
+    );
+    assert_eq!(
+        classify_with(&observation, &facts),
+        misconfigured(Misconfiguration::Connect)
+    );
+
+    let (_recorder, base) = serve_recording().await;
+    let (observation, facts) = executed(&base.replace("http://", "https://"), refund_call()).await;
+    assert_eq!(facts.unreachable, Some(Unreachable::Tls), "{observation:?}");
+
+    // `.invalid` never resolves (RFC 6761).
+    let (observation, facts) = executed("http://payments.invalid", refund_call()).await;
+    assert_eq!(facts.unreachable, Some(Unreachable::Dns), "{observation:?}");
+    let UpstreamObservation::NotSent { reason } = &observation else {
+        panic!("expected not sent, got {observation:?}");
+    };
+    assert!(
+        !reason.contains("payments.invalid"),
+        "no URL in the reason: {reason}"
+    );
 }

@@ -19,6 +19,10 @@
 //! ([`Ledger::register_process`], [`Ledger::heartbeat_process`], [`Ledger::end_process`]):
 //! `begin` takes a live lease from an owner whose process is gone as if it had expired.
 //!
+//! A call that carries the caller's own key for its operation (the HTTP API's
+//! `Idempotency-Key`) binds it to the intent it names ([`Ledger::bind_caller_key`]): within
+//! the tenant and tool, never as an intent key.
+//!
 //! The other operations serve the gateway's neighbours: the sweeper ([`Ledger::stale`]),
 //! operators ([`Ledger::resolve`], [`Ledger::set_tool_flag`], [`Ledger::events`], and
 //! [`Ledger::intents`], which pages through the intents matching an [`IntentFilter`]), the
@@ -283,6 +287,37 @@ pub enum Renewed {
     Lost(IntentRecord),
 }
 
+/// A key a caller chose for one operation (the HTTP API's `Idempotency-Key` header), bound
+/// to the intent its first call named, within its tenant and tool: for
+/// [`Ledger::bind_caller_key`]. It is never an intent key: the intent's key is the tool's own
+/// (rendered from the arguments), and this only says which intent the caller meant by its
+/// key, so that the same key with another payload can be refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallerKey {
+    pub tenant: String,
+    pub tool: String,
+    /// The caller's key, as the header named it.
+    pub caller_key: String,
+    /// The key of the intent it names.
+    pub intent_key: String,
+    /// The fingerprint of the arguments it was first used with.
+    pub fingerprint: String,
+    /// When it was bound; for a binding asked for, the time of the call.
+    pub bound_ms: i64,
+}
+
+/// What [`Ledger::bind_caller_key`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bound {
+    /// The caller key was free in its tenant and tool: it is bound now.
+    New,
+    /// The caller key was bound to the same intent (key and fingerprint): nothing written.
+    Same,
+    /// The caller key is bound to another intent (another key, or the same key with other
+    /// arguments): the binding as stored; nothing written.
+    Other(CallerKey),
+}
+
 /// A manual or automatic resolution of an intent (operator, reconciliation).
 #[derive(Debug, Clone)]
 pub struct Resolve {
@@ -296,8 +331,8 @@ pub struct Resolve {
 }
 
 /// What [`Ledger::erase`] deletes: one tenant's intents, or those of one of its tools, or
-/// the one intent with a key; with their events and the reconciliation mismatches that name
-/// them.
+/// the one intent with a key; with their events, the caller keys bound to them and the
+/// reconciliation mismatches that name them.
 #[derive(Debug, Clone)]
 pub struct Erase {
     pub tenant: String,
@@ -506,6 +541,17 @@ ledger_trait! {
         /// The `traceparent` [`Ledger::record_trace`] kept for `id`, if any.
         async fn trace_of(&self, id: IntentId) -> Result<Option<String>>;
 
+        /// Binds `binding.caller_key` to the intent `binding` names (its key and fingerprint),
+        /// within its tenant and tool, unless that caller key is bound already, and answers what
+        /// it found: [`Bound::New`], [`Bound::Same`], or [`Bound::Other`] with the stored binding.
+        /// A binding never changes: a caller key names the intent of its first call until
+        /// [`Ledger::purge`] or [`Ledger::erase`] deletes it with that intent. Of two callers
+        /// binding one caller key at once, one binds it and the other finds it bound. Not
+        /// durable on its own when it returns (the durable `begin` that follows it commits it
+        /// too). Refused (nothing written): an empty or over-long tenant, tool, caller key or
+        /// intent key, or a fingerprint that is not 64 hex digits.
+        async fn bind_caller_key(&self, binding: &CallerKey) -> Result<Bound>;
+
         /// Reads an intent by its scope and key.
         async fn get(&self, tenant: &str, tool: &str, key: &str) -> Result<Option<IntentRecord>>;
 
@@ -546,14 +592,18 @@ ledger_trait! {
         /// Deletes settled intents (done, rejected, not_executed) not seen since `before_ms`,
         /// with their events, and the reconciliation runs finished before `before_ms` with their
         /// mismatches. Unknown and in-flight intents are kept until resolved. Also deletes the
-        /// processes that ended, or last heartbeaten, before `before_ms`, and the ended ones
-        /// beyond the latest [`PROCESSES_ENDED_KEPT_MAX`]. Returns how many intents were
-        /// deleted.
+        /// caller keys ([`Ledger::bind_caller_key`]) bound before `before_ms` whose intent is
+        /// gone (a key is bound at a call of its intent, so no later than the intent was last
+        /// seen), the processes that ended, or last heartbeaten, before `before_ms`, and the
+        /// ended ones beyond the latest [`PROCESSES_ENDED_KEPT_MAX`]. Returns how many intents
+        /// were deleted.
         async fn purge(&self, before_ms: i64) -> Result<u64>;
 
         /// Deletes what [`Erase`] selects (at most [`ERASE_BATCH_MAX`] intents per call, with
-        /// their events; the tenant's reconciliation mismatches, and for a whole tenant or tool
-        /// its refused-call events), in one transaction, and appends an `erased` event (tenant,
+        /// their events and the caller keys bound to them; the tenant's reconciliation
+        /// mismatches, for a whole tenant or tool its refused-call events, and, in the call that
+        /// erases the last selected intent, the selection's caller keys bound to no intent), in
+        /// one transaction, and appends an `erased` event (tenant,
         /// tool, counts, actor and reason; no key, argument or result) that retention keeps.
         /// Refuses, writing nothing, while any selected intent is held by a call, or is not
         /// settled and `force` is not set. Refused too (an error): an empty reason or actor, a

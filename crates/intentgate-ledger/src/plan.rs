@@ -14,9 +14,9 @@
 
 use intentgate_core::IntentStatus;
 use intentgate_core::limits::{
-    ACTOR_LENGTH_MAX, ARGUMENTS_BYTES_MAX, EVENT_DETAIL_LENGTH_MAX, EXTERNAL_ID_LENGTH_MAX,
-    INTENT_KEY_LENGTH_MAX, LEASE_OWNER_LENGTH_MAX, RESULT_BYTES_MAX, TENANT_LENGTH_MAX,
-    TOOL_NAME_LENGTH_MAX,
+    ACTOR_LENGTH_MAX, ARGUMENTS_BYTES_MAX, CALLER_KEY_LENGTH_MAX, EVENT_DETAIL_LENGTH_MAX,
+    EXTERNAL_ID_LENGTH_MAX, INTENT_KEY_LENGTH_MAX, LEASE_OWNER_LENGTH_MAX, RESULT_BYTES_MAX,
+    TENANT_LENGTH_MAX, TOOL_NAME_LENGTH_MAX,
 };
 use intentgate_core::text::cut;
 use serde_json::Value;
@@ -29,7 +29,7 @@ use crate::record::{
     IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
 };
 use crate::{
-    Begin, BeginRequest, Erase, Erased, Erasure, Finish, Finished, LedgerError,
+    Begin, BeginRequest, Bound, CallerKey, Erase, Erased, Erasure, Finish, Finished, LedgerError,
     MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_BYTES_MAX, MISMATCH_EXTERNAL_IDS_MAX,
     MISMATCH_KIND_LENGTH_MAX, MISMATCH_SEVERITIES, MISMATCH_SUBJECT_LENGTH_MAX,
     RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATION_SUMMARY_BYTES_MAX, Renew, Renewed,
@@ -213,6 +213,42 @@ fn transition(
     writes.push(Write::Intent(stored(after.clone())?));
     writes.push(Write::Event(event));
     Ok(after)
+}
+
+/// Length of a fingerprint as the ledger keeps it: a SHA-256 in hex.
+const FINGERPRINT_HEX_LENGTH: usize = 64;
+
+/// What `bind_caller_key` checks before it reads or writes anything: what the schema's
+/// `caller_keys` table would refuse, said in words.
+pub fn check_caller_key(binding: &CallerKey) -> Result<(), LedgerError> {
+    check_name("tenant", &binding.tenant, TENANT_LENGTH_MAX)?;
+    check_name("tool", &binding.tool, TOOL_NAME_LENGTH_MAX)?;
+    check_name("caller_key", &binding.caller_key, CALLER_KEY_LENGTH_MAX)?;
+    check_name("intent_key", &binding.intent_key, INTENT_KEY_LENGTH_MAX)?;
+    if binding.fingerprint.len() != FINGERPRINT_HEX_LENGTH
+        || !binding
+            .fingerprint
+            .bytes()
+            .all(|byte| byte.is_ascii_hexdigit())
+    {
+        return Err(LedgerError::Invalid {
+            field: "fingerprint",
+            reason: format!(
+                "must be {FINGERPRINT_HEX_LENGTH} hex digits (a SHA-256 of the arguments)"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// What a caller key found `stored` (bound in the same tenant and tool) means for the
+/// binding `asked`: the same intent when both the key and the fingerprint match, else another.
+pub fn bound(stored: CallerKey, asked: &CallerKey) -> Bound {
+    if stored.intent_key == asked.intent_key && stored.fingerprint == asked.fingerprint {
+        Bound::Same
+    } else {
+        Bound::Other(stored)
+    }
 }
 
 /// What `begin` checks before it reads anything.
@@ -678,6 +714,11 @@ pub fn check_resolve(resolve: &Resolve) -> Result<(), LedgerError> {
 }
 
 /// `resolve` on the intent as read (and locked) in the operation's transaction.
+///
+/// From `rejected` to `not_executed` it is a reopening (event kind `reopen`): the stored
+/// refusal is dropped, and the provider key moves to a new epoch, as a `retry_rejected` tool's
+/// next attempt does, because the refused attempt is known to have done nothing and a provider
+/// that stored its refusal under the old key would replay it to the next call.
 pub fn resolve(intent: IntentRecord, resolve: &Resolve) -> Result<Plan<IntentRecord>, LedgerError> {
     let mut next = intent.clone();
     next.status = intent.status.transition(resolve.status)?;
@@ -685,17 +726,24 @@ pub fn resolve(intent: IntentRecord, resolve: &Resolve) -> Result<Plan<IntentRec
     next.lease_expires_ms = None;
     next.updated_ms = resolve.now_ms;
     next.resolved_by = Some(resolve.actor.clone());
+    let reopen = intent.status == IntentStatus::Rejected;
+    if reopen {
+        next.result = None;
+        next.external_id = None;
+        next.epoch += 1;
+    }
     if resolve.external_id.is_some() {
         next.external_id = resolve.external_id.clone();
     }
     if resolve.result.is_some() {
         next.result = resolve.result.clone();
     }
+    let kind = if reopen { "reopen" } else { "resolve" };
     let event = NewEvent {
         from_status: Some(intent.status),
         to_status: Some(next.status),
         actor: Some(resolve.actor.clone()),
-        ..NewEvent::about(&next, resolve.now_ms, "resolve", &resolve.reason)
+        ..NewEvent::about(&next, resolve.now_ms, kind, &resolve.reason)
     };
     let writes = vec![Write::Intent(stored(next.clone())?), Write::Event(event)];
     Ok(Plan::new(writes, next))

@@ -191,6 +191,10 @@ pub struct EraseQueries {
     /// Deletes the tenant's (or its tool's) events of refused calls, which name no intent;
     /// `None` when one key is erased, since they don't belong to one intent.
     pub disabled_calls: Option<Query>,
+    /// Deletes the selected caller keys whose intent is gone (bound by a call that never
+    /// recorded its intent): run by the batch that erases the last selected intent, the keys
+    /// of each erased intent going with it.
+    pub unbound_caller_keys: Query,
 }
 
 /// The statuses of intents whose effect may have happened although nothing says so.
@@ -261,12 +265,27 @@ pub fn erase_queries(erase: &Erase, dialect: Dialect) -> Result<EraseQueries, Le
             parameters: parameters.values,
         }
     });
+    let mut parameters = Parameters {
+        dialect,
+        values: Vec::new(),
+    };
+    let conditions = erase_conditions(erase, &mut parameters, true);
+    let unbound_caller_keys = Query {
+        sql: format!(
+            "DELETE FROM caller_keys WHERE {} AND NOT EXISTS (SELECT 1 FROM intents \
+             WHERE intents.tenant = caller_keys.tenant AND intents.tool = caller_keys.tool \
+             AND intents.intent_key = caller_keys.intent_key)",
+            conditions.join(" AND ")
+        ),
+        parameters: parameters.values,
+    };
     Ok(EraseQueries {
         busy,
         unsettled,
         batch,
         mismatches,
         disabled_calls,
+        unbound_caller_keys,
     })
 }
 

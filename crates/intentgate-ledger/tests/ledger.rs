@@ -23,16 +23,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use intentgate_core::limits::{
-    ARGUMENTS_BYTES_MAX, EXTERNAL_ID_LENGTH_MAX, INTENT_KEY_LENGTH_MAX, TENANT_LENGTH_MAX,
+    ARGUMENTS_BYTES_MAX, CALLER_KEY_LENGTH_MAX, EXTERNAL_ID_LENGTH_MAX, INTENT_KEY_LENGTH_MAX,
+    TENANT_LENGTH_MAX,
 };
 use intentgate_core::{IllegalTransition, IntentStatus, fingerprint};
 use intentgate_ledger::{
-    Begin, BeginRequest, Erase, Erased, Erasure, Event, Finish, Finished, INSTANCE_LENGTH_MAX,
-    IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, MISMATCH_DETAIL_LENGTH_MAX,
-    MISMATCH_EXTERNAL_IDS_MAX, MISMATCH_SUBJECT_LENGTH_MAX, Order, PROCESSES_ENDED_KEPT_MAX,
-    ProcessEnd, ProcessRecord, ProcessRegistration, RECONCILIATION_MISMATCHES_STORED_MAX,
-    ReconciliationRun, Renew, Renewed, Resolve, SUMMARY_MISMATCHES_NOT_STORED, StatusCount,
-    StoredMismatch, ToolFlag,
+    Begin, BeginRequest, Bound, CallerKey, Erase, Erased, Erasure, Event, Finish, Finished,
+    INSTANCE_LENGTH_MAX, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError,
+    MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_MAX, MISMATCH_SUBJECT_LENGTH_MAX, Order,
+    PROCESSES_ENDED_KEPT_MAX, ProcessEnd, ProcessRecord, ProcessRegistration,
+    RECONCILIATION_MISMATCHES_STORED_MAX, ReconciliationRun, Renew, Renewed, Resolve,
+    SUMMARY_MISMATCHES_NOT_STORED, StatusCount, StoredMismatch, ToolFlag,
 };
 use serde_json::{Value, json};
 
@@ -2425,6 +2426,87 @@ async fn a_restarted_rejection_does_not_carry_the_old_refusal(ledger: &dyn Ledge
     );
 }
 
+/// An operator reopens a refusal that was stored wrongly: it becomes `not_executed` without
+/// the old refusal, its provider key moves to a new epoch, the event log says who and why, and
+/// the next call starts a new attempt with that key. A done intent can't be reopened.
+async fn an_operator_reopens_a_rejected_intent_and_the_next_call_executes_it(ledger: &dyn Ledger) {
+    let intent = started(ledger, "order-o", "owner-a", T0).await;
+    let mut rejected = finish(&intent, "owner-a", IntentStatus::Rejected, T0 + 1);
+    rejected.result = Some(json!({"error": {"message": "Invalid API key provided"}}));
+    let rejected = expect!(Finished::Recorded, ledger.finish(rejected).await.unwrap());
+    assert_eq!(
+        (rejected.status, rejected.epoch),
+        (IntentStatus::Rejected, 1)
+    );
+    // Without reopening, a call is answered from the stored refusal.
+    expect!(
+        Begin::Settled,
+        ledger
+            .begin(request("order-o", "owner-b", T0 + 2))
+            .await
+            .unwrap()
+    );
+
+    let reopened = ledger
+        .resolve(Resolve {
+            id: intent.id,
+            status: IntentStatus::NotExecuted,
+            external_id: None,
+            result: None,
+            actor: "operator:alice".into(),
+            reason: "the 401 was our wrong API key, fixed in the config".into(),
+            now_ms: T0 + 3,
+        })
+        .await
+        .unwrap();
+    assert_eq!(reopened.status, IntentStatus::NotExecuted);
+    assert_eq!((reopened.result.as_ref(), reopened.epoch), (None, 2));
+    assert_eq!(reopened.resolved_by.as_deref(), Some("operator:alice"));
+    assert_eq!(read(ledger, &intent).await, reopened);
+    let log = events(ledger, &intent).await;
+    let last = log.last().expect("a reopen event");
+    assert_eq!(last.kind, "reopen");
+    assert_eq!(
+        (last.from_status.as_deref(), last.to_status.as_deref()),
+        (Some("rejected"), Some("not_executed"))
+    );
+    assert_eq!(last.actor.as_deref(), Some("operator:alice"));
+    assert_eq!(
+        last.detail.as_deref(),
+        Some("the 401 was our wrong API key, fixed in the config")
+    );
+
+    let next = expect!(
+        Begin::Execute,
+        ledger
+            .begin(request("order-o", "owner-c", T0 + 4))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        (next.status, next.attempt, next.epoch),
+        (IntentStatus::InFlight, 2, 2)
+    );
+    assert_eq!(next.resolved_by, None);
+
+    let done = settled(ledger, "order-d", IntentStatus::Done, T0 + 5).await;
+    let refused = ledger
+        .resolve(Resolve {
+            id: done.id,
+            status: IntentStatus::NotExecuted,
+            external_id: None,
+            result: None,
+            actor: "operator:mallory".into(),
+            reason: "undo".into(),
+            now_ms: T0 + 6,
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(LedgerError::Transition(_))),
+        "{refused:?}"
+    );
+}
+
 /// An over-long lease owner on an existing intent surfaced as a storage failure (the
 /// schema's CHECK) instead of a refused value.
 async fn an_over_long_lease_owner_is_refused_as_too_large_on_every_path(ledger: &dyn Ledger) {
@@ -2457,6 +2539,248 @@ fn erasure(tenant: &str, tool: Option<&str>, key: Option<&str>, now_ms: i64) -> 
         reason: "erasure request 77".into(),
         now_ms,
     }
+}
+
+/// The binding of `caller_key` (an `Idempotency-Key`) in the suite's tenant and tool to the
+/// intent `intent_key` with the arguments `request` gives it, at `now_ms`.
+fn caller_key(caller_key: &str, intent_key: &str, now_ms: i64) -> CallerKey {
+    CallerKey {
+        tenant: TENANT.into(),
+        tool: TOOL.into(),
+        caller_key: caller_key.into(),
+        intent_key: intent_key.into(),
+        fingerprint: request(intent_key, "binder", now_ms).fingerprint,
+        bound_ms: now_ms,
+    }
+}
+
+async fn bind(ledger: &dyn Ledger, binding: &CallerKey) -> Bound {
+    ledger
+        .bind_caller_key(binding)
+        .await
+        .expect("bind_caller_key")
+}
+
+/// The regression of an `Idempotency-Key` that became the intent key: a caller key is bound
+/// to the intent its first call named and never changes; the same key naming another intent
+/// (another key, or the same key with other arguments) finds the first binding; a second
+/// key may name the same intent; and one key value is separate in each tenant and tool.
+async fn a_caller_key_stays_bound_to_its_first_intent_within_its_tenant_and_tool(
+    ledger: &dyn Ledger,
+) {
+    let first = caller_key("op-1", "refund:o1:5.00", T0);
+    assert_eq!(bind(ledger, &first).await, Bound::New);
+    let repeat = CallerKey {
+        bound_ms: T0 + 10,
+        ..first.clone()
+    };
+    assert_eq!(bind(ledger, &repeat).await, Bound::Same);
+
+    // Another business key under the key: the first binding, unchanged.
+    let other_key = caller_key("op-1", "refund:o1:6.00", T0 + 20);
+    assert_eq!(bind(ledger, &other_key).await, Bound::Other(first.clone()));
+    // The same business key with other arguments.
+    let other_arguments = CallerKey {
+        fingerprint: fingerprint(&json!({"order": "o1", "amount": "6.00"}))
+            .as_str()
+            .to_owned(),
+        ..caller_key("op-1", "refund:o1:5.00", T0 + 30)
+    };
+    assert_eq!(
+        bind(ledger, &other_arguments).await,
+        Bound::Other(first.clone())
+    );
+
+    // A second key for the same intent is bound to it too.
+    assert_eq!(
+        bind(ledger, &caller_key("op-2", "refund:o1:5.00", T0 + 40)).await,
+        Bound::New
+    );
+    // The same key value elsewhere is another key.
+    let elsewhere = [
+        CallerKey {
+            tenant: OTHER_TENANT.into(),
+            ..other_key.clone()
+        },
+        CallerKey {
+            tool: OTHER_TOOL.into(),
+            ..other_key.clone()
+        },
+    ];
+    for binding in &elsewhere {
+        assert_eq!(bind(ledger, binding).await, Bound::New, "{binding:?}");
+        assert_eq!(bind(ledger, binding).await, Bound::Same, "{binding:?}");
+    }
+    assert_eq!(bind(ledger, &first).await, Bound::Same);
+}
+
+/// Of callers binding one key at once to different intents, one binds it and every other
+/// finds that binding.
+async fn callers_binding_one_key_at_once_find_one_binding(ledger: Arc<dyn Ledger>) {
+    const CALLERS: usize = 16;
+    let mut tasks = tokio::task::JoinSet::new();
+    for amount in 0..CALLERS {
+        let ledger = ledger.clone();
+        tasks.spawn(async move {
+            let binding = caller_key("race-1", &format!("refund:o1:{amount}.00"), T0);
+            let bound = ledger.bind_caller_key(&binding).await.expect("bind");
+            (binding, bound)
+        });
+    }
+    let mut answers = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        answers.push(joined.expect("a task failed"));
+    }
+    let winners: Vec<&CallerKey> = answers
+        .iter()
+        .filter(|(_, bound)| *bound == Bound::New)
+        .map(|(binding, _)| binding)
+        .collect();
+    assert_eq!(winners.len(), 1, "{answers:?}");
+    let winner = winners[0].clone();
+    for (binding, bound) in &answers {
+        if *binding != winner {
+            assert_eq!(*bound, Bound::Other(winner.clone()), "{binding:?}");
+        }
+    }
+}
+
+async fn a_caller_key_the_schema_cannot_store_is_refused_and_nothing_is_bound(ledger: &dyn Ledger) {
+    let good = caller_key("op-limits", "refund:o1:5.00", T0);
+    let cases = [
+        (
+            CallerKey {
+                caller_key: String::new(),
+                ..good.clone()
+            },
+            "caller_key is empty",
+        ),
+        (
+            CallerKey {
+                caller_key: "k".repeat(CALLER_KEY_LENGTH_MAX + 1),
+                ..good.clone()
+            },
+            "caller_key is 513 bytes long; the limit is 512",
+        ),
+        (
+            CallerKey {
+                intent_key: "k".repeat(INTENT_KEY_LENGTH_MAX + 1),
+                ..good.clone()
+            },
+            "intent_key is 513 bytes long",
+        ),
+        (
+            CallerKey {
+                tenant: "t".repeat(TENANT_LENGTH_MAX + 1),
+                ..good.clone()
+            },
+            "tenant is 129 bytes long",
+        ),
+        (
+            CallerKey {
+                fingerprint: "not a sha-256".into(),
+                ..good.clone()
+            },
+            "fingerprint must be 64 hex digits",
+        ),
+    ];
+    for (binding, says) in cases {
+        let refused = ledger.bind_caller_key(&binding).await.unwrap_err();
+        assert!(refused.to_string().contains(says), "{refused}");
+    }
+    // The longest key is stored, and nothing of the refusals was.
+    let longest = CallerKey {
+        caller_key: "k".repeat(CALLER_KEY_LENGTH_MAX),
+        ..good.clone()
+    };
+    assert_eq!(bind(ledger, &longest).await, Bound::New);
+    assert_eq!(bind(ledger, &good).await, Bound::New);
+}
+
+/// A caller key goes with its intent: the purge deletes the keys of the intents it deletes,
+/// and old keys whose intent was never recorded, and keeps the keys of the intents it keeps;
+/// an erasure deletes the keys of the intents it erases and, once it has erased the last
+/// one, the selection's keys of no intent, never another tenant's.
+async fn caller_keys_are_purged_and_erased_with_their_intents(ledger: &dyn Ledger) {
+    let cutoff_ms = T0 + 1_000;
+    settled(ledger, "old-done", IntentStatus::Done, T0).await;
+    settled(ledger, "old-unknown", IntentStatus::Unknown, T0).await;
+    settled(ledger, "recent-done", IntentStatus::Done, cutoff_ms).await;
+    let bindings = [
+        caller_key("k-old-done", "old-done", T0),
+        caller_key("k-old-unknown", "old-unknown", T0),
+        caller_key("k-recent-done", "recent-done", cutoff_ms),
+        // Bound by calls that recorded no intent: one long ago, one just now.
+        caller_key("k-old-orphan", "never-begun", T0),
+        caller_key("k-new-orphan", "never-begun", cutoff_ms),
+    ];
+    for binding in &bindings {
+        assert_eq!(bind(ledger, binding).await, Bound::New);
+    }
+    // Whether a key is still bound: one that was deleted is free for another intent.
+    let still_bound = |binding: &CallerKey| {
+        let probe = CallerKey {
+            intent_key: "probe".into(),
+            bound_ms: cutoff_ms + 1,
+            ..binding.clone()
+        };
+        async move {
+            matches!(
+                ledger.bind_caller_key(&probe).await.unwrap(),
+                Bound::Other(_)
+            )
+        }
+    };
+
+    assert_eq!(ledger.purge(cutoff_ms).await.unwrap(), 1);
+    let mut kept = Vec::new();
+    for binding in &bindings {
+        kept.push(still_bound(binding).await);
+    }
+    assert_eq!(kept, [false, true, true, false, true]);
+
+    // An erasure of one key takes that intent's keys only; of the whole tenant, the rest of
+    // its keys, bound to an intent or not, and nothing of another tenant.
+    let erased_one = settled(ledger, "erase-me", IntentStatus::Done, cutoff_ms).await;
+    settled_as(ledger, OTHER_TENANT, TOOL, "erase-me", cutoff_ms).await;
+    let of_erased = caller_key("k-erase-me", "erase-me", cutoff_ms);
+    let orphan = caller_key("k-orphan", "never-begun-either", cutoff_ms);
+    let other_tenant = CallerKey {
+        tenant: OTHER_TENANT.into(),
+        ..of_erased.clone()
+    };
+    for binding in [&of_erased, &orphan, &other_tenant] {
+        assert_eq!(bind(ledger, binding).await, Bound::New);
+    }
+    let erased = ledger
+        .erase(&erasure(
+            TENANT,
+            Some(TOOL),
+            Some("erase-me"),
+            cutoff_ms + 2,
+        ))
+        .await
+        .unwrap();
+    assert!(
+        matches!(erased, Erasure::Erased(Erased { intents: 1, .. })),
+        "{erased:?}"
+    );
+    assert_eq!(ledger.get_by_id(erased_one.id).await.unwrap(), None);
+    assert!(!still_bound(&of_erased).await);
+    assert!(still_bound(&orphan).await, "not the erased key's");
+    let forced = Erase {
+        force: true,
+        ..erasure(TENANT, None, None, cutoff_ms + 3)
+    };
+    assert!(matches!(
+        ledger.erase(&forced).await.unwrap(),
+        Erasure::Erased(Erased { more: false, .. })
+    ));
+    for gone in [&orphan, &bindings[1], &bindings[2], &bindings[4]] {
+        assert!(!still_bound(gone).await, "{gone:?}");
+    }
+    assert!(still_bound(&other_tenant).await);
+    assert_eq!(bind(ledger, &other_tenant).await, Bound::Same);
 }
 
 /// A settled intent of another tenant or tool than the suite's.
@@ -2930,6 +3254,7 @@ macro_rules! behaviours {
     ($fresh:ident, $shared:ident) => {
         behaviours!(@each $fresh, #[tokio::test],
             a_restarted_rejection_does_not_carry_the_old_refusal,
+            an_operator_reopens_a_rejected_intent_and_the_next_call_executes_it,
             an_over_long_lease_owner_is_refused_as_too_large_on_every_path,
             erase_deletes_a_tenants_intents_events_and_mismatches_and_nothing_else,
             erase_refuses_unsettled_intents_unless_forced_and_a_running_call_always,
@@ -2972,9 +3297,13 @@ macro_rules! behaviours {
             a_registration_with_a_bad_instance_or_silence_is_refused,
             purge_deletes_processes_that_ended_or_went_silent_before_the_cutoff,
             the_executing_calls_trace_is_kept_replaced_and_erased_with_its_intent,
+            a_caller_key_stays_bound_to_its_first_intent_within_its_tenant_and_tool,
+            a_caller_key_the_schema_cannot_store_is_refused_and_nothing_is_bound,
+            caller_keys_are_purged_and_erased_with_their_intents,
         );
         behaviours!(@each $shared, #[tokio::test(flavor = "multi_thread", worker_threads = 8)],
             concurrent_begins_on_distinct_keys_all_commit,
+            callers_binding_one_key_at_once_find_one_binding,
         );
         behaviours!(@each $shared, #[tokio::test(flavor = "multi_thread", worker_threads = 2)],
             a_waiter_sees_the_lease_holder_finish_promptly,

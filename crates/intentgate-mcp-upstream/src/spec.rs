@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use intentgate_http::spec::ListRecords;
+use intentgate_http::spec::{ListRecords, MatchField};
 use serde_json::Value;
 
 /// One upstream MCP server and how long one call to it may take.
@@ -110,11 +110,17 @@ pub struct McpLookup {
     /// The lookup tool's call; its `idempotency_key_argument` is ignored (a lookup performs
     /// nothing and carries no key).
     pub call: McpToolCall,
-    /// JSON pointer to the effect in the result: absent, `null`, `[]` or `{}` there means not
-    /// found. `""` is the whole result.
+    /// JSON pointer to what the lookup found in the result: one record (an object) or the
+    /// candidates (an array); absent, `null`, `[]` or `{}` there means not found. `""` is the
+    /// whole result.
     pub found: String,
     /// JSON pointer, inside the found value, to the provider's id; `None` is `/id`.
     pub external_id: Option<String>,
+    /// JSON pointer, inside a record, to the provider key the gateway sent with the effect.
+    pub key: Option<String>,
+    /// Business fields a record must hold with the intent's exact values. With `key`, how a
+    /// record is proved to be this intent's (`intentgate_http::verify`); at least one.
+    pub match_fields: BTreeMap<String, MatchField>,
 }
 
 /// A read-only tool of the same server that lists a tool's effects over a time window, for

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use intentgate_core::UpstreamObservation;
 use intentgate_core::limits::EXTERNAL_ID_LENGTH_MAX;
+use intentgate_core::{RequestFacts, Unreachable, UpstreamObservation};
 use intentgate_gate::{LookupOutcome, Upstream, UpstreamCall};
 use rmcp::ServiceError;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ErrorCode};
@@ -15,6 +15,7 @@ use serde_json::{Map, Value, json};
 
 use crate::connection::{McpConnection, State};
 use crate::spec::{McpTool, McpToolCall};
+use intentgate_http::verify::{Intent, Proof, Tally, candidates};
 
 /// Status of a result with `isError` that is a refusal.
 pub const REFUSED_STATUS: u16 = 422;
@@ -67,8 +68,9 @@ impl McpUpstream {
         call: &UpstreamCall<'_>,
         idempotency_key: Option<&str>,
         wait: bool,
+        absent: Absent,
     ) -> Result<CallToolResult, UpstreamObservation> {
-        let params = request(spec, call, idempotency_key)
+        let params = request(spec, call, idempotency_key, absent)
             .map_err(|reason| UpstreamObservation::NotSent { reason })?;
         let timeout = self.connection.timeout().min(call.timeout);
         call_tool(&self.connection, params, timeout, wait).await
@@ -116,7 +118,9 @@ impl Upstream for McpUpstream {
     fn check(&self, call: UpstreamCall<'_>) -> Result<(), String> {
         match self.tools.get(&call.tool.name) {
             None => Ok(()),
-            Some(tool) => request(&tool.call, &call, call.idempotency_key).map(drop),
+            Some(tool) => {
+                request(&tool.call, &call, call.idempotency_key, Absent::LeaveOut).map(drop)
+            }
         }
     }
 
@@ -132,12 +136,37 @@ impl Upstream for McpUpstream {
             };
         };
         match self
-            .send(&tool.call, &call, call.idempotency_key, false)
+            .send(
+                &tool.call,
+                &call,
+                call.idempotency_key,
+                false,
+                Absent::LeaveOut,
+            )
             .await
         {
             Ok(result) => observation_of_result(&tool.call, &result),
             Err(observation) => observation,
         }
+    }
+
+    /// [`Upstream::execute`], naming the MCP server as the call's upstream. A call not sent
+    /// because the server's session is not open (the server is down, or its session is being
+    /// reopened) is an unreachable upstream, which the operator hears about.
+    async fn execute_with_facts(
+        &self,
+        call: UpstreamCall<'_>,
+    ) -> (UpstreamObservation, RequestFacts) {
+        let observation = self.execute(call).await;
+        let down = matches!(observation, UpstreamObservation::NotSent { .. })
+            && !is_open(&self.connection.state());
+        let facts = RequestFacts {
+            upstream: Some(self.connection.name().to_owned()),
+            // Tools are called by name: there is no route that could be wrong.
+            fixed_route: false,
+            unreachable: down.then_some(Unreachable::Connect),
+        };
+        (observation, facts)
     }
 
     async fn lookup(&self, call: UpstreamCall<'_>) -> LookupOutcome {
@@ -150,7 +179,12 @@ impl Upstream for McpUpstream {
         let Some(lookup) = &tool.lookup else {
             return LookupOutcome::Unsupported;
         };
-        let result = match self.send(&lookup.call, &call, None, true).await {
+        // A lookup waits for a server that is down; its arguments are its filter, so none
+        // may be left out (a filter left out would widen the answer).
+        let result = match self
+            .send(&lookup.call, &call, None, true, Absent::Refuse)
+            .await
+        {
             Ok(result) => result,
             Err(observation) => {
                 return LookupOutcome::Failed(format!("the lookup got no result: {observation:?}"));
@@ -162,12 +196,35 @@ impl Upstream for McpUpstream {
                 first_text(&result).unwrap_or_default()
             ));
         }
+        let Some(proof) = Proof::new(lookup.key.as_deref(), &lookup.match_fields) else {
+            return LookupOutcome::Failed(
+                "the lookup has neither `key` nor `match`, so nothing it finds can be proved to \
+                 be this intent's effect"
+                    .to_owned(),
+            );
+        };
+        if proof.uses_key() && call.idempotency_key.is_none() {
+            return LookupOutcome::Failed(
+                "the lookup proves records by their provider key, and this call has none"
+                    .to_owned(),
+            );
+        }
         let value = result_value(&result);
-        let found = match value.pointer(&lookup.found) {
-            None | Some(Value::Null) => return LookupOutcome::NotFound,
-            Some(Value::Array(items)) if items.is_empty() => return LookupOutcome::NotFound,
-            Some(Value::Object(members)) if members.is_empty() => return LookupOutcome::NotFound,
-            Some(found) => found,
+        let mut tally = Tally::default();
+        tally.add(
+            &proof,
+            candidates(&value, &lookup.found),
+            &Intent {
+                tool: &call.tool.name,
+                provider_key: call.idempotency_key,
+                arguments: call.arguments,
+            },
+        );
+        let Some(found) = tally.ours else {
+            return match tally.mismatch {
+                Some(reason) => LookupOutcome::Mismatch(reason),
+                None => LookupOutcome::NotFound,
+            };
         };
         let pointer = lookup.external_id.as_deref().unwrap_or("/id");
         let external_id = match found.pointer(pointer) {
@@ -178,7 +235,7 @@ impl Upstream for McpUpstream {
         .filter(|id| id.len() <= EXTERNAL_ID_LENGTH_MAX);
         LookupOutcome::Found {
             external_id,
-            result: found.clone(),
+            result: found,
         }
     }
 }
@@ -303,14 +360,34 @@ pub(crate) fn first_text(result: &CallToolResult) -> Option<String> {
 }
 
 /// The `tools/call` parameters of `call` under `spec`.
+/// What a whole-value placeholder without a value does to the arguments of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Absent {
+    /// Its member is left out (an optional argument of a call).
+    LeaveOut,
+    /// The request is not built (a lookup's filter).
+    Refuse,
+}
+
 fn request(
     spec: &McpToolCall,
     call: &UpstreamCall<'_>,
     idempotency_key: Option<&str>,
+    absent: Absent,
 ) -> Result<CallToolRequestParams, String> {
     let rendered = match &spec.arguments {
         None => call.arguments.clone(),
-        Some(template) => render(template, &|name| value_of(name, call)).unwrap_or(Value::Null),
+        Some(template) => {
+            if absent == Absent::Refuse
+                && let Some(name) = first_absent(template, &|name| value_of(name, call))
+            {
+                return Err(format!(
+                    "the lookup needs {{{name}}}, which this call does not have; a lookup never \
+                     leaves a filter out"
+                ));
+            }
+            render(template, &|name| value_of(name, call)).unwrap_or(Value::Null)
+        }
     };
     let mut arguments = match rendered {
         Value::Object(members) => members,
@@ -359,6 +436,24 @@ pub(crate) fn render(template: &Value, value_of: &dyn Fn(&str) -> Option<Value>)
     }
 }
 
+/// The first whole-value placeholder of `template` whose value is absent.
+fn first_absent<'t>(
+    template: &'t Value,
+    value_of: &dyn Fn(&str) -> Option<Value>,
+) -> Option<&'t str> {
+    match template {
+        Value::String(text) => match placeholder(text) {
+            Placeholder::Name(name) if value_of(name).is_none() => Some(name),
+            _ => None,
+        },
+        Value::Array(items) => items.iter().find_map(|item| first_absent(item, value_of)),
+        Value::Object(members) => members
+            .values()
+            .find_map(|member| first_absent(member, value_of)),
+        _ => None,
+    }
+}
+
 enum Placeholder<'a> {
     Literal(String),
     Name(&'a str),
@@ -400,7 +495,7 @@ mod tests {
     fn params(spec: &McpToolCall, arguments: &Value, key: Option<&str>) -> Value {
         let tool = refund_tool();
         let call = UpstreamCall::for_intent(&tool, arguments, "refund:8812:49.50", key, None, 0);
-        serde_json::to_value(request(spec, &call, key).unwrap()).unwrap()
+        serde_json::to_value(request(spec, &call, key, Absent::LeaveOut).unwrap()).unwrap()
     }
 
     #[test]
@@ -488,7 +583,7 @@ mod tests {
         let tool = refund_tool();
         let arguments = json!({"order_id": "8812", "amount": 49});
         let call = UpstreamCall::without_intent(&tool, &arguments);
-        let error = request(&spec, &call, None).unwrap_err();
+        let error = request(&spec, &call, None, Absent::LeaveOut).unwrap_err();
         assert!(error.contains("not an object"), "{error}");
     }
 }

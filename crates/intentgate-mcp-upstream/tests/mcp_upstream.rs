@@ -56,6 +56,8 @@ fn find_refund() -> McpLookup {
         },
         found: "/refund".into(),
         external_id: None,
+        key: Some("/idempotency_key".into()),
+        match_fields: Default::default(),
     }
 }
 
@@ -598,6 +600,7 @@ fn list_refunds(arguments: Option<Value>, items: &str) -> McpList {
             items: items.into(),
             next_cursor: "/next_cursor".into(),
             fields: ListFields {
+                idempotency_key: Some("/idempotency_key".into()),
                 intent_key: None,
                 external_id: "/id".into(),
                 amount: Some("/amount".into()),

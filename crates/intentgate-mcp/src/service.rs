@@ -390,6 +390,7 @@ mod tests {
         for status in CallStatus::ALL {
             let outcome = CallOutcome {
                 status,
+                reason: None,
                 message: status.default_message().to_owned(),
                 tool: "refund_order".to_owned(),
                 intent_key: None,

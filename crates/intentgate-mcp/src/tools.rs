@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use intentgate_core::{CallStatus, Effect, ToolDefinition};
+use intentgate_core::{CallStatus, Effect, OutcomeReason, ToolDefinition};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
@@ -75,6 +75,10 @@ pub fn outcome_schema() -> JsonObject {
         .iter()
         .map(|status| status.as_str())
         .collect();
+    let reasons: Vec<&str> = OutcomeReason::ALL
+        .iter()
+        .map(|reason| reason.as_str())
+        .collect();
     let schema = json!({
         "type": "object",
         "properties": {
@@ -82,6 +86,11 @@ pub fn outcome_schema() -> JsonObject {
                 "type": "string",
                 "enum": statuses,
                 "description": "What happened: done, already_done, pending_unknown, rejected, not_executed, conflict, disabled or invalid_arguments."
+            },
+            "reason": {
+                "type": "string",
+                "enum": reasons,
+                "description": "Why it ended so, where the status alone would mislead: misconfigured (not_executed because the gateway is misconfigured; a person will follow up, trying again will not help)."
             },
             "message": {"type": "string", "description": "What to do next, for the model."},
             "tool": {"type": "string"},
@@ -242,6 +251,7 @@ mod tests {
             // a place in the schema fails here.
             let outcome = intentgate_gate::CallOutcome {
                 status,
+                reason: Some(OutcomeReason::Misconfigured),
                 message: "m".into(),
                 tool: "refund_order".into(),
                 intent_key: Some("refund:1:49.00".into()),

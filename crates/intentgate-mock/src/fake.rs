@@ -204,7 +204,11 @@ impl Upstream for FakeProvider {
             let answer = if !draw.answers {
                 LookupOutcome::Failed("the provider did not answer the lookup".into())
             } else {
-                match call.intent_key.and_then(|key| model.first_for_intent(key)) {
+                // By the provider key the gateway sent, as a real lookup proves its records.
+                match call
+                    .idempotency_key
+                    .and_then(|key| model.first_for_idempotency_key(key))
+                {
                     Some(effect) => LookupOutcome::Found {
                         external_id: Some(effect.id.clone()),
                         result: effect.object.clone(),

@@ -225,6 +225,8 @@ pub(crate) struct LookupDraw {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ListFilter {
     pub intent_key: Option<String>,
+    /// The idempotency key the effect was made under.
+    pub idempotency_key: Option<String>,
     /// A top-level string field of the object and the value it must have (`order_id`).
     pub field: Option<(&'static str, String)>,
     pub created_gte_ms: Option<i64>,
@@ -291,6 +293,8 @@ pub(crate) struct Model {
     /// Indexes into `effects`, one list per kind in id order: sequence `n` is at `n - 1`.
     by_kind: [Vec<usize>; 3],
     by_intent: HashMap<String, Vec<usize>>,
+    /// Effects by the idempotency key they were made under (the gateway's provider key).
+    by_idempotency_key: HashMap<String, Vec<usize>>,
     /// Refunds by their `order_id`.
     by_order: HashMap<String, Vec<usize>>,
     requests: u64,
@@ -314,6 +318,7 @@ impl Model {
             effects: Vec::new(),
             by_kind: [Vec::new(), Vec::new(), Vec::new()],
             by_intent: HashMap::new(),
+            by_idempotency_key: HashMap::new(),
             by_order: HashMap::new(),
             requests: 0,
             lookups: 0,
@@ -360,6 +365,7 @@ impl Model {
         self.effects.clear();
         self.by_kind = [Vec::new(), Vec::new(), Vec::new()];
         self.by_intent.clear();
+        self.by_idempotency_key.clear();
         self.by_order.clear();
         self.requests = 0;
         self.lookups = 0;
@@ -423,9 +429,10 @@ impl Model {
         self.reads += 1;
     }
 
-    /// The first effect made for an intent key: what a lookup finds.
-    pub fn first_for_intent(&self, intent_key: &str) -> Option<&Effect> {
-        let index = *self.by_intent.get(intent_key)?.first()?;
+    /// The first effect made under an idempotency key (the gateway's provider key, scoped by
+    /// tenant and tool): what a lookup finds.
+    pub fn first_for_idempotency_key(&self, idempotency_key: &str) -> Option<&Effect> {
+        let index = *self.by_idempotency_key.get(idempotency_key)?.first()?;
         Some(&self.effects[index])
     }
 
@@ -441,6 +448,13 @@ impl Model {
         // Narrow by the most selective index available, then check every filter.
         let candidates: Box<dyn Iterator<Item = usize> + '_> =
             match (&filter.intent_key, &filter.field) {
+                _ if filter.idempotency_key.is_some() => Box::new(
+                    self.by_idempotency_key
+                        .get(filter.idempotency_key.as_deref().unwrap_or_default())
+                        .into_iter()
+                        .flatten()
+                        .copied(),
+                ),
                 (Some(key), _) => Box::new(self.by_intent.get(key).into_iter().flatten().copied()),
                 (None, Some(("order_id", order))) if kind == EffectKind::Refund => {
                     Box::new(self.by_order.get(order).into_iter().flatten().copied())
@@ -477,6 +491,10 @@ impl Model {
                 .intent_key
                 .as_deref()
                 .is_none_or(|key| effect.intent_key.as_deref() == Some(key))
+            && filter
+                .idempotency_key
+                .as_deref()
+                .is_none_or(|key| effect.idempotency_key.as_deref() == Some(key))
             && filter.field.as_ref().is_none_or(|(name, value)| {
                 effect.object.get(*name).and_then(Value::as_str) == Some(value.as_str())
             })
@@ -694,6 +712,21 @@ impl Model {
         let id = format!("{}{sequence:06}", kind.id_prefix());
         let mut object = request.object.clone();
         object.insert("id".into(), Value::String(id.clone()));
+        // The key the effect was made under, as the object shows it: what a lookup proves
+        // an effect by (some providers echo it; others keep it only where the caller put
+        // it, in metadata).
+        object.insert(
+            "idempotency_key".into(),
+            request
+                .idempotency_key
+                .map_or(Value::Null, |key| Value::String(key.to_owned())),
+        );
+        if let Some(key) = request.idempotency_key {
+            self.by_idempotency_key
+                .entry(key.to_owned())
+                .or_default()
+                .push(index);
+        }
         if let Some(intent_key) = request.intent_key {
             self.by_intent
                 .entry(intent_key.to_owned())

@@ -6,25 +6,35 @@
 //!   reports every other mismatch, naming who was affected.
 //! - [`alerts`]: duplicate-call rules over the gate's repeated-call events; a rule that fires
 //!   tells the owner within seconds and may switch the tool off.
-//! - [`notify`]: routes both to the tool's owner: a log line, and a webhook posted in the
-//!   background.
+//! - [`upstream_errors`]: the gate's upstream errors that are the operator's (a wrong
+//!   credential, a route that does not exist, an upstream it can't reach), told to the tool's
+//!   owner at once and at most once per tool and kind every few minutes.
+//! - [`lookup_mismatches`]: lookups that found a record half an intent's (its provider key
+//!   with other fields, or its fields under another key), told to the tool's owner, once per
+//!   intent per hour.
+//! - [`notify`]: routes all of them to the tool's owner: a log line, and a webhook posted in
+//!   the background.
 //!
 //! **API boundary:** this crate knows the ledger, the config's owners and list specs, and
 //! the gate's metrics and events; it serves nothing. The binary runs it from `serve` (hourly
 //! reconciliation, alerts) and from `intentgate reconcile`.
 
 pub mod alerts;
+pub mod lookup_mismatches;
 pub mod notify;
 pub mod reconcile;
+pub mod upstream_errors;
 
 use serde::Serialize;
 
 pub use alerts::{Alert, AlertEngine};
+pub use lookup_mismatches::MismatchNotices;
 pub use notify::{DeliveryStats, Notice, Notifier};
 pub use reconcile::{
     Mismatch, MismatchKind, ReconcileOptions, Reconciler, RecordSource, Report, ToolReport,
     reconcile_tool,
 };
+pub use upstream_errors::UpstreamNotices;
 
 /// How urgent a notice is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

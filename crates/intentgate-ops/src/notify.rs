@@ -52,7 +52,7 @@ pub const RECENT_NOTICES_MAX: usize = 200;
 /// What an owner is told.
 #[derive(Debug, Clone, Serialize)]
 pub struct Notice {
-    /// `reconciliation` or `duplicate_calls`.
+    /// `reconciliation`, `duplicate_calls` or `upstream_misconfigured`.
     pub kind: &'static str,
     pub tool: String,
     pub severity: Severity,
@@ -156,6 +156,35 @@ impl Notifier {
     pub fn notify(&self, owner: Option<&str>, notice: &Notice) {
         self.log(owner, notice);
         self.post(owner, notice);
+    }
+
+    /// Reads `events` until their sender is gone, and sends each notice `observe` makes of
+    /// one (with its owner). `what` names the events in the line logged when this falls
+    /// behind and loses some (the gate's own log lines still have them).
+    pub async fn relay<E: Clone>(
+        &self,
+        mut events: tokio::sync::broadcast::Receiver<E>,
+        what: &str,
+        mut observe: impl FnMut(&E) -> Option<(Option<String>, Notice)>,
+    ) {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            let event = match events.recv().await {
+                Ok(event) => event,
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(
+                        missed,
+                        what,
+                        "the owner notices fell behind the gate's events; some were not told (the log has them)"
+                    );
+                    continue;
+                }
+                Err(RecvError::Closed) => return,
+            };
+            if let Some((owner, notice)) = observe(&event) {
+                self.notify(owner.as_deref(), &notice);
+            }
+        }
     }
 
     /// Writes `notice`'s log line, unless its owner opted out of log lines. A tool without

@@ -3,8 +3,9 @@
 //! For one tool and one window, [`reconcile_tool`] reads the tool's intents first seen in
 //! the window into a compact index (a few dozen bytes per intent: no arguments, no results),
 //! then streams the provider's records page by page through a [`RecordSource`], matching
-//! each by the intent key the gateway sent with the effect, or, for a provider that keeps no
-//! metadata, by the business fields of the list's `match` ([`Pairing`], count-based: see
+//! each by the provider key the gateway sent with the effect (scoped by tenant and tool, so
+//! one tenant's record never explains another's intent), or, for a provider that keeps no
+//! key, by the business fields of the list's `match` ([`Pairing`], count-based: see
 //! `matching.rs`). Only one provider page is held
 //! at a time, so memory is bounded by the number of intents in the window, whatever the
 //! number of provider records. What does not match is a [`Mismatch`]:
@@ -20,8 +21,9 @@
 //! | `effect_despite_status` | the model was told `rejected` or `not_executed`, and the provider has the effect | critical |
 //!
 //! A record whose intent was first seen before the window (a late re-send) is matched by a
-//! point lookup of its key, so it is not mistaken for a bypass (paired by business fields,
-//! such a record has no key to look up, and is reported as `no_intent` with that caveat).
+//! point lookup of the tenant and intent key its provider key names, so it is not mistaken
+//! for a bypass (paired by business fields, such a record has no key to look up, and is
+//! reported as `no_intent` with that caveat).
 //! When a provider page can't be read after retries, the tool's run stops with an error and draws no conclusion about
 //! missing records: an incomplete listing proves nothing is missing.
 //!
@@ -76,6 +78,33 @@ pub const MISMATCHES_STORED_MAX: usize = 10_000;
 /// Longest text of a provider's intent key that is looked up in the ledger; longer ones
 /// can't be intent keys (the ledger's limit is 512 bytes).
 const KEY_LOOKUP_LENGTH_MAX: usize = 512;
+
+/// The (tenant, intent key) pairs a provider key of `tool` may have been made from, by
+/// `intentgate_core::provider_key`'s form: `<tenant>/<tool>:<key>`, or `<tool>:<key>` for the
+/// default tenant, perhaps with an epoch `#N` after the key (a key may hold `#` itself, so
+/// both readings are offered). The caller checks each against the ledger.
+fn provider_key_parts<'k>(tool: &str, provider_key: &'k str) -> Vec<(&'k str, &'k str)> {
+    let mut readings = vec![("default", provider_key)];
+    if let Some((tenant, rest)) = provider_key.split_once('/') {
+        readings.push((tenant, rest));
+    }
+    let mut parts = Vec::new();
+    for (tenant, rest) in readings {
+        let Some(key) = rest
+            .strip_prefix(tool)
+            .and_then(|rest| rest.strip_prefix(':'))
+        else {
+            continue;
+        };
+        parts.push((tenant, key));
+        if let Some((without_epoch, epoch)) = key.rsplit_once('#')
+            && epoch.parse::<u32>().is_ok_and(|epoch| epoch > 1)
+        {
+            parts.push((tenant, without_epoch));
+        }
+    }
+    parts
+}
 
 /// One page at a time of a provider's records.
 #[async_trait]
@@ -244,14 +273,9 @@ impl Pass<'_> {
         let mut intents = read_ahead(self.ledger.clone(), filter);
         while let Some(page) = intents.recv().await {
             for intent in &page? {
-                let amount_argument = self.amount_argument.as_deref();
-                match &self.pairing {
-                    Pairing::IntentKey => self.index.insert(intent, &intent.key, amount_argument),
-                    Pairing::Fields(fields) => {
-                        let value = fields.of_arguments(&intent.arguments);
-                        self.index.insert(intent, &value, amount_argument);
-                    }
-                }
+                let value = self.pairing.of_intent(intent);
+                self.index
+                    .insert(intent, &value, self.amount_argument.as_deref());
             }
         }
         self.index.seal();
@@ -270,22 +294,25 @@ impl Pass<'_> {
                 self.report.records_checked += 1;
                 // Borrowed by key: a listing of a million records copies no key.
                 let key: Option<Cow<'_, str>> = match &self.pairing {
-                    Pairing::IntentKey => record.intent_key.as_deref().map(Cow::Borrowed),
+                    Pairing::ProviderKey => record.provider_key.as_deref().map(Cow::Borrowed),
                     Pairing::Fields(fields) => Some(Cow::Owned(fields.of_record(&record.raw))),
                 };
-                let by_intent_key = matches!(self.pairing, Pairing::IntentKey);
+                let by_provider_key = matches!(self.pairing, Pairing::ProviderKey);
                 let claimed = key.as_deref().and_then(|key| self.index.claim(key));
                 match (claimed, key) {
                     (Some(claimed), _) => {
-                        let key = record.intent_key.as_deref();
-                        if let Some(mismatch) = self.index.record(&self.name, claimed, key, &record)
+                        // The index keeps no intent key; a mismatch reads it by id.
+                        if let Some(mismatch) =
+                            self.index.record(&self.name, claimed, None, &record)
                         {
                             let mismatch = self.with_intent_key(mismatch).await?;
                             self.count(mismatch);
                         }
                     }
                     // Only a key can be looked up: business fields may be any intent's.
-                    (None, Some(key)) if by_intent_key => self.match_earlier(&key, &record).await?,
+                    (None, Some(key)) if by_provider_key => {
+                        self.match_earlier(&key, &record).await?
+                    }
                     (None, _) => self.count(no_intent(&self.name, &record, &self.pairing)),
                 }
             }
@@ -293,24 +320,38 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// A record whose key is not in the window: an intent first seen earlier (a late
-    /// re-send), or no intent at all.
+    /// A record whose provider key is not in the window: an intent first seen earlier (a
+    /// late re-send), or no intent at all. The provider key names its tenant and intent key
+    /// (`provider_key`'s form); the intent found by them must give the same provider key
+    /// back, or the record is not its (a hashed provider key can't be read back: such a
+    /// record is reported as having no intent).
     async fn match_earlier(
         &mut self,
-        key: &str,
+        provider_key: &str,
         record: &ListedRecord,
     ) -> Result<(), ReconcileError> {
-        let earlier = if key.len() <= KEY_LOOKUP_LENGTH_MAX {
+        let mut earlier = None;
+        for (tenant, key) in provider_key_parts(&self.name, provider_key) {
+            if key.len() > KEY_LOOKUP_LENGTH_MAX {
+                continue;
+            }
             let filter = IntentFilter {
                 tool: Some(self.name.clone()),
+                tenant: Some(tenant.to_owned()),
                 key: Some(key.to_owned()),
                 ..IntentFilter::default()
             };
-            self.ledger.intents(&filter, Order::Oldest, None, 1).await?
-        } else {
-            Vec::new()
-        };
-        let Some(intent) = earlier.into_iter().next() else {
+            earlier = self
+                .ledger
+                .intents(&filter, Order::Oldest, None, 1)
+                .await?
+                .into_iter()
+                .find(|intent| self.pairing.of_intent(intent) == provider_key);
+            if earlier.is_some() {
+                break;
+            }
+        }
+        let Some(intent) = earlier else {
             self.count(no_intent(&self.name, record, &self.pairing));
             return Ok(());
         };
@@ -329,9 +370,8 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// A mismatch of a record paired by business fields names the intent by id only (the
-    /// record has no key, and the index keeps none): the intent's key is read for it, so the
-    /// report says which intent as a key-paired one would.
+    /// A mismatch of a paired record names the intent by id only (the index keeps no intent
+    /// key): the intent's key is read for it, so the report says which intent.
     async fn with_intent_key(
         &mut self,
         mut mismatch: Mismatch,
@@ -664,4 +704,29 @@ async fn earlier_intent(
         _ => {}
     }
     Ok(mismatches)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::provider_key_parts;
+    use intentgate_core::key::provider_key;
+
+    #[test]
+    fn a_provider_key_is_read_back_into_its_tenant_and_intent_key() {
+        let tool = "refund_order";
+        for (tenant, key, epoch) in [
+            ("default", "refund:8812:49.00", 1),
+            ("acme", "refund:8812:49.00", 1),
+            ("acme", "charge:c/1#x", 3),
+            ("default", "a/refund_order:b", 1),
+        ] {
+            let sent = provider_key(tenant, tool, key, epoch);
+            assert!(
+                provider_key_parts(tool, &sent).contains(&(tenant, key)),
+                "{sent} must read back as ({tenant}, {key})"
+            );
+        }
+        assert!(provider_key_parts(tool, "charge_card:x").is_empty());
+        assert!(provider_key_parts(tool, "ig-sha256-00").is_empty());
+    }
 }

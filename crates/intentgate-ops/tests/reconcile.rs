@@ -16,7 +16,7 @@ use intentgate_core::{IntentStatus, fingerprint};
 use intentgate_gate::{CallContext, Clock, Gate, SystemClock};
 use intentgate_http::HttpUpstream;
 use intentgate_ledger::{Begin, BeginRequest, Finish, IntentRecord, Ledger, SqliteOptions};
-use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer};
+use intentgate_mock::{HttpFaultPlan, KEY_WINDOW, MockOptions, MockProvider, MockServer};
 use intentgate_ops::{MismatchKind, Notifier, Reconciler, Severity};
 use intentgate_test_support::provider::refund_at_provider;
 use intentgate_test_support::{TempLedger, default_gate, http};
@@ -163,18 +163,10 @@ async fn every_mismatch_kind_is_found_named_and_sent_to_the_owner() {
     assert_eq!(call("1001", 10.0).await.status.as_str(), "done");
     // no_intent: a refund made around the gateway, with no intent key.
     let direct = refund_at_provider(&client, &mock.url(), "2002", "5.00", None).await;
-    // duplicate: a refund through the gateway, then the same intent sent again around it
-    // (a naive retry with a fresh provider key).
+    // duplicate: a refund through the gateway, then the same request again under the same
+    // provider key once the provider has forgotten the key (below, last).
     let first = call("3003", 20.0).await;
     assert_eq!(first.status.as_str(), "done");
-    let again = refund_at_provider(
-        &client,
-        &mock.url(),
-        "3003",
-        "20.00",
-        Some("refund:3003:20.00"),
-    )
-    .await;
     // amount: the provider's record of an intent says another amount.
     let amount_id = settle(ledger.as_ref(), "4004", 30.0, IntentStatus::Done).await;
     refund_at_provider(
@@ -209,6 +201,19 @@ async fn every_mismatch_kind_is_found_named_and_sent_to_the_owner() {
         Some("refund:8008:70.00"),
     )
     .await;
+    // The duplicate: past the provider's key window the same key makes a second refund (a
+    // re-send that came too late). The provider's clock moved on; reconciliation runs then.
+    mock.provider()
+        .advance_clock(KEY_WINDOW + Duration::from_secs(60));
+    let again = refund_at_provider(
+        &client,
+        &mock.url(),
+        "3003",
+        "20.00",
+        Some("refund:3003:20.00"),
+    )
+    .await;
+    let later_ms = SystemClock.now_ms() + (KEY_WINDOW.as_millis() as i64) + 120_000;
 
     let notifier = Arc::new(Notifier::new(loaded.config.owners.clone()));
     let reconciler = Reconciler::new(
@@ -220,7 +225,8 @@ async fn every_mismatch_kind_is_found_named_and_sent_to_the_owner() {
     )
     .unwrap();
     let report = reconciler
-        .run(Duration::from_secs(3600), SystemClock.now_ms(), "test")
+        // The window reaches back over the provider's day and the hour before it.
+        .run(KEY_WINDOW + Duration::from_secs(3600), later_ms, "test")
         .await;
     drop(reconciler);
 
@@ -392,9 +398,13 @@ async fn an_email_resolved_by_reconciliation_keeps_the_address_as_a_hash_and_nam
         })
         .await
         .unwrap();
-    // The provider has it.
+    // The provider has it, made under the intent's provider key.
     let response = client
         .post(format!("{}/v1/emails", mock.url()))
+        .header(
+            "Idempotency-Key",
+            intentgate_core::key::provider_key("default", "send_email", &key, 1),
+        )
         .json(
             &json!({"to": address, "subject": "Your refund, Alice", "body": "It is on its way.",
             "metadata": {"intent_key": key, "reference": "8812"}}),

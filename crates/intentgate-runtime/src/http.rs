@@ -89,9 +89,20 @@ impl Gateway {
             openapi_extra: None,
         };
         let mut background = self.start_background();
-        // Owners hear about duplicate-call alerts and reconciliation mismatches.
+        // Owners hear about duplicate-call alerts, upstream errors that are the operator's,
+        // lookup mismatches and reconciliation mismatches.
         let notifier = Arc::new(Notifier::new(self.loaded.config.owners.clone()));
         background.add(crate::start_alerts(&self.loaded, &self.gate, &notifier));
+        background.add(Some(crate::start_upstream_notices(
+            &self.loaded,
+            &self.gate,
+            &notifier,
+        )));
+        background.add(Some(crate::start_lookup_notices(
+            &self.loaded,
+            &self.gate,
+            &notifier,
+        )));
         let reconciler = Arc::new(
             Reconciler::new(
                 &self.loaded,

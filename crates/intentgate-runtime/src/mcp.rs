@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use intentgate_config::imports::{ImportedTool, expand};
 use intentgate_config::{LoadedConfig, UpstreamToolInfo};
-use intentgate_core::UpstreamObservation;
+use intentgate_core::{RequestFacts, UpstreamObservation};
 use intentgate_gate::{LookupOutcome, Upstream, UpstreamCall};
 use intentgate_mcp_upstream::{McpConnection, McpUpstream};
 use rmcp::model::Tool;
@@ -138,6 +138,13 @@ impl Upstream for Routed {
 
     async fn execute(&self, call: UpstreamCall<'_>) -> UpstreamObservation {
         self.of(&call).execute(call).await
+    }
+
+    async fn execute_with_facts(
+        &self,
+        call: UpstreamCall<'_>,
+    ) -> (UpstreamObservation, RequestFacts) {
+        self.of(&call).execute_with_facts(call).await
     }
 
     async fn lookup(&self, call: UpstreamCall<'_>) -> LookupOutcome {

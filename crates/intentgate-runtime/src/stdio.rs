@@ -28,6 +28,16 @@ impl Gateway {
         let mut background = self.start_background();
         let notifier = Arc::new(Notifier::new(self.loaded.config.owners.clone()));
         background.add(crate::start_alerts(&self.loaded, &self.gate, &notifier));
+        background.add(Some(crate::start_upstream_notices(
+            &self.loaded,
+            &self.gate,
+            &notifier,
+        )));
+        background.add(Some(crate::start_lookup_notices(
+            &self.loaded,
+            &self.gate,
+            &notifier,
+        )));
         self.log_start(" over MCP on stdio");
         let service = mcp_service(&self.loaded, self.gate.clone());
         let served = intentgate_mcp::serve_stdio(service, shutdown).await;

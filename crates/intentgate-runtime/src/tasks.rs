@@ -1,6 +1,6 @@
 //! The gateway's background work: the process heartbeat, the retention purge, the sweeper,
-//! the duplicate-call alerts and the reconciliation schedule, each a loop that runs until its
-//! task is stopped.
+//! the duplicate-call alerts, the owner notices of upstream errors that are the operator's and
+//! the reconciliation schedule, each a loop that runs until its task is stopped.
 //!
 //! A failed round is logged and tried again at the next tick: none of these loops ends on an
 //! error, since each round starts from what the ledger holds.
@@ -11,7 +11,7 @@ use std::time::Duration;
 use intentgate_config::{LoadedConfig, ReconcileConfig};
 use intentgate_gate::{Clock, Gate, SystemClock};
 use intentgate_ledger::{Ledger, ProcessEnd};
-use intentgate_ops::{AlertEngine, Notifier, Reconciler};
+use intentgate_ops::{AlertEngine, MismatchNotices, Notifier, Reconciler, UpstreamNotices};
 use tokio::task::JoinHandle;
 
 /// How often the retention purge runs.
@@ -239,6 +239,28 @@ pub fn start_alerts(
         gate.ledger().clone(),
         gate.metrics().clone(),
     )))
+}
+
+/// Starts the owner notices of `gate`'s upstream errors that are the operator's (a wrong
+/// credential, a route that does not exist, an upstream it can't reach), at most one per tool
+/// and kind every `intentgate_ops::upstream_errors::NOTICE_EVERY`.
+pub fn start_upstream_notices(
+    loaded: &LoadedConfig,
+    gate: &Arc<Gate>,
+    notifier: &Arc<Notifier>,
+) -> JoinHandle<()> {
+    tokio::spawn(UpstreamNotices::new(loaded).run(gate.upstream_errors(), notifier.clone()))
+}
+
+/// Starts the owner notices of `gate`'s lookup mismatches (a record half an intent's: nothing
+/// settled, somebody must look), at most one per intent every
+/// `intentgate_ops::lookup_mismatches::NOTICE_EVERY`.
+pub fn start_lookup_notices(
+    loaded: &LoadedConfig,
+    gate: &Arc<Gate>,
+    notifier: &Arc<Notifier>,
+) -> JoinHandle<()> {
+    tokio::spawn(MismatchNotices::new(loaded).run(gate.lookup_mismatches(), notifier.clone()))
 }
 
 /// Reconciles every `every_seconds` over the last `window_seconds`. Replicas sharing a

@@ -50,12 +50,13 @@ tools:
       tool: find_refund
       arguments: {{order_id: "{{order_id}}"}}
       found: /refund
+      key: /idempotency_key
     list:
       tool: list_refunds
       arguments: {{since_ms: "{{since_ms}}", until_ms: "{{until_ms}}", limit: "{{limit}}", cursor: "{{cursor}}"}}
       items: /refunds
       next_cursor: /next_cursor
-      fields: {{intent_key: /intent_key, external_id: /id, amount: /amount, subject: /order_id}}
+      fields: {{idempotency_key: /idempotency_key, intent_key: /intent_key, external_id: /id, amount: /amount, subject: /order_id}}
 "#,
         python = python.display(),
         script = server_script().display(),

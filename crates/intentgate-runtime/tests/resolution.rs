@@ -67,8 +67,9 @@ tools:
     lookup:
       method: GET
       path: /v1/refunds
-      query: {{intent_key: "{{intent_key}}"}}
-      found: /data/0
+      query: {{idempotency_key: "{{idempotency_key}}"}}
+      found: /data
+      key: /idempotency_key
       external_id: /id
 "#,
         ledger = folder.join("ledger.db").display(),

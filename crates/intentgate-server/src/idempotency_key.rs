@@ -1,10 +1,25 @@
-//! The `Idempotency-Key` request header of `POST /v1/tools/{name}/call`, with the IETF
-//! draft's semantics (draft-ietf-httpapi-idempotency-key-header).
+//! The `Idempotency-Key` request header of `POST /v1/tools/{name}/call` and of the intent
+//! API's `POST /v1/tools/{name}/intents`, with the IETF draft's semantics
+//! (draft-ietf-httpapi-idempotency-key-header).
 //!
-//! For a side-effecting tool the header's value is the intent key, instead of the key the
-//! tool's template renders; like every intent key it is scoped to the caller's tenant and
-//! the tool. The same key with another payload is answered 422 and nothing is executed. A
-//! call that arrives while the first call with its key is still running waits for it, as
+//! The header never stands in for another intent: the intent key is always the tool's
+//! business key, rendered from the arguments, so a caller can't reach an intent (or a
+//! provider record) that its arguments don't name. For a side effect the header's value
+//! becomes `CallContext::explicit_key`, the caller's own key for the operation:
+//!
+//! - for a key template that uses `{intent_id}`, it is the intent id (the application's id
+//!   for the operation, which is what the header means), so the key keeps the template's
+//!   shape (`charge:{customer_id}:{amount:.2}:<header>`); an `Intent-Id` header that names
+//!   another id is a 400, and one longer than an intent id may be too;
+//! - for every side effect, the gate binds it in the ledger, within the caller's tenant and
+//!   the tool, to the intent its first call named (key and fingerprint). A later call with
+//!   the same header and another payload (another business key, or other arguments) is the
+//!   draft's 422, naming what differs, and nothing is executed; the same business intent
+//!   under a second header value is the same intent, answered as any repeat (`already_done`,
+//!   or a wait while it runs). A header value is only ever compared with the values of the
+//!   caller's own tenant and the tool.
+//!
+//! A call that arrives while the first call with its key is still running waits for it, as
 //! any repeat does, and gets the same answer: the draft's 409 would only make the client
 //! retry until it got that answer. Reads and idempotent tools record no intent, so they
 //! ignore a well-formed header.
@@ -16,12 +31,70 @@
 //! `"abc"` and `abc` name the same key.
 
 use axum::http::{HeaderMap, StatusCode};
-use intentgate_core::limits::INTENT_KEY_LENGTH_MAX;
+use intentgate_core::limits::{CALLER_KEY_LENGTH_MAX, INTENT_ID_LENGTH_MAX};
+use intentgate_core::{Effect, ToolDefinition};
 
 use crate::problem::Problem;
+use crate::routes::{INTENT_ID_HEADER, header_text};
 
 /// The header's name (header names are case-insensitive; `http` keeps them lowercase).
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+
+/// The keys of a call of `tool` that go into its `CallContext`: the application's intent id
+/// (`Intent-Id`) and the caller's own key for the operation (`Idempotency-Key`, for a side
+/// effect; `None` for a read or an idempotent tool, which record no intent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallKeys {
+    pub intent_id: Option<String>,
+    pub caller_key: Option<String>,
+}
+
+/// The [`CallKeys`] of a call of `tool`, which `required` says must send the header. A
+/// malformed header is a 400 on every tool (the client's mistake is worth telling); a side
+/// effect that requires the header and lacks it is a 400; so is, for a key that uses
+/// `{intent_id}` (which the header stands for), a header over an intent id's length, or an
+/// `Intent-Id` that names another id.
+pub fn call_keys(
+    headers: &HeaderMap,
+    tool: &ToolDefinition,
+    required: bool,
+) -> Result<CallKeys, Problem> {
+    let caller_key = from_headers(headers)?.filter(|_| tool.effect == Effect::SideEffect);
+    if caller_key.is_none() && tool.effect == Effect::SideEffect && required {
+        return Err(self::required(&tool.name));
+    }
+    let intent_id = header_text(headers, INTENT_ID_HEADER)?;
+    let keyed_by_id = tool.key.as_ref().is_some_and(|key| key.uses_intent_id());
+    if let (true, Some(key)) = (keyed_by_id, &caller_key) {
+        if key.len() > INTENT_ID_LENGTH_MAX {
+            return Err(malformed(&format!(
+                "tool `{}`'s key uses {{intent_id}}, which the Idempotency-Key stands for: its key \
+                 is {} characters, and an intent id is at most {INTENT_ID_LENGTH_MAX}",
+                tool.name,
+                key.len()
+            )));
+        }
+        if let Some(id) = intent_id.as_deref().filter(|id| id != key) {
+            return Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "intent-id-mismatch",
+                "Intent-Id and Idempotency-Key disagree",
+                format!(
+                    "tool `{}`'s key uses {{intent_id}}, which the Idempotency-Key stands for, and \
+                     the Intent-Id `{}` is another id than the Idempotency-Key `{}`: send one of \
+                     the two headers, or the same value in both; nothing was recorded or executed",
+                    tool.name,
+                    id.escape_default(),
+                    key.escape_default()
+                ),
+            ));
+        }
+    }
+    Ok(CallKeys {
+        intent_id,
+        caller_key,
+    })
+}
 
 /// The header's key, if the request sent one; a header that is not a usable key is a 400
 /// saying what is wrong with it.
@@ -58,9 +131,9 @@ fn parse(value: &str) -> Result<String, String> {
                 .to_owned(),
         );
     }
-    if key.len() > INTENT_KEY_LENGTH_MAX {
+    if key.len() > CALLER_KEY_LENGTH_MAX {
         return Err(format!(
-            "the Idempotency-Key header's key is {} characters; the limit is {INTENT_KEY_LENGTH_MAX}",
+            "the Idempotency-Key header's key is {} characters; the limit is {CALLER_KEY_LENGTH_MAX}",
             key.len()
         ));
     }
@@ -146,9 +219,16 @@ pub fn required(tool: &str) -> Problem {
     )
 }
 
-/// The same key with another payload: the draft's 422, naming the arguments that differ
-/// from the first call's, as the `conflict` outcome does.
-pub fn reused(key: &str, differing_fields: &[String]) -> Problem {
+/// The same key with another payload (`GateError::IdempotencyKeyReused`): the draft's 422,
+/// naming the intent the key was first used for, the one these arguments name when it is
+/// another, and the arguments that differ from the first intent's, as the `conflict` outcome
+/// does.
+pub fn reused(
+    key: &str,
+    first_intent_key: &str,
+    intent_key: &str,
+    differing_fields: &[String],
+) -> Problem {
     let fields = if differing_fields.is_empty() {
         "the arguments".to_owned()
     } else {
@@ -158,12 +238,24 @@ pub fn reused(key: &str, differing_fields: &[String]) -> Problem {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let intents = if first_intent_key == intent_key {
+        format!(
+            "intent `{}` with other arguments",
+            first_intent_key.escape_default()
+        )
+    } else {
+        format!(
+            "intent `{}`, and these arguments name intent `{}`",
+            first_intent_key.escape_default(),
+            intent_key.escape_default()
+        )
+    };
     Problem::new(
         StatusCode::UNPROCESSABLE_ENTITY,
         "idempotency-key-reused",
         "Idempotency-Key reused with another payload",
         format!(
-            "the Idempotency-Key `{}` was first used with other arguments (differing: {fields}); nothing was executed. Repeat the first call's arguments to get its answer, or send a new key for a new operation",
+            "the Idempotency-Key `{}` was first used for {intents} (differing: {fields}); nothing was executed. Repeat the first call's arguments to get its answer, or send a new key for a new operation",
             key.escape_default()
         ),
     )
@@ -202,7 +294,7 @@ mod tests {
 
     #[test]
     fn the_key_length_is_bounded_by_the_ledger() {
-        let longest = "k".repeat(super::INTENT_KEY_LENGTH_MAX);
+        let longest = "k".repeat(super::CALLER_KEY_LENGTH_MAX);
         assert_eq!(parse(&longest).unwrap(), longest);
         let reason = parse(&format!("\"{longest}k\"")).unwrap_err();
         assert!(reason.contains("the limit is"), "{reason}");

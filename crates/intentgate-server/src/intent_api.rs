@@ -27,7 +27,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use intentgate_core::{CallStatus, Effect, Executor, Principal, Scope};
+use intentgate_core::{Executor, Principal, Scope};
 use intentgate_gate::{CallContext, GateError, Grant, GrantedLease, SettleError, Settlement};
 use intentgate_ledger::IntentId;
 use serde::de::DeserializeOwned;
@@ -39,10 +39,7 @@ use utoipa::ToSchema;
 use crate::AppState;
 use crate::idempotency_key;
 use crate::problem::Problem;
-use crate::routes::{
-    CallHeaders, INTENT_ID_HEADER, header_text, ledger_unavailable, overloaded, principal_with,
-    unknown_tool,
-};
+use crate::routes::{CallHeaders, ledger_unavailable, overloaded, principal_with, unknown_tool};
 use crate::wire::{IntentView, Outcome, ProblemBody};
 
 /// The body of `POST /v1/tools/{name}/intents`.
@@ -278,7 +275,8 @@ impl From<&GrantedLease> for Lease {
         (status = 200, description = "The grant: `answer`, `execute` or `look_up`.",
          body = GrantResponse),
         (status = 400, description = "Malformed JSON, an unreadable header, a malformed \
-                                      `Idempotency-Key`, or one missing where required.",
+                                      `Idempotency-Key`, one missing where required, or one \
+                                      that disagrees with the `Intent-Id`.",
          body = ProblemBody,
          content_type = "application/problem+json"),
         (status = 401, description = "No valid credential.", body = ProblemBody,
@@ -349,16 +347,16 @@ async fn grant_inner(
     if tool.executor != Executor::Client {
         return Err(not_client_executed(&name));
     }
-    let explicit_key =
-        idempotency_key::from_headers(&headers)?.filter(|_| tool.effect == Effect::SideEffect);
-    if explicit_key.is_none() && state.options.idempotency_key_required.contains(&name) {
-        return Err(idempotency_key::required(&name));
-    }
+    let keys = idempotency_key::call_keys(
+        &headers,
+        tool,
+        state.options.idempotency_key_required.contains(&name),
+    )?;
     let request: GrantRequest = parse(&body, "{\"arguments\": {...}}")?;
     let context = CallContext {
         tenant: caller.tenant.as_str().to_owned(),
-        intent_id: header_text(&headers, INTENT_ID_HEADER)?,
-        explicit_key: explicit_key.clone(),
+        intent_id: keys.intent_id,
+        explicit_key: keys.caller_key,
     };
     let gate = state.gate.clone();
     let granted = in_task(&state, async move {
@@ -366,14 +364,19 @@ async fn grant_inner(
     })
     .await?;
     match granted {
-        // Under an Idempotency-Key, another payload is the draft's 422, as for a call.
-        Ok(Grant::Answer(outcome))
-            if outcome.status == CallStatus::Conflict && explicit_key.is_some() =>
-        {
-            let key = explicit_key.unwrap_or_default();
-            Err(idempotency_key::reused(&key, &outcome.differing_fields))
-        }
         Ok(grant) => Ok(Json(GrantResponse::from(grant)).into_response()),
+        // The Idempotency-Key names another intent: the draft's 422, as for a call.
+        Err(GateError::IdempotencyKeyReused {
+            caller_key,
+            first_intent_key,
+            intent_key,
+            differing_fields,
+        }) => Err(idempotency_key::reused(
+            &caller_key,
+            &first_intent_key,
+            &intent_key,
+            &differing_fields,
+        )),
         Err(GateError::UnknownTool(name)) => Err(unknown_tool(&name)),
         Err(GateError::NotClientExecuted(name)) => Err(not_client_executed(&name)),
         Err(GateError::InvalidTenant(error)) => Err(Problem::new(

@@ -10,7 +10,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use intentgate_core::{CallStatus, Effect, Principal, Scope, Tenant};
+use intentgate_core::{Principal, Scope, Tenant};
 use intentgate_gate::trace;
 use intentgate_gate::{CallContext, GateError};
 use serde::Deserialize;
@@ -21,7 +21,9 @@ use utoipa::IntoParams;
 use crate::AppState;
 use crate::idempotency_key;
 use crate::problem::Problem;
-use crate::wire::{CallRequest, IntentView, Outcome, ProblemBody, Readiness, ToolList, ToolView};
+use crate::wire::{
+    CallRequest, Degraded, IntentView, Outcome, ProblemBody, Readiness, ToolList, ToolView,
+};
 
 /// The header that carries the application's intent id.
 pub const INTENT_ID_HEADER: &str = "intent-id";
@@ -61,7 +63,10 @@ pub(crate) async fn healthz() -> &'static str {
     path = "/readyz",
     tag = "health",
     responses(
-        (status = 200, description = "The ledger answered a read within 2 s.", body = Readiness),
+        (status = 200, description = "The ledger answered a read within 2 s. `degraded` lists the \
+         tools whose requests to an upstream have all failed lately because the gateway is \
+         misconfigured (a wrong credential, a route that does not exist, an upstream it can't \
+         reach); the gateway stays ready, since its other tools work.", body = Readiness),
         (status = 503, description = "The ledger failed a read or did not answer in time.",
          body = ProblemBody, content_type = "application/problem+json"),
     ),
@@ -70,7 +75,14 @@ pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     let detail = match tokio::time::timeout(LEDGER_CHECK_TIMEOUT, state.gate.ledger().tool_flags())
         .await
     {
-        Ok(Ok(_)) => return Json(Readiness { ready: true }).into_response(),
+        Ok(Ok(_)) => {
+            let degraded = state.gate.degraded_upstreams();
+            return Json(Readiness {
+                ready: true,
+                degraded: degraded.iter().map(Degraded::from).collect(),
+            })
+            .into_response();
+        }
         Ok(Err(error)) => {
             tracing::warn!(%error, "not ready: the ledger failed a read");
             "the intent ledger failed a read; no call can be served until it answers".to_owned()
@@ -271,9 +283,12 @@ pub(crate) fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<Stri
 #[into_params(parameter_in = Header)]
 #[allow(dead_code)] // Read from the `HeaderMap`; this type only describes them.
 pub(crate) struct CallHeaders {
-    /// The intent key for a side effect, instead of the one the tool's `key` template renders
-    /// (IETF draft semantics): another payload under the key is a 422. Required where the
-    /// tool says `idempotency_key: required`.
+    /// The caller's key for this operation (IETF draft semantics), for a side effect. It never
+    /// replaces the tool's business key: the same business intent under two keys is one
+    /// intent, and a key is bound, within the caller's tenant and the tool, to the intent its
+    /// first call named, so another payload under it is a 422 and nothing is executed. For a
+    /// key that uses `{intent_id}` it is the intent id (an `Intent-Id` that disagrees is a
+    /// 400). Required where the tool says `idempotency_key: required`.
     #[param(rename = "Idempotency-Key", required = false)]
     idempotency_key: String,
     /// The application's intent id, for keys that use `{intent_id}`.
@@ -297,7 +312,8 @@ pub(crate) struct CallHeaders {
     responses(
         (status = 200, description = "The call's outcome, whatever it was.", body = Outcome),
         (status = 400, description = "Malformed JSON, an unreadable header, a malformed \
-                                      `Idempotency-Key`, or one missing where required.",
+                                      `Idempotency-Key`, one missing where required, or one \
+                                      that disagrees with the `Intent-Id`.",
          body = ProblemBody, content_type = "application/problem+json"),
         (status = 401, description = "No valid credential.", body = ProblemBody,
          content_type = "application/problem+json"),
@@ -385,15 +401,12 @@ async fn call_tool_inner(
         ));
     };
     // Checked on every tool, so a client's malformed key is caught whatever it calls; only
-    // a side effect has an intent for it to key.
-    let explicit_key =
-        idempotency_key::from_headers(&headers)?.filter(|_| tool.effect == Effect::SideEffect);
-    if explicit_key.is_none()
-        && tool.effect == Effect::SideEffect
-        && state.options.idempotency_key_required.contains(&name)
-    {
-        return Err(idempotency_key::required(&name));
-    }
+    // a side effect has an intent for it to name.
+    let keys = idempotency_key::call_keys(
+        &headers,
+        tool,
+        state.options.idempotency_key_required.contains(&name),
+    )?;
     let request: Value = serde_json::from_slice(&body).map_err(|error| {
         Problem::new(
             StatusCode::BAD_REQUEST,
@@ -436,8 +449,8 @@ async fn call_tool_inner(
     };
     let context = CallContext {
         tenant: caller.tenant.as_str().to_owned(),
-        intent_id: header_text(&headers, INTENT_ID_HEADER)?,
-        explicit_key: explicit_key.clone(),
+        intent_id: keys.intent_id,
+        explicit_key: keys.caller_key,
     };
     let permit = state
         .calls
@@ -465,12 +478,19 @@ async fn call_tool_inner(
         )
     })?;
     match outcome {
-        // Under an Idempotency-Key, another payload is the draft's 422, not an outcome.
-        Ok(outcome) if outcome.status == CallStatus::Conflict && explicit_key.is_some() => {
-            let key = explicit_key.unwrap_or_default();
-            Err(idempotency_key::reused(&key, &outcome.differing_fields))
-        }
         Ok(outcome) => Ok(Json(Outcome::from(&outcome)).into_response()),
+        // The Idempotency-Key names another intent: the draft's 422, not an outcome.
+        Err(GateError::IdempotencyKeyReused {
+            caller_key,
+            first_intent_key,
+            intent_key,
+            differing_fields,
+        }) => Err(idempotency_key::reused(
+            &caller_key,
+            &first_intent_key,
+            &intent_key,
+            &differing_fields,
+        )),
         Err(GateError::UnknownTool(name)) => Err(Problem::new(
             StatusCode::NOT_FOUND,
             "unknown-tool",

@@ -6,8 +6,10 @@
 //! enums are published with their values taken from the core's own lists, so a status added
 //! there appears in the document without anyone writing it down.
 
-use intentgate_core::{CallStatus, Effect, Executor, IntentStatus, ToolDefinition};
-use intentgate_gate::CallOutcome;
+use intentgate_core::{
+    CallStatus, Effect, Executor, IntentStatus, Misconfiguration, OutcomeReason, ToolDefinition,
+};
+use intentgate_gate::{CallOutcome, DegradedUpstream};
 use intentgate_ledger::IntentRecord;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -34,6 +36,51 @@ pub struct ProblemBody {
 pub struct Readiness {
     /// Always `true` in a 200; a gateway that is not ready answers 503 with a problem.
     pub ready: bool,
+    /// The tools whose requests to an upstream have all failed since `since_ms` because the
+    /// gateway is misconfigured (a wrong credential, a route that does not exist, an upstream
+    /// it can't reach); absent when there are none. The gateway stays ready: its other tools
+    /// work, and a load balancer that took every replica out would stop them too. A request
+    /// answered as configured clears its entry.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub degraded: Vec<Degraded>,
+}
+
+/// One tool and upstream in [`Readiness::degraded`].
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Degraded {
+    /// The upstream's name in the config (`unnamed` for an upstream that has none).
+    pub upstream: String,
+    pub tool: String,
+    /// The latest failure's kind.
+    #[schema(schema_with = misconfiguration_schema)]
+    pub kind: Misconfiguration,
+    /// The status the upstream answered; absent when the request could not be sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// What the gateway saw (`HTTP 401`, or the transport's reason), never a URL or header.
+    pub cause: String,
+    /// The first failure since a request was last answered as configured (milliseconds since
+    /// the Unix epoch).
+    pub since_ms: i64,
+    /// The latest failure (milliseconds since the Unix epoch).
+    pub last_ms: i64,
+    /// Failed requests since `since_ms`.
+    pub failures: u64,
+}
+
+impl From<&DegradedUpstream> for Degraded {
+    fn from(degraded: &DegradedUpstream) -> Degraded {
+        Degraded {
+            upstream: degraded.upstream.clone(),
+            tool: degraded.tool.clone(),
+            kind: degraded.kind,
+            status: degraded.status,
+            cause: degraded.cause.clone(),
+            since_ms: degraded.since_ms,
+            last_ms: degraded.last_ms,
+            failures: degraded.failures,
+        }
+    }
 }
 
 /// `GET /v1/tools`.
@@ -90,6 +137,11 @@ pub struct CallRequest {
 pub struct Outcome {
     #[schema(schema_with = call_status_schema)]
     pub status: CallStatus,
+    /// Why it ended so, where the status alone would mislead: `misconfigured` (a
+    /// `not_executed` that trying again won't fix until a person fixes the gateway).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = outcome_reason_schema)]
+    pub reason: Option<OutcomeReason>,
     /// What to do next, for the model.
     pub message: String,
     pub tool: String,
@@ -116,6 +168,7 @@ impl From<&CallOutcome> for Outcome {
     fn from(outcome: &CallOutcome) -> Outcome {
         Outcome {
             status: outcome.status,
+            reason: outcome.reason,
             message: outcome.message.clone(),
             tool: outcome.tool.clone(),
             intent_key: outcome.intent_key.clone(),
@@ -191,6 +244,20 @@ fn call_status_schema() -> impl Into<RefOr<Schema>> {
     )
 }
 
+fn outcome_reason_schema() -> impl Into<RefOr<Schema>> {
+    string_enum(
+        OutcomeReason::ALL.iter().map(|reason| reason.as_str()),
+        "Why the call ended with its status, where the status alone would mislead.",
+    )
+}
+
+fn misconfiguration_schema() -> impl Into<RefOr<Schema>> {
+    string_enum(
+        Misconfiguration::ALL.iter().map(|kind| kind.as_str()),
+        "Which of the operator's errors it was.",
+    )
+}
+
 fn intent_status_schema() -> impl Into<RefOr<Schema>> {
     string_enum(
         IntentStatus::ALL.iter().map(|status| status.as_str()),
@@ -220,6 +287,7 @@ mod tests {
     fn the_outcome_body_serialises_exactly_as_the_gates_outcome() {
         let full = CallOutcome {
             status: CallStatus::Conflict,
+            reason: Some(OutcomeReason::Misconfigured),
             message: "m".into(),
             tool: "refund_order".into(),
             intent_key: Some("refund:1:49.00".into()),
@@ -230,6 +298,7 @@ mod tests {
         };
         let bare = CallOutcome {
             status: CallStatus::Done,
+            reason: None,
             message: "m".into(),
             tool: "get_order".into(),
             intent_key: None,

@@ -502,6 +502,9 @@ async fn a_broken_ledger_is_503_for_grants_and_settles() {
     server.stop().await;
 }
 
+/// A grant's `Idempotency-Key` follows a call's rules: it never replaces the business key, a
+/// second key for the same refund is the same intent, and another payload under a key is the
+/// draft's 422 with nothing granted.
 #[tokio::test]
 async fn the_idempotency_key_header_is_read_as_for_calls() {
     let server = start_server().await;
@@ -517,16 +520,48 @@ async fn the_idempotency_key_header_is_read_as_for_calls() {
     };
     let first = ok(answer(grant_keyed("8", "\"order-8\"").await.unwrap()).await);
     assert_eq!(first["action"], "execute", "{first}");
-    assert_eq!(first["intent_key"], "order-8");
+    assert_eq!(first["intent_key"], "refund:8:49.00");
     let settle = json!({"lease": token(&first), "outcome": "done"});
     ok(post(&server, &settle_path(&first), ACME, settle).await);
-    let repeat = ok(answer(grant_keyed("8", "\"order-8\"").await.unwrap()).await);
-    assert_eq!(repeat["outcome"]["status"], "already_done");
-    // Another payload under the key is the draft's 422, as for a call.
+    for key in ["\"order-8\"", "order-8-again"] {
+        let repeat = ok(answer(grant_keyed("8", key).await.unwrap()).await);
+        assert_eq!(
+            repeat["outcome"]["status"], "already_done",
+            "{key}: {repeat}"
+        );
+        assert_eq!(repeat["outcome"]["intent_key"], "refund:8:49.00");
+    }
+    // Another payload under the key is the draft's 422, as for a call, and nothing is
+    // granted: the other order's intent does not exist.
     let reused = answer(grant_keyed("9", "\"order-8\"").await.unwrap()).await;
-    assert_problem(&reused, 422, "idempotency-key-reused", &["order_id"]);
+    assert_problem(
+        &reused,
+        422,
+        "idempotency-key-reused",
+        &[
+            "order-8",
+            "refund:8:49.00",
+            "`order_id`",
+            "nothing was executed",
+        ],
+    );
+    let intent = get(&server, "/v1/intents/refund_order/refund:9:49.00", ACME).await;
+    assert_eq!(intent.0, 404, "{}", intent.2);
     let malformed = answer(grant_keyed("9", "\"order-8").await.unwrap()).await;
     assert_eq!(malformed.0, 400, "{}", malformed.2);
+    // The same key in another tenant is that tenant's own.
+    let globex = server
+        .client
+        .post(format!("{}{path}", server.base))
+        .bearer_auth(GLOBEX)
+        .header("idempotency-key", "order-8")
+        .json(&json!({"arguments": {"order_id": "9", "amount": 49}}))
+        .send()
+        .await
+        .unwrap();
+    let globex = ok(answer(globex).await);
+    assert_eq!(globex["action"], "execute", "{globex}");
+    assert_eq!(globex["intent_key"], "refund:9:49.00");
     server.stop().await;
 }
 

@@ -23,6 +23,38 @@ pub fn generate(schema: &Value, variant: u32, tag: &str) -> Result<Value, String
     generator.value(schema, "(the arguments)", 0, true)
 }
 
+/// A value of the top-level argument `name` of `schema`, valid by its schema and other than
+/// `base`: `variant`'s own value, or, where that is the same (an `enum`, a `const`, a bounded
+/// number), another of the `enum`'s values (which one depends on `variant`, so that two
+/// variants differ where there are enough values) or the other boolean. `None` when the
+/// schema allows no other value the generator can make.
+pub fn alternative(
+    schema: &Value,
+    name: &str,
+    base: &Value,
+    variant: u32,
+    tag: &str,
+) -> Option<Value> {
+    let property = schema.get("properties")?.get(name)?;
+    let generator = Generator { variant, tag };
+    if let Ok(value) = generator.value(property, name, 1, false)
+        && value != *base
+    {
+        return Some(value);
+    }
+    if let Some(values) = property.get("enum").and_then(Value::as_array) {
+        let others: Vec<&Value> = values.iter().filter(|value| *value != base).collect();
+        if others.is_empty() {
+            return None;
+        }
+        return Some(others[variant as usize % others.len()].clone());
+    }
+    match base {
+        Value::Bool(flag) if property.get("const").is_none() => Some(Value::Bool(!flag)),
+        _ => None,
+    }
+}
+
 struct Generator<'a> {
     variant: u32,
     tag: &'a str,
@@ -417,6 +449,37 @@ mod tests {
                 .collect();
             assert!(errors.is_empty(), "{arguments}: {errors:?}");
         }
+    }
+
+    #[test]
+    fn an_alternative_differs_from_the_base_or_is_none() {
+        let schema = json!({"type": "object", "properties": {
+            "order_id": {"type": "string", "minLength": 1},
+            "amount": {"type": "number", "exclusiveMinimum": 0},
+            "template": {"type": "string", "enum": ["a", "b", "c"]},
+            "flag": {"type": "boolean"},
+            "only": {"type": "string", "enum": ["x"]},
+            "fixed": {"type": "integer", "minimum": 5, "maximum": 5}}});
+        let base = generate(&schema, 3, "t").unwrap();
+        let order = alternative(&schema, "order_id", &base["order_id"], 4, "t").unwrap();
+        assert_eq!(order, json!("smoket4"));
+        assert_eq!(
+            alternative(&schema, "amount", &base["amount"], 4, "t"),
+            Some(json!(4))
+        );
+        // Two variants take two different other values of an enum of three.
+        let four = alternative(&schema, "template", &base["template"], 4, "t").unwrap();
+        let five = alternative(&schema, "template", &base["template"], 5, "t").unwrap();
+        assert_ne!(four, base["template"]);
+        assert_ne!(five, base["template"]);
+        assert_ne!(four, five);
+        assert_eq!(
+            alternative(&schema, "flag", &json!(true), 4, "t"),
+            Some(json!(false))
+        );
+        assert_eq!(alternative(&schema, "only", &base["only"], 4, "t"), None);
+        assert_eq!(alternative(&schema, "fixed", &base["fixed"], 4, "t"), None);
+        assert_eq!(alternative(&schema, "absent", &json!(1), 4, "t"), None);
     }
 
     #[test]

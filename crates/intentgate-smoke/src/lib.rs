@@ -6,19 +6,32 @@
 //! input schema (`arguments.rs`), requests the effect while injecting an ambiguous failure
 //! (the provider commits, the answer is lost), asks again the way a user and a framework
 //! would (3 repeats one after another, 3 at once), and checks that every answer is `done`
-//! or `already_done` and that the provider holds exactly one effect for the intent. Then it
-//! switches the tool off in the ledger, checks a call is answered `disabled` within 1.5 s
-//! without reaching the provider, switches it on and checks a call works again.
+//! or `already_done` and that the provider holds exactly one effect for the intent.
+//!
+//! Then it checks the tool's `lookup` the way the gate calls it after an ambiguous failure
+//! (with the intent's provider key, intent key and arguments): it makes the effects of
+//! intents that differ from one another in one business field of the key each (or only in
+//! the application's intent id), and of each asks the lookup, which must find that intent's
+//! own effect (the id its call answered) and never another's; and it asks the lookup of
+//! intents that were never executed, which must find nothing. A lookup that settles an
+//! intent with somebody else's effect (SPEC section 5, "What counts as found") fails the
+//! tool, with what to add to the config (`key`, `match`, a `{idempotency_key}` filter).
+//!
+//! Last it switches the tool off in the ledger, checks a call is answered `disabled` within
+//! 1.5 s without reaching the provider, switches it on and checks a call works again.
 //!
 //! The provider is the built-in mock (in this process, its upstreams' base URLs replaced by
 //! the mock's; the failure is scripted) unless `--live`: then the configured upstreams (a
 //! sandbox) are used as they are, behind a loopback proxy (`proxy.rs`) that cuts the answer
 //! to the first side-effecting request, and effects are counted through the tool's `list`
-//! (by the intent key, or by the business fields of its `match`). A tool without a `list` is
-//! counted through its `lookup`, which finds one record at most: it proves the effect
-//! happened, not that it happened once, and the report says so for that tool.
+//! (by the provider key, `fields.idempotency_key`, or by the business fields of its
+//! `match`). A tool without a `list` is counted through its `lookup`, which finds one record
+//! at most: it proves the effect happened, not that it happened once, and the report says so
+//! for that tool. The lookups are sent to the upstreams as configured, never through the
+//! proxy.
 
 mod arguments;
+mod lookup;
 mod proxy;
 
 use std::collections::BTreeMap;
@@ -30,6 +43,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use comfy_table::Table;
 use intentgate_config::{HashKeySource, LoadedConfig, ToolConfig};
+use intentgate_core::key::provider_key;
 use intentgate_core::{CallStatus, Effect, Executor, ToolDefinition};
 use intentgate_gate::{
     CallContext, CallOutcome, Clock, Gate, GateOptions, LookupOutcome, SystemClock, Upstream,
@@ -70,6 +84,12 @@ const LIST_PAGES_MAX: u32 = 1000;
 const LIST_PAGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The write requests the built-in mock serves, as (path, what it makes).
 const MOCK_SIDE_EFFECTS: [&str; 3] = ["/v1/refunds", "/v1/charges", "/v1/emails"];
+/// The arguments' variants of the lookup check: the first intent's, the value a key argument
+/// takes in the intent that differs from it there, and in the one never executed. (1 and 2
+/// are the intents of the effect and kill-switch checks.)
+const LOOKUP_FIRST_VARIANT: u32 = 3;
+const LOOKUP_OTHER_VARIANT: u32 = 4;
+const LOOKUP_NEVER_VARIANT: u32 = 5;
 
 /// Why a client-executed tool is not smoke-tested.
 fn client_tool_skipped(name: &str) -> String {
@@ -115,10 +135,20 @@ pub async fn smoke(config_path: &Path, live: bool) -> anyhow::Result<Report> {
         Arc::new(SystemClock),
         GateOptions::default(),
     )?);
+    // The lookups of the lookup check (and of counting a tool without a list) go straight to
+    // the upstreams: the mock, or the sandbox as configured, never through the proxy.
+    let lookup_upstreams = match &target {
+        Target::Live { upstreams, .. } => upstreams.clone(),
+        Target::Mock(_) => loaded.config.upstreams.clone(),
+    };
+    let lookups = HttpUpstream::new(lookup_upstreams.clone(), loaded.config.http_tools())
+        .context("the tools' lookups")?;
     let mut smoke = Smoke {
         gate,
         ledger,
         target,
+        lookups,
+        upstreams: lookup_upstreams,
         tag: run_tag(),
         tenant: loaded.config.gateway.tenant.clone(),
         started_ms: SystemClock.now_ms(),
@@ -175,9 +205,6 @@ enum Target {
         /// The upstreams as configured, for counting records without the proxy.
         upstreams: BTreeMap<String, UpstreamSpec>,
         client: reqwest::Client,
-        /// The tools' lookups against the upstreams as configured, for counting the effects
-        /// of a tool without a `list`.
-        lookups: HttpUpstream,
     },
 }
 
@@ -203,13 +230,10 @@ impl Target {
             proxies.insert(name.clone(), proxy);
         }
         let client = intentgate_http::http_client().context("an HTTP client")?;
-        let lookups = HttpUpstream::new(upstreams.clone(), loaded.config.http_tools())
-            .context("the tools' lookups")?;
         Ok(Target::Live {
             proxies,
             upstreams,
             client,
-            lookups,
         })
     }
 
@@ -279,6 +303,10 @@ struct ToolResult {
     effect_once: Step,
     /// Every answer `done` or `already_done`, at most one `done`.
     repeats_answered: Step,
+    /// The tool's lookup, asked for intents that differ in one business field each, found
+    /// each one's own effect and never another's, and nothing for intents never executed
+    /// (`skipped` for a tool without a lookup).
+    lookup_finds_own: Step,
     /// Off: `disabled` within 1.5 s with nothing sent; on again: the call works.
     kill_switch: Step,
     /// The intent's key, as the gate rendered it.
@@ -287,8 +315,9 @@ struct ToolResult {
     /// Effects the provider holds for the intent.
     #[serde(skip_serializing_if = "Option::is_none")]
     effects: Option<u64>,
-    /// How they were counted: `effect_log` (the mock's), `list` (the tool's list, by intent
-    /// key or `match` fields) or `lookup` (a tool without a list: found is one effect).
+    /// How they were counted: `effect_log` (the mock's), `list` (the tool's list, by the
+    /// provider key or `match` fields) or `lookup` (a tool without a list: found is one
+    /// effect).
     #[serde(skip_serializing_if = "Option::is_none")]
     effects_counted_by: Option<Counter>,
     /// What a passing check did not prove, one entry per caveat.
@@ -354,6 +383,7 @@ impl ToolResult {
             passed: false,
             effect_once: Step::Skipped,
             repeats_answered: Step::Skipped,
+            lookup_finds_own: Step::Skipped,
             kill_switch: Step::Skipped,
             intent_key: None,
             effects: None,
@@ -373,10 +403,13 @@ impl ToolResult {
     }
 
     fn finish(mut self) -> ToolResult {
+        // A tool without a lookup skips the lookup check (and fails on its own account, when
+        // an ambiguous failure leaves its intent unknown).
         self.passed = self.reasons.is_empty()
             && [self.effect_once, self.repeats_answered, self.kill_switch]
                 .iter()
-                .all(|step| *step == Step::Pass);
+                .all(|step| *step == Step::Pass)
+            && self.lookup_finds_own != Step::Fail;
         self
     }
 }
@@ -385,6 +418,10 @@ struct Smoke {
     gate: Arc<Gate>,
     ledger: Arc<dyn Ledger>,
     target: Target,
+    /// The tools' lookups, sent as the gate sends them, to the upstreams without the proxy.
+    lookups: HttpUpstream,
+    /// Those upstreams (for their idempotency headers, in fixes).
+    upstreams: BTreeMap<String, UpstreamSpec>,
     tag: String,
     tenant: String,
     started_ms: i64,
@@ -502,10 +539,13 @@ sending a side-effecting request through {}",
                 result.reasons.push(format!(
                     "{} has no `lookup`: after an ambiguous failure the gateway can't find out \
 whether the effect happened, so the intent stays unknown (pending_unknown) until someone \
-resolves it. Add a `lookup:` block to the tool: a read-only request that finds the effect by \
-its intent key, e.g. `lookup: {{method: GET, path: /v1/refunds, query: {{intent_key: \
-\"{{intent_key}}\"}}, found: /data/0, external_id: /id}}`, and send `{{intent_key}}` with \
-the effect (metadata) so the provider can be asked for it",
+resolves it. Add a `lookup:` block to the tool: a read-only request that finds the effect and \
+proves it is this intent's by the provider key the gateway sent (`{{idempotency_key}}`) and \
+by the business fields, e.g. `lookup: {{method: GET, path: /v1/refunds, query: \
+{{idempotency_key: \"{{idempotency_key}}\"}}, found: /data, key: /idempotency_key, match: \
+{{order_id: {{record: /order_id}}, amount: {{record: /amount}}}}, external_id: /id}}` (where \
+the provider does not keep the Idempotency-Key header, send `{{idempotency_key}}` in the \
+body's metadata and point `key:` there)",
                     config.name
                 ));
             } else {
@@ -530,8 +570,8 @@ the effect (metadata) so the provider can be asked for it",
                 "{} has no `list`, so its effects were counted with its `lookup`, which finds \
 one record at most: \"effect once\" shows the effect happened, not that it happened only once \
 (a duplicate would go unseen). Add a `list:` block (the provider's records over a window, \
-paired with intents by `fields.intent_key` or by business fields with `match`) to count \
-every record; reconciliation needs it too",
+paired with intents by the provider key, `fields.idempotency_key`, or by business fields with \
+`match`) to count every record; reconciliation needs it too",
                 config.name
             ));
         }
@@ -570,7 +610,24 @@ every record; reconciliation needs it too",
             }
         }
 
-        // 4. The kill switch.
+        // 4. The lookup: each intent's finds its own effect, never another's.
+        if let Some(lookup) = &config.lookup {
+            let checked = self.check_lookup(&definition, lookup).await;
+            result.lookup_finds_own = Step::of(checked.problems.is_empty());
+            let fixes = checked.fixes(config, lookup, &definition, &self.upstreams);
+            result.notes.extend(checked.notes);
+            result.reasons.extend(
+                checked
+                    .problems
+                    .into_iter()
+                    .map(|problem| format!("lookup: {}", problem.text)),
+            );
+            result
+                .reasons
+                .extend(fixes.into_iter().map(|fix| format!("lookup: fix: {fix}")));
+        }
+
+        // 5. The kill switch.
         match self
             .kill_switch(config, &definition, &arguments, &context)
             .await
@@ -614,17 +671,15 @@ every record; reconciliation needs it too",
         match &self.target {
             Target::Mock(server) => Ok(server.provider().effect_count(key) as u64),
             Target::Live {
-                upstreams,
-                client,
-                lookups,
-                ..
+                upstreams, client, ..
             } => {
                 let Some(list) = &config.list else {
-                    return count_by_lookup(lookups, config, asked).await;
+                    return count_by_lookup(&self.lookups, &self.tenant, config, asked).await;
                 };
                 let pairing = Pairing::of_match(&list.match_fields);
                 let wanted = match &pairing {
-                    Pairing::IntentKey => key.to_owned(),
+                    // Smoke's calls are its configured tenant's, in their first epoch.
+                    Pairing::ProviderKey => provider_key(&self.tenant, &config.name, key, 1),
                     Pairing::Fields(fields) => fields.of_arguments(asked.arguments),
                 };
                 let call_upstream = config.call.as_ref().map(|call| call.upstream.as_str());
@@ -664,7 +719,9 @@ every record; reconciliation needs it too",
                     count += page
                         .iter()
                         .filter(|record| match &pairing {
-                            Pairing::IntentKey => record.intent_key.as_deref() == Some(key),
+                            Pairing::ProviderKey => {
+                                record.provider_key.as_deref() == Some(wanted.as_str())
+                            }
                             Pairing::Fields(fields) => fields.of_record(&record.raw) == wanted,
                         })
                         .count() as u64;
@@ -798,6 +855,7 @@ struct Asked<'a> {
 /// 0. A lookup answers with one record, so more than one effect can't be seen.
 async fn count_by_lookup(
     lookups: &HttpUpstream,
+    tenant: &str,
     config: &ToolConfig,
     asked: &Asked<'_>,
 ) -> Result<u64, String> {
@@ -809,11 +867,14 @@ reconciliation needs too, or at least a `lookup:`",
             config.name
         ));
     }
+    // As the gate sends it: with the intent's provider key (smoke's intents are its tenant's,
+    // in their first epoch).
+    let provider_key = provider_key(tenant, &config.name, asked.key, 1);
     let call = UpstreamCall::for_intent(
         asked.definition,
         asked.arguments,
         asked.key,
-        None,
+        Some(&provider_key),
         asked.context.intent_id.as_deref(),
         1,
     );
@@ -822,6 +883,10 @@ reconciliation needs too, or at least a `lookup:`",
         LookupOutcome::NotFound => Ok(0),
         LookupOutcome::Failed(error) => Err(format!(
             "looking the effect up in the sandbox (the tool has no `list`): {error}"
+        )),
+        LookupOutcome::Mismatch(reason) => Err(format!(
+            "looking the effect up in the sandbox (the tool has no `list`): the lookup found a \
+record that is half this intent's, so the effects can't be counted: {reason}"
         )),
         LookupOutcome::Unsupported => Err(format!(
             "{} has no `list`, and its lookup can't be sent, so the sandbox's effects for \
@@ -904,7 +969,9 @@ impl Report {
             out,
             "smoke test of {} against {against}\nper side-effecting tool: the effect with its \
 answer lost after the provider committed, {REPEATS_SEQUENTIAL} repeats one after another and \
-{REPEATS_CONCURRENT} at once, then the kill switch\n",
+{REPEATS_CONCURRENT} at once; the lookup of intents that differ in one field each (each must find \
+its own effect, never another's) and of intents never executed (nothing); then the kill \
+switch\n",
             self.config
         );
         let mut table = Table::new();
@@ -914,6 +981,7 @@ answer lost after the provider committed, {REPEATS_SEQUENTIAL} repeats one after
                 "tool",
                 "effect once",
                 "repeats answered",
+                "lookup finds own",
                 "kill switch",
                 "result",
             ]);
@@ -922,6 +990,7 @@ answer lost after the provider committed, {REPEATS_SEQUENTIAL} repeats one after
                 tool.tool.as_str(),
                 tool.effect_once.as_str(),
                 tool.repeats_answered.as_str(),
+                tool.lookup_finds_own.as_str(),
                 tool.kill_switch.as_str(),
                 if tool.passed { "ok" } else { "FAILED" },
             ]);

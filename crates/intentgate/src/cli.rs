@@ -83,8 +83,9 @@ Traces (OpenTelemetry, OTLP over HTTP) are off until a collector is named: OTEL_
     /// The kill switch: switch a tool off or on for every gateway sharing the ledger, or
     /// list which tools are off.
     Flags(FlagsArgs),
-    /// List, show and resolve intents (an unknown intent as `done` or `not_executed`), and
-    /// erase a tenant's on request, on the ledger directly.
+    /// List, show and resolve intents (an unknown intent as `done` or `not_executed`), reopen
+    /// a rejected one whose refusal was the gateway's own error, and erase a tenant's on
+    /// request, on the ledger directly.
     Intents(IntentsArgs),
     /// Check a config (and prompts, observed latencies, an MCP server's tools) for what
     /// makes retries act twice; non-zero exit for CI.
@@ -173,9 +174,12 @@ a key that uses {intent_id} gets a generated intent id, the same for every repea
 connection is cut after the request);
   3. the same call is repeated 3 times one after another and 3 times at once: every answer \
 must be done or already_done, and the provider must hold exactly one effect for the intent \
-(the mock's effect log; with --live the tool's `list`). A tool with no `lookup` can't resolve \
-the ambiguity and fails;
-  4. the tool is switched off in the ledger: within 1.5 s a call must answer disabled and a \
+(the mock's effect log; with --live the tool's `list`, by provider key or `match`). A tool with \
+no `lookup` can't resolve the ambiguity and fails;
+  4. the tool's lookup, called as the gate calls it, for intents that differ in one business \
+field of the key each (or only in the intent id): each must find the effect its own call \
+made, never another's; for intents never executed it must find nothing;
+  5. the tool is switched off in the ledger: within 1.5 s a call must answer disabled and a \
 new intent must send nothing; switched on again, that intent must be done, once.
 
 Prints a table (or, with --format json, one JSON object) with each tool's steps and why any \
@@ -559,9 +563,33 @@ Only an intent whose outcome is unknown (or left in_flight with an expired lease
 resolved; a done or otherwise settled intent can't be changed. Check the provider first (its \
 dashboard, or a lookup by the intent key). The change is written to the intent's event log with \
 --actor and --reason, and every repeat of the call then gets the resolved answer: `done` \
-replays the external id as already_done, `not_executed` lets the next call try again."
+replays the external id as already_done, `not_executed` lets the next call try again. A \
+rejected intent is not resolved but reopened (`intentgate intents reopen`)."
     )]
     Resolve(IntentsResolveArgs),
+    /// Reopen a rejected intent whose refusal was the gateway's own error (a wrong API key,
+    /// a wrong route): it becomes `not_executed`, and the next call executes it.
+    #[command(
+        long_about = "Reopen a rejected intent whose stored refusal was wrong: the provider \
+refused the gateway, not the customer's request (a wrong or expired API key answered 401, a \
+key without a permission 403, a misconfigured route 404), and every repeat of the call has been \
+answered with that refusal since.
+
+Fix the gateway's config first (and restart it), then reopen: the intent becomes not_executed, \
+its stored refusal is dropped and its provider idempotency key moves to a new epoch (`#2`, as \
+a retry of a rejection does: the refused attempt did nothing, and a provider that stored its \
+refusal under the old key would replay it). The next call of the tool with the same arguments \
+then executes it, once. Only a rejected intent can be reopened; an unknown one is resolved \
+(`intentgate intents resolve`), a done one is final.
+
+The intent is named by its tool and key, as `intentgate intents list --status rejected` and the \
+gateway's log lines show them, within --tenant. The change is written to the intent's event \
+log (kind `reopen`) with --actor and --reason.
+
+Since calls that fail because the gateway is misconfigured now end not_executed rather than \
+rejected, this is for refusals stored before that, or by an older gateway."
+    )]
+    Reopen(IntentsReopenArgs),
     /// Erase a tenant's intents (or one tool's, or one key's) on request, with their events.
     #[command(
         long_about = "Erase a tenant's intents (or one tool's, or one intent key's) on request, \
@@ -650,6 +678,27 @@ pub struct IntentsResolveArgs {
     #[arg(long)]
     pub reason: String,
     /// Who resolves it (written to the event log).
+    #[arg(long, env = "USER", default_value = "cli")]
+    pub actor: String,
+    #[command(flatten)]
+    pub location: IntentsLedgerArgs,
+}
+
+/// `intentgate intents reopen`.
+#[derive(Debug, Args)]
+pub struct IntentsReopenArgs {
+    /// The intent's tool (the TOOL column of `intents list`).
+    pub tool: String,
+    /// The intent's key (the KEY column of `intents list`).
+    pub key: String,
+    /// The intent's tenant.
+    #[arg(long, default_value = "default")]
+    pub tenant: String,
+    /// Why the stored refusal was wrong (the misconfiguration, and that it is fixed).
+    /// Written to the event log.
+    #[arg(long)]
+    pub reason: String,
+    /// Who reopens it (written to the event log).
     #[arg(long, env = "USER", default_value = "cli")]
     pub actor: String,
     #[command(flatten)]

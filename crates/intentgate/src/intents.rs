@@ -1,10 +1,13 @@
-//! `intentgate intents`: list, show, resolve and erase intents, on the ledger directly.
+//! `intentgate intents`: list, show, resolve, reopen and erase intents, on the ledger
+//! directly.
 //!
 //! The commands open the ledger the gateways use (a SQLite file or a PostgreSQL URL), so
 //! they work whether or not a gateway is running. A resolution follows the same rules as
 //! the admin API (`intentgate_admin::ManualResolution`, `check_resolvable`) and goes through
 //! `Ledger::resolve`, which checks the transition and writes the event log entry with the
-//! actor and the reason. An erasure goes through `intentgate_admin::erase_all`, as the admin
+//! actor and the reason. A reopening (a `rejected` intent whose refusal was the gateway's own
+//! error made `not_executed`) follows `intentgate_admin::ManualReopen` and
+//! `check_reopenable`, through the same `Ledger::resolve`. An erasure goes through `intentgate_admin::erase_all`, as the admin
 //! API's does. Arguments are shown as the ledger keeps them: sensitive ones as their keyed
 //! hashes (`hmac-sha256:...`).
 
@@ -12,7 +15,9 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow, bail};
-use intentgate_admin::{ManualResolution, check_erase, check_resolvable, erase_all};
+use intentgate_admin::{
+    ManualReopen, ManualResolution, check_erase, check_reopenable, check_resolvable, erase_all,
+};
 use intentgate_core::IntentStatus;
 use intentgate_core::text::printable;
 use intentgate_gate::{Clock, SystemClock};
@@ -23,7 +28,7 @@ use serde_json::json;
 
 use crate::cli::{
     IntentsArgs, IntentsCommand, IntentsEraseArgs, IntentsFormat, IntentsLedgerArgs,
-    IntentsListArgs, IntentsResolveArgs, IntentsShowArgs,
+    IntentsListArgs, IntentsReopenArgs, IntentsResolveArgs, IntentsShowArgs,
 };
 use crate::time::utc;
 
@@ -37,6 +42,7 @@ pub async fn run(arguments: IntentsArgs) -> anyhow::Result<()> {
         IntentsCommand::List(arguments) => list(arguments).await,
         IntentsCommand::Show(arguments) => show(arguments).await,
         IntentsCommand::Resolve(arguments) => resolve(arguments).await,
+        IntentsCommand::Reopen(arguments) => reopen(arguments).await,
         IntentsCommand::Erase(arguments) => erase(arguments).await,
     }
 }
@@ -189,6 +195,66 @@ async fn resolve(arguments: IntentsResolveArgs) -> anyhow::Result<()> {
         after.status,
         printable(&asked.actor),
         printable(asked.reason.trim())
+    )?;
+    print!("{out}");
+    Ok(())
+}
+
+async fn reopen(arguments: IntentsReopenArgs) -> anyhow::Result<()> {
+    let asked = ManualReopen {
+        reason: arguments.reason,
+        actor: arguments.actor,
+    };
+    asked.check().map_err(|message| anyhow!(message))?;
+    let (ledger, shown) = open(&arguments.location).await?;
+    let before = ledger
+        .get(&arguments.tenant, &arguments.tool, &arguments.key)
+        .await
+        .context("reading the intent")?
+        .ok_or_else(|| {
+            anyhow!(
+                "no intent of tool {} with key {} in tenant {} in the ledger at {shown}; \
+`intentgate intents list --status rejected` shows the rejected ones",
+                printable(&arguments.tool),
+                printable(&arguments.key),
+                printable(&arguments.tenant)
+            )
+        })?;
+    let id = before.id;
+    check_reopenable(&before).map_err(|message| anyhow!(message))?;
+    let after = match ledger
+        .resolve(asked.to_resolve(id, SystemClock.now_ms()))
+        .await
+    {
+        Ok(after) => after,
+        Err(LedgerError::Transition(illegal)) => bail!(
+            "intent {id} became {} while it was being reopened; nothing was changed \
+(`intentgate intents show {id}` shows what happened)",
+            illegal.from
+        ),
+        Err(error) => return Err(error).context("reopening the intent"),
+    };
+    let mut out = String::new();
+    writeln!(
+        out,
+        "intent {id}: {} {} (tenant {})",
+        printable(&after.tool),
+        printable(&after.key),
+        printable(&after.tenant)
+    )?;
+    writeln!(out, "  before: {}", before.status)?;
+    writeln!(
+        out,
+        "  after:  {} (provider key epoch {}), reopened by {}: {}",
+        after.status,
+        after.epoch,
+        printable(&asked.actor),
+        printable(asked.reason.trim())
+    )?;
+    writeln!(
+        out,
+        "  the next call of {} with the same arguments executes it",
+        printable(&after.tool)
     )?;
     print!("{out}");
     Ok(())

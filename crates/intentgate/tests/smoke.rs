@@ -1,6 +1,10 @@
 //! `intentgate smoke` as a process: the example config passes against the built-in mock and
 //! against a real `intentgate mock-provider` process (`--live`); a config whose key changes
-//! per attempt, or whose refund has no lookup, fails; `--format json` has every tool.
+//! per attempt, or whose refund has no lookup, fails; so does a lookup the config check
+//! accepts that takes another intent's effect (a refund matched by order but not amount, a
+//! charge matched by business fields when only the intent id tells two apart) or that never
+//! finds its own (a `key` pointer where the provider keeps no key); `--format json` has
+//! every tool.
 
 mod support;
 
@@ -70,7 +74,7 @@ fn the_example_config_passes_against_the_built_in_mock() {
         let row = row(&table, tool);
         assert_eq!(
             row.split_whitespace().collect::<Vec<_>>()[1..],
-            ["pass", "pass", "pass", "ok"],
+            ["pass", "pass", "pass", "pass", "ok"],
             "{row}"
         );
     }
@@ -114,7 +118,12 @@ fn json_output_has_every_side_effecting_tool_with_its_steps() {
         "{report}"
     );
     for tool in tools {
-        for step in ["effect_once", "repeats_answered", "kill_switch"] {
+        for step in [
+            "effect_once",
+            "repeats_answered",
+            "lookup_finds_own",
+            "kill_switch",
+        ] {
             assert_eq!(tool[step], "pass", "{tool}");
         }
         assert_eq!(tool["effects"], 1, "{tool}");
@@ -199,6 +208,169 @@ fn a_tool_the_mock_does_not_serve_fails_and_points_to_live() {
     assert!(reason.contains("--live"), "{reason}");
 }
 
+/// The JSON report of `intentgate smoke` of the example edited by `edit`, which the config
+/// check must accept (a check failed: exit 2), and the entry of `tool`, whose lookup check
+/// failed while its other steps passed.
+fn lookup_failure(edit: impl Fn(String) -> String, tool: &str) -> Value {
+    let folder = tempfile::tempdir().unwrap();
+    let config = example_config(folder.path(), edit);
+    let output = smoke(&["--config", path(&config), "--format", "json"], &[]);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "the config is accepted and a check fails"
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let entry = report["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|entry| entry["tool"] == tool)
+        .unwrap()
+        .clone();
+    assert_eq!(entry["passed"], false, "{entry:#}");
+    assert_eq!(entry["lookup_finds_own"], "fail", "{entry:#}");
+    for step in ["effect_once", "kill_switch"] {
+        assert_eq!(entry[step], "pass", "{entry:#}");
+    }
+    // Every other tool still passes.
+    for other in report["tools"].as_array().unwrap() {
+        if other["tool"] != tool {
+            assert_eq!(other["passed"], true, "{other:#}");
+        }
+    }
+    entry
+}
+
+/// The reasons of a tool's report entry, one text.
+fn reasons(entry: &Value) -> String {
+    let reasons: Vec<&str> = entry["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|reason| reason.as_str().unwrap())
+        .collect();
+    reasons.join("\n")
+}
+
+#[test]
+fn a_refund_lookup_that_matches_the_order_but_not_the_amount_takes_the_other_refund() {
+    // The refunds of the order, proved by the order alone: the config check accepts it (it
+    // has a `match`), and the first intent's own lookup finds its refund, the only one of
+    // its order. Only a second refund of the same order, of another amount, shows that the
+    // lookup takes whichever refund of the order it sees.
+    let entry = lookup_failure(
+        |text| {
+            let proof = "      key: /idempotency_key\n      match: {order_id: {record: /order_id}, amount: {record: /amount}}\n";
+            assert!(text.contains(proof), "refund_order's lookup proof");
+            text.replacen(proof, "      match: {order_id: {record: /order_id}}\n", 1)
+        },
+        "refund_order",
+    );
+    // The first intent and the one repeated after the injected failure are unharmed.
+    assert_eq!(entry["repeats_answered"], "pass", "{entry:#}");
+    let reasons = reasons(&entry);
+    assert!(
+        reasons.contains("lookup: the lookup of the intent with another `amount`")
+            && reasons.contains("found the effect of the first intent"),
+        "{reasons}"
+    );
+    assert!(
+        reasons.contains("the lookup of a never-executed intent with another `amount`")
+            && reasons.contains("answered found with the effect of the first intent"),
+        "{reasons}"
+    );
+    assert!(
+        reasons.contains("somebody else's effect"),
+        "what it did wrong: {reasons}"
+    );
+    // What to change.
+    assert!(
+        reasons.contains("lookup: fix: the lookup proves records by `match` alone")
+            && reasons.contains("leaves out the key's `amount`")
+            && reasons.contains("add `key: <pointer to it in a record>`")
+            && reasons.contains("`query: {idempotency_key: \"{idempotency_key}\"}`")
+            && reasons.contains("amount: {record: <its pointer in a record>}"),
+        "{reasons}"
+    );
+    // An order's own refund is not what differs: the intent with another order is fine.
+    assert!(
+        !reasons.contains("the intent with another `order_id`"),
+        "{reasons}"
+    );
+}
+
+#[test]
+fn a_charge_lookup_by_business_fields_alone_takes_the_charge_of_another_intent_id() {
+    // charge_card's key has the application's intent id: a customer may be charged the same
+    // amount twice. Its charges by customer, proved by customer, amount and currency, are
+    // accepted by the config check, and can't tell two such charges apart.
+    let entry = lookup_failure(
+        |text| {
+            let lookup = "      query: {idempotency_key: \"{idempotency_key}\"}\n      found: /data\n      key: /idempotency_key\n      match: {customer_id:";
+            assert!(text.contains(lookup), "charge_card's lookup");
+            text.replacen(
+                lookup,
+                "      query: {customer_id: \"{customer_id}\"}\n      found: /data\n      match: {customer_id:",
+                1,
+            )
+        },
+        "charge_card",
+    );
+    let reasons = reasons(&entry);
+    assert!(
+        reasons.contains("the lookup of the intent with the same arguments and another intent id")
+            && reasons.contains("found the effect of the first intent"),
+        "{reasons}"
+    );
+    assert!(
+        reasons.contains(
+            "the lookup of a never-executed intent with the same arguments and another intent id"
+        ) && reasons.contains("answered found"),
+        "{reasons}"
+    );
+    assert!(
+        reasons
+            .contains("the key has the application's intent id, which no business field carries")
+            && reasons.contains("add `key: <pointer to it in a record>`"),
+        "{reasons}"
+    );
+    // Its business fields are all in `match`: nothing to add there.
+    assert!(!reasons.contains("leaves out"), "{reasons}");
+}
+
+#[test]
+fn a_lookup_key_where_the_provider_keeps_none_finds_nothing_and_says_to_send_it() {
+    // The provider (the mock) echoes the Idempotency-Key header at /idempotency_key, and
+    // keeps in metadata only what the call's body sends there: the intent key. A `key` in
+    // metadata is a valid pointer to the config check, and never holds the provider key.
+    let entry = lookup_failure(
+        |text| {
+            let tool = text.find("  - name: refund_order").unwrap();
+            let at = tool + text[tool..].find("      key: /idempotency_key\n").unwrap();
+            format!(
+                "{}      key: /metadata/idempotency_key\n{}",
+                &text[..at],
+                &text[at + "      key: /idempotency_key\n".len()..]
+            )
+        },
+        "refund_order",
+    );
+    let reasons = reasons(&entry);
+    assert!(
+        reasons.contains("lookup: the lookup of the first intent")
+            && reasons.contains("found nothing, though the provider holds its effect"),
+        "{reasons}"
+    );
+    assert!(
+        reasons.contains("`key: /metadata/idempotency_key` must point at the provider key")
+            && reasons.contains("the call sends it only as the `Idempotency-Key` header")
+            && reasons.contains("`metadata: {idempotency_key: \"{idempotency_key}\"}`"),
+        "{reasons}"
+    );
+    assert!(!reasons.contains("somebody else's effect"), "{reasons}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_against_a_mock_provider_process_passes_with_one_effect_per_intent() {
     let mock = support::mock_provider();
@@ -220,21 +392,30 @@ async fn live_against_a_mock_provider_process_passes_with_one_effect_per_intent(
     let effects = support::get_json(&client, format!("{}/admin/effects", mock.url)).await;
     assert_eq!(effects["duplicates"], serde_json::json!([]), "{effects}");
     let by_intent = effects["by_intent_key"].as_object().unwrap();
-    // Each tool: the intent with the injected failure, and the one made after the kill
-    // switch was turned back on.
-    assert_eq!(by_intent.len(), 6, "{effects}");
+    // Each tool: the intent with the injected failure, the one made after the kill switch
+    // was turned back on, and those of the lookup check: a first intent and one more per
+    // business field of the key (refund_order: order and amount; charge_card: customer,
+    // amount and the intent id; send_email: recipient, template and reference).
+    let lookup_check = [1 + 2, 1 + 3, 1 + 3];
+    let intents = 2 * 3 + lookup_check.iter().sum::<usize>();
+    assert_eq!(by_intent.len(), intents, "{effects}");
     assert!(by_intent.values().all(|count| count == 1), "{effects}");
     for tool in report["tools"].as_array().unwrap() {
         let key = tool["intent_key"].as_str().unwrap();
         assert_eq!(by_intent.get(key), Some(&serde_json::json!(1)), "{key}");
     }
     // The failure was injected: each first call's answer was lost, so the gate looked the
-    // effect up (one lookup per tool); the smoke's own lists that count the effects are the
-    // other 6 (two per tool). Without the injection there would be 6 in all.
+    // effect up (one lookup per tool); the smoke's own lists that count the effects are 6
+    // more (two per tool), and the lookup check asks once per intent it made and once per
+    // intent it did not (one fewer per tool). Without the injection there would be 3 fewer.
     let stats = support::get_json(&client, format!("{}/admin/stats", mock.url)).await;
-    assert_eq!(stats["effects"]["refunds"], 2, "{stats}");
-    assert_eq!(stats["requests"], 6, "one request per intent: {stats}");
-    assert_eq!(stats["lookups"], 9, "{stats}");
+    assert_eq!(stats["effects"]["refunds"], 2 + lookup_check[0], "{stats}");
+    assert_eq!(
+        stats["requests"], intents,
+        "one request per intent: {stats}"
+    );
+    let check_lookups: usize = lookup_check.iter().map(|made| made + made - 1).sum();
+    assert_eq!(stats["lookups"], 3 + 6 + check_lookups, "{stats}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,7 +429,7 @@ async fn live_counts_a_tool_without_a_list_by_its_lookup_and_says_what_that_cann
         let next = list + text[list..].find("  - name: charge_card").unwrap();
         let text = format!("{}\n{}", &text[..list], &text[next..]);
         let by_fields = text.replacen(
-            "fields: {intent_key: /metadata/intent_key, external_id: /id, amount: /amount, subject: /customer_id}",
+            "fields: {idempotency_key: /idempotency_key, intent_key: /metadata/intent_key, external_id: /id, amount: /amount, subject: /customer_id}",
             "fields: {external_id: /id, amount: /amount, subject: /customer_id}\n      match: {customer_id: {record: /customer_id}, amount: {record: /amount}}",
             1,
         );

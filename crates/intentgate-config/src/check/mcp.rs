@@ -478,6 +478,9 @@ impl Checker<'_, '_> {
                 found: lookup.found,
                 not_found_statuses: lookup.not_found_statuses.unwrap_or_else(|| vec![404]),
                 external_id: lookup.external_id,
+                key: lookup.key,
+                match_fields: lookup.match_fields,
+                pages: lookup.pages,
             })
         });
         let list = list.and_then(|list| self.http_list(index, label, list));
@@ -655,6 +658,13 @@ impl Checker<'_, '_> {
             return None;
         };
         self.mcp_tool_name(&at!["tools", index, "lookup", "tool"], label, &tool);
+        self.misplaced(
+            &base,
+            &[("pages", lookup.pages.is_some())],
+            &format!("{label}: `lookup.{{field}}` pages through an HTTP listing, and this tool's lookup is a call of an MCP tool"),
+            "remove `{field}`; give the lookup tool arguments that narrow its answer to one intent's records",
+        );
+        self.lookup_proof(index, label, lookup.key.as_deref(), &lookup.match_fields);
         Some(McpLookup {
             call: McpToolCall {
                 arguments: lookup.arguments,
@@ -662,6 +672,8 @@ impl Checker<'_, '_> {
             },
             found: lookup.found,
             external_id: lookup.external_id,
+            key: lookup.key,
+            match_fields: lookup.match_fields,
         })
     }
 

@@ -1,12 +1,16 @@
 //! How a tool's `list` reads a page and pairs a provider record with an intent, the same for
-//! an HTTP and an MCP listing: its pointers, and the pairing by the intent key the gateway
-//! sent with the effect (`fields.intent_key`) or, for a provider that keeps no metadata, by
-//! business fields (`match`). Exactly one of the two; each `match` field names an argument
-//! that exists and is not sensitive, and gets its comparison from the input schema when the
-//! config does not say. The amount compared must not be a sensitive argument either.
+//! an HTTP and an MCP listing: its pointers, and the pairing by the provider key the gateway
+//! sent with the effect (`fields.idempotency_key`, scoped by tenant and tool) or, for a
+//! provider that keeps no key, by business fields (`match`). Exactly one of the two; the
+//! intent key alone (`fields.intent_key`) is refused, since two tenants share it. Each
+//! `match` field (of a list or of a lookup) names an argument that exists and is not
+//! sensitive, and gets its comparison from the input schema when the config does not say.
+//! The amount compared must not be a sensitive argument either.
+
+use std::collections::BTreeMap;
 
 use intentgate_core::ArgumentPath;
-use intentgate_http::spec::{ListRecords, MatchCompare};
+use intentgate_http::spec::{ListRecords, MatchCompare, MatchField};
 use serde_json::Value;
 
 use super::Checker;
@@ -36,6 +40,7 @@ impl Checker<'_, '_> {
             self.pointer(&at!["tools", index, "list", field], label, pointer);
         }
         for (field, pointer) in [
+            ("idempotency_key", list.fields.idempotency_key.as_deref()),
             ("intent_key", list.fields.intent_key.as_deref()),
             ("external_id", Some(list.fields.external_id.as_str())),
             ("amount", list.fields.amount.as_deref()),
@@ -52,46 +57,84 @@ impl Checker<'_, '_> {
             self.sensitive_amount(index, label, sensitive, list);
         }
         match (
-            list.fields.intent_key.is_some(),
+            list.fields.idempotency_key.is_some(),
             list.match_fields.is_empty(),
         ) {
+            (false, true) if list.fields.intent_key.is_some() => self.push(
+                &at!["tools", index, "list", "fields", "intent_key"],
+                format!(
+                    "{label}: the list pairs provider records with intents by \
+                     `fields.intent_key` alone, and an intent key is not scoped by tenant: \
+                     two tenants' records of one order and amount carry the same one, so one \
+                     tenant's record would explain another's intent"
+                ),
+                format!(
+                    "send the provider key with the effect (`{{idempotency_key}}`, scoped by \
+                     tenant and tool) and pair by it: `idempotency_key: <pointer>` under \
+                     `fields` (e.g. /metadata/idempotency_key); for a provider that keeps no \
+                     key, pair by business fields instead, e.g. {MATCH_EXAMPLE}"
+                ),
+            ),
             (false, true) => self.push(
                 &at!["tools", index, "list", "fields"],
                 format!(
                     "{label}: the list does not say how a provider record pairs with an intent: \
-                     it has neither `fields.intent_key` nor `match`"
+                     it has neither `fields.idempotency_key` nor `match`"
                 ),
                 format!(
-                    "when the effect carries the intent key (metadata), add `intent_key: \
-                     /metadata/intent_key` under `fields`; when the provider keeps no metadata, \
-                     name the business fields that pair a record with an intent, e.g. \
+                    "when the effect carries the provider key (`{{idempotency_key}}` in its \
+                     metadata, or the provider's echo of the Idempotency-Key header), add \
+                     `idempotency_key: <pointer>` under `fields`; when the provider keeps no \
+                     key, name the business fields that pair a record with an intent, e.g. \
                      {MATCH_EXAMPLE}"
                 ),
             ),
             (true, false) => self.push(
                 &at!["tools", index, "list", "match"],
                 format!(
-                    "{label}: the list pairs records with intents both by `fields.intent_key` \
-                     and by `match`; it must say one way"
+                    "{label}: the list pairs records with intents both by \
+                     `fields.idempotency_key` and by `match`; it must say one way"
                 ),
-                "keep `fields.intent_key` when the provider keeps the intent key the gateway \
-                 sends (it tells intents apart exactly), and remove `match:`; keep `match` only \
-                 for a provider that keeps no metadata",
+                "keep `fields.idempotency_key` when the provider keeps the provider key the \
+                 gateway sends (it tells intents apart exactly, tenants included), and remove \
+                 `match:`; keep `match` only for a provider that keeps no key",
             ),
             _ => {}
         }
-        if list.match_fields.len() > MATCH_FIELDS_MAX {
+        self.match_fields(
+            index,
+            "list",
+            label,
+            &mut list.match_fields,
+            input_schema,
+            sensitive,
+        );
+    }
+
+    /// Checks the `match` fields of a tool's `section` (`list` or `lookup`): each names an
+    /// argument that exists and is not sensitive (the ledger and the sweeper have only its
+    /// hash), and gets its comparison from the input schema when the config gives none.
+    pub(super) fn match_fields(
+        &mut self,
+        index: usize,
+        section: &'static str,
+        label: &str,
+        match_fields: &mut BTreeMap<String, MatchField>,
+        input_schema: &Value,
+        sensitive: Option<&[ArgumentPath]>,
+    ) {
+        if match_fields.len() > MATCH_FIELDS_MAX {
             self.push(
-                &at!["tools", index, "list", "match"],
+                &at!["tools", index, section, "match"],
                 format!(
                     "{label}: `match` has {} fields; the limit is {MATCH_FIELDS_MAX}",
-                    list.match_fields.len()
+                    match_fields.len()
                 ),
                 "pair records by the few fields that identify an effect, such as the order and \
                  the amount",
             );
         }
-        for (argument, field) in &mut list.match_fields {
+        for (argument, field) in match_fields.iter_mut() {
             let path: Vec<String> = argument.split('.').map(str::to_owned).collect();
             let schema = if self.arguments_known {
                 match argument_schema(input_schema, &path) {
@@ -99,6 +142,7 @@ impl Checker<'_, '_> {
                     None => {
                         self.push_at_match_key(
                             index,
+                            section,
                             argument,
                             format!(
                                 "{label}: `match` names `{argument}`, which is not an argument \
@@ -121,19 +165,20 @@ impl Checker<'_, '_> {
             {
                 self.push_at_match_key(
                     index,
+                    section,
                     argument,
                     format!(
                         "{label}: `match` uses sensitive argument `{sensitive}`; the ledger keeps \
-                         only its keyed hash, so reconciliation would never find the provider's \
+                         only its keyed hash, so the {section} would never find the provider's \
                          value in it"
                     ),
-                    "pair records by arguments that are not sensitive (an order, a reference, \
-                     an amount), or send the intent key with the effect and use \
-                     `fields.intent_key`",
+                    "match by arguments that are not sensitive (an order, a reference, an \
+                     amount), or send the provider key (`{idempotency_key}`) with the effect and \
+                     prove records by it (`key:` of a lookup, `fields.idempotency_key` of a list)",
                 );
             }
             self.pointer(
-                &at!["tools", index, "list", "match", argument, "record"],
+                &at!["tools", index, section, "match", argument, "record"],
                 label,
                 Some(&field.record),
             );
@@ -155,7 +200,7 @@ impl Checker<'_, '_> {
                         && !types.iter().any(|kind| kind == "string") =>
                 {
                     self.push(
-                        &at!["tools", index, "list", "match", argument, "compare"],
+                        &at!["tools", index, section, "match", argument, "compare"],
                         format!(
                             "{label}: `match.{argument}` compares as a decimal, but the input \
                              schema types `{argument}` as {}",
@@ -203,13 +248,14 @@ impl Checker<'_, '_> {
     fn push_at_match_key(
         &mut self,
         index: usize,
+        section: &'static str,
         argument: &str,
         message: String,
         fix: impl Into<String>,
     ) {
         let at = self
             .map
-            .key(&at!["tools", index, "list", "match", argument]);
+            .key(&at!["tools", index, section, "match", argument]);
         self.errors.push(at, message, fix);
     }
 }

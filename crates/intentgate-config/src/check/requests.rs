@@ -5,11 +5,15 @@
 
 use std::collections::BTreeMap;
 
-use intentgate_http::spec::{CallSpec, ListFields, ListSpec, LookupSpec, Method, UpstreamSpec};
+use intentgate_http::spec::{
+    CallSpec, ListFields, ListSpec, LookupPages, LookupSpec, MatchField, Method, UpstreamSpec,
+};
 use intentgate_http::template::{
     GATEWAY_VALUE_NAMES, Template, TemplateError, check_body_template, check_template,
 };
-use intentgate_http::{HttpError, LIST_PLACEHOLDERS, check_list_spec};
+use intentgate_http::{
+    HttpError, LIST_PLACEHOLDERS, LOOKUP_PAGES_DEFAULT, LOOKUP_PAGES_MAX, check_list_spec,
+};
 use serde_json::Value;
 
 use super::tools::pointer_path;
@@ -116,6 +120,10 @@ impl Checker<'_, '_> {
             label,
             lookup.external_id.as_deref(),
         );
+        self.lookup_proof(index, label, lookup.key.as_deref(), &lookup.match_fields);
+        if let Some(pages) = &lookup.pages {
+            self.lookup_pages(index, label, pages);
+        }
         for (position, status) in lookup.not_found_statuses.iter().enumerate() {
             if !(100..=599).contains(status) {
                 self.push(
@@ -133,6 +141,82 @@ impl Checker<'_, '_> {
             true,
         );
         lookup
+    }
+
+    /// A lookup must prove that a record is this intent's effect: by the provider key the
+    /// record carries (`key`), by business fields (`match`), or both. One that proves by
+    /// neither takes whatever the provider answered first, and settles the intent with it.
+    pub(super) fn lookup_proof(
+        &mut self,
+        index: usize,
+        label: &str,
+        key: Option<&str>,
+        match_fields: &BTreeMap<String, MatchField>,
+    ) {
+        self.pointer(&at!["tools", index, "lookup", "key"], label, key);
+        if key.is_none() && match_fields.is_empty() {
+            self.push(
+                &at!["tools", index, "lookup"],
+                format!(
+                    "{label}: the lookup has neither `key` nor `match`, so it can't tell this \
+                     intent's effect from another's: the first record of its answer (another \
+                     tenant's, another customer's) would settle the intent as done"
+                ),
+                "send the provider key with the effect (`{idempotency_key}`, scoped by tenant \
+                 and tool, e.g. in the body's metadata) and add `key: <pointer to it in a \
+                 record>` (e.g. `key: /metadata/idempotency_key`); for a provider that keeps no \
+                 key, add `match: {<argument>: {record: <pointer>}}` for every business field \
+                 (order, amount, currency, recipient)",
+            );
+        }
+    }
+
+    /// A listing lookup's paging: exactly one way to find the next page, a bounded count.
+    fn lookup_pages(&mut self, index: usize, label: &str, pages: &LookupPages) {
+        let base = at!["tools", index, "lookup", "pages"];
+        match (&pages.next_cursor, &pages.has_more) {
+            (Some(_), Some(_)) | (None, None) => self.push(
+                &base,
+                format!(
+                    "{label}: `lookup.pages` must say how the next page is found: exactly one \
+                     of `next_cursor` and `has_more`"
+                ),
+                "give `next_cursor: <pointer to the next page's cursor>`, or `has_more: \
+                 <pointer to a boolean>` when the next page starts after the last record's id \
+                 (Stripe: `has_more: /has_more` with `query: starting_after`)",
+            ),
+            _ => {}
+        }
+        self.pointer(
+            &at!["tools", index, "lookup", "pages", "next_cursor"],
+            label,
+            pages.next_cursor.as_deref(),
+        );
+        self.pointer(
+            &at!["tools", index, "lookup", "pages", "has_more"],
+            label,
+            pages.has_more.as_deref(),
+        );
+        if let Some(max) = pages.max
+            && !(1..=LOOKUP_PAGES_MAX).contains(&max)
+        {
+            self.push(
+                &at!["tools", index, "lookup", "pages", "max"],
+                format!("{label}: `lookup.pages.max` is {max}; it must be 1 to {LOOKUP_PAGES_MAX}"),
+                format!(
+                    "read at most {LOOKUP_PAGES_MAX} pages (the default is \
+                     {LOOKUP_PAGES_DEFAULT}); a lookup that needs more should filter by the \
+                     payment or the recipient"
+                ),
+            );
+        }
+        if pages.query.is_empty() {
+            self.push(
+                &at!["tools", index, "lookup", "pages", "query"],
+                format!("{label}: `lookup.pages.query` is empty"),
+                "name the query parameter that carries the cursor, e.g. `query: starting_after`",
+            );
+        }
     }
 
     pub(super) fn list(
@@ -229,6 +313,7 @@ impl Checker<'_, '_> {
                     next_cursor: String::new(),
                     match_fields: BTreeMap::new(),
                     fields: ListFields {
+                        idempotency_key: None,
                         intent_key: None,
                         external_id: String::new(),
                         amount: None,

@@ -417,10 +417,22 @@ impl Checker<'_, '_> {
             self.sensitive_uses(index, label, &definition.sensitive, lookup.as_ref());
         }
         let call = self.call(index, label, tool_call.clone(), upstreams, arguments);
-        let lookup = lookup.map(|lookup| self.lookup(index, label, lookup, upstreams, arguments));
+        let sensitive = definition.map(|definition| definition.sensitive.as_slice());
+        let lookup = lookup.map(|lookup| {
+            let mut lookup = self.lookup(index, label, lookup, upstreams, arguments);
+            // The checks set each `match` field's comparison.
+            self.match_fields(
+                index,
+                "lookup",
+                label,
+                &mut lookup.match_fields,
+                &tool.input_schema,
+                sensitive,
+            );
+            lookup
+        });
         let list = list.map(|list| {
             let mut list = self.list(index, label, list, upstreams);
-            let sensitive = definition.map(|definition| definition.sensitive.as_slice());
             let mut records = list.records();
             self.list_records(index, label, &mut records, &tool.input_schema, sensitive);
             // The checks set each `match` field's comparison.
@@ -580,8 +592,9 @@ impl Checker<'_, '_> {
                          its keyed hash, so a lookup of an intent left unknown (by the sweeper, \
                          from the ledger) would send the hash"
                     ),
-                    "find the effect by what the ledger keeps: the intent key (`{intent_key}`, \
-                     sent with the effect in metadata) or arguments that are not sensitive",
+                    "find the effect by what the ledger keeps: the provider key \
+                     (`{idempotency_key}`, which the provider keeps or the call sends in \
+                     metadata) or arguments that are not sensitive",
                 );
             }
         }

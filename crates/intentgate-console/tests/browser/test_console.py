@@ -124,6 +124,23 @@ def test_the_operator_walks_through_an_incident(driver, gateway: Gateway, mock: 
     assert resolved["intent"]["status"] == "done" and resolved["intent"]["external_id"] == external_id
     resolve_event = [event for event in resolved["events"] if event["kind"] == "resolve"][-1]
     assert resolve_event["actor"] == "console:admin-token"
+
+    # A refusal stored as rejected, reopened from its page: the next call executes it.
+    mock.faults(reject=1000)
+    assert gateway.refund("8898", "21.00")["status"] == "rejected"
+    mock.faults()
+    rejected = gateway.admin("GET", "/intents?tool=refund_order&key=refund:8898:21.00")["intents"][0]
+    assert rejected["status"] == "rejected", rejected
+    driver.get(gateway.url + f"/console/intents/{rejected['id']}")
+    form = find(driver, "form.reopen")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    assert "Give a reason" in wait_for("the missing reason", lambda: form.find_element(By.CSS_SELECTOR, ".message").text)
+    form.find_element(By.CSS_SELECTOR, "textarea").send_keys("The refusal was our wrong API key; rotated")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for("the reopened intent", lambda: gateway.admin("GET", f"/intents/{rejected['id']}")["intent"]["status"] == "not_executed")
+    reopen_event = [event for event in gateway.admin("GET", f"/intents/{rejected['id']}")["events"] if event["kind"] == "reopen"][-1]
+    assert reopen_event["actor"] == "console:admin-token"
+    assert gateway.refund("8898", "21.00")["status"] == "done"
     mock.faults()
 
     # Reconciliation, with two refunds made around the gateway for one order.

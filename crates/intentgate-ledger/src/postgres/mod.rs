@@ -44,8 +44,8 @@ use crate::plan::{self, Plan};
 use crate::queued::Queued;
 use crate::waiters::Waiters;
 use crate::{
-    Begin, BeginRequest, Durability, Erase, Erasure, Event, Finish, Finished, IntentFilter,
-    IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
+    Begin, BeginRequest, Bound, CallerKey, Durability, Erase, Erasure, Event, Finish, Finished,
+    IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
     ProcessRegistration, QueuedFinish, ReconciliationRun, Renew, Renewed, Resolve, StatusCount,
     StoredMismatch, ToolFlag,
 };
@@ -633,6 +633,15 @@ impl Ledger for PostgresLedger {
     async fn trace_of(&self, id: IntentId) -> Result<Option<String>> {
         self.run(Mode::Read, &id, |session, id| {
             Box::pin(async move { Ok(Plan::outcome(ops::trace_of(session, *id).await?)) })
+        })
+        .await
+    }
+
+    async fn bind_caller_key(&self, binding: &CallerKey) -> Result<Bound> {
+        plan::check_caller_key(binding)?;
+        // Not durable: the `begin` that follows it is, and its commit flushes this one too.
+        self.run(write(false, None), binding, |session, binding| {
+            Box::pin(ops::bind_caller_key(session, binding))
         })
         .await
     }

@@ -26,9 +26,9 @@ use crate::record::{
     Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
 };
 use crate::{
-    Begin, BeginRequest, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish, Finished, IntentFilter,
-    LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Renew,
-    Renewed, Resolve,
+    Begin, BeginRequest, Bound, CallerKey, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish,
+    Finished, IntentFilter, LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX,
+    RECONCILIATIONS_PAGE_MAX, Renew, Renewed, Resolve,
 };
 
 /// The columns of an intent, in the order [`read_intent`] reads them.
@@ -138,6 +138,23 @@ const PURGEABLE_LOCKED: &str = "SELECT id FROM intents \
      WHERE status IN ('done', 'rejected', 'not_executed') AND last_seen_ms < $1 FOR UPDATE";
 const DELETE_EVENTS_OF: &str = "DELETE FROM events WHERE intent_id = ANY($1)";
 const DELETE_INTENTS: &str = "DELETE FROM intents WHERE id = ANY($1)";
+/// Binds a caller key, or finds it bound, in one statement: the no-op update of a key taken
+/// (also by a replica whose insert committed meanwhile, which this one waits for) returns
+/// the stored row, locked, and `xmax = 0` tells a row this statement inserted.
+const BIND_CALLER_KEY: &str = "INSERT INTO caller_keys (tenant, tool, caller_key, intent_key, \
+     fingerprint, bound_ms) VALUES ($1, $2, $3, $4, $5, $6) \
+     ON CONFLICT (tenant, tool, caller_key) DO UPDATE SET bound_ms = caller_keys.bound_ms \
+     RETURNING intent_key, fingerprint, bound_ms, xmax = 0";
+/// The caller keys bound before the cutoff (`$1`) whose intent is gone: those of the intents
+/// a purge deleted (bound at a call of the intent, so no later than it was last seen), and
+/// those whose intent was never recorded (its call failed after the binding).
+const PURGE_CALLER_KEYS: &str = "DELETE FROM caller_keys WHERE bound_ms < $1 AND NOT EXISTS \
+     (SELECT 1 FROM intents WHERE intents.tenant = caller_keys.tenant \
+      AND intents.tool = caller_keys.tool AND intents.intent_key = caller_keys.intent_key)";
+/// The caller keys of the intents with the ids `$1`, deleted before the intents are.
+const DELETE_CALLER_KEYS_OF: &str = "DELETE FROM caller_keys USING intents \
+     WHERE intents.id = ANY($1) AND caller_keys.tenant = intents.tenant \
+     AND caller_keys.tool = intents.tool AND caller_keys.intent_key = intents.intent_key";
 /// Refused calls of a switched-off tool can pile up; switch changes are kept (audit).
 const DELETE_DISABLED_CALLS: &str =
     "DELETE FROM events WHERE intent_id IS NULL AND kind = 'disabled_call' AND at_ms < $1";
@@ -795,6 +812,7 @@ pub async fn purge(session: &mut Session, before_ms: i64) -> Result<Plan<u64>, F
         .execute(DELETE_DISABLED_CALLS, &[&before_ms])
         .await?;
     let purged = session.execute(DELETE_INTENTS, &[&ids]).await?;
+    session.execute(PURGE_CALLER_KEYS, &[&before_ms]).await?;
     session.execute(DELETE_RUNS, &[&before_ms]).await?;
     session.execute(DELETE_OLD_PROCESSES, &[&before_ms]).await?;
     session
@@ -845,7 +863,14 @@ pub async fn erase(session: &mut Session, erase: &Erase) -> Result<Plan<Erasure>
         ..Erased::default()
     };
     erased.events = session.execute(DELETE_EVENTS_OF, &[&batch]).await?;
+    session.execute(DELETE_CALLER_KEYS_OF, &[&batch]).await?;
     erased.intents = session.execute(DELETE_INTENTS, &[&batch]).await?;
+    if !more {
+        let query = &queries.unbound_caller_keys;
+        session
+            .execute_unprepared(&query.sql, &bound(query))
+            .await?;
+    }
     erased.mismatches = session
         .execute_unprepared(&queries.mismatches.sql, &bound(&queries.mismatches))
         .await?;
@@ -1031,6 +1056,37 @@ pub async fn reconciliation_mismatches(
             })
         })
         .collect()
+}
+
+/// `Ledger::bind_caller_key`: binds the caller key, or answers how it is bound.
+pub async fn bind_caller_key(
+    session: &mut Session,
+    binding: &CallerKey,
+) -> Result<Plan<Bound>, Failure> {
+    let row = session
+        .query_opt(
+            BIND_CALLER_KEY,
+            &[
+                &binding.tenant,
+                &binding.tool,
+                &binding.caller_key,
+                &binding.intent_key,
+                &binding.fingerprint,
+                &binding.bound_ms,
+            ],
+        )
+        .await?
+        .ok_or_else(|| corrupt("caller_keys", "a binding returned no row"))?;
+    if row.try_get::<_, bool>(3)? {
+        return Ok(Plan::outcome(Bound::New));
+    }
+    let stored = CallerKey {
+        intent_key: row.try_get(0)?,
+        fingerprint: row.try_get(1)?,
+        bound_ms: row.try_get(2)?,
+        ..binding.clone()
+    };
+    Ok(Plan::outcome(plan::bound(stored, binding)))
 }
 
 /// Keeps `traceparent` for the intent `id` (`Ledger::record_trace`), replacing an earlier

@@ -146,6 +146,25 @@ const MIGRATIONS: &[&str] = &[
         traceparent TEXT NOT NULL CHECK (octet_length(traceparent) = 55)
     );
     "#,
+    // 5: the keys callers chose for their operations (the HTTP API's Idempotency-Key),
+    // each bound to the intent its first call named (key and fingerprint), per tenant and
+    // tool. A caller key is never an intent key: it tells a repeat of the operation from
+    // another payload under the same key. No foreign key: a key is bound before its intent's
+    // first `begin` inserts the row. It goes with its intent: caller_keys_by_intent finds an
+    // intent's keys for an erasure, caller_keys_by_bound the old ones for a purge.
+    r#"
+    CREATE TABLE caller_keys (
+        tenant TEXT NOT NULL CHECK (octet_length(tenant) BETWEEN 1 AND 128),
+        tool TEXT NOT NULL CHECK (octet_length(tool) BETWEEN 1 AND 128),
+        caller_key TEXT NOT NULL CHECK (octet_length(caller_key) BETWEEN 1 AND 512),
+        intent_key TEXT NOT NULL CHECK (octet_length(intent_key) BETWEEN 1 AND 512),
+        fingerprint TEXT NOT NULL CHECK (octet_length(fingerprint) = 64),
+        bound_ms BIGINT NOT NULL,
+        PRIMARY KEY (tenant, tool, caller_key)
+    );
+    CREATE INDEX caller_keys_by_intent ON caller_keys (tenant, tool, intent_key);
+    CREATE INDEX caller_keys_by_bound ON caller_keys (bound_ms);
+    "#,
 ];
 
 /// The first key of the migration's advisory lock ("ig" in ASCII), so that it does not

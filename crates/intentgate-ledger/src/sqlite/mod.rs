@@ -43,10 +43,10 @@ use crate::plan;
 use crate::queued::{Queued as QueuedFinishes, Ticket};
 use crate::waiters::Waiters;
 use crate::{
-    Begin, BeginRequest, Durability, Erase, Erased, Erasure, Event, Finish, Finished, IntentFilter,
-    IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
-    ProcessRegistration, QueuedFinish, ReconciliationRun, Renew, Renewed, Resolve, StatusCount,
-    StoredMismatch, ToolFlag,
+    Begin, BeginRequest, Bound, CallerKey, Durability, Erase, Erased, Erasure, Event, Finish,
+    Finished, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd,
+    ProcessRecord, ProcessRegistration, QueuedFinish, ReconciliationRun, Renew, Renewed, Resolve,
+    StatusCount, StoredMismatch, ToolFlag,
 };
 use checkpoint::Checkpointer;
 
@@ -690,6 +690,21 @@ impl Ledger for SqliteLedger {
 
     async fn trace_of(&self, id: IntentId) -> Result<Option<String>> {
         self.read(|connection| ops::trace_of(connection, id))
+    }
+
+    async fn bind_caller_key(&self, binding: &CallerKey) -> Result<Bound> {
+        plan::check_caller_key(binding)?;
+        // A binding never changes: one found by a read is what the writer would find, and a
+        // repeat of the operation (the common case for a bound key) writes nothing.
+        if let Some(stored) = self.read(|connection| ops::caller_key(connection, binding))? {
+            return Ok(plan::bound(stored, binding));
+        }
+        let binding = binding.clone();
+        // Not durable: the `begin` that follows it is, and commits it to disk too.
+        self.write(Waiter::Call, false, None, move |connection| {
+            ops::bind_caller_key(connection, &binding)
+        })
+        .await
     }
 
     async fn get(&self, tenant: &str, tool: &str, key: &str) -> Result<Option<IntentRecord>> {

@@ -13,9 +13,9 @@ use crate::record::{
     Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
 };
 use crate::{
-    Begin, BeginRequest, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish, Finished, IntentFilter,
-    LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATIONS_PAGE_MAX, Renew,
-    Renewed, Resolve,
+    Begin, BeginRequest, Bound, CallerKey, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish,
+    Finished, IntentFilter, LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX,
+    RECONCILIATIONS_PAGE_MAX, Renew, Renewed, Resolve,
 };
 
 const INTENT_COLUMNS: &str = "id, tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
@@ -88,6 +88,54 @@ pub fn get_by_id(
         .prepare_cached(&sql)?
         .query_row(params![id], read_intent)
         .optional()?)
+}
+
+/// The binding of caller key `binding.caller_key` in its tenant and tool, if there is one.
+pub fn caller_key(
+    connection: &Connection,
+    binding: &CallerKey,
+) -> Result<Option<CallerKey>, LedgerError> {
+    Ok(connection
+        .prepare_cached(
+            "SELECT intent_key, fingerprint, bound_ms FROM caller_keys \
+             WHERE tenant = ?1 AND tool = ?2 AND caller_key = ?3",
+        )?
+        .query_row(
+            params![binding.tenant, binding.tool, binding.caller_key],
+            |row| {
+                Ok(CallerKey {
+                    intent_key: row.get(0)?,
+                    fingerprint: row.get(1)?,
+                    bound_ms: row.get(2)?,
+                    ..binding.clone()
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// `Ledger::bind_caller_key` on the writer: the single writer reads what the insert found.
+pub fn bind_caller_key(connection: &Connection, binding: &CallerKey) -> Result<Bound, LedgerError> {
+    let inserted = connection
+        .prepare_cached(
+            "INSERT INTO caller_keys (tenant, tool, caller_key, intent_key, fingerprint, bound_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (tenant, tool, caller_key) DO NOTHING",
+        )?
+        .execute(params![
+            binding.tenant,
+            binding.tool,
+            binding.caller_key,
+            binding.intent_key,
+            binding.fingerprint,
+            binding.bound_ms
+        ])?;
+    if inserted == 1 {
+        return Ok(Bound::New);
+    }
+    let stored = caller_key(connection, binding)?.ok_or_else(|| {
+        LedgerError::Corrupt("a caller key refused as bound is not in caller_keys".to_owned())
+    })?;
+    Ok(plan::bound(stored, binding))
 }
 
 fn must_get(connection: &Connection, id: IntentId) -> Result<IntentRecord, LedgerError> {
@@ -366,11 +414,20 @@ pub fn purge(connection: &Connection, before_ms: i64) -> Result<u64, LedgerError
         ),
         params![before_ms],
     )?;
-    Ok(connection.execute(
+    let purged = connection.execute(
         &format!("DELETE FROM intents WHERE {SETTLED}"),
         params![before_ms],
-    )? as u64)
+    )? as u64;
+    connection.execute(PURGE_CALLER_KEYS, params![before_ms])?;
+    Ok(purged)
 }
+
+/// The caller keys bound before the cutoff (`?1`) whose intent is gone: those of the intents
+/// a purge deleted (bound at a call of the intent, so no later than it was last seen), and
+/// those whose intent was never recorded (its call failed after the binding).
+const PURGE_CALLER_KEYS: &str = "DELETE FROM caller_keys WHERE bound_ms < ?1 AND NOT EXISTS \
+     (SELECT 1 FROM intents WHERE intents.tenant = caller_keys.tenant \
+      AND intents.tool = caller_keys.tool AND intents.intent_key = caller_keys.intent_key)";
 
 /// The condition `stale` adds for an intent whose lease owner's process is gone: registered
 /// under the owner's instance (the owner up to its first `/`) and ended, or silent for longer
@@ -508,10 +565,18 @@ pub fn erase(connection: &Connection, erase: &Erase) -> Result<Erasure, LedgerEr
     let mut events = connection.prepare_cached("DELETE FROM events WHERE intent_id = ?1")?;
     let mut intents = connection.prepare_cached("DELETE FROM intents WHERE id = ?1")?;
     let mut traces = connection.prepare_cached("DELETE FROM intent_traces WHERE intent_id = ?1")?;
+    let mut caller_keys = connection.prepare_cached(
+        "DELETE FROM caller_keys WHERE (tenant, tool, intent_key) = \
+         (SELECT tenant, tool, intent_key FROM intents WHERE id = ?1)",
+    )?;
     for id in &batch {
         traces.execute(params![id])?;
+        caller_keys.execute(params![id])?;
         erased.events += events.execute(params![id])? as u64;
         erased.intents += intents.execute(params![id])? as u64;
+    }
+    if !more {
+        erase_rows(connection, &queries.unbound_caller_keys)?;
     }
     erased.mismatches = erase_rows(connection, &queries.mismatches)?;
     if let Some(query) = &queries.disabled_calls {

@@ -136,6 +136,24 @@ const MIGRATIONS: &[&str] = &[
         traceparent TEXT NOT NULL CHECK (length(traceparent) = 55)
     ) STRICT;
     "#,
+    // 5: the keys callers chose for their operations (the HTTP API's Idempotency-Key),
+    // each bound to the intent its first call named (key and fingerprint), per tenant and
+    // tool. A caller key is never an intent key: it tells a repeat of the operation from
+    // another payload under the same key. It goes with its intent: caller_keys_by_intent
+    // finds an intent's keys for an erasure, caller_keys_by_bound the old ones for a purge.
+    r#"
+    CREATE TABLE caller_keys (
+        tenant TEXT NOT NULL CHECK (length(tenant) BETWEEN 1 AND 128),
+        tool TEXT NOT NULL CHECK (length(tool) BETWEEN 1 AND 128),
+        caller_key TEXT NOT NULL CHECK (length(caller_key) BETWEEN 1 AND 512),
+        intent_key TEXT NOT NULL CHECK (length(intent_key) BETWEEN 1 AND 512),
+        fingerprint TEXT NOT NULL CHECK (length(fingerprint) = 64),
+        bound_ms INTEGER NOT NULL,
+        PRIMARY KEY (tenant, tool, caller_key)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX caller_keys_by_intent ON caller_keys (tenant, tool, intent_key);
+    CREATE INDEX caller_keys_by_bound ON caller_keys (bound_ms);
+    "#,
 ];
 
 /// Applies the migrations this file lacks ([`migrations::pending`]), in one transaction.

@@ -222,6 +222,7 @@ def write_config(folder: pathlib.Path, server: RefundServer) -> pathlib.Path:
                     "tool": "find_refund",
                     "arguments": {"order_id": "{order_id}"},
                     "found": "/refund",
+                    "key": "/idempotency_key",
                     "external_id": "/id",
                 },
             }

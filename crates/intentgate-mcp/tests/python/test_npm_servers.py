@@ -185,7 +185,8 @@ tools:
     lookup:
       tool: open_nodes
       arguments: {{names: ["{{name}}"]}}
-      found: /entities/0
+      found: /entities
+      match: {{name: {{record: /name}}, entity_type: {{record: /entityType}}}}
       external_id: /name
 """
     path = folder / "npm-servers.yaml"

@@ -320,6 +320,7 @@ fn list_query(
         };
         match name.as_str() {
             "intent_key" => filter.intent_key = Some(value),
+            "idempotency_key" => filter.idempotency_key = Some(value),
             field if field == subject => filter.field = Some((subject, value)),
             _ if value.is_empty() => {}
             "created_gte_ms" => filter.created_gte_ms = Some(number(&name, &value)?),
@@ -353,7 +354,7 @@ fn list_query(
                 return Err(InvalidRequest::new(
                     &name,
                     format!(
-                        "Received unknown parameter: {name}. Lists take intent_key, {subject}, created_gte_ms, created_lt_ms, limit and starting_after."
+                        "Received unknown parameter: {name}. Lists take idempotency_key, intent_key, {subject}, created_gte_ms, created_lt_ms, limit and starting_after."
                     ),
                 )
                 .into());

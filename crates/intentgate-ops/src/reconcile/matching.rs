@@ -18,9 +18,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use intentgate_core::{Decimal, ExactNumber, IntentStatus};
+use intentgate_core::key::provider_key;
+use intentgate_core::{Decimal, IntentStatus};
 use intentgate_http::ListedRecord;
-use intentgate_http::spec::{MatchCompare, MatchField};
+use intentgate_http::spec::MatchField;
+pub use intentgate_http::verify::MatchFields;
 use intentgate_ledger::{IntentId, IntentRecord};
 use serde::Serialize;
 use serde_json::Value;
@@ -103,129 +105,33 @@ pub struct Mismatch {
 /// How a tool's provider records pair with its intents.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Pairing {
-    /// By the intent key the gateway sent with each effect (`list.fields.intent_key`).
-    IntentKey,
-    /// By business fields (`list.match`), for a provider that keeps no metadata.
+    /// By the provider key the gateway sent with each effect (`list.fields.idempotency_key`):
+    /// scoped by tenant and tool, so one tenant's record never explains another's intent.
+    ProviderKey,
+    /// By business fields (`list.match`), for a provider that keeps no key.
     Fields(MatchFields),
 }
 
 impl Pairing {
-    /// The pairing a `list` configures: its `match` fields when it has any, else its intent
-    /// key.
+    /// The pairing a `list` configures: its `match` fields when it has any, else the
+    /// provider key.
     pub fn of_match(match_fields: &BTreeMap<String, MatchField>) -> Pairing {
         if match_fields.is_empty() {
-            Pairing::IntentKey
+            Pairing::ProviderKey
         } else {
             Pairing::Fields(MatchFields::new(match_fields))
         }
     }
-}
 
-/// The business fields that pair a provider record with an intent (`list.match`): for each,
-/// the argument, where the record holds it, and how the two compare. Each side is reduced to
-/// one pairing value, so that a record and an intent pair exactly when their values are
-/// equal: decimals by their exact value (`10.1`, `10.10` and `"10.10"` are one value, never
-/// read through a float), text as it is, an absent or null field as absent.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MatchFields {
-    fields: Vec<Field>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-struct Field {
-    /// As the config names it: `order_id`, `customer.id`.
-    argument: String,
-    /// The same, as a JSON pointer into the arguments.
-    argument_pointer: String,
-    /// JSON pointer into the provider's record.
-    record: String,
-    compare: MatchCompare,
-}
-
-impl MatchFields {
-    /// The fields of a list's `match`, by argument name. A field without `compare` (which a
-    /// loaded config never has) compares as text.
-    pub fn new(fields: &BTreeMap<String, MatchField>) -> MatchFields {
-        let fields = fields
-            .iter()
-            .map(|(argument, field)| Field {
-                argument: argument.clone(),
-                argument_pointer: argument
-                    .split('.')
-                    .map(|segment| format!("/{}", segment.replace('~', "~0").replace('/', "~1")))
-                    .collect(),
-                record: field.record.clone(),
-                compare: field.compare.unwrap_or(MatchCompare::Text),
-            })
-            .collect();
-        MatchFields { fields }
-    }
-
-    /// The pairing value of an intent, from its arguments (as the ledger keeps them, or as
-    /// the caller sent them: the fields are never sensitive, so both are the same).
-    pub fn of_arguments(&self, arguments: &Value) -> String {
-        self.value(|field| arguments.pointer(&field.argument_pointer))
-    }
-
-    /// The pairing value of a provider record.
-    pub fn of_record(&self, record: &Value) -> String {
-        self.value(|field| record.pointer(&field.record))
-    }
-
-    /// The record's values of the fields, for a person: `order_id 8812, amount "10.10"`.
-    pub fn describe_record(&self, record: &Value) -> String {
-        let parts: Vec<String> = self
-            .fields
-            .iter()
-            .map(|field| match record.pointer(&field.record) {
-                None | Some(Value::Null) => format!("no {}", field.argument),
-                Some(value) => format!("{} {value}", field.argument),
-            })
-            .collect();
-        parts.join(", ")
-    }
-
-    /// The arguments the fields name, for a person: `order_id, amount`.
-    pub fn arguments(&self) -> String {
-        let names: Vec<&str> = self
-            .fields
-            .iter()
-            .map(|field| field.argument.as_str())
-            .collect();
-        names.join(", ")
-    }
-
-    /// Each field's canonical value, in the fields' order, as a JSON array: one text per
-    /// combination of values, which no combination of other values can spell.
-    fn value<'v>(&self, get: impl Fn(&Field) -> Option<&'v Value>) -> String {
-        let parts: Vec<Option<String>> = self
-            .fields
-            .iter()
-            .map(|field| canonical(get(field), field.compare))
-            .collect();
-        serde_json::to_string(&parts).expect("a list of texts serialises")
-    }
-}
-
-/// The canonical text of one field's value, tagged by what it is so that values of different
-/// kinds never meet: `d` and an [`ExactNumber`]'s canonical text for a decimal, `t` and the
-/// text for text (a number as written, a boolean as `true`/`false`), `j` and compact JSON for
-/// an object or array; `None` for absent or null.
-fn canonical(value: Option<&Value>, compare: MatchCompare) -> Option<String> {
-    let text = match value? {
-        Value::Null => return None,
-        Value::String(text) => text.clone(),
-        Value::Number(number) => number.to_string(),
-        Value::Bool(flag) => return Some(format!("t{flag}")),
-        other => return Some(format!("j{other}")),
-    };
-    match compare {
-        MatchCompare::Decimal => match ExactNumber::parse(&text) {
-            Ok(number) => Some(format!("d{number}")),
-            // Not a number: it can equal only the same text, never a decimal.
-            Err(_) => Some(format!("t{text}")),
-        },
-        MatchCompare::Text => Some(format!("t{text}")),
+    /// The value an intent pairs by: its provider key (of its current epoch: an earlier
+    /// epoch's attempt was refused, so it made no record), or its business fields.
+    pub fn of_intent(&self, intent: &IntentRecord) -> String {
+        match self {
+            Pairing::ProviderKey => {
+                provider_key(&intent.tenant, &intent.tool, &intent.key, intent.epoch)
+            }
+            Pairing::Fields(fields) => fields.of_arguments(&intent.arguments),
+        }
     }
 }
 
@@ -470,19 +376,19 @@ pub(super) fn verdict(entry: &Entry, now_ms: i64, unknown_grace_ms: i64) -> Verd
 
 /// A provider record no intent explains.
 pub(super) fn no_intent(tool: &str, record: &ListedRecord, pairing: &Pairing) -> Mismatch {
-    let detail = match (&record.intent_key, pairing) {
+    let detail = match (&record.provider_key, pairing) {
         (_, Pairing::Fields(fields)) => format!(
-            "the provider has {} ({}), and no intent of the window has those {}: made without the gateway (a direct API call, a dashboard, another service), or a late re-send of an intent first seen before the window, which a provider that keeps no intent key can't tell apart",
+            "the provider has {} ({}), and no intent of the window has those {}: made without the gateway (a direct API call, a dashboard, another service), or a late re-send of an intent first seen before the window, which a provider that keeps no key can't tell apart",
             record.external_id,
             fields.describe_record(&record.raw),
             fields.arguments()
         ),
-        (None, Pairing::IntentKey) => format!(
-            "the provider has {} with no intent key: it was made without the gateway (a direct API call, a dashboard, another service)",
+        (None, Pairing::ProviderKey) => format!(
+            "the provider has {} with no provider key: it was made without the gateway (a direct API call, a dashboard, another service)",
             record.external_id
         ),
-        (Some(key), Pairing::IntentKey) => format!(
-            "the provider has {} with intent key {key}, which the ledger does not know: made around the gateway, or purged from the ledger",
+        (Some(key), Pairing::ProviderKey) => format!(
+            "the provider has {} with provider key {key}, which no intent of the ledger was sent with: made around the gateway, or purged from the ledger",
             record.external_id
         ),
     };
@@ -543,6 +449,7 @@ pub(super) fn amount_differs(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use intentgate_http::spec::MatchCompare;
 
     /// `order_id` as text and `amount` as a decimal, as a refunds provider without metadata
     /// is configured.
@@ -594,6 +501,7 @@ mod tests {
 
     fn record(id: &str, order: &str, amount: Value) -> ListedRecord {
         ListedRecord {
+            provider_key: None,
             intent_key: None,
             external_id: id.to_owned(),
             amount: None,
@@ -821,19 +729,26 @@ mod tests {
     }
 
     #[test]
-    fn by_intent_key_a_key_two_tenants_share_gets_one_record_each_before_a_duplicate() {
+    fn by_provider_key_two_tenants_with_one_intent_key_never_share_a_record() {
         let mut index = Index::default();
         let mut first = intent(1, IntentStatus::Done, "8812", "10");
         first.key = "refund:8812:10.00".to_owned();
         let mut second = first.clone();
         second.id = 2;
         second.tenant = "other".to_owned();
+        let pairing = Pairing::ProviderKey;
         for intent in [&first, &second] {
-            index.insert(intent, &intent.key, None);
+            index.insert(intent, &pairing.of_intent(intent), None);
         }
         index.seal();
-        let claims: Vec<Option<u32>> = (0..3).map(|_| index.claim("refund:8812:10.00")).collect();
-        assert_eq!(claims, [Some(0), Some(1), Some(0)]);
-        assert_eq!(index.claim("refund:8812:20.00"), None);
+        // Two records of the other tenant's key: both its own (a duplicate), none the first's.
+        let other = pairing.of_intent(&second);
+        let claims: Vec<Option<u32>> = (0..2).map(|_| index.claim(&other)).collect();
+        assert_eq!(claims, [Some(1), Some(1)]);
+        assert_eq!(
+            index.claim("refund:8812:10.00"),
+            None,
+            "the bare intent key pairs nothing"
+        );
     }
 }

@@ -247,6 +247,8 @@ fn upstream_tool() -> McpTool {
             },
             found: "/refund".to_owned(),
             external_id: None,
+            key: Some("/idempotency_key".to_owned()),
+            match_fields: Default::default(),
         }),
     }
 }
@@ -347,6 +349,7 @@ impl RefundServer {
             "order_id": order_id,
             "amount": amount,
             "status": "succeeded",
+            "idempotency_key": key,
         });
         refunds.by_order.insert(order_id.to_owned(), key.clone());
         refunds.by_key.insert(key, refund.clone());

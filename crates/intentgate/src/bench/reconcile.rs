@@ -164,7 +164,7 @@ async fn measure(folder: &Path, intents: u32, json: bool) -> anyhow::Result<Figu
         tool: TOOL.to_owned(),
         owner: None,
         amount_argument: Some("/amount".to_owned()),
-        pairing: Pairing::IntentKey,
+        pairing: Pairing::ProviderKey,
         // Refunds have no sensitive arguments.
         definition: None,
         source: Box::new(GeneratedRecords {
@@ -321,6 +321,10 @@ impl GeneratedRecords {
     /// reconciliation (the provider's transfer and parsing are the listing's cost).
     fn record(i: u32, key: Option<String>, external_id: String, amount: &str) -> ListedRecord {
         ListedRecord {
+            // As the gateway sent it: the default tenant's, first epoch.
+            provider_key: key
+                .as_deref()
+                .map(|key| intentgate_core::key::provider_key("default", TOOL, key, 1)),
             intent_key: key,
             external_id,
             amount: Some(amount.to_owned()),
@@ -355,7 +359,7 @@ impl RecordSource for GeneratedRecords {
                 Shape::Amount => page.push(Self::record(i, Some(key(i)), id, "94.00")),
                 _ => page.push(Self::record(i, Some(key(i)), id, "49.00")),
             }
-            // One refund per block made around the gateway: no intent key.
+            // One refund per block made around the gateway: no provider key.
             if i % BLOCK == BLOCK - 1 || i + 1 == self.intents {
                 page.push(Self::record(i, None, format!("re_direct_{i}"), "49.00"));
             }

@@ -292,7 +292,7 @@ async fn reconcile_refunds(
         tool: tool.name.clone(),
         owner: None,
         amount_argument: Some("/amount".to_owned()),
-        pairing: Pairing::IntentKey,
+        pairing: Pairing::ProviderKey,
         // Refunds have no sensitive arguments.
         definition: None,
         source: Box::new(pager),
