@@ -120,7 +120,9 @@ async fn execute(server: &Server, order: &str, key: &str) -> UpstreamObservation
         .await
 }
 
-async fn lookup(server: &Server, order: &str) -> LookupOutcome {
+/// The lookup of `refund_order` on `order` for the intent whose provider key is `key`: as the
+/// gate makes it, with the key the record must carry.
+async fn lookup(server: &Server, order: &str, key: &str) -> LookupOutcome {
     let tool = refund_tool();
     let arguments = refund(order, json!(49.5));
     let intent_key = format!("refund:{order}:49.50");
@@ -130,7 +132,7 @@ async fn lookup(server: &Server, order: &str) -> LookupOutcome {
             &tool,
             &arguments,
             &intent_key,
-            None,
+            Some(key),
             None,
             0,
         ))
@@ -393,7 +395,7 @@ async fn calls_while_the_server_is_down_are_not_sent_and_its_stderr_is_logged() 
     );
     // A lookup waits for the server within the timeout, then knows nothing.
     assert!(matches!(
-        lookup(&server, "die-2").await,
+        lookup(&server, "die-2", "k_die").await,
         LookupOutcome::Failed(_)
     ));
     assert!(!server.effects().contains_key("k_down"));
@@ -485,7 +487,7 @@ async fn a_streamable_http_server_is_called_with_the_configured_headers() {
     );
     assert_eq!(body_of(&observation)["idempotency_key"], "k_http");
     assert!(matches!(
-        lookup(&server, "8830").await,
+        lookup(&server, "8830", "k_http").await,
         LookupOutcome::Found { external_id: Some(id), .. } if id == "re_1"
     ));
 
@@ -516,9 +518,17 @@ async fn a_lookup_finds_an_effect_or_says_not_found() {
     let Some(server) = start(refund_call(), Duration::from_secs(5)).await else {
         return;
     };
-    assert_eq!(lookup(&server, "8816").await, LookupOutcome::NotFound);
+    assert_eq!(
+        lookup(&server, "8816", "k_lookup").await,
+        LookupOutcome::NotFound
+    );
     execute(&server, "8816", "k_lookup").await;
-    match lookup(&server, "8816").await {
+    // Another intent's lookup of the same order finds the record and proves it is not its.
+    assert_eq!(
+        lookup(&server, "8816", "k_other").await,
+        LookupOutcome::NotFound
+    );
+    match lookup(&server, "8816", "k_lookup").await {
         LookupOutcome::Found {
             external_id,
             result,

@@ -379,3 +379,59 @@ async fn every_path_renders_the_lookup_with_its_filter_and_an_unfiltered_list_se
     assert_eq!(intent["status"], "unknown", "{intent}");
     assert!(provider.made_under("charges", provider_key).is_empty());
 }
+
+/// Smoke, the fifth path: `intentgate smoke --live` against the careless provider, whose
+/// lists answer every record of every kind and customer (another tenant's charge of the same
+/// customer and amount among them). The refund is counted through its lookup (its list
+/// removed), rendered with its provider key like every other path; every tool's lookup
+/// finds its own effect and nothing for an intent never executed, so smoke passes, and a
+/// lookup request never went out without its filter.
+#[tokio::test]
+async fn smoke_live_renders_every_lookup_with_its_filter_against_an_unfiltered_provider() {
+    let provider = Careless::default();
+    let url = provider.serve().await;
+    provider.plant(
+        "charges",
+        json!({"id": "ch_other", "customer_id": "cus_smoke", "amount": "1.00", "currency": "usd", "idempotency_key": "south/charge_card:charge:x"}),
+    );
+    let folder = tempfile::tempdir().unwrap();
+    let config = example_config(folder.path(), |text| {
+        let text = with_setting(&text, "timeout_ms", 2000);
+        // Refunds by provider key, counted through the lookup: no list.
+        let text = text.replacen(
+            "      query: {order_id: \"{order_id}\"}\n",
+            "      query: {idempotency_key: \"{idempotency_key}\"}\n",
+            1,
+        );
+        let start = text.find("    list:\n      path: /v1/refunds").unwrap();
+        let end = start + text[start..].find("\n  - name: charge_card").unwrap();
+        format!("{}{}", &text[..start], &text[end..])
+    });
+    let mut smoke = support::intentgate();
+    smoke
+        .env_remove("INTENTGATE_HASH_KEY")
+        .args([
+            "smoke",
+            "--config",
+            config.to_str().unwrap(),
+            "--live",
+            "--format",
+            "json",
+        ])
+        .env("INTENTGATE_MOCK_URL", &url);
+    // The provider is served by this test's runtime: wait for the command off it.
+    let output = tokio::task::spawn_blocking(move || smoke.output().unwrap())
+        .await
+        .unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    assert_eq!(report["passed"], true, "{output:?}");
+    let lookups = provider.lists("refunds");
+    assert!(!lookups.is_empty());
+    for query in lookups {
+        // The default tenant's provider key: `refund_order:<intent key>`.
+        assert!(
+            query.starts_with("idempotency_key=refund_order%3Arefund%3A"),
+            "every refund lookup carries its provider key: {query}"
+        );
+    }
+}
