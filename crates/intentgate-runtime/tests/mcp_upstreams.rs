@@ -271,8 +271,11 @@ async fn reconciliation_pages_through_the_mcp_servers_records_and_finds_what_wen
             .await;
         assert_eq!(answer["status"], "done", "{answer}");
     }
-    // Around the gateway: ord_2 refunded a second time under the same intent key (a client
-    // that replayed the provider call itself), and ord_9 refunded with no intent at all.
+    // Around the gateway: ord_2 refunded a second time under a key of its own with ord_2's
+    // intent key in its metadata (a client that replayed the provider call itself), and ord_9
+    // refunded with no intent at all. Records pair with intents by the provider key the
+    // gateway sent, so neither is an intent's effect: both are reported as made around it,
+    // the first with the intent key its metadata names, for the owner.
     let state = folder.path().join("effects.json");
     let mut effects: Value =
         serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
@@ -295,7 +298,7 @@ async fn reconciliation_pages_through_the_mcp_servers_records_and_finds_what_wen
         .as_millis() as i64
         - 1_000;
     for (key, order, intent) in [
-        ("around-1", "ord_2", intent_key),
+        ("around-1", "ord_2", intent_key.clone()),
         ("around-2", "ord_9", Value::Null),
     ] {
         effects[key] = json!({
@@ -342,11 +345,25 @@ async fn reconciliation_pages_through_the_mcp_servers_records_and_finds_what_wen
     assert_eq!(
         found,
         [
-            ("duplicate".to_owned(), "ord_2".to_owned()),
+            ("no_intent".to_owned(), "ord_2".to_owned()),
             ("no_intent".to_owned(), "ord_9".to_owned())
         ],
         "{report}"
     );
-    assert_eq!(report["critical"], 1, "{report}");
+    let replayed = report["mismatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|mismatch| mismatch["subject"] == "ord_2")
+        .unwrap();
+    assert_eq!(replayed["intent_key"], intent_key, "{report}");
+    assert!(
+        replayed["detail"]
+            .as_str()
+            .unwrap()
+            .contains("provider key around-1"),
+        "{report}"
+    );
+    assert_eq!(report["critical"], 0, "{report}");
     serving.stop().await;
 }
