@@ -514,3 +514,42 @@ fn imports_name_mcp_upstreams_and_leave_side_effects_to_tools() {
         "`prefix: memory_`",
     );
 }
+
+/// Regression: an MCP lookup's `match` skipped the checks an HTTP lookup's gets, so a
+/// number argument was compared as text (`49.5` and `"49.50"` apart) and a sensitive one,
+/// which the sweeper has only as a hash, was accepted. Now both are as for HTTP.
+#[test]
+fn an_mcp_lookups_match_is_checked_as_an_http_lookups() {
+    let numeric = VALID
+        .replace(
+            "properties: {order_id: {type: string}, amount: {type: string}}",
+            "properties: {order_id: {type: string}, amount: {type: number}}",
+        )
+        .replacen(
+            "      found: /refund\n      key: /idempotency_key\n",
+            "      found: /refund\n      match: {amount: {record: /amount}}\n",
+            1,
+        );
+    let loaded = load_str(&numeric, "agent.yaml", &env).unwrap_or_else(|errors| panic!("{errors}"));
+    let lookup = loaded.config.tools[0]
+        .mcp
+        .as_ref()
+        .unwrap()
+        .tool
+        .lookup
+        .clone()
+        .unwrap();
+    assert_eq!(
+        lookup.match_fields["amount"].compare,
+        Some(intentgate_http::spec::MatchCompare::Decimal)
+    );
+
+    let sensitive = numeric.replace(
+        "amount: {type: number}}",
+        "amount: {type: number, sensitive: true}}",
+    );
+    let errors = load_str(&sensitive, "agent.yaml", &env)
+        .expect_err("a sensitive match field must be refused")
+        .to_string();
+    assert!(errors.contains("sensitive argument `amount`"), "{errors}");
+}

@@ -734,6 +734,43 @@ mod tests {
 /// Longest idempotency key sent to a provider (Stripe's limit is 255).
 pub const PROVIDER_KEY_LENGTH_MAX: usize = 255;
 
+/// How a provider key too long to send as it is starts: its SHA-256 in hex follows.
+pub const HASHED_PROVIDER_KEY_PREFIX: &str = "ig-sha256-";
+
+/// The (tenant, intent key) pairs a provider key of `tool` may have been made from by
+/// [`provider_key`]: `<tenant>/<tool>:<key>`, or `<tool>:<key>` for the default tenant,
+/// perhaps with an epoch `#N` after the key (a key may hold `#` itself, so both readings
+/// are offered). Empty for a key `provider_key` never makes for `tool`, and for a hashed
+/// one, which can't be read back. A reading is a candidate only: the caller checks that
+/// the intent it names gives the same provider key back.
+pub fn provider_key_readings<'k>(tool: &str, provider_key: &'k str) -> Vec<(&'k str, &'k str)> {
+    let mut scopes = vec![("default", provider_key)];
+    if let Some((tenant, rest)) = provider_key.split_once('/') {
+        scopes.push((tenant, rest));
+    }
+    let mut readings = Vec::new();
+    for (tenant, rest) in scopes {
+        let Some(key) = rest
+            .strip_prefix(tool)
+            .and_then(|rest| rest.strip_prefix(':'))
+        else {
+            continue;
+        };
+        readings.push((tenant, key));
+        if let Some((without_epoch, epoch)) = key.rsplit_once('#')
+            && epoch.parse::<u32>().is_ok_and(|epoch| epoch > 1)
+        {
+            readings.push((tenant, without_epoch));
+        }
+    }
+    readings
+}
+
+/// True when `key` has a form [`provider_key`] makes for `tool` (hashed keys included).
+pub fn is_provider_key_of(tool: &str, key: &str) -> bool {
+    key.starts_with(HASHED_PROVIDER_KEY_PREFIX) || !provider_key_readings(tool, key).is_empty()
+}
+
 /// The idempotency key sent to the provider for an intent: readable where it fits
 /// (`refund_order:refund:8812:49.00`), scoped by tenant and tool so two tools or tenants
 /// never share a provider key, and carrying the epoch after a rejected intent starts again
@@ -754,7 +791,7 @@ pub fn provider_key(tenant: &str, tool: &str, key: &str, epoch: u32) -> String {
         return text;
     }
     let digest = Sha256::digest(text.as_bytes());
-    let mut hashed = String::from("ig-sha256-");
+    let mut hashed = String::from(HASHED_PROVIDER_KEY_PREFIX);
     for byte in digest.iter() {
         write!(hashed, "{byte:02x}").expect("writing to a String can't fail");
     }
@@ -763,7 +800,33 @@ pub fn provider_key(tenant: &str, tool: &str, key: &str, epoch: u32) -> String {
 
 #[cfg(test)]
 mod provider_key_tests {
-    use super::provider_key;
+    use super::{is_provider_key_of, provider_key, provider_key_readings};
+
+    #[test]
+    fn a_provider_key_is_read_back_into_its_tenant_and_intent_key() {
+        let tool = "refund_order";
+        for (tenant, key, epoch) in [
+            ("default", "refund:8812:49.00", 1),
+            ("acme", "refund:8812:49.00", 1),
+            ("acme", "charge:c/1#x", 3),
+            ("default", "a/refund_order:b", 1),
+        ] {
+            let sent = provider_key(tenant, tool, key, epoch);
+            assert!(
+                provider_key_readings(tool, &sent).contains(&(tenant, key)),
+                "{sent} must read back as ({tenant}, {key})"
+            );
+            assert!(is_provider_key_of(tool, &sent));
+        }
+        assert!(provider_key_readings(tool, "charge_card:x").is_empty());
+        assert!(provider_key_readings(tool, "ig-sha256-00").is_empty());
+        assert!(is_provider_key_of(
+            tool,
+            &provider_key("t", tool, &"k".repeat(400), 1)
+        ));
+        assert!(!is_provider_key_of(tool, "order-8812-partial"));
+        assert!(!is_provider_key_of(tool, "south/charge_card:x"));
+    }
 
     #[test]
     fn provider_keys_are_scoped_stable_and_bounded() {

@@ -15,11 +15,9 @@ use reqwest::Client;
 use serde_json::{Value, json};
 
 use crate::error::HttpError;
-use crate::request::{
-    Absent, Body, CompiledUpstream, Exchange, RequestParts, RequestTemplate, exchange,
-};
+use crate::request::{Body, CompiledUpstream, Exchange, RequestParts, RequestTemplate, exchange};
 use crate::spec::{ListRecords, ListSpec, Method, UpstreamSpec};
-use crate::template::{GatewayValues, Values};
+use crate::template::{Absent, GatewayValues, Values};
 use crate::upstream::check_pointer;
 
 /// The placeholders a list template may use.

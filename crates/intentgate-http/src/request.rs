@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::error::HttpError;
 use crate::spec::{Method, UpstreamSpec};
-use crate::template::{BodyTemplate, Template, TemplateError, Values};
+use crate::template::{Absent, BodyTemplate, Template, TemplateError, Values};
 
 /// Longest wait for a TCP (and TLS) connection. A connect that fails within it is reported
 /// as "not sent", which the gate may retry with the same key; a tool timeout shorter than
@@ -133,17 +133,6 @@ pub(crate) struct RequestTemplate {
     /// only mean the route is wrong (`intentgate_core::outcome::route_not_found`), while a
     /// path that names a resource by a value may be answered 404 for that value.
     pub fixed_path: bool,
-}
-
-/// What a query parameter or header whose template is exactly one placeholder does when the
-/// call has no value for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Absent {
-    /// It is left out: an optional argument of a call, a list's cursor on the first page.
-    LeaveOut,
-    /// The request is not built: a lookup's query is its filter, and a filter left out
-    /// would list everything (whose first record is somebody else's effect).
-    Refuse,
 }
 
 /// The templates of one request as configured.

@@ -26,7 +26,7 @@
 //! out: the object member, query parameter or header is omitted. Anywhere else a missing
 //! argument is an error that names it. In the body a null argument stays `null`, since there
 //! JSON can say so. A lookup leaves nothing out: its query is its filter, so a placeholder
-//! without a value fails the lookup rather than widen it (`request.rs`, `Absent::Refuse`).
+//! without a value fails the lookup rather than widen it ([`Absent::Refuse`]).
 //!
 //! Templates are parsed once, when the tools are loaded; [`check_template`] and
 //! [`check_body_template`] also check that every placeholder names an argument of the tool
@@ -53,6 +53,17 @@ const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 
 /// The names of the gateway's own values, usable in every template of a tool.
 pub const GATEWAY_VALUE_NAMES: [&str; 3] = ["intent_key", "idempotency_key", "intent_id"];
+
+/// What a value that is exactly one placeholder does when the call has no value for it (a
+/// query parameter or header of an HTTP request, a member of an MCP tool's arguments).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Absent {
+    /// It is left out: an optional argument of a call, a list's cursor on the first page.
+    LeaveOut,
+    /// The request is not built: a lookup's query is its filter, and a filter left out
+    /// would list everything (whose first record is somebody else's effect).
+    Refuse,
+}
 
 /// The gateway's own values for one request. Any of them may be absent: reads have no intent,
 /// lookups may run without the idempotency key, and most tools have no application intent id.

@@ -30,11 +30,11 @@ use serde_json::{Value, json};
 use crate::error::HttpError;
 use crate::list::{RecordPager, list_records_with};
 use crate::request::{
-    Absent, Body, CompiledUpstream, Exchange, NOT_BUILT_STATUS, RESPONSE_BODY_BYTES_MAX,
-    RequestParts, RequestTemplate, exchange, http_client,
+    Body, CompiledUpstream, Exchange, NOT_BUILT_STATUS, RESPONSE_BODY_BYTES_MAX, RequestParts,
+    RequestTemplate, exchange, http_client,
 };
 use crate::spec::{CallSpec, ListSpec, LookupPages, LookupSpec, UpstreamSpec};
-use crate::template::{GatewayValues, TemplateError, Values};
+use crate::template::{Absent, GatewayValues, TemplateError, Values};
 use crate::verify::{Intent, Proof, Tally, candidates};
 
 /// The pointer to the provider's id when a spec names none.

@@ -20,6 +20,7 @@
 use std::collections::BTreeMap;
 
 use intentgate_core::ExactNumber;
+use intentgate_core::key::is_provider_key_of;
 use serde_json::Value;
 
 use crate::spec::{MatchCompare, MatchField};
@@ -101,7 +102,8 @@ impl Proof {
             // two intents with one effect's fields, or an effect made under another tenant's
             // key. A record with no key, or another system's, was made without the gateway.
             (false, Some(differing))
-                if differing.is_empty() && carried.is_some_and(|key| is_gateway_key(tool, key)) =>
+                if differing.is_empty()
+                    && carried.is_some_and(|key| is_provider_key_of(tool, key)) =>
             {
                 Judgement::Mismatch(format!(
                     "a record holds this intent's {} but carries another provider key",
@@ -125,18 +127,6 @@ pub struct Intent<'a> {
     pub provider_key: Option<&'a str>,
     /// The intent's arguments.
     pub arguments: &'a Value,
-}
-
-/// True when `key` has the form of a provider key the gateway sends for `tool`
-/// (`intentgate_core::provider_key`: `<tool>:...`, `<tenant>/<tool>:...`, or its hashed form).
-fn is_gateway_key(tool: &str, key: &str) -> bool {
-    let scoped = |rest: &str| {
-        rest.strip_prefix(tool)
-            .is_some_and(|rest| rest.starts_with(':'))
-    };
-    key.starts_with("ig-sha256-")
-        || scoped(key)
-        || key.split_once('/').is_some_and(|(_, rest)| scoped(rest))
 }
 
 /// What a lookup's candidates add up to.

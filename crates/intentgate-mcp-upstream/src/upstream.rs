@@ -15,6 +15,7 @@ use serde_json::{Map, Value, json};
 
 use crate::connection::{McpConnection, State};
 use crate::spec::{McpTool, McpToolCall};
+use intentgate_http::template::Absent;
 use intentgate_http::verify::{Intent, Proof, Tally, candidates};
 
 /// Status of a result with `isError` that is a refusal.
@@ -360,15 +361,6 @@ pub(crate) fn first_text(result: &CallToolResult) -> Option<String> {
 }
 
 /// The `tools/call` parameters of `call` under `spec`.
-/// What a whole-value placeholder without a value does to the arguments of a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Absent {
-    /// Its member is left out (an optional argument of a call).
-    LeaveOut,
-    /// The request is not built (a lookup's filter).
-    Refuse,
-}
-
 fn request(
     spec: &McpToolCall,
     call: &UpstreamCall<'_>,

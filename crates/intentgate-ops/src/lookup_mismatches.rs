@@ -42,14 +42,8 @@ pub struct MismatchNotices {
 impl MismatchNotices {
     /// The owners of `loaded`'s tools.
     pub fn new(loaded: &LoadedConfig) -> MismatchNotices {
-        let owners = loaded
-            .config
-            .tools
-            .iter()
-            .filter_map(|tool| Some((tool.name.clone(), tool.owner.clone()?)))
-            .collect();
         MismatchNotices {
-            owners,
+            owners: Notifier::owners_of(loaded),
             told: HashMap::new(),
         }
     }

@@ -13,12 +13,12 @@
 //! The last [`RECENT_NOTICES_MAX`] notices are kept in memory ([`Notifier::recent`]), for
 //! the admin API's `GET /v1/admin/alerts` and the console.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use intentgate_config::OwnerConfig;
+use intentgate_config::{LoadedConfig, OwnerConfig};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, mpsc};
@@ -156,6 +156,17 @@ impl Notifier {
     pub fn notify(&self, owner: Option<&str>, notice: &Notice) {
         self.log(owner, notice);
         self.post(owner, notice);
+    }
+
+    /// The owner of each tool of `loaded` that has one, by tool name: where a notice about
+    /// the tool goes.
+    pub fn owners_of(loaded: &LoadedConfig) -> HashMap<String, String> {
+        loaded
+            .config
+            .tools
+            .iter()
+            .filter_map(|tool| Some((tool.name.clone(), tool.owner.clone()?)))
+            .collect()
     }
 
     /// Reads `events` until their sender is gone, and sends each notice `observe` makes of

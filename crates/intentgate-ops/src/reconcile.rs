@@ -43,6 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use intentgate_core::key::provider_key_readings;
 use intentgate_core::{Decimal, IntentStatus, ToolDefinition};
 use intentgate_http::{ListedRecord, RecordPager};
 use intentgate_ledger::{
@@ -78,33 +79,6 @@ pub const MISMATCHES_STORED_MAX: usize = 10_000;
 /// Longest text of a provider's intent key that is looked up in the ledger; longer ones
 /// can't be intent keys (the ledger's limit is 512 bytes).
 const KEY_LOOKUP_LENGTH_MAX: usize = 512;
-
-/// The (tenant, intent key) pairs a provider key of `tool` may have been made from, by
-/// `intentgate_core::provider_key`'s form: `<tenant>/<tool>:<key>`, or `<tool>:<key>` for the
-/// default tenant, perhaps with an epoch `#N` after the key (a key may hold `#` itself, so
-/// both readings are offered). The caller checks each against the ledger.
-fn provider_key_parts<'k>(tool: &str, provider_key: &'k str) -> Vec<(&'k str, &'k str)> {
-    let mut readings = vec![("default", provider_key)];
-    if let Some((tenant, rest)) = provider_key.split_once('/') {
-        readings.push((tenant, rest));
-    }
-    let mut parts = Vec::new();
-    for (tenant, rest) in readings {
-        let Some(key) = rest
-            .strip_prefix(tool)
-            .and_then(|rest| rest.strip_prefix(':'))
-        else {
-            continue;
-        };
-        parts.push((tenant, key));
-        if let Some((without_epoch, epoch)) = key.rsplit_once('#')
-            && epoch.parse::<u32>().is_ok_and(|epoch| epoch > 1)
-        {
-            parts.push((tenant, without_epoch));
-        }
-    }
-    parts
-}
 
 /// One page at a time of a provider's records.
 #[async_trait]
@@ -331,7 +305,7 @@ impl Pass<'_> {
         record: &ListedRecord,
     ) -> Result<(), ReconcileError> {
         let mut earlier = None;
-        for (tenant, key) in provider_key_parts(&self.name, provider_key) {
+        for (tenant, key) in provider_key_readings(&self.name, provider_key) {
             if key.len() > KEY_LOOKUP_LENGTH_MAX {
                 continue;
             }
@@ -704,29 +678,4 @@ async fn earlier_intent(
         _ => {}
     }
     Ok(mismatches)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::provider_key_parts;
-    use intentgate_core::key::provider_key;
-
-    #[test]
-    fn a_provider_key_is_read_back_into_its_tenant_and_intent_key() {
-        let tool = "refund_order";
-        for (tenant, key, epoch) in [
-            ("default", "refund:8812:49.00", 1),
-            ("acme", "refund:8812:49.00", 1),
-            ("acme", "charge:c/1#x", 3),
-            ("default", "a/refund_order:b", 1),
-        ] {
-            let sent = provider_key(tenant, tool, key, epoch);
-            assert!(
-                provider_key_parts(tool, &sent).contains(&(tenant, key)),
-                "{sent} must read back as ({tenant}, {key})"
-            );
-        }
-        assert!(provider_key_parts(tool, "charge_card:x").is_empty());
-        assert!(provider_key_parts(tool, "ig-sha256-00").is_empty());
-    }
 }

@@ -47,14 +47,8 @@ pub struct UpstreamNotices {
 impl UpstreamNotices {
     /// The owners of `loaded`'s tools.
     pub fn new(loaded: &LoadedConfig) -> UpstreamNotices {
-        let owners = loaded
-            .config
-            .tools
-            .iter()
-            .filter_map(|tool| Some((tool.name.clone(), tool.owner.clone()?)))
-            .collect();
         UpstreamNotices {
-            owners,
+            owners: Notifier::owners_of(loaded),
             told: HashMap::new(),
         }
     }

@@ -931,12 +931,24 @@ impl Checker<'_, '_> {
         mcp: &mut McpToolConfig,
         definition: Option<&ToolDefinition>,
     ) {
+        let sensitive = definition.map(|definition| definition.sensitive.as_slice());
         if let Some(list) = &mut mcp.list {
-            let sensitive = definition.map(|definition| definition.sensitive.as_slice());
             self.list_records(
                 index,
                 label,
                 &mut list.records,
+                &tool.input_schema,
+                sensitive,
+            );
+        }
+        // A lookup's `match` as an HTTP lookup's: its comparisons set from the input schema,
+        // a sensitive argument refused.
+        if let Some(lookup) = &mut mcp.tool.lookup {
+            self.match_fields(
+                index,
+                "lookup",
+                label,
+                &mut lookup.match_fields,
                 &tool.input_schema,
                 sensitive,
             );
