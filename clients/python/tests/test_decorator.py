@@ -458,3 +458,110 @@ def test_a_result_refused_as_too_large_is_settled_done_without_it(client: intent
     first, second = gateway.sent("settle")
     assert "result" in first
     assert second == {"lease": LEASE_TOKEN, "outcome": "done", "external_id": "re_000001"}
+
+
+class ReplayedServerError(ProviderTimeout):
+    """The provider replayed a stored 500 for the key: every re-send gets it again."""
+
+
+def replay_stop(error: BaseException) -> intentgate.ResendStop | None:
+    return "replayed_server_error" if isinstance(error, ReplayedServerError) else None
+
+
+def test_an_ambiguous_outcome_carries_the_reason_re_sends_stop(client: intentgate.Client, gateway: FakeGateway) -> None:
+    provider = Provider(ReplayedServerError("500 api_error (replayed)"))
+    provider.found = None
+    asked: list[BaseException] = []
+
+    def stop(error: BaseException) -> intentgate.ResendStop | None:
+        asked.append(error)
+        return replay_stop(error)
+
+    gateway.grants.extend([execute(), look_up()])
+    # After the stop the gateway grants no re-send: the lookup's not_found is answered.
+    gateway.settles.extend([answer("pending_unknown"), answer("pending_unknown")])
+
+    outcome = decorated(client, provider, resend_stop=stop)("o-1", "5.00")
+
+    assert outcome["status"] == "pending_unknown"
+    unknown, not_found = gateway.sent("settle")
+    assert unknown == {
+        "lease": LEASE_TOKEN,
+        "outcome": "unknown",
+        "reason": "500 api_error (replayed)",
+        "resend_stop": "replayed_server_error",
+    }
+    assert not_found == {"lease": LEASE_TOKEN, "outcome": "not_found"}
+    assert provider.keys == [KEY] and len(asked) == 1
+
+
+def test_resend_stop_is_asked_only_about_unknown_outcomes_and_none_sends_nothing(
+    client: intentgate.Client, gateway: FakeGateway
+) -> None:
+    provider = Provider(Declined("card declined"), ProviderTimeout("timed out"))
+    provider.found = RECORD
+    asked: list[BaseException] = []
+
+    def stop(error: BaseException) -> intentgate.ResendStop | None:
+        asked.append(error)
+        return None
+
+    refund_order = decorated(client, provider, resend_stop=stop)
+    gateway.grants.extend([execute(), execute(), look_up()])
+    gateway.settles.extend([answer("rejected"), answer("pending_unknown"), answer("done", result=RECORD)])
+
+    assert refund_order("o-1", "5.00")["status"] == "rejected"
+    assert refund_order("o-1", "5.00")["status"] == "done"
+
+    rejected, unknown, _ = gateway.sent("settle")
+    assert "resend_stop" not in rejected and "resend_stop" not in unknown, (rejected, unknown)
+    assert [type(error) for error in asked] == [ProviderTimeout]
+
+
+def test_a_failing_resend_stop_settles_unknown_without_it_then_raises(client: intentgate.Client, gateway: FakeGateway) -> None:
+    provider = Provider(ProviderTimeout("timed out"), ProviderTimeout("timed out"))
+    gateway.grants.extend([execute(), execute()])
+    gateway.settles.extend([answer("pending_unknown"), answer("pending_unknown")])
+
+    def bad_word(error: BaseException) -> intentgate.ResendStop | None:
+        return "replayed"  # type: ignore[return-value]
+
+    def broken(error: BaseException) -> intentgate.ResendStop | None:
+        raise KeyError("headers")
+
+    with pytest.raises(ValueError, match="replayed_server_error"):
+        decorated(client, provider, resend_stop=bad_word)("o-1", "5.00")
+    with pytest.raises(KeyError):
+        decorated(client, provider, resend_stop=broken)("o-1", "5.00")
+    # Settled all the same, so the next caller is granted the lookup at once.
+    assert gateway.sent("settle") == [{"lease": LEASE_TOKEN, "outcome": "unknown", "reason": "timed out"}] * 2
+    assert gateway.kinds() == ["grant", "settle", "grant", "settle"]
+
+
+def test_async_an_ambiguous_outcome_carries_the_reason_re_sends_stop() -> None:
+    gateway = FakeGateway()
+    gateway.grants.extend([execute(), answer("pending_unknown")])
+    gateway.settles.append(answer("pending_unknown"))
+
+    async def main() -> dict[str, Any]:
+        async with intentgate.AsyncClient("http://gateway.test", transport=gateway.transport()) as client:
+
+            @client.side_effect("refund_order", ambiguous=ProviderTimeout, resend_stop=lambda error: "key_reused")
+            async def refund_order(order_id: str, *, idempotency_key: str) -> dict[str, Any]:
+                raise ProviderTimeout("400 idempotency_error")
+
+            return await refund_order("o-1")
+
+    assert asyncio.run(main())["status"] == "pending_unknown"
+    assert gateway.sent("settle") == [
+        {"lease": LEASE_TOKEN, "outcome": "unknown", "reason": "400 idempotency_error", "resend_stop": "key_reused"}
+    ]
+
+
+def test_settle_sends_resend_stop(client: intentgate.Client, gateway: FakeGateway) -> None:
+    gateway.settles.append(answer("pending_unknown"))
+    client.settle(42, LEASE_TOKEN, "unknown", reason="replayed 500", resend_stop="provider_says_no_retry")
+    assert gateway.sent("settle") == [
+        {"lease": LEASE_TOKEN, "outcome": "unknown", "reason": "replayed 500", "resend_stop": "provider_says_no_retry"}
+    ]
+    assert intentgate.RESEND_STOPS == {"replayed_server_error", "provider_says_no_retry", "key_reused"}

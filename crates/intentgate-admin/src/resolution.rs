@@ -326,6 +326,7 @@ mod tests {
             last_seen_ms: 0,
             updated_ms: 0,
             last_lookup_ms: None,
+            resend_stopped: None,
         }
     }
 

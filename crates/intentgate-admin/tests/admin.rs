@@ -244,6 +244,7 @@ impl Admin {
                 looked_up: false,
                 detail: format!("the test settled it {status}"),
                 lease_required: false,
+                resend_stopped: None,
             })
             .await
             .unwrap();

@@ -184,8 +184,9 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                     ),
                     Some(
                         "add a `list:` that calls a read-only tool of the same server a page at \
-                         a time (`tool`, `arguments` with {since_ms}, {until_ms}, {cursor} and \
-                         {limit}, `items`, `next_cursor`, `fields`)"
+                         a time (`tool`, `arguments` with {since_ms}, {until_ms} or {since_s}, \
+                         {until_s}, {cursor} and {limit}, `items`, `next_cursor` or `has_more`, \
+                         `fields`)"
                             .to_owned(),
                     ),
                 )
@@ -206,8 +207,9 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
                     ),
                     Some(
                         "add a `list:` request that pages through the provider's records over \
-                         a window (`path`, `query` with {since_ms}, {until_ms}, {cursor} and \
-                         {limit}, `items`, `next_cursor`, `fields`), pairing records with \
+                         a window (`path`, `query` with {since_ms}, {until_ms} or {since_s}, \
+                         {until_s} in Unix seconds, {cursor} and {limit}, `items`, \
+                         `next_cursor` or `has_more`, `fields`), pairing records with \
                          intents by the provider key the gateway sent \
                          (`fields.idempotency_key`) or, for a provider that keeps no key, by \
                          business fields (`match: {order_id: {record: /order_id}, amount: \

@@ -650,6 +650,8 @@ impl fmt::Debug for RedactedList<'_> {
             .field("headers", &RedactedHeaders(&list.headers))
             .field("items", &list.items)
             .field("next_cursor", &list.next_cursor)
+            .field("has_more", &list.has_more)
+            .field("limit_max", &list.limit_max)
             .field("fields", &list.fields)
             .finish()
     }

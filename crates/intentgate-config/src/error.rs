@@ -383,6 +383,12 @@ fn example(field: &str) -> String {
         "found" => ("/data/0", "a JSON pointer"),
         "items" => ("/data", "a JSON pointer"),
         "next_cursor" => ("/next_cursor", "a JSON pointer"),
+        "has_more" => ("/has_more", "a JSON pointer to a boolean"),
+        "limit_max" => ("100", "a whole number, the provider's largest page"),
+        "subject" => (
+            "[/payment_intent, /charge/customer]",
+            "a JSON pointer, or a list of them",
+        ),
         "intent_key" => ("/metadata/intent_key", "a JSON pointer"),
         "external_id" => ("/id", "a JSON pointer"),
         "record" => ("/order_id", "a JSON pointer into the provider's record"),

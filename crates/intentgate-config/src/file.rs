@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use intentgate_core::{CallStatus, Effect, Executor};
-use intentgate_http::spec::{ListFields, LookupPages, MatchField, Method, ResultSpec};
+use intentgate_http::spec::{BodyFormat, ListFields, LookupPages, MatchField, Method, ResultSpec};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde_json::Value;
@@ -270,7 +270,7 @@ pub(crate) struct ToolFile {
         "required": ["upstream", "tool"],
         "not": {"anyOf": [
             {"required": ["method"]}, {"required": ["path"]}, {"required": ["query"]},
-            {"required": ["headers"]}, {"required": ["body"]}
+            {"required": ["headers"]}, {"required": ["body"]}, {"required": ["body_format"]}
         ]}
     },
     {
@@ -294,8 +294,13 @@ pub(crate) struct CallFile {
     /// HTTP: extra headers; values are templates.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// HTTP: JSON body template (none for GET and DELETE).
+    /// HTTP: body template (none for GET and DELETE), written as JSON whatever
+    /// `body_format` says.
     pub body: Option<Value>,
+    /// HTTP: how the body is sent: `json` (default) or `form` (`application/x-www-form-
+    /// urlencoded` in Stripe's bracket notation: `metadata[intent_key]=...`, `expand[]=...`).
+    #[serde(default)]
+    pub body_format: BodyFormat,
     /// What to take from a successful answer.
     #[serde(default)]
     pub result: ResultSpec,
@@ -331,6 +336,11 @@ pub(crate) struct LookupFile {
     pub query: BTreeMap<String, String>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// HTTP: body template of a POST lookup (a search); every placeholder must have a value.
+    pub body: Option<Value>,
+    /// HTTP: how the body is sent: `json` (default) or `form`, as for `call`.
+    #[serde(default)]
+    pub body_format: BodyFormat,
     /// JSON pointer to what the provider found: one record (an object) or the candidates
     /// (an array, `/data`); absent, null or an empty array or object there means not found.
     pub found: String,
@@ -364,19 +374,24 @@ pub(crate) struct LookupFile {
 #[schemars(extend("oneOf" = [
     {
         "required": ["tool"],
-        "not": {"anyOf": [{"required": ["path"]}, {"required": ["query"]}, {"required": ["headers"]}]}
+        "not": {"anyOf": [{"required": ["path"]}, {"required": ["query"]}, {"required": ["headers"]}, {"required": ["limit_max"]}]}
     },
     {
         "required": ["path"],
         "not": {"anyOf": [{"required": ["tool"]}, {"required": ["arguments"]}]}
     }
-]))]
+], "allOf" = [{"oneOf": [
+    {"required": ["next_cursor"], "not": {"required": ["has_more"]}},
+    {"required": ["has_more"], "not": {"required": ["next_cursor"]}}
+]}]))]
 pub(crate) struct ListFile {
     /// HTTP: defaults to the call's upstream. MCP: the call's upstream, always.
     pub upstream: Option<String>,
     /// HTTP: the path template.
     pub path: Option<String>,
-    /// HTTP: query templates; may use `{since_ms}`, `{until_ms}`, `{cursor}` and `{limit}`.
+    /// HTTP: query templates; may use `{since_ms}`, `{until_ms}` (Unix milliseconds),
+    /// `{since_s}`, `{until_s}` (Unix seconds, since rounded down and until rounded up),
+    /// `{cursor}` and `{limit}`. `{cursor}` must be there: it asks for the next page.
     #[serde(default)]
     pub query: BTreeMap<String, String>,
     /// HTTP: extra headers.
@@ -385,13 +400,23 @@ pub(crate) struct ListFile {
     /// MCP: the listing tool's name on the upstream.
     pub tool: Option<String>,
     /// MCP: the listing's `arguments` template; may use `{since_ms}`, `{until_ms}`,
-    /// `{cursor}` and `{limit}` (a member that is exactly `"{cursor}"` is left out of the
-    /// first page). Absent sends those four as they are.
+    /// `{since_s}`, `{until_s}`, `{cursor}` and `{limit}` (a member that is exactly
+    /// `"{cursor}"` is left out of the first page), and must use `{cursor}`. Absent sends
+    /// `since_ms`, `until_ms`, `limit` and `cursor` as they are.
     pub arguments: Option<Value>,
     /// JSON pointer to the array of records in a page (`/data`).
     pub items: String,
-    /// JSON pointer to the next page's cursor; absent or null ends the listing.
-    pub next_cursor: String,
+    /// JSON pointer to the next page's cursor; absent, null or empty ends the listing. Give
+    /// this or `has_more`.
+    pub next_cursor: Option<String>,
+    /// JSON pointer to a boolean that says another page follows (Stripe: `/has_more`); the
+    /// next page's `{cursor}` is then the last record's id (`fields.external_id`). Give this
+    /// or `next_cursor`.
+    pub has_more: Option<String>,
+    /// HTTP: the provider's largest page (Stripe: 100); `{limit}` is the smaller of the page
+    /// size reconciliation asks for and this.
+    #[schemars(range(min = 1))]
+    pub limit_max: Option<u32>,
     /// Pointers inside one record.
     pub fields: ListFields,
     /// For a provider that keeps no metadata: the business fields that pair a record with an

@@ -450,7 +450,7 @@ fn a_template_placeholder_must_be_an_argument_or_a_gateway_value() {
 
     // A list runs outside any call: no intent key there.
     let text = format!(
-        "{BASE}    list:\n      path: /v1/refunds\n      query: {{intent_key: \"{{intent_key}}\"}}\n      items: /data\n      next_cursor: /next_cursor\n      fields: {{idempotency_key: /idempotency_key, external_id: /id}}\n"
+        "{BASE}    list:\n      path: /v1/refunds\n      query: {{starting_after: \"{{cursor}}\", intent_key: \"{{intent_key}}\"}}\n      items: /data\n      next_cursor: /next_cursor\n      fields: {{idempotency_key: /idempotency_key, external_id: /id}}\n"
     );
     let error = only_error(&text);
     assert_at(&error, &text, "\"{intent_key}\"}\n      items");
@@ -784,7 +784,7 @@ fn a_match_field_must_be_an_argument_read_from_a_pointer_and_compared_sensibly()
     let text = broken(
         "amount: {type: number}",
         "amount: {type: number}\n        refund_all: {type: boolean}",
-    ) + "    list:\n      path: /v1/refunds\n      items: /data\n      next_cursor: /next_cursor\n      fields: {external_id: /id}\n      match: {order_id: {record: /order_id}, refund_all: {record: /full, compare: decimal}}\n";
+    ) + "    list:\n      path: /v1/refunds\n      query: {starting_after: \"{cursor}\"}\n      items: /data\n      next_cursor: /next_cursor\n      fields: {external_id: /id}\n      match: {order_id: {record: /order_id}, refund_all: {record: /full, compare: decimal}}\n";
     let error = only_error(&text);
     assert_at(&error, &text, "decimal}}");
     assert_says(
@@ -1006,4 +1006,242 @@ fn a_lookup_that_can_not_tell_two_intents_apart_is_refused_at_its_line() {
         "{errors}"
     );
     assert!(errors.contains("it must be 1 to 50"), "{errors}");
+}
+
+/// `BASE` with a list that pages the way Stripe's do, with `old` replaced by `new`.
+fn with_stripe_list(old: &str, new: &str) -> String {
+    let list = concat!(
+        "    list:\n",
+        "      path: /v1/refunds\n",
+        "      query: {created_gte: \"{since_s}\", created_lt: \"{until_s}\", limit: \"{limit}\", starting_after: \"{cursor}\"}\n",
+        "      items: /data\n",
+        "      has_more: /has_more\n",
+        "      limit_max: 100\n",
+        "      fields: {idempotency_key: /idempotency_key, external_id: /id, subject: [/payment_intent, /charge/customer]}\n",
+    );
+    let text = format!("{BASE}{list}");
+    assert!(text.contains(old), "the config has no `{old}`");
+    text.replacen(old, new, 1)
+}
+
+#[test]
+fn a_list_may_page_after_the_last_id_in_whole_seconds_with_a_capped_limit() {
+    use intentgate_http::spec::ListSubject;
+    let text = with_stripe_list("", "");
+    let loaded = load_str(&text, "agent.yaml", &env).unwrap_or_else(|errors| panic!("{errors}"));
+    let list = loaded.config.tools[1].list.as_ref().unwrap();
+    assert_eq!(list.has_more.as_deref(), Some("/has_more"));
+    assert_eq!(list.next_cursor, None);
+    assert_eq!(list.limit_max, Some(100));
+    assert_eq!(
+        list.fields.subject,
+        Some(ListSubject::Several(vec![
+            "/payment_intent".to_owned(),
+            "/charge/customer".to_owned()
+        ]))
+    );
+    let records = loaded.config.tools[1].list_records().unwrap();
+    assert_eq!(records.has_more.as_deref(), Some("/has_more"));
+
+    // The published schema says the same.
+    let validator = jsonschema::validator_for(&intentgate_config::schema()).unwrap();
+    let document = |text: &str| -> serde_json::Value { serde_saphyr::from_str(text).unwrap() };
+    assert!(validator.is_valid(&document(&text)));
+    assert!(validator.is_valid(&document(&with_stripe_list(
+        "subject: [/payment_intent, /charge/customer]",
+        "subject: /payment_intent"
+    ))));
+    for (old, new) in [
+        ("      has_more: /has_more\n", ""),
+        (
+            "      has_more: /has_more\n",
+            "      has_more: /has_more\n      next_cursor: /next_cursor\n",
+        ),
+        ("limit_max: 100", "limit_max: 0"),
+        ("[/payment_intent, /charge/customer]", "[]"),
+        (
+            "[/payment_intent, /charge/customer]",
+            "{customer: /customer}",
+        ),
+    ] {
+        assert!(
+            !validator.is_valid(&document(&with_stripe_list(old, new))),
+            "the schema takes `{new}`"
+        );
+    }
+}
+
+#[test]
+fn a_list_that_pages_both_ways_or_neither_is_refused() {
+    let text = with_stripe_list(
+        "      has_more: /has_more\n",
+        "      has_more: /has_more\n      next_cursor: /next_cursor\n",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "/has_more\n      next_cursor");
+    assert_says(
+        &error,
+        &["tool `refund_order`", "both `next_cursor` and `has_more`"],
+        &["has_more: /has_more", "not both"],
+    );
+
+    let text = with_stripe_list("      has_more: /has_more\n", "");
+    let error = only_error(&text);
+    assert_at(
+        &error,
+        &text,
+        "path: /v1/refunds\n      query: {created_gte",
+    );
+    assert_says(
+        &error,
+        &["neither `next_cursor` nor `has_more`"],
+        &["next_cursor: <pointer", "has_more: <pointer to a boolean>"],
+    );
+
+    let text = with_stripe_list("has_more: /has_more", "has_more: has_more");
+    let error = only_error(&text);
+    assert_at(&error, &text, "has_more\n      limit_max");
+    assert_says(
+        &error,
+        &["`has_more` is not a JSON pointer"],
+        &["JSON pointer"],
+    );
+}
+
+#[test]
+fn a_list_without_a_cursor_is_refused_at_its_query() {
+    let text = with_stripe_list(", starting_after: \"{cursor}\"", "");
+    let error = only_error(&text);
+    assert_at(&error, &text, "{created_gte");
+    assert_says(
+        &error,
+        &["tool `refund_order`", "has no `{cursor}`", "the first one"],
+        &["starting_after: \"{cursor}\""],
+    );
+    // Without any query, at the list.
+    let text = with_stripe_list(
+        "      query: {created_gte: \"{since_s}\", created_lt: \"{until_s}\", limit: \"{limit}\", starting_after: \"{cursor}\"}\n",
+        "",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "path: /v1/refunds\n      items");
+    assert_says(&error, &["has no `{cursor}`"], &["starting_after"]);
+}
+
+#[test]
+fn a_list_placeholder_outside_the_window_and_paging_values_is_refused() {
+    let text = with_stripe_list("\"{since_s}\"", "\"{since_sec}\"");
+    let error = only_error(&text);
+    assert_at(&error, &text, "\"{since_sec}\"");
+    assert_says(
+        &error,
+        &[
+            "`list.query.created_gte`",
+            "{since_sec}",
+            "{since_ms}, {until_ms}, {since_s}, {until_s}, {limit}, {cursor}",
+        ],
+        &["`{since_s}`, `{until_s}`"],
+    );
+}
+
+#[test]
+fn a_limit_max_of_zero_or_an_empty_subject_is_refused() {
+    let text = with_stripe_list("limit_max: 100", "limit_max: 0");
+    let error = only_error(&text);
+    assert_at(&error, &text, "0\n      fields");
+    assert_says(
+        &error,
+        &["`list.limit_max` is 0"],
+        &["limit_max: 100", "remove `limit_max`"],
+    );
+
+    let text = with_stripe_list("[/payment_intent, /charge/customer]", "[]");
+    let error = only_error(&text);
+    assert_at(&error, &text, "[]}");
+    assert_says(
+        &error,
+        &["`list.fields.subject` is an empty list"],
+        &["subject: /customer"],
+    );
+
+    let text = with_stripe_list("/charge/customer]", "charge/customer]");
+    let error = only_error(&text);
+    assert_at(&error, &text, "charge/customer]");
+    assert_says(
+        &error,
+        &["`charge/customer` is not a JSON pointer"],
+        &["JSON pointer"],
+    );
+}
+
+#[test]
+fn minor_units_name_a_known_currency_or_an_argument() {
+    // In a template: an unknown code, and a currency argument the tool does not have.
+    let text = broken(
+        r#"amount: "{amount:.2}""#,
+        r#"amount: "{amount:minor(USX)}""#,
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "\"{amount:minor(USX)}\"");
+    assert_says(
+        &error,
+        &["`call.body at `/amount``", "unknown ISO 4217 currency code"],
+        &["{argument:minor(USD)}"],
+    );
+    let text = broken(
+        r#"amount: "{amount:.2}""#,
+        r#"amount: "{amount:minor(currency)}""#,
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "\"{amount:minor(currency)}\"");
+    assert_says(
+        &error,
+        &["`call.body at `/amount``", "`currency`", "not an argument"],
+        &["{amount:minor(USD)}", "`order_id`"],
+    );
+    // A form body and minor units load.
+    let text = broken("      body:\n", "      body_format: form\n      body:\n").replace(
+        r#"amount: "{amount:.2}""#,
+        r#"amount: "{amount:minor(USD)}""#,
+    );
+    load_str(&text, "agent.yaml", &env).expect("a form body with minor units");
+
+    // In a lookup's `match` and a list's amount.
+    let lookup = "    lookup: {path: /v1/refunds, query: {idempotency_key: \"{idempotency_key}\"}, found: /data, key: /idempotency_key}\n";
+    let text = broken(
+        lookup,
+        "    lookup:\n      path: /v1/refunds\n      query: {idempotency_key: \"{idempotency_key}\"}\n      found: /data\n      key: /idempotency_key\n      match: {amount: {record: /amount, minor_units: usd}}\n",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "usd}}");
+    assert_says(
+        &error,
+        &["`match.amount.minor_units`", "`usd`", "nor an argument"],
+        &["`USD`", "`order_id`"],
+    );
+    let text = broken(
+        lookup,
+        "    lookup:\n      path: /v1/refunds\n      query: {idempotency_key: \"{idempotency_key}\"}\n      found: /data\n      key: /idempotency_key\n      match: {amount: {record: /amount, minor_units: ABC}}\n",
+    );
+    let error = only_error(&text);
+    assert_at(&error, &text, "ABC}}");
+    assert_says(
+        &error,
+        &["`match.amount.minor_units`", "unknown ISO 4217"],
+        &["`minor_units: USD`"],
+    );
+    let list = |minor_units: &str| {
+        format!(
+            "{BASE}    list:\n      path: /v1/refunds\n      query: {{starting_after: \"{{cursor}}\"}}\n      items: /data\n      next_cursor: /next_cursor\n      fields: {{idempotency_key: /idempotency_key, external_id: /id, amount: /amount, amount_minor_units: {minor_units}}}\n"
+        )
+    };
+    load_str(&list("USD"), "agent.yaml", &env).expect("a list in minor units");
+    let text = list("XYZ");
+    let error = only_error(&text);
+    assert_at(&error, &text, "XYZ}");
+    assert_says(
+        &error,
+        &["`list.fields.amount_minor_units`", "unknown ISO 4217"],
+        &["`JPY`"],
+    );
 }

@@ -335,7 +335,7 @@ fn the_example_keeps_an_emails_recipient_subject_and_body_as_hashes_only() {
     assert_eq!(email.resend_window, None, "never re-sent from hashes");
     // Its reconciliation report names the order or ticket, not the address.
     let list = loaded.config.tools[13].list.as_ref().unwrap();
-    assert_eq!(list.fields.subject.as_deref(), Some("/metadata/reference"));
+    assert_eq!(list.fields.subject, Some("/metadata/reference".into()));
 }
 
 #[test]

@@ -152,7 +152,7 @@ fn a_valid_config_splits_http_and_mcp_upstreams_and_calls() {
     assert_eq!(list.call.tool, "list_refunds");
     assert_eq!(list.call.arguments.as_ref().unwrap()["page"], "{cursor}");
     assert_eq!(list.records.items, "/refunds");
-    assert_eq!(list.records.next_cursor, "/next");
+    assert_eq!(list.records.next_cursor.as_deref(), Some("/next"));
     assert_eq!(
         list.records.match_fields["order_id"].compare,
         Some(intentgate_http::spec::MatchCompare::Text)
@@ -444,22 +444,56 @@ fn an_mcp_list_is_a_tool_of_the_same_server_with_the_window_and_paging_values() 
 }
 
 #[test]
+fn an_mcp_list_may_page_by_has_more_and_must_pass_the_cursor_on() {
+    // After the last record's id while `has_more`, with the window in seconds.
+    let text = broken(
+        "arguments: {created_from: \"{since_ms}\", created_before: \"{until_ms}\", page: \"{cursor}\"}\n      items: /refunds\n      next_cursor: /next",
+        "arguments: {created_from: \"{since_s}\", created_before: \"{until_s}\", page: \"{cursor}\"}\n      items: /refunds\n      has_more: /has_more",
+    );
+    let loaded = load_str(&text, "agent.yaml", &env).unwrap_or_else(|errors| panic!("{errors}"));
+    let records = loaded.config.tools[0].list_records().unwrap();
+    assert_eq!(records.has_more.as_deref(), Some("/has_more"));
+    assert_eq!(records.next_cursor, None);
+
+    // Arguments that never pass the cursor on would ask for the first page forever.
+    let text = broken(", page: \"{cursor}\"}", "}");
+    only_error(
+        &text,
+        line_of(&text, "      arguments: {created_from"),
+        &["`list.arguments` has no `{cursor}`"],
+        "cursor: \"{cursor}\"",
+    );
+
+    // The page size is the listing tool's to cap.
+    let text = broken(
+        "      next_cursor: /next\n",
+        "      next_cursor: /next\n      limit_max: 100\n",
+    );
+    only_error(
+        &text,
+        line_of(&text, "      limit_max: 100"),
+        &["`list.limit_max` is for HTTP listings"],
+        "remove `limit_max`",
+    );
+}
+
+#[test]
 fn an_http_list_takes_no_mcp_fields() {
     let text = broken(
         "    call: {upstream: payments, method: GET, path: \"/v1/orders/{order_id}\"}",
-        "    effect: side_effect\n    key: \"o:{order_id}\"\n    call: {upstream: payments, method: POST, path: \"/v1/orders/{order_id}\"}\n    list: {tool: list_orders, path: /v1/orders, items: /data, next_cursor: /next, fields: {idempotency_key: /k, external_id: /id}}",
+        "    effect: side_effect\n    key: \"o:{order_id}\"\n    call: {upstream: payments, method: POST, path: \"/v1/orders/{order_id}\"}\n    list: {query: {after: \"{cursor}\"}, tool: list_orders, path: /v1/orders, items: /data, next_cursor: /next, fields: {idempotency_key: /k, external_id: /id}}",
     )
     .replace("    effect: read\n    input_schema", "    input_schema");
     only_error(
         &text,
-        line_of(&text, "    list: {tool"),
+        line_of(&text, "    list: {query"),
         &["`list.tool` is for listings of an MCP call"],
         "remove `tool`",
     );
     let text = text.replace("tool: list_orders, path: /v1/orders, ", "");
     only_error(
         &text,
-        line_of(&text, "    list: {items"),
+        line_of(&text, "    list: {query"),
         &["`list` has no `path`"],
         "path: /v1/",
     );
@@ -552,4 +586,57 @@ fn an_mcp_lookups_match_is_checked_as_an_http_lookups() {
         .expect_err("a sensitive match field must be refused")
         .to_string();
     assert!(errors.contains("sensitive argument `amount`"), "{errors}");
+}
+
+// Found by the Stripe work: the check read `{amount:.2}` as an argument named `amount:.2`
+// and refused it, though the request renders it. The shared parser reads it as the tool's
+// `amount`, written with two places, as every other template does.
+#[test]
+fn arguments_may_format_an_argument_as_every_template_does() {
+    let text = broken(
+        "      arguments: {order: \"{order_id}\", amount: \"{amount}\"}",
+        "      arguments: {order: \"{order_id}\", amount: \"{amount:.2}\", cents: \"{amount:minor(USD)}\", note: \"refund of {order_id}\"}",
+    );
+    load_str(&text, "agent.yaml", &env).expect("formats are placeholders of the argument");
+
+    // A format's argument is still checked, and so is where minor units take the currency.
+    let text = broken(
+        "      arguments: {order: \"{order_id}\", amount: \"{amount}\"}",
+        "      arguments: {order: \"{order_id}\", amount: \"{amount_due:.2}\"}",
+    );
+    only_error(
+        &text,
+        line_of(
+            &text,
+            "      arguments: {order: \"{order_id}\", amount: \"{amount_due",
+        ),
+        &["`arguments` uses `{amount_due}`", "not an argument"],
+        "`amount`",
+    );
+    let text = broken(
+        "      arguments: {order: \"{order_id}\", amount: \"{amount}\"}",
+        "      arguments: {order: \"{order_id}\", amount: \"{amount:minor(currency)}\"}",
+    );
+    only_error(
+        &text,
+        line_of(
+            &text,
+            "      arguments: {order: \"{order_id}\", amount: \"{amount:minor",
+        ),
+        &["`arguments` uses `{currency}`", "not an argument"],
+        "`order_id`",
+    );
+    let text = broken(
+        "      arguments: {order: \"{order_id}\", amount: \"{amount}\"}",
+        "      arguments: {order: \"{order_id}\", amount: \"{amount:.x}\"}",
+    );
+    only_error(
+        &text,
+        line_of(
+            &text,
+            "      arguments: {order: \"{order_id}\", amount: \"{amount:.x",
+        ),
+        &["`arguments`", "a format must look like `.2`"],
+        "{argument:minor(USD)}",
+    );
 }

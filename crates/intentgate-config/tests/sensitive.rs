@@ -33,7 +33,7 @@ tools:
     lookup: {path: /v1/emails, query: {idempotency_key: "{idempotency_key}"}, found: /data, key: /idempotency_key}
     list:
       path: /v1/emails
-      query: {created_gte_ms: "{since_ms}"}
+      query: {created_gte_ms: "{since_ms}", starting_after: "{cursor}"}
       items: /data
       next_cursor: /next_cursor
       fields: {idempotency_key: /idempotency_key, external_id: /id}

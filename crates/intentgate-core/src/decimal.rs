@@ -165,6 +165,51 @@ impl Decimal {
     }
 }
 
+impl Decimal {
+    /// The decimal in minor units of a currency with `exponent` decimal places, as integer
+    /// text (`49` with 2 places is `4900`, `-0.05` is `-5`), refusing a value with more places
+    /// than that rather than rounding it.
+    pub fn minor_units(&self, exponent: u32) -> Result<String, DecimalError> {
+        if self.scale > exponent {
+            return Err(DecimalError::TooManyPlaces {
+                value: self.to_string(),
+                places: exponent,
+            });
+        }
+        if self.digits == "0" {
+            return Ok("0".to_owned());
+        }
+        let mut text = String::with_capacity(self.digits.len() + exponent as usize + 1);
+        if self.negative {
+            text.push('-');
+        }
+        text.push_str(&self.digits);
+        text.extend(std::iter::repeat_n('0', (exponent - self.scale) as usize));
+        Ok(text)
+    }
+
+    /// The decimal that `self`, an amount in minor units of a currency with `exponent`
+    /// decimal places, stands for: `4900` with 2 places is `49`. Exact; `None` only beyond
+    /// the bounds of a `Decimal` (more than [`DECIMAL_SCALE_MAX`] places).
+    pub fn from_minor_units(&self, exponent: u32) -> Option<Decimal> {
+        if self.digits == "0" {
+            return Some(self.clone());
+        }
+        let mut digits = self.digits.clone();
+        let mut scale = self.scale.checked_add(exponent)?;
+        // Normalised again: no trailing zeros after the point.
+        while scale > 0 && digits.len() > 1 && digits.ends_with('0') {
+            digits.pop();
+            scale -= 1;
+        }
+        (scale <= DECIMAL_SCALE_MAX).then_some(Decimal {
+            negative: self.negative,
+            digits,
+            scale,
+        })
+    }
+}
+
 /// Which bound an exact number is outside of.
 enum Bound {
     Digits,
@@ -330,6 +375,38 @@ mod tests {
             Decimal::parse("0.1e-400"),
             Err(DecimalError::TooPrecise(_))
         ));
+    }
+
+    #[test]
+    fn minor_units_are_exact_both_ways() {
+        let minor = |text: &str, exponent| Decimal::parse(text).unwrap().minor_units(exponent);
+        assert_eq!(minor("49", 2).unwrap(), "4900");
+        assert_eq!(minor("49.5", 2).unwrap(), "4950");
+        assert_eq!(minor("4900", 0).unwrap(), "4900");
+        assert_eq!(minor("1.234", 3).unwrap(), "1234");
+        assert_eq!(minor("-0.05", 2).unwrap(), "-5");
+        assert_eq!(minor("0", 3).unwrap(), "0");
+        assert!(matches!(
+            minor("49.001", 2),
+            Err(DecimalError::TooManyPlaces { places: 2, .. })
+        ));
+        let major = |text: &str, exponent| {
+            Decimal::parse(text)
+                .unwrap()
+                .from_minor_units(exponent)
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(major("4900", 2), "49");
+        assert_eq!(major("4901", 2), "49.01");
+        assert_eq!(major("4900", 0), "4900");
+        assert_eq!(major("1234", 3), "1.234");
+        assert_eq!(major("-5", 2), "-0.05");
+        assert_eq!(major("0", 2), "0");
+        assert_eq!(
+            Decimal::parse("4900").unwrap().from_minor_units(2),
+            Some(Decimal::parse("49.00").unwrap())
+        );
     }
 
     #[test]

@@ -8,7 +8,11 @@
 //!
 //! Syntax ([`crate::placeholder`], shared with request templates): literal text with
 //! placeholders `{name}`, `{a.b}` (a field of an object argument) or `{name:.N}` (an exact
-//! decimal with N places). `{{` and `}}` are literal braces. Rendered values are percent-encoded where they could be confused with the
+//! decimal with N places). `{{` and `}}` are literal braces. A key refuses the minor-units
+//! format (`{amount:minor(USD)}`): that is how a provider wants an amount sent, and a key
+//! names the amount as the intent does (`{amount:.2}`, with `{currency}` when the currency
+//! varies); minor units of a currency taken from an argument would give 49.00 USD and 4,900
+//! JPY one key. Rendered values are percent-encoded where they could be confused with the
 //! template's own separators, so `{a}:{b}` can't render the same key for `a="x:y", b="z"`
 //! and `a="x", b="y:z"`.
 //!
@@ -23,7 +27,7 @@ use serde_json::Value;
 
 use crate::decimal::DecimalError;
 use crate::limits::{INTENT_ID_LENGTH_MAX, INTENT_KEY_LENGTH_MAX};
-use crate::placeholder::{self, Piece, Placeholder, Steps, SyntaxError, ValueError};
+use crate::placeholder::{self, Format, Piece, Placeholder, Steps, SyntaxError, ValueError};
 use crate::sensitive::{ArgumentPath, HashKey, KEY_HASH_HEX_LENGTH};
 
 /// The placeholder that refers to the application's intent id.
@@ -147,7 +151,7 @@ impl KeyTemplate {
             parts.push(match piece {
                 Piece::Literal(text) => Part::Literal(text),
                 Piece::Placeholder(found) if found.is_named(INTENT_ID_PLACEHOLDER) => {
-                    if found.places.is_some() {
+                    if found.format.is_some() {
                         return Err(syntax(SyntaxError {
                             position: found.position,
                             reason: "{intent_id} takes no format",
@@ -155,9 +159,24 @@ impl KeyTemplate {
                     }
                     Part::IntentId
                 }
-                Piece::Placeholder(Placeholder { path, places, .. }) => Part::Field {
+                Piece::Placeholder(Placeholder {
+                    format: Some(Format::MinorUnits(_)),
+                    position,
+                    ..
+                }) => {
+                    return Err(syntax(SyntaxError {
+                        position,
+                        reason: "a key can't write minor units (`minor(...)` is for the \
+                                 provider's request); write the amount as a decimal, \
+                                 e.g. {amount:.2}, and add {currency} if it varies",
+                    }));
+                }
+                Piece::Placeholder(Placeholder { path, format, .. }) => Part::Field {
                     path,
-                    places,
+                    places: match format {
+                        Some(Format::Places(places)) => Some(places),
+                        _ => None,
+                    },
                     sensitive: false,
                 },
             });
@@ -383,16 +402,24 @@ impl KeyTemplate {
 
 /// A value as key text, its error naming the argument.
 fn render_value(name: &str, value: &Value, places: Option<u32>) -> Result<String, KeyError> {
-    placeholder::render_value(value, places).map_err(|error| match error {
-        ValueError::Decimal(error) => KeyError::Decimal {
-            name: name.to_owned(),
-            error,
+    let format = places.map(Format::Places);
+    // A key's formats never read other arguments (minor units are refused when parsed).
+    placeholder::render_value(value, format.as_ref(), &Value::Null, Steps::FieldsOnly).map_err(
+        |error| match error {
+            ValueError::Decimal(error) => KeyError::Decimal {
+                name: name.to_owned(),
+                error,
+            },
+            ValueError::Currency(error) => KeyError::BadValue {
+                name: name.to_owned(),
+                reason: error.to_string(),
+            },
+            ValueError::NoText(reason) => KeyError::BadValue {
+                name: name.to_owned(),
+                reason: reason.into(),
+            },
         },
-        ValueError::NoText(reason) => KeyError::BadValue {
-            name: name.to_owned(),
-            reason: reason.into(),
-        },
-    })
+    )
 }
 
 /// The ASCII characters that could blur the boundaries between key parts: the template's
@@ -562,6 +589,8 @@ mod tests {
             "x:{a:.x}",
             "x:{a b}",
             "x:{intent_id:.2}",
+            "x:{amount:minor(USD)}",
+            "x:{amount:minor(currency)}",
         ] {
             assert!(
                 matches!(KeyTemplate::parse(template), Err(KeyError::Syntax { .. })),
@@ -572,6 +601,19 @@ mod tests {
             KeyTemplate::parse("refund"),
             Err(KeyError::Constant(_))
         ));
+    }
+
+    #[test]
+    fn a_key_refuses_minor_units_and_says_what_to_write() {
+        let error = KeyTemplate::parse("refund:{pi}:{amount:minor(USD)}").unwrap_err();
+        let KeyError::Syntax {
+            position, reason, ..
+        } = &error
+        else {
+            panic!("{error:?}");
+        };
+        assert_eq!(*position, 12);
+        assert!(reason.contains("{amount:.2}"), "{error}");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! time value arrives as an argument. That keeps every rule here testable in isolation and
 //! usable from any store or transport.
 
+pub mod currency;
 pub mod decimal;
 pub mod effect;
 pub mod fingerprint;
@@ -32,8 +33,8 @@ pub use intent::{IllegalTransition, IntentStatus};
 pub use key::{KeyError, KeyTemplate};
 pub use number::ExactNumber;
 pub use outcome::{
-    Misconfiguration, OutcomeClass, RequestFacts, Unreachable, UpstreamObservation, classify,
-    classify_with,
+    Ambiguity, Misconfiguration, OutcomeClass, ProviderSignals, RequestFacts, ResendStop,
+    Unreachable, UpstreamObservation, classify, classify_with,
 };
 pub use principal::{Principal, Scope, Scopes, Tenant, TenantError};
 pub use sensitive::{ArgumentPath, HashKey, Redaction};

@@ -26,6 +26,9 @@ pub enum UpstreamObservation {
         status: u16,
         retry_after_ms: Option<u64>,
         body: Value,
+        /// What the provider's headers said about the answer beyond its status.
+        #[serde(default, skip_serializing_if = "ProviderSignals::is_empty")]
+        signals: ProviderSignals,
     },
     /// The request never left: connection refused, DNS or TLS failure.
     NotSent { reason: String },
@@ -33,6 +36,46 @@ pub enum UpstreamObservation {
     Timeout,
     /// The connection broke after the request was sent.
     Dropped { reason: String },
+}
+
+impl UpstreamObservation {
+    /// A response with `status` and `body`, no `Retry-After` and no [`ProviderSignals`]: what
+    /// most upstreams answer, and most tests build.
+    pub fn response(status: u16, body: Value) -> UpstreamObservation {
+        UpstreamObservation::Response {
+            status,
+            retry_after_ms: None,
+            body,
+            signals: ProviderSignals::default(),
+        }
+    }
+}
+
+/// What a provider's response headers say about its answer, beyond the status (Stripe's
+/// `Idempotent-Replayed` and `Stripe-Should-Retry`). The default says nothing, which is what
+/// an upstream without such headers (every MCP server) answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderSignals {
+    /// The provider replayed the answer it stored for this idempotency key, rather than
+    /// processing the request (`Idempotent-Replayed: true`). A replayed 5xx will be replayed
+    /// for as long as the provider keeps the key: sending the key again can't change it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+    /// The provider's own advice on retrying this request (`Stripe-Should-Retry: true` or
+    /// `false`); `None` when it gave none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub should_retry: Option<bool>,
+}
+
+impl ProviderSignals {
+    pub fn is_empty(&self) -> bool {
+        *self == ProviderSignals::default()
+    }
+
+    /// The provider said not to retry (`Stripe-Should-Retry: false`).
+    pub fn no_retry(&self) -> bool {
+        self.should_retry == Some(false)
+    }
 }
 
 /// Why a request never reached its upstream, where the transport could tell.
@@ -161,8 +204,13 @@ pub enum OutcomeClass {
     /// arguments.
     Rejected,
     /// Certainly not processed (429, 425, 503 with Retry-After, or never sent): may be
-    /// retried with the same key, honouring `retry_after_ms` (capped by the caller).
-    NotProcessed { retry_after_ms: Option<u64> },
+    /// retried with the same key, honouring `retry_after_ms` (capped by the caller), unless
+    /// `retry` is false: the provider said not to (`Stripe-Should-Retry: false`), so the
+    /// call ends without the bounded retries.
+    NotProcessed {
+        retry_after_ms: Option<u64>,
+        retry: bool,
+    },
     /// May have happened: look it up, never retry blindly.
     Ambiguous { why: Ambiguity },
     /// Certainly not processed, because the gateway is misconfigured (SPEC section 5: errors
@@ -186,6 +234,16 @@ pub enum Ambiguity {
     KeyInUse,
     /// Any other status that proves nothing either way (1xx, 3xx, 408).
     Unexpected,
+    /// A 5xx the provider replayed from what it stored for this key: the key's first
+    /// request got it, and may have committed before it failed. Every same-key re-send gets
+    /// the same answer while the provider keeps the key.
+    ReplayedServerError,
+    /// A 5xx the provider said not to retry (`Stripe-Should-Retry: false`).
+    ServerErrorNoRetry,
+    /// 400 `idempotency_error`: the provider refused this request because its key was first
+    /// used for a request with other parameters. Nothing new happened, but the key's first
+    /// request may have acted: not a rejection, and not proof that nothing was done.
+    KeyReused,
 }
 
 impl Ambiguity {
@@ -196,8 +254,93 @@ impl Ambiguity {
             Ambiguity::ServerError => "server error",
             Ambiguity::KeyInUse => "idempotency key in use",
             Ambiguity::Unexpected => "unexpected status",
+            Ambiguity::ReplayedServerError => "server error replayed for this key",
+            Ambiguity::ServerErrorNoRetry => "server error the provider says not to retry",
+            Ambiguity::KeyReused => "idempotency key first used with other parameters",
         }
     }
+
+    /// Why same-key re-sends of the intent stop for good after this answer, if they do:
+    /// the provider will answer every one the same way.
+    pub fn resend_stop(self) -> Option<ResendStop> {
+        match self {
+            Ambiguity::ReplayedServerError => Some(ResendStop::ReplayedServerError),
+            Ambiguity::ServerErrorNoRetry => Some(ResendStop::ProviderSaysNoRetry),
+            Ambiguity::KeyReused => Some(ResendStop::KeyReused),
+            Ambiguity::Timeout
+            | Ambiguity::Dropped
+            | Ambiguity::ServerError
+            | Ambiguity::KeyInUse
+            | Ambiguity::Unexpected => None,
+        }
+    }
+}
+
+/// Why an intent's same-key re-sends stopped for good: the provider's answer to its key
+/// can't change, so only lookups (and reconciliation, or a person) can settle it. Kept with
+/// the intent in the ledger (`as_str` is the stored word).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResendStop {
+    /// The provider replays a stored 5xx for the key.
+    ReplayedServerError,
+    /// The provider answered a 5xx and said not to retry it.
+    ProviderSaysNoRetry,
+    /// The provider says the key was first used for a request with other parameters.
+    KeyReused,
+}
+
+impl ResendStop {
+    pub const ALL: [ResendStop; 3] = [
+        ResendStop::ReplayedServerError,
+        ResendStop::ProviderSaysNoRetry,
+        ResendStop::KeyReused,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResendStop::ReplayedServerError => "replayed_server_error",
+            ResendStop::ProviderSaysNoRetry => "provider_says_no_retry",
+            ResendStop::KeyReused => "key_reused",
+        }
+    }
+
+    /// Why, in words, for the event log and wherever an intent is shown.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ResendStop::ReplayedServerError => {
+                "the provider replays a stored server error (5xx) for this key"
+            }
+            ResendStop::ProviderSaysNoRetry => {
+                "the provider answered a server error and said not to retry it"
+            }
+            ResendStop::KeyReused => {
+                "the provider says this key was first used for a request with other parameters"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ResendStop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ResendStop {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<ResendStop, String> {
+        ResendStop::ALL
+            .into_iter()
+            .find(|stop| stop.as_str() == text)
+            .ok_or_else(|| format!("`{text}` is not a reason re-sends stop"))
+    }
+}
+
+/// The `error.type` of a provider's error body (Stripe's shape: `{"error": {"type": ...}}`).
+fn error_type(body: &Value) -> Option<&str> {
+    body.pointer("/error/type").and_then(Value::as_str)
 }
 
 /// Classifies one observation (SPEC section 5's table), knowing nothing of the request
@@ -222,35 +365,40 @@ pub fn classify_with(observation: &UpstreamObservation, facts: &RequestFacts) ->
         UpstreamObservation::Response {
             status,
             retry_after_ms,
-            ..
-        } => match *status {
-            200..=299 => OutcomeClass::Done,
-            401 => misconfigured(Misconfiguration::Unauthorized),
-            403 => misconfigured(Misconfiguration::Forbidden),
-            407 => misconfigured(Misconfiguration::ProxyAuth),
-            status if route_not_found(status, facts.fixed_route) => {
-                misconfigured(Misconfiguration::RouteNotFound)
+            body,
+            signals,
+        } => {
+            let ambiguous = |why| OutcomeClass::Ambiguous { why };
+            let not_processed = OutcomeClass::NotProcessed {
+                retry_after_ms: *retry_after_ms,
+                retry: !signals.no_retry(),
+            };
+            match *status {
+                200..=299 => OutcomeClass::Done,
+                401 => misconfigured(Misconfiguration::Unauthorized),
+                403 => misconfigured(Misconfiguration::Forbidden),
+                407 => misconfigured(Misconfiguration::ProxyAuth),
+                status if route_not_found(status, facts.fixed_route) => {
+                    misconfigured(Misconfiguration::RouteNotFound)
+                }
+                429 | 425 => not_processed,
+                // A stored answer replayed: whatever the first request got, it may have
+                // acted, and the key will answer so again.
+                500..=599 if signals.replayed => ambiguous(Ambiguity::ReplayedServerError),
+                503 if retry_after_ms.is_some() => not_processed,
+                500..=599 if signals.no_retry() => ambiguous(Ambiguity::ServerErrorNoRetry),
+                409 => ambiguous(Ambiguity::KeyInUse),
+                408 => ambiguous(Ambiguity::Unexpected),
+                400 if error_type(body) == Some("idempotency_error") => {
+                    ambiguous(Ambiguity::KeyReused)
+                }
+                // 402 and every `card_error` among them: the provider's refusal, its message
+                // for the model.
+                400..=499 => OutcomeClass::Rejected,
+                500..=599 => ambiguous(Ambiguity::ServerError),
+                _ => ambiguous(Ambiguity::Unexpected),
             }
-            429 | 425 => OutcomeClass::NotProcessed {
-                retry_after_ms: *retry_after_ms,
-            },
-            503 if retry_after_ms.is_some() => OutcomeClass::NotProcessed {
-                retry_after_ms: *retry_after_ms,
-            },
-            409 => OutcomeClass::Ambiguous {
-                why: Ambiguity::KeyInUse,
-            },
-            408 => OutcomeClass::Ambiguous {
-                why: Ambiguity::Unexpected,
-            },
-            400..=499 => OutcomeClass::Rejected,
-            500..=599 => OutcomeClass::Ambiguous {
-                why: Ambiguity::ServerError,
-            },
-            _ => OutcomeClass::Ambiguous {
-                why: Ambiguity::Unexpected,
-            },
-        },
+        }
         UpstreamObservation::NotSent { .. } => match facts.unreachable {
             Some(Unreachable::Connect) => misconfigured(Misconfiguration::Connect),
             Some(Unreachable::Dns) => misconfigured(Misconfiguration::Dns),
@@ -259,6 +407,7 @@ pub fn classify_with(observation: &UpstreamObservation, facts: &RequestFacts) ->
             // build, an MCP session being reopened): not processed, nothing more is known.
             None => OutcomeClass::NotProcessed {
                 retry_after_ms: None,
+                retry: true,
             },
         },
         UpstreamObservation::Timeout => OutcomeClass::Ambiguous {
@@ -280,7 +429,26 @@ mod tests {
             status,
             retry_after_ms,
             body: json!({}),
+            signals: ProviderSignals::default(),
         }
+    }
+
+    /// A response with what the provider's headers said.
+    fn signalled(status: u16, replayed: bool, should_retry: Option<bool>) -> UpstreamObservation {
+        UpstreamObservation::Response {
+            status,
+            retry_after_ms: None,
+            body: json!({}),
+            signals: ProviderSignals {
+                replayed,
+                should_retry,
+            },
+        }
+    }
+
+    /// A Stripe error body of `type`.
+    fn stripe_error(status: u16, kind: &str, message: &str) -> UpstreamObservation {
+        UpstreamObservation::response(status, json!({"error": {"type": kind, "message": message}}))
     }
 
     #[test]
@@ -321,24 +489,28 @@ mod tests {
                 response(429, Some(2000)),
                 OutcomeClass::NotProcessed {
                     retry_after_ms: Some(2000),
+                    retry: true,
                 },
             ),
             (
                 response(429, None),
                 OutcomeClass::NotProcessed {
                     retry_after_ms: None,
+                    retry: true,
                 },
             ),
             (
                 response(425, None),
                 OutcomeClass::NotProcessed {
                     retry_after_ms: None,
+                    retry: true,
                 },
             ),
             (
                 response(503, Some(1000)),
                 OutcomeClass::NotProcessed {
                     retry_after_ms: Some(1000),
+                    retry: true,
                 },
             ),
             (
@@ -347,6 +519,7 @@ mod tests {
                 },
                 OutcomeClass::NotProcessed {
                     retry_after_ms: None,
+                    retry: true,
                 },
             ),
             (
@@ -386,6 +559,75 @@ mod tests {
             (
                 response(302, None),
                 OutcomeClass::Ambiguous { why: Unexpected },
+            ),
+            // What the provider's headers say (Stripe's `Idempotent-Replayed` and
+            // `Stripe-Should-Retry`), and its error bodies.
+            (
+                signalled(500, true, None),
+                OutcomeClass::Ambiguous {
+                    why: ReplayedServerError,
+                },
+            ),
+            (
+                signalled(502, true, Some(true)),
+                OutcomeClass::Ambiguous {
+                    why: ReplayedServerError,
+                },
+            ),
+            (
+                signalled(500, false, Some(false)),
+                OutcomeClass::Ambiguous {
+                    why: ServerErrorNoRetry,
+                },
+            ),
+            (
+                signalled(500, false, Some(true)),
+                OutcomeClass::Ambiguous { why: ServerError },
+            ),
+            // A replayed success is a success, a replayed refusal a refusal.
+            (signalled(200, true, None), OutcomeClass::Done),
+            (signalled(400, true, None), OutcomeClass::Rejected),
+            (
+                signalled(429, false, Some(false)),
+                OutcomeClass::NotProcessed {
+                    retry_after_ms: None,
+                    retry: false,
+                },
+            ),
+            (
+                signalled(429, false, Some(true)),
+                OutcomeClass::NotProcessed {
+                    retry_after_ms: None,
+                    retry: true,
+                },
+            ),
+            (
+                stripe_error(
+                    400,
+                    "idempotency_error",
+                    "Keys for idempotent requests can only be used with the same parameters they were first used with.",
+                ),
+                OutcomeClass::Ambiguous { why: KeyReused },
+            ),
+            (
+                stripe_error(
+                    400,
+                    "invalid_request_error",
+                    "Missing required param: amount.",
+                ),
+                OutcomeClass::Rejected,
+            ),
+            (
+                stripe_error(402, "card_error", "Your card was declined."),
+                OutcomeClass::Rejected,
+            ),
+            (
+                stripe_error(
+                    409,
+                    "idempotency_error",
+                    "There is currently another in-progress request using this Stripe API key and Idempotency-Key.",
+                ),
+                OutcomeClass::Ambiguous { why: KeyInUse },
             ),
         ];
         for (observation, expected) in rows {
@@ -457,6 +699,7 @@ mod tests {
                 not_sent(None),
                 OutcomeClass::NotProcessed {
                     retry_after_ms: None,
+                    retry: true,
                 },
             ),
             // A fixed route changes nothing else.
@@ -480,6 +723,54 @@ mod tests {
         // Without facts a 401 is still the operator's, and a 404 the provider's refusal.
         assert_eq!(classify(&response(401, None)), misconfigured(Unauthorized));
         assert_eq!(classify(&response(404, None)), OutcomeClass::Rejected);
+    }
+
+    #[test]
+    fn only_answers_the_provider_will_repeat_stop_re_sends_and_each_reason_reads_back() {
+        use Ambiguity::*;
+        let stopping: Vec<Ambiguity> = [
+            Timeout,
+            Dropped,
+            ServerError,
+            KeyInUse,
+            Unexpected,
+            ReplayedServerError,
+            ServerErrorNoRetry,
+            KeyReused,
+        ]
+        .into_iter()
+        .filter(|why| why.resend_stop().is_some())
+        .collect();
+        assert_eq!(
+            stopping,
+            [ReplayedServerError, ServerErrorNoRetry, KeyReused]
+        );
+        for stop in ResendStop::ALL {
+            assert_eq!(stop.as_str().parse::<ResendStop>(), Ok(stop));
+            assert_eq!(serde_json::to_value(stop).unwrap(), stop.as_str());
+            assert!(stop.describe().starts_with("the provider"), "{stop}");
+        }
+        assert!("replayed".parse::<ResendStop>().is_err());
+    }
+
+    /// Observations stored before the provider's headers were read have no `signals`, and
+    /// one without any says nothing about them when written.
+    #[test]
+    fn an_observation_without_signals_reads_and_writes_as_before() {
+        let stored = json!({"kind": "response", "status": 500, "retry_after_ms": null, "body": {}});
+        let observation: UpstreamObservation = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(observation, response(500, None));
+        assert_eq!(serde_json::to_value(&observation).unwrap(), stored);
+        let replayed = signalled(500, true, Some(false));
+        let text = serde_json::to_value(&replayed).unwrap();
+        assert_eq!(
+            text["signals"],
+            json!({"replayed": true, "should_retry": false})
+        );
+        assert_eq!(
+            serde_json::from_value::<UpstreamObservation>(text).unwrap(),
+            replayed
+        );
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! The placeholder syntax that intent keys and request templates share.
 //!
-//! Literal text with placeholders `{name}`, `{a.b}` (a field of an object argument) or
-//! `{name:.N}` (an exact decimal with N places); `{{` and `}}` are literal braces. An intent
+//! Literal text with placeholders `{name}`, `{a.b}` (a field of an object argument),
+//! `{name:.N}` (an exact decimal with N places) or `{name:minor(USD)}` (an exact decimal in
+//! a currency's minor units, as an integer: `49.00` USD is `4900`; the currency is an ISO
+//! 4217 code, or the argument that holds one: `{amount:minor(currency)}`); `{{` and `}}` are
+//! literal braces. An intent
 //! key and the upstream request built for the same call read one argument the same way, so the
 //! syntax is parsed here once, and a value becomes text here once: a string as written, a
 //! number as its exact decimal (`49.0` and `49` alike, never a float's `0.30000000000000004`),
-//! a boolean as `true` or `false`, and with a format the decimal with exactly N places,
-//! refused rather than rounded.
+//! a boolean as `true` or `false`, and with a format the decimal with exactly N places or in
+//! minor units, refused rather than rounded when it has more places than that.
 //!
 //! What a name means is the caller's: keys know `{intent_id}`, requests the gateway's own
 //! values too. Where a rendered value goes, and how it is escaped there, is the caller's as
@@ -14,6 +17,7 @@
 
 use serde_json::Value;
 
+use crate::currency::{self, CurrencyError, CurrencySource};
 use crate::decimal::{Decimal, DecimalError};
 use crate::limits::DECIMAL_PLACES_MAX;
 
@@ -32,8 +36,18 @@ pub struct Placeholder {
     pub position: usize,
     /// The name split at its dots: `["customer", "id"]` for `{customer.id}`.
     pub path: Vec<String>,
-    /// The decimal places of a `{name:.N}` format.
-    pub places: Option<u32>,
+    /// Its format, if it has one.
+    pub format: Option<Format>,
+}
+
+/// How a placeholder writes a decimal.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// `{name:.N}`: exactly N decimal places (`49.00`).
+    Places(u32),
+    /// `{name:minor(USD)}` or `{name:minor(currency)}`: an integer in the currency's minor
+    /// units (`4900`).
+    MinorUnits(CurrencySource),
 }
 
 impl Placeholder {
@@ -100,7 +114,7 @@ pub fn parse(template: &str) -> Result<Vec<Piece>, SyntaxError> {
     Ok(pieces)
 }
 
-/// What is between the braces: `name`, `a.b` or `name:.N`.
+/// What is between the braces: `name`, `a.b`, `name:.N` or `name:minor(CODE)`.
 fn parse_placeholder(position: usize, inner: &str) -> Result<Placeholder, &'static str> {
     let (name, format) = match inner.split_once(':') {
         Some((name, format)) => (name.trim(), Some(format.trim())),
@@ -109,19 +123,24 @@ fn parse_placeholder(position: usize, inner: &str) -> Result<Placeholder, &'stat
     if name.is_empty() {
         return Err("empty placeholder");
     }
-    let places = match format {
+    const FORMATS: &str =
+        "a format must look like `.2` (decimal places) or `minor(USD)` (minor units of a currency)";
+    let format = match format {
         None => None,
         Some(format) => {
-            let digits = format
-                .strip_prefix('.')
-                .ok_or("a format must look like `.2` (decimal places)")?;
-            let places: u32 = digits
-                .parse()
-                .map_err(|_| "a format must look like `.2` (decimal places)")?;
-            if places > DECIMAL_PLACES_MAX {
-                return Err("too many decimal places (at most 18)");
+            if let Some(inside) = format
+                .strip_prefix("minor(")
+                .and_then(|rest| rest.strip_suffix(')'))
+            {
+                Some(Format::MinorUnits(CurrencySource::parse(inside)?))
+            } else {
+                let digits = format.strip_prefix('.').ok_or(FORMATS)?;
+                let places: u32 = digits.parse().map_err(|_| FORMATS)?;
+                if places > DECIMAL_PLACES_MAX {
+                    return Err("too many decimal places (at most 18)");
+                }
+                Some(Format::Places(places))
             }
-            Some(places)
         }
     };
     let path: Vec<String> = name.split('.').map(str::to_owned).collect();
@@ -139,7 +158,7 @@ fn parse_placeholder(position: usize, inner: &str) -> Result<Placeholder, &'stat
     Ok(Placeholder {
         position,
         path,
-        places,
+        format,
     })
 }
 
@@ -169,14 +188,36 @@ pub fn resolve<'a>(arguments: &'a Value, path: &[String], steps: Steps) -> Optio
 pub enum ValueError {
     /// Not a decimal, or one with more places than the format allows.
     Decimal(DecimalError),
+    /// Minor units: the currency is unknown or missing, or the amount has more places than
+    /// the currency.
+    Currency(CurrencyError),
     /// A null, an array or an object: no text stands for it.
     NoText(&'static str),
 }
 
-/// A value as a placeholder's text (see the module's introduction).
-pub fn render_value(value: &Value, places: Option<u32>) -> Result<String, ValueError> {
-    if let Some(places) = places {
-        return Decimal::format_json(value, places).map_err(ValueError::Decimal);
+/// A value as a placeholder's text (see the module's introduction). `arguments` are the
+/// call's, for a currency taken from an argument (`{amount:minor(currency)}`), read with
+/// `steps` as the placeholder's own path is.
+pub fn render_value(
+    value: &Value,
+    format: Option<&Format>,
+    arguments: &Value,
+    steps: Steps,
+) -> Result<String, ValueError> {
+    match format {
+        Some(Format::Places(places)) => {
+            return Decimal::format_json(value, *places).map_err(ValueError::Decimal);
+        }
+        Some(Format::MinorUnits(source)) => {
+            let currency_value = source
+                .argument()
+                .and_then(|path| resolve(arguments, path, steps));
+            let (code, exponent) = source
+                .resolve(currency_value)
+                .map_err(ValueError::Currency)?;
+            return currency::to_minor_units(value, &code, exponent).map_err(ValueError::Currency);
+        }
+        None => {}
     }
     match value {
         Value::String(text) => Ok(text.clone()),
@@ -196,11 +237,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn placeholder(path: &[&str], position: usize, places: Option<u32>) -> Piece {
+    fn placeholder(path: &[&str], position: usize, format: Option<Format>) -> Piece {
         Piece::Placeholder(Placeholder {
             position,
             path: path.iter().map(|segment| (*segment).to_owned()).collect(),
-            places,
+            format,
         })
     }
 
@@ -212,7 +253,29 @@ mod tests {
                 Piece::Literal("r:".into()),
                 placeholder(&["a", "b"], 2, None),
                 Piece::Literal(":{x}".into()),
-                placeholder(&["n"], 13, Some(2)),
+                placeholder(&["n"], 13, Some(Format::Places(2))),
+            ]
+        );
+        assert_eq!(
+            parse("{amount:minor(USD)}/{a:minor(price.currency)}").unwrap(),
+            [
+                placeholder(
+                    &["amount"],
+                    0,
+                    Some(Format::MinorUnits(CurrencySource::Code {
+                        code: "USD",
+                        exponent: 2
+                    }))
+                ),
+                Piece::Literal("/".into()),
+                placeholder(
+                    &["a"],
+                    20,
+                    Some(Format::MinorUnits(CurrencySource::Argument(vec![
+                        "price".into(),
+                        "currency".into()
+                    ])))
+                ),
             ]
         );
     }
@@ -224,7 +287,21 @@ mod tests {
             ("a}", 1, "unmatched `}` (write `}}` for a literal brace)"),
             ("{a{b}", 0, "`{` inside a placeholder"),
             ("x{ }", 1, "empty placeholder"),
-            ("{a:2}", 0, "a format must look like `.2` (decimal places)"),
+            (
+                "{a:2}",
+                0,
+                "a format must look like `.2` (decimal places) or `minor(USD)` (minor units of a currency)",
+            ),
+            (
+                "{a:minor(XYZ)}",
+                0,
+                "minor units name an unknown ISO 4217 currency code; write a known code such as USD, EUR or JPY, or an argument that holds the code",
+            ),
+            (
+                "{a:minor()}",
+                0,
+                "minor units take a currency: an ISO 4217 code such as USD, or the argument that holds one (letters, digits, `_`, `-`, and `.` for a nested field)",
+            ),
             ("{a:.19}", 0, "too many decimal places (at most 18)"),
             (
                 "{a..b}",
@@ -251,19 +328,58 @@ mod tests {
         );
     }
 
+    fn render(value: &Value, format: Option<&Format>) -> Result<String, ValueError> {
+        render_value(value, format, &json!({}), Steps::FieldsOnly)
+    }
+
     #[test]
     fn values_render_as_exact_text() {
-        assert_eq!(render_value(&json!(12.50), None).unwrap(), "12.5");
-        assert_eq!(render_value(&json!("12.50"), None).unwrap(), "12.50");
-        assert_eq!(render_value(&json!(49), Some(2)).unwrap(), "49.00");
-        assert_eq!(render_value(&json!(false), None).unwrap(), "false");
+        assert_eq!(render(&json!(12.50), None).unwrap(), "12.5");
+        assert_eq!(render(&json!("12.50"), None).unwrap(), "12.50");
+        assert_eq!(
+            render(&json!(49), Some(&Format::Places(2))).unwrap(),
+            "49.00"
+        );
+        assert_eq!(render(&json!(false), None).unwrap(), "false");
         assert!(matches!(
-            render_value(&json!(1.005), Some(2)),
+            render(&json!(1.005), Some(&Format::Places(2))),
             Err(ValueError::Decimal(_))
         ));
         assert_eq!(
-            render_value(&Value::Null, None),
+            render(&Value::Null, None),
             Err(ValueError::NoText("it is null"))
         );
+    }
+
+    #[test]
+    fn minor_units_take_the_currency_from_the_format_or_an_argument() {
+        let usd = Format::MinorUnits(CurrencySource::parse("USD").unwrap());
+        for amount in ["49", "49.0", "\"49.00\""] {
+            let amount: Value = serde_json::from_str(amount).unwrap();
+            assert_eq!(render(&amount, Some(&usd)).unwrap(), "4900", "{amount}");
+        }
+        assert!(matches!(
+            render(&json!("49.001"), Some(&usd)),
+            Err(ValueError::Currency(CurrencyError::TooManyPlaces { .. }))
+        ));
+        let from_argument = Format::MinorUnits(CurrencySource::parse("price.currency").unwrap());
+        let minor = |currency: Value| {
+            render_value(
+                &json!(4900),
+                Some(&from_argument),
+                &json!({"price": {"currency": currency}}),
+                Steps::FieldsOnly,
+            )
+        };
+        assert_eq!(minor(json!("jpy")).unwrap(), "4900");
+        assert_eq!(minor(json!("BHD")).unwrap(), "4900000");
+        assert!(matches!(
+            minor(json!("ZZZ")),
+            Err(ValueError::Currency(CurrencyError::UnknownCode { .. }))
+        ));
+        assert!(matches!(
+            render(&json!(1), Some(&from_argument)),
+            Err(ValueError::Currency(CurrencyError::NoCurrency { .. }))
+        ));
     }
 }

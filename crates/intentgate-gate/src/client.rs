@@ -27,13 +27,17 @@
 //! **Unknown intents.** A lookup grant follows the rules of `resolve`: at most one per step
 //! interval per intent (callers in between are answered `pending_unknown`), and a lookup
 //! that found nothing leads to a re-send grant (same provider key, `resend: true`) only
-//! inside the tool's resend window, with a token from the tool's re-send budget.
+//! inside the tool's resend window, with a token from the tool's re-send budget. An
+//! `unknown` settle of an execute grant may say why the provider will answer every re-send
+//! the same way ([`ResendStop`]): it is recorded as the call path records such an answer
+//! (the ledger's `resend_stopped`, the event's detail, `intentgate_resends_stopped_total`),
+//! and from then on the intent is granted lookups only.
 
 use std::fmt;
 
 use intentgate_core::key::provider_key;
 use intentgate_core::limits::{EVENT_DETAIL_LENGTH_MAX, EXTERNAL_ID_LENGTH_MAX, RESULT_BYTES_MAX};
-use intentgate_core::{CallStatus, Executor, IntentStatus, ToolDefinition};
+use intentgate_core::{CallStatus, Executor, IntentStatus, ResendStop, ToolDefinition};
 use intentgate_ledger::{
     Begin, BeginRequest, Finish, Finished, IntentId, IntentRecord, LedgerError, Renew, Renewed,
 };
@@ -58,6 +62,8 @@ const RESEND_OWNER_PREFIX: &str = "client:resend:";
 const RESOLVED_BY_CLIENT: &str = "client";
 /// Who settled an intent the caller's code looked up.
 const RESOLVED_BY_LOOKUP: &str = "lookup";
+/// Where a settle's reason to stop re-sends came from, for the log.
+const SEEN_BY_CLIENT: &str = "the caller's settle";
 
 /// The secret that proves a caller holds an intent's lease. Shown once, in the grant; the
 /// ledger keeps its SHA-256 only. `Debug` shows the prefix alone.
@@ -148,8 +154,14 @@ pub enum Settlement {
     },
     /// Certainly nothing reached the provider (execute grants only).
     NotExecuted { reason: String },
-    /// The outcome is ambiguous, or a lookup failed.
-    Unknown { reason: String },
+    /// The outcome is ambiguous, or a lookup failed. `resend_stop` (execute grants only)
+    /// says the provider's answer to the provider key can't change (a stored 5xx it
+    /// replays, a 5xx it says not to retry, a key it holds for other parameters): same-key
+    /// re-sends of the intent then stop for good, and only lookups are granted.
+    Unknown {
+        reason: String,
+        resend_stop: Option<ResendStop>,
+    },
     /// The lookup answered and the provider has no such effect (look-up grants only).
     NotFound,
 }
@@ -314,6 +326,14 @@ impl Gate {
         };
         let looked_up = held == Held::LookUp;
         let found_nothing = settlement == Settlement::NotFound;
+        let stop = match &settlement {
+            Settlement::Unknown { resend_stop, .. } => *resend_stop,
+            _ => None,
+        };
+        let provider_message = match &settlement {
+            Settlement::Unknown { reason, .. } => reason.clone(),
+            _ => String::new(),
+        };
         let (status, result, external_id, detail) = match settlement {
             Settlement::Done {
                 result,
@@ -351,11 +371,29 @@ impl Gate {
                 None,
                 format!("not executed: {reason}"),
             ),
-            Settlement::Unknown { reason } => (
+            Settlement::Unknown {
+                reason,
+                resend_stop: None,
+            } => (
                 IntentStatus::Unknown,
                 None,
                 None,
                 format!("the caller's outcome is unknown: {reason}"),
+            ),
+            // Worded as the call path words an answer it saw itself; the stop first, so
+            // that cutting a long reason to the event log's limit keeps it.
+            Settlement::Unknown {
+                reason,
+                resend_stop: Some(stop),
+            } => (
+                IntentStatus::Unknown,
+                None,
+                None,
+                format!(
+                    "the caller's outcome is unknown; same-key re-sends stopped for good: {}; \
+                     the caller said: {reason}",
+                    stop.describe()
+                ),
             ),
             Settlement::NotFound => (
                 IntentStatus::Unknown,
@@ -369,12 +407,17 @@ impl Gate {
             external_id,
             looked_up,
             lease_required: true,
+            resend_stopped: stop,
             ..self.finish(&intent, &owner, status, resolved_by, detail)
         };
         let recorded = match self.ledger_finish(finish).await? {
             Finished::Recorded(recorded) => recorded,
             Finished::Superseded(now) => return Err(SettleError::LeaseLost(Box::new(now))),
         };
+        if let Some(stop) = stop {
+            // Counted once recorded: a settle that lost its lease stopped nothing.
+            self.resends_stopped(tool, &intent, stop, SEEN_BY_CLIENT, || provider_message);
+        }
         if recorded.status == IntentStatus::Unknown {
             self.metrics().intent_left_unknown(&tool.name);
             if found_nothing {
@@ -459,7 +502,7 @@ impl Gate {
             })?;
         let rate = self.options.resolution.resends_per_second;
         if disabled
-            || !self.resend_possible(tool, intent.first_seen_ms, now_ms, Driver::Caller)
+            || !self.resend_possible(tool, &intent, now_ms, Driver::Caller)
             || !self.resend_budget.take(&tool.name, rate, now_ms)
         {
             return pending(self, &intent);
@@ -562,6 +605,15 @@ fn check_allowed(held: Held, settlement: &Settlement) -> Result<(), SettleError>
         (Held::Execute { .. }, Settlement::NotFound) => {
             "not_found answers a lookup; settle what the execution did: done, rejected, not_executed or unknown"
         }
+        (
+            Held::LookUp,
+            Settlement::Unknown {
+                resend_stop: Some(_),
+                ..
+            },
+        ) => {
+            "a lookup sends nothing under the provider key, so its answer can't stop re-sends; settle unknown without resend_stop"
+        }
         _ => return Ok(()),
     };
     Err(SettleError::NotAllowed {
@@ -602,7 +654,7 @@ fn check_bounds(settlement: &Settlement) -> Result<(), SettleError> {
                 over("result", result.to_string().len(), RESULT_BYTES_MAX)?;
             }
         }
-        Settlement::NotExecuted { reason } | Settlement::Unknown { reason } => {
+        Settlement::NotExecuted { reason } | Settlement::Unknown { reason, .. } => {
             over("reason", reason.len(), EVENT_DETAIL_LENGTH_MAX)?;
         }
         Settlement::NotFound => {}

@@ -9,7 +9,8 @@ use intentgate_core::key::provider_key;
 use intentgate_core::limits::{CALLER_KEY_LENGTH_MAX, RESULT_BYTES_MAX};
 use intentgate_core::{
     CallStatus, Effect, Executor, IntentStatus, OutcomeClass, OutcomeReason, RequestFacts,
-    ToolDefinition, ToolError, UpstreamObservation, classify_with, differing_fields, fingerprint,
+    ResendStop, ToolDefinition, ToolError, UpstreamObservation, classify_with, differing_fields,
+    fingerprint,
 };
 use intentgate_ledger::{
     Begin, BeginRequest, Bound, CallerKey, Finish, Finished, IntentRecord, Ledger, LedgerError,
@@ -29,7 +30,8 @@ use crate::outcome::CallOutcome;
 use crate::resolve::{Driver, ResendBudget, Resolution, StepRequest, millis};
 use crate::trace;
 use crate::upstream::{
-    LOOKUP_MISMATCH_BUFFER, LookupMismatch, LookupOutcome, Upstream, UpstreamCall,
+    KEY_REUSE_BUFFER, KeyReused, LOOKUP_MISMATCH_BUFFER, LookupMismatch, LookupOutcome, Upstream,
+    UpstreamCall,
 };
 
 /// Time a waiting caller gives the lease holder beyond the tool's timeout before it answers
@@ -265,6 +267,9 @@ pub struct Gate {
     upstream_health: UpstreamHealth,
     /// Lookups that found a record half an intent's, for the owners' notices.
     lookup_mismatches: broadcast::Sender<LookupMismatch>,
+    /// Attempts the provider refused because their key was first used with other
+    /// parameters, for the owners' notices.
+    key_reuses: broadcast::Sender<KeyReused>,
     pub(crate) resend_budget: ResendBudget,
 }
 
@@ -318,6 +323,7 @@ impl Gate {
             repeated_calls: RepeatedCalls::new(),
             upstream_health: UpstreamHealth::new(),
             lookup_mismatches: broadcast::channel(LOOKUP_MISMATCH_BUFFER).0,
+            key_reuses: broadcast::channel(KEY_REUSE_BUFFER).0,
             resend_budget: ResendBudget::default(),
         })
     }
@@ -373,6 +379,15 @@ impl Gate {
     /// [`LOOKUP_MISMATCH_BUFFER`](crate::LOOKUP_MISMATCH_BUFFER) events behind loses the oldest.
     pub fn lookup_mismatches(&self) -> broadcast::Receiver<LookupMismatch> {
         self.lookup_mismatches.subscribe()
+    }
+
+    /// Every attempt from now on that the provider refused because its idempotency key was
+    /// first used for a request with other parameters (Stripe's 400 `idempotency_error`):
+    /// two different requests share a key, the intent stays `unknown` with its re-sends
+    /// stopped, and the owner must look. Bounded: a receiver more than
+    /// [`KEY_REUSE_BUFFER`](crate::KEY_REUSE_BUFFER) events behind loses the oldest.
+    pub fn key_reuses(&self) -> broadcast::Receiver<KeyReused> {
+        self.key_reuses.subscribe()
     }
 
     /// The tools whose requests to an upstream have all failed as the operator's errors since
@@ -554,7 +569,11 @@ impl Gate {
                     return self.misconfigured_outcome(tool);
                 }
                 OutcomeClass::Misconfigured { .. } => None,
-                OutcomeClass::NotProcessed { retry_after_ms } => *retry_after_ms,
+                // The provider said a retry won't help.
+                OutcomeClass::NotProcessed { retry: false, .. } => {
+                    return self.outcome(tool, CallStatus::NotExecuted, "");
+                }
+                OutcomeClass::NotProcessed { retry_after_ms, .. } => *retry_after_ms,
                 OutcomeClass::Ambiguous { .. } => None,
             };
             match self.backoff(retry, tool.retry_budget, retry_after) {
@@ -1080,6 +1099,7 @@ impl Gate {
             looked_up: false,
             detail,
             lease_required: false,
+            resend_stopped: None,
         }
     }
 
@@ -1148,7 +1168,10 @@ impl Gate {
                     // The bounded retries with the same key, where they may help: not a wrong
                     // credential or route, whose answer won't change within the call.
                     let retried = match class {
-                        OutcomeClass::NotProcessed { retry_after_ms } => Some(retry_after_ms),
+                        OutcomeClass::NotProcessed {
+                            retry_after_ms,
+                            retry: true,
+                        } => Some(retry_after_ms),
                         OutcomeClass::Misconfigured { kind } => kind.retried().then_some(None),
                         _ => None,
                     };
@@ -1174,6 +1197,10 @@ impl Gate {
                             }
                             .detail(retry, &provider_text(&observation))
                         }
+                        OutcomeClass::NotProcessed { retry: false, .. } => format!(
+                            "not processed by the upstream ({}), which said not to retry",
+                            seen(&observation)
+                        ),
                         _ => format!(
                             "not processed by the upstream ({}); retries spent",
                             seen(&observation)
@@ -1192,6 +1219,10 @@ impl Gate {
                     }
                 }
                 OutcomeClass::Ambiguous { why } => {
+                    let stop = why.resend_stop();
+                    if let Some(stop) = stop {
+                        self.resends_stop(tool, &intent, stop, &observation);
+                    }
                     let found = self.lookup(call).await;
                     // What was found, not the provider's record: it may hold personal data.
                     tracing::debug!(tool = %tool.name, key = %intent.key, why = why.as_str(), found = found.kind(), "ambiguous outcome looked up");
@@ -1204,6 +1235,7 @@ impl Gate {
                             why.as_str(),
                             CallStatus::Done,
                             "lookup",
+                            stop,
                         )
                         .await;
                     return outcome;
@@ -1272,12 +1304,54 @@ impl Gate {
             "unknown intent",
             CallStatus::AlreadyDone,
             resolved_by,
+            None,
         )
         .await
     }
 
+    /// Counts, logs and (for a reused key) reports an attempt of `intent` whose answer stops
+    /// its same-key re-sends for good ([`ResendStop`]); the finish that follows records it.
+    fn resends_stop(
+        &self,
+        tool: &ToolDefinition,
+        intent: &IntentRecord,
+        stop: ResendStop,
+        observation: &UpstreamObservation,
+    ) {
+        self.resends_stopped(tool, intent, stop, &seen(observation), || {
+            provider_text(observation)
+        });
+    }
+
+    /// [`Gate::resends_stop`] for an answer the gateway did not see itself: `seen` says
+    /// where it came from, `provider_message` gives the provider's words (for a reused key's
+    /// notice). The intent API's settle reports a client-executed attempt so.
+    pub(crate) fn resends_stopped(
+        &self,
+        tool: &ToolDefinition,
+        intent: &IntentRecord,
+        stop: ResendStop,
+        seen: &str,
+        provider_message: impl FnOnce() -> String,
+    ) {
+        self.metrics.resends_stopped(&tool.name, stop);
+        tracing::warn!(tool = %tool.name, key = %intent.key, attempt = intent.attempt, reason = stop.as_str(), %seen, "same-key re-sends of this intent stop for good: {}; only lookups continue", stop.describe());
+        if stop == ResendStop::KeyReused {
+            // No receiver (a gate without notices) is fine: the log line stands.
+            let _ = self.key_reuses.send(KeyReused {
+                tool: tool.name.clone(),
+                tenant: intent.tenant.clone(),
+                intent_id: intent.id,
+                intent_key: intent.key.clone(),
+                provider_message: provider_message(),
+                at_ms: self.clock.now_ms(),
+            });
+        }
+    }
+
     /// Records what a lookup found: `done` when found (answered as `found_status`),
-    /// otherwise the intent is or stays `unknown`.
+    /// otherwise the intent is or stays `unknown`. `stop` is why the attempt looked up
+    /// stopped the intent's same-key re-sends, if it did.
     #[allow(clippy::too_many_arguments)]
     async fn settle_lookup(
         &self,
@@ -1288,6 +1362,7 @@ impl Gate {
         why: &str,
         found_status: CallStatus,
         resolved_by: &'static str,
+        stop: Option<ResendStop>,
     ) -> (CallOutcome, Looked) {
         let looked = match &found {
             LookupOutcome::Found { .. } => Looked::Found,
@@ -1341,6 +1416,16 @@ impl Gate {
                 )
             }
             LookupOutcome::Unsupported => finish.detail = format!("{why}; the tool has no lookup"),
+        }
+        if let Some(stop) = stop {
+            finish.resend_stopped = Some(stop);
+            if finish.status == IntentStatus::Unknown {
+                finish.detail = format!(
+                    "{}; same-key re-sends stopped for good: {}",
+                    finish.detail,
+                    stop.describe()
+                );
+            }
         }
         let mut outcome = self.record(tool, finish).await;
         if outcome.status == CallStatus::Done {

@@ -59,4 +59,7 @@ pub use resolve::{
     SWEEP_LOOKUP_AGE_FRACTION, SWEEP_LOOKUP_INTERVAL_MAX,
 };
 pub use sweeper::{SWEEP_CONCURRENCY, SweepReport};
-pub use upstream::{LOOKUP_MISMATCH_BUFFER, LookupMismatch, LookupOutcome, Upstream, UpstreamCall};
+pub use upstream::{
+    KEY_REUSE_BUFFER, KeyReused, LOOKUP_MISMATCH_BUFFER, LookupMismatch, LookupOutcome, Upstream,
+    UpstreamCall,
+};

@@ -17,6 +17,7 @@
 //! | `intentgate_intents_unknown_total` | counter | `tool` | attempts and lookups that left an intent `unknown` |
 //! | `intentgate_lookups_total` | counter | `tool`, `result` | every lookup by what it concluded: `found` (a record proved to be the intent's), `not_found`, `failed` (the lookup could not be made or read, a placeholder without a value included), `mismatch` (a record half the intent's: its key with other fields, or its fields under another key), `unsupported` |
 //! | `intentgate_upstream_errors_total` | counter | `tool`, `upstream`, `kind` | upstream requests not processed because the gateway is misconfigured (SPEC section 5: the operator's errors), each retry counted; `upstream` is its name in the config (`unnamed` for an upstream that gave none), `kind` one of `unauthorized` (401), `forbidden` (403), `proxy_auth` (407), `route_not_found` (405, or 404 to a fixed route), `connect`, `dns`, `tls` |
+//! | `intentgate_resends_stopped_total` | counter | `tool`, `reason` | attempts whose answer stopped their intent's same-key re-sends for good, the provider answering the key the same way every time: `replayed_server_error` (a stored 5xx replayed), `provider_says_no_retry` (a 5xx with `Stripe-Should-Retry: false`), `key_reused` (400 `idempotency_error`: the key was first used with other parameters; the owner is told) |
 //! | `intentgate_intents` | gauge | `tool`, `status` | intents in the ledger by status, set from outside ([`Metrics::set_intent_counts`]) |
 //! | `intentgate_reconcile_mismatches_total` | counter | `tool`, `kind` | mismatches reconciliation found ([`Metrics::reconcile_mismatches`]) |
 //! | `intentgate_alerts_fired_total` | counter | `tool`, `rule` | duplicate-call alerts fired ([`Metrics::alert_fired`]) |
@@ -44,7 +45,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use intentgate_core::CallStatus;
+use intentgate_core::{CallStatus, ResendStop};
 use intentgate_ledger::IntentId;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -204,6 +205,12 @@ struct ReasonLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ToolReasonLabels {
+    tool: String,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ToolRuleLabels {
     tool: String,
     rule: String,
@@ -241,6 +248,7 @@ pub struct Metrics {
     intents_unknown: Family<ToolLabels, Counter>,
     lookups: Family<ToolResultLabels, Counter>,
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
+    resends_stopped: Family<ToolReasonLabels, Counter>,
     intents: Family<ToolStatusLabels, Gauge>,
     /// Every (tool, status) pair `intents` was ever set for, so that a pair missing from a
     /// later refresh is set to zero rather than left at its old count. Held across a whole
@@ -324,6 +332,12 @@ impl Metrics {
                 &mut registry,
                 "intentgate_upstream_errors",
                 "Upstream requests not processed because the gateway is misconfigured, by tool, upstream and kind",
+                Family::default(),
+            ),
+            resends_stopped: registered(
+                &mut registry,
+                "intentgate_resends_stopped",
+                "Attempts whose answer stopped their intent's same-key re-sends for good, by tool and reason",
                 Family::default(),
             ),
             intents: registered(
@@ -506,6 +520,16 @@ impl Metrics {
                 tool: tool.to_owned(),
                 upstream: upstream.to_owned(),
                 kind,
+            })
+            .inc();
+    }
+
+    /// An attempt of `tool` whose answer stopped its intent's same-key re-sends.
+    pub(crate) fn resends_stopped(&self, tool: &str, reason: ResendStop) {
+        self.resends_stopped
+            .get_or_create(&ToolReasonLabels {
+                tool: tool.to_owned(),
+                reason: reason.as_str(),
             })
             .inc();
     }

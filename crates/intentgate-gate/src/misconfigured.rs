@@ -297,11 +297,10 @@ mod tests {
     use serde_json::json;
 
     fn unauthorized() -> UpstreamObservation {
-        UpstreamObservation::Response {
-            status: 401,
-            retry_after_ms: None,
-            body: json!({"error": {"message": "Invalid API key provided"}}),
-        }
+        UpstreamObservation::response(
+            401,
+            json!({"error": {"message": "Invalid API key provided"}}),
+        )
     }
 
     fn facts() -> RequestFacts {

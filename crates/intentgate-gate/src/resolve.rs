@@ -18,7 +18,11 @@
 //!    the one effect. A re-send that ends ambiguous is looked up at once, like any attempt.
 //!
 //! Past the window, or without key support, a step is a lookup only; the intent waits for
-//! reconciliation or a person, and the alerts tell its owner.
+//! reconciliation or a person, and the alerts tell its owner. So is every step of an intent
+//! whose re-sends stopped for good ([`IntentRecord::resend_stopped`]): an attempt got an
+//! answer the provider gives every request with that key (a stored 5xx replayed, a 5xx it
+//! said not to retry, a key first used with other parameters), so a re-send would only
+//! fetch it again. Its steps follow the lookup schedule below from then on.
 //!
 //! **The schedule.** Each step is due a pause after the intent's last lookup (every attempt
 //! ends with one, and so does every step). Inside the window the pause is the re-send
@@ -207,16 +211,22 @@ impl ResendBudget {
 
 impl Gate {
     /// True when `driver` could re-send `record` at `now_ms`, as far as the tool and the
-    /// intent's age decide: inside the key window for a whole attempt, and for the sweeper
-    /// only without sensitive arguments (it holds their hashes, not their values).
+    /// intent decide: never once its re-sends stopped (the provider answers its key the same
+    /// way every time: [`IntentRecord::resend_stopped`]), else inside the key window for a
+    /// whole attempt, and for the sweeper only without sensitive arguments (it holds their
+    /// hashes, not their values).
     pub(crate) fn resend_possible(
         &self,
         tool: &ToolDefinition,
-        first_seen_ms: i64,
+        record: &IntentRecord,
         now_ms: i64,
         driver: Driver,
     ) -> bool {
+        if record.resend_stopped.is_some() {
+            return false;
+        }
         let attempt = self.lease_duration(tool);
+        let first_seen_ms = record.first_seen_ms;
         match driver {
             Driver::Caller => tool.within_resend_window(first_seen_ms, now_ms, attempt),
             Driver::Sweeper => tool.may_resend(first_seen_ms, now_ms, attempt),
@@ -233,9 +243,7 @@ impl Gate {
         driver: Driver,
     ) -> i64 {
         let resolution = &self.options.resolution;
-        if resolution.resends_per_second > 0
-            && self.resend_possible(tool, record.first_seen_ms, now_ms, driver)
-        {
+        if resolution.resends_per_second > 0 && self.resend_possible(tool, record, now_ms, driver) {
             return millis(resolution.backoff(record.attempt));
         }
         let floor_ms = millis(self.options.lookup_interval);
@@ -259,7 +267,7 @@ impl Gate {
         intent: IntentRecord,
     ) -> Result<Step, GateError> {
         let looked_up_attempt = intent.attempt;
-        let first_seen_ms = intent.first_seen_ms;
+        let looked_up = intent.clone();
         let (outcome, looked) = self
             .look_up_unknown(
                 tool,
@@ -285,7 +293,7 @@ impl Gate {
             .as_ref()
             .expect("side-effecting tools have a key (checked at load)");
         // Without the application's intent id the request could differ from the first one.
-        let allowed = self.resend_possible(tool, first_seen_ms, now_ms, request.driver)
+        let allowed = self.resend_possible(tool, &looked_up, now_ms, request.driver)
             && (request.intent_id.is_some() || !template.uses_intent_id())
             && !self.is_disabled(&tool.name).await?;
         if !allowed {

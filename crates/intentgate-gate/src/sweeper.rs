@@ -255,7 +255,7 @@ impl Gate {
         let rate = self.options.resolution.resends_per_second;
         if record.status == IntentStatus::Unknown
             && rate > 0
-            && self.resend_possible(tool, record.first_seen_ms, now_ms, Driver::Sweeper)
+            && self.resend_possible(tool, &record, now_ms, Driver::Sweeper)
             && !self.resend_budget.available(&tool.name, rate, now_ms)
         {
             report.not_due += 1;

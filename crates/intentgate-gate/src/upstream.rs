@@ -139,6 +139,27 @@ pub trait Upstream: Send + Sync + 'static {
 /// interval, so this holds minutes of even a bad incident.
 pub const LOOKUP_MISMATCH_BUFFER: usize = 256;
 
+/// Events a receiver of [`Gate::key_reuses`](crate::Gate::key_reuses) may fall behind
+/// before it loses the oldest. Each is one attempt that reused a key, a rare event (its
+/// intent is not re-sent again): a small buffer is plenty.
+pub const KEY_REUSE_BUFFER: usize = 256;
+
+/// An attempt the provider refused because its idempotency key was first used for a request
+/// with other parameters (Stripe's 400 `idempotency_error`). Nothing new happened, but the
+/// key's first request may have acted: the intent stays `unknown`, is never re-sent, and its
+/// owner must find out which request the provider holds under the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyReused {
+    pub tool: String,
+    pub tenant: String,
+    pub intent_id: i64,
+    pub intent_key: String,
+    /// The provider's own words (`error.message`), empty when it gave none.
+    pub provider_message: String,
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: i64,
+}
+
 /// A lookup that found a record half an intent's: its provider key with other business
 /// fields, or its business fields under another gateway key. Nothing was settled; the
 /// intent's owner must look at the provider's record.

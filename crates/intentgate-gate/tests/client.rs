@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use intentgate_core::key::provider_key;
 use intentgate_core::limits::RESULT_BYTES_MAX;
-use intentgate_core::{CallStatus, Executor, IntentStatus, ToolDefinition};
+use intentgate_core::{CallStatus, Executor, IntentStatus, ResendStop, ToolDefinition};
 use intentgate_gate::{
     CallContext, Clock, GateError, GateOptions, Grant, GrantedLease, LEASE_MARGIN, LOOKUP_INTERVAL,
     Resolution, SettleError, Settlement,
@@ -141,6 +141,15 @@ fn done() -> Settlement {
 fn unknown() -> Settlement {
     Settlement::Unknown {
         reason: "timeout after 2 s".to_owned(),
+        resend_stop: None,
+    }
+}
+
+/// `unknown`, with the provider's answer that stops same-key re-sends.
+fn unknown_stopped(stop: ResendStop) -> Settlement {
+    Settlement::Unknown {
+        reason: "HTTP 500 api_error, Idempotent-Replayed: true".to_owned(),
+        resend_stop: Some(stop),
     }
 }
 
@@ -663,4 +672,179 @@ async fn a_grant_and_its_settle_count_once_in_the_calls_by_outcome() {
     };
     assert_eq!(count("done"), Some(1), "{text}");
     assert_eq!(count("already_done"), Some(1), "{text}");
+}
+
+/// How many attempts of `refund_order` stopped their intent's re-sends, for `reason`.
+fn resends_stopped(c: &Client, reason: ResendStop) -> Option<u64> {
+    let text = c.h.gate.metrics().encode();
+    let series = format!(
+        r#"intentgate_resends_stopped_total{{tool="refund_order",reason="{}"}}"#,
+        reason.as_str()
+    );
+    intentgate_test_support::metrics::sample::<u64>(&text, &series)
+}
+
+/// Steps `c`'s intent through `rounds` lookup intervals: each grant is a look-up (never an
+/// execute), settled `not_found`, and answered `pending_unknown` (never a re-send grant).
+async fn only_lookups(c: &Client, rounds: usize) {
+    for round in 0..rounds {
+        c.clock.advance(LOOKUP_INTERVAL.as_millis() as i64);
+        let lookup = match c.grant().await {
+            Grant::LookUp(lease) => lease,
+            other => panic!("round {round}: expected a look_up grant, got {other:?}"),
+        };
+        match c.settle(&lookup, Settlement::NotFound).await.unwrap() {
+            Grant::Answer(outcome) => {
+                assert_eq!(outcome.status, CallStatus::PendingUnknown, "round {round}")
+            }
+            other => panic!("round {round}: a re-send was granted after the stop: {other:?}"),
+        }
+    }
+}
+
+/// The caller's code got a stored 5xx replayed for the provider key (Stripe's
+/// `Idempotent-Replayed: true`): every same-key re-send would get it again, so inside the
+/// resend window, where a lookup that found nothing would grant a re-send, only lookups are
+/// granted. Recorded as the call path records it: the ledger's column, the event's detail,
+/// the metric.
+#[tokio::test]
+async fn an_unknown_settle_saying_the_provider_replays_a_500_stops_re_sends_for_good() {
+    let c = Client::new(Some(Duration::from_secs(24 * 3600)));
+    let first = execute(c.grant().await);
+    let settled = c
+        .settle(&first, unknown_stopped(ResendStop::ReplayedServerError))
+        .await
+        .unwrap();
+    assert_eq!(answer(settled).status, CallStatus::PendingUnknown);
+    let intent = c.intent().await;
+    assert_eq!(intent.status, IntentStatus::Unknown);
+    assert_eq!(intent.resend_stopped, Some(ResendStop::ReplayedServerError));
+    assert_eq!(
+        resends_stopped(&c, ResendStop::ReplayedServerError),
+        Some(1)
+    );
+
+    let events = c.h.ledger.events(intent.id).await.unwrap();
+    let stopped: Vec<&str> = events
+        .iter()
+        .filter_map(|event| event.detail.as_deref())
+        .filter(|detail| detail.contains("re-sends stopped for good"))
+        .collect();
+    assert_eq!(stopped.len(), 1, "{events:#?}");
+    assert!(
+        stopped[0].contains("replays a stored server error")
+            && stopped[0].contains("Idempotent-Replayed"),
+        "{}",
+        stopped[0]
+    );
+
+    // Without the stop, the first not_found here grants the re-send (see
+    // not_found_inside_the_resend_window_grants_a_re_send_with_the_same_provider_key).
+    only_lookups(&c, 5).await;
+    let intent = c.intent().await;
+    assert_eq!((intent.status, intent.attempt), (IntentStatus::Unknown, 1));
+    assert_eq!(intent.resend_stopped, Some(ResendStop::ReplayedServerError));
+    // A lookup may still find the effect.
+    c.clock.advance(LOOKUP_INTERVAL.as_millis() as i64);
+    let lookup = look_up(c.grant().await);
+    let found = answer(c.settle(&lookup, done()).await.unwrap());
+    assert_eq!(found.status, CallStatus::AlreadyDone);
+    assert_eq!(
+        resends_stopped(&c, ResendStop::ReplayedServerError),
+        Some(1)
+    );
+}
+
+/// A re-send grant that got the provider's "don't retry" 5xx stops the re-sends too, on the
+/// attempt that got it.
+#[tokio::test]
+async fn a_re_send_settled_unknown_with_no_retry_is_the_last_re_send() {
+    let c = Client::new(Some(Duration::from_secs(24 * 3600)));
+    let first = execute(c.grant().await);
+    answer(c.settle(&first, unknown()).await.unwrap());
+    c.clock
+        .advance(Resolution::default().backoff(1).as_millis() as i64);
+    let lookup = look_up(c.grant().await);
+    let resend = execute(c.settle(&lookup, Settlement::NotFound).await.unwrap());
+    assert!(resend.resend);
+    let settled = c
+        .settle(&resend, unknown_stopped(ResendStop::ProviderSaysNoRetry))
+        .await
+        .unwrap();
+    assert_eq!(answer(settled).status, CallStatus::PendingUnknown);
+    let intent = c.intent().await;
+    assert_eq!((intent.status, intent.attempt), (IntentStatus::Unknown, 2));
+    assert_eq!(intent.resend_stopped, Some(ResendStop::ProviderSaysNoRetry));
+    assert_eq!(
+        resends_stopped(&c, ResendStop::ProviderSaysNoRetry),
+        Some(1)
+    );
+    only_lookups(&c, 3).await;
+    assert_eq!(c.intent().await.attempt, 2);
+}
+
+/// A key the provider holds for other parameters is told to the owner, as on the call path,
+/// with the caller's words as the provider's message.
+#[tokio::test]
+async fn an_unknown_settle_saying_the_key_was_reused_is_told_to_the_owner() {
+    let c = Client::new(Some(Duration::from_secs(24 * 3600)));
+    let mut reuses = c.h.gate.key_reuses();
+    let first = execute(c.grant().await);
+    let settlement = Settlement::Unknown {
+        reason: "idempotency_error: Keys for idempotent requests can only be used with the same parameters".to_owned(),
+        resend_stop: Some(ResendStop::KeyReused),
+    };
+    answer(c.settle(&first, settlement).await.unwrap());
+    let intent = c.intent().await;
+    assert_eq!(intent.resend_stopped, Some(ResendStop::KeyReused));
+    let told = reuses.try_recv().expect("the owner's notice is sent");
+    assert_eq!(
+        (told.tool.as_str(), told.intent_key.as_str(), told.intent_id),
+        ("refund_order", KEY, intent.id)
+    );
+    assert!(
+        told.provider_message.contains("same parameters"),
+        "{told:?}"
+    );
+    only_lookups(&c, 2).await;
+}
+
+/// A lookup sends nothing under the key, so its settle can't stop re-sends; and a settle
+/// that no longer holds the lease records and counts nothing.
+#[tokio::test]
+async fn a_stop_is_refused_on_a_look_up_grant_and_without_the_lease() {
+    let c = Client::new(Some(Duration::from_secs(24 * 3600)));
+    let first = execute(c.grant().await);
+    answer(c.settle(&first, unknown()).await.unwrap());
+    c.clock
+        .advance(Resolution::default().backoff(1).as_millis() as i64);
+    let lookup = look_up(c.grant().await);
+    let before = c.intent().await;
+    let refused = c
+        .settle(&lookup, unknown_stopped(ResendStop::ReplayedServerError))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            SettleError::NotAllowed {
+                outcome: "unknown",
+                ..
+            }
+        ),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("resend_stop"), "{refused}");
+    assert_eq!(c.intent().await, before);
+
+    // The re-send's lease runs out before its settle: nothing is stopped.
+    let resend = execute(c.settle(&lookup, Settlement::NotFound).await.unwrap());
+    c.clock.advance(LEASE_MS + 1);
+    let late = c
+        .settle(&resend, unknown_stopped(ResendStop::ReplayedServerError))
+        .await
+        .unwrap_err();
+    assert!(matches!(late, SettleError::LeaseLost(_)), "{late}");
+    assert_eq!(c.intent().await.resend_stopped, None);
+    assert_eq!(resends_stopped(&c, ResendStop::ReplayedServerError), None);
 }

@@ -944,11 +944,7 @@ async fn a_result_too_large_to_store_still_settles_the_intent() {
     impl Upstream for Huge {
         async fn execute(&self, _call: UpstreamCall<'_>) -> UpstreamObservation {
             let body = json!({"id": "re_big", "blob": "x".repeat(100 * 1024)});
-            UpstreamObservation::Response {
-                status: 200,
-                retry_after_ms: None,
-                body,
-            }
+            UpstreamObservation::response(200, body)
         }
         async fn lookup(&self, _call: UpstreamCall<'_>) -> LookupOutcome {
             LookupOutcome::Unsupported

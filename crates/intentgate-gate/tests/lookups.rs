@@ -28,11 +28,7 @@ struct HalfOurs {
 impl Upstream for HalfOurs {
     async fn execute(&self, _call: UpstreamCall<'_>) -> UpstreamObservation {
         *self.executed.lock().unwrap() += 1;
-        UpstreamObservation::Response {
-            status: 500,
-            retry_after_ms: None,
-            body: json!({"error": {"type": "api_error"}}),
-        }
+        UpstreamObservation::response(500, json!({"error": {"type": "api_error"}}))
     }
 
     async fn lookup(&self, call: UpstreamCall<'_>) -> LookupOutcome {

@@ -58,11 +58,7 @@ impl Upstream for Scripted {
         let (observation, unreachable) =
             self.answers.lock().unwrap().pop_front().unwrap_or_else(|| {
                 (
-                    UpstreamObservation::Response {
-                        status: 200,
-                        retry_after_ms: None,
-                        body: json!({"id": "re_1"}),
-                    },
+                    UpstreamObservation::response(200, json!({"id": "re_1"})),
                     None,
                 )
             });
@@ -80,14 +76,7 @@ impl Upstream for Scripted {
 }
 
 fn response(status: u16, body: Value) -> (UpstreamObservation, Option<Unreachable>) {
-    (
-        UpstreamObservation::Response {
-            status,
-            retry_after_ms: None,
-            body,
-        },
-        None,
-    )
+    (UpstreamObservation::response(status, body), None)
 }
 
 fn refused() -> (UpstreamObservation, Option<Unreachable>) {

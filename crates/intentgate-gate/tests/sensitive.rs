@@ -66,11 +66,10 @@ impl Upstream for Provider {
         if self.ambiguous.load(Ordering::SeqCst) {
             return UpstreamObservation::Timeout;
         }
-        UpstreamObservation::Response {
-            status: 200,
-            retry_after_ms: None,
-            body: json!({"id": "em_000001", "to": call.arguments["to"], "status": "sent"}),
-        }
+        UpstreamObservation::response(
+            200,
+            json!({"id": "em_000001", "to": call.arguments["to"], "status": "sent"}),
+        )
     }
 
     async fn lookup(&self, call: UpstreamCall<'_>) -> LookupOutcome {

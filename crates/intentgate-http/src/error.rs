@@ -54,6 +54,13 @@ pub enum HttpError {
          {{record: <pointer>}}}}` for each business field (order, amount, recipient)"
     )]
     UnprovenLookup(String),
+    /// A `minor_units` is neither a known ISO 4217 code nor an argument path.
+    #[error("{context}, {field}: {reason}")]
+    BadMinorUnits {
+        context: String,
+        field: String,
+        reason: &'static str,
+    },
     /// A lookup's `pages` is not usable.
     #[error("{context}, pages: {reason}")]
     BadLookupPages { context: String, reason: String },
@@ -66,6 +73,9 @@ pub enum HttpError {
     /// The listing would go on past the page limit; the provider's cursor may loop.
     #[error("the listing went past {0} pages; the provider's cursor may loop")]
     TooManyPages(u32),
+    /// A list spec can't page: how the next page is found, or `limit_max`.
+    #[error("list: {0}")]
+    BadList(String),
     /// A list page's request failed (could not connect, timed out, was cut).
     #[error("the list request failed: {0}")]
     ListRequest(String),

@@ -34,6 +34,7 @@ pub use error::HttpError;
 pub use list::{
     LIST_PAGE_BYTES_MAX, LIST_PAGE_RECORDS_MAX, LIST_PAGE_TIMEOUT, LIST_PAGES_MAX,
     LIST_PLACEHOLDERS, ListedPage, ListedRecord, RecordPager, check_list_spec, list_records,
+    list_uses_cursor, window_values,
 };
 pub use request::{
     CONNECT_TIMEOUT, NOT_BUILT_STATUS, POOL_IDLE_PER_HOST_MAX, POOL_IDLE_TIMEOUT,

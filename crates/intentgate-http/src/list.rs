@@ -5,9 +5,14 @@
 //! that fails leaves the pager where it was: calling [`RecordPager::next_page`] again asks
 //! for the same page, so the caller decides how to retry.
 //!
-//! List templates may use `{since_ms}`, `{until_ms}`, `{limit}` and `{cursor}` (nothing else:
-//! a list has no intent). On the first page there is no cursor, so a query parameter that
-//! is exactly `{cursor}` is left out.
+//! List templates may use `{since_ms}`, `{until_ms}`, their Unix-seconds forms `{since_s}`
+//! (rounded down) and `{until_s}` (rounded up), `{limit}` and `{cursor}` (nothing else: a
+//! list has no intent). On the first page there is no cursor, so a query parameter that is
+//! exactly `{cursor}` is left out. The next page's cursor is the one the page names
+//! (`next_cursor`), or, while the page says it has more (`has_more`), the last record's id.
+//! A page that would have the listing ask for the same page again, or that says more follow
+//! without a record to continue after, ends the listing with an error: a listing never
+//! loops, and never stops early as though it were done.
 
 use std::time::Duration;
 
@@ -16,12 +21,14 @@ use serde_json::{Value, json};
 
 use crate::error::HttpError;
 use crate::request::{Body, CompiledUpstream, Exchange, RequestParts, RequestTemplate, exchange};
-use crate::spec::{ListRecords, ListSpec, Method, UpstreamSpec};
-use crate::template::{Absent, GatewayValues, Values};
+use crate::spec::{ListRecords, ListSpec, ListSubject, Method, UpstreamSpec};
+use crate::template::{Absent, GatewayValues, Template, Values};
 use crate::upstream::check_pointer;
 
 /// The placeholders a list template may use.
-pub const LIST_PLACEHOLDERS: [&str; 4] = ["since_ms", "until_ms", "limit", "cursor"];
+pub const LIST_PLACEHOLDERS: [&str; 6] = [
+    "since_ms", "until_ms", "since_s", "until_s", "limit", "cursor",
+];
 /// Most records asked for per page. Providers cap pages at 100 to 1000; this bounds the
 /// memory of one page even for a provider that honours any limit.
 pub const LIST_PAGE_RECORDS_MAX: u32 = 10_000;
@@ -62,6 +69,7 @@ pub struct RecordPager {
     records: ListRecords,
     since_ms: i64,
     until_ms: i64,
+    /// Records asked for per page: the caller's page size, capped by `limit_max`.
     page_limit: u32,
     /// The cursor of the next page; `None` before the first page.
     cursor: Option<String>,
@@ -115,7 +123,9 @@ pub(crate) fn list_records_with(
         records: spec.records(),
         since_ms,
         until_ms,
-        page_limit,
+        page_limit: spec
+            .limit_max
+            .map_or(page_limit, |limit_max| page_limit.min(limit_max)),
         cursor: None,
         pages_read: 0,
         finished: false,
@@ -123,9 +133,24 @@ pub(crate) fn list_records_with(
 }
 
 /// Checks a list spec when the config is loaded: templates (which may use only
-/// [`LIST_PLACEHOLDERS`]) and pointers.
+/// [`LIST_PLACEHOLDERS`], and must carry `{cursor}`), pointers, paging and `limit_max`.
 pub fn check_list_spec(spec: &ListSpec) -> Result<(), HttpError> {
     list_template(spec).map(|_| ())
+}
+
+/// True when the list's request carries `{cursor}` (in its path, a query value or a header
+/// value), which is how every page after the first is asked for.
+pub fn list_uses_cursor(spec: &ListSpec) -> bool {
+    let uses = |template: &str| {
+        Template::parse(template).is_ok_and(|template| {
+            template
+                .argument_paths()
+                .any(|path| matches!(path, [name] if name == "cursor"))
+        })
+    };
+    uses(&spec.path)
+        || spec.query.values().any(|value| uses(value))
+        || spec.headers.values().any(|value| uses(value))
 }
 
 fn list_template(spec: &ListSpec) -> Result<RequestTemplate, HttpError> {
@@ -137,11 +162,24 @@ fn list_template(spec: &ListSpec) -> Result<RequestTemplate, HttpError> {
         query: &spec.query,
         headers: &spec.headers,
         body: None,
+        body_format: crate::spec::BodyFormat::Json,
         // The first page has no cursor: a parameter that is exactly `{cursor}` is left out.
         absent: Absent::LeaveOut,
     })?;
     request.check(&LIST_PLACEHOLDERS, false)?;
     spec.records().check()?;
+    if !list_uses_cursor(spec) {
+        return Err(HttpError::BadList(
+            "the request has no `{cursor}`, so every page would be the first one: put it in \
+             the query parameter that asks for the next page (`starting_after: \"{cursor}\"`)"
+                .to_owned(),
+        ));
+    }
+    if spec.limit_max == Some(0) {
+        return Err(HttpError::BadList(
+            "`limit_max` is 0; give the provider's largest page (Stripe: 100)".to_owned(),
+        ));
+    }
     Ok(request)
 }
 
@@ -155,12 +193,12 @@ impl RecordPager {
         if self.pages_read >= LIST_PAGES_MAX {
             return Err(HttpError::TooManyPages(LIST_PAGES_MAX));
         }
-        let arguments = json!({
-            "since_ms": self.since_ms,
-            "until_ms": self.until_ms,
-            "limit": self.page_limit,
-            "cursor": self.cursor,
-        });
+        let arguments = window_values(
+            self.since_ms,
+            self.until_ms,
+            self.page_limit,
+            self.cursor.as_deref(),
+        );
         let values = Values {
             arguments: &arguments,
             gateway: GatewayValues::default(),
@@ -216,6 +254,20 @@ impl RecordPager {
     }
 }
 
+/// The values a list template renders: the window in milliseconds and in seconds (since
+/// rounded down, until rounded up, so the seconds window covers the milliseconds one), the
+/// page size and the cursor (null on the first page). Shared with MCP listings.
+pub fn window_values(since_ms: i64, until_ms: i64, limit: u32, cursor: Option<&str>) -> Value {
+    json!({
+        "since_ms": since_ms,
+        "until_ms": until_ms,
+        "since_s": since_ms.div_euclid(1000),
+        "until_s": until_ms.div_euclid(1000) + i64::from(until_ms.rem_euclid(1000) != 0),
+        "limit": limit,
+        "cursor": cursor,
+    })
+}
+
 /// One page of a listing, as read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListedPage {
@@ -228,7 +280,18 @@ impl ListRecords {
     /// Checks every pointer.
     pub fn check(&self) -> Result<(), HttpError> {
         check_pointer("list", "items", &self.items)?;
-        check_pointer("list", "next_cursor", &self.next_cursor)?;
+        match (&self.next_cursor, &self.has_more) {
+            (Some(pointer), None) => check_pointer("list", "next_cursor", pointer)?,
+            (None, Some(pointer)) => check_pointer("list", "has_more", pointer)?,
+            _ => {
+                return Err(HttpError::BadList(
+                    "give exactly one of `next_cursor` (a pointer to the next page's cursor) \
+                     and `has_more` (a pointer to a boolean; the next page starts after the \
+                     last record's id)"
+                        .to_owned(),
+                ));
+            }
+        }
         let fields = &self.fields;
         if let Some(provider_key) = &fields.idempotency_key {
             check_pointer("list", "fields.idempotency_key", provider_key)?;
@@ -240,7 +303,7 @@ impl ListRecords {
         if let Some(amount) = &fields.amount {
             check_pointer("list", "fields.amount", amount)?;
         }
-        if let Some(subject) = &fields.subject {
+        for subject in fields.subject.iter().flat_map(ListSubject::pointers) {
             check_pointer("list", "fields.subject", subject)?;
         }
         if let Some(argument) = &fields.amount_argument {
@@ -254,10 +317,26 @@ impl ListRecords {
 
     /// Reads one page a listing answered with. `cursor` is the one the page was asked for
     /// with: a provider that answers with it again would have the listing go round forever,
-    /// so that page is refused. The error says what is wrong with the page.
+    /// so that page is refused, as is a page that says more follow (`has_more`) but holds no
+    /// record to continue after. The error says what is wrong with the page.
     pub fn read_page(&self, page: Value, cursor: Option<&str>) -> Result<ListedPage, String> {
         let mut page = page;
-        let next_cursor = page.pointer(&self.next_cursor).cloned();
+        let next = match (&self.next_cursor, &self.has_more) {
+            (Some(pointer), None) => Next::Cursor(pointer, page.pointer(pointer).cloned()),
+            (None, Some(pointer)) => match page.pointer(pointer) {
+                Some(Value::Bool(more)) => Next::AfterLast(pointer, *more),
+                _ => {
+                    return Err(format!(
+                        "no boolean at `{pointer}` to say whether another page follows"
+                    ));
+                }
+            },
+            _ => {
+                return Err(
+                    "the list gives not exactly one of `next_cursor` and `has_more`".to_owned(),
+                );
+            }
+        };
         // The records are moved out of the page, not copied: a page holds up to
         // LIST_PAGE_RECORDS_MAX of them.
         let items = match page.pointer_mut(&self.items).map(Value::take) {
@@ -269,17 +348,26 @@ impl ListRecords {
             .enumerate()
             .map(|(index, item)| self.record(index, item))
             .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = match next_cursor.as_ref() {
-            None | Some(Value::Null) => None,
-            Some(Value::String(cursor)) if cursor.is_empty() => None,
-            Some(Value::String(cursor)) => Some(cursor.clone()),
-            Some(Value::Number(cursor)) => Some(cursor.to_string()),
-            Some(_) => {
+        let next_cursor = match next {
+            Next::Cursor(_, None | Some(Value::Null)) => None,
+            Next::Cursor(_, Some(Value::String(cursor))) if cursor.is_empty() => None,
+            Next::Cursor(_, Some(Value::String(cursor))) => Some(cursor),
+            Next::Cursor(_, Some(Value::Number(cursor))) => Some(cursor.to_string()),
+            Next::Cursor(pointer, Some(_)) => {
                 return Err(format!(
-                    "the cursor at `{}` is neither text nor a number",
-                    self.next_cursor
+                    "the cursor at `{pointer}` is neither text nor a number"
                 ));
             }
+            Next::AfterLast(_, false) => None,
+            Next::AfterLast(pointer, true) => match records.last() {
+                Some(last) => Some(last.external_id.clone()),
+                None => {
+                    return Err(format!(
+                        "the page says another follows (`{pointer}` is true) but holds no \
+                         record to continue after; the listing can't go on, and is not done"
+                    ));
+                }
+            },
         };
         if next_cursor.is_some() && next_cursor.as_deref() == cursor {
             return Err(
@@ -311,8 +399,23 @@ impl ListRecords {
             intent_key: fields.intent_key.as_deref().and_then(text),
             external_id,
             amount: fields.amount.as_deref().and_then(text),
-            subject: fields.subject.as_deref().and_then(text),
+            subject: fields.subject.as_ref().and_then(|subject| {
+                let named: Vec<String> = subject
+                    .pointers()
+                    .iter()
+                    .filter_map(|pointer| text(pointer))
+                    .collect();
+                (!named.is_empty()).then(|| named.join(" / "))
+            }),
             raw: item,
         })
     }
+}
+
+/// Where a page says how the listing goes on.
+enum Next<'a> {
+    /// The page names the next cursor, at this pointer.
+    Cursor(&'a str, Option<Value>),
+    /// The boolean at this pointer says whether another page follows, after the last record.
+    AfterLast(&'a str, bool),
 }

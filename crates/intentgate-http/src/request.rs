@@ -8,13 +8,13 @@
 use std::error::Error as _;
 use std::time::{Duration, SystemTime};
 
-use intentgate_core::Unreachable;
+use intentgate_core::{ProviderSignals, Unreachable};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{Client, Url};
 use serde_json::Value;
 
 use crate::error::HttpError;
-use crate::spec::{Method, UpstreamSpec};
+use crate::spec::{BodyFormat, Method, UpstreamSpec};
 use crate::template::{Absent, BodyTemplate, Template, TemplateError, Values};
 
 /// Longest wait for a TCP (and TLS) connection. A connect that fails within it is reported
@@ -127,6 +127,8 @@ pub(crate) struct RequestTemplate {
     /// Each header's name as sent, its name as configured (for errors), its template.
     pub headers: Vec<(HeaderName, String, Template)>,
     pub body: Option<BodyTemplate>,
+    /// How the body is sent.
+    pub body_format: BodyFormat,
     /// What a query or header that is exactly one placeholder without a value does.
     pub absent: Absent,
     /// The path has no placeholder (a fixed route such as `/v1/refunds`): a 404 to it can
@@ -144,6 +146,7 @@ pub(crate) struct RequestParts<'a> {
     pub query: &'a std::collections::BTreeMap<String, String>,
     pub headers: &'a std::collections::BTreeMap<String, String>,
     pub body: Option<&'a Value>,
+    pub body_format: BodyFormat,
     pub absent: Absent,
 }
 
@@ -181,6 +184,15 @@ impl RequestTemplate {
             .map(BodyTemplate::parse)
             .transpose()
             .map_err(|error| template_error("body".to_owned(), error))?;
+        if parts.body_format == BodyFormat::Form
+            && let Some(body) = &body
+            && !body.can_be_form()
+        {
+            return Err(template_error(
+                "body".to_owned(),
+                TemplateError::FormNotMapping,
+            ));
+        }
         Ok(RequestTemplate {
             upstream: parts.upstream.to_owned(),
             method: method(parts.method),
@@ -188,6 +200,7 @@ impl RequestTemplate {
             query,
             headers,
             body,
+            body_format: parts.body_format,
             context,
             absent: parts.absent,
             fixed_path,
@@ -258,8 +271,8 @@ impl RequestTemplate {
         }
         let mut query = Vec::with_capacity(self.query.len());
         for (name, template) in &self.query {
-            match template.render_text(values)? {
-                Some(value) => query.push((name, value)),
+            match template.render_query(name, values)? {
+                Some(pairs) => query.extend(pairs),
                 None if self.absent == Absent::Refuse => return Err(template.missing()),
                 None => {}
             }
@@ -286,15 +299,25 @@ impl RequestTemplate {
                 .map_err(|_| TemplateError::BadHeaderValue(header.as_str().to_owned()))?;
             headers.insert(header.clone(), value);
         }
-        let body = match &self.body {
-            Some(template) => {
-                let body = template.render(values)?;
+        let body = match (&self.body, self.body_format) {
+            (Some(template), BodyFormat::Json) => {
+                let body = template.render_with(values, self.absent)?;
                 if !headers.contains_key(CONTENT_TYPE) {
                     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
                 }
                 Some(serde_json::to_vec(&body).expect("a JSON value always serialises"))
             }
-            None => None,
+            (Some(template), BodyFormat::Form) => {
+                let body = template.render_form(values, self.absent)?;
+                if !headers.contains_key(CONTENT_TYPE) {
+                    headers.insert(
+                        CONTENT_TYPE,
+                        HeaderValue::from_static("application/x-www-form-urlencoded"),
+                    );
+                }
+                Some(body.into_bytes())
+            }
+            (None, _) => None,
         };
         Ok(PreparedRequest {
             method: self.method.clone(),
@@ -331,6 +354,8 @@ pub(crate) enum Exchange {
         status: u16,
         retry_after_ms: Option<u64>,
         body: Body,
+        /// What the provider's headers said beyond the status ([`provider_signals`]).
+        signals: ProviderSignals,
     },
     /// Nothing left this process: connect, DNS or TLS failure, or a request reqwest refused
     /// to build.
@@ -454,6 +479,7 @@ pub(crate) async fn exchange(
         .get(RETRY_AFTER)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| parse_retry_after(value, SystemTime::now()));
+    let signals = provider_signals(response.headers());
     let mut bytes = Vec::new();
     let mut cut = false;
     loop {
@@ -479,6 +505,33 @@ pub(crate) async fn exchange(
         status,
         retry_after_ms,
         body: parse_body(&bytes, cut),
+        signals,
+    }
+}
+
+/// The header that says the provider replayed the answer it stored for the request's
+/// idempotency key (Stripe's; `true` when it did).
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+/// The header with the provider's advice on retrying the request (Stripe's; `true` or
+/// `false`).
+pub const SHOULD_RETRY_HEADER: &str = "stripe-should-retry";
+
+/// What a response's headers say beyond its status: a replayed answer, the provider's retry
+/// advice. A value other than `true` or `false` (any case) says nothing.
+pub(crate) fn provider_signals(headers: &HeaderMap) -> ProviderSignals {
+    let flag = |name: &str| {
+        let value = headers.get(name)?.to_str().ok()?.trim();
+        if value.eq_ignore_ascii_case("true") {
+            Some(true)
+        } else if value.eq_ignore_ascii_case("false") {
+            Some(false)
+        } else {
+            None
+        }
+    };
+    ProviderSignals {
+        replayed: flag(REPLAYED_HEADER) == Some(true),
+        should_retry: flag(SHOULD_RETRY_HEADER),
     }
 }
 
@@ -571,6 +624,45 @@ mod tests {
         for junk in ["", "-1", "1.5", "soon", "Mon, 99 Foo 2024"] {
             assert_eq!(parse_retry_after(junk, now), None, "{junk:?}");
         }
+    }
+
+    #[test]
+    fn stripes_replay_and_retry_headers_are_read_and_anything_else_says_nothing() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, HeaderValue::from_static(value));
+            }
+            provider_signals(&map)
+        };
+        assert_eq!(headers(&[]), ProviderSignals::default());
+        assert_eq!(
+            headers(&[
+                ("Idempotent-Replayed", "true"),
+                ("Stripe-Should-Retry", "false")
+            ]),
+            ProviderSignals {
+                replayed: true,
+                should_retry: Some(false),
+            }
+        );
+        assert_eq!(
+            headers(&[
+                ("idempotent-replayed", "False"),
+                ("stripe-should-retry", "TRUE")
+            ]),
+            ProviderSignals {
+                replayed: false,
+                should_retry: Some(true),
+            }
+        );
+        assert_eq!(
+            headers(&[
+                ("Idempotent-Replayed", "yes"),
+                ("Stripe-Should-Retry", "maybe")
+            ]),
+            ProviderSignals::default()
+        );
     }
 
     #[test]

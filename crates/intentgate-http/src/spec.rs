@@ -3,7 +3,9 @@
 //!
 //! Templates. Path, query values, header values and the body may hold placeholders:
 //! `{name}` (an argument; `{customer.id}` for a nested field), `{name:.2}` (an exact decimal
-//! with 2 places), and the gateway's own values `{intent_key}` (the intent's key),
+//! with 2 places), `{name:minor(USD)}` (an exact decimal in minor units, `4900` for 49.00
+//! USD; the currency may be an argument: `{amount:minor(currency)}`), and the gateway's own
+//! values `{intent_key}` (the intent's key),
 //! `{idempotency_key}` (the key sent to the provider) and `{intent_id}` (the application's
 //! intent id). In the path every value is percent-encoded as one path segment, so an
 //! argument can never change which URL is called (`../`, `?`, `#`, `%2F` and newlines are
@@ -84,12 +86,37 @@ pub struct CallSpec {
     /// Extra headers; values are templates.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// JSON body template (none for GET and DELETE).
+    /// Body template (none for GET and DELETE), written as JSON whatever `body_format` says.
     #[serde(default)]
     pub body: Option<Value>,
+    /// How the body is sent: `json` (default) or `form` (Stripe's
+    /// `application/x-www-form-urlencoded` with bracket notation for nested values).
+    #[serde(default, skip_serializing_if = "BodyFormat::is_json")]
+    pub body_format: BodyFormat,
     /// What to take from a successful response.
     #[serde(default)]
     pub result: ResultSpec,
+}
+
+/// How a request's body template is sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BodyFormat {
+    /// `application/json`: the template rendered as JSON.
+    #[default]
+    Json,
+    /// `application/x-www-form-urlencoded`, nested values in bracket notation:
+    /// `metadata[intent_key]=...`, `expand[]=charge`, `items[0][price]=...`. Numbers are their
+    /// exact decimal text, an explicit null an empty value (`name=`); a member whose
+    /// placeholder has no value is left out. The body template must be a mapping.
+    Form,
+}
+
+impl BodyFormat {
+    /// True for the default, JSON.
+    pub fn is_json(&self) -> bool {
+        *self == BodyFormat::Json
+    }
 }
 
 /// What to take from a successful response.
@@ -129,6 +156,13 @@ pub struct LookupSpec {
     pub query: BTreeMap<String, String>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Body template, for a lookup that is a POST (a search). Like the query, every
+    /// placeholder must have a value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Value>,
+    /// How the body is sent: `json` (default) or `form` (see the call's `body_format`).
+    #[serde(default, skip_serializing_if = "BodyFormat::is_json")]
+    pub body_format: BodyFormat,
     /// JSON pointer to what the provider found: one record (an object) or the candidates (an
     /// array, `/data`); absent, null, `[]` or `{}` there means none.
     pub found: String,
@@ -188,15 +222,29 @@ pub struct ListSpec {
     #[serde(default)]
     pub upstream: Option<String>,
     pub path: String,
-    /// Query templates; may use `{since_ms}`, `{until_ms}`, `{cursor}` and `{limit}`.
+    /// Query templates; may use `{since_ms}`, `{until_ms}` (the window in Unix milliseconds),
+    /// `{since_s}`, `{until_s}` (in Unix seconds: since rounded down, until rounded up, so
+    /// the seconds cover the whole window), `{cursor}` and `{limit}`. `{cursor}` must be in
+    /// the request: it is how the next page is asked for.
     #[serde(default)]
     pub query: BTreeMap<String, String>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// JSON pointer to the array of records in a page (`/data`).
     pub items: String,
-    /// JSON pointer to the next page's cursor; absent or null ends the listing.
-    pub next_cursor: String,
+    /// JSON pointer to the next page's cursor; absent, null or empty ends the listing. Give
+    /// this or `has_more`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// JSON pointer to a boolean that says another page follows (Stripe's `/has_more`); the
+    /// next page's `{cursor}` is then the last record's id (`fields.external_id`). Give this
+    /// or `next_cursor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub has_more: Option<String>,
+    /// The provider's largest page (Stripe: 100): `{limit}` is the smaller of the page size
+    /// reconciliation asks for and this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_max: Option<u32>,
     /// Pointers inside one record.
     pub fields: ListFields,
     /// For a provider that keeps no key: the business fields that pair a record with an
@@ -212,6 +260,7 @@ impl ListSpec {
         ListRecords {
             items: self.items.clone(),
             next_cursor: self.next_cursor.clone(),
+            has_more: self.has_more.clone(),
             fields: self.fields.clone(),
             match_fields: self.match_fields.clone(),
         }
@@ -226,7 +275,11 @@ pub struct ListRecords {
     /// JSON pointer to the array of records in a page (`/data`).
     pub items: String,
     /// JSON pointer to the next page's cursor; absent, null or empty ends the listing.
-    pub next_cursor: String,
+    /// Exactly one of this and `has_more`.
+    pub next_cursor: Option<String>,
+    /// JSON pointer to a boolean that says another page follows, which then starts after the
+    /// last record's id. Exactly one of this and `next_cursor`.
+    pub has_more: Option<String>,
     /// Pointers inside one record.
     pub fields: ListFields,
     /// The business fields that pair a record with an intent, in place of
@@ -245,6 +298,13 @@ pub struct MatchField {
     /// integer, `text` otherwise; a loaded config always has it set.
     #[serde(default)]
     pub compare: Option<MatchCompare>,
+    /// The record holds the amount as an integer in a currency's minor units (Stripe's
+    /// `amount: 4900` for 49.00 USD): an ISO 4217 code (`USD`), or the argument that holds
+    /// the intent's currency (`currency`, `price.currency`). The intent's argument is a
+    /// decimal in major units and is compared exactly: `49`, `49.0` and `"49.00"` USD match
+    /// a record's `4900`; `49.001` USD matches none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor_units: Option<String>,
 }
 
 /// How a `match` field's values are compared.
@@ -278,9 +338,40 @@ pub struct ListFields {
     /// (default `/amount`). Compared as exact decimals: `49`, `49.0` and `"49.00"` agree.
     #[serde(default)]
     pub amount_argument: Option<String>,
-    /// Who was affected (customer or order), for the report.
-    #[serde(default)]
-    pub subject: Option<String>,
+    /// The record's `amount` is an integer in a currency's minor units (`4900` for 49.00
+    /// USD): an ISO 4217 code (`USD`), or the argument that holds the intent's currency
+    /// (`currency`). The intent's amount, in major units, is compared with it exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_minor_units: Option<String>,
+    /// Who was affected (customer or order), for the report: one pointer, or several
+    /// (`[/payment_intent, /charge/customer]`), each one the record holds named, joined with
+    /// ` / `.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<ListSubject>,
+}
+
+/// Where a listed record names who was affected: one JSON pointer or several.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ListSubject {
+    One(String),
+    Several(#[schemars(length(min = 1))] Vec<String>),
+}
+
+impl ListSubject {
+    /// The pointers, in the order given.
+    pub fn pointers(&self) -> &[String] {
+        match self {
+            ListSubject::One(pointer) => std::slice::from_ref(pointer),
+            ListSubject::Several(pointers) => pointers,
+        }
+    }
+}
+
+impl From<&str> for ListSubject {
+    fn from(pointer: &str) -> ListSubject {
+        ListSubject::One(pointer.to_owned())
+    }
 }
 
 /// Header names with their values hidden: values hold secrets.
@@ -344,13 +435,13 @@ macro_rules! debug_with_redacted_headers {
     };
 }
 
-debug_with_redacted_headers!(CallSpec: upstream, method, path, query; body, result);
+debug_with_redacted_headers!(CallSpec: upstream, method, path, query; body, body_format, result);
 debug_with_redacted_headers!(
     LookupSpec: upstream, method, path, query;
-    found, not_found_statuses, external_id, key, match_fields, pages
+    body, body_format, found, not_found_statuses, external_id, key, match_fields, pages
 );
 debug_with_redacted_headers!(
-    ListSpec: upstream, path, query; items, next_cursor, fields, match_fields
+    ListSpec: upstream, path, query; items, next_cursor, has_more, limit_max, fields, match_fields
 );
 
 #[cfg(test)]

@@ -1,10 +1,12 @@
 //! Request templates: how a tool's arguments become a path, query and header values and a
-//! JSON body.
+//! JSON or form body (and, through the same renderer, an MCP tool's `arguments`).
 //!
 //! Syntax (`intentgate_core::placeholder`, shared with intent keys): literal text with
 //! placeholders `{name}` (an argument), `{a.b}` (a field of an object argument; `{items.0}` an
 //! element of an array), `{name:.N}` (an exact decimal with N places, refused rather than
-//! rounded when the value has more), and the gateway's own values `{intent_key}`,
+//! rounded when the value has more), `{name:minor(USD)}` or `{name:minor(currency)}` (the
+//! exact decimal in a currency's minor units as an integer, `49.00` USD as `4900`, refused
+//! when it has more places than the currency), and the gateway's own values `{intent_key}`,
 //! `{idempotency_key}` and `{intent_id}`. `{{` and `}}` are literal braces. A gateway value's name wins over an argument of the same name.
 //!
 //! Each place a value lands has its own renderer, because each has its own way to be abused:
@@ -15,12 +17,17 @@
 //!   segment that is `.` or `..` are refused: URL parsers remove dot segments, and an empty
 //!   segment calls another route.
 //! - **Text** (query values, header values): the raw text; the HTTP layer encodes query
-//!   values. A header value with CR, LF or another control character is refused, naming the
+//!   values. A query value that is exactly one placeholder of an object or array argument
+//!   is written in bracket notation under the query's name (`filters[status]=open`,
+//!   `expand[]=charge`). A header value with CR, LF or another control character is refused, naming the
 //!   argument that holds it: it could add a header or end the head.
 //! - **JSON body**: a string that is exactly one placeholder becomes the argument's JSON value
 //!   with its type (a number stays a number; a decimal format such as `{amount:.2}` gives the
 //!   string `"49.00"`, which a JSON number can't carry); any other string is rendered as
-//!   text. Objects and arrays are rendered member by member; object keys are literal.
+//!   text. Objects and arrays are rendered member by member; object keys are literal. A
+//!   whole-value minor-units placeholder becomes a JSON integer.
+//! - **Form body** (`body_format: form`): the JSON body, rendered as above, written as
+//!   `application/x-www-form-urlencoded` in Stripe's bracket notation ([`form_encode`]).
 //!
 //! A value that is exactly one placeholder for an absent (or null) optional argument is left
 //! out: the object member, query parameter or header is omitted. Anywhere else a missing
@@ -37,8 +44,9 @@
 
 use std::fmt;
 
+use intentgate_core::currency::{CurrencyError, CurrencySource};
 use intentgate_core::decimal::DecimalError;
-use intentgate_core::placeholder::{self, Piece, Steps, SyntaxError, ValueError};
+use intentgate_core::placeholder::{self, Format, Piece, Steps, SyntaxError, ValueError};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Map, Value};
 
@@ -125,6 +133,26 @@ pub enum TemplateError {
     /// An argument declared as a decimal is not one, or has more places than declared.
     #[error("argument `{name}`: {error}")]
     Decimal { name: String, error: DecimalError },
+    /// An amount in minor units can't be written: its currency is unknown or missing, or it
+    /// has more places than the currency has.
+    #[error("argument `{name}` in minor units: {error}")]
+    Currency {
+        name: String,
+        error: Box<CurrencyError>,
+    },
+    /// A minor-units placeholder takes its currency from something that is not an argument.
+    #[error(
+        "placeholder {{{name}}} takes its currency from `{currency}`, which is not an argument \
+         of the tool; name the argument that holds the ISO 4217 code, or write the code, \
+         e.g. {{{name}:minor(USD)}}"
+    )]
+    UnknownCurrencyArgument { name: String, currency: String },
+    /// A form body is a set of named fields: its template must be a mapping.
+    #[error(
+        "a form body is a mapping of field names to values (`amount: \"{{amount:minor(USD)}}\"`); \
+         write `body` as a mapping, or use `body_format: json`"
+    )]
+    FormNotMapping,
     /// An empty path segment would call another route (`/orders/` instead of `/orders/7`).
     #[error("argument `{0}` is empty, and an empty path segment would call another URL")]
     EmptyPathSegment(String),
@@ -160,7 +188,8 @@ impl TemplateError {
             TemplateError::MissingArgument(name)
             | TemplateError::EmptyPathSegment(name)
             | TemplateError::BadValue { name, .. }
-            | TemplateError::Decimal { name, .. } => Some(name),
+            | TemplateError::Decimal { name, .. }
+            | TemplateError::Currency { name, .. } => Some(name),
             TemplateError::InBody { error, .. } => error.argument(),
             _ => None,
         }
@@ -207,7 +236,7 @@ enum Placeholder {
     Argument {
         /// The field path: `["customer", "id"]` for `{customer.id}`.
         path: Vec<String>,
-        places: Option<u32>,
+        format: Option<Format>,
     },
     Gateway(GatewayValue),
 }
@@ -256,16 +285,20 @@ impl Placeholder {
         if value.is_null() && null_is_absent {
             return Ok(None);
         }
-        let places = match self {
-            Placeholder::Argument { places, .. } => *places,
+        let format = match self {
+            Placeholder::Argument { format, .. } => format.as_ref(),
             Placeholder::Gateway(_) => None,
         };
-        placeholder::render_value(value, places)
+        placeholder::render_value(value, format, values.arguments, Steps::FieldsAndIndexes)
             .map(Some)
             .map_err(|error| match error {
                 ValueError::Decimal(error) => TemplateError::Decimal {
                     name: self.name(),
                     error,
+                },
+                ValueError::Currency(error) => TemplateError::Currency {
+                    name: self.name(),
+                    error: Box::new(error),
                 },
                 ValueError::NoText(reason) => TemplateError::BadValue {
                     name: self.name(),
@@ -275,14 +308,38 @@ impl Placeholder {
     }
 
     /// The placeholder's value in a JSON body when it is the whole string: the argument's
-    /// own JSON value, or a string for a decimal format and for gateway values.
+    /// own JSON value, a JSON integer for minor units, or a string for a decimal format and
+    /// for gateway values.
     fn json(&self, values: &Values<'_>) -> Result<Option<Value>, TemplateError> {
         match (self, self.resolve(values)) {
             (_, None) => Ok(None),
-            (Placeholder::Argument { places: None, .. }, Some(Resolved::Json(value))) => {
+            (Placeholder::Argument { format: None, .. }, Some(Resolved::Json(value))) => {
                 Ok(Some(value.clone()))
             }
+            (
+                Placeholder::Argument {
+                    format: Some(Format::MinorUnits(_)),
+                    ..
+                },
+                _,
+            ) => Ok(self.text(values, false)?.map(|text| {
+                // Integer text, which a JSON number holds exactly (arbitrary precision).
+                text.parse::<serde_json::Number>()
+                    .map_or(Value::String(text), Value::Number)
+            })),
             _ => Ok(self.text(values, false)?.map(Value::String)),
+        }
+    }
+
+    /// The argument a minor-units placeholder takes its currency from, if it takes it from
+    /// one.
+    fn currency_argument(&self) -> Option<&[String]> {
+        match self {
+            Placeholder::Argument {
+                format: Some(Format::MinorUnits(source @ CurrencySource::Argument(_))),
+                ..
+            } => source.argument(),
+            _ => None,
         }
     }
 }
@@ -347,6 +404,14 @@ impl Template {
         gateway_allowed: bool,
     ) -> Result<(), TemplateError> {
         for placeholder in self.placeholders() {
+            if let Some(currency) = placeholder.currency_argument()
+                && !names.contains(&currency[0].as_str())
+            {
+                return Err(TemplateError::UnknownCurrencyArgument {
+                    name: placeholder.name(),
+                    currency: currency.join("."),
+                });
+            }
             match placeholder {
                 Placeholder::Argument { path, .. } if names.contains(&path[0].as_str()) => {}
                 Placeholder::Gateway(_) if gateway_allowed => {}
@@ -436,6 +501,33 @@ impl Template {
             }
         }
         Ok(Some(text))
+    }
+
+    /// Renders a query parameter named `name`: its `(name, value)` pairs. A template that is
+    /// exactly one placeholder of an object or array argument is written in bracket notation
+    /// under the name (`filters[status]=open`, `expand[]=charge`); any other renders as
+    /// [`Template::render_text`] does (`Ok(None)`: the parameter is left out).
+    pub fn render_query(
+        &self,
+        name: &str,
+        values: &Values<'_>,
+    ) -> Result<Option<Vec<(String, String)>>, TemplateError> {
+        if let Some(placeholder @ Placeholder::Argument { format: None, .. }) =
+            self.single_placeholder()
+            && let Some(Resolved::Json(value @ (Value::Object(_) | Value::Array(_)))) =
+                placeholder.resolve(values)
+        {
+            let fields = form_fields(name, value)?;
+            return Ok(Some(
+                fields
+                    .into_iter()
+                    .map(|field| (field.raw_name(), field.value))
+                    .collect(),
+            ));
+        }
+        Ok(self
+            .render_text(values)?
+            .map(|text| vec![(name.to_owned(), text)]))
     }
 
     /// Renders a header value, refusing line breaks and other control characters (a tab is
@@ -570,7 +662,29 @@ impl BodyTemplate {
 
     /// Renders the body for one call.
     pub fn render(&self, values: &Values<'_>) -> Result<Value, TemplateError> {
-        render_node(&self.root, values)
+        render_node(&self.root, values, Absent::LeaveOut)
+    }
+
+    /// Renders the body for one call; with [`Absent::Refuse`] a member that is exactly one
+    /// placeholder without a value is an error rather than left out (a lookup's filter).
+    pub fn render_with(&self, values: &Values<'_>, absent: Absent) -> Result<Value, TemplateError> {
+        render_node(&self.root, values, absent)
+    }
+
+    /// True when the body can be a form: a mapping, or one placeholder (of an object
+    /// argument, checked when rendered).
+    pub(crate) fn can_be_form(&self) -> bool {
+        matches!(self.root, Node::Object(_) | Node::Whole(_))
+    }
+
+    /// Renders the body as `application/x-www-form-urlencoded` in bracket notation (see
+    /// [`form_encode`]).
+    pub fn render_form(
+        &self,
+        values: &Values<'_>,
+        absent: Absent,
+    ) -> Result<String, TemplateError> {
+        form_encode(&self.render_with(values, absent)?)
     }
 
     /// True when a placeholder anywhere in the body is the application's intent id.
@@ -664,7 +778,7 @@ fn check_node(
     }
 }
 
-fn render_node(node: &Node, values: &Values<'_>) -> Result<Value, TemplateError> {
+fn render_node(node: &Node, values: &Values<'_>, absent: Absent) -> Result<Value, TemplateError> {
     match node {
         Node::Literal(value) => Ok(value.clone()),
         Node::Whole(placeholder) => placeholder
@@ -677,7 +791,7 @@ fn render_node(node: &Node, values: &Values<'_>) -> Result<Value, TemplateError>
         }
         Node::Array(items) => items
             .iter()
-            .map(|item| render_node(item, values))
+            .map(|item| render_node(item, values, absent))
             .collect::<Result<Vec<_>, _>>()
             .map(Value::Array),
         Node::Object(members) => {
@@ -685,16 +799,171 @@ fn render_node(node: &Node, values: &Values<'_>) -> Result<Value, TemplateError>
             for (key, member) in members {
                 // An optional argument the call left out leaves its member out.
                 if let Node::Whole(placeholder) = member {
-                    if let Some(value) = placeholder.json(values)? {
-                        object.insert(key.clone(), value);
+                    match placeholder.json(values)? {
+                        Some(value) => {
+                            object.insert(key.clone(), value);
+                        }
+                        None if absent == Absent::Refuse => return Err(placeholder.missing()),
+                        None => {}
                     }
                     continue;
                 }
-                object.insert(key.clone(), render_node(member, values)?);
+                object.insert(key.clone(), render_node(member, values, absent)?);
             }
             Ok(Value::Object(object))
         }
     }
+}
+
+/// What a form field's name and value keep as they are: letters, digits and `*-._`; a space
+/// becomes `+`, everything else `%XX` per UTF-8 byte (the form-urlencoded serializer's rule).
+const FORM_KEPT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'*')
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_');
+
+/// One step of a bracket-notation name after its first part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FormStep {
+    /// `[name]`: a member of an object.
+    Member(String),
+    /// `[0]`: an element of an array that holds objects or arrays.
+    Index(usize),
+    /// `[]`: an element of an array of scalars.
+    Append,
+}
+
+/// One `name=value` field of a form or query, before encoding.
+struct FormField {
+    first: String,
+    steps: Vec<FormStep>,
+    value: String,
+}
+
+impl FormField {
+    /// The name as text: `metadata[intent_key]`, `expand[]`, `items[0][price]`.
+    fn raw_name(&self) -> String {
+        let mut name = self.first.clone();
+        for step in &self.steps {
+            match step {
+                FormStep::Member(member) => {
+                    name.push('[');
+                    name.push_str(member);
+                    name.push(']');
+                }
+                FormStep::Index(index) => name.push_str(&format!("[{index}]")),
+                FormStep::Append => name.push_str("[]"),
+            }
+        }
+        name
+    }
+
+    /// `name=value`, each part of the name and the value encoded, the brackets that give the
+    /// name its structure written as they are.
+    fn encoded(&self) -> String {
+        let mut text = form_encode_part(&self.first);
+        for step in &self.steps {
+            match step {
+                FormStep::Member(member) => {
+                    text.push('[');
+                    text.push_str(&form_encode_part(member));
+                    text.push(']');
+                }
+                FormStep::Index(index) => text.push_str(&format!("[{index}]")),
+                FormStep::Append => text.push_str("[]"),
+            }
+        }
+        text.push('=');
+        text.push_str(&form_encode_part(&self.value));
+        text
+    }
+}
+
+fn form_encode_part(text: &str) -> String {
+    // `%20` only ever stands for a space here: a `%` of the text is itself encoded (`%25`).
+    utf8_percent_encode(text, FORM_KEPT)
+        .to_string()
+        .replace("%20", "+")
+}
+
+/// A rendered body as `application/x-www-form-urlencoded`, in the bracket notation Stripe
+/// reads: `{"amount": 4900, "metadata": {"k": "v"}, "expand": ["charge"]}` is
+/// `amount=4900&metadata[k]=v&expand[]=charge`. An array of scalars repeats `name[]`; an
+/// array that holds objects or arrays numbers its elements (`items[0][price]=...`). A number
+/// is its exact decimal text (as placeholders write numbers), a boolean `true` or `false`,
+/// null an empty value (`name=`, which Stripe reads as "unset"); an empty object or array
+/// writes nothing. Members are written in the order the JSON object keeps them (by name).
+pub fn form_encode(body: &Value) -> Result<String, TemplateError> {
+    let Value::Object(members) = body else {
+        return Err(TemplateError::FormNotMapping);
+    };
+    let mut fields = Vec::new();
+    for (name, value) in members {
+        fields.extend(form_fields(name, value)?);
+    }
+    Ok(fields
+        .iter()
+        .map(FormField::encoded)
+        .collect::<Vec<_>>()
+        .join("&"))
+}
+
+/// The fields `value` writes under `name`, in order.
+fn form_fields(name: &str, value: &Value) -> Result<Vec<FormField>, TemplateError> {
+    let mut fields = Vec::new();
+    let mut steps = Vec::new();
+    collect_form_fields(name, &mut steps, value, &mut fields)?;
+    Ok(fields)
+}
+
+fn collect_form_fields(
+    first: &str,
+    steps: &mut Vec<FormStep>,
+    value: &Value,
+    fields: &mut Vec<FormField>,
+) -> Result<(), TemplateError> {
+    let leaf = |text: String, steps: &[FormStep], fields: &mut Vec<FormField>| {
+        fields.push(FormField {
+            first: first.to_owned(),
+            steps: steps.to_vec(),
+            value: text,
+        });
+    };
+    match value {
+        Value::Object(members) => {
+            for (member, value) in members {
+                steps.push(FormStep::Member(member.clone()));
+                collect_form_fields(first, steps, value, fields)?;
+                steps.pop();
+            }
+        }
+        Value::Array(items) => {
+            let nested = items
+                .iter()
+                .any(|item| matches!(item, Value::Object(_) | Value::Array(_)));
+            for (index, item) in items.iter().enumerate() {
+                steps.push(if nested {
+                    FormStep::Index(index)
+                } else {
+                    FormStep::Append
+                });
+                collect_form_fields(first, steps, item, fields)?;
+                steps.pop();
+            }
+        }
+        Value::Null => leaf(String::new(), steps, fields),
+        Value::Number(number) => {
+            // The exact decimal placeholders write (`4.9e1` is `49`); a number too long for
+            // one as the caller wrote it.
+            let text = placeholder::render_value(value, None, &Value::Null, Steps::FieldsOnly)
+                .unwrap_or_else(|_| number.as_str().to_owned());
+            leaf(text, steps, fields);
+        }
+        Value::String(text) => leaf(text.clone(), steps, fields),
+        Value::Bool(flag) => leaf(flag.to_string(), steps, fields),
+    }
+    Ok(())
 }
 
 /// Runs `f` with `key` appended to the JSON pointer (escaped per RFC 6901).
@@ -731,14 +1000,14 @@ fn gateway_or_argument(found: placeholder::Placeholder) -> Result<Placeholder, T
         _ => None,
     };
     match gateway {
-        Some(_) if found.places.is_some() => Err(TemplateError::Syntax {
+        Some(_) if found.format.is_some() => Err(TemplateError::Syntax {
             position: found.position,
             reason: "gateway values ({intent_key}, {idempotency_key}, {intent_id}) take no format",
         }),
         Some(value) => Ok(Placeholder::Gateway(value)),
         None => Ok(Placeholder::Argument {
             path: found.path,
-            places: found.places,
+            format: found.format,
         }),
     }
 }
@@ -1106,6 +1375,211 @@ mod tests {
                 "{template}"
             );
         }
+    }
+
+    fn form(template: Value, arguments: &str) -> Result<String, TemplateError> {
+        // Parsed from text: numbers keep the text the caller wrote.
+        let arguments: Value = serde_json::from_str(arguments).unwrap();
+        BodyTemplate::parse(&template)?.render_form(&values(&arguments), Absent::LeaveOut)
+    }
+
+    #[test]
+    fn a_form_body_is_stripes_bracket_notation() {
+        let template = json!({
+            "payment_intent": "{payment_intent}",
+            "amount": "{amount:minor(USD)}",
+            "metadata": {"intentgate_key": "{idempotency_key}", "order": "{order.id}"},
+            "expand": ["charge", "charge.customer"],
+            "items": "{items}",
+            "reason": "{reason}",
+            "note": "{note}",
+            "count": "{count}",
+            "price": "{price}",
+            "confirm": true,
+            "unset": "{nothing}",
+            "empty": {},
+        });
+        let arguments = r#"{
+            "payment_intent": "pi_1", "amount": "49.00", "order": {"id": "a&b=c[d] e"},
+            "items": [{"price": "p_1", "quantity": 2}, {"price": "p_2"}],
+            "note": "café ✓ 50%+", "count": 3, "price": 9.50, "nothing": null
+        }"#;
+        assert_eq!(
+            form(template, arguments).unwrap(),
+            "amount=4900&confirm=true&count=3\
+             &expand[]=charge&expand[]=charge.customer\
+             &items[0][price]=p_1&items[0][quantity]=2&items[1][price]=p_2\
+             &metadata[intentgate_key]=refund_order%3Arefund%3A8812%3A49.00\
+             &metadata[order]=a%26b%3Dc%5Bd%5D+e\
+             &note=caf%C3%A9+%E2%9C%93+50%25%2B&payment_intent=pi_1&price=9.5&unset="
+        );
+        // Member names are encoded too, around the brackets that structure them.
+        assert_eq!(
+            form(
+                json!({"a b": {"c&d": "{x}"}, "tags": "{tags}"}),
+                r#"{"x": "1", "tags": ["x", null, 2]}"#
+            )
+            .unwrap(),
+            "a+b[c%26d]=1&tags[]=x&tags[]=&tags[]=2"
+        );
+        assert_eq!(
+            form(json!({"nested": "{n}"}), r#"{"n": [[1, 2], {"k": "v"}]}"#).unwrap(),
+            "nested[0][]=1&nested[0][]=2&nested[1][k]=v"
+        );
+        // A whole body that is one object argument is a form; anything else is not.
+        assert_eq!(
+            form(json!("{params}"), r#"{"params": {"a": 1}}"#).unwrap(),
+            "a=1"
+        );
+        assert_eq!(
+            form(json!("{params}"), r#"{"params": [1]}"#),
+            Err(TemplateError::FormNotMapping)
+        );
+        assert!(!BodyTemplate::parse(&json!(["{a}"])).unwrap().can_be_form());
+        // Refused as in a JSON body: a missing argument inside text, extra places.
+        assert_eq!(
+            form(json!({"note": "for {order_id}"}), "{}"),
+            Err(TemplateError::MissingArgument("order_id".into()))
+        );
+        assert!(matches!(
+            form(json!({"amount": "{amount:minor(USD)}"}), r#"{"amount": 49.001}"#),
+            Err(TemplateError::Currency { ref name, .. }) if name == "amount"
+        ));
+    }
+
+    #[test]
+    fn a_lookup_body_refuses_a_filter_without_a_value() {
+        let template = BodyTemplate::parse(&json!({"query": {"order": "{order_id}"}})).unwrap();
+        let arguments = json!({});
+        assert_eq!(
+            template.render_with(&values(&arguments), Absent::Refuse),
+            Err(TemplateError::MissingArgument("order_id".into()))
+        );
+        assert_eq!(
+            template.render(&values(&arguments)).unwrap(),
+            json!({"query": {}})
+        );
+    }
+
+    #[test]
+    fn minor_units_are_an_integer_everywhere_and_a_json_number_in_a_json_body() {
+        for amount in ["49", "49.0", "\"49.00\""] {
+            let arguments: Value =
+                serde_json::from_str(&format!(r#"{{"amount": {amount}, "currency": "usd"}}"#))
+                    .unwrap();
+            let rendered = body(
+                json!({"amount": "{amount:minor(USD)}", "by_argument": "{amount:minor(currency)}",
+                       "text": "{amount:minor(USD)} cents"}),
+                arguments.clone(),
+            )
+            .unwrap();
+            assert_eq!(
+                rendered,
+                json!({"amount": 4900, "by_argument": 4900, "text": "4900 cents"}),
+                "{amount}"
+            );
+            assert!(rendered["amount"].is_u64());
+            assert_eq!(
+                path("/v1/{amount:minor(JPY)}", arguments.clone()).unwrap(),
+                "/v1/49"
+            );
+        }
+        let error = text(
+            "{amount:minor(currency)}",
+            json!({"amount": 1, "currency": "ZZZ"}),
+        )
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("`amount`") && error.to_string().contains("ZZZ"),
+            "{error}"
+        );
+        let error = text("{amount:minor(currency)}", json!({"amount": 1})).unwrap_err();
+        assert!(
+            error.to_string().contains("`currency`")
+                && error.to_string().contains("did not provide"),
+            "{error}"
+        );
+        assert_eq!(error.argument(), Some("amount"));
+        // Checked when loaded: the currency must come from an argument of the tool.
+        check_template("{amount:minor(currency)}", &["amount", "currency"]).unwrap();
+        let error = check_template("{amount:minor(curency)}", &["amount", "currency"]).unwrap_err();
+        assert_eq!(
+            error,
+            TemplateError::UnknownCurrencyArgument {
+                name: "amount".into(),
+                currency: "curency".into()
+            }
+        );
+        assert!(error.to_string().contains("minor(USD)"), "{error}");
+        assert!(matches!(
+            check_body_template(&json!({"a": "{amount:minor(cur)}"}), &["amount"]),
+            Err(TemplateError::InBody { .. })
+        ));
+        assert!(matches!(
+            Template::parse("{amount:minor(XYZ)}"),
+            Err(TemplateError::Syntax { .. })
+        ));
+    }
+
+    #[test]
+    fn a_query_of_one_object_or_array_argument_is_written_in_brackets() {
+        let template = Template::parse("{filters}").unwrap();
+        let arguments =
+            json!({"filters": {"status": "open", "created": {"gte": 5}}, "expand": ["a", "b"]});
+        assert_eq!(
+            template
+                .render_query("filters", &values(&arguments))
+                .unwrap()
+                .unwrap(),
+            [
+                ("filters[created][gte]".to_owned(), "5".to_owned()),
+                ("filters[status]".to_owned(), "open".to_owned())
+            ]
+        );
+        assert_eq!(
+            Template::parse("{expand}")
+                .unwrap()
+                .render_query("expand", &values(&arguments))
+                .unwrap()
+                .unwrap(),
+            [
+                ("expand[]".to_owned(), "a".to_owned()),
+                ("expand[]".to_owned(), "b".to_owned())
+            ]
+        );
+        // Scalars, and objects inside text, are as before.
+        assert_eq!(
+            Template::parse("{x}")
+                .unwrap()
+                .render_query("created[gte]", &values(&json!({"x": 7})))
+                .unwrap()
+                .unwrap(),
+            [("created[gte]".to_owned(), "7".to_owned())]
+        );
+        assert!(matches!(
+            Template::parse("f:{filters}")
+                .unwrap()
+                .render_query("q", &values(&arguments)),
+            Err(TemplateError::BadValue { .. })
+        ));
+        assert_eq!(
+            Template::parse("{absent}")
+                .unwrap()
+                .render_query("q", &values(&arguments))
+                .unwrap(),
+            None
+        );
+        // A header and a path still refuse an object.
+        assert!(matches!(
+            Template::parse("{filters}")
+                .unwrap()
+                .render_header("X-F", &values(&arguments)),
+            Err(TemplateError::BadValue { .. })
+        ));
+        assert!(matches!(
+            path("/v1/{filters}", arguments.clone()),
+            Err(TemplateError::BadValue { .. })
+        ));
     }
 
     #[test]

@@ -361,10 +361,12 @@ impl Upstream for HttpUpstream {
                 status,
                 retry_after_ms,
                 body,
+                signals,
             }) => UpstreamObservation::Response {
                 status,
                 retry_after_ms,
                 body: body.into_value(),
+                signals,
             },
             Ok(Exchange::NotSent(not_sent)) => {
                 facts.unreachable = not_sent.unreachable;
@@ -469,6 +471,13 @@ impl CompiledLookup {
         for (argument, field) in &spec.match_fields {
             check_pointer(&context, &format!("match.{argument}.record"), &field.record)?;
         }
+        crate::verify::MatchFields::check(&spec.match_fields).map_err(|(argument, reason)| {
+            HttpError::BadMinorUnits {
+                context: context.clone(),
+                field: format!("match.{argument}.minor_units"),
+                reason,
+            }
+        })?;
         let proof = Proof::new(spec.key.as_deref(), &spec.match_fields)
             .ok_or_else(|| HttpError::UnprovenLookup(context.clone()))?;
         let pages = spec
@@ -659,13 +668,12 @@ fn not_built_reason(error: &TemplateError, tool: &ToolDefinition) -> String {
 }
 
 fn not_built(message: String) -> UpstreamObservation {
-    UpstreamObservation::Response {
-        status: NOT_BUILT_STATUS,
-        retry_after_ms: None,
-        body: json!({
+    UpstreamObservation::response(
+        NOT_BUILT_STATUS,
+        json!({
             "error": {"type": "request_not_built", "message": message, "sent": false}
         }),
-    }
+    )
 }
 
 fn call_template(tool: &str, call: &CallSpec) -> Result<RequestTemplate, HttpError> {
@@ -677,6 +685,7 @@ fn call_template(tool: &str, call: &CallSpec) -> Result<RequestTemplate, HttpErr
         query: &call.query,
         headers: &call.headers,
         body: call.body.as_ref(),
+        body_format: call.body_format,
         absent: Absent::LeaveOut,
     })
 }
@@ -693,7 +702,8 @@ fn lookup_template(
         path: &lookup.path,
         query: &lookup.query,
         headers: &lookup.headers,
-        body: None,
+        body: lookup.body.as_ref(),
+        body_format: lookup.body_format,
         absent: Absent::Refuse,
     })
 }

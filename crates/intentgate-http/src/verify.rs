@@ -10,7 +10,10 @@
 //!   another key.
 //! - by its **business fields** (`match`), for a provider that keeps no key: every field equal
 //!   to the intent's argument, decimals by their exact value (`10.1`, `10.10` and `"10.10"`
-//!   agree; nothing goes through a float).
+//!   agree; nothing goes through a float). A field in minor units (`minor_units: USD`)
+//!   holds an integer (`4900`) that is compared exactly with the intent's decimal in major
+//!   units (`49`, `49.0`, `"49.00"`); an intent amount with more places than the currency
+//!   has matches no record.
 //!
 //! With both configured both must hold; a record that passes one and fails the other is a
 //! [`Judgement::Mismatch`], which settles nothing and is reported, because it means the
@@ -20,7 +23,9 @@
 use std::collections::BTreeMap;
 
 use intentgate_core::ExactNumber;
+use intentgate_core::currency::{CurrencySource, to_minor_units};
 use intentgate_core::key::is_provider_key_of;
+use intentgate_core::placeholder::{Steps, resolve};
 use serde_json::Value;
 
 use crate::spec::{MatchCompare, MatchField};
@@ -195,6 +200,10 @@ struct Field {
     /// JSON pointer into the provider's record.
     record: String,
     compare: MatchCompare,
+    /// The record holds the amount in minor units of this currency; `Err` for a
+    /// `minor_units` that is neither a known code nor an argument path (a config the check
+    /// refuses): such a field matches no record.
+    minor_units: Option<Result<CurrencySource, &'static str>>,
 }
 
 impl MatchFields {
@@ -211,20 +220,42 @@ impl MatchFields {
                     .collect(),
                 record: field.record.clone(),
                 compare: field.compare.unwrap_or(MatchCompare::Text),
+                minor_units: field.minor_units.as_deref().map(CurrencySource::parse),
             })
             .collect();
         MatchFields { fields }
     }
 
+    /// Refuses a `minor_units` that is neither a known ISO 4217 code nor an argument path,
+    /// naming the argument of the field: `Err((argument, reason))`.
+    pub fn check(fields: &BTreeMap<String, MatchField>) -> Result<(), (String, &'static str)> {
+        for (argument, field) in fields {
+            if let Some(source) = &field.minor_units {
+                CurrencySource::parse(source).map_err(|reason| (argument.clone(), reason))?;
+            }
+        }
+        Ok(())
+    }
+
     /// The pairing value of an intent, from its arguments (as the ledger keeps them, or as
     /// the caller sent them: the fields are never sensitive, so both are the same).
     pub fn of_arguments(&self, arguments: &Value) -> String {
-        self.value(|field| arguments.pointer(&field.argument_pointer))
+        let parts: Vec<Option<String>> = self
+            .fields
+            .iter()
+            .map(|field| field.of_arguments(arguments))
+            .collect();
+        serde_json::to_string(&parts).expect("a list of texts serialises")
     }
 
     /// The pairing value of a provider record.
     pub fn of_record(&self, record: &Value) -> String {
-        self.value(|field| record.pointer(&field.record))
+        let parts: Vec<Option<String>> = self
+            .fields
+            .iter()
+            .map(|field| field.of_record(record))
+            .collect();
+        serde_json::to_string(&parts).expect("a list of texts serialises")
     }
 
     /// The arguments whose values differ between `record` and `arguments`, in the fields'
@@ -232,10 +263,7 @@ impl MatchFields {
     pub fn differing(&self, record: &Value, arguments: &Value) -> Vec<&str> {
         self.fields
             .iter()
-            .filter(|field| {
-                canonical(record.pointer(&field.record), field.compare)
-                    != canonical(arguments.pointer(&field.argument_pointer), field.compare)
-            })
+            .filter(|field| field.of_record(record) != field.of_arguments(arguments))
             .map(|field| field.argument.as_str())
             .collect()
     }
@@ -262,16 +290,42 @@ impl MatchFields {
             .collect();
         names.join(", ")
     }
+}
 
-    /// Each field's canonical value, in the fields' order, as a JSON array: one text per
-    /// combination of values, which no combination of other values can spell.
-    fn value<'v>(&self, get: impl Fn(&Field) -> Option<&'v Value>) -> String {
-        let parts: Vec<Option<String>> = self
-            .fields
-            .iter()
-            .map(|field| canonical(get(field), field.compare))
-            .collect();
-        serde_json::to_string(&parts).expect("a list of texts serialises")
+impl Field {
+    /// The canonical value of the record's field (see [`canonical`]); an amount in minor
+    /// units is a decimal whatever `compare` says.
+    fn of_record(&self, record: &Value) -> Option<String> {
+        let compare = match self.minor_units {
+            Some(_) => MatchCompare::Decimal,
+            None => self.compare,
+        };
+        canonical(record.pointer(&self.record), compare)
+    }
+
+    /// The canonical value of the intent's argument. With minor units, the argument (a
+    /// decimal in major units) is written in the currency's minor units first, exactly: the
+    /// value of an argument that can't be (more places than the currency has, an unknown
+    /// currency) is `x`, which no record's value is.
+    fn of_arguments(&self, arguments: &Value) -> Option<String> {
+        let value = arguments.pointer(&self.argument_pointer);
+        let Some(source) = &self.minor_units else {
+            return canonical(value, self.compare);
+        };
+        let value = value.filter(|value| !value.is_null())?;
+        let Ok(source) = source else {
+            return Some("x".to_owned());
+        };
+        let currency = source
+            .argument()
+            .and_then(|path| resolve(arguments, path, Steps::FieldsOnly));
+        match source
+            .resolve(currency)
+            .and_then(|(code, exponent)| to_minor_units(value, &code, exponent))
+        {
+            Ok(minor) => canonical(Some(&Value::String(minor)), MatchCompare::Decimal),
+            Err(_) => Some("x".to_owned()),
+        }
     }
 }
 
@@ -311,6 +365,7 @@ mod tests {
                     MatchField {
                         record: (*record).to_owned(),
                         compare: Some(*compare),
+                        minor_units: None,
                     },
                 )
             })
@@ -387,6 +442,89 @@ mod tests {
                 Judgement::NotOurs
             );
         }
+    }
+
+    fn minor_units_fields(minor_units: &str) -> BTreeMap<String, MatchField> {
+        BTreeMap::from([(
+            "amount".to_owned(),
+            MatchField {
+                record: "/amount".to_owned(),
+                compare: Some(MatchCompare::Decimal),
+                minor_units: Some(minor_units.to_owned()),
+            },
+        )])
+    }
+
+    #[test]
+    fn a_record_in_minor_units_matches_the_intents_decimal_exactly() {
+        let proof = Proof::new(None, &minor_units_fields("USD")).unwrap();
+        let record = json!({"id": "re_1", "amount": 4900});
+        for amount in ["49", "49.0", "\"49.00\"", "\"49\""] {
+            let arguments: Value =
+                serde_json::from_str(&format!(r#"{{"amount": {amount}}}"#)).unwrap();
+            assert_eq!(
+                proof.judge(&record, &intent(None, &arguments)),
+                Judgement::Ours,
+                "{amount}"
+            );
+        }
+        let arguments = json!({"amount": "49.00"});
+        for other in [json!(4901), json!(49), json!("4900.5"), json!(null)] {
+            let record = json!({"amount": other});
+            assert_eq!(
+                proof.judge(&record, &intent(None, &arguments)),
+                Judgement::NotOurs,
+                "{other}"
+            );
+        }
+        // A string record holding the integer agrees too.
+        assert_eq!(
+            proof.judge(&json!({"amount": "4900"}), &intent(None, &arguments)),
+            Judgement::Ours
+        );
+        // More places than cents: never rounded into a match.
+        let precise = json!({"amount": "49.001"});
+        for record in [json!({"amount": 4900}), json!({"amount": 4900.1})] {
+            assert_eq!(
+                proof.judge(&record, &intent(None, &precise)),
+                Judgement::NotOurs
+            );
+        }
+        // Zero places, and a currency taken from the intent's argument.
+        let yen = Proof::new(None, &minor_units_fields("JPY")).unwrap();
+        assert_eq!(
+            yen.judge(
+                &json!({"amount": 4900}),
+                &intent(None, &json!({"amount": 4900}))
+            ),
+            Judgement::Ours
+        );
+        let by_argument = MatchFields::new(&minor_units_fields("currency"));
+        let record = json!({"amount": 1234});
+        assert!(
+            by_argument
+                .differing(&record, &json!({"amount": "1.234", "currency": "bhd"}))
+                .is_empty()
+        );
+        assert_eq!(
+            by_argument.differing(&record, &json!({"amount": "12.34", "currency": "BHD"})),
+            ["amount"]
+        );
+        assert!(
+            by_argument
+                .differing(&record, &json!({"amount": "12.34", "currency": "usd"}))
+                .is_empty()
+        );
+        assert_eq!(
+            by_argument.differing(&record, &json!({"amount": "12.34", "currency": "ZZZ"})),
+            ["amount"]
+        );
+        assert_eq!(
+            by_argument.of_record(&record),
+            by_argument.of_arguments(&json!({"amount": 12.34, "currency": "USD"}))
+        );
+        assert!(MatchFields::check(&minor_units_fields("XYZ")).is_err());
+        assert!(MatchFields::check(&minor_units_fields("currency")).is_ok());
     }
 
     #[test]

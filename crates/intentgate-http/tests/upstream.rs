@@ -16,8 +16,8 @@ use axum::response::IntoResponse;
 use axum::routing::{any, get, post};
 use common::*;
 use intentgate_core::{
-    CallStatus, Effect, Misconfiguration, OutcomeClass, RequestFacts, Unreachable,
-    UpstreamObservation, classify, classify_with,
+    Ambiguity, CallStatus, Effect, Misconfiguration, OutcomeClass, ProviderSignals, RequestFacts,
+    Unreachable, UpstreamObservation, classify, classify_with,
 };
 use intentgate_gate::{
     CallContext, Gate, GateOptions, LookupOutcome, SystemClock, Upstream, UpstreamCall,
@@ -72,11 +72,7 @@ async fn a_2xx_becomes_a_response_with_the_whole_json_body() {
 
     assert_eq!(
         observation,
-        UpstreamObservation::Response {
-            status: 200,
-            retry_after_ms: None,
-            body: json!({"id": "re_1", "refund": {"amount": "49.00"}}),
-        }
+        UpstreamObservation::response(200, json!({"id": "re_1", "refund": {"amount": "49.00"}}))
     );
     assert_eq!(classify(&observation), OutcomeClass::Done);
     // The gate keeps the whole body (it reads the external id from it); the model sees the
@@ -110,11 +106,10 @@ async fn a_402_is_a_response_that_the_gate_classifies_as_rejected() {
 
     assert_eq!(
         observation,
-        UpstreamObservation::Response {
-            status: 402,
-            retry_after_ms: None,
-            body: json!({"error": {"type": "card_error", "message": "card declined"}}),
-        }
+        UpstreamObservation::response(
+            402,
+            json!({"error": {"type": "card_error", "message": "card declined"}})
+        )
     );
     assert_eq!(classify(&observation), OutcomeClass::Rejected);
 }
@@ -152,12 +147,14 @@ async fn a_429_carries_retry_after_given_in_seconds_or_as_a_date() {
             status: 429,
             retry_after_ms: Some(2000),
             body: Value::Null,
+            signals: ProviderSignals::default(),
         }
     );
     assert_eq!(
         classify(&observation),
         OutcomeClass::NotProcessed {
-            retry_after_ms: Some(2000)
+            retry_after_ms: Some(2000),
+            retry: true,
         }
     );
 
@@ -184,6 +181,78 @@ async fn a_429_carries_retry_after_given_in_seconds_or_as_a_date() {
     );
 }
 
+/// Stripe stores a key's first answer, a 500 included, and replays it with
+/// `Idempotent-Replayed: true`; `Stripe-Should-Retry` is its advice on retrying. Both reach
+/// the classification, which stops re-sends on a replayed 5xx and retries within a call on
+/// a 429 only where the provider did not say no.
+#[tokio::test]
+async fn stripes_replay_and_retry_headers_reach_the_classification() {
+    let base = serve(
+        Router::new()
+            .route(
+                "/replayed",
+                post(|| async {
+                    (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        [("Idempotent-Replayed", "true")],
+                        axum::Json(json!({"error": {"type": "api_error"}})),
+                    )
+                }),
+            )
+            .route(
+                "/limited",
+                post(|| async {
+                    (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        [("Stripe-Should-Retry", "false")],
+                    )
+                }),
+            ),
+    )
+    .await;
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments = json!({"order_id": "8812", "amount": 49});
+    let at = |path: &str| {
+        upstream_with(
+            &base,
+            "refund_order",
+            call_spec(json!({"upstream": "payments", "method": "POST", "path": path})),
+            None,
+        )
+    };
+
+    let replayed = at("/replayed").execute(call(&tool, &arguments)).await;
+    assert!(
+        matches!(
+            &replayed,
+            UpstreamObservation::Response {
+                status: 500,
+                signals: ProviderSignals {
+                    replayed: true,
+                    should_retry: None
+                },
+                ..
+            }
+        ),
+        "{replayed:?}"
+    );
+    assert_eq!(
+        classify(&replayed),
+        OutcomeClass::Ambiguous {
+            why: Ambiguity::ReplayedServerError
+        }
+    );
+    let limited = at("/limited").execute(call(&tool, &arguments)).await;
+    assert_eq!(
+        classify(&limited),
+        OutcomeClass::NotProcessed {
+            retry_after_ms: None,
+            retry: false,
+        },
+        "{limited:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_closed_port_is_not_sent_and_the_reason_hides_secrets() {
     let base = closed_port_url();
@@ -204,7 +273,8 @@ async fn a_closed_port_is_not_sent_and_the_reason_hides_secrets() {
     assert_eq!(
         classify(&observation),
         OutcomeClass::NotProcessed {
-            retry_after_ms: None
+            retry_after_ms: None,
+            retry: true,
         }
     );
 }
@@ -1357,5 +1427,86 @@ async fn a_refused_connection_a_failed_tls_handshake_and_an_unknown_host_are_tol
     assert!(
         !reason.contains("payments.invalid"),
         "no URL in the reason: {reason}"
+    );
+}
+
+/// Stripe's request shape: a form body in bracket notation with the amount in minor units,
+/// sent to a real server, which sees exactly these bytes under the form's Content-Type; a
+/// query of an array argument in bracket notation next to a literal bracketed name.
+#[tokio::test]
+async fn a_form_body_reaches_the_server_as_stripe_reads_it() {
+    let (recorder, base) = serve_recording().await;
+    let upstream = upstream_with(
+        &base,
+        "refund_order",
+        call_spec(json!({
+            "upstream": "payments",
+            "method": "POST",
+            "path": "/v1/refunds",
+            "query": {"expand": "{note}", "created[gte]": "{count}"},
+            "body_format": "form",
+            "body": {
+                "payment_intent": "{order_id}",
+                "amount": "{amount:minor(USD)}",
+                "metadata": {"intentgate_key": "{idempotency_key}", "intent_key": "{intent_key}"},
+                "expand": ["charge"],
+                "reason": "{customer}",
+            },
+        })),
+        None,
+    );
+    let tool = definition("refund_order", Effect::SideEffect, TIMEOUT);
+    let arguments =
+        json!({"order_id": "pi_1 &=[x]", "amount": "49.00", "count": 5, "note": ["a", "b"]});
+
+    let observation = upstream.execute(call(&tool, &arguments)).await;
+
+    assert_eq!(body_of(&observation)["id"], "re_1");
+    let seen = recorder.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].headers["content-type"],
+        "application/x-www-form-urlencoded"
+    );
+    assert_eq!(
+        String::from_utf8(seen[0].body.clone()).unwrap(),
+        "amount=4900&expand[]=charge\
+         &metadata[intent_key]=refund%3A8812\
+         &metadata[intentgate_key]=refund_order%3Arefund%3A8812\
+         &payment_intent=pi_1+%26%3D%5Bx%5D"
+    );
+    assert_eq!(
+        seen[0].query.as_deref(),
+        Some("created%5Bgte%5D=5&expand%5B%5D=a&expand%5B%5D=b")
+    );
+
+    // An amount with more places than cents is refused before anything is sent, naming the
+    // argument, on the path the gate reports as invalid arguments.
+    let precise = json!({"order_id": "pi_1", "amount": "49.001"});
+    let refused = upstream.check(call(&tool, &precise)).unwrap_err();
+    assert!(
+        refused.contains("`amount`") && refused.contains("rounded"),
+        "{refused}"
+    );
+    assert_eq!(recorder.seen().len(), 1);
+}
+
+/// A form body must be a mapping: refused when the upstream is built.
+#[test]
+fn a_form_body_that_is_not_a_mapping_is_refused_when_loaded() {
+    let tools = BTreeMap::from([(
+        "refund_order".to_owned(),
+        HttpTool {
+            call: call_spec(json!({
+                "upstream": "payments", "method": "POST", "path": "/v1/refunds",
+                "body_format": "form", "body": ["{order_id}"],
+            })),
+            lookup: None,
+        },
+    )]);
+    let error = HttpUpstream::new(payments("http://127.0.0.1:1"), tools).unwrap_err();
+    assert!(
+        matches!(&error, HttpError::Template { field, .. } if field == "body"),
+        "{error}"
     );
 }

@@ -64,8 +64,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use intentgate_core::IntentStatus;
 use intentgate_core::limits::EVENT_DETAIL_LENGTH_MAX;
+use intentgate_core::{IntentStatus, ResendStop};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -226,6 +226,9 @@ pub struct Finish {
     /// the gateway's own call path, where an attempt whose lease ran out still records what
     /// it learned on an intent that went `unknown` meanwhile.
     pub lease_required: bool,
+    /// Same-key re-sends of the intent stop for good, for this reason: the attempt's answer
+    /// is one the provider will give every re-send. Kept once set (`None` changes nothing).
+    pub resend_stopped: Option<ResendStop>,
 }
 
 /// A finish queued by [`Ledger::finish_queued`]: resolves to what [`Ledger::finish`] would

@@ -319,6 +319,7 @@ pub fn new_intent(request: &BeginRequest) -> Result<NewIntent, LedgerError> {
         last_seen_ms: request.now_ms,
         updated_ms: request.now_ms,
         last_lookup_ms: None,
+        resend_stopped: None,
     };
     Ok(NewIntent { intent, arguments })
 }
@@ -413,6 +414,10 @@ fn start_attempt(
     next.resolved_by = None;
     next.attempt += 1;
     next.epoch += u32::from(new_epoch);
+    if new_epoch {
+        // A new provider key: the old key's stored answer is not this one's.
+        next.resend_stopped = None;
+    }
     next.lease_owner = Some(request.lease_owner.clone());
     next.lease_expires_ms = Some(request.lease_expires_ms);
     next.updated_ms = request.now_ms;
@@ -529,7 +534,10 @@ pub fn begin_existing(
     let lease_live = intent.lease_live(request.now_ms) && gone.is_none();
     // A re-send follows a lookup of an intent that was unknown. One whose in-flight lease
     // has only just expired gets its own lookup first: its attempt may have committed.
-    let may_resend = request.resend_unknown && intent.status == IntentStatus::Unknown;
+    // Never one whose re-sends stopped: the provider answers its key the same way every time.
+    let may_resend = request.resend_unknown
+        && intent.status == IntentStatus::Unknown
+        && intent.resend_stopped.is_none();
     if intent.status == IntentStatus::InFlight && !lease_live {
         // The holder crashed, overran its lease, or its process is gone: whatever it did is
         // unknown now.
@@ -640,6 +648,9 @@ pub fn finish(intent: IntentRecord, finish: &Finish) -> Result<Plan<Finished>, L
     if finish.looked_up {
         next.last_lookup_ms = Some(finish.now_ms);
     }
+    if finish.resend_stopped.is_some() && next.resend_stopped.is_none() {
+        next.resend_stopped = finish.resend_stopped;
+    }
     if matches!(finish.status, IntentStatus::Done | IntentStatus::Rejected) {
         next.result = finish.result.clone();
         next.external_id = finish.external_id.clone();
@@ -731,6 +742,7 @@ pub fn resolve(intent: IntentRecord, resolve: &Resolve) -> Result<Plan<IntentRec
         next.result = None;
         next.external_id = None;
         next.epoch += 1;
+        next.resend_stopped = None;
     }
     if resolve.external_id.is_some() {
         next.external_id = resolve.external_id.clone();

@@ -1,6 +1,6 @@
 //! The rows of the ledger, as the rest of the program sees them.
 
-use intentgate_core::IntentStatus;
+use intentgate_core::{IntentStatus, ResendStop};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -34,6 +34,10 @@ pub struct IntentRecord {
     pub last_seen_ms: i64,
     pub updated_ms: i64,
     pub last_lookup_ms: Option<i64>,
+    /// Why same-key re-sends of this intent stopped for good, if they did: the provider
+    /// answers its key the same way every time, so only lookups can settle it. Kept until
+    /// the provider key changes (a new epoch).
+    pub resend_stopped: Option<ResendStop>,
 }
 
 impl IntentRecord {

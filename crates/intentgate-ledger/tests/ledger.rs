@@ -26,7 +26,7 @@ use intentgate_core::limits::{
     ARGUMENTS_BYTES_MAX, CALLER_KEY_LENGTH_MAX, EXTERNAL_ID_LENGTH_MAX, INTENT_KEY_LENGTH_MAX,
     TENANT_LENGTH_MAX,
 };
-use intentgate_core::{IllegalTransition, IntentStatus, fingerprint};
+use intentgate_core::{IllegalTransition, IntentStatus, ResendStop, fingerprint};
 use intentgate_ledger::{
     Begin, BeginRequest, Bound, CallerKey, Erase, Erased, Erasure, Event, Finish, Finished,
     INSTANCE_LENGTH_MAX, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError,
@@ -106,6 +106,7 @@ fn finish(intent: &IntentRecord, lease_owner: &str, status: IntentStatus, now_ms
         looked_up: false,
         detail: format!("{lease_owner} learned {status}"),
         lease_required: false,
+        resend_stopped: None,
     }
 }
 
@@ -541,6 +542,105 @@ async fn lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited(ledger:
     let due = expect!(Begin::Lookup, due);
     assert_eq!(due.lease_owner.as_deref(), Some("owner-d"));
     assert_eq!(due.attempt, 1, "a lookup is not a new attempt");
+}
+
+/// An attempt whose answer the provider gives every request with its key (a stored 5xx
+/// replayed) stops the intent's same-key re-sends: the reason is kept with the intent, read
+/// back by every read, not undone by a later finish that says nothing of it, honoured by
+/// `begin` (a re-send is asked for, a lookup is what it gets), and dropped only when the
+/// provider key changes (a reopened rejection's new epoch).
+async fn stopped_re_sends_are_kept_honoured_and_dropped_with_the_provider_key(ledger: &dyn Ledger) {
+    let resend = |lease_owner: &str, now_ms| BeginRequest {
+        count_call: false,
+        resend_unknown: true,
+        expect_new: false,
+        ..request("order-r", lease_owner, now_ms)
+    };
+    let intent = started(ledger, "order-r", "owner-a", T0).await;
+    assert_eq!(intent.resend_stopped, None, "a new intent may be re-sent");
+    let replayed = Finish {
+        looked_up: true,
+        resend_stopped: Some(ResendStop::ReplayedServerError),
+        detail: "server error replayed for this key; the lookup found nothing yet; same-key \
+                 re-sends stopped for good"
+            .into(),
+        ..finish(&intent, "owner-a", IntentStatus::Unknown, T0 + 1)
+    };
+    let stopped = expect!(Finished::Recorded, ledger.finish(replayed).await.unwrap());
+    assert_eq!(
+        (stopped.status, stopped.resend_stopped),
+        (IntentStatus::Unknown, Some(ResendStop::ReplayedServerError))
+    );
+    assert_eq!(read(ledger, &intent).await, stopped);
+    let log = events(ledger, &intent).await;
+    assert!(
+        log.last()
+            .and_then(|event| event.detail.as_deref())
+            .is_some_and(|detail| detail.contains("re-sends stopped")),
+        "{log:#?}"
+    );
+
+    // Asked for a re-send once a step is due, `begin` gives a lookup lease instead.
+    let due_ms = T0 + 1 + LOOKUP_INTERVAL_MS;
+    let lookup = expect!(
+        Begin::Lookup,
+        ledger.begin(resend("owner-b", due_ms)).await.unwrap()
+    );
+    assert_eq!((lookup.attempt, lookup.epoch), (1, 1));
+    // A lookup's finish says nothing of re-sends: the stop stays.
+    let nothing = Finish {
+        resolved_by: "lookup",
+        looked_up: true,
+        ..finish(&lookup, "owner-b", IntentStatus::Unknown, due_ms + 1)
+    };
+    let still = expect!(Finished::Recorded, ledger.finish(nothing).await.unwrap());
+    assert_eq!(still.resend_stopped, Some(ResendStop::ReplayedServerError));
+    // Nor does a second reason replace the first.
+    let again = expect!(
+        Begin::Lookup,
+        ledger
+            .begin(resend("owner-c", due_ms + 1 + LOOKUP_INTERVAL_MS))
+            .await
+            .unwrap()
+    );
+    let key_reused = Finish {
+        looked_up: true,
+        resend_stopped: Some(ResendStop::KeyReused),
+        ..finish(
+            &again,
+            "owner-c",
+            IntentStatus::Unknown,
+            due_ms + 2 + LOOKUP_INTERVAL_MS,
+        )
+    };
+    let kept = expect!(Finished::Recorded, ledger.finish(key_reused).await.unwrap());
+    assert_eq!(kept.resend_stopped, Some(ResendStop::ReplayedServerError));
+
+    // An operator settles it rejected, then reopens it: a new provider key, re-sends again.
+    let resolve = |status, now_ms| Resolve {
+        id: intent.id,
+        status,
+        external_id: None,
+        result: None,
+        actor: "operator:alice".into(),
+        reason: "checked at the provider".into(),
+        now_ms,
+    };
+    let later_ms = due_ms + 10 * LOOKUP_INTERVAL_MS;
+    let rejected = ledger
+        .resolve(resolve(IntentStatus::Rejected, later_ms))
+        .await
+        .unwrap();
+    assert_eq!(
+        rejected.resend_stopped,
+        Some(ResendStop::ReplayedServerError)
+    );
+    let reopened = ledger
+        .resolve(resolve(IntentStatus::NotExecuted, later_ms + 1))
+        .await
+        .unwrap();
+    assert_eq!((reopened.epoch, reopened.resend_stopped), (2, None));
+    assert_eq!(read(ledger, &intent).await, reopened);
 }
 
 async fn an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked(
@@ -3272,6 +3372,7 @@ macro_rules! behaviours {
             an_expired_lease_makes_the_intent_unknown_and_one_caller_looks_it_up,
             lookups_of_an_unknown_intent_are_one_at_a_time_and_rate_limited,
             an_unknown_intent_is_re_sent_with_the_same_provider_key_only_when_asked,
+            stopped_re_sends_are_kept_honoured_and_dropped_with_the_provider_key,
             a_not_executed_intent_starts_a_new_attempt_with_the_same_provider_key,
             a_rejected_intent_is_settled_unless_the_tool_retries_rejections,
             every_call_and_transition_is_logged_oldest_first,
@@ -3596,6 +3697,7 @@ mod sqlite {
             last_seen_ms: first_seen_ms,
             updated_ms: first_seen_ms,
             last_lookup_ms: None,
+            resend_stopped: None,
         }
     }
 
@@ -3991,6 +4093,69 @@ mod sqlite {
         goes_on_from(&open(&path, GROUPED), &written).await;
     }
 
+    /// A ledger made before re-sends could stop (schema version 5) gets the column on open:
+    /// its intents read back as they were, none stopped, and the column is then written.
+    #[tokio::test]
+    async fn a_version_5_ledger_gains_the_resend_stop_column_and_keeps_its_intents() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        let before = {
+            let ledger = open(&path, GROUPED);
+            let intent = started(&ledger, "order-m", "owner-a", T0).await;
+            let unknown = Finish {
+                looked_up: true,
+                ..finish(&intent, "owner-a", IntentStatus::Unknown, T0 + 1)
+            };
+            expect!(Finished::Recorded, ledger.finish(unknown).await.unwrap())
+        };
+        // Back to version 5, as an older intentgate left it.
+        let connection = rusqlite::Connection::open(&path).unwrap();
+        connection
+            .execute_batch(
+                "ALTER TABLE intents DROP COLUMN resend_stopped;
+                 DELETE FROM schema_migrations WHERE version = 6;",
+            )
+            .unwrap();
+        drop(connection);
+        let versions = |path: &Path| -> Vec<i64> {
+            applied_migrations(path)
+                .into_iter()
+                .map(|(version, _)| version)
+                .collect()
+        };
+        assert_eq!(versions(&path), [1, 2, 3, 4, 5]);
+
+        let ledger = open(&path, GROUPED);
+        assert_eq!(versions(&path), [1, 2, 3, 4, 5, 6]);
+        let read_back = read(&ledger, &before).await;
+        assert_eq!(read_back, before);
+        assert_eq!(read_back.resend_stopped, None);
+        let lookup = expect!(
+            Begin::Lookup,
+            ledger
+                .begin(request("order-m", "owner-b", T0 + 1 + LOOKUP_INTERVAL_MS))
+                .await
+                .unwrap()
+        );
+        let stop = Finish {
+            looked_up: true,
+            resend_stopped: Some(ResendStop::KeyReused),
+            ..finish(
+                &lookup,
+                "owner-b",
+                IntentStatus::Unknown,
+                T0 + 2 + LOOKUP_INTERVAL_MS,
+            )
+        };
+        expect!(Finished::Recorded, ledger.finish(stop).await.unwrap());
+        drop(ledger);
+        let stored: Vec<(i64, String)> = pairs(
+            &path,
+            "SELECT id, resend_stopped FROM intents WHERE resend_stopped IS NOT NULL",
+        );
+        assert_eq!(stored, [(before.id, "key_reused".to_owned())]);
+    }
+
     /// The migration versions recorded in the file, with their times.
     fn applied_migrations(path: &Path) -> Vec<(i64, i64)> {
         pairs(
@@ -4347,6 +4512,79 @@ mod postgres {
         }
 
         goes_on_from(&scratch.connect(scratch.options()).await, &written).await;
+    }
+
+    /// A schema made before re-sends could stop (version 5) gets the column on connect: its
+    /// intents read back as they were, none stopped, and the column is then written.
+    #[tokio::test]
+    async fn a_version_5_schema_gains_the_resend_stop_column_and_keeps_its_intents() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let before = {
+            let ledger = scratch.connect(scratch.options()).await;
+            let intent = started(&ledger, "order-m", "owner-a", T0).await;
+            let unknown = Finish {
+                looked_up: true,
+                ..finish(&intent, "owner-a", IntentStatus::Unknown, T0 + 1)
+            };
+            expect!(Finished::Recorded, ledger.finish(unknown).await.unwrap())
+        };
+        // Back to version 5, as an older intentgate left it.
+        let outside = scratch.outside().await;
+        let schema = &scratch.schema;
+        outside
+            .batch_execute(&format!(
+                "ALTER TABLE \"{schema}\".intents DROP COLUMN resend_stopped;
+                 DELETE FROM \"{schema}\".schema_migrations WHERE version = 6;"
+            ))
+            .await
+            .unwrap();
+        let versions = async || -> Vec<i64> {
+            applied_migrations(&outside, schema)
+                .await
+                .into_iter()
+                .map(|(version, _)| version)
+                .collect()
+        };
+        assert_eq!(versions().await, [1, 2, 3, 4, 5]);
+
+        let ledger = scratch.connect(scratch.options()).await;
+        assert_eq!(versions().await, [1, 2, 3, 4, 5, 6]);
+        let read_back = read(&ledger, &before).await;
+        assert_eq!(read_back, before);
+        assert_eq!(read_back.resend_stopped, None);
+        let lookup = expect!(
+            Begin::Lookup,
+            ledger
+                .begin(request("order-m", "owner-b", T0 + 1 + LOOKUP_INTERVAL_MS))
+                .await
+                .unwrap()
+        );
+        let stop = Finish {
+            looked_up: true,
+            resend_stopped: Some(ResendStop::KeyReused),
+            ..finish(
+                &lookup,
+                "owner-b",
+                IntentStatus::Unknown,
+                T0 + 2 + LOOKUP_INTERVAL_MS,
+            )
+        };
+        expect!(Finished::Recorded, ledger.finish(stop).await.unwrap());
+        let stored: Vec<(i64, String)> = outside
+            .query(
+                &format!(
+                    "SELECT id, resend_stopped FROM \"{schema}\".intents \
+                     WHERE resend_stopped IS NOT NULL"
+                ),
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        assert_eq!(stored, [(before.id, "key_reused".to_owned())]);
     }
 
     /// Replicas starting at once against a new schema: one migrates, the others wait for

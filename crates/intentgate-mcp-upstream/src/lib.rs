@@ -44,9 +44,9 @@
 //! # Listing for reconciliation
 //!
 //! [`McpRecordPager`] pages through a tool's effects with another tool of the server
-//! ([`McpList`]): its `arguments` template takes `{since_ms}`, `{until_ms}`, `{limit}` and
-//! `{cursor}`, and each result is one page, read with the same pointers (`items`,
-//! `next_cursor`, `fields`) as an HTTP listing. An `isError` result, a JSON-RPC error or no
+//! ([`McpList`]): its `arguments` template takes `{since_ms}`, `{until_ms}`, `{since_s}`,
+//! `{until_s}`, `{limit}` and `{cursor}`, and each result is one page, read with the same
+//! pointers (`items`, `next_cursor` or `has_more`, `fields`) as an HTTP listing. An `isError` result, a JSON-RPC error or no
 //! answer within `LIST_PAGE_TIMEOUT` fails the page, and asking again asks for the same page.
 //!
 //! # Supervision

@@ -11,13 +11,19 @@
 use std::sync::Arc;
 
 use intentgate_core::UpstreamObservation;
-use intentgate_http::{LIST_PAGE_RECORDS_MAX, LIST_PAGE_TIMEOUT, LIST_PAGES_MAX, ListedRecord};
+use intentgate_http::{
+    LIST_PAGE_RECORDS_MAX, LIST_PAGE_TIMEOUT, LIST_PAGES_MAX, ListedRecord, window_values,
+};
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Map, Value, json};
 
 use crate::connection::McpConnection;
 use crate::spec::McpList;
 use crate::upstream::{call_tool, first_text, render, result_value};
+use intentgate_http::template::{Absent, GatewayValues, Values};
+
+/// The values a listing's `arguments` template may use.
+const LIST_VALUE_NAMES: [&str; 4] = ["since_ms", "until_ms", "limit", "cursor"];
 
 /// Pages through the records an [`McpList`] tool lists between `since_ms` (inclusive) and
 /// `until_ms` (exclusive).
@@ -112,20 +118,36 @@ impl McpRecordPager {
         Ok(Some(page.records))
     }
 
-    /// The `tools/call` of the next page. Without an `arguments` template the four values
-    /// are sent as they are (the cursor only once there is one).
+    /// The `tools/call` of the next page. Without an `arguments` template the window in
+    /// milliseconds, the limit and the cursor are sent as they are (the cursor only once
+    /// there is one); a template may also use the window in seconds.
     fn request(&self) -> Result<CallToolRequestParams, String> {
-        let values = json!({
-            "since_ms": self.since_ms,
-            "until_ms": self.until_ms,
-            "limit": self.page_limit,
-            "cursor": self.cursor,
-        });
+        let values = window_values(
+            self.since_ms,
+            self.until_ms,
+            self.page_limit,
+            self.cursor.as_deref(),
+        );
         let value_of = |name: &str| values.get(name).filter(|value| !value.is_null()).cloned();
         let arguments = match &self.list.call.arguments {
-            Some(template) => render(template, &value_of),
+            Some(template) => {
+                // Rendered as every template is; the values without the first page's cursor.
+                let present: Map<String, Value> = LIST_VALUE_NAMES
+                    .into_iter()
+                    .filter_map(|name| Some((name.to_owned(), value_of(name)?)))
+                    .collect();
+                let present = Value::Object(present);
+                let values = Values {
+                    arguments: &present,
+                    gateway: GatewayValues::default(),
+                };
+                Some(
+                    render(template, &values, Absent::LeaveOut)
+                        .map_err(|error| format!("the listing's arguments: {error}"))?,
+                )
+            }
             None => Some(Value::Object(
-                ["since_ms", "until_ms", "limit", "cursor"]
+                LIST_VALUE_NAMES
                     .into_iter()
                     .filter_map(|name| Some((name.to_owned(), value_of(name)?)))
                     .collect::<Map<_, _>>(),

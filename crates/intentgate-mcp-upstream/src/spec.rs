@@ -65,11 +65,14 @@ pub struct McpToolCall {
     /// The tool's name on the MCP server.
     pub tool: String,
     /// The `arguments` object sent, as a template; `None` sends the gate's arguments as they
-    /// are. A string value that is exactly one placeholder, `"{order_id}"` or
-    /// `"{customer.id}"`, becomes the gate argument at that path, whatever its JSON type; the
-    /// gateway's own values are `{intent_key}`, `{idempotency_key}` and `{intent_id}`. A member
-    /// whose placeholder names an absent value is left out (in an array: `null`). Every
-    /// other value is literal JSON; `"{{x}}"` is the literal string `"{x}"`.
+    /// are. Rendered as an HTTP request's JSON body is (one renderer for every template): a
+    /// string value that is exactly one placeholder, `"{order_id}"` or `"{customer.id}"`,
+    /// becomes the gate argument at that path, whatever its JSON type (`{amount:minor(USD)}`
+    /// an integer); any other string with placeholders is text (`"refund of {order_id}"`,
+    /// `"{amount:.2}"`); the gateway's own values are `{intent_key}`, `{idempotency_key}` and
+    /// `{intent_id}`. A member whose placeholder names an absent value is left out (a lookup
+    /// refuses it instead; in an array it is refused). Every other value is literal JSON;
+    /// `"{{x}}"` is the literal string `"{x}"`.
     pub arguments: Option<Value>,
     /// The argument that carries the provider idempotency key. `None` sends it in the
     /// request's `_meta` under `idempotency_key` instead. Only side-effecting calls carry a
@@ -125,8 +128,8 @@ pub struct McpLookup {
 
 /// A read-only tool of the same server that lists a tool's effects over a time window, for
 /// reconciliation, as `ListSpec` does for HTTP. Its `arguments` template may use
-/// `{since_ms}`, `{until_ms}`, `{limit}` and `{cursor}` (nothing else: a listing has no
-/// intent); on the first page there is no cursor, so a member that is exactly `"{cursor}"` is
+/// `{since_ms}`, `{until_ms}`, `{since_s}`, `{until_s}`, `{limit}` and `{cursor}` (nothing
+/// else: a listing has no intent); on the first page there is no cursor, so a member that is exactly `"{cursor}"` is
 /// left out. Each result (its `structuredContent`, else the JSON of its first text block) is
 /// one page, read with `records`.
 #[derive(Debug, Clone, PartialEq)]

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use crate::connection::{McpConnection, State};
 use crate::spec::{McpTool, McpToolCall};
-use intentgate_http::template::Absent;
+use intentgate_http::template::{Absent, BodyTemplate, GatewayValues, TemplateError, Values};
 use intentgate_http::verify::{Intent, Proof, Tally, candidates};
 
 /// Status of a result with `isError` that is a refusal.
@@ -130,6 +130,7 @@ impl Upstream for McpUpstream {
             return UpstreamObservation::Response {
                 status: REFUSED_STATUS,
                 retry_after_ms: None,
+                signals: Default::default(),
                 body: error_body(
                     "not_configured",
                     &format!("tool `{}` has no MCP call configured", call.tool.name),
@@ -253,11 +254,7 @@ fn is_open(state: &State) -> bool {
 /// not-processed patterns, else [`REFUSED_STATUS`].
 pub fn observation_of_result(spec: &McpToolCall, result: &CallToolResult) -> UpstreamObservation {
     if result.is_error != Some(true) {
-        return UpstreamObservation::Response {
-            status: 200,
-            retry_after_ms: None,
-            body: result_value(result),
-        };
+        return UpstreamObservation::response(200, result_value(result));
     }
     let text = first_text(result).unwrap_or_default();
     let lower = text.to_lowercase();
@@ -270,11 +267,7 @@ pub fn observation_of_result(spec: &McpToolCall, result: &CallToolResult) -> Ups
     } else {
         (REFUSED_STATUS, "tool_error")
     };
-    UpstreamObservation::Response {
-        status,
-        retry_after_ms: None,
-        body: error_body(kind, &text),
-    }
+    UpstreamObservation::response(status, error_body(kind, &text))
 }
 
 /// The observation of a call that ended in an rmcp error.
@@ -293,6 +286,7 @@ fn observation_of_error(error: ServiceError) -> UpstreamObservation {
             UpstreamObservation::Response {
                 status: NOT_ACCEPTED_STATUS,
                 retry_after_ms: None,
+                signals: Default::default(),
                 body: json!({"error": {
                     "type": "not_accepted",
                     "code": error.code.0,
@@ -303,6 +297,7 @@ fn observation_of_error(error: ServiceError) -> UpstreamObservation {
         ServiceError::McpError(error) => UpstreamObservation::Response {
             status: SERVER_ERROR_STATUS,
             retry_after_ms: None,
+            signals: Default::default(),
             body: json!({"error": {
                 "type": "server_error",
                 "code": error.code.0,
@@ -370,15 +365,12 @@ fn request(
     let rendered = match &spec.arguments {
         None => call.arguments.clone(),
         Some(template) => {
-            if absent == Absent::Refuse
-                && let Some(name) = first_absent(template, &|name| value_of(name, call))
-            {
-                return Err(format!(
-                    "the lookup needs {{{name}}}, which this call does not have; a lookup never \
-                     leaves a filter out"
-                ));
-            }
-            render(template, &|name| value_of(name, call)).unwrap_or(Value::Null)
+            render(template, &values_of(call), absent).map_err(|error| match absent {
+                Absent::Refuse => {
+                    format!("the lookup's arguments: {error}; a lookup never leaves a filter out")
+                }
+                Absent::LeaveOut => format!("the arguments of MCP tool `{}`: {error}", spec.tool),
+            })?
         }
     };
     let mut arguments = match rendered {
@@ -404,79 +396,29 @@ fn request(
     serde_json::from_value(params).map_err(|error| format!("building tools/call: {error}"))
 }
 
-/// Renders a template value with the values `value_of` gives by placeholder name; `None` for
-/// a placeholder whose value is absent.
-pub(crate) fn render(template: &Value, value_of: &dyn Fn(&str) -> Option<Value>) -> Option<Value> {
-    match template {
-        Value::String(text) => match placeholder(text) {
-            Placeholder::Literal(text) => Some(Value::String(text)),
-            Placeholder::Name(name) => value_of(name),
+/// Renders an `arguments` template with the renderer of HTTP request bodies, so a value is
+/// written the same way everywhere: a string that is exactly one placeholder keeps the
+/// value's JSON type (`{amount:minor(USD)}` an integer), any other string with placeholders
+/// is text (`refund of {order_id}`, `{amount:.2}`), and a member whose placeholder has no
+/// value is left out, or refused with [`Absent::Refuse`] (a lookup's filter).
+pub(crate) fn render(
+    template: &Value,
+    values: &Values<'_>,
+    absent: Absent,
+) -> Result<Value, TemplateError> {
+    BodyTemplate::parse(template)?.render_with(values, absent)
+}
+
+/// The values the templates of `call`'s requests may refer to.
+fn values_of<'a>(call: &UpstreamCall<'a>) -> Values<'a> {
+    Values {
+        arguments: call.arguments,
+        gateway: GatewayValues {
+            intent_key: call.intent_key,
+            idempotency_key: call.idempotency_key,
+            intent_id: call.intent_id,
         },
-        Value::Array(items) => Some(Value::Array(
-            items
-                .iter()
-                .map(|item| render(item, value_of).unwrap_or(Value::Null))
-                .collect(),
-        )),
-        Value::Object(members) => Some(Value::Object(
-            members
-                .iter()
-                .filter_map(|(name, value)| Some((name.clone(), render(value, value_of)?)))
-                .collect(),
-        )),
-        other => Some(other.clone()),
     }
-}
-
-/// The first whole-value placeholder of `template` whose value is absent.
-fn first_absent<'t>(
-    template: &'t Value,
-    value_of: &dyn Fn(&str) -> Option<Value>,
-) -> Option<&'t str> {
-    match template {
-        Value::String(text) => match placeholder(text) {
-            Placeholder::Name(name) if value_of(name).is_none() => Some(name),
-            _ => None,
-        },
-        Value::Array(items) => items.iter().find_map(|item| first_absent(item, value_of)),
-        Value::Object(members) => members
-            .values()
-            .find_map(|member| first_absent(member, value_of)),
-        _ => None,
-    }
-}
-
-enum Placeholder<'a> {
-    Literal(String),
-    Name(&'a str),
-}
-
-/// `"{name}"` is a placeholder; `"{{x}}"` the literal `"{x}"`; anything else literal.
-fn placeholder(text: &str) -> Placeholder<'_> {
-    if let Some(inner) = text.strip_prefix("{{").and_then(|t| t.strip_suffix("}}")) {
-        return Placeholder::Literal(format!("{{{inner}}}"));
-    }
-    match text.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
-        Some(name) if !name.is_empty() && !name.contains(['{', '}']) => Placeholder::Name(name),
-        _ => Placeholder::Literal(text.to_owned()),
-    }
-}
-
-fn value_of(name: &str, call: &UpstreamCall<'_>) -> Option<Value> {
-    let gateway = match name {
-        "intent_key" => Some(call.intent_key),
-        "idempotency_key" => Some(call.idempotency_key),
-        "intent_id" => Some(call.intent_id),
-        _ => None,
-    };
-    if let Some(value) = gateway {
-        return value.map(|value| Value::String(value.to_owned()));
-    }
-    let mut value = call.arguments;
-    for part in name.split('.') {
-        value = value.get(part)?;
-    }
-    Some(value.clone())
 }
 
 #[cfg(test)]
@@ -498,10 +440,12 @@ mod tests {
                 "amount": "{amount}",
                 "customer": "{customer.id}",
                 "note": "refund of {order_id}",
+                "cents": "{amount:minor(USD)}",
+                "decimal": "{amount:.2}",
                 "literal": "{{order_id}}",
                 "intent": "{intent_key}",
                 "missing": "{reason}",
-                "list": ["{reason}", 7],
+                "list": ["{customer.id}", 7],
             })),
             ..McpToolCall::new("refund")
         };
@@ -517,14 +461,43 @@ mod tests {
                 // The number's text as the caller wrote it, never through a float.
                 "amount": serde_json::from_str::<Value>("49.50").unwrap(),
                 "customer": 3,
-                "note": "refund of {order_id}",
+                // One renderer for every template: text, decimals and minor units as an
+                // HTTP request writes them.
+                "note": "refund of 8812",
+                "cents": 4950,
+                "decimal": "49.50",
                 "literal": "{order_id}",
                 "intent": "refund:8812:49.50",
-                "list": [null, 7],
+                "list": [3, 7],
             })
         );
         assert_eq!(sent["arguments"]["amount"].to_string(), "49.50");
         assert!(sent.get("_meta").is_none());
+    }
+
+    #[test]
+    fn arguments_the_renderer_cant_place_are_refused_naming_the_argument() {
+        let tool = refund_tool();
+        let arguments = json!({"order_id": "8812", "amount": "49.001"});
+        let call = UpstreamCall::without_intent(&tool, &arguments);
+        let spec = McpToolCall {
+            arguments: Some(json!({"amount": "{amount:minor(USD)}"})),
+            ..McpToolCall::new("refund")
+        };
+        let error = request(&spec, &call, None, Absent::LeaveOut).unwrap_err();
+        assert!(
+            error.contains("`amount`") && error.contains("rounded"),
+            "{error}"
+        );
+        let spec = McpToolCall {
+            arguments: Some(json!({"order": "{reason}"})),
+            ..McpToolCall::new("refund")
+        };
+        let error = request(&spec, &call, None, Absent::Refuse).unwrap_err();
+        assert!(
+            error.contains("`reason`") && error.contains("never leaves a filter out"),
+            "{error}"
+        );
     }
 
     #[test]

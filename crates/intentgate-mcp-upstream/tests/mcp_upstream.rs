@@ -209,7 +209,8 @@ async fn is_error_is_a_refusal_unless_its_text_says_not_processed() {
     assert_eq!(
         classify(&limited),
         OutcomeClass::NotProcessed {
-            retry_after_ms: None
+            retry_after_ms: None,
+            retry: true,
         },
         "{limited:?}"
     );
@@ -245,7 +246,8 @@ async fn a_call_the_server_does_not_accept_is_not_executed() {
     assert_eq!(
         classify(&invalid),
         OutcomeClass::NotProcessed {
-            retry_after_ms: None
+            retry_after_ms: None,
+            retry: true,
         }
     );
     assert!(server.effects().is_empty());
@@ -390,7 +392,8 @@ async fn calls_while_the_server_is_down_are_not_sent_and_its_stderr_is_logged() 
     assert_eq!(
         classify(&observation),
         OutcomeClass::NotProcessed {
-            retry_after_ms: None
+            retry_after_ms: None,
+            retry: true,
         }
     );
     // A lookup waits for the server within the timeout, then knows nothing.
@@ -608,13 +611,15 @@ fn list_refunds(arguments: Option<Value>, items: &str) -> McpList {
         },
         records: ListRecords {
             items: items.into(),
-            next_cursor: "/next_cursor".into(),
+            next_cursor: Some("/next_cursor".into()),
+            has_more: None,
             fields: ListFields {
                 idempotency_key: Some("/idempotency_key".into()),
                 intent_key: None,
                 external_id: "/id".into(),
                 amount: Some("/amount".into()),
                 amount_argument: None,
+                amount_minor_units: None,
                 subject: Some("/order_id".into()),
             },
             match_fields: BTreeMap::new(),

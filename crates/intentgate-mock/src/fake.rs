@@ -187,6 +187,7 @@ impl Upstream for FakeProvider {
             idempotency_key: call.idempotency_key,
             intent_key: call.intent_key,
             attempt: call.attempt,
+            echo_key: true,
         });
         if decision.reply == UpstreamObservation::Timeout {
             // Hold the caller past its timeout; the gate's own timer ends the wait.

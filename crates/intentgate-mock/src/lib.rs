@@ -19,12 +19,15 @@
 //! - [`MockProvider`] (`server.rs`): the HTTP API of `docs/mock-provider.md` (what
 //!   `intentgate mock-provider` and the demo serve), with an [`HttpFaultPlan`] whose JSON
 //!   is the contract's. Its wire types are in `wire.rs`, the synthetic data of its read
-//!   endpoints in `synthetic.rs`.
+//!   endpoints in `synthetic.rs`, and its Stripe dialect of `/v1/refunds` and
+//!   `/v1/payment_intents` ([`Dialect`]: form bodies, minor units, Stripe's lists) in
+//!   `stripe.rs`.
 
 mod fake;
 mod model;
 mod rng;
 mod server;
+mod stripe;
 mod synthetic;
 mod wire;
 
@@ -37,6 +40,11 @@ pub use server::{
     BODY_BYTES_MAX, BODY_READ_TIMEOUT, CLOCK_ADVANCE_MS_MAX, CONNECTIONS_MAX, CutConnection,
     HEADER_READ_TIMEOUT, HELP_QUERY_BYTES_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, MockOptions,
     MockProvider, MockServer, SHUTDOWN_DRAIN_MAX, UPDATES_MAX, serve, serve_provider,
+};
+pub use stripe::{
+    CANCELLATION_REASONS, Dialect, METADATA_KEY_CHARS_MAX, METADATA_VALUE_CHARS_MAX,
+    PAYMENT_METHOD_TYPES, REFUND_REASONS, STRIPE_AMOUNT_MAX, STRIPE_LIST_LIMIT_DEFAULT,
+    STRIPE_LIST_LIMIT_MAX,
 };
 pub use synthetic::{HELP_RESULTS_MAX, TICKET_STATUSES};
 pub use wire::{

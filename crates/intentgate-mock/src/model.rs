@@ -80,10 +80,17 @@ pub enum EffectKind {
     Refund,
     Charge,
     Email,
+    /// A Stripe PaymentIntent (the Stripe dialect's charge of a card).
+    PaymentIntent,
 }
 
 impl EffectKind {
-    pub const ALL: [EffectKind; 3] = [EffectKind::Refund, EffectKind::Charge, EffectKind::Email];
+    pub const ALL: [EffectKind; 4] = [
+        EffectKind::Refund,
+        EffectKind::Charge,
+        EffectKind::Email,
+        EffectKind::PaymentIntent,
+    ];
 
     /// The `object` field of its JSON form: `refund`.
     pub fn object(self) -> &'static str {
@@ -91,6 +98,7 @@ impl EffectKind {
             EffectKind::Refund => "refund",
             EffectKind::Charge => "charge",
             EffectKind::Email => "email",
+            EffectKind::PaymentIntent => "payment_intent",
         }
     }
 
@@ -100,6 +108,7 @@ impl EffectKind {
             EffectKind::Refund => "refunds",
             EffectKind::Charge => "charges",
             EffectKind::Email => "emails",
+            EffectKind::PaymentIntent => "payment_intents",
         }
     }
 
@@ -109,6 +118,7 @@ impl EffectKind {
             EffectKind::Refund => "re_",
             EffectKind::Charge => "ch_",
             EffectKind::Email => "em_",
+            EffectKind::PaymentIntent => "pi_",
         }
     }
 
@@ -203,6 +213,9 @@ pub(crate) struct EffectRequest<'a> {
     pub idempotency_key: Option<&'a str>,
     pub intent_key: Option<&'a str>,
     pub attempt: u32,
+    /// Whether the object shows the key it was made under (`idempotency_key`). Stripe's
+    /// objects don't: a caller keeps the key in metadata.
+    pub echo_key: bool,
 }
 
 /// What the model decided for one side-effecting request.
@@ -212,6 +225,8 @@ pub(crate) struct Decision {
     pub reply: UpstreamObservation,
     /// How long before the reply (not used for `Timeout`, which has its own hold).
     pub latency: Duration,
+    /// The reply is the answer stored for the idempotency key, not a new one.
+    pub replayed: bool,
 }
 
 /// A lookup's draw: does it answer, and after how long.
@@ -231,8 +246,11 @@ pub(crate) struct ListFilter {
     pub field: Option<(&'static str, String)>,
     pub created_gte_ms: Option<i64>,
     pub created_lt_ms: Option<i64>,
-    /// Start after this sequence number of the kind (from `starting_after`).
+    /// Start after this sequence number of the kind (from `starting_after`): the newer
+    /// ones, or with `newest_first` the older ones.
     pub after_sequence: usize,
+    /// Newest first, as Stripe lists (the mock's own lists are oldest first).
+    pub newest_first: bool,
 }
 
 /// One page of a list.
@@ -291,7 +309,7 @@ pub(crate) struct Model {
     first_timeout_order: VecDeque<(i64, String)>,
     effects: Vec<Effect>,
     /// Indexes into `effects`, one list per kind in id order: sequence `n` is at `n - 1`.
-    by_kind: [Vec<usize>; 3],
+    by_kind: [Vec<usize>; 4],
     by_intent: HashMap<String, Vec<usize>>,
     /// Effects by the idempotency key they were made under (the gateway's provider key).
     by_idempotency_key: HashMap<String, Vec<usize>>,
@@ -316,7 +334,7 @@ impl Model {
             first_timeouts: HashMap::new(),
             first_timeout_order: VecDeque::new(),
             effects: Vec::new(),
-            by_kind: [Vec::new(), Vec::new(), Vec::new()],
+            by_kind: [Vec::new(), Vec::new(), Vec::new(), Vec::new()],
             by_intent: HashMap::new(),
             by_idempotency_key: HashMap::new(),
             by_order: HashMap::new(),
@@ -363,7 +381,7 @@ impl Model {
         self.first_timeouts.clear();
         self.first_timeout_order.clear();
         self.effects.clear();
-        self.by_kind = [Vec::new(), Vec::new(), Vec::new()];
+        self.by_kind = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
         self.by_intent.clear();
         self.by_idempotency_key.clear();
         self.by_order.clear();
@@ -443,10 +461,27 @@ impl Model {
         Some(&self.effects[index]).filter(|effect| effect.id == id)
     }
 
+    /// The object of one effect, to change in place (a PaymentIntent cancelled): lists,
+    /// lookups and replays show it as it is now.
+    pub fn effect_object_mut(&mut self, kind: EffectKind, id: &str) -> Option<&mut Value> {
+        let sequence = kind.sequence_of(id)?;
+        let index = *self.by_kind[kind.index()].get(sequence - 1)?;
+        let effect = self.effects.get_mut(index)?;
+        (effect.id == id).then_some(&mut effect.object)
+    }
+
     /// Effects of a kind that match `filter`, oldest first, at most `limit`.
     pub fn list(&self, kind: EffectKind, filter: &ListFilter, limit: usize) -> Page {
         // Narrow by the most selective index available, then check every filter.
-        let candidates: Box<dyn Iterator<Item = usize> + '_> =
+        let candidates: Box<dyn Iterator<Item = usize> + '_> = if filter.newest_first {
+            let indexes: &[usize] = match &filter.field {
+                Some(("payment_intent", payment_intent)) if kind == EffectKind::Refund => {
+                    self.by_order.get(payment_intent).map_or(&[], Vec::as_slice)
+                }
+                _ => &self.by_kind[kind.index()],
+            };
+            Box::new(indexes.iter().rev().copied())
+        } else {
             match (&filter.intent_key, &filter.field) {
                 _ if filter.idempotency_key.is_some() => Box::new(
                     self.by_idempotency_key
@@ -465,7 +500,8 @@ impl Model {
                         .skip(filter.after_sequence)
                         .copied(),
                 ),
-            };
+            }
+        };
         let mut data = Vec::new();
         let mut has_more = false;
         for index in candidates {
@@ -484,9 +520,13 @@ impl Model {
 
     fn matches(&self, kind: EffectKind, effect: &Effect, filter: &ListFilter) -> bool {
         effect.kind == kind
-            && kind
-                .sequence_of(&effect.id)
-                .is_some_and(|sequence| sequence > filter.after_sequence)
+            && kind.sequence_of(&effect.id).is_some_and(|sequence| {
+                if !filter.newest_first {
+                    sequence > filter.after_sequence
+                } else {
+                    filter.after_sequence == 0 || sequence < filter.after_sequence
+                }
+            })
             && filter
                 .intent_key
                 .as_deref()
@@ -538,7 +578,11 @@ impl Model {
         };
         let latency = self.plan.latency.draw(&mut self.rng);
         let retry_after_ms = Some(self.plan.faults.retry_after.as_millis() as u64);
-        let decided = |reply| Decision { reply, latency };
+        let decided = |reply| Decision {
+            reply,
+            latency,
+            replayed: false,
+        };
         // Shapes that never reach the idempotency layer.
         match shape {
             Shape::NotSent => {
@@ -547,6 +591,7 @@ impl Model {
                         reason: "connection refused".into(),
                     },
                     latency: Duration::ZERO,
+                    replayed: false,
                 };
             }
             Shape::RateLimited => {
@@ -605,7 +650,10 @@ impl Model {
                             }
                             Stored::Response(status, body) => response(*status, None, body.clone()),
                         };
-                        return decided(transport(shape, replay));
+                        return Decision {
+                            replayed: true,
+                            ..decided(transport(shape, replay))
+                        };
                     }
                 }
                 None => {
@@ -682,6 +730,7 @@ impl Model {
                             "The provider counts the first timeouts of at most {KEYS_MAX} idempotency keys within its key window; reset it or move its clock."
                         )),
                         latency: Duration::ZERO,
+                        replayed: false,
                     });
                 }
                 self.first_timeout_order.push_back((now_ms, key.to_owned()));
@@ -702,6 +751,7 @@ impl Model {
         Some(Decision {
             reply: UpstreamObservation::Timeout,
             latency: Duration::ZERO,
+            replayed: false,
         })
     }
 
@@ -715,12 +765,14 @@ impl Model {
         // The key the effect was made under, as the object shows it: what a lookup proves
         // an effect by (some providers echo it; others keep it only where the caller put
         // it, in metadata).
-        object.insert(
-            "idempotency_key".into(),
-            request
-                .idempotency_key
-                .map_or(Value::Null, |key| Value::String(key.to_owned())),
-        );
+        if request.echo_key {
+            object.insert(
+                "idempotency_key".into(),
+                request
+                    .idempotency_key
+                    .map_or(Value::Null, |key| Value::String(key.to_owned())),
+            );
+        }
         if let Some(key) = request.idempotency_key {
             self.by_idempotency_key
                 .entry(key.to_owned())
@@ -733,8 +785,11 @@ impl Model {
                 .or_default()
                 .push(index);
         }
+        // Refunds by order, or by payment intent in the Stripe dialect.
         if kind == EffectKind::Refund
-            && let Some(order) = request.parameters.get("order_id").and_then(Value::as_str)
+            && let Some(order) = ["order_id", "payment_intent"]
+                .iter()
+                .find_map(|name| request.parameters.get(*name).and_then(Value::as_str))
         {
             self.by_order
                 .entry(order.to_owned())
@@ -805,6 +860,7 @@ fn response(status: u16, retry_after_ms: Option<u64>, body: Value) -> UpstreamOb
         status,
         retry_after_ms,
         body,
+        signals: Default::default(),
     }
 }
 
@@ -910,6 +966,7 @@ mod tests {
             idempotency_key: key,
             intent_key: parameters["intent_key"].as_str(),
             attempt: 1,
+            echo_key: true,
         }
     }
 

@@ -19,6 +19,7 @@ use intentgate_gate::{Clock, SystemClock};
 use serde_json::Value;
 
 use crate::model::{EffectKind, Model, Plan, Scripted};
+use crate::stripe::Dialect;
 use crate::wire::{EffectCounts, EffectTotals, HttpFaultPlan, PlanError, Stats};
 
 pub use connection::{
@@ -38,6 +39,9 @@ pub struct MockOptions {
     /// The provider's clock before any `/admin/clock` move: the wall clock by default, a
     /// `TokioClock` in tests with a paused runtime.
     pub clock: Arc<dyn Clock>,
+    /// What the side effects speak: the mock's own JSON, or Stripe's v1 API (which adds
+    /// `/v1/payment_intents`).
+    pub dialect: Dialect,
 }
 
 impl Default for MockOptions {
@@ -45,6 +49,7 @@ impl Default for MockOptions {
         MockOptions {
             plan: HttpFaultPlan::default(),
             clock: Arc::new(SystemClock),
+            dialect: Dialect::Json,
         }
     }
 }
@@ -54,8 +59,13 @@ impl MockOptions {
     pub fn new(plan: HttpFaultPlan) -> MockOptions {
         MockOptions {
             plan,
-            clock: Arc::new(SystemClock),
+            ..MockOptions::default()
         }
+    }
+
+    /// The same options, speaking `dialect`.
+    pub fn with_dialect(self, dialect: Dialect) -> MockOptions {
+        MockOptions { dialect, ..self }
     }
 }
 
@@ -73,6 +83,7 @@ struct ProviderState {
 /// or [`MockServer`].
 pub struct MockProvider {
     state: Mutex<ProviderState>,
+    dialect: Dialect,
 }
 
 impl MockProvider {
@@ -87,7 +98,13 @@ impl MockProvider {
                 ticket_statuses: HashMap::new(),
                 addresses: HashMap::new(),
             }),
+            dialect: options.dialect,
         }))
+    }
+
+    /// What the side effects speak.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
     }
 
     /// Every effect, in order.
@@ -136,6 +153,7 @@ impl MockProvider {
                 refunds: model.count_of(EffectKind::Refund) as u64,
                 charges: model.count_of(EffectKind::Charge) as u64,
                 emails: model.count_of(EffectKind::Email) as u64,
+                payment_intents: model.count_of(EffectKind::PaymentIntent) as u64,
             },
         }
     }

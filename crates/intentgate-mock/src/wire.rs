@@ -252,6 +252,9 @@ pub struct EffectTotals {
     pub refunds: u64,
     pub charges: u64,
     pub emails: u64,
+    /// PaymentIntents created (the Stripe dialect's `POST /v1/payment_intents`).
+    #[serde(default)]
+    pub payment_intents: u64,
 }
 
 /// `GET /admin/effects`: the counts exactly-once checks compare.
@@ -323,6 +326,11 @@ pub fn normalise_effect(
         EffectKind::Refund => &["order_id", "amount", "currency", "reason", "metadata"],
         EffectKind::Charge => &["customer_id", "amount", "currency", "metadata"],
         EffectKind::Email => &["to", "subject", "body", "metadata"],
+        EffectKind::PaymentIntent => {
+            return Err(InvalidRequest::general(
+                "PaymentIntents are Stripe's: they are served in the Stripe dialect only.",
+            ));
+        }
     };
     if let Some(unknown) = fields.keys().find(|name| !allowed.contains(&name.as_str())) {
         return Err(InvalidRequest::new(
@@ -362,6 +370,7 @@ pub fn normalise_effect(
             parameters.insert("subject".into(), required_text(fields, "subject")?.into());
             parameters.insert("body".into(), required_text(fields, "body")?.into());
         }
+        EffectKind::PaymentIntent => unreachable!("refused above"),
     }
     parameters.insert("metadata".into(), Value::Object(metadata));
     let mut object = parameters.clone();
@@ -476,7 +485,7 @@ fn currency(fields: &Map<String, Value>) -> Result<String, InvalidRequest> {
 }
 
 /// An object of string values (Stripe's rule), at most [`METADATA_ENTRIES_MAX`] entries.
-fn metadata(fields: &Map<String, Value>) -> Result<Map<String, Value>, InvalidRequest> {
+pub(crate) fn metadata(fields: &Map<String, Value>) -> Result<Map<String, Value>, InvalidRequest> {
     let metadata = match fields.get("metadata") {
         None | Some(Value::Null) => return Ok(Map::new()),
         Some(Value::Object(metadata)) => metadata,

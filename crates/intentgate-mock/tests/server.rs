@@ -985,7 +985,12 @@ async fn latency_is_slept_on_tokio_time_so_a_paused_clock_skips_it() {
         ..quiet()
     };
     let clock = Arc::new(intentgate_gate::TokioClock::new(1_700_000_000_000));
-    let provider = MockProvider::new(MockOptions { plan, clock }).unwrap();
+    let provider = MockProvider::new(MockOptions {
+        plan,
+        clock,
+        ..MockOptions::default()
+    })
+    .unwrap();
     let mut router = provider.router();
     let request = axum::http::Request::post("/v1/refunds")
         .header("content-type", "application/json")

@@ -12,6 +12,8 @@
 //! - [`lookup_mismatches`]: lookups that found a record half an intent's (its provider key
 //!   with other fields, or its fields under another key), told to the tool's owner, once per
 //!   intent per hour.
+//! - [`key_reuses`]: attempts the provider refused because their idempotency key was first
+//!   used with other parameters (two requests share a key), told to the tool's owner at once.
 //! - [`notify`]: routes all of them to the tool's owner: a log line, and a webhook posted in
 //!   the background.
 //!
@@ -20,14 +22,17 @@
 //! reconciliation, alerts) and from `intentgate reconcile`.
 
 pub mod alerts;
+pub mod key_reuses;
 pub mod lookup_mismatches;
 pub mod notify;
 pub mod reconcile;
+pub mod told;
 pub mod upstream_errors;
 
 use serde::Serialize;
 
 pub use alerts::{Alert, AlertEngine};
+pub use key_reuses::KeyReuseNotices;
 pub use lookup_mismatches::MismatchNotices;
 pub use notify::{DeliveryStats, Notice, Notifier};
 pub use reconcile::{

@@ -9,12 +9,10 @@
 //! lookups finds the same record, so [`MismatchNotices`] tells an owner about one intent at
 //! most once per [`NOTICE_EVERY`].
 //!
-//! **Bounded:** at most [`INTENTS_TRACKED_MAX`] intents are remembered; past it the ones
-//! told longest ago are forgotten (at worst, one is told again sooner).
+//! Who was told when is kept in a bounded [`Told`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use intentgate_config::LoadedConfig;
 use intentgate_gate::LookupMismatch;
@@ -23,20 +21,16 @@ use tokio::sync::broadcast;
 
 use crate::Severity;
 use crate::notify::{Notice, Notifier};
+use crate::told::Told;
+pub use crate::told::{INTENTS_TRACKED_MAX, NOTICE_EVERY};
 
-/// Least time between two notices about one intent: the owner has been told and is looking;
-/// a record still there an hour later is told again.
-pub const NOTICE_EVERY: Duration = Duration::from_secs(60 * 60);
-/// Intents whose last notice is remembered.
-pub const INTENTS_TRACKED_MAX: usize = 10_000;
 /// The kind of these notices, in their webhook and log line.
 pub const LOOKUP_MISMATCH: &str = "lookup_mismatch";
 
 /// Sends owner notices for the gate's lookup mismatches, once per intent per interval.
 pub struct MismatchNotices {
     owners: HashMap<String, String>,
-    /// When each intent was last told, by intent id.
-    told: HashMap<i64, i64>,
+    told: Told,
 }
 
 impl MismatchNotices {
@@ -44,27 +38,16 @@ impl MismatchNotices {
     pub fn new(loaded: &LoadedConfig) -> MismatchNotices {
         MismatchNotices {
             owners: Notifier::owners_of(loaded),
-            told: HashMap::new(),
+            told: Told::default(),
         }
     }
 
     /// The notice for `mismatch` and the owner it goes to, or `None` when this intent was
     /// told less than [`NOTICE_EVERY`] ago.
     pub fn observe(&mut self, mismatch: &LookupMismatch) -> Option<(Option<&str>, Notice)> {
-        let every_ms = NOTICE_EVERY.as_millis() as i64;
-        if let Some(at_ms) = self.told.get(&mismatch.intent_id)
-            && mismatch.at_ms.saturating_sub(*at_ms) < every_ms
-        {
+        if !self.told.may_tell(mismatch.intent_id, mismatch.at_ms) {
             return None;
         }
-        if self.told.len() >= INTENTS_TRACKED_MAX {
-            // Forget the half told longest ago: one pass, then room for many more.
-            let mut times: Vec<i64> = self.told.values().copied().collect();
-            times.sort_unstable();
-            let cutoff = times[times.len() / 2];
-            self.told.retain(|_, at_ms| *at_ms > cutoff);
-        }
-        self.told.insert(mismatch.intent_id, mismatch.at_ms);
         let summary = format!(
             "{tool}: the lookup of intent {key} (tenant {tenant}) found a record it can't prove \
              is this intent's: {reason}. Nothing was settled and the intent stays unknown; \
@@ -115,7 +98,7 @@ mod tests {
     fn engine() -> MismatchNotices {
         MismatchNotices {
             owners: HashMap::from([("refund_order".to_owned(), "payments-team".to_owned())]),
-            told: HashMap::new(),
+            told: Told::default(),
         }
     }
 

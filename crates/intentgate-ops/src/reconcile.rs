@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use intentgate_core::key::provider_key_readings;
-use intentgate_core::{Decimal, IntentStatus, ToolDefinition};
+use intentgate_core::{IntentStatus, ToolDefinition};
 use intentgate_http::{ListedRecord, RecordPager};
 use intentgate_ledger::{
     IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order, Resolve,
@@ -55,6 +55,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::Severity;
+pub use matching::AmountRule;
 use matching::{Index, Verdict, amount_differs, no_intent, verdict};
 
 pub use matching::{MatchFields, Mismatch, MismatchKind, Pairing};
@@ -167,6 +168,9 @@ pub struct ToolToReconcile {
     pub owner: Option<String>,
     /// Pointer into the intent's arguments to the amount to compare; `None` compares none.
     pub amount_argument: Option<String>,
+    /// The records keep the amount in this currency's minor units (`list.fields.
+    /// amount_minor_units`); `None`: in the argument's unit.
+    pub amount_minor_units: Option<intentgate_core::currency::CurrencySource>,
     /// How its records pair with its intents.
     pub pairing: Pairing,
     pub source: Box<dyn RecordSource>,
@@ -193,6 +197,7 @@ pub async fn reconcile_tool(
         tool: name,
         owner,
         amount_argument,
+        amount_minor_units,
         pairing,
         source,
         definition,
@@ -204,7 +209,10 @@ pub async fn reconcile_tool(
         options,
         report: ToolReport::new(&name, owner.as_deref()),
         name,
-        amount_argument,
+        amount: amount_argument.map(|argument| AmountRule {
+            argument,
+            minor_units: amount_minor_units,
+        }),
         pairing,
         definition,
         index: Index::default(),
@@ -221,7 +229,7 @@ struct Pass<'a> {
     ledger: &'a Arc<dyn Ledger>,
     options: &'a ReconcileOptions,
     name: String,
-    amount_argument: Option<String>,
+    amount: Option<AmountRule>,
     pairing: Pairing,
     definition: Option<ToolDefinition>,
     index: Index,
@@ -248,8 +256,7 @@ impl Pass<'_> {
         while let Some(page) = intents.recv().await {
             for intent in &page? {
                 let value = self.pairing.of_intent(intent);
-                self.index
-                    .insert(intent, &value, self.amount_argument.as_deref());
+                self.index.insert(intent, &value, self.amount.as_ref());
             }
         }
         self.index.seal();
@@ -334,7 +341,7 @@ impl Pass<'_> {
             &self.name,
             intent,
             record,
-            self.amount_argument.as_deref(),
+            self.amount.as_ref(),
             self.options,
         )
         .await?;
@@ -611,13 +618,11 @@ async fn earlier_intent(
     tool: &str,
     intent: IntentRecord,
     record: &ListedRecord,
-    amount_argument: Option<&str>,
+    amount: Option<&AmountRule>,
     options: &ReconcileOptions,
 ) -> Result<Vec<Mismatch>, ReconcileError> {
     let mut mismatches = Vec::new();
-    let expected = amount_argument
-        .and_then(|pointer| intent.arguments.pointer(pointer))
-        .and_then(|value| Decimal::from_json(value).ok());
+    let expected = amount.and_then(|rule| rule.expected(&intent.arguments));
     if let Some(mismatch) = amount_differs(
         tool,
         expected.as_ref(),

@@ -127,6 +127,7 @@ async fn settle(ledger: &dyn Ledger, order: &str, amount: f64, status: IntentSta
             looked_up: false,
             detail: "test".to_owned(),
             lease_required: false,
+            resend_stopped: None,
         })
         .await
         .unwrap();
@@ -395,6 +396,7 @@ async fn an_email_resolved_by_reconciliation_keeps_the_address_as_a_hash_and_nam
             looked_up: false,
             detail: "test".to_owned(),
             lease_required: false,
+            resend_stopped: None,
         })
         .await
         .unwrap();

@@ -103,6 +103,11 @@ impl Gateway {
             &self.gate,
             &notifier,
         )));
+        background.add(Some(crate::start_key_reuse_notices(
+            &self.loaded,
+            &self.gate,
+            &notifier,
+        )));
         let reconciler = Arc::new(
             Reconciler::new(
                 &self.loaded,

@@ -11,7 +11,9 @@ use std::time::Duration;
 use intentgate_config::{LoadedConfig, ReconcileConfig};
 use intentgate_gate::{Clock, Gate, SystemClock};
 use intentgate_ledger::{Ledger, ProcessEnd};
-use intentgate_ops::{AlertEngine, MismatchNotices, Notifier, Reconciler, UpstreamNotices};
+use intentgate_ops::{
+    AlertEngine, KeyReuseNotices, MismatchNotices, Notifier, Reconciler, UpstreamNotices,
+};
 use tokio::task::JoinHandle;
 
 /// How often the retention purge runs.
@@ -261,6 +263,18 @@ pub fn start_lookup_notices(
     notifier: &Arc<Notifier>,
 ) -> JoinHandle<()> {
     tokio::spawn(MismatchNotices::new(loaded).run(gate.lookup_mismatches(), notifier.clone()))
+}
+
+/// Starts the owner notices of `gate`'s reused idempotency keys (the provider refused an
+/// attempt because its key was first used with other parameters: the intent stays unknown
+/// and is never re-sent), at most one per intent every
+/// `intentgate_ops::key_reuses::NOTICE_EVERY`.
+pub fn start_key_reuse_notices(
+    loaded: &LoadedConfig,
+    gate: &Arc<Gate>,
+    notifier: &Arc<Notifier>,
+) -> JoinHandle<()> {
+    tokio::spawn(KeyReuseNotices::new(loaded).run(gate.key_reuses(), notifier.clone()))
 }
 
 /// Reconciles every `every_seconds` over the last `window_seconds`. Replicas sharing a

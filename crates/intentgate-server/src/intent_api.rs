@@ -27,7 +27,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use intentgate_core::{Executor, Principal, Scope};
+use intentgate_core::{Executor, Principal, ResendStop, Scope};
 use intentgate_gate::{CallContext, GateError, Grant, GrantedLease, SettleError, Settlement};
 use intentgate_ledger::IntentId;
 use serde::de::DeserializeOwned;
@@ -35,6 +35,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::Instrument;
 use utoipa::ToSchema;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 
 use crate::AppState;
 use crate::idempotency_key;
@@ -132,6 +134,27 @@ pub struct SettleRequest {
     /// `rejected`, `not_executed`, `unknown`: why, for the event log and the model.
     #[serde(default)]
     pub reason: Option<String>,
+    /// `unknown` on an `execute` grant: the provider will answer every same-key re-send the
+    /// same way, so re-sends of the intent stop for good and only lookups are granted.
+    /// `replayed_server_error` (a stored 5xx replayed, `Idempotent-Replayed: true`),
+    /// `provider_says_no_retry` (a 5xx with `Stripe-Should-Retry: false`) or `key_reused`
+    /// (400 `idempotency_error`: the key was first used with other parameters).
+    #[serde(default)]
+    #[schema(schema_with = resend_stop_schema)]
+    pub resend_stop: Option<String>,
+}
+
+/// The words `resend_stop` takes, as the core lists them.
+fn resend_stop_schema() -> impl Into<RefOr<Schema>> {
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(ResendStop::ALL.map(ResendStop::as_str)))
+            .description(Some(
+                "Why same-key re-sends stop for good (`unknown` on an `execute` grant only).",
+            ))
+            .build(),
+    )
 }
 
 /// What the caller's code learned: `done` (the effect exists), `rejected` (the provider
@@ -176,6 +199,29 @@ impl SettleRequest {
             )
         };
         let reason = |reason: Option<String>| reason.unwrap_or_default();
+        let resend_stop = match self.resend_stop.as_deref() {
+            None => None,
+            Some(_) if outcome != SettleOutcome::Unknown => {
+                let takes = match outcome {
+                    SettleOutcome::Done => "`result` and `external_id`",
+                    SettleOutcome::Rejected => "`reason` and `result`",
+                    SettleOutcome::NotFound => "nothing but the lease",
+                    _ => "a `reason`",
+                };
+                return Err(refuse("resend_stop", takes));
+            }
+            Some(word) => Some(word.parse::<ResendStop>().map_err(|_| {
+                Problem::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "unknown-resend-stop",
+                    "Unknown reason re-sends stop",
+                    format!(
+                        "`resend_stop` is `{word}`; it takes one of {}",
+                        ResendStop::ALL.map(|stop| format!("`{stop}`")).join(", ")
+                    ),
+                )
+            })?),
+        };
         let settlement = match outcome {
             SettleOutcome::Done => {
                 if self.reason.is_some() {
@@ -196,10 +242,10 @@ impl SettleRequest {
                 }
             }
             SettleOutcome::NotExecuted | SettleOutcome::Unknown | SettleOutcome::NotFound => {
-                let takes = if outcome == SettleOutcome::NotFound {
-                    "nothing but the lease"
-                } else {
-                    "a `reason`"
+                let takes = match outcome {
+                    SettleOutcome::NotFound => "nothing but the lease",
+                    SettleOutcome::Unknown => "a `reason` and a `resend_stop`",
+                    _ => "a `reason`",
                 };
                 if self.result.is_some() {
                     return Err(refuse("result", takes));
@@ -213,6 +259,7 @@ impl SettleRequest {
                     },
                     SettleOutcome::Unknown => Settlement::Unknown {
                         reason: reason(self.reason),
+                        resend_stop,
                     },
                     _ if self.reason.is_some() => return Err(refuse("reason", takes)),
                     _ => Settlement::NotFound,
@@ -463,9 +510,12 @@ pub(crate) async fn act_on_intent(
         (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
          content_type = "application/problem+json"),
         (status = 422, description = "A body of the wrong shape (`bad-request-body`), a field \
-                                      the outcome does not take (`bad-settlement`), a `result` \
-                                      over 64 KiB (`too-large`), or an outcome the grant does \
-                                      not allow (`outcome-not-allowed`); nothing was changed.",
+                                      the outcome does not take (`bad-settlement`), a \
+                                      `resend_stop` that is not one of its words \
+                                      (`unknown-resend-stop`), a `result` over 64 KiB \
+                                      (`too-large`), or an outcome the grant does not allow \
+                                      (`outcome-not-allowed`, e.g. `resend_stop` on a \
+                                      `look_up` grant); nothing was changed.",
          body = ProblemBody,
          content_type = "application/problem+json"),
         (status = 503, description = "At the concurrency limit, or the ledger is unavailable. \

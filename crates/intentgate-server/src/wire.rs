@@ -7,7 +7,8 @@
 //! there appears in the document without anyone writing it down.
 
 use intentgate_core::{
-    CallStatus, Effect, Executor, IntentStatus, Misconfiguration, OutcomeReason, ToolDefinition,
+    CallStatus, Effect, Executor, IntentStatus, Misconfiguration, OutcomeReason, ResendStop,
+    ToolDefinition,
 };
 use intentgate_gate::{CallOutcome, DegradedUpstream};
 use intentgate_ledger::IntentRecord;
@@ -199,6 +200,12 @@ pub struct IntentView {
     pub external_id: Option<String>,
     /// Who settled it, when not the call itself (`lookup`, `reconciliation`, an operator).
     pub resolved_by: Option<String>,
+    /// Why same-key re-sends of the intent stopped for good, when they did: the provider
+    /// answers its key the same way every time, so only lookups (and reconciliation, or a
+    /// person) can settle it. Absent while re-sends may still happen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = resend_stop_schema)]
+    pub resend_stopped: Option<ResendStop>,
     /// Calls of this intent, the first one included.
     pub call_count: u64,
     /// Milliseconds since the Unix epoch.
@@ -219,6 +226,7 @@ impl From<&IntentRecord> for IntentView {
             result: intent.result.clone(),
             external_id: intent.external_id.clone(),
             resolved_by: intent.resolved_by.clone(),
+            resend_stopped: intent.resend_stopped,
             call_count: intent.call_count,
             first_seen_ms: intent.first_seen_ms,
             last_seen_ms: intent.last_seen_ms,
@@ -248,6 +256,13 @@ fn outcome_reason_schema() -> impl Into<RefOr<Schema>> {
     string_enum(
         OutcomeReason::ALL.iter().map(|reason| reason.as_str()),
         "Why the call ended with its status, where the status alone would mislead.",
+    )
+}
+
+fn resend_stop_schema() -> impl Into<RefOr<Schema>> {
+    string_enum(
+        ResendStop::ALL.map(ResendStop::as_str),
+        "Why same-key re-sends of the intent stopped for good.",
     )
 }
 

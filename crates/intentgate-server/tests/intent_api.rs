@@ -641,3 +641,109 @@ async fn hostile_requests_to_the_intent_api_are_refused_and_change_nothing() {
     let settled = ok(post(&server, &settle_path(&granted), ACME, settle).await);
     assert_eq!(settled["outcome"]["status"], "done", "{settled}");
 }
+
+/// An `unknown` settle may say why the provider will answer every same-key re-send the same
+/// way: recorded (the intent shows it, the metric counts it), then only lookups are granted.
+/// An unknown word is a 422 naming the words; a field where the outcome or grant does not
+/// take one is a 422 too, and none of those change anything.
+#[tokio::test]
+async fn an_unknown_settle_can_stop_re_sends_and_the_intent_shows_why() {
+    let server = start_server().await;
+    let granted = ok(grant(&server, ACME, "31").await);
+    let path = settle_path(&granted);
+    let lease = token(&granted);
+    let intent_path = format!("/v1/intents/{}", granted["intent_id"]);
+    let fresh = ok(get(&server, &intent_path, ACME).await);
+    assert_eq!(fresh.get("resend_stopped"), None, "{fresh}");
+
+    let unknown_word = json!({"lease": lease, "outcome": "unknown", "resend_stop": "replayed"});
+    assert_problem(
+        &post(&server, &path, ACME, unknown_word).await,
+        422,
+        "unknown-resend-stop",
+        &[
+            "`replayed`",
+            "`replayed_server_error`",
+            "`provider_says_no_retry`",
+            "`key_reused`",
+        ],
+    );
+    let not_a_word = json!({"lease": lease, "outcome": "unknown", "resend_stop": 5});
+    assert_problem(
+        &post(&server, &path, ACME, not_a_word).await,
+        422,
+        "bad-request-body",
+        &["expected a string"],
+    );
+    for outcome in ["done", "rejected", "not_executed"] {
+        let other = json!({"lease": lease, "outcome": outcome, "resend_stop": "key_reused"});
+        assert_problem(
+            &post(&server, &path, ACME, other).await,
+            422,
+            "bad-settlement",
+            &["resend_stop", outcome],
+        );
+    }
+    assert_eq!(
+        ok(get(&server, &intent_path, ACME).await)["status"],
+        "in_flight"
+    );
+
+    let stopped = json!({"lease": lease, "outcome": "unknown",
+                         "reason": "HTTP 500 replayed (Idempotent-Replayed: true)",
+                         "resend_stop": "replayed_server_error"});
+    let settled = ok(post(&server, &path, ACME, stopped).await);
+    assert_eq!(settled["outcome"]["status"], "pending_unknown", "{settled}");
+    let intent = ok(get(&server, &intent_path, ACME).await);
+    assert_eq!(
+        (&intent["status"], &intent["resend_stopped"]),
+        (&json!("unknown"), &json!("replayed_server_error")),
+        "{intent}"
+    );
+    let by_key = ok(get(&server, "/v1/intents/refund_order/refund:31:49.00", ACME).await);
+    assert_eq!(
+        by_key["resend_stopped"], "replayed_server_error",
+        "{by_key}"
+    );
+
+    // The next caller is granted the lookup, and its settle can't carry a stop.
+    let lookup = ok(grant(&server, ACME, "31").await);
+    assert_eq!(lookup["action"], "look_up", "{lookup}");
+    let on_lookup = json!({"lease": token(&lookup), "outcome": "unknown",
+                           "resend_stop": "replayed_server_error"});
+    assert_problem(
+        &post(&server, &settle_path(&lookup), ACME, on_lookup).await,
+        422,
+        "outcome-not-allowed",
+        &["resend_stop"],
+    );
+    let nothing = json!({"lease": token(&lookup), "outcome": "not_found"});
+    let answered = ok(post(&server, &settle_path(&lookup), ACME, nothing).await);
+    assert_eq!(answered["action"], "answer", "{answered}");
+    assert_eq!(answered["outcome"]["status"], "pending_unknown");
+    let intent = ok(get(&server, &intent_path, ACME).await);
+    assert_eq!(
+        (&intent["attempts"], &intent["status"]),
+        (&json!(1), &json!("unknown"))
+    );
+
+    let metrics = server
+        .client
+        .get(format!("{}/metrics", server.base))
+        .bearer_auth(ACME)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series =
+        r#"intentgate_resends_stopped_total{tool="refund_order",reason="replayed_server_error"}"#;
+    assert_eq!(
+        intentgate_test_support::metrics::sample::<u64>(&metrics, series),
+        Some(1),
+        "{metrics}"
+    );
+    assert_eq!(server.provider.requests(), 0);
+    server.stop().await;
+}

@@ -105,11 +105,24 @@ impl Generator<'_> {
         }
         let kind = match schema.get("type") {
             Some(Value::String(kind)) => kind.as_str(),
-            Some(Value::Array(kinds)) => kinds
-                .iter()
-                .filter_map(Value::as_str)
-                .find(|kind| *kind != "null")
-                .unwrap_or("null"),
+            Some(Value::Array(kinds)) => {
+                // The first type it can make a value of, null last: `[string, number]` with a
+                // pattern it can't follow is a number (a pattern constrains strings only).
+                let mut kinds: Vec<&str> = kinds.iter().filter_map(Value::as_str).collect();
+                kinds.sort_by_key(|kind| *kind == "null");
+                let mut first_error = None;
+                for kind in kinds {
+                    match self.of_kind(kind, schema, name, depth, all) {
+                        Ok(value) => return Ok(value),
+                        Err(error) => {
+                            first_error.get_or_insert(error);
+                        }
+                    }
+                }
+                return Err(first_error.unwrap_or_else(|| {
+                    format!("property `{name}`: its `type` list names no type")
+                }));
+            }
             _ if schema.contains_key("properties") => "object",
             _ => {
                 return Err(format!(
@@ -117,6 +130,18 @@ impl Generator<'_> {
                 ));
             }
         };
+        self.of_kind(kind, schema, name, depth, all)
+    }
+
+    /// A value of the JSON type `kind` by `schema`'s other keywords.
+    fn of_kind(
+        &self,
+        kind: &str,
+        schema: &Map<String, Value>,
+        name: &str,
+        depth: usize,
+        all: bool,
+    ) -> Result<Value, String> {
         match kind {
             "string" => self.string(schema, name).map(Value::String),
             "integer" => self.number(schema, name, true),
@@ -480,6 +505,29 @@ mod tests {
         assert_eq!(alternative(&schema, "only", &base["only"], 4, "t"), None);
         assert_eq!(alternative(&schema, "fixed", &base["fixed"], 4, "t"), None);
         assert_eq!(alternative(&schema, "absent", &json!(1), 4, "t"), None);
+    }
+
+    #[test]
+    fn a_type_list_takes_the_first_type_it_can_make() {
+        // Stripe's example: an amount as a decimal string or a number; the string's pattern
+        // is beyond the generator, the number is not.
+        let amount = json!({"type": ["string", "number"],
+            "pattern": "^(0|[1-9][0-9]{0,7})(\\.[0-9]{1,2})?$",
+            "exclusiveMinimum": 0, "maximum": 999999.99});
+        let schema = json!({"type": "object", "properties": {"amount": amount},
+            "required": ["amount"]});
+        assert_eq!(generate(&schema, 1, "t").unwrap(), json!({"amount": 1}));
+        assert_eq!(
+            alternative(&schema, "amount", &json!(1), 4, "t"),
+            Some(json!(4))
+        );
+        // A string it can make comes first, as listed; null only when nothing else can be.
+        let either = json!({"type": ["null", "string", "number"], "pattern": "^[a-z]{2}$"});
+        assert_eq!(generate(&either, 1, "t").unwrap(), json!("aa"));
+        let nothing_else = json!({"type": ["string", "null"], "pattern": "^(a|b)$"});
+        assert_eq!(generate(&nothing_else, 1, "t").unwrap(), Value::Null);
+        let nothing = json!({"type": ["string"], "pattern": "^(a|b)$"});
+        assert!(generate(&nothing, 1, "t").unwrap_err().contains("pattern"));
     }
 
     #[test]

@@ -21,7 +21,8 @@
 //! 1.5 s without reaching the provider, switches it on and checks a call works again.
 //!
 //! The provider is the built-in mock (in this process, its upstreams' base URLs replaced by
-//! the mock's; the failure is scripted) unless `--live`: then the configured upstreams (a
+//! the mock's; the failure is scripted; speaking its own JSON API or, for a config written
+//! for Stripe, Stripe's dialect: [`smoke_with`]) unless `--live`: then the configured upstreams (a
 //! sandbox) are used as they are, behind a loopback proxy (`proxy.rs`) that cuts the answer
 //! to the first side-effecting request, and effects are counted through the tool's `list`
 //! (by the provider key, `fields.idempotency_key`, or by the business fields of its
@@ -52,7 +53,9 @@ use intentgate_gate::{
 use intentgate_http::HttpUpstream;
 use intentgate_http::spec::{Method, UpstreamSpec};
 use intentgate_ledger::{Ledger, ToolFlag};
-use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer, Scripted, Shape};
+use intentgate_mock::{
+    Dialect, HttpFaultPlan, MockOptions, MockProvider, MockServer, Scripted, Shape,
+};
 use intentgate_ops::reconcile::Pairing;
 use serde::Serialize;
 use serde_json::Value;
@@ -82,8 +85,18 @@ const LIST_PAGE_LIMIT: u32 = 100;
 const LIST_PAGES_MAX: u32 = 1000;
 /// Longest wait for one page of a list.
 const LIST_PAGE_TIMEOUT: Duration = Duration::from_secs(30);
-/// The write requests the built-in mock serves, as (path, what it makes).
+/// The write requests the built-in mock serves in its own dialect.
 const MOCK_SIDE_EFFECTS: [&str; 3] = ["/v1/refunds", "/v1/charges", "/v1/emails"];
+/// The write requests the built-in mock serves in the Stripe dialect.
+const MOCK_STRIPE_SIDE_EFFECTS: [&str; 2] = ["/v1/refunds", "/v1/payment_intents"];
+
+/// The side-effecting paths the built-in mock serves in `dialect`.
+fn mock_side_effects(dialect: Dialect) -> &'static [&'static str] {
+    match dialect {
+        Dialect::Json => &MOCK_SIDE_EFFECTS,
+        Dialect::Stripe => &MOCK_STRIPE_SIDE_EFFECTS,
+    }
+}
 /// The arguments' variants of the lookup check: the first intent's, the value a key argument
 /// takes in the intent that differs from it there, and in the one never executed. (1 and 2
 /// are the intents of the effect and kill-switch checks.)
@@ -105,6 +118,16 @@ intent API (POST /v1/tools/{name}/intents) instead"
 /// fault-injecting proxy. An error is a smoke that could not run (a refused config, a ledger
 /// that can't be opened); a failed check is in the report.
 pub async fn smoke(config_path: &Path, live: bool) -> anyhow::Result<Report> {
+    smoke_with(config_path, live, Dialect::Json).await
+}
+
+/// [`smoke`], with the built-in mock provider speaking `dialect` (`Dialect::Stripe` for a
+/// config written for Stripe's v1 API, such as `examples/stripe.yaml`); ignored with `live`.
+pub async fn smoke_with(
+    config_path: &Path,
+    live: bool,
+    dialect: Dialect,
+) -> anyhow::Result<Report> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let started = Instant::now();
     // A config the loader refuses (a key that changes per attempt, among others) can't be
@@ -119,7 +142,7 @@ pub async fn smoke(config_path: &Path, live: bool) -> anyhow::Result<Report> {
     let target = if live {
         Target::live(&mut loaded).await?
     } else {
-        Target::mock(&mut loaded).await?
+        Target::mock(&mut loaded, dialect).await?
     };
     let folder = tempfile::tempdir().context("a temporary folder for the smoke test's ledger")?;
     let location = folder.path().join("smoke-ledger.db");
@@ -173,6 +196,7 @@ pub async fn smoke(config_path: &Path, live: bool) -> anyhow::Result<Report> {
     let report = Report {
         config: config_path.display().to_string(),
         target: smoke.target.name(),
+        mock_dialect: smoke.target.dialect(),
         passed: tools.iter().all(|tool| tool.passed),
         seconds: started.elapsed().as_secs_f64(),
         tools,
@@ -209,9 +233,9 @@ enum Target {
 }
 
 impl Target {
-    async fn mock(loaded: &mut LoadedConfig) -> anyhow::Result<Target> {
-        let provider = MockProvider::new(MockOptions::new(HttpFaultPlan::quiet()))
-            .context("the mock provider's plan")?;
+    async fn mock(loaded: &mut LoadedConfig, dialect: Dialect) -> anyhow::Result<Target> {
+        let options = MockOptions::new(HttpFaultPlan::quiet()).with_dialect(dialect);
+        let provider = MockProvider::new(options).context("the mock provider's plan")?;
         let server = MockServer::start(provider)
             .await
             .context("starting the mock provider on a loopback port")?;
@@ -241,6 +265,14 @@ impl Target {
         match self {
             Target::Mock(_) => "mock",
             Target::Live { .. } => "live",
+        }
+    }
+
+    /// What the built-in mock speaks (`json` or `stripe`); none with `--live`.
+    fn dialect(&self) -> Option<Dialect> {
+        match self {
+            Target::Mock(server) => Some(server.provider().dialect()),
+            Target::Live { .. } => None,
         }
     }
 
@@ -437,17 +469,24 @@ impl Smoke {
         let Some(request) = &config.call else {
             return result.could_not_start(client_tool_skipped(&config.name));
         };
-        if let Target::Mock(_) = self.target
-            && !(request.method == Method::Post
-                && MOCK_SIDE_EFFECTS.contains(&request.path.as_str()))
-        {
-            return result.could_not_start(format!(
-                "the built-in mock provider does not serve {} {} (it serves POST {}); run \
-`intentgate smoke --live` with the upstream pointed at a sandbox of this tool's API",
-                format!("{:?}", request.method).to_uppercase(),
-                request.path,
-                MOCK_SIDE_EFFECTS.join(", POST ")
-            ));
+        if let Target::Mock(server) = &self.target {
+            let dialect = server.provider().dialect();
+            let served = mock_side_effects(dialect);
+            if !(request.method == Method::Post && served.contains(&request.path.as_str())) {
+                let other = match dialect {
+                    Dialect::Json if MOCK_STRIPE_SIDE_EFFECTS.contains(&request.path.as_str()) => {
+                        " (in its Stripe dialect it serves that path: `--mock-dialect stripe`)"
+                    }
+                    _ => "",
+                };
+                return result.could_not_start(format!(
+                    "the built-in mock provider does not serve {} {} (it serves POST {}){other}; \
+run `intentgate smoke --live` with the upstream pointed at a sandbox of this tool's API",
+                    format!("{:?}", request.method).to_uppercase(),
+                    request.path,
+                    served.join(", POST ")
+                ));
+            }
         }
         let arguments = match arguments::generate(&definition.input_schema, 1, &self.tag) {
             Ok(arguments) => arguments,
@@ -927,6 +966,9 @@ pub struct Report {
     config: String,
     /// `mock` (the built-in mock provider) or `live` (the configured upstreams).
     target: &'static str,
+    /// What the built-in mock spoke: `json` (its own API) or `stripe`; absent with `live`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mock_dialect: Option<Dialect>,
     passed: bool,
     seconds: f64,
     tools: Vec<ToolResult>,
@@ -961,8 +1003,11 @@ impl Report {
     /// and the verdict.
     pub fn text(&self) -> String {
         let mut out = String::new();
-        let against = match self.target {
-            "mock" => "the built-in mock provider",
+        let against = match (self.target, self.mock_dialect) {
+            ("mock", Some(Dialect::Stripe)) => {
+                "the built-in mock provider in its Stripe dialect (Stripe's v1 API)"
+            }
+            ("mock", _) => "the built-in mock provider",
             _ => "the configured upstreams (--live), through a fault-injecting proxy",
         };
         let _ = writeln!(

@@ -164,7 +164,10 @@ The config is loaded as `serve` loads it, and a real gate is built over a fresh 
 in a temporary folder (with a random hash key for sensitive arguments when the variable that \
 `gateway.hash_key` names is unset: that ledger is thrown away). By default every upstream is replaced by the built-in mock payments \
 provider, started in this process (a tool whose request the mock does not serve fails, and \
-says to use --live). With --live the configured upstreams (a sandbox, never production) are \
+says to use --live). The mock speaks its own JSON API, or with --mock-dialect stripe Stripe's \
+v1 API (form bodies, amounts in minor units, lists paged by starting_after/has_more; it serves \
+POST /v1/refunds and POST /v1/payment_intents), which a config written for Stripe such as \
+examples/stripe.yaml needs. With --live the configured upstreams (a sandbox, never production) are \
 called as they are, through a loopback proxy that injects the failure. For each tool:
 
   1. valid arguments are made from its input schema (enum: the first value, email: \
@@ -202,9 +205,34 @@ pub struct SmokeArgs {
     /// ambiguous failure is injected by a loopback proxy in front of them.
     #[arg(long)]
     pub live: bool,
+    /// What the built-in mock provider speaks: `json` (its own API: JSON bodies, decimal
+    /// amounts) or `stripe` (Stripe's v1 API: form bodies in bracket notation, amounts in
+    /// minor units, Stripe's lists and key layer; serves POST /v1/refunds and POST
+    /// /v1/payment_intents). A config written for Stripe, such as examples/stripe.yaml,
+    /// needs `stripe`. Not with --live.
+    #[arg(long, value_enum, default_value_t = MockDialect::Json, conflicts_with = "live")]
+    pub mock_dialect: MockDialect,
     /// `text` (a table) or `json` (one object with every tool's results).
     #[arg(long, value_enum, default_value_t = SmokeFormat::Text)]
     pub format: SmokeFormat,
+}
+
+/// What the built-in mock provider speaks (`smoke --mock-dialect`, `demo --provider`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MockDialect {
+    /// The mock's own API: JSON bodies, decimal amounts.
+    Json,
+    /// Stripe's v1 API: form bodies, amounts in minor units, Stripe's lists.
+    Stripe,
+}
+
+impl MockDialect {
+    pub fn dialect(self) -> intentgate_mock::Dialect {
+        match self {
+            MockDialect::Json => intentgate_mock::Dialect::Json,
+            MockDialect::Stripe => intentgate_mock::Dialect::Stripe,
+        }
+    }
 }
 
 /// How `smoke` prints its results.
@@ -396,6 +424,21 @@ pub struct DemoArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Which API the storm runs against: `mock` (the mock's own API, with the tools of
+    /// examples/support-agent.yaml) or `stripe` (the mock in Stripe's dialect, with the tools
+    /// of examples/stripe.yaml: form bodies, refunds of payment intents in cents, Stripe's
+    /// lists and key layer).
+    #[arg(long, value_enum, default_value_t = DemoProvider::Mock)]
+    pub provider: DemoProvider,
+}
+
+/// The API `demo` runs its storm against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DemoProvider {
+    /// The mock's own JSON API and examples/support-agent.yaml.
+    Mock,
+    /// The mock in Stripe's dialect and examples/stripe.yaml.
+    Stripe,
 }
 
 /// `intentgate mock-provider`.
@@ -415,6 +458,12 @@ pub struct MockProviderArgs {
     /// Multiplies every latency (0.01 turns a 4.8 s p95 into 48 ms).
     #[arg(long)]
     pub latency_scale: Option<f64>,
+    /// What the side effects speak: `json` (the mock's own API) or `stripe` (Stripe's v1 API
+    /// on /v1/refunds and /v1/payment_intents, with cancel: form bodies in bracket notation,
+    /// amounts in minor units, Stripe's lists and `Idempotent-Replayed` replays; see
+    /// docs/mock-provider.md).
+    #[arg(long, default_value = "json", value_parser = ["json", "stripe"])]
+    pub dialect: String,
 }
 
 /// `intentgate config`.

@@ -346,6 +346,10 @@ fn describe(
         "  attempts:     {} (provider key epoch {})",
         intent.attempt, intent.epoch
     )?;
+    if let Some(stop) = intent.resend_stopped {
+        // Only lookups move it on now: say why, so nobody waits for a re-send.
+        writeln!(out, "  re-sends:     stopped: {}", stop.describe())?;
+    }
     writeln!(out, "  calls:        {}", intent.call_count)?;
     writeln!(out, "  first seen:   {} UTC", utc(intent.first_seen_ms))?;
     writeln!(out, "  last seen:    {} UTC", utc(intent.last_seen_ms))?;

@@ -1,7 +1,7 @@
 //! `intentgate mock-provider`: the mock payments provider as a server.
 
 use anyhow::Context;
-use intentgate_mock::{MockOptions, serve};
+use intentgate_mock::{Dialect, MockOptions, serve};
 use tokio::net::TcpListener;
 
 use crate::cli::MockProviderArgs;
@@ -16,6 +16,8 @@ pub async fn run(arguments: MockProviderArgs) -> anyhow::Result<()> {
         plan.latency_scale = scale;
     }
     plan.validate().context("the fault plan")?;
+    let dialect = Dialect::parse(&arguments.dialect)
+        .with_context(|| format!("unknown dialect `{}`", arguments.dialect))?;
     let listener = TcpListener::bind(&arguments.listen)
         .await
         .with_context(|| {
@@ -28,9 +30,12 @@ pub async fn run(arguments: MockProviderArgs) -> anyhow::Result<()> {
     // Printed on stdout, alone on its line, so scripts and tests can read the port.
     println!("mock provider listening on http://{address}");
     eprintln!("fault plan: {}", serde_json::to_string(&plan)?);
+    if dialect == Dialect::Stripe {
+        eprintln!("dialect: stripe (/v1/refunds and /v1/payment_intents speak Stripe's v1 API)");
+    }
     serve(
         listener,
-        MockOptions::new(plan),
+        MockOptions::new(plan).with_dialect(dialect),
         intentgate_server::shutdown_signal(),
     )
     .await

@@ -10,7 +10,12 @@ use crate::cli::{SmokeArgs, SmokeFormat};
 pub const EXIT_FAILED: u8 = 2;
 
 pub async fn run(arguments: SmokeArgs) -> anyhow::Result<()> {
-    let report = intentgate_smoke::smoke(&arguments.config, arguments.live).await?;
+    let report = intentgate_smoke::smoke_with(
+        &arguments.config,
+        arguments.live,
+        arguments.mock_dialect.dialect(),
+    )
+    .await?;
     match arguments.format {
         SmokeFormat::Text => print!("{}", report.text()),
         SmokeFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),

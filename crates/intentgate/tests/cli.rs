@@ -28,6 +28,47 @@ fn help_lists_the_bench_command() {
 }
 
 #[test]
+fn smoke_and_demo_help_document_their_stripe_flags() {
+    let smoke = run(intentgate().args(["smoke", "--help"]));
+    assert!(smoke.status.success(), "{smoke:?}");
+    let stdout = text(&smoke.stdout);
+    for said in [
+        "--mock-dialect",
+        "stripe",
+        "examples/stripe.yaml",
+        "/v1/payment_intents",
+    ] {
+        assert!(stdout.contains(said), "{said}: {stdout}");
+    }
+    let demo = run(intentgate().args(["demo", "--help"]));
+    assert!(demo.status.success(), "{demo:?}");
+    let stdout = text(&demo.stdout);
+    for said in [
+        "--provider",
+        "stripe",
+        "examples/stripe.yaml",
+        "[default: mock]",
+    ] {
+        assert!(stdout.contains(said), "{said}: {stdout}");
+    }
+    // The mock's dialect is the built-in mock's: not with --live.
+    let both = run(intentgate().args([
+        "smoke",
+        "--config",
+        "examples/stripe.yaml",
+        "--live",
+        "--mock-dialect",
+        "stripe",
+    ]));
+    assert!(!both.status.success());
+    assert!(
+        text(&both.stderr).contains("cannot be used with"),
+        "{}",
+        text(&both.stderr)
+    );
+}
+
+#[test]
 fn bench_ledger_help_documents_every_flag() {
     let output = run(intentgate().args(["bench", "ledger", "--help"]));
     assert!(output.status.success(), "{output:?}");
@@ -388,5 +429,65 @@ fn a_ledger_others_may_read_is_opened_with_a_warning_that_says_how_to_close_it()
     assert!(
         stderr.contains(&format!("chmod 600 {}", ledger.display())),
         "{stderr}"
+    );
+}
+
+/// One HTTP/1.1 request over a fresh connection; the whole response as text.
+fn http(address: &str, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).expect("the mock provider accepts");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn the_mock_provider_speaks_stripe_with_dialect_stripe() {
+    use std::io::BufRead;
+    let help = text(&run(intentgate().args(["mock-provider", "--help"])).stdout);
+    assert!(help.contains("--dialect"), "{help}");
+    let refused = run(intentgate().args(["mock-provider", "--dialect", "yaml"]));
+    assert!(!refused.status.success(), "{refused:?}");
+
+    let mut child = intentgate()
+        .args([
+            "mock-provider",
+            "--listen",
+            "127.0.0.1:0",
+            "--faults",
+            "quiet",
+            "--dialect",
+            "stripe",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let address = line.trim().rsplit("http://").next().unwrap().to_owned();
+    let body = "payment_intent=pi_1&amount=4900&metadata%5Bintent_key%5D=refund%3Api_1%3A49.00";
+    let request = format!(
+        "POST /v1/refunds HTTP/1.1\r\nHost: {address}\r\nIdempotency-Key: k1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let first = http(&address, &request);
+    let again = http(&address, &request);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(first.contains(r#""amount":4900"#), "{first}");
+    assert!(
+        !first.to_ascii_lowercase().contains("idempotent-replayed"),
+        "{first}"
+    );
+    assert!(
+        again
+            .to_ascii_lowercase()
+            .contains("idempotent-replayed: true"),
+        "{again}"
     );
 }

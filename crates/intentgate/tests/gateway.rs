@@ -390,6 +390,86 @@ fn the_demo_refunds_customers_twice_without_intentgate_and_never_with_it() {
         report["intentgate"]["unknown_after_recovery"], unknown,
         "{report}"
     );
+    // The default demo is the mock's own API: nothing of the Stripe mode in its report.
+    assert!(report.get("provider").is_none(), "{report}");
+    assert!(report["intentgate"].get("amounts").is_none(), "{report}");
+}
+
+#[test]
+fn the_demo_on_the_stripe_example_refunds_in_cents_and_never_twice_with_intentgate() {
+    let output = intentgate()
+        .env_remove("INTENTGATE_HASH_KEY")
+        .env_remove("STRIPE_SECRET_KEY")
+        .env_remove("STRIPE_API_BASE")
+        .args([
+            "demo",
+            "--provider",
+            "stripe",
+            "--customers",
+            "150",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_str(&support::success(&output)).unwrap();
+    assert_eq!(report["provider"], "stripe", "{report}");
+    assert!(
+        report["naive"]["customers_refunded_twice"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{report}"
+    );
+    let gated = &report["intentgate"];
+    assert_eq!(gated["customers_refunded_twice"], 0, "{report}");
+    assert_eq!(gated["extra_refunds"], 0, "{report}");
+    assert!(gated["provider_lookups"].as_u64().unwrap() > 0, "{report}");
+    // Every refund at the provider is in cents, the customer's amount: 4900 for 49.00.
+    for run in ["naive", "intentgate"] {
+        let amounts = &report[run]["amounts"];
+        let refunds = amounts["refunds"].as_u64().unwrap();
+        assert!(refunds > 0, "{report}");
+        assert_eq!(amounts["in_cents_asked"], refunds, "{run}: {report}");
+        assert_eq!(report[run]["refunds"], refunds, "{run}: {report}");
+    }
+    // Reconciliation over Stripe's list (created[gte]/[lt] in seconds, starting_after and
+    // has_more, amounts in cents) finds only what the storm left unknown.
+    let found = gated["reconciliation"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no reconciliation in {report}"));
+    for kind in found.keys() {
+        assert!(
+            kind == "unknown_found" || kind == "unknown_missing",
+            "{kind}: {report}"
+        );
+    }
+    let unknown: u64 = found.values().map(|count| count.as_u64().unwrap()).sum();
+    assert_eq!(gated["unknown_after_recovery"], unknown, "{report}");
+
+    // The table says what it ran against and shows a refund in cents.
+    let output = intentgate()
+        .env_remove("INTENTGATE_HASH_KEY")
+        .args([
+            "demo",
+            "--provider",
+            "stripe",
+            "--customers",
+            "20",
+            "--faults",
+            "none",
+        ])
+        .output()
+        .unwrap();
+    let table = support::success(&output);
+    assert!(
+        table.contains("against the mock in Stripe's dialect"),
+        "{table}"
+    );
+    assert!(
+        table.contains("intentgate:    20 of 20 refunds hold the amount their customer asked for"),
+        "{table}"
+    );
+    assert!(table.contains("e.g. pi_ord_080"), "{table}");
 }
 
 #[test]

@@ -498,3 +498,137 @@ async fn live_counts_a_tool_without_a_list_by_its_lookup_and_says_what_that_cann
 fn path(path: &Path) -> &str {
     path.to_str().unwrap()
 }
+
+/// The Stripe example, as shipped.
+const STRIPE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/stripe.yaml");
+
+/// The environment the Stripe example reads: a dummy secret (the mock takes any), and no
+/// `STRIPE_API_BASE` (the mock replaces every upstream's base URL).
+const STRIPE_ENV: [(&str, &str); 1] = [("STRIPE_SECRET_KEY", "sk_test_intentgate_smoke")];
+
+/// The JSON report of `intentgate smoke --mock-dialect stripe` of `config`, and its exit.
+fn stripe_smoke(config: &str) -> (Option<i32>, Value) {
+    let output = smoke(
+        &[
+            "--config",
+            config,
+            "--mock-dialect",
+            "stripe",
+            "--format",
+            "json",
+        ],
+        &STRIPE_ENV,
+    );
+    let report = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    (output.status.code(), report)
+}
+
+#[test]
+fn the_stripe_example_passes_unchanged_against_the_mock_in_its_stripe_dialect() {
+    let (status, report) = stripe_smoke(STRIPE_CONFIG);
+    assert_eq!(status, Some(0), "{report:#}");
+    assert_eq!(
+        (report["target"].as_str(), report["mock_dialect"].as_str()),
+        (Some("mock"), Some("stripe"))
+    );
+    let tools = report["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools
+        .iter()
+        .map(|tool| tool["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["refund_order", "charge_card"]);
+    for tool in tools {
+        for step in [
+            "effect_once",
+            "repeats_answered",
+            "lookup_finds_own",
+            "kill_switch",
+        ] {
+            assert_eq!(tool[step], "pass", "{tool:#}");
+        }
+        assert_eq!(tool["effects"], 1, "{tool:#}");
+        assert_eq!(tool["effects_counted_by"], "effect_log", "{tool:#}");
+        assert_eq!(tool["answers"].as_array().unwrap().len(), 7, "{tool:#}");
+    }
+    // The text says which API the mock spoke.
+    let output = smoke(
+        &["--config", STRIPE_CONFIG, "--mock-dialect", "stripe"],
+        &STRIPE_ENV,
+    );
+    assert_eq!(output.status.code(), Some(0));
+    let table = stdout(&output);
+    assert!(
+        table.contains("against the built-in mock provider in its Stripe dialect"),
+        "{table}"
+    );
+    assert!(table.contains("PASSED: 2 of 2"), "{table}");
+}
+
+#[test]
+fn a_stripe_refund_lookup_without_its_key_and_matched_by_payment_intent_alone_fails() {
+    // Proved by the payment intent alone, the lookup of one refund takes the payment's other
+    // refund, of another amount.
+    let folder = tempfile::tempdir().unwrap();
+    let broken = std::fs::read_to_string(STRIPE_CONFIG).unwrap().replacen(
+        "      found: /data
+      key: /metadata/intentgate_key
+      match:
+        payment_intent: {record: /payment_intent}
+        amount: {record: /amount, minor_units: USD}
+",
+        "      found: /data
+      match:
+        payment_intent: {record: /payment_intent}
+",
+        1,
+    );
+    assert_ne!(broken, std::fs::read_to_string(STRIPE_CONFIG).unwrap());
+    let config = folder.path().join("stripe.yaml");
+    std::fs::write(&config, broken).unwrap();
+    let (status, report) = stripe_smoke(path(&config));
+    assert_eq!(status, Some(2), "{report:#}");
+    let tools = report["tools"].as_array().unwrap();
+    let refund = tools
+        .iter()
+        .find(|tool| tool["tool"] == "refund_order")
+        .unwrap();
+    assert_eq!(refund["lookup_finds_own"], "fail", "{refund:#}");
+    assert_eq!(refund["passed"], false, "{refund:#}");
+    for step in ["effect_once", "repeats_answered", "kill_switch"] {
+        assert_eq!(refund[step], "pass", "{refund:#}");
+    }
+    let reasons = reasons(refund);
+    assert!(reasons.contains("another `amount`"), "{reasons}");
+    assert!(reasons.contains("somebody else's effect"), "{reasons}");
+    assert!(reasons.contains("`amount`"), "{reasons}");
+    // The charge is untouched and still passes.
+    let charge = tools
+        .iter()
+        .find(|tool| tool["tool"] == "charge_card")
+        .unwrap();
+    assert_eq!(charge["passed"], true, "{charge:#}");
+}
+
+#[test]
+fn the_stripe_example_against_the_mocks_own_dialect_says_to_ask_for_stripes() {
+    let output = smoke(
+        &["--config", STRIPE_CONFIG, "--format", "json"],
+        &STRIPE_ENV,
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(
+        report.get("mock_dialect").is_some_and(|d| d == "json"),
+        "{report:#}"
+    );
+    let charge = report["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["tool"] == "charge_card")
+        .unwrap();
+    assert!(
+        reasons(charge).contains("`--mock-dialect stripe`"),
+        "{charge:#}"
+    );
+}

@@ -9,12 +9,15 @@ model, the framework, the HTTP client or the user retries it.
 
 from intentgate._client import DEFAULT_TIMEOUT_SECONDS, AsyncClient, Client
 from intentgate._errors import IntentGateError, LeaseLost, TooManyRounds
+from intentgate._side_effect import RESEND_STOPS, ResendStop
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
+    "RESEND_STOPS",
     "AsyncClient",
     "Client",
     "IntentGateError",
     "LeaseLost",
+    "ResendStop",
     "TooManyRounds",
 ]

@@ -33,6 +33,8 @@ from intentgate._side_effect import (
     Call,
     ExceptionTypes,
     ExternalId,
+    ResendStop,
+    ResendStopOf,
     SideEffect,
     done_fields,
     is_pending_unknown,
@@ -88,7 +90,12 @@ def _grant_headers(idempotency_key: str | None, intent_id: str | None) -> dict[s
 
 
 def _settle_body(
-    lease: str, outcome: str, result: Any, reason: str | None, external_id: str | None
+    lease: str,
+    outcome: str,
+    result: Any,
+    reason: str | None,
+    external_id: str | None,
+    resend_stop: ResendStop | None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"lease": lease, "outcome": outcome}
     if result is not _ABSENT:
@@ -97,6 +104,8 @@ def _settle_body(
         body["reason"] = reason
     if external_id is not None:
         body["external_id"] = external_id
+    if resend_stop is not None:
+        body["resend_stop"] = resend_stop
     return body
 
 
@@ -203,11 +212,14 @@ class Client:
         result: Any = _ABSENT,
         reason: str | None = None,
         external_id: str | None = None,
+        resend_stop: ResendStop | None = None,
     ) -> dict[str, Any]:
         """`POST /v1/intents/{id}/settle`: reports `outcome` (`done`, `rejected`,
-        `not_executed`, `unknown` or `not_found`). Answers like `grant`; raises `LeaseLost`
-        when the lease is no longer held (nothing was changed)."""
-        body = _settle_body(lease, outcome, result, reason, external_id)
+        `not_executed`, `unknown` or `not_found`). `resend_stop` (with `unknown`, on an
+        `execute` grant) says the provider will answer every same-key re-send the same way:
+        the gateway then grants lookups only. Answers like `grant`; raises `LeaseLost` when
+        the lease is no longer held (nothing was changed)."""
+        body = _settle_body(lease, outcome, result, reason, external_id, resend_stop)
         return cast(dict[str, Any], self._request("POST", _intent_path(intent_id, "settle"), body))
 
     def intent(self, intent_id: int | str) -> dict[str, Any]:
@@ -223,11 +235,19 @@ class Client:
         rejected: ExceptionTypes = (),
         lookup: Callable[..., Any] | None = None,
         external_id: ExternalId = None,
+        resend_stop: ResendStopOf = None,
     ) -> Callable[[Callable[..., Any]], SideEffectFunction]:
         """Runs the decorated function as the client-executed tool `tool`, at most once per
         intent whatever the retries. The function takes `idempotency_key` (the provider key
         of the intent, to send to the provider); the wrapper doesn't, and returns the
-        outcome the model should read. See the package's README for each branch."""
+        outcome the model should read. See the package's README for each branch.
+
+        `resend_stop(error)` is asked about an exception settled `unknown`: a `ResendStop`
+        word when the provider will answer every same-key re-send the same way (a stored
+        5xx it replays, a 5xx it says not to retry, a key it holds for other parameters),
+        so the gateway stops granting re-sends of the intent and grants lookups only; None
+        otherwise. If it raises or answers another word, the outcome is settled without it
+        and that error is raised after."""
 
         def decorate(function: Callable[..., Any]) -> SideEffectFunction:
             if inspect.iscoroutinefunction(function):
@@ -240,6 +260,7 @@ class Client:
                 rejected=rejected,
                 lookup=lookup,
                 external_id=external_id,
+                resend_stop=resend_stop,
             )
 
             def wrapper(*args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -272,8 +293,10 @@ class Client:
             value = effect.function(*call.args, **call.kwargs, **{KEY_PARAMETER: key})
         except Exception as error:
             renewer.stop()
-            outcome = effect.classify(error)
-            answer = self._settle(effect, call, grant, outcome, reason=reason_of(error))
+            outcome, fields, stop_error = effect.failure_fields(error)
+            answer = self._settle(effect, call, grant, outcome, **fields)
+            if stop_error is not None:
+                raise stop_error from error
             if outcome == "unknown" and is_pending_unknown(answer):
                 # The gateway grants the lookup of an unknown intent to the next caller.
                 answer = self.grant(effect.tool, call.arguments)
@@ -424,9 +447,10 @@ class AsyncClient:
         result: Any = _ABSENT,
         reason: str | None = None,
         external_id: str | None = None,
+        resend_stop: ResendStop | None = None,
     ) -> dict[str, Any]:
         """`POST /v1/intents/{id}/settle` (see `Client.settle`)."""
-        body = _settle_body(lease, outcome, result, reason, external_id)
+        body = _settle_body(lease, outcome, result, reason, external_id, resend_stop)
         return cast(dict[str, Any], await self._request("POST", _intent_path(intent_id, "settle"), body))
 
     async def intent(self, intent_id: int | str) -> dict[str, Any]:
@@ -442,6 +466,7 @@ class AsyncClient:
         rejected: ExceptionTypes = (),
         lookup: Callable[..., Any] | None = None,
         external_id: ExternalId = None,
+        resend_stop: ResendStopOf = None,
     ) -> Callable[[Callable[..., Any]], AsyncSideEffectFunction]:
         """`Client.side_effect` for `async def` functions. `lookup` may be a plain function
         or a coroutine function."""
@@ -457,6 +482,7 @@ class AsyncClient:
                 rejected=rejected,
                 lookup=lookup,
                 external_id=external_id,
+                resend_stop=resend_stop,
             )
 
             async def wrapper(*args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -487,8 +513,10 @@ class AsyncClient:
             value = await effect.function(*call.args, **call.kwargs, **{KEY_PARAMETER: key})
         except Exception as error:
             await _stop(renewer)
-            outcome = effect.classify(error)
-            answer = await self._settle(effect, call, grant, outcome, reason=reason_of(error))
+            outcome, fields, stop_error = effect.failure_fields(error)
+            answer = await self._settle(effect, call, grant, outcome, **fields)
+            if stop_error is not None:
+                raise stop_error from error
             if outcome == "unknown" and is_pending_unknown(answer):
                 answer = await self.grant(effect.tool, call.arguments)
             return answer

@@ -9,7 +9,7 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from intentgate._errors import IntentGateError
 from intentgate._json import to_json_value
@@ -39,6 +39,17 @@ RENEW_INTERVAL_MIN_SECONDS = 0.05
 
 ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
 ExternalId = Callable[[Any], Any] | str | None
+
+#: Why same-key re-sends of an intent stop for good, as the settle of an `unknown` outcome
+#: says it (`resend_stop`): the provider will answer every re-send of the key the same way.
+#: `replayed_server_error`: it replays a stored 5xx for the key (Stripe's
+#: `Idempotent-Replayed: true`); `provider_says_no_retry`: it answered a 5xx and said not to
+#: retry (`Stripe-Should-Retry: false`); `key_reused`: it holds the key for a request with
+#: other parameters (Stripe's 400 `idempotency_error`).
+ResendStop = Literal["replayed_server_error", "provider_says_no_retry", "key_reused"]
+RESEND_STOPS: frozenset[str] = frozenset(get_args(ResendStop))
+#: What the decorator's `resend_stop` is: the reason an exception of the body says, or None.
+ResendStopOf = Callable[[BaseException], ResendStop | None] | None
 
 
 def renew_interval_seconds(lease: Mapping[str, Any]) -> float:
@@ -78,6 +89,7 @@ class SideEffect:
     lookup: Callable[..., Any] | None
     lookup_takes_key: bool
     external_id: ExternalId
+    resend_stop: ResendStopOf = None
 
     @classmethod
     def of(
@@ -90,6 +102,7 @@ class SideEffect:
         rejected: ExceptionTypes,
         lookup: Callable[..., Any] | None,
         external_id: ExternalId,
+        resend_stop: ResendStopOf = None,
     ) -> SideEffect:
         """Checks `function` and builds the signature the wrapper shows: the function's own
         without `idempotency_key`. Raises `TypeError` for a function that can't take the key
@@ -117,6 +130,7 @@ class SideEffect:
             lookup=lookup,
             lookup_takes_key=lookup_takes_key,
             external_id=external_id,
+            resend_stop=resend_stop,
         )
 
     def wrap(self, wrapper: Callable[..., Any]) -> Callable[..., Any]:
@@ -159,6 +173,26 @@ class SideEffect:
         if isinstance(error, self.not_processed):
             return "not_executed"
         return "unknown"
+
+    def failure_fields(self, error: BaseException) -> tuple[str, dict[str, Any], Exception | None]:
+        """The settle outcome and fields of an exception raised by the body, and the error
+        to raise after settling when `resend_stop` failed on it (raised, or answered a word
+        the gateway does not take): the body's outcome is settled without the reason then,
+        so the intent is not left to its lease's expiry."""
+        outcome = self.classify(error)
+        fields: dict[str, Any] = {"reason": reason_of(error)}
+        if outcome != "unknown" or self.resend_stop is None:
+            return outcome, fields, None
+        try:
+            stop = self.resend_stop(error)
+        except Exception as failed:
+            return outcome, fields, failed
+        if stop is None:
+            return outcome, fields, None
+        if stop not in RESEND_STOPS:
+            return outcome, fields, ValueError(f"resend_stop answered {stop!r}; it may answer None or one of {sorted(RESEND_STOPS)}")
+        fields["resend_stop"] = stop
+        return outcome, fields, None
 
     def external_id_of(self, value: Any) -> str | None:
         """The provider's id of a result: `external_id(value)` for a callable, `value[key]`

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use intentgate_core::Effect;
+use intentgate_core::placeholder::{self, Format, Piece};
 use intentgate_core::tool::TIMEOUT_MS_MAX;
 use intentgate_http::LIST_PLACEHOLDERS;
 use intentgate_http::spec::{
@@ -297,6 +298,7 @@ impl Checker<'_, '_> {
                 ("query", !call.query.is_empty()),
                 ("headers", !call.headers.is_empty()),
                 ("body", call.body.is_some()),
+                ("body_format", !call.body_format.is_json()),
             ],
             &format!("{label}: `{{field}}` is for HTTP requests, and this call is a tool of an MCP server (`tool:`)"),
             "remove `{field}`; an MCP call's values go in `arguments:`",
@@ -448,6 +450,7 @@ impl Checker<'_, '_> {
             query: call.query,
             headers: call.headers,
             body: call.body,
+            body_format: call.body_format,
             result: call.result,
         };
         let lookup = lookup.and_then(|lookup| {
@@ -475,6 +478,8 @@ impl Checker<'_, '_> {
                 path,
                 query: lookup.query,
                 headers: lookup.headers,
+                body: lookup.body,
+                body_format: lookup.body_format,
                 found: lookup.found,
                 not_found_statuses: lookup.not_found_statuses.unwrap_or_else(|| vec![404]),
                 external_id: lookup.external_id,
@@ -518,6 +523,8 @@ impl Checker<'_, '_> {
             headers: list.headers,
             items: list.items,
             next_cursor: list.next_cursor,
+            has_more: list.has_more,
+            limit_max: list.limit_max,
             fields: list.fields,
             match_fields: list.match_fields,
         })
@@ -540,6 +547,7 @@ impl Checker<'_, '_> {
                 ("path", list.path.is_some()),
                 ("query", !list.query.is_empty()),
                 ("headers", !list.headers.is_empty()),
+                ("limit_max", list.limit_max.is_some()),
             ],
             &format!("{label}: `list.{{field}}` is for HTTP listings, and this tool calls an MCP server"),
             "remove `{field}`; an MCP listing is another tool of the same server: `tool:` and `arguments:`",
@@ -562,11 +570,20 @@ impl Checker<'_, '_> {
             ),
             Some(template) => {
                 let mut unknown = Vec::new();
+                let mut cursor = false;
                 placeholders(template, &mut |name| {
+                    cursor |= name == "cursor";
                     if !LIST_PLACEHOLDERS.contains(&name) {
                         unknown.push(name.to_owned());
                     }
                 });
+                if !cursor {
+                    self.push(
+                        &arguments_path,
+                        format!("{label}: `list.arguments` has no `{{cursor}}`, so every page the listing asks for would be the first one"),
+                        "add the argument that asks for the next page, e.g. `cursor: \"{cursor}\"` (left out of the first page)",
+                    );
+                }
                 for name in unknown {
                     self.push(
                         &arguments_path,
@@ -597,6 +614,7 @@ impl Checker<'_, '_> {
             records: ListRecords {
                 items: list.items,
                 next_cursor: list.next_cursor,
+                has_more: list.has_more,
                 fields: list.fields,
                 match_fields: list.match_fields,
             },
@@ -619,6 +637,8 @@ impl Checker<'_, '_> {
                 ("path", lookup.path.is_some()),
                 ("query", !lookup.query.is_empty()),
                 ("headers", !lookup.headers.is_empty()),
+                ("body", lookup.body.is_some()),
+                ("body_format", !lookup.body_format.is_json()),
                 ("not_found_statuses", lookup.not_found_statuses.is_some()),
             ],
             &format!("{label}: `lookup.{{field}}` is for HTTP lookups, and this tool calls an MCP server"),
@@ -702,6 +722,16 @@ impl Checker<'_, '_> {
                 path,
                 format!("{label}: `arguments` is not a mapping"),
                 "write the upstream tool's arguments as a mapping, e.g. `arguments: {order_id: \"{order_id}\"}`",
+            );
+            return;
+        }
+        if let Err(error) = intentgate_http::template::BodyTemplate::parse(template) {
+            self.push(
+                path,
+                format!("{label}: `arguments`: {error}"),
+                "write `{argument}` for an argument, `{argument:.2}` for an exact decimal, \
+                 `{argument:minor(USD)}` for an amount in a currency's minor units, and `{{` or \
+                 `}}` for a literal brace",
             );
             return;
         }
@@ -818,18 +848,24 @@ impl Checker<'_, '_> {
     }
 }
 
-/// Calls `each` with the name of every whole-value placeholder (`"{name}"`) in a template.
+/// Calls `each` with the name (dotted path) of every placeholder in a template's strings,
+/// and of every argument a minor-units placeholder takes its currency from.
 pub(super) fn placeholders(template: &Value, each: &mut dyn FnMut(&str)) {
     match template {
+        // The shared parser, as the request is rendered: `{amount:.2}` names `amount`, and
+        // `{amount:minor(currency)}` names `currency` too. A malformed string names nothing
+        // here; its syntax is reported by the caller's template check.
         Value::String(text) => {
-            if text.starts_with("{{") {
-                return;
-            }
-            if let Some(name) = text.strip_prefix('{').and_then(|t| t.strip_suffix('}'))
-                && !name.is_empty()
-                && !name.contains(['{', '}'])
-            {
-                each(name);
+            for piece in placeholder::parse(text).unwrap_or_default() {
+                let Piece::Placeholder(found) = piece else {
+                    continue;
+                };
+                each(&found.name());
+                if let Some(Format::MinorUnits(source)) = &found.format
+                    && let Some(argument) = source.argument()
+                {
+                    each(&argument.join("."));
+                }
             }
         }
         Value::Array(items) => items.iter().for_each(|item| placeholders(item, each)),

@@ -10,13 +10,14 @@
 use std::collections::BTreeMap;
 
 use intentgate_core::ArgumentPath;
-use intentgate_http::spec::{ListRecords, MatchCompare, MatchField};
+use intentgate_core::currency::CurrencySource;
+use intentgate_http::spec::{ListRecords, ListSubject, MatchCompare, MatchField};
 use serde_json::Value;
 
 use super::Checker;
 use super::tools::pointer_path;
 use crate::limits::MATCH_FIELDS_MAX;
-use crate::source_map::at;
+use crate::source_map::{Segment, at};
 
 /// An example of `match` for the fixes, as the example config's refunds would write it.
 const MATCH_EXAMPLE: &str = "`match: {order_id: {record: /order_id}, amount: {record: /amount}}`";
@@ -35,23 +36,54 @@ impl Checker<'_, '_> {
     ) {
         for (field, pointer) in [
             ("items", Some(list.items.as_str())),
-            ("next_cursor", Some(list.next_cursor.as_str())),
+            ("next_cursor", list.next_cursor.as_deref()),
+            ("has_more", list.has_more.as_deref()),
         ] {
             self.pointer(&at!["tools", index, "list", field], label, pointer);
         }
+        self.list_paging(index, label, list);
         for (field, pointer) in [
             ("idempotency_key", list.fields.idempotency_key.as_deref()),
             ("intent_key", list.fields.intent_key.as_deref()),
             ("external_id", Some(list.fields.external_id.as_str())),
             ("amount", list.fields.amount.as_deref()),
             ("amount_argument", list.fields.amount_argument.as_deref()),
-            ("subject", list.fields.subject.as_deref()),
         ] {
             self.pointer(
                 &at!["tools", index, "list", "fields", field],
                 label,
                 pointer,
             );
+        }
+        self.minor_units(
+            &at!["tools", index, "list", "fields", "amount_minor_units"],
+            label,
+            "list.fields.amount_minor_units",
+            list.fields.amount_minor_units.as_deref(),
+            input_schema,
+        );
+        match &list.fields.subject {
+            Some(ListSubject::One(pointer)) => self.pointer(
+                &at!["tools", index, "list", "fields", "subject"],
+                label,
+                Some(pointer),
+            ),
+            Some(ListSubject::Several(pointers)) if pointers.is_empty() => self.push(
+                &at!["tools", index, "list", "fields", "subject"],
+                format!("{label}: `list.fields.subject` is an empty list"),
+                "name where a record keeps who was affected, e.g. `subject: /customer` or \
+                 `subject: [/payment_intent, /charge/customer]`, or remove `subject`",
+            ),
+            Some(ListSubject::Several(pointers)) => {
+                for (position, pointer) in pointers.iter().enumerate() {
+                    self.pointer(
+                        &at!["tools", index, "list", "fields", "subject", position],
+                        label,
+                        Some(pointer),
+                    );
+                }
+            }
+            None => {}
         }
         if let Some(sensitive) = sensitive {
             self.sensitive_amount(index, label, sensitive, list);
@@ -108,6 +140,36 @@ impl Checker<'_, '_> {
             &mut list.match_fields,
             input_schema,
             sensitive,
+        );
+    }
+
+    /// A list says how its next page is found: by the cursor a page names (`next_cursor`),
+    /// or after the last record while a flag says more follow (`has_more`). Exactly one.
+    fn list_paging(&mut self, index: usize, label: &str, list: &ListRecords) {
+        let (at, message) = match (&list.next_cursor, &list.has_more) {
+            (Some(_), Some(_)) => (
+                at!["tools", index, "list", "has_more"].to_vec(),
+                format!(
+                    "{label}: the list gives both `next_cursor` and `has_more`; it must say one \
+                     way to find the next page"
+                ),
+            ),
+            (None, None) => (
+                at!["tools", index, "list"].to_vec(),
+                format!(
+                    "{label}: the list does not say how its next page is found: it has neither \
+                     `next_cursor` nor `has_more`"
+                ),
+            ),
+            _ => return,
+        };
+        self.push(
+            &at,
+            message,
+            "give `next_cursor: <pointer to the next page's cursor>` when each page names the \
+             next, or `has_more: <pointer to a boolean>` when the next page starts after the \
+             last record's id (Stripe: `has_more: /has_more` with `starting_after: \"{cursor}\"` \
+             in `query`), not both",
         );
     }
 
@@ -212,6 +274,53 @@ impl Checker<'_, '_> {
                 }
                 Some(_) => {}
             }
+            self.minor_units(
+                &at!["tools", index, section, "match", argument, "minor_units"],
+                label,
+                &format!("match.{argument}.minor_units"),
+                field.minor_units.as_deref(),
+                input_schema,
+            );
+        }
+    }
+
+    /// A `minor_units` (of a `match` field or of a list's amount) is an ISO 4217 code the
+    /// table knows or an argument of the tool that holds one.
+    pub(super) fn minor_units(
+        &mut self,
+        path: &[Segment<'_>],
+        label: &str,
+        field: &str,
+        minor_units: Option<&str>,
+        input_schema: &Value,
+    ) {
+        let Some(text) = minor_units else { return };
+        match CurrencySource::parse(text) {
+            Err(reason) => self.push(
+                path,
+                format!("{label}: `{field}` is `{}`: {reason}", text.escape_debug()),
+                "write the currency's ISO 4217 code in capitals (`minor_units: USD`, `JPY`, \
+                 `BHD`), or the argument that holds the intent's currency (`minor_units: \
+                 currency`)",
+            ),
+            Ok(CurrencySource::Argument(argument))
+                if self.arguments_known && argument_schema(input_schema, &argument).is_none() =>
+            {
+                let name = argument.join(".");
+                self.push(
+                    path,
+                    format!(
+                        "{label}: `{field}` takes the currency from `{name}`, which is neither \
+                         a known ISO 4217 code nor an argument of the tool"
+                    ),
+                    format!(
+                        "write a code in capitals (`USD`), or name the argument that holds the \
+                         currency; the arguments are {}",
+                        super::names(super::tools::argument_names(input_schema))
+                    ),
+                );
+            }
+            Ok(_) => {}
         }
     }
 

@@ -6,13 +6,14 @@
 use std::collections::BTreeMap;
 
 use intentgate_http::spec::{
-    CallSpec, ListFields, ListSpec, LookupPages, LookupSpec, MatchField, Method, UpstreamSpec,
+    BodyFormat, CallSpec, ListSpec, LookupPages, LookupSpec, MatchField, Method, UpstreamSpec,
 };
 use intentgate_http::template::{
     GATEWAY_VALUE_NAMES, Template, TemplateError, check_body_template, check_template,
 };
 use intentgate_http::{
     HttpError, LIST_PLACEHOLDERS, LOOKUP_PAGES_DEFAULT, LOOKUP_PAGES_MAX, check_list_spec,
+    list_uses_cursor,
 };
 use serde_json::Value;
 
@@ -68,9 +69,10 @@ impl Checker<'_, '_> {
                 &names,
             );
             if let Some(body) = &call.body {
-                self.body_template(index, label, body, &names);
+                self.body_template(index, "call", label, body, &names);
             }
         }
+        self.form_body(index, "call", label, call.body.as_ref(), call.body_format);
         let headers = std::mem::take(&mut call.headers);
         call.headers = self.headers(
             &at!["tools", index, "call"],
@@ -109,7 +111,28 @@ impl Checker<'_, '_> {
                 &lookup.headers,
                 &names,
             );
+            if let Some(body) = &lookup.body {
+                self.body_template(index, "lookup", label, body, &names);
+            }
         }
+        if matches!(lookup.method, Method::Get | Method::Delete) && lookup.body.is_some() {
+            self.push(
+                &at!["tools", index, "lookup", "body"],
+                format!(
+                    "{label}: a {} lookup carries no body",
+                    method_name(lookup.method)
+                ),
+                "remove `body:`, or pass the filter in `query:` (or make the lookup a POST \
+                 search, if the provider has one)",
+            );
+        }
+        self.form_body(
+            index,
+            "lookup",
+            label,
+            lookup.body.as_ref(),
+            lookup.body_format,
+        );
         self.pointer(
             &at!["tools", index, "lookup", "found"],
             label,
@@ -235,6 +258,31 @@ impl Checker<'_, '_> {
             );
         }
         self.list_templates(index, label, &list);
+        if !list_uses_cursor(&list) {
+            let at = if list.query.is_empty() {
+                at!["tools", index, "list"].to_vec()
+            } else {
+                at!["tools", index, "list", "query"].to_vec()
+            };
+            self.push(
+                &at,
+                format!(
+                    "{label}: the list's request has no `{{cursor}}`, so every page it asks for \
+                     would be the first one"
+                ),
+                "add the query parameter that asks for the next page, e.g. `starting_after: \
+                 \"{cursor}\"` (left out of the first page; with `has_more` it is the last \
+                 record's id)",
+            );
+        }
+        if list.limit_max == Some(0) {
+            self.push(
+                &at!["tools", index, "list", "limit_max"],
+                format!("{label}: `list.limit_max` is 0, so no page could hold a record"),
+                "give the provider's largest page (Stripe: `limit_max: 100`), or remove \
+                 `limit_max` when the provider takes any page size",
+            );
+        }
         let headers = std::mem::take(&mut list.headers);
         list.headers = self.headers(
             &at!["tools", index, "list"],
@@ -304,22 +352,14 @@ impl Checker<'_, '_> {
     pub(super) fn list_templates(&mut self, index: usize, label: &str, list: &ListSpec) {
         let alone =
             |path: &str, query: BTreeMap<String, String>, headers: BTreeMap<String, String>| {
+                // Its other fields are the list's own: a template error is reported before
+                // any other, and only template errors are taken here.
                 let spec = ListSpec {
                     upstream: None,
                     path: path.to_owned(),
                     query,
                     headers,
-                    items: String::new(),
-                    next_cursor: String::new(),
-                    match_fields: BTreeMap::new(),
-                    fields: ListFields {
-                        idempotency_key: None,
-                        intent_key: None,
-                        external_id: String::new(),
-                        amount: None,
-                        amount_argument: None,
-                        subject: None,
-                    },
+                    ..list.clone()
                 };
                 match check_list_spec(&spec) {
                     Err(HttpError::Template { error, .. }) => Some(error),
@@ -365,10 +405,41 @@ impl Checker<'_, '_> {
         }
     }
 
-    /// Checks a call's body template, at the line of the offending string.
+    /// A form body is named fields: its template must be a mapping (or one placeholder of
+    /// an object argument); `body_format: form` without a body sends none.
+    fn form_body(
+        &mut self,
+        index: usize,
+        part: &str,
+        label: &str,
+        body: Option<&Value>,
+        format: BodyFormat,
+    ) {
+        let Some(body) = body else { return };
+        let whole_placeholder = body
+            .as_str()
+            .and_then(|text| intentgate_core::placeholder::parse(text).ok())
+            .is_some_and(|pieces| {
+                matches!(
+                    pieces.as_slice(),
+                    [intentgate_core::placeholder::Piece::Placeholder(_)]
+                )
+            });
+        if format == BodyFormat::Form && !body.is_object() && !whole_placeholder {
+            self.push(
+                &at!["tools", index, part, "body"],
+                format!("{label}: `{part}.body` is sent as a form (`body_format: form`), and a form is a mapping of field names to values"),
+                "write the body as a mapping, e.g. `body: {amount: \"{amount:minor(USD)}\", metadata: {intent_key: \"{intent_key}\"}}`, or use `body_format: json`",
+            );
+        }
+    }
+
+    /// Checks a call's or lookup's (`part`) body template, at the line of the offending
+    /// string.
     pub(super) fn body_template(
         &mut self,
         index: usize,
+        part: &str,
         label: &str,
         body: &Value,
         names: &[&str],
@@ -383,14 +454,14 @@ impl Checker<'_, '_> {
         let prefix = [
             "tools".to_owned(),
             index.to_string(),
-            "call".to_owned(),
+            part.to_owned(),
             "body".to_owned(),
         ];
         let owned = pointer_path(&prefix, pointer);
         let field = if pointer.is_empty() || pointer == "/" {
-            "call.body".to_owned()
+            format!("{part}.body")
         } else {
-            format!("call.body at `{pointer}`")
+            format!("{part}.body at `{pointer}`")
         };
         self.template_error(&segments(&owned), label, &field, inner, names);
     }
@@ -421,6 +492,11 @@ impl Checker<'_, '_> {
                 "a list request runs outside any call, so it may use only {}",
                 self::names(LIST_PLACEHOLDERS.iter().map(|name| format!("{{{name}}}")))
             ),
+            TemplateError::UnknownCurrencyArgument { name, .. } => format!(
+                "take the currency from an argument that holds an ISO 4217 code \
+                 (`{{{name}:minor(currency)}}`), or write the code (`{{{name}:minor(USD)}}`); {}",
+                available(names)
+            ),
             TemplateError::BadPath(_) => {
                 "write an absolute path such as `/v1/refunds/{refund_id}`, and put query \
                  parameters under `query:`"
@@ -428,7 +504,8 @@ impl Checker<'_, '_> {
             }
             _ => format!(
                 "write `{{argument}}` for an argument, `{{argument:.2}}` for an exact decimal, \
-                 and `{{{{` or `}}}}` for a literal brace; {}",
+                 `{{argument:minor(USD)}}` for an amount in a currency's minor units, and \
+                 `{{{{` or `}}}}` for a literal brace; {}",
                 available(names)
             ),
         };

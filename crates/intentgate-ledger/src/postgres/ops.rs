@@ -13,7 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use futures_util::future::join_all;
-use intentgate_core::IntentStatus;
+use intentgate_core::{IntentStatus, ResendStop};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
@@ -36,7 +36,7 @@ macro_rules! intent_columns {
     () => {
         "id, tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
          lease_owner, lease_expires_ms, result, external_id, resolved_by, call_count, \
-         first_seen_ms, last_seen_ms, updated_ms, last_lookup_ms"
+         first_seen_ms, last_seen_ms, updated_ms, last_lookup_ms, resend_stopped"
     };
 }
 
@@ -119,7 +119,7 @@ const INSERT_FRESH_EVENT: &str = "INSERT INTO events (intent_id, tenant, tool, a
      WHERE intent.id = (SELECT currval(pg_get_serial_sequence('intents', 'id')))";
 const UPDATE_INTENT: &str = "UPDATE intents SET status = $2, attempt = $3, epoch = $4, lease_owner = $5, \
      lease_expires_ms = $6, result = $7, external_id = $8, resolved_by = $9, call_count = $10, \
-     last_seen_ms = $11, updated_ms = $12, last_lookup_ms = $13 WHERE id = $1";
+     last_seen_ms = $11, updated_ms = $12, last_lookup_ms = $13, resend_stopped = $14 WHERE id = $1";
 const UPDATE_COUNTS: &str = "UPDATE intents SET call_count = $2, last_seen_ms = $3 WHERE id = $1";
 const INSERT_EVENT: &str = "INSERT INTO events (intent_id, tenant, tool, at_ms, kind, from_status, \
      to_status, attempt, actor, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
@@ -204,6 +204,7 @@ fn read_intent(row: &Row) -> Result<IntentRecord, Failure> {
     let arguments: String = row.try_get(5)?;
     let result: Option<String> = row.try_get(11)?;
     let call_count: i64 = row.try_get(14)?;
+    let resend_stopped: Option<String> = row.try_get(19)?;
     Ok(IntentRecord {
         id: row.try_get(0)?,
         tenant: row.try_get(1)?,
@@ -231,6 +232,10 @@ fn read_intent(row: &Row) -> Result<IntentRecord, Failure> {
         last_seen_ms: row.try_get(16)?,
         updated_ms: row.try_get(17)?,
         last_lookup_ms: row.try_get(18)?,
+        resend_stopped: resend_stopped
+            .map(|text| text.parse())
+            .transpose()
+            .map_err(|error| corrupt("intents.resend_stopped", error))?,
     })
 }
 
@@ -374,7 +379,8 @@ pub async fn commit(
                         i64::from(intent.epoch),
                         intent.call_count as i64,
                     );
-                    let parameters: [&(dyn ToSql + Sync); 13] = [
+                    let resend_stopped = intent.resend_stopped.map(ResendStop::as_str);
+                    let parameters: [&(dyn ToSql + Sync); 14] = [
                         &intent.id,
                         &status,
                         &attempt,
@@ -388,6 +394,7 @@ pub async fn commit(
                         &intent.last_seen_ms,
                         &intent.updated_ms,
                         &intent.last_lookup_ms,
+                        &resend_stopped,
                     ];
                     client.execute(statement, &parameters).await
                 })

@@ -2,7 +2,7 @@
 //! grouped commit). Each reads the intent, asks [`crate::plan`] what to do (which checks
 //! every status change with the core state machine) and applies the writes it returns.
 
-use intentgate_core::IntentStatus;
+use intentgate_core::{IntentStatus, ResendStop};
 use rusqlite::types::ToSqlOutput;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
@@ -20,7 +20,7 @@ use crate::{
 
 const INTENT_COLUMNS: &str = "id, tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
      lease_owner, lease_expires_ms, result, external_id, resolved_by, call_count, first_seen_ms, last_seen_ms, \
-     updated_ms, last_lookup_ms";
+     updated_ms, last_lookup_ms, resend_stopped";
 
 /// A column whose value this version can't read.
 fn corrupt(index: usize, message: String) -> rusqlite::Error {
@@ -37,6 +37,7 @@ fn read_intent(row: &Row<'_>) -> rusqlite::Result<IntentRecord> {
     let status: String = row.get(6)?;
     let arguments: String = row.get(5)?;
     let result: Option<String> = row.get(11)?;
+    let resend_stopped: Option<String> = row.get(19)?;
     Ok(IntentRecord {
         id: row.get(0)?,
         tenant: row.get(1)?,
@@ -61,6 +62,10 @@ fn read_intent(row: &Row<'_>) -> rusqlite::Result<IntentRecord> {
         last_seen_ms: row.get(16)?,
         updated_ms: row.get(17)?,
         last_lookup_ms: row.get(18)?,
+        resend_stopped: resend_stopped
+            .map(|text| text.parse())
+            .transpose()
+            .map_err(|message| corrupt(19, message))?,
     })
 }
 
@@ -234,7 +239,7 @@ fn update(connection: &Connection, stored: &StoredIntent) -> Result<(), LedgerEr
         .prepare_cached(
             "UPDATE intents SET status = ?2, attempt = ?3, epoch = ?4, lease_owner = ?5, lease_expires_ms = ?6, \
              result = ?7, external_id = ?8, resolved_by = ?9, call_count = ?10, last_seen_ms = ?11, updated_ms = ?12, \
-             last_lookup_ms = ?13 WHERE id = ?1",
+             last_lookup_ms = ?13, resend_stopped = ?14 WHERE id = ?1",
         )?
         .execute(params![
             intent.id,
@@ -250,6 +255,7 @@ fn update(connection: &Connection, stored: &StoredIntent) -> Result<(), LedgerEr
             intent.last_seen_ms,
             intent.updated_ms,
             intent.last_lookup_ms,
+            intent.resend_stopped.map(ResendStop::as_str),
         ])?;
     assert_eq!(
         changed, 1,
@@ -789,8 +795,8 @@ pub fn bulk_insert(
     let mut insert = connection.prepare_cached(
         "INSERT INTO intents (tenant, tool, intent_key, fingerprint, arguments, status, attempt, \
          epoch, lease_owner, lease_expires_ms, result, external_id, resolved_by, call_count, \
-         first_seen_ms, last_seen_ms, updated_ms, last_lookup_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+         first_seen_ms, last_seen_ms, updated_ms, last_lookup_ms, resend_stopped) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
     )?;
     let mut inserted = 0;
     for intent in intents {
@@ -815,6 +821,7 @@ pub fn bulk_insert(
             intent.last_seen_ms,
             intent.updated_ms,
             intent.last_lookup_ms,
+            intent.resend_stopped.map(ResendStop::as_str),
         ])?;
         inserted += 1;
     }

@@ -154,6 +154,13 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX caller_keys_by_intent ON caller_keys (tenant, tool, intent_key);
     CREATE INDEX caller_keys_by_bound ON caller_keys (bound_ms);
     "#,
+    // 6: why an intent's same-key re-sends stopped for good (the provider answers its key
+    // the same way every time: a replayed stored 5xx, a key first used with other
+    // parameters); null while they may go on. Only lookups move such an intent on.
+    r#"
+    ALTER TABLE intents ADD COLUMN resend_stopped TEXT
+        CHECK (length(resend_stopped) BETWEEN 1 AND 32);
+    "#,
 ];
 
 /// Applies the migrations this file lacks ([`migrations::pending`]), in one transaction.

@@ -47,6 +47,7 @@ fn done(intent: &IntentRecord) -> Finish {
         looked_up: false,
         detail: "done".into(),
         lease_required: false,
+        resend_stopped: None,
     }
 }
 

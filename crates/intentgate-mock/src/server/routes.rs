@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use super::MockProvider;
 use super::connection::cut_connection;
 use crate::model::{Decision, EffectKind, EffectRequest, ListFilter};
+use crate::stripe::{self, Dialect};
 use crate::synthetic;
 use crate::wire::{
     ClockAdvance, HttpFaultPlan, InvalidRequest, check_identifier, list_body, normalise_effect,
@@ -57,6 +58,15 @@ impl MockProvider {
             .route("/v1/charges/{id}", get(get_charge))
             .route("/v1/emails", post(create_email).get(list_emails))
             .route("/v1/emails/{id}", get(get_email))
+            .route(
+                "/v1/payment_intents",
+                post(create_payment_intent).get(list_payment_intents),
+            )
+            .route("/v1/payment_intents/{id}", get(get_payment_intent))
+            .route(
+                "/v1/payment_intents/{id}/cancel",
+                post(cancel_payment_intent),
+            )
             .route("/v1/orders/{id}", get(get_order))
             .route("/v1/orders/{id}/refunds", get(get_order_refunds))
             .route("/v1/customers/{id}", get(get_customer))
@@ -89,6 +99,8 @@ struct ApiError {
     kind: &'static str,
     message: String,
     param: Option<String>,
+    /// Stripe's `code` of the error (`resource_missing`), where the Stripe dialect says one.
+    code: Option<&'static str>,
 }
 
 impl ApiError {
@@ -98,6 +110,7 @@ impl ApiError {
             kind,
             message: message.into(),
             param: None,
+            code: None,
         }
     }
 
@@ -120,6 +133,9 @@ impl IntoResponse for ApiError {
         let mut error = json!({"type": self.kind, "message": self.message});
         if let Some(param) = self.param {
             error["param"] = Value::String(param);
+        }
+        if let Some(code) = self.code {
+            error["code"] = Value::String(code.to_owned());
         }
         (self.status, axum::Json(json!({ "error": error }))).into_response()
     }
@@ -156,16 +172,48 @@ async fn pause(latency: Duration) {
     }
 }
 
-/// Acts out a decision: waits, then answers, or holds and cuts.
-async fn act_out(decision: Decision, timeout_hold: Duration) -> Response {
+/// How an answer is worded in the Stripe dialect.
+#[derive(Debug, Clone, Copy)]
+struct StripeWording {
+    kind: EffectKind,
+    /// `expand[]=charge`: a success shows the charge as an object.
+    wants_charge: bool,
+}
+
+/// Acts out a decision: waits, then answers, or holds and cuts. In the Stripe dialect
+/// (`stripe` given) errors are in Stripe's words and a replayed answer says so with
+/// `Idempotent-Replayed: true`.
+async fn act_out(
+    decision: Decision,
+    timeout_hold: Duration,
+    stripe: Option<StripeWording>,
+) -> Response {
     match decision.reply {
         UpstreamObservation::Response {
             status,
             retry_after_ms,
             body,
+            ..
         } => {
             pause(decision.latency).await;
-            json_response(status, retry_after_ms, body)
+            let Some(wording) = stripe else {
+                return json_response(status, retry_after_ms, body);
+            };
+            let body = match status {
+                200 if wording.kind == EffectKind::PaymentIntent => {
+                    stripe::with_latest_charge(body)
+                }
+                200 if wording.wants_charge => stripe::expand_charge(body),
+                200 => body,
+                _ => stripe::error_body(status, body),
+            };
+            let mut response = json_response(status, retry_after_ms, body);
+            if decision.replayed {
+                response
+                    .headers_mut()
+                    .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            }
+            response
         }
         UpstreamObservation::Timeout => {
             tokio::time::sleep(timeout_hold).await;
@@ -222,6 +270,9 @@ async fn read_json<T: DeserializeOwned>(body: Body) -> Result<T, ApiError> {
 }
 
 async fn create_refund(state: Shared, headers: HeaderMap, body: Body) -> Answer {
+    if state.0.dialect() == Dialect::Stripe {
+        return create_stripe_refund(state, headers, body).await;
+    }
     create(state, EffectKind::Refund, headers, body).await
 }
 
@@ -241,16 +292,7 @@ async fn create(
     headers: HeaderMap,
     body: Body,
 ) -> Answer {
-    let idempotency_key = match headers.get("idempotency-key") {
-        None => None,
-        Some(value) => {
-            let key = value
-                .to_str()
-                .map_err(|_| ApiError::invalid("Invalid Idempotency-Key: must be ASCII text."))?;
-            check_identifier("Idempotency-Key", key)?;
-            Some(key.to_owned())
-        }
-    };
+    let idempotency_key = idempotency_key(&headers)?;
     let body: Value = read_json(body).await?;
     let (decision, timeout_hold) = {
         let mut state = provider.lock();
@@ -263,14 +305,225 @@ async fn create(
             idempotency_key: idempotency_key.as_deref(),
             intent_key: normalised.intent_key.as_deref(),
             attempt: 0,
+            echo_key: true,
         });
         (decision, state.plan.timeout_hold())
     };
-    Ok(act_out(decision, timeout_hold).await)
+    Ok(act_out(decision, timeout_hold, None).await)
+}
+
+/// The request's `Idempotency-Key`, checked.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    match headers.get("idempotency-key") {
+        None => Ok(None),
+        Some(value) => {
+            let key = value
+                .to_str()
+                .map_err(|_| ApiError::invalid("Invalid Idempotency-Key: must be ASCII text."))?;
+            check_identifier("Idempotency-Key", key)?;
+            Ok(Some(key.to_owned()))
+        }
+    }
+}
+
+/// `POST /v1/refunds` in the Stripe dialect: a form body in bracket notation, the amount in
+/// minor units; validated first, then decided by the model like every side effect.
+async fn create_stripe_refund(state: Shared, headers: HeaderMap, body: Body) -> Answer {
+    create_stripe(state, EffectKind::Refund, headers, body).await
+}
+
+/// `POST /v1/payment_intents` (Stripe dialect only): a PaymentIntent created, and confirmed
+/// when asked (`confirm=true`, `off_session=true`); the key layer and the fault plan as for
+/// every side effect, a decline being the plan's `reject` (Stripe's 402 `card_error`).
+async fn create_payment_intent(state: Shared, uri: Uri, headers: HeaderMap, body: Body) -> Answer {
+    if state.0.dialect() != Dialect::Stripe {
+        return Err(not_found(Method::POST, uri).await);
+    }
+    create_stripe(state, EffectKind::PaymentIntent, headers, body).await
+}
+
+/// A side effect in the Stripe dialect: a form body in bracket notation, amounts in minor
+/// units; validated first, then decided by the model like every side effect.
+async fn create_stripe(
+    State(provider): Shared,
+    kind: EffectKind,
+    headers: HeaderMap,
+    body: Body,
+) -> Answer {
+    let idempotency_key = idempotency_key(&headers)?;
+    let is_json = headers
+        .get("content-type")
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.trim_start().starts_with("application/json"));
+    if is_json {
+        return Err(ApiError::invalid(
+            "This provider speaks Stripe's API: send the body as application/x-www-form-urlencoded, nested values in bracket notation (metadata[intent_key]=...).",
+        ));
+    }
+    let bytes = read_body(body).await?;
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(&bytes).into_owned().collect();
+    let fields = stripe::parse_form(&pairs)?;
+    let (decision, timeout_hold, wants_charge) = {
+        let mut state = provider.lock();
+        let now_ms = state.model.now_ms();
+        let (normalised, wants_charge) = match kind {
+            EffectKind::PaymentIntent => {
+                (stripe::normalise_payment_intent(&fields, now_ms)?, false)
+            }
+            _ => stripe::normalise_refund(&fields, now_ms)?,
+        };
+        let decision = state.model.side_effect(EffectRequest {
+            kind,
+            tool: kind.object(),
+            parameters: &normalised.parameters,
+            object: normalised.object,
+            idempotency_key: idempotency_key.as_deref(),
+            intent_key: normalised.intent_key.as_deref(),
+            attempt: 0,
+            echo_key: false,
+        });
+        (decision, state.plan.timeout_hold(), wants_charge)
+    };
+    let wording = StripeWording { kind, wants_charge };
+    Ok(act_out(decision, timeout_hold, Some(wording)).await)
 }
 
 async fn list_refunds(state: Shared, query: Pairs) -> Answer {
+    if state.0.dialect() == Dialect::Stripe {
+        return list_stripe(state, EffectKind::Refund, query).await;
+    }
     list(state, EffectKind::Refund, query).await
+}
+
+/// `GET /v1/payment_intents` (Stripe dialect only): as the refunds' list, by `customer`.
+async fn list_payment_intents(state: Shared, query: Pairs, uri: Uri) -> Answer {
+    if state.0.dialect() != Dialect::Stripe {
+        return Err(not_found(Method::GET, uri).await);
+    }
+    list_stripe(state, EffectKind::PaymentIntent, query).await
+}
+
+/// A list in the Stripe dialect (`GET /v1/refunds`, `GET /v1/payment_intents`): newest
+/// first, `starting_after` and `has_more`, `created[...]` in Unix seconds. A lookup like
+/// every list (it may fail with a 500).
+async fn list_stripe(State(provider): Shared, kind: EffectKind, query: Pairs) -> Answer {
+    let pairs = query_pairs(query)?;
+    let query = stripe::list_query(kind, &pairs)?;
+    let (draw, page) = {
+        let mut state = provider.lock();
+        let draw = state.model.draw_lookup();
+        let page = draw
+            .answers
+            .then(|| state.model.list(kind, &query.filter, query.limit));
+        (draw, page)
+    };
+    tokio::time::sleep(draw.latency).await;
+    match page {
+        None => Err(lookup_failed()),
+        Some(page) => {
+            let data = match kind {
+                EffectKind::PaymentIntent => page
+                    .data
+                    .into_iter()
+                    .map(stripe::with_latest_charge)
+                    .collect(),
+                _ if query.wants_charge => {
+                    page.data.into_iter().map(stripe::expand_charge).collect()
+                }
+                _ => page.data,
+            };
+            Ok(axum::Json(stripe::list_body(kind, data, page.has_more)).into_response())
+        }
+    }
+}
+
+/// `GET /v1/payment_intents/{id}` (Stripe dialect only): a lookup. A PaymentIntent made
+/// here as it is now; any other well-formed `pi_...` id a synthetic succeeded payment.
+async fn get_payment_intent(State(provider): Shared, Path(id): Path<String>, uri: Uri) -> Answer {
+    if provider.dialect() != Dialect::Stripe {
+        return Err(not_found(Method::GET, uri).await);
+    }
+    check_identifier("id", &id)?;
+    let (draw, found) = {
+        let mut state = provider.lock();
+        let draw = state.model.draw_lookup();
+        let found = draw.answers.then(|| {
+            state
+                .model
+                .effect(EffectKind::PaymentIntent, &id)
+                .map(|effect| stripe::with_latest_charge(effect.object.clone()))
+                .or_else(|| {
+                    // An id of the mock's own sequence that it never made is missing.
+                    (EffectKind::PaymentIntent.sequence_of(&id).is_none())
+                        .then(|| stripe::synthetic_payment_intent(&id))
+                        .flatten()
+                })
+        });
+        (draw, found)
+    };
+    tokio::time::sleep(draw.latency).await;
+    match found {
+        None => Err(lookup_failed()),
+        Some(None) => Err(no_such_payment_intent(&id)),
+        Some(Some(object)) => Ok(axum::Json(object).into_response()),
+    }
+}
+
+fn no_such_payment_intent(id: &str) -> ApiError {
+    ApiError {
+        param: Some("intent".into()),
+        code: Some("resource_missing"),
+        ..ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("No such payment_intent: '{id}'"),
+        )
+    }
+}
+
+/// `POST /v1/payment_intents/{id}/cancel` (Stripe dialect only): an idempotent update, like
+/// the JSON dialect's ticket statuses (counted as a read, no faults drawn). A second
+/// cancellation, or one of a succeeded payment, is Stripe's 400
+/// `payment_intent_unexpected_state`, and nothing changes.
+async fn cancel_payment_intent(
+    State(provider): Shared,
+    Path(id): Path<String>,
+    uri: Uri,
+    body: Body,
+) -> Answer {
+    if provider.dialect() != Dialect::Stripe {
+        return Err(not_found(Method::POST, uri).await);
+    }
+    check_identifier("id", &id)?;
+    let bytes = read_body(body).await?;
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(&bytes).into_owned().collect();
+    let fields = stripe::parse_form(&pairs)?;
+    let mut state = provider.lock();
+    state.model.count_read();
+    let now_ms = state.model.now_ms();
+    let mut synthetic;
+    let object = match state
+        .model
+        .effect_object_mut(EffectKind::PaymentIntent, &id)
+    {
+        Some(object) => object,
+        None => {
+            synthetic = EffectKind::PaymentIntent
+                .sequence_of(&id)
+                .is_none()
+                .then(|| stripe::synthetic_payment_intent(&id))
+                .flatten()
+                .ok_or_else(|| no_such_payment_intent(&id))?;
+            &mut synthetic
+        }
+    };
+    match stripe::cancel(object, &fields, now_ms)? {
+        Ok(()) => ok(stripe::with_latest_charge(object.clone())),
+        Err(stripe::UnexpectedState(message)) => Err(ApiError {
+            code: Some("payment_intent_unexpected_state"),
+            ..ApiError::invalid(message)
+        }),
+    }
 }
 
 async fn list_charges(state: Shared, query: Pairs) -> Answer {
@@ -287,6 +540,7 @@ fn subject_field(kind: EffectKind) -> &'static str {
         EffectKind::Refund => "order_id",
         EffectKind::Charge => "customer_id",
         EffectKind::Email => "to",
+        EffectKind::PaymentIntent => "customer",
     }
 }
 

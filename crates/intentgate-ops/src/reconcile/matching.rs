@@ -18,7 +18,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use intentgate_core::currency::{CurrencySource, to_minor_units};
 use intentgate_core::key::provider_key;
+use intentgate_core::placeholder::{Steps, resolve};
 use intentgate_core::{Decimal, IntentStatus};
 use intentgate_http::ListedRecord;
 use intentgate_http::spec::MatchField;
@@ -197,16 +199,9 @@ impl Index {
     }
 
     /// Adds `intent`, whose records have the pairing value `key`.
-    pub(super) fn insert(
-        &mut self,
-        intent: &IntentRecord,
-        key: &str,
-        amount_argument: Option<&str>,
-    ) {
+    pub(super) fn insert(&mut self, intent: &IntentRecord, key: &str, amount: Option<&AmountRule>) {
         let tenant = self.tenant_index(&intent.tenant);
-        let amount = amount_argument
-            .and_then(|pointer| intent.arguments.pointer(pointer))
-            .and_then(|value| Decimal::from_json(value).ok());
+        let amount = amount.and_then(|rule| rule.expected(&intent.arguments));
         let index = self.entries.len() as u32;
         let next_same_key = match self.by_key.get_mut(key) {
             // Another intent with the same value (another tenant's, or alike business
@@ -410,6 +405,36 @@ pub(super) fn no_intent(tool: &str, record: &ListedRecord, pairing: &Pairing) ->
     }
 }
 
+/// Which argument holds an intent's amount, and in which unit the provider's records keep
+/// it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AmountRule {
+    /// JSON pointer into the intent's arguments (`/amount`).
+    pub argument: String,
+    /// The records keep the amount as an integer in this currency's minor units (Stripe's
+    /// `4900` for 49.00 USD); `None`: in the same unit as the argument.
+    pub minor_units: Option<CurrencySource>,
+}
+
+impl AmountRule {
+    /// The amount a record of the intent with `arguments` should hold, in the record's unit:
+    /// the argument's exact decimal, or that decimal in minor units (`49`, `49.0` and
+    /// `"49.00"` USD are `4900`). `None` when the arguments have no decimal there, or (minor
+    /// units) no known currency, or more places than the currency has: the gateway refuses
+    /// such a call before it is sent, so no record of it can exist to compare.
+    pub fn expected(&self, arguments: &Value) -> Option<Decimal> {
+        let value = arguments.pointer(&self.argument)?;
+        let Some(source) = &self.minor_units else {
+            return Decimal::from_json(value).ok();
+        };
+        let currency = source
+            .argument()
+            .and_then(|path| resolve(arguments, path, Steps::FieldsOnly));
+        let (code, exponent) = source.resolve(currency).ok()?;
+        Decimal::parse(&to_minor_units(value, &code, exponent).ok()?).ok()
+    }
+}
+
 /// The mismatch of a record whose amount is not the intent's, if it is not.
 pub(super) fn amount_differs(
     tool: &str,
@@ -460,6 +485,7 @@ mod tests {
                 MatchField {
                     record: "/order_id".to_owned(),
                     compare: Some(MatchCompare::Text),
+                    minor_units: None,
                 },
             ),
             (
@@ -467,6 +493,7 @@ mod tests {
                 MatchField {
                     record: "/amount".to_owned(),
                     compare: Some(MatchCompare::Decimal),
+                    minor_units: None,
                 },
             ),
         ]))
@@ -496,6 +523,7 @@ mod tests {
             last_seen_ms: 0,
             updated_ms: 0,
             last_lookup_ms: None,
+            resend_stopped: None,
         }
     }
 
@@ -611,6 +639,7 @@ mod tests {
             MatchField {
                 record: "/customer".to_owned(),
                 compare: Some(MatchCompare::Text),
+                minor_units: None,
             },
         )]));
         let intent = fields.of_arguments(&serde_json::json!({"customer": {"id": "cus_1"}}));
@@ -726,6 +755,55 @@ mod tests {
             detail.contains(r#"amount "10.11", order_id "8812""#),
             "{detail}"
         );
+    }
+
+    #[test]
+    fn a_records_amount_in_minor_units_is_compared_exactly_with_the_intents_decimal() {
+        let usd = AmountRule {
+            argument: "/amount".to_owned(),
+            minor_units: Some(CurrencySource::parse("USD").unwrap()),
+        };
+        let pairing = Pairing::ProviderKey;
+        let with_amount = |amount: &str| {
+            let mut record = record("re_1", "8812", Value::Null);
+            record.amount = Some(amount.to_owned());
+            record
+        };
+        for (intent_amount, record_amount, differs) in [
+            ("49", "4900", false),
+            ("49.0", "4900", false),
+            ("\"49.00\"", "4900", false),
+            ("49", "4901", true),
+            ("49", "49", true),
+            ("0.05", "5", false),
+        ] {
+            let mut index = Index::default();
+            let done = intent(1, IntentStatus::Done, "8812", intent_amount);
+            index.insert(&done, &pairing.of_intent(&done), Some(&usd));
+            index.seal();
+            let mismatch = index.record("refund_order", 0, None, &with_amount(record_amount));
+            assert_eq!(
+                mismatch.is_some(),
+                differs,
+                "{intent_amount} vs {record_amount}: {mismatch:?}"
+            );
+            if let Some(mismatch) = mismatch {
+                assert_eq!(mismatch.kind, MismatchKind::Amount);
+                assert_eq!(mismatch.intent_amount.as_deref(), Some("4900"));
+            }
+        }
+        // Zero places, and a currency taken from the intent's own argument.
+        let by_argument = AmountRule {
+            argument: "/amount".to_owned(),
+            minor_units: Some(CurrencySource::parse("currency").unwrap()),
+        };
+        let yen = serde_json::json!({"amount": 4900, "currency": "jpy"});
+        assert_eq!(by_argument.expected(&yen), Decimal::parse("4900").ok());
+        let dinar = serde_json::json!({"amount": "1.234", "currency": "BHD"});
+        assert_eq!(by_argument.expected(&dinar), Decimal::parse("1234").ok());
+        // Never rounded into an amount a record could hold.
+        let precise = serde_json::json!({"amount": "49.001", "currency": "USD"});
+        assert_eq!(by_argument.expected(&precise), None);
     }
 
     #[test]

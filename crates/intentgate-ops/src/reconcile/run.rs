@@ -63,6 +63,9 @@ struct ListedTool {
     /// How its provider's records are listed; `None` when the config has no `list`.
     listing: Option<Listing>,
     amount_argument: Option<String>,
+    /// The currency whose minor units the records' amounts are in (checked by the config
+    /// check; an unreadable one compares no amounts).
+    amount_minor_units: Option<intentgate_core::currency::CurrencySource>,
     definition: Option<ToolDefinition>,
 }
 
@@ -149,6 +152,10 @@ impl Reconciler {
                                 .clone()
                                 .unwrap_or_else(|| "/amount".to_owned())
                         })
+                    }),
+                    amount_minor_units: listing.as_ref().and_then(|listing| {
+                        let source = listing.fields().amount_minor_units.as_deref()?;
+                        intentgate_core::currency::CurrencySource::parse(source).ok()
                     }),
                     listing,
                 }
@@ -266,6 +273,7 @@ impl Reconciler {
             tool: tool.name.clone(),
             owner: tool.owner.clone(),
             amount_argument: tool.amount_argument.clone(),
+            amount_minor_units: tool.amount_minor_units.clone(),
             pairing: Pairing::of_match(listing.match_fields()),
             source,
             definition: tool.definition.clone(),

@@ -314,6 +314,7 @@ impl Bench {
                 looked_up: false,
                 lease_required: true,
                 detail: "the caller's code confirmed it".to_owned(),
+                resend_stopped: None,
             })
             .await?;
         let latency = started.elapsed();

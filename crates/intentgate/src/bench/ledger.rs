@@ -414,11 +414,7 @@ struct InstantUpstream {
 impl Upstream for InstantUpstream {
     async fn execute(&self, _call: UpstreamCall<'_>) -> UpstreamObservation {
         let request = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
-        UpstreamObservation::Response {
-            status: 200,
-            retry_after_ms: None,
-            body: json!({"id": format!("re_bench_{request}")}),
-        }
+        UpstreamObservation::response(200, json!({"id": format!("re_bench_{request}")}))
     }
 
     async fn lookup(&self, _call: UpstreamCall<'_>) -> LookupOutcome {
@@ -659,11 +655,7 @@ mod tests {
     #[async_trait]
     impl Upstream for RefusingUpstream {
         async fn execute(&self, _call: UpstreamCall<'_>) -> UpstreamObservation {
-            UpstreamObservation::Response {
-                status: 400,
-                retry_after_ms: None,
-                body: json!({"error": {"message": "no such order"}}),
-            }
+            UpstreamObservation::response(400, json!({"error": {"message": "no such order"}}))
         }
 
         async fn lookup(&self, _call: UpstreamCall<'_>) -> LookupOutcome {

@@ -164,6 +164,7 @@ async fn measure(folder: &Path, intents: u32, json: bool) -> anyhow::Result<Figu
         tool: TOOL.to_owned(),
         owner: None,
         amount_argument: Some("/amount".to_owned()),
+        amount_minor_units: None,
         pairing: Pairing::ProviderKey,
         // Refunds have no sensitive arguments.
         definition: None,
@@ -284,6 +285,7 @@ fn intent(i: u32, intents: u32) -> IntentRecord {
         last_seen_ms: seen_ms,
         updated_ms: seen_ms,
         last_lookup_ms: None,
+        resend_stopped: None,
     }
 }
 

@@ -25,7 +25,17 @@ pub struct Customer {
     pub index: usize,
     pub order_id: String,
     pub amount: Value,
+    /// The amount in cents, as Stripe takes it.
+    pub cents: u64,
     pub asks_again: bool,
+}
+
+impl Customer {
+    /// The Stripe PaymentIntent this customer paid with (`pi_ord_08000`): what a refund of
+    /// the Stripe example names.
+    pub fn payment_intent(&self) -> String {
+        format!("pi_{}", self.order_id)
+    }
 }
 
 /// The same customers for a seed, whichever wrapper serves them.
@@ -38,6 +48,7 @@ pub fn customers(seed: u64, count: usize) -> Vec<Customer> {
                 index,
                 order_id: format!("ord_{:05}", 8000 + index),
                 amount: json!(cents as f64 / 100.0),
+                cents,
                 asks_again: rng.chance(ASKS_AGAIN_PER_THOUSAND),
             }
         })
@@ -119,15 +130,22 @@ impl Agent {
     }
 }
 
-/// The refund tool behind intentgate: one key per intent, derived from the order and amount.
+/// The refund tool behind intentgate: one key per intent, derived from the order (or the
+/// payment intent, for Stripe) and amount.
 pub struct GatedRefund {
     pub gate: Arc<Gate>,
+    /// The Stripe example's `refund_order`: a payment intent and an amount in dollars.
+    pub stripe: bool,
 }
 
 #[async_trait]
 impl Tool for GatedRefund {
     async fn refund(&self, customer: &Customer, _tool_call_id: &str) -> ToolResult {
-        let arguments = json!({"order_id": customer.order_id, "amount": customer.amount, "reason": "requested_by_customer"});
+        let arguments = if self.stripe {
+            json!({"payment_intent": customer.payment_intent(), "amount": customer.amount})
+        } else {
+            json!({"order_id": customer.order_id, "amount": customer.amount, "reason": "requested_by_customer"})
+        };
         match self
             .gate
             .call("refund_order", arguments, &CallContext::default())

@@ -12,6 +12,10 @@
 //! 2. through intentgate (a `Gate` over a SQLite ledger in a temporary folder and the HTTP
 //!    upstream that `examples/support-agent.yaml` describes).
 //!
+//! With `--provider stripe` the same storm runs against the mock in Stripe's dialect, with
+//! the tools of `examples/stripe.yaml`: the customers' refunds are of payment intents, sent as
+//! form bodies with the amount in cents, found again by listing the payment's refunds.
+//!
 //! Latencies and timeouts are scaled down a hundredfold so the replay takes seconds; the
 //! provider's faults and its independence of commit from answer are unchanged. Afterwards
 //! intentgate's ledger is reconciled with the provider's refunds, as `serve` does hourly.
@@ -31,17 +35,21 @@ use intentgate_core::IntentStatus;
 use intentgate_gate::{Clock, Gate, GateOptions, SystemClock};
 use intentgate_http::HttpUpstream;
 use intentgate_ledger::{Durability, Ledger, SqliteLedger, SqliteOptions};
-use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer};
+use intentgate_mock::{Dialect, EffectKind, HttpFaultPlan, MockOptions, MockProvider, MockServer};
 use intentgate_ops::reconcile::{PROVIDER_PAGE, Pairing, ToolToReconcile};
 use intentgate_ops::{Mismatch, ReconcileOptions, reconcile_tool};
 use tokio::sync::Semaphore;
 
-use crate::cli::DemoArgs;
+use crate::cli::{DemoArgs, DemoProvider};
 use agent::{Agent, Customer, Tool};
-pub use report::{Report, Run};
+pub use report::{Amounts, Report, Run};
 
 /// The example config, embedded so the demo needs no files.
 const EXAMPLE_CONFIG: &str = include_str!("../../../../examples/support-agent.yaml");
+/// The Stripe example, embedded the same way, for `--provider stripe`.
+const STRIPE_CONFIG: &str = include_str!("../../../../examples/stripe.yaml");
+/// The secret the Stripe example reads; the mock takes any.
+const STRIPE_DUMMY_SECRET: &str = "sk_test_intentgate_demo";
 /// Everything slow is scaled by this: a 4.8 s p95 becomes 48 ms, a 10 s timeout 100 ms.
 const TIME_SCALE: f64 = 0.01;
 /// Customers served at once, as an agent fleet would.
@@ -82,6 +90,7 @@ pub async fn run(arguments: DemoArgs) -> anyhow::Result<()> {
         customers: customers.len(),
         seed: arguments.seed,
         faults: arguments.faults.clone(),
+        provider: (arguments.provider == DemoProvider::Stripe).then(|| "stripe".to_owned()),
         naive,
         intentgate: gated,
         seconds: started.elapsed().as_secs_f64(),
@@ -101,7 +110,12 @@ async fn start_provider(arguments: &DemoArgs) -> anyhow::Result<MockServer> {
     plan.latency_scale *= TIME_SCALE;
     plan.retry_after_ms = scale(Duration::from_millis(plan.retry_after_ms)).as_millis() as u64;
     plan.timeout_hold_ms = scale(Duration::from_millis(plan.timeout_hold_ms)).as_millis() as u64;
-    let provider = MockProvider::new(MockOptions::new(plan)).context("the fault plan")?;
+    let dialect = match arguments.provider {
+        DemoProvider::Mock => Dialect::Json,
+        DemoProvider::Stripe => Dialect::Stripe,
+    };
+    let provider = MockProvider::new(MockOptions::new(plan).with_dialect(dialect))
+        .context("the fault plan")?;
     MockServer::start(provider)
         .await
         .context("starting the mock provider on a loopback port")
@@ -142,17 +156,22 @@ async fn run_naive(
     progress: &ProgressBar,
 ) -> anyhow::Result<Run> {
     let server = start_provider(arguments).await?;
+    let stripe = arguments.provider == DemoProvider::Stripe;
     let tool: Arc<dyn Tool> = Arc::new(naive::NaiveRefund::new(
         &server.url(),
         scale(Duration::from_secs(10)),
+        stripe,
     )?);
     let served = serve_customers(customers, tool, progress).await?;
-    let run = Run::collect(
+    let mut run = Run::collect(
         "naive wrapper (key = tool call id)",
         &served,
         server.provider(),
         None,
     );
+    if stripe {
+        run.amounts = Some(amounts(server.provider(), customers));
+    }
     server.stop().await?;
     Ok(run)
 }
@@ -164,17 +183,23 @@ async fn run_intentgate(
 ) -> anyhow::Result<Run> {
     let server = start_provider(arguments).await?;
     let url = server.url();
-    let environment = move |name: &str| (name == "INTENTGATE_MOCK_URL").then(|| url.clone());
+    let stripe = arguments.provider == DemoProvider::Stripe;
+    // The example's only variables: the provider's address, and Stripe's secret.
+    let environment = move |name: &str| match name {
+        "INTENTGATE_MOCK_URL" | "STRIPE_API_BASE" => Some(url.clone()),
+        "STRIPE_SECRET_KEY" => Some(STRIPE_DUMMY_SECRET.to_owned()),
+        _ => None,
+    };
+    let (text, name) = if stripe {
+        (STRIPE_CONFIG, "examples/stripe.yaml")
+    } else {
+        (EXAMPLE_CONFIG, "examples/support-agent.yaml")
+    };
     // The ledger is thrown away afterwards: a random hash key will do, and the demo needs no
     // environment.
     let hash_key = HashKeySource::EnvironmentOrEphemeral(intentgate_runtime::ephemeral_hash_key()?);
-    let mut loaded = intentgate_config::load_str_with(
-        EXAMPLE_CONFIG,
-        "examples/support-agent.yaml",
-        &environment,
-        &hash_key,
-    )
-    .map_err(|errors| anyhow::anyhow!("{errors}"))?;
+    let mut loaded = intentgate_config::load_str_with(text, name, &environment, &hash_key)
+        .map_err(|errors| anyhow::anyhow!("{errors}"))?;
     for tool in &mut loaded.tools {
         tool.timeout = scale(tool.timeout);
     }
@@ -203,7 +228,10 @@ async fn run_intentgate(
         Arc::new(SystemClock),
         options,
     )?);
-    let tool: Arc<dyn Tool> = Arc::new(agent::GatedRefund { gate: gate.clone() });
+    let tool: Arc<dyn Tool> = Arc::new(agent::GatedRefund {
+        gate: gate.clone(),
+        stripe,
+    });
     let served = serve_customers(customers, tool, progress).await?;
 
     // The provider recovers, and the sweeper settles what the storm left unknown, as in
@@ -214,6 +242,9 @@ async fn run_intentgate(
         .context("healing the mock provider")?;
     let unknown = settle_unknown(&gate, &ledger).await?;
     let mut run = Run::collect("intentgate", &served, server.provider(), Some(unknown));
+    if stripe {
+        run.amounts = Some(amounts(server.provider(), customers));
+    }
     // Then reconciliation, as `serve` runs it every hour.
     run.reconciliation = Some(reconcile_refunds(&loaded, ledger).await?);
     server.stop().await?;
@@ -292,6 +323,12 @@ async fn reconcile_refunds(
         tool: tool.name.clone(),
         owner: None,
         amount_argument: Some("/amount".to_owned()),
+        // The Stripe example's refunds are in cents (`amount_minor_units: USD`).
+        amount_minor_units: list
+            .fields
+            .amount_minor_units
+            .as_deref()
+            .and_then(|source| intentgate_core::currency::CurrencySource::parse(source).ok()),
         pairing: Pairing::ProviderKey,
         // Refunds have no sensitive arguments.
         definition: None,
@@ -301,4 +338,36 @@ async fn reconcile_refunds(
         .await
         .context("reconciling the refunds")?;
     Ok(found)
+}
+
+/// The provider's refunds against what each customer asked for: how many hold the
+/// customer's amount in cents (Stripe's minor units), and one of them as an example.
+fn amounts(provider: &MockProvider, customers: &[Customer]) -> Amounts {
+    let asked: BTreeMap<String, &Customer> = customers
+        .iter()
+        .map(|customer| (customer.payment_intent(), customer))
+        .collect();
+    let mut found = Amounts::default();
+    for effect in provider
+        .effects()
+        .iter()
+        .filter(|effect| effect.kind == EffectKind::Refund)
+    {
+        found.refunds += 1;
+        let payment_intent = effect.object["payment_intent"].as_str().unwrap_or_default();
+        let cents = effect.object["amount"].as_u64();
+        let Some(customer) = asked.get(payment_intent) else {
+            continue;
+        };
+        if cents == Some(customer.cents) {
+            found.in_cents_asked += 1;
+            if found.example.is_none() {
+                found.example = Some(format!(
+                    "{payment_intent}: amount={} for {}",
+                    customer.cents, customer.amount
+                ));
+            }
+        }
+    }
+    found
 }

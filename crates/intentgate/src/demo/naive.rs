@@ -16,10 +16,12 @@ const HTTP_BACKOFF: Duration = Duration::from_millis(5);
 pub struct NaiveRefund {
     client: reqwest::Client,
     url: String,
+    /// Stripe's form body: the payment intent, the amount in cents.
+    stripe: bool,
 }
 
 impl NaiveRefund {
-    pub fn new(base_url: &str, timeout: Duration) -> anyhow::Result<NaiveRefund> {
+    pub fn new(base_url: &str, timeout: Duration, stripe: bool) -> anyhow::Result<NaiveRefund> {
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
@@ -27,6 +29,7 @@ impl NaiveRefund {
         Ok(NaiveRefund {
             client,
             url: format!("{base_url}/v1/refunds"),
+            stripe,
         })
     }
 }
@@ -45,13 +48,26 @@ impl Tool for NaiveRefund {
             if attempt > 0 {
                 tokio::time::sleep(HTTP_BACKOFF).await;
             }
-            let sent = self
+            let request = self
                 .client
                 .post(&self.url)
-                .header("Idempotency-Key", tool_call_id)
-                .json(&body)
-                .send()
-                .await;
+                .header("Idempotency-Key", tool_call_id);
+            let request = if self.stripe {
+                // As Stripe's SDKs send it: a form, the amount in cents.
+                let cents = customer.cents.to_string();
+                let payment_intent = customer.payment_intent();
+                request
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .body(form(&[
+                        ("payment_intent", payment_intent.as_str()),
+                        ("amount", cents.as_str()),
+                        ("reason", "requested_by_customer"),
+                        ("metadata[tool_call_id]", tool_call_id),
+                    ]))
+            } else {
+                request.json(&body)
+            };
+            let sent = request.send().await;
             match sent {
                 Ok(response) => {
                     let status = response.status();
@@ -88,4 +104,34 @@ impl Tool for NaiveRefund {
 
 fn read_failed(reason: &str) -> bool {
     reason == "connection dropped"
+}
+
+/// `name=value&...`, form-urlencoded (brackets of `metadata[...]` included).
+fn form(pairs: &[(&str, &str)]) -> String {
+    let encode = |text: &str| -> String {
+        text.bytes()
+            .map(|byte| match byte {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'*' => {
+                    char::from(byte).to_string()
+                }
+                other => format!("%{other:02X}"),
+            })
+            .collect()
+    };
+    pairs
+        .iter()
+        .map(|(name, value)| format!("{}={}", encode(name), encode(value)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_form_is_percent_encoded_brackets_included() {
+        assert_eq!(
+            super::form(&[("amount", "4900"), ("metadata[tool_call_id]", "call 1")]),
+            "amount=4900&metadata%5Btool_call_id%5D=call%201"
+        );
+    }
 }

@@ -35,6 +35,20 @@ pub struct Run {
     /// Reconciliation of the ledger with the provider's refunds afterwards, mismatches by
     /// kind (intentgate only: a naive wrapper keeps no ledger to reconcile).
     pub reconciliation: Option<BTreeMap<String, u64>>,
+    /// The refunds' amounts at the provider, in cents (`--provider stripe` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub amounts: Option<Amounts>,
+}
+
+/// The provider's refunds against the amounts the customers asked for, in cents.
+#[derive(Debug, Default, Serialize)]
+pub struct Amounts {
+    /// Refunds the provider made.
+    pub refunds: u64,
+    /// Of those, refunds whose amount in cents is the one their customer asked for.
+    pub in_cents_asked: u64,
+    /// One such refund, as the provider holds it: `pi_ord_08000: amount=4900 for 49.0`.
+    pub example: Option<String>,
 }
 
 impl Run {
@@ -74,6 +88,7 @@ impl Run {
             statuses,
             unknown_after_recovery,
             reconciliation: None,
+            amounts: None,
         }
     }
 }
@@ -87,6 +102,9 @@ pub struct Report {
     pub customers: usize,
     pub seed: u64,
     pub faults: String,
+    /// `stripe` with `--provider stripe` (the mock's own API otherwise, not named).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
     pub naive: Run,
     pub intentgate: Run,
     pub seconds: f64,
@@ -123,8 +141,14 @@ impl Report {
             b.unknown_after_recovery
                 .map_or("-".to_owned(), |count| count.to_string()),
         ]);
+        let against = match self.provider.as_deref() {
+            Some("stripe") => {
+                ", against the mock in Stripe's dialect with examples/stripe.yaml (refunds of payment intents, in cents)"
+            }
+            _ => "",
+        };
         let mut out = format!(
-            "intentgate demo: {} customers, seed {}, faults `{}` ({:.1} s)\n\n",
+            "intentgate demo: {} customers, seed {}, faults `{}`{against} ({:.1} s)\n\n",
             self.customers, self.seed, self.faults, self.seconds
         );
         out.push_str(&table::render(
@@ -134,6 +158,16 @@ impl Report {
         let _ = writeln!(out, "\nwhat the agents were told:");
         let _ = writeln!(out, "  naive wrapper: {}", summary(&a.statuses));
         let _ = writeln!(out, "  intentgate:    {}", summary(&b.statuses));
+        if let (Some(x), Some(y)) = (&a.amounts, &b.amounts) {
+            let _ = writeln!(
+                out,
+                "\namounts at the provider, in cents (Stripe's minor units):\n  naive wrapper: {} of {} refunds hold the amount their customer asked for\n  intentgate:    {} of {} refunds hold the amount their customer asked for",
+                x.in_cents_asked, x.refunds, y.in_cents_asked, y.refunds
+            );
+            if let Some(example) = y.example.as_ref().or(x.example.as_ref()) {
+                let _ = writeln!(out, "  e.g. {example}");
+            }
+        }
         if let Some(found) = &b.reconciliation {
             let found: BTreeMap<String, usize> = found
                 .iter()
@@ -184,6 +218,7 @@ mod tests {
             statuses: BTreeMap::from([("done".to_owned(), 150)]),
             unknown_after_recovery,
             reconciliation: None,
+            amounts: None,
         }
     }
 
@@ -193,6 +228,7 @@ mod tests {
             customers: 150,
             seed: 7,
             faults: "cut".to_owned(),
+            provider: None,
             naive: run("naive", 12, None),
             intentgate: run("intentgate", 0, Some(2)),
             seconds: 1.5,
