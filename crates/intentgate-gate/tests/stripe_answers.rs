@@ -255,6 +255,11 @@ async fn a_replayed_500_stops_re_sends_for_good_while_lookups_go_on() {
         "{second_day_lookups} lookups on the second day"
     );
     assert_eq!(s.stripe.requests(), 2, "never re-sent again");
+    println!(
+        "stored 500, replay header read: day 1: {} sends, {first_day_lookups} lookups \
+         (repeats every 30 min); day 2: 0 sends, {second_day_lookups} lookups",
+        s.stripe.requests()
+    );
 
     // The event log says why the re-sends stopped, on the attempt that got the replay.
     let events = s.ledger.events(intent.id).await.unwrap();
@@ -300,6 +305,7 @@ async fn without_the_replay_header_a_stored_500_is_re_sent_through_the_window() 
         (2 * 276..=2 * 300).contains(&lookups),
         "{lookups} lookups in a day"
     );
+    println!("stored 500, no replay header: day 1: {requests} sends, {lookups} lookups");
 }
 
 #[tokio::test(start_paused = true)]
