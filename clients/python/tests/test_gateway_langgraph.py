@@ -94,3 +94,38 @@ def test_a_retry_policy_that_reruns_the_node_lands_on_the_same_refund(mock: Mock
     assert [outcome["status"] for outcome in outcomes] == ["done", "already_done", "already_done"], outcomes
     assert len({json.dumps(outcome["result"], sort_keys=True, default=str) for outcome in outcomes}) == 1
     assert mock.effects()["by_intent_key"] == {"refund_order:refund:graph-retry:3.25": 1}
+
+
+def test_an_amount_the_model_writes_two_ways_is_one_refund(mock: Mock, gateway: Gateway) -> None:
+    # LangGraph shows a `Decimal` parameter to the model as `number | string`. The model
+    # wrote 20.0, then "20.00", and the second call was a `conflict` for a refund that was
+    # already done.
+    with intentgate.Client(gateway.url, timeout=30) as client:
+        tool = langchain_tools.tool(refund_tool(client, mock.url))
+        schema = tool.tool_call_schema.model_json_schema()
+        assert {"type": "number"} in schema["properties"]["amount"]["anyOf"], schema
+        builder = langgraph_graph.StateGraph(langgraph_graph.MessagesState)
+        builder.add_node("tools", langgraph_prebuilt.ToolNode([tool]))
+        builder.add_edge(langgraph_graph.START, "tools")
+        builder.add_edge("tools", langgraph_graph.END)
+        graph = builder.compile()
+        answers = []
+        for call_id, amount in (("call_1", 20.0), ("call_2", "20.00")):
+            message = langchain_messages.AIMessage(
+                content="",
+                tool_calls=[
+                    {
+                        "name": "refund_order",
+                        "args": {"order_id": "graph-amount", "amount": amount},
+                        "id": call_id,
+                        "type": "tool_call",
+                    }
+                ],
+            )
+            state = graph.invoke({"messages": [message]})
+            answers.append(json.loads(state["messages"][-1].content))
+
+    first, second = answers
+    assert first["status"] == "done", first
+    assert second["status"] == "already_done", second
+    assert mock.effects()["by_intent_key"] == {"refund_order:refund:graph-amount:20.00": 1}

@@ -3,9 +3,10 @@
 //!
 //! The presented token and the configured one are both hashed (SHA-256) and the digests
 //! compared without an early exit, so the time taken says nothing about how much of a guess
-//! was right, nor about the token's length. The token is never logged. Wrong tokens are
-//! counted per source address (`throttle.rs`): a source past the limit gets 429 for the rest
-//! of the window, whatever it sends.
+//! was right, nor about the token's length. The token is never logged. The right token is
+//! always let in, and a valid credential without the `admin` scope is a 403; only wrong
+//! tokens are counted per source address (`throttle.rs`, `client.rs`): a source past the
+//! limit gets 429 for its wrong tokens for the rest of the window.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use intentgate_core::{Principal, Scope};
 use intentgate_server::Problem;
 use sha2::{Digest, Sha256};
 
+use crate::client::client_address;
 use crate::throttle::{Refused, Source};
 use crate::{AdminState, TOKEN_ENV};
 
@@ -53,8 +55,8 @@ pub struct ConsoleUser {
 }
 
 /// Lets the request through when it carries the admin token, a principal with the `admin`
-/// scope or a console user; answers 401 otherwise, and 429 to a source that sent too many
-/// wrong tokens.
+/// scope or a console user; answers 403 to a valid credential without the scope, 401
+/// otherwise, and 429 to wrong tokens from a source that sent too many of them.
 pub(crate) async fn require_token(
     State(state): State<Arc<AdminState>>,
     request: Request,
@@ -70,67 +72,98 @@ pub(crate) async fn require_token(
 }
 
 /// The subject of the request's admin credential: `admin-token` for the token, the
-/// principal's subject for a credential with the `admin` scope; otherwise the 401 (or 429)
-/// to answer. Wrong tokens are counted against the source address.
+/// principal's subject for a credential with the `admin` scope; otherwise the 403, 401 or
+/// 429 to answer.
+///
+/// The right token is checked first and always let in, and a credential the server's edge
+/// accepted is judged by its scope alone: only wrong tokens are counted against their source,
+/// so no stranger (sharing a proxy's address, or sending a tenant's valid key) can lock the
+/// operator out of the admin API, the console or the kill switch.
 pub(crate) fn credential(state: &AdminState, request: &Request) -> Result<String, Box<Response>> {
     let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(peer)| *peer);
-    // The server's edge authenticated the caller: a credential with the `admin` scope needs no
-    // admin token.
-    let admin_principal = request
-        .extensions()
-        .get::<Principal>()
-        .filter(|principal| principal.scopes.contains(Scope::Admin));
-    if state.admin_scope
-        && let Some(principal) = admin_principal
-    {
-        return Ok(principal.subject.clone());
-    }
-    let source = Source::of(peer);
-    let now = Instant::now();
-    if let Err(refused) = state.throttle.check(source, now) {
-        return Err(Box::new(too_many_failures(state, refused)));
-    }
+        .map(|ConnectInfo(peer)| peer.ip());
+    let source = Source::of(client_address(
+        peer,
+        request.headers(),
+        &state.trusted_proxies,
+    ));
     let presented = bearer(request.headers());
-    match presented {
-        Some(token)
-            if state
-                .token_digest
-                .is_some_and(|expected| same(&digest(token), &expected)) =>
-        {
-            state.throttle.succeeded(source);
-            Ok(TOKEN_SUBJECT.to_owned())
+    if let Some(token) = presented
+        && state
+            .token_digest
+            .is_some_and(|expected| same(&digest(token), &expected))
+    {
+        state.throttle.succeeded(source);
+        return Ok(TOKEN_SUBJECT.to_owned());
+    }
+    // The server's edge authenticated the caller's credential (it inserts no principal for
+    // `auth: none`, where a principal proves nothing).
+    if let Some(principal) = request.extensions().get::<Principal>() {
+        if state.admin_scope && principal.scopes.contains(Scope::Admin) {
+            return Ok(principal.subject.clone());
         }
-        Some(_) => {
-            tracing::warn!(
-                path = request.uri().path(),
-                %source,
-                "admin request with a wrong token refused"
-            );
-            if let Some(refused) = state.throttle.failed(source, now) {
-                tracing::warn!(
-                    %source,
-                    failures = state.throttle.limit().failures,
-                    refused_for_s = retry_after_seconds(refused.retry_after),
-                    "too many wrong admin tokens from one source; refusing every admin request from it for the rest of the window"
-                );
-            }
-            Err(Box::new(unauthorized(
-                "the bearer token is not this gateway's admin token; send the token it was \
-started with",
-                Some("invalid_token"),
-            )))
-        }
-        None => Err(Box::new(unauthorized(
+        return Err(Box::new(lacks_admin_scope(state, principal)));
+    }
+    let Some(_) = presented else {
+        return Err(Box::new(unauthorized(
             &format!(
                 "the admin API needs the header `Authorization: Bearer <token>`, with the token \
 the gateway was started with ({TOKEN_ENV} or --admin-token)"
             ),
             None,
-        ))),
+        )));
+    };
+    let now = Instant::now();
+    if let Err(refused) = state.throttle.check(source, now) {
+        return Err(Box::new(too_many_failures(state, refused)));
     }
+    tracing::warn!(
+        path = request.uri().path(),
+        %source,
+        "admin request with a wrong token refused"
+    );
+    if let Some(refused) = state.throttle.failed(source, now) {
+        tracing::warn!(
+            %source,
+            failures = state.throttle.limit().failures,
+            refused_for_s = retry_after_seconds(refused.retry_after),
+            "too many wrong admin tokens from one source; answering its wrong tokens 429 \
+        without logging each for the rest of the window (the right token still works)"
+        );
+    }
+    Err(Box::new(unauthorized(
+        "the bearer token is not this gateway's admin token; send the token it was \
+started with",
+        Some("invalid_token"),
+    )))
+}
+
+/// The 403 for a credential the edge accepted that lacks the `admin` scope: it proved who
+/// the caller is, so it is not a guess at the token and is not counted as one.
+fn lacks_admin_scope(state: &AdminState, principal: &Principal) -> Response {
+    let has = if principal.scopes.is_empty() {
+        "none".to_owned()
+    } else {
+        format!("`{}`", principal.scopes)
+    };
+    let how = if state.admin_scope {
+        "send the admin token, or use a credential with the `admin` scope"
+    } else {
+        "this gateway's admin API takes only the admin token: send it"
+    };
+    Problem::new(
+        StatusCode::FORBIDDEN,
+        "missing-scope",
+        "Missing scope",
+        format!(
+            "the credential of `{}` is valid but lacks the `admin` scope (it has {has}); \
+the admin API is for operators: {how}",
+            principal.subject
+        ),
+    )
+    .into_response()
 }
 
 /// The subject of a request that carried the admin token: the token names nobody.
@@ -150,8 +183,9 @@ fn too_many_failures(state: &AdminState, refused: Refused) -> Response {
         "too-many-failures",
         "Too many failed admin authentications",
         format!(
-            "this address sent {} wrong admin tokens within {} s, so every admin request from it \
-is refused for {seconds} s more; then send the token the gateway was started with",
+            "this address sent {} wrong admin tokens within {} s, so its wrong tokens are \
+refused for {seconds} s more; send the token the gateway was started with (it is always \
+accepted)",
             limit.failures,
             limit.window.as_secs()
         ),

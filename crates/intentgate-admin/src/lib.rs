@@ -24,9 +24,10 @@
 //!
 //! Every route needs `Authorization: Bearer <token>` (401 otherwise), a credential with the
 //! `admin` scope, or the console's session (a [`ConsoleUser`] that the console's session
-//! layer inserts after checking the cookie and, for a change, its CSRF token); a source
-//! address that sent too many wrong tokens is refused with 429 for a while, whatever it
-//! sends. With no token
+//! layer inserts after checking the cookie and, for a change, its CSRF token). A valid
+//! credential without the `admin` scope is a 403; a source address that sent too many wrong
+//! tokens gets 429 for its wrong tokens for a while, while the right token always works.
+//! With no token
 //! configured the admin API is off, and every admin route answers 404 saying how to turn it
 //! on. Errors are `application/problem+json` ([`intentgate_server::Problem`]). A flag is
 //! stored in the ledger, so every replica that shares it honours the switch (the gate reads
@@ -43,6 +44,7 @@ mod activity;
 mod alerts;
 mod auth;
 mod body;
+mod client;
 mod duration;
 mod erasure;
 mod export;
@@ -116,8 +118,12 @@ pub struct AdminOptions {
     pub tools: Vec<String>,
     /// Who a change is attributed to when the request names no actor.
     pub actor_default: String,
-    /// Wrong tokens a source address may send before it is refused for a while.
+    /// Wrong tokens a source address may send before its wrong tokens get 429 for a while.
     pub failure_limit: FailureLimit,
+    /// Reverse proxies in front of the gateway (`gateway.trusted_proxies`): a request from one
+    /// of them is counted under the client its `X-Forwarded-For` names, so callers behind one
+    /// proxy are counted apart. Empty: the socket's peer is counted.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Let in requests whose principal (decided by the server's edge from the caller's
     /// credential) has the `admin` scope, without the token; the admin API is then on even
     /// without a token. For gateways whose callers authenticate with keys or tokens.
@@ -132,6 +138,7 @@ impl fmt::Debug for AdminOptions {
             .field("actor_default", &self.actor_default)
             .field("admin_scope", &self.admin_scope)
             .field("failure_limit", &self.failure_limit)
+            .field("trusted_proxies", &self.trusted_proxies)
             .finish()
     }
 }
@@ -192,6 +199,8 @@ pub(crate) struct AdminState {
     pub reconciling: Arc<Semaphore>,
     /// Wrong tokens counted per source address.
     pub throttle: throttle::Throttle,
+    /// Whose `X-Forwarded-For` names the client address that is counted.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// The notices sent lately, when the server keeps them.
     pub alerts: Option<Arc<dyn AlertLog>>,
 }
@@ -232,6 +241,7 @@ impl Admin {
             reconciler,
             reconciling: Arc::new(Semaphore::new(1)),
             throttle: throttle::Throttle::new(options.failure_limit),
+            trusted_proxies: options.trusted_proxies,
             alerts,
         });
         Admin { state: Some(state) }
@@ -240,7 +250,8 @@ impl Admin {
     /// Who may sign in to the console with this request's credential: its
     /// `Authorization: Bearer` admin token (`admin-token`), or the subject of a principal
     /// with the `admin` scope that the server's edge authenticated. Otherwise the answer the
-    /// admin API would give (401, 429 past too many wrong tokens, 404 when it is off).
+    /// admin API would give (403 for a valid credential without the `admin` scope, 401, 429
+    /// for wrong tokens past the limit, 404 when it is off).
     pub fn sign_in(
         &self,
         request: &axum::extract::Request,

@@ -1,30 +1,34 @@
-//! Failed admin authentications, counted per source address, so that guessing the token
-//! stays slow.
+//! Failed admin authentications, counted per source address.
 //!
-//! A source that sends [`FailureLimit::failures`] wrong tokens within
-//! [`FailureLimit::window`] (counted from its first failure) is refused with 429 for the rest
-//! of that window, whatever it sends, the right token included: otherwise a guesser would
-//! learn it had guessed right from the one answer that is not a 429. A right token from a
-//! source that is not refused clears its count.
+//! What keeps the admin token secret is its length, not this count: a token is at least
+//! [`TOKEN_LENGTH_MIN`](crate::TOKEN_LENGTH_MIN) bytes, and 128 random bits are beyond any
+//! number of guesses a network can carry. So the right token is always let in, whatever its
+//! source sent before: a count kept per address, which strangers share behind a proxy or can
+//! fill with wrong tokens, must never lock the operator out. The count is for the noise: a
+//! source that sends [`FailureLimit::failures`] wrong tokens within [`FailureLimit::window`]
+//! (counted from its first failure) gets 429 with `Retry-After` for its wrong tokens for the
+//! rest of that window, telling a misconfigured script or a scanner to back off, and the log
+//! says so once instead of once per request. A right token clears the count.
 //!
-//! A source is the peer's IP address, and for IPv6 its /64 network: one host usually holds a
-//! whole /64 and could otherwise change address at every guess. Behind a reverse proxy every
-//! request comes from the proxy, so the count is the proxy's. Without a peer address (a
-//! router served without connect info) every request shares one count.
+//! A source is the client's IP address (`client.rs`: the peer's, or behind a trusted proxy
+//! the client's it names), and for IPv6 its /64 network: one host usually holds a whole /64
+//! and could otherwise change address at every guess. Without a peer address (a router
+//! served without connect info) every request shares one count.
 //!
 //! The table is bounded ([`SOURCES_MAX`]): an attacker with many addresses (a botnet, an
 //! IPv6 range) would otherwise grow it without limit. When it is full, expired entries are
 //! dropped first, then the entry whose window started earliest.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Wrong tokens a source may send within the window by default before it is refused: enough
-/// for an operator's typos, while a guesser gets 5 tries a minute.
+/// Wrong tokens a source may send within the window by default before its wrong tokens are
+/// answered 429: enough for an operator's typos.
 pub const FAILURES_MAX_DEFAULT: u32 = 5;
-/// The window failures are counted in by default, and how long a source is refused at most.
+/// The window failures are counted in by default, and how long a source's wrong tokens are
+/// answered 429 at most.
 pub const FAILURE_WINDOW_DEFAULT: Duration = Duration::from_secs(60);
 /// Sources whose failures are remembered at once. An entry takes a few dozen bytes, so the
 /// table stays under a megabyte; ten thousand addresses guessing at once is far past any
@@ -34,9 +38,9 @@ pub const SOURCES_MAX: usize = 10_000;
 /// How many wrong admin tokens a source may send, and within what window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FailureLimit {
-    /// Wrong tokens within `window` after which the source is refused (at least 1).
+    /// Wrong tokens within `window` after which the source's wrong tokens get 429 (at least 1).
     pub failures: u32,
-    /// Counted from a source's first failure; the source is refused until it ends.
+    /// Counted from a source's first failure; its wrong tokens get 429 until it ends.
     pub window: Duration,
 }
 
@@ -59,11 +63,11 @@ pub(crate) enum Source {
 }
 
 impl Source {
-    pub(crate) fn of(peer: Option<SocketAddr>) -> Source {
-        let Some(peer) = peer else {
+    pub(crate) fn of(client: Option<IpAddr>) -> Source {
+        let Some(client) = client else {
             return Source::Unknown;
         };
-        let address = match peer.ip() {
+        let address = match client {
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
                 Some(v4) => IpAddr::V4(v4),
                 None => {
@@ -179,7 +183,7 @@ impl Throttle {
         })
     }
 
-    /// A right token from a source that is not refused: its count starts again.
+    /// A right token from `source`: its count starts again.
     pub(crate) fn succeeded(&self, source: Source) {
         self.sources().remove(&source);
     }
@@ -192,6 +196,8 @@ impl Throttle {
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
+
     use super::*;
 
     const LIMIT: FailureLimit = FailureLimit {
@@ -200,7 +206,7 @@ mod tests {
     };
 
     fn source(last: u8) -> Source {
-        Source::of(Some(SocketAddr::from(([192, 0, 2, last], 40_000))))
+        Source::of(Some(SocketAddr::from(([192, 0, 2, last], 40_000)).ip()))
     }
 
     #[test]
@@ -254,11 +260,11 @@ mod tests {
         let one: SocketAddr = "[2001:db8:1:2:aaaa::1]:1".parse().unwrap();
         let other: SocketAddr = "[2001:db8:1:2:bbbb::9]:2".parse().unwrap();
         let elsewhere: SocketAddr = "[2001:db8:1:3::1]:3".parse().unwrap();
-        assert_eq!(Source::of(Some(one)), Source::of(Some(other)));
-        assert_ne!(Source::of(Some(one)), Source::of(Some(elsewhere)));
-        assert_eq!(Source::of(Some(one)).to_string(), "2001:db8:1:2::/64");
+        assert_eq!(Source::of(Some(one.ip())), Source::of(Some(other.ip())));
+        assert_ne!(Source::of(Some(one.ip())), Source::of(Some(elsewhere.ip())));
+        assert_eq!(Source::of(Some(one.ip())).to_string(), "2001:db8:1:2::/64");
         let mapped: SocketAddr = "[::ffff:192.0.2.1]:4".parse().unwrap();
-        assert_eq!(Source::of(Some(mapped)), source(1));
+        assert_eq!(Source::of(Some(mapped.ip())), source(1));
     }
 
     /// An attacker cycling through addresses must not grow the table without bound.
@@ -268,11 +274,11 @@ mod tests {
         let start = Instant::now();
         for n in 0..SOURCES_MAX as u32 + 10 {
             let address = IpAddr::from((0x0a00_0000u32 + n).to_be_bytes());
-            let source = Source::of(Some(SocketAddr::new(address, 1)));
+            let source = Source::of(Some(address));
             throttle.failed(source, start + Duration::from_millis(n.into()));
         }
         assert_eq!(throttle.len(), SOURCES_MAX);
-        let first = Source::of(Some(SocketAddr::from(([10, 0, 0, 0], 1))));
+        let first = Source::of(Some(IpAddr::from([10, 0, 0, 0])));
         assert!(
             !throttle.sources().contains_key(&first),
             "the oldest went first"

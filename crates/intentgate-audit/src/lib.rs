@@ -186,6 +186,12 @@ pub const RULES: &[Rule] = &[
         help: "The gateway refuses to start: a tool the server does not mark read-only must be classified (`effects`), called by a side-effecting entry of `tools`, or excluded; and every MCP call and lookup must name a tool the server lists.",
     },
     Rule {
+        id: "unset-variable",
+        severity: Severity::Warning,
+        short: "A secret of the config is not set here",
+        help: "The audit reads the config without its upstreams' secrets; the commands that call upstreams (serve, mcp, smoke, reconcile) refuse to start until every `${NAME}` without a default is set.",
+    },
+    Rule {
         id: "mcp-upstream-down",
         severity: Severity::Error,
         short: "An MCP upstream did not start",
@@ -328,6 +334,43 @@ pub fn render(findings: &[Finding], format: Format) -> String {
     }
 }
 
+/// One warning per unset `${NAME}` of the config. True when an MCP upstream uses one: its
+/// server can't be started, so its tools are not listed.
+fn unset_findings(
+    loaded: &intentgate_config::LoadedConfig,
+    file: &str,
+    findings: &mut Vec<Finding>,
+) -> bool {
+    let mut mcp_needs_secret = false;
+    for unset in &loaded.unset {
+        let mcp = loaded.config.mcp_upstreams.keys().any(|name| {
+            unset
+                .field
+                .strip_prefix(&format!("upstreams.{name}."))
+                .is_some()
+        });
+        mcp_needs_secret |= mcp;
+        let consequence = if mcp {
+            "; the MCP server was not started, so its tools are not audited"
+        } else {
+            ""
+        };
+        findings.push(Finding::new(
+            Severity::Warning,
+            "unset-variable",
+            file,
+            (unset.line, unset.column),
+            format!(
+                "environment variable `{}` (used in `{}`) is not set: serve, mcp, smoke and \
+                 reconcile refuse to start without it{consequence}",
+                unset.name, unset.field
+            ),
+            Some(format!("export {} where the gateway runs", unset.name)),
+        ));
+    }
+    mcp_needs_secret
+}
+
 /// Every finding, sorted by file, line and column (stable: one position keeps the order the
 /// checks found them in).
 pub async fn audit(inputs: &Inputs) -> anyhow::Result<Vec<Finding>> {
@@ -338,16 +381,23 @@ pub async fn audit(inputs: &Inputs) -> anyhow::Result<Vec<Finding>> {
         .with_context(|| format!("--config {}", config_path.display()))?;
     let config_file = display_path(config_path);
     // The audit hashes nothing: it needs no hash key (it still checks that one is named).
-    let loaded = match intentgate_config::load_file_with(
+    // Nor does it call an HTTP upstream, so it runs without their secrets (CI has none).
+    let loaded = match intentgate_config::load_file_as(
         config_path,
         &intentgate_config::HashKeySource::NotNeeded,
+        intentgate_config::Secrets::Optional,
     ) {
         Ok(mut loaded) => {
             let text = std::fs::read_to_string(config_path)
                 .with_context(|| format!("reading {}", config_path.display()))?;
             // The MCP servers are asked what they list, as `serve` does, so that the
-            // imported tools are classified and audited like the others.
-            let _servers = imports::expand(&mut loaded, &text, &config_file, &mut findings).await;
+            // imported tools are classified and audited like the others; a server can't
+            // be started without its secrets, and the finding says which.
+            let _servers = if unset_findings(&loaded, &config_file, &mut findings) {
+                None
+            } else {
+                imports::expand(&mut loaded, &text, &config_file, &mut findings).await
+            };
             config::check(&loaded, &text, &config_file, &mut findings);
             Some((loaded, text))
         }

@@ -22,12 +22,12 @@ use std::collections::HashMap;
 
 use intentgate_core::{HashKey, ToolDefinition};
 
-use crate::HashKeySource;
 use crate::config::Config;
-use crate::env::{self, Lookup};
-use crate::error::Errors;
+use crate::env::{self, EnvError, Lookup};
+use crate::error::{Errors, UnsetVariable};
 use crate::file::ConfigFile;
 use crate::source_map::{Position, Segment, SourceMap, at};
+use crate::{HashKeySource, Secrets};
 
 /// Reports every tool that lacks `effect`. Runs on the raw tree, before the typed parse,
 /// because this is the error the gateway exists to catch and it must not hide behind a typo
@@ -51,8 +51,13 @@ pub(crate) fn tools_have_effects(map: &SourceMap, errors: &mut Errors<'_>) {
 }
 
 /// What the checks build: the config, the engine's tool definitions (with the hash key
-/// attached) and the hash key.
-pub(crate) type Checked = (Config, Vec<ToolDefinition>, Option<HashKey>);
+/// attached), the hash key, and the references left unresolved (with secrets optional).
+pub(crate) type Checked = (
+    Config,
+    Vec<ToolDefinition>,
+    Option<HashKey>,
+    Vec<UnsetVariable>,
+);
 
 /// Checks the parsed file, resolves its references and builds the config and the engine's
 /// tool definitions. Returns `None` when anything was reported.
@@ -61,12 +66,15 @@ pub(crate) fn check(
     map: &SourceMap,
     lookup: Lookup<'_>,
     hash_key_source: &HashKeySource,
+    secrets: Secrets,
     errors: &mut Errors<'_>,
 ) -> Option<Checked> {
     let mut checker = Checker {
         map,
         lookup,
         errors,
+        secrets,
+        unset: Vec::new(),
         arguments_known: true,
         declared: HashMap::new(),
     };
@@ -137,13 +145,20 @@ pub(crate) fn check(
         resolution: file.resolution,
         tools,
     };
-    Some((config, definitions, hash_key))
+    // In file order, as errors are.
+    let mut unset = checker.unset;
+    unset.sort_by_key(|unset| (unset.line, unset.column));
+    Some((config, definitions, hash_key, unset))
 }
 
 pub(crate) struct Checker<'c, 'e> {
     map: &'c SourceMap,
     lookup: Lookup<'c>,
     errors: &'c mut Errors<'e>,
+    /// Whether an unset variable is an error or a warning.
+    secrets: Secrets,
+    /// The unset variables reported as warnings (with [`Secrets::Optional`]).
+    unset: Vec<UnsetVariable>,
     /// Whether the current tool's input schema is an object schema, so that its argument
     /// names are known. Without them every placeholder would be reported as unknown: one
     /// mistake in the schema would bury the file under errors that are not.
@@ -190,7 +205,9 @@ impl Checker<'_, '_> {
         );
     }
 
-    /// Resolves `${NAME}` references in one value, reporting failures at `path`.
+    /// Resolves `${NAME}` references in one value, reporting failures at `path`. With
+    /// secrets optional, an unset variable is a warning and the value is `None`: left out,
+    /// and left unchecked, since what it would be is not known.
     pub(super) fn resolve(
         &mut self,
         path: &[Segment<'_>],
@@ -199,11 +216,46 @@ impl Checker<'_, '_> {
     ) -> Option<String> {
         match env::resolve(text, self.lookup) {
             Ok(value) => Some(value),
+            Err(EnvError::Unset { name }) if self.secrets == Secrets::Optional => {
+                self.warn_unset(path, field, name);
+                None
+            }
             Err(error) => {
                 let (message, fix) = error.describe(&format!("`{field}`"));
                 self.push(path, message, fix);
                 None
             }
+        }
+    }
+
+    /// [`Checker::resolve`] for a value that must be there: with secrets optional, an
+    /// unset variable leaves the value as written (and `true`, so its checks are skipped).
+    pub(super) fn resolve_or_written(
+        &mut self,
+        path: &[Segment<'_>],
+        field: &str,
+        text: &str,
+    ) -> Option<(String, bool)> {
+        let unset_before = self.unset.len();
+        match self.resolve(path, field, text) {
+            Some(value) => Some((value, false)),
+            None if self.unset.len() > unset_before => Some((text.to_owned(), true)),
+            None => None,
+        }
+    }
+
+    /// Records an unset variable as a warning at `path`.
+    pub(super) fn warn_unset(&mut self, path: &[Segment<'_>], field: &str, name: String) {
+        let at = self.position(path);
+        let unset = UnsetVariable {
+            name,
+            field: field.to_owned(),
+            source: self.errors.source().to_owned(),
+            line: at.line,
+            column: at.column,
+        };
+        if !self.unset.contains(&unset) {
+            self.unset.push(unset);
         }
     }
 }

@@ -147,7 +147,8 @@ pub struct GatewayConfig {
     /// Address and port the HTTP API and MCP over HTTP listen on.
     pub listen: SocketAddr,
     /// The intent ledger: a SQLite file path, or a `postgres://` URL of a PostgreSQL database
-    /// that every replica shares.
+    /// that every replica shares. A relative path is read from the config file's folder,
+    /// wherever the gateway is started (once loaded from a file, this holds it absolute).
     pub ledger: String,
     /// What the write before each upstream call promises: `strict` (on disk, survives a power
     /// loss) or `relaxed` (survives a crash of the process; the provider's key window is the
@@ -160,6 +161,11 @@ pub struct GatewayConfig {
     /// that carries any other `Origin` header is refused, so a web page can't act through
     /// the gateway.
     pub allowed_origins: Vec<String>,
+    /// Reverse proxies in front of the gateway, as addresses or networks (`10.0.0.7`,
+    /// `10.1.0.0/16`): a request from one of them is counted under the client its
+    /// `X-Forwarded-For` names (the rightmost hop that is not a listed proxy) where a client
+    /// address is counted (wrong admin tokens). Empty: the socket's peer is counted.
+    pub trusted_proxies: Vec<String>,
     /// How long intents are kept, in days: far longer than providers keep idempotency keys
     /// (Stripe: 24 hours), so a late retry is still caught.
     pub retention_days: u32,
@@ -173,12 +179,22 @@ pub struct GatewayConfig {
     /// moment the server waits for a request; a connection that hasn't sent it (a slow or
     /// half-open client) is closed.
     pub header_read_timeout_ms: u64,
+    /// How long a client has to send a whole request body once its head is in, in
+    /// milliseconds; a request whose body stalls or trickles is answered 408 and its
+    /// connection closed. The default, 10000, is room for a 1 MiB body at 100 KiB/s.
+    pub body_read_timeout_ms: u64,
     /// How long a kept-alive connection may carry no request before it is closed, in
     /// milliseconds.
     pub idle_timeout_ms: u64,
-    /// Most HTTP connections open at once; one more is answered 503 and closed. Must fit under
-    /// the process's open-file limit, which `serve` raises to its hard limit at startup.
+    /// Most HTTP connections open at once. One more closes the connection that has waited
+    /// longest for its client (a request head, a body, or the next request); when every
+    /// connection is handling a request it is answered 503 and closed. Must fit under the
+    /// process's open-file limit, which `serve` raises to its hard limit at startup.
     pub connection_limit: u32,
+    /// Most HTTP connections open at once from one client address, chosen among the same
+    /// way at the limit; by default a quarter of `connection_limit`. Behind a reverse proxy
+    /// every caller shares the proxy's address: raise it to `connection_limit` there.
+    pub connection_limit_per_address: Option<u32>,
     /// The secret key of the hashes the ledger keeps of `sensitive: true` arguments, as a
     /// reference to the environment: `${INTENTGATE_HASH_KEY}` (at least 32 bytes, e.g.
     /// `openssl rand -hex 32`). Required when a tool has a sensitive argument. Keep it for as
@@ -195,13 +211,16 @@ impl Default for GatewayConfig {
             durability: DurabilityMode::Strict,
             tenant: "default".to_owned(),
             allowed_origins: Vec::new(),
+            trusted_proxies: Vec::new(),
             retention_days: 30,
             body_limit_bytes: 1024 * 1024,
             concurrency_limit: 256,
             shutdown_grace_ms: 30_000,
             header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             connection_limit: 4096,
+            connection_limit_per_address: None,
             hash_key: None,
         }
     }
@@ -216,13 +235,19 @@ impl fmt::Debug for GatewayConfig {
             .field("durability", &self.durability)
             .field("tenant", &self.tenant)
             .field("allowed_origins", &self.allowed_origins)
+            .field("trusted_proxies", &self.trusted_proxies)
             .field("retention_days", &self.retention_days)
             .field("body_limit_bytes", &self.body_limit_bytes)
             .field("concurrency_limit", &self.concurrency_limit)
             .field("shutdown_grace_ms", &self.shutdown_grace_ms)
             .field("header_read_timeout_ms", &self.header_read_timeout_ms)
+            .field("body_read_timeout_ms", &self.body_read_timeout_ms)
             .field("idle_timeout_ms", &self.idle_timeout_ms)
             .field("connection_limit", &self.connection_limit)
+            .field(
+                "connection_limit_per_address",
+                &self.connection_limit_per_address,
+            )
             // As written it is a reference, but a `${NAME:-default}` would hold a key.
             .field("hash_key", &self.hash_key.as_ref().map(|_| Redacted))
             .finish()

@@ -84,6 +84,39 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
+/// A `${NAME}` reference whose variable is unset, in a config loaded with secrets optional
+/// (`Secrets::Optional`): a warning for the commands that only read, an error for the ones
+/// that call upstreams. Holds names only, never a value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsetVariable {
+    /// The variable (`STRIPE_SECRET_KEY`).
+    pub name: String,
+    /// Where it is used (`upstreams.stripe.headers.Authorization`).
+    pub field: String,
+    /// The file, as in [`ConfigError::source`].
+    pub source: String,
+    /// 1-based line and column of the value that uses it.
+    pub line: u64,
+    pub column: u64,
+}
+
+impl fmt::Display for UnsetVariable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: warning: environment variable `{}` (used in `{}`) is not set; serve, \
+             mcp, smoke and reconcile refuse to start without it\n  fix: export {} where the \
+             gateway runs (commands that only read the config or the ledger don't need it)",
+            printable(&self.source),
+            self.line,
+            self.column,
+            printable(&self.name),
+            printable(&self.field),
+            printable(&self.name),
+        )
+    }
+}
+
 /// Collects errors for one file, each at a position.
 pub(crate) struct Errors<'a> {
     source: &'a str,
@@ -114,6 +147,11 @@ impl<'a> Errors<'a> {
 
     pub fn len(&self) -> usize {
         self.errors.len()
+    }
+
+    /// The file the errors are about, as given.
+    pub fn source(&self) -> &str {
+        self.source
     }
 
     /// The errors in file order, at most [`ERRORS_MAX`](crate::limits::ERRORS_MAX) of them.
@@ -350,8 +388,10 @@ fn example(field: &str) -> String {
         "concurrency_limit" => ("256", "a whole number"),
         "shutdown_grace_ms" => ("30000", "a whole number of milliseconds"),
         "header_read_timeout_ms" => ("10000", "a whole number of milliseconds"),
+        "body_read_timeout_ms" => ("10000", "a whole number of milliseconds"),
         "idle_timeout_ms" => ("60000", "a whole number of milliseconds"),
         "connection_limit" => ("4096", "a whole number"),
+        "connection_limit_per_address" => ("1024", "a whole number"),
         "key_window_hours" => ("24", "a whole number of hours"),
         "retry_after_cap_ms" => ("5000", "a whole number of milliseconds"),
         "listen" => ("127.0.0.1:8080", "an IP address and a port"),

@@ -14,7 +14,13 @@
 //! 4. **References** (`env`): `${NAME}` and `${NAME:-default}` in upstream `base_url` and
 //!    `headers` values, in tools' request `headers` values and in `gateway.hash_key` (the key
 //!    of the hashes the ledger keeps of `sensitive: true` arguments, read as the caller asks:
-//!    [`HashKeySource`]) are resolved from the environment.
+//!    [`HashKeySource`]) are resolved from the environment. Commands that only read the
+//!    file or the ledger load it with [`Secrets::Optional`]: an unset variable is then an
+//!    [`UnsetVariable`] warning instead of an error.
+//!
+//! A config read from a file takes a relative `gateway.ledger` from the file's folder, not
+//! from the working directory: a gateway started elsewhere must find the same ledger, not
+//! create an empty one and answer repeats as new calls.
 //!
 //! **API boundary:** [`load_file`], [`load_str`] (with `_with` forms that choose the
 //! [`HashKeySource`]) and [`schema`]. A [`LoadedConfig`] holds the plain [`Config`], the hash
@@ -49,7 +55,7 @@ pub use config::{
     ImportConfig, McpToolConfig, McpUpstreamConfig, OwnerConfig, ReconcileConfig, ResolutionConfig,
     TelemetryConfig, ToolConfig, UpstreamToolInfo,
 };
-pub use error::{ConfigError, ConfigErrors};
+pub use error::{ConfigError, ConfigErrors, UnsetVariable};
 
 use crate::error::Errors;
 use crate::file::ConfigFile;
@@ -66,6 +72,23 @@ pub struct LoadedConfig {
     /// The key of the hashes of sensitive arguments (`gateway.hash_key`), when the config
     /// names one and the loader was asked to read it ([`HashKeySource`]).
     pub hash_key: Option<HashKey>,
+    /// The `${NAME}` references left unresolved because their variable is unset, when the
+    /// loader was told secrets are optional ([`Secrets::Optional`]); always empty otherwise.
+    /// Their values are missing from `config`, so a config with any can't call upstreams.
+    pub unset: Vec<UnsetVariable>,
+}
+
+/// Whether every `${NAME}` reference (upstream credentials and URLs, the hash key) must
+/// resolve. A reference with a default (`${NAME:-value}`) always resolves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secrets {
+    /// An unset variable is an error: for the commands that call upstreams (`serve`, `mcp`,
+    /// `smoke`, `reconcile`).
+    Required,
+    /// An unset variable is reported in [`LoadedConfig::unset`] and its value left out: for
+    /// the commands that only read the file or the ledger (`config check`, `intents`,
+    /// `flags`, `audit`), so that CI and an operator's shell need no secrets.
+    Optional,
 }
 
 /// Where the loader takes the hash key of sensitive arguments from (`gateway.hash_key`,
@@ -94,13 +117,51 @@ pub fn load_file(path: &Path) -> Result<LoadedConfig, ConfigErrors> {
 
 /// [`load_file`], with the hash key taken as `hash_key` says.
 pub fn load_file_with(path: &Path, hash_key: &HashKeySource) -> Result<LoadedConfig, ConfigErrors> {
+    load_file_as(path, hash_key, Secrets::Required)
+}
+
+/// [`load_file_with`], with unset variables refused or reported as `secrets` says.
+pub fn load_file_as(
+    path: &Path,
+    hash_key: &HashKeySource,
+    secrets: Secrets,
+) -> Result<LoadedConfig, ConfigErrors> {
     let source = path.display().to_string();
-    let text = read_bounded(path).map_err(|(message, fix)| {
+    let whole_file = |message: String, fix: String| {
         let mut errors = Errors::new(&source);
         errors.push(Position::default(), message, fix);
         errors.finish()
-    })?;
-    load_str_with(&text, &source, &|name| std::env::var(name).ok(), hash_key)
+    };
+    let text = read_bounded(path).map_err(|(message, fix)| whole_file(message, fix))?;
+    let lookup = |name: &str| std::env::var(name).ok();
+    let mut loaded = load_str_as(&text, &source, &lookup, hash_key, secrets)?;
+    let ledger = intentgate_ledger::Location::parse(&loaded.config.gateway.ledger)
+        .relative_to(&config_folder(path));
+    loaded.config.gateway.ledger = ledger
+        .text()
+        .ok_or_else(|| {
+            whole_file(
+                format!(
+                    "the ledger's path, taken from the config's folder, is not UTF-8 text: {}",
+                    ledger
+                ),
+                "write `gateway.ledger` as an absolute path, or move the config to a folder \
+                 whose name is UTF-8"
+                    .to_owned(),
+            )
+        })?
+        .to_owned();
+    Ok(loaded)
+}
+
+/// The folder of the config file at `path`, absolute: a relative ledger path is read from
+/// here. The file was just read, so it exists; symbolic links are followed, as when it was
+/// opened.
+fn config_folder(path: &Path) -> std::path::PathBuf {
+    let file = std::fs::canonicalize(path)
+        .or_else(|_| std::path::absolute(path))
+        .unwrap_or_else(|_| path.to_owned());
+    file.parent().map(Path::to_owned).unwrap_or_default()
 }
 
 /// Checks the config in `text`. `source` names it in errors (a path, or `<stdin>`); `env`
@@ -119,6 +180,18 @@ pub fn load_str_with(
     source: &str,
     env: &dyn Fn(&str) -> Option<String>,
     hash_key: &HashKeySource,
+) -> Result<LoadedConfig, ConfigErrors> {
+    load_str_as(text, source, env, hash_key, Secrets::Required)
+}
+
+/// [`load_str_with`], with unset variables refused or reported as `secrets` says. Text has
+/// no folder: a relative `gateway.ledger` stays relative (to the working directory).
+pub fn load_str_as(
+    text: &str,
+    source: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    hash_key: &HashKeySource,
+    secrets: Secrets,
 ) -> Result<LoadedConfig, ConfigErrors> {
     let mut errors = Errors::new(source);
     if text.len() > CONFIG_BYTES_MAX {
@@ -168,11 +241,12 @@ pub fn load_str_with(
             return Err(errors.finish());
         }
     };
-    match check::check(file, &map, env, hash_key, &mut errors) {
-        Some((config, tools, hash_key)) if errors.is_empty() => Ok(LoadedConfig {
+    match check::check(file, &map, env, hash_key, secrets, &mut errors) {
+        Some((config, tools, hash_key, unset)) if errors.is_empty() => Ok(LoadedConfig {
             config,
             tools,
             hash_key,
+            unset,
         }),
         _ => Err(errors.finish()),
     }

@@ -51,6 +51,12 @@ pub const HEADER_READ_TIMEOUT_MS_MIN: u64 = 100;
 /// Longest header read timeout, in milliseconds. Longer, and a few thousand half-open sockets
 /// hold the connection limit for minutes.
 pub const HEADER_READ_TIMEOUT_MS_MAX: u64 = 5 * 60 * 1000;
+/// Shortest body read timeout, in milliseconds: as for a head, a client on a slow link needs
+/// more than this to send a small body.
+pub const BODY_READ_TIMEOUT_MS_MIN: u64 = 100;
+/// Longest body read timeout, in milliseconds. Longer, and connections that send a head and
+/// stall their bodies hold slots for minutes.
+pub const BODY_READ_TIMEOUT_MS_MAX: u64 = 5 * 60 * 1000;
 /// Shortest idle timeout, in milliseconds: a kept-alive connection must survive the moment
 /// between a response and the client's next request.
 pub const IDLE_TIMEOUT_MS_MIN: u64 = 100;

@@ -160,3 +160,12 @@ fn a_proxy_section_and_origins_are_checked() {
     let good = format!("gateway:\n  allowed_origins: [\"https://console.example.com\"]\n{TOOLS}");
     assert!(load_str(&good, "agent.yaml", &no_env).is_ok());
 }
+
+#[test]
+fn trusted_proxies_are_addresses_or_networks() {
+    let bad = format!("gateway:\n  trusted_proxies: [10.0.0.0/8, proxy.internal]\n{TOOLS}");
+    one_error_at(&bad, "trusted_proxies", "not an IP address or network");
+    let good = format!("gateway:\n  trusted_proxies: [10.0.0.0/8, \"::1\", 192.0.2.7]\n{TOOLS}");
+    let loaded = load_str(&good, "agent.yaml", &no_env).unwrap();
+    assert_eq!(loaded.config.gateway.trusted_proxies.len(), 3);
+}

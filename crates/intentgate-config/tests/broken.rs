@@ -1245,3 +1245,34 @@ fn minor_units_name_a_known_currency_or_an_argument() {
         &["`JPY`"],
     );
 }
+
+#[test]
+fn body_read_timeout_and_per_address_limit_out_of_range_are_refused() {
+    let text =
+        format!("gateway:\n  body_read_timeout_ms: 50\n  connection_limit_per_address: 0\n{BASE}");
+    let errors = errors(&text);
+    assert_eq!(errors.len(), 2, "{errors}");
+    assert_says(
+        &errors.errors[0],
+        &["`body_read_timeout_ms` is 50, outside 100 to 300000"],
+        &["between 100 and 300000 milliseconds"],
+    );
+    assert_eq!(errors.errors[0].line, 2);
+    assert_says(
+        &errors.errors[1],
+        &["`connection_limit_per_address` is 0, outside 1 to 1048576"],
+        &["between 1 and 1048576 connections"],
+    );
+    assert_eq!(errors.errors[1].line, 3);
+}
+
+#[test]
+fn a_body_read_timeout_written_as_text_says_what_to_write() {
+    let text = format!("gateway:\n  body_read_timeout_ms: 10s\n{BASE}");
+    let errors = errors(&text);
+    assert_says(
+        &errors.errors[0],
+        &["body_read_timeout_ms"],
+        &["10000", "milliseconds"],
+    );
+}

@@ -22,6 +22,8 @@ use tokio::sync::oneshot;
 const TOKEN: &str = "console-test-admin-token-0123456789abcdef";
 const ADMIN_KEY: &str = "igk_admin_key_for_the_console_tests_0123";
 const CALL_KEY: &str = "igk_call_key_for_the_console_tests_01234";
+/// A call key of another tenant, `b`, on the gateway that also has the admin token.
+const TENANT_B_KEY: &str = "igk_tenant_b_call_key_for_the_console_01";
 const REFUND_FLAG: &str = "/v1/admin/flags/refund_order";
 
 struct Server {
@@ -44,6 +46,9 @@ enum Setup {
     Token,
     ApiKeys,
     AdminOff,
+    /// API keys (tenant `b`'s call key among them) and the admin token, as `intentgate serve`
+    /// runs with both.
+    TokenAndApiKeys,
 }
 
 async fn start(setup: Setup) -> Server {
@@ -63,6 +68,21 @@ async fn start(setup: Setup) -> Server {
                 trusted_proxy: None,
             },
         ),
+        Setup::TokenAndApiKeys => (
+            Some(TOKEN.to_owned()),
+            true,
+            AuthOptions::Methods {
+                api_keys: vec![
+                    api_key("ops-alice", ADMIN_KEY, Scope::Admin),
+                    ApiKey {
+                        tenant: Tenant::parse("b").unwrap(),
+                        ..api_key("tenant-b-agent", TENANT_B_KEY, Scope::Call)
+                    },
+                ],
+                jwt: None,
+                trusted_proxy: None,
+            },
+        ),
     };
     let admin = Admin::new(
         harness.ledger.clone(),
@@ -72,6 +92,7 @@ async fn start(setup: Setup) -> Server {
             actor_default: "admin-api".to_owned(),
             failure_limit: FailureLimit::default(),
             admin_scope,
+            trusted_proxies: Vec::new(),
         },
         None,
         None,
@@ -487,8 +508,9 @@ async fn an_admin_scoped_api_key_signs_in_under_its_name_and_a_call_scoped_key_d
         meta(&page, "intentgate-actor").as_deref(),
         Some("console:ops-alice")
     );
+    // A valid key without the `admin` scope: 403, not a wrong token.
     let refused = server.sign_in_with(CALL_KEY).await;
-    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
     assert!(refused.headers().get("set-cookie").is_none());
     // The session's changes carry the key holder's name.
     let origin = server.origin().to_owned();
@@ -519,6 +541,72 @@ async fn with_the_admin_api_off_nobody_signs_in_and_the_answer_says_how_to_turn_
     );
 }
 
+/// Regression: any bearer that was not the admin token counted as a wrong admin token, a
+/// tenant's valid call key included. Tenant B's key sent to `/v1/admin/flags` six times got
+/// 401 five times and then 429, and for the rest of the minute the operator's right token got
+/// 429 too, the kill switch included. Now a valid credential without the `admin` scope is a
+/// 403 that is never counted as a guess.
+#[tokio::test]
+async fn a_tenants_call_key_at_the_admin_api_is_403_and_never_locks_the_operator_out() {
+    let server = start(Setup::TokenAndApiKeys).await;
+    let flags = format!("{}/v1/admin/flags", server.base);
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let response = server
+            .client
+            .get(&flags)
+            .bearer_auth(TENANT_B_KEY)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(response.status().as_u16());
+        if response.status() == StatusCode::FORBIDDEN {
+            assert_eq!(
+                response.headers()["content-type"],
+                "application/problem+json"
+            );
+            let problem: Value = response.json().await.unwrap();
+            assert_eq!(problem["type"], "urn:intentgate:problem:missing-scope");
+            let detail = problem["detail"].as_str().unwrap();
+            assert!(detail.contains("valid"), "{detail}");
+            assert!(detail.contains("`admin` scope"), "{detail}");
+        }
+    }
+    let operator = server
+        .client
+        .get(&flags)
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    let switch_off = server
+        .client
+        .put(format!("{}{REFUND_FLAG}", server.base))
+        .bearer_auth(TOKEN)
+        .json(&json!({"enabled": false, "reason": "INC-3: duplicate refunds"}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    eprintln!(
+        "tenant B's call key six times: {statuses:?}; then the operator's token: {operator}; \
+         switching refund_order off: {switch_off}"
+    );
+    assert_eq!(statuses, [403; 6]);
+    assert_eq!(operator, 200);
+    assert_eq!(switch_off, 200);
+    assert!(!server.refund_enabled().await);
+    // The console's sign-in judges the key the same way, and the admin key still signs in.
+    let refused = server.sign_in_with(TENANT_B_KEY).await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    assert!(refused.headers().get("set-cookie").is_none());
+    server.sign_in(ADMIN_KEY).await;
+    server.sign_in(TOKEN).await;
+}
+
 #[tokio::test]
 async fn wrong_tokens_at_sign_in_count_towards_the_admin_apis_limit() {
     let server = start(Setup::Token).await;
@@ -529,18 +617,22 @@ async fn wrong_tokens_at_sign_in_count_towards_the_admin_apis_limit() {
             .await;
         assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
     }
-    // Past the limit even the right token is refused for a while, at sign-in and at the API.
-    let refused = server.sign_in_with(TOKEN).await;
+    // Past the limit wrong tokens are refused for a while, at sign-in and at the API; the
+    // right token still signs in (before, it got 429 too: anyone could lock the operator out).
+    let refused = server
+        .sign_in_with("not-the-admin-token-0123456789abcdef")
+        .await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(refused.headers().get("set-cookie").is_none());
     let api = server
         .client
         .get(format!("{}/v1/admin/flags", server.base))
-        .bearer_auth(TOKEN)
+        .bearer_auth("not-the-admin-token-0123456789abcdef")
         .send()
         .await
         .unwrap();
     assert_eq!(api.status(), StatusCode::TOO_MANY_REQUESTS);
+    server.sign_in(TOKEN).await;
 }
 
 #[tokio::test]

@@ -6,7 +6,18 @@
 //! read from the text the caller sent, never through a float, so `49.9999999999999999` and
 //! `50` differ; a number outside [`Decimal`]'s bounds (`1e400`) is written as its
 //! [`ExactNumber`] canonical text, which has an exponent and so never equals a decimal's.
+//!
+//! A tool's fingerprint ([`fingerprint_for`], what the gate records) first gives each value
+//! its one spelling under the tool's input schema ([`canonical_arguments`]): every string in
+//! NFC, and a string where the schema declares a decimal (`type: [string, number]`, an
+//! `anyOf` with a number branch as Pydantic writes `Decimal`, `format: decimal`, or a
+//! `pattern` of digits with a decimal point) read as
+//! the number it spells, so `20`, `20.0` and `"20.00"` are one intent. Where the schema
+//! declares only a string, the string is kept: `"0012"` and `"12"` may be two order ids.
+//! Arguments that already have their one spelling fingerprint exactly as [`fingerprint`]
+//! did before, so a ledger's older fingerprints still match them.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use serde_json::Value;
@@ -40,6 +51,160 @@ pub fn fingerprint(arguments: &Value) -> Fingerprint {
         write!(hex, "{byte:02x}").expect("writing to a String can't fail");
     }
     Fingerprint(hex)
+}
+
+/// Fingerprints a call's arguments under the tool's input schema: [`fingerprint`] of their
+/// [`canonical_arguments`].
+pub fn fingerprint_for(schema: &Value, arguments: &Value) -> Fingerprint {
+    fingerprint(&canonical_arguments(schema, arguments))
+}
+
+/// How deep [`canonical_arguments`] follows a schema's `$ref`, `anyOf` and `oneOf` from one
+/// node: a recursive schema must not recurse for ever, and real ones nest a few levels.
+const SCHEMA_DEPTH_MAX: usize = 16;
+
+/// `arguments` with each value in its one spelling under `schema`: strings in NFC, and
+/// decimal text where the schema declares a decimal as that number (see the module
+/// comment). Borrowed when nothing changes.
+pub fn canonical_arguments<'a>(schema: &Value, arguments: &'a Value) -> Cow<'a, Value> {
+    let mut changed = false;
+    let canonical = canonical_value(schema, schema, arguments, &mut changed);
+    if changed {
+        Cow::Owned(canonical)
+    } else {
+        Cow::Borrowed(arguments)
+    }
+}
+
+/// The schema of a value its parent's schema says nothing about: anything.
+static ANY_SCHEMA: Value = Value::Bool(true);
+
+/// Most schema nodes [`alternatives`] returns for one node, however its branches multiply.
+const ALTERNATIVES_MAX: usize = 64;
+
+fn canonical_value(root: &Value, node: &Value, value: &Value, changed: &mut bool) -> Value {
+    let nodes = alternatives(root, node);
+    match value {
+        Value::String(text) => {
+            if nodes.iter().any(|node| declares_decimal(node))
+                && let Some(number) = decimal_number(text)
+            {
+                *changed = true;
+                return Value::Number(number);
+            }
+            let composed = crate::text::nfc(text);
+            if let Cow::Owned(composed) = composed {
+                *changed = true;
+                return Value::String(composed);
+            }
+            value.clone()
+        }
+        Value::Object(members) => Value::Object(
+            members
+                .iter()
+                .map(|(name, member)| {
+                    let schema = nodes
+                        .iter()
+                        .find_map(|node| member_schema(node, name))
+                        .unwrap_or(&ANY_SCHEMA);
+                    (name.clone(), canonical_value(root, schema, member, changed))
+                })
+                .collect(),
+        ),
+        Value::Array(items) => {
+            let schema = nodes
+                .iter()
+                .find_map(|node| node.get("items").filter(|items| items.is_object()))
+                .unwrap_or(&ANY_SCHEMA);
+            Value::Array(
+                items
+                    .iter()
+                    .map(|item| canonical_value(root, schema, item, changed))
+                    .collect(),
+            )
+        }
+        other => other.clone(),
+    }
+}
+
+/// `node` and the schemas it stands for: the targets of its local `$ref`s and the branches
+/// of its `anyOf`, `oneOf` and `allOf`, within [`SCHEMA_DEPTH_MAX`] and [`ALTERNATIVES_MAX`].
+fn alternatives<'s>(root: &'s Value, node: &'s Value) -> Vec<&'s Value> {
+    let mut found = Vec::new();
+    let mut pending = vec![(node, 0)];
+    while let Some((node, depth)) = pending.pop() {
+        if found.len() >= ALTERNATIVES_MAX {
+            break;
+        }
+        if !node.is_object() || depth > SCHEMA_DEPTH_MAX {
+            continue;
+        }
+        found.push(node);
+        if let Some(target) = node
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|reference| reference.strip_prefix('#'))
+            .and_then(|pointer| root.pointer(pointer))
+        {
+            pending.push((target, depth + 1));
+        }
+        for keyword in ["anyOf", "oneOf", "allOf"] {
+            if let Some(Value::Array(branches)) = node.get(keyword) {
+                pending.extend(branches.iter().map(|branch| (branch, depth + 1)));
+            }
+        }
+    }
+    found
+}
+
+/// True when one schema node itself says its value is a number: `type` `number` or
+/// `integer` (alone or among others), or `format: decimal`.
+fn declares_decimal(node: &Value) -> bool {
+    let numeric = |name: &Value| matches!(name.as_str(), Some("number" | "integer"));
+    let typed = match node.get("type") {
+        Some(Value::Array(names)) => names.iter().any(numeric),
+        Some(name) => numeric(name),
+        None => false,
+    };
+    typed
+        || node.get("format").and_then(Value::as_str) == Some("decimal")
+        || node
+            .get("pattern")
+            .and_then(Value::as_str)
+            .is_some_and(is_decimal_pattern)
+}
+
+/// True for a `pattern` that can match only decimal text with a fractional part, such as
+/// `^[0-9]+(\.[0-9]{1,2})?$`: built of digits, digit classes, signs, anchors, groups and
+/// quantifiers only, with an escaped point. A pattern without a point (`^\d+$`) is an id's:
+/// `"0012"` and `"12"` stay two values under it.
+fn is_decimal_pattern(pattern: &str) -> bool {
+    let has_point = pattern.contains("\\.") || pattern.contains("[.]");
+    let numeric = pattern
+        .replace("\\d", "")
+        .replace("\\.", "")
+        .chars()
+        .all(|c| c.is_ascii_digit() || "^$[]-+?*(){},|.".contains(c));
+    has_point && numeric
+}
+
+/// The schema of member `name` that `node` gives: its `properties` entry, else an object
+/// `additionalProperties`.
+fn member_schema<'s>(node: &'s Value, name: &str) -> Option<&'s Value> {
+    node.get("properties")
+        .and_then(|properties| properties.get(name))
+        .or_else(|| node.get("additionalProperties").filter(|a| a.is_object()))
+}
+
+/// The number that decimal text spells, in its canonical text; `None` for text that is no
+/// number (`"abc"`, `" 20"`), which stays a string.
+fn decimal_number(text: &str) -> Option<serde_json::Number> {
+    let canonical = if let Ok(decimal) = Decimal::parse(text) {
+        decimal.to_string()
+    } else {
+        ExactNumber::parse(text).ok()?.to_string()
+    };
+    canonical.parse().ok()
 }
 
 /// Writes the canonical JSON of `value`.
@@ -162,6 +327,94 @@ mod tests {
         ] {
             assert_ne!(fingerprint(&other), base, "{other}");
         }
+    }
+
+    fn fingerprint_of_amount(schema: Value, amount: Value) -> Fingerprint {
+        let schema = json!({"type": "object", "properties": {"order_id": {"type": "string"}, "amount": schema}});
+        fingerprint_for(&schema, &json!({"order_id": "8812", "amount": amount}))
+    }
+
+    #[test]
+    fn an_amount_declared_as_number_or_string_is_one_value_however_written() {
+        // Under LangGraph a model wrote 20.0, then "20.00": the key agreed, the fingerprint
+        // did not, and the second call was a conflict.
+        let either = json!({"type": ["string", "number"]});
+        let first = fingerprint_of_amount(either.clone(), json!(20));
+        for amount in [json!(20.0), json!("20.00"), json!("20"), json!("2e1")] {
+            assert_eq!(
+                fingerprint_of_amount(either.clone(), amount.clone()),
+                first,
+                "{amount}"
+            );
+        }
+        assert_ne!(fingerprint_of_amount(either, json!("20.01")), first);
+        // Pydantic's `Decimal`, and a string that says it is a decimal.
+        let pydantic = json!({"anyOf": [{"type": "number"}, {"type": "string", "pattern": "^-?\\d*\\.?\\d*$"}]});
+        assert_eq!(fingerprint_of_amount(pydantic, json!("20.00")), first);
+        let pattern = json!({"type": "string", "pattern": "^[0-9]+(\\.[0-9]{1,2})?$"});
+        assert_eq!(fingerprint_of_amount(pattern, json!("20.0")), first);
+        let id_pattern = json!({"type": "string", "pattern": "^\\d+$"});
+        assert_ne!(
+            fingerprint_of_amount(id_pattern.clone(), json!("0012")),
+            fingerprint_of_amount(id_pattern, json!("12"))
+        );
+        let format = json!({"type": "string", "format": "decimal"});
+        assert_eq!(fingerprint_of_amount(format, json!("20.0")), first);
+        // The fingerprint the ledger has always written for a plain number.
+        assert_eq!(
+            first,
+            fingerprint(&json!({"order_id": "8812", "amount": 20}))
+        );
+    }
+
+    #[test]
+    fn a_string_declared_only_as_a_string_is_kept_as_written() {
+        let text = json!({"type": "string"});
+        assert_ne!(
+            fingerprint_of_amount(text.clone(), json!("0012")),
+            fingerprint_of_amount(text.clone(), json!("12"))
+        );
+        // Text that spells no number stays a string, even where a number is allowed.
+        let either = json!({"type": ["string", "number"]});
+        assert_ne!(
+            fingerprint_of_amount(either.clone(), json!("twenty")),
+            fingerprint_of_amount(either, json!(20))
+        );
+    }
+
+    #[test]
+    fn decimals_are_found_through_refs_arrays_and_nested_objects() {
+        let schema = json!({
+            "type": "object",
+            "$defs": {"Line": {"type": "object", "properties": {"price": {"$ref": "#/$defs/Money"}}},
+                      "Money": {"anyOf": [{"type": "number"}, {"type": "string"}]}},
+            "properties": {"lines": {"type": "array", "items": {"$ref": "#/$defs/Line"}}}
+        });
+        assert_eq!(
+            fingerprint_for(&schema, &json!({"lines": [{"price": "1.50"}]})),
+            fingerprint_for(&schema, &json!({"lines": [{"price": 1.5}]}))
+        );
+        // A schema that refers to itself ends.
+        let looping = json!({"type": "object", "$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}]}},
+                             "properties": {"a": {"$ref": "#/$defs/A"}}});
+        fingerprint_for(&looping, &json!({"a": "1"}));
+    }
+
+    #[test]
+    fn composed_and_decomposed_strings_have_one_fingerprint() {
+        let schema = json!({"type": "object"});
+        let composed = json!({"note": "caf\u{e9}", "tags": ["caf\u{e9}"]});
+        let decomposed = json!({"note": "cafe\u{301}", "tags": ["cafe\u{301}"]});
+        assert_eq!(
+            fingerprint_for(&schema, &decomposed),
+            fingerprint_for(&schema, &composed)
+        );
+        // Already in its one spelling: the fingerprint of old, and nothing copied.
+        assert_eq!(fingerprint_for(&schema, &composed), fingerprint(&composed));
+        assert!(matches!(
+            canonical_arguments(&schema, &composed),
+            Cow::Borrowed(_)
+        ));
     }
 
     #[test]

@@ -29,6 +29,7 @@ use crate::decimal::DecimalError;
 use crate::limits::{INTENT_ID_LENGTH_MAX, INTENT_KEY_LENGTH_MAX};
 use crate::placeholder::{self, Format, Piece, Placeholder, Steps, SyntaxError, ValueError};
 use crate::sensitive::{ArgumentPath, HashKey, KEY_HASH_HEX_LENGTH};
+use crate::text;
 
 /// The placeholder that refers to the application's intent id.
 pub const INTENT_ID_PLACEHOLDER: &str = "intent_id";
@@ -129,6 +130,23 @@ pub enum KeyError {
     BadValue { name: String, reason: String },
     #[error("argument `{name}`: {error}")]
     Decimal { name: String, error: DecimalError },
+    #[error(
+        "argument `{name}` holds the invisible or direction-changing character {}, which a key \
+         can't hold: two values that look alike would be two intents; send the value without it",
+        code_point(*character)
+    )]
+    Hidden { name: String, character: char },
+    #[error(
+        "argument `{name}` holds {}, a compatibility form of `{plain}` (fullwidth, a ligature, a \
+         superscript or similar), which a key can't hold: it looks like `{plain}` but would be \
+         another intent; write `{plain}`",
+        code_point(*character)
+    )]
+    CompatibilityForm {
+        name: String,
+        character: char,
+        plain: String,
+    },
     #[error("the rendered key is {0} bytes long; the limit is {INTENT_KEY_LENGTH_MAX}")]
     TooLong(usize),
     #[error(
@@ -292,7 +310,7 @@ impl KeyTemplate {
                     let name = path.join(".");
                     let value = placeholder::resolve(arguments, path, Steps::FieldsOnly)
                         .ok_or_else(|| KeyError::MissingArgument(name.clone()))?;
-                    let text = render_value(&name, value, *places)?;
+                    let text = spelled_once(&name, &render_value(&name, value, *places)?)?;
                     if *sensitive {
                         let hash_key = hash_key.ok_or(KeyError::NoHashKey { name })?;
                         // Lowercase hex: nothing to escape.
@@ -422,6 +440,33 @@ fn render_value(name: &str, value: &Value, places: Option<u32>) -> Result<String
     )
 }
 
+/// A rendered value in its one spelling ([`text::nfc`]), or the error naming the argument
+/// when it holds what a person can't see or tell apart ([`text::hidden_character`],
+/// [`text::compatibility_character`]). Checked when a call renders its key, not when a
+/// stored intent's key is read back, so intents recorded before this check stay readable.
+fn spelled_once(name: &str, rendered: &str) -> Result<String, KeyError> {
+    let composed = text::nfc(rendered);
+    if let Some(character) = text::hidden_character(&composed) {
+        return Err(KeyError::Hidden {
+            name: name.to_owned(),
+            character,
+        });
+    }
+    if let Some((character, plain)) = text::compatibility_character(&composed) {
+        return Err(KeyError::CompatibilityForm {
+            name: name.to_owned(),
+            character,
+            plain: text::printable(&plain),
+        });
+    }
+    Ok(composed.into_owned())
+}
+
+/// `U+200D`: a character named by its code point, since it may not show.
+fn code_point(character: char) -> String {
+    format!("U+{:04X}", character as u32)
+}
+
 /// The ASCII characters that could blur the boundaries between key parts: the template's
 /// separators and braces, `%` itself, spaces and control characters.
 const KEY_ESCAPED: &AsciiSet = &CONTROLS
@@ -484,6 +529,80 @@ mod tests {
             })
             .collect();
         assert_eq!(keys, ["refund:8812:49.00"; 3]);
+    }
+
+    #[test]
+    fn composed_and_decomposed_accents_give_one_key() {
+        let composed = render("refund:{order_id}", json!({"order_id": "caf\u{e9}-12"})).unwrap();
+        let decomposed = render("refund:{order_id}", json!({"order_id": "cafe\u{301}-12"}));
+        assert_eq!(decomposed.unwrap(), composed);
+        assert_eq!(composed, "refund:caf\u{e9}-12");
+    }
+
+    #[test]
+    fn an_invisible_character_in_a_key_argument_is_refused_naming_it() {
+        // A zero-width joiner inside an order id rendered a second key that looked the same.
+        for (hidden, name) in [("\u{200d}", "U+200D"), ("\u{feff}", "U+FEFF")] {
+            let error = render(
+                "refund:{order.id}",
+                json!({"order": {"id": format!("88{hidden}12")}}),
+            )
+            .unwrap_err();
+            assert_eq!(
+                error,
+                KeyError::Hidden {
+                    name: "order.id".into(),
+                    character: hidden.chars().next().unwrap()
+                }
+            );
+            let message = error.to_string();
+            assert!(
+                message.contains("`order.id`") && message.contains(name),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_direction_control_in_a_key_argument_is_refused() {
+        for control in ['\u{202e}', '\u{2066}', '\u{200f}', '\u{061c}'] {
+            let refused = render(
+                "r:{order_id}",
+                json!({"order_id": format!("{control}2188")}),
+            );
+            assert!(
+                matches!(&refused, Err(KeyError::Hidden { name, character }) if name == "order_id" && *character == control),
+                "{refused:?}"
+            );
+        }
+        // Hashed or not: a sensitive argument is checked before it is hashed.
+        let hash_key = HashKey::new(&[3u8; 32]).unwrap();
+        let refused = sensitive_template("e:{to}", &["to"]).render_with(
+            &json!({"to": "a\u{200b}@example.com"}),
+            None,
+            Some(&hash_key),
+        );
+        assert!(
+            matches!(refused, Err(KeyError::Hidden { .. })),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_fullwidth_digit_in_a_key_argument_is_refused_saying_what_to_write() {
+        let error = render("r:{order_id}", json!({"order_id": "ord_\u{ff11}"})).unwrap_err();
+        assert_eq!(
+            error,
+            KeyError::CompatibilityForm {
+                name: "order_id".into(),
+                character: '\u{ff11}',
+                plain: "1".into()
+            }
+        );
+        assert!(error.to_string().contains("U+FF11"), "{error}");
+        assert!(error.to_string().contains("write `1`"), "{error}");
+        // Other scripts are no compatibility forms.
+        render("r:{order_id}", json!({"order_id": "注文-١٢"})).unwrap();
     }
 
     #[test]

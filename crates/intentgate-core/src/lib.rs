@@ -28,7 +28,7 @@ pub mod tool;
 
 pub use decimal::Decimal;
 pub use effect::{Effect, Executor};
-pub use fingerprint::{Fingerprint, differing_fields, fingerprint};
+pub use fingerprint::{Fingerprint, differing_fields, fingerprint, fingerprint_for};
 pub use intent::{IllegalTransition, IntentStatus};
 pub use key::{KeyError, KeyTemplate};
 pub use number::ExactNumber;

@@ -11,9 +11,15 @@ use std::fmt;
 
 use crate::limits::TENANT_LENGTH_MAX;
 
-/// A checked tenant name: 1 to [`TENANT_LENGTH_MAX`] characters of ASCII letters, digits,
-/// `_`, `-`, `.` and `:`, starting with a letter or digit. Case matters (`Acme` and `acme`
-/// are two tenants), which is why a caller can't choose one freely.
+/// A checked tenant name: 1 to [`TENANT_LENGTH_MAX`] characters of lowercase ASCII letters,
+/// digits, `_`, `-`, `.` and `:`, starting with a letter or digit.
+///
+/// Uppercase is refused rather than folded: an identity provider that writes one customer's
+/// claim as `Acme` and `acme` would otherwise split it into two tenants, two intents and two
+/// effects. Folding would join them, but silently: intents a ledger already keeps under
+/// `Acme` would no longer be found by the same caller, whose repeat would then be a new
+/// intent with another provider key. A refusal says so where the name arrives (config check,
+/// the token's claim, the header), and the operator maps the name to lowercase knowingly.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Tenant(String);
 
@@ -29,6 +35,12 @@ pub enum TenantError {
          and `:`, or does not start with a letter or digit"
     )]
     Characters(String),
+    #[error(
+        "the tenant name {0:?} has uppercase letters; tenant names are lowercase, so that one \
+         customer is one tenant however its name is written: use {1:?} (for a token, map its \
+         tenant claim to lowercase in the identity provider)"
+    )]
+    Uppercase(String, String),
 }
 
 impl Tenant {
@@ -45,6 +57,12 @@ impl Tenant {
         if !bytes[0].is_ascii_alphanumeric() || !bytes.iter().all(allowed) {
             // Quoted with its escapes, so a hostile name can't forge text in the message.
             return Err(TenantError::Characters(text.to_owned()));
+        }
+        if bytes.iter().any(u8::is_ascii_uppercase) {
+            return Err(TenantError::Uppercase(
+                text.to_owned(),
+                text.to_ascii_lowercase(),
+            ));
         }
         Ok(Tenant(text.to_owned()))
     }
@@ -168,7 +186,7 @@ mod tests {
 
     #[test]
     fn tenant_names_are_identifiers() {
-        for good in ["default", "acme", "Acme-EU", "org:42", "a.b_c", "7"] {
+        for good in ["default", "acme", "acme-eu", "org:42", "a.b_c", "7"] {
             assert_eq!(Tenant::parse(good).unwrap().as_str(), good);
         }
         assert_eq!(Tenant::parse(""), Err(TenantError::Empty));
@@ -190,6 +208,25 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn tenant_names_that_differ_only_in_case_cannot_both_exist() {
+        // An identity provider that wrote `Acme` and `acme` split one customer in two.
+        for upper in ["Acme", "ACME", "acme-EU", "Default"] {
+            let error = Tenant::parse(upper).unwrap_err();
+            assert_eq!(
+                error,
+                TenantError::Uppercase(upper.to_owned(), upper.to_ascii_lowercase())
+            );
+            assert!(
+                error
+                    .to_string()
+                    .contains(&format!("{:?}", upper.to_ascii_lowercase())),
+                "{error}"
+            );
+        }
+        assert_eq!(Tenant::parse("acme").unwrap().as_str(), "acme");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::effect::{Effect, Executor};
+use crate::fingerprint::{Fingerprint, fingerprint_for};
 use crate::key::{KeyError, KeyTemplate};
 use crate::limits::TOOL_NAME_LENGTH_MAX;
 use crate::sensitive::{ArgumentPath, HashKey, Redaction, SensitiveError};
@@ -227,6 +228,14 @@ impl ToolDefinition {
             Some(redaction) => Cow::Owned(redaction.arguments(arguments)),
             None => Cow::Borrowed(arguments),
         })
+    }
+
+    /// The fingerprint of a call's arguments as the ledger keeps them
+    /// ([`ToolDefinition::stored_arguments`]): each value in its one spelling under this
+    /// tool's input schema, so `20`, `20.0` and `"20.00"` of a decimal are one intent
+    /// ([`crate::fingerprint::fingerprint_for`]).
+    pub fn fingerprint(&self, stored_arguments: &Value) -> Fingerprint {
+        fingerprint_for(&self.input_schema, stored_arguments)
     }
 
     /// An upstream's answer as the ledger keeps it: echoes of sensitive arguments (found by

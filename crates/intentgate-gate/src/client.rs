@@ -269,6 +269,7 @@ impl Gate {
             return Err(GateError::NotClientExecuted(name.to_owned()));
         }
         intentgate_core::Tenant::parse(&context.tenant)?;
+        let arguments = crate::gate::one_spelling(arguments);
         let granted = async {
             if let Some(refused) = self.admit(tool, &arguments, context).await? {
                 return Ok(Grant::Answer(refused));

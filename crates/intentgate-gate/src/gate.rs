@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use intentgate_core::key::provider_key;
 use intentgate_core::limits::{CALLER_KEY_LENGTH_MAX, RESULT_BYTES_MAX};
 use intentgate_core::{
-    CallStatus, Effect, Executor, IntentStatus, OutcomeClass, OutcomeReason, RequestFacts,
-    ResendStop, ToolDefinition, ToolError, UpstreamObservation, classify_with, differing_fields,
-    fingerprint,
+    CallStatus, Effect, Executor, Fingerprint, IntentStatus, OutcomeClass, OutcomeReason,
+    RequestFacts, ResendStop, ToolDefinition, ToolError, UpstreamObservation, classify_with,
+    differing_fields,
 };
 use intentgate_ledger::{
     Begin, BeginRequest, Bound, CallerKey, Finish, Finished, IntentRecord, Ledger, LedgerError,
@@ -479,6 +479,7 @@ impl Gate {
             "intentgate.effect",
             definition.effect.as_str(),
         );
+        let arguments = one_spelling(arguments);
         if let Some(refused) = self.admit(tool, &arguments, context).await? {
             return Ok(refused);
         }
@@ -499,20 +500,14 @@ impl Gate {
         let definition = &tool.definition;
         let validate = crate::phase!("validate");
         let validating = validate.enter();
+        // The messages go back to the caller: a sensitive argument's value is never quoted.
         let mut errors: Vec<String> = tool
             .validator
             .iter_errors(arguments)
-            .map(|error| {
-                let path = error.instance_path().to_string();
-                if path.is_empty() {
-                    error.to_string()
-                } else {
-                    format!("{path}: {error}")
-                }
-            })
+            .map(|error| crate::schema::error_message(&error, &definition.sensitive))
             .collect();
         if errors.is_empty() {
-            errors = crate::schema::unreadable_numbers(arguments);
+            errors = crate::schema::unreadable_numbers(arguments, &definition.sensitive);
         }
         // How many errors, never what they quote (an argument's value).
         trace::set_attribute(&validate, "intentgate.errors", errors.len() as i64);
@@ -699,7 +694,12 @@ impl Gate {
             }
         };
         call_span.record("key", key.as_str());
-        trace::set_attribute(&call_span, "intentgate.key", key.clone());
+        // The key holds argument values: exported only as its hash.
+        trace::set_attribute(
+            &call_span,
+            "intentgate.key_hash",
+            trace::key_hash(&context.tenant, key.as_str()),
+        );
         // The ledger keeps sensitive values as keyed hashes only, and the fingerprint is of
         // that form too: a plain SHA-256 over the clear values would let anyone holding the
         // ledger test guesses (an address book) against it. Equal values still hash alike,
@@ -707,11 +707,11 @@ impl Gate {
         let stored_arguments = tool
             .stored_arguments(arguments)
             .expect("Gate::new checked that a tool with sensitive arguments has a hash key");
-        let fingerprint = fingerprint(&stored_arguments);
+        let mut fingerprint = tool.fingerprint(&stored_arguments);
         drop(entered);
 
         let read = match self
-            .look_up_settled(tool, &context.tenant, &key, fingerprint.as_str())
+            .look_up_settled(tool, &context.tenant, &key, &mut fingerprint)
             .await?
         {
             Read::Settled(intent) => {
@@ -790,12 +790,18 @@ impl Gate {
     /// Look up: a repeat of a settled intent (done, or rejected for good) is found by a read,
     /// to be answered from it ([`Gate::answer_settled`]) without a durable write. Any other
     /// call goes on with the intent as read, if it exists.
+    ///
+    /// An intent recorded before fingerprints gave each value its one spelling has the
+    /// older form (of `"20.00"` as written, say). When its stored arguments fingerprint as
+    /// this call's do now, it is the same intent: `fingerprint` becomes the stored one, so
+    /// this read, the caller key's binding and the ledger's `begin` all find them equal, and
+    /// a repeat across the upgrade is answered rather than called a conflict.
     async fn look_up_settled(
         &self,
         tool: &ToolDefinition,
         tenant: &str,
         key: &str,
-        fingerprint: &str,
+        fingerprint: &mut Fingerprint,
     ) -> Result<Read, GateError> {
         let started = Instant::now();
         let read = self
@@ -812,6 +818,12 @@ impl Gate {
         let Some(intent) = read? else {
             return Ok(Read::Open(None));
         };
+        if intent.fingerprint != fingerprint.as_str()
+            && tool.fingerprint(&intent.arguments) == *fingerprint
+        {
+            *fingerprint = Fingerprint::from_hex(intent.fingerprint.clone());
+        }
+        let fingerprint = fingerprint.as_str();
         let settled = intent.status == IntentStatus::Done
             || (intent.status == IntentStatus::Rejected && !tool.retry_rejected);
         if intent.fingerprint != fingerprint || !settled {
@@ -1819,6 +1831,16 @@ fn external_id(tool: &ToolDefinition, result: &Value) -> Option<String> {
         Value::Number(id) => Some(id.to_string()),
         _ => None,
     }
+}
+
+/// A call's arguments in one spelling: every string in NFC ([`intentgate_core::text::nfc`]),
+/// before they are validated, keyed, fingerprinted, stored or sent. The provider is sent this
+/// form too: a provider that compares text byte by byte then sees one value where the model
+/// wrote two spellings, and the request the ledger's arguments rebuild (a re-send, a lookup)
+/// is the one first sent. NFC changes no character's meaning, unlike NFKC, which would also
+/// fold fullwidth forms; those are refused in keys instead ([`intentgate_core::KeyError`]).
+pub(crate) fn one_spelling(arguments: Value) -> Value {
+    intentgate_core::text::nfc_strings(arguments)
 }
 
 /// The intent key of a side-effecting call: the tool's template rendered from the

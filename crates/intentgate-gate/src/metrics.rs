@@ -23,7 +23,7 @@
 //! | `intentgate_alerts_fired_total` | counter | `tool`, `rule` | duplicate-call alerts fired ([`Metrics::alert_fired`]) |
 //! | `intentgate_repeated_call_events_dropped_total` | counter | | repeated-call events evicted before every receiver saw them |
 //! | `intentgate_connections_open` | gauge | | HTTP connections the server holds open ([`Metrics::connection_opened`]) |
-//! | `intentgate_connections_dropped_total` | counter | `reason` | connections the server closed on its own: `header_timeout` (no whole request head in time), `idle` (kept alive with no request), `limit` (refused at the connection limit) ([`Metrics::connection_dropped`]) |
+//! | `intentgate_connections_dropped_total` | counter | `reason` | connections the server closed on its own: `header_timeout` (no whole request head in time), `idle` (kept alive with no request), `limit` (refused at the connection limit, none stalled), `body_timeout` (no whole request body in time), `address_limit` (refused at the per-address limit, none stalled), `evicted` (the longest-stalled connection, closed to make room) ([`Metrics::connection_dropped`]) |
 //!
 //! **Bounded labels.** A label value is a tool name from the config, a status, or one of a
 //! few fixed words; never an intent key, a tenant, an argument or a client's address, so the
@@ -103,16 +103,29 @@ pub enum ConnectionDrop {
     HeaderTimeout,
     /// A kept-alive connection carried no request for the idle timeout.
     Idle,
-    /// Refused on arrival: the server already held its limit of open connections.
+    /// Refused on arrival: the server already held its limit of open connections, none of
+    /// them stalled.
     Limit,
+    /// The client had not sent a whole request body within the body read timeout after its
+    /// head (a stalled or trickled body); answered 408 when the answer could still be sent.
+    BodyTimeout,
+    /// Refused on arrival: the client's address already held its limit of open connections,
+    /// none of them stalled.
+    AddressLimit,
+    /// Closed to make room for a new connection: at a connection limit, the connection that
+    /// had waited longest for its client (a request head, a body, or the next request).
+    Evicted,
 }
 
 impl ConnectionDrop {
     /// Every reason, so that each series exists (at zero) from the start.
-    pub const ALL: [ConnectionDrop; 3] = [
+    pub const ALL: [ConnectionDrop; 6] = [
         ConnectionDrop::HeaderTimeout,
         ConnectionDrop::Idle,
         ConnectionDrop::Limit,
+        ConnectionDrop::BodyTimeout,
+        ConnectionDrop::AddressLimit,
+        ConnectionDrop::Evicted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -120,6 +133,9 @@ impl ConnectionDrop {
             ConnectionDrop::HeaderTimeout => "header_timeout",
             ConnectionDrop::Idle => "idle",
             ConnectionDrop::Limit => "limit",
+            ConnectionDrop::BodyTimeout => "body_timeout",
+            ConnectionDrop::AddressLimit => "address_limit",
+            ConnectionDrop::Evicted => "evicted",
         }
     }
 }
@@ -374,7 +390,7 @@ impl Metrics {
             connections_dropped: registered(
                 &mut registry,
                 "intentgate_connections_dropped",
-                "Connections the server closed on its own: no request head in time, idle, or over the connection limit",
+                "Connections the server closed on its own: no request head or body in time, idle, over a connection limit, or closed to make room",
                 Family::default(),
             ),
             registry,

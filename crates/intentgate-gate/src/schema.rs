@@ -17,9 +17,16 @@
 //!
 //! Draft 4's boolean `exclusiveMinimum`/`exclusiveMaximum` modify `minimum`/`maximum` as that
 //! draft says.
+//!
+//! The errors go back to the caller as `invalid_arguments`, and `jsonschema`'s messages quote
+//! the value they judge (`"bob@@example.com" is not a "email"`). [`error_message`] and
+//! [`unreadable_numbers`] show the value of a `sensitive` argument, or of anything holding
+//! one, as [`SENSITIVE_PLACEHOLDER`]: the ledger keeps such a value only as a keyed hash,
+//! and an answer, a log line or a model's context must not hold it either.
 
 use intentgate_core::ExactNumber;
 use intentgate_core::number::{MULTIPLE_DIGITS_MAX, quote};
+use intentgate_core::sensitive::ArgumentPath;
 use jsonschema::paths::Location;
 use jsonschema::{Keyword, ValidationError, Validator};
 use serde_json::{Map, Value};
@@ -44,17 +51,82 @@ pub fn validator(schema: &Value) -> Result<Validator, ValidationError<'_>> {
         .build(schema)
 }
 
+/// What a `sensitive` argument's value is shown as in a validation error.
+pub const SENSITIVE_PLACEHOLDER: &str = "<sensitive>";
+
+/// A validation error as the caller reads it, `pointer: message` (the message alone at the
+/// root), with the value of a `sensitive` argument never quoted: an error at, inside or
+/// around one of `sensitive` shows the value it judges as [`SENSITIVE_PLACEHOLDER`].
+pub fn error_message(error: &ValidationError<'_>, sensitive: &[ArgumentPath]) -> String {
+    let pointer = error.instance_path().to_string();
+    let message = if touches_sensitive(&pointer, sensitive) {
+        let masked = error.masked_with(SENSITIVE_PLACEHOLDER).to_string();
+        // The exact keywords' own messages (`custom` errors) quote the number they judge.
+        match error.instance().as_ref() {
+            Value::Number(number) => redact_number(&masked, number.as_str()),
+            _ => masked,
+        }
+    } else {
+        error.to_string()
+    };
+    if pointer.is_empty() {
+        message
+    } else {
+        format!("{pointer}: {message}")
+    }
+}
+
+/// True when the value at JSON pointer `pointer` is a sensitive argument, lies inside one or
+/// holds one.
+fn touches_sensitive(pointer: &str, sensitive: &[ArgumentPath]) -> bool {
+    if sensitive.is_empty() {
+        return false;
+    }
+    let segments: Vec<String> = pointer
+        .split('/')
+        .skip(1)
+        .map(|token| token.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    sensitive.iter().any(|path| path.overlaps(&segments))
+}
+
+/// `message` with the number `text` (as quoted, or whole) shown as the placeholder.
+fn redact_number(message: &str, text: &str) -> String {
+    let quoted = quote(text);
+    if message.contains(&quoted) {
+        return message.replacen(&quoted, SENSITIVE_PLACEHOLDER, 1);
+    }
+    message.replace(text, SENSITIVE_PLACEHOLDER)
+}
+
 /// Every number in `arguments` that is not an exact number at all (an exponent beyond 64
-/// bits, such as `1e99999999999999999999`), as `pointer: reason`, whatever the schema says.
-/// Such a number has no canonical form to fingerprint and no value to compare, so the gate
-/// refuses it as `invalid_arguments` rather than guessing.
-pub fn unreadable_numbers(arguments: &Value) -> Vec<String> {
+/// bits, such as `1e99999999999999999999`), as `pointer: reason`, whatever the schema says;
+/// a number at or inside a `sensitive` argument is not quoted. Such a number has no canonical
+/// form to fingerprint and no value to compare, so the gate refuses it as
+/// `invalid_arguments` rather than guessing.
+pub fn unreadable_numbers(arguments: &Value, sensitive: &[ArgumentPath]) -> Vec<String> {
     let mut errors = Vec::new();
     collect_unreadable(arguments, &mut String::new(), &mut errors);
     errors
+        .into_iter()
+        .map(|(pointer, text, message)| {
+            let message = if touches_sensitive(&pointer, sensitive) {
+                redact_number(&message, &text)
+            } else {
+                message
+            };
+            let at = if pointer.is_empty() { "/" } else { &pointer };
+            format!("{at}: {message}")
+        })
+        .collect()
 }
 
-fn collect_unreadable(value: &Value, pointer: &mut String, errors: &mut Vec<String>) {
+/// Collects `(pointer, number text, reason)` of every unreadable number.
+fn collect_unreadable(
+    value: &Value,
+    pointer: &mut String,
+    errors: &mut Vec<(String, String, String)>,
+) {
     let mut within = |key: &str, member: &Value, pointer: &mut String| {
         let length = pointer.len();
         pointer.push('/');
@@ -65,8 +137,11 @@ fn collect_unreadable(value: &Value, pointer: &mut String, errors: &mut Vec<Stri
     match value {
         Value::Number(number) => {
             if let Err(error) = ExactNumber::parse(number.as_str()) {
-                let at = if pointer.is_empty() { "/" } else { pointer };
-                errors.push(format!("{at}: {error}"));
+                errors.push((
+                    pointer.clone(),
+                    number.as_str().to_owned(),
+                    error.to_string(),
+                ));
             }
         }
         Value::Array(items) => {
@@ -388,14 +463,74 @@ mod tests {
             r#"{"amount": 1e5, "meta": {"a/b": [1, 1e-99999999999999999999]}, "n": 1E99999999999999999999}"#,
         );
         assert_eq!(
-            unreadable_numbers(&arguments),
+            unreadable_numbers(&arguments, &[]),
             [
                 "/meta/a~1b/1: `1e-99999999999999999999` has an exponent beyond ±9223372036854775807",
                 // serde_json keeps the digits as sent and writes the exponent as `e+`.
                 "/n: `1e+99999999999999999999` has an exponent beyond ±9223372036854775807",
             ]
         );
-        assert!(unreadable_numbers(&json!({"amount": 49.5, "zero": 0})).is_empty());
+        assert!(unreadable_numbers(&json!({"amount": 49.5, "zero": 0}), &[]).is_empty());
+    }
+
+    fn path(segments: &[&str]) -> ArgumentPath {
+        ArgumentPath::new(segments.iter().map(|segment| segment.to_string()).collect())
+    }
+
+    /// Regression: an `invalid_arguments` answer quoted a sensitive value back to the caller
+    /// (`"bob@@example.com" is not a "email"`).
+    #[test]
+    fn errors_never_quote_a_sensitive_value() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "customer": {
+                    "type": "object",
+                    "properties": {"email": {"type": "string", "format": "email"}},
+                },
+                "pin": {"type": "number", "maximum": 9999},
+                "note": {"type": "string", "format": "email"},
+            },
+        });
+        let sensitive = [path(&["customer", "email"]), path(&["pin"])];
+        let messages = |instance: &Value| -> Vec<String> {
+            validator(&schema)
+                .unwrap()
+                .iter_errors(instance)
+                .map(|error| error_message(&error, &sensitive))
+                .collect()
+        };
+        let sent = arguments(
+            r#"{"customer": {"email": "bob@@example.com"}, "pin": 123456, "note": "not-mail"}"#,
+        );
+        let mut said = messages(&sent);
+        said.sort();
+        assert_eq!(
+            said,
+            [
+                r#"/customer/email: <sensitive> is not a "email""#,
+                r#"/note: "not-mail" is not a "email""#,
+                "/pin: <sensitive> is greater than the maximum of 9999",
+            ]
+        );
+        // An error about the object that holds a sensitive value masks the object.
+        let around = messages(&json!({"customer": ["bob@@example.com"]}));
+        assert_eq!(
+            around,
+            [r#"/customer: <sensitive> is not of type "object""#]
+        );
+        let mut unreadable = unreadable_numbers(
+            &arguments(r#"{"pin": 1e99999999999999999999, "n": 1e99999999999999999999}"#),
+            &sensitive,
+        );
+        unreadable.sort();
+        assert_eq!(
+            unreadable,
+            [
+                "/n: `1e+99999999999999999999` has an exponent beyond ±9223372036854775807",
+                "/pin: `<sensitive>` has an exponent beyond ±9223372036854775807",
+            ]
+        );
     }
 
     #[test]

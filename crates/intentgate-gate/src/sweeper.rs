@@ -197,7 +197,11 @@ impl Gate {
         if trace::enabled() {
             trace::set_attribute(&span, "intentgate.tool", record.tool.clone());
             trace::set_attribute(&span, "intentgate.tenant", record.tenant.clone());
-            trace::set_attribute(&span, "intentgate.key", record.key.clone());
+            trace::set_attribute(
+                &span,
+                "intentgate.key_hash",
+                trace::key_hash(&record.tenant, &record.key),
+            );
             trace::set_attribute(&span, "intentgate.intent", record.id);
             trace::set_attribute(&span, "intentgate.status", record.status.as_str());
             self.link_to_executing(&span, record.id).await;

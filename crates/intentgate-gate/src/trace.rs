@@ -10,8 +10,11 @@
 //! tenant, whatever phase it was written in.
 //!
 //! **No argument becomes an attribute.** Attributes are the tool, its effect, the tenant,
-//! the intent's key and id, the attempt, and what the gateway decided; never a value the
-//! caller passed as an argument (which may be `sensitive`), nor a provider's answer.
+//! the intent's id, a hash of its key ([`key_hash`]), the attempt, and what the gateway
+//! decided; never a value the caller passed as an argument (which may be `sensitive`), nor a
+//! provider's answer. An intent key is rendered from arguments (`refund:8812:49.00`), so it
+//! is exported only as that hash; the `key` field the log lines carry is left out of exported
+//! spans and their events by the exporter (`intentgate`'s telemetry).
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +35,29 @@ pub const TRACESTATE: &str = "tracestate";
 /// Longest `tracestate` taken from a caller (the W3C limit is 32 members of at most 256
 /// bytes; a longer one is ignored rather than parsed).
 pub const TRACESTATE_BYTES_MAX: usize = 8 * 1024;
+
+/// Hex digits of [`key_hash`]: 64 bits, enough to tell the intents of one trace store apart.
+pub const KEY_HASH_HEX_LENGTH: usize = 16;
+
+/// The attribute that stands for an intent's key in exported spans: the first
+/// [`KEY_HASH_HEX_LENGTH`] hex digits of the SHA-256 of the tenant and the key, so spans of
+/// one intent are found together (compute it from a key the console shows) while the key's
+/// values stay out of the trace store. A key of guessable values can still be found by
+/// trying them, as with any unkeyed hash.
+pub fn key_hash(tenant: &str, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write;
+    let mut digest = Sha256::new();
+    digest.update(tenant.as_bytes());
+    // A separator that neither a tenant name nor the start of a key holds.
+    digest.update([0u8]);
+    digest.update(key.as_bytes());
+    let mut hex = String::with_capacity(KEY_HASH_HEX_LENGTH);
+    for byte in &digest.finalize()[..KEY_HASH_HEX_LENGTH / 2] {
+        write!(hex, "{byte:02x}").expect("writing to a String can't fail");
+    }
+    hex
+}
 
 /// Whether this process exports traces; set once by [`enable`].
 static ENABLED: AtomicBool = AtomicBool::new(false);

@@ -156,10 +156,19 @@ async fn repeats_while_the_first_call_is_in_flight_are_announced_through_begin()
 
 #[tokio::test]
 async fn a_conflicting_call_for_an_existing_key_is_a_repeat_too() {
-    let h = Harness::new(FaultPlan::none());
+    // An amount the schema declares only a string: `"49.0"` and `"49.00"` render the same
+    // key (`{amount:.2}`) but are two strings, so two fingerprints.
+    let tool = intentgate_test_support::refund_tool_with(
+        intentgate_test_support::refund_schema(json!({"type": "string"})),
+        Duration::from_secs(2),
+    );
+    let h = Harness::with_tools(
+        FaultPlan::none(),
+        vec![tool],
+        std::sync::Arc::new(intentgate_gate::SystemClock),
+    );
     let mut events = h.gate.repeated_calls();
-    h.call("refund_order", refund("8812", json!(49))).await;
-    // A string amount renders the same key with another fingerprint.
+    h.call("refund_order", refund("8812", json!("49.0"))).await;
     let conflict = h.call("refund_order", refund("8812", json!("49.00"))).await;
     assert_eq!(conflict.status, CallStatus::Conflict);
     let event = events.try_recv().unwrap();

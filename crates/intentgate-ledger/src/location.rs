@@ -4,7 +4,9 @@
 //! URLs themselves and a new store is added here once: [`Location::parse`] reads the text,
 //! [`Location::exists`] answers the commands that must not create an empty ledger by
 //! mistake, and [`Location`]'s `Display` is what messages may show (a URL without its
-//! password). Nothing here needs a store's driver, so it reads every kind of location also
+//! password). A relative file is read from the config's folder when the config names it
+//! ([`Location::relative_to`]) and from the working directory when a command line does
+//! ([`Location::absolute`]). Nothing here needs a store's driver, so it reads every kind of location also
 //! in a build without that store, which then refuses to open it by name.
 
 use std::fmt;
@@ -36,6 +38,39 @@ impl Location {
         match self {
             Location::Sqlite(path) => Path::new(path).exists(),
             Location::Postgres(_) => true,
+        }
+    }
+
+    /// This location read from a config file in `folder`: a relative SQLite path is taken
+    /// from the config's folder, so that where a gateway was started from can't give it
+    /// another (empty) ledger. An absolute path and a PostgreSQL URL are as they were.
+    pub fn relative_to(self, folder: &Path) -> Location {
+        match self {
+            Location::Sqlite(path) if path.is_relative() => Location::Sqlite(folder.join(path)),
+            other => other,
+        }
+    }
+
+    /// This location as given on a command line: a relative SQLite path is taken from the
+    /// working directory, as a shell user expects, and made absolute so that what is shown
+    /// is the file that is opened. A PostgreSQL URL is as it was.
+    pub fn absolute(self) -> Location {
+        match self {
+            Location::Sqlite(path) if path.is_relative() => {
+                // Fails only when the working directory is gone; the path then stays as
+                // given and opening it reports the error.
+                Location::Sqlite(std::path::absolute(&path).unwrap_or(path))
+            }
+            other => other,
+        }
+    }
+
+    /// The text [`Location::parse`] reads back as this location (with a password, if the
+    /// URL has one: show it through `Display`); `None` for a path that is not UTF-8.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Location::Sqlite(path) => path.to_str(),
+            Location::Postgres(url) => Some(url),
         }
     }
 
@@ -130,6 +165,33 @@ mod tests {
         std::fs::write(&path, b"").unwrap();
         assert!(location.exists());
         assert!(Location::parse("postgres://nowhere.invalid/none").exists());
+    }
+
+    #[test]
+    fn a_relative_file_is_taken_from_the_given_folder_and_a_url_is_untouched() {
+        let folder = Path::new("/etc/intentgate");
+        assert_eq!(
+            Location::parse("intentgate.db").relative_to(folder),
+            Location::Sqlite(PathBuf::from("/etc/intentgate/intentgate.db"))
+        );
+        assert_eq!(
+            Location::parse("/var/lib/ledger.db").relative_to(folder),
+            Location::Sqlite(PathBuf::from("/var/lib/ledger.db"))
+        );
+        let url = "postgres://alice:s3cret@db:5432/ledger";
+        assert_eq!(
+            Location::parse(url).relative_to(folder),
+            Location::Postgres(url.to_owned())
+        );
+        assert_eq!(Location::parse(url).absolute().text(), Some(url));
+    }
+
+    #[test]
+    fn a_relative_file_on_the_command_line_is_taken_from_the_working_directory() {
+        let absolute = Location::parse("data/ledger.db").absolute();
+        let expected = std::env::current_dir().unwrap().join("data/ledger.db");
+        assert_eq!(absolute, Location::Sqlite(expected.clone()));
+        assert_eq!(absolute.text(), expected.to_str());
     }
 
     #[test]

@@ -75,8 +75,14 @@ impl Gateway {
             authenticator: Arc::new(authenticator),
             allowed_origins: gateway.allowed_origins.clone(),
             header_read_timeout: Duration::from_millis(gateway.header_read_timeout_ms),
+            body_read_timeout: Duration::from_millis(gateway.body_read_timeout_ms),
             idle_timeout: Duration::from_millis(gateway.idle_timeout_ms),
             connection_limit,
+            // By default a quarter of the limit in force (after fitting it under the open-file
+            // limit), at least one.
+            connection_limit_per_address: gateway
+                .connection_limit_per_address
+                .map_or((connection_limit / 4).max(1), |limit| limit as usize),
             idempotency_key_required: self
                 .loaded
                 .config
@@ -159,6 +165,12 @@ impl Gateway {
                 actor_default: ADMIN_ACTOR_DEFAULT.to_owned(),
                 failure_limit: FailureLimit::default(),
                 admin_scope,
+                // Checked when the config loaded: every entry is an address or a network.
+                trusted_proxies: gateway
+                    .trusted_proxies
+                    .iter()
+                    .filter_map(|proxy| intentgate_config::auth::parse_network(proxy))
+                    .collect(),
             },
             Some(Arc::new(AdminReconciler(reconciler))),
             Some(Arc::new(NoticeLog(notifier.clone()))),

@@ -63,7 +63,8 @@ pub struct Options {
     pub config_path: Option<PathBuf>,
     /// Address to listen on instead of `gateway.listen` (port 0 picks a free port).
     pub listen: Option<String>,
-    /// The ledger instead of `gateway.ledger`: a SQLite file or a `postgres://` URL.
+    /// The ledger instead of `gateway.ledger`: a SQLite file or a `postgres://` URL. A
+    /// relative path is read from the working directory, as a command line's is.
     pub ledger: Option<String>,
     /// Durability instead of `gateway.durability`.
     pub durability: Option<Durability>,
@@ -98,8 +99,8 @@ pub struct Gateway {
     loaded: LoadedConfig,
     options: Options,
     ledger: Arc<dyn Ledger>,
-    /// Where the ledger is, as given (it may hold a password: log it only through
-    /// `intentgate_ledger::display_location`).
+    /// Where the ledger is, absolute for a file (it may hold a password: log it only
+    /// through `intentgate_ledger::display_location`).
     ledger_location: String,
     durability: Durability,
     gate: Arc<Gate>,
@@ -113,16 +114,14 @@ impl Gateway {
     /// Its MCP upstreams are started first, and their tools listed: the config's imports
     /// become tools, and a config whose MCP tools don't fit what the servers list is refused.
     pub async fn open(mut loaded: LoadedConfig, options: Options) -> Result<Gateway, Error> {
+        assert_secrets_resolved(&loaded);
         if let Some(token) = admin_token(&options) {
             intentgate_admin::check_token(token).map_err(Error::AdminToken)?;
         }
         let mcp = McpUpstreams::start(&loaded).await?;
         mcp.expand(&mut loaded)?;
         let gateway = &loaded.config.gateway;
-        let ledger_location = options
-            .ledger
-            .clone()
-            .unwrap_or_else(|| gateway.ledger.clone());
+        let ledger_location = ledger_location(options.ledger.as_deref(), &gateway.ledger);
         let durability = options
             .durability
             .unwrap_or_else(|| durability(gateway.durability));
@@ -208,6 +207,34 @@ impl Gateway {
     }
 }
 
+/// Where the ledger is: `--ledger` (a relative file read from the working directory) or
+/// the config's `gateway.ledger` (read from the config's folder by the loader), a file
+/// made absolute either way, so that the startup line names the file that is opened.
+pub fn ledger_location(command_line: Option<&str>, config: &str) -> String {
+    let location = intentgate_ledger::Location::parse(command_line.unwrap_or(config)).absolute();
+    match location.text() {
+        Some(text) => text.to_owned(),
+        // A working directory whose name is not UTF-8: the path as given still opens the
+        // same file from here.
+        None => command_line.unwrap_or(config).to_owned(),
+    }
+}
+
+/// A config loaded with secrets optional (`Secrets::Optional`) lacks the values of its
+/// unset variables, so it must never reach an upstream: the loaders here require them.
+fn assert_secrets_resolved(loaded: &LoadedConfig) {
+    assert!(
+        loaded.unset.is_empty(),
+        "a config loaded without its secrets was given to a gateway (unset: {})",
+        loaded
+            .unset
+            .iter()
+            .map(|unset| unset.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
 /// The admin token of `options`, unless unset or empty.
 fn admin_token(options: &Options) -> Option<&str> {
     options
@@ -226,6 +253,14 @@ pub fn load(path: &Path) -> Result<LoadedConfig, Error> {
 /// [`load`], with the hash key taken as `hash_key` says.
 pub fn load_with(path: &Path, hash_key: &HashKeySource) -> Result<LoadedConfig, Error> {
     intentgate_config::load_file_with(path, hash_key).map_err(Error::Config)
+}
+
+/// [`load_with`] for a command that only reads the config or the ledger (`config check`,
+/// `intents`, `flags`): an unset `${NAME}` is not an error but an entry of
+/// `LoadedConfig::unset`, and such a config can't build a gateway or a gate.
+pub fn load_reading(path: &Path, hash_key: &HashKeySource) -> Result<LoadedConfig, Error> {
+    intentgate_config::load_file_as(path, hash_key, intentgate_config::Secrets::Optional)
+        .map_err(Error::Config)
 }
 
 /// Bytes of a random hash key: SHA-256's output size, the least a key may have.
@@ -290,6 +325,7 @@ pub fn build_gate_over(
     options: GateOptions,
     mcp: &McpUpstreams,
 ) -> Result<Gate, Error> {
+    assert_secrets_resolved(loaded);
     let http = HttpUpstream::new(loaded.config.upstreams.clone(), loaded.config.http_tools())
         .map_err(Error::Upstreams)?;
     let upstream = mcp.route(loaded, Arc::new(http));

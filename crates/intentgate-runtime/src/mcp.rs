@@ -26,6 +26,7 @@ impl McpUpstreams {
     /// Starts every MCP upstream of the config at once and waits for each first session
     /// (`McpConnection::start`): a server that can't start is a config that can't serve.
     pub async fn start(loaded: &LoadedConfig) -> Result<McpUpstreams, Error> {
+        crate::assert_secrets_resolved(loaded);
         let starts = loaded.config.mcp_upstreams.values().map(|upstream| {
             let server = upstream.server.clone();
             async move { McpConnection::start(server).await }

@@ -9,15 +9,23 @@
 //!   was accepted, or the first byte of the next request on a kept-alive connection arrived),
 //!   the whole request head must be in within [`ServerOptions::header_read_timeout`]. A
 //!   client that trickles a byte at a time does not reset it.
+//! - **body read timeout**: once the head is in, the whole request body must follow within
+//!   [`ServerOptions::body_read_timeout`]; a body that stalls or trickles is answered 408 and
+//!   the connection closed (at once if the answer can't be written). Nothing has run by
+//!   then: a handler acts only on a whole body.
 //! - **idle timeout**: a kept-alive connection on which no byte of a new request arrives
 //!   within [`ServerOptions::idle_timeout`] after the last response is closed.
-//! - **connection limit**: at most [`ServerOptions::connection_limit`] connections are open;
-//!   one more is answered 503 at once and closed, so the process keeps file descriptors for
-//!   its ledger, its upstreams and its logs.
+//! - **connection limits**: at most [`ServerOptions::connection_limit`] connections are open,
+//!   and at most [`ServerOptions::connection_limit_per_address`] from one client address.
+//!   A new connection over either limit closes the connection (from that address, or from
+//!   any) that has waited longest for its client: for a request head, a body, or the next
+//!   request on a kept-alive connection. Only when every one is handling a request whose
+//!   body is in is the new one answered 503 and closed. So clients that stall can't lock out one that doesn't, and the process
+//!   keeps file descriptors for its ledger, its upstreams and its logs.
 //!
-//! While a request is being handled no timer runs: a call is bounded by the tool's timeout
-//! and its permit, not by the connection. Connections closed for these reasons are counted in
-//! `intentgate_connections_dropped_total{reason}`; the open ones in
+//! While a request is being handled (its body is in) no timer runs: a call is bounded by the
+//! tool's timeout and its permit, not by the connection. Connections closed for these reasons
+//! are counted in `intentgate_connections_dropped_total{reason}`; the open ones in
 //! `intentgate_connections_open`.
 //!
 //! Every request carries [`ConnectInfo<SocketAddr>`](axum::extract::ConnectInfo) with the
@@ -27,9 +35,10 @@
 //! (an idle one closes at once), and waits for them up to a deadline; connections still open
 //! then are closed.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -37,16 +46,20 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::ConnectInfo;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::IntoResponse;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use intentgate_gate::{ConnectionDrop, Metrics};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower_service::Service;
+
+use crate::problem::Problem;
 
 /// Pause after an `accept` that failed for a reason other than one connection (out of file
 /// descriptors): accepting again at once would spin, and a pause lets connections close.
@@ -62,12 +75,33 @@ content-length: 208\r\n\
 \r\n\
 {\"type\":\"urn:intentgate:problem:connection-limit\",\"title\":\"Too many open connections\",\"status\":503,\"detail\":\"the gateway holds as many connections as it is configured for; nothing was run, try again shortly\"}";
 
+/// What a connection refused at the per-address limit is sent before it is closed.
+const ADDRESS_LIMIT_RESPONSE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/problem+json\r\n\
+retry-after: 1\r\n\
+connection: close\r\n\
+content-length: 252\r\n\
+\r\n\
+{\"type\":\"urn:intentgate:problem:address-connection-limit\",\"title\":\"Too many open connections from this address\",\"status\":503,\"detail\":\"this client address holds as many connections as the gateway allows one address; nothing was run, try again shortly\"}";
+
+/// How long a 408 for a body that did not arrive in time may take to be written before the
+/// connection is closed anyway: the answer is small, so only a client that reads nothing
+/// needs longer, and it is owed nothing.
+const BODY_TIMEOUT_ANSWER_GRACE: Duration = Duration::from_secs(1);
+
+/// Connections closed to make room whose tasks have not ended yet, at most. A victim's task
+/// ends within a scheduling round; the bound keeps a flood of new connections from holding
+/// file descriptors for both the victims and themselves.
+const EVICTIONS_CLOSING_MAX: usize = 64;
+
 /// How a connection is watched and how many there may be.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub connection_limit: usize,
+    pub connection_limit_per_address: usize,
     pub shutdown_grace: Duration,
 }
 
@@ -81,7 +115,7 @@ pub(crate) async fn serve(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Instant {
-    let slots = Arc::new(Semaphore::new(limits.connection_limit));
+    let registry = Arc::new(Registry::new(limits));
     let (stop, stopping) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -93,26 +127,33 @@ pub(crate) async fn serve(
         // Reap the tasks of closed connections, so the set holds only open ones.
         while connections.try_join_next().is_some() {}
         match accepted {
-            Ok((stream, peer)) => match slots.clone().try_acquire_owned() {
-                Ok(slot) => {
-                    let connection = Connection {
-                        app: app.clone(),
-                        peer,
-                        limits,
-                        metrics: metrics.clone(),
-                        stopping: stopping.clone(),
-                    };
-                    connections.spawn(async move {
-                        let _slot = slot;
-                        connection.serve(stream).await;
-                    });
+            Ok((stream, peer)) => {
+                let watch = Arc::new(Watch::new(Instant::now()));
+                match registry.admit(peer.ip(), watch.clone()) {
+                    Ok(admission) => {
+                        let connection = Connection {
+                            app: app.clone(),
+                            peer,
+                            limits,
+                            metrics: metrics.clone(),
+                            stopping: stopping.clone(),
+                        };
+                        connections.spawn(async move {
+                            let _admission = admission;
+                            connection.serve(stream, watch).await;
+                        });
+                    }
+                    Err(reason) => {
+                        metrics.connection_dropped(reason);
+                        let answer = match reason {
+                            ConnectionDrop::AddressLimit => ADDRESS_LIMIT_RESPONSE,
+                            _ => LIMIT_RESPONSE,
+                        };
+                        // Best effort: a full socket buffer loses the answer, not the refusal.
+                        let _ = stream.try_write(answer);
+                    }
                 }
-                Err(_) => {
-                    metrics.connection_dropped(ConnectionDrop::Limit);
-                    // Best effort: a full socket buffer loses the answer, not the refusal.
-                    let _ = stream.try_write(LIMIT_RESPONSE);
-                }
-            },
+            }
             Err(error) if is_connection_error(&error) => {}
             Err(error) => {
                 tracing::error!(
@@ -163,22 +204,57 @@ struct Connection {
 impl Connection {
     /// Serves requests until the client closes, a timeout drops the connection, or
     /// shutdown has let its last request finish.
-    async fn serve(mut self, stream: TcpStream) {
+    async fn serve(mut self, stream: TcpStream, watch: Arc<Watch>) {
         let _open = OpenConnection::new(self.metrics.clone());
         // Answers are small and written at once; waiting to coalesce them only adds latency.
         let _ = stream.set_nodelay(true);
-        let watch = Arc::new(Watch::new(Instant::now()));
         let io = TokioIo::new(WatchedStream {
             inner: stream,
             watch: watch.clone(),
         });
         let (app, peer, request_watch) = (self.app.clone(), self.peer, watch.clone());
+        let body_read_timeout = self.limits.body_read_timeout;
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo(peer));
             let busy = Busy::start(request_watch.clone());
+            let watch = request_watch.clone();
+            // A body still to come has until `expiry`; one that is already whole has nothing
+            // to wait for.
+            let (request, expiry) = if request.body().is_end_stream() {
+                (request.map(axum::body::Body::new), None)
+            } else {
+                let body = watch.body_started();
+                let expiry = Instant::now() + body_read_timeout;
+                let request = request.map(|inner| {
+                    axum::body::Body::new(WatchedBody {
+                        inner,
+                        watch: watch.clone(),
+                        body,
+                    })
+                });
+                (request, Some((body, expiry)))
+            };
             let mut app = app.clone();
             async move {
-                let response = match app.call(request).await {
+                let call = app.call(request);
+                let response = match expiry {
+                    None => call.await,
+                    Some((body, at)) => {
+                        let expired = async {
+                            tokio::time::sleep_until(at).await;
+                            if !watch.body_expired(body) {
+                                // The body was in on time; the handler runs as long as it needs.
+                                std::future::pending::<()>().await;
+                            }
+                        };
+                        tokio::select! {
+                            response = call => response,
+                            // Dropping the handler is safe: none acts on a partial body.
+                            () = expired => Ok(body_timeout_answer(body_read_timeout)),
+                        }
+                    }
+                };
+                let response = match response {
                     Ok(response) => response,
                     Err(never) => match never {},
                 };
@@ -193,6 +269,11 @@ impl Connection {
         let mut connection = std::pin::pin!(connection);
         let mut shutting_down = false;
         loop {
+            if watch.is_evicted() {
+                self.metrics.connection_dropped(ConnectionDrop::Evicted);
+                tracing::debug!(peer = %self.peer, "connection closed to make room for a new one");
+                return;
+            }
             let deadline = watch.deadline(&self.limits);
             let expiry = async move {
                 match deadline {
@@ -204,6 +285,10 @@ impl Connection {
                 result = connection.as_mut() => {
                     if let Err(error) = result {
                         tracing::debug!(%error, "connection ended with an error");
+                    }
+                    if watch.body_timed_out() {
+                        // Closed after its 408, as the answer said it would be.
+                        self.metrics.connection_dropped(ConnectionDrop::BodyTimeout);
                     }
                     return;
                 }
@@ -254,11 +339,28 @@ enum Waiting {
     NextRequest(Instant),
 }
 
+/// A request body being received: which one (a connection's requests are numbered) and
+/// since when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BodyWait {
+    body: u64,
+    since: Instant,
+}
+
 #[derive(Debug)]
 struct WatchState {
-    /// Requests being handled; while there is one, no timer runs.
+    /// Requests being handled; while there is one whose body is in, no timer runs.
     requests: usize,
     waiting: Waiting,
+    /// The body of the request being handled, while it is still arriving.
+    body: Option<BodyWait>,
+    /// Numbers the request bodies of the connection.
+    bodies: u64,
+    /// When a body did not arrive in time and the request was answered 408; the connection
+    /// closes after that answer.
+    body_timed_out: Option<Instant>,
+    /// Chosen to be closed to make room for a new connection.
+    evicted: bool,
 }
 
 /// A connection's state as the timers see it, shared by its stream (bytes arriving), its
@@ -276,21 +378,29 @@ impl Watch {
             state: Mutex::new(WatchState {
                 requests: 0,
                 waiting: Waiting::Head(accepted),
+                body: None,
+                bodies: 0,
+                body_timed_out: None,
+                evicted: false,
             }),
             changed: Notify::new(),
         }
     }
 
-    fn update(&self, change: impl FnOnce(&mut WatchState) -> bool) {
+    fn lock(&self) -> std::sync::MutexGuard<'_, WatchState> {
         // A poisoned lock means a panic elsewhere on this connection; its state is still
         // plain data, so the timers keep working from it.
-        let mut state = self
-            .state
+        self.state
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if change(&mut state) {
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn update<T>(&self, change: impl FnOnce(&mut WatchState) -> (bool, T)) -> T {
+        let (changed, value) = change(&mut self.lock());
+        if changed {
             self.changed.notify_one();
         }
+        value
     }
 
     /// Bytes arrived: on an idle kept-alive connection they start a request head.
@@ -298,16 +408,16 @@ impl Watch {
         self.update(|state| match state.waiting {
             Waiting::NextRequest(_) if state.requests == 0 => {
                 state.waiting = Waiting::Head(Instant::now());
-                true
+                (true, ())
             }
-            _ => false,
+            _ => (false, ()),
         });
     }
 
     fn request_started(&self) {
         self.update(|state| {
             state.requests += 1;
-            true
+            (true, ())
         });
     }
 
@@ -317,17 +427,101 @@ impl Watch {
             if state.requests == 0 {
                 state.waiting = Waiting::NextRequest(Instant::now());
             }
-            true
+            (true, ())
         });
     }
 
+    /// A request's head is in and its body is still to come; the body's number.
+    fn body_started(&self) -> u64 {
+        self.update(|state| {
+            state.bodies += 1;
+            let body = state.bodies;
+            state.body = Some(BodyWait {
+                body,
+                since: Instant::now(),
+            });
+            (true, body)
+        })
+    }
+
+    /// The body is whole, failed, or was let go of by its handler: nothing waits for it.
+    fn body_finished(&self, body: u64) {
+        self.update(|state| match state.body {
+            Some(wait) if wait.body == body => {
+                state.body = None;
+                (true, ())
+            }
+            _ => (false, ()),
+        });
+    }
+
+    /// The body's time is up: true, and the connection closes after its 408, if the body is
+    /// still arriving; false if it was in on time.
+    fn body_expired(&self, body: u64) -> bool {
+        self.update(|state| match state.body {
+            Some(wait) if wait.body == body => {
+                state.body = None;
+                state.body_timed_out = Some(Instant::now());
+                (true, true)
+            }
+            _ => (false, false),
+        })
+    }
+
+    fn body_timed_out(&self) -> bool {
+        self.lock().body_timed_out.is_some()
+    }
+
+    /// Asks the connection to close to make room for a new one.
+    fn evict(&self) {
+        self.update(|state| {
+            state.evicted = true;
+            (true, ())
+        });
+    }
+
+    fn is_evicted(&self) -> bool {
+        self.lock().evicted
+    }
+
+    /// Since when the connection has waited for its client (for a head, a body, or the next
+    /// request), for closing the one waiting longest at a connection limit; `None` while a
+    /// request whose body is in is being handled (a call running), or once it is closing.
+    /// Age alone decides: a connection that just opened and has not sent its head yet is
+    /// the last to go, an attacker's stalled or idle one, held for seconds, the first.
+    fn stall(&self) -> Option<Instant> {
+        let state = self.lock();
+        if state.evicted || state.body_timed_out.is_some() {
+            return None;
+        }
+        let head_since = match state.waiting {
+            Waiting::Head(since) | Waiting::NextRequest(since) => since,
+        };
+        if state.body.is_some() {
+            // The client has owed bytes since its request began, not since its head ended.
+            return Some(head_since);
+        }
+        if state.requests > 0 {
+            return None;
+        }
+        Some(head_since)
+    }
+
     /// When the connection is dropped if nothing changes, and why; `None` while a request
-    /// is being handled.
+    /// whose body is in is being handled.
     fn deadline(&self, limits: &Limits) -> Option<(Instant, ConnectionDrop)> {
-        let state = self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let state = self.lock();
+        if let Some(at) = state.body_timed_out {
+            return Some((at + BODY_TIMEOUT_ANSWER_GRACE, ConnectionDrop::BodyTimeout));
+        }
+        if let Some(wait) = state.body {
+            // The request's own timer answers 408 at `since + body_read_timeout`; this one
+            // closes the connection should that answer never get out.
+            return Some((
+                wait.since + limits.body_read_timeout + BODY_TIMEOUT_ANSWER_GRACE,
+                ConnectionDrop::BodyTimeout,
+            ));
+        }
         if state.requests > 0 {
             return None;
         }
@@ -381,6 +575,191 @@ impl Body for Tracked {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+/// A request body that tells the [`Watch`] when it is no longer waited for: whole, failed,
+/// or dropped by its handler (hyper then reads or discards the rest itself, and closes the
+/// connection if it can't).
+struct WatchedBody {
+    inner: Incoming,
+    watch: Arc<Watch>,
+    body: u64,
+}
+
+impl Body for WatchedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let frame = Pin::new(&mut self.inner).poll_frame(context);
+        let finished = match &frame {
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => true,
+            Poll::Ready(Some(Ok(_))) => self.inner.is_end_stream(),
+            Poll::Pending => false,
+        };
+        if finished {
+            self.watch.body_finished(self.body);
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for WatchedBody {
+    fn drop(&mut self) {
+        self.watch.body_finished(self.body);
+    }
+}
+
+/// The answer to a request whose body did not arrive within `timeout` of its head.
+fn body_timeout_answer(timeout: Duration) -> axum::response::Response {
+    let mut response = Problem::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "body-timeout",
+        "Request body too slow",
+        format!(
+            "the request body did not arrive whole within {} ms of its head; nothing was run. \
+Send the whole body at once, or ask the operator to raise gateway.body_read_timeout_ms",
+            timeout.as_millis()
+        ),
+    )
+    .into_response();
+    // The rest of the body is never read, so the connection can't carry another request.
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// Who is connected, for the connection limits: every admitted connection's [`Watch`] and
+/// client address.
+struct Registry {
+    limits: Limits,
+    state: Mutex<RegistryState>,
+}
+
+#[derive(Default)]
+struct RegistryState {
+    /// Numbers the connections.
+    admitted: u64,
+    /// The open connections, not counting those being closed to make room.
+    open: HashMap<u64, Admitted>,
+    /// How many of `open` each client address holds.
+    by_address: HashMap<IpAddr, usize>,
+    /// Connections closed to make room whose tasks have not ended yet.
+    closing: usize,
+}
+
+struct Admitted {
+    address: IpAddr,
+    watch: Arc<Watch>,
+}
+
+impl Registry {
+    fn new(limits: Limits) -> Registry {
+        Registry {
+            limits,
+            state: Mutex::new(RegistryState::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RegistryState> {
+        // Plain counts and maps, consistent after every statement that changes them.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Admits a new connection from `address`, closing a stalled one if a limit is reached;
+    /// why it is refused when every connection in the way is handling a request.
+    fn admit(
+        self: &Arc<Self>,
+        address: IpAddr,
+        watch: Arc<Watch>,
+    ) -> Result<Admission, ConnectionDrop> {
+        // An IPv4 client seen on a dual-stack socket is the same client as over IPv4.
+        let address = address.to_canonical();
+        let mut state = self.lock();
+        let from_address = state.by_address.get(&address).copied().unwrap_or(0);
+        if from_address >= self.limits.connection_limit_per_address
+            && !state.evict(|candidate| candidate.address == address)
+        {
+            return Err(ConnectionDrop::AddressLimit);
+        }
+        if state.open.len() >= self.limits.connection_limit && !state.evict(|_| true) {
+            return Err(ConnectionDrop::Limit);
+        }
+        state.admitted += 1;
+        let id = state.admitted;
+        state.open.insert(id, Admitted { address, watch });
+        *state.by_address.entry(address).or_insert(0) += 1;
+        Ok(Admission {
+            registry: self.clone(),
+            id,
+        })
+    }
+}
+
+impl RegistryState {
+    /// Closes the connection among `candidates` that has waited longest for its client;
+    /// false if none is waiting (all are handling requests) or too many are closing already.
+    fn evict(&mut self, candidates: impl Fn(&Admitted) -> bool) -> bool {
+        if self.closing >= EVICTIONS_CLOSING_MAX {
+            return false;
+        }
+        let victim = self
+            .open
+            .iter()
+            .filter(|(_, admitted)| candidates(admitted))
+            .filter_map(|(id, admitted)| Some((admitted.watch.stall()?, *id)))
+            .min();
+        let Some((_, id)) = victim else {
+            return false;
+        };
+        let admitted = self
+            .remove(id)
+            .expect("the victim was found among the open");
+        self.closing += 1;
+        admitted.watch.evict();
+        true
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Admitted> {
+        let admitted = self.open.remove(&id)?;
+        if let Some(count) = self.by_address.get_mut(&admitted.address) {
+            *count -= 1;
+            if *count == 0 {
+                self.by_address.remove(&admitted.address);
+            }
+        }
+        Some(admitted)
+    }
+}
+
+/// A connection's place under the limits, given back when its task ends.
+struct Admission {
+    registry: Arc<Registry>,
+    id: u64,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let mut state = self.registry.lock();
+        if state.remove(self.id).is_none() {
+            // Evicted: it was taken off the counts then, and is closed now.
+            state.closing = state.closing.saturating_sub(1);
+        }
     }
 }
 
@@ -441,8 +820,10 @@ mod tests {
 
     const LIMITS: Limits = Limits {
         header_read_timeout: Duration::from_secs(10),
+        body_read_timeout: Duration::from_secs(10),
         idle_timeout: Duration::from_secs(60),
         connection_limit: 1,
+        connection_limit_per_address: 1,
         shutdown_grace: Duration::ZERO,
     };
 
@@ -500,6 +881,78 @@ mod tests {
                 started + LIMITS.header_read_timeout,
                 ConnectionDrop::HeaderTimeout
             ))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_has_one_deadline_from_its_head_that_ends_when_it_is_in() {
+        let watch = Watch::new(Instant::now());
+        watch.request_started();
+        let body = watch.body_started();
+        let started = Instant::now();
+        let body_deadline = Some((
+            started + LIMITS.body_read_timeout + BODY_TIMEOUT_ANSWER_GRACE,
+            ConnectionDrop::BodyTimeout,
+        ));
+        assert_eq!(watch.deadline(&LIMITS), body_deadline);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        watch.bytes_arrived();
+        assert_eq!(watch.deadline(&LIMITS), body_deadline, "a trickle keeps it");
+        watch.body_finished(body);
+        assert_eq!(
+            watch.deadline(&LIMITS),
+            None,
+            "no timer once the body is in"
+        );
+        assert!(
+            !watch.body_expired(body),
+            "a body in on time does not expire"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_connection_waiting_longest_is_closed_and_never_a_busy_one() {
+        let limits = Limits {
+            connection_limit: 3,
+            connection_limit_per_address: 3,
+            ..LIMITS
+        };
+        let registry = Arc::new(Registry::new(limits));
+        let address = IpAddr::from([127, 0, 0, 1]);
+        let busy = Arc::new(Watch::new(Instant::now()));
+        busy.request_started();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let stalled = Arc::new(Watch::new(Instant::now()));
+        stalled.request_started();
+        stalled.body_started();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let idle = Arc::new(Watch::new(Instant::now()));
+        idle.request_started();
+        idle.request_ended();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let _held: Vec<Admission> = [&busy, &stalled, &idle]
+            .into_iter()
+            .map(|watch| registry.admit(address, watch.clone()).ok().unwrap())
+            .collect();
+        let newcomer = Arc::new(Watch::new(Instant::now()));
+        let _newcomer = registry.admit(address, newcomer.clone()).ok().unwrap();
+        assert!(stalled.is_evicted(), "the one stalled on its body longest");
+        assert!(!idle.is_evicted() && !busy.is_evicted());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let next = Arc::new(Watch::new(Instant::now()));
+        let _next = registry.admit(address, next.clone()).ok().unwrap();
+        assert!(
+            idle.is_evicted(),
+            "then the one idle longer than the newcomer"
+        );
+        assert!(!newcomer.is_evicted() && !busy.is_evicted());
+        newcomer.request_started();
+        next.request_started();
+        let refused = registry.admit(address, Arc::new(Watch::new(Instant::now())));
+        assert_eq!(
+            refused.err(),
+            Some(ConnectionDrop::AddressLimit),
+            "every connection is handling a request"
         );
     }
 }

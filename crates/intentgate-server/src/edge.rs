@@ -18,8 +18,8 @@
 //! inserted into the request's extensions; handlers and MCP read the tenant only from it.
 //! `/healthz`, `/readyz`, `/metrics`, `/openapi.json` and the OAuth protected-resource metadata need no
 //! credential (they carry no caller data). The admin API keeps its own token and the console
-//! its own sessions: a request to either gets a principal when its credential is one, and
-//! is otherwise left to them.
+//! its own sessions: a request to either gets a principal when its credential is one (never
+//! with `auth: none`), and is otherwise left to them.
 //! `/mcp` needs the `call` scope; each other route checks the scope it needs.
 
 use std::net::SocketAddr;
@@ -82,6 +82,7 @@ fn check_browser(
     headers: &HeaderMap,
     own_origin_allowed: bool,
 ) -> Result<(), Problem> {
+    check_host(headers)?;
     if options.loopback_hosts_only {
         let host = headers
             .get(header::HOST)
@@ -127,6 +128,57 @@ fn check_browser(
             "The body must be JSON",
             "send the body with `Content-Type: application/json`",
         ));
+    }
+    Ok(())
+}
+
+/// The request's one `Host`, with a valid port if it names one, on every listener: two
+/// `Host` headers could be read differently by this server and a proxy or a check in front
+/// of it (one judges the first, another the last), and a port out of range or not decimal
+/// names no server at all (RFC 9112, section 3.2: both are a 400).
+fn check_host(headers: &HeaderMap) -> Result<(), Problem> {
+    let bad_host = |detail: String| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "bad-host",
+            "Bad Host header",
+            detail,
+        )
+    };
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let Some(host) = hosts.next() else {
+        return Ok(());
+    };
+    if hosts.next().is_some() {
+        return Err(bad_host(
+            "the request has more than one Host header; send exactly one, naming the gateway's \
+             host and, if it is not the scheme's default, its port"
+                .to_owned(),
+        ));
+    }
+    let Ok(host) = host.to_str() else {
+        return Err(bad_host(
+            "the Host header is not visible ASCII; send the gateway's host name or address"
+                .to_owned(),
+        ));
+    };
+    let port = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((_, after)) => after.strip_prefix(':').map(Some).unwrap_or_else(|| {
+                // Anything but `:port` after the bracketed address is not a port at all.
+                (!after.is_empty()).then_some(after)
+            }),
+            None => None,
+        },
+        None => host.split_once(':').map(|(_, port)| port),
+    };
+    if let Some(port) = port
+        && !valid_port(&format!(":{port}"))
+    {
+        return Err(bad_host(format!(
+            "the Host header {host:?} names an invalid port {port:?}: a port is a decimal \
+             number from 1 to 65535 (`127.0.0.1:8080`), or leave it out for the scheme's default"
+        )));
     }
     Ok(())
 }
@@ -177,9 +229,15 @@ fn is_loopback_host(host: &str) -> bool {
         .any(|loopback| loopback.eq_ignore_ascii_case(name))
 }
 
+/// `:port` with a port of 1 to 65535, in decimal digits only.
 fn valid_port(text: &str) -> bool {
     text.strip_prefix(':').is_some_and(|port| {
-        !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit())
+        !port.is_empty()
+            && port.len() <= 5
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port
+                .parse::<u32>()
+                .is_ok_and(|port| (1..=65_535).contains(&port))
     })
 }
 
@@ -222,6 +280,12 @@ pub async fn authenticate(
 ) -> Response {
     let access = access(request.uri().path());
     if matches!(access, Access::Public) {
+        return next.run(request).await;
+    }
+    // With `auth: none` every request is the one anonymous principal, whatever it carries; at
+    // the admin API that would read as a valid credential without the `admin` scope (a 403),
+    // so a bearer there is left to the admin token's check.
+    if matches!(access, Access::Admin) && authenticator.is_none() {
         return next.run(request).await;
     }
     let peer = request
@@ -342,6 +406,10 @@ mod tests {
             "localhost.evil.example",
             "127.0.0.1.nip.io",
             "127.0.0.1:",
+            "127.0.0.1:99999",
+            "127.0.0.1:0",
+            "localhost:0x50",
+            "[::1]:65536",
             "127.0.0.1:80:80",
             "[::1]x",
             "::1",
@@ -349,6 +417,46 @@ mod tests {
         ] {
             assert!(!is_loopback_host(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_host_with_an_invalid_port_or_a_second_host_is_a_400_on_every_listener() {
+        let routable = BrowserOptions::default();
+        let check = |hosts: &[&'static str]| {
+            let mut headers = HeaderMap::new();
+            for host in hosts {
+                headers.append(header::HOST, HeaderValue::from_static(host));
+            }
+            check_browser(&routable, &Method::GET, &headers, false)
+        };
+        for good in [
+            "gw.example.com",
+            "gw.example.com:8443",
+            "[2001:db8::1]:1",
+            "[::1]",
+        ] {
+            assert!(check(&[good]).is_ok(), "{good}");
+        }
+        for bad in [
+            "127.0.0.1:99999",
+            "localhost:0x50",
+            "gw.example.com:",
+            "gw.example.com:0",
+            "[::1]:",
+            "[::1]x",
+            "127.0.0.1:80:80",
+        ] {
+            let problem = check(&[bad]).expect_err(bad);
+            assert_eq!(problem.status, StatusCode::BAD_REQUEST, "{bad}");
+            assert!(
+                problem.detail.contains("invalid port"),
+                "{bad}: {}",
+                problem.detail
+            );
+        }
+        let two = check(&["127.0.0.1", "evil.example"]).unwrap_err();
+        assert_eq!(two.status, StatusCode::BAD_REQUEST);
+        assert!(two.detail.contains("more than one Host"), "{}", two.detail);
     }
 
     #[test]

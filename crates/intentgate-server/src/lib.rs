@@ -20,8 +20,9 @@
 //! caller's [`Principal`](intentgate_core::Principal) into the request. The tenant of a call
 //! is the principal's, never a value the caller picks.
 //!
-//! Connections are HTTP/1.1 with keep-alive, each bounded by a header read timeout and an
-//! idle timeout, and their number by a limit (`connection.rs`); every request carries the
+//! Connections are HTTP/1.1 with keep-alive, each bounded by a header read timeout, a body
+//! read timeout and an idle timeout, and their number by a limit in all and one per client
+//! address (`connection.rs`); every request carries the
 //! peer's address as `axum::extract::ConnectInfo<SocketAddr>`.
 //!
 //! A call's outcome, whatever it is (`done`, `pending_unknown`, `conflict`, ...), is a 200
@@ -68,6 +69,11 @@ pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
 /// one go within milliseconds; ten seconds leaves room for a slow mobile link and still clears
 /// a socket that sent half a head (slowloris) quickly.
 pub const HEADER_READ_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// How long a client has to send a whole request body after its head by default. Tool
+/// arguments are a few hundred bytes sent with the head; ten seconds is room for the whole
+/// default body limit (1 MiB) at 100 KiB/s, and clears a body that stalls or trickles as
+/// quickly as a half-sent head.
+pub const BODY_READ_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 /// How long a kept-alive connection may wait for its next request by default: longer than
 /// the few seconds between an agent's calls, so its pooled connections are reused, and short
 /// enough that abandoned ones give their file descriptors back within a minute.
@@ -76,6 +82,10 @@ pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
 /// buffers; 4096 serves hundreds of agents with pooled connections, plus a few thousand
 /// half-open sockets until the header timeout clears them, in about 40 MiB at worst.
 pub const CONNECTION_LIMIT_DEFAULT: usize = 4096;
+/// Connections open at once from one client address by default: a quarter of the default
+/// connection limit, so that one address can't hold every slot, and far more than the few
+/// pooled connections an agent keeps (behind a proxy, every caller shares its address).
+pub const CONNECTION_LIMIT_PER_ADDRESS_DEFAULT: usize = CONNECTION_LIMIT_DEFAULT / 4;
 
 /// Settings of the HTTP server.
 #[derive(Clone)]
@@ -91,10 +101,18 @@ pub struct ServerOptions {
     /// How long a client has, from the moment the server waits for a request, to send the
     /// whole request head; a connection that hasn't is closed.
     pub header_read_timeout: Duration,
+    /// How long a client has, once a request head is in, to send the whole body; a request
+    /// whose body is late is answered 408 and its connection closed.
+    pub body_read_timeout: Duration,
     /// How long a kept-alive connection may carry no request before it is closed.
     pub idle_timeout: Duration,
-    /// Most connections open at once; more are answered 503 and closed at once.
+    /// Most connections open at once. One more closes the connection that has waited
+    /// longest for its client (a request head, a body, or the next request); when every one
+    /// is handling a request, the new one is answered 503 and closed at once.
     pub connection_limit: usize,
+    /// Most connections open at once from one client address, with the same choice at the
+    /// limit among that address's connections.
+    pub connection_limit_per_address: usize,
     /// Side-effecting tools whose calls must carry an `Idempotency-Key` header (config
     /// `idempotency_key: required`); a call without it is refused with 400.
     pub idempotency_key_required: BTreeSet<String>,
@@ -115,8 +133,10 @@ impl Default for ServerOptions {
             ),
             allowed_origins: Vec::new(),
             header_read_timeout: HEADER_READ_TIMEOUT_DEFAULT,
+            body_read_timeout: BODY_READ_TIMEOUT_DEFAULT,
             idle_timeout: IDLE_TIMEOUT_DEFAULT,
             connection_limit: CONNECTION_LIMIT_DEFAULT,
+            connection_limit_per_address: CONNECTION_LIMIT_PER_ADDRESS_DEFAULT,
             idempotency_key_required: BTreeSet::new(),
             openapi_extra: None,
         }
@@ -132,8 +152,13 @@ impl std::fmt::Debug for ServerOptions {
             .field("auth_none", &self.authenticator.is_none())
             .field("allowed_origins", &self.allowed_origins)
             .field("header_read_timeout", &self.header_read_timeout)
+            .field("body_read_timeout", &self.body_read_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("connection_limit", &self.connection_limit)
+            .field(
+                "connection_limit_per_address",
+                &self.connection_limit_per_address,
+            )
             .field("idempotency_key_required", &self.idempotency_key_required)
             .field("openapi_extra", &self.openapi_extra.is_some())
             .finish()
@@ -232,8 +257,10 @@ pub async fn run_with(
     let app = with_edge(app, &options, loopback);
     let limits = connection::Limits {
         header_read_timeout: state.options.header_read_timeout,
+        body_read_timeout: state.options.body_read_timeout,
         idle_timeout: state.options.idle_timeout,
         connection_limit: state.options.connection_limit,
+        connection_limit_per_address: state.options.connection_limit_per_address,
         shutdown_grace: state.options.shutdown_grace,
     };
     let metrics = state.gate.metrics().clone();

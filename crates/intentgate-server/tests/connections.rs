@@ -187,20 +187,30 @@ async fn a_kept_alive_connection_is_closed_after_the_idle_timeout_not_the_header
     server.stop().await;
 }
 
-/// Past the limit a connection is answered 503 and closed; once connections close, new ones
-/// are served again.
+/// Past the limit, with every connection handling a request (none to close instead), a
+/// connection is answered 503 and closed; once connections close, new ones are served again.
 #[tokio::test]
 async fn connections_beyond_the_limit_are_answered_503_and_closed() {
-    let server = start(ServerOptions {
-        connection_limit: 2,
-        ..ServerOptions::default()
-    })
+    let (route, mut holding) = holding_route();
+    let server = common::start_with(
+        vec![refund_tool()],
+        FaultPlan::none(),
+        ServerOptions {
+            connection_limit: 2,
+            shutdown_grace: Duration::from_millis(200),
+            ..ServerOptions::default()
+        },
+        Some(route),
+    )
     .await;
     let mut held = vec![connect(&server).await, connect(&server).await];
-    // Both are served (and so counted) before the third arrives.
+    // Both are handling a request (and so counted) before the third arrives.
     for stream in &mut held {
-        stream.write_all(HEALTHZ).await.unwrap();
-        assert_eq!(read_response(stream).await.1, "ok");
+        stream
+            .write_all(b"GET /hold HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+            .await
+            .unwrap();
+        holding.recv().await.unwrap();
     }
     let mut refused = connect(&server).await;
     let answer = String::from_utf8(read_until_closed(&mut refused).await).unwrap();
@@ -307,4 +317,323 @@ async fn shutdown_closes_idle_connections_and_stops_within_the_grace_period() {
         .expect("the server stopped");
     read_until_closed(&mut idle).await;
     read_until_closed(&mut half).await;
+}
+
+/// The head of a call whose body is 100 bytes long, and the first 13 of them: what a client
+/// that stalls its body sends.
+const STALLED_CALL: &[u8] = b"POST /v1/tools/refund_order/call HTTP/1.1\r\nhost: 127.0.0.1\r\n\
+content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"arguments\":";
+
+/// A second loopback address to connect from, so that one client's connections can be told
+/// from another's (Linux answers on all of 127.0.0.0/8).
+const OTHER_CLIENT: [u8; 4] = [127, 0, 0, 2];
+
+async fn connect_from(server: &Server, source: [u8; 4]) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((source, 0))).unwrap();
+    socket
+        .connect(server.base.trim_start_matches("http://").parse().unwrap())
+        .await
+        .unwrap()
+}
+
+/// Sockets from `source` that each sent a call's head and stalled its body.
+async fn stalled_bodies(server: &Server, source: [u8; 4], count: usize) -> Vec<TcpStream> {
+    let mut streams = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut stream = connect_from(server, source).await;
+        stream.write_all(STALLED_CALL).await.unwrap();
+        streams.push(stream);
+    }
+    streams
+}
+
+/// Limits under which nothing times out while a test runs, so that only the connection
+/// limits close connections.
+fn no_timeouts() -> ServerOptions {
+    ServerOptions {
+        header_read_timeout: Duration::from_secs(600),
+        body_read_timeout: Duration::from_secs(600),
+        idle_timeout: Duration::from_secs(600),
+        shutdown_grace: Duration::from_millis(200),
+        ..ServerOptions::default()
+    }
+}
+
+/// A refund through `client`: its status and outcome.
+async fn refund(client: &reqwest::Client, server: &Server, order: &str) -> (u16, String) {
+    let response = client
+        .post(format!("{}/v1/tools/refund_order/call", server.base))
+        .json(&serde_json::json!({"arguments": {"order_id": order, "amount": 5.0}}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
+/// A refund sent whole on a raw socket from `source`: the status line and body.
+async fn refund_from(server: &Server, source: [u8; 4], order: &str) -> (String, String) {
+    let body = format!(r#"{{"arguments":{{"order_id":"{order}","amount":5.0}}}}"#);
+    let mut stream = connect_from(server, source).await;
+    let request = format!(
+        "POST /v1/tools/refund_order/call HTTP/1.1\r\nhost: 127.0.0.1\r\n\
+content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    read_response(&mut stream).await
+}
+
+impl Server {
+    /// Waits until the series reaches `value` (a connection's task counts its own close,
+    /// a moment after the client sees it).
+    async fn wait_for_metric(&self, series: &str, value: i64) {
+        let deadline = tokio::time::Instant::now() + SAFETY;
+        loop {
+            let now = self.metric(series).await;
+            if now == value {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{series} is {now}, not {value}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Before, no timer ran once a request head was in: a client that sent a head and stalled
+/// its body held the connection forever (20 of 20 still open at 79 s).
+#[tokio::test]
+async fn a_stalled_request_body_is_answered_408_and_closed_at_the_body_timeout() {
+    let server = start(ServerOptions {
+        body_read_timeout: Duration::from_millis(300),
+        ..ServerOptions::default()
+    })
+    .await;
+    let mut stalled = connect(&server).await;
+    stalled.write_all(STALLED_CALL).await.unwrap();
+    let answer = String::from_utf8(read_until_closed(&mut stalled).await).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+    assert!(
+        answer.contains("urn:intentgate:problem:body-timeout"),
+        "{answer}"
+    );
+    assert!(answer.contains("connection: close\r\n"), "{answer}");
+    server
+        .wait_for_metric(
+            r#"intentgate_connections_dropped_total{reason="body_timeout"}"#,
+            1,
+        )
+        .await;
+    assert_eq!(server.provider.effect_count("refund:8812:49.00"), 0);
+    server.stop().await;
+}
+
+/// A deadline that restarts with every byte would never close a body trickled at a byte a
+/// second; the whole body has one deadline.
+#[tokio::test]
+async fn a_body_trickled_a_byte_a_second_is_still_closed_at_the_body_timeout() {
+    let server = start(ServerOptions {
+        body_read_timeout: Duration::from_secs(1),
+        ..ServerOptions::default()
+    })
+    .await;
+    let stream = connect(&server).await;
+    let (mut reader, mut writer) = stream.into_split();
+    writer.write_all(STALLED_CALL).await.unwrap();
+    // The remaining 87 bytes at one a second would take longer than SAFETY.
+    let trickle = tokio::spawn(async move {
+        loop {
+            if writer.write_all(b" ").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    let mut received = Vec::new();
+    let closed = tokio::time::timeout(SAFETY, reader.read_to_end(&mut received)).await;
+    assert!(closed.is_ok(), "a trickling body was never cut off");
+    let answer = String::from_utf8_lossy(&received);
+    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+    trickle.abort();
+    server
+        .wait_for_metric(
+            r#"intentgate_connections_dropped_total{reason="body_timeout"}"#,
+            1,
+        )
+        .await;
+    server.stop().await;
+}
+
+/// The body timer covers the body only: a handler that runs longer than the body timeout
+/// after the body is in is not cut off.
+#[tokio::test]
+async fn a_request_whose_body_is_in_runs_past_the_body_timeout() {
+    let slow = axum::Router::new().route(
+        "/slow",
+        axum::routing::post(|body: axum::body::Bytes| async move {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            body
+        }),
+    );
+    let server = common::start_with(
+        vec![refund_tool()],
+        FaultPlan::none(),
+        ServerOptions {
+            body_read_timeout: Duration::from_millis(200),
+            ..ServerOptions::default()
+        },
+        Some(slow),
+    )
+    .await;
+    let mut stream = connect(&server).await;
+    stream
+        .write_all(
+            b"POST /slow HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+content-length: 6\r\n\r\n\"some\"",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        read_response(&mut stream).await,
+        ("HTTP/1.1 200 OK".to_owned(), "\"some\"".to_owned())
+    );
+    assert_eq!(
+        server
+            .metric(r#"intentgate_connections_dropped_total{reason="body_timeout"}"#)
+            .await,
+        0
+    );
+    server.stop().await;
+}
+
+/// Before, one address could hold every connection: at `connection_limit: 64`, 64 stalled
+/// bodies made every other caller's call a 503. Now an address holds at most its own limit,
+/// its oldest stalled connection making room for its newest.
+#[tokio::test]
+async fn stalled_bodies_from_one_address_are_held_to_its_limit_and_a_call_still_succeeds() {
+    let server = start(ServerOptions {
+        connection_limit: 64,
+        connection_limit_per_address: 8,
+        ..no_timeouts()
+    })
+    .await;
+    let stalled = stalled_bodies(&server, OTHER_CLIENT, 64).await;
+    // 56 made room for later ones; counted by their own tasks as they close.
+    server
+        .wait_for_metric(
+            r#"intentgate_connections_dropped_total{reason="evicted"}"#,
+            56,
+        )
+        .await;
+    let (status, outcome) = refund(&server.client, &server, "8812").await;
+    assert_eq!(status, 200, "{outcome}");
+    assert!(outcome.contains(r#""status":"done""#), "{outcome}");
+    // A caller that shares the stalling address is served too: its connection takes the
+    // place of that address's oldest stalled one.
+    let (status, outcome) = refund_from(&server, OTHER_CLIENT, "8813").await;
+    assert_eq!(status, "HTTP/1.1 200 OK", "{outcome}");
+    assert_eq!(
+        server
+            .metric(r#"intentgate_connections_dropped_total{reason="address_limit"}"#)
+            .await,
+        0
+    );
+    drop(stalled);
+    server.stop().await;
+}
+
+/// Before, at the connection limit every new connection was refused however long the open
+/// ones had been stalled; now the one stalled longest is closed to make room.
+#[tokio::test]
+async fn at_the_connection_limit_the_longest_stalled_connection_makes_room_for_a_call() {
+    let server = start(ServerOptions {
+        connection_limit: 64,
+        connection_limit_per_address: 64,
+        ..no_timeouts()
+    })
+    .await;
+    let mut stalled = stalled_bodies(&server, OTHER_CLIENT, 64).await;
+    let (status, outcome) = refund(&server.client, &server, "8812").await;
+    assert_eq!(status, 200, "{outcome}");
+    assert!(outcome.contains(r#""status":"done""#), "{outcome}");
+    // The first stalled connection was the one closed, without an answer.
+    let first = read_until_closed(&mut stalled[0]).await;
+    assert!(first.is_empty(), "{}", String::from_utf8_lossy(&first));
+    assert!(
+        server
+            .metric(r#"intentgate_connections_dropped_total{reason="evicted"}"#)
+            .await
+            >= 1
+    );
+    assert_eq!(
+        server
+            .metric(r#"intentgate_connections_dropped_total{reason="limit"}"#)
+            .await,
+        0
+    );
+    drop(stalled);
+    server.stop().await;
+}
+
+/// A route that holds its request until the test ends, and says when it has one.
+fn holding_route() -> (axum::Router, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    let (held, holding) = tokio::sync::mpsc::unbounded_channel();
+    let route = axum::Router::new().route(
+        "/hold",
+        axum::routing::get(move || {
+            let held = held.clone();
+            async move {
+                let _ = held.send(());
+                std::future::pending::<()>().await
+            }
+        }),
+    );
+    (route, holding)
+}
+
+/// Connections that are each handling a request are never closed to make room: past the
+/// per-address limit a new one from that address is refused, while other addresses are
+/// served.
+#[tokio::test]
+async fn past_the_address_limit_with_every_connection_busy_a_new_one_is_answered_503() {
+    let (route, mut holding) = holding_route();
+    let server = common::start_with(
+        vec![refund_tool()],
+        FaultPlan::none(),
+        ServerOptions {
+            connection_limit_per_address: 2,
+            ..no_timeouts()
+        },
+        Some(route),
+    )
+    .await;
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        let mut stream = connect_from(&server, OTHER_CLIENT).await;
+        stream
+            .write_all(b"GET /hold HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+            .await
+            .unwrap();
+        holding.recv().await.unwrap();
+        busy.push(stream);
+    }
+    let mut refused = connect_from(&server, OTHER_CLIENT).await;
+    let answer = String::from_utf8(read_until_closed(&mut refused).await).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+    assert!(answer.contains("retry-after: 1\r\n"), "{answer}");
+    assert!(answer.contains("address-connection-limit"), "{answer}");
+    let (status, outcome) = refund(&server.client, &server, "8812").await;
+    assert_eq!(status, 200, "{outcome}");
+    assert_eq!(
+        server
+            .metric(r#"intentgate_connections_dropped_total{reason="address_limit"}"#)
+            .await,
+        1
+    );
+    drop(busy);
+    server.stop().await;
 }

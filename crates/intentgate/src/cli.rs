@@ -120,6 +120,9 @@ the gateway
 (p50_ms optional) or raw samples in milliseconds {\"refund_order\": [640, 720, 6100]}. The \
 ledger keeps no per-call latencies today, so --ledger does not supply them.
 
+Needs none of the upstreams' secrets: an unset `${NAME}` is an `unset-variable` warning. An \
+MCP server that uses one is not started, so its imported tools are not audited.
+
 Exit status: 0 when no error-level finding exists, 2 when one does, 1 when the audit could \
 not run (a missing file, an MCP server that did not list its tools within 10 s)."
     )]
@@ -148,6 +151,10 @@ The report names who was affected (the record's subject, the intent's key, argum
 provider ids). Each owner gets one notice per tool: a log line and, if configured, a webhook. \
 The run and its mismatches are stored in the ledger. `intentgate serve` runs the same job \
 every `reconcile.every_seconds` (hourly by default).
+
+It reads the providers' records, so it needs the upstreams' secrets: an unset `${NAME}` stops \
+it before anything is read, naming the variable and where it is used. The ledger's absolute \
+path is printed on stderr.
 
 Exit status: 0 when nothing critical was found, 2 when a critical mismatch exists, 3 when a \
 tool could not be reconciled (its provider listing failed), 1 when the run could not start."
@@ -247,10 +254,13 @@ pub enum SmokeFormat {
 /// `intentgate reconcile`.
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
-    /// The tool config (YAML): the tools' list requests, owners and the grace period.
+    /// The tool config (YAML): the tools' list requests, owners and the grace period. It
+    /// lists the providers' records, so every `${NAME}` its upstreams use must be set.
     #[arg(long, env = "INTENTGATE_CONFIG")]
     pub config: PathBuf,
-    /// The ledger (overrides `gateway.ledger`): a SQLite file or a PostgreSQL URL.
+    /// The ledger (overrides `gateway.ledger`): a SQLite file or a PostgreSQL URL. A
+    /// relative path is read from the working directory (a relative `gateway.ledger`, from
+    /// the config file's folder); the absolute one is printed on stderr.
     #[arg(long, env = "INTENTGATE_LEDGER")]
     pub ledger: Option<String>,
     /// How far back to compare: 30s, 15m, 1h, 2d. The newest `reconcile.settle_seconds`
@@ -319,14 +329,18 @@ pub enum OutputFormat {
 pub struct ServeArgs {
     /// The tool config (YAML); `intentgate config check FILE` explains any error in it.
     /// When a tool marks an argument `sensitive: true`, the variable `gateway.hash_key`
-    /// names (INTENTGATE_HASH_KEY in the example) must hold the ledger's hash key.
+    /// names (INTENTGATE_HASH_KEY in the example) must hold the ledger's hash key. Every
+    /// `${NAME}` without a default must be set: the gateway refuses to start otherwise,
+    /// naming the variable and where it is used.
     #[arg(long, env = "INTENTGATE_CONFIG")]
     pub config: PathBuf,
     /// Address to listen on (overrides `gateway.listen`; port 0 picks a free port).
     #[arg(long, env = "INTENTGATE_LISTEN")]
     pub listen: Option<String>,
     /// The ledger (overrides `gateway.ledger`): a SQLite file, or a PostgreSQL URL
-    /// (postgres://user@host:port/database) shared by every replica.
+    /// (postgres://user@host:port/database) shared by every replica. A relative path is
+    /// read from the working directory, as a shell reads it; a relative `gateway.ledger`
+    /// is read from the config file's folder. The absolute path is logged at start.
     #[arg(long, env = "INTENTGATE_LEDGER")]
     pub ledger: Option<String>,
     /// Durability of the ledger (overrides `gateway.durability`).
@@ -372,7 +386,9 @@ pub struct McpArgs {
     pub config: PathBuf,
     /// The ledger (overrides `gateway.ledger`): a SQLite file, or a PostgreSQL URL. Point
     /// every gateway process of one deployment (this one and `intentgate serve`) at the
-    /// same ledger.
+    /// same ledger. A relative path is read from the working directory; a relative
+    /// `gateway.ledger` from the config file's folder. The absolute path is logged (on
+    /// stderr) at start.
     #[arg(long, env = "INTENTGATE_LEDGER")]
     pub ledger: Option<String>,
     /// Durability of the ledger (overrides `gateway.durability`).
@@ -479,6 +495,15 @@ pub enum ConfigCommand {
     /// Print the JSON Schema of the config file (for editors and CI).
     Schema,
     /// Check a config file: every error with its line, what is wrong and how to fix it.
+    #[command(
+        long_about = "Check a config file: every error with its line, what is wrong and how to \
+fix it. Exits non-zero when there is any.
+
+Needs none of the upstreams' secrets: an unset `${NAME}` (without a `:-default`) is a warning \
+on stderr naming the variable and where it is used, not an error, so CI can check a config \
+without credentials. `serve`, `mcp`, `smoke` and `reconcile` refuse to start until each is set. \
+A variable that is set is checked (a base URL must be a URL, the hash key long enough)."
+    )]
     Check {
         /// The config file (YAML).
         file: PathBuf,
@@ -529,10 +554,13 @@ MCP clients connected over stdio are told that the tool list changed.")]
 #[derive(Debug, Args)]
 pub struct FlagsLedgerArgs {
     /// The tool config (YAML) of the gateways: its tool names, and its `gateway.ledger`.
+    /// Its upstreams' secrets (`${NAME}`) need not be set: flags call no upstream.
     #[arg(long, env = "INTENTGATE_CONFIG")]
     pub config: PathBuf,
     /// The ledger (overrides `gateway.ledger`): a SQLite file, or a PostgreSQL URL. The
-    /// one every gateway of the deployment uses.
+    /// one every gateway of the deployment uses. A relative path is read from the working
+    /// directory (a relative `gateway.ledger`, from the config file's folder); the absolute
+    /// one is printed on stderr.
     #[arg(long, env = "INTENTGATE_LEDGER")]
     pub ledger: Option<String>,
 }
@@ -663,11 +691,14 @@ deleted rows until VACUUM reclaims them."
 /// Which ledger: the config's `gateway.ledger`, or --ledger.
 #[derive(Debug, Args)]
 pub struct IntentsLedgerArgs {
-    /// The tool config (YAML) of the gateways: its `gateway.ledger` is the ledger read.
+    /// The tool config (YAML) of the gateways: its `gateway.ledger` is the ledger read (a
+    /// relative path from the config file's folder). Its upstreams' secrets (`${NAME}`)
+    /// need not be set: these commands call no upstream.
     #[arg(long, env = "INTENTGATE_CONFIG")]
     pub config: Option<PathBuf>,
     /// The ledger (overrides the config's `gateway.ledger`): a SQLite file, or a PostgreSQL
-    /// URL. The one the gateways use.
+    /// URL. The one the gateways use. A relative path is read from the working directory;
+    /// the absolute one is printed on stderr.
     #[arg(long, env = "INTENTGATE_LEDGER")]
     pub ledger: Option<String>,
 }

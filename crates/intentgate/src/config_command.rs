@@ -16,7 +16,15 @@ pub fn run(arguments: ConfigArgs) -> anyhow::Result<()> {
             Ok(())
         }
         ConfigCommand::Check { file } => {
-            let loaded = intentgate_runtime::load(&file)?;
+            // A check calls no upstream: an unset secret is a warning, so CI and an
+            // operator's shell need none. A hash key that is set is still checked.
+            let loaded = intentgate_runtime::load_reading(
+                &file,
+                &intentgate_config::HashKeySource::Environment,
+            )?;
+            for unset in &loaded.unset {
+                eprintln!("{unset}");
+            }
             let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
             for tool in &loaded.tools {
                 *counts.entry(tool.effect.as_str()).or_default() += 1;
@@ -33,15 +41,40 @@ pub fn run(arguments: ConfigArgs) -> anyhow::Result<()> {
             } else {
                 String::new()
             };
+            // Imported tools are known only once their servers list them, at start.
+            let imports = match loaded.config.imports.len() {
+                0 => String::new(),
+                count => format!(
+                    ", and {} (their tools are listed when the gateway starts; `intentgate \
+                     audit` lists them now)",
+                    plural(count, "MCP import", "MCP imports")
+                ),
+            };
+            let warnings = match loaded.unset.len() {
+                0 => String::new(),
+                count => format!(
+                    "; {} (above): set before serve",
+                    plural(count, "unset variable", "unset variables")
+                ),
+            };
             println!(
-                "{}: ok, {} tools ({} read, {} idempotent, {} side_effect{executed_by_callers})",
+                "{}: ok, {} ({} read, {} idempotent, {} side_effect{executed_by_callers}){imports}{warnings}",
                 file.display(),
-                loaded.tools.len(),
+                plural(loaded.tools.len(), "tool", "tools"),
                 count(Effect::Read),
                 count(Effect::Idempotent),
                 count(Effect::SideEffect)
             );
             Ok(())
         }
+    }
+}
+
+/// "1 tool", "2 tools".
+fn plural(count: usize, one: &str, many: &str) -> String {
+    if count == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{count} {many}")
     }
 }

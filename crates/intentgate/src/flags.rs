@@ -21,7 +21,7 @@ use crate::cli::{
     FlagsArgs, FlagsCommand, FlagsDisableArgs, FlagsEnableArgs, FlagsFormat, FlagsLedgerArgs,
     FlagsListArgs,
 };
-use intentgate_runtime::load_with;
+use intentgate_runtime::load_reading;
 
 /// Most characters of a reason shown in the text table; `--format json` shows all of it.
 const REASON_SHOWN_MAX: usize = 80;
@@ -40,19 +40,21 @@ pub async fn run(arguments: FlagsArgs) -> anyhow::Result<()> {
 struct Place {
     loaded: LoadedConfig,
     config_path: String,
-    /// As given: a SQLite path or a PostgreSQL URL.
+    /// A SQLite path (absolute) or a PostgreSQL URL.
     ledger: String,
     durability: Durability,
 }
 
 impl Place {
     fn resolve(arguments: &FlagsLedgerArgs) -> anyhow::Result<Place> {
-        // Flags hash nothing: no hash key needed.
-        let loaded = load_with(&arguments.config, &HashKeySource::NotNeeded)?;
-        let ledger = arguments
-            .ledger
-            .clone()
-            .unwrap_or_else(|| loaded.config.gateway.ledger.clone());
+        // Flags hash nothing and call no upstream: no hash key and no secret needed.
+        let loaded = load_reading(&arguments.config, &HashKeySource::NotNeeded)?;
+        let ledger = intentgate_runtime::ledger_location(
+            arguments.ledger.as_deref(),
+            &loaded.config.gateway.ledger,
+        );
+        // On stderr, so that the listing on stdout stays what a script reads.
+        eprintln!("ledger: {}", intentgate_ledger::display_location(&ledger));
         let durability = intentgate_runtime::durability(loaded.config.gateway.durability);
         Ok(Place {
             loaded,

@@ -51,16 +51,19 @@ pub async fn run(arguments: IntentsArgs) -> anyhow::Result<()> {
 /// must exist already: a mistyped path must not create an empty ledger and list nothing.
 async fn open(location: &IntentsLedgerArgs) -> anyhow::Result<(Arc<dyn Ledger>, String)> {
     let (ledger_location, durability) = match (&location.ledger, &location.config) {
-        (Some(ledger), _) => (ledger.clone(), Durability::Strict),
+        (Some(ledger), _) => (
+            intentgate_runtime::ledger_location(Some(ledger), ledger),
+            Durability::Strict,
+        ),
         (None, Some(config)) => {
-            // Only its ledger is read: no hash key needed.
-            let loaded = intentgate_runtime::load_with(
+            // Only its ledger is read: no hash key and no upstream secret needed.
+            let loaded = intentgate_runtime::load_reading(
                 config,
                 &intentgate_config::HashKeySource::NotNeeded,
             )?;
             let gateway = &loaded.config.gateway;
             (
-                gateway.ledger.clone(),
+                intentgate_runtime::ledger_location(None, &gateway.ledger),
                 intentgate_runtime::durability(gateway.durability),
             )
         }
@@ -70,6 +73,8 @@ or set INTENTGATE_CONFIG or INTENTGATE_LEDGER"
         ),
     };
     let shown = intentgate_ledger::display_location(&ledger_location);
+    // On stderr, so that the listing on stdout stays what a script reads.
+    eprintln!("ledger: {shown}");
     if !intentgate_ledger::Location::parse(&ledger_location).exists() {
         bail!(
             "there is no ledger at {shown}: give the path of the gateway's ledger file \

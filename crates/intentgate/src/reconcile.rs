@@ -26,10 +26,12 @@ pub async fn run(arguments: ReconcileArgs) -> anyhow::Result<()> {
     let loaded = load(&arguments.config)?;
     let window = intentgate_admin::parse_duration(&arguments.since)
         .map_err(|error| anyhow::anyhow!("--since {}: {error}", arguments.since))?;
-    let location = arguments
-        .ledger
-        .clone()
-        .unwrap_or_else(|| loaded.config.gateway.ledger.clone());
+    let location = intentgate_runtime::ledger_location(
+        arguments.ledger.as_deref(),
+        &loaded.config.gateway.ledger,
+    );
+    // On stderr, so that the report on stdout stays what a script reads.
+    eprintln!("ledger: {}", intentgate_ledger::display_location(&location));
     let ledger = intentgate_ledger::open(
         &location,
         intentgate_runtime::durability(loaded.config.gateway.durability),

@@ -226,6 +226,22 @@ enum Command {
     Flush(SyncSender<()>),
 }
 
+/// Fields that log lines carry but exported spans must not: an intent key is rendered from
+/// argument values (`refund:8812:49.00`), so a span exports it only as
+/// `intentgate.key_hash`. The OpenTelemetry layer turns every field of a span or an event
+/// into an attribute; these are taken out before a span leaves the process.
+const LOG_ONLY_FIELDS: [&str; 2] = ["key", "first_key"];
+
+/// `span` without the [`LOG_ONLY_FIELDS`], on the span and on each of its events.
+fn without_log_only_fields(span: &mut SpanData) {
+    let exported =
+        |attribute: &opentelemetry::KeyValue| !LOG_ONLY_FIELDS.contains(&attribute.key.as_str());
+    span.attributes.retain(exported);
+    for event in &mut span.events.events {
+        event.attributes.retain(exported);
+    }
+}
+
 /// A span processor with a bounded queue that never blocks the thread that ends a span:
 /// full means dropped and counted. One thread exports batches of at most
 /// [`BATCH_SPANS_MAX`] spans, at least every [`BATCH_DELAY`].
@@ -292,10 +308,11 @@ impl SpanProcessor for BoundedBatch {
     ) {
     }
 
-    fn on_end(&self, span: SpanData) {
+    fn on_end(&self, mut span: SpanData) {
         if !span.span_context.is_sampled() {
             return;
         }
+        without_log_only_fields(&mut span);
         match self.queue.try_send(Command::Span(Box::new(span))) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {

@@ -62,10 +62,17 @@ async fn half_open_sockets_neither_starve_a_call_nor_outlive_the_header_timeout(
     let folder = tempfile::tempdir().unwrap();
     let mock = mock_provider();
     let config = example_config(folder.path(), |text| {
-        with_setting(
+        let text = with_setting(
             &text,
             "header_read_timeout_ms",
             HEADER_READ_TIMEOUT.as_millis(),
+        );
+        // Every socket here comes from 127.0.0.1: let one address hold them all, so that the
+        // header timeout, not the per-address limit, is what closes them.
+        with_setting(
+            &text,
+            "connection_limit",
+            "4096\n  connection_limit_per_address: 4096",
         )
     });
     let ledger = folder.path().join("ledger.db");
@@ -140,5 +147,112 @@ async fn half_open_sockets_neither_starve_a_call_nor_outlive_the_header_timeout(
     assert!(
         dropped >= HALF_OPEN_SOCKETS,
         "{dropped} counted:\n{metrics}"
+    );
+}
+
+/// The issue's scenario through `intentgate serve`: at `connection_limit: 64`, 64 sockets
+/// (on the HTTP API and on MCP's endpoint) that each sent a request head and stalled its
+/// body. Before, a normal call got 503 at 1 s and at 71 s, and the sockets stayed open; now
+/// the call succeeds at once, and every stalled socket is closed by the body read timeout
+/// or to make room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_bodies_at_the_connection_limit_neither_lock_out_a_call_nor_stay_open() {
+    const STALLED: usize = 64;
+    let folder = tempfile::tempdir().unwrap();
+    let mock = mock_provider();
+    let config = example_config(folder.path(), |text| {
+        let text = with_setting(
+            &text,
+            "connection_limit",
+            "64\n  body_read_timeout_ms: 1000",
+        );
+        with_setting(&text, "header_read_timeout_ms", 1000)
+    });
+    let ledger = folder.path().join("ledger.db");
+    let gateway = serve(
+        config.to_str().unwrap(),
+        ledger.to_str().unwrap(),
+        &[("INTENTGATE_MOCK_URL", &mock.url)],
+    );
+    let address = gateway.url.trim_start_matches("http://").to_owned();
+    let heads = [
+        "POST /v1/tools/refund_order/call HTTP/1.1\r\nhost: 127.0.0.1\r\n\
+content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"arguments\":",
+        "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+accept: application/json, text/event-stream\r\ncontent-length: 100\r\n\r\n{\"jsonrpc\":",
+    ];
+    let mut sockets = Vec::with_capacity(STALLED);
+    for n in 0..STALLED {
+        let mut socket = TcpStream::connect(&address).await.unwrap();
+        socket.write_all(heads[n % 2].as_bytes()).await.unwrap();
+        sockets.push(socket);
+    }
+
+    let client = support::client();
+    let arguments = json!({"order_id": "8812", "amount": 49.0, "reason": "requested_by_customer"});
+    let outcome = support::call(&client, &gateway.url, "refund_order", arguments).await;
+    assert_eq!(outcome["status"], "done", "{outcome}");
+
+    // Each stalled socket is closed: a 408 at the body timeout, or nothing when it made room.
+    let mut answers = JoinSet::new();
+    for (n, mut socket) in sockets.into_iter().enumerate() {
+        answers.spawn(async move {
+            let mut received = Vec::new();
+            let read = tokio::time::timeout(Duration::from_secs(15), async {
+                let mut buffer = [0u8; 1024];
+                loop {
+                    match socket.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(read) => received.extend_from_slice(&buffer[..read]),
+                    }
+                }
+            })
+            .await;
+            (
+                n,
+                read.is_ok(),
+                String::from_utf8_lossy(&received).into_owned(),
+            )
+        });
+    }
+    let mut timed_out = [0usize; 2];
+    while let Some(answer) = answers.join_next().await {
+        let (n, closed, text) = answer.unwrap();
+        assert!(closed, "stalled socket {n} is still open");
+        if !text.is_empty() {
+            assert!(text.starts_with("HTTP/1.1 408 "), "socket {n}: {text}");
+            timed_out[n % 2] += 1;
+        }
+    }
+    assert!(
+        timed_out.iter().all(|count| *count > 0),
+        "408s on the API and on MCP: {timed_out:?}"
+    );
+
+    // A connection's task counts its close a moment after the client sees it.
+    let dropped = |metrics: &str, reason: &str| -> usize {
+        expect_sample(
+            metrics,
+            &format!("intentgate_connections_dropped_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    let waited = Instant::now();
+    let metrics = loop {
+        let metrics = scrape(&client, &gateway.url).await;
+        let closed = dropped(&metrics, "body_timeout") + dropped(&metrics, "evicted");
+        if closed >= STALLED || waited.elapsed() > Duration::from_secs(15) {
+            break metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        dropped(&metrics, "body_timeout") + dropped(&metrics, "evicted"),
+        STALLED,
+        "{metrics}"
+    );
+    assert_eq!(
+        dropped(&metrics, "limit") + dropped(&metrics, "address_limit"),
+        0,
+        "{metrics}"
     );
 }

@@ -167,7 +167,8 @@ async fn ledger_with_intents() -> Ledger {
         .send()
         .await
         .unwrap();
-    assert_eq!(refused.status().as_u16(), 401);
+    // A valid key without the `admin` scope: refused as such, never taken for a guess.
+    assert_eq!(refused.status().as_u16(), 403);
     let Stack {
         mock,
         gateway,

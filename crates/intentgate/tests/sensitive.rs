@@ -369,3 +369,44 @@ async fn a_request_not_built_from_a_sensitive_value_stores_and_logs_no_value() {
     assert!(text.contains("no request can be built"), "{text}");
     assert!(!text.contains("49.005"), "{text}");
 }
+
+/// Regression: an `invalid_arguments` answer quoted a sensitive value back to the caller
+/// (`"alice.liddell@@example.com" is not a "email"`), over HTTP and MCP alike. Now the value
+/// is shown as `<sensitive>`, and the answer still names the field and what is wrong.
+#[tokio::test]
+async fn an_invalid_sensitive_value_is_not_quoted_in_the_answer() {
+    let stack = stack();
+    let bad = "alice.liddell@@example.com";
+    let arguments = json!({"to": bad, "template_id": "refund_confirmation", "reference": "8812",
+        "subject": SUBJECT, "body": BODY});
+    let http = stack
+        .client
+        .post(format!("{}/v1/tools/send_email/call", stack.gateway.url))
+        .json(&json!({ "arguments": arguments }))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mcp = stack
+        .client
+        .post(format!("{}/mcp", stack.gateway.url))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "send_email", "arguments": arguments}}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (place, text) in [("the HTTP answer", &http), ("the MCP answer", &mcp)] {
+        assert!(text.contains("invalid_arguments"), "{place}: {text}");
+        assert!(text.contains("/to"), "{place}: {text}");
+        assert!(text.contains("<sensitive>"), "{place}: {text}");
+        assert!(text.contains("email"), "{place}: {text}");
+        assert!(!text.contains("alice.liddell"), "{place}: {text}");
+    }
+}

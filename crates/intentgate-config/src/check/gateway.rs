@@ -29,6 +29,15 @@ impl Checker<'_, '_> {
                 );
             }
         }
+        for (index, proxy) in gateway.trusted_proxies.iter().enumerate() {
+            if crate::auth::parse_network(proxy).is_none() {
+                self.push(
+                    &at!["gateway", "trusted_proxies", index],
+                    format!("`{proxy}` is not an IP address or network"),
+                    "write the proxy's address (`10.0.0.7`, `::1`) or network (`10.1.0.0/16`)",
+                );
+            }
+        }
         if gateway.ledger.trim().is_empty() {
             self.push(
                 &at!["gateway", "ledger"],
@@ -72,6 +81,13 @@ impl Checker<'_, '_> {
             "milliseconds (10000 is the default)",
         );
         self.range(
+            &at!["gateway", "body_read_timeout_ms"],
+            gateway.body_read_timeout_ms,
+            BODY_READ_TIMEOUT_MS_MIN,
+            BODY_READ_TIMEOUT_MS_MAX,
+            "milliseconds (10000 is the default)",
+        );
+        self.range(
             &at!["gateway", "idle_timeout_ms"],
             gateway.idle_timeout_ms,
             IDLE_TIMEOUT_MS_MIN,
@@ -85,6 +101,15 @@ impl Checker<'_, '_> {
             CONNECTION_LIMIT_MAX.into(),
             "connections (4096 is the default)",
         );
+        if let Some(per_address) = gateway.connection_limit_per_address {
+            self.range(
+                &at!["gateway", "connection_limit_per_address"],
+                per_address.into(),
+                1,
+                CONNECTION_LIMIT_MAX.into(),
+                "connections (a quarter of connection_limit is the default)",
+            );
+        }
     }
 
     /// Reports `value` outside `min..=max` at `path`.

@@ -171,11 +171,13 @@ impl Checker<'_, '_> {
                         "remove `headers`; pass a stdio server its secrets in `env`",
                     );
                 }
-                let command = self.resolve(
-                    &at!["upstreams", name, "command"],
-                    &format!("upstreams.{name}.command"),
-                    &command,
-                );
+                let command = self
+                    .resolve_or_written(
+                        &at!["upstreams", name, "command"],
+                        &format!("upstreams.{name}.command"),
+                        &command,
+                    )
+                    .map(|(command, _)| command);
                 if command
                     .as_deref()
                     .is_some_and(|command| command.trim().is_empty())
@@ -226,8 +228,11 @@ impl Checker<'_, '_> {
                     "remove `{field}`",
                 );
                 let field = format!("upstreams.{name}.url");
-                let resolved = self.resolve(&at!["upstreams", name, "url"], &field, &url)?;
-                if let Err(reason) = check_url(&resolved) {
+                let (resolved, unset) =
+                    self.resolve_or_written(&at!["upstreams", name, "url"], &field, &url)?;
+                if let Err(reason) = check_url(&resolved)
+                    && !unset
+                {
                     self.push(
                         &at!["upstreams", name, "url"],
                         format!("`{field}` is not a usable URL: {reason}"),

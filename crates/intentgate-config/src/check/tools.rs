@@ -21,7 +21,6 @@ use serde_json::Value;
 use super::mcp::{Forms, placeholders};
 use super::upstreams::without_references;
 use super::{Checker, names};
-use crate::HashKeySource;
 use crate::config::{
     IdempotencyKeyHeader, McpToolConfig, McpUpstreamConfig, OwnerConfig, ToolConfig,
 };
@@ -29,6 +28,7 @@ use crate::env::{self, EnvError};
 use crate::file::{McpListing, ToolFile};
 use crate::limits::*;
 use crate::source_map::{Segment, at, segments};
+use crate::{HashKeySource, Secrets};
 
 /// A tool's requests as checked, with their `${NAME}` references resolved.
 struct Requests {
@@ -651,6 +651,10 @@ impl Checker<'_, '_> {
             Err(EnvError::Unset { name }) => {
                 if let Some(key) = ephemeral {
                     return Some(key.clone());
+                }
+                if self.secrets == Secrets::Optional {
+                    self.warn_unset(&path, "gateway.hash_key", name);
+                    return None;
                 }
                 self.push(
                     &path,
