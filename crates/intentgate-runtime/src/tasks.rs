@@ -134,7 +134,12 @@ pub async fn stop(ledger: &dyn Ledger, instance: &str) {
     })
     .await;
     match stopped {
-        Ok(Ok(_)) => {}
+        // On the startup target, shown at the default level: an operator sees the process
+        // end as plainly as it started.
+        Ok(Ok(_)) => tracing::info!(
+            target: "intentgate::startup",
+            "stopped: every call answered and its outcome committed"
+        ),
         Ok(Err(error)) => {
             tracing::warn!(%error, "could not mark this gateway process stopped in the ledger")
         }

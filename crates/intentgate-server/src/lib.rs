@@ -278,24 +278,34 @@ pub async fn run_with(
     Ok(())
 }
 
-/// Completes on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let interrupt = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Completes on Ctrl-C or SIGTERM. The handlers are installed when this is called, not when
+/// the future is first polled: a caller that calls it before it announces itself (`serve`
+/// prints where it listens) can't be killed by a signal sent in between, which would end the
+/// process without its graceful shutdown.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+    {
+        use tokio::signal::unix::{Signal, SignalKind, signal};
+        // A handler that can't be installed never fires (the signal keeps its default).
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        let terminate = signal(SignalKind::terminate()).ok();
+        async fn received(signal: Option<Signal>) {
+            match signal {
+                Some(mut signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
             }
-            Err(_) => std::future::pending().await,
         }
-    };
+        async move {
+            tokio::select! {
+                _ = received(interrupt) => {}
+                _ = received(terminate) => {}
+            }
+        }
+    }
     #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = interrupt => {}
-        _ = terminate => {}
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

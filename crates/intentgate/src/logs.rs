@@ -30,7 +30,7 @@
 //! JSON logs need none of this: JSON escapes every string.
 
 use std::fmt;
-use std::io;
+use std::io::{self, IsTerminal};
 use std::sync::{Arc, OnceLock};
 
 use opentelemetry::trace::TraceContextExt;
@@ -162,6 +162,13 @@ pub fn init(tracer: Option<opentelemetry_sdk::trace::Tracer>) -> Result<(), Stri
     Ok(())
 }
 
+/// True when text lines may carry ANSI colours: stderr is a terminal and `NO_COLOR` is not
+/// set. Lines redirected to a file or a pipe (a service's journal, `2> gateway.log`) stay
+/// plain text.
+fn colours_on_stderr() -> bool {
+    io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
 /// The log lines' layer, writing to `writer` in `format`.
 fn lines<S, W>(format: LogFormat, writer: W) -> Box<dyn Layer<S> + Send + Sync>
 where
@@ -170,7 +177,10 @@ where
 {
     let lines = tracing_subscriber::fmt::layer().with_writer(writer);
     match format {
-        LogFormat::Text => lines.fmt_fields(QuotedFields).boxed(),
+        LogFormat::Text => lines
+            .fmt_fields(QuotedFields)
+            .with_ansi(colours_on_stderr())
+            .boxed(),
         LogFormat::Json => lines
             .json()
             .flatten_event(true)

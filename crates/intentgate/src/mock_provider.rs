@@ -27,6 +27,8 @@ pub async fn run(arguments: MockProviderArgs) -> anyhow::Result<()> {
             )
         })?;
     let address = listener.local_addr()?;
+    // Installed before the address is printed, as `serve` does.
+    let shutdown = intentgate_server::shutdown_signal();
     // Printed on stdout, alone on its line, so scripts and tests can read the port.
     println!("mock provider listening on http://{address}");
     eprintln!("fault plan: {}", serde_json::to_string(&plan)?);
@@ -36,7 +38,7 @@ pub async fn run(arguments: MockProviderArgs) -> anyhow::Result<()> {
     serve(
         listener,
         MockOptions::new(plan).with_dialect(dialect),
-        intentgate_server::shutdown_signal(),
+        shutdown,
     )
     .await
     .context("the mock provider stopped")

@@ -24,8 +24,11 @@ pub async fn run(arguments: ServeArgs) -> anyhow::Result<()> {
         admin_token,
     };
     let server = Gateway::open(loaded, options).await?.bind().await?;
+    // Installed before the address is printed: a signal sent as soon as it is read still
+    // gets the graceful shutdown.
+    let shutdown = intentgate_server::shutdown_signal();
     // Printed on stdout, alone on its line, so scripts and tests can read the port.
     println!("intentgate listening on http://{}", server.local_addr());
-    server.run(intentgate_server::shutdown_signal()).await?;
+    server.run(shutdown).await?;
     Ok(())
 }

@@ -185,3 +185,29 @@ fn an_unknown_log_format_is_refused_at_startup_naming_the_accepted_ones() {
         "error: INTENTGATE_LOG_FORMAT=\"xml\" is not a log format; use `text` (the default) or `json`"
     );
 }
+
+/// Regression: text lines carried ANSI colour codes into a file or a pipe (a journal, `2>
+/// gateway.log`), and at the default level the log said when `serve` started but not when
+/// it stopped. Now redirected lines are plain and the stop has its line too.
+#[tokio::test]
+async fn redirected_text_logs_are_plain_and_say_when_serve_starts_and_stops() {
+    let folder = tempfile::tempdir().unwrap();
+    let mock = mock_provider();
+    let ledger = folder.path().join("ledger.db");
+    let gateway = serve_with_stderr(
+        EXAMPLE_CONFIG,
+        ledger.to_str().unwrap(),
+        &[("INTENTGATE_MOCK_URL", &mock.url)],
+        Stdio::piped(),
+    );
+    let stderr = stop(gateway);
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "colour codes in a pipe:\n{stderr}"
+    );
+    assert!(stderr.contains("serving "), "{stderr}");
+    assert!(
+        stderr.contains("stopped: every call answered"),
+        "no line for the stop:\n{stderr}"
+    );
+}

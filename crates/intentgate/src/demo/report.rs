@@ -119,7 +119,9 @@ impl Report {
                 run.customers_refunded_twice as u64
             }),
             ("refunds paid twice", |run| run.extra_refunds),
-            ("customers refunded", |run| run.customers_refunded as u64),
+            ("customers refunded at least once", |run| {
+                run.customers_refunded as u64
+            }),
             ("calls made by the agents", |run| run.calls_made as u64),
             ("provider requests", |run| run.provider_requests),
             ("provider lookups", |run| run.provider_lookups),
@@ -155,6 +157,17 @@ impl Report {
             rows,
             &[Align::Left, Align::Right, Align::Right],
         ));
+        if a.customers_refunded > b.customers_refunded {
+            let _ = writeln!(
+                out,
+                "\nintentgate refunded {} fewer customers: the naive wrapper's blind retries turned \
+                 some failed refunds into refunds, and {} customers into double refunds; with \
+                 intentgate those customers were told the refund was not made, refused or still \
+                 being confirmed, and nobody was paid twice",
+                a.customers_refunded - b.customers_refunded,
+                a.customers_refunded_twice
+            );
+        }
         let _ = writeln!(out, "\nwhat the agents were told:");
         let _ = writeln!(out, "  naive wrapper: {}", summary(&a.statuses));
         let _ = writeln!(out, "  intentgate:    {}", summary(&b.statuses));
@@ -187,6 +200,12 @@ impl Report {
                 "  (unknown_found: resolved to done; unknown_missing: never happened, for the owner to resolve as not_executed)"
             );
         }
+        let _ = writeln!(
+            out,
+            "\nnext: put your own API behind it with `intentgate serve --config <your config>` \
+             (README, \"Running the gateway\"); `intentgate smoke --config <your config>` checks \
+             it before you deploy"
+        );
         out
     }
 }
@@ -254,6 +273,39 @@ mod tests {
             header.map(str::len),
             first.map(str::len),
             "the intentgate column ends where its header does:\n{table}"
+        );
+    }
+
+    /// Regression: "customers refunded 300 / 276" read as intentgate refunding fewer
+    /// customers, with nothing saying why, and the report ended without a next step.
+    #[test]
+    fn fewer_customers_refunded_is_explained_and_the_report_ends_with_a_next_step() {
+        let mut intentgate = run("intentgate", 0, Some(0));
+        intentgate.customers_refunded = 140;
+        let report = Report {
+            customers: 150,
+            seed: 7,
+            faults: "stormy".to_owned(),
+            provider: None,
+            naive: run("naive", 12, None),
+            intentgate,
+            seconds: 1.5,
+        };
+        let table = report.table();
+        assert!(
+            table.contains("intentgate refunded 10 fewer customers")
+                && table.contains("12 customers into double refunds")
+                && table.contains("nobody was paid twice"),
+            "{table}"
+        );
+        assert!(
+            table
+                .trim_end()
+                .lines()
+                .last()
+                .unwrap()
+                .starts_with("next: "),
+            "{table}"
         );
     }
 }
