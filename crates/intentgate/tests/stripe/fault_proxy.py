@@ -390,16 +390,21 @@ async def main():
     app.router.add_get("/__stats", proxy.stats)
     app.router.add_post("/__reset", proxy.reset)
     app.router.add_route("*", "/{tail:.*}", proxy.handle)
+    await serve_on_a_free_port(app, args.port_file)
 
+
+async def serve_on_a_free_port(app: web.Application, port_file: str) -> None:
+    """Serves `app` on 127.0.0.1 on a free port until cancelled, writing the port to
+    `port_file` (atomically) once it accepts connections. localstripe_server.py uses it too."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
-    partial = args.port_file + ".partial"
+    partial = port_file + ".partial"
     with open(partial, "w") as f:
         f.write(f"{port}\n")
-    os.replace(partial, args.port_file)
+    os.replace(partial, port_file)
     try:
         await asyncio.Event().wait()
     finally:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 
-from aiohttp import web
 from localstripe import resources
 from localstripe.server import app
+
+# This script's folder is on the path when it runs: the proxy's way of serving is shared.
+from fault_proxy import serve_on_a_free_port
 
 
 async def main():
@@ -29,19 +30,7 @@ async def main():
     resources.Store.dump_to_disk = lambda self: None
     resources.store.clear()
 
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    partial = args.port_file + ".partial"
-    with open(partial, "w") as f:
-        f.write(f"{port}\n")
-    os.replace(partial, args.port_file)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
+    await serve_on_a_free_port(app, args.port_file)
 
 
 if __name__ == "__main__":
