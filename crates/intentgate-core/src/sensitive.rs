@@ -21,7 +21,7 @@
 //! The gate fingerprints the arguments in this hashed form, so that the fingerprint (an
 //! unkeyed SHA-256) can't be used to test guesses either; equal values hash alike, so an
 //! identical repeat still matches and a changed sensitive value is still a conflict. Hashes
-//! depend on the key: under a new key nothing stored matches any more (see the README).
+//! depend on the key: under a new key nothing stored matches any more (docs/ledger.md).
 //!
 //! Like the rest of the core, this module does no I/O: the key arrives as bytes.
 

@@ -1,4 +1,4 @@
-//! The proof that a record a provider answered with is this intent's effect (the README's
+//! The proof that a record a provider answered with is this intent's effect (docs/configuration.md,
 //! "Lookups: what counts as found").
 //!
 //! A lookup is the check behind "an error means unknown": what it finds settles an intent as

@@ -1,9 +1,9 @@
-//! Owner notices for lookups that found a record half an intent's (README, "Lookups: what
-//! counts as found"): the provider holds a record carrying the intent's provider key with
-//! other business fields (money moved otherwise than asked), or the intent's business fields
-//! under another gateway key (another tenant's effect, or two intents with one effect's
-//! fields). The gate settles nothing and keeps the intent `unknown`; somebody must look at
-//! the provider's record, so the tool's owner is told.
+//! Owner notices for lookups that found a record half an intent's (docs/configuration.md, "Lookups:
+//! what counts as found"): the provider holds a record carrying the intent's provider key with
+//! other business fields (money moved otherwise than asked), or the intent's business fields under
+//! another gateway key (another tenant's effect, or two intents with one effect's fields). The gate
+//! settles nothing and keeps the intent `unknown`; somebody must look at the provider's record, so
+//! the tool's owner is told.
 //!
 //! An unknown intent is looked up again on every step of its resolution, and each of those
 //! lookups finds the same record, so [`MismatchNotices`] tells an owner about one intent at

@@ -195,8 +195,9 @@ impl Gateway {
     fn log_start(&self, over: &str) {
         tracing::info!(
             target: "intentgate::startup",
-            "serving {} tools{over} from {} (ledger {}, durability {:?})",
+            "serving {} {}{over} from {} (ledger {}, durability {:?})",
             self.gate.tools().len(),
+            if self.gate.tools().len() == 1 { "tool" } else { "tools" },
             match &self.options.config_path {
                 Some(path) => path.display().to_string(),
                 None => "a config".to_owned(),

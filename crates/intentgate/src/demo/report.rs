@@ -202,8 +202,8 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "\nnext: put your own API behind it with `intentgate serve --config <your config>` \
-             (README, \"Running the gateway\"); `intentgate smoke --config <your config>` checks \
+            "\nnext: put your own API behind it, starting from examples/quickstart.yaml (README, \
+             \"Five minutes to your own API\"); `intentgate smoke --config <your config>` checks \
              it before you deploy"
         );
         out

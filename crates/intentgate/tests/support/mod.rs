@@ -66,6 +66,13 @@ pub const HASH_KEY: &str = "0123456789abcdef0123456789abcdef-process-tests";
 /// developer's environment can't change what a test runs, and the tests' hash key set.
 pub fn intentgate() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_intentgate"));
+    without_settings_from_the_environment(&mut command);
+    command
+}
+
+/// Removes from `command`'s environment the variables `intentgate`'s flags read (and sets the
+/// tests' hash key), for a test that starts the binary through another program, a shell.
+pub fn without_settings_from_the_environment(command: &mut Command) {
     for name in [
         "RUST_LOG",
         "INTENTGATE_CONFIG",
@@ -89,7 +96,6 @@ pub fn intentgate() -> Command {
         command.env_remove(name);
     }
     command.env("INTENTGATE_HASH_KEY", HASH_KEY);
-    command
 }
 
 /// The stdout of a command that must have succeeded; its stderr in the panic when it did not.
