@@ -10,6 +10,7 @@
 //! time value arrives as an argument. That keeps every rule here testable in isolation and
 //! usable from any store or transport.
 
+pub mod condition;
 pub mod currency;
 pub mod decimal;
 pub mod effect;
@@ -26,6 +27,7 @@ pub mod status;
 pub mod text;
 pub mod tool;
 
+pub use condition::{Condition, ConditionError};
 pub use decimal::Decimal;
 pub use effect::{Effect, Executor};
 pub use fingerprint::{Fingerprint, differing_fields, fingerprint, fingerprint_for};
