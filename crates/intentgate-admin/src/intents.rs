@@ -16,7 +16,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use intentgate_core::IntentStatus;
-use intentgate_ledger::{Erase, IntentFilter, IntentRecord, LedgerError, Order};
+use intentgate_gate::{LeaseHolder, Resends};
+use intentgate_ledger::{Erase, Event, IntentFilter, IntentRecord, LedgerError, Order};
 use intentgate_server::Problem;
 use intentgate_server::wire::ProblemBody;
 use serde::Deserialize;
@@ -26,7 +27,9 @@ use utoipa::{IntoParams, ToSchema};
 use crate::auth::ConsoleUser;
 use crate::body::{self, bad_request, unprocessable};
 use crate::erasure::{check_erase, erase_all};
-use crate::resolution::{ManualReopen, ManualResolution, check_reopenable, check_resolvable};
+use crate::resolution::{
+    ManualReopen, ManualResolution, Unresolvable, check_reopenable, check_resolvable,
+};
 use crate::{
     AdminState, EVENTS_SHOWN_MAX, INTENTS_LIMIT_DEFAULT, INTENTS_LIMIT_MAX, now_ms, parse_duration,
 };
@@ -334,7 +337,9 @@ async fn read(state: &AdminState, id: &str) -> Result<IntentRecord, Problem> {
     params(("id" = String, Path, description = "The intent's id.")),
     responses(
         (status = 200, description = "`{\"intent\": intent, \"provider_key\": string, \"events\": [event...], \
-         \"events_omitted\": number}`.", body = Object),
+         \"events_omitted\": number, \"amount\", \"unknown_since_ms\", \"last_error\", \"lease\", \
+         \"sweeper\", \"resolvable\"}`: the events oldest first (the newest 1000); the other fields as \
+         `GET /v1/admin/unknown` describes them (null where they don't apply).", body = Object),
         (status = 400, description = "An id that is not a number.",
          body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such intent.",
@@ -351,17 +356,218 @@ pub(crate) async fn show(
         .events(intent.id)
         .await
         .map_err(body::ledger_problem)?;
+    let facts = unsettled_facts(&state, &intent, &events, now_ms());
     let omitted = events.len().saturating_sub(EVENTS_SHOWN_MAX);
     events.drain(..omitted);
+    let mut answer = json!({
+        "intent": intent,
+        "events": events,
+        "events_omitted": omitted,
+    });
+    merge(&mut answer, facts);
+    Ok(Json(answer))
+}
+
+/// Most intents `GET /v1/admin/unknown` answers with, of each of its two kinds (`unknown`,
+/// and `in_flight` past its first attempt or with an expired lease): each is read with its
+/// event log, and the list a person on call works through must stay short to be read at all.
+pub const UNKNOWN_SHOWN_MAX: u32 = 200;
+
+/// The longest last error shown with an intent: an event detail can hold 4 KiB, a card a few
+/// lines.
+const LAST_ERROR_LENGTH_MAX: usize = 512;
+
+/// The unknown intents, each with what a person needs to resolve it: the amount, the
+/// provider key to search for in the provider's dashboard, since when it is unknown, the last
+/// error, the sweeper's plan and whether a resolution by hand is possible now. Intents being
+/// re-sent right now (`in_flight` past their first attempt) and those whose attempt's lease ran
+/// out (`in_flight`, unknown in effect) are listed too: they are the same incident.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/unknown",
+    operation_id = "admin_list_unknown",
+    responses(
+        (status = 200, description = "`{\"intents\": [unknown...], \"more\": bool}`, oldest first \
+         seen first, at most 200 of each status (`more` says some were left out). Each entry is \
+         the intent's `GET /v1/admin/intents/{id}` answer without its event log: `intent`, \
+         `provider_key`, `amount` (the arguments its key writes as decimals, sensitive ones as \
+         their keyed hashes; null when there are none), `unknown_since_ms`, `last_error`, \
+         `lease` (`{holder: sweeper|call|client, owner, expires_ms}` while one lives, else null), \
+         `sweeper` (`{next_step_ms, resends: active|lookups_only|stopped, resend_until_ms, \
+         why}`, null when this gateway does not run the intent's tool) and `resolvable` \
+         (`{now: bool, reason, retry_after_ms}`).", body = Object),
+    ),
+)]
+pub(crate) async fn unknown(State(state): State<Arc<AdminState>>) -> Result<Json<Value>, Problem> {
+    let now_ms = now_ms();
+    let mut listed = Vec::new();
+    let mut more = false;
+    for status in [IntentStatus::Unknown, IntentStatus::InFlight] {
+        let filter = IntentFilter {
+            status: Some(status),
+            ..IntentFilter::default()
+        };
+        let mut page = state
+            .ledger
+            .intents(&filter, Order::Oldest, None, UNKNOWN_SHOWN_MAX + 1)
+            .await
+            .map_err(body::ledger_problem)?;
+        more |= page.len() > UNKNOWN_SHOWN_MAX as usize;
+        page.truncate(UNKNOWN_SHOWN_MAX as usize);
+        // A first attempt still running is an ordinary call, not something to resolve.
+        listed.extend(page.into_iter().filter(|intent| {
+            intent.status == IntentStatus::Unknown
+                || intent.attempt > 1
+                || !intent.lease_live(now_ms)
+        }));
+    }
+    listed.sort_by_key(|intent| (intent.first_seen_ms, intent.id));
+    let mut answers = Vec::with_capacity(listed.len());
+    for intent in listed {
+        let events = state
+            .ledger
+            .events(intent.id)
+            .await
+            .map_err(body::ledger_problem)?;
+        let mut answer = json!({ "intent": intent });
+        merge(
+            &mut answer,
+            unsettled_facts(&state, &intent, &events, now_ms),
+        );
+        answers.push(answer);
+    }
+    Ok(Json(json!({ "intents": answers, "more": more })))
+}
+
+/// Adds `extra`'s fields to the object `answer`.
+fn merge(answer: &mut Value, extra: Value) {
+    if let (Value::Object(answer), Value::Object(extra)) = (answer, extra) {
+        answer.extend(extra);
+    }
+}
+
+/// What an intent's answers carry beside the record (`events`: its whole event log, oldest
+/// first): the provider key, the amount, and for an unsettled intent since when, its last
+/// error, its lease, the sweeper's plan and whether it can be resolved by hand now.
+fn unsettled_facts(
+    state: &AdminState,
+    intent: &IntentRecord,
+    events: &[Event],
+    now_ms: i64,
+) -> Value {
     // The idempotency key the provider received for the intent's current attempt.
     let provider_key =
         intentgate_core::key::provider_key(&intent.tenant, &intent.tool, &intent.key, intent.epoch);
-    Ok(Json(json!({
-        "intent": intent,
+    let lease = if intent.lease_live(now_ms) {
+        let owner = intent.lease_owner.clone().unwrap_or_default();
+        json!({
+            "holder": LeaseHolder::of(&owner).as_str(),
+            "owner": owner,
+            "expires_ms": intent.lease_expires_ms,
+        })
+    } else {
+        Value::Null
+    };
+    let unsettled = matches!(
+        intent.status,
+        IntentStatus::Unknown | IntentStatus::InFlight
+    );
+    let resolvable = if unsettled {
+        match check_resolvable(intent, IntentStatus::NotExecuted, now_ms) {
+            Ok(()) => json!({ "now": true, "reason": null, "retry_after_ms": null }),
+            Err(refused) => json!({
+                "now": false,
+                "reason": refused.message(intent.id),
+                "retry_after_ms": match &refused {
+                    Unresolvable::LeaseHeld { remaining_ms, .. } => Some(*remaining_ms),
+                    Unresolvable::Settled { .. } => None,
+                },
+            }),
+        }
+    } else {
+        Value::Null
+    };
+    json!({
         "provider_key": provider_key,
-        "events": events,
-        "events_omitted": omitted,
-    })))
+        "amount": amount(state, intent),
+        "unknown_since_ms": if unsettled { unknown_since_ms(events) } else { None },
+        "last_error": if unsettled { last_error(events) } else { None },
+        "lease": lease,
+        "sweeper": sweeper(state, intent),
+        "resolvable": resolvable,
+    })
+}
+
+/// The arguments the tool's key writes as exact decimals (its amounts), with a `currency`
+/// argument beside them when there is one, as the ledger keeps them (a sensitive one as its
+/// keyed hash); `None` when the tool's key has no decimal or this gateway lacks the tool.
+fn amount(state: &AdminState, intent: &IntentRecord) -> Option<Value> {
+    let gate = state.gate.as_ref()?;
+    let template = gate.tool(&intent.tool)?.key.as_ref()?;
+    let mut fields = serde_json::Map::new();
+    for name in template.decimal_names() {
+        let pointer = format!("/{}", name.replace('.', "/"));
+        if let Some(value) = intent.arguments.pointer(&pointer) {
+            fields.insert(name, value.clone());
+        }
+    }
+    if fields.is_empty() {
+        return None;
+    }
+    if let Some(currency) = intent.arguments.get("currency") {
+        fields.insert("currency".to_owned(), currency.clone());
+    }
+    Some(Value::Object(fields))
+}
+
+/// When the intent's current stretch of not knowing began: the first move into `unknown`
+/// after its last settled status (a re-send goes `unknown` to `in_flight` and back, and stays
+/// in the stretch).
+fn unknown_since_ms(events: &[Event]) -> Option<i64> {
+    let settled = |status: &str| !matches!(status, "unknown" | "in_flight");
+    let start = events
+        .iter()
+        .rposition(|event| event.to_status.as_deref().is_some_and(settled))
+        .map_or(0, |index| index + 1);
+    events[start..]
+        .iter()
+        .find(|event| event.to_status.as_deref() == Some("unknown"))
+        .map(|event| event.at_ms)
+}
+
+/// What the newest attempt or step that left the intent unknown said: the detail of the
+/// newest event written by one (they carry who learned it: `lookup`, `sweeper`, ...).
+fn last_error(events: &[Event]) -> Option<String> {
+    events
+        .iter()
+        .rev()
+        .find(|event| {
+            event.to_status.as_deref() == Some("unknown")
+                && event.actor.is_some()
+                && event
+                    .detail
+                    .as_deref()
+                    .is_some_and(|detail| !detail.is_empty())
+        })
+        .and_then(|event| event.detail.as_deref())
+        .map(|detail| intentgate_core::text::cut(detail, LAST_ERROR_LENGTH_MAX).to_owned())
+}
+
+/// The sweeper's plan for an `unknown` intent, as this gateway's gate computes it; `None`
+/// without a gate, or for an intent in another status.
+fn sweeper(state: &AdminState, intent: &IntentRecord) -> Option<Value> {
+    let plan = state.gate.as_ref()?.unknown_plan(intent)?;
+    let (resends, until_ms, why) = match plan.resends {
+        Resends::Active { until_ms } => ("active", Some(until_ms), None),
+        Resends::LookupsOnly { why } => ("lookups_only", None, Some(why)),
+        Resends::Stopped { why } => ("stopped", None, Some(why)),
+    };
+    Some(json!({
+        "next_step_ms": plan.next_step_ms,
+        "resends": resends,
+        "resend_until_ms": until_ms,
+        "why": why,
+    }))
 }
 
 /// The body of `POST /v1/admin/intents/{id}/resolve`.
@@ -393,7 +599,9 @@ const RESOLVE_SHAPE: &str = r#"{"status": "done" or "not_executed", "external_id
          body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such intent.",
          body = ProblemBody, content_type = "application/problem+json"),
-        (status = 409, description = "The intent can't be resolved now (settled, or a call holds its lease).",
+        (status = 409, description = "The intent can't be resolved now: settled (`not-resolvable`), or a call \
+         or the sweeper holds its lease (`lease-held`: the detail names the holder and the lease's end, \
+         and `Retry-After` says in how many seconds to try again).",
          body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, description = "A body of the wrong shape, a status an operator can't set, or a missing reason.",
          body = ProblemBody, content_type = "application/problem+json"),
@@ -439,23 +647,19 @@ pub(crate) async fn resolve(
         .map_err(|detail| unprocessable("invalid-resolution", "Invalid resolution", detail))?;
     let intent = read(&state, &id.to_string()).await?;
     let now_ms = now_ms();
-    check_resolvable(&intent, status, now_ms).map_err(|unresolvable| {
-        Problem::new(
-            StatusCode::CONFLICT,
-            "not-resolvable",
-            "The intent can't be resolved",
-            format!(
-                "current status: {}; {}",
-                unresolvable.status(),
-                unresolvable.message(id)
-            ),
-        )
-    })?;
-    let resolved = state
-        .ledger
-        .resolve(asked.to_resolve(id, now_ms))
-        .await
-        .map_err(body::ledger_problem)?;
+    check_resolvable(&intent, status, now_ms).map_err(|refused| not_resolvable(id, &refused))?;
+    let resolved = match state.ledger.resolve(asked.to_resolve(id, now_ms)).await {
+        Ok(resolved) => resolved,
+        // A lease taken after the read above: the ledger refused inside its transaction.
+        Err(error) => {
+            return Err(
+                match Unresolvable::from_ledger(&error, intent.status, now_ms) {
+                    Some(refused) => not_resolvable(id, &refused),
+                    None => body::ledger_problem(error),
+                },
+            );
+        }
+    };
     tracing::warn!(
         intent = id,
         tool = %resolved.tool,
@@ -465,6 +669,27 @@ pub(crate) async fn resolve(
         "intent resolved by hand through the admin API"
     );
     Ok(Json(resolved))
+}
+
+/// The 409 of a resolution refused: the intent is settled, or a lease lives (then with
+/// `Retry-After`, the lease's end).
+fn not_resolvable(id: i64, refused: &Unresolvable) -> Problem {
+    let (kind, title) = match refused {
+        Unresolvable::LeaseHeld { .. } => ("lease-held", "The intent is leased right now"),
+        Unresolvable::Settled { .. } => ("not-resolvable", "The intent can't be resolved"),
+    };
+    let mut problem = Problem::new(
+        StatusCode::CONFLICT,
+        kind,
+        title,
+        format!(
+            "current status: {}; {}",
+            refused.status(),
+            refused.message(id)
+        ),
+    );
+    problem.retry_after_seconds = refused.retry_after_seconds();
+    problem
 }
 
 /// The body of `POST /v1/admin/intents/{id}/reopen`.

@@ -6,8 +6,9 @@
 //! | `GET /v1/admin/flags` | every configured tool's flag, and stored flags of tools no longer configured |
 //! | `PUT /v1/admin/flags/{tool}` | switches a tool off or on: `{"enabled": false, "reason": "...", "actor": "..."}` |
 //! | `GET /v1/admin/intents` | intents, filtered and paged: `tool`, `status`, `tenant`, `key`, `since`, `from_ms`, `until_ms`, `q`, `order`, `cursor`, `limit` |
-//! | `GET /v1/admin/intents/{id}` | one intent and its event log |
-//! | `POST /v1/admin/intents/{id}/resolve` | `done` (with the provider's external id) or `not_executed`, with a reason |
+//! | `GET /v1/admin/intents/{id}` | one intent and its event log (oldest first), with its provider key, amount, lease, the sweeper's plan and whether it can be resolved by hand now |
+//! | `GET /v1/admin/unknown` | the unknown intents (and those being re-sent), each with what a person needs to resolve it |
+//! | `POST /v1/admin/intents/{id}/resolve` | `done` (with the provider's external id) or `not_executed`, with a reason; 409 `lease-held` while a call or the sweeper holds the intent's lease |
 //! | `POST /v1/admin/intents/{id}/reopen` | a `rejected` intent whose refusal was the gateway's own error becomes `not_executed`, with a reason; the next call executes it |
 //! | `POST /v1/admin/erasures` | erases a tenant's intents (or a tool's, or one key's) on request: `{"tenant": "...", "reason": "..."}` |
 //! | `POST /v1/admin/reconcile` | runs reconciliation over a window: `{"since": "1h"}` |
@@ -63,7 +64,7 @@ use async_trait::async_trait;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::routing::any;
-use intentgate_gate::{Clock, SystemClock};
+use intentgate_gate::{Clock, Gate, SystemClock};
 use intentgate_ledger::Ledger;
 use intentgate_server::Problem;
 use tokio::sync::Semaphore;
@@ -203,6 +204,10 @@ pub(crate) struct AdminState {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// The notices sent lately, when the server keeps them.
     pub alerts: Option<Arc<dyn AlertLog>>,
+    /// The gate of this gateway, when the admin API is served beside one
+    /// ([`Admin::with_gate`]): what its sweeper plans for an unknown intent, and which
+    /// arguments of a tool are its amounts. Without it those fields are null.
+    pub gate: Option<Arc<Gate>>,
 }
 
 /// The admin API, built once: its router, and the credential check that the console's
@@ -243,8 +248,21 @@ impl Admin {
             throttle: throttle::Throttle::new(options.failure_limit),
             trusted_proxies: options.trusted_proxies,
             alerts,
+            gate: None,
         });
         Admin { state: Some(state) }
+    }
+
+    /// This admin API with the gate it is served beside, so that an unknown intent's answers
+    /// say what the gate's sweeper will do with it and which arguments are its amounts. Called
+    /// once, right after [`Admin::new`].
+    pub fn with_gate(mut self, gate: Arc<Gate>) -> Admin {
+        if let Some(state) = self.state.as_mut() {
+            Arc::get_mut(state)
+                .expect("with_gate is called before the admin API is shared")
+                .gate = Some(gate);
+        }
+        self
     }
 
     /// Who may sign in to the console with this request's credential: its
@@ -322,8 +340,8 @@ async fn no_such_route() -> Problem {
         StatusCode::NOT_FOUND,
         "not-found",
         "No such admin route",
-        "the admin routes are /v1/admin/flags, /v1/admin/intents, /v1/admin/erasures, \
-/v1/admin/reconcile, /v1/admin/reconciliations, /v1/admin/activity and /v1/admin/alerts",
+        "the admin routes are /v1/admin/flags, /v1/admin/intents, /v1/admin/unknown, \
+/v1/admin/erasures, /v1/admin/reconcile, /v1/admin/reconciliations, /v1/admin/activity and /v1/admin/alerts",
     )
 }
 

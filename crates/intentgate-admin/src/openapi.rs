@@ -73,6 +73,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AdminState>> {
         .routes(routes!(flags::set))
         .routes(routes!(intents::list))
         .routes(routes!(intents::show))
+        .routes(routes!(intents::unknown))
         .routes(routes!(intents::resolve))
         .routes(routes!(intents::reopen))
         .routes(routes!(intents::erase))

@@ -10,7 +10,8 @@
 
 use intentgate_core::IntentStatus;
 use intentgate_core::limits::{ACTOR_LENGTH_MAX, EVENT_DETAIL_LENGTH_MAX, EXTERNAL_ID_LENGTH_MAX};
-use intentgate_ledger::{IntentId, IntentRecord, Resolve};
+use intentgate_gate::LeaseHolder;
+use intentgate_ledger::{IntentId, IntentRecord, LedgerError, Resolve};
 
 /// The statuses an operator may set: the effect happened (`done`, with the provider's id
 /// for it) or certainly did not (`not_executed`). A refusal (`rejected`) is the provider's
@@ -173,9 +174,14 @@ happened); check the provider, then resolve it with `intentgate intents resolve`
 /// Why an intent can't be resolved by hand now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unresolvable {
-    /// A caller holds the intent's lease: it is being executed or looked up right now.
+    /// A caller or the sweeper holds the intent's lease: it is being executed, re-sent or
+    /// looked up right now, and resolving it by hand would race what that step learns.
     LeaseHeld {
         status: IntentStatus,
+        /// The lease owner id, read with [`LeaseHolder::of`].
+        owner: String,
+        /// When the lease ends at the latest (milliseconds since the Unix epoch).
+        expires_ms: i64,
         remaining_ms: i64,
     },
     /// The state machine has no edge from the intent's status to the one asked for.
@@ -200,13 +206,29 @@ impl Unresolvable {
         match self {
             Unresolvable::LeaseHeld {
                 status,
+                owner,
+                expires_ms,
                 remaining_ms,
-            } => format!(
-                "intent {id} is {status} and a call holds its lease for another {} s (it is \
-being executed or looked up right now); wait for it to finish, then resolve it if it is \
-still unknown",
-                (remaining_ms + 999) / 1000
-            ),
+            } => {
+                let holder = LeaseHolder::of(owner);
+                let doing = match (holder, status) {
+                    (LeaseHolder::Sweeper, IntentStatus::InFlight) => {
+                        "re-sending it with its provider key"
+                    }
+                    (LeaseHolder::Sweeper, _) => "looking it up at the provider",
+                    (_, IntentStatus::InFlight) => "executing it",
+                    _ => "looking it up at the provider",
+                };
+                format!(
+                    "intent {id} is {status} and {} holds its lease until {} (another {} s): \
+it is {doing} right now, and a resolution by hand would race what that step learns. Try \
+again after {}: the intent may be settled by then; if it is still unknown, resolve it then",
+                    holder.describe(),
+                    utc(*expires_ms),
+                    (remaining_ms + 999) / 1000,
+                    utc(*expires_ms),
+                )
+            }
             Unresolvable::Settled {
                 status: IntentStatus::Done,
                 external_id,
@@ -261,12 +283,55 @@ pub fn check_resolvable(
         });
     }
     if intent.lease_live(now_ms) {
+        let expires_ms = intent.lease_expires_ms.unwrap_or(now_ms);
         return Err(Unresolvable::LeaseHeld {
             status: intent.status,
-            remaining_ms: intent.lease_expires_ms.unwrap_or(now_ms) - now_ms,
+            owner: intent.lease_owner.clone().unwrap_or_default(),
+            expires_ms,
+            remaining_ms: expires_ms - now_ms,
         });
     }
     Ok(())
+}
+
+impl Unresolvable {
+    /// The refusal of a resolution the ledger turned down inside its transaction
+    /// ([`LedgerError::LeaseHeld`]): a lease taken after the check above read the intent.
+    pub fn from_ledger(error: &LedgerError, status: IntentStatus, now_ms: i64) -> Option<Self> {
+        match error {
+            LedgerError::LeaseHeld {
+                owner, expires_ms, ..
+            } => Some(Unresolvable::LeaseHeld {
+                status,
+                owner: owner.clone(),
+                expires_ms: *expires_ms,
+                remaining_ms: expires_ms - now_ms,
+            }),
+            _ => None,
+        }
+    }
+
+    /// When trying again may succeed: the end of the lease that refused it, in whole
+    /// seconds from `now_ms` (at least one); `None` for a settled intent, which no wait helps.
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        match self {
+            Unresolvable::LeaseHeld { remaining_ms, .. } => Some(
+                u64::try_from((remaining_ms + 999) / 1000)
+                    .unwrap_or(0)
+                    .max(1),
+            ),
+            Unresolvable::Settled { .. } => None,
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch in UTC, to the second (`2026-05-01T09:30:00Z`), as the
+/// API's messages write times.
+pub fn utc(ms: i64) -> String {
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(time) => time.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        Err(_) => format!("{ms} ms since the Unix epoch"),
+    }
 }
 
 #[cfg(test)]

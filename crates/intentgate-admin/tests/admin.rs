@@ -8,13 +8,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use intentgate_admin::{AdminOptions, AlertLog, FailureLimit, Reconciler};
-use intentgate_core::IntentStatus;
+use intentgate_core::{IntentStatus, ResendStop};
+use intentgate_gate::{Clock, Gate, SystemClock};
 use intentgate_ledger::{
     Begin, BeginRequest, Finish, Finished, IntentRecord, Ledger, ReconciliationRun, StoredMismatch,
     ToolFlag,
 };
+use intentgate_mock::{FakeProvider, FaultPlan};
 use intentgate_test_support::TempLedger;
+use intentgate_test_support::gate::default_gate;
 use intentgate_test_support::http::client;
+use intentgate_test_support::tools::refund_tool;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 
@@ -73,9 +77,65 @@ async fn start_serving(
     alerts: Option<Arc<dyn AlertLog>>,
     trusted_proxies: Vec<ipnet::IpNet>,
 ) -> Admin {
+    serve(
+        token,
+        reconciler,
+        failure_limit,
+        alerts,
+        trusted_proxies,
+        None,
+    )
+    .await
+}
+
+/// The key window of the `refund_order` of [`start_beside_a_gate`]: the sweeper re-sends an
+/// unknown refund with its provider key for this long after it was first seen.
+const RESEND_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// [`start`] beside a gate over the same ledger, whose `refund_order` (key
+/// `refund:{order_id}:{amount:.2}`) its sweeper re-sends within [`RESEND_WINDOW`], as
+/// `intentgate serve` serves the admin API.
+async fn start_beside_a_gate() -> (Admin, Arc<Gate>) {
+    let mut refund = refund_tool();
+    refund.resend_window = Some(RESEND_WINDOW);
+    let gate_of = |ledger: Arc<dyn Ledger>| {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let provider = Arc::new(FakeProvider::new(7, FaultPlan::none(), clock.clone()));
+        Arc::new(default_gate(vec![refund], ledger, provider, clock))
+    };
+    let gate = Arc::new(Mutex::new(None));
+    let kept = gate.clone();
+    let admin = serve(
+        Some(TOKEN),
+        None,
+        FailureLimit::default(),
+        None,
+        Vec::new(),
+        Some(Box::new(move |ledger| {
+            let gate = gate_of(ledger);
+            *kept.lock().unwrap() = Some(gate.clone());
+            gate
+        })),
+    )
+    .await;
+    let gate = gate.lock().unwrap().take().unwrap();
+    (admin, gate)
+}
+
+/// Builds the gate the admin API is served beside, over its ledger.
+type GateOver = Box<dyn FnOnce(Arc<dyn Ledger>) -> Arc<Gate>>;
+
+async fn serve(
+    token: Option<&str>,
+    reconciler: Option<Arc<dyn Reconciler>>,
+    failure_limit: FailureLimit,
+    alerts: Option<Arc<dyn AlertLog>>,
+    trusted_proxies: Vec<ipnet::IpNet>,
+    gate: Option<GateOver>,
+) -> Admin {
     let TempLedger { dir, ledger, .. } = TempLedger::new();
     let ledger: Arc<dyn Ledger> = ledger;
-    let router = intentgate_admin::Admin::new(
+    let admin = intentgate_admin::Admin::new(
         ledger.clone(),
         AdminOptions {
             token: token.map(str::to_owned),
@@ -87,8 +147,12 @@ async fn start_serving(
         },
         reconciler,
         alerts,
-    )
-    .router();
+    );
+    let admin = match gate {
+        Some(gate_over) => admin.with_gate(gate_over(ledger.clone())),
+        None => admin,
+    };
+    let router = admin.router();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
@@ -919,6 +983,285 @@ async fn a_resolution_is_validated_before_anything_is_written() {
         detail.contains("current status: in_flight") && detail.contains("lease"),
         "{detail}"
     );
+}
+
+/// A `refund_order` intent of `arguments` (JSON text, so that `49.00` keeps its text) whose
+/// first attempt ended unknown, as a timeout followed by a lookup that found nothing leaves
+/// it; with `resend_stopped`, as a replayed 5xx leaves it.
+async fn unknown_refund_of(
+    admin: &Admin,
+    arguments: &str,
+    key: &str,
+    resend_stopped: Option<ResendStop>,
+) -> IntentRecord {
+    let arguments: Value = serde_json::from_str(arguments).unwrap();
+    let now_ms = now_ms();
+    let begun = admin
+        .ledger
+        .begin(BeginRequest {
+            tenant: "acme".into(),
+            tool: "refund_order".into(),
+            key: key.into(),
+            fingerprint: intentgate_core::fingerprint(&arguments).as_str().to_owned(),
+            arguments,
+            lease_owner: "test/call".into(),
+            lease_expires_ms: now_ms + LEASE_MS,
+            now_ms,
+            count_call: true,
+            retry_rejected: false,
+            lookup_interval_ms: 1_000,
+            resend_unknown: false,
+            expect_new: false,
+        })
+        .await
+        .unwrap();
+    let Begin::Execute(intent) = begun else {
+        panic!("expected a new intent, got {begun:?}");
+    };
+    let finished = admin
+        .ledger
+        .finish(Finish {
+            id: intent.id,
+            lease_owner: "test/call".into(),
+            attempt: intent.attempt,
+            now_ms,
+            status: IntentStatus::Unknown,
+            result: None,
+            external_id: None,
+            resolved_by: "lookup",
+            looked_up: true,
+            detail: "timed out after 10000 ms; the lookup found nothing".into(),
+            lease_required: false,
+            resend_stopped,
+        })
+        .await
+        .unwrap();
+    match finished {
+        Finished::Recorded(intent) => intent,
+        other => panic!("expected the finish to be recorded, got {other:?}"),
+    }
+}
+
+/// An operator on call could not tell from an unknown intent what it was for (no amount), what
+/// to search for in the provider's dashboard (no provider key), how long it had been unknown,
+/// what went wrong, or that the sweeper was still re-sending it. The admin API now says all of
+/// that, from the ledger and from the gate beside it.
+#[tokio::test]
+async fn an_unknown_intent_is_listed_with_its_amount_provider_key_age_last_error_and_sweeper() {
+    let (admin, gate) = start_beside_a_gate().await;
+    let before_ms = now_ms();
+    let unknown = unknown_refund_of(
+        &admin,
+        r#"{"order_id": "8812", "amount": 49.00}"#,
+        "refund:8812:49.00",
+        None,
+    )
+    .await;
+    let stopped = unknown_refund_of(
+        &admin,
+        r#"{"order_id": "8813", "amount": 12.5}"#,
+        "refund:8813:12.50",
+        Some(ResendStop::ReplayedServerError),
+    )
+    .await;
+    // A first attempt still running is an ordinary call: not listed.
+    admin
+        .in_flight("acme", "refund_order", "refund:8814:1.00")
+        .await;
+
+    let listed = admin.get("/v1/admin/unknown").await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert_eq!(listed.body["more"], false);
+    let entries = listed.body["intents"].as_array().unwrap();
+    let ids: Vec<&Value> = entries.iter().map(|entry| &entry["intent"]["id"]).collect();
+    assert_eq!(ids, [&json!(unknown.id), &json!(stopped.id)]);
+
+    let card = &entries[0];
+    assert_eq!(
+        card["provider_key"],
+        intentgate_core::key::provider_key("acme", "refund_order", "refund:8812:49.00", 1)
+    );
+    // The amount as the caller wrote it (exact text), found through the key's `{amount:.2}`.
+    assert_eq!(card["amount"].to_string(), r#"{"amount":49.00}"#);
+    let since_ms = card["unknown_since_ms"].as_i64().unwrap();
+    assert!(
+        (before_ms..=now_ms()).contains(&since_ms),
+        "{since_ms} not in {before_ms}.."
+    );
+    assert_eq!(
+        card["last_error"],
+        "timed out after 10000 ms; the lookup found nothing"
+    );
+    assert_eq!(card["lease"], Value::Null);
+    assert_eq!(card["resolvable"]["now"], true);
+    let sweeper = &card["sweeper"];
+    assert_eq!(sweeper["resends"], "active", "{sweeper}");
+    let until_ms = sweeper["resend_until_ms"].as_i64().unwrap();
+    let window_ms = RESEND_WINDOW.as_millis() as i64;
+    assert!(
+        until_ms < unknown.first_seen_ms + window_ms
+            && until_ms > unknown.first_seen_ms + window_ms - 5 * 60 * 1000,
+        "{until_ms}"
+    );
+    // The next step: one backoff after the attempt's lookup.
+    let next_ms = sweeper["next_step_ms"].as_i64().unwrap();
+    assert_eq!(
+        next_ms,
+        unknown.last_lookup_ms.unwrap() + gate.options().resolution.backoff(1).as_millis() as i64
+    );
+
+    let stopped_card = &entries[1];
+    assert_eq!(stopped_card["sweeper"]["resends"], "stopped");
+    assert!(
+        stopped_card["sweeper"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("replays a stored server error"),
+        "{}",
+        stopped_card["sweeper"]
+    );
+    assert_eq!(stopped_card["amount"].to_string(), r#"{"amount":12.5}"#);
+
+    // One intent's page says the same, beside its event log.
+    let shown = admin
+        .get(&format!("/v1/admin/intents/{}", unknown.id))
+        .await;
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    for field in [
+        "provider_key",
+        "amount",
+        "unknown_since_ms",
+        "last_error",
+        "sweeper",
+        "resolvable",
+    ] {
+        assert_eq!(shown.body[field], card[field], "{field}");
+    }
+}
+
+/// The console invited a person to resolve an intent the sweeper was re-sending (intent 52,
+/// on automatic attempt 7): a not_executed resolution could land while a re-send committed at
+/// the provider. While the sweeper (or any caller) holds the lease, a resolution is a 409
+/// that names the holder and the lease's end, with `Retry-After`; nothing is written; once
+/// the lease is over, the same resolution goes through.
+#[tokio::test]
+async fn a_resolution_is_refused_while_the_sweeper_holds_the_lease_and_says_until_when() {
+    let (admin, _gate) = start_beside_a_gate().await;
+    let unknown = unknown_refund_of(
+        &admin,
+        r#"{"order_id": "8852", "amount": 49.00}"#,
+        "refund:8852:49.00",
+        None,
+    )
+    .await;
+    // The sweeper of a gateway process takes its lookup lease, as `Gate::sweep` does.
+    let lease_ms: i64 = 2_500;
+    let taken_ms = now_ms();
+    let mut request = BeginRequest {
+        tenant: unknown.tenant.clone(),
+        tool: unknown.tool.clone(),
+        key: unknown.key.clone(),
+        fingerprint: unknown.fingerprint.clone(),
+        arguments: unknown.arguments.clone(),
+        lease_owner: "4242-ab12/sweeper/7".into(),
+        lease_expires_ms: taken_ms + lease_ms,
+        now_ms: taken_ms,
+        count_call: false,
+        retry_rejected: false,
+        lookup_interval_ms: 0,
+        resend_unknown: false,
+        expect_new: false,
+    };
+    let begun = admin.ledger.begin(request.clone()).await.unwrap();
+    let Begin::Lookup(leased) = begun else {
+        panic!("expected the sweeper's lookup lease, got {begun:?}");
+    };
+
+    let shown = admin
+        .get(&format!("/v1/admin/intents/{}", unknown.id))
+        .await;
+    assert_eq!(shown.body["lease"]["holder"], "sweeper", "{}", shown.body);
+    assert_eq!(shown.body["lease"]["expires_ms"], taken_ms + lease_ms);
+    assert_eq!(shown.body["resolvable"]["now"], false);
+    assert!(
+        shown.body["resolvable"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the sweeper holds its lease")
+    );
+    let listed = admin.get("/v1/admin/unknown").await;
+    assert_eq!(listed.body["intents"][0]["lease"]["holder"], "sweeper");
+
+    let path = format!("/v1/admin/intents/{}/resolve", unknown.id);
+    let refused = admin
+        .post(
+            &path,
+            json!({"status": "not_executed", "reason": "not in the provider's dashboard"}),
+        )
+        .await;
+    let detail = refused.problem(409).to_owned();
+    assert_eq!(refused.body["type"], "urn:intentgate:problem:lease-held");
+    let until = jiff::Timestamp::from_millisecond(taken_ms + lease_ms)
+        .unwrap()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    assert!(
+        detail.contains(&format!("the sweeper holds its lease until {until}"))
+            && detail.contains("looking it up at the provider")
+            && detail.contains(&format!("Try again after {until}")),
+        "{detail}"
+    );
+    let retry_after: u64 = refused.retry_after.as_deref().unwrap().parse().unwrap();
+    assert!((1..=3).contains(&retry_after), "{retry_after}");
+    let stored = admin.ledger.get_by_id(unknown.id).await.unwrap().unwrap();
+    assert_eq!(stored, leased, "nothing was written");
+
+    // A re-send under the sweeper's lease (the intent in flight again) is refused alike.
+    tokio::time::sleep(Duration::from_millis(
+        (taken_ms + lease_ms - now_ms()).max(0) as u64 + 10,
+    ))
+    .await;
+    request.resend_unknown = true;
+    request.lease_owner = "4242-ab12/sweeper/8".into();
+    request.now_ms = now_ms();
+    request.lease_expires_ms = request.now_ms + lease_ms;
+    let resend_until_ms = request.lease_expires_ms;
+    let begun = admin.ledger.begin(request).await.unwrap();
+    let Begin::Execute(resending) = begun else {
+        panic!("expected the sweeper's re-send, got {begun:?}");
+    };
+    assert_eq!(resending.attempt, 2);
+    let listed = admin.get("/v1/admin/unknown").await;
+    assert_eq!(
+        listed.body["intents"][0]["intent"]["status"], "in_flight",
+        "a re-send in flight is still listed: {}",
+        listed.body
+    );
+    let refused = admin
+        .post(
+            &path,
+            json!({"status": "done", "external_id": "re_1", "reason": "seen"}),
+        )
+        .await;
+    let detail = refused.problem(409);
+    assert!(
+        detail.contains("re-sending it with its provider key"),
+        "{detail}"
+    );
+
+    // Once the lease is over, the same resolution goes through.
+    tokio::time::sleep(Duration::from_millis(
+        (resend_until_ms - now_ms()).max(0) as u64 + 10,
+    ))
+    .await;
+    let resolved = admin
+        .post(
+            &path,
+            json!({"status": "not_executed", "reason": "not in the provider's dashboard"}),
+        )
+        .await;
+    assert_eq!(resolved.status, 200, "{}", resolved.body);
+    assert_eq!(resolved.body["status"], "not_executed");
 }
 
 /// A reconciler that records what it was asked and answers a fixed report; when `hold` is

@@ -240,6 +240,19 @@ impl KeyTemplate {
         })
     }
 
+    /// The arguments (dotted paths) the template writes as exact decimals (`{amount:.2}`), in
+    /// order: a business intent's amounts, which operators look for first.
+    pub fn decimal_names(&self) -> impl Iterator<Item = String> + '_ {
+        self.parts.iter().filter_map(|part| match part {
+            Part::Field {
+                path,
+                places: Some(_),
+                ..
+            } => Some(path.join(".")),
+            _ => None,
+        })
+    }
+
     /// Marks the placeholders that render (part of) one of `sensitive`'s arguments, so that
     /// they render a keyed hash.
     pub fn mark_sensitive(&mut self, sensitive: &[ArgumentPath]) {
@@ -529,6 +542,18 @@ mod tests {
             })
             .collect();
         assert_eq!(keys, ["refund:8812:49.00"; 3]);
+    }
+
+    #[test]
+    fn the_decimal_placeholders_name_the_amounts() {
+        let template =
+            KeyTemplate::parse("pay:{order.id}:{amount:.2}:{fee.total:.0}:{intent_id}").unwrap();
+        assert_eq!(
+            template.decimal_names().collect::<Vec<_>>(),
+            ["amount", "fee.total"]
+        );
+        let plain = KeyTemplate::parse("email:{to}:{template_id}").unwrap();
+        assert_eq!(plain.decimal_names().count(), 0);
     }
 
     #[test]

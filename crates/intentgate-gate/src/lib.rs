@@ -55,8 +55,8 @@ pub use misconfigured::{
 };
 pub use outcome::CallOutcome;
 pub use resolve::{
-    RESEND_BACKOFF_INITIAL, RESEND_BACKOFF_MAX, RESENDS_PER_SECOND, Resolution,
-    SWEEP_LOOKUP_AGE_FRACTION, SWEEP_LOOKUP_INTERVAL_MAX,
+    LeaseHolder, RESEND_BACKOFF_INITIAL, RESEND_BACKOFF_MAX, RESENDS_PER_SECOND, Resends,
+    Resolution, SWEEP_LOOKUP_AGE_FRACTION, SWEEP_LOOKUP_INTERVAL_MAX, UnknownPlan,
 };
 pub use sweeper::{SWEEP_CONCURRENCY, SweepReport};
 pub use upstream::{

@@ -395,7 +395,175 @@ impl Gate {
     }
 }
 
+/// Who holds an intent's lease, read from its owner id (the forms [`Gate`] and the intent
+/// API write): what an operator is told when a resolution by hand must wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseHolder {
+    /// A gateway process's sweeper: looking the intent up, or re-sending it with its key.
+    Sweeper,
+    /// A call through a gateway: its attempt, or a repeat's lookup or re-send.
+    Call,
+    /// The caller's own code, through the intent API (an attempt, a lookup or a re-send).
+    Client,
+}
+
+impl LeaseHolder {
+    /// The holder named by the lease owner id `owner`.
+    pub fn of(owner: &str) -> LeaseHolder {
+        // The intent API's owners are `client:` (or `client:resend:`) and a token's hash
+        // (`client.rs`); a gateway's are `{instance}/{n}` or `{instance}/{role}/{n}`.
+        if owner.starts_with("client:") {
+            LeaseHolder::Client
+        } else if owner.split('/').nth(1) == Some(SWEEPER_ROLE) {
+            LeaseHolder::Sweeper
+        } else {
+            LeaseHolder::Call
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseHolder::Sweeper => "sweeper",
+            LeaseHolder::Call => "call",
+            LeaseHolder::Client => "client",
+        }
+    }
+
+    /// Who, in words: "the sweeper", "a call", "the caller's own code".
+    pub fn describe(self) -> &'static str {
+        match self {
+            LeaseHolder::Sweeper => "the sweeper",
+            LeaseHolder::Call => "a call",
+            LeaseHolder::Client => "the caller's own code (intent API)",
+        }
+    }
+}
+
+/// The role of the sweeper in its lease owner ids (`{instance}/sweeper/{n}`).
+pub(crate) const SWEEPER_ROLE: &str = "sweeper";
+
+/// What this gateway's sweeper will do with an `unknown` intent, for the people watching it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownPlan {
+    /// When the sweeper's next step is due (clock milliseconds): its next lookup, followed
+    /// by a re-send when [`Resends::Active`] and nothing is found. `None`: the sweeper takes
+    /// no step for this intent (a client-executed tool's, or a tool this gate does not have).
+    pub next_step_ms: Option<i64>,
+    pub resends: Resends,
+}
+
+/// Whether the sweeper re-sends an `unknown` intent with its provider key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resends {
+    /// Each step that finds nothing re-sends it, with backoff, until `until_ms` (the
+    /// provider's key window less one attempt).
+    Active { until_ms: i64 },
+    /// Lookups only, for the reason given: the intent waits for the provider's record,
+    /// reconciliation or a person.
+    LookupsOnly { why: String },
+    /// Re-sends stopped for good: the provider answers this key the same way every time.
+    Stopped { why: String },
+}
+
+impl Gate {
+    /// What the sweeper will do next with `record`, an `unknown` intent, as of now (see the
+    /// module documentation); `None` for an intent in another status.
+    pub fn unknown_plan(&self, record: &IntentRecord) -> Option<UnknownPlan> {
+        if record.status != IntentStatus::Unknown {
+            return None;
+        }
+        let now_ms = self.clock.now_ms();
+        let Some(tool) = self
+            .tools
+            .get(&record.tool)
+            .map(|tool| &tool.definition)
+            .filter(|tool| tool.effect == intentgate_core::Effect::SideEffect)
+        else {
+            return Some(UnknownPlan {
+                next_step_ms: None,
+                resends: Resends::LookupsOnly {
+                    why: "this gateway has no side-effecting tool of this name".to_owned(),
+                },
+            });
+        };
+        if tool.executor == intentgate_core::Executor::Client {
+            return Some(UnknownPlan {
+                next_step_ms: None,
+                resends: Resends::LookupsOnly {
+                    why: "the caller's own code executes this tool: its next grant looks the \
+intent up, the gateway's sweeper does not"
+                        .to_owned(),
+                },
+            });
+        }
+        let interval_ms = self.step_interval_ms(tool, record, now_ms, Driver::Sweeper);
+        let next_step_ms = Some(
+            record
+                .last_lookup_ms
+                .map_or(now_ms, |last| last.saturating_add(interval_ms)),
+        );
+        let resends = if let Some(stop) = record.resend_stopped {
+            Resends::Stopped {
+                why: stop.describe().to_owned(),
+            }
+        } else if self.options.resolution.resends_per_second == 0 {
+            Resends::LookupsOnly {
+                why: "re-sends are turned off on this gateway".to_owned(),
+            }
+        } else if let Some(window) = tool.resend_window {
+            let attempt_ms = millis(self.lease_duration(tool));
+            let until_ms = record
+                .first_seen_ms
+                .saturating_add(millis(window))
+                .saturating_sub(attempt_ms);
+            if !tool.sensitive.is_empty() {
+                Resends::LookupsOnly {
+                    why: "the ledger keeps this tool's sensitive arguments as hashes, so only \
+a repeat call (which carries them) may re-send it"
+                        .to_owned(),
+                }
+            } else if !self.resend_possible(tool, record, now_ms, Driver::Sweeper) {
+                Resends::LookupsOnly {
+                    why: "the provider's key window for this intent has closed: a re-send \
+could be a second effect"
+                        .to_owned(),
+                }
+            } else {
+                Resends::Active { until_ms }
+            }
+        } else {
+            Resends::LookupsOnly {
+                why: "the tool declares no key window (its upstream is not known to honour \
+idempotency keys), so it is never re-sent"
+                    .to_owned(),
+            }
+        };
+        Some(UnknownPlan {
+            next_step_ms,
+            resends,
+        })
+    }
+}
+
 /// A duration as the ledger's milliseconds.
 pub(crate) fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_owner_names_its_holder() {
+        assert_eq!(LeaseHolder::of("4242-ab12/sweeper/7"), LeaseHolder::Sweeper);
+        assert_eq!(LeaseHolder::of("4242-ab12/31"), LeaseHolder::Call);
+        assert_eq!(LeaseHolder::of("client:9f86d081"), LeaseHolder::Client);
+        assert_eq!(
+            LeaseHolder::of("client:resend:9f86d081"),
+            LeaseHolder::Client
+        );
+        // An instance named like the role is still a call's owner.
+        assert_eq!(LeaseHolder::of("sweeper/12"), LeaseHolder::Call);
+    }
 }

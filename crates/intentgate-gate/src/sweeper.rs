@@ -50,7 +50,7 @@ use intentgate_ledger::{Begin, BeginRequest, IntentRecord};
 use tracing::Instrument;
 
 use crate::gate::{Gate, GateError, Looked};
-use crate::resolve::{Driver, Resend, StepRequest, UNASKED_ATTEMPT, millis};
+use crate::resolve::{Driver, Resend, SWEEPER_ROLE, StepRequest, UNASKED_ATTEMPT, millis};
 use crate::trace;
 
 /// The event log's reason when the sweeper gives back the lookup lease of a client-executed
@@ -272,7 +272,7 @@ impl Gate {
             .as_ref()
             .expect("side-effecting tools have a key (checked at load)");
         let intent_id = recovered_intent_id(template, &record);
-        let owner = self.lease_owner("sweeper");
+        let owner = self.lease_owner(SWEEPER_ROLE);
         let begin = self.sweep_request(&record, &owner, now_ms, interval_ms, tool);
         let intent = match self.ledger_begin(begin.clone()).await? {
             Begin::Lookup(intent) => intent,
@@ -354,7 +354,7 @@ impl Gate {
             report.skipped_tool += 1;
             return Ok(());
         }
-        let owner = self.lease_owner("sweeper");
+        let owner = self.lease_owner(SWEEPER_ROLE);
         let begin = self.sweep_request(&record, &owner, now_ms, i64::MAX, tool);
         match self.ledger_begin(begin).await? {
             Begin::Lookup(intent) => {

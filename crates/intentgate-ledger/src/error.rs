@@ -36,6 +36,17 @@ pub enum LedgerError {
     /// A status change the state machine does not allow.
     #[error(transparent)]
     Transition(#[from] IllegalTransition),
+    /// A resolution asked for while a caller or a sweeper holds the intent's lease: it is
+    /// being executed, re-sent or looked up right now, and what that attempt learns must not
+    /// be overwritten. Nothing was written; the lease ends by `expires_ms` at the latest.
+    #[error(
+        "intent {id} is leased to {owner} until {expires_ms} (ms since the Unix epoch); nothing was changed"
+    )]
+    LeaseHeld {
+        id: IntentId,
+        owner: String,
+        expires_ms: i64,
+    },
 }
 
 #[cfg(feature = "sqlite")]

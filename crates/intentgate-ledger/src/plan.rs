@@ -730,7 +730,20 @@ pub fn check_resolve(resolve: &Resolve) -> Result<(), LedgerError> {
 /// refusal is dropped, and the provider key moves to a new epoch, as a `retry_rejected` tool's
 /// next attempt does, because the refused attempt is known to have done nothing and a provider
 /// that stored its refusal under the old key would replay it to the next call.
+///
+/// Never while a lease lives ([`LedgerError::LeaseHeld`]): a caller or a sweeper is running
+/// an attempt or a lookup of the intent, and a resolution that took its lease away would let
+/// a re-send land at the provider after a person declared the intent not executed. The
+/// check is here, inside the transaction, because a lease taken between an operator's read
+/// and this write is as live as one taken before it.
 pub fn resolve(intent: IntentRecord, resolve: &Resolve) -> Result<Plan<IntentRecord>, LedgerError> {
+    if intent.lease_live(resolve.now_ms) {
+        return Err(LedgerError::LeaseHeld {
+            id: intent.id,
+            owner: intent.lease_owner.clone().unwrap_or_default(),
+            expires_ms: intent.lease_expires_ms.unwrap_or(resolve.now_ms),
+        });
+    }
     let mut next = intent.clone();
     next.status = intent.status.transition(resolve.status)?;
     next.lease_owner = None;

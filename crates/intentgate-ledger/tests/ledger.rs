@@ -955,6 +955,74 @@ async fn an_operator_resolves_an_unknown_intent_and_illegal_resolutions_are_refu
     assert_eq!(missing, Err(LedgerError::NotFound(unknown.id + 1_000)));
 }
 
+/// A resolution never takes a live lease away: the sweeper's lookup (or a re-send) of an
+/// unknown intent, or a call in flight, is refused with who holds it and until when, and
+/// nothing is written. The admin API checked the lease on its own read only, so a lease
+/// taken between that read and the write was overwritten, and a re-send could land at the
+/// provider after a person had declared the intent not executed.
+async fn a_resolution_is_refused_while_a_lease_lives(ledger: &dyn Ledger) {
+    started(ledger, "order-1", "owner-a", T0).await;
+    let lookup_ms = T0 + LEASE_MS;
+    let lookup = ledger
+        .begin(request("order-1", "host-1/sweeper/7", lookup_ms))
+        .await
+        .unwrap();
+    let leased = expect!(Begin::Lookup, lookup);
+    let before = events(ledger, &leased).await;
+    let resolve = |status, external_id: Option<&str>, now_ms| Resolve {
+        id: leased.id,
+        status,
+        external_id: external_id.map(str::to_owned),
+        result: None,
+        actor: "operator:alice".into(),
+        reason: "not in the provider's dashboard".into(),
+        now_ms,
+    };
+    for (status, external_id) in [
+        (IntentStatus::NotExecuted, None),
+        (IntentStatus::Done, Some("re_1")),
+    ] {
+        let refused = ledger
+            .resolve(resolve(status, external_id, lookup_ms + 1))
+            .await;
+        assert_eq!(
+            refused,
+            Err(LedgerError::LeaseHeld {
+                id: leased.id,
+                owner: "host-1/sweeper/7".into(),
+                expires_ms: lookup_ms + LEASE_MS,
+            })
+        );
+    }
+    assert_eq!(read(ledger, &leased).await, leased);
+    assert_eq!(events(ledger, &leased).await, before);
+
+    // Once the lease is over, the same resolution goes through.
+    let resolved = ledger
+        .resolve(resolve(
+            IntentStatus::NotExecuted,
+            None,
+            lookup_ms + LEASE_MS,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(resolved.status, IntentStatus::NotExecuted);
+
+    // A call in flight holds its lease too.
+    let running = started(ledger, "order-2", "owner-b", T0).await;
+    let refused = ledger
+        .resolve(Resolve {
+            id: running.id,
+            ..resolve(IntentStatus::Done, Some("re_2"), T0 + 1)
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(LedgerError::LeaseHeld { ref owner, .. }) if owner == "owner-b"),
+        "{refused:?}"
+    );
+    assert_eq!(read(ledger, &running).await, running);
+}
+
 async fn values_over_their_limit_are_refused_and_nothing_is_written(ledger: &dyn Ledger) {
     let long_key = "k".repeat(INTENT_KEY_LENGTH_MAX + 1);
     let refused = ledger.begin(request(&long_key, "owner-a", T0)).await;
@@ -3377,6 +3445,7 @@ macro_rules! behaviours {
             a_rejected_intent_is_settled_unless_the_tool_retries_rejections,
             every_call_and_transition_is_logged_oldest_first,
             an_operator_resolves_an_unknown_intent_and_illegal_resolutions_are_refused,
+            a_resolution_is_refused_while_a_lease_lives,
             values_over_their_limit_are_refused_and_nothing_is_written,
             a_tool_flag_is_stored_once_per_tool_and_updated_in_place,
             purge_deletes_old_settled_intents_and_keeps_unresolved_ones,

@@ -606,7 +606,9 @@ async fn resolve_found(
         .await;
     match resolved {
         Ok(_) => Ok(true),
-        Err(LedgerError::Transition(_)) => Ok(false),
+        // Settled meanwhile, or a caller or the sweeper holds the lease right now: what it
+        // learns settles the intent, or the next run finds the record again.
+        Err(LedgerError::Transition(_) | LedgerError::LeaseHeld { .. }) => Ok(false),
         Err(error) => Err(error.into()),
     }
 }

@@ -174,7 +174,8 @@ impl Gateway {
             },
             Some(Arc::new(AdminReconciler(reconciler))),
             Some(Arc::new(NoticeLog(notifier.clone()))),
-        );
+        )
+        .with_gate(self.gate.clone());
         // The console at /console: its pages, and the admin API with its session cookie
         // accepted (with the CSRF checks of a browser's changes).
         let console = intentgate_console::Console::new(admin);

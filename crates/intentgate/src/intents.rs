@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, anyhow, bail};
 use intentgate_admin::{
-    ManualReopen, ManualResolution, check_erase, check_reopenable, check_resolvable, erase_all,
+    ManualReopen, ManualResolution, Unresolvable, check_erase, check_reopenable, check_resolvable,
+    erase_all,
 };
 use intentgate_core::IntentStatus;
 use intentgate_core::text::printable;
@@ -178,6 +179,12 @@ async fn resolve(arguments: IntentsResolveArgs) -> anyhow::Result<()> {
 (`intentgate intents show {id}` shows what happened)",
             illegal.from
         ),
+        // A gateway took the lease after the check above read the intent.
+        Err(error @ LedgerError::LeaseHeld { .. }) => {
+            let refused = Unresolvable::from_ledger(&error, before.status, now_ms)
+                .expect("a lease refusal reads as one");
+            bail!("{}; nothing was changed", refused.message(id))
+        }
         Err(error) => return Err(error).context("resolving the intent"),
     };
     let mut out = String::new();
