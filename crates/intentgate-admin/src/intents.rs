@@ -390,8 +390,8 @@ const LAST_ERROR_LENGTH_MAX: usize = 512;
         (status = 200, description = "`{\"intents\": [unknown...], \"more\": bool}`, oldest first \
          seen first, at most 200 of each status (`more` says some were left out). Each entry is \
          the intent's `GET /v1/admin/intents/{id}` answer without its event log: `intent`, \
-         `provider_key`, `amount` (the arguments its key writes as decimals, sensitive ones as \
-         their keyed hashes; null when there are none), `unknown_since_ms`, `last_error`, \
+         `provider_key`, `amount` (the arguments its key writes as decimals, numbers as their exact \
+         text such as `\"49.00\"`, sensitive ones as their keyed hashes; null when there are none), `unknown_since_ms`, `last_error`, \
          `lease` (`{holder: sweeper|call|client, owner, expires_ms}` while one lives, else null), \
          `sweeper` (`{next_step_ms, resends: active|lookups_only|stopped, resend_until_ms, \
          why}`, null when this gateway does not run the intent's tool) and `resolvable` \
@@ -499,16 +499,16 @@ fn unsettled_facts(
 }
 
 /// The arguments the tool's key writes as exact decimals (its amounts), with a `currency`
-/// argument beside them when there is one, as the ledger keeps them (a sensitive one as its
-/// keyed hash); `None` when the tool's key has no decimal or this gateway lacks the tool.
-fn amount(state: &AdminState, intent: &IntentRecord) -> Option<Value> {
+/// argument beside them when there is one, as the ledger keeps them (a number as its exact
+/// text, a sensitive one as its keyed hash); `None` when the tool's key has no decimal or this gateway lacks the tool.
+pub(crate) fn amount(state: &AdminState, intent: &IntentRecord) -> Option<Value> {
     let gate = state.gate.as_ref()?;
     let template = gate.tool(&intent.tool)?.key.as_ref()?;
     let mut fields = serde_json::Map::new();
     for name in template.decimal_names() {
         let pointer = format!("/{}", name.replace('.', "/"));
         if let Some(value) = intent.arguments.pointer(&pointer) {
-            fields.insert(name, value.clone());
+            fields.insert(name, exact_text(value));
         }
     }
     if fields.is_empty() {
@@ -518,6 +518,15 @@ fn amount(state: &AdminState, intent: &IntentRecord) -> Option<Value> {
         fields.insert("currency".to_owned(), currency.clone());
     }
     Some(Value::Object(fields))
+}
+
+/// A number as its exact text (`49.00`, never `49`: most JSON readers, a browser's included,
+/// read a number through a float and lose how it was written); any other value as it is.
+fn exact_text(value: &Value) -> Value {
+    match value {
+        Value::Number(number) => Value::String(number.as_str().to_owned()),
+        other => other.clone(),
+    }
 }
 
 /// When the intent's current stretch of not knowing began: the first move into `unknown`

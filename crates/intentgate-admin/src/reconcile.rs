@@ -182,7 +182,8 @@ pub(crate) async fn list(
     params(("id" = String, Path, description = "The run's id."), LimitQuery),
     responses(
         (status = 200, description = "`{\"reconciliation\": run, \"mismatches\": [mismatch...], \
-         \"mismatches_not_shown\": number}`.", body = Object),
+         \"mismatches_not_shown\": number}`; a mismatch that names an intent carries its `amount` \
+         (the arguments its tool's key writes as decimals; for the first 500 such, else null).", body = Object),
         (status = 400, description = "An id that is not a number, an unknown query parameter or a `limit` out of range.",
          body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such run.",
@@ -214,12 +215,36 @@ pub(crate) async fn show(
         .map_err(body::ledger_problem)?;
     // Beyond the limit, or never stored (the ledger keeps the first ones of a run).
     let not_shown = run.mismatches.saturating_sub(mismatches.len() as u64);
+    let mut amounts_read = 0;
+    let mut shown = Vec::with_capacity(mismatches.len());
+    for mismatch in mismatches {
+        // The amount of the intent a mismatch names, for the first ones that name one.
+        let amount = match mismatch.intent_id {
+            Some(intent_id) if amounts_read < MISMATCH_AMOUNTS_MAX => {
+                amounts_read += 1;
+                state
+                    .ledger
+                    .get_by_id(intent_id)
+                    .await
+                    .map_err(body::ledger_problem)?
+                    .and_then(|intent| crate::intents::amount(&state, &intent))
+            }
+            _ => None,
+        };
+        let mut mismatch = json!(mismatch);
+        mismatch["amount"] = amount.unwrap_or(Value::Null);
+        shown.push(mismatch);
+    }
     Ok(Json(json!({
         "reconciliation": run,
-        "mismatches": mismatches,
+        "mismatches": shown,
         "mismatches_not_shown": not_shown,
     })))
 }
+
+/// Most intents one run's answer reads to show the amounts of its mismatches: one read each,
+/// and the mismatches a person reads first are the first ones (the rest show none).
+pub const MISMATCH_AMOUNTS_MAX: usize = 500;
 
 /// The 404 of a reconciliation run that does not exist.
 pub(crate) fn unknown_run(id: i64) -> Problem {

@@ -1081,8 +1081,9 @@ async fn an_unknown_intent_is_listed_with_its_amount_provider_key_age_last_error
         card["provider_key"],
         intentgate_core::key::provider_key("acme", "refund_order", "refund:8812:49.00", 1)
     );
-    // The amount as the caller wrote it (exact text), found through the key's `{amount:.2}`.
-    assert_eq!(card["amount"].to_string(), r#"{"amount":49.00}"#);
+    // The amount as the caller wrote it (its exact text), found through the key's
+    // `{amount:.2}`.
+    assert_eq!(card["amount"], json!({"amount": "49.00"}));
     let since_ms = card["unknown_since_ms"].as_i64().unwrap();
     assert!(
         (before_ms..=now_ms()).contains(&since_ms),
@@ -1120,7 +1121,7 @@ async fn an_unknown_intent_is_listed_with_its_amount_provider_key_age_last_error
         "{}",
         stopped_card["sweeper"]
     );
-    assert_eq!(stopped_card["amount"].to_string(), r#"{"amount":12.5}"#);
+    assert_eq!(stopped_card["amount"], json!({"amount": "12.5"}));
 
     // One intent's page says the same, beside its event log.
     let shown = admin

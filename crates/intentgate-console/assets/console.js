@@ -69,6 +69,25 @@ function ago(ms) {
   return Math.round(seconds / 86400) + " d ago";
 }
 
+/** A span of time in words, short: "40 s", "12 min", "3 h 5 min", "2 d 4 h". */
+function span(ms) {
+  const seconds = Math.max(0, Math.round(ms / 1000));
+  if (seconds < 60) return seconds + " s";
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) return minutes + " min";
+  const hours = Math.floor(minutes / 60);
+  if (hours < 24) return hours + " h" + (minutes % 60 ? " " + (minutes % 60) + " min" : "");
+  const days = Math.floor(hours / 24);
+  return days + " d" + (hours % 24 ? " " + (hours % 24) + " h" : "");
+}
+
+/** When `ms` falls, from now: "in 40 s", "due now", "12 min ago". */
+function fromNow(ms) {
+  const delta = ms - Date.now();
+  if (Math.abs(delta) < 1000) return "due now";
+  return delta > 0 ? "in " + span(delta) : span(-delta) + " ago";
+}
+
 function badge(text, kind) {
   return el("span", { class: "badge " + (kind || "") }, text);
 }
@@ -178,7 +197,13 @@ function fieldsTable(object, empty) {
 // ---------------------------------------------------------------------------------------
 
 let formCount = 0;
-function resolveForm(intent, onDone) {
+/**
+ * The resolve form of an unsettled intent. `resolvable` is the admin API's verdict
+ * (`{now, reason, retry_after_ms}`): while a call or the sweeper holds the intent's lease the
+ * form says why and its button stays disabled until the lease is over, so nobody races the
+ * step that is running.
+ */
+function resolveForm(intent, onDone, resolvable) {
   const n = ++formCount;
   const external = el("input", { id: "external-" + n, type: "text", autocomplete: "off", spellcheck: "false", maxlength: 256 });
   const reason = el("textarea", { id: "reason-" + n, rows: 2, maxlength: 4096, required: true });
@@ -197,9 +222,21 @@ function resolveForm(intent, onDone) {
       el("div", { class: "field" }, el("label", { for: reason.id }, "Reason (required)"), reason)),
     message,
     el("div", { class: "actions" }, button));
+  if (resolvable && !resolvable.now) {
+    const wait = resolvable.retry_after_ms;
+    const refusal = el("p", { class: "refusal", role: "status", "data-slot": "resolve-refused" },
+      el("strong", {}, "Not now. "), resolvable.reason.replace(/\.?$/, "."),
+      wait ? " This form opens again " + fromNow(Date.now() + wait) + "." : "");
+    form.prepend(refusal);
+    button.disabled = true;
+    button.setAttribute("aria-describedby", "refusal-" + n);
+    refusal.id = "refusal-" + n;
+    if (wait) setTimeout(() => onDone(null), wait + 500);
+  }
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     message.textContent = "";
+    if (button.disabled) return;
     const status = done.checked ? "done" : notExecuted.checked ? "not_executed" : null;
     if (!status) { message.textContent = "Choose done or not executed."; done.focus(); return; }
     if (status === "done" && !external.value.trim()) { message.textContent = "Give the provider's id of the effect, as the provider's dashboard shows it."; external.focus(); return; }
@@ -463,11 +500,19 @@ async function intent(id) {
   // The trace of the call, once tracing exists: shown only when the gateway records one.
   if (data.trace_id) facts.push(["Trace", el("code", { "data-slot": "trace-id" }, data.trace_id)]);
   const factList = el("dl", { class: "facts" }, facts.map(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
-  const events = data.events.map((event) => el("tr", {},
-    td(when(event.at_ms), "time"), td(event.kind),
-    td(event.from_status || event.to_status ? [event.from_status ? statusBadge(event.from_status) : "", event.to_status ? [" → ", statusBadge(event.to_status)] : ""] : "—"),
-    td(event.attempt === null ? "—" : String(event.attempt), "num"), td(event.actor || "—"), td(event.detail || "—", "wrap")));
-  const resolvable = record.status === "unknown";
+  const groups = collapseEvents(data.events);
+  const events = groups.map((group) => {
+    const event = group.event;
+    const repeated = group.count > 1;
+    return el("tr", repeated ? { class: "repeated", "data-repeats": group.count } : {},
+      td(repeated ? [when(group.last_ms), el("div", { class: "note" }, "first ", when(group.first_ms))] : when(event.at_ms), "time"),
+      td([event.kind, repeated ? [" ", badge("× " + group.count, "info")] : ""], "nowrap"),
+      td(event.from_status || event.to_status ? [event.from_status ? statusBadge(event.from_status) : "", event.to_status ? [" → ", statusBadge(event.to_status)] : ""] : "—"),
+      td(event.attempt === null ? "—" : String(group.attempts), "num"), td(event.actor || "—"), td(event.detail || "—", "wrap"));
+  });
+  // An in-flight intent past its first attempt is a re-send of an unknown one; one whose
+  // lease ran out is unknown in effect. A first attempt still running is an ordinary call.
+  const resolvable = record.status === "unknown" || (record.status === "in_flight" && (record.attempt > 1 || !data.lease));
   const reopenable = record.status === "rejected";
   setMain(
     pageHead(el("span", {}, "Intent #" + record.id + " ", statusBadge(record.status)), record.tool + " · " + record.key,
@@ -477,32 +522,123 @@ async function intent(id) {
       panel("Arguments", fieldsTable(record.arguments, "No arguments."),
         record.result ? [el("h3", {}, "Stored result"), fieldsTable(record.result, "—")] : null)),
     resolvable ? panel("Resolve this unknown intent",
+      unknownFacts(data),
       el("p", { class: "muted" }, "Check the provider's records first: done needs the provider's id of the effect; not executed means it certainly never happened. The resolution is recorded under your name."),
-      resolveForm(record, () => intent(id))) : null,
+      resolveForm(record, () => intent(id), data.resolvable)) : null,
     reopenable ? panel("Reopen this rejected intent",
       el("p", { class: "muted" }, "Only if the refusal was the gateway's own error (a wrong API key, a wrong route) and the config is fixed: the intent becomes not executed, with a new provider key, and the next call of the tool executes it. The reopening is recorded under your name."),
       reopenForm(record, () => intent(id))) : null,
-    panel(el("span", {}, "Event log ", el("span", { class: "sub" }, data.events.length + " events" + (data.events_omitted ? ", " + data.events_omitted + " older ones not shown" : ""))),
+    el("section", { class: "panel", "aria-label": "Event log", id: "event-log" },
+      el("h2", {}, el("span", {}, "Event log ", el("span", { class: "sub" }, "newest first; " + data.events.length + " events" +
+        (groups.length < data.events.length ? " in " + groups.length + " rows (repeats in a row counted once)" : "") +
+        (data.events_omitted ? ", " + data.events_omitted + " older ones not shown" : "")))),
       table(["Time", "Event", "Status", ["Attempt", "num"], "By", "Detail"], events, "No events.")));
+}
+
+/**
+ * The event log newest first, with a run of events that say the same (same kind, statuses,
+ * actor and detail, such as 27 repeat calls) as one row: its count, first and last time, and
+ * the attempts it spans. `events` comes oldest first, as the admin API lists it.
+ */
+function collapseEvents(events) {
+  const groups = [];
+  const same = (a, b) => a.kind === b.kind && a.from_status === b.from_status && a.to_status === b.to_status &&
+    a.actor === b.actor && sameDetail(a.detail, b.detail);
+  for (let index = events.length - 1; index >= 0; index -= 1) {
+    const event = events[index];
+    const last = groups[groups.length - 1];
+    if (last && same(last.event, event)) {
+      last.count += 1;
+      last.first_ms = event.at_ms;
+      last.first_attempt = event.attempt;
+    } else {
+      groups.push({ event, count: 1, first_ms: event.at_ms, last_ms: event.at_ms, first_attempt: event.attempt, last_attempt: event.attempt });
+    }
+  }
+  for (const group of groups) {
+    group.attempts = group.first_attempt === group.last_attempt || group.first_attempt === null
+      ? String(group.last_attempt) : group.first_attempt + "–" + group.last_attempt;
+  }
+  return groups;
+}
+
+/** Two details that differ only in their numbers ("repeat call 7", "repeat call 8") say the same. */
+function sameDetail(a, b) {
+  if (a === b) return true;
+  if (!a || !b) return false;
+  return a.replace(/\d+/g, "#") === b.replace(/\d+/g, "#");
+}
+
+/** The sweeper's state of an unsettled intent, in words, from the admin API's `sweeper` and `lease`. */
+function sweeperState(data) {
+  const record = data.intent;
+  const lease = data.lease;
+  if (lease && lease.holder === "sweeper") {
+    const doing = record.status === "in_flight" ? "re-sending it (automatic attempt " + record.attempt + ")" : "looking it up at the provider";
+    return [badge("sweeper holds the lease", "warn"), " ", "It is " + doing + " right now, until ", when(lease.expires_ms), "."];
+  }
+  if (lease) {
+    return [badge(lease.holder === "client" ? "caller's code holds the lease" : "a call holds the lease", "warn"), " Until ", when(lease.expires_ms), "."];
+  }
+  const sweeper = data.sweeper;
+  if (!sweeper) {
+    return record.status === "in_flight"
+      ? [badge("lease expired", "warn"), " The attempt's lease ran out; the next step looks it up."]
+      : [el("span", { class: "muted" }, "This gateway's sweeper does not run this tool.")];
+  }
+  // A step past its time waits for the next sweep (every few seconds): due now.
+  const next = sweeper.next_step_ms === null ? "" : "next step " + (sweeper.next_step_ms <= Date.now() ? "due now" : fromNow(sweeper.next_step_ms));
+  if (sweeper.resends === "active") {
+    const sent = record.attempt > 1 ? "Automatic attempt " + record.attempt + " so far" : "Attempt 1 (the call's own) so far, not re-sent yet";
+    return [badge("sweeper is re-sending", "warn"), " ", sent + "; " + next + ": a lookup, then a re-send with the same provider key if the provider has nothing, until ", when(sweeper.resend_until_ms),
+      ". It settles the intent itself once the provider answers."];
+  }
+  if (sweeper.resends === "stopped") {
+    return [badge("sweeper stopped re-sending", "info"), " ", sweeper.why + ". It only looks it up" + (next ? ", " + next : "") + "."];
+  }
+  return [badge("sweeper looks it up only", "info"), " ", sweeper.why + (next ? "; " + next : "") + "."];
+}
+
+/** What a person needs to resolve an unsettled intent: amount, provider key, age, last error, sweeper. */
+function unknownFacts(data) {
+  const record = data.intent;
+  const amount = data.amount && Object.keys(data.amount).length
+    ? Object.entries(data.amount).map(([name, value], index) => [index ? ", " : "", Object.keys(data.amount).length > 1 ? name + " " : "", showValue(value)])
+    : el("span", { class: "muted" }, "no amount in this tool's key (see the arguments)");
+  const since = data.unknown_since_ms || record.first_seen_ms;
+  const facts = [
+    ["Amount", el("span", { "data-slot": "amount" }, amount)],
+    ["Provider key", el("code", { "data-slot": "provider-key", class: "select-all" }, data.provider_key)],
+    ["Unknown for", el("span", { "data-slot": "age" }, span(Date.now() - since), " (since ", when(since), "; first call ", when(record.first_seen_ms), ")")],
+    ["Last error", el("span", { "data-slot": "last-error" }, data.last_error || "—")],
+    ["Sweeper", el("span", { "data-slot": "sweeper" }, sweeperState(data))],
+  ];
+  return el("dl", { class: "facts unknown-facts" }, facts.map(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
 }
 
 async function unknownIntents() {
   const list = el("div", {}, el("p", { class: "muted" }, "Loading…"));
-  setMain(pageHead("Unknown intents", "Calls whose outcome the gateway could not learn: the provider may or may not have the effect. Look each up at the provider, then resolve it."), list);
+  setMain(pageHead("Unknown intents", "Calls whose outcome the gateway could not learn: the provider may or may not have the effect. Search the provider's dashboard for the provider key, then resolve it; while the sweeper is working on one, wait for it."), list);
   const load = async () => {
     try {
-      const page = await api("/intents?status=unknown&limit=100");
+      const page = await api("/unknown");
       if (!page.intents.length) {
         fill(list, el("div", { class: "callout calm" }, el("strong", {}, "Nothing to resolve"), "No intent is unknown."));
         return;
       }
-      fill(list, ...page.intents.map((record) => el("section", { class: "panel", "aria-label": "Intent " + record.id },
-        el("h2", {}, el("span", {}, intentLink(record.id), " ", record.tool), el("span", { class: "sub" }, "last call ", when(record.last_seen_ms))),
-        el("dl", { class: "facts" },
-          el("dt", {}, "Key"), el("dd", {}, el("code", {}, record.key)),
-          el("dt", {}, "Tenant"), el("dd", {}, record.tenant),
-          el("dt", {}, "Calls"), el("dd", {}, String(record.call_count))),
-        resolveForm(record, load))));
+      fill(list, ...page.intents.map((data) => {
+        const record = data.intent;
+        return el("section", { class: "panel unknown-card", "aria-label": "Intent " + record.id, "data-intent": record.id },
+          el("h2", {}, el("span", {}, intentLink(record.id), " ", record.tool, " ", statusBadge(record.status)),
+            el("span", { class: "sub" }, "last call ", when(record.last_seen_ms))),
+          unknownFacts(data),
+          el("details", { class: "more" }, el("summary", {}, "Key, tenant, calls"),
+            el("dl", { class: "facts" },
+              el("dt", {}, "Key"), el("dd", {}, el("code", {}, record.key)),
+              el("dt", {}, "Tenant"), el("dd", {}, record.tenant),
+              el("dt", {}, "Calls"), el("dd", {}, String(record.call_count)))),
+          resolveForm(record, load, data.resolvable));
+      }), page.more ? el("p", { class: "muted" }, "More intents are unknown than this page shows; the oldest are first.") : null);
     } catch (error) {
       fill(list, failure(error));
     }
@@ -573,19 +709,57 @@ async function reconciliation() {
       button.textContent = "Run reconciliation";
     }
   });
+  const affectedPanel = el("div", {}, el("p", { class: "muted" }, "Loading…"));
+  const affectedSection = el("section", { class: "panel", "aria-label": "Affected in the latest run", id: "affected-latest" },
+    el("h2", {}, "Who was affected in the latest run with mismatches"), affectedPanel);
   setMain(pageHead("Reconciliation", "Compares the ledger with the provider's records: who was charged or refunded without an intent, or more than once."),
-    panel("Run now", form, message), el("section", { class: "panel", "aria-label": "Runs" }, el("h2", {}, "Runs"), runs));
+    panel("Run now", form, message), affectedSection, el("section", { class: "panel", "aria-label": "Runs" }, el("h2", {}, "Runs"), runs));
   try {
     const list = (await api("/reconciliations?limit=50")).reconciliations;
-    fill(runs, table(["Run", "Finished", "Window", "By", ["Intents", "num"], ["Records", "num"], ["Mismatches", "num"], ["Critical", "num"]],
-      list.map((run) => el("tr", {},
-        td(el("a", { href: "/console/reconciliation/" + run.id }, "Run #" + run.id)), td(when(run.finished_ms), "time"),
-        td([TIME.format(new Date(run.since_ms)), " – ", CLOCK.format(new Date(run.until_ms))]), td(run.actor),
-        td(String(run.intents_checked), "num"), td(String(run.records_checked), "num"), td(String(run.mismatches), "num"),
-        td(run.critical ? badge(String(run.critical), "critical") : "0", "num"))), "No run yet."));
+    // Who each of the newest runs with mismatches affected, read from their stored mismatches.
+    const named = list.filter((run) => run.mismatches > 0).slice(0, AFFECTED_RUNS_SHOWN);
+    const details = new Map(await Promise.all(named.map(async (run) =>
+      [run.id, await api("/reconciliations/" + run.id + "?limit=1000").catch(() => null)])));
+    const latest = named.length ? details.get(named[0].id) : null;
+    fill(runs, table(["Run", "Affected", ["Mismatches", "num"], ["Critical", "num"], "Finished", "Window", "By", ["Intents", "num"], ["Records", "num"]],
+      list.map((run) => {
+        const detail = details.get(run.id);
+        const affected = detail ? subjects(detail.mismatches) : [];
+        const shown = affected.slice(0, 5).map((entry, index) => [index ? ", " : "", el("strong", { "data-subject": entry.subject }, entry.subject)]);
+        return el("tr", { "data-run": run.id },
+          td(el("a", { href: "/console/reconciliation/" + run.id }, "Run #" + run.id), "nowrap"),
+          td(run.mismatches === 0 ? el("span", { class: "muted" }, "no one")
+            : detail ? [shown, affected.length > 5 ? " and " + (affected.length - 5) + " more" : "", affected.length ? "" : el("span", { class: "muted" }, "no subject named")]
+            : el("a", { href: "/console/reconciliation/" + run.id }, "see the run"), "wrap affected"),
+          td(String(run.mismatches), "num"), td(run.critical ? badge(String(run.critical), "critical") : "0", "num"),
+          td(when(run.finished_ms), "time"),
+          td([TIME.format(new Date(run.since_ms)), " – ", CLOCK.format(new Date(run.until_ms))]), td(run.actor),
+          td(String(run.intents_checked), "num"), td(String(run.records_checked), "num"));
+      }), "No run yet."));
+    if (latest) fill(affectedPanel, affectedTable(latest));
+    else affectedSection.remove();
   } catch (error) {
+    affectedSection.remove();
     fill(runs, failure(error));
   }
+}
+
+/** Runs whose affected subjects the runs page names (each is one more request). */
+const AFFECTED_RUNS_SHOWN = 10;
+
+/** One row per mismatch that names someone: subject, intent, kind, amount, tool. */
+function affectedTable(data) {
+  const run = data.reconciliation;
+  const rows = data.mismatches
+    .filter((mismatch) => mismatch.subject || mismatch.intent_id)
+    .sort((a, b) => SEVERITY_ORDER[a.severity] - SEVERITY_ORDER[b.severity] || (a.subject || "").localeCompare(b.subject || ""))
+    .map((mismatch) => el("tr", { "data-subject": mismatch.subject || "" },
+      td(el("strong", {}, mismatch.subject || "—")), td(mismatch.intent_id ? intentLink(mismatch.intent_id) : "—"),
+      td([badge(mismatch.severity, mismatch.severity), " ", mismatch.kind.replace(/_/g, " ")], "nowrap"),
+      td(mismatch.amount ? Object.values(mismatch.amount).map((value, index) => [index ? " " : "", showValue(value)]) : "—", "num"),
+      td(mismatch.tool), td(mismatch.external_ids.join(" ") || "—", "wrap")));
+  return [el("p", { class: "muted" }, "From ", el("a", { href: "/console/reconciliation/" + run.id }, "run #" + run.id), ", finished ", when(run.finished_ms), "."),
+    table(["Subject", "Intent", "Mismatch", ["Amount", "num"], "Tool", "Provider ids"], rows, "No mismatch of this run names a subject.")];
 }
 
 const SEVERITY_ORDER = { critical: 0, warning: 1, info: 2 };
@@ -651,7 +825,9 @@ async function reconciliationRun(id) {
     el("dt", {}, "Mismatches"), el("dd", {}, run.mismatches + " (" + run.critical + " critical)" + (data.mismatches_not_shown ? "; " + data.mismatches_not_shown + " not shown" : "")));
   const mismatchRows = data.mismatches.map((mismatch) => el("tr", {},
     td(badge(mismatch.severity, mismatch.severity)), td(mismatch.kind), td(mismatch.subject || "—"), td(mismatch.tool),
-    td(mismatch.intent_id ? intentLink(mismatch.intent_id) : "—"), td(mismatch.external_ids.join(" ") || "—", "wrap"), td(mismatch.detail, "wrap")));
+    td(mismatch.intent_id ? intentLink(mismatch.intent_id) : "—"),
+    td(mismatch.amount ? Object.values(mismatch.amount).map((value, index) => [index ? " " : "", showValue(value)]) : "—", "num"),
+    td(mismatch.external_ids.join(" ") || "—", "wrap"), td(mismatch.detail, "wrap")));
   setMain(
     pageHead("Reconciliation run #" + run.id, null, el("a", { href: "/console/reconciliation" }, "← All runs")),
     twice.length
@@ -665,7 +841,7 @@ async function reconciliationRun(id) {
         table(["Severity", "Kind", "Tools", ["Count", "num"], "Export"], groupRows, "No mismatches."))),
     panel(el("span", {}, "Affected subjects ", el("span", { class: "sub" }, "customers and orders, most provider records first"), " ", csvLink(run.id, "subjects", "Download affected subjects (CSV)")),
       table(["Subject", ["Records", "num"], "Severity", "Kinds", "Tools", "Intents", "Provider ids"], subjectRows, "No subject is named by a mismatch.")),
-    panel("Mismatches", table(["Severity", "Kind", "Subject", "Tool", "Intent", "Provider ids", "Detail"], mismatchRows, "No mismatches.")));
+    panel("Mismatches", table(["Severity", "Kind", "Subject", "Tool", "Intent", ["Amount", "num"], "Provider ids", "Detail"], mismatchRows, "No mismatches.")));
 }
 
 // ---------------------------------------------------------------------------------------

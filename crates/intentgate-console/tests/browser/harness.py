@@ -250,6 +250,75 @@ def fits_a_phone(driver: WebDriver) -> bool:
     return bool(fits)
 
 
+#: The narrowest phone the console is made for: an iPhone SE's or mini's CSS pixels.
+NARROW = (375, 812)
+
+
+def emulate_phone(driver: WebDriver, size: tuple[int, int] = NARROW) -> None:
+    """Makes the page's viewport exactly `size`, as a phone's (a desktop window may not
+    shrink that far), until `stop_emulating`."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": True})
+
+
+def phone_screenshot(driver: WebDriver, name: str, size: tuple[int, int] = NARROW) -> pathlib.Path:
+    """The whole page at a phone's width, as `target/console-screenshots/NAME.png`."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script("return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)")
+    emulate_phone(driver, (size[0], max(size[1], min(int(height), 6000))))
+    driver.execute_script("window.scrollTo(0, 0)")
+    path = SCREENSHOTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    emulate_phone(driver, size)
+    return path
+
+
+def stop_emulating(driver: WebDriver) -> None:
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def overflow(driver: WebDriver) -> dict[str, Any]:
+    """How the page fits its viewport: the page's scroll width and client width, and the
+    elements (tag, class, text) that reach past its right edge, outside any panel that scrolls
+    on its own. Empty `past` and `scroll <= client` mean nothing is cut off."""
+    return driver.execute_script(
+        """
+        const root = document.documentElement;
+        const width = root.clientWidth;
+        const past = [];
+        for (const node of document.querySelectorAll("body *")) {
+          // Wide tables scroll inside their panel; the skip link waits off-screen for focus.
+          if (node.closest(".table-wrap, dialog:not([open])") || (node.matches(".skip") && node !== document.activeElement)) continue;
+          const box = node.getBoundingClientRect();
+          if (box.width === 0 || box.height === 0) continue;
+          if (box.right > width + 1 || box.left < -1) {
+            past.push(node.tagName.toLowerCase() + "." + node.className + " " + (node.textContent || "").trim().slice(0, 40));
+          }
+        }
+        return { scroll: root.scrollWidth, client: width, past: past.slice(0, 10) };
+        """
+    )
+
+
+def nav_usable(driver: WebDriver) -> list[str]:
+    """The navigation's links that a person could not see and tap: each must be displayed,
+    inside the viewport, and the topmost element at its centre."""
+    problems = driver.execute_script(
+        """
+        const width = document.documentElement.clientWidth;
+        const problems = [];
+        for (const link of document.querySelectorAll("header.top nav a")) {
+          const box = link.getBoundingClientRect();
+          const x = box.left + box.width / 2, y = box.top + box.height / 2;
+          if (box.width === 0 || box.height === 0) problems.push(link.textContent + ": not displayed");
+          else if (box.left < 0 || box.right > width + 1) problems.push(link.textContent + ": outside the viewport (" + box.left + ".." + box.right + " of " + width + ")");
+          else if (!link.contains(document.elementFromPoint(x, y))) problems.push(link.textContent + ": covered");
+        }
+        return problems;
+        """
+    )
+    return list(problems)
+
+
 def sign_in(driver: WebDriver, gateway: Gateway, path: str = "/console/") -> None:
     driver.get(gateway.url + path)
     find(driver, "#credential").send_keys(gateway.token)

@@ -81,8 +81,12 @@ def test_the_operator_walks_through_an_incident(driver, gateway: Gateway, mock: 
     find(driver, "dl.facts")
     page = driver.find_element(By.ID, "main").text
     assert "refund:8805:49.00" in page and "re_" in page and "refund_order:refund:8805:49.00" in page
-    events = driver.find_elements(By.XPATH, "//section[contains(., 'Event log')]//tbody/tr")
-    assert len(events) >= 6
+    # Newest first, the five repeat calls of the storm in one row.
+    events = driver.find_elements(By.CSS_SELECTOR, "#event-log tbody tr")
+    times = [row.find_element(By.CSS_SELECTOR, "time").get_attribute("datetime") for row in events]
+    assert times == sorted(times, reverse=True) and "created" in events[-1].text, [row.text for row in events]
+    calls = [int(row.get_attribute("data-repeats") or 1) for row in events if row.find_elements(By.XPATH, "./td[2][starts-with(normalize-space(.), 'call')]")]
+    assert sum(calls) == 5 and max(calls) > 1, calls
     first_seen = driver.find_element(By.XPATH, "//dt[.='First seen']/following-sibling::dd[1]/time")
     utc = datetime.datetime.fromisoformat(first_seen.get_attribute("datetime").replace("Z", "+00:00"))
     tokyo = utc.astimezone(datetime.timezone(datetime.timedelta(hours=9)))
