@@ -488,12 +488,23 @@ fn object_schema(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// An object whose keys are call statuses, each with its default message.
+/// An object whose keys are call statuses, each with its default messages: one per effect
+/// where they differ.
 fn messages_schema(_: &mut SchemaGenerator) -> Schema {
     let properties: serde_json::Map<String, Value> = CallStatus::ALL
         .iter()
         .map(|status| {
-            let description = format!("Default: {}", status.default_message());
+            let side_effect = status.default_message(Effect::SideEffect);
+            let mut description = format!("Default: {side_effect}");
+            for effect in [Effect::Read, Effect::Idempotent] {
+                let message = status.default_message(effect);
+                if message != side_effect {
+                    description.push_str(&format!(
+                        " For a tool with effect {}: {message}",
+                        effect.as_str()
+                    ));
+                }
+            }
             (
                 status.as_str().to_owned(),
                 serde_json::json!({"type": "string", "description": description}),

@@ -765,7 +765,8 @@ fn a_match_field_must_be_an_argument_read_from_a_pointer_and_compared_sensibly()
     assert_says(
         &error,
         &["`match` names `order`", "not an argument"],
-        &["`amount`, `order_id`", "customer.id"],
+        // The arguments in the order the input schema declares them.
+        &["`order_id`, `amount`", "customer.id"],
     );
 
     let text = with_match_list("{record: /amount}}", "{record: amount}}");

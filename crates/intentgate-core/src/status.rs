@@ -5,6 +5,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::Effect;
+
 /// The outcome of one call, as the model sees it (SPEC section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -60,36 +62,71 @@ impl CallStatus {
         )
     }
 
-    /// The default instruction. `{tool}` is replaced by the tool's name; `{details}` by
-    /// what the gateway knows (the fields that differ, the schema error, the reason).
-    pub fn default_message(self) -> &'static str {
-        match self {
-            CallStatus::Done => "It went through. Tell the customer it is done.",
-            CallStatus::AlreadyDone => {
-                "Completed earlier; this is the original result. Tell the customer it went through. \
+    /// The default instruction for a call of a tool with `effect`. `{tool}` is replaced by
+    /// the tool's name; `{details}` by what the gateway knows (the fields that differ, the
+    /// schema error, the reason).
+    ///
+    /// The defaults assume no particular business: they speak of "the user" (whoever the
+    /// agent answers to), and a read or an idempotent update never answers as if something
+    /// had been done for someone. A read can only end `done`, `rejected`, `not_executed`,
+    /// `disabled` or `invalid_arguments`, as can an idempotent tool; the other statuses
+    /// belong to side effects, whose wording they keep whatever the effect.
+    pub fn default_message(self, effect: Effect) -> &'static str {
+        match (self, effect) {
+            (CallStatus::Done, Effect::Read) => "This is what {tool} found; nothing was changed.",
+            (CallStatus::Done, Effect::Idempotent) => {
+                "{tool} applied it. Calling it again with the same arguments changes nothing."
+            }
+            (CallStatus::Done, Effect::SideEffect) => "It went through. Tell the user it is done.",
+            (CallStatus::AlreadyDone, _) => {
+                "Completed earlier; this is the original result. Tell the user it went through. \
                  Do not call {tool} again for this request."
             }
-            CallStatus::PendingUnknown => {
+            (CallStatus::PendingUnknown, _) => {
                 "It may have gone through and is being confirmed. Do not retry {tool}. Tell the \
-                 customer it is being confirmed."
+                 user it is being confirmed."
             }
-            CallStatus::Rejected => {
+            (CallStatus::Rejected, Effect::Read) => {
+                "The request was refused: {details}. Nothing was changed. Call {tool} again only \
+                 with corrected arguments."
+            }
+            (CallStatus::Rejected, Effect::Idempotent) => {
+                "It was refused and nothing was changed: {details}. Call {tool} again only with \
+                 corrected arguments."
+            }
+            (CallStatus::Rejected, Effect::SideEffect) => {
                 "The provider refused it and nothing happened: {details}. Explain the reason to the \
-                 customer; call {tool} again only with corrected arguments."
+                 user; call {tool} again only with corrected arguments."
             }
-            CallStatus::NotExecuted => {
+            (CallStatus::NotExecuted, Effect::Read) => {
+                "{tool} got no answer: the service was unavailable or rate limited. It is safe to \
+                 call it again later."
+            }
+            (CallStatus::NotExecuted, Effect::Idempotent) => {
+                "It may not have been applied: the service was unavailable or rate limited. It is \
+                 safe to call {tool} again later with the same arguments."
+            }
+            (CallStatus::NotExecuted, Effect::SideEffect) => {
                 "It did not happen: the provider was unavailable or rate limited. It is safe to try \
                  again later."
             }
-            CallStatus::Conflict => {
+            (CallStatus::Conflict, _) => {
                 "This request was already made with different arguments ({details}). Nothing new was \
-                 done. Do not retry; confirm the details with the customer."
+                 done. Do not retry; confirm the details with the user."
             }
-            CallStatus::Disabled => {
-                "{tool} is switched off right now and nothing was done. Tell the customer a person \
+            (CallStatus::Disabled, Effect::Read) => {
+                "{tool} is switched off right now. Tell the user this can't be looked up at the \
+                 moment."
+            }
+            (CallStatus::Disabled, Effect::Idempotent) => {
+                "{tool} is switched off right now and nothing was changed. Tell the user a person \
                  will follow up."
             }
-            CallStatus::InvalidArguments => {
+            (CallStatus::Disabled, Effect::SideEffect) => {
+                "{tool} is switched off right now and nothing was done. Tell the user a person \
+                 will follow up."
+            }
+            (CallStatus::InvalidArguments, _) => {
                 "The arguments do not match the tool's schema: {details}. Fix the arguments and call again."
             }
         }
@@ -106,24 +143,39 @@ pub enum OutcomeReason {
     /// does not exist, an upstream it can't reach): nothing happened, trying again will not
     /// help until a person fixes it, and the operator has been told.
     Misconfigured,
+    /// `invalid_arguments` because the tool's key uses `{intent_id}` and the call carried
+    /// no intent id (HTTP header `Intent-Id`, MCP `_meta` key `intentgate/intent_id`). Only
+    /// the calling application can supply one, never the model: nothing was recorded, and
+    /// the same call gets the same answer however often it is repeated.
+    MissingIntentId,
 }
 
 impl OutcomeReason {
-    pub const ALL: [OutcomeReason; 1] = [OutcomeReason::Misconfigured];
+    pub const ALL: [OutcomeReason; 2] =
+        [OutcomeReason::Misconfigured, OutcomeReason::MissingIntentId];
 
     pub fn as_str(self) -> &'static str {
         match self {
             OutcomeReason::Misconfigured => "misconfigured",
+            OutcomeReason::MissingIntentId => "missing_intent_id",
         }
     }
 
     /// The instruction for a call that ended for this reason. A tool's own message for the
-    /// status is not used: it is written for the usual case ("try again later"), which is
-    /// the wrong advice here.
+    /// status is not used: it is written for the usual case ("try again later", "fix the
+    /// arguments"), which is the wrong advice here.
     pub fn default_message(self) -> &'static str {
         match self {
             OutcomeReason::Misconfigured => {
-                "It did not happen, and nothing was done: the gateway could not use {tool}'s                  provider as configured, which the operators have been told about. Tell the                  customer a person will follow up. Do not retry {tool} for this request now."
+                "It did not happen, and nothing was done: the gateway could not use {tool}'s \
+                 provider as configured, which the operators have been told about. Tell the \
+                 user a person will follow up. Do not retry {tool} for this request now."
+            }
+            OutcomeReason::MissingIntentId => {
+                "Nothing was done: {tool} needs an intent id that the application sends with the \
+                 call, and this call had none. It is not an argument you can add, and calling \
+                 again gets the same answer. Do not retry {tool}; tell the user it can't be done \
+                 from here and needs a person or the application to start it."
             }
         }
     }
@@ -135,18 +187,20 @@ impl fmt::Display for CallStatus {
     }
 }
 
-/// Per-tool message overrides; statuses without one use [`CallStatus::default_message`].
+/// Per-tool message overrides; statuses without one use [`CallStatus::default_message`] for
+/// the tool's effect.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Messages(pub BTreeMap<CallStatus, String>);
 
 impl Messages {
-    /// The instruction for `status`, with `{tool}` and `{details}` filled in.
-    pub fn render(&self, status: CallStatus, tool: &str, details: &str) -> String {
+    /// The instruction for `status` of a tool with `effect`, with `{tool}` and `{details}`
+    /// filled in: the tool's own message for the status, else the default for its effect.
+    pub fn render(&self, status: CallStatus, effect: Effect, tool: &str, details: &str) -> String {
         let template = self
             .0
             .get(&status)
             .map(String::as_str)
-            .unwrap_or(status.default_message());
+            .unwrap_or(status.default_message(effect));
         let details = if details.is_empty() {
             "no details"
         } else {
@@ -161,12 +215,13 @@ impl Messages {
         &self,
         status: CallStatus,
         reason: Option<OutcomeReason>,
+        effect: Effect,
         tool: &str,
         details: &str,
     ) -> String {
         match reason {
             Some(reason) => fill(reason.default_message(), tool, details),
-            None => self.render(status, tool, details),
+            None => self.render(status, effect, tool, details),
         }
     }
 }
@@ -181,16 +236,90 @@ fn fill(template: &str, tool: &str, details: &str) -> String {
 mod tests {
     use super::*;
 
+    const EFFECTS: [Effect; 3] = [Effect::Read, Effect::Idempotent, Effect::SideEffect];
+
     #[test]
     fn defaults_fill_in_the_tool_and_details() {
         let messages = Messages::default();
-        let text = messages.render(CallStatus::Conflict, "refund_order", "amount");
+        let text = messages.render(
+            CallStatus::Conflict,
+            Effect::SideEffect,
+            "refund_order",
+            "amount",
+        );
         assert!(
             text.contains("(amount)") && text.contains("Do not retry"),
             "{text}"
         );
-        let text = messages.render(CallStatus::PendingUnknown, "refund_order", "");
+        let text = messages.render(
+            CallStatus::PendingUnknown,
+            Effect::SideEffect,
+            "refund_order",
+            "",
+        );
         assert!(text.contains("Do not retry refund_order"), "{text}");
+    }
+
+    // Found by a new user: the defaults were written for customer support, so a knowledge
+    // graph's read answered "Tell the customer it is done".
+    #[test]
+    fn no_default_assumes_a_customer() {
+        for status in CallStatus::ALL {
+            for effect in EFFECTS {
+                let text = status.default_message(effect);
+                assert!(
+                    !text.to_lowercase().contains("customer"),
+                    "{status} {effect:?}: {text}"
+                );
+            }
+        }
+        for reason in OutcomeReason::ALL {
+            let text = reason.default_message();
+            assert!(
+                !text.to_lowercase().contains("customer"),
+                "{reason:?}: {text}"
+            );
+            assert!(!text.contains("  "), "{reason:?}: {text}");
+        }
+    }
+
+    #[test]
+    fn a_read_or_an_update_never_answers_as_if_something_was_done_for_someone() {
+        for status in [
+            CallStatus::Done,
+            CallStatus::Rejected,
+            CallStatus::NotExecuted,
+            CallStatus::Disabled,
+        ] {
+            for effect in [Effect::Read, Effect::Idempotent] {
+                let text = status.default_message(effect);
+                assert!(
+                    !text.contains("went through"),
+                    "{status} {effect:?}: {text}"
+                );
+                assert!(!text.contains("it is done"), "{status} {effect:?}: {text}");
+                assert_ne!(
+                    text,
+                    status.default_message(Effect::SideEffect),
+                    "{status} {effect:?}"
+                );
+            }
+        }
+        assert!(
+            CallStatus::Done
+                .default_message(Effect::Read)
+                .contains("nothing was changed")
+        );
+        assert!(
+            CallStatus::NotExecuted
+                .default_message(Effect::Idempotent)
+                .contains("with the same arguments")
+        );
+        assert!(
+            CallStatus::Done
+                .default_message(Effect::SideEffect)
+                .contains("Tell the user it is done")
+        );
     }
 
     #[test]
@@ -200,12 +329,17 @@ mod tests {
             .0
             .insert(CallStatus::Done, "Refund {tool} sent.".into());
         assert_eq!(
-            messages.render(CallStatus::Done, "refund_order", ""),
+            messages.render(CallStatus::Done, Effect::SideEffect, "refund_order", ""),
             "Refund refund_order sent."
         );
         assert!(
             messages
-                .render(CallStatus::AlreadyDone, "refund_order", "")
+                .render(
+                    CallStatus::AlreadyDone,
+                    Effect::SideEffect,
+                    "refund_order",
+                    ""
+                )
                 .starts_with("Completed earlier")
         );
     }
@@ -219,6 +353,7 @@ mod tests {
         let text = messages.render_with_reason(
             CallStatus::NotExecuted,
             Some(OutcomeReason::Misconfigured),
+            Effect::SideEffect,
             "refund_order",
             "",
         );
@@ -229,13 +364,45 @@ mod tests {
             "{text}"
         );
         assert_eq!(
-            messages.render_with_reason(CallStatus::NotExecuted, None, "refund_order", ""),
+            messages.render_with_reason(
+                CallStatus::NotExecuted,
+                None,
+                Effect::SideEffect,
+                "refund_order",
+                ""
+            ),
             "Try refund_order again later."
         );
         assert_eq!(
             serde_json::to_value(OutcomeReason::Misconfigured).unwrap(),
             "misconfigured"
         );
+    }
+
+    #[test]
+    fn a_missing_intent_id_says_not_to_retry_and_to_tell_the_user_whatever_the_tool_set() {
+        let mut messages = Messages::default();
+        messages.0.insert(
+            CallStatus::InvalidArguments,
+            "Fix {tool}'s arguments.".into(),
+        );
+        let text = messages.render_with_reason(
+            CallStatus::InvalidArguments,
+            Some(OutcomeReason::MissingIntentId),
+            Effect::SideEffect,
+            "charge_card",
+            "",
+        );
+        assert!(text.contains("Do not retry charge_card"), "{text}");
+        assert!(text.contains("tell the user"), "{text}");
+        assert!(!text.to_lowercase().contains("fix the arguments"), "{text}");
+        assert_eq!(
+            serde_json::to_value(OutcomeReason::MissingIntentId).unwrap(),
+            "missing_intent_id"
+        );
+        for reason in OutcomeReason::ALL {
+            assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
+        }
     }
 
     #[test]

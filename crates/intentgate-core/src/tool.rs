@@ -18,6 +18,19 @@ pub const TIMEOUT_MS_MAX: u64 = 10 * 60 * 1000;
 /// Most bounded retries of one call (reads; not-processed shapes of side effects).
 pub const RETRY_BUDGET_MAX: u32 = 10;
 
+/// The `_meta` key of an MCP `tools/call` request that carries the application's intent id
+/// (SPEC section 4), for tools whose key uses `{intent_id}`.
+pub const INTENT_ID_META_KEY: &str = "intentgate/intent_id";
+/// The HTTP request header that carries the application's intent id.
+pub const INTENT_ID_HEADER: &str = "Intent-Id";
+/// The sentence a tool whose key uses `{intent_id}` publishes before the once-per-intent
+/// sentence: the model can't supply the id, so it must learn that from the description
+/// rather than from a failed call, and a developer whose MCP client can't send `_meta` learns
+/// where the id goes.
+pub const INTENT_ID_SENTENCE: &str = "Only the application can start it: each call must \
+carry the application's intent id for the request (MCP _meta \"intentgate/intent_id\", HTTP \
+header Intent-Id), which is not an argument; a call without one does nothing.";
+
 /// A tool, as loaded and checked. Built with [`ToolDefinition::new`], which refuses any
 /// definition the gateway must not run.
 #[derive(Debug, Clone)]
@@ -285,20 +298,37 @@ impl ToolDefinition {
     }
 
     /// The description models read. For a side-effecting tool it ends with the sentence that
-    /// tells the model a repeat is harmless and unnecessary.
+    /// tells the model a repeat is harmless and unnecessary, preceded, for a tool that needs
+    /// the application's intent id, by [`INTENT_ID_SENTENCE`]. A configured description that
+    /// already holds either sentence is not given it twice.
     pub fn published_description(&self) -> String {
         if self.effect != Effect::SideEffect {
             return self.description.clone();
         }
-        let sentence = self.once_per_sentence();
-        let description = self.description.trim_end();
-        if description.is_empty() {
-            sentence
-        } else if description.ends_with(&sentence) {
-            description.to_owned()
-        } else {
-            format!("{description} {sentence}")
+        let once_per = self.once_per_sentence();
+        let configured = self.description.trim_end();
+        let mut description = configured
+            .strip_suffix(once_per.as_str())
+            .unwrap_or(configured)
+            .trim_end()
+            .to_owned();
+        let mut add = |sentence: &str| {
+            if !description.is_empty() {
+                description.push(' ');
+            }
+            description.push_str(sentence);
+        };
+        if self.needs_intent_id() && !configured.contains(INTENT_ID_SENTENCE) {
+            add(INTENT_ID_SENTENCE);
         }
+        add(&once_per);
+        description
+    }
+
+    /// True when the tool's key uses `{intent_id}`: a call needs the application's intent id
+    /// (MCP `_meta` [`INTENT_ID_META_KEY`], HTTP header [`INTENT_ID_HEADER`]).
+    pub fn needs_intent_id(&self) -> bool {
+        self.key.as_ref().is_some_and(KeyTemplate::uses_intent_id)
     }
 
     /// "Safe to call once per order. Repeated calls return the original result."
@@ -368,6 +398,35 @@ mod tests {
         )
         .unwrap();
         assert_eq!(read.published_description(), "Get it.");
+    }
+
+    // Found by a new user: `charge_card` was listed to an MCP client that could not send the
+    // `_meta` intent id it needs, and nothing in its description said so.
+    #[test]
+    fn a_tool_keyed_by_the_intent_id_says_so_before_the_once_per_sentence() {
+        let tool = refund(Some("refund:{order_id}:{intent_id}")).unwrap();
+        assert!(tool.needs_intent_id());
+        let published = tool.published_description();
+        assert_eq!(
+            published,
+            format!(
+                "Refund an order. {INTENT_ID_SENTENCE} Safe to call once per request. Repeated calls \
+                 return the original result."
+            )
+        );
+        assert!(
+            published.contains("_meta \"intentgate/intent_id\""),
+            "{published}"
+        );
+        assert!(published.contains("Intent-Id"), "{published}");
+        // A description that already ends with the once-per sentence gets the intent id
+        // sentence before it, once.
+        let mut configured = tool.clone();
+        configured.description = published.clone();
+        assert_eq!(configured.published_description(), published);
+        configured.description = format!("Refund an order. {}", tool.once_per_sentence());
+        assert_eq!(configured.published_description(), published);
+        assert!(!refund(Some("refund:{order_id}")).unwrap().needs_intent_id());
     }
 
     #[test]

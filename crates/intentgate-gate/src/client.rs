@@ -428,7 +428,9 @@ impl Gate {
         let mut outcome = self.answer_from(tool, &recorded);
         if recorded.status == IntentStatus::Done && !looked_up {
             outcome.status = CallStatus::Done;
-            outcome.message = tool.messages.render(CallStatus::Done, &tool.name, "");
+            outcome.message = tool
+                .messages
+                .render(CallStatus::Done, tool.effect, &tool.name, "");
         }
         self.metrics().call(&tool.name, outcome.status);
         Ok(Grant::Answer(outcome))

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use intentgate_core::key::provider_key;
 use intentgate_core::limits::{CALLER_KEY_LENGTH_MAX, RESULT_BYTES_MAX};
 use intentgate_core::{
-    CallStatus, Effect, Executor, Fingerprint, IntentStatus, OutcomeClass, OutcomeReason,
+    CallStatus, Effect, Executor, Fingerprint, IntentStatus, KeyError, OutcomeClass, OutcomeReason,
     RequestFacts, ResendStop, ToolDefinition, ToolError, UpstreamObservation, classify_with,
     differing_fields,
 };
@@ -491,6 +491,10 @@ impl Gate {
 
     /// Validate and honour the kill switch: the answer to a call refused before its key is
     /// rendered (`invalid_arguments`, `disabled`), or `None` when it may go on.
+    ///
+    /// A call of a tool keyed by `{intent_id}` that carries no intent id is answered first,
+    /// whatever its arguments: nothing the model does can make it work, so it is told that
+    /// before it is told to fix an argument.
     pub(crate) async fn admit(
         &self,
         tool: &Tool,
@@ -498,6 +502,9 @@ impl Gate {
         context: &CallContext,
     ) -> Result<Option<CallOutcome>, GateError> {
         let definition = &tool.definition;
+        if let Some(refused) = self.missing_intent_id(definition, context) {
+            return Ok(Some(refused));
+        }
         let validate = crate::phase!("validate");
         let validating = validate.enter();
         // The messages go back to the caller: a sensitive argument's value is never quoted.
@@ -582,6 +589,31 @@ impl Gate {
                 None => return self.outcome(tool, CallStatus::NotExecuted, ""),
             }
         }
+    }
+
+    /// The answer to a call of a tool keyed by `{intent_id}` that carries none (and no
+    /// `Idempotency-Key` standing in for it): `invalid_arguments` with reason
+    /// `missing_intent_id`, whose instruction is to tell the user and not retry, since only
+    /// the application can send the id. Nothing is recorded, so every repeat of the call gets
+    /// this same answer. `None` when the call may go on.
+    fn missing_intent_id(
+        &self,
+        tool: &ToolDefinition,
+        context: &CallContext,
+    ) -> Option<CallOutcome> {
+        if !tool.needs_intent_id() || !matches!(call_intent_id(tool, context), Ok(None)) {
+            return None;
+        }
+        set_decision("invalid_arguments");
+        tracing::info!(
+            tool = %tool.name,
+            "call refused: the tool's key uses {{intent_id}} and the call carried none"
+        );
+        Some(
+            self.outcome(tool, CallStatus::InvalidArguments, "")
+                .with_reason(tool, OutcomeReason::MissingIntentId)
+                .with_errors(vec![KeyError::MissingIntentId.to_string()]),
+        )
     }
 
     /// The answer to a call that was not processed because the gateway is misconfigured:
@@ -1442,7 +1474,9 @@ impl Gate {
         let mut outcome = self.record(tool, finish).await;
         if outcome.status == CallStatus::Done {
             outcome.status = found_status;
-            outcome.message = tool.messages.render(found_status, &tool.name, "");
+            outcome.message = tool
+                .messages
+                .render(found_status, tool.effect, &tool.name, "");
         }
         (outcome, looked)
     }
@@ -1535,7 +1569,9 @@ impl Gate {
         let mut outcome = self.answer_from(tool, intent);
         if learned == IntentStatus::Done && outcome.status == CallStatus::AlreadyDone {
             outcome.status = CallStatus::Done;
-            outcome.message = tool.messages.render(CallStatus::Done, &tool.name, "");
+            outcome.message = tool
+                .messages
+                .render(CallStatus::Done, tool.effect, &tool.name, "");
         }
         outcome
     }
@@ -1602,7 +1638,9 @@ impl Gate {
         CallOutcome {
             status,
             reason: None,
-            message: tool.messages.render(status, &tool.name, details),
+            message: tool
+                .messages
+                .render(status, tool.effect, &tool.name, details),
             tool: tool.name.clone(),
             intent_key: None,
             result: None,
@@ -1759,9 +1797,13 @@ impl CallOutcome {
     /// The outcome with `reason`, and the instruction for it.
     fn with_reason(mut self, tool: &ToolDefinition, reason: OutcomeReason) -> CallOutcome {
         self.reason = Some(reason);
-        self.message = tool
-            .messages
-            .render_with_reason(self.status, Some(reason), &tool.name, "");
+        self.message = tool.messages.render_with_reason(
+            self.status,
+            Some(reason),
+            tool.effect,
+            &tool.name,
+            "",
+        );
         self
     }
 }

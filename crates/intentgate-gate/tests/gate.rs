@@ -703,9 +703,29 @@ async fn an_intent_id_from_the_application_keeps_two_equal_refunds_apart() {
             .unwrap();
     }
     assert_eq!(h.provider.effects().len(), 2);
+    // Without the id: nothing the model can fix, so it is told to tell the user and not to
+    // retry, and a retry gets the same answer (nothing was recorded).
     let missing = h.call("refund_order", refund("8812", json!(49))).await;
     assert_eq!(missing.status, CallStatus::InvalidArguments);
-    assert!(missing.message.contains("Intent-Id"));
+    assert_eq!(
+        missing.reason,
+        Some(intentgate_core::OutcomeReason::MissingIntentId)
+    );
+    assert!(
+        missing.message.contains("Do not retry refund_order"),
+        "{}",
+        missing.message
+    );
+    assert!(
+        missing.errors[0].contains("Intent-Id"),
+        "{:?}",
+        missing.errors
+    );
+    assert_eq!(
+        h.call("refund_order", refund("8812", json!(49))).await,
+        missing
+    );
+    assert_eq!(h.provider.effects().len(), 2);
 }
 
 /// The `Idempotency-Key` of an HTTP call was taken as the intent key: a caller's key named

@@ -25,8 +25,9 @@ use crate::flags::{FlagWatch, PeerRegistration};
 use crate::tools::{ToolHints, listing, outcome_schema, switched_off};
 
 /// The `_meta` key of a `tools/call` request that carries the application's intent id
-/// (SPEC section 4), for tools whose key uses `{intent_id}`.
-pub const INTENT_ID_META_KEY: &str = "intentgate/intent_id";
+/// (SPEC section 4), for tools whose key uses `{intent_id}`: defined once, in the core, since
+/// the description and the answer of such a tool name it too.
+pub use intentgate_core::tool::INTENT_ID_META_KEY;
 /// The protocol versions served, oldest first: 2026-07-28 (stateless, negotiated per
 /// request or by `server/discover`) and, over the `initialize` handshake, 2025-11-25 and
 /// 2025-06-18. 2025-06-18 is the oldest revision with structured tool output
@@ -46,7 +47,9 @@ const INSTRUCTIONS: &str = "Tools behind intentgate, a retry-safe gateway. Each 
 object whose `status` says what happened and whose `message` says what to do next. A \
 side-effecting tool acts at most once per intent: repeating a call returns the original \
 result, so never call one again to check; follow the message. Applications pass their \
-intent id in the request's _meta under \"intentgate/intent_id\".";
+intent id in the request's _meta under \"intentgate/intent_id\"; a tool whose description says \
+it needs one does nothing without it (status invalid_arguments, reason missing_intent_id), and \
+calling it again can't help: tell the user instead.";
 
 /// The MCP server: the gate's tools, listed and called. Cheap to clone (one `Arc`); the
 /// Streamable HTTP transport makes one clone per request. It watches the kill-switch flags
@@ -381,7 +384,7 @@ impl ServerHandler for McpService {
 
 #[cfg(test)]
 mod tests {
-    use intentgate_core::CallStatus;
+    use intentgate_core::{CallStatus, Effect};
 
     use super::*;
 
@@ -391,7 +394,7 @@ mod tests {
             let outcome = CallOutcome {
                 status,
                 reason: None,
-                message: status.default_message().to_owned(),
+                message: status.default_message(Effect::SideEffect).to_owned(),
                 tool: "refund_order".to_owned(),
                 intent_key: None,
                 result: None,
@@ -411,6 +414,15 @@ mod tests {
                 serde_json::from_str::<Value>(&text.text).unwrap(),
                 outcome.to_json()
             );
+            // Both forms start with what happened.
+            assert!(
+                text.text
+                    .starts_with(&format!(r#"{{"status":"{status}","message":"#)),
+                "{}",
+                text.text
+            );
+            let structured = serde_json::to_string(&result.structured_content).unwrap();
+            assert!(structured.starts_with(r#"{"status":"#), "{structured}");
         }
     }
 

@@ -90,7 +90,7 @@ pub fn outcome_schema() -> JsonObject {
             "reason": {
                 "type": "string",
                 "enum": reasons,
-                "description": "Why it ended so, where the status alone would mislead: misconfigured (not_executed because the gateway is misconfigured; a person will follow up, trying again will not help)."
+                "description": "Why it ended so, where the status alone would mislead: misconfigured (not_executed because the gateway is misconfigured; a person will follow up, trying again will not help); missing_intent_id (invalid_arguments because the tool needs the application's intent id, sent in the request's _meta under \"intentgate/intent_id\", and the call had none; nothing was done, only the application can fix it, do not retry)."
             },
             "message": {"type": "string", "description": "What to do next, for the model."},
             "tool": {"type": "string"},

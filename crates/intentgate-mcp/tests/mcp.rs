@@ -357,6 +357,159 @@ async fn the_application_intent_id_arrives_in_meta() {
     client.cancel().await.unwrap();
 }
 
+// Found by a new user: a call that lacked the application's intent id answered
+// `invalid_arguments` with "fix the arguments and call again", which the model can't do, so
+// it retried; and `charge_card` was listed with nothing saying it needs the id.
+#[tokio::test]
+async fn a_call_without_the_intent_id_says_so_and_every_repeat_gets_the_same_answer() {
+    let h = Harness::new(FaultPlan::none());
+    let client = h.connect().await;
+    let tools = client.list_all_tools().await.unwrap();
+    let description = |name: &str| {
+        tools
+            .iter()
+            .find(|tool| tool.name == name)
+            .and_then(|tool| tool.description.clone())
+            .unwrap()
+            .into_owned()
+    };
+    let charge_description = description("charge_card");
+    assert!(
+        charge_description.contains(&format!("MCP _meta \"{INTENT_ID_META_KEY}\"")),
+        "{charge_description}"
+    );
+    assert!(
+        charge_description.ends_with("Repeated calls return the original result."),
+        "{charge_description}"
+    );
+    assert!(!description("refund_order").contains(INTENT_ID_META_KEY));
+
+    // Wrong arguments too: the missing id is what the model must hear first.
+    for arguments in [
+        json!({"customer_id": "c", "amount": 5}),
+        json!({"customer_id": 7}),
+    ] {
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            let result = client
+                .call_tool(call("charge_card", arguments.clone()))
+                .await
+                .unwrap();
+            assert_eq!(result.is_error, Some(true));
+            answers.push(outcome(&result));
+        }
+        let first = &answers[0];
+        assert_eq!(first["status"], "invalid_arguments", "{first}");
+        assert_eq!(first["reason"], "missing_intent_id", "{first}");
+        let message = first["message"].as_str().unwrap();
+        assert!(message.contains("Do not retry charge_card"), "{message}");
+        assert!(message.contains("tell the user"), "{message}");
+        assert!(
+            !message.to_lowercase().contains("fix the arguments"),
+            "{message}"
+        );
+        let errors = first["errors"].to_string();
+        assert!(errors.contains(INTENT_ID_META_KEY), "{errors}");
+        let keys: Vec<&str> = first
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys[..3], ["status", "reason", "message"]);
+        assert!(answers.iter().all(|answer| answer == first), "{answers:?}");
+    }
+    assert_eq!(h.provider.requests(), 0, "nothing was executed");
+    assert!(
+        h.ledger
+            .intents(
+                &Default::default(),
+                intentgate_ledger::Order::Oldest,
+                None,
+                10
+            )
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing was recorded"
+    );
+    client.cancel().await.unwrap();
+}
+
+// Found by a new user: over MCP `status` came after the whole `result`, since the outcome
+// passed through a JSON object whose members were sorted by name. Read as bytes off the
+// wire, not through a client's parser.
+#[tokio::test]
+async fn structured_content_starts_with_the_status_on_the_wire() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let h = Harness::new(FaultPlan::none());
+    let (server_io, client_io) = tokio::io::duplex(PIPE_BYTES);
+    let service = h.service.clone();
+    tokio::spawn(async move {
+        let running = service.serve(server_io).await.expect("the server starts");
+        let _ = running.waiting().await;
+    });
+    let (read, mut write) = tokio::io::split(client_io);
+    let mut lines = BufReader::new(read).lines();
+    let mut send = async |message: Value| {
+        let mut line = message.to_string();
+        line.push('\n');
+        write.write_all(line.as_bytes()).await.unwrap();
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "bytes", "version": "1"}}}),
+    )
+    .await;
+    let initialized = lines.next_line().await.unwrap().unwrap();
+    assert!(initialized.contains("\"protocolVersion\""), "{initialized}");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    let calls = [
+        (2, "refund_order", refund("1"), "done"),
+        (3, "refund_order", refund("1"), "already_done"),
+        (4, "get_order", json!({"order_id": "8812"}), "done"),
+        (
+            5,
+            "charge_card",
+            json!({"customer_id": "c", "amount": 5}),
+            "invalid_arguments",
+        ),
+    ];
+    for (id, tool, arguments, status) in calls {
+        send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}}))
+        .await;
+        let answer = lines.next_line().await.unwrap().unwrap();
+        let structured = answer
+            .split_once(r#""structuredContent":"#)
+            .unwrap_or_else(|| panic!("no structured content: {answer}"))
+            .1;
+        assert!(
+            structured.starts_with(&format!(r#"{{"status":"{status}","#)),
+            "{answer}"
+        );
+        // The text block models read holds the same JSON, in the same order.
+        assert!(
+            answer.contains(&format!(r#""text":"{{\"status\":\"{status}\","#)),
+            "{answer}"
+        );
+        let parsed: Value = serde_json::from_str(&answer).unwrap();
+        let keys: Vec<&str> = parsed["result"]["structuredContent"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let message_at = keys.iter().position(|key| *key == "message").unwrap();
+        assert!(message_at <= 2, "{keys:?}");
+        if let Some(result_at) = keys.iter().position(|key| *key == "result") {
+            assert!(result_at > message_at, "{keys:?}");
+        }
+    }
+}
+
 // Regression guard for the cancellation rule: a client that gives up on a call (its request
 // timeout sends notifications/cancelled) must not cancel the upstream call in flight, or
 // the intent would be left in_flight and the re-issued call would find it unknown.

@@ -96,7 +96,8 @@ pub struct ToolList {
 pub struct ToolView {
     pub name: String,
     /// The description models should read: for a side effect it ends with the sentence that
-    /// one call per intent is enough.
+    /// one call per intent is enough, after, for a tool that needs the application's intent
+    /// id, the sentence that says so.
     pub description: String,
     /// What calling the tool does to the world.
     #[schema(schema_with = effect_schema)]
@@ -105,6 +106,10 @@ pub struct ToolView {
     /// (the caller's own code, through `POST /v1/tools/{name}/intents`).
     #[schema(schema_with = executor_schema)]
     pub executor: Executor,
+    /// True when the tool's key uses `{intent_id}`: every call must carry the application's
+    /// intent id (header `Intent-Id`, or `Idempotency-Key`), and one without it does nothing
+    /// (`invalid_arguments`, reason `missing_intent_id`).
+    pub needs_intent_id: bool,
     /// The JSON Schema of the arguments.
     #[schema(value_type = Object)]
     pub input_schema: Value,
@@ -117,6 +122,7 @@ impl ToolView {
             description: tool.published_description(),
             effect: tool.effect,
             executor: tool.executor,
+            needs_intent_id: tool.needs_intent_id(),
             input_schema: tool.input_schema.clone(),
         }
     }
@@ -133,22 +139,23 @@ pub struct CallRequest {
 }
 
 /// What a call did: always a 200, whatever the status; the status and message tell the
-/// model what happened and what to do next.
+/// model what happened and what to do next. The fields serialise in the gate's order
+/// (`intentgate_gate::CallOutcome`): `status` first, then `reason` and `message`, then what
+/// the call returned.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Outcome {
     #[schema(schema_with = call_status_schema)]
     pub status: CallStatus,
     /// Why it ended so, where the status alone would mislead: `misconfigured` (a
-    /// `not_executed` that trying again won't fix until a person fixes the gateway).
+    /// `not_executed` that trying again won't fix until a person fixes the gateway), or
+    /// `missing_intent_id` (an `invalid_arguments` because the tool's key uses the
+    /// application's intent id, header `Intent-Id`, and the call sent none: nothing was
+    /// done, and only the application can fix it).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(schema_with = outcome_reason_schema)]
     pub reason: Option<OutcomeReason>,
     /// What to do next, for the model.
     pub message: String,
-    pub tool: String,
-    /// The intent's key (side-effecting tools).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub intent_key: Option<String>,
     /// The provider's result (done, already_done), its rejection (rejected), or the data
     /// read: any JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -163,6 +170,10 @@ pub struct Outcome {
     /// For `invalid_arguments`: what is wrong, one entry per problem.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    pub tool: String,
+    /// The intent's key (side-effecting tools).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intent_key: Option<String>,
 }
 
 impl From<&CallOutcome> for Outcome {
@@ -327,6 +338,10 @@ mod tests {
                 serde_json::to_value(Outcome::from(&outcome)).unwrap(),
                 outcome.to_json()
             );
+            // The same members in the same order, `status` first.
+            let text = serde_json::to_string(&Outcome::from(&outcome)).unwrap();
+            assert_eq!(text, outcome.to_json().to_string());
+            assert!(text.starts_with(r#"{"status":"#), "{text}");
         }
     }
 }

@@ -153,8 +153,13 @@ def refund(order_id: str, amount: float = 25.0) -> dict:
 
 def outcome_of(result) -> dict:
     """The outcome object of a tool result, checked to be both the structured content and
-    the text."""
+    the text, each starting with `status` (the SDK's dict keeps the order of the wire)."""
     assert result.structured_content is not None, result
     texts = [block.text for block in result.content if block.type == "text"]
     assert len(texts) == 1 and json.loads(texts[0]) == result.structured_content, result
+    assert next(iter(result.structured_content)) == "status", result.structured_content
+    assert texts[0].startswith('{"status":'), texts[0]
+    keys = list(result.structured_content)
+    if "result" in keys:
+        assert keys.index("message") < keys.index("result"), keys
     return result.structured_content

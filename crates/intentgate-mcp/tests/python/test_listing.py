@@ -73,6 +73,23 @@ async def test_side_effecting_tools_publish_the_once_per_intent_sentence(gateway
         assert "Safe to call once per" not in tools[name].description, name
 
 
+# Found by a new user: `charge_card` was listed to an MCP client that could not send the
+# `_meta` intent id it needs, and nothing in its description said so.
+@pytest.mark.anyio
+async def test_a_tool_that_needs_the_intent_id_says_so_and_where_it_goes(gateway):
+    async with gateway.connect() as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        instructions = client.instructions
+    charge = tools["charge_card"].description
+    assert 'MCP _meta "intentgate/intent_id"' in charge, charge
+    assert "Only the application can start it" in charge, charge
+    assert charge.endswith(ONCE_PER_SENTENCE_END), charge
+    for name in set(tools) - {"charge_card"}:
+        assert "intentgate/intent_id" not in tools[name].description, name
+    # What the server tells every client at connection time.
+    assert "intentgate/intent_id" in instructions and "missing_intent_id" in instructions, instructions
+
+
 @pytest.mark.anyio
 async def test_every_tool_has_its_input_schema_and_the_outcome_output_schema(gateway):
     async with gateway.connect() as client:
@@ -96,6 +113,8 @@ async def test_every_tool_has_its_input_schema_and_the_outcome_output_schema(gat
             "external_id",
             "differing_fields",
             "errors",
-            # Why a `not_executed` happened, when it is worth saying: `misconfigured`.
+            # Why a call ended so, when the status alone would mislead: `misconfigured`
+            # (a not_executed), `missing_intent_id` (an invalid_arguments).
             "reason",
         }, name
+        assert set(output["properties"]["reason"]["enum"]) == {"misconfigured", "missing_intent_id"}, name

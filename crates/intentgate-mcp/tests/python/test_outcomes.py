@@ -100,9 +100,17 @@ async def test_the_application_intent_id_arrives_in_meta(gateway):
         second = await call("ci_2")
         assert second["status"] == "done", second
         assert second["external_id"] != first["external_id"]
+        # Without the id the model is told to tell the user, not to fix the arguments, and
+        # every repeat gets the same answer: nothing was recorded.
         missing = await call(None)
         assert missing["status"] == "invalid_arguments", missing
+        assert missing["reason"] == "missing_intent_id", missing
         assert "intentgate/intent_id" in missing["errors"][0]
+        assert "Do not retry charge_card" in missing["message"], missing
+        assert "tell the user" in missing["message"], missing
+        assert "fix the arguments" not in missing["message"].lower(), missing
+        assert list(missing)[:3] == ["status", "reason", "message"]
+        assert [await call(None) for _ in range(2)] == [missing, missing]
     assert gateway.mock.effects()["by_intent_key"] == {
         "charge:cus_1:25.00:ci_1": 1,
         "charge:cus_1:25.00:ci_2": 1,
