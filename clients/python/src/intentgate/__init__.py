@@ -9,10 +9,11 @@ model, the framework, the HTTP client or the user retries it.
 
 from intentgate._client import DEFAULT_TIMEOUT_SECONDS, AsyncClient, Client
 from intentgate._errors import IntentGateError, LeaseLost, TooManyRounds
-from intentgate._side_effect import RESEND_STOPS, ResendStop
+from intentgate._side_effect import MISSING_INTENT_ID, RESEND_STOPS, ResendStop
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
+    "MISSING_INTENT_ID",
     "RESEND_STOPS",
     "AsyncClient",
     "Client",

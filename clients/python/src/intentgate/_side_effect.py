@@ -46,6 +46,13 @@ ExternalId = Callable[[Any], Any] | str | None
 #: `Idempotent-Replayed: true`); `provider_says_no_retry`: it answered a 5xx and said not to
 #: retry (`Stripe-Should-Retry: false`); `key_reused`: it holds the key for a request with
 #: other parameters (Stripe's 400 `idempotency_error`).
+#: The `reason` of an `invalid_arguments` outcome whose call lacked the application's intent
+#: id: the tool's key uses `{intent_id}` (its listing says `needs_intent_id`), and only the
+#: application can send one (`intent_id=`, the `Intent-Id` header). Nothing was done, and
+#: the same call gets the same answer: its message tells the model to tell the user rather
+#: than retry.
+MISSING_INTENT_ID = "missing_intent_id"
+
 ResendStop = Literal["replayed_server_error", "provider_says_no_retry", "key_reused"]
 RESEND_STOPS: frozenset[str] = frozenset(get_args(ResendStop))
 #: What the decorator's `resend_stop` is: the reason an exception of the body says, or None.
