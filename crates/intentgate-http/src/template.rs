@@ -893,13 +893,15 @@ fn form_encode_part(text: &str) -> String {
 /// array that holds objects or arrays numbers its elements (`items[0][price]=...`). A number
 /// is its exact decimal text (as placeholders write numbers), a boolean `true` or `false`,
 /// null an empty value (`name=`, which Stripe reads as "unset"); an empty object or array
-/// writes nothing. Members are written in the order the JSON object keeps them (by name).
+/// writes nothing. Members are written sorted by name, whatever order the template or the
+/// arguments gave them (JSON objects keep their members' order), so one intent's request is
+/// the same bytes on every send.
 pub fn form_encode(body: &Value) -> Result<String, TemplateError> {
     let Value::Object(members) = body else {
         return Err(TemplateError::FormNotMapping);
     };
     let mut fields = Vec::new();
-    for (name, value) in members {
+    for (name, value) in by_name(members) {
         fields.extend(form_fields(name, value)?);
     }
     Ok(fields
@@ -907,6 +909,13 @@ pub fn form_encode(body: &Value) -> Result<String, TemplateError> {
         .map(FormField::encoded)
         .collect::<Vec<_>>()
         .join("&"))
+}
+
+/// An object's members sorted by name.
+fn by_name(members: &serde_json::Map<String, Value>) -> Vec<(&String, &Value)> {
+    let mut sorted: Vec<(&String, &Value)> = members.iter().collect();
+    sorted.sort_unstable_by_key(|(name, _)| *name);
+    sorted
 }
 
 /// The fields `value` writes under `name`, in order.
@@ -932,7 +941,7 @@ fn collect_form_fields(
     };
     match value {
         Value::Object(members) => {
-            for (member, value) in members {
+            for (member, value) in by_name(members) {
                 steps.push(FormStep::Member(member.clone()));
                 collect_form_fields(first, steps, value, fields)?;
                 steps.pop();
