@@ -18,7 +18,10 @@
 //!   `invalid_arguments`). Unknown tools and malformed calls are JSON-RPC errors (invalid
 //!   params; a request the SDK can't parse gets the SDK's error); a ledger that failed
 //!   before anything was sent is an internal error that says nothing was executed. The
-//!   application's intent id arrives in `_meta["intentgate/intent_id"]` of the request.
+//!   application's intent id arrives in `_meta["intentgate/intent_id"]` of the request; a
+//!   tool that needs one says so in its description, and a call without one is
+//!   `invalid_arguments` with reason `missing_intent_id` (tell the user, don't retry). The
+//!   outcome object starts with `status`, then `reason` and `message`, on the wire too.
 //!
 //! Two transports: [`serve_stdio`] (`intentgate mcp`, one client on stdin/stdout) and
 //! [`http_router`] (Streamable HTTP, mounted at [`MCP_PATH`] by `intentgate serve`),
