@@ -127,6 +127,26 @@ function toast(text) {
   toastTimer = setTimeout(() => node.classList.remove("show"), 4000);
 }
 
+/**
+ * Reads an admin API answer without letting a float change a number: a number whose text a
+ * float would not give back (`49.00`, `100.000000000000000001`) keeps the text the caller
+ * sent, as a raw JSON value where the browser has them (written back unquoted by
+ * JSON.stringify) or as text. Counts, ids and times, which a float holds exactly, stay
+ * numbers. A browser that can't show a number's source text reads numbers as before.
+ */
+function parseExact(text) {
+  return JSON.parse(text, function (key, value, context) {
+    if (typeof value !== "number" || !context || typeof context.source !== "string") return value;
+    if (String(value) === context.source) return value;
+    return typeof JSON.rawJSON === "function" ? JSON.rawJSON(context.source) : context.source;
+  });
+}
+
+/** True for a number `parseExact` kept as its source text. */
+function isExactNumber(value) {
+  return typeof JSON.isRawJSON === "function" && JSON.isRawJSON(value);
+}
+
 /** Calls the admin API; an ended session reloads the page (the sign-in form). */
 async function api(path, options) {
   const init = { method: "GET", credentials: "same-origin", cache: "no-store", headers: { "Accept": "application/json" } };
@@ -143,7 +163,7 @@ async function api(path, options) {
   }
   const text = await response.text();
   let body = null;
-  try { body = text ? JSON.parse(text) : null; } catch (_) { body = null; }
+  try { body = text ? parseExact(text) : null; } catch (_) { body = null; }
   if (!response.ok) {
     const detail = body && body.detail ? body.detail : "HTTP " + response.status;
     const error = new Error(detail);
@@ -174,6 +194,7 @@ function isSensitive(value) {
 function showValue(value) {
   if (isSensitive(value)) return el("span", { title: "Stored only as a keyed hash" }, badge("redacted", "info"), " sensitive");
   if (value === null || value === undefined) return "—";
+  if (isExactNumber(value)) return value.rawJSON;
   if (typeof value === "object") return el("code", {}, JSON.stringify(value));
   return String(value);
 }
@@ -182,7 +203,7 @@ function showValue(value) {
 function fieldsTable(object, empty) {
   const rows = [];
   const walk = (prefix, value) => {
-    if (value && typeof value === "object" && !Array.isArray(value)) {
+    if (value && typeof value === "object" && !Array.isArray(value) && !isExactNumber(value)) {
       for (const [name, inner] of Object.entries(value)) walk(prefix ? prefix + "." + name : name, inner);
     } else {
       rows.push(el("tr", {}, el("th", { scope: "row" }, prefix || "(value)"), td(showValue(value), "wrap")));

@@ -264,3 +264,23 @@ def test_a_cross_site_form_post_is_refused(driver, gateway: Gateway) -> None:
     # The session itself still works from the console's own page.
     driver.get(gateway.url + "/console/flags")
     find(driver, 'button[data-tool="refund_order"]')
+
+
+def test_an_intents_amount_is_shown_as_it_was_sent(driver, gateway: Gateway) -> None:
+    """Regression: the console read the admin API's answers through JSON.parse, so an amount
+    sent as the JSON number 49.10 was shown as 49.1 (and any amount with more digits than a
+    float holds was shown rounded). Money is shown as it was sent."""
+    answer = gateway.refund("8870", "49.10")
+    assert answer["status"] == "done", answer
+    intent = gateway.admin("GET", "/intents?tool=refund_order&key=refund:8870:49.10")["intents"][0]
+    sign_in(driver, gateway, f"/console/intents/{intent['id']}")
+
+    def amount_row() -> str:
+        for row in driver.find_elements(By.CSS_SELECTOR, "table.fields tr"):
+            if row.find_element(By.CSS_SELECTOR, "th").text == "amount":
+                return row.find_element(By.CSS_SELECTOR, "td").text
+        return ""
+
+    assert wait_for("the amount argument", amount_row) == "49.10"
+    # Counts and times are still numbers the page can compute with.
+    assert "NaN" not in find(driver, "main").text
