@@ -42,7 +42,8 @@ use crate::{
 pub(crate) struct ListQuery {
     /// Only this tool's intents.
     tool: Option<String>,
-    /// Only intents with this status (`pending`, `executing`, `done`, `failed`, ...).
+    /// Only intents with this status: `pending`, `in_flight`, `done`, `rejected`, `not_executed`
+    /// or `unknown`.
     status: Option<String>,
     /// Only this tenant's intents.
     tenant: Option<String>,
