@@ -23,7 +23,13 @@
 //! A record whose intent was first seen before the window (a late re-send) is matched by a
 //! point lookup of the tenant and intent key its provider key names, so it is not mistaken
 //! for a bypass (paired by business fields, such a record has no key to look up, and is
-//! reported as `no_intent` with that caveat).
+//! reported as `no_intent` with that caveat). So is a record whose provider key names another
+//! side-effecting tool of the config ([`ToolToReconcile::other_tools`]: two tools that refund
+//! through one provider account each list the other's refunds): the intent of that tool found
+//! by the point lookup must give the same provider key back, or the record stays `no_intent`.
+//! Such records are counted apart ([`ToolReport::records_of_other_tools`]). A record paired by
+//! a point lookup is compared as far as one record allows: its amount, the intent's status,
+//! and a second record of the same intent in the pass (a `duplicate`).
 //! When a provider page can't be read after retries, the tool's run stops with an error and draws no conclusion about
 //! missing records: an incomplete listing proves nothing is missing.
 //!
@@ -38,7 +44,7 @@ mod matching;
 mod run;
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,6 +86,11 @@ pub const MISMATCHES_STORED_MAX: usize = 10_000;
 /// Longest text of a provider's intent key that is looked up in the ledger; longer ones
 /// can't be intent keys (the ledger's limit is 512 bytes).
 const KEY_LOOKUP_LENGTH_MAX: usize = 512;
+/// Intents found by a point lookup (first seen before the window, or another tool's) whose
+/// first record a pass remembers, so that a second record of one of them is a `duplicate`.
+/// About 100 bytes each; beyond it a second record is compared like a first (its amount and
+/// the intent's status), and not recognised as a duplicate.
+pub const LOOKED_UP_INTENTS_MAX: usize = 200_000;
 
 /// One page at a time of a provider's records.
 #[async_trait]
@@ -114,6 +125,10 @@ pub struct ToolReport {
     pub records_checked: u64,
     /// Unknown intents with no record yet, still inside the grace period.
     pub unknown_pending: u64,
+    /// Records (of `records_checked`) whose provider key names another side-effecting tool
+    /// of the config and whose intent of that tool gives the key back, by that tool: not a
+    /// bypass, but effects of that tool made through the same provider account.
+    pub records_of_other_tools: BTreeMap<String, u64>,
     /// Mismatches by kind.
     pub mismatches: BTreeMap<MismatchKind, u64>,
     /// Why the tool could not be reconciled, if it could not (no list, a provider error).
@@ -132,6 +147,7 @@ impl ToolReport {
             intents_checked: 0,
             records_checked: 0,
             unknown_pending: 0,
+            records_of_other_tools: BTreeMap::new(),
             mismatches: BTreeMap::new(),
             error: None,
             skipped: None,
@@ -179,6 +195,11 @@ pub struct ToolToReconcile {
     /// record of a tool with sensitive arguments and no hash key is not kept at all). `None`
     /// keeps records as they are: for tools without sensitive arguments.
     pub definition: Option<ToolDefinition>,
+    /// The config's other side-effecting tools. The provider's listing may hold their
+    /// effects too (two tools against one provider account, one of them executed by the
+    /// caller's own code); a record under one of their provider keys is paired with that
+    /// tool's intent, not reported as a bypass. Only when pairing by provider key.
+    pub other_tools: Vec<String>,
 }
 
 /// Reconciles one tool over the window. Every mismatch goes to `found` as it is decided.
@@ -201,6 +222,7 @@ pub async fn reconcile_tool(
         pairing,
         source,
         definition,
+        other_tools,
     } = tool;
     // Started first, so the first pages arrive while the ledger is read.
     let pages = fetch_ahead(name.clone(), source);
@@ -215,7 +237,9 @@ pub async fn reconcile_tool(
         }),
         pairing,
         definition,
+        other_tools,
         index: Index::default(),
+        looked_up: HashMap::new(),
         found,
     };
     pass.index_window().await?;
@@ -232,7 +256,11 @@ struct Pass<'a> {
     amount: Option<AmountRule>,
     pairing: Pairing,
     definition: Option<ToolDefinition>,
+    other_tools: Vec<String>,
     index: Index,
+    /// The first record's provider id of each intent found by a point lookup so far, up to
+    /// [`LOOKED_UP_INTENTS_MAX`].
+    looked_up: HashMap<IntentId, Box<str>>,
     report: ToolReport,
     found: &'a mut (dyn FnMut(Mismatch) + Send),
 }
@@ -302,45 +330,57 @@ impl Pass<'_> {
     }
 
     /// A record whose provider key is not in the window: an intent first seen earlier (a
-    /// late re-send), or no intent at all. The provider key names its tenant and intent key
-    /// (`provider_key`'s form); the intent found by them must give the same provider key
-    /// back, or the record is not its (a hashed provider key can't be read back: such a
-    /// record is reported as having no intent).
+    /// late re-send), an intent of another tool of the config, or no intent at all. The
+    /// provider key names its tool, tenant and intent key (`provider_key`'s form); the intent
+    /// found by them must give the same provider key back, or the record is not its (a
+    /// hashed provider key can't be read back: such a record is reported as having no
+    /// intent). A forged key of another tool whose intent does not exist stays a bypass.
     async fn match_earlier(
         &mut self,
         provider_key: &str,
         record: &ListedRecord,
     ) -> Result<(), ReconcileError> {
-        let mut earlier = None;
-        for (tenant, key) in provider_key_readings(&self.name, provider_key) {
-            if key.len() > KEY_LOOKUP_LENGTH_MAX {
-                continue;
-            }
-            let filter = IntentFilter {
-                tool: Some(self.name.clone()),
-                tenant: Some(tenant.to_owned()),
-                key: Some(key.to_owned()),
-                ..IntentFilter::default()
-            };
-            earlier = self
-                .ledger
-                .intents(&filter, Order::Oldest, None, 1)
-                .await?
-                .into_iter()
-                .find(|intent| self.pairing.of_intent(intent) == provider_key);
-            if earlier.is_some() {
-                break;
-            }
-        }
-        let Some(intent) = earlier else {
+        let Some(intent) = self.intent_of_provider_key(provider_key).await? else {
             self.count(no_intent(&self.name, record, &self.pairing));
             return Ok(());
+        };
+        if intent.tool != self.name {
+            *self
+                .report
+                .records_of_other_tools
+                .entry(intent.tool.clone())
+                .or_default() += 1;
+        }
+        if let Some(first) = self.looked_up.get(&intent.id) {
+            let first = first.to_string();
+            for mismatch in
+                another_record(&self.name, &intent, &first, record, self.amount.as_ref())
+            {
+                self.count(mismatch);
+            }
+            return Ok(());
+        }
+        if self.looked_up.len() < LOOKED_UP_INTENTS_MAX {
+            self.looked_up
+                .insert(intent.id, record.external_id.as_str().into());
+        }
+        // Only the tool's own definition says how its records may be kept; another tool's
+        // intent is resolved with the provider's id and no result.
+        let result = if intent.tool == self.name {
+            kept_record(
+                self.definition.as_ref(),
+                record.raw.clone(),
+                &intent.arguments,
+            )
+        } else {
+            None
         };
         let mismatches = earlier_intent(
             self.ledger.as_ref(),
             &self.name,
             intent,
             record,
+            result,
             self.amount.as_ref(),
             self.options,
         )
@@ -349,6 +389,39 @@ impl Pass<'_> {
             self.count(mismatch);
         }
         Ok(())
+    }
+
+    /// The intent whose provider key `provider_key` is: of this tool first, then of the
+    /// config's other tools, looked up by each tenant and intent key the key can be read as.
+    /// (`&mut self`, though it changes nothing: a shared borrow held across the ledger's
+    /// await would need the pass, and its `found`, to be `Sync`.)
+    async fn intent_of_provider_key(
+        &mut self,
+        provider_key: &str,
+    ) -> Result<Option<IntentRecord>, ReconcileError> {
+        for tool in std::iter::once(&self.name).chain(&self.other_tools) {
+            for (tenant, key) in provider_key_readings(tool, provider_key) {
+                if key.len() > KEY_LOOKUP_LENGTH_MAX {
+                    continue;
+                }
+                let filter = IntentFilter {
+                    tool: Some(tool.clone()),
+                    tenant: Some(tenant.to_owned()),
+                    key: Some(key.to_owned()),
+                    ..IntentFilter::default()
+                };
+                let found = self
+                    .ledger
+                    .intents(&filter, Order::Oldest, None, 1)
+                    .await?
+                    .into_iter()
+                    .find(|intent| self.pairing.of_intent(intent) == provider_key);
+                if found.is_some() {
+                    return Ok(found);
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// A mismatch of a paired record names the intent by id only (the index keeps no intent
@@ -613,16 +686,33 @@ async fn resolve_found(
     }
 }
 
-/// A record of an intent first seen before the window: compare what can be compared from
-/// one record (the intent's other records are outside the window).
+/// Whose intent a mismatch of `tool`'s run names, for its detail: nothing for the tool's
+/// own, the other tool for another's.
+fn of_other_tool(tool: &str, intent: &IntentRecord) -> String {
+    if intent.tool == tool {
+        String::new()
+    } else {
+        format!(
+            " (an intent of {}, whose provider key the record carries)",
+            intent.tool
+        )
+    }
+}
+
+/// The first record of an intent found by a point lookup (first seen before the window, or
+/// another tool's): compare what can be compared from one record (the intent's other records
+/// are outside the window, or in another tool's listing). `result` is what an unknown intent
+/// keeps as its result when the record resolves it.
 async fn earlier_intent(
     ledger: &dyn Ledger,
     tool: &str,
     intent: IntentRecord,
     record: &ListedRecord,
+    result: Option<Value>,
     amount: Option<&AmountRule>,
     options: &ReconcileOptions,
 ) -> Result<Vec<Mismatch>, ReconcileError> {
+    let whose = of_other_tool(tool, &intent);
     let mut mismatches = Vec::new();
     let expected = amount.and_then(|rule| rule.expected(&intent.arguments));
     if let Some(mismatch) = amount_differs(
@@ -634,7 +724,10 @@ async fn earlier_intent(
         &intent.tenant,
         intent.status,
     ) {
-        mismatches.push(mismatch);
+        mismatches.push(Mismatch {
+            detail: format!("{}{whose}", mismatch.detail),
+            ..mismatch
+        });
     }
     let base = Mismatch {
         tool: tool.to_owned(),
@@ -658,7 +751,7 @@ async fn earlier_intent(
                 ledger,
                 intent.id,
                 Some(record.external_id.clone()),
-                Some(record.raw.clone()),
+                result,
                 options,
             )
             .await?;
@@ -666,7 +759,7 @@ async fn earlier_intent(
                 mismatches.push(Mismatch {
                     resolved: true,
                     detail: format!(
-                        "unknown, and the provider has it ({}): resolved to done",
+                        "unknown, and the provider has it ({}): resolved to done{whose}",
                         record.external_id
                     ),
                     ..base
@@ -677,7 +770,7 @@ async fn earlier_intent(
             kind: MismatchKind::EffectDespiteStatus,
             severity: MismatchKind::EffectDespiteStatus.severity(),
             detail: format!(
-                "the model was told {} but the provider has the effect ({})",
+                "the model was told {} but the provider has the effect ({}){whose}",
                 intent.status, record.external_id
             ),
             ..base
@@ -685,4 +778,53 @@ async fn earlier_intent(
         _ => {}
     }
     Ok(mismatches)
+}
+
+/// A second (or later) record of an intent found by a point lookup, whose first record of
+/// the pass was `first`: a duplicate, and its amount compared. The intent's status was
+/// judged with the first record.
+fn another_record(
+    tool: &str,
+    intent: &IntentRecord,
+    first: &str,
+    record: &ListedRecord,
+    amount: Option<&AmountRule>,
+) -> Vec<Mismatch> {
+    let whose = of_other_tool(tool, intent);
+    let expected = amount.and_then(|rule| rule.expected(&intent.arguments));
+    let mut mismatches = Vec::new();
+    if let Some(mismatch) = amount_differs(
+        tool,
+        expected.as_ref(),
+        record,
+        intent.id,
+        Some(&intent.key),
+        &intent.tenant,
+        intent.status,
+    ) {
+        mismatches.push(Mismatch {
+            detail: format!("{}{whose}", mismatch.detail),
+            ..mismatch
+        });
+    }
+    mismatches.push(Mismatch {
+        tool: tool.to_owned(),
+        kind: MismatchKind::Duplicate,
+        severity: MismatchKind::Duplicate.severity(),
+        intent_id: Some(intent.id),
+        tenant: Some(intent.tenant.clone()),
+        intent_key: Some(intent.key.clone()),
+        intent_status: Some(intent.status),
+        external_ids: vec![first.to_owned(), record.external_id.clone()],
+        subject: record.subject.clone(),
+        arguments: Some(intent.arguments.clone()),
+        intent_amount: expected.as_ref().map(ToString::to_string),
+        provider_amount: record.amount.clone(),
+        resolved: false,
+        detail: format!(
+            "more than one provider record for one intent ({first}, {}): the effect happened more than once; reverse all but {first}{whose}",
+            record.external_id
+        ),
+    });
+    mismatches
 }

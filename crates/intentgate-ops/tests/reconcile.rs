@@ -479,3 +479,194 @@ async fn a_client_executed_tool_is_skipped_with_its_reason_and_is_not_an_error()
         (None, None)
     );
 }
+
+/// A refund made directly at the mock provider with `provider_key` as its Idempotency-Key
+/// (the key a grant of the intent API hands the caller's code, or a forged one); its id.
+async fn refund_with_provider_key(
+    client: &reqwest::Client,
+    mock: &str,
+    order: &str,
+    amount: &str,
+    provider_key: &str,
+) -> String {
+    let response = client
+        .post(format!("{mock}/v1/refunds"))
+        .header("Idempotency-Key", provider_key)
+        .json(&json!({"order_id": order, "amount": amount, "reason": "damaged"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{response:?}");
+    let refund: Value = response.json().await.unwrap();
+    refund["id"].as_str().unwrap().to_owned()
+}
+
+/// Drives an intent of the client-executed `refund_order_sdk` to `status`, as a settle that
+/// ended that way would; its id and intent key.
+async fn settle_sdk(
+    ledger: &dyn Ledger,
+    order: &str,
+    amount: &str,
+    status: IntentStatus,
+) -> (i64, String) {
+    let arguments = json!({"order_id": order, "amount": amount});
+    let now_ms = SystemClock.now_ms();
+    let key = format!("refund:{order}:{amount}");
+    let intent = begin_new(ledger, "refund_order_sdk", key.clone(), arguments, now_ms).await;
+    let done = status == IntentStatus::Done;
+    ledger
+        .finish(Finish {
+            id: intent.id,
+            lease_owner: "test/1".to_owned(),
+            attempt: intent.attempt,
+            now_ms,
+            status,
+            result: None,
+            external_id: done.then(|| format!("re_sdk_{order}")),
+            resolved_by: "client",
+            looked_up: false,
+            detail: "test".to_owned(),
+            lease_required: false,
+            resend_stopped: None,
+        })
+        .await
+        .unwrap();
+    (intent.id, key)
+}
+
+// Regression: refund_order and refund_order_sdk refund through one provider account, so
+// refund_order's listing holds the refunds made by the caller's code under
+// refund_order_sdk's provider keys. Each was reported as `no_intent`, a bypass of the
+// gateway, although its intent was in the ledger under the other tool.
+#[tokio::test]
+async fn a_record_of_another_tool_of_the_config_pairs_with_that_tools_intent_not_with_nothing() {
+    let client = http::client(None);
+    let mock =
+        MockServer::start(MockProvider::new(MockOptions::new(HttpFaultPlan::quiet())).unwrap())
+            .await
+            .unwrap();
+    let loaded = config(&mock.url(), "http://127.0.0.1:9/hook");
+    let TempLedger {
+        dir: _dir, ledger, ..
+    } = TempLedger::with_options(SqliteOptions::default());
+    let ledger: Arc<dyn Ledger> = ledger;
+    let sdk_key =
+        |key: &str| intentgate_core::key::provider_key("default", "refund_order_sdk", key, 1);
+
+    // Done through the caller's code: the provider's record is that intent's. Not reported.
+    let (_, done_key) = settle_sdk(ledger.as_ref(), "1101", "12.00", IntentStatus::Done).await;
+    let done =
+        refund_with_provider_key(&client, &mock.url(), "1101", "12.00", &sdk_key(&done_key)).await;
+    // Unknown (the caller's answer was lost), and the provider has it: resolved to done.
+    let (unknown_id, unknown_key) =
+        settle_sdk(ledger.as_ref(), "1102", "13.00", IntentStatus::Unknown).await;
+    let found = refund_with_provider_key(
+        &client,
+        &mock.url(),
+        "1102",
+        "13.00",
+        &sdk_key(&unknown_key),
+    )
+    .await;
+    // The caller's code refunded another amount than its intent asked for.
+    let (other_amount_id, other_amount_key) =
+        settle_sdk(ledger.as_ref(), "1103", "14.00", IntentStatus::Done).await;
+    refund_with_provider_key(
+        &client,
+        &mock.url(),
+        "1103",
+        "15.00",
+        &sdk_key(&other_amount_key),
+    )
+    .await;
+    // The other tool's provider key, but no intent of it: a refund made around the gateway
+    // under a forged key is still a bypass.
+    let forged = refund_with_provider_key(
+        &client,
+        &mock.url(),
+        "1104",
+        "16.00",
+        &sdk_key("refund:1104:16.00"),
+    )
+    .await;
+    // The provider key of a tool the config does not have.
+    let unknown_tool = refund_with_provider_key(
+        &client,
+        &mock.url(),
+        "1105",
+        "17.00",
+        "refund_order_cli:refund:1105:17.00",
+    )
+    .await;
+    // Past the provider's key window, the caller's code refunds the done intent again with
+    // the same key: a second refund of one intent.
+    mock.provider()
+        .advance_clock(KEY_WINDOW + Duration::from_secs(60));
+    let again =
+        refund_with_provider_key(&client, &mock.url(), "1101", "12.00", &sdk_key(&done_key)).await;
+    let later_ms = SystemClock.now_ms() + (KEY_WINDOW.as_millis() as i64) + 120_000;
+
+    let notifier = Arc::new(Notifier::new(Default::default()));
+    let reconciler =
+        Reconciler::new(&loaded, ledger.clone(), notifier, None, Default::default()).unwrap();
+    let report = reconciler
+        .run(KEY_WINDOW + Duration::from_secs(3600), later_ms, "test")
+        .await;
+    let refunds = report
+        .tools
+        .iter()
+        .find(|tool| tool.tool == "refund_order")
+        .unwrap();
+    assert_eq!(refunds.error, None);
+    assert_eq!(refunds.records_checked, 6, "{report:#?}");
+    assert_eq!(
+        refunds.records_of_other_tools,
+        [("refund_order_sdk".to_owned(), 4)].into_iter().collect(),
+        "{report:#?}"
+    );
+    let of_kind = |kind: MismatchKind| -> Vec<_> {
+        report
+            .mismatches
+            .iter()
+            .filter(|mismatch| mismatch.kind == kind)
+            .cloned()
+            .collect()
+    };
+
+    let bypasses = of_kind(MismatchKind::NoIntent);
+    let mut bypassed: Vec<_> = bypasses
+        .iter()
+        .flat_map(|mismatch| mismatch.external_ids.clone())
+        .collect();
+    bypassed.sort();
+    let mut expected = vec![forged, unknown_tool];
+    expected.sort();
+    assert_eq!(bypassed, expected, "{:#?}", report.mismatches);
+
+    let resolved = of_kind(MismatchKind::UnknownFound);
+    assert_eq!(resolved.len(), 1, "{:#?}", report.mismatches);
+    assert_eq!(resolved[0].intent_id, Some(unknown_id));
+    assert!(resolved[0].resolved);
+    assert!(
+        resolved[0].detail.contains("refund_order_sdk"),
+        "{}",
+        resolved[0].detail
+    );
+    let intent = ledger.get_by_id(unknown_id).await.unwrap().unwrap();
+    assert_eq!(intent.status, IntentStatus::Done);
+    assert_eq!(intent.external_id.as_deref(), Some(found.as_str()));
+
+    let amounts = of_kind(MismatchKind::Amount);
+    assert_eq!(amounts.len(), 1, "{:#?}", report.mismatches);
+    assert_eq!(amounts[0].intent_id, Some(other_amount_id));
+    assert_eq!(amounts[0].intent_amount.as_deref(), Some("14"));
+    assert_eq!(amounts[0].provider_amount.as_deref(), Some("15.00"));
+
+    let duplicates = of_kind(MismatchKind::Duplicate);
+    assert_eq!(duplicates.len(), 1, "{:#?}", report.mismatches);
+    assert_eq!(duplicates[0].severity, Severity::Critical);
+    assert_eq!(duplicates[0].intent_key.as_deref(), Some(done_key.as_str()));
+    assert_eq!(duplicates[0].external_ids, vec![done, again]);
+
+    assert_eq!(report.mismatches_total, 5, "{:#?}", report.mismatches);
+}

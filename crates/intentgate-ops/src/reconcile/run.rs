@@ -277,6 +277,14 @@ impl Reconciler {
             pairing: Pairing::of_match(listing.match_fields()),
             source,
             definition: tool.definition.clone(),
+            // Every other side-effecting tool, whoever executes it: a tool executed by the
+            // caller's code has no listing of its own, and its effects often share this one's.
+            other_tools: self
+                .tools
+                .iter()
+                .filter(|other| other.name != tool.name)
+                .map(|other| other.name.clone())
+                .collect(),
         };
         let mut collect = |mismatch: Mismatch| {
             report.mismatches_total += 1;

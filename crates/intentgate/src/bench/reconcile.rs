@@ -1,4 +1,4 @@
-//! `intentgate bench reconcile`: reconciliation of a large window (SPEC section 12: 1,000,000
+//! `intentgate bench reconcile`: reconciliation of a large window (docs/design.md section 12: 1,000,000
 //! intents against 1,000,000 provider records in under 10 s and under 1 GiB).
 //!
 //! A fresh SQLite ledger in a temporary folder inside `--dir` is filled with the intents of
@@ -32,7 +32,7 @@ use super::{existing_folder, progress, scratch_folder};
 use crate::cli::ReconcileBenchArgs;
 use crate::table::{self, Align};
 
-/// Default intents (and about as many provider records): the SPEC target's size.
+/// Default intents (and about as many provider records): the design target's size.
 pub const INTENTS_DEFAULT: u32 = 1_000_000;
 /// Most intents: bounds the run's disk use and time.
 pub const INTENTS_MAX: u32 = 5_000_000;
@@ -51,9 +51,9 @@ const WINDOW_START_MS: i64 = 1_767_225_600_000;
 const UNKNOWN_GRACE_MS: i64 = 15 * 60 * 1000;
 const TOOL: &str = "refund_order";
 
-/// SPEC target: seconds for 1,000,000 intents against 1,000,000 records.
+/// design target: seconds for 1,000,000 intents against 1,000,000 records.
 const TARGET_SECONDS: f64 = 10.0;
-/// SPEC target: peak memory, in MiB.
+/// design target: peak memory, in MiB.
 const TARGET_PEAK_MIB: f64 = 1024.0;
 
 /// What intent `i` of the run is.
@@ -168,6 +168,8 @@ async fn measure(folder: &Path, intents: u32, json: bool) -> anyhow::Result<Figu
         pairing: Pairing::ProviderKey,
         // Refunds have no sensitive arguments.
         definition: None,
+        // The generated records are all this tool's.
+        other_tools: Vec::new(),
         source: Box::new(GeneratedRecords {
             next: 0,
             intents,
@@ -385,7 +387,7 @@ fn reset_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
-/// The human report: one row per figure, with its SPEC target where one applies.
+/// The human report: one row per figure, with its design target where one applies.
 fn table(figures: &Figures) -> String {
     let verdict = |met: Option<bool>| match met {
         Some(true) => "yes",
@@ -400,12 +402,7 @@ fn table(figures: &Figures) -> String {
         [label.to_owned(), value, target, met.to_owned()]
     };
     let rows = [
-        row(
-            "measure",
-            "value".to_owned(),
-            "SPEC target".to_owned(),
-            "met",
-        ),
+        row("measure", "value".to_owned(), "target".to_owned(), "met"),
         row(
             "reconciliation time",
             format!("{:.2} s", figures.seconds),

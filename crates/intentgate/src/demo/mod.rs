@@ -333,6 +333,8 @@ async fn reconcile_refunds(
         // Refunds have no sensitive arguments.
         definition: None,
         source: Box::new(pager),
+        // The demo refunds through this tool only: no other tool's records to pair.
+        other_tools: Vec::new(),
     };
     reconcile_tool(&ledger, to_reconcile, &options, &mut count)
         .await
