@@ -1,5 +1,5 @@
 //! The config's findings: what the loader refuses, and what it accepts but should not be
-//! left as it is (SPEC section 9).
+//! left as it is (docs/design.md section 9).
 //!
 //! The loader keeps one line per tool (`ToolConfig::line`); the lines of fields inside a tool
 //! (`key`, `timeout_ms`) are found here in the file's text, from the tool's line on, by

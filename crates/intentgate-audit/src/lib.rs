@@ -1,4 +1,4 @@
-//! The audit behind `intentgate audit`: the checklist of SPEC section 9, as findings a CI job
+//! The audit behind `intentgate audit`: the checklist of docs/design.md section 9, as findings a CI job
 //! can gate on.
 //!
 //! [`audit`] reads the config (and optionally prompt files, observed latencies and a live MCP server's

@@ -282,7 +282,7 @@ pub enum IdempotencyKeyHeader {
     Required,
 }
 
-/// Reconciliation inside `intentgate serve` (SPEC section 8). `intentgate reconcile` takes
+/// Reconciliation inside `intentgate serve` (docs/design.md section 8). `intentgate reconcile` takes
 /// its window from the command line and the grace and settle times from here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -311,7 +311,7 @@ impl Default for ReconcileConfig {
     }
 }
 
-/// How an `unknown` intent is driven to an answer (SPEC section 5): after each attempt that
+/// How an `unknown` intent is driven to an answer (docs/design.md section 5): after each attempt that
 /// ended without one, a pause, then a lookup and, inside the provider's key window, the same
 /// request again with the same idempotency key. The pause starts at `backoff_initial_ms` and
 /// doubles per attempt up to `backoff_max_ms`.

@@ -5,7 +5,7 @@
 //! errors mean "maybe": the provider may have committed before the response was lost. Only
 //! shapes that prove nothing was processed may be retried with the same key.
 //!
-//! Some answers are the operator's to fix, not the customer's (SPEC section 5): a wrong
+//! Some answers are the operator's to fix, not the customer's (docs/design.md section 5): a wrong
 //! credential (401, 403, 407), a route that does not exist, an upstream that can't be reached
 //! as configured (connection refused, DNS, TLS). Nothing was processed, and no correction of
 //! the arguments would help: [`OutcomeClass::Misconfigured`], never a rejection. Telling some
@@ -107,7 +107,7 @@ pub struct RequestFacts {
 }
 
 /// An error that is the operator's: the gateway is misconfigured, and nothing was processed
-/// (SPEC section 5). `as_str` is the `kind` of `intentgate_upstream_errors_total`, a fixed
+/// (docs/design.md section 5). `as_str` is the `kind` of `intentgate_upstream_errors_total`, a fixed
 /// word list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -213,7 +213,7 @@ pub enum OutcomeClass {
     },
     /// May have happened: look it up, never retry blindly.
     Ambiguous { why: Ambiguity },
-    /// Certainly not processed, because the gateway is misconfigured (SPEC section 5: errors
+    /// Certainly not processed, because the gateway is misconfigured (docs/design.md section 5: errors
     /// that are the operator's). Never a rejection and never stored as one: the intent ends
     /// `not_executed`, so a call after the fix may execute it. Retried within the call only
     /// where [`Misconfiguration::retried`] says so.
@@ -343,7 +343,7 @@ fn error_type(body: &Value) -> Option<&str> {
     body.pointer("/error/type").and_then(Value::as_str)
 }
 
-/// Classifies one observation (SPEC section 5's table), knowing nothing of the request
+/// Classifies one observation (section 5 of docs/design.md's table), knowing nothing of the request
 /// beyond it: [`classify_with`] and the default [`RequestFacts`].
 pub fn classify(observation: &UpstreamObservation) -> OutcomeClass {
     classify_with(observation, &RequestFacts::default())
@@ -357,7 +357,7 @@ pub fn route_not_found(status: u16, fixed_route: bool) -> bool {
     status == 405 || (status == 404 && fixed_route)
 }
 
-/// Classifies one observation with what the upstream knows of its request (SPEC section 5's
+/// Classifies one observation with what the upstream knows of its request (section 5 of docs/design.md's
 /// table, with the operator's errors told apart).
 pub fn classify_with(observation: &UpstreamObservation, facts: &RequestFacts) -> OutcomeClass {
     let misconfigured = |kind| OutcomeClass::Misconfigured { kind };
@@ -635,7 +635,7 @@ mod tests {
         }
     }
 
-    /// The operator's errors (SPEC section 5): what the upstream knows of the request decides
+    /// The operator's errors (docs/design.md section 5): what the upstream knows of the request decides
     /// a 404 and a request that was not sent; nothing else changes with it.
     #[test]
     fn every_row_of_the_operators_errors_is_classified() {

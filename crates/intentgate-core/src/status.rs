@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Effect;
 
-/// The outcome of one call, as the model sees it (SPEC section 6).
+/// The outcome of one call, as the model sees it (docs/design.md section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CallStatus {

@@ -19,7 +19,7 @@ pub const TIMEOUT_MS_MAX: u64 = 10 * 60 * 1000;
 pub const RETRY_BUDGET_MAX: u32 = 10;
 
 /// The `_meta` key of an MCP `tools/call` request that carries the application's intent id
-/// (SPEC section 4), for tools whose key uses `{intent_id}`.
+/// (docs/design.md section 4), for tools whose key uses `{intent_id}`.
 pub const INTENT_ID_META_KEY: &str = "intentgate/intent_id";
 /// The HTTP request header that carries the application's intent id.
 pub const INTENT_ID_HEADER: &str = "Intent-Id";
@@ -71,7 +71,7 @@ pub struct ToolDefinition {
     /// shortened by a safety margin; `None` (the default) when it does not, or nobody said.
     /// Within this window, counted from when the intent was first seen, the gate (its
     /// sweeper, or a repeat call) re-sends an `unknown` intent with the same provider key
-    /// (SPEC section 5): if the first attempt committed, the provider replays its answer and
+    /// (docs/design.md section 5): if the first attempt committed, the provider replays its answer and
     /// nothing happens twice. Outside it, or without it, an unknown intent is never sent
     /// again.
     pub resend_window: Option<Duration>,

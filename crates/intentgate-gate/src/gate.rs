@@ -1,4 +1,4 @@
-//! The call path (SPEC section 5), one method per phase.
+//! The call path (docs/design.md section 5), one method per phase.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,7 +71,7 @@ pub struct GateOptions {
     pub retry_after_cap: Duration,
     pub backoff_base: Duration,
     /// How unknown intents are driven to an answer: the same-key re-send backoff and its
-    /// rate limit (SPEC section 5).
+    /// rate limit (docs/design.md section 5).
     pub resolution: Resolution,
     /// How often a waiting caller checks the lease owner's process ([`OWNER_CHECK_EVERY`]).
     pub owner_check_every: Duration,
@@ -651,7 +651,7 @@ impl Gate {
         }
     }
 
-    /// The call path of a side-effecting tool, as SPEC section 5's named phases: the key and
+    /// The call path of a side-effecting tool, as section 5 of docs/design.md's named phases: the key and
     /// fingerprint, look up (a settled repeat is answered from a read), check the request can
     /// be built, acquire (the lease, with `in_flight` durable, or a lookup lease), then under
     /// the lease send, classify and finish ([`Gate::execute`], [`Gate::look_up_unknown`]).
@@ -1504,7 +1504,7 @@ impl Gate {
 
     /// [`Gate::record`] for the outcome of this call's own attempt, under a lease it still
     /// holds for [`QUEUED_FINISH_MIN_LEASE`] or more: answers as soon as the write is
-    /// queued, from what the ledger will hold, while the write commits (SPEC section 7: only
+    /// queued, from what the ledger will hold, while the write commits (docs/design.md section 7: only
     /// `in_flight` must be durable before the upstream call; a crash before this commit
     /// leaves the intent `in_flight`, resolved by its lookup). Nobody else can take the
     /// intent while the lease runs, so what the ledger will hold is what this call learned.

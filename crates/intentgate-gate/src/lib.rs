@@ -1,7 +1,7 @@
 //! `Gate`: the retry-safe call path of intentgate.
 //!
 //! A [`Gate`] holds the tool definitions, a [`Ledger`](intentgate_ledger::Ledger) and an
-//! [`Upstream`]. [`Gate::call`] runs one tool call the way SPEC section 5 says: validate (with
+//! [`Upstream`]. [`Gate::call`] runs one tool call the way docs/design.md section 5 says: validate (with
 //! [`schema::validator`]: formats asserted, numbers compared exactly as sent), honour the
 //! kill switch, derive the intent key, check that the upstream can build its request from the
 //! arguments ([`Upstream::check`]), get-or-create the intent, take its lease, write

@@ -1,5 +1,5 @@
 //! What a gate counts and times, for Prometheus, and the repeated-call events the
-//! duplicate-call alerts consume (SPEC section 8).
+//! duplicate-call alerts consume (docs/design.md section 8).
 //!
 //! One [`Metrics`] per [`Gate`](crate::Gate), created by `Gate::new` and read with
 //! [`Gate::metrics`](crate::Gate::metrics); [`Metrics::encode`] renders it in the Prometheus
@@ -9,14 +9,14 @@
 //! | family | type | labels | what it counts |
 //! |---|---|---|---|
 //! | `intentgate_calls_total` | counter | `tool`, `status` | every outcome of `Gate::call` by its status (`done`, `already_done`, `rejected`, ...), or `ledger_unavailable` when the ledger failed before anything was sent; for a client-executed tool, every grant answered at once and every settle's answer, so one grant and its settle count once |
-//! | `intentgate_repeated_calls_total` | counter | `tool` | calls for an intent that already existed (the "duplicate calls" of SPEC section 8) |
+//! | `intentgate_repeated_calls_total` | counter | `tool` | calls for an intent that already existed (the "duplicate calls" of docs/design.md section 8) |
 //! | `intentgate_upstream_request_duration_seconds` | histogram | `tool`, `request` | one upstream request, `request` = `execute` (side effects, reads, idempotent calls, re-sends) or `lookup`; the tool's timeout included |
 //! | `intentgate_ledger_operation_duration_seconds` | histogram | `operation` | the ledger operations of the call path: `begin`, `finish`, `get` (the fast path's read) |
 //! | `intentgate_lease_waits_total` | counter | `tool` | calls that found the intent's lease held and waited for its holder |
 //! | `intentgate_lease_wait_seconds` | histogram | `tool` | how long each of those calls waited, in all |
 //! | `intentgate_intents_unknown_total` | counter | `tool` | attempts and lookups that left an intent `unknown` |
 //! | `intentgate_lookups_total` | counter | `tool`, `result` | every lookup by what it concluded: `found` (a record proved to be the intent's), `not_found`, `failed` (the lookup could not be made or read, a placeholder without a value included), `mismatch` (a record half the intent's: its key with other fields, or its fields under another key), `unsupported` |
-//! | `intentgate_upstream_errors_total` | counter | `tool`, `upstream`, `kind` | upstream requests not processed because the gateway is misconfigured (SPEC section 5: the operator's errors), each retry counted; `upstream` is its name in the config (`unnamed` for an upstream that gave none), `kind` one of `unauthorized` (401), `forbidden` (403), `proxy_auth` (407), `route_not_found` (405, or 404 to a fixed route), `connect`, `dns`, `tls` |
+//! | `intentgate_upstream_errors_total` | counter | `tool`, `upstream`, `kind` | upstream requests not processed because the gateway is misconfigured (docs/design.md section 5: the operator's errors), each retry counted; `upstream` is its name in the config (`unnamed` for an upstream that gave none), `kind` one of `unauthorized` (401), `forbidden` (403), `proxy_auth` (407), `route_not_found` (405, or 404 to a fixed route), `connect`, `dns`, `tls` |
 //! | `intentgate_resends_stopped_total` | counter | `tool`, `reason` | attempts whose answer stopped their intent's same-key re-sends for good, the provider answering the key the same way every time: `replayed_server_error` (a stored 5xx replayed), `provider_says_no_retry` (a 5xx with `Stripe-Should-Retry: false`), `key_reused` (400 `idempotency_error`: the key was first used with other parameters; the owner is told) |
 //! | `intentgate_intents` | gauge | `tool`, `status` | intents in the ledger by status, set from outside ([`Metrics::set_intent_counts`]) |
 //! | `intentgate_reconcile_mismatches_total` | counter | `tool`, `kind` | mismatches reconciliation found ([`Metrics::reconcile_mismatches`]) |

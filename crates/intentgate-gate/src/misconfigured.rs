@@ -1,4 +1,4 @@
-//! Errors that are the operator's (SPEC section 5): the gateway can't use an upstream as
+//! Errors that are the operator's (docs/design.md section 5): the gateway can't use an upstream as
 //! configured (a wrong credential, a route that does not exist, an upstream it can't reach).
 //! Nothing was processed, and the customer can't fix it, so the call ends `not_executed`
 //! with a message that a person will follow up; this module makes sure that person hears

@@ -1,4 +1,4 @@
-//! Driving an `unknown` intent to a definite answer (SPEC section 5, "Resolving unknown
+//! Driving an `unknown` intent to a definite answer (docs/design.md section 5, "Resolving unknown
 //! intents").
 //!
 //! An intent is `unknown` when an attempt ended without a definite answer (a timeout, a

@@ -1,7 +1,7 @@
 //! The sweeper: drives forward the intents nobody is asking about any more.
 //!
 //! A crash, a lost connection or a lease that ran out leaves an intent `in_flight` with an
-//! expired lease, or `unknown` (SPEC section 5). A later call for it runs the next step of
+//! expired lease, or `unknown` (docs/design.md section 5). A later call for it runs the next step of
 //! its resolution, but the user may never ask again. [`Gate::sweep`] takes those intents from
 //! the ledger ([`Ledger::stale`](intentgate_ledger::Ledger::stale)) and, for each one of a
 //! configured side-effecting tool whose next step is due:

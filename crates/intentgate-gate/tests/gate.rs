@@ -1,4 +1,4 @@
-//! The call path of a side-effecting tool, row by row of SPEC section 5, through a real
+//! The call path of a side-effecting tool, row by row of docs/design.md section 5, through a real
 //! SQLite ledger and the fake provider.
 
 use std::sync::Arc;
@@ -328,7 +328,7 @@ async fn a_hundred_concurrent_calls_for_one_intent_make_one_upstream_execution()
     assert_eq!(h.intent_after_calls(KEY, 100).await.call_count, 100);
 }
 
-/// SPEC section 7: only `in_flight` must be durable before the upstream call. The outcome
+/// docs/design.md section 7: only `in_flight` must be durable before the upstream call. The outcome
 /// is answered once its write is queued, not committed: with the ledger file locked by
 /// another writer, the call still answers `done` at once, and a read of the intent waits
 /// for the commit instead of showing it `in_flight`.

@@ -1,4 +1,4 @@
-//! Errors that are the operator's (SPEC section 5): a wrong credential, a route that does not
+//! Errors that are the operator's (docs/design.md section 5): a wrong credential, a route that does not
 //! exist, an upstream the gateway can't reach. Through a real SQLite ledger and an upstream
 //! scripted here, which names itself (`RequestFacts`) as the HTTP upstream does.
 

@@ -7,7 +7,7 @@
 //!
 //! - [`HttpUpstream`] implements the gate's `Upstream`: it renders a tool's request, sends
 //!   it once with the intent's idempotency key (side effects only) and reports what the
-//!   transport saw, in the shapes SPEC section 5 classifies: a response, not sent (connect,
+//!   transport saw, in the shapes docs/design.md section 5 classifies: a response, not sent (connect,
 //!   DNS or TLS failure), timeout, or dropped after sending. Its lookup finds an effect with
 //!   a read-only request, page by page for a listing, and takes a record only once
 //!   [`verify`] proves it is this intent's (its provider key, its business fields).

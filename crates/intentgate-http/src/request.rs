@@ -1,5 +1,5 @@
 //! One HTTP exchange: the shared client, a request rendered from its templates, and what
-//! came back, sorted into the shapes SPEC section 5 tells apart.
+//! came back, sorted into the shapes docs/design.md section 5 tells apart.
 //!
 //! The question every step answers is "could the provider have acted on this?". A request
 //! that could not be built or never reached a connected socket was not sent; anything that

@@ -1,7 +1,7 @@
 //! [`HttpUpstream`]: the gate's [`Upstream`] for tools whose effect is an HTTP request.
 //!
 //! Each tool's [`CallSpec`] is rendered into one request per attempt; what comes back is
-//! sorted into the observation shapes of SPEC section 5 (a response, not sent, timeout,
+//! sorted into the observation shapes of docs/design.md section 5 (a response, not sent, timeout,
 //! dropped), and the gate classifies those. The [`LookupSpec`] finds an effect afterwards with
 //! a read-only request. Everything is parsed and checked when the upstream is built, so a
 //! call can only fail on its arguments, never on the config.

@@ -1,5 +1,5 @@
 //! `HttpUpstream` against a real HTTP server on a loopback port: every observation shape of
-//! SPEC section 5, the idempotency header, URL safety of path arguments, body templates,
+//! docs/design.md section 5, the idempotency header, URL safety of path arguments, body templates,
 //! header injection, redirects, lookups and secrets.
 
 mod common;
@@ -1320,7 +1320,7 @@ fn a_lookup_without_a_proof_or_with_unusable_pages_is_refused() {
 }
 
 /// A request's facts beside its observation: the upstream's name, a fixed route or not, and
-/// which kind of connect failure stopped it (SPEC section 5: the operator's errors).
+/// which kind of connect failure stopped it (docs/design.md section 5: the operator's errors).
 async fn executed(
     base: &str,
     spec: intentgate_http::spec::CallSpec,

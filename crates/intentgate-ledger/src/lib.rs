@@ -175,8 +175,8 @@ pub struct BeginRequest {
     /// Re-send an `unknown` intent whose lease is free: start a new attempt with the same
     /// provider-key epoch (so the same idempotency key) instead of taking a lookup lease.
     /// Only for a caller that has just looked the intent up and found nothing, for a tool
-    /// whose upstream honours idempotency keys, inside the provider's key window (SPEC
-    /// section 5); the sweeper is the one such caller. False everywhere else.
+    /// whose upstream honours idempotency keys, inside the provider's key window
+    /// (docs/design.md section 5); the sweeper is the one such caller. False everywhere else.
     pub resend_unknown: bool,
     /// The caller read this key just before and found no intent. A hint: a store may try
     /// the insert before any read (PostgreSQL then saves a round trip), and `begin` decides
@@ -518,7 +518,7 @@ ledger_trait! {
         /// read of the intent that finds it still open waits for it, and a read of many
         /// waits for every finish queued before it. Another process or replica may see the
         /// intent `in_flight` for as long as the commit takes, under a lease still live.
-        /// Only writes after the durable `in_flight` may be queued so (SPEC section 7): a
+        /// Only writes after the durable `in_flight` may be queued so (docs/design.md section 7): a
         /// crash before the commit leaves the intent `in_flight`, resolved by its lookup.
         async fn finish_queued(&self, finish: Finish) -> Result<QueuedFinish>;
 

@@ -1,7 +1,7 @@
 //! Finishes queued but not yet committed, so that a read made after one was queued sees it.
 //!
 //! [`Ledger::finish_queued`](crate::Ledger::finish_queued) returns before its write commits:
-//! the gateway answers the call meanwhile (SPEC section 7: only the `in_flight` write must be
+//! the gateway answers the call meanwhile (docs/design.md section 7: only the `in_flight` write must be
 //! durable before the upstream call; the ones after it may be batched, because recovery goes
 //! through the lookup). Whoever reads the ledger next, through the same ledger object (the
 //! admin API, the console, a test, the gateway's own next call), must not see the intent

@@ -35,7 +35,7 @@
 //! The error bodies are `{"error": {"type", "message"}}` (plus `code` for JSON-RPC errors);
 //! `type` tells the two 429s apart (`not_processed`, `not_accepted`). A call the server did not
 //! accept is retried within the tool's budget like a rate limit, then ends `not_executed`
-//! (SPEC section 11). A server that answers an unknown tool with an `isError` result (the
+//! (docs/design.md section 11). A server that answers an unknown tool with an `isError` result (the
 //! Python SDK does) gets a refusal instead: `rejected`, which is as certain that nothing
 //! happened. A gate tool with no MCP call configured answers 422 (`not_configured`).
 //! A lookup that gets no result, or an `isError` result, is `LookupOutcome::Failed`: nothing

@@ -12,7 +12,7 @@
 //!   `notifications/tools/list_changed` to the stdio client (capability
 //!   `tools.listChanged`); clients of the stateless HTTP endpoint, which has no standing
 //!   connection, see the change at their next `tools/list`.
-//! - `tools/call` runs [`Gate::call`]. Every outcome of SPEC section 6 is a tool result:
+//! - `tools/call` runs [`Gate::call`]. Every outcome of docs/design.md section 6 is a tool result:
 //!   `structuredContent` holds the outcome object and a text block holds the same JSON;
 //!   `isError` is set only where the model must act differently (`rejected`, `conflict`,
 //!   `invalid_arguments`). Unknown tools and malformed calls are JSON-RPC errors (invalid

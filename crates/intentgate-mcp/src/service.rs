@@ -25,7 +25,7 @@ use crate::flags::{FlagWatch, PeerRegistration};
 use crate::tools::{ToolHints, listing, outcome_schema, switched_off};
 
 /// The `_meta` key of a `tools/call` request that carries the application's intent id
-/// (SPEC section 4), for tools whose key uses `{intent_id}`: defined once, in the core, since
+/// (docs/design.md section 4), for tools whose key uses `{intent_id}`: defined once, in the core, since
 /// the description and the answer of such a tool name it too.
 pub use intentgate_core::tool::INTENT_ID_META_KEY;
 /// The protocol versions served, oldest first: 2026-07-28 (stateless, negotiated per

@@ -6,8 +6,8 @@
 //! forgotten after a window. Every real effect is appended to an effect log, which is the
 //! ground truth that exactly-once checks compare the gateway's ledger against.
 //!
-//! Faults are seeded. Each side-effecting request draws a [`Shape`], one per row of SPEC
-//! section 5's table, and for the ambiguous shapes whether the provider committed is drawn
+//! Faults are seeded. Each side-effecting request draws a [`Shape`], one per row of the
+//! table in docs/design.md section 5, and for the ambiguous shapes whether the provider committed is drawn
 //! independently of what the caller sees: that independence is what makes them ambiguous.
 //! Tests can also script exact shapes.
 //!

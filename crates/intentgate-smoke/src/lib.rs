@@ -14,7 +14,7 @@
 //! the application's intent id), and of each asks the lookup, which must find that intent's
 //! own effect (the id its call answered) and never another's; and it asks the lookup of
 //! intents that were never executed, which must find nothing. A lookup that settles an
-//! intent with somebody else's effect (SPEC section 5, "What counts as found") fails the
+//! intent with somebody else's effect (docs/design.md section 5, "What counts as found") fails the
 //! tool, with what to add to the config (`key`, `match`, a `{idempotency_key}` filter).
 //!
 //! Last it switches the tool off in the ledger, checks a call is answered `disabled` within

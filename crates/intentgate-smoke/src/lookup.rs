@@ -1,5 +1,5 @@
 //! The lookup check: a tool's `lookup`, called as the gate calls it after an ambiguous
-//! failure, finds each intent's own effect and never another's (SPEC section 5, "What counts
+//! failure, finds each intent's own effect and never another's (docs/design.md section 5, "What counts
 //! as found").
 //!
 //! The config check sees a lookup's form (it has a `key` or a `match`); only the provider's

@@ -78,7 +78,7 @@ Traces (OpenTelemetry, OTLP over HTTP) are off until a collector is named: OTEL_
     Config(ConfigArgs),
     /// Make API keys for the `auth.api_keys` section of the config.
     Auth(AuthArgs),
-    /// Measure intentgate on this machine against the SPEC targets.
+    /// Measure intentgate on this machine against the design targets.
     Bench(BenchArgs),
     /// The kill switch: switch a tool off or on for every gateway sharing the ledger, or
     /// list which tools are off.
@@ -895,7 +895,7 @@ tool (refund_order) whose upstream answers at once, so only the gateway and the 
 measured. In the same run it measures one fsync of the same disk (the baseline), the \
 throughput of new intents with 1 caller and with 64 concurrent callers, and the latency of \
 one new intent. It checks that every call returned `done` and that the ledger holds one \
-intent per call, and compares the figures with the SPEC targets. The temporary folder is \
+intent per call, and compares the figures with the design targets. The temporary folder is \
 removed afterwards."
     )]
     Ledger(LedgerBenchArgs),
@@ -912,7 +912,7 @@ and taking turns within each set so that all of a set see the same machine:
 
   1. a new refund through the gateway (POST /v1/tools/refund_order/call) against the same \
 refund sent directly to the provider (POST /v1/refunds): p50, p99, their ratio and the \
-gateway's overhead at p50 and p99, beside the SPEC targets (strict: at most a /healthz round \
+gateway's overhead at p50 and p99, beside the design targets (strict: at most a /healthz round \
 trip + one fsync + 50 us at p50, p99 at most 3 x p50; relaxed: at most a round trip + 50 us, \
 p99 under 1 ms); and the same refund through the proxy, which forwards it with the HTTP \
 client the gateway's upstream calls use and does nothing else: what any hop in front of the \
@@ -920,7 +920,7 @@ provider costs (proxy minus direct), and what intentgate adds beyond it (gateway
 proxy);
   2. a repeated refund answered from the ledger (`already_done`) against GET /healthz of \
 the same server (a bare HTTP round trip to an empty handler): p50, p99 and their ratio, \
-beside the SPEC target (at most 1.5).
+beside the design target (at most 1.5).
 
 Then 64 concurrent callers make new refunds through the gateway (--concurrent-calls in \
 all): their rate, p50 and p99, beside the rate of as many callers through the ledger alone (a \
@@ -945,7 +945,7 @@ afterwards."
     /// Measure reconciliation of a large window: 1,000,000 intents against about as many
     /// provider records, with the time and the peak memory.
     #[command(
-        long_about = "Measure reconciliation of a large window (SPEC: 1,000,000 intents \
+        long_about = "Measure reconciliation of a large window (target: 1,000,000 intents \
 against 1,000,000 provider records in under 10 s and under 1 GiB).
 
 Fills a fresh SQLite ledger (in a temporary folder inside --dir, removed afterwards) with the \

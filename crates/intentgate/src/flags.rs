@@ -1,4 +1,4 @@
-//! `intentgate flags`: the kill switch (SPEC section 8).
+//! `intentgate flags`: the kill switch (docs/design.md section 8).
 //!
 //! Works on the ledger directly, so it needs no running gateway and reaches every replica
 //! that shares the ledger: each gateway re-reads the flags every 500 ms

@@ -289,7 +289,7 @@ fn bench_gateway_prints_positive_figures_as_json_and_cleans_up() {
     let report = bench_gateway(&[]);
     assert_eq!(report["durability"], "strict", "{report}");
     assert_eq!(report["ledger"], "sqlite", "{report}");
-    // The SPEC targets of strict durability, each with its verdict.
+    // The design targets of strict durability, each with its verdict.
     assert_eq!(
         target_fields(&report),
         [

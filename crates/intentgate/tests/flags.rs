@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::{Schema, database_url, example_config, get_json, mock_provider, serve, until};
 
-/// Longest wait for a gateway to honour a switch: the SPEC says within a second; the
+/// Longest wait for a gateway to honour a switch: the design says within a second; the
 /// margin is for a loaded CI machine, not a looser promise.
 const HONOURED_WITHIN: Duration = Duration::from_secs(3);
 /// Pause between two calls while waiting for a switch to be honoured.

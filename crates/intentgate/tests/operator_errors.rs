@@ -1,4 +1,4 @@
-//! Errors that are the operator's, as an operator meets them (SPEC section 5): the real
+//! Errors that are the operator's, as an operator meets them (docs/design.md section 5): the real
 //! `intentgate serve` in front of a small payments provider in this test, which answers 401
 //! until it is sent the right API key, 404 to a route it does not have, 404 to an order it
 //! does not know, and an upstream nothing listens at. And `intentgate intents reopen` on a

@@ -1,4 +1,4 @@
-"""tools/call over MCP: every outcome of SPEC section 6 is a tool result (structured
+"""tools/call over MCP: every outcome of docs/design.md section 6 is a tool result (structured
 content plus the same JSON as text), with `isError` only where the model must act
 differently; unknown tools and malformed calls are JSON-RPC errors."""
 

@@ -1,6 +1,6 @@
 """The retry storm through MCP: each refund intent asked 18 times (the model, the framework,
 the HTTP client and the user, some at once), against a provider that produces the faults
-of SPEC section 5, over both transports. One effect per intent at the provider."""
+of docs/design.md section 5, over both transports. One effect per intent at the provider."""
 
 import collections
 

@@ -1,5 +1,5 @@
 //! `intentgate bench gateway`: the gateway over HTTP, against baselines measured in the same
-//! run (SPEC section 12).
+//! run (docs/design.md section 12).
 //!
 //! Three servers run in this process on loopback ports: the mock payments provider with no
 //! faults and no latency, the real gateway HTTP server (`intentgate_server::run`) with the
@@ -14,7 +14,7 @@
 //!    shows apart;
 //! 2. a repeated refund answered from the ledger (`already_done`) against `GET /healthz` of
 //!    the same server, a bare HTTP round trip to an empty handler: what answering a retry
-//!    costs beyond the HTTP it cannot avoid. The SPEC target is at most 1.5x.
+//!    costs beyond the HTTP it cannot avoid. The design target is at most 1.5x.
 //!
 //! The series of a set take turns call by call, so that a burst of noise on a shared
 //! machine lands on all of them and the ratios hold; absolute figures are reported but are
@@ -88,16 +88,16 @@ const PROVIDER_AUTHORIZATION: &str = "Bearer sk_test_mock";
 /// The one order whose refund is repeated in the `already_done` series.
 const REPEATED_ORDER_ID: &str = "repeated";
 
-/// SPEC target: p50 of a call answered from the ledger over p50 of a bare HTTP round trip.
+/// design target: p50 of a call answered from the ledger over p50 of a bare HTTP round trip.
 const TARGET_RATIO_ALREADY_DONE_P50: f64 = 1.5;
-/// SPEC target: what the gateway may add to a new call's p50 beyond the HTTP round trip (and,
+/// design target: what the gateway may add to a new call's p50 beyond the HTTP round trip (and,
 /// under strict durability, the fsync) it can't avoid, in microseconds.
 const TARGET_OVERHEAD_MARGIN_US: f64 = 50.0;
-/// SPEC target under strict durability: the overhead's p99 over its p50.
+/// design target under strict durability: the overhead's p99 over its p50.
 const TARGET_OVERHEAD_P99_OVER_P50_STRICT: f64 = 3.0;
-/// SPEC target under relaxed durability: the overhead's p99, in microseconds.
+/// design target under relaxed durability: the overhead's p99, in microseconds.
 const TARGET_OVERHEAD_P99_RELAXED_US: f64 = 1_000.0;
-/// SPEC target on PostgreSQL: the overhead's p50 over SQLite strict's, in the same run.
+/// design target on PostgreSQL: the overhead's p50 over SQLite strict's, in the same run.
 const TARGET_OVERHEAD_OVER_SQLITE_STRICT_POSTGRES: f64 = 1.5;
 /// Target of the concurrent callers: the ledger-only rate over the rate through the gateway.
 const TARGET_LEDGER_ONLY_OVER_CONCURRENT: f64 = 3.0;
@@ -978,7 +978,7 @@ struct Report {
     ledger_only_intents_per_second: f64,
     /// The ledger-only rate over the rate through the gateway.
     ratio_ledger_only_to_concurrent: f64,
-    /// The SPEC targets this benchmark measures, and whether each is met.
+    /// The design targets this benchmark measures, and whether each is met.
     targets: Vec<TargetCheck>,
     /// Where a new call's time goes (means).
     breakdown: Option<Breakdown>,
@@ -1131,7 +1131,7 @@ impl Report {
         }
     }
 
-    /// The human report: one row per measure, with its SPEC target where one applies.
+    /// The human report: one row per measure, with its design target where one applies.
     fn table(&self) -> String {
         let target = |field: &str| target_cells(&self.targets, field);
         let series = |label: &str, p50_us: f64, p99_us: f64| {
@@ -1151,7 +1151,7 @@ impl Report {
                 "measure".to_owned(),
                 "p50".to_owned(),
                 "p99".to_owned(),
-                "SPEC target".to_owned(),
+                "target".to_owned(),
                 "met".to_owned(),
             ],
             series(

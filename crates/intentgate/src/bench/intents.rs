@@ -1,5 +1,5 @@
 //! `intentgate bench intents`: what the intent API adds to a client-executed side effect, over
-//! the ledger's own cost of the same intent (SPEC section 11, measured as section 12 asks).
+//! the ledger's own cost of the same intent (docs/design.md section 11, measured as section 12 asks).
 //!
 //! One process holds a SQLite ledger, a gate with one client-executed tool over it, and the
 //! real gateway HTTP server on a loopback port. Each round makes three new intents, one per

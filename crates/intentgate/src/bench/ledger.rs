@@ -1,5 +1,5 @@
 //! `intentgate bench ledger`: the overhead of a new side-effecting call through the gate and
-//! its ledger, against one fsync of the same disk (SPEC section 12).
+//! its ledger, against one fsync of the same disk (docs/design.md section 12).
 //!
 //! Everything runs in one temporary folder inside `--dir`, so that the baseline (one fsync)
 //! and the ledger share a disk. With `--ledger URL` the ledger is PostgreSQL instead, in a
@@ -44,7 +44,7 @@ pub const INTENTS_MAX: u32 = 1_000_000;
 /// Most new intents at 1 caller. Under strict durability each costs one fsync (about 0.1 ms
 /// on a local SSD, several ms on some virtual disks), so more would only make the run longer.
 pub const SEQUENTIAL_INTENTS_MAX: u32 = 2_000;
-/// Concurrent callers of the throughput level the SPEC target names.
+/// Concurrent callers of the throughput level the design target names.
 pub const CONCURRENT_CALLERS: u32 = 64;
 /// Calls made before measuring, so that opening read connections and filling statement
 /// caches is not counted as the cost of an intent.
@@ -65,14 +65,14 @@ const TOOL_RETRY_BUDGET: u32 = 2;
 /// Every refund is of the same amount; the order ids keep the intents distinct.
 const REFUND_AMOUNT: f64 = 49.0;
 
-/// SPEC target: new side-effecting intents per second at 64 concurrent callers on SQLite
-/// (the SPEC states it for 2 cores).
+/// design target: new side-effecting intents per second at 64 concurrent callers on SQLite
+/// (the design states it for 2 cores).
 const TARGET_INTENTS_PER_SECOND_64_SQLITE: f64 = 15_000.0;
 /// The same on PostgreSQL.
 const TARGET_INTENTS_PER_SECOND_64_POSTGRES: f64 = 3_000.0;
-/// SPEC target under strict durability: p50 latency of a new intent over one fsync.
+/// design target under strict durability: p50 latency of a new intent over one fsync.
 const TARGET_RATIO_P50_TO_FSYNC_STRICT: f64 = 1.2;
-/// SPEC target under relaxed durability: p50 latency of a new intent, in microseconds.
+/// design target under relaxed durability: p50 latency of a new intent, in microseconds.
 const TARGET_LATENCY_P50_US_RELAXED: f64 = 500.0;
 
 /// Runs the benchmark and prints its report.
@@ -427,7 +427,7 @@ fn per_second(count: u32, elapsed: Duration) -> f64 {
     f64::from(count) / elapsed.as_secs_f64()
 }
 
-/// A whole number with commas between thousands ("5,000"), as the SPEC writes them.
+/// A whole number with commas between thousands ("5,000"), as the design writes them.
 fn grouped_thousands(value: f64) -> String {
     let digits = format!("{:.0}", value.abs());
     let mut text = String::new();
@@ -453,7 +453,7 @@ struct Report {
     ledger_location: String,
     /// The folder measured in (absolute).
     dir: String,
-    /// Cores this process may use; the SPEC's throughput target is stated for 2.
+    /// Cores this process may use; the design's throughput target is stated for 2.
     cores: usize,
     fsync_samples: usize,
     fsync_median_us: f64,
@@ -476,7 +476,7 @@ struct Report {
     ratio_64_to_1: f64,
     /// Intents found in the ledger afterwards, all `done`: one per call, warm-up included.
     intents_in_ledger: u64,
-    /// The SPEC targets that apply to this durability, and whether each is met.
+    /// The design targets that apply to this durability, and whether each is met.
     targets: Vec<TargetCheck>,
 }
 
@@ -555,7 +555,7 @@ impl Report {
         }
     }
 
-    /// The human report: one row per figure, with its SPEC target where one applies.
+    /// The human report: one row per figure, with its design target where one applies.
     fn table(&self) -> String {
         let target = |field: &str| target_cells(&self.targets, field);
         let plain = |label: String, value: String| [label, value, String::new(), String::new()];
@@ -567,7 +567,7 @@ impl Report {
             [
                 "measure".to_owned(),
                 "value".to_owned(),
-                "SPEC target".to_owned(),
+                "target".to_owned(),
                 "met".to_owned(),
             ],
             plain(

@@ -1,5 +1,5 @@
 //! `intentgate bench mcp`: what the gate adds to a call of an MCP server's tool, over calling
-//! that server directly (SPEC section 11, measured as section 12 asks).
+//! that server directly (docs/design.md section 11, measured as section 12 asks).
 //!
 //! One process holds a refund server that speaks MCP over Streamable HTTP on a loopback port
 //! (the official SDK's server side, stateless, answering JSON), a SQLite ledger, a gate whose

@@ -1,4 +1,4 @@
-//! `intentgate bench`: measurements of this machine against the SPEC targets (section 12).
+//! `intentgate bench`: measurements of this machine against the design targets (section 12).
 //!
 //! Each benchmark measures its own baseline in the same run and reports ratios to it, so
 //! that figures from different machines compare. None of them is a timed test.
@@ -107,7 +107,7 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |cores| cores.get())
 }
 
-/// One SPEC target against its figure. Serialised in the reports' `targets`: its field names
+/// One design target against its figure. Serialised in the reports' `targets`: its field names
 /// are a promise to users.
 #[derive(Debug, Serialize)]
 pub struct TargetCheck {
@@ -118,7 +118,7 @@ pub struct TargetCheck {
     pub met: bool,
 }
 
-/// The "SPEC target" and "met" cells of the table row about `field`: empty where no target
+/// The "target" and "met" cells of the table row about `field`: empty where no target
 /// of `targets` is about it.
 pub fn target_cells(targets: &[TargetCheck], field: &str) -> (String, String) {
     targets
