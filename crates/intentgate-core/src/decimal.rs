@@ -166,6 +166,29 @@ impl Decimal {
 }
 
 impl Decimal {
+    /// The value in whole units of `10^-places`, rounded up: `49.001` in cents is `4901`.
+    /// A negative value is 0; `None` beyond what a `u64` holds. For counting against a limit,
+    /// where rounding down could let an amount pass it.
+    pub fn units_rounded_up(&self, places: u32) -> Option<u64> {
+        if self.negative || self.digits == "0" {
+            return Some(0);
+        }
+        if self.scale <= places {
+            let mut digits = self.digits.clone();
+            digits.extend(std::iter::repeat_n('0', (places - self.scale) as usize));
+            return digits.parse().ok();
+        }
+        // Normalised, so the last digit is not zero: dropping any digit drops a non-zero one.
+        let dropped = (self.scale - places) as usize;
+        let kept = &self.digits[..self.digits.len().saturating_sub(dropped)];
+        let whole: u64 = if kept.is_empty() {
+            0
+        } else {
+            kept.parse().ok()?
+        };
+        whole.checked_add(1)
+    }
+
     /// The decimal in minor units of a currency with `exponent` decimal places, as integer
     /// text (`49` with 2 places is `4900`, `-0.05` is `-5`), refusing a value with more places
     /// than that rather than rounding it.

@@ -21,6 +21,7 @@ pub mod limits;
 pub mod number;
 pub mod outcome;
 pub mod placeholder;
+pub mod policy;
 pub mod principal;
 pub mod sensitive;
 pub mod status;
@@ -38,6 +39,7 @@ pub use outcome::{
     Ambiguity, Misconfiguration, OutcomeClass, ProviderSignals, RequestFacts, ResendStop,
     Unreachable, UpstreamObservation, classify, classify_with,
 };
+pub use policy::{ApprovalPolicy, BeyondBudget, Budget, BudgetScope, BudgetUsage};
 pub use principal::{Principal, Scope, Scopes, Tenant, TenantError};
 pub use sensitive::{ArgumentPath, HashKey, Redaction};
 pub use status::{CallStatus, Messages, OutcomeReason};
