@@ -145,6 +145,17 @@ pub fn text(report: &Report) -> String {
                 parts.join(", ")
             }
         };
+        // Not mismatches: records of the config's other tools, paired with their intents.
+        let others: Vec<String> = tool
+            .records_of_other_tools
+            .iter()
+            .map(|(other, count)| format!("{count} paired with {other}'s intents"))
+            .collect();
+        let result = if others.is_empty() {
+            result
+        } else {
+            format!("{result}; records: {}", others.join(", "))
+        };
         let _ = writeln!(
             out,
             "{:<22} {:>10} {:>10} {:>10}  {result}",

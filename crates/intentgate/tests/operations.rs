@@ -110,6 +110,43 @@ impl Stack {
         refund["id"].as_str().unwrap().to_owned()
     }
 
+    /// A refund of `refund_order_sdk` as the application's own code makes it: a grant from
+    /// the intent API, the refund at the provider with the granted provider key as its
+    /// Idempotency-Key, then the settle. The provider's id of the refund.
+    async fn refund_through_the_intent_api(&self, order: &str, amount: &str) -> String {
+        let grant = json_answer(
+            self.client
+                .post(format!(
+                    "{}/v1/tools/refund_order_sdk/intents",
+                    self.gateway.url
+                ))
+                .json(&json!({"arguments": {"order_id": order, "amount": amount}})),
+        )
+        .await;
+        assert_eq!(grant["action"], "execute", "{grant}");
+        let provider_key = grant["idempotency_key"].as_str().unwrap();
+        let intent_key = grant["intent_key"].as_str().unwrap();
+        let refund = self
+            .refund_under_key(order, amount, provider_key, intent_key)
+            .await;
+        let settled = json_answer(
+            self.client
+                .post(format!(
+                    "{}/v1/intents/{}/settle",
+                    self.gateway.url, grant["intent_id"]
+                ))
+                .json(&json!({
+                    "lease": grant["lease"]["token"],
+                    "outcome": "done",
+                    "result": {"id": refund},
+                    "external_id": refund,
+                })),
+        )
+        .await;
+        assert_eq!(settled["outcome"]["status"], "done", "{settled}");
+        refund
+    }
+
     async fn metrics(&self) -> String {
         scrape(&self.client, &self.gateway.url).await
     }
@@ -334,6 +371,73 @@ async fn reconcile_exits_0_when_ledger_and_provider_agree_and_explains_a_bad_win
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--since an hour"), "{stderr}");
+}
+
+// Regression: refund_order's listing holds every refund of the provider account, the
+// refunds the application's own code made through refund_order_sdk's grants included, and
+// each of those was reported as `no_intent` (a bypass of the gateway), five of them in a
+// new user's first hour.
+// Multi-threaded: the tests block on child processes while the webhook server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_takes_a_refund_of_the_client_executed_tool_for_its_intent_not_a_bypass() {
+    let stack = Stack::start(
+        "http://127.0.0.1:9/hook",
+        "reconcile: {settle_seconds: 0, unknown_grace_seconds: 0}",
+        "",
+    );
+    assert_eq!(stack.refund("9201", 7.0).await["status"], "done");
+    let sdk = stack.refund_through_the_intent_api("9202", "8.00").await;
+
+    let output = stack
+        .reconcile(&["--format", "json"])
+        .env("INTENTGATE_MOCK_URL", &stack.mock.url)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let lines = json_lines(&output);
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["type"], "summary");
+    assert_eq!(summary["mismatches_total"], 0, "{lines:#?}");
+    let refunds = summary["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["tool"] == "refund_order")
+        .unwrap();
+    assert_eq!(refunds["records_checked"], 2, "{refunds}");
+    assert_eq!(
+        refunds["records_of_other_tools"],
+        json!({"refund_order_sdk": 1}),
+        "{refunds}"
+    );
+
+    // A refund under the client tool's key with no intent of it is still a bypass.
+    let forged = stack
+        .refund_under_key(
+            "9203",
+            "9.00",
+            "refund_order_sdk:refund:9203:9.00",
+            "refund:9203:9.00",
+        )
+        .await;
+    let output = stack
+        .reconcile(&[])
+        .env("INTENTGATE_MOCK_URL", &stack.mock.url)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let bypasses: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("WARNING") && line.contains("no_intent"))
+        .collect();
+    assert_eq!(bypasses.len(), 1, "{stdout}");
+    assert!(bypasses[0].contains(&forged), "{stdout}");
+    assert!(!stdout.contains(&sdk), "{stdout}");
+    assert!(
+        stdout.contains("1 paired with refund_order_sdk's intents"),
+        "{stdout}"
+    );
 }
 
 // Multi-threaded: the tests block on child processes while the webhook server answers.
