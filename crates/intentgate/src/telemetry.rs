@@ -476,15 +476,18 @@ mod tests {
         assert_eq!(traces_only.endpoint, "http://t:4318/custom");
     }
 
-    /// An exporter that holds each export until the test lets it go, counting what it got.
+    /// An exporter that says when an export has started, holds it until the test lets it
+    /// go, and counts what it got.
     #[derive(Debug)]
     struct Held {
+        started: Mutex<std::sync::mpsc::Sender<()>>,
         release: Mutex<Receiver<()>>,
         exported: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl SpanExporter for Held {
         async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            let _ = self.started.lock().unwrap().send(());
             let _ = self.release.lock().unwrap().recv();
             self.exported.fetch_add(batch.len(), Ordering::SeqCst);
             Ok(())
@@ -497,8 +500,10 @@ mod tests {
 
         // Room for every release the test sends, so sending one never waits for an export.
         let (release, released) = sync_channel(16);
+        let (export_started, started) = std::sync::mpsc::channel();
         let exported = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let exporter = Held {
+            started: Mutex::new(export_started),
             release: Mutex::new(released),
             exported: exported.clone(),
         };
@@ -512,17 +517,28 @@ mod tests {
             let provider = provider.clone();
             thread::spawn(move || provider.force_flush())
         };
-        thread::sleep(Duration::from_millis(200));
+        // Waits for the export to be held, rather than for a time that a slow machine may
+        // not keep.
+        started
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the first span's export starts");
         let dropped_before = intentgate_gate::trace::spans_dropped().get();
-        let started = Instant::now();
-        for _ in 0..5 {
-            tracer.start("while stuck").end();
-        }
-        assert!(
-            started.elapsed() < Duration::from_millis(500),
-            "ending spans waited for the export: {:?}",
-            started.elapsed()
-        );
+        // Ending spans must not wait for the held export: were it to, they would wait for
+        // ever, so they end on a thread of their own, watched with a generous bound.
+        let (ended, spans_ended) = std::sync::mpsc::channel();
+        let ending = {
+            let tracer = provider.tracer("test");
+            thread::spawn(move || {
+                for _ in 0..5 {
+                    tracer.start("while stuck").end();
+                }
+                let _ = ended.send(());
+            })
+        };
+        spans_ended
+            .recv_timeout(Duration::from_secs(30))
+            .expect("ending spans waited for the held export");
+        ending.join().unwrap();
         // Two fit the queue; the flush request waits for room behind them.
         assert_eq!(
             intentgate_gate::trace::spans_dropped().get() - dropped_before,
