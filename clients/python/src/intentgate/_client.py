@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover - exercised where opentelemetry is not i
 
 from intentgate import _json
 from intentgate._errors import IntentGateError, LeaseLost, TooManyRounds, error_from_response
+from intentgate._intent_id import current_intent_id
 from intentgate._side_effect import (
     KEY_PARAMETER,
     MAX_ROUNDS,
@@ -81,9 +82,13 @@ def _with_trace_context(headers: Mapping[str, str] | None) -> Mapping[str, str] 
 
 
 def _grant_headers(idempotency_key: str | None, intent_id: str | None) -> dict[str, str]:
+    """The headers of a call or a grant: the caller's `Idempotency-Key`, and the `Intent-Id`
+    given, or else the one of the `intentgate.intent_id(...)` block around the call."""
     headers: dict[str, str] = {}
     if idempotency_key is not None:
         headers["idempotency-key"] = idempotency_key
+    if intent_id is None:
+        intent_id = current_intent_id()
     if intent_id is not None:
         headers["intent-id"] = intent_id
     return headers
@@ -172,7 +177,9 @@ class Client:
         intent_id: str | None = None,
     ) -> dict[str, Any]:
         """`POST /v1/tools/{tool}/call`: the gateway runs the tool; answers its outcome
-        (`status`, `message`, `result`, ...)."""
+        (`status`, `message`, `result`, ...). `idempotency_key` is sent as the
+        `Idempotency-Key` header; `intent_id` as `Intent-Id`, and without it the id of the
+        `intentgate.intent_id(...)` block around the call, if any."""
         return cast(
             dict[str, Any],
             self._request(
@@ -190,7 +197,8 @@ class Client:
     ) -> dict[str, Any]:
         """`POST /v1/tools/{tool}/intents`: asks to run a client-executed tool. Answers
         `{"action": "answer", "outcome": {...}}`, or an `execute` or `look_up` grant with
-        `intent_id`, `idempotency_key`, `attempt`, `resend` and `lease`."""
+        `intent_id`, `idempotency_key`, `attempt`, `resend` and `lease`. The headers are
+        `call`'s."""
         return cast(
             dict[str, Any],
             self._request(
@@ -242,6 +250,11 @@ class Client:
         of the intent, to send to the provider); the wrapper doesn't, and returns the
         outcome the model should read. See the package's README for each branch.
 
+        For a tool whose key uses `{intent_id}`, call the function inside an
+        `intentgate.intent_id(...)` block: the id set there when the call starts is sent
+        with every grant of the call. Without one the gateway runs nothing, and the function
+        returns its `invalid_arguments` outcome with `reason` `MISSING_INTENT_ID`.
+
         `resend_stop(error)` is asked about an exception settled `unknown`: a `ResendStop`
         word when the provider will answer every same-key re-send the same way (a stored
         5xx it replays, a 5xx it says not to retry, a key it holds for other parameters),
@@ -273,7 +286,7 @@ class Client:
     # The exchange of a decorated function.
 
     def _run(self, effect: SideEffect, call: Call) -> dict[str, Any]:
-        answer = self.grant(effect.tool, call.arguments)
+        answer = self.grant(effect.tool, call.arguments, intent_id=call.intent_id)
         for _ in range(MAX_ROUNDS):
             action = answer.get("action")
             if action == "answer":
@@ -299,7 +312,7 @@ class Client:
                 raise stop_error from error
             if outcome == "unknown" and is_pending_unknown(answer):
                 # The gateway grants the lookup of an unknown intent to the next caller.
-                answer = self.grant(effect.tool, call.arguments)
+                answer = self.grant(effect.tool, call.arguments, intent_id=call.intent_id)
             return answer
         except BaseException:
             # KeyboardInterrupt, SystemExit: the lease runs out and the next caller looks
@@ -336,7 +349,7 @@ class Client:
             try:
                 return self.settle(grant["intent_id"], grant["lease"]["token"], outcome, **fields)
             except LeaseLost:
-                return self.grant(effect.tool, call.arguments)
+                return self.grant(effect.tool, call.arguments, intent_id=call.intent_id)
             except IntentGateError as error:
                 if not result_too_large(error, fields):
                     raise
@@ -493,7 +506,7 @@ class AsyncClient:
         return decorate
 
     async def _run(self, effect: SideEffect, call: Call) -> dict[str, Any]:
-        answer = await self.grant(effect.tool, call.arguments)
+        answer = await self.grant(effect.tool, call.arguments, intent_id=call.intent_id)
         for _ in range(MAX_ROUNDS):
             action = answer.get("action")
             if action == "answer":
@@ -518,7 +531,7 @@ class AsyncClient:
             if stop_error is not None:
                 raise stop_error from error
             if outcome == "unknown" and is_pending_unknown(answer):
-                answer = await self.grant(effect.tool, call.arguments)
+                answer = await self.grant(effect.tool, call.arguments, intent_id=call.intent_id)
             return answer
         except BaseException:
             # Cancelled: the lease runs out and the next caller looks the intent up.
@@ -556,7 +569,7 @@ class AsyncClient:
             try:
                 return await self.settle(grant["intent_id"], grant["lease"]["token"], outcome, **fields)
             except LeaseLost:
-                return await self.grant(effect.tool, call.arguments)
+                return await self.grant(effect.tool, call.arguments, intent_id=call.intent_id)
             except IntentGateError as error:
                 if not result_too_large(error, fields):
                     raise

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from intentgate._errors import IntentGateError
+from intentgate._intent_id import current_intent_id
 from intentgate._json import to_json_value
 
 #: The parameter through which a decorated body receives the provider key of its intent.
@@ -40,19 +41,19 @@ RENEW_INTERVAL_MIN_SECONDS = 0.05
 ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
 ExternalId = Callable[[Any], Any] | str | None
 
+#: The `reason` of an `invalid_arguments` outcome whose call lacked the application's intent
+#: id: the tool's key uses `{intent_id}` (its listing says `needs_intent_id`), and only the
+#: application can send one (an `intentgate.intent_id(...)` block around the call,
+#: `intent_id=`, the `Intent-Id` header). Nothing was done, and the same call gets the same
+#: answer: its message tells the model to tell the user rather than retry.
+MISSING_INTENT_ID = "missing_intent_id"
+
 #: Why same-key re-sends of an intent stop for good, as the settle of an `unknown` outcome
 #: says it (`resend_stop`): the provider will answer every re-send of the key the same way.
 #: `replayed_server_error`: it replays a stored 5xx for the key (Stripe's
 #: `Idempotent-Replayed: true`); `provider_says_no_retry`: it answered a 5xx and said not to
 #: retry (`Stripe-Should-Retry: false`); `key_reused`: it holds the key for a request with
 #: other parameters (Stripe's 400 `idempotency_error`).
-#: The `reason` of an `invalid_arguments` outcome whose call lacked the application's intent
-#: id: the tool's key uses `{intent_id}` (its listing says `needs_intent_id`), and only the
-#: application can send one (`intent_id=`, the `Intent-Id` header). Nothing was done, and
-#: the same call gets the same answer: its message tells the model to tell the user rather
-#: than retry.
-MISSING_INTENT_ID = "missing_intent_id"
-
 ResendStop = Literal["replayed_server_error", "provider_says_no_retry", "key_reused"]
 RESEND_STOPS: frozenset[str] = frozenset(get_args(ResendStop))
 #: What the decorator's `resend_stop` is: the reason an exception of the body says, or None.
@@ -81,6 +82,9 @@ class Call:
     kwargs: dict[str, Any]
     #: The business arguments by name, as the caller passed them (for the lookup).
     by_name: dict[str, Any]
+    #: The application's intent id around the call (`intentgate.intent_id`), read once when
+    #: the call is bound so that every grant of the call's rounds sends the same one.
+    intent_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,13 @@ class SideEffect:
             else:
                 by_name[name] = value
         arguments = to_json_value(by_name, "arguments")
-        return Call(arguments=arguments, args=bound.args, kwargs=dict(bound.kwargs), by_name=by_name)
+        return Call(
+            arguments=arguments,
+            args=bound.args,
+            kwargs=dict(bound.kwargs),
+            by_name=by_name,
+            intent_id=current_intent_id(),
+        )
 
     def classify(self, error: BaseException) -> str:
         """The settle outcome of an exception raised by the body. `ambiguous` is checked
