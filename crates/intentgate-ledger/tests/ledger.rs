@@ -3290,15 +3290,6 @@ async fn erase_one_intent_and_purge(ledger: &dyn Ledger) {
     ledger.purge(T0 + 1_000_000_000).await.unwrap();
 }
 
-// ---------------------------------------------------------------------------------------
-// Every store runs every behaviour.
-// ---------------------------------------------------------------------------------------
-
-/// Generates, inside a store's module, one `#[tokio::test]` per behaviour above, each named
-/// like its behaviour: `$fresh` runs a behaviour that takes a `&dyn Ledger` on a fresh
-/// ledger of the store (in each of its modes), `$shared` one that takes an `Arc<dyn Ledger>`
-/// and calls it from several tasks. A store joins the suite with one line,
-/// `behaviours!(on_fresh_ledger, on_shared_ledger);`, and a new behaviour is one name here.
 /// A renewal by `lease_owner` of its lease on `intent` until `lease_expires_ms`, at `now_ms`.
 fn renewal(intent: &IntentRecord, lease_owner: &str, lease_expires_ms: i64, now_ms: i64) -> Renew {
     Renew {
@@ -3418,6 +3409,15 @@ async fn a_finish_that_requires_the_lease_is_superseded_once_it_expired(ledger: 
     assert_eq!(read(ledger, &intent).await.status, IntentStatus::Unknown);
 }
 
+// ---------------------------------------------------------------------------------------
+// Every store runs every behaviour.
+// ---------------------------------------------------------------------------------------
+
+/// Generates, inside a store's module, one `#[tokio::test]` per behaviour above, each named
+/// like its behaviour: `$fresh` runs a behaviour that takes a `&dyn Ledger` on a fresh
+/// ledger of the store (in each of its modes), `$shared` one that takes an `Arc<dyn Ledger>`
+/// and calls it from several tasks. A store joins the suite with one line,
+/// `behaviours!(on_fresh_ledger, on_shared_ledger);`, and a new behaviour is one name here.
 macro_rules! behaviours {
     ($fresh:ident, $shared:ident) => {
         behaviours!(@each $fresh, #[tokio::test],
