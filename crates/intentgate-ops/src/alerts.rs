@@ -1,4 +1,4 @@
-//! Duplicate-call alerts (SPEC section 8): the incident this product comes from was caught
+//! Duplicate-call alerts (docs/design.md section 8): the incident this product comes from was caught
 //! by a dashboard after 14 minutes; a rule here fires on the repeated call that crosses its
 //! threshold.
 //!

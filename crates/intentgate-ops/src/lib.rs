@@ -1,4 +1,4 @@
-//! Operations of intentgate (SPEC section 8): what catches, stops and names the victims of
+//! Operations of intentgate (docs/design.md section 8): what catches, stops and names the victims of
 //! an incident while it happens, instead of an hour later.
 //!
 //! - [`reconcile`]: compares the ledger with each side-effecting tool's provider records

@@ -1,4 +1,4 @@
-//! Reconciliation: the ledger against the provider's own records (SPEC section 8).
+//! Reconciliation: the ledger against the provider's own records (docs/design.md section 8).
 //!
 //! For one tool and one window, [`reconcile_tool`] reads the tool's intents first seen in
 //! the window into a compact index (a few dozen bytes per intent: no arguments, no results),

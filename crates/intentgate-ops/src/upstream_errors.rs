@@ -1,4 +1,4 @@
-//! Owner notices for upstream errors that are the operator's (SPEC section 5): a wrong
+//! Owner notices for upstream errors that are the operator's (docs/design.md section 5): a wrong
 //! credential, a route that does not exist, an upstream the gateway can't reach. Every call
 //! of the tool fails until someone fixes the config, so its owner is told at once, and a
 //! storm of such calls is one notice, not thousands.
