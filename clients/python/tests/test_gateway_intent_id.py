@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import json
 import pathlib
 import threading
 import time
@@ -226,3 +227,48 @@ def test_async_requests_each_charge_once(mock: Mock, charge_gateway: Gateway) ->
         "charge_card:charge:cus_1042:ord-7781-charge": 1,
         "charge_card:charge:cus_1042:ord-7790-charge": 1,
     }
+
+
+def test_a_langgraph_tool_node_sends_the_id_of_the_request_it_serves(mock: Mock, charge_gateway: Gateway) -> None:
+    """The application serves each request inside the block around `graph.invoke`; the
+    ToolNode runs the model's tool calls in its executor's threads, which copy the context,
+    so every call of a request carries that request's id. The model is shown the customer
+    and the amount only."""
+    langchain_tools = pytest.importorskip("langchain_core.tools", reason="langchain-core is not installed")
+    langchain_messages = pytest.importorskip("langchain_core.messages", reason="langchain-core is not installed")
+    langgraph_prebuilt = pytest.importorskip("langgraph.prebuilt", reason="langgraph is not installed")
+    langgraph_graph = pytest.importorskip("langgraph.graph", reason="langgraph is not installed")
+
+    def model_message(*call_ids: str) -> Any:
+        """The model asking for the same charge once per call id (in parallel)."""
+        calls = [
+            {"name": "charge_card", "args": {"customer_id": "cus_1042", "amount": "25.00"}, "id": call_id, "type": "tool_call"}
+            for call_id in call_ids
+        ]
+        return langchain_messages.AIMessage(content="", tool_calls=calls)
+
+    runs = Runs()
+    with intentgate.Client(charge_gateway.url, timeout=30) as client, httpx.Client(base_url=mock.url, timeout=PROCESS_WAIT_SECONDS) as provider:
+        tool = langchain_tools.tool(charge_tool(client, provider, runs))
+        assert set(tool.tool_call_schema.model_json_schema()["properties"]) == {"customer_id", "amount"}
+        builder = langgraph_graph.StateGraph(langgraph_graph.MessagesState)
+        builder.add_node("tools", langgraph_prebuilt.ToolNode([tool]))
+        builder.add_edge(langgraph_graph.START, "tools")
+        builder.add_edge("tools", langgraph_graph.END)
+        graph = builder.compile()
+
+        answers: dict[str, list[dict[str, Any]]] = {}
+        for request, attempts in (("ord-7781-charge", (("a1", "a2", "a3"), ("a4",))), ("ord-7790-charge", (("b1",),))):
+            with intentgate.intent_id(request):
+                for call_ids in attempts:
+                    state = graph.invoke({"messages": [model_message(*call_ids)]})
+                    answers.setdefault(request, []).extend(
+                        json.loads(message.content) for message in state["messages"] if isinstance(message, langchain_messages.ToolMessage)
+                    )
+        unserved = graph.invoke({"messages": [model_message("c1")]})["messages"][-1]
+
+    assert sorted(answer["status"] for answer in answers["ord-7781-charge"]) == ["already_done"] * 3 + ["done"]
+    assert [answer["status"] for answer in answers["ord-7790-charge"]] == ["done"]
+    assert json.loads(unserved.content)["reason"] == intentgate.MISSING_INTENT_ID
+    assert sorted(runs.keys) == ["charge_card:charge:cus_1042:ord-7781-charge", "charge_card:charge:cus_1042:ord-7790-charge"]
+    assert charges(mock) == {"charge_card:charge:cus_1042:ord-7781-charge": 1, "charge_card:charge:cus_1042:ord-7790-charge": 1}
