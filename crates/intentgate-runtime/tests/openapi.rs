@@ -136,6 +136,7 @@ async fn with_the_admin_api_on_every_admin_route_is_documented_and_every_documen
             "GET /v1/admin/reconciliations/{id}",
             "GET /v1/admin/reconciliations/{id}/mismatches.csv",
             "GET /v1/admin/reconciliations/{id}/subjects.csv",
+            "GET /v1/admin/unknown",
             "POST /v1/admin/erasures",
             "POST /v1/admin/intents/{id}/reopen",
             "POST /v1/admin/intents/{id}/resolve",
