@@ -9,7 +9,7 @@
 //!
 //! - for a key template that uses `{intent_id}`, it is the intent id (the application's id
 //!   for the operation, which is what the header means), so the key keeps the template's
-//!   shape (`charge:{customer_id}:{amount:.2}:<header>`); an `Intent-Id` header that names
+//!   shape (`charge:{customer_id}:<header>`); an `Intent-Id` header that names
 //!   another id is a 400, and one longer than an intent id may be too;
 //! - for every side effect, the gate binds it in the ledger, within the caller's tenant and
 //!   the tool, to the intent its first call named (key and fingerprint). A later call with

@@ -271,6 +271,37 @@ async fn changed_arguments_under_one_key_are_a_conflict() {
     assert_eq!(conflict["differing_fields"], json!(["reason"]));
 }
 
+/// Regression: the example's `charge_card` was keyed `charge:{customer_id}:{amount:.2}:{intent_id}`,
+/// so a model that retried one charge request with another amount made a new intent and a
+/// second charge. Keyed by customer and intent id alone, the changed amount is a conflict.
+#[tokio::test]
+async fn a_charge_request_retried_with_another_amount_is_a_conflict_not_a_second_charge() {
+    let stack = stack();
+    let charge = |amount: &str| {
+        let body = format!(
+            r#"{{"arguments": {{"customer_id": "cus_41", "amount": {amount}, "currency": "usd"}}}}"#
+        );
+        stack
+            .client
+            .post(format!("{}/v1/tools/charge_card/call", stack.gateway.url))
+            .header("content-type", "application/json")
+            .header("Intent-Id", "checkout-41")
+            .body(body)
+            .send()
+    };
+    let first: Value = charge("25.00").await.unwrap().json().await.unwrap();
+    assert_eq!(first["status"], "done", "{first}");
+    let changed: Value = charge("26.00").await.unwrap().json().await.unwrap();
+    assert_eq!(changed["status"], "conflict", "{changed}");
+    assert_eq!(changed["differing_fields"], json!(["amount"]), "{changed}");
+    let charges = get_json(
+        &stack.client,
+        format!("{}/v1/charges?customer_id=cus_41", stack.mock.url),
+    )
+    .await;
+    assert_eq!(charges["data"].as_array().unwrap().len(), 1, "{charges}");
+}
+
 #[tokio::test]
 async fn arguments_can_never_change_the_upstream_url() {
     let stack = stack();

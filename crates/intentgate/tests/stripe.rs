@@ -860,7 +860,7 @@ async fn charge_card_charges_once_per_intent_id_and_cancel_payment_cancels() {
     assert_eq!(intent["customer"], customer.as_str());
     assert_eq!(
         intent["metadata"]["intentgate_key"],
-        format!("charge_card:charge:{customer}:25.00:visit-1").as_str()
+        format!("charge_card:charge:{customer}:visit-1").as_str()
     );
     let stats = emulator.stats().await;
     let posts = stats
