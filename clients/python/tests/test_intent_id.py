@@ -230,3 +230,15 @@ def test_async_tasks_keep_their_own_ids() -> None:
     sent = {body["arguments"]["customer_id"]: headers.get("intent-id") for kind, _, body, headers in gateway.requests if kind == "grant"}
     assert sent == {"cus_1": "request-1", "cus_2": "request-2", "cus_3": "request-3"}
     assert sorted(ran) == [("request-1", "cus_1"), ("request-2", "cus_2"), ("request-3", "cus_3")]
+
+
+def test_an_intent_id_is_no_decorator() -> None:
+    """Regression: built with contextlib, `intent_id(...)` was also a decorator, so
+    `@intent_id("x")` would have sent one id for every request a function ever served, making
+    them all one intent. It is a context manager only."""
+    with pytest.raises(TypeError):
+        intentgate.intent_id("request-1")(lambda: None)  # type: ignore[operator]
+    block = intentgate.intent_id("request-1")
+    with block, pytest.raises(RuntimeError, match="one per request"):
+        block.__enter__()
+    assert intentgate.current_intent_id() is None

@@ -10,9 +10,7 @@ never leaks from one request into another."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 __all__ = ["INTENT_ID_LENGTH_MAX", "current_intent_id", "intent_id"]
 
@@ -36,8 +34,7 @@ def _checked(value: object) -> str:
     return value
 
 
-@contextlib.contextmanager
-def intent_id(value: str) -> Iterator[str]:
+class intent_id:  # noqa: N801 - used like a function: `with intentgate.intent_id(...):`
     """Serves one business request under the intent id `value`: inside the `with` block,
     every decorated function (and `call` or `grant` without `intent_id=`) sends it, so a
     tool whose key uses `{intent_id}` makes one intent of the request however often it is
@@ -47,12 +44,27 @@ def intent_id(value: str) -> Iterator[str]:
 
     Threads you start yourself don't inherit it: enter the block in the thread, or run the
     thread's work with `contextvars.copy_context().run`. Raises `TypeError` or `ValueError`
-    for an id the gateway can't take (see `INTENT_ID_LENGTH_MAX`)."""
-    token = _CURRENT.set(_checked(value))
-    try:
-        yield value
-    finally:
-        _CURRENT.reset(token)
+    for an id the gateway can't take (see `INTENT_ID_LENGTH_MAX`).
+
+    It is a context manager only, not a decorator: a function decorated with one id would
+    send that id for every request it ever serves, making them all one intent."""
+
+    __slots__ = ("_token", "_value")
+
+    def __init__(self, value: str) -> None:
+        self._value = _checked(value)
+        self._token: Token[str | None] | None = None
+
+    def __enter__(self) -> str:
+        if self._token is not None:
+            raise RuntimeError("this intent_id block is already in use: make one per request")
+        self._token = _CURRENT.set(self._value)
+        return self._value
+
+    def __exit__(self, *_exception: object) -> None:
+        assert self._token is not None, "__exit__ without __enter__"
+        _CURRENT.reset(self._token)
+        self._token = None
 
 
 def current_intent_id() -> str | None:
