@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use intentgate_core::key::provider_key_readings;
-use intentgate_core::{IntentStatus, ToolDefinition};
+use intentgate_core::{Decimal, IntentStatus, ToolDefinition};
 use intentgate_http::{ListedRecord, RecordPager};
 use intentgate_ledger::{
     IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order, Resolve,
@@ -699,6 +699,30 @@ fn of_other_tool(tool: &str, intent: &IntentRecord) -> String {
     }
 }
 
+/// The amount mismatch of a record an intent was found for by a point lookup, saying whose
+/// intent it is when it is another tool's.
+fn looked_up_amount_differs(
+    tool: &str,
+    intent: &IntentRecord,
+    expected: Option<&Decimal>,
+    record: &ListedRecord,
+    whose: &str,
+) -> Option<Mismatch> {
+    let mismatch = amount_differs(
+        tool,
+        expected,
+        record,
+        intent.id,
+        Some(&intent.key),
+        &intent.tenant,
+        intent.status,
+    )?;
+    Some(Mismatch {
+        detail: format!("{}{whose}", mismatch.detail),
+        ..mismatch
+    })
+}
+
 /// The first record of an intent found by a point lookup (first seen before the window, or
 /// another tool's): compare what can be compared from one record (the intent's other records
 /// are outside the window, or in another tool's listing). `result` is what an unknown intent
@@ -715,20 +739,13 @@ async fn earlier_intent(
     let whose = of_other_tool(tool, &intent);
     let mut mismatches = Vec::new();
     let expected = amount.and_then(|rule| rule.expected(&intent.arguments));
-    if let Some(mismatch) = amount_differs(
+    mismatches.extend(looked_up_amount_differs(
         tool,
+        &intent,
         expected.as_ref(),
         record,
-        intent.id,
-        Some(&intent.key),
-        &intent.tenant,
-        intent.status,
-    ) {
-        mismatches.push(Mismatch {
-            detail: format!("{}{whose}", mismatch.detail),
-            ..mismatch
-        });
-    }
+        &whose,
+    ));
     let base = Mismatch {
         tool: tool.to_owned(),
         kind: MismatchKind::UnknownFound,
@@ -793,20 +810,13 @@ fn another_record(
     let whose = of_other_tool(tool, intent);
     let expected = amount.and_then(|rule| rule.expected(&intent.arguments));
     let mut mismatches = Vec::new();
-    if let Some(mismatch) = amount_differs(
+    mismatches.extend(looked_up_amount_differs(
         tool,
+        intent,
         expected.as_ref(),
         record,
-        intent.id,
-        Some(&intent.key),
-        &intent.tenant,
-        intent.status,
-    ) {
-        mismatches.push(Mismatch {
-            detail: format!("{}{whose}", mismatch.detail),
-            ..mismatch
-        });
-    }
+        &whose,
+    ));
     mismatches.push(Mismatch {
         tool: tool.to_owned(),
         kind: MismatchKind::Duplicate,

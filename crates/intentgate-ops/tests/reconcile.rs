@@ -114,6 +114,31 @@ async fn settle(ledger: &dyn Ledger, order: &str, amount: f64, status: IntentSta
     let key = format!("refund:{order}:{amount:.2}");
     let intent = begin_new(ledger, "refund_order", key, arguments, now_ms).await;
     let done = status == IntentStatus::Done;
+    let external_id = done.then(|| format!("re_ledger_{order}"));
+    let result = external_id.as_ref().map(|id| json!({"id": id}));
+    finish(
+        ledger,
+        &intent,
+        now_ms,
+        status,
+        result,
+        external_id,
+        "upstream",
+    )
+    .await;
+    intent.id
+}
+
+/// Ends the attempt that [`begin_new`] started, as `resolved_by` would.
+async fn finish(
+    ledger: &dyn Ledger,
+    intent: &IntentRecord,
+    now_ms: i64,
+    status: IntentStatus,
+    result: Option<Value>,
+    external_id: Option<String>,
+    resolved_by: &'static str,
+) {
     ledger
         .finish(Finish {
             id: intent.id,
@@ -121,9 +146,9 @@ async fn settle(ledger: &dyn Ledger, order: &str, amount: f64, status: IntentSta
             attempt: intent.attempt,
             now_ms,
             status,
-            result: done.then(|| json!({"id": format!("re_ledger_{order}")})),
-            external_id: done.then(|| format!("re_ledger_{order}")),
-            resolved_by: "upstream",
+            result,
+            external_id,
+            resolved_by,
             looked_up: false,
             detail: "test".to_owned(),
             lease_required: false,
@@ -131,7 +156,6 @@ async fn settle(ledger: &dyn Ledger, order: &str, amount: f64, status: IntentSta
         })
         .await
         .unwrap();
-    intent.id
 }
 
 #[tokio::test]
@@ -513,24 +537,8 @@ async fn settle_sdk(
     let now_ms = SystemClock.now_ms();
     let key = format!("refund:{order}:{amount}");
     let intent = begin_new(ledger, "refund_order_sdk", key.clone(), arguments, now_ms).await;
-    let done = status == IntentStatus::Done;
-    ledger
-        .finish(Finish {
-            id: intent.id,
-            lease_owner: "test/1".to_owned(),
-            attempt: intent.attempt,
-            now_ms,
-            status,
-            result: None,
-            external_id: done.then(|| format!("re_sdk_{order}")),
-            resolved_by: "client",
-            looked_up: false,
-            detail: "test".to_owned(),
-            lease_required: false,
-            resend_stopped: None,
-        })
-        .await
-        .unwrap();
+    let external_id = (status == IntentStatus::Done).then(|| format!("re_sdk_{order}"));
+    finish(ledger, &intent, now_ms, status, None, external_id, "client").await;
     (intent.id, key)
 }
 
