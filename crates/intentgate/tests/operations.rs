@@ -162,7 +162,8 @@ impl Stack {
                 "--ledger",
                 &self.ledger,
             ])
-            .args(more);
+            .args(more)
+            .env("INTENTGATE_MOCK_URL", &self.mock.url);
         command
     }
 }
@@ -208,7 +209,6 @@ async fn reconcile_names_refunds_made_around_the_gateway_and_who_they_affected()
 
     let output = stack
         .reconcile(&["--since", "1h", "--format", "json", "--actor", "oncall"])
-        .env("INTENTGATE_MOCK_URL", &stack.mock.url)
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(0), "warnings only: {output:?}");
@@ -243,11 +243,7 @@ async fn reconcile_names_refunds_made_around_the_gateway_and_who_they_affected()
     assert_eq!(notices[0].1["details"]["counts"]["no_intent"], 2);
 
     // The human report names who was affected.
-    let output = stack
-        .reconcile(&[])
-        .env("INTENTGATE_MOCK_URL", &stack.mock.url)
-        .output()
-        .unwrap();
+    let output = stack.reconcile(&[]).output().unwrap();
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout
@@ -333,7 +329,6 @@ async fn reconcile_by_business_fields_finds_a_duplicate_the_provider_keeps_no_ke
     // provider show two refunds no intent explains, and no duplicate.
     let output = stack
         .reconcile(&["--since", "1h", "--format", "json"])
-        .env("INTENTGATE_MOCK_URL", &stack.mock.url)
         .output()
         .unwrap();
     let kinds: Vec<String> = json_lines(&output)
@@ -349,11 +344,7 @@ async fn reconcile_by_business_fields_finds_a_duplicate_the_provider_keeps_no_ke
 async fn reconcile_exits_0_when_ledger_and_provider_agree_and_explains_a_bad_window() {
     let stack = Stack::start("http://127.0.0.1:9/hook", "", "");
     assert_eq!(stack.refund("9101", 5.0).await["status"], "done");
-    let output = stack
-        .reconcile(&[])
-        .env("INTENTGATE_MOCK_URL", &stack.mock.url)
-        .output()
-        .unwrap();
+    let output = stack.reconcile(&[]).output().unwrap();
     assert!(output.status.success(), "{output:?}");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("0 mismatches, 0 critical"), "{stdout}");
@@ -388,11 +379,7 @@ async fn reconcile_takes_a_refund_of_the_client_executed_tool_for_its_intent_not
     assert_eq!(stack.refund("9201", 7.0).await["status"], "done");
     let sdk = stack.refund_through_the_intent_api("9202", "8.00").await;
 
-    let output = stack
-        .reconcile(&["--format", "json"])
-        .env("INTENTGATE_MOCK_URL", &stack.mock.url)
-        .output()
-        .unwrap();
+    let output = stack.reconcile(&["--format", "json"]).output().unwrap();
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let lines = json_lines(&output);
     let summary = lines.last().unwrap();
@@ -420,11 +407,7 @@ async fn reconcile_takes_a_refund_of_the_client_executed_tool_for_its_intent_not
             "refund:9203:9.00",
         )
         .await;
-    let output = stack
-        .reconcile(&[])
-        .env("INTENTGATE_MOCK_URL", &stack.mock.url)
-        .output()
-        .unwrap();
+    let output = stack.reconcile(&[]).output().unwrap();
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let bypasses: Vec<&str> = stdout
