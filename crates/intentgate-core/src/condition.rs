@@ -5,9 +5,9 @@
 //! The form, whole:
 //!
 //! ```text
-//! condition  := either ("or" either)*
-//! either     := both ("and" both)*
-//! both       := "not" both | "(" condition ")" | comparison
+//! condition   := conjunction ("or" conjunction)*
+//! conjunction := operand ("and" operand)*
+//! operand     := "not" operand | "(" condition ")" | comparison
 //! comparison := argument ("==" | "!=" | "<" | "<=" | ">" | ">=") literal
 //!             | argument ["not"] "in" "[" literal ("," literal)* "]"
 //! argument   := name ("." name)*          a top-level argument, or a member of an object one
@@ -169,7 +169,7 @@ impl Condition {
     /// once, in the order they first appear.
     pub fn arguments(&self) -> Vec<Vec<String>> {
         let mut found: Vec<Vec<String>> = Vec::new();
-        collect_arguments(&self.root, &mut found);
+        collect_arguments(&self.root, false, &mut found);
         found
     }
 
@@ -177,7 +177,7 @@ impl Condition {
     /// them) in the tool's schema.
     pub fn numeric_arguments(&self) -> Vec<Vec<String>> {
         let mut found: Vec<Vec<String>> = Vec::new();
-        collect_numeric(&self.root, &mut found);
+        collect_arguments(&self.root, true, &mut found);
         found
     }
 
@@ -248,44 +248,29 @@ fn lookup<'a>(arguments: &'a Value, path: &[String]) -> Option<&'a Value> {
     (!value.is_null()).then_some(value)
 }
 
-fn collect_arguments(expression: &Expression, found: &mut Vec<Vec<String>>) {
-    match expression {
+/// Adds to `found` each argument `expression` reads (only those compared with a number, when
+/// `numeric_only`), once each, in order of appearance.
+fn collect_arguments(expression: &Expression, numeric_only: bool, found: &mut Vec<Vec<String>>) {
+    let (argument, numeric) = match expression {
         Expression::Or(parts) | Expression::And(parts) => {
             for part in parts {
-                collect_arguments(part, found);
+                collect_arguments(part, numeric_only, found);
             }
+            return;
         }
-        Expression::Not(inner) => collect_arguments(inner, found),
-        Expression::Compare { argument, .. } | Expression::In { argument, .. } => {
-            if !found.contains(argument) {
-                found.push(argument.clone());
-            }
-        }
-    }
-}
-
-fn collect_numeric(expression: &Expression, found: &mut Vec<Vec<String>>) {
-    match expression {
-        Expression::Or(parts) | Expression::And(parts) => {
-            for part in parts {
-                collect_numeric(part, found);
-            }
-        }
-        Expression::Not(inner) => collect_numeric(inner, found),
+        Expression::Not(inner) => return collect_arguments(inner, numeric_only, found),
         Expression::Compare {
             argument, literal, ..
-        } => {
-            if matches!(literal, Literal::Number(_)) && !found.contains(argument) {
-                found.push(argument.clone());
-            }
-        }
+        } => (argument, matches!(literal, Literal::Number(_))),
         Expression::In {
             argument, literals, ..
-        } => {
-            if matches!(literals.first(), Some(Literal::Number(_))) && !found.contains(argument) {
-                found.push(argument.clone());
-            }
-        }
+        } => (
+            argument,
+            matches!(literals.first(), Some(Literal::Number(_))),
+        ),
+    };
+    if (numeric || !numeric_only) && !found.contains(argument) {
+        found.push(argument.clone());
     }
 }
 
@@ -497,33 +482,37 @@ impl Parser<'_> {
         matches!(self.peek(), Some(Token { kind: Kind::Name(name), .. }) if name == word)
     }
 
+    /// `conjunction ("or" conjunction)*`.
     fn condition(&mut self) -> Result<Expression, ConditionError> {
-        let mut parts = vec![self.either()?];
-        while self.at_word("or") {
+        self.joined("or", Parser::conjunction, Expression::Or)
+    }
+
+    /// `operand ("and" operand)*`.
+    fn conjunction(&mut self) -> Result<Expression, ConditionError> {
+        self.joined("and", Parser::operand, Expression::And)
+    }
+
+    /// One or more `part`s separated by `word`, joined by `join` when there are several.
+    fn joined(
+        &mut self,
+        word: &str,
+        part: fn(&mut Self) -> Result<Expression, ConditionError>,
+        join: fn(Vec<Expression>) -> Expression,
+    ) -> Result<Expression, ConditionError> {
+        let mut parts = vec![part(self)?];
+        while self.at_word(word) {
             self.position += 1;
-            parts.push(self.either()?);
+            parts.push(part(self)?);
         }
         Ok(if parts.len() == 1 {
             parts.remove(0)
         } else {
-            Expression::Or(parts)
+            join(parts)
         })
     }
 
-    fn either(&mut self) -> Result<Expression, ConditionError> {
-        let mut parts = vec![self.both()?];
-        while self.at_word("and") {
-            self.position += 1;
-            parts.push(self.both()?);
-        }
-        Ok(if parts.len() == 1 {
-            parts.remove(0)
-        } else {
-            Expression::And(parts)
-        })
-    }
-
-    fn both(&mut self) -> Result<Expression, ConditionError> {
+    /// `"not" operand | "(" condition ")" | comparison`.
+    fn operand(&mut self) -> Result<Expression, ConditionError> {
         if self.depth >= CONDITION_DEPTH_MAX {
             return Err(ConditionError {
                 offset: self.offset(),
@@ -536,7 +525,7 @@ impl Parser<'_> {
         self.depth += 1;
         let expression = if self.at_word("not") {
             self.position += 1;
-            Expression::Not(Box::new(self.both()?))
+            Expression::Not(Box::new(self.operand()?))
         } else if matches!(
             self.peek(),
             Some(Token {
