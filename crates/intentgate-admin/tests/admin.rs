@@ -277,8 +277,21 @@ impl Admin {
 
     /// A new intent, in flight under a lease of [`LEASE_MS`].
     async fn in_flight(&self, tenant: &str, tool: &str, key: &str) -> IntentRecord {
+        let lease_owner = format!("test/{key}");
+        self.begin_new(tenant, tool, key, json!({ "key": key }), &lease_owner)
+            .await
+    }
+
+    /// A new intent of `arguments`, in flight under `lease_owner`'s lease of [`LEASE_MS`].
+    async fn begin_new(
+        &self,
+        tenant: &str,
+        tool: &str,
+        key: &str,
+        arguments: Value,
+        lease_owner: &str,
+    ) -> IntentRecord {
         let now_ms = now_ms();
-        let arguments = json!({ "key": key });
         let begun = self
             .ledger
             .begin(BeginRequest {
@@ -287,7 +300,7 @@ impl Admin {
                 key: key.into(),
                 fingerprint: intentgate_core::fingerprint(&arguments).as_str().to_owned(),
                 arguments,
-                lease_owner: format!("test/{key}"),
+                lease_owner: lease_owner.into(),
                 lease_expires_ms: now_ms + LEASE_MS,
                 now_ms,
                 count_call: true,
@@ -995,29 +1008,10 @@ async fn unknown_refund_of(
     resend_stopped: Option<ResendStop>,
 ) -> IntentRecord {
     let arguments: Value = serde_json::from_str(arguments).unwrap();
+    let intent = admin
+        .begin_new("acme", "refund_order", key, arguments, "test/call")
+        .await;
     let now_ms = now_ms();
-    let begun = admin
-        .ledger
-        .begin(BeginRequest {
-            tenant: "acme".into(),
-            tool: "refund_order".into(),
-            key: key.into(),
-            fingerprint: intentgate_core::fingerprint(&arguments).as_str().to_owned(),
-            arguments,
-            lease_owner: "test/call".into(),
-            lease_expires_ms: now_ms + LEASE_MS,
-            now_ms,
-            count_call: true,
-            retry_rejected: false,
-            lookup_interval_ms: 1_000,
-            resend_unknown: false,
-            expect_new: false,
-        })
-        .await
-        .unwrap();
-    let Begin::Execute(intent) = begun else {
-        panic!("expected a new intent, got {begun:?}");
-    };
     let finished = admin
         .ledger
         .finish(Finish {
