@@ -438,6 +438,13 @@ async fn a_missing_or_wrong_token_is_401_with_a_bearer_challenge() {
             .await;
         answer.problem(401);
     }
+    // The unknown intents, with their provider keys and amounts, are the admin's alone.
+    for presented in [None, Some(&TOKEN[..10])] {
+        let answer = admin
+            .send("GET", "/v1/admin/unknown", presented, None)
+            .await;
+        answer.problem(401);
+    }
     let basic = admin.flags_status(&format!("Basic {TOKEN}")).await;
     assert_eq!(basic, 401);
 
