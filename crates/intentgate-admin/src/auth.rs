@@ -1,5 +1,6 @@
 //! The bearer token in front of every admin route, or a principal with the `admin` scope,
-//! or a signed-in console user ([`ConsoleUser`]).
+//! or a signed-in console user ([`ConsoleUser`]); and in front of the approvals routes, the
+//! same or a principal with the `approve` scope ([`require_access`]).
 //!
 //! The presented token and the configured one are both hashed (SHA-256) and the digests
 //! compared without an early exit, so the time taken says nothing about how much of a guess
@@ -52,6 +53,113 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 pub struct ConsoleUser {
     /// Who signed in, as the event log and flags record it (`console:<subject>`).
     pub actor: String,
+    /// Who decides on held intents in this session: set only when the credential it signed
+    /// in with had the `approve` scope ([`Approver::of`]); the admin token names nobody and
+    /// never sets it.
+    pub approver: Option<Approver>,
+}
+
+/// Who may approve or deny held intents (docs/design.md section 13): the subject and tenant
+/// of a credential with the `approve` scope, which `admin` does not include. A decision is
+/// recorded under `subject` (so that the ledger can refuse the subject that asked) and only
+/// on the intents of `tenant`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approver {
+    /// The credential's subject, as the ledger records who asked and who decided.
+    pub subject: String,
+    /// The only tenant whose held intents it may decide on.
+    pub tenant: String,
+}
+
+impl Approver {
+    /// The approver the principal is, when it has the `approve` scope (granted by name).
+    pub fn of(principal: &Principal) -> Option<Approver> {
+        principal.may(Scope::Approve).then(|| Approver {
+            subject: principal.subject.clone(),
+            tenant: principal.tenant.as_str().to_owned(),
+        })
+    }
+
+    /// The approver of the request's principal (set by the server's edge), if any.
+    pub fn of_request(request: &Request) -> Option<Approver> {
+        request
+            .extensions()
+            .get::<Principal>()
+            .and_then(Approver::of)
+    }
+}
+
+/// What a request to the approvals routes may do, decided by [`require_access`] before
+/// anything of the request is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Access {
+    /// May read every tenant's held intents: the admin token, a credential with the `admin`
+    /// scope (where the admin API takes them) or a console user.
+    pub admin: bool,
+    /// May decide, on its own tenant's held intents; may read those too.
+    pub approver: Option<Approver>,
+}
+
+/// Lets a request to the approvals routes through with its [`Access`] (in its extensions):
+/// a console user, the admin token, a principal with the `admin` scope or one with the
+/// `approve` scope. Answers 403 to a valid credential with neither scope, 401 without a
+/// credential, and 429 to wrong tokens from a source that sent too many of them, as
+/// [`require_token`] does.
+pub(crate) async fn require_access(
+    State(state): State<Arc<AdminState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let access = if let Some(user) = request.extensions().get::<ConsoleUser>() {
+        Access {
+            admin: true,
+            approver: user.approver.clone(),
+        }
+    } else if let Some(approver) = Approver::of_request(&request) {
+        let admin = request
+            .extensions()
+            .get::<Principal>()
+            .is_some_and(|principal| state.admin_scope && principal.scopes.contains(Scope::Admin));
+        Access {
+            admin,
+            approver: Some(approver),
+        }
+    } else {
+        match credential(&state, &request) {
+            Ok(_) => Access {
+                admin: true,
+                approver: None,
+            },
+            Err(response) => match request.extensions().get::<Principal>() {
+                Some(principal) => return lacks_approvals_scope(principal),
+                None => return *response,
+            },
+        }
+    };
+    request.extensions_mut().insert(access);
+    next.run(request).await
+}
+
+/// The 403 of the approvals routes for a credential the edge accepted with neither the
+/// `approve` nor the `admin` scope.
+fn lacks_approvals_scope(principal: &Principal) -> Response {
+    let has = if principal.scopes.is_empty() {
+        "none".to_owned()
+    } else {
+        format!("`{}`", principal.scopes)
+    };
+    Problem::new(
+        StatusCode::FORBIDDEN,
+        "missing-scope",
+        "Missing scope",
+        format!(
+            "the credential of `{}` is valid but has neither the `approve` scope (to read and \
+decide on its own tenant's held intents) nor the `admin` scope (to read every tenant's); it \
+has {has}: use a credential with the `approve` scope",
+            principal.subject
+        ),
+    )
+    .into_response()
 }
 
 /// Lets the request through when it carries the admin token, a principal with the `admin`

@@ -18,6 +18,9 @@
 //! | `GET /v1/admin/reconciliations/{id}/subjects.csv` | the subjects (customers, orders) the run's mismatches name, one row each, most provider records first |
 //! | `GET /v1/admin/activity` | calls, repeats and statuses per tool over a window (`since`, default 1h), in buckets |
 //! | `GET /v1/admin/alerts` | the notices this gateway sent lately (duplicate-call alerts, upstream errors that are the operator's, reconciliation), newest first |
+//! | `GET /v1/admin/approvals` | intents held for approval with their requests, newest first: `state` (`open`, `approved`, `closed`), `tool`, `tenant`, `before`, `limit` |
+//! | `POST /v1/admin/approvals/{id}/approve` | an approver approves a held intent (`{"reason": "..."}`, optional); the gateway executes it at once where it can |
+//! | `POST /v1/admin/approvals/{id}/deny` | an approver denies it, with a reason (required): the intent is settled `rejected` |
 //!
 //! Each route is documented by its handler's `#[utoipa::path]`, and [`openapi()`] gives the
 //! admin API's operations as an OpenAPI fragment that `intentgate serve` merges into the
@@ -28,6 +31,9 @@
 //! layer inserts after checking the cookie and, for a change, its CSRF token). A valid
 //! credential without the `admin` scope is a 403; a source address that sent too many wrong
 //! tokens gets 429 for its wrong tokens for a while, while the right token always works.
+//! The approvals routes take the same credentials and also one with the `approve` scope
+//! (its own tenant's held intents only); only such an approver decides, never the admin
+//! token nor a credential with `admin` alone (`approvals.rs`).
 //! With no token
 //! configured the admin API is off, and every admin route answers 404 saying how to turn it
 //! on. Errors are `application/problem+json` ([`intentgate_server::Problem`]). A flag is
@@ -43,6 +49,7 @@
 
 mod activity;
 mod alerts;
+mod approvals;
 mod auth;
 mod body;
 mod client;
@@ -70,7 +77,11 @@ use intentgate_server::Problem;
 use tokio::sync::Semaphore;
 
 pub use alerts::AlertLog;
-pub use auth::ConsoleUser;
+pub use approvals::{
+    APPROVAL_EVENTS_SHOWN_MAX, APPROVALS_LIMIT_DEFAULT, APPROVALS_LIMIT_MAX, REASON_LENGTH_MAX,
+    REDACTED,
+};
+pub use auth::{Approver, ConsoleUser};
 pub use duration::parse_duration;
 pub use erasure::{ERASE_ROUNDS_MAX, ErasureReport, Refusal, check_erase, erase_all};
 pub use openapi::{ADMIN_TAG, openapi};
@@ -291,6 +302,17 @@ impl Admin {
                 .route("/v1/admin/", any(admin_off))
                 .route("/v1/admin/{*rest}", any(admin_off));
         };
+        // The approvals routes take approvers besides the admin API's credentials: their own
+        // check, outermost as the admin routes' is, and merged beside them.
+        let (approvals, _document) = openapi::approval_routes().split_for_parts();
+        let approvals = approvals
+            .method_not_allowed_fallback(method_not_allowed)
+            .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                auth::require_access,
+            ))
+            .with_state(state.clone());
         // The documented routes: the one list is `openapi::routes`.
         let (routes, _document) = openapi::routes().split_for_parts();
         routes
@@ -305,6 +327,7 @@ impl Admin {
                 auth::require_token,
             ))
             .with_state(state)
+            .merge(approvals)
     }
 }
 
@@ -341,7 +364,8 @@ async fn no_such_route() -> Problem {
         "not-found",
         "No such admin route",
         "the admin routes are /v1/admin/flags, /v1/admin/intents, /v1/admin/unknown, \
-/v1/admin/erasures, /v1/admin/reconcile, /v1/admin/reconciliations, /v1/admin/activity and /v1/admin/alerts",
+/v1/admin/erasures, /v1/admin/reconcile, /v1/admin/reconciliations, /v1/admin/activity, /v1/admin/alerts \
+and /v1/admin/approvals",
     )
 }
 
@@ -351,7 +375,7 @@ async fn method_not_allowed() -> Problem {
         "method-not-allowed",
         "Method not allowed",
         "this admin route exists but not with this method: reads are GET, a flag is set with \
-PUT, a resolution, an erasure and a reconciliation are POST",
+PUT, a resolution, an erasure, a reconciliation and a decision on a held intent are POST",
     )
 }
 

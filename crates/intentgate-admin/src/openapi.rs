@@ -20,7 +20,7 @@ use utoipa::openapi::{ContentBuilder, OpenApi as Document, Ref, RefOr, Response,
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::{AdminState, activity, alerts, export, flags, intents, reconcile};
+use crate::{AdminState, activity, alerts, approvals, export, flags, intents, reconcile};
 
 /// The tag of every admin operation.
 pub const ADMIN_TAG: &str = "admin";
@@ -55,12 +55,14 @@ const REFUSALS: [(u16, &str); 4] = [
     tags((
         name = "admin",
         description = "The admin API, for operators: the kill switch, intents read and \
-                       resolved by hand, erasures, reconciliation, activity and alerts. Every \
-                       operation needs `Authorization: Bearer` with the admin token \
-                       (`INTENTGATE_ADMIN_TOKEN`) or a credential with the `admin` scope, or \
+                       resolved by hand, erasures, reconciliation, activity, alerts and \
+                       intents held for approval. Every operation needs \
+                       `Authorization: Bearer` with the admin token (`INTENTGATE_ADMIN_TOKEN`) or a credential with the `admin` scope, or \
                        the console's session cookie (and, for a change, its CSRF token). \
                        Served only when the admin API is on; otherwise every `/v1/admin/` \
-                       path answers 404 `admin-off`.",
+                       path answers 404 `admin-off`. The approvals operations also take a \
+                       credential with the `approve` scope (its own tenant's held intents), \
+                       and only such a credential decides.",
     )),
     components(schemas(ProblemBody)),
 )]
@@ -86,6 +88,15 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AdminState>> {
         .routes(routes!(alerts::list))
 }
 
+/// The approvals routes, with their own credential check (`auth::require_access`): served
+/// beside [`routes`] and documented with them.
+pub(crate) fn approval_routes() -> OpenApiRouter<Arc<AdminState>> {
+    OpenApiRouter::new()
+        .routes(routes!(approvals::list))
+        .routes(routes!(approvals::approve))
+        .routes(routes!(approvals::deny))
+}
+
 /// An answer of `application/problem+json` ([`ProblemBody`]), for `description`.
 pub(crate) fn problem_response(description: &str) -> RefOr<Response> {
     RefOr::T(
@@ -105,7 +116,7 @@ pub(crate) fn problem_response(description: &str) -> RefOr<Response> {
 /// its own (`ServerOptions::openapi_extra`). Each operation carries the `admin` tag, the
 /// `bearer` security requirement and the refusals every admin route may answer.
 pub fn openapi() -> Document {
-    let mut document = routes().into_openapi();
+    let mut document = routes().merge(approval_routes()).into_openapi();
     for item in document.paths.paths.values_mut() {
         let operations = [
             &mut item.get,

@@ -6,6 +6,8 @@
 "use strict";
 
 const CSRF = document.querySelector('meta[name="intentgate-csrf"]').content;
+// The tenant this session approves for: empty when its credential lacks the `approve` scope.
+const APPROVER_TENANT = document.querySelector('meta[name="intentgate-approver-tenant"]').content;
 const API = "/v1/admin";
 // The overview asks again this often while it is on screen.
 const REFRESH_MS = 2000;
@@ -522,15 +524,6 @@ async function intent(id) {
   if (data.trace_id) facts.push(["Trace", el("code", { "data-slot": "trace-id" }, data.trace_id)]);
   const factList = el("dl", { class: "facts" }, facts.map(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
   const groups = collapseEvents(data.events);
-  const events = groups.map((group) => {
-    const event = group.event;
-    const repeated = group.count > 1;
-    return el("tr", repeated ? { class: "repeated", "data-repeats": group.count } : {},
-      td(repeated ? [when(group.last_ms), el("div", { class: "note" }, "first ", when(group.first_ms))] : when(event.at_ms), "time"),
-      td([event.kind, repeated ? [" ", badge("× " + group.count, "info")] : ""], "nowrap"),
-      td(event.from_status || event.to_status ? [event.from_status ? statusBadge(event.from_status) : "", event.to_status ? [" → ", statusBadge(event.to_status)] : ""] : "—"),
-      td(event.attempt === null ? "—" : String(group.attempts), "num"), td(event.actor || "—"), td(event.detail || "—", "wrap"));
-  });
   // An in-flight intent past its first attempt is a re-send of an unknown one; one whose
   // lease ran out is unknown in effect. A first attempt still running is an ordinary call.
   const resolvable = record.status === "unknown" || (record.status === "in_flight" && (record.attempt > 1 || !data.lease));
@@ -553,7 +546,21 @@ async function intent(id) {
       el("h2", {}, el("span", {}, "Event log ", el("span", { class: "sub" }, "newest first; " + data.events.length + " events" +
         (groups.length < data.events.length ? " in " + groups.length + " rows (repeats in a row counted once)" : "") +
         (data.events_omitted ? ", " + data.events_omitted + " older ones not shown" : "")))),
-      table(["Time", "Event", "Status", ["Attempt", "num"], "By", "Detail"], events, "No events.")));
+      eventTable(groups)));
+}
+
+/** The event log's rows, newest first, from `collapseEvents`. */
+function eventTable(groups) {
+  const rows = groups.map((group) => {
+    const event = group.event;
+    const repeated = group.count > 1;
+    return el("tr", repeated ? { class: "repeated", "data-repeats": group.count } : {},
+      td(repeated ? [when(group.last_ms), el("div", { class: "note" }, "first ", when(group.first_ms))] : when(event.at_ms), "time"),
+      td([event.kind, repeated ? [" ", badge("× " + group.count, "info")] : ""], "nowrap"),
+      td(event.from_status || event.to_status ? [event.from_status ? statusBadge(event.from_status) : "", event.to_status ? [" → ", statusBadge(event.to_status)] : ""] : "—"),
+      td(event.attempt === null ? "—" : String(group.attempts), "num"), td(event.actor || "—"), td(event.detail || "—", "wrap"));
+  });
+  return table(["Time", "Event", "Status", ["Attempt", "num"], "By", "Detail"], rows, "No events.");
 }
 
 /**
@@ -888,6 +895,107 @@ async function alertsPage() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Approvals
+// ---------------------------------------------------------------------------------------
+
+const APPROVAL_STATES = [["open", "Waiting for a decision"], ["approved", "Approved, not started yet"], ["closed", "Decided or expired"]];
+
+async function approvalsPage() {
+  const query = new URLSearchParams(location.search);
+  const state = APPROVAL_STATES.some(([name]) => name === query.get("state")) ? query.get("state") : "open";
+  const tabs = el("nav", { class: "tabs", "aria-label": "Which requests" }, APPROVAL_STATES.map(([name, text]) =>
+    el("a", { href: "/console/approvals" + (name === "open" ? "" : "?state=" + name), "aria-current": name === state ? "page" : null, "data-state": name }, text)));
+  const who = APPROVER_TENANT
+    ? el("p", { class: "muted", id: "approver" }, "You decide for tenant ", el("strong", {}, APPROVER_TENANT), ", never on a request you made yourself. Your decisions are recorded under your credential's name.")
+    : el("div", { class: "callout", id: "approver", role: "status" }, el("strong", {}, "You can read these requests but not decide on them"),
+      "Deciding needs a credential with the approve scope, which is separate from admin (the admin token names nobody and can't decide). Sign out and sign in with one to approve or deny.");
+  const body = el("div", {}, el("p", { class: "muted" }, "Loading…"));
+  setMain(pageHead("Approvals", "Calls held for a person's decision: nothing runs until an approver approves that one intent."), tabs, who, body);
+  try {
+    const page = await api("/approvals?state=" + state + "&limit=50");
+    if (!page.approvals.length) {
+      fill(body, el("p", { class: "empty" }, state === "open" ? "No call is waiting for a decision." : "Nothing to show."));
+      return;
+    }
+    fill(body, page.approvals.map((held) => approvalCard(held)),
+      page.next_cursor ? el("p", { class: "muted" }, "Showing the newest 50.") : null);
+  } catch (error) {
+    fill(body, failure(error));
+  }
+}
+
+/** One held intent: what it would do, who asked, its deadline and history, and the decision. */
+function approvalCard(held) {
+  const facts = [
+    ["Tool", el("strong", {}, held.tool)], ["Tenant", held.tenant], ["Key", el("code", {}, held.key)],
+    ["Asked by", el("span", { "data-slot": "requested-by" }, held.requested_by)], ["Asked", when(held.requested_ms)],
+    ["Deadline", held.decision ? when(held.deadline_ms) : [when(held.deadline_ms), " (", held.overdue ? "passed" : fromNow(held.deadline_ms), ")"]],
+    ["Held by", held.held_by],
+    ["Intent", [statusBadge(held.status), " ", el("a", { href: held.console_url }, "Intent #" + held.intent_id)]],
+  ];
+  if (held.application_intent_id) facts.push(["Application's intent id", el("code", {}, held.application_intent_id)]);
+  if (held.decision) {
+    facts.push(["Decision", [badge(held.decision, held.decision === "approved" ? "ok" : held.decision === "denied" ? "bad" : "warn"),
+      held.decided_by ? " by " + held.decided_by : "", held.decided_ms ? [" at ", when(held.decided_ms)] : "", held.reason ? ": " + held.reason : ""]]);
+  }
+  const decision = el("div", { class: "decision", "data-slot": "decision" });
+  if (!held.decision) fill(decision, held.decidable.now ? decisionForm(held, decision) : el("p", { class: "refusal", role: "status", "data-slot": "not-decidable" }, el("strong", {}, "You can't decide on this one. "), held.decidable.reason.replace(/\.?$/, ".")));
+  const history = collapseEvents(held.events);
+  return el("article", { class: "panel approval", "data-intent": held.intent_id, "aria-label": "Intent " + held.intent_id + " held for approval" },
+    el("h2", {}, el("span", {}, held.tool + " · intent #" + held.intent_id + " "), held.decision ? badge(held.decision) : badge("awaiting approval", "warn")),
+    el("div", { class: "grid-2" },
+      el("div", {}, el("h3", {}, "Request"), el("dl", { class: "facts" }, facts.map(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]))),
+      el("div", { "data-slot": "arguments" }, el("h3", {}, "Exact arguments"), fieldsTable(held.arguments, "No arguments."))),
+    decision,
+    el("details", { class: "history" }, el("summary", {}, "History: " + held.events.length + " events" + (held.events_omitted ? " (" + held.events_omitted + " older not shown)" : "")),
+      eventTable(history)));
+}
+
+/** Approve and Deny for a held intent this session may decide on; the outcome replaces them. */
+function decisionForm(held, slot) {
+  const n = ++formCount;
+  const reason = el("textarea", { id: "decision-reason-" + n, rows: 2, maxlength: 1024 });
+  const message = el("p", { class: "message", role: "alert", "data-slot": "refusal" });
+  const approve = el("button", { type: "button", class: "primary", "data-action": "approve" }, "Approve intent #" + held.intent_id);
+  const deny = el("button", { type: "button", class: "danger", "data-action": "deny" }, "Deny…");
+  const decide = async (verb) => {
+    message.textContent = "";
+    const text = reason.value.trim();
+    if (verb === "deny" && !text) {
+      message.textContent = "Give a reason to deny: the model that asked reads it, and so does the person it works for.";
+      reason.focus();
+      return;
+    }
+    approve.disabled = deny.disabled = true;
+    try {
+      const answer = await api("/approvals/" + encodeURIComponent(held.intent_id) + "/" + verb, { method: "POST", body: text ? { reason: text } : {} });
+      fill(slot, decisionOutcome(answer));
+      toast("Intent #" + held.intent_id + " " + answer.decision);
+    } catch (error) {
+      message.textContent = error.message;
+      approve.disabled = deny.disabled = false;
+    }
+  };
+  approve.addEventListener("click", () => decide("approve"));
+  deny.addEventListener("click", () => decide("deny"));
+  return el("form", { class: "resolve", novalidate: true, "aria-label": "Decide on intent " + held.intent_id, onsubmit: (event) => event.preventDefault() },
+    el("div", { class: "field" }, el("label", { for: reason.id }, "Reason ", el("span", { class: "muted" }, "(required to deny: the model reads it; optional to approve)")), reason),
+    message,
+    el("div", { class: "actions" }, deny, approve));
+}
+
+/** What a decision did, from the admin API's answer. */
+function decisionOutcome(answer) {
+  const intent = answer.intent;
+  let text;
+  if (answer.decision === "denied") text = ["Denied: the intent is ", statusBadge(intent.status), ", and every call of it is answered with your reason."];
+  else if (answer.outcome) text = ["Approved, and the gateway executed it: ", statusBadge(answer.outcome.status),
+    intent.external_id ? [" (provider's id ", el("code", {}, intent.external_id), ")"] : "", ". ", answer.outcome.message];
+  else text = ["Approved: it runs at its next call, or when the gateway's sweeper starts it (its arguments are kept only as hashes, its tool runs in the caller's code, or it is switched off)."];
+  return el("div", { class: "callout calm", role: "status", "data-slot": "outcome", "data-decision": answer.decision }, el("strong", {}, "Decided"), text);
+}
+
+// ---------------------------------------------------------------------------------------
 // Start
 // ---------------------------------------------------------------------------------------
 
@@ -900,6 +1008,7 @@ const PAGES = [
   [/^\/console\/reconciliation\/?$/, "reconciliation", () => reconciliation(), "Reconciliation"],
   [/^\/console\/reconciliation\/(\d+)$/, "reconciliation", (id) => reconciliationRun(id), "Reconciliation run"],
   [/^\/console\/alerts\/?$/, "alerts", () => alertsPage(), "Alerts"],
+  [/^\/console\/approvals\/?$/, "approvals", () => approvalsPage(), "Approvals"],
 ];
 
 document.addEventListener("DOMContentLoaded", () => {

@@ -136,6 +136,7 @@ pub(crate) async fn admin_session(
     }
     request.extensions_mut().insert(ConsoleUser {
         actor: session.actor,
+        approver: session.approver,
     });
     private(next.run(request).await)
 }
@@ -186,6 +187,7 @@ mod tests {
         let session = Session {
             actor: "console:ops".to_owned(),
             csrf: "t0ken".to_owned(),
+            approver: None,
         };
         let good = [
             ("host", "127.0.0.1:8080"),

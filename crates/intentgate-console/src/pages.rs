@@ -17,7 +17,8 @@ use intentgate_server::Problem;
 use crate::Shared;
 use crate::guard::session_of;
 
-/// The console's page, with `{{csrf}}` and `{{actor}}` to fill in.
+/// The console's page, with `{{csrf}}`, `{{actor}}` and `{{approver_tenant}}` (empty for a
+/// session that can't decide on held intents) to fill in.
 const APP_HTML: &str = include_str!("../assets/app.html");
 /// The sign-in form.
 const SIGN_IN_HTML: &str = include_str!("../assets/sign-in.html");
@@ -60,7 +61,16 @@ pub(crate) async fn page(State(shared): State<Arc<Shared>>, headers: HeaderMap) 
         Some((_, session)) => Html(
             APP_HTML
                 .replace("{{csrf}}", &escape(&session.csrf))
-                .replace("{{actor}}", &escape(&session.actor)),
+                .replace("{{actor}}", &escape(&session.actor))
+                .replace(
+                    "{{approver_tenant}}",
+                    &escape(
+                        session
+                            .approver
+                            .as_ref()
+                            .map_or("", |approver| approver.tenant.as_str()),
+                    ),
+                ),
         )
         .into_response(),
         None => Html(SIGN_IN_HTML).into_response(),
@@ -153,6 +163,7 @@ mod tests {
     #[test]
     fn the_pages_name_their_placeholders_and_load_only_embedded_assets() {
         assert!(APP_HTML.contains("{{csrf}}") && APP_HTML.contains("{{actor}}"));
+        assert!(APP_HTML.contains("{{approver_tenant}}"));
         for page in [APP_HTML, SIGN_IN_HTML] {
             assert!(!page.contains("http://") && !page.contains("https://"));
             assert!(!page.contains("<script>") && !page.contains("style="));

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use intentgate_admin::Approver;
 use sha2::{Digest, Sha256};
 
 /// Most sessions at once. A handful of operators sign in; 256 leaves room for many browsers
@@ -33,6 +34,9 @@ pub struct Session {
     pub actor: String,
     /// The token every change must carry in the `X-Intentgate-Csrf` header.
     pub csrf: String,
+    /// Who decides on held intents in this session: the subject and tenant of the
+    /// credential it signed in with, when that had the `approve` scope.
+    pub approver: Option<Approver>,
 }
 
 struct Entry {
@@ -64,13 +68,19 @@ impl Sessions {
         Sessions::default()
     }
 
-    /// Starts a session for `actor`; returns its id (the cookie's value, shown once) and the
-    /// session.
-    pub fn create(&self, actor: String, now: Instant) -> Result<(String, Session), NoRandomness> {
+    /// Starts a session for `actor` (who decides as `approver`, if anyone); returns its id
+    /// (the cookie's value, shown once) and the session.
+    pub fn create(
+        &self,
+        actor: String,
+        approver: Option<Approver>,
+        now: Instant,
+    ) -> Result<(String, Session), NoRandomness> {
         let id = secret()?;
         let session = Session {
             actor,
             csrf: secret()?,
+            approver,
         };
         let mut entries = self.lock();
         entries.retain(|_, entry| entry.live(now));
@@ -160,7 +170,9 @@ mod tests {
     fn a_session_is_found_by_its_id_only_and_ends_at_sign_out() {
         let sessions = Sessions::new();
         let now = Instant::now();
-        let (id, session) = sessions.create("console:ops".to_owned(), now).unwrap();
+        let (id, session) = sessions
+            .create("console:ops".to_owned(), None, now)
+            .unwrap();
         assert_eq!(id.len(), 64);
         assert_eq!(session.csrf.len(), 64);
         assert_ne!(id, session.csrf);
@@ -181,9 +193,9 @@ mod tests {
     fn a_session_ends_when_idle_and_after_its_lifetime_however_active() {
         let sessions = Sessions::new();
         let start = Instant::now();
-        let (idle, _) = sessions.create("a".to_owned(), start).unwrap();
+        let (idle, _) = sessions.create("a".to_owned(), None, start).unwrap();
         assert!(sessions.find(&idle, start + SESSION_IDLE_MAX).is_none());
-        let (busy, _) = sessions.create("b".to_owned(), start).unwrap();
+        let (busy, _) = sessions.create("b".to_owned(), None, start).unwrap();
         let step = SESSION_IDLE_MAX / 2;
         let mut now = start;
         while now + step < start + SESSION_LIFETIME_MAX {
@@ -197,16 +209,16 @@ mod tests {
     fn a_full_table_pushes_out_the_idlest_session() {
         let sessions = Sessions::new();
         let start = Instant::now();
-        let (first, _) = sessions.create("first".to_owned(), start).unwrap();
+        let (first, _) = sessions.create("first".to_owned(), None, start).unwrap();
         let mut ids = Vec::new();
         for index in 1..SESSIONS_MAX {
             let at = start + Duration::from_millis(index as u64);
-            ids.push(sessions.create(format!("s{index}"), at).unwrap().0);
+            ids.push(sessions.create(format!("s{index}"), None, at).unwrap().0);
         }
         let later = start + Duration::from_secs(1);
         // Used again: now the second session is the idlest.
         assert!(sessions.find(&first, later).is_some());
-        let (newest, _) = sessions.create("newest".to_owned(), later).unwrap();
+        let (newest, _) = sessions.create("newest".to_owned(), None, later).unwrap();
         assert_eq!(sessions.len(), SESSIONS_MAX);
         assert!(sessions.find(&first, later).is_some());
         assert!(sessions.find(&newest, later).is_some());

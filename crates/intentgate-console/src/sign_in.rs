@@ -5,7 +5,9 @@
 //! log, and a cross-site form can't send it (a form can't set headers; a script of another
 //! origin needs a preflight the gateway never approves). The edge has already turned an
 //! admin-scoped key or token into a principal; [`Admin::sign_in`](intentgate_admin::Admin::sign_in)
-//! accepts that or the admin token, counting wrong tokens as the admin API does.
+//! accepts that or the admin token, counting wrong tokens as the admin API does. A
+//! credential that also has the `approve` scope makes the session an approver
+//! ([`Approver`]), whose decisions on held intents are recorded under its own subject.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,6 +16,7 @@ use axum::Json;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use intentgate_admin::Approver;
 use intentgate_core::limits::ACTOR_LENGTH_MAX;
 use intentgate_core::text::cut;
 use intentgate_server::Problem;
@@ -49,7 +52,14 @@ pub(crate) async fn sign_in(State(shared): State<Arc<Shared>>, request: Request)
         Err(response) => return private(*response),
     };
     let actor = cut(&format!("{ACTOR_PREFIX}{subject}"), ACTOR_LENGTH_MAX).to_owned();
-    let (id, _) = match shared.sessions.create(actor.clone(), Instant::now()) {
+    // A credential with the `approve` scope makes the session its approver: decisions are
+    // recorded under the credential's own subject, so the ledger can refuse the one that
+    // asked, and only on its tenant's intents.
+    let approver = Approver::of_request(&request);
+    let (id, _) = match shared
+        .sessions
+        .create(actor.clone(), approver.clone(), Instant::now())
+    {
         Ok(created) => created,
         Err(error) => {
             tracing::error!(%error, "no console session could be made");
@@ -64,8 +74,15 @@ pub(crate) async fn sign_in(State(shared): State<Arc<Shared>>, request: Request)
             );
         }
     };
-    tracing::info!(%actor, "signed in to the console");
-    let mut response = Json(json!({ "actor": actor })).into_response();
+    tracing::info!(%actor, approver = approver.is_some(), "signed in to the console");
+    let mut response = Json(json!({
+        "actor": actor,
+        "approver": approver.map(|approver| json!({
+            "subject": approver.subject,
+            "tenant": approver.tenant,
+        })),
+    }))
+    .into_response();
     let cookie = format!(
         "{SESSION_COOKIE}={id}; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age={}",
         SESSION_LIFETIME_MAX.as_secs()
