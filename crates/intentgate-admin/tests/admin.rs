@@ -308,6 +308,7 @@ impl Admin {
                 lookup_interval_ms: 1_000,
                 resend_unknown: false,
                 expect_new: false,
+                policies: None,
             })
             .await
             .unwrap();
@@ -1173,6 +1174,7 @@ async fn a_resolution_is_refused_while_the_sweeper_holds_the_lease_and_says_unti
         lookup_interval_ms: 0,
         resend_unknown: false,
         expect_new: false,
+        policies: None,
     };
     let begun = admin.ledger.begin(request.clone()).await.unwrap();
     let Begin::Lookup(leased) = begun else {

@@ -58,6 +58,7 @@ async fn an_intent_with_an_older_fingerprint_is_already_done_on_a_repeat() {
             lookup_interval_ms: 5_000,
             resend_unknown: false,
             expect_new: true,
+            policies: None,
         })
         .await
         .unwrap();

@@ -23,6 +23,15 @@
 //! `Idempotency-Key`) binds it to the intent it names ([`Ledger::bind_caller_key`]): within
 //! the tenant and tool, never as an intent key.
 //!
+//! A tool's approval policy and budgets ride on `begin` ([`CallPolicies`]): in the
+//! transaction that creates a new intent, the ledger counts it against its budgets (or
+//! refuses it, [`Begin::OverBudget`]), or creates it `pending` with a request for approval
+//! ([`Begin::Held`]). A person decides with [`Ledger::decide`]; operators page through held
+//! intents with [`Ledger::approvals`] ([`Ledger::approval`] reads one), the sweeper settles
+//! the requests nobody decided in time with [`Ledger::expire_approvals`], and
+//! [`Ledger::budget_usage`] shows what a tool's budgets have counted. A tool without policies
+//! reads and writes nothing for them.
+//!
 //! The other operations serve the gateway's neighbours: the sweeper ([`Ledger::stale`]),
 //! operators ([`Ledger::resolve`], [`Ledger::set_tool_flag`], [`Ledger::events`], and
 //! [`Ledger::intents`], which pages through the intents matching an [`IntentFilter`]), the
@@ -78,7 +87,8 @@ pub use process::{
     ProcessEnd, ProcessRecord, ProcessRegistration, instance_of,
 };
 pub use record::{
-    Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
+    Approval, BudgetUsageRow, Decision, Event, IntentId, IntentRecord, ReconciliationRun,
+    StatusCount, StoredMismatch, ToolFlag,
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{CommitCounts, SqliteLedger, SqliteOptions};
@@ -182,9 +192,149 @@ pub struct BeginRequest {
     /// the insert before any read (PostgreSQL then saves a round trip), and `begin` decides
     /// the same either way.
     pub expect_new: bool,
+    /// The tool's approval and budgets as they apply to this call (docs/design.md section
+    /// 13); `None` for a tool with neither, whose `begin` reads and writes nothing for them.
+    pub policies: Option<CallPolicies>,
 }
 
+/// What a tool's policies ask of one [`Ledger::begin`].
+///
+/// - A **new** intent is counted against every budget of `budgets` in the same transaction
+///   that creates it. If it fits none of the budgets that refuse (`hold_deadline_ms` of the
+///   [`BudgetCharge`] is `None`), nothing is written and `begin` answers
+///   [`Begin::OverBudget`]. If it fits every budget and `hold` is `None`, every budget
+///   counts it and it executes as without policies. Otherwise (`hold` is set, or a budget
+///   that holds is full) the intent is created `pending`, counted by no budget, with an
+///   open [`Approval`]: [`Begin::Held`].
+/// - An **existing** intent is never counted again. A `pending` one with an open approval
+///   answers [`Begin::Held`]; past its deadline it is settled `not_executed` first (the
+///   approval `expired`). An approved one starts its attempt like any other. A
+///   `not_executed` one that would start an attempt while `hold` is set and it has no
+///   approval of its own is held again, with a new approval request. A `rejected` one whose
+///   approval was denied is settled for good, also for a tool that retries rejections.
+#[derive(Debug, Clone, Default)]
+pub struct CallPolicies {
+    /// The tool's approval policy holds this call.
+    pub hold: Option<Hold>,
+    /// Who asked (the credential's subject): it may never approve the intent.
+    pub requested_by: String,
+    /// The application's intent id of the call, kept with an approval request so that the
+    /// gateway can execute the approved intent as the call would have.
+    pub intent_id: Option<String>,
+    /// The budgets a new intent counts against.
+    pub budgets: Vec<BudgetCharge>,
+}
+
+/// Why a call is held, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// What held it, for approvers and the event log: `approval policy (amount > 100.00)`.
+    pub held_by: String,
+    /// When the request for approval lapses (settled `not_executed`) if nobody decides.
+    pub deadline_ms: i64,
+}
+
+/// One budget's count of a new intent, for [`CallPolicies::budgets`]: what the budget is,
+/// the bucket and window the intent counts in, and its limits in the ledger's terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetCharge {
+    /// The budget's name, unique within the tool.
+    pub budget: String,
+    /// The bucket within the budget (`tool`, `tenant:acme`, `subject:acme:8812`).
+    pub bucket: String,
+    /// The start of the fixed window the intent counts in.
+    pub window_start_ms: i64,
+    /// Its end (exclusive): a purge may delete the window's count after it.
+    pub window_end_ms: i64,
+    /// The intent's amount in the budget's units (0 without an amount limit).
+    pub units: u64,
+    pub count_max: Option<u64>,
+    pub units_max: Option<u64>,
+    /// `None`: a call beyond this budget is refused (`over_budget`); `Some`: held for
+    /// approval until this deadline.
+    pub hold_deadline_ms: Option<i64>,
+}
+
+/// An approver's decision on a held intent, for [`Ledger::decide`].
+#[derive(Debug, Clone)]
+pub struct Decide {
+    pub id: IntentId,
+    /// Approve (the intent may start its attempt) or deny (settled `rejected`).
+    pub approve: bool,
+    /// Who decided: never the subject that asked ([`Decided::OwnRequest`]).
+    pub actor: String,
+    /// Why; required for a denial (the model reads it), optional for an approval.
+    pub reason: String,
+    pub now_ms: i64,
+    /// The budgets an approved intent counts against (unconditionally: the approver has
+    /// decided), in its window at `now_ms`.
+    pub budgets: Vec<BudgetCharge>,
+}
+
+/// What [`Ledger::decide`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decided {
+    /// Approved: the intent is `pending` with an approved approval and starts its attempt
+    /// at its next `begin` (the gateway's own, or the caller's).
+    Approved(IntentRecord, Approval),
+    /// Denied: the intent is `rejected`, its result `{"denied": reason, "by": actor}`.
+    Denied(IntentRecord, Approval),
+    /// The deadline had passed: the intent is now `not_executed`, the approval `expired`.
+    Expired(IntentRecord, Approval),
+    /// Nothing written: the actor is the subject that asked for it.
+    OwnRequest(IntentRecord, Approval),
+    /// Nothing written: the intent has no open approval (decided already, or never held).
+    NotAwaiting(IntentRecord, Option<Approval>),
+}
+
+/// Which approvals [`Ledger::approvals`] returns, newest request first.
+#[derive(Debug, Clone, Default)]
+pub struct ApprovalFilter {
+    /// Only this tenant's.
+    pub tenant: Option<String>,
+    /// Only these tools'.
+    pub tool: Option<String>,
+    /// Only approvals in this state.
+    pub state: Option<ApprovalState>,
+}
+
+/// Where an approval stands, as [`ApprovalFilter`] selects it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalState {
+    /// Nobody has decided yet (its deadline may have passed without the sweeper settling it).
+    Open,
+    /// Approved, and the intent is still `pending`: its attempt has not started yet.
+    Approved,
+    /// Decided or expired.
+    Closed,
+}
+
+/// A held intent with its approval, as [`Ledger::approvals`] pages them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HeldIntent {
+    pub approval: Approval,
+    pub intent: IntentRecord,
+}
+
+/// Most approvals one call of [`Ledger::approvals`] (or [`Ledger::expire_approvals`])
+/// returns.
+pub const APPROVALS_PAGE_MAX: u32 = 1_000;
+/// Longest stored `held_by` of an [`Approval`]: the program's own words (a policy's
+/// condition, budget names), cut to it rather than refused.
+pub const HELD_BY_LENGTH_MAX: usize = 1024;
+/// Longest budget name a [`BudgetCharge`] may carry; a longer one is refused.
+pub const BUDGET_NAME_LENGTH_MAX: usize = 128;
+/// Longest budget bucket a [`BudgetCharge`] may carry (`subject:`, a tenant and a subject
+/// rendered from the arguments, as long as a key); a longer one is refused.
+pub const BUDGET_BUCKET_LENGTH_MAX: usize = 1024;
+/// The `resolved_by` of an intent an approver denied: `begin` knows a denial by it, without
+/// reading the approval, and answers it settled also for a tool that retries rejections.
+pub const DENIED_BY: &str = "approver";
+
 /// What [`Ledger::begin`] decided. Every variant carries the intent as it now stands.
+// `Held` carries the approval beside the intent: one answer per call, moved and matched at
+// once, never stored in bulk, so its size costs nothing a box would save.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Begin {
     /// This caller holds the lease and the intent is durably `in_flight`: execute it (for
@@ -199,6 +349,11 @@ pub enum Begin {
     Settled(IntentRecord),
     /// The key exists with another fingerprint: nothing executes.
     Conflict(IntentRecord),
+    /// The intent is `pending`, waiting for an approver ([`CallPolicies`]).
+    Held(IntentRecord, Approval),
+    /// A new intent beyond the budget named here, which refuses such calls: nothing was
+    /// written.
+    OverBudget { budget: String },
 }
 
 /// What an attempt learned, for [`Ledger::finish`].
@@ -592,18 +747,48 @@ ledger_trait! {
         /// Every stored tool flag.
         async fn tool_flags(&self) -> Result<Vec<ToolFlag>>;
 
+        /// Records an approver's decision on a held intent, in one transaction with the
+        /// intent's change (see [`Decided`]) and an `approval` event naming who decided,
+        /// when and why. Refused (an error): an empty actor, a denial without a reason,
+        /// texts over their limits.
+        async fn decide(&self, decide: Decide) -> Result<Decided>;
+
+        /// The approval of intent `id`, if it was ever held (the latest request).
+        async fn approval(&self, id: IntentId) -> Result<Option<Approval>>;
+
+        /// Held intents matching `filter` with their approvals, newest intent first (by
+        /// intent id: an intent held again keeps its place), at most `limit` (cut to
+        /// [`APPROVALS_PAGE_MAX`]), strictly older than `before` (the last intent id of the
+        /// previous page; `None`: from the newest). Each page walks an index in that order
+        /// and sorts nothing.
+        async fn approvals(
+            &self, filter: &ApprovalFilter, before: Option<IntentId>, limit: u32,
+        ) -> Result<Vec<HeldIntent>>;
+
+        /// Settles every open approval whose deadline is at or before `now_ms` (at most
+        /// `limit` of them, cut to [`APPROVALS_PAGE_MAX`], oldest deadline first): the intent
+        /// `not_executed`, the approval `expired`, an `approval` event. Returns them as they
+        /// now stand, and wakes the callers waiting on them.
+        async fn expire_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<HeldIntent>>;
+
+        /// What every budget of `tool` has counted in windows that have not ended at
+        /// `now_ms`, by budget, bucket and window start (byte order on every store).
+        async fn budget_usage(&self, tool: &str, now_ms: i64) -> Result<Vec<BudgetUsageRow>>;
+
         /// Deletes settled intents (done, rejected, not_executed) not seen since `before_ms`,
         /// with their events, and the reconciliation runs finished before `before_ms` with their
         /// mismatches. Unknown and in-flight intents are kept until resolved. Also deletes the
         /// caller keys ([`Ledger::bind_caller_key`]) bound before `before_ms` whose intent is
         /// gone (a key is bound at a call of its intent, so no later than the intent was last
         /// seen), the processes that ended, or last heartbeaten, before `before_ms`, and the
-        /// ended ones beyond the latest [`PROCESSES_ENDED_KEPT_MAX`]. Returns how many intents
+        /// ended ones beyond the latest [`PROCESSES_ENDED_KEPT_MAX`], the approvals of the
+        /// intents it deletes, and the budget counts of windows that ended at or before
+        /// `before_ms`. A held (`pending`) intent is never purged. Returns how many intents
         /// were deleted.
         async fn purge(&self, before_ms: i64) -> Result<u64>;
 
         /// Deletes what [`Erase`] selects (at most [`ERASE_BATCH_MAX`] intents per call, with
-        /// their events and the caller keys bound to them; the tenant's reconciliation
+        /// their events, approvals and the caller keys bound to them; the tenant's reconciliation
         /// mismatches, for a whole tenant or tool its refused-call events, and, in the call that
         /// erases the last selected intent, the selection's caller keys bound to no intent), in
         /// one transaction, and appends an `erased` event (tenant,

@@ -15,25 +15,28 @@
 use intentgate_core::IntentStatus;
 use intentgate_core::limits::{
     ACTOR_LENGTH_MAX, ARGUMENTS_BYTES_MAX, CALLER_KEY_LENGTH_MAX, EVENT_DETAIL_LENGTH_MAX,
-    EXTERNAL_ID_LENGTH_MAX, INTENT_KEY_LENGTH_MAX, LEASE_OWNER_LENGTH_MAX, RESULT_BYTES_MAX,
-    TENANT_LENGTH_MAX, TOOL_NAME_LENGTH_MAX,
+    EXTERNAL_ID_LENGTH_MAX, INTENT_ID_LENGTH_MAX, INTENT_KEY_LENGTH_MAX, LEASE_OWNER_LENGTH_MAX,
+    RESULT_BYTES_MAX, TENANT_LENGTH_MAX, TOOL_NAME_LENGTH_MAX,
 };
+use intentgate_core::policy::{BudgetUsage, admits};
 use intentgate_core::text::cut;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::process::{
     HOST_LENGTH_MAX, INSTANCE_LENGTH_MAX, PID_SCOPE_LENGTH_MAX, ProcessEnd, ProcessRecord,
     ProcessRegistration,
 };
 use crate::record::{
-    IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
+    Approval, BudgetUsageRow, Decision, IntentId, IntentRecord, ReconciliationRun, StatusCount,
+    StoredMismatch, ToolFlag,
 };
 use crate::{
-    Begin, BeginRequest, Bound, CallerKey, Erase, Erased, Erasure, Finish, Finished, LedgerError,
-    MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_BYTES_MAX, MISMATCH_EXTERNAL_IDS_MAX,
-    MISMATCH_KIND_LENGTH_MAX, MISMATCH_SEVERITIES, MISMATCH_SUBJECT_LENGTH_MAX,
-    RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATION_SUMMARY_BYTES_MAX, Renew, Renewed,
-    Resolve, SUMMARY_MISMATCHES_NOT_STORED,
+    BUDGET_BUCKET_LENGTH_MAX, BUDGET_NAME_LENGTH_MAX, Begin, BeginRequest, Bound, BudgetCharge,
+    CallPolicies, CallerKey, DENIED_BY, Decide, Decided, Erase, Erased, Erasure, Finish, Finished,
+    HELD_BY_LENGTH_MAX, HeldIntent, Hold, LedgerError, MISMATCH_DETAIL_LENGTH_MAX,
+    MISMATCH_EXTERNAL_IDS_BYTES_MAX, MISMATCH_EXTERNAL_IDS_MAX, MISMATCH_KIND_LENGTH_MAX,
+    MISMATCH_SEVERITIES, MISMATCH_SUBJECT_LENGTH_MAX, RECONCILIATION_MISMATCHES_STORED_MAX,
+    RECONCILIATION_SUMMARY_BYTES_MAX, Renew, Renewed, Resolve, SUMMARY_MISMATCHES_NOT_STORED,
 };
 
 /// The writes an operation makes, in order, and what it answers once they are committed.
@@ -76,6 +79,49 @@ pub enum Write {
     Intent(StoredIntent),
     /// Append one row to the event log.
     Event(NewEvent),
+    /// Insert the intent's approval, or replace it (one row per intent: its latest request).
+    Approval(Approval),
+    /// Count one more intent in a budget's window.
+    Budget(BudgetCount),
+}
+
+/// One intent counted by a budget, as a store adds it to the window's row (inserted with
+/// the intent's count and units, or added to them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetCount {
+    pub tool: String,
+    pub budget: String,
+    pub bucket: String,
+    pub window_start_ms: i64,
+    pub window_end_ms: i64,
+    /// The intent's units as the stores keep them ([`stored_units`]); a store adds them
+    /// saturating at `i64::MAX`.
+    pub units: i64,
+}
+
+/// Units as the stores keep them: a signed 64-bit column, saturating at `i64::MAX` (a budget
+/// that large is never reached, so the saturation changes no decision).
+pub fn stored_units(units: u64) -> i64 {
+    i64::try_from(units).unwrap_or(i64::MAX)
+}
+
+/// What a stored count means to [`admits`] (a column the schema keeps non-negative).
+pub fn budget_usage(count: i64, units: i64) -> BudgetUsage {
+    BudgetUsage {
+        count: u64::try_from(count).unwrap_or(0),
+        units: u64::try_from(units).unwrap_or(0),
+    }
+}
+
+fn budget_count(tool: &str, charge: &BudgetCharge) -> Write {
+    Write::Budget(BudgetCount {
+        tool: tool.to_owned(),
+        budget: charge.budget.clone(),
+        bucket: charge.bucket.clone(),
+        window_start_ms: charge.window_start_ms,
+        window_end_ms: charge.window_end_ms,
+        units: stored_units(charge.units),
+    })
 }
 
 /// An intent checked against the limits, with its result serialised once.
@@ -251,9 +297,37 @@ pub fn bound(stored: CallerKey, asked: &CallerKey) -> Bound {
     }
 }
 
-/// What `begin` checks before it reads anything.
+/// What `begin` checks before it reads anything: the lease owner, and what its policies
+/// would store (who asked, the application's intent id, the budgets' names and windows).
 pub fn check_begin(request: &BeginRequest) -> Result<(), LedgerError> {
-    check_length("lease_owner", &request.lease_owner, LEASE_OWNER_LENGTH_MAX)
+    check_length("lease_owner", &request.lease_owner, LEASE_OWNER_LENGTH_MAX)?;
+    if let Some(policies) = &request.policies {
+        check_length("requested_by", &policies.requested_by, ACTOR_LENGTH_MAX)?;
+        if let Some(id) = &policies.intent_id {
+            check_length("intent_id", id, INTENT_ID_LENGTH_MAX)?;
+        }
+        check_charges(&policies.budgets)?;
+    }
+    Ok(())
+}
+
+/// Checks what a budget's row would store: a name and a bucket within their limits, and a
+/// window that ends after it starts.
+fn check_charges(charges: &[BudgetCharge]) -> Result<(), LedgerError> {
+    for charge in charges {
+        check_name("budget", &charge.budget, BUDGET_NAME_LENGTH_MAX)?;
+        check_name("bucket", &charge.bucket, BUDGET_BUCKET_LENGTH_MAX)?;
+        if charge.window_end_ms <= charge.window_start_ms {
+            return Err(LedgerError::Invalid {
+                field: "window_end_ms",
+                reason: format!(
+                    "is {}, not after the window's start {} (budget {})",
+                    charge.window_end_ms, charge.window_start_ms, charge.budget
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The row a registration stores (a running process, its host name cut to its limit), or
@@ -335,14 +409,19 @@ pub fn created(intent: &IntentRecord, at_ms: i64) -> NewEvent {
 
 /// A new intent's first `begin` as one insert: the row as [`begin_new`] leaves it
 /// (`in_flight`, attempt 1, this caller's lease) and the events of its creation and first
-/// attempt. The store inserts the row, which gives it its id ([`Fresh::inserted`]), and
-/// appends the events: no row is written twice, and on PostgreSQL the insert needs no read
-/// of the key before it.
+/// attempt, or, for an intent its policies hold, the row `pending` with its request for
+/// approval. The store inserts the row, which gives it its id ([`Fresh::inserted`]), and
+/// appends the rest: no row is written twice, and on PostgreSQL the insert needs no read of
+/// the key before it.
 #[derive(Debug)]
 pub struct Fresh {
     /// The row to insert; `id` is a placeholder until [`Fresh::inserted`].
     pub row: NewIntent,
     events: Vec<NewEvent>,
+    /// A held intent's request for approval (its `intent` set once inserted).
+    approval: Option<Approval>,
+    /// The budgets that count an executed intent ([`Write::Budget`]).
+    budgets: Vec<Write>,
 }
 
 impl Fresh {
@@ -353,10 +432,23 @@ impl Fresh {
         &self.events
     }
 
-    /// The plan once the row is inserted with `id`: its events, and the intent to execute.
+    /// Whether the row and its events are all there is to write (no approval, no budget),
+    /// so that a store may send them in one go.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub fn events_only(&self) -> bool {
+        self.approval.is_none() && self.budgets.is_empty()
+    }
+
+    /// The plan once the row is inserted with `id`: its events, its approval or its budget
+    /// counts, and the intent to execute (or held).
     pub fn inserted(self, id: IntentId) -> Plan<Begin> {
-        let Fresh { row, events } = self;
-        let writes = events
+        let Fresh {
+            row,
+            events,
+            approval,
+            budgets,
+        } = self;
+        let mut writes: Vec<Write> = events
             .into_iter()
             .map(|event| {
                 Write::Event(NewEvent {
@@ -365,7 +457,262 @@ impl Fresh {
                 })
             })
             .collect();
-        Plan::new(writes, Begin::Execute(IntentRecord { id, ..row.intent }))
+        let intent = IntentRecord { id, ..row.intent };
+        let outcome = match approval {
+            Some(approval) => {
+                let approval = Approval {
+                    intent: id,
+                    ..approval
+                };
+                writes.push(Write::Approval(approval.clone()));
+                Begin::Held(intent, approval)
+            }
+            None => Begin::Execute(intent),
+        };
+        writes.extend(budgets);
+        Plan::new(writes, outcome)
+    }
+}
+
+/// The budgets whose rows `begin` reads before it decides on a key it found no intent for:
+/// those of its policies, in order (none without policies).
+pub fn charges(request: &BeginRequest) -> &[BudgetCharge] {
+    request
+        .policies
+        .as_ref()
+        .map_or(&[], |policies| policies.budgets.as_slice())
+}
+
+/// What `begin` does with a key it found no intent for.
+#[derive(Debug)]
+pub enum NewCall {
+    /// Beyond a budget that refuses: answer this ([`Begin::OverBudget`]), writing nothing.
+    Refused(Begin),
+    /// Insert the row and apply the rest once it has its id ([`Fresh::inserted`]).
+    Insert(Fresh),
+}
+
+/// `begin` on a key with no intent, given what each budget of [`charges`] has `used` in its
+/// window (in the same order; zero for a window with no row). Without policies, as
+/// [`begin_fresh`]. With them (the rules of [`CallPolicies`]): beyond a refusing budget,
+/// refused; held by the approval policy or by full holding budgets, inserted `pending` with
+/// one request for approval (every reason named in `held_by`, the earliest deadline) and
+/// counted by no budget; else counted by every budget, and executed.
+pub fn begin_new_call(
+    request: &BeginRequest,
+    used: &[BudgetUsage],
+) -> Result<NewCall, LedgerError> {
+    let Some(policies) = &request.policies else {
+        return Ok(NewCall::Insert(begin_fresh(request)?));
+    };
+    assert_eq!(
+        used.len(),
+        policies.budgets.len(),
+        "one usage read per budget"
+    );
+    let NewIntent {
+        mut intent,
+        arguments,
+    } = new_intent(request)?;
+    let mut held: Vec<(String, i64)> = policies
+        .hold
+        .iter()
+        .map(|hold| (hold.held_by.clone(), hold.deadline_ms))
+        .collect();
+    for (charge, used) in policies.budgets.iter().zip(used) {
+        if admits(*used, charge.units, charge.count_max, charge.units_max) {
+            continue;
+        }
+        match charge.hold_deadline_ms {
+            None => {
+                return Ok(NewCall::Refused(Begin::OverBudget {
+                    budget: charge.budget.clone(),
+                }));
+            }
+            Some(deadline_ms) => held.push((format!("budget {}", charge.budget), deadline_ms)),
+        }
+    }
+    let Some(deadline_ms) = held.iter().map(|(_, deadline_ms)| *deadline_ms).min() else {
+        let mut fresh = begin_fresh(request)?;
+        fresh.budgets = policies
+            .budgets
+            .iter()
+            .map(|charge| budget_count(&request.tool, charge))
+            .collect();
+        return Ok(NewCall::Insert(fresh));
+    };
+    let held_by: Vec<&str> = held.iter().map(|(held_by, _)| held_by.as_str()).collect();
+    // Any id: the events and the approval get the store's once the row is inserted.
+    intent.id = IntentId::MAX;
+    let approval = approval_request(
+        &intent,
+        policies,
+        &held_by.join("; "),
+        deadline_ms,
+        request.now_ms,
+    );
+    let events = vec![
+        created(&intent, request.now_ms),
+        held_event(&intent, None, &approval, request.now_ms),
+    ];
+    Ok(NewCall::Insert(Fresh {
+        row: NewIntent { intent, arguments },
+        events,
+        approval: Some(approval),
+        budgets: Vec::new(),
+    }))
+}
+
+/// A request for approval of `intent`, open, made at `now_ms`.
+fn approval_request(
+    intent: &IntentRecord,
+    policies: &CallPolicies,
+    held_by: &str,
+    deadline_ms: i64,
+    now_ms: i64,
+) -> Approval {
+    Approval {
+        intent: intent.id,
+        tenant: intent.tenant.clone(),
+        tool: intent.tool.clone(),
+        requested_by: policies.requested_by.clone(),
+        requested_ms: now_ms,
+        deadline_ms,
+        held_by: cut(held_by, HELD_BY_LENGTH_MAX).to_owned(),
+        intent_id: policies.intent_id.clone(),
+        decision: None,
+        decided_by: None,
+        decided_ms: None,
+        reason: None,
+    }
+}
+
+/// The `approval` event of an intent held (from `from`, `None` for a new one), in the name
+/// of who asked.
+fn held_event(
+    intent: &IntentRecord,
+    from: Option<IntentStatus>,
+    approval: &Approval,
+    at_ms: i64,
+) -> NewEvent {
+    let detail = format!("held for approval: {}", approval.held_by);
+    NewEvent {
+        from_status: from,
+        to_status: Some(intent.status),
+        actor: Some(approval.requested_by.clone()).filter(|by| !by.is_empty()),
+        ..NewEvent::about(intent, at_ms, "approval", &detail)
+    }
+}
+
+/// Appends a change of a held intent (or of its approval: with the same status) and its
+/// `approval` event, checked by the state machine.
+fn approval_change(
+    writes: &mut Vec<Write>,
+    before: &IntentRecord,
+    after: IntentRecord,
+    at_ms: i64,
+    actor: Option<&str>,
+    detail: &str,
+) -> Result<IntentRecord, LedgerError> {
+    if before.status != after.status {
+        before.status.transition(after.status)?;
+    }
+    assert_eq!(before.id, after.id, "a change keeps the intent");
+    let event = NewEvent {
+        from_status: Some(before.status),
+        to_status: Some(after.status),
+        actor: actor.map(str::to_owned),
+        ..NewEvent::about(&after, at_ms, "approval", detail)
+    };
+    writes.push(Write::Intent(stored(after.clone())?));
+    writes.push(Write::Event(event));
+    Ok(after)
+}
+
+/// Settles a held intent whose deadline has passed: `not_executed`, its approval `expired`.
+fn expire(
+    writes: &mut Vec<Write>,
+    intent: IntentRecord,
+    mut approval: Approval,
+    now_ms: i64,
+) -> Result<(IntentRecord, Approval), LedgerError> {
+    let mut next = intent.clone();
+    next.status = IntentStatus::NotExecuted;
+    next.lease_owner = None;
+    next.lease_expires_ms = None;
+    next.updated_ms = now_ms;
+    approval.decision = Some(Decision::Expired);
+    approval.decided_by = None;
+    approval.decided_ms = Some(now_ms);
+    let detail = format!("expired: nobody decided by {}", approval.deadline_ms);
+    let next = approval_change(writes, &intent, next, now_ms, None, &detail)?;
+    writes.push(Write::Approval(approval.clone()));
+    Ok((next, approval))
+}
+
+/// Holds a `not_executed` intent again, with a new request for approval.
+fn hold_again(
+    mut writes: Vec<Write>,
+    intent: IntentRecord,
+    request: &BeginRequest,
+    policies: &CallPolicies,
+    hold: &Hold,
+) -> Result<Plan<Begin>, LedgerError> {
+    let mut next = intent.clone();
+    next.status = IntentStatus::Pending;
+    next.lease_owner = None;
+    next.lease_expires_ms = None;
+    next.updated_ms = request.now_ms;
+    let approval = approval_request(
+        &next,
+        policies,
+        &hold.held_by,
+        hold.deadline_ms,
+        request.now_ms,
+    );
+    intent.status.transition(next.status)?;
+    writes.push(Write::Intent(stored(next.clone())?));
+    writes.push(Write::Event(held_event(
+        &next,
+        Some(intent.status),
+        &approval,
+        request.now_ms,
+    )));
+    writes.push(Write::Approval(approval.clone()));
+    Ok(Plan::new(writes, Begin::Held(next, approval)))
+}
+
+/// Whether `begin` must read the approval of `intent` before it decides: a `pending` intent
+/// may be held (whatever the tool's policies say now: a request once made stays until it is
+/// decided or lapses), and a `not_executed` one is held again unless it was approved. Any
+/// other intent, and every intent of a tool without an approval policy that is not
+/// `pending`, costs no read.
+pub fn approval_to_read(intent: &IntentRecord, request: &BeginRequest) -> bool {
+    match intent.status {
+        IntentStatus::Pending => true,
+        IntentStatus::NotExecuted => request
+            .policies
+            .as_ref()
+            .is_some_and(|policies| policies.hold.is_some()),
+        _ => false,
+    }
+}
+
+/// `begin` on a `not_executed` intent: held again when its tool's approval policy holds
+/// the call and it has no approval of its own, else a new attempt.
+fn begin_not_executed(
+    writes: Vec<Write>,
+    intent: IntentRecord,
+    request: &BeginRequest,
+    approval: Option<&Approval>,
+) -> Result<Plan<Begin>, LedgerError> {
+    let approved = approval.is_some_and(|approval| approval.decision == Some(Decision::Approved));
+    match &request.policies {
+        Some(policies) if !approved => match &policies.hold {
+            Some(hold) => hold_again(writes, intent, request, policies, hold),
+            None => start_attempt(writes, intent, request, false),
+        },
+        _ => start_attempt(writes, intent, request, false),
     }
 }
 
@@ -390,12 +737,16 @@ pub fn begin_fresh(request: &BeginRequest) -> Result<Fresh, LedgerError> {
             Write::Event(event) => events.push(event),
             // Its columns are the row's: inserted as they are.
             Write::Intent(_) => {}
-            Write::Counts(_) => unreachable!("a new intent's first begin counts no call"),
+            Write::Counts(_) | Write::Approval(_) | Write::Budget(_) => {
+                unreachable!("a new intent's first attempt only logs and inserts")
+            }
         }
     }
     Ok(Fresh {
         row: NewIntent { intent, arguments },
         events,
+        approval: None,
+        budgets: Vec::new(),
     })
 }
 
@@ -499,11 +850,15 @@ fn owner_gone_detail(owner: &ProcessRecord, gone: OwnerGone) -> String {
 /// `begin` on an intent that existed, as read (and locked) in the operation's transaction.
 /// `owner` is the registered process of its live lease's owner, as the store read it for
 /// [`owner_to_check`] (`None`: not asked, or not registered). A lease whose owner is gone
-/// ([`owner_gone`]) is treated exactly like an expired one.
+/// ([`owner_gone`]) is treated exactly like an expired one. `approval` is the intent's, as
+/// the store read it when [`approval_to_read`] asked (`None` otherwise): an open one holds
+/// the intent until it is decided or its deadline passes (then the intent is settled
+/// `not_executed` first, and decided as such).
 pub fn begin_existing(
     mut intent: IntentRecord,
     request: &BeginRequest,
     owner: Option<&ProcessRecord>,
+    approval: Option<Approval>,
 ) -> Result<Plan<Begin>, LedgerError> {
     let mut writes = Vec::new();
     if request.count_call {
@@ -566,8 +921,21 @@ pub fn begin_existing(
     match intent.status {
         IntentStatus::InFlight => Ok(Plan::new(writes, Begin::Busy(intent))),
         IntentStatus::Pending if lease_live => Ok(Plan::new(writes, Begin::Busy(intent))),
-        IntentStatus::Pending | IntentStatus::NotExecuted => {
-            start_attempt(writes, intent, request, false)
+        IntentStatus::Pending => match approval {
+            Some(approval) if approval.decision.is_none() => {
+                if approval.awaiting(request.now_ms) {
+                    return Ok(Plan::new(writes, Begin::Held(intent, approval)));
+                }
+                let (intent, approval) = expire(&mut writes, intent, approval, request.now_ms)?;
+                begin_not_executed(writes, intent, request, Some(&approval))
+            }
+            // Approved, or never held: its first attempt.
+            _ => start_attempt(writes, intent, request, false),
+        },
+        IntentStatus::NotExecuted => begin_not_executed(writes, intent, request, approval.as_ref()),
+        // Denied by a person: settled for good, whatever the tool does with rejections.
+        IntentStatus::Rejected if intent.resolved_by.as_deref() == Some(DENIED_BY) => {
+            Ok(Plan::new(writes, Begin::Settled(intent)))
         }
         IntentStatus::Rejected if request.retry_rejected => {
             start_attempt(writes, intent, request, true)
@@ -772,6 +1140,117 @@ pub fn resolve(intent: IntentRecord, resolve: &Resolve) -> Result<Plan<IntentRec
     };
     let writes = vec![Write::Intent(stored(next.clone())?), Write::Event(event)];
     Ok(Plan::new(writes, next))
+}
+
+/// What `decide` checks before it reads anything: an actor (the event log names who
+/// decided), a reason for a denial (the model reads it), texts within their limits, and the
+/// budgets an approval counts.
+pub fn check_decide(decide: &Decide) -> Result<(), LedgerError> {
+    check_name("actor", &decide.actor, ACTOR_LENGTH_MAX)?;
+    if !decide.approve && decide.reason.trim().is_empty() {
+        return Err(LedgerError::Invalid {
+            field: "reason",
+            reason: "is empty: a denial says why (the model reads it)".to_owned(),
+        });
+    }
+    check_length("reason", &decide.reason, EVENT_DETAIL_LENGTH_MAX)?;
+    check_charges(&decide.budgets)
+}
+
+/// `decide` on the intent as read (and locked) in the operation's transaction, with its
+/// approval (see [`Decided`]). Nothing is written for an intent that is not awaiting a
+/// decision, nor for the subject that asked; a decision past the deadline expires the
+/// request instead.
+pub fn decide(
+    intent: IntentRecord,
+    approval: Option<Approval>,
+    decide: &Decide,
+) -> Result<Plan<Decided>, LedgerError> {
+    let mut approval = match approval {
+        Some(approval) if approval.decision.is_none() && intent.status == IntentStatus::Pending => {
+            approval
+        }
+        approval => {
+            return Ok(Plan::new(
+                Vec::new(),
+                Decided::NotAwaiting(intent, approval),
+            ));
+        }
+    };
+    if decide.actor == approval.requested_by {
+        return Ok(Plan::new(Vec::new(), Decided::OwnRequest(intent, approval)));
+    }
+    let now_ms = decide.now_ms;
+    let mut writes = Vec::new();
+    if !approval.awaiting(now_ms) {
+        let (intent, approval) = expire(&mut writes, intent, approval, now_ms)?;
+        return Ok(Plan::new(writes, Decided::Expired(intent, approval)));
+    }
+    let reason = decide.reason.as_str();
+    approval.decided_by = Some(decide.actor.clone());
+    approval.decided_ms = Some(now_ms);
+    approval.reason = Some(reason.to_owned()).filter(|reason| !reason.is_empty());
+    let mut next = intent.clone();
+    next.updated_ms = now_ms;
+    let actor = Some(decide.actor.as_str());
+    if decide.approve {
+        approval.decision = Some(Decision::Approved);
+        let detail = if reason.is_empty() {
+            "approved".to_owned()
+        } else {
+            format!("approved: {reason}")
+        };
+        let next = approval_change(&mut writes, &intent, next, now_ms, actor, &detail)?;
+        writes.push(Write::Approval(approval.clone()));
+        writes.extend(
+            decide
+                .budgets
+                .iter()
+                .map(|charge| budget_count(&next.tool, charge)),
+        );
+        return Ok(Plan::new(writes, Decided::Approved(next, approval)));
+    }
+    approval.decision = Some(Decision::Denied);
+    next.status = IntentStatus::Rejected;
+    next.lease_owner = None;
+    next.lease_expires_ms = None;
+    next.result = Some(json!({ "denied": reason, "by": decide.actor }));
+    next.resolved_by = Some(DENIED_BY.to_owned());
+    let detail = format!("denied: {reason}");
+    let next = approval_change(&mut writes, &intent, next, now_ms, actor, &detail)?;
+    writes.push(Write::Approval(approval.clone()));
+    Ok(Plan::new(writes, Decided::Denied(next, approval)))
+}
+
+/// `expire_approvals` on one intent found due, as read (and locked) in its transaction:
+/// settled `not_executed` with its approval `expired` while it is still held and its
+/// deadline has passed at `now_ms`; nothing (`None`) once it was decided meanwhile.
+pub fn expire_approval(
+    intent: IntentRecord,
+    approval: Option<Approval>,
+    now_ms: i64,
+) -> Result<Plan<Option<HeldIntent>>, LedgerError> {
+    match approval {
+        Some(approval)
+            if approval.decision.is_none()
+                && intent.status == IntentStatus::Pending
+                && !approval.awaiting(now_ms) =>
+        {
+            let mut writes = Vec::new();
+            let (intent, approval) = expire(&mut writes, intent, approval, now_ms)?;
+            Ok(Plan::new(writes, Some(HeldIntent { approval, intent })))
+        }
+        _ => Ok(Plan::new(Vec::new(), None)),
+    }
+}
+
+/// What `budget_usage` answers, whatever order the store read in: by budget, bucket and
+/// window start, in byte order on every store.
+pub fn budget_usage_rows(mut rows: Vec<BudgetUsageRow>) -> Vec<BudgetUsageRow> {
+    rows.sort_by(|a, b| {
+        (&a.budget, &a.bucket, a.window_start_ms).cmp(&(&b.budget, &b.bucket, b.window_start_ms))
+    });
+    rows
 }
 
 /// The event of a call refused because its tool is switched off.
@@ -1105,4 +1584,284 @@ pub fn bulk_intent(intent: IntentRecord) -> Result<BulkIntent, LedgerError> {
         arguments,
         result,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_760_000_000_000;
+
+    fn hold(deadline_ms: i64) -> Option<Hold> {
+        Some(Hold {
+            held_by: "approval policy".to_owned(),
+            deadline_ms,
+        })
+    }
+
+    fn charge(budget: &str, count_max: u64, hold_deadline_ms: Option<i64>) -> BudgetCharge {
+        BudgetCharge {
+            budget: budget.to_owned(),
+            bucket: "tool".to_owned(),
+            window_start_ms: 0,
+            window_end_ms: NOW * 2,
+            units: 0,
+            count_max: Some(count_max),
+            units_max: None,
+            hold_deadline_ms,
+        }
+    }
+
+    fn request(hold: Option<Hold>, budgets: Vec<BudgetCharge>) -> BeginRequest {
+        BeginRequest {
+            tenant: "acme".to_owned(),
+            tool: "refund".to_owned(),
+            key: "order-1".to_owned(),
+            fingerprint: "f".repeat(64),
+            arguments: json!({}),
+            lease_owner: "owner".to_owned(),
+            lease_expires_ms: NOW + 1_000,
+            now_ms: NOW,
+            count_call: true,
+            retry_rejected: true,
+            lookup_interval_ms: 1_000,
+            resend_unknown: false,
+            expect_new: false,
+            policies: Some(CallPolicies {
+                hold,
+                requested_by: "alice".to_owned(),
+                intent_id: None,
+                budgets,
+            }),
+        }
+    }
+
+    fn used(count: u64) -> BudgetUsage {
+        BudgetUsage { count, units: 0 }
+    }
+
+    /// The outcome of inserting a new call's row as id 7.
+    fn inserted(call: NewCall) -> Plan<Begin> {
+        match call {
+            NewCall::Insert(fresh) => fresh.inserted(7),
+            NewCall::Refused(outcome) => panic!("refused: {outcome:?}"),
+        }
+    }
+
+    fn budget_writes(plan: &Plan<Begin>) -> usize {
+        plan.writes
+            .iter()
+            .filter(|write| matches!(write, Write::Budget(_)))
+            .count()
+    }
+
+    #[test]
+    fn a_new_intent_beyond_a_refusing_budget_is_refused_even_when_another_would_hold_it() {
+        let asked = request(
+            hold(NOW + 10),
+            vec![
+                charge("holds", 1, Some(NOW + 5)),
+                charge("refuses", 1, None),
+            ],
+        );
+        let Ok(NewCall::Refused(Begin::OverBudget { budget })) =
+            begin_new_call(&asked, &[used(1), used(1)])
+        else {
+            panic!("not refused");
+        };
+        assert_eq!(budget, "refuses");
+    }
+
+    #[test]
+    fn a_new_intent_that_fits_every_budget_is_counted_by_each_and_executed() {
+        let asked = request(None, vec![charge("a", 2, None), charge("b", 5, Some(NOW))]);
+        let plan = inserted(begin_new_call(&asked, &[used(1), used(4)]).unwrap());
+        assert!(matches!(plan.outcome, Begin::Execute(_)));
+        assert_eq!(budget_writes(&plan), 2);
+    }
+
+    #[test]
+    fn a_held_new_intent_is_counted_by_no_budget_and_names_every_reason_with_the_earliest_deadline()
+    {
+        let asked = request(hold(NOW + 10), vec![charge("full", 1, Some(NOW + 5))]);
+        let plan = inserted(begin_new_call(&asked, &[used(1)]).unwrap());
+        let Begin::Held(intent, approval) = &plan.outcome else {
+            panic!("not held: {:?}", plan.outcome);
+        };
+        assert_eq!((intent.id, intent.status), (7, IntentStatus::Pending));
+        assert_eq!(intent.lease_owner, None);
+        assert_eq!(approval.intent, 7);
+        assert_eq!(approval.held_by, "approval policy; budget full");
+        assert_eq!(approval.deadline_ms, NOW + 5);
+        assert_eq!(budget_writes(&plan), 0);
+    }
+
+    #[test]
+    fn units_beyond_the_largest_storable_saturate() {
+        assert_eq!(stored_units(u64::MAX), i64::MAX);
+        assert_eq!(stored_units(5), 5);
+        assert_eq!(budget_usage(-1, 3), BudgetUsage { count: 0, units: 3 });
+    }
+
+    fn held_intent(status: IntentStatus) -> IntentRecord {
+        let mut intent = new_intent(&request(None, Vec::new())).unwrap().intent;
+        intent.id = 7;
+        intent.status = status;
+        intent
+    }
+
+    fn open_approval(deadline_ms: i64) -> Approval {
+        let intent = held_intent(IntentStatus::Pending);
+        let policies = request(None, Vec::new()).policies.unwrap();
+        approval_request(&intent, &policies, "approval policy", deadline_ms, NOW - 1)
+    }
+
+    #[test]
+    fn a_pending_intent_with_an_open_approval_is_held_until_its_deadline() {
+        let asked = BeginRequest {
+            policies: None,
+            ..request(None, Vec::new())
+        };
+        let intent = held_intent(IntentStatus::Pending);
+        let plan =
+            begin_existing(intent.clone(), &asked, None, Some(open_approval(NOW + 1))).unwrap();
+        assert!(matches!(plan.outcome, Begin::Held(..)));
+        // Past it: settled, then (no approval policy now) a new attempt.
+        let plan = begin_existing(intent, &asked, None, Some(open_approval(NOW))).unwrap();
+        let Begin::Execute(executing) = plan.outcome else {
+            panic!("not executed: {:?}", plan.outcome);
+        };
+        assert_eq!(executing.attempt, 1);
+        assert!(plan.writes.iter().any(|write| matches!(
+            write,
+            Write::Approval(Approval {
+                decision: Some(Decision::Expired),
+                ..
+            })
+        )));
+    }
+
+    #[test]
+    fn an_expired_intent_asked_for_with_the_policy_is_held_again() {
+        let asked = request(hold(NOW + 10), Vec::new());
+        let intent = held_intent(IntentStatus::Pending);
+        let plan = begin_existing(intent, &asked, None, Some(open_approval(NOW))).unwrap();
+        let Begin::Held(again, approval) = plan.outcome else {
+            panic!("not held: {:?}", plan.outcome);
+        };
+        assert_eq!(again.status, IntentStatus::Pending);
+        assert_eq!(
+            (approval.requested_ms, approval.deadline_ms),
+            (NOW, NOW + 10)
+        );
+        assert_eq!(approval.decision, None);
+    }
+
+    #[test]
+    fn a_denied_intent_is_settled_for_a_tool_that_retries_rejections() {
+        let mut intent = held_intent(IntentStatus::Rejected);
+        intent.resolved_by = Some(DENIED_BY.to_owned());
+        let asked = request(None, Vec::new());
+        assert!(asked.retry_rejected);
+        let plan = begin_existing(intent.clone(), &asked, None, None).unwrap();
+        assert!(matches!(plan.outcome, Begin::Settled(_)));
+        intent.resolved_by = Some("upstream".to_owned());
+        let plan = begin_existing(intent, &asked, None, None).unwrap();
+        assert!(matches!(plan.outcome, Begin::Execute(_)));
+    }
+
+    #[test]
+    fn only_a_held_or_re_holdable_intent_costs_an_approval_read() {
+        let plain = BeginRequest {
+            policies: None,
+            ..request(None, Vec::new())
+        };
+        let holding = request(hold(NOW), Vec::new());
+        for status in IntentStatus::ALL {
+            let intent = held_intent(status);
+            assert_eq!(
+                approval_to_read(&intent, &plain),
+                status == IntentStatus::Pending,
+                "{status}"
+            );
+            assert_eq!(
+                approval_to_read(&intent, &holding),
+                matches!(status, IntentStatus::Pending | IntentStatus::NotExecuted),
+                "{status}"
+            );
+        }
+    }
+
+    fn decision(approve: bool, actor: &str, now_ms: i64) -> Decide {
+        Decide {
+            id: 7,
+            approve,
+            actor: actor.to_owned(),
+            reason: "why".to_owned(),
+            now_ms,
+            budgets: vec![charge("a", 1, None)],
+        }
+    }
+
+    #[test]
+    fn a_decision_on_ones_own_request_or_on_nothing_open_writes_nothing() {
+        let intent = held_intent(IntentStatus::Pending);
+        let own = super::decide(
+            intent.clone(),
+            Some(open_approval(NOW + 1)),
+            &decision(true, "alice", NOW),
+        )
+        .unwrap();
+        assert!(own.writes.is_empty());
+        assert!(matches!(own.outcome, Decided::OwnRequest(..)));
+        let none = super::decide(intent, None, &decision(true, "bob", NOW)).unwrap();
+        assert!(none.writes.is_empty());
+        assert!(matches!(none.outcome, Decided::NotAwaiting(_, None)));
+    }
+
+    #[test]
+    fn an_approval_counts_its_budgets_and_a_late_decision_expires_the_request() {
+        let intent = held_intent(IntentStatus::Pending);
+        let approved = super::decide(
+            intent.clone(),
+            Some(open_approval(NOW + 1)),
+            &decision(true, "bob", NOW),
+        )
+        .unwrap();
+        assert!(matches!(approved.outcome, Decided::Approved(..)));
+        assert_eq!(
+            approved
+                .writes
+                .iter()
+                .filter(|write| matches!(write, Write::Budget(_)))
+                .count(),
+            1
+        );
+        let late = super::decide(
+            intent,
+            Some(open_approval(NOW)),
+            &decision(true, "bob", NOW),
+        )
+        .unwrap();
+        let Decided::Expired(settled, approval) = late.outcome else {
+            panic!("not expired: {:?}", late.outcome);
+        };
+        assert_eq!(settled.status, IntentStatus::NotExecuted);
+        assert_eq!(approval.decision, Some(Decision::Expired));
+    }
+
+    #[test]
+    fn a_decision_without_an_actor_or_a_denial_without_a_reason_is_refused() {
+        assert!(check_decide(&decision(true, "", NOW)).is_err());
+        let silent = Decide {
+            reason: " ".to_owned(),
+            ..decision(false, "bob", NOW)
+        };
+        assert!(check_decide(&silent).is_err());
+        let approved_silently = Decide {
+            reason: String::new(),
+            ..decision(true, "bob", NOW)
+        };
+        assert!(check_decide(&approved_silently).is_ok());
+    }
 }

@@ -47,6 +47,78 @@ impl IntentRecord {
     }
 }
 
+/// An intent's request for approval (docs/design.md section 13): the latest, when it was
+/// held more than once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Approval {
+    pub intent: IntentId,
+    pub tenant: String,
+    pub tool: String,
+    /// The subject of the credential whose call was held.
+    pub requested_by: String,
+    pub requested_ms: i64,
+    /// When it lapses if nobody decides.
+    pub deadline_ms: i64,
+    /// What held it: the approval policy or a budget.
+    pub held_by: String,
+    /// The application's intent id the call carried, if any.
+    pub intent_id: Option<String>,
+    /// `None` while open.
+    pub decision: Option<Decision>,
+    pub decided_by: Option<String>,
+    pub decided_ms: Option<i64>,
+    /// The approver's reason (a denial always has one).
+    pub reason: Option<String>,
+}
+
+impl Approval {
+    /// Open, and still inside its deadline at `now_ms`.
+    pub fn awaiting(&self, now_ms: i64) -> bool {
+        self.decision.is_none() && now_ms < self.deadline_ms
+    }
+}
+
+/// What became of a request for approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Approved,
+    Denied,
+    /// Nobody decided before the deadline.
+    Expired,
+}
+
+impl Decision {
+    pub const ALL: [Decision; 3] = [Decision::Approved, Decision::Denied, Decision::Expired];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approved => "approved",
+            Decision::Denied => "denied",
+            Decision::Expired => "expired",
+        }
+    }
+
+    /// The decision stored as `text`, if any.
+    pub fn parse(text: &str) -> Option<Decision> {
+        Decision::ALL
+            .into_iter()
+            .find(|decision| decision.as_str() == text)
+    }
+}
+
+/// What one budget has counted in one bucket and window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BudgetUsageRow {
+    pub tool: String,
+    pub budget: String,
+    pub bucket: String,
+    pub window_start_ms: i64,
+    pub window_end_ms: i64,
+    pub count: u64,
+    pub units: u64,
+}
+
 /// One entry of the append-only event log.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Event {

@@ -28,7 +28,9 @@ use intentgate_core::limits::{
 };
 use intentgate_core::{IllegalTransition, IntentStatus, ResendStop, fingerprint};
 use intentgate_ledger::{
-    Begin, BeginRequest, Bound, CallerKey, Erase, Erased, Erasure, Event, Finish, Finished,
+    APPROVALS_PAGE_MAX, Approval, ApprovalFilter, ApprovalState, BUDGET_BUCKET_LENGTH_MAX, Begin,
+    BeginRequest, Bound, BudgetCharge, BudgetUsageRow, CallPolicies, CallerKey, DENIED_BY, Decide,
+    Decided, Decision, Erase, Erased, Erasure, Event, Finish, Finished, HeldIntent, Hold,
     INSTANCE_LENGTH_MAX, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError,
     MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_MAX, MISMATCH_SUBJECT_LENGTH_MAX, Order,
     PROCESSES_ENDED_KEPT_MAX, ProcessEnd, ProcessRecord, ProcessRegistration,
@@ -78,6 +80,7 @@ fn request(key: &str, lease_owner: &str, now_ms: i64) -> BeginRequest {
             lookup_interval_ms: LOOKUP_INTERVAL_MS,
             resend_unknown: false,
             expect_new: false,
+            policies: None,
         },
         json!({ "order": key, "amount": "49.00" }),
     )
@@ -3413,6 +3416,1030 @@ async fn a_finish_that_requires_the_lease_is_superseded_once_it_expired(ledger: 
 // Every store runs every behaviour.
 // ---------------------------------------------------------------------------------------
 
+// ---------------------------------------------------------------------------------------
+// Approval and budgets (docs/design.md section 13).
+// ---------------------------------------------------------------------------------------
+
+/// The subject whose calls are held, and who may never approve them.
+const SUBJECT: &str = "alice";
+/// A person who may decide.
+const APPROVER: &str = "bob";
+/// How long a held call waits for a decision in these tests.
+const DEADLINE_MS: i64 = 3_600_000;
+/// The budgets' window in these tests.
+const HOUR_MS: i64 = 3_600_000;
+/// What held the calls of these tests.
+const HELD_BY: &str = "approval policy (amount > 100.00)";
+
+/// The policies of a call by `SUBJECT`: held by `hold` if any, counted by `budgets`.
+fn policies(hold: Option<Hold>, budgets: Vec<BudgetCharge>) -> CallPolicies {
+    CallPolicies {
+        hold,
+        requested_by: SUBJECT.into(),
+        intent_id: Some("app-intent-1".into()),
+        budgets,
+    }
+}
+
+/// The approval policy's hold of a call at `now_ms`.
+fn hold_at(now_ms: i64) -> Option<Hold> {
+    Some(Hold {
+        held_by: HELD_BY.into(),
+        deadline_ms: now_ms + DEADLINE_MS,
+    })
+}
+
+/// `request` for a tool with `policies`.
+fn governed(request: BeginRequest, policies: CallPolicies) -> BeginRequest {
+    BeginRequest {
+        policies: Some(policies),
+        ..request
+    }
+}
+
+/// A first call for `key` at `now_ms` that the approval policy holds.
+fn held_request(key: &str, now_ms: i64) -> BeginRequest {
+    governed(
+        request(key, "owner-held", now_ms),
+        policies(hold_at(now_ms), Vec::new()),
+    )
+}
+
+/// The window of `now_ms` of a budget named `budget` over the whole tool, refusing.
+fn charge(
+    budget: &str,
+    count_max: Option<u64>,
+    units_max: Option<u64>,
+    units: u64,
+    now_ms: i64,
+) -> BudgetCharge {
+    let start = now_ms.div_euclid(HOUR_MS) * HOUR_MS;
+    BudgetCharge {
+        budget: budget.into(),
+        bucket: "tool".into(),
+        window_start_ms: start,
+        window_end_ms: start + HOUR_MS,
+        units,
+        count_max,
+        units_max,
+        hold_deadline_ms: None,
+    }
+}
+
+/// A call for `key` at `now_ms` counted by `budgets` alone.
+fn budgeted(key: &str, budgets: Vec<BudgetCharge>, now_ms: i64) -> BeginRequest {
+    governed(
+        request(key, &format!("owner-{key}"), now_ms),
+        policies(None, budgets),
+    )
+}
+
+/// Unwraps [`Begin::Held`], or fails showing what came instead.
+fn held(begun: Result<Begin, LedgerError>) -> (IntentRecord, Approval) {
+    match begun.expect("begin") {
+        Begin::Held(intent, approval) => (intent, approval),
+        other => panic!("expected Held, got {other:?}"),
+    }
+}
+
+/// The budget a call was refused by, or a failure showing what came instead.
+fn over_budget(begun: Result<Begin, LedgerError>) -> String {
+    match begun.expect("begin") {
+        Begin::OverBudget { budget } => budget,
+        other => panic!("expected OverBudget, got {other:?}"),
+    }
+}
+
+/// `actor`'s decision on `intent` at `now_ms`, counting no budget.
+fn decision(
+    intent: &IntentRecord,
+    approve: bool,
+    actor: &str,
+    reason: &str,
+    now_ms: i64,
+) -> Decide {
+    Decide {
+        id: intent.id,
+        approve,
+        actor: actor.into(),
+        reason: reason.into(),
+        now_ms,
+        budgets: Vec::new(),
+    }
+}
+
+/// What `tool`'s budgets count in windows open at `now_ms`, as (budget, count, units).
+async fn usage(ledger: &dyn Ledger, now_ms: i64) -> Vec<(String, u64, u64)> {
+    let rows: Vec<BudgetUsageRow> = ledger.budget_usage(TOOL, now_ms).await.unwrap();
+    rows.into_iter()
+        .map(|row| (row.budget, row.count, row.units))
+        .collect()
+}
+
+/// The kind and detail of every `approval` event of `intent`, oldest first.
+async fn approval_events(ledger: &dyn Ledger, intent: &IntentRecord) -> Vec<Event> {
+    let all = events(ledger, intent).await;
+    all.into_iter()
+        .filter(|event| event.kind == "approval")
+        .collect()
+}
+
+async fn a_held_call_waits_pending_and_every_repeat_is_held_with_nothing_executed(
+    ledger: &dyn Ledger,
+) {
+    let (intent, approval) = held(ledger.begin(held_request("order-1", T0)).await);
+    assert_eq!(intent.status, IntentStatus::Pending);
+    assert_eq!((intent.attempt, intent.epoch, intent.call_count), (0, 1, 1));
+    assert_eq!(intent.lease_owner, None);
+    assert_eq!(
+        approval,
+        Approval {
+            intent: intent.id,
+            tenant: TENANT.into(),
+            tool: TOOL.into(),
+            requested_by: SUBJECT.into(),
+            requested_ms: T0,
+            deadline_ms: T0 + DEADLINE_MS,
+            held_by: HELD_BY.into(),
+            intent_id: Some("app-intent-1".into()),
+            decision: None,
+            decided_by: None,
+            decided_ms: None,
+            reason: None,
+        }
+    );
+    assert_eq!(
+        ledger.approval(intent.id).await.unwrap(),
+        Some(approval.clone())
+    );
+    assert_eq!(read(ledger, &intent).await, intent);
+
+    // A repeat keeps the request as it was made, also one whose tool has no policy now.
+    let (again, kept) = held(ledger.begin(held_request("order-1", T0 + 1_000)).await);
+    assert_eq!((again.status, again.call_count), (IntentStatus::Pending, 2));
+    assert_eq!(kept, approval);
+    let (again, kept) = held(
+        ledger
+            .begin(request("order-1", "owner-b", T0 + 2_000))
+            .await,
+    );
+    assert_eq!(
+        (again.status, again.attempt, again.call_count),
+        (IntentStatus::Pending, 0, 3)
+    );
+    assert_eq!(kept, approval);
+
+    let logged: Vec<_> = events(ledger, &intent)
+        .await
+        .into_iter()
+        .map(|event| (event.kind, event.actor, event.detail))
+        .collect();
+    assert_eq!(
+        logged,
+        [
+            ("created".to_owned(), None, Some(String::new())),
+            (
+                "approval".to_owned(),
+                Some(SUBJECT.to_owned()),
+                Some(format!("held for approval: {HELD_BY}"))
+            ),
+            ("call".to_owned(), None, Some("repeat call 2".to_owned())),
+            ("call".to_owned(), None, Some("repeat call 3".to_owned())),
+        ]
+    );
+
+    // Neither the sweeper nor retention touches a held intent.
+    let later = T0 + 10 * DEADLINE_MS;
+    for status in [IntentStatus::InFlight, IntentStatus::Unknown] {
+        assert!(
+            ledger
+                .stale(status, later, 100, &[])
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+    assert_eq!(ledger.purge(later).await.unwrap(), 0);
+    assert_eq!(read(ledger, &intent).await.status, IntentStatus::Pending);
+}
+
+async fn an_approved_intent_starts_its_first_attempt_at_its_next_begin(ledger: &dyn Ledger) {
+    let (intent, _) = held(ledger.begin(held_request("order-1", T0)).await);
+    let decided = ledger
+        .decide(decision(&intent, true, APPROVER, "", T0 + 10))
+        .await
+        .unwrap();
+    let Decided::Approved(approved, approval) = decided else {
+        panic!("expected Approved, got {decided:?}");
+    };
+    assert_eq!(
+        (approved.status, approved.updated_ms),
+        (IntentStatus::Pending, T0 + 10)
+    );
+    assert_eq!(approval.decision, Some(Decision::Approved));
+    assert_eq!(approval.decided_by.as_deref(), Some(APPROVER));
+    assert_eq!(
+        (approval.decided_ms, approval.reason.as_deref()),
+        (Some(T0 + 10), None)
+    );
+    assert_eq!(
+        ledger.approval(intent.id).await.unwrap(),
+        Some(approval.clone())
+    );
+    let logged = approval_events(ledger, &intent).await;
+    let last = logged.last().expect("the decision is logged");
+    assert_eq!(
+        (last.actor.as_deref(), last.detail.as_deref()),
+        (Some(APPROVER), Some("approved"))
+    );
+    assert_eq!(
+        (last.from_status.as_deref(), last.to_status.as_deref()),
+        (Some("pending"), Some("pending"))
+    );
+
+    // Listed as approved while its attempt has not started.
+    let approved_ones = ledger
+        .approvals(
+            &ApprovalFilter {
+                state: Some(ApprovalState::Approved),
+                ..ApprovalFilter::default()
+            },
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        approved_ones,
+        [HeldIntent {
+            approval: approval.clone(),
+            intent: approved.clone()
+        }]
+    );
+
+    let executing = expect!(
+        Begin::Execute,
+        ledger
+            .begin(held_request("order-1", T0 + 20))
+            .await
+            .unwrap()
+    );
+    assert_eq!(executing.status, IntentStatus::InFlight);
+    assert_eq!((executing.attempt, executing.epoch), (1, 1));
+    assert_eq!(executing.lease_owner.as_deref(), Some("owner-held"));
+
+    // Decided already: another decision writes nothing.
+    let again = ledger
+        .decide(decision(
+            &intent,
+            false,
+            APPROVER,
+            "changed my mind",
+            T0 + 30,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Decided::NotAwaiting(executing.clone(), Some(approval))
+    );
+
+    // An approved intent whose attempt did nothing is not held again.
+    ledger
+        .finish(finish(
+            &executing,
+            "owner-held",
+            IntentStatus::NotExecuted,
+            T0 + 40,
+        ))
+        .await
+        .unwrap();
+    let retried = expect!(
+        Begin::Execute,
+        ledger
+            .begin(held_request("order-1", T0 + 50))
+            .await
+            .unwrap()
+    );
+    assert_eq!(retried.attempt, 2);
+}
+
+async fn a_denied_intent_is_rejected_with_the_reason_even_for_a_tool_that_retries(
+    ledger: &dyn Ledger,
+) {
+    let (intent, _) = held(ledger.begin(held_request("order-1", T0)).await);
+    let before = events(ledger, &intent).await;
+    for (actor, reason) in [(APPROVER, ""), (APPROVER, "  "), ("", "no")] {
+        let refused = ledger
+            .decide(decision(&intent, false, actor, reason, T0 + 10))
+            .await;
+        assert!(
+            matches!(refused, Err(LedgerError::Invalid { .. })),
+            "{actor:?} {reason:?}: {refused:?}"
+        );
+    }
+    let long_reason = "r".repeat(intentgate_core::limits::EVENT_DETAIL_LENGTH_MAX + 1);
+    let refused = ledger
+        .decide(decision(&intent, false, APPROVER, &long_reason, T0 + 10))
+        .await;
+    assert!(
+        matches!(refused, Err(LedgerError::TooLarge { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(events(ledger, &intent).await, before);
+
+    let decided = ledger
+        .decide(decision(
+            &intent,
+            false,
+            APPROVER,
+            "too large a refund",
+            T0 + 10,
+        ))
+        .await
+        .unwrap();
+    let Decided::Denied(denied, approval) = decided else {
+        panic!("expected Denied, got {decided:?}");
+    };
+    assert_eq!(denied.status, IntentStatus::Rejected);
+    assert_eq!(
+        denied.result,
+        Some(json!({ "denied": "too large a refund", "by": APPROVER }))
+    );
+    assert_eq!(denied.resolved_by.as_deref(), Some(DENIED_BY));
+    assert_eq!(approval.decision, Some(Decision::Denied));
+    assert_eq!(approval.reason.as_deref(), Some("too large a refund"));
+    let last = approval_events(ledger, &intent).await.pop().unwrap();
+    assert_eq!(last.detail.as_deref(), Some("denied: too large a refund"));
+    assert_eq!(
+        (last.from_status.as_deref(), last.to_status.as_deref()),
+        (Some("pending"), Some("rejected"))
+    );
+
+    for asked in [
+        held_request("order-1", T0 + 20),
+        request("order-1", "owner-b", T0 + 20),
+    ] {
+        let retrying = BeginRequest {
+            retry_rejected: true,
+            ..asked
+        };
+        let settled = expect!(Begin::Settled, ledger.begin(retrying).await.unwrap());
+        assert_eq!(
+            (settled.status, settled.attempt),
+            (IntentStatus::Rejected, 0)
+        );
+    }
+}
+
+async fn the_subject_that_asked_may_not_decide_its_own_request(ledger: &dyn Ledger) {
+    let (intent, approval) = held(ledger.begin(held_request("order-1", T0)).await);
+    let before = events(ledger, &intent).await;
+    for approve in [true, false] {
+        let decided = ledger
+            .decide(decision(&intent, approve, SUBJECT, "mine", T0 + 10))
+            .await
+            .unwrap();
+        assert_eq!(
+            decided,
+            Decided::OwnRequest(intent.clone(), approval.clone())
+        );
+    }
+    assert_eq!(ledger.approval(intent.id).await.unwrap(), Some(approval));
+    assert_eq!(read(ledger, &intent).await, intent);
+    assert_eq!(events(ledger, &intent).await, before);
+
+    // Never held: nothing to decide.
+    let plain = started(ledger, "order-2", "owner-a", T0).await;
+    let decided = ledger
+        .decide(decision(&plain, true, APPROVER, "", T0 + 10))
+        .await
+        .unwrap();
+    assert_eq!(decided, Decided::NotAwaiting(plain, None));
+}
+
+async fn a_held_intent_past_its_deadline_is_settled_not_executed_and_held_again_when_asked(
+    ledger: &dyn Ledger,
+) {
+    let past = T0 + DEADLINE_MS;
+    // Asked again with the approval policy: a new request.
+    let (first, request_1) = held(ledger.begin(held_request("order-1", T0)).await);
+    let (again, request_2) = held(ledger.begin(held_request("order-1", past)).await);
+    assert_eq!((again.id, again.status), (first.id, IntentStatus::Pending));
+    assert_eq!(
+        (request_2.requested_ms, request_2.deadline_ms),
+        (past, past + DEADLINE_MS)
+    );
+    assert_eq!(request_2.decision, None);
+    assert_ne!(request_2, request_1);
+    let logged: Vec<_> = approval_events(ledger, &first)
+        .await
+        .into_iter()
+        .map(|event| (event.from_status, event.to_status, event.detail))
+        .collect();
+    assert_eq!(
+        logged,
+        [
+            (
+                None,
+                Some("pending".to_owned()),
+                Some(format!("held for approval: {HELD_BY}"))
+            ),
+            (
+                Some("pending".to_owned()),
+                Some("not_executed".to_owned()),
+                Some(format!("expired: nobody decided by {}", T0 + DEADLINE_MS))
+            ),
+            (
+                Some("not_executed".to_owned()),
+                Some("pending".to_owned()),
+                Some(format!("held for approval: {HELD_BY}"))
+            ),
+        ]
+    );
+
+    // Asked again for a tool without the policy now: it starts as any not-executed intent.
+    let (second, _) = held(ledger.begin(held_request("order-2", T0)).await);
+    let executing = expect!(
+        Begin::Execute,
+        ledger
+            .begin(request("order-2", "owner-b", past))
+            .await
+            .unwrap()
+    );
+    assert_eq!((executing.id, executing.attempt), (second.id, 1));
+    let expired = ledger.approval(second.id).await.unwrap().unwrap();
+    assert_eq!(
+        (expired.decision, expired.decided_ms),
+        (Some(Decision::Expired), Some(past))
+    );
+
+    // A decision past the deadline expires the request instead.
+    let (third, _) = held(ledger.begin(held_request("order-3", T0)).await);
+    let decided = ledger
+        .decide(decision(&third, true, APPROVER, "", past))
+        .await
+        .unwrap();
+    let Decided::Expired(settled, approval) = decided else {
+        panic!("expected Expired, got {decided:?}");
+    };
+    assert_eq!(settled.status, IntentStatus::NotExecuted);
+    assert_eq!(approval.decision, Some(Decision::Expired));
+    assert_eq!(approval.decided_by, None);
+}
+
+async fn expire_approvals_settles_the_held_intents_past_their_deadline_oldest_first(
+    ledger: &dyn Ledger,
+) {
+    let mut ids = Vec::new();
+    for (key, deadline_ms) in [
+        ("order-1", T0 + 1_000),
+        ("order-2", T0 + 3_000),
+        ("order-3", T0 + 2_000),
+        ("order-4", T0 + 10_000),
+    ] {
+        let hold = Hold {
+            held_by: HELD_BY.into(),
+            deadline_ms,
+        };
+        let asked = governed(
+            request(key, "owner-a", T0),
+            policies(Some(hold), Vec::new()),
+        );
+        ids.push(held(ledger.begin(asked).await).0.id);
+    }
+    assert!(
+        ledger
+            .expire_approvals(T0 + 999, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let first = ledger.expire_approvals(T0 + 3_000, 1).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].intent.id, ids[0]);
+    let rest = ledger.expire_approvals(T0 + 3_000, 10).await.unwrap();
+    let expired: Vec<IntentId> = rest.iter().map(|held| held.intent.id).collect();
+    assert_eq!(expired, [ids[2], ids[1]], "oldest deadline first");
+    for held in first.iter().chain(&rest) {
+        assert_eq!(held.intent.status, IntentStatus::NotExecuted);
+        assert_eq!(held.approval.decision, Some(Decision::Expired));
+        assert_eq!(held.approval.decided_ms, Some(T0 + 3_000));
+        assert_eq!(read(ledger, &held.intent).await, held.intent);
+        let last = approval_events(ledger, &held.intent).await.pop().unwrap();
+        assert!(
+            last.detail
+                .unwrap()
+                .starts_with("expired: nobody decided by")
+        );
+    }
+    assert!(
+        ledger
+            .expire_approvals(T0 + 3_000, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let open = ledger.approval(ids[3]).await.unwrap().unwrap();
+    assert_eq!(open.decision, None);
+}
+
+async fn a_count_budget_refuses_new_intents_beyond_it_and_a_repeat_never_counts_twice(
+    ledger: &dyn Ledger,
+) {
+    let budgets = || vec![charge("per-hour", Some(2), None, 0, T0)];
+    let first = expect!(
+        Begin::Execute,
+        ledger
+            .begin(budgeted("order-1", budgets(), T0))
+            .await
+            .unwrap()
+    );
+    assert_eq!((first.status, first.attempt), (IntentStatus::InFlight, 1));
+    expect!(
+        Begin::Execute,
+        ledger
+            .begin(budgeted("order-2", budgets(), T0))
+            .await
+            .unwrap()
+    );
+    assert_eq!(usage(ledger, T0).await, [("per-hour".to_owned(), 2, 0)]);
+
+    for asked in [
+        budgeted("order-3", budgets(), T0 + 1),
+        BeginRequest {
+            expect_new: true,
+            ..budgeted("order-3", budgets(), T0 + 1)
+        },
+    ] {
+        assert_eq!(over_budget(ledger.begin(asked).await), "per-hour");
+    }
+    assert_eq!(ledger.get(TENANT, TOOL, "order-3").await.unwrap(), None);
+    assert_eq!(all_intents(ledger).await.len(), 2);
+
+    // Repeats of a counted intent, in flight and settled, are not new intents.
+    expect!(
+        Begin::Busy,
+        ledger
+            .begin(budgeted("order-1", budgets(), T0 + 2))
+            .await
+            .unwrap()
+    );
+    ledger
+        .finish(finish(&first, "owner-order-1", IntentStatus::Done, T0 + 3))
+        .await
+        .unwrap();
+    expect!(
+        Begin::Settled,
+        ledger
+            .begin(budgeted("order-1", budgets(), T0 + 4))
+            .await
+            .unwrap()
+    );
+    assert_eq!(usage(ledger, T0).await, [("per-hour".to_owned(), 2, 0)]);
+}
+
+async fn an_amount_budget_counts_units_and_refuses_the_intent_that_would_pass_it(
+    ledger: &dyn Ledger,
+) {
+    let cents = |units| vec![charge("amount", None, Some(10_000), units, T0)];
+    expect!(
+        Begin::Execute,
+        ledger
+            .begin(budgeted("order-1", cents(6_000), T0))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        over_budget(ledger.begin(budgeted("order-2", cents(5_000), T0)).await),
+        "amount"
+    );
+    expect!(
+        Begin::Execute,
+        ledger
+            .begin(budgeted("order-3", cents(4_000), T0))
+            .await
+            .unwrap()
+    );
+    assert_eq!(usage(ledger, T0).await, [("amount".to_owned(), 2, 10_000)]);
+    assert_eq!(
+        over_budget(ledger.begin(budgeted("order-4", cents(1), T0)).await),
+        "amount"
+    );
+
+    // Units the store can't hold saturate at the largest it can.
+    let unbounded = |key: &str| budgeted(key, vec![charge("sum", None, None, u64::MAX, T0)], T0);
+    expect!(
+        Begin::Execute,
+        ledger.begin(unbounded("order-5")).await.unwrap()
+    );
+    expect!(
+        Begin::Execute,
+        ledger.begin(unbounded("order-6")).await.unwrap()
+    );
+    let counted = usage(ledger, T0).await;
+    assert_eq!(counted[1], ("sum".to_owned(), 2, i64::MAX as u64));
+}
+
+async fn a_budget_that_holds_holds_the_intent_beyond_it_and_an_approval_counts_it(
+    ledger: &dyn Ledger,
+) {
+    let holding = || {
+        vec![BudgetCharge {
+            hold_deadline_ms: Some(T0 + 5_000),
+            ..charge("per-hour", Some(1), None, 0, T0)
+        }]
+    };
+    expect!(
+        Begin::Execute,
+        ledger
+            .begin(budgeted("order-1", holding(), T0))
+            .await
+            .unwrap()
+    );
+    let (intent, approval) = held(ledger.begin(budgeted("order-2", holding(), T0)).await);
+    assert_eq!(intent.status, IntentStatus::Pending);
+    assert_eq!(approval.held_by, "budget per-hour");
+    assert_eq!(approval.deadline_ms, T0 + 5_000);
+    assert_eq!(
+        usage(ledger, T0).await,
+        [("per-hour".to_owned(), 1, 0)],
+        "held, not counted"
+    );
+
+    // Held by the policy and the budget: both named, the earlier deadline.
+    let both = governed(
+        request("order-3", "owner-a", T0),
+        policies(hold_at(T0), holding()),
+    );
+    let (_, approval) = held(ledger.begin(both).await);
+    assert_eq!(approval.held_by, format!("{HELD_BY}; budget per-hour"));
+    assert_eq!(approval.deadline_ms, T0 + 5_000);
+
+    // The approver has decided: the intent counts, beyond the limit.
+    let approve = Decide {
+        budgets: holding(),
+        ..decision(&intent, true, APPROVER, "one more is fine", T0 + 10)
+    };
+    assert!(matches!(
+        ledger.decide(approve).await.unwrap(),
+        Decided::Approved(..)
+    ));
+    assert_eq!(usage(ledger, T0).await, [("per-hour".to_owned(), 2, 0)]);
+    expect!(
+        Begin::Execute,
+        ledger
+            .begin(budgeted("order-2", holding(), T0 + 20))
+            .await
+            .unwrap()
+    );
+    assert_eq!(usage(ledger, T0).await, [("per-hour".to_owned(), 2, 0)]);
+}
+
+async fn a_new_window_counts_from_zero(ledger: &dyn Ledger) {
+    let budgets = |now_ms| vec![charge("per-hour", Some(1), None, 0, now_ms)];
+    let next = T0 + HOUR_MS;
+    expect!(
+        Begin::Execute,
+        ledger
+            .begin(budgeted("order-1", budgets(T0), T0))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        over_budget(ledger.begin(budgeted("order-2", budgets(T0), T0)).await),
+        "per-hour"
+    );
+    expect!(
+        Begin::Execute,
+        ledger
+            .begin(budgeted("order-2", budgets(next), next))
+            .await
+            .unwrap()
+    );
+    let rows = ledger.budget_usage(TOOL, next).await.unwrap();
+    assert_eq!(rows.len(), 1, "the ended window is left out: {rows:?}");
+    assert_eq!(rows[0].window_start_ms, next.div_euclid(HOUR_MS) * HOUR_MS);
+    assert_eq!((rows[0].count, rows[0].units), (1, 0));
+}
+
+async fn approvals_are_paged_newest_first_by_tenant_tool_and_state(ledger: &dyn Ledger) {
+    let hold = |key: &str, tenant: &str, tool: &str| BeginRequest {
+        tenant: tenant.into(),
+        tool: tool.into(),
+        ..held_request(key, T0)
+    };
+    let mut intents = Vec::new();
+    for (key, tenant, tool) in [
+        ("order-1", TENANT, TOOL),
+        ("order-2", TENANT, TOOL),
+        ("order-3", TENANT, TOOL),
+        ("order-4", OTHER_TENANT, TOOL),
+        ("order-5", TENANT, OTHER_TOOL),
+        ("order-6", TENANT, TOOL),
+    ] {
+        intents.push(held(ledger.begin(hold(key, tenant, tool)).await).0);
+    }
+    let id = |index: usize| intents[index].id;
+    ledger
+        .decide(decision(&intents[1], true, APPROVER, "", T0 + 1))
+        .await
+        .unwrap();
+    ledger
+        .decide(decision(&intents[2], false, APPROVER, "no", T0 + 1))
+        .await
+        .unwrap();
+    // Approved and executing: closed.
+    ledger
+        .decide(decision(&intents[5], true, APPROVER, "", T0 + 1))
+        .await
+        .unwrap();
+    expect!(
+        Begin::Execute,
+        ledger.begin(hold("order-6", TENANT, TOOL)).await.unwrap()
+    );
+
+    let page = async |tenant: Option<&str>, tool: Option<&str>, state, before, limit| {
+        let filter = ApprovalFilter {
+            tenant: tenant.map(str::to_owned),
+            tool: tool.map(str::to_owned),
+            state,
+        };
+        let page = ledger.approvals(&filter, before, limit).await.unwrap();
+        for held in &page {
+            assert_eq!(held.approval.intent, held.intent.id);
+            assert_eq!(
+                Some(&held.intent),
+                all_intents(ledger)
+                    .await
+                    .iter()
+                    .find(|i| i.id == held.intent.id)
+            );
+        }
+        page.iter().map(|held| held.intent.id).collect::<Vec<_>>()
+    };
+    use ApprovalState::{Approved, Closed, Open};
+    assert_eq!(
+        page(None, None, None, None, 100).await,
+        [id(5), id(4), id(3), id(2), id(1), id(0)]
+    );
+    assert_eq!(
+        page(Some(TENANT), None, None, None, 100).await,
+        [id(5), id(4), id(2), id(1), id(0)]
+    );
+    assert_eq!(page(None, Some(OTHER_TOOL), None, None, 100).await, [id(4)]);
+    assert_eq!(
+        page(Some(TENANT), Some(TOOL), None, None, 100).await,
+        [id(5), id(2), id(1), id(0)]
+    );
+    assert_eq!(
+        page(None, None, Some(Open), None, 100).await,
+        [id(4), id(3), id(0)]
+    );
+    assert_eq!(
+        page(Some(TENANT), None, Some(Open), None, 100).await,
+        [id(4), id(0)]
+    );
+    assert_eq!(
+        page(None, Some(TOOL), Some(Open), None, 100).await,
+        [id(3), id(0)]
+    );
+    assert_eq!(page(None, None, Some(Approved), None, 100).await, [id(1)]);
+    assert_eq!(
+        page(Some(TENANT), Some(TOOL), Some(Approved), None, 100).await,
+        [id(1)]
+    );
+    assert_eq!(
+        page(None, None, Some(Closed), None, 100).await,
+        [id(5), id(2)]
+    );
+    assert!(
+        page(Some(OTHER_TENANT), None, Some(Closed), None, 100)
+            .await
+            .is_empty()
+    );
+
+    // Page by page: each starts strictly before the last of the previous one.
+    assert_eq!(
+        page(None, None, None, None, 4).await,
+        [id(5), id(4), id(3), id(2)]
+    );
+    assert_eq!(page(None, None, None, Some(id(2)), 4).await, [id(1), id(0)]);
+    assert_eq!(
+        page(Some(TENANT), None, Some(Open), Some(id(4)), 1).await,
+        [id(0)]
+    );
+    assert!(page(None, None, None, None, 0).await.is_empty());
+    assert_eq!(
+        page(None, None, None, None, APPROVALS_PAGE_MAX + 1)
+            .await
+            .len(),
+        6
+    );
+}
+
+async fn purge_deletes_ended_budget_windows_and_the_approvals_of_purged_intents(
+    ledger: &dyn Ledger,
+) {
+    let (denied, _) = held(ledger.begin(held_request("order-1", T0)).await);
+    ledger
+        .decide(decision(&denied, false, APPROVER, "no", T0))
+        .await
+        .unwrap();
+    let (open, approval) = held(ledger.begin(held_request("order-2", T0)).await);
+    expect!(
+        Begin::Execute,
+        ledger
+            .begin(budgeted(
+                "order-3",
+                vec![charge("per-hour", Some(5), None, 0, T0)],
+                T0
+            ))
+            .await
+            .unwrap()
+    );
+    let window_end = T0.div_euclid(HOUR_MS) * HOUR_MS + HOUR_MS;
+
+    // Before the window ends its count stays; the denied intent goes, with its approval.
+    assert_eq!(
+        ledger.purge(window_end - 1).await.unwrap(),
+        1,
+        "the denied intent"
+    );
+    assert_eq!(usage(ledger, T0).await, [("per-hour".to_owned(), 1, 0)]);
+    assert_eq!(ledger.purge(window_end).await.unwrap(), 0);
+    assert!(usage(ledger, T0).await.is_empty());
+    assert_eq!(ledger.get_by_id(denied.id).await.unwrap(), None);
+    assert_eq!(ledger.approval(denied.id).await.unwrap(), None);
+    assert_eq!(ledger.approval(open.id).await.unwrap(), Some(approval));
+    assert_eq!(read(ledger, &open).await.status, IntentStatus::Pending);
+}
+
+async fn erase_deletes_the_approvals_of_the_erased_intents(ledger: &dyn Ledger) {
+    let (intent, _) = held(ledger.begin(held_request("order-1", T0)).await);
+    let (kept, approval) = held(
+        ledger
+            .begin(BeginRequest {
+                tenant: OTHER_TENANT.into(),
+                ..held_request("order-1", T0)
+            })
+            .await,
+    );
+    let refused = ledger
+        .erase(&erasure(TENANT, None, None, T0 + 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        refused,
+        Erasure::Unsettled {
+            ids: vec![intent.id]
+        }
+    );
+    let erase = Erase {
+        force: true,
+        ..erasure(TENANT, None, None, T0 + 1)
+    };
+    assert!(matches!(
+        ledger.erase(&erase).await.unwrap(),
+        Erasure::Erased(_)
+    ));
+    assert_eq!(ledger.approval(intent.id).await.unwrap(), None);
+    assert_eq!(ledger.approval(kept.id).await.unwrap(), Some(approval));
+    let open = ApprovalFilter {
+        state: Some(ApprovalState::Open),
+        ..ApprovalFilter::default()
+    };
+    let listed = ledger.approvals(&open, None, 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].intent.id, kept.id);
+}
+
+async fn policies_the_schema_cannot_store_are_refused_and_nothing_is_written(ledger: &dyn Ledger) {
+    let budget = || charge("per-hour", Some(5), None, 0, T0);
+    let bad = [
+        policies(
+            None,
+            vec![BudgetCharge {
+                bucket: "b".repeat(BUDGET_BUCKET_LENGTH_MAX + 1),
+                ..budget()
+            }],
+        ),
+        policies(
+            None,
+            vec![BudgetCharge {
+                budget: String::new(),
+                ..budget()
+            }],
+        ),
+        policies(
+            None,
+            vec![BudgetCharge {
+                window_end_ms: budget().window_start_ms,
+                ..budget()
+            }],
+        ),
+        CallPolicies {
+            requested_by: "s".repeat(intentgate_core::limits::ACTOR_LENGTH_MAX + 1),
+            ..policies(hold_at(T0), Vec::new())
+        },
+        CallPolicies {
+            intent_id: Some("i".repeat(intentgate_core::limits::INTENT_ID_LENGTH_MAX + 1)),
+            ..policies(hold_at(T0), Vec::new())
+        },
+    ];
+    for policies in bad {
+        let refused = ledger
+            .begin(governed(
+                request("order-1", "owner-a", T0),
+                policies.clone(),
+            ))
+            .await;
+        assert!(
+            matches!(
+                refused,
+                Err(LedgerError::Invalid { .. } | LedgerError::TooLarge { .. })
+            ),
+            "{policies:?}: {refused:?}"
+        );
+    }
+    assert!(all_intents(ledger).await.is_empty());
+    assert!(usage(ledger, T0).await.is_empty());
+}
+
+/// Many callers begin distinct new intents against one count budget at once: exactly as
+/// many as it admits execute, whatever the interleaving.
+async fn concurrent_new_intents_against_a_count_budget_execute_only_as_many_as_it_admits(
+    ledger: Arc<dyn Ledger>,
+) {
+    budget_race(&[ledger.clone(), ledger]).await;
+}
+
+/// The callers of [`budget_race`], and the budget's count limit.
+const RACING_CALLERS: usize = 24;
+const RACING_COUNT_MAX: u64 = 7;
+
+/// Begins `RACING_CALLERS` distinct new intents at once, spread over `ledgers` (replicas
+/// of one ledger), against a budget of `RACING_COUNT_MAX`: exactly that many execute.
+async fn budget_race(ledgers: &[Arc<dyn Ledger>]) {
+    let start = Arc::new(tokio::sync::Barrier::new(RACING_CALLERS));
+    let mut callers = tokio::task::JoinSet::new();
+    for caller in 0..RACING_CALLERS {
+        let ledger = ledgers[caller % ledgers.len()].clone();
+        let start = start.clone();
+        callers.spawn(async move {
+            let budgets = vec![charge("per-hour", Some(RACING_COUNT_MAX), None, 0, T0)];
+            let asked = BeginRequest {
+                expect_new: caller % 2 == 0,
+                ..budgeted(&format!("order-{caller}"), budgets, T0)
+            };
+            start.wait().await;
+            ledger.begin(asked).await.unwrap()
+        });
+    }
+    let (mut executed, mut refused) = (0, 0);
+    while let Some(begun) = callers.join_next().await {
+        match begun.unwrap() {
+            Begin::Execute(_) => executed += 1,
+            Begin::OverBudget { budget } => {
+                assert_eq!(budget, "per-hour");
+                refused += 1;
+            }
+            other => panic!("expected Execute or OverBudget, got {other:?}"),
+        }
+    }
+    assert_eq!(executed, RACING_COUNT_MAX as usize);
+    assert_eq!(refused, RACING_CALLERS - RACING_COUNT_MAX as usize);
+    assert_eq!(all_intents(&*ledgers[0]).await.len(), executed);
+    assert_eq!(
+        usage(&*ledgers[0], T0).await,
+        [("per-hour".to_owned(), RACING_COUNT_MAX, 0)]
+    );
+}
+
+/// A caller waiting on a held intent is woken by the decision.
+async fn a_waiter_on_a_held_intent_is_woken_by_the_decision(ledger: Arc<dyn Ledger>) {
+    let (intent, _) = held(ledger.begin(held_request("order-1", T0)).await);
+    let waiting = tokio::spawn({
+        let ledger = ledger.clone();
+        async move {
+            let started = Instant::now();
+            ledger
+                .wait_for_change(intent.id, Duration::from_secs(5))
+                .await;
+            started.elapsed()
+        }
+    });
+    // Let the waiter register before the decision.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let decided = ledger
+        .decide(decision(&intent, true, APPROVER, "", T0 + 1))
+        .await
+        .unwrap();
+    assert!(matches!(decided, Decided::Approved(..)));
+    let waited = waiting.await.unwrap();
+    assert!(waited < Duration::from_secs(1), "waited {waited:?}");
+}
+
 /// Generates, inside a store's module, one `#[tokio::test]` per behaviour above, each named
 /// like its behaviour: `$fresh` runs a behaviour that takes a `&dyn Ledger` on a fresh
 /// ledger of the store (in each of its modes), `$shared` one that takes an `Arc<dyn Ledger>`
@@ -3470,14 +4497,30 @@ macro_rules! behaviours {
             a_caller_key_stays_bound_to_its_first_intent_within_its_tenant_and_tool,
             a_caller_key_the_schema_cannot_store_is_refused_and_nothing_is_bound,
             caller_keys_are_purged_and_erased_with_their_intents,
+            a_held_call_waits_pending_and_every_repeat_is_held_with_nothing_executed,
+            an_approved_intent_starts_its_first_attempt_at_its_next_begin,
+            a_denied_intent_is_rejected_with_the_reason_even_for_a_tool_that_retries,
+            the_subject_that_asked_may_not_decide_its_own_request,
+            a_held_intent_past_its_deadline_is_settled_not_executed_and_held_again_when_asked,
+            expire_approvals_settles_the_held_intents_past_their_deadline_oldest_first,
+            a_count_budget_refuses_new_intents_beyond_it_and_a_repeat_never_counts_twice,
+            an_amount_budget_counts_units_and_refuses_the_intent_that_would_pass_it,
+            a_budget_that_holds_holds_the_intent_beyond_it_and_an_approval_counts_it,
+            a_new_window_counts_from_zero,
+            approvals_are_paged_newest_first_by_tenant_tool_and_state,
+            purge_deletes_ended_budget_windows_and_the_approvals_of_purged_intents,
+            erase_deletes_the_approvals_of_the_erased_intents,
+            policies_the_schema_cannot_store_are_refused_and_nothing_is_written,
         );
         behaviours!(@each $shared, #[tokio::test(flavor = "multi_thread", worker_threads = 8)],
             concurrent_begins_on_distinct_keys_all_commit,
             callers_binding_one_key_at_once_find_one_binding,
+            concurrent_new_intents_against_a_count_budget_execute_only_as_many_as_it_admits,
         );
         behaviours!(@each $shared, #[tokio::test(flavor = "multi_thread", worker_threads = 2)],
             a_waiter_sees_the_lease_holder_finish_promptly,
             a_queued_finish_is_seen_by_every_read_made_after_it,
+            a_waiter_on_a_held_intent_is_woken_by_the_decision,
         );
     };
     (@each $runner:ident, #[$test:meta], $($behaviour:ident),* $(,)?) => {
@@ -4181,8 +5224,10 @@ mod sqlite {
         let connection = rusqlite::Connection::open(&path).unwrap();
         connection
             .execute_batch(
-                "ALTER TABLE intents DROP COLUMN resend_stopped;
-                 DELETE FROM schema_migrations WHERE version = 6;",
+                "DROP TABLE approvals;
+                 DROP TABLE budget_usage;
+                 ALTER TABLE intents DROP COLUMN resend_stopped;
+                 DELETE FROM schema_migrations WHERE version >= 6;",
             )
             .unwrap();
         drop(connection);
@@ -4195,7 +5240,7 @@ mod sqlite {
         assert_eq!(versions(&path), [1, 2, 3, 4, 5]);
 
         let ledger = open(&path, GROUPED);
-        assert_eq!(versions(&path), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(versions(&path), [1, 2, 3, 4, 5, 6, 7]);
         let read_back = read(&ledger, &before).await;
         assert_eq!(read_back, before);
         assert_eq!(read_back.resend_stopped, None);
@@ -4603,8 +5648,10 @@ mod postgres {
         let schema = &scratch.schema;
         outside
             .batch_execute(&format!(
-                "ALTER TABLE \"{schema}\".intents DROP COLUMN resend_stopped;
-                 DELETE FROM \"{schema}\".schema_migrations WHERE version = 6;"
+                "DROP TABLE \"{schema}\".approvals;
+                 DROP TABLE \"{schema}\".budget_usage;
+                 ALTER TABLE \"{schema}\".intents DROP COLUMN resend_stopped;
+                 DELETE FROM \"{schema}\".schema_migrations WHERE version >= 6;"
             ))
             .await
             .unwrap();
@@ -4618,7 +5665,7 @@ mod postgres {
         assert_eq!(versions().await, [1, 2, 3, 4, 5]);
 
         let ledger = scratch.connect(scratch.options()).await;
-        assert_eq!(versions().await, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(versions().await, [1, 2, 3, 4, 5, 6, 7]);
         let read_back = read(&ledger, &before).await;
         assert_eq!(read_back, before);
         assert_eq!(read_back.resend_stopped, None);
@@ -4734,6 +5781,19 @@ mod postgres {
             assert_eq!(intent.lease_owner, executed[0].lease_owner);
         }
         assert_eq!(all_intents(&*replicas[0]).await.len(), KEYS);
+    }
+
+    /// Two replicas (two ledgers, two pools) begin distinct new intents against one count
+    /// budget at once: together they execute exactly as many as it admits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn replicas_beginning_new_intents_against_one_budget_execute_only_as_many_as_it_admits() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let replicas: [Arc<dyn Ledger>; 2] = [
+            Arc::new(scratch.connect(scratch.options()).await),
+            Arc::new(scratch.connect(scratch.options()).await),
+        ];
+        budget_race(&replicas).await;
     }
 
     /// Two replicas: one holding `order-1` in flight under `owner-a`, and one that polls

@@ -98,6 +98,7 @@ async fn begin_new(
             lookup_interval_ms: 5_000,
             resend_unknown: false,
             expect_new: false,
+            policies: None,
         })
         .await
         .unwrap();

@@ -44,8 +44,9 @@ use crate::plan::{self, Plan};
 use crate::queued::Queued;
 use crate::waiters::Waiters;
 use crate::{
-    Begin, BeginRequest, Bound, CallerKey, Durability, Erase, Erasure, Event, Finish, Finished,
-    IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
+    Approval, ApprovalFilter, Begin, BeginRequest, Bound, BudgetUsageRow, CallerKey, Decide,
+    Decided, Durability, Erase, Erasure, Event, Finish, Finished, HeldIntent, IntentFilter,
+    IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
     ProcessRegistration, QueuedFinish, ReconciliationRun, Renew, Renewed, Resolve, StatusCount,
     StoredMismatch, ToolFlag,
 };
@@ -734,6 +735,76 @@ impl Ledger for PostgresLedger {
     async fn tool_flags(&self) -> Result<Vec<ToolFlag>> {
         self.run(Mode::Read, &(), |session, ()| {
             Box::pin(async move { Ok(Plan::outcome(ops::tool_flags(session).await?)) })
+        })
+        .await
+    }
+
+    async fn decide(&self, decide: Decide) -> Result<Decided> {
+        // A person's decision is durable before it is answered, and wakes the callers
+        // waiting on the intent, on every replica.
+        self.run(write(true, Some(decide.id)), &decide, |session, decide| {
+            Box::pin(ops::decide(session, decide))
+        })
+        .await
+    }
+
+    async fn approval(&self, id: IntentId) -> Result<Option<Approval>> {
+        self.run(Mode::Read, &id, |session, &id| {
+            Box::pin(async move { Ok(Plan::outcome(ops::approval(session, id).await?)) })
+        })
+        .await
+    }
+
+    async fn approvals(
+        &self,
+        filter: &ApprovalFilter,
+        before: Option<IntentId>,
+        limit: u32,
+    ) -> Result<Vec<HeldIntent>> {
+        self.queued.drain().await;
+        let input = (filter, before, limit);
+        self.run(Mode::Read, &input, |session, &(filter, before, limit)| {
+            Box::pin(async move {
+                Ok(Plan::outcome(
+                    ops::approvals(session, filter, before, limit).await?,
+                ))
+            })
+        })
+        .await
+    }
+
+    async fn expire_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<HeldIntent>> {
+        let due = self
+            .run(Mode::Read, &(now_ms, limit), |session, &(now_ms, limit)| {
+                Box::pin(async move {
+                    Ok(Plan::outcome(
+                        ops::due_approvals(session, now_ms, limit).await?,
+                    ))
+                })
+            })
+            .await?;
+        // One short transaction each, which locks only its intent, and wakes its waiters.
+        let mut expired = Vec::with_capacity(due.len());
+        for id in due {
+            let held = self
+                .run(
+                    write(false, Some(id)),
+                    &(id, now_ms),
+                    |session, &(id, now_ms)| Box::pin(ops::expire_approval(session, id, now_ms)),
+                )
+                .await?;
+            expired.extend(held);
+        }
+        Ok(expired)
+    }
+
+    async fn budget_usage(&self, tool: &str, now_ms: i64) -> Result<Vec<BudgetUsageRow>> {
+        self.run(Mode::Read, &(tool, now_ms), |session, &(tool, now_ms)| {
+            Box::pin(async move {
+                Ok(Plan::outcome(
+                    ops::budget_usage(session, tool, now_ms).await?,
+                ))
+            })
         })
         .await
     }

@@ -19,15 +19,21 @@ use tokio_postgres::types::ToSql;
 
 use super::pool::Session;
 use super::{Attempt, Failure, is_connection_lost};
-use crate::plan::{self, MismatchRow, NewEvent, NewIntent, Plan, StoredIntent, StoredRun, Write};
+use intentgate_core::policy::BudgetUsage;
+
+use crate::plan::{
+    self, MismatchRow, NewCall, NewEvent, NewIntent, Plan, StoredIntent, StoredRun, Write,
+};
 use crate::process::{PROCESSES_ENDED_KEPT_MAX, ProcessEnd, ProcessRecord, ProcessRegistration};
 use crate::query::{self, Dialect, Parameter, Query};
 use crate::record::{
-    Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
+    Approval, BudgetUsageRow, Decision, Event, IntentId, IntentRecord, ReconciliationRun,
+    StatusCount, StoredMismatch, ToolFlag,
 };
 use crate::{
-    Begin, BeginRequest, Bound, CallerKey, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish,
-    Finished, IntentFilter, LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX,
+    APPROVALS_PAGE_MAX, ApprovalFilter, Begin, BeginRequest, Bound, BudgetCharge, CallerKey,
+    Decide, Decided, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish, Finished, HeldIntent,
+    IntentFilter, LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX,
     RECONCILIATIONS_PAGE_MAX, Renew, Renewed, Resolve,
 };
 
@@ -137,6 +143,7 @@ const TOOL_FLAGS: &str =
 const PURGEABLE_LOCKED: &str = "SELECT id FROM intents \
      WHERE status IN ('done', 'rejected', 'not_executed') AND last_seen_ms < $1 FOR UPDATE";
 const DELETE_EVENTS_OF: &str = "DELETE FROM events WHERE intent_id = ANY($1)";
+/// Their traces and approvals go with them (ON DELETE CASCADE), in the same statement.
 const DELETE_INTENTS: &str = "DELETE FROM intents WHERE id = ANY($1)";
 /// Binds a caller key, or finds it bound, in one statement: the no-op update of a key taken
 /// (also by a replica whose insert committed meanwhile, which this one waits for) returns
@@ -191,6 +198,62 @@ const MISMATCHES: &str = "SELECT run_id, tool, kind, severity, intent_id, tenant
 /// Their mismatches go with them (ON DELETE CASCADE), in the same statement.
 const DELETE_RUNS: &str = "DELETE FROM reconciliation_runs WHERE finished_ms < $1";
 
+/// The columns of an approval, in the order [`read_approval`] reads them.
+macro_rules! approval_columns {
+    () => {
+        "intent, tenant, tool, requested_by, requested_ms, deadline_ms, held_by, intent_id, \
+         decision, decided_by, decided_ms, reason"
+    };
+}
+/// How many columns `intent_columns!` names: an approval read beside its intent starts here.
+const INTENT_COLUMN_COUNT: usize = 20;
+const APPROVAL: &str = concat!(
+    "SELECT ",
+    approval_columns!(),
+    " FROM approvals WHERE intent = $1"
+);
+/// An intent's approval, inserted or replacing its earlier request.
+const UPSERT_APPROVAL: &str = concat!(
+    "INSERT INTO approvals (",
+    approval_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+     ON CONFLICT (intent) DO UPDATE SET tenant = EXCLUDED.tenant, tool = EXCLUDED.tool, \
+     requested_by = EXCLUDED.requested_by, requested_ms = EXCLUDED.requested_ms, \
+     deadline_ms = EXCLUDED.deadline_ms, held_by = EXCLUDED.held_by, \
+     intent_id = EXCLUDED.intent_id, decision = EXCLUDED.decision, \
+     decided_by = EXCLUDED.decided_by, decided_ms = EXCLUDED.decided_ms, reason = EXCLUDED.reason"
+);
+/// One more intent in a budget's window: the row inserted, or added to (units saturating at
+/// the largest bigint, which an addition would otherwise overflow).
+const COUNT_BUDGET: &str = "INSERT INTO budget_usage (tool, budget, bucket, window_start_ms, \
+     window_end_ms, count, units) VALUES ($1, $2, $3, $4, $5, 1, $6) \
+     ON CONFLICT (tool, budget, bucket, window_start_ms) DO UPDATE SET \
+     count = budget_usage.count + 1, units = CASE \
+     WHEN budget_usage.units > 9223372036854775807 - EXCLUDED.units THEN 9223372036854775807 \
+     ELSE budget_usage.units + EXCLUDED.units END";
+const BUDGET_USED: &str = "SELECT count, units FROM budget_usage \
+     WHERE tool = $1 AND budget = $2 AND bucket = $3 AND window_start_ms = $4";
+/// The first key of the advisory locks on budget windows ("ib" in ASCII), apart from the
+/// migration's; the second is a hash of the schema and the window.
+const BUDGET_LOCK_CLASS: i32 = 0x6962;
+/// Takes the transaction-level advisory lock of every window in `$2` (each `tool`, budget,
+/// bucket and window start joined by a unit separator), in the order of their keys, so
+/// that two transactions locking windows in common take them in the same order. Replicas
+/// deciding on one window take turns; no row is written to lock it, so a refused call
+/// writes nothing.
+const LOCK_BUDGETS: &str = "SELECT pg_advisory_xact_lock($1, locked.key) FROM \
+     (SELECT DISTINCT hashtext(current_schema() || chr(31) || named) AS key \
+      FROM unnest($2::text[]) AS named ORDER BY key) AS locked ORDER BY locked.key";
+/// The open approvals due at `$1`, oldest deadline first (`approvals_by_decision_deadline`).
+const DUE_APPROVALS: &str = "SELECT intent FROM approvals WHERE decision IS NULL \
+     AND deadline_ms <= $1 ORDER BY deadline_ms, intent LIMIT $2";
+/// A tool's budget rows whose window has not ended at `$2`, along the primary key.
+const BUDGET_USAGE: &str = "SELECT tool, budget, bucket, window_start_ms, window_end_ms, count, \
+     units FROM budget_usage WHERE tool = $1 AND window_end_ms > $2";
+/// The budget counts of windows that ended at or before the cutoff (a window's end is
+/// exclusive), from `budget_usage_by_window_end`.
+const PURGE_BUDGET_USAGE: &str = "DELETE FROM budget_usage WHERE window_end_ms <= $1";
+
 fn corrupt(column: &str, message: impl std::fmt::Display) -> Failure {
     Failure::Ledger(LedgerError::Corrupt(format!("{column}: {message}")))
 }
@@ -241,6 +304,82 @@ fn read_intent(row: &Row) -> Result<IntentRecord, Failure> {
 
 fn read_intents(rows: &[Row]) -> Result<Vec<IntentRecord>, Failure> {
     rows.iter().map(read_intent).collect()
+}
+
+/// An approval from the columns of `approval_columns!`, the first at `first`.
+fn read_approval(row: &Row, first: usize) -> Result<Approval, Failure> {
+    let decision: Option<String> = row.try_get(first + 8)?;
+    Ok(Approval {
+        intent: row.try_get(first)?,
+        tenant: row.try_get(first + 1)?,
+        tool: row.try_get(first + 2)?,
+        requested_by: row.try_get(first + 3)?,
+        requested_ms: row.try_get(first + 4)?,
+        deadline_ms: row.try_get(first + 5)?,
+        held_by: row.try_get(first + 6)?,
+        intent_id: row.try_get(first + 7)?,
+        decision: decision
+            .map(|text| {
+                Decision::parse(&text).ok_or_else(|| {
+                    corrupt("approvals.decision", format!("unknown decision `{text}`"))
+                })
+            })
+            .transpose()?,
+        decided_by: row.try_get(first + 9)?,
+        decided_ms: row.try_get(first + 10)?,
+        reason: row.try_get(first + 11)?,
+    })
+}
+
+/// The approval of the intent `id` (`Ledger::approval`), if it was ever held.
+pub async fn approval(session: &mut Session, id: IntentId) -> Result<Option<Approval>, Failure> {
+    let row = session.query_opt(APPROVAL, &[&id]).await?;
+    row.as_ref().map(|row| read_approval(row, 0)).transpose()
+}
+
+/// Takes the advisory locks of the windows `charges` count `tool`'s intents in, until the
+/// transaction ends ([`LOCK_BUDGETS`]).
+async fn lock_budgets(
+    session: &mut Session,
+    tool: &str,
+    charges: &[BudgetCharge],
+) -> Result<(), Failure> {
+    let windows: Vec<String> = charges
+        .iter()
+        .map(|charge| {
+            format!(
+                "{tool}\u{1f}{}\u{1f}{}\u{1f}{}",
+                charge.budget, charge.bucket, charge.window_start_ms
+            )
+        })
+        .collect();
+    session
+        .execute(LOCK_BUDGETS, &[&BUDGET_LOCK_CLASS, &windows])
+        .await?;
+    Ok(())
+}
+
+/// What a budget has counted in the window `charge` names (zero without a row).
+async fn budget_used(
+    session: &mut Session,
+    tool: &str,
+    charge: &BudgetCharge,
+) -> Result<BudgetUsage, Failure> {
+    let row = session
+        .query_opt(
+            BUDGET_USED,
+            &[
+                &tool,
+                &charge.budget,
+                &charge.bucket,
+                &charge.window_start_ms,
+            ],
+        )
+        .await?;
+    Ok(match row {
+        Some(row) => plan::budget_usage(row.try_get(0)?, row.try_get(1)?),
+        None => BudgetUsage::default(),
+    })
 }
 
 pub async fn get(
@@ -350,6 +489,19 @@ pub async fn commit(
     let update_intent = session.statement(UPDATE_INTENT).await?;
     let insert_event = session.statement(INSERT_EVENT).await?;
     let notify_statement = session.statement(NOTIFY).await?;
+    // Only the plans of held intents and budgets write these: a tool without policies
+    // prepares nothing more.
+    let upsert_approval = match writes
+        .iter()
+        .any(|write| matches!(write, Write::Approval(_)))
+    {
+        true => Some(session.statement(UPSERT_APPROVAL).await?),
+        false => None,
+    };
+    let count_budget = match writes.iter().any(|write| matches!(write, Write::Budget(_))) {
+        true => Some(session.statement(COUNT_BUDGET).await?),
+        false => None,
+    };
     let begin = session.take_pending_begin();
     let client = &session.client;
     let mut sent: Vec<Sent<'_>> = Vec::with_capacity(writes.len() + 3);
@@ -405,6 +557,41 @@ pub async fn commit(
                     let columns = EventColumns::of(event);
                     let mut parameters: Vec<&(dyn ToSql + Sync)> = vec![&event.intent_id];
                     parameters.extend(columns.parameters());
+                    client.execute(statement, &parameters).await
+                })
+            }
+            Write::Approval(approval) => {
+                let statement = upsert_approval.as_ref().expect("prepared for approvals");
+                Box::pin(async move {
+                    let decision = approval.decision.map(Decision::as_str);
+                    let parameters: [&(dyn ToSql + Sync); 12] = [
+                        &approval.intent,
+                        &approval.tenant,
+                        &approval.tool,
+                        &approval.requested_by,
+                        &approval.requested_ms,
+                        &approval.deadline_ms,
+                        &approval.held_by,
+                        &approval.intent_id,
+                        &decision,
+                        &approval.decided_by,
+                        &approval.decided_ms,
+                        &approval.reason,
+                    ];
+                    client.execute(statement, &parameters).await
+                })
+            }
+            Write::Budget(count) => {
+                let statement = count_budget.as_ref().expect("prepared for budgets");
+                Box::pin(async move {
+                    let parameters: [&(dyn ToSql + Sync); 6] = [
+                        &count.tool,
+                        &count.budget,
+                        &count.bucket,
+                        &count.window_start_ms,
+                        &count.window_end_ms,
+                        &count.units,
+                    ];
                     client.execute(statement, &parameters).await
                 })
             }
@@ -509,6 +696,10 @@ async fn insert_fresh(
     fresh: &plan::Fresh,
     begin: Option<&'static str>,
 ) -> Result<Option<IntentId>, Failure> {
+    assert!(
+        fresh.events_only(),
+        "only a call without policies inserts first"
+    );
     // Prepared before anything is sent, so that the statements leave in order.
     let insert_intent = session.statement(INSERT_INTENT).await?;
     let insert_event = session.statement(INSERT_FRESH_EVENT).await?;
@@ -624,7 +815,7 @@ async fn insert(session: &mut Session, row: &NewIntent) -> Result<Option<IntentI
 }
 
 /// `begin` on an intent that existed, locked: reads the process of its live lease's owner
-/// first, if it has one.
+/// first, if it has one, and its approval, when the plan asks for it.
 async fn begin_existing(
     session: &mut Session,
     intent: IntentRecord,
@@ -634,21 +825,68 @@ async fn begin_existing(
         Some(instance) => process(session, instance).await?,
         None => None,
     };
-    Ok(plan::begin_existing(intent, request, owner.as_ref())?)
+    let approval = if plan::approval_to_read(&intent, request) {
+        approval(session, intent.id).await?
+    } else {
+        None
+    };
+    Ok(plan::begin_existing(
+        intent,
+        request,
+        owner.as_ref(),
+        approval,
+    )?)
+}
+
+/// `begin` on a key found with no intent, for a tool with policies: takes its budgets'
+/// windows in turn ([`lock_budgets`]), reads what they counted and decides; a new intent is
+/// inserted as the plan says, unless a budget refuses it (then nothing is written). A key
+/// inserted by another replica meanwhile is locked and decided as an existing intent.
+async fn begin_new_with_policies(
+    session: &mut Session,
+    request: &BeginRequest,
+) -> Result<Plan<Begin>, Failure> {
+    let charges = plan::charges(request);
+    if !charges.is_empty() {
+        lock_budgets(session, &request.tool, charges).await?;
+    }
+    let mut used = Vec::with_capacity(charges.len());
+    for charge in charges {
+        used.push(budget_used(session, &request.tool, charge).await?);
+    }
+    match plan::begin_new_call(request, &used)? {
+        NewCall::Refused(outcome) => Ok(Plan::outcome(outcome)),
+        NewCall::Insert(fresh) => match insert(session, &fresh.row).await? {
+            Some(id) => Ok(fresh.inserted(id)),
+            None => {
+                let intent = lock_by_key(session, request).await?.ok_or_else(|| {
+                    Failure::Ledger(LedgerError::Storage(
+                        "the intent was created and deleted by others during this call; try \
+                         again"
+                            .to_owned(),
+                    ))
+                })?;
+                begin_existing(session, intent, request).await
+            }
+        },
+    }
 }
 
 /// Locks the key's intent and decides from it; a key not found is inserted as begun. When
 /// the caller's read found no intent just before (`expect_new`), the insert goes first:
-/// one round trip less for a new intent.
+/// one round trip less for a new intent. A call with policies always reads first: a new
+/// intent is decided from its budgets' counts before anything is inserted.
 pub async fn begin(session: &mut Session, request: &BeginRequest) -> Result<Plan<Begin>, Failure> {
     plan::check_begin(request)?;
-    if !request.expect_new
-        && let Some(intent) = lock_by_key(session, request).await?
-    {
+    let insert_first = request.expect_new && request.policies.is_none();
+    if !insert_first && let Some(intent) = lock_by_key(session, request).await? {
         return begin_existing(session, intent, request).await;
     }
+    if request.policies.is_some() {
+        return begin_new_with_policies(session, request).await;
+    }
     let fresh = plan::begin_fresh(request)?;
-    if request.expect_new {
+    if insert_first {
         let begin = session.take_pending_begin();
         if let Some(id) = insert_fresh(session, &fresh, begin).await? {
             let Plan { outcome, .. } = fresh.inserted(id);
@@ -770,6 +1008,94 @@ pub async fn resolve(
     Ok(plan::resolve(intent, resolve)?)
 }
 
+/// `Ledger::decide` on the intent (locked) and its approval. The budgets an approval counts
+/// are added to without a lock: the approver has decided, whatever the window holds.
+pub async fn decide(session: &mut Session, decide: &Decide) -> Result<Plan<Decided>, Failure> {
+    plan::check_decide(decide)?;
+    let intent = lock_by_id(session, decide.id).await?;
+    let approval = approval(session, decide.id).await?;
+    Ok(plan::decide(intent, approval, decide)?)
+}
+
+/// The intents whose open approval is due at `now_ms`, oldest deadline first, at most
+/// `limit` (cut to [`APPROVALS_PAGE_MAX`]).
+pub async fn due_approvals(
+    session: &mut Session,
+    now_ms: i64,
+    limit: u32,
+) -> Result<Vec<IntentId>, Failure> {
+    let limit = i64::from(limit.min(APPROVALS_PAGE_MAX));
+    let rows = session.query(DUE_APPROVALS, &[&now_ms, &limit]).await?;
+    rows.iter().map(|row| Ok(row.try_get(0)?)).collect()
+}
+
+/// Expires the approval of the intent `id` (locked) if it is still due; `None` once it was
+/// decided, or the intent deleted, meanwhile.
+pub async fn expire_approval(
+    session: &mut Session,
+    id: IntentId,
+    now_ms: i64,
+) -> Result<Plan<Option<HeldIntent>>, Failure> {
+    let Some(row) = session.query_opt(BY_ID_LOCKED, &[&id]).await? else {
+        return Ok(Plan::outcome(None));
+    };
+    let intent = read_intent(&row)?;
+    let approval = approval(session, id).await?;
+    Ok(plan::expire_approval(intent, approval, now_ms)?)
+}
+
+/// `Ledger::approvals`: one page, from [`query::approvals_query`].
+pub async fn approvals(
+    session: &mut Session,
+    filter: &ApprovalFilter,
+    before: Option<IntentId>,
+    limit: u32,
+) -> Result<Vec<HeldIntent>, Failure> {
+    let Some(query) = query::approvals_query(
+        filter,
+        before,
+        limit,
+        intent_columns!(),
+        approval_columns!(),
+        Dialect::Postgres,
+    ) else {
+        return Ok(Vec::new());
+    };
+    let rows = session.query_unprepared(&query.sql, &bound(&query)).await?;
+    rows.iter()
+        .map(|row| {
+            Ok(HeldIntent {
+                intent: read_intent(row)?,
+                approval: read_approval(row, INTENT_COLUMN_COUNT)?,
+            })
+        })
+        .collect()
+}
+
+/// `Ledger::budget_usage`.
+pub async fn budget_usage(
+    session: &mut Session,
+    tool: &str,
+    now_ms: i64,
+) -> Result<Vec<BudgetUsageRow>, Failure> {
+    let rows = session.query(BUDGET_USAGE, &[&tool, &now_ms]).await?;
+    let usage = rows
+        .iter()
+        .map(|row| {
+            Ok(BudgetUsageRow {
+                tool: row.try_get(0)?,
+                budget: row.try_get(1)?,
+                bucket: row.try_get(2)?,
+                window_start_ms: row.try_get(3)?,
+                window_end_ms: row.try_get(4)?,
+                count: count(row, 5, "budget_usage.count")?,
+                units: count(row, 6, "budget_usage.units")?,
+            })
+        })
+        .collect::<Result<_, Failure>>()?;
+    Ok(plan::budget_usage_rows(usage))
+}
+
 pub fn record_disabled_call(tenant: &str, tool: &str, now_ms: i64) -> Result<Plan<()>, Failure> {
     let event = plan::disabled_call(tenant, tool, now_ms)?;
     Ok(Plan::new(vec![Write::Event(event)], ()))
@@ -820,6 +1146,7 @@ pub async fn purge(session: &mut Session, before_ms: i64) -> Result<Plan<u64>, F
         .await?;
     let purged = session.execute(DELETE_INTENTS, &[&ids]).await?;
     session.execute(PURGE_CALLER_KEYS, &[&before_ms]).await?;
+    session.execute(PURGE_BUDGET_USAGE, &[&before_ms]).await?;
     session.execute(DELETE_RUNS, &[&before_ms]).await?;
     session.execute(DELETE_OLD_PROCESSES, &[&before_ms]).await?;
     session

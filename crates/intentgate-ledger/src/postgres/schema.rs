@@ -173,6 +173,54 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE intents ADD COLUMN resend_stopped TEXT
         CHECK (octet_length(resend_stopped) BETWEEN 1 AND 32);
     "#,
+    // 7: approval and budgets (docs/design.md section 13).
+    //
+    // approvals: one row per held intent, its latest request for approval (holding it again
+    // replaces the row; the event log keeps every request and decision); `decision` is null
+    // while open. It goes with its intent (ON DELETE CASCADE: purge, erase). A page of a
+    // tenant's, a tool's or a state's approvals walks one of the indexes ending in the
+    // intent id newest first, without sorting (`query::approvals_query`); the expiry sweep
+    // walks the open ones (a null decision) by deadline.
+    //
+    // budget_usage: what each budget counted per bucket and fixed window (intents, and units
+    // of their amounts, saturating at the largest bigint); the purge deletes ended windows
+    // by budget_usage_by_window_end. Replicas deciding on one window take turns on it with a
+    // transaction-level advisory lock (`ops.rs`), so no row is written to lock it.
+    r#"
+    CREATE TABLE approvals (
+        intent BIGINT PRIMARY KEY REFERENCES intents (id) ON DELETE CASCADE,
+        tenant TEXT NOT NULL CHECK (octet_length(tenant) BETWEEN 1 AND 128),
+        tool TEXT NOT NULL CHECK (octet_length(tool) BETWEEN 1 AND 128),
+        requested_by TEXT NOT NULL CHECK (octet_length(requested_by) <= 256),
+        requested_ms BIGINT NOT NULL,
+        deadline_ms BIGINT NOT NULL,
+        held_by TEXT NOT NULL CHECK (octet_length(held_by) <= 1024),
+        intent_id TEXT CHECK (octet_length(intent_id) <= 256),
+        decision TEXT CHECK (decision IN ('approved', 'denied', 'expired')),
+        decided_by TEXT CHECK (octet_length(decided_by) BETWEEN 1 AND 256),
+        decided_ms BIGINT,
+        reason TEXT CHECK (octet_length(reason) <= 4096),
+        CHECK ((decision IS NULL) = (decided_ms IS NULL))
+    );
+    CREATE INDEX approvals_by_decision_deadline ON approvals (decision, deadline_ms, intent);
+    CREATE INDEX approvals_by_tenant ON approvals (tenant, intent);
+    CREATE INDEX approvals_by_tenant_decision ON approvals (tenant, decision, intent);
+    CREATE INDEX approvals_by_tool ON approvals (tool, intent);
+    CREATE INDEX approvals_by_tool_decision ON approvals (tool, decision, intent);
+    CREATE INDEX approvals_by_decision ON approvals (decision, intent);
+
+    CREATE TABLE budget_usage (
+        tool TEXT NOT NULL CHECK (octet_length(tool) BETWEEN 1 AND 128),
+        budget TEXT NOT NULL CHECK (octet_length(budget) BETWEEN 1 AND 128),
+        bucket TEXT NOT NULL CHECK (octet_length(bucket) BETWEEN 1 AND 1024),
+        window_start_ms BIGINT NOT NULL,
+        window_end_ms BIGINT NOT NULL CHECK (window_end_ms > window_start_ms),
+        count BIGINT NOT NULL CHECK (count >= 0),
+        units BIGINT NOT NULL CHECK (units >= 0),
+        PRIMARY KEY (tool, budget, bucket, window_start_ms)
+    );
+    CREATE INDEX budget_usage_by_window_end ON budget_usage (window_end_ms);
+    "#,
 ];
 
 /// The first key of the migration's advisory lock ("ig" in ASCII), so that it does not

@@ -43,10 +43,11 @@ use crate::plan;
 use crate::queued::{Queued as QueuedFinishes, Ticket};
 use crate::waiters::Waiters;
 use crate::{
-    Begin, BeginRequest, Bound, CallerKey, Durability, Erase, Erased, Erasure, Event, Finish,
-    Finished, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd,
-    ProcessRecord, ProcessRegistration, QueuedFinish, ReconciliationRun, Renew, Renewed, Resolve,
-    StatusCount, StoredMismatch, ToolFlag,
+    Approval, ApprovalFilter, Begin, BeginRequest, Bound, BudgetUsageRow, CallerKey, Decide,
+    Decided, Durability, Erase, Erased, Erasure, Event, Finish, Finished, HeldIntent, IntentFilter,
+    IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
+    ProcessRegistration, QueuedFinish, ReconciliationRun, Renew, Renewed, Resolve, StatusCount,
+    StoredMismatch, ToolFlag,
 };
 use checkpoint::Checkpointer;
 
@@ -765,6 +766,46 @@ impl Ledger for SqliteLedger {
 
     async fn tool_flags(&self) -> Result<Vec<ToolFlag>> {
         self.read(ops::tool_flags)
+    }
+
+    async fn decide(&self, decide: Decide) -> Result<Decided> {
+        let id = decide.id;
+        // A person's decision is durable before it is answered, and wakes the callers
+        // waiting on the intent.
+        self.write(Waiter::Call, true, Some(id), move |connection| {
+            ops::decide(connection, &decide)
+        })
+        .await
+    }
+
+    async fn approval(&self, id: IntentId) -> Result<Option<Approval>> {
+        self.read(|connection| ops::approval(connection, id))
+    }
+
+    async fn approvals(
+        &self,
+        filter: &ApprovalFilter,
+        before: Option<IntentId>,
+        limit: u32,
+    ) -> Result<Vec<HeldIntent>> {
+        self.queued.drain().await;
+        self.read(|connection| ops::approvals(connection, filter, before, limit))
+    }
+
+    async fn expire_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<HeldIntent>> {
+        let expired = self
+            .write(Waiter::Background, false, None, move |connection| {
+                ops::expire_approvals(connection, now_ms, limit)
+            })
+            .await?;
+        for held in &expired {
+            self.waiters.notify(held.intent.id);
+        }
+        Ok(expired)
+    }
+
+    async fn budget_usage(&self, tool: &str, now_ms: i64) -> Result<Vec<BudgetUsageRow>> {
+        self.read(|connection| ops::budget_usage(connection, tool, now_ms))
     }
 
     async fn purge(&self, before_ms: i64) -> Result<u64> {

@@ -6,15 +6,22 @@ use intentgate_core::{IntentStatus, ResendStop};
 use rusqlite::types::ToSqlOutput;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
-use crate::plan::{self, MismatchRow, NewEvent, NewIntent, Plan, StoredIntent, StoredRun, Write};
+use intentgate_core::policy::BudgetUsage;
+
+use crate::plan::{
+    self, BudgetCount, MismatchRow, NewCall, NewEvent, NewIntent, Plan, StoredIntent, StoredRun,
+    Write,
+};
 use crate::process::{PROCESSES_ENDED_KEPT_MAX, ProcessEnd, ProcessRecord, ProcessRegistration};
 use crate::query::{self, Dialect, Parameter, Query};
 use crate::record::{
-    Event, IntentId, IntentRecord, ReconciliationRun, StatusCount, StoredMismatch, ToolFlag,
+    Approval, BudgetUsageRow, Decision, Event, IntentId, IntentRecord, ReconciliationRun,
+    StatusCount, StoredMismatch, ToolFlag,
 };
 use crate::{
-    Begin, BeginRequest, Bound, CallerKey, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish,
-    Finished, IntentFilter, LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX,
+    APPROVALS_PAGE_MAX, ApprovalFilter, Begin, BeginRequest, Bound, BudgetCharge, CallerKey,
+    Decide, Decided, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish, Finished, HeldIntent,
+    IntentFilter, LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX,
     RECONCILIATIONS_PAGE_MAX, Renew, Renewed, Resolve,
 };
 
@@ -145,6 +152,110 @@ pub fn bind_caller_key(connection: &Connection, binding: &CallerKey) -> Result<B
 
 fn must_get(connection: &Connection, id: IntentId) -> Result<IntentRecord, LedgerError> {
     get_by_id(connection, id)?.ok_or(LedgerError::NotFound(id))
+}
+
+/// The columns of an approval, in the order [`read_approval`] reads them.
+const APPROVAL_COLUMNS: &str = "intent, tenant, tool, requested_by, requested_ms, deadline_ms, \
+     held_by, intent_id, decision, decided_by, decided_ms, reason";
+/// How many columns [`INTENT_COLUMNS`] names: an approval read beside its intent starts here.
+const INTENT_COLUMN_COUNT: usize = 20;
+
+/// An approval from the columns of [`APPROVAL_COLUMNS`], the first at `first`.
+fn read_approval(row: &Row<'_>, first: usize) -> rusqlite::Result<Approval> {
+    let decision: Option<String> = row.get(first + 8)?;
+    Ok(Approval {
+        intent: row.get(first)?,
+        tenant: row.get(first + 1)?,
+        tool: row.get(first + 2)?,
+        requested_by: row.get(first + 3)?,
+        requested_ms: row.get(first + 4)?,
+        deadline_ms: row.get(first + 5)?,
+        held_by: row.get(first + 6)?,
+        intent_id: row.get(first + 7)?,
+        decision: decision
+            .map(|text| {
+                Decision::parse(&text)
+                    .ok_or_else(|| corrupt(first + 8, format!("unknown decision `{text}`")))
+            })
+            .transpose()?,
+        decided_by: row.get(first + 9)?,
+        decided_ms: row.get(first + 10)?,
+        reason: row.get(first + 11)?,
+    })
+}
+
+/// The approval of the intent `id` (`Ledger::approval`), if it was ever held.
+pub fn approval(connection: &Connection, id: IntentId) -> Result<Option<Approval>, LedgerError> {
+    let sql = format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE intent = ?1");
+    Ok(connection
+        .prepare_cached(&sql)?
+        .query_row(params![id], |row| read_approval(row, 0))
+        .optional()?)
+}
+
+/// Inserts an intent's approval, or replaces its earlier request.
+fn upsert_approval(connection: &Connection, approval: &Approval) -> Result<(), LedgerError> {
+    connection
+        .prepare_cached(&format!(
+            "INSERT OR REPLACE INTO approvals ({APPROVAL_COLUMNS}) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+        ))?
+        .execute(params![
+            approval.intent,
+            approval.tenant,
+            approval.tool,
+            approval.requested_by,
+            approval.requested_ms,
+            approval.deadline_ms,
+            approval.held_by,
+            approval.intent_id,
+            approval.decision.map(Decision::as_str),
+            approval.decided_by,
+            approval.decided_ms,
+            approval.reason,
+        ])?;
+    Ok(())
+}
+
+/// Counts one more intent in a budget's window: inserts the row, or adds to it (units
+/// saturating at the largest integer, which SQLite would otherwise turn into a real).
+fn count_budget(connection: &Connection, count: &BudgetCount) -> Result<(), LedgerError> {
+    connection
+        .prepare_cached(
+            "INSERT INTO budget_usage (tool, budget, bucket, window_start_ms, window_end_ms, \
+             count, units) VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6) \
+             ON CONFLICT (tool, budget, bucket, window_start_ms) DO UPDATE SET \
+             count = count + 1, units = CASE WHEN units > 9223372036854775807 - excluded.units \
+             THEN 9223372036854775807 ELSE units + excluded.units END",
+        )?
+        .execute(params![
+            count.tool,
+            count.budget,
+            count.bucket,
+            count.window_start_ms,
+            count.window_end_ms,
+            count.units,
+        ])?;
+    Ok(())
+}
+
+/// What a budget has counted in the window `charge` names (zero without a row).
+fn budget_used(
+    connection: &Connection,
+    tool: &str,
+    charge: &BudgetCharge,
+) -> Result<BudgetUsage, LedgerError> {
+    let used = connection
+        .prepare_cached(
+            "SELECT count, units FROM budget_usage \
+             WHERE tool = ?1 AND budget = ?2 AND bucket = ?3 AND window_start_ms = ?4",
+        )?
+        .query_row(
+            params![tool, charge.budget, charge.bucket, charge.window_start_ms],
+            |row| Ok(plan::budget_usage(row.get(0)?, row.get(1)?)),
+        )
+        .optional()?;
+    Ok(used.unwrap_or_default())
 }
 
 pub fn stale(
@@ -282,13 +393,15 @@ fn apply<T>(connection: &Connection, plan: Plan<T>) -> Result<T, LedgerError> {
             }
             Write::Intent(stored) => update(connection, stored)?,
             Write::Event(event) => append_event(connection, event)?,
+            Write::Approval(approval) => upsert_approval(connection, approval)?,
+            Write::Budget(count) => count_budget(connection, count)?,
         }
     }
     Ok(plan.outcome)
 }
 
-/// Inserts a new intent's row as it stands (a [`plan::Fresh`] row: `in_flight`, with its
-/// lease); returns the id it was given.
+/// Inserts a new intent's row as it stands (a [`plan::Fresh`] row: `in_flight` with its
+/// lease, or `pending` when held); returns the id it was given.
 fn insert(connection: &Connection, row: &NewIntent) -> Result<IntentId, LedgerError> {
     let intent = &row.intent;
     connection
@@ -316,6 +429,9 @@ fn insert(connection: &Connection, row: &NewIntent) -> Result<IntentId, LedgerEr
     Ok(connection.last_insert_rowid())
 }
 
+/// Gets the key's intent and decides from it (with the process of its live lease's owner
+/// and its approval, when the plan asks for them); a key not found is decided from its
+/// budgets' counts and inserted as begun, unless a budget refuses it.
 pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, LedgerError> {
     plan::check_begin(request)?;
     let plan = match get(connection, &request.tenant, &request.tool, &request.key)? {
@@ -324,15 +440,117 @@ pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, L
                 Some(instance) => process(connection, instance)?,
                 None => None,
             };
-            plan::begin_existing(intent, request, owner.as_ref())?
+            let approval = if plan::approval_to_read(&intent, request) {
+                approval(connection, intent.id)?
+            } else {
+                None
+            };
+            plan::begin_existing(intent, request, owner.as_ref(), approval)?
         }
         None => {
-            let fresh = plan::begin_fresh(request)?;
-            let id = insert(connection, &fresh.row)?;
-            fresh.inserted(id)
+            let used = plan::charges(request)
+                .iter()
+                .map(|charge| budget_used(connection, &request.tool, charge))
+                .collect::<Result<Vec<_>, _>>()?;
+            match plan::begin_new_call(request, &used)? {
+                NewCall::Refused(outcome) => Plan::outcome(outcome),
+                NewCall::Insert(fresh) => {
+                    let id = insert(connection, &fresh.row)?;
+                    fresh.inserted(id)
+                }
+            }
         }
     };
     apply(connection, plan)
+}
+
+/// `Ledger::decide` on the intent and its approval.
+pub fn decide(connection: &Connection, decide: &Decide) -> Result<Decided, LedgerError> {
+    plan::check_decide(decide)?;
+    let intent = must_get(connection, decide.id)?;
+    let approval = approval(connection, decide.id)?;
+    apply(connection, plan::decide(intent, approval, decide)?)
+}
+
+/// The open approvals due at `now_ms`, oldest deadline first, from
+/// `approvals_by_decision_deadline` (the intent id is the rowid, so ties go in id order).
+const DUE_APPROVALS: &str = "SELECT intent FROM approvals WHERE decision IS NULL \
+     AND deadline_ms <= ?1 ORDER BY deadline_ms, intent LIMIT ?2";
+
+/// `Ledger::expire_approvals`: each due approval settled in this one transaction.
+pub fn expire_approvals(
+    connection: &Connection,
+    now_ms: i64,
+    limit: u32,
+) -> Result<Vec<HeldIntent>, LedgerError> {
+    let due: Vec<IntentId> = connection
+        .prepare_cached(DUE_APPROVALS)?
+        .query_map(params![now_ms, limit.min(APPROVALS_PAGE_MAX)], |row| {
+            row.get(0)
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut expired = Vec::with_capacity(due.len());
+    for id in due {
+        let intent = must_get(connection, id)?;
+        let approval = approval(connection, id)?;
+        expired.extend(apply(
+            connection,
+            plan::expire_approval(intent, approval, now_ms)?,
+        )?);
+    }
+    Ok(expired)
+}
+
+/// `Ledger::approvals`: one page, from [`query::approvals_query`].
+pub fn approvals(
+    connection: &Connection,
+    filter: &ApprovalFilter,
+    before: Option<IntentId>,
+    limit: u32,
+) -> Result<Vec<HeldIntent>, LedgerError> {
+    let Some(query) = query::approvals_query(
+        filter,
+        before,
+        limit,
+        INTENT_COLUMNS,
+        APPROVAL_COLUMNS,
+        Dialect::Sqlite,
+    ) else {
+        return Ok(Vec::new());
+    };
+    let mut statement = connection.prepare_cached(&query.sql)?;
+    let rows = statement.query_map(params_from_iter(&query.parameters), |row| {
+        Ok(HeldIntent {
+            intent: read_intent(row)?,
+            approval: read_approval(row, INTENT_COLUMN_COUNT)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// A tool's budget rows whose window has not ended at `?2`, along the primary key.
+const BUDGET_USAGE: &str = "SELECT tool, budget, bucket, window_start_ms, window_end_ms, count, \
+     units FROM budget_usage WHERE tool = ?1 AND window_end_ms > ?2";
+
+/// `Ledger::budget_usage`.
+pub fn budget_usage(
+    connection: &Connection,
+    tool: &str,
+    now_ms: i64,
+) -> Result<Vec<BudgetUsageRow>, LedgerError> {
+    let mut statement = connection.prepare_cached(BUDGET_USAGE)?;
+    let rows = statement.query_map(params![tool, now_ms], |row| {
+        Ok(BudgetUsageRow {
+            tool: row.get(0)?,
+            budget: row.get(1)?,
+            bucket: row.get(2)?,
+            window_start_ms: row.get(3)?,
+            window_end_ms: row.get(4)?,
+            count: count(row, 5)?,
+            units: count(row, 6)?,
+        })
+    })?;
+    Ok(plan::budget_usage_rows(rows.collect::<Result<_, _>>()?))
 }
 
 pub fn finish(connection: &Connection, finish: &Finish) -> Result<Finished, LedgerError> {
@@ -420,6 +638,11 @@ pub fn purge(connection: &Connection, before_ms: i64) -> Result<u64, LedgerError
         ),
         params![before_ms],
     )?;
+    connection.execute(
+        &format!("DELETE FROM approvals WHERE intent IN (SELECT id FROM intents WHERE {SETTLED})"),
+        params![before_ms],
+    )?;
+    connection.execute(PURGE_BUDGET_USAGE, params![before_ms])?;
     let purged = connection.execute(
         &format!("DELETE FROM intents WHERE {SETTLED}"),
         params![before_ms],
@@ -427,6 +650,10 @@ pub fn purge(connection: &Connection, before_ms: i64) -> Result<u64, LedgerError
     connection.execute(PURGE_CALLER_KEYS, params![before_ms])?;
     Ok(purged)
 }
+
+/// The budget counts of windows that ended at or before the cutoff (`?1`; a window's end is
+/// exclusive), from `budget_usage_by_window_end`.
+const PURGE_BUDGET_USAGE: &str = "DELETE FROM budget_usage WHERE window_end_ms <= ?1";
 
 /// The caller keys bound before the cutoff (`?1`) whose intent is gone: those of the intents
 /// a purge deleted (bound at a call of the intent, so no later than it was last seen), and
@@ -571,12 +798,14 @@ pub fn erase(connection: &Connection, erase: &Erase) -> Result<Erasure, LedgerEr
     let mut events = connection.prepare_cached("DELETE FROM events WHERE intent_id = ?1")?;
     let mut intents = connection.prepare_cached("DELETE FROM intents WHERE id = ?1")?;
     let mut traces = connection.prepare_cached("DELETE FROM intent_traces WHERE intent_id = ?1")?;
+    let mut approvals = connection.prepare_cached("DELETE FROM approvals WHERE intent = ?1")?;
     let mut caller_keys = connection.prepare_cached(
         "DELETE FROM caller_keys WHERE (tenant, tool, intent_key) = \
          (SELECT tenant, tool, intent_key FROM intents WHERE id = ?1)",
     )?;
     for id in &batch {
         traces.execute(params![id])?;
+        approvals.execute(params![id])?;
         caller_keys.execute(params![id])?;
         erased.events += events.execute(params![id])? as u64;
         erased.intents += intents.execute(params![id])? as u64;
@@ -951,6 +1180,122 @@ mod tests {
             "{plan}"
         );
         assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+    }
+
+    /// Every page of approvals walks an index in the page's order, newest intent first,
+    /// whatever the filter: the one its filter names, and never sorts.
+    #[test]
+    fn a_page_of_approvals_walks_the_index_of_its_filter_without_sorting() {
+        use crate::ApprovalState::{Approved, Closed, Open};
+        let connection = migrated();
+        // The indexes a page may walk: either, for a filter of a tenant and a tool.
+        let by_key: &[&str] = &["a USING INTEGER PRIMARY KEY", "SCAN a"];
+        let tenant_or_tool: &[&str] = &["approvals_by_tenant ", "approvals_by_tool "];
+        let decision_of_either: &[&str] = &[
+            "approvals_by_tenant_decision ",
+            "approvals_by_tool_decision ",
+        ];
+        let cases: [(Option<&str>, Option<&str>, _, &[&str]); 13] = [
+            (None, None, None, by_key),
+            (Some("acme"), None, None, &["approvals_by_tenant "]),
+            (Some("acme"), Some("refund"), None, tenant_or_tool),
+            (None, Some("refund"), None, &["approvals_by_tool "]),
+            (None, None, Some(Open), &["approvals_by_decision "]),
+            (None, None, Some(Approved), &["approvals_by_decision "]),
+            (None, None, Some(Closed), by_key),
+            (
+                Some("acme"),
+                None,
+                Some(Open),
+                &["approvals_by_tenant_decision "],
+            ),
+            (Some("acme"), Some("refund"), Some(Open), decision_of_either),
+            (
+                Some("acme"),
+                None,
+                Some(Approved),
+                &["approvals_by_tenant_decision "],
+            ),
+            (Some("acme"), None, Some(Closed), &["approvals_by_tenant "]),
+            (
+                None,
+                Some("refund"),
+                Some(Open),
+                &["approvals_by_tool_decision "],
+            ),
+            (None, Some("refund"), Some(Closed), &["approvals_by_tool "]),
+        ];
+        for (tenant, tool, state, walks) in cases {
+            let filter = ApprovalFilter {
+                tenant: tenant.map(str::to_owned),
+                tool: tool.map(str::to_owned),
+                state,
+            };
+            for before in [None, Some(1_234)] {
+                let query = query::approvals_query(
+                    &filter,
+                    before,
+                    100,
+                    INTENT_COLUMNS,
+                    APPROVAL_COLUMNS,
+                    Dialect::Sqlite,
+                )
+                .expect("a query");
+                let plan = plan_of(&connection, &query.sql, &query.parameters);
+                assert!(!plan.contains("TEMP B-TREE"), "{filter:?}:\n{plan}");
+                let walk = plan.lines().next().unwrap_or_default();
+                assert!(
+                    walks.iter().any(|index| walk.contains(index)),
+                    "{filter:?}, {walks:?}:\n{plan}"
+                );
+                assert!(
+                    plan.contains("SEARCH i USING INTEGER PRIMARY KEY (rowid=?)"),
+                    "{filter:?}:\n{plan}"
+                );
+            }
+        }
+    }
+
+    /// The expiry sweep reads the open approvals due from their index, in deadline order.
+    #[test]
+    fn due_approvals_are_read_from_the_open_ones_by_deadline() {
+        let connection = migrated();
+        let plan = plan_of(
+            &connection,
+            DUE_APPROVALS,
+            &[Parameter::Integer(1), Parameter::Integer(10)],
+        );
+        assert_eq!(
+            plan,
+            "SEARCH approvals USING COVERING INDEX approvals_by_decision_deadline \
+             (decision=? AND deadline_ms<?)"
+        );
+    }
+
+    /// A tool's budget rows come from the primary key; a purge finds ended windows by theirs.
+    #[test]
+    fn budget_usage_is_read_by_tool_and_purged_by_window_end() {
+        let connection = migrated();
+        let plan = plan_of(
+            &connection,
+            BUDGET_USAGE,
+            &[Parameter::Text("refund".into()), Parameter::Integer(1)],
+        );
+        assert!(
+            plan.starts_with("SEARCH budget_usage USING PRIMARY KEY (tool=?)"),
+            "{plan}"
+        );
+        let plan = plan_of(&connection, PURGE_BUDGET_USAGE, &[Parameter::Integer(1)]);
+        assert!(
+            plan.contains("USING INDEX budget_usage_by_window_end (window_end_ms<?)"),
+            "{plan}"
+        );
+    }
+
+    /// An approval read beside its intent starts after the intent's columns.
+    #[test]
+    fn the_intent_columns_are_counted_right() {
+        assert_eq!(INTENT_COLUMNS.split(',').count(), INTENT_COLUMN_COUNT);
     }
 
     /// The gauges count from an index, in its order, without reading a row.

@@ -161,6 +161,53 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE intents ADD COLUMN resend_stopped TEXT
         CHECK (length(resend_stopped) BETWEEN 1 AND 32);
     "#,
+    // 7: approval and budgets (docs/design.md section 13).
+    //
+    // approvals: one row per held intent, its latest request for approval (holding it again
+    // replaces the row; the event log keeps every request and decision); `decision` is null
+    // while open. The intent id is the rowid, so every index is ordered by it within its
+    // columns: a page of a tenant's, a tool's or a state's approvals walks one of them newest
+    // first without sorting (`query::approvals_query`), and the expiry sweep walks the open
+    // ones (a null decision) by deadline. Deleted with their intent (purge, erase).
+    //
+    // budget_usage: what each budget counted per bucket and fixed window (intents, and units
+    // of their amounts, saturating at the largest integer); the purge deletes ended windows
+    // by budget_usage_by_window_end.
+    r#"
+    CREATE TABLE approvals (
+        intent INTEGER PRIMARY KEY,
+        tenant TEXT NOT NULL CHECK (length(tenant) BETWEEN 1 AND 128),
+        tool TEXT NOT NULL CHECK (length(tool) BETWEEN 1 AND 128),
+        requested_by TEXT NOT NULL CHECK (length(requested_by) <= 256),
+        requested_ms INTEGER NOT NULL,
+        deadline_ms INTEGER NOT NULL,
+        held_by TEXT NOT NULL CHECK (length(held_by) <= 1024),
+        intent_id TEXT CHECK (length(intent_id) <= 256),
+        decision TEXT CHECK (decision IN ('approved', 'denied', 'expired')),
+        decided_by TEXT CHECK (length(decided_by) BETWEEN 1 AND 256),
+        decided_ms INTEGER,
+        reason TEXT CHECK (length(reason) <= 4096),
+        CHECK ((decision IS NULL) = (decided_ms IS NULL))
+    ) STRICT;
+    CREATE INDEX approvals_by_decision_deadline ON approvals (decision, deadline_ms);
+    CREATE INDEX approvals_by_tenant ON approvals (tenant);
+    CREATE INDEX approvals_by_tenant_decision ON approvals (tenant, decision);
+    CREATE INDEX approvals_by_tool ON approvals (tool);
+    CREATE INDEX approvals_by_tool_decision ON approvals (tool, decision);
+    CREATE INDEX approvals_by_decision ON approvals (decision);
+
+    CREATE TABLE budget_usage (
+        tool TEXT NOT NULL CHECK (length(tool) BETWEEN 1 AND 128),
+        budget TEXT NOT NULL CHECK (length(budget) BETWEEN 1 AND 128),
+        bucket TEXT NOT NULL CHECK (length(bucket) BETWEEN 1 AND 1024),
+        window_start_ms INTEGER NOT NULL,
+        window_end_ms INTEGER NOT NULL CHECK (window_end_ms > window_start_ms),
+        count INTEGER NOT NULL CHECK (count >= 0),
+        units INTEGER NOT NULL CHECK (units >= 0),
+        PRIMARY KEY (tool, budget, bucket, window_start_ms)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX budget_usage_by_window_end ON budget_usage (window_end_ms);
+    "#,
 ];
 
 /// Applies the migrations this file lacks ([`migrations::pending`]), in one transaction.

@@ -31,6 +31,7 @@ fn request(key: &str) -> BeginRequest {
         lookup_interval_ms: 1_000,
         resend_unknown: false,
         expect_new: false,
+        policies: None,
     }
 }
 

@@ -295,6 +295,7 @@ impl Bench {
                 resend_unknown: false,
                 // As the gateway asks, its read having found no intent for the key.
                 expect_new: true,
+                policies: None,
             })
             .await?;
         let Begin::Execute(intent) = begun else {
