@@ -6,6 +6,7 @@
 //!
 //! ```text
 //!   pending ──▶ in_flight ──▶ done
+//!   (held)  └─(denied)─▶ rejected   └─(deadline passed)─▶ not_executed ──(asked again)──▶ pending
 //!                 │  ▲  ├───▶ rejected ──(retry_rejected: a new attempt)──▶ in_flight
 //!                 │  │  │        └──(an operator reopens it)──▶ not_executed
 //!                 │  │  ├───▶ not_executed ──(a later call)──▶ in_flight
@@ -18,6 +19,11 @@
 //! an operator's reopening (`intentgate intents reopen`): a refusal that was stored wrongly (a
 //! wrong API key answered 401 before the gateway knew such errors are its own) is then executed
 //! by the next call, since a rejected attempt is known to have done nothing.
+//!
+//! `pending` is where an intent held for a person's approval waits (docs/design.md section
+//! 13): approved, it starts its first attempt; denied, it is `rejected` with the approver's
+//! reason; unanswered by its deadline, `not_executed`. Asked for again after that, it is held
+//! again (`not_executed -> pending`) with a new request for approval.
 
 use std::fmt;
 use std::str::FromStr;
@@ -28,7 +34,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IntentStatus {
-    /// Recorded; no attempt has started.
+    /// Recorded; no attempt has started. A held intent waits here for an approver.
     Pending,
     /// An attempt holds the lease and may be talking to the upstream right now. Written
     /// durably before the request leaves. Once the lease has expired it means `unknown`.
@@ -67,7 +73,8 @@ impl IntentStatus {
         use IntentStatus::*;
         matches!(
             (self, to),
-            (Pending, InFlight)
+            (Pending, InFlight | Rejected | NotExecuted)
+                | (NotExecuted, Pending)
                 | (InFlight, Done | Rejected | NotExecuted | Unknown)
                 | (Unknown, Done | Rejected | NotExecuted | InFlight)
                 | (NotExecuted, InFlight)
@@ -128,6 +135,9 @@ mod tests {
 
     const LEGAL: &[(IntentStatus, IntentStatus)] = &[
         (Pending, InFlight),
+        (Pending, Rejected),
+        (Pending, NotExecuted),
+        (NotExecuted, Pending),
         (InFlight, Done),
         (InFlight, Rejected),
         (InFlight, NotExecuted),

@@ -39,7 +39,7 @@ pub use outcome::{
     Ambiguity, Misconfiguration, OutcomeClass, ProviderSignals, RequestFacts, ResendStop,
     Unreachable, UpstreamObservation, classify, classify_with,
 };
-pub use policy::{ApprovalPolicy, BeyondBudget, Budget, BudgetScope, BudgetUsage};
+pub use policy::{ApprovalPolicy, BeyondBudget, Budget, BudgetScope, BudgetUsage, ToolPolicies};
 pub use principal::{Principal, Scope, Scopes, Tenant, TenantError};
 pub use sensitive::{ArgumentPath, HashKey, Redaction};
 pub use status::{CallStatus, Messages, OutcomeReason};

@@ -1,5 +1,5 @@
 //! A side-effecting tool's policies: when a call needs a person's approval, and the budgets
-//! that bound how much a tool may do per window (docs/design.md section 11, "Approval and
+//! that bound how much a tool may do per window (docs/design.md section 13, "Approval and
 //! budgets").
 //!
 //! This module decides; it stores and counts nothing. What a budget has used in its window
@@ -22,6 +22,16 @@ pub const APPROVAL_DEADLINE_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
 pub const BUDGET_WINDOW_MS_MAX: u64 = 31 * 24 * 60 * 60 * 1000;
 /// Most budgets one tool may have.
 pub const BUDGETS_PER_TOOL_MAX: usize = 16;
+/// How long a held intent waits for a decision when its config names no deadline.
+pub const APPROVAL_DEADLINE_MS_DEFAULT: u64 = 24 * 60 * 60 * 1000;
+
+/// A side-effecting tool's policies. A tool without any has `None` on its definition, and
+/// its call path neither reads nor writes anything for them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolPolicies {
+    pub approval: Option<ApprovalPolicy>,
+    pub budgets: Vec<Budget>,
+}
 
 /// When a call of the tool needs a person's approval before anything is sent.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +42,13 @@ pub struct ApprovalPolicy {
     pub tenants: Option<Vec<String>>,
     /// How long a held intent waits for a decision before it is settled `not_executed`.
     pub deadline_ms: u64,
+}
+
+impl ToolPolicies {
+    /// No policy at all: the definition carries `None` instead.
+    pub fn is_empty(&self) -> bool {
+        self.approval.is_none() && self.budgets.is_empty()
+    }
 }
 
 impl ApprovalPolicy {
@@ -66,8 +83,9 @@ pub enum BudgetScope {
 pub enum BeyondBudget {
     /// `over_budget`: refused, nothing executed.
     Refuse,
-    /// Held for a person's approval, like a call its approval policy catches.
-    Approval,
+    /// Held for a person's approval, like a call its approval policy catches, for at most
+    /// `deadline_ms`.
+    Approval { deadline_ms: u64 },
 }
 
 /// A limit on how many intents, or how much, a tool may start per window.
@@ -150,17 +168,39 @@ impl Budget {
             .unwrap_or(u64::MAX))
     }
 
+    /// The start of the window `now_ms` falls in. Windows are fixed periods counted from
+    /// the Unix epoch (an hour's budget starts again on the hour, UTC), so every replica
+    /// counts into the same one.
+    pub fn window_start_ms(&self, now_ms: i64) -> i64 {
+        let window = self.window_ms.max(1) as i64;
+        now_ms.div_euclid(window) * window
+    }
+
+    /// `amount_max` in this budget's units; `None` without an amount limit.
+    pub fn units_max(&self) -> Option<u64> {
+        self.amount_max
+            .as_ref()
+            .map(|max| max.units_rounded_up(self.amount_places).unwrap_or(u64::MAX))
+    }
+
     /// Whether one more intent of `units` fits what the window has `used`.
     pub fn admits(&self, used: BudgetUsage, units: u64) -> bool {
-        let count_fits = self
-            .count_max
-            .is_none_or(|max| used.count.saturating_add(1) <= max);
-        let amount_fits = self.amount_max.as_ref().is_none_or(|max| {
-            let max_units = max.units_rounded_up(self.amount_places).unwrap_or(u64::MAX);
-            used.units.saturating_add(units) <= max_units
-        });
-        count_fits && amount_fits
+        admits(used, units, self.count_max, self.units_max())
     }
+}
+
+/// Whether one more intent of `units` fits `used` under at most `count_max` intents and
+/// `units_max` units (`None`: no such limit). The ledger decides with this inside the
+/// transaction that counts the intent.
+pub fn admits(
+    used: BudgetUsage,
+    units: u64,
+    count_max: Option<u64>,
+    units_max: Option<u64>,
+) -> bool {
+    let count_fits = count_max.is_none_or(|max| used.count.saturating_add(1) <= max);
+    let amount_fits = units_max.is_none_or(|max| used.units.saturating_add(units) <= max);
+    count_fits && amount_fits
 }
 
 #[cfg(test)]

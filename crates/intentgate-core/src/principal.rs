@@ -80,20 +80,29 @@ impl fmt::Display for Tenant {
 
 /// What a credential allows. A call needs [`Scope::Call`]; reading intents needs
 /// [`Scope::IntentsRead`] (its own tenant's) or [`Scope::Admin`] (any tenant's, and the
-/// admin API).
+/// admin API); deciding on held intents needs [`Scope::Approve`], which `admin` does not
+/// include: whoever runs the gateway is not thereby allowed to approve refunds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scope {
     /// Call tools (HTTP API and MCP) and list them.
     Call,
     /// Read the intents of the credential's own tenant.
     IntentsRead,
-    /// Everything: any tenant's intents, and the admin API.
+    /// Everything but approving: any tenant's intents, and the admin API.
     Admin,
+    /// Approve or deny intents held for approval (docs/design.md section 13), of the
+    /// credential's own tenant, never one the same credential asked for.
+    Approve,
 }
 
 impl Scope {
     /// Every scope, in the order they are documented.
-    pub const ALL: [Scope; 3] = [Scope::Call, Scope::IntentsRead, Scope::Admin];
+    pub const ALL: [Scope; 4] = [
+        Scope::Call,
+        Scope::IntentsRead,
+        Scope::Admin,
+        Scope::Approve,
+    ];
 
     /// The scope's name in configs and tokens.
     pub fn as_str(self) -> &'static str {
@@ -101,6 +110,7 @@ impl Scope {
             Scope::Call => "call",
             Scope::IntentsRead => "intents:read",
             Scope::Admin => "admin",
+            Scope::Approve => "approve",
         }
     }
 
@@ -114,6 +124,7 @@ impl Scope {
             Scope::Call => 1,
             Scope::IntentsRead => 2,
             Scope::Admin => 4,
+            Scope::Approve => 8,
         }
     }
 }
@@ -174,9 +185,11 @@ pub struct Principal {
 }
 
 impl Principal {
-    /// Whether the principal may do what `scope` allows. `admin` includes the others.
+    /// Whether the principal may do what `scope` allows. `admin` includes the others but
+    /// `approve`, which is granted only by name.
     pub fn may(&self, scope: Scope) -> bool {
-        self.scopes.contains(scope) || self.scopes.contains(Scope::Admin)
+        self.scopes.contains(scope)
+            || (scope != Scope::Approve && self.scopes.contains(Scope::Admin))
     }
 }
 

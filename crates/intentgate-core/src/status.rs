@@ -27,10 +27,17 @@ pub enum CallStatus {
     Disabled,
     /// The arguments do not match the schema; nothing recorded.
     InvalidArguments,
+    /// Held for a person's approval (docs/design.md section 13): recorded with its exact
+    /// arguments, nothing executed yet. Every repeat gets this answer until an approver
+    /// decides; approved, the gateway executes it and repeats get `already_done`.
+    AwaitingApproval,
+    /// Beyond one of the tool's budgets, which refuses such calls: nothing recorded or
+    /// executed. The budget's name is in the details.
+    OverBudget,
 }
 
 impl CallStatus {
-    pub const ALL: [CallStatus; 8] = [
+    pub const ALL: [CallStatus; 10] = [
         CallStatus::Done,
         CallStatus::AlreadyDone,
         CallStatus::PendingUnknown,
@@ -39,6 +46,8 @@ impl CallStatus {
         CallStatus::Conflict,
         CallStatus::Disabled,
         CallStatus::InvalidArguments,
+        CallStatus::AwaitingApproval,
+        CallStatus::OverBudget,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -51,6 +60,8 @@ impl CallStatus {
             CallStatus::Conflict => "conflict",
             CallStatus::Disabled => "disabled",
             CallStatus::InvalidArguments => "invalid_arguments",
+            CallStatus::AwaitingApproval => "awaiting_approval",
+            CallStatus::OverBudget => "over_budget",
         }
     }
 
@@ -58,7 +69,10 @@ impl CallStatus {
     pub fn needs_model_action(self) -> bool {
         matches!(
             self,
-            CallStatus::Rejected | CallStatus::Conflict | CallStatus::InvalidArguments
+            CallStatus::Rejected
+                | CallStatus::Conflict
+                | CallStatus::InvalidArguments
+                | CallStatus::OverBudget
         )
     }
 
@@ -129,6 +143,15 @@ impl CallStatus {
             (CallStatus::InvalidArguments, _) => {
                 "The arguments do not match the tool's schema: {details}. Fix the arguments and call again."
             }
+            (CallStatus::AwaitingApproval, _) => {
+                "Nothing has been done yet: a person must approve this request first ({details}). \
+                 Tell the user it is being reviewed. Do not call {tool} again for this request; \
+                 once it is approved the gateway carries it out."
+            }
+            (CallStatus::OverBudget, _) => {
+                "Nothing was done: this would go beyond a limit set for {tool} ({details}). Do \
+                 not retry now; tell the user a person will follow up."
+            }
         }
     }
 }
@@ -148,16 +171,24 @@ pub enum OutcomeReason {
     /// the calling application can supply one, never the model: nothing was recorded, and
     /// the same call gets the same answer however often it is repeated.
     MissingIntentId,
+    /// `rejected` because a person reviewing the held intent denied it (docs/design.md
+    /// section 13), not because the provider refused: the approver's reason is the details,
+    /// and the intent stays rejected however often it is asked for.
+    Denied,
 }
 
 impl OutcomeReason {
-    pub const ALL: [OutcomeReason; 2] =
-        [OutcomeReason::Misconfigured, OutcomeReason::MissingIntentId];
+    pub const ALL: [OutcomeReason; 3] = [
+        OutcomeReason::Misconfigured,
+        OutcomeReason::MissingIntentId,
+        OutcomeReason::Denied,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             OutcomeReason::Misconfigured => "misconfigured",
             OutcomeReason::MissingIntentId => "missing_intent_id",
+            OutcomeReason::Denied => "denied",
         }
     }
 
@@ -176,6 +207,10 @@ impl OutcomeReason {
                  call, and this call had none. It is not an argument you can add, and calling \
                  again gets the same answer. Do not retry {tool}; tell the user it can't be done \
                  from here and needs a person or the application to start it."
+            }
+            OutcomeReason::Denied => {
+                "Nothing was done: the person who reviewed this request denied it ({details}). \
+                 Explain the reason to the user. Do not call {tool} again for this request."
             }
         }
     }

@@ -9,6 +9,7 @@ use crate::effect::{Effect, Executor};
 use crate::fingerprint::{Fingerprint, fingerprint_for};
 use crate::key::{KeyError, KeyTemplate};
 use crate::limits::TOOL_NAME_LENGTH_MAX;
+use crate::policy::ToolPolicies;
 use crate::sensitive::{ArgumentPath, HashKey, Redaction, SensitiveError};
 use crate::status::Messages;
 
@@ -81,6 +82,9 @@ pub struct ToolDefinition {
     /// The key of those hashes; required when `sensitive` is not empty
     /// ([`ToolDefinition::check_hash_key`]).
     pub hash_key: Option<HashKey>,
+    /// Approval and budgets (docs/design.md section 13), for a side effect only; `None`
+    /// for a tool with neither, whose calls pay nothing for them.
+    pub policies: Option<ToolPolicies>,
 }
 
 /// Why a tool definition is refused.
@@ -202,6 +206,7 @@ impl ToolDefinition {
             resend_window: None,
             sensitive,
             hash_key: None,
+            policies: None,
         })
     }
 

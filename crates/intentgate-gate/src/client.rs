@@ -278,7 +278,7 @@ impl Gate {
             let owner = token.owner(false);
             Ok(
                 match self
-                    .acquire_intent(definition, &arguments, context, &owner)
+                    .acquire_intent(definition, &arguments, context, &owner, true)
                     .await?
                 {
                     Acquired::Answered(outcome) => Grant::Answer(outcome),
@@ -526,6 +526,7 @@ impl Gate {
             lookup_interval_ms: self.step_interval_ms(tool, &intent, now_ms, Driver::Caller),
             resend_unknown: true,
             expect_new: false,
+            policies: None,
         };
         match self.ledger_begin(begin).await? {
             // The owner says re-send, whichever attempt `begin` started: a not-executed
@@ -551,9 +552,11 @@ impl Gate {
                 })?;
                 pending(self, &next)
             }
-            Begin::Settled(next) | Begin::Busy(next) | Begin::Conflict(next) => {
-                pending(self, &next)
-            }
+            Begin::Settled(next)
+            | Begin::Busy(next)
+            | Begin::Conflict(next)
+            | Begin::Held(next, _) => pending(self, &next),
+            Begin::OverBudget { .. } => unreachable!("a re-send asks for an existing intent"),
         }
     }
 

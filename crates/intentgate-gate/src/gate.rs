@@ -112,6 +112,10 @@ pub struct CallContext {
     /// idempotent tools record no intent and ignore it. At most `CALLER_KEY_LENGTH_MAX`
     /// bytes, not empty: another is `invalid_arguments`.
     pub explicit_key: Option<String>,
+    /// Who is calling: the credential's subject (`Principal::subject`), never the
+    /// credential. An intent held for approval remembers it, and it may never approve that
+    /// intent (docs/design.md section 13).
+    pub caller: String,
 }
 
 impl Default for CallContext {
@@ -120,6 +124,7 @@ impl Default for CallContext {
             tenant: "default".to_owned(),
             intent_id: None,
             explicit_key: None,
+            caller: "anonymous".to_owned(),
         }
     }
 }
@@ -262,7 +267,7 @@ pub struct Gate {
     pub(crate) options: GateOptions,
     calls: AtomicU64,
     flags: Mutex<FlagCache>,
-    metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     repeated_calls: RepeatedCalls,
     upstream_health: UpstreamHealth,
     /// Lookups that found a record half an intent's, for the owners' notices.
@@ -270,6 +275,8 @@ pub struct Gate {
     /// Attempts the provider refused because their key was first used with other
     /// parameters, for the owners' notices.
     key_reuses: broadcast::Sender<KeyReused>,
+    /// Calls held for approval, for the owners' notices.
+    pub(crate) held: broadcast::Sender<crate::approval::HeldNotice>,
     pub(crate) resend_budget: ResendBudget,
 }
 
@@ -324,6 +331,7 @@ impl Gate {
             upstream_health: UpstreamHealth::new(),
             lookup_mismatches: broadcast::channel(LOOKUP_MISMATCH_BUFFER).0,
             key_reuses: broadcast::channel(KEY_REUSE_BUFFER).0,
+            held: crate::approval::held_channel(),
             resend_budget: ResendBudget::default(),
         })
     }
@@ -661,9 +669,30 @@ impl Gate {
         arguments: Value,
         context: &CallContext,
     ) -> Result<CallOutcome, GateError> {
+        self.run_side_effect(tool, arguments, context, true).await
+    }
+
+    /// An approved intent's execution by the gateway (docs/design.md section 13): the call
+    /// path of a side effect with the arguments the ledger kept, counting no call.
+    pub(crate) async fn call_approved(
+        &self,
+        tool: &ToolDefinition,
+        arguments: Value,
+        context: &CallContext,
+    ) -> Result<CallOutcome, GateError> {
+        self.run_side_effect(tool, arguments, context, false).await
+    }
+
+    async fn run_side_effect(
+        &self,
+        tool: &ToolDefinition,
+        arguments: Value,
+        context: &CallContext,
+        count_call: bool,
+    ) -> Result<CallOutcome, GateError> {
         let owner = self.lease_owner("");
         let (intent, request, lookup) = match self
-            .acquire_intent(tool, &arguments, context, &owner)
+            .acquire_intent(tool, &arguments, context, &owner, count_call)
             .await?
         {
             Acquired::Answered(outcome) => return Ok(outcome),
@@ -707,6 +736,7 @@ impl Gate {
         arguments: &Value,
         context: &CallContext,
         owner: &str,
+        count_call: bool,
     ) -> Result<Acquired, GateError> {
         let call_span = tracing::Span::current();
         let keying = crate::phase!("key_and_fingerprint");
@@ -775,6 +805,16 @@ impl Gate {
             .await?;
 
         let now_ms = self.clock.now_ms();
+        let policies = match self.call_policies(tool, arguments, context, intent_id, now_ms) {
+            Ok(policies) => policies,
+            Err(reason) => {
+                set_decision("invalid_arguments");
+                return Ok(Acquired::Answered(
+                    self.outcome(tool, CallStatus::InvalidArguments, &reason)
+                        .with_errors(vec![reason]),
+                ));
+            }
+        };
         let request = BeginRequest {
             tenant: context.tenant.clone(),
             tool: tool.name.clone(),
@@ -784,7 +824,7 @@ impl Gate {
             lease_owner: owner.to_owned(),
             lease_expires_ms: now_ms + millis(self.lease_duration(tool)),
             now_ms,
-            count_call: true,
+            count_call,
             retry_rejected: tool.retry_rejected,
             // When the intent exists and is unknown, its next step's due time.
             lookup_interval_ms: match &read {
@@ -793,12 +833,12 @@ impl Gate {
             },
             resend_unknown: false,
             expect_new: read.is_none(),
+            policies,
         };
         let (begun, request) = self.acquire(tool, request).await?;
-        if begun_intent(&begun).call_count > 1 {
+        if let Some(intent) = begun_intent(&begun).filter(|intent| intent.call_count > 1) {
             // A repeat: its trace points at the call that executed the intent.
-            self.link_to_executing(&call_span, begun_intent(&begun).id)
-                .await;
+            self.link_to_executing(&call_span, intent.id).await;
         }
         set_decision(match &begun {
             Begin::Execute(_) => "execute",
@@ -806,6 +846,8 @@ impl Gate {
             Begin::Settled(_) => "answer_from_ledger",
             Begin::Conflict(_) => "conflict",
             Begin::Busy(_) => "busy",
+            Begin::Held(..) => "held",
+            Begin::OverBudget { .. } => "over_budget",
         });
         Ok(match begun {
             Begin::Execute(intent) => Acquired::Execute { intent, request },
@@ -816,6 +858,14 @@ impl Gate {
             }
             // Still held when the wait ran out: answer from the ledger as it stands.
             Begin::Busy(intent) => Acquired::Answered(self.answer_from(tool, &intent)),
+            Begin::Held(intent, approval) => {
+                // The call that asked: its request is the one the ledger stored.
+                let asked_now = count_call
+                    && approval.requested_ms == request.now_ms
+                    && approval.requested_by == context.caller;
+                Acquired::Answered(self.held(tool, &intent, &approval, asked_now))
+            }
+            Begin::OverBudget { budget } => Acquired::Answered(self.over_budget(tool, &budget)),
         })
     }
 
@@ -974,11 +1024,11 @@ impl Gate {
                 Ok(begin) => begin,
                 Err(error) => break Err(error),
             };
-            if request.count_call {
-                let intent = begun_intent(&begin);
-                if intent.call_count > 1 {
-                    self.repeated_call(tool, intent, intent.call_count);
-                }
+            if request.count_call
+                && let Some(intent) = begun_intent(&begin)
+                && intent.call_count > 1
+            {
+                self.repeated_call(tool, intent, intent.call_count);
             }
             request.count_call = false;
             // The first `begin` created the intent if it was new.
@@ -1608,11 +1658,22 @@ impl Gate {
                     .unwrap_or_default(),
             ),
             IntentStatus::NotExecuted => (CallStatus::NotExecuted, String::new()),
+            // Held for approval, or approved and about to start.
+            IntentStatus::Pending if !intent.lease_live(self.clock.now_ms()) => {
+                (CallStatus::AwaitingApproval, String::new())
+            }
             IntentStatus::Pending | IntentStatus::InFlight | IntentStatus::Unknown => {
                 (CallStatus::PendingUnknown, String::new())
             }
         };
-        let mut outcome = self.outcome(tool, status, &details);
+        let mut outcome = match crate::approval::denial_reason(intent) {
+            Some(reason) => self.outcome(tool, status, "").with_reason_details(
+                tool,
+                OutcomeReason::Denied,
+                &reason,
+            ),
+            None => self.outcome(tool, status, &details),
+        };
         outcome.intent_key = Some(intent.key.clone());
         if matches!(intent.status, IntentStatus::Done | IntentStatus::Rejected) {
             outcome.result = intent.result.clone();
@@ -1795,14 +1856,24 @@ impl CallOutcome {
     }
 
     /// The outcome with `reason`, and the instruction for it.
-    fn with_reason(mut self, tool: &ToolDefinition, reason: OutcomeReason) -> CallOutcome {
+    fn with_reason(self, tool: &ToolDefinition, reason: OutcomeReason) -> CallOutcome {
+        self.with_reason_details(tool, reason, "")
+    }
+
+    /// [`CallOutcome::with_reason`], its message filled in with `details`.
+    fn with_reason_details(
+        mut self,
+        tool: &ToolDefinition,
+        reason: OutcomeReason,
+        details: &str,
+    ) -> CallOutcome {
         self.reason = Some(reason);
         self.message = tool.messages.render_with_reason(
             self.status,
             Some(reason),
             tool.effect,
             &tool.name,
-            "",
+            details,
         );
         self
     }
@@ -1819,13 +1890,15 @@ fn settle_span(finish: &Finish) -> tracing::Span {
     )
 }
 
-fn begun_intent(begin: &Begin) -> &IntentRecord {
+fn begun_intent(begin: &Begin) -> Option<&IntentRecord> {
     match begin {
         Begin::Execute(intent)
         | Begin::Lookup(intent)
         | Begin::Busy(intent)
         | Begin::Settled(intent)
-        | Begin::Conflict(intent) => intent,
+        | Begin::Conflict(intent)
+        | Begin::Held(intent, _) => Some(intent),
+        Begin::OverBudget { .. } => None,
     }
 }
 

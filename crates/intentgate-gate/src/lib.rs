@@ -29,6 +29,7 @@
 //! **API boundary:** the gate owns no transport. The HTTP and MCP servers, the CLI and Rust
 //! agents all call [`Gate::call`] and turn its [`CallOutcome`] into their own wire format.
 
+mod approval;
 mod client;
 mod clock;
 mod gate;
@@ -42,6 +43,9 @@ mod sweeper;
 pub mod trace;
 mod upstream;
 
+pub use approval::{
+    APPROVALS_PER_SWEEP, ApprovalSweep, DecisionOutcome, HELD_NOTICE_BUFFER, HeldNotice,
+};
 pub use client::{Grant, GrantedLease, LEASE_TOKEN_PREFIX, LeaseToken, SettleError, Settlement};
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use gate::{

@@ -227,6 +227,18 @@ struct ToolReasonLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ToolEventLabels {
+    tool: String,
+    event: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ToolBudgetLabels {
+    tool: String,
+    budget: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ToolRuleLabels {
     tool: String,
     rule: String,
@@ -265,6 +277,8 @@ pub struct Metrics {
     lookups: Family<ToolResultLabels, Counter>,
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
     resends_stopped: Family<ToolReasonLabels, Counter>,
+    approvals: Family<ToolEventLabels, Counter>,
+    over_budget: Family<ToolBudgetLabels, Counter>,
     intents: Family<ToolStatusLabels, Gauge>,
     /// Every (tool, status) pair `intents` was ever set for, so that a pair missing from a
     /// later refresh is set to zero rather than left at its old count. Held across a whole
@@ -354,6 +368,18 @@ impl Metrics {
                 &mut registry,
                 "intentgate_resends_stopped",
                 "Attempts whose answer stopped their intent's same-key re-sends for good, by tool and reason",
+                Family::default(),
+            ),
+            approvals: registered(
+                &mut registry,
+                "intentgate_approvals",
+                "Intents held for approval, and what became of them (event: held, approved, denied, expired)",
+                Family::default(),
+            ),
+            over_budget: registered(
+                &mut registry,
+                "intentgate_over_budget",
+                "New intents refused because they went beyond a budget, by tool and budget",
                 Family::default(),
             ),
             intents: registered(
@@ -546,6 +572,27 @@ impl Metrics {
             .get_or_create(&ToolReasonLabels {
                 tool: tool.to_owned(),
                 reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    /// An intent of `tool` held for approval, or its request decided (`approved`, `denied`)
+    /// or `expired`.
+    pub(crate) fn approval(&self, tool: &str, event: &'static str) {
+        self.approvals
+            .get_or_create(&ToolEventLabels {
+                tool: tool.to_owned(),
+                event,
+            })
+            .inc();
+    }
+
+    /// A new intent of `tool` refused by `budget`.
+    pub(crate) fn over_budget(&self, tool: &str, budget: &str) {
+        self.over_budget
+            .get_or_create(&ToolBudgetLabels {
+                tool: tool.to_owned(),
+                budget: budget.to_owned(),
             })
             .inc();
     }

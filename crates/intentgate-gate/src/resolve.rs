@@ -358,11 +358,11 @@ impl Gate {
                 .await?;
                 return Ok(step(self.answer_from(tool, &intent), Resend::Raced));
             }
-            Begin::Settled(intent) | Begin::Busy(intent) => {
+            Begin::Settled(intent) | Begin::Busy(intent) | Begin::Held(intent, _) => {
                 return Ok(step(self.answer_from(tool, &intent), Resend::Raced));
             }
-            Begin::Conflict(_) => {
-                unreachable!("a step asks with the intent's own fingerprint")
+            Begin::Conflict(_) | Begin::OverBudget { .. } => {
+                unreachable!("a step asks for an existing intent with its own fingerprint")
             }
         };
         tracing::debug!(tool = %tool.name, key = %intent.key, attempt = intent.attempt, driver = ?request.driver, "re-sending an unknown intent with its provider key");

@@ -101,13 +101,22 @@ pub struct SweepReport {
     /// When the earliest examined intent that stays unknown has its next step due (clock
     /// milliseconds); `None` when none does.
     pub next_due_ms: Option<i64>,
+    /// Requests for approval settled at their deadline, and approved intents started
+    /// ([`Gate::sweep_approvals`]); not counted in `examined`.
+    pub approvals: crate::approval::ApprovalSweep,
 }
 
 impl SweepReport {
     /// True when the sweep asked the provider something or changed an intent: worth a log
     /// line at info.
     pub fn acted(&self) -> bool {
-        self.looked_up + self.resent + self.resolved_done + self.settled_otherwise > 0
+        self.looked_up
+            + self.resent
+            + self.resolved_done
+            + self.settled_otherwise
+            + self.approvals.expired
+            + self.approvals.executed
+            > 0
     }
 
     /// True when another sweep now would find nothing it could change: every examined
@@ -141,6 +150,8 @@ impl SweepReport {
         self.skipped_tool += other.skipped_tool;
         self.errors += other.errors;
         self.truncated |= other.truncated;
+        self.approvals.expired += other.approvals.expired;
+        self.approvals.executed += other.approvals.executed;
         self.next_due_ms = match (self.next_due_ms, other.next_due_ms) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -153,8 +164,18 @@ impl Gate {
     /// (see the module documentation). Returns `Err` only when the ledger can't list them;
     /// a failure on one intent is counted in [`SweepReport::errors`] and logged.
     pub async fn sweep(&self, limit: u32) -> Result<SweepReport, GateError> {
-        let now_ms = self.clock.now_ms();
         let mut report = SweepReport::default();
+        // Held intents exist only where a policy held them: a gate without policies asks
+        // nothing about them (one held under a policy since removed is settled by its next
+        // call once its deadline has passed).
+        if self
+            .tools
+            .values()
+            .any(|tool| tool.definition.policies.is_some())
+        {
+            report.approvals = self.sweep_approvals().await?;
+        }
+        let now_ms = self.clock.now_ms();
         let mut stale = Vec::new();
         // Nothing steps an unknown intent of a client-executed tool but its caller's next
         // grant: listing them would only fill the page. Expired in-flight ones are listed,
@@ -303,8 +324,13 @@ impl Gate {
                 report.settled_otherwise += 1;
                 return Ok(());
             }
-            Begin::Conflict(_) => {
-                unreachable!("the sweeper asks with the intent's own fingerprint")
+            // Only an intent that is neither in flight nor unknown is held: settled meanwhile.
+            Begin::Held(..) => {
+                report.settled_otherwise += 1;
+                return Ok(());
+            }
+            Begin::Conflict(_) | Begin::OverBudget { .. } => {
+                unreachable!("the sweeper asks for an existing intent with its own fingerprint")
             }
         };
 
@@ -384,8 +410,9 @@ impl Gate {
                 .await?;
                 report.settled_otherwise += 1;
             }
-            Begin::Conflict(_) => {
-                unreachable!("the sweeper asks with the intent's own fingerprint")
+            Begin::Held(..) => report.settled_otherwise += 1,
+            Begin::Conflict(_) | Begin::OverBudget { .. } => {
+                unreachable!("the sweeper asks for an existing intent with its own fingerprint")
             }
         }
         Ok(())
@@ -415,6 +442,7 @@ impl Gate {
             lookup_interval_ms: interval_ms,
             resend_unknown: false,
             expect_new: false,
+            policies: None,
         }
     }
 }

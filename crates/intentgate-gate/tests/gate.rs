@@ -404,6 +404,7 @@ async fn an_expired_in_flight_intent_is_resolved_by_lookup_and_never_executed_ag
             lookup_interval_ms: 5_000,
             resend_unknown: false,
             expect_new: false,
+            policies: None,
         };
         assert!(matches!(
             h.ledger.begin(request).await.unwrap(),
@@ -695,6 +696,7 @@ async fn an_intent_id_from_the_application_keeps_two_equal_refunds_apart() {
         tenant: "default".into(),
         intent_id: Some(id.into()),
         explicit_key: None,
+        ..CallContext::default()
     };
     for id in ["int_1", "int_2", "int_1"] {
         h.gate
@@ -839,6 +841,7 @@ async fn an_explicit_key_is_compared_only_within_its_tenant() {
         tenant: tenant.to_owned(),
         intent_id: None,
         explicit_key: Some("shared-key".to_owned()),
+        ..CallContext::default()
     };
     let acme = h
         .gate
@@ -877,6 +880,7 @@ async fn an_explicit_key_is_the_intent_id_of_a_key_that_uses_one() {
         tenant: "default".into(),
         intent_id: intent_id.map(str::to_owned),
         explicit_key: key.map(str::to_owned),
+        ..CallContext::default()
     };
     let call = |arguments, context: CallContext| {
         let gate = h.gate.clone();

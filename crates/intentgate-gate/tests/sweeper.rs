@@ -129,6 +129,7 @@ impl Setup {
             lookup_interval_ms: 5_000,
             resend_unknown: false,
             expect_new: false,
+            policies: None,
         };
         let Begin::Execute(intent) = self.ledger.begin(request).await.unwrap() else {
             panic!("a new intent starts in flight");
@@ -502,6 +503,7 @@ async fn a_re_send_of_a_tool_keyed_on_the_intent_id_carries_the_same_intent_id()
         tenant: "default".into(),
         intent_id: Some("int 7/a".into()),
         explicit_key: None,
+        ..CallContext::default()
     };
     let first = s
         .gate

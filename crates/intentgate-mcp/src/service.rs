@@ -199,6 +199,7 @@ impl McpService {
             tenant: tenant(&context, &self.inner.options.tenant),
             intent_id,
             explicit_key: None,
+            caller: caller(&context),
         };
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let permit = tokio::time::timeout(PERMIT_WAIT, self.inner.calls.clone().acquire_owned())
@@ -324,6 +325,16 @@ fn trace_context(
     (header(trace::TRACEPARENT), header(trace::TRACESTATE))
 }
 
+/// Who is calling over HTTP: the authenticated principal's subject; on stdio (one local
+/// client, no credential) `stdio`.
+fn caller(context: &RequestContext<RoleServer>) -> String {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Principal>())
+        .map_or_else(|| "stdio".to_owned(), |principal| principal.subject.clone())
+}
+
 /// The tenant of a call: over Streamable HTTP the caller's principal, which the HTTP edge
 /// decided from its credential; on stdio (no principal) the configured tenant, since the
 /// process runs for the one agent that started it.
@@ -405,7 +416,10 @@ mod tests {
             let result = tool_result(&outcome);
             let expected = matches!(
                 status,
-                CallStatus::Rejected | CallStatus::Conflict | CallStatus::InvalidArguments
+                CallStatus::Rejected
+                    | CallStatus::Conflict
+                    | CallStatus::InvalidArguments
+                    | CallStatus::OverBudget
             );
             assert_eq!(result.is_error, Some(expected), "{status}");
             assert_eq!(result.structured_content, Some(outcome.to_json()));

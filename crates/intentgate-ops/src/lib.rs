@@ -14,6 +14,7 @@
 //!   intent per hour.
 //! - [`key_reuses`]: attempts the provider refused because their idempotency key was first
 //!   used with other parameters (two requests share a key), told to the tool's owner at once.
+//! - [`held`]: calls held for approval, told to the tool's owner with a link to decide.
 //! - [`notify`]: routes all of them to the tool's owner: a log line, and a webhook posted in
 //!   the background.
 //!
@@ -22,6 +23,7 @@
 //! reconciliation, alerts) and from `intentgate reconcile`.
 
 pub mod alerts;
+pub mod held;
 pub mod key_reuses;
 pub mod lookup_mismatches;
 pub mod notify;
@@ -32,6 +34,7 @@ pub mod upstream_errors;
 use serde::Serialize;
 
 pub use alerts::{Alert, AlertEngine};
+pub use held::HeldNotices;
 pub use key_reuses::KeyReuseNotices;
 pub use lookup_mismatches::MismatchNotices;
 pub use notify::{DeliveryStats, Notice, Notifier};

@@ -232,7 +232,10 @@ impl Notifier {
         let Some(url) = config.and_then(|config| config.webhook.clone()) else {
             return;
         };
+        // `text` first: a chat tool's incoming webhook (Slack, Mattermost, Google Chat)
+        // shows it as the message and ignores the rest.
         let body = json!({
+            "text": format!("[intentgate {}] {}", notice.severity.as_str(), notice.summary),
             "source": "intentgate",
             "kind": notice.kind,
             "tool": notice.tool,

@@ -114,6 +114,11 @@ impl Gateway {
             &self.gate,
             &notifier,
         )));
+        background.add(Some(crate::start_held_notices(
+            &self.loaded,
+            &self.gate,
+            &notifier,
+        )));
         let reconciler = Arc::new(
             Reconciler::new(
                 &self.loaded,

@@ -49,8 +49,8 @@ pub use http::HttpGateway;
 pub use mcp::McpUpstreams;
 pub use tasks::{
     HEARTBEAT_EVERY, PURGE_EVERY, SILENT_AFTER, SWEEP_EVERY, purge_forever, reconcile_forever,
-    start_alerts, start_key_reuse_notices, start_lookup_notices, start_upstream_notices,
-    sweep_forever,
+    start_alerts, start_held_notices, start_key_reuse_notices, start_lookup_notices,
+    start_upstream_notices, sweep_forever,
 };
 
 use crate::tasks::Background;

@@ -43,6 +43,11 @@ impl Gateway {
             &self.gate,
             &notifier,
         )));
+        background.add(Some(crate::start_held_notices(
+            &self.loaded,
+            &self.gate,
+            &notifier,
+        )));
         self.log_start(" over MCP on stdio");
         let service = mcp_service(&self.loaded, self.gate.clone());
         let served = intentgate_mcp::serve_stdio(service, shutdown).await;

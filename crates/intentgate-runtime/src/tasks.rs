@@ -12,7 +12,8 @@ use intentgate_config::{LoadedConfig, ReconcileConfig};
 use intentgate_gate::{Clock, Gate, SystemClock};
 use intentgate_ledger::{Ledger, ProcessEnd};
 use intentgate_ops::{
-    AlertEngine, KeyReuseNotices, MismatchNotices, Notifier, Reconciler, UpstreamNotices,
+    AlertEngine, HeldNotices, KeyReuseNotices, MismatchNotices, Notifier, Reconciler,
+    UpstreamNotices,
 };
 use tokio::task::JoinHandle;
 
@@ -280,6 +281,17 @@ pub fn start_key_reuse_notices(
     notifier: &Arc<Notifier>,
 ) -> JoinHandle<()> {
     tokio::spawn(KeyReuseNotices::new(loaded).run(gate.key_reuses(), notifier.clone()))
+}
+
+/// Starts the owner notices of the calls `gate` holds for approval, each with the link to
+/// its console page (from [`intentgate_ops::held::PUBLIC_URL_ENV`], when set).
+pub fn start_held_notices(
+    loaded: &LoadedConfig,
+    gate: &Arc<Gate>,
+    notifier: &Arc<Notifier>,
+) -> JoinHandle<()> {
+    let public_url = std::env::var(intentgate_ops::held::PUBLIC_URL_ENV).ok();
+    tokio::spawn(HeldNotices::new(loaded, public_url).run(gate.held_intents(), notifier.clone()))
 }
 
 /// Reconciles every `every_seconds` over the last `window_seconds`. Replicas sharing a

@@ -404,6 +404,7 @@ async fn grant_inner(
         tenant: caller.tenant.as_str().to_owned(),
         intent_id: keys.intent_id,
         explicit_key: keys.caller_key,
+        caller: caller.subject.clone(),
     };
     let gate = state.gate.clone();
     let granted = in_task(&state, async move {

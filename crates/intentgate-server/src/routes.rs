@@ -451,6 +451,7 @@ async fn call_tool_inner(
         tenant: caller.tenant.as_str().to_owned(),
         intent_id: keys.intent_id,
         explicit_key: keys.caller_key,
+        caller: caller.subject.clone(),
     };
     let permit = state
         .calls

@@ -691,6 +691,7 @@ paired with intents by the provider key, `fields.idempotency_key`, or by busines
             tenant: self.tenant.clone(),
             intent_id: uses_intent_id.then(|| format!("smoke-{}-{variant}", self.tag)),
             explicit_key: None,
+            ..CallContext::default()
         }
     }
 
