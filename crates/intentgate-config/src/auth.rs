@@ -63,7 +63,8 @@ pub struct ApiKeyConfig {
     pub sha256: String,
     /// The tenant every call made with this key belongs to.
     pub tenant: String,
-    /// What the key may do: `call`, `intents:read` (its tenant's intents), `admin`.
+    /// What the key may do: `call`, `intents:read` (its tenant's intents), `admin`, `approve`
+    /// (decide on its tenant's intents held for approval; `admin` does not include it).
     pub scopes: Vec<String>,
     /// Other tenants the key may name with the `Intentgate-Tenant` header; `["*"]` for any.
     #[serde(default)]
@@ -269,7 +270,7 @@ impl Checker<'_, '_> {
             self.push(
                 &at!["auth", "api_keys", index, "scopes"],
                 format!("API key `{}` has no scope", key.name),
-                "give it `scopes: [call]`, plus `intents:read` or `admin` if it needs them",
+                "give it `scopes: [call]`, plus `intents:read`, `admin` or `approve` if it needs them",
             );
         }
         for (at_index, scope) in key.scopes.iter().enumerate() {
@@ -277,7 +278,7 @@ impl Checker<'_, '_> {
                 self.push(
                     &at!["auth", "api_keys", index, "scopes", at_index],
                     format!("`{scope}` is not a scope"),
-                    "use `call`, `intents:read` or `admin`",
+                    "use `call`, `intents:read`, `admin` or `approve`",
                 );
             }
         }

@@ -4,8 +4,8 @@
 //! every mistake of a file. The order is: tool effects (on the raw tree, so a tool without
 //! one is reported even when the typed parse fails), then, on the typed file, the gateway
 //! settings, upstreams and owners, then each tool: its definition as the engine checks it
-//! (`ToolDefinition::new`), its input schema, the names it refers to, its request templates
-//! and its `${NAME}` references. Templates are checked with the HTTP crate's own parser
+//! (`ToolDefinition::new`), its input schema, the names it refers to, its approval and
+//! budgets, its request templates and its `${NAME}` references. Templates are checked with the HTTP crate's own parser
 //! (`intentgate_http::template::check_template`, `check_body_template`, `check_list_spec`),
 //! so the config is refused for exactly what would make a request impossible to build.
 //! Last, the hash key of sensitive arguments: required when a tool marks one, read from the
@@ -14,6 +14,7 @@
 mod gateway;
 mod mcp;
 mod pairing;
+mod policies;
 mod requests;
 mod tools;
 mod upstreams;

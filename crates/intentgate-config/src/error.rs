@@ -283,7 +283,16 @@ fn describe(error: &serde_saphyr::Error, field: &[String]) -> (String, String) {
             let last = field.last().map(String::as_str).unwrap_or("value");
             (
                 format!("`{name}` has the wrong type: {problem}"),
-                format!("write {}", example(last)),
+                format!("write {}", example_in(field, last)),
+            )
+        }
+        // A list or a mapping where a string belongs (`name: [a, b]`): the type, not the
+        // YAML, is wrong.
+        Error::Unexpected { expected, .. } if !field.is_empty() && expected.contains("scalar") => {
+            let last = field.last().map(String::as_str).unwrap_or("value");
+            (
+                format!("`{name}` has the wrong type: expected a {expected}"),
+                format!("write {}", example_in(field, last)),
             )
         }
         Error::Budget { .. } => (
@@ -374,6 +383,22 @@ fn edit_distance(a: &str, b: &str) -> usize {
     previous[b.len()]
 }
 
+/// What to write for the field at `field`, whose last name is `last`: [`example`], except
+/// where a budget's field shares its name with another's (a tool's `name`, a list's
+/// `subject`, an alert's `per`, a list's `amount`).
+fn example_in(field: &[String], last: &str) -> String {
+    if !field.iter().any(|segment| segment == "budgets") {
+        return example(last);
+    }
+    match last {
+        "name" => "`name: per-order` (1 to 64 lowercase letters, digits, `_` or `-`)".to_owned(),
+        "subject" => "`subject: \"{order_id}\"` (a template of the arguments, quoted)".to_owned(),
+        "per" => "`per: tenant` (or tool, subject)".to_owned(),
+        "amount" => "`amount: \"5000.00\"` (an exact decimal, quoted)".to_owned(),
+        _ => example(last),
+    }
+}
+
 /// What to write for a field, by its name: `timeout_ms: 10000 (a whole number of
 /// milliseconds, without quotes or units)`.
 fn example(field: &str) -> String {
@@ -444,6 +469,21 @@ fn example(field: &str) -> String {
         "tools" => ("[{name: ..., effect: ..., call: ...}]", "a list of tools"),
         "headers" | "query" | "messages" | "upstreams" | "owners" => ("{name: value}", "a mapping"),
         "not_found_statuses" => ("[404]", "a list of HTTP statuses"),
+        "approval" => (
+            "{when: amount > 100.00}",
+            "a mapping with optional `when`, `tenants` and `deadline`",
+        ),
+        "when" => ("amount > 100.00", "a condition over the arguments, as text"),
+        "tenants" => ("[acme, globex]", "a list of tenant names"),
+        "deadline" => ("4h", "a whole number and a unit: s, m, h or d"),
+        "budgets" => (
+            "[{name: per-order, per: subject, subject: \"{order_id}\", window: 24h, count: 2}]",
+            "a list of budgets",
+        ),
+        "window" => ("1h", "a whole number and a unit: s, m, h or d"),
+        "count" => ("10", "a whole number of intents per window, at least 1"),
+        "amount_argument" => ("amount", "the argument that holds each call's amount"),
+        "beyond" => ("approval", "or refuse"),
         _ => return format!("`{field}: ...` with a value of the type the JSON Schema gives"),
     };
     format!("`{field}: {value}` ({note})")

@@ -178,6 +178,16 @@ pub(crate) struct ImportFile {
             "required": ["call"],
             "not": {"required": ["key_window_hours"]}
         }
+    },
+    {
+        "if": {
+            "properties": {"effect": {"enum": ["read", "idempotent"]}},
+            "required": ["effect"]
+        },
+        "then": {
+            "properties": {"budgets": {"maxItems": 0}},
+            "not": {"required": ["approval"]}
+        }
     }
 ]))]
 pub(crate) struct ToolFile {
@@ -259,6 +269,111 @@ pub(crate) struct ToolFile {
     /// Duplicate-call alert rules (side effects only). Absent: one intent repeated 5 times
     /// within 60 s, or 50 repeats of the tool within 60 s; `[]` turns alerts off.
     pub alerts: Option<Vec<AlertRule>>,
+    /// When a call needs a person's approval before anything is sent (side effects only):
+    /// the call is held, and an approver who is not its caller decides. `approval: {}` holds
+    /// every call.
+    pub approval: Option<ApprovalFile>,
+    /// Limits on how many intents, or how much, the tool may start per window (side effects
+    /// only). A repeat of an intent never counts twice.
+    #[serde(default)]
+    #[schemars(length(max = 16))]
+    pub budgets: Vec<BudgetFile>,
+}
+
+/// When a side-effecting tool's calls need a person's approval.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename = "Approval")]
+pub(crate) struct ApprovalFile {
+    /// A condition over the call's arguments (`amount > 100.00`, `currency in ["USD",
+    /// "EUR"]`, joined with `and`, `or`, `not`); numbers compare as exact decimals. Absent:
+    /// every call needs approval.
+    pub when: Option<String>,
+    /// Only these tenants' calls need approval; absent: every tenant's.
+    #[schemars(length(min = 1))]
+    pub tenants: Option<Vec<String>>,
+    /// How long a held call waits for a decision before it ends `not_executed`: a whole
+    /// number and a unit, `s`, `m`, `h` or `d` (`4h`); default 24h, at most 7d.
+    #[schemars(regex(pattern = r"^[0-9]+[smhd]$"))]
+    pub deadline: Option<String>,
+}
+
+/// A limit on how many intents, or how much, a tool may start per window. Windows are fixed
+/// periods counted from the Unix epoch: an hourly budget starts again on the hour, UTC.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename = "Budget")]
+pub(crate) struct BudgetFile {
+    /// Named in answers, events and metrics: 1 to 64 lowercase letters, digits, `_` or `-`,
+    /// unique within the tool (`per-order`).
+    #[schemars(required, regex(pattern = r"^[a-z0-9_-]{1,64}$"))]
+    pub name: Option<String>,
+    /// What the budget is counted per: `tool` (every call), `tenant` (each tenant's calls) or
+    /// `subject` (each value of `subject` within a tenant).
+    #[schemars(required)]
+    pub per: Option<BudgetPer>,
+    /// With `per: subject` (and only then): a template of the arguments that name what is
+    /// counted, as in a key (`"{order_id}"`, `"{customer.id}"`).
+    pub subject: Option<String>,
+    /// The window: a whole number and a unit, `s`, `m`, `h` or `d` (`1h`, `24h`), at most
+    /// 31d.
+    #[schemars(required, regex(pattern = r"^[0-9]+[smhd]$"))]
+    pub window: Option<String>,
+    /// At most this many intents per window. Give `count`, `amount`, or both.
+    #[schemars(range(min = 1))]
+    pub count: Option<u64>,
+    /// At most this much per window, summed over the intents' `amount_argument`: an exact
+    /// decimal, counted in the places it is written with (`"5000.00"` counts cents). Read as
+    /// the text written, never through a float.
+    // A string field: the YAML parser hands it a plain scalar's text (`5000.00` stays
+    // `5000.00`), so a number is read exactly as written.
+    // `default` keeps it optional in the schema, which `schema_with` alone would not.
+    #[serde(default)]
+    #[schemars(schema_with = "amount_schema")]
+    pub amount: Option<String>,
+    /// The top-level argument whose value is each call's amount (a number, or a string that
+    /// spells one, in the input schema). Required with `amount`.
+    pub amount_argument: Option<String>,
+    /// What a call beyond the budget gets: `refuse` (the default: `over_budget`, nothing
+    /// executed) or `approval` (held for a person's approval, as `approval` holds calls).
+    #[serde(default)]
+    pub beyond: BeyondName,
+    /// With `beyond: approval`: how long a held call waits for a decision (default 24h, at
+    /// most 7d).
+    #[schemars(regex(pattern = r"^[0-9]+[smhd]$"))]
+    pub deadline: Option<String>,
+}
+
+/// What a budget is counted per.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum BudgetPer {
+    /// Every call of the tool, whoever makes it.
+    Tool,
+    /// Each tenant's calls.
+    Tenant,
+    /// Each subject's calls within a tenant, the subject rendered from the arguments.
+    Subject,
+}
+
+impl BudgetPer {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            BudgetPer::Tool => "tool",
+            BudgetPer::Tenant => "tenant",
+            BudgetPer::Subject => "subject",
+        }
+    }
+}
+
+/// What a call beyond a budget gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "Beyond")]
+pub(crate) enum BeyondName {
+    /// Refused as `over_budget`; nothing is executed.
+    #[default]
+    Refuse,
+    /// Held for a person's approval.
+    Approval,
 }
 
 /// The request that performs a tool: an HTTP request (`method` and `path`) or, with `tool`,
@@ -485,6 +600,15 @@ fn object_schema(_: &mut SchemaGenerator) -> Schema {
         "description": "A JSON Schema (draft 2020-12) with \"type\": \"object\".",
         "required": ["type"],
         "properties": {"type": {"const": "object"}}
+    })
+}
+
+/// A budget's `amount`: an exact positive decimal, as a string (`"5000.00"`) or a number.
+fn amount_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": ["string", "number"],
+        "pattern": "^[0-9]+(\\.[0-9]+)?$",
+        "exclusiveMinimum": 0
     })
 }
 

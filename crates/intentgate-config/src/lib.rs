@@ -26,9 +26,10 @@
 //! [`HashKeySource`]) and [`schema`]. A [`LoadedConfig`] holds the plain [`Config`], the hash
 //! key, and the engine's [`ToolDefinition`]s (carrying the key), built by
 //! `ToolDefinition::new` and completed with the tool's owner, messages, `retry_rejected`,
-//! `once_per`, external-id pointer, executor, MCP listing and resend window (from its
-//! upstream's `honours_idempotency_keys` and `key_window_hours`, or, for a client-executed
-//! tool, from its own `key_window_hours`; less `limits::RESEND_WINDOW_MARGIN`).
+//! `once_per`, external-id pointer, executor, MCP listing, approval and budgets (`policies`,
+//! `None` for a tool with neither) and resend window (from its upstream's
+//! `honours_idempotency_keys` and `key_window_hours`, or, for a client-executed tool, from
+//! its own `key_window_hours`; less `limits::RESEND_WINDOW_MARGIN`).
 //!
 //! **Invariant:** a resolved `${NAME}` value (a secret) never appears in an error, a `Debug`
 //! print or anything this crate renders: errors quote only text written in the file, and
@@ -37,6 +38,7 @@
 pub mod auth;
 mod check;
 mod config;
+mod duration;
 mod env;
 mod error;
 mod file;

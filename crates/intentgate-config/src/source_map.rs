@@ -154,6 +154,12 @@ impl SourceMap {
         depth == path.len() && !matches!(node.children, Children::Null)
     }
 
+    /// True when every step of `path` exists, whatever its value: `approval:` with nothing
+    /// after it is written, although it holds nothing.
+    pub fn has_key(&self, path: &[Segment<'_>]) -> bool {
+        self.node(path).1 == path.len()
+    }
+
     /// The position of the last key of `path` (`efect` in `efect: read`); the value's
     /// position when the path does not end in a key that exists.
     pub fn key(&self, path: &[Segment<'_>]) -> Position {
@@ -406,6 +412,8 @@ mod tests {
         );
         assert!(!map.has_value(&at!["tools", 1, "effect"]));
         assert!(map.has_value(&at!["tools", 0, "effect"]));
+        assert!(map.has_key(&at!["tools", 0, "effect"]));
+        assert!(!map.has_key(&at!["tools", 1, "effect"]));
         assert_eq!(map.text(&at!["tools", 1, "name"]), Some("b"));
         assert_eq!(map.len(&at!["tools"]), 2);
         assert_eq!(
@@ -418,5 +426,14 @@ mod tests {
         // A missing field belongs to the mapping that has a key at the reported place.
         let at_call = Position { line: 5, column: 5 };
         assert_eq!(map.mapping_at(at_call), ["tools", "1"]);
+    }
+
+    #[test]
+    fn a_key_without_a_value_is_written_but_holds_nothing() {
+        let map = map("approval:\nbudgets: []\n");
+        assert!(map.has_key(&at!["approval"]));
+        assert!(!map.has_value(&at!["approval"]));
+        assert!(map.has_key(&at!["budgets"]) && map.has_value(&at!["budgets"]));
+        assert!(!map.has_key(&at!["tools"]));
     }
 }

@@ -1,8 +1,9 @@
 //! The checks of one tool, in named steps: its texts (description, owner, `once_per`), its
 //! input schema and argument names, its definition as the engine builds it
-//! (`ToolDefinition::new`, with each refusal reported at its field), its requests (in
-//! `requests.rs`), and what the gateway adds to the definition from the config. Also where
-//! sensitive arguments may not go, and the hash key they need.
+//! (`ToolDefinition::new`, with each refusal reported at its field), its approval and
+//! budgets (in `policies.rs`), its requests (in `requests.rs`), and what the gateway adds to
+//! the definition from the config. Also where sensitive arguments may not go, and the hash
+//! key they need.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use intentgate_http::{HttpTool, check_list_spec};
 use serde_json::Value;
 
 use super::mcp::{Forms, placeholders};
+use super::policies::PolicyContext;
 use super::upstreams::without_references;
 use super::{Checker, names};
 use crate::config::{
@@ -81,6 +83,20 @@ impl Checker<'_, '_> {
         self.arguments_known =
             schema_valid && tool.input_schema.get("type").and_then(Value::as_str) == Some("object");
         let definition = self.definition(index, &label, &tool, &arguments, schema_valid);
+        let policies = self.policies(
+            &PolicyContext {
+                index,
+                label: &label,
+                effect: tool.effect,
+                input_schema: &tool.input_schema,
+                arguments: &arguments,
+                sensitive: definition
+                    .as_ref()
+                    .map(|definition| definition.sensitive.as_slice()),
+            },
+            tool.approval.take(),
+            std::mem::take(&mut tool.budgets),
+        );
         let forms = self.forms(
             index,
             &label,
@@ -112,6 +128,7 @@ impl Checker<'_, '_> {
         );
         let mut definition = definition?;
         self.complete_definition(&mut definition, &tool, &requests, upstreams, &messages);
+        definition.policies = policies;
         if let Some(mcp) = &mcp {
             complete_mcp_definition(&mut definition, mcp, mcp_external_id, mcp_upstreams);
         }
