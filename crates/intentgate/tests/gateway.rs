@@ -504,6 +504,42 @@ fn the_demo_on_the_stripe_example_refunds_in_cents_and_never_twice_with_intentga
 }
 
 #[test]
+fn the_demo_replays_the_runaway_refunds_and_the_budget_holds_every_second_refund() {
+    // The incident's section does not depend on the storm before it: the smallest storm.
+    let output = intentgate()
+        .env_remove("INTENTGATE_HASH_KEY")
+        .args(["demo", "--customers", "1", "--faults", "none", "--json"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_str(&support::success(&output)).unwrap();
+    let incident = &report["incident"];
+    assert_eq!(incident["customers"], 212, "{incident}");
+    // Without a budget every order is refunded twice, each time under a new intent id.
+    let without = &incident["without_budget"];
+    assert_eq!(without["refunds"], 424, "{incident}");
+    assert_eq!(without["customers_refunded_twice"], 212, "{incident}");
+    assert_eq!(without["statuses"], json!({"done": 424}), "{incident}");
+    assert_ne!(without["amount_refunded_twice"], "0.00", "{incident}");
+    // With the per-order budget each order is refunded once, and each second refund waits
+    // for a person, in the ledger as the console lists it.
+    let with = &incident["with_budget"];
+    assert_eq!(with["refunds"], 212, "{incident}");
+    assert_eq!(with["customers_refunded"], 212, "{incident}");
+    assert_eq!(with["customers_refunded_twice"], 0, "{incident}");
+    assert_eq!(with["amount_refunded_twice"], "0.00", "{incident}");
+    assert_eq!(
+        with["statuses"],
+        json!({"done": 212, "awaiting_approval": 212}),
+        "{incident}"
+    );
+    assert_eq!(incident["held_back"], 212, "{incident}");
+    assert_eq!(
+        with["awaiting_approval"], incident["held_back"],
+        "{incident}"
+    );
+}
+
+#[test]
 fn config_check_says_which_line_and_what_to_change() {
     let folder = tempfile::tempdir().unwrap();
     let example = support::example();

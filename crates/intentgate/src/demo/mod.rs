@@ -19,8 +19,13 @@
 //! Latencies and timeouts are scaled down a hundredfold so the replay takes seconds; the
 //! provider's faults and its independence of commit from answer are unchanged. Afterwards
 //! intentgate's ledger is reconciled with the provider's refunds, as `serve` does hourly.
+//!
+//! Last, the runaway-refund incident: an agent told to "retry refunds that may have failed"
+//! refunds 212 customers twice under new intent ids, which no key can stop, replayed without
+//! and then with a per-order budget ([`incident`]).
 
 mod agent;
+mod incident;
 mod naive;
 mod report;
 
@@ -71,7 +76,8 @@ pub async fn run(arguments: DemoArgs) -> anyhow::Result<()> {
     let progress = if arguments.json {
         ProgressBar::hidden()
     } else {
-        let bar = ProgressBar::new(customers.len() as u64 * 2);
+        // The storm's customers in both runs, then the incident's in both of its runs.
+        let bar = ProgressBar::new((customers.len() + incident::INCIDENT_CUSTOMERS) as u64 * 2);
         bar.set_style(
             ProgressStyle::with_template("{msg:>22} [{bar:40}] {pos}/{len} customers")
                 .expect("a valid template")
@@ -84,6 +90,8 @@ pub async fn run(arguments: DemoArgs) -> anyhow::Result<()> {
     let naive = run_naive(&arguments, &customers, &progress).await?;
     progress.set_message("intentgate");
     let gated = run_intentgate(&arguments, &customers, &progress).await?;
+    progress.set_message("runaway agent");
+    let incident = incident::run(arguments.seed, &progress).await?;
     progress.finish_and_clear();
 
     let report = Report {
@@ -93,6 +101,7 @@ pub async fn run(arguments: DemoArgs) -> anyhow::Result<()> {
         provider: (arguments.provider == DemoProvider::Stripe).then(|| "stripe".to_owned()),
         naive,
         intentgate: gated,
+        incident,
         seconds: started.elapsed().as_secs_f64(),
     };
     if arguments.json {

@@ -1,4 +1,4 @@
-//! The side-by-side table.
+//! The side-by-side table, and the incident's section after it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -7,6 +7,7 @@ use intentgate_mock::MockProvider;
 use serde::Serialize;
 
 use super::agent::Served;
+use super::incident::Incident;
 use crate::table::{self, Align};
 
 /// What one run did to the provider and what the agents were told.
@@ -96,7 +97,7 @@ impl Run {
 /// How the table reads one count of a run.
 type Figure = fn(&Run) -> u64;
 
-/// Both runs, on the same customers and faults.
+/// Both runs, on the same customers and faults, and the runaway-refund incident.
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub customers: usize,
@@ -107,6 +108,8 @@ pub struct Report {
     pub provider: Option<String>,
     pub naive: Run,
     pub intentgate: Run,
+    /// The runaway-refund incident, replayed without and with a per-order budget.
+    pub incident: Incident,
     pub seconds: f64,
 }
 
@@ -200,6 +203,7 @@ impl Report {
                 "  (unknown_found: resolved to done; unknown_missing: never happened, for the owner to resolve as not_executed)"
             );
         }
+        out.push_str(&self.incident.section());
         let _ = writeln!(
             out,
             "\nnext: put your own API behind it, starting from examples/quickstart.yaml (README, \
@@ -210,7 +214,8 @@ impl Report {
     }
 }
 
-fn summary(statuses: &BTreeMap<String, usize>) -> String {
+/// Statuses with their counts, the most frequent first: `done 424, awaiting_approval 212`.
+pub(super) fn summary(statuses: &BTreeMap<String, usize>) -> String {
     let mut entries: Vec<(&String, &usize)> = statuses.iter().collect();
     entries.sort_by(|x, y| y.1.cmp(x.1).then(x.0.cmp(y.0)));
     entries
@@ -250,6 +255,7 @@ mod tests {
             provider: None,
             naive: run("naive", 12, None),
             intentgate: run("intentgate", 0, Some(2)),
+            incident: Incident::example(),
             seconds: 1.5,
         };
         let table = report.table();
@@ -289,6 +295,7 @@ mod tests {
             provider: None,
             naive: run("naive", 12, None),
             intentgate,
+            incident: Incident::example(),
             seconds: 1.5,
         };
         let table = report.table();
@@ -307,5 +314,27 @@ mod tests {
                 .starts_with("next: "),
             "{table}"
         );
+    }
+
+    #[test]
+    fn the_incident_section_comes_after_the_storm_and_before_the_next_step() {
+        let report = Report {
+            customers: 150,
+            seed: 7,
+            faults: "stormy".to_owned(),
+            provider: None,
+            naive: run("naive", 12, None),
+            intentgate: run("intentgate", 0, Some(0)),
+            incident: Incident::example(),
+            seconds: 1.5,
+        };
+        let table = report.table();
+        let at = |text: &str| {
+            table
+                .find(text)
+                .unwrap_or_else(|| panic!("no `{text}` in\n{table}"))
+        };
+        assert!(at("what the agents were told") < at("the runaway-refund incident"));
+        assert!(at("the budget held back 212 refunds") < at("\nnext: "));
     }
 }
