@@ -26,7 +26,7 @@ pub const PUBLIC_URL_ENV: &str = "INTENTGATE_PUBLIC_URL";
 
 /// The console page of a held intent, from the gateway's root.
 pub fn console_path(intent: i64) -> String {
-    format!("/console/approvals#intent-{intent}")
+    format!("/console/intents/{intent}")
 }
 
 /// Sends an owner notice for each call the gate holds for approval.
@@ -126,13 +126,13 @@ mod tests {
                 && notice.summary.contains("amount > 100.00")
                 && notice
                     .summary
-                    .ends_with("https://gate.example.com/console/approvals#intent-42"),
+                    .ends_with("https://gate.example.com/console/intents/42"),
             "{}",
             notice.summary
         );
         assert_eq!(
             notice.details["console_url"],
-            "https://gate.example.com/console/approvals#intent-42"
+            "https://gate.example.com/console/intents/42"
         );
     }
 
@@ -145,7 +145,7 @@ mod tests {
         let (owner, notice) = notices.observe(&held());
         assert_eq!(owner, None);
         assert!(
-            notice.summary.ends_with(" /console/approvals#intent-42"),
+            notice.summary.ends_with(" /console/intents/42"),
             "{}",
             notice.summary
         );
