@@ -851,3 +851,100 @@ async fn an_mcp_call_over_http_continues_the_trace_of_its_traceparent_header() {
     assert_eq!(server.parent_span_id, CALLER_SPAN);
     assert_eq!(one(&spans, "call").parent_span_id, server.span_id);
 }
+
+#[tokio::test]
+async fn an_approval_is_a_span_with_its_decision_over_the_execution_it_starts() {
+    const AGENT_KEY: &str = "agent-key-0123456789abcdef0123456789abcdef";
+    const APPROVER_KEY: &str = "approver-key-0123456789abcdef0123456789abcd";
+    let receiver = Receiver::start().await;
+    let folder = tempfile::tempdir().unwrap();
+    let mock = mock_provider();
+    let config = support::example_config(folder.path(), |text| {
+        let held = text.replacen(
+            "    key: \"refund:{order_id}:{amount:.2}\"\n",
+            "    key: \"refund:{order_id}:{amount:.2}\"\n    approval: {}\n",
+            1,
+        );
+        support::with_api_keys(
+            &held,
+            &[
+                ("agent", AGENT_KEY, "acme", "call"),
+                ("approver", APPROVER_KEY, "acme", "approve"),
+            ],
+        )
+    });
+    let ledger = folder.path().join("ledger.db");
+    let gateway = serve_with_stderr(
+        config.to_str().unwrap(),
+        ledger.to_str().unwrap(),
+        &[
+            ("INTENTGATE_MOCK_URL", &mock.url),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url),
+            (
+                "INTENTGATE_ADMIN_TOKEN",
+                "admin-token-0123456789abcdef0123456789abcdef",
+            ),
+        ],
+        Stdio::null(),
+    );
+    let client = support::client();
+    let held: Value = client
+        .post(format!("{}/v1/tools/refund_order/call", gateway.url))
+        .bearer_auth(AGENT_KEY)
+        .json(&json!({"arguments": refund()}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(held["status"], "awaiting_approval", "{held}");
+    let open: Value = client
+        .get(format!("{}/v1/admin/approvals", gateway.url))
+        .bearer_auth(APPROVER_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = open["approvals"][0]["intent_id"].as_i64().unwrap();
+    let approved: Value = client
+        .post(format!("{}/v1/admin/approvals/{id}/approve", gateway.url))
+        .bearer_auth(APPROVER_KEY)
+        .json(&json!({"reason": "checked"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(approved["outcome"]["status"], "done", "{approved}");
+
+    let spans = receiver
+        .wait_for(SPANS_WAIT, |spans| {
+            !named(spans, "approval").is_empty() && !named(spans, "upstream.request").is_empty()
+        })
+        .await;
+    let approval = one(&spans, "approval");
+    assert_eq!(
+        approval.attribute("intentgate.approval.decision"),
+        Some("approved")
+    );
+    assert_eq!(
+        approval.attribute("intentgate.approval.actor"),
+        Some("approver")
+    );
+    let request = one(&spans, "upstream.request");
+    assert_eq!(
+        request.trace_id, approval.trace_id,
+        "the execution the approval started is in the approval's trace"
+    );
+    // The held call's own span says it was held.
+    let call = one(&spans, "call");
+    assert_eq!(
+        call.attribute("intentgate.status"),
+        Some("awaiting_approval")
+    );
+    assert_eq!(call.attribute("intentgate.decision"), Some("held"));
+}
