@@ -139,6 +139,12 @@ pub async fn smoke_with(
         intentgate_config::load_file_with(config_path, &hash_key).map_err(|errors| {
             anyhow::anyhow!("the config was refused, so no tool could be smoke-tested:\n{errors}")
         })?;
+    // The smoke test proves each side effect happens once under a storm of retries; an
+    // approval policy or a budget would hold or refuse its calls instead. Those are the
+    // ledger's to enforce, tested with it, so the tools run here without them.
+    for tool in &mut loaded.tools {
+        tool.policies = None;
+    }
     let target = if live {
         Target::live(&mut loaded).await?
     } else {

@@ -140,6 +140,27 @@ fn json_output_has_every_side_effecting_tool_with_its_steps() {
     }
 }
 
+// Found by adding an approval policy to a config: every smoke call was held, and the
+// smoke test failed a tool whose wiring was right.
+#[test]
+fn a_tool_with_approval_and_a_budget_is_smoke_tested_without_them() {
+    let folder = tempfile::tempdir().unwrap();
+    let config = example_config(folder.path(), |text| {
+        let key = "    key: \"refund:{order_id}:{amount:.2}\"\n";
+        assert!(text.contains(key));
+        text.replacen(
+            key,
+            &format!(
+                "{key}    approval: {{}}\n    budgets:\n      - {{name: hourly, per: tool, \
+                 window: 1h, count: 1}}\n"
+            ),
+            1,
+        )
+    });
+    let output = smoke(&["--config", path(&config)], &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+}
+
 #[test]
 fn a_key_built_from_a_per_attempt_argument_fails_the_smoke() {
     let folder = tempfile::tempdir().unwrap();
