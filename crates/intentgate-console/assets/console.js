@@ -970,6 +970,9 @@ function decisionForm(held, slot) {
     try {
       const answer = await api("/approvals/" + encodeURIComponent(held.intent_id) + "/" + verb, { method: "POST", body: text ? { reason: text } : {} });
       fill(slot, decisionOutcome(answer));
+      // The card's badge says what it is now, not "awaiting approval".
+      const heading = slot.closest("article").querySelector("h2 > .badge");
+      if (heading) heading.replaceWith(badge(answer.decision, answer.decision === "approved" ? "ok" : "bad"));
       toast("Intent #" + held.intent_id + " " + answer.decision);
     } catch (error) {
       message.textContent = error.message;

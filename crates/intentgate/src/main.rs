@@ -5,6 +5,7 @@
 //! arguments; errors travel as `anyhow` errors, are printed here with their causes, and end
 //! the process with a non-zero status.
 
+mod approvals;
 mod audit;
 mod auth;
 mod bench;
@@ -60,6 +61,7 @@ async fn main() -> ExitCode {
         Command::Bench(arguments) => bench::run(arguments).await,
         Command::Flags(arguments) => flags::run(arguments).await,
         Command::Intents(arguments) => intents::run(arguments).await,
+        Command::Approvals(arguments) => approvals::run(arguments).await,
         Command::Reconcile(arguments) => reconcile::run(arguments).await,
         Command::Audit(arguments) => audit::run(arguments).await,
         Command::Smoke(arguments) => smoke::run(arguments).await,
