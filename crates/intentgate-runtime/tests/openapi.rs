@@ -129,6 +129,7 @@ async fn with_the_admin_api_on_every_admin_route_is_documented_and_every_documen
         [
             "GET /v1/admin/activity",
             "GET /v1/admin/alerts",
+            "GET /v1/admin/approvals",
             "GET /v1/admin/flags",
             "GET /v1/admin/intents",
             "GET /v1/admin/intents/{id}",
@@ -137,6 +138,8 @@ async fn with_the_admin_api_on_every_admin_route_is_documented_and_every_documen
             "GET /v1/admin/reconciliations/{id}/mismatches.csv",
             "GET /v1/admin/reconciliations/{id}/subjects.csv",
             "GET /v1/admin/unknown",
+            "POST /v1/admin/approvals/{id}/approve",
+            "POST /v1/admin/approvals/{id}/deny",
             "POST /v1/admin/erasures",
             "POST /v1/admin/intents/{id}/reopen",
             "POST /v1/admin/intents/{id}/resolve",
