@@ -15,6 +15,9 @@ use crate::bench::ledger::{
     CONCURRENT_CALLERS, INTENTS_DEFAULT, INTENTS_MAX, SEQUENTIAL_INTENTS_MAX,
 };
 use crate::bench::mcp::{ROUNDS_DEFAULT as MCP_ROUNDS_DEFAULT, ROUNDS_MAX as MCP_ROUNDS_MAX};
+use crate::bench::policies::{
+    ROUNDS_DEFAULT as POLICIES_ROUNDS_DEFAULT, ROUNDS_MAX as POLICIES_ROUNDS_MAX,
+};
 use crate::bench::reconcile::{
     INTENTS_DEFAULT as RECONCILE_INTENTS_DEFAULT, INTENTS_MAX as RECONCILE_INTENTS_MAX,
     INTENTS_MIN as RECONCILE_INTENTS_MIN,
@@ -1120,6 +1123,30 @@ one done intent per call through the gateway. The servers are shut down and the 
 folder removed afterwards."
     )]
     Mcp(McpBenchArgs),
+    /// Measure what a side-effecting tool's approval policy and budgets cost a new call,
+    /// against the same tool without policies, in one run.
+    #[command(
+        long_about = "Measure what approval and budget policies cost a new side-effecting call.
+
+Opens a fresh SQLite ledger in a temporary folder inside --dir (or, with --ledger URL, a fresh \
+schema on that PostgreSQL database, dropped afterwards) and one gate with three side-effecting \
+refund tools whose upstream answers at once, so only the gate and the ledger are measured. Each \
+round makes one new refund per tool through Gate::call, in process, the series taking turns to \
+go first so that all of them see the same machine:
+
+  1. refund_plain: no policies, the baseline;
+  2. refund_approval: an approval policy (when: amount > 1000000.00) that no call reaches, so \
+its condition is evaluated and nothing is held;
+  3. refund_budget: two budgets never reached (a count per tool, an amount per tenant), which \
+the ledger reads and counts in the transaction that creates the intent.
+
+Reports each series' p50 and p99 and their ratios to refund_plain's, beside the design targets \
+(refund_approval p50 at most 1.05 x plain, refund_budget p50 at most 1.25 x plain). It checks \
+that every call was `done`, that the upstream saw one request per call, that the ledger holds \
+one done intent per call and that the budgets counted every call of refund_budget and nothing \
+of the other tools. The temporary folder is removed afterwards."
+    )]
+    Policies(PoliciesBenchArgs),
 }
 
 /// `intentgate bench mcp`.
@@ -1144,6 +1171,39 @@ pub struct McpBenchArgs {
     /// power loss), `relaxed` does not (survives a crash of the process).
     #[arg(long, env = "INTENTGATE_DURABILITY", value_enum, default_value_t = DurabilityArgument::Strict)]
     pub durability: DurabilityArgument,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `intentgate bench policies`.
+#[derive(Debug, Args)]
+pub struct PoliciesBenchArgs {
+    /// The folder the ledger goes in (in a temporary folder inside it).
+    #[arg(long, env = "INTENTGATE_BENCH_DIR", default_value = ".")]
+    pub dir: PathBuf,
+
+    #[arg(
+        long,
+        default_value_t = POLICIES_ROUNDS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(POLICIES_ROUNDS_MAX)),
+        help = format!(
+            "Measured rounds (1 to {POLICIES_ROUNDS_MAX}), each making one new refund per series"
+        )
+    )]
+    pub rounds: u32,
+
+    /// What a ledger write promises: `strict` fsyncs it (survives a power loss), `relaxed`
+    /// does not (survives a crash of the process). Relaxed by default here: an fsync costs
+    /// far more than what the policies add, and its noise would hide the difference.
+    #[arg(long, env = "INTENTGATE_DURABILITY", value_enum, default_value_t = DurabilityArgument::Relaxed)]
+    pub durability: DurabilityArgument,
+
+    /// Measure a PostgreSQL ledger instead (postgres://user@host:port/database): in a fresh
+    /// schema named for the run, dropped afterwards.
+    #[arg(long, value_name = "URL")]
+    pub ledger: Option<String>,
 
     /// Print one JSON object instead of a table.
     #[arg(long)]

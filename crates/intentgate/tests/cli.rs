@@ -403,6 +403,81 @@ fn bench_mcp_prints_positive_figures_as_json_and_cleans_up() {
     );
 }
 
+#[test]
+fn bench_policies_help_documents_every_flag_and_its_relaxed_default() {
+    let output = run(intentgate().args(["bench", "policies", "--help"]));
+    assert!(output.status.success(), "{output:?}");
+    let stdout = text(&output.stdout);
+    for said in [
+        "--rounds",
+        "--json",
+        "--durability",
+        "--dir",
+        "--ledger",
+        "[default: relaxed]",
+        "refund_plain",
+        "refund_approval",
+        "refund_budget",
+    ] {
+        assert!(stdout.contains(said), "`{said}` is not in:\n{stdout}");
+    }
+}
+
+#[test]
+fn bench_policies_prints_every_series_as_json_and_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(intentgate()
+        .env_remove("INTENTGATE_DURABILITY")
+        .args(["bench", "policies", "--rounds", "50", "--json", "--dir"])
+        .arg(dir.path()));
+    assert!(output.status.success(), "{output:?}");
+    let stdout = text(&output.stdout);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|error| {
+        panic!("stdout is not one JSON object ({error}):\n{stdout}");
+    });
+    // Each series' latencies and ratios are positive; what a policy adds over the plain tool
+    // may be negative on a noisy machine, but is there.
+    for series in ["plain", "approval", "budget"] {
+        for percentile in ["p50", "p99"] {
+            let field = format!("{series}_{percentile}_us");
+            assert!(
+                report[&field].as_f64().is_some_and(|value| value > 0.0),
+                "{field} is not a positive number: {report}"
+            );
+        }
+    }
+    for series in ["approval", "budget"] {
+        for percentile in ["p50", "p99"] {
+            let ratio = format!("ratio_{series}_to_plain_{percentile}");
+            assert!(
+                report[&ratio].as_f64().is_some_and(|value| value > 0.0),
+                "{ratio} is not a positive number: {report}"
+            );
+            let added = format!("added_by_{series}_{percentile}_us");
+            assert!(report[&added].is_number(), "{added} is missing: {report}");
+        }
+    }
+    assert_eq!(report["durability"], "relaxed", "{report}");
+    assert_eq!(report["ledger"], "sqlite", "{report}");
+    assert_eq!(report["rounds"], 50, "{report}");
+    // One done intent per call of each of the three tools, warm-up included, and each of
+    // refund_budget's two budgets counted every call of it: every series completed.
+    let calls = 50 + report["warm_up_rounds"].as_u64().unwrap();
+    assert_eq!(report["intents_done"], 3 * calls, "{report}");
+    assert_eq!(report["budget_counts"], 2 * calls, "{report}");
+    // Whether a target is met depends on the machine; that both are reported does not.
+    assert_eq!(
+        target_fields(&report),
+        ["ratio_approval_to_plain_p50", "ratio_budget_to_plain_p50"],
+        "{report}"
+    );
+    let remaining: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(
+        remaining.is_empty(),
+        "the temporary folder was left behind: {remaining:?}"
+    );
+}
+
 /// A ledger file created before it was made private stays readable by others until its
 /// operator changes it: every command that opens it says so, with the command that fixes it.
 #[cfg(unix)]

@@ -7,6 +7,7 @@ pub mod gateway;
 pub mod intents;
 pub mod ledger;
 pub mod mcp;
+pub mod policies;
 mod proxy;
 pub mod reconcile;
 
@@ -32,6 +33,7 @@ pub async fn run(arguments: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Reconcile(arguments) => reconcile::run(arguments).await,
         BenchCommand::Intents(arguments) => intents::run(arguments).await,
         BenchCommand::Mcp(arguments) => mcp::run(arguments).await,
+        BenchCommand::Policies(arguments) => policies::run(arguments).await,
     }
 }
 
