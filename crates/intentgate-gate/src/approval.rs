@@ -105,11 +105,19 @@ impl Gate {
                 deadline_ms: now_ms.saturating_add(approval.deadline_ms as i64),
             })
         });
+        let budgets = charges(policies, &context.tenant, arguments, now_ms)?;
+        // A call its approval policy lets through, of a tool without budgets, asks nothing
+        // of the ledger's policies: its `begin` is a plain one (on PostgreSQL, one round
+        // trip). An intent already held is still answered as held: `begin` reads the
+        // approval of every `pending` intent.
+        if hold.is_none() && budgets.is_empty() {
+            return Ok(None);
+        }
         Ok(Some(CallPolicies {
             hold,
             requested_by: context.caller.clone(),
             intent_id: intent_id.map(str::to_owned),
-            budgets: charges(policies, &context.tenant, arguments, now_ms)?,
+            budgets,
         }))
     }
 
