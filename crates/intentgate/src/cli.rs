@@ -356,7 +356,9 @@ pub struct ServeArgs {
     /// console (/console, signed in with this token): the bearer token its requests must
     /// carry, at least 32 bytes (make one with `openssl rand -hex 32`). Prefer the
     /// environment variable: a command-line value is visible in the process list. Without it
-    /// the admin API is off.
+    /// the admin API is off. The owner's notice of a call held for approval links to the
+    /// intent's console page, from the address in INTENTGATE_PUBLIC_URL when it is set
+    /// (`https://intentgate.example.com`), else as a path.
     #[arg(
         long,
         env = "INTENTGATE_ADMIN_TOKEN",
