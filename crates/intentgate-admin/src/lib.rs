@@ -53,7 +53,6 @@ mod approvals;
 mod auth;
 mod body;
 mod client;
-mod duration;
 mod erasure;
 mod export;
 mod flags;
@@ -82,8 +81,8 @@ pub use approvals::{
     REDACTED,
 };
 pub use auth::{Approver, ConsoleUser};
-pub use duration::parse_duration;
 pub use erasure::{ERASE_ROUNDS_MAX, ErasureReport, Refusal, check_erase, erase_all};
+pub use intentgate_core::duration::parse_duration;
 pub use openapi::{ADMIN_TAG, openapi};
 pub use resolution::{
     MANUAL_STATUSES, ManualReopen, ManualResolution, Unresolvable, check_reopenable,

@@ -38,7 +38,6 @@
 pub mod auth;
 mod check;
 mod config;
-mod duration;
 mod env;
 mod error;
 mod file;

@@ -13,6 +13,7 @@
 pub mod condition;
 pub mod currency;
 pub mod decimal;
+pub mod duration;
 pub mod effect;
 pub mod fingerprint;
 pub mod intent;

@@ -27,9 +27,9 @@ use intentgate_core::{
 use serde_json::Value;
 
 use super::{Checker, names};
-use crate::duration::{parse_duration_ms, write_duration};
 use crate::file::{ApprovalFile, BeyondName, BudgetFile, BudgetPer};
 use crate::source_map::{Segment, at};
+use intentgate_core::duration::{parse_duration_ms, write_duration};
 
 /// Longest budget name: it is written into answers, events and metric labels.
 const BUDGET_NAME_LENGTH_MAX: usize = 64;

@@ -1,10 +1,12 @@
-//! Durations as a config writes them: `30s`, `15m`, `4h`, `7d` (a budget's `window`, an
+//! Durations as operators and configs write them: a whole number and one unit, `30s`,
+//! `15m`, `4h`, `7d` (the admin API's and the CLI's `--since`, a budget's `window`, an
 //! approval's `deadline`).
 //!
-//! The grammar and the wording of its errors are those of the admin API's and the CLI's
-//! `--since` (`intentgate_admin::parse_duration`), so an operator learns one form: a whole
-//! number and one unit. That crate serves HTTP and the config crate must not depend on it,
-//! so the few lines are repeated here; the tests pin the same refusals.
+//! Not jiff's parser: its grammar also accepts `1h30m`, `1 hour`, `1w` and fractions, and a
+//! form that takes one number and one unit can't be misread by an operator or a script, so
+//! this small grammar is the promise (its tests pin what is refused).
+
+use std::time::Duration;
 
 /// What each unit is worth, in milliseconds, with its letter.
 const UNITS: [(&str, u64); 4] = [
@@ -16,7 +18,7 @@ const UNITS: [(&str, u64); 4] = [
 
 /// Parses a positive duration written as a whole number and a unit, `s` (seconds), `m`
 /// (minutes), `h` (hours) or `d` (days), into milliseconds. The error says what is accepted.
-pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
     let wrong = || {
         format!(
@@ -47,8 +49,13 @@ pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{text}` is too long a duration"))
 }
 
+/// [`parse_duration_ms`] as a `Duration`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    parse_duration_ms(text).map(Duration::from_millis)
+}
+
 /// `ms` in the largest unit that writes it whole: `7d`, `36h`, `90s`.
-pub(crate) fn write_duration(ms: u64) -> String {
+pub fn write_duration(ms: u64) -> String {
     UNITS
         .iter()
         .rev()
@@ -88,6 +95,12 @@ mod tests {
                 .unwrap_err()
                 .contains("too long")
         );
+    }
+
+    #[test]
+    fn a_duration_is_the_same_read_as_milliseconds() {
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(2 * 86_400)));
+        assert!(parse_duration("0s").unwrap_err().contains("positive"));
     }
 
     #[test]
