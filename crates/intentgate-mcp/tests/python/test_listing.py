@@ -28,6 +28,9 @@ STATUSES = {
     "conflict",
     "disabled",
     "invalid_arguments",
+    # A tool with an approval policy or budgets (docs/design.md section 13).
+    "awaiting_approval",
+    "over_budget",
 }
 ONCE_PER_SENTENCE_END = "Repeated calls return the original result."
 
@@ -114,7 +117,8 @@ async def test_every_tool_has_its_input_schema_and_the_outcome_output_schema(gat
             "differing_fields",
             "errors",
             # Why a call ended so, when the status alone would mislead: `misconfigured`
-            # (a not_executed), `missing_intent_id` (an invalid_arguments).
+            # (a not_executed), `missing_intent_id` (an invalid_arguments), `denied` (a
+            # rejected a person decided).
             "reason",
         }, name
-        assert set(output["properties"]["reason"]["enum"]) == {"misconfigured", "missing_intent_id"}, name
+        assert set(output["properties"]["reason"]["enum"]) == {"misconfigured", "missing_intent_id", "denied"}, name
