@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 use intentgate_core::text::printable;
 use intentgate_gate::{Clock, SystemClock};
 use intentgate_ledger::{
-    Approval, ApprovalFilter, ApprovalState, Decide, Decided, Durability, HeldIntent, Ledger,
+    Approval, ApprovalFilter, ApprovalState, Decide, Decided, HeldIntent, Ledger,
 };
 use serde_json::json;
 
@@ -42,40 +42,7 @@ pub async fn run(arguments: ApprovalsArgs) -> anyhow::Result<()> {
 /// Opens the ledger named by `--ledger`, or by the config's `gateway.ledger`, as
 /// `intentgate intents` does. A SQLite file must exist already.
 async fn open(location: &IntentsLedgerArgs) -> anyhow::Result<Arc<dyn Ledger>> {
-    let (ledger_location, durability) = match (&location.ledger, &location.config) {
-        (Some(ledger), _) => (
-            intentgate_runtime::ledger_location(Some(ledger), ledger),
-            Durability::Strict,
-        ),
-        (None, Some(config)) => {
-            // Only its ledger is read: no hash key and no upstream secret needed.
-            let loaded = intentgate_runtime::load_reading(
-                config,
-                &intentgate_config::HashKeySource::NotNeeded,
-            )?;
-            let gateway = &loaded.config.gateway;
-            (
-                intentgate_runtime::ledger_location(None, &gateway.ledger),
-                intentgate_runtime::durability(gateway.durability),
-            )
-        }
-        (None, None) => bail!(
-            "say which ledger: --config FILE (its gateway.ledger) or --ledger PATH_OR_URL, \
-or set INTENTGATE_CONFIG or INTENTGATE_LEDGER"
-        ),
-    };
-    let shown = intentgate_ledger::display_location(&ledger_location);
-    // On stderr, so that the listing on stdout stays what a script reads.
-    eprintln!("ledger: {shown}");
-    if !intentgate_ledger::Location::parse(&ledger_location).exists() {
-        bail!(
-            "there is no ledger at {shown}: give the path of the gateway's ledger file \
-(gateway.ledger of its config, or its --ledger)"
-        );
-    }
-    intentgate_ledger::open(&ledger_location, durability)
-        .await
-        .with_context(|| format!("opening the intent ledger at {shown}"))
+    Ok(crate::intents::open(location).await?.0)
 }
 
 async fn list(arguments: ApprovalsListArgs) -> anyhow::Result<()> {

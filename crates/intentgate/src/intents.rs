@@ -50,7 +50,9 @@ pub async fn run(arguments: IntentsArgs) -> anyhow::Result<()> {
 
 /// Opens the ledger named by `--ledger`, or by the config's `gateway.ledger`. A SQLite file
 /// must exist already: a mistyped path must not create an empty ledger and list nothing.
-async fn open(location: &IntentsLedgerArgs) -> anyhow::Result<(Arc<dyn Ledger>, String)> {
+pub(crate) async fn open(
+    location: &IntentsLedgerArgs,
+) -> anyhow::Result<(Arc<dyn Ledger>, String)> {
     let (ledger_location, durability) = match (&location.ledger, &location.config) {
         (Some(ledger), _) => (
             intentgate_runtime::ledger_location(Some(ledger), ledger),
