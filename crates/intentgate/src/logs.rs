@@ -8,11 +8,12 @@
 //! - rmcp writes lines of its own for every MCP request at `info` (a service started and
 //!   finished per Streamable HTTP request). Unless `RUST_LOG` names rmcp, it is held at
 //!   `warn` ([`RMCP_DIRECTIVE_DEFAULT`]); `RUST_LOG=info,rmcp=debug` shows them again.
-//! - rmcp logs an `ERROR` "failed to send pending response during drain" whenever an MCP
-//!   client gave up on a call before its answer was ready (a client timeout, a closed
-//!   response stream). That is normal operation: the call itself finished, and a repeat gets
-//!   its outcome. [`AbandonedCalls`] replaces exactly that event with a `debug` line of
-//!   target [`ABANDONED_TARGET`], and lets every other rmcp error through.
+//! - rmcp logs an `ERROR` ("fail to response message", or "failed to send pending response
+//!   during drain" when the session is closing) whenever an MCP client gave up on a call
+//!   before its answer was ready (a client timeout, a closed response stream). That is
+//!   normal operation: the call itself finished, and a repeat gets its outcome.
+//!   [`AbandonedCalls`] replaces exactly those two events with a `debug` line of target
+//!   [`ABANDONED_TARGET`], and lets every other rmcp error through.
 //!
 //! **Fields callers can't forge.** Log lines carry values that callers chose: a tenant, an
 //! intent key or id, a tool name from a URL, argument values, header values, error messages
@@ -321,12 +322,16 @@ pub const ABANDONED_TARGET: &str = "intentgate::abandoned";
 /// Its message.
 const ABANDONED_MESSAGE: &str =
     "an MCP client went away before its answer was sent; the call itself finished";
-/// The rmcp event that stands for an abandoned call: its target, level and message. rmcp
-/// writes it when the answer of a finished call can't be sent because the client's end is
-/// gone (its response stream, or stdout of a stdio client).
-const RMCP_DRAIN_TARGET: &str = "rmcp::service";
-const RMCP_DRAIN_LEVEL: Level = Level::ERROR;
-const RMCP_DRAIN_MESSAGE: &str = "failed to send pending response during drain";
+/// The rmcp events that stand for an abandoned call: their target, level and messages. rmcp
+/// writes one when the answer of a finished call can't be sent because the client's end is
+/// gone (its response stream, or stdout of a stdio client): the first while the session
+/// runs, the second while it is closing.
+const RMCP_UNSENT_TARGET: &str = "rmcp::service";
+const RMCP_UNSENT_LEVEL: Level = Level::ERROR;
+const RMCP_UNSENT_MESSAGES: [&str; 2] = [
+    "fail to response message",
+    "failed to send pending response during drain",
+];
 
 /// The callsite of the line [`AbandonedCalls`] writes: a `debug` event of
 /// [`ABANDONED_TARGET`] with a message and rmcp's `error`.
@@ -359,8 +364,8 @@ impl Callsite for AbandonedCallsite {
 }
 
 /// The layer that turns rmcp's `ERROR` about an abandoned MCP call into a `debug` line of
-/// the gateway's own (module documentation). It matches that one event by target, level and message,
-/// so every other rmcp error is written as rmcp wrote it.
+/// the gateway's own (module documentation). It matches those two events by target, level
+/// and message, so every other rmcp error is written as rmcp wrote it.
 #[derive(Default)]
 struct AbandonedCalls {
     /// The dispatcher this layer is part of, where the `debug` line goes. Weak: the
@@ -378,12 +383,16 @@ where
 
     fn event_enabled(&self, event: &Event<'_>, _context: Context<'_, S>) -> bool {
         let metadata = event.metadata();
-        if metadata.target() != RMCP_DRAIN_TARGET || *metadata.level() != RMCP_DRAIN_LEVEL {
+        if metadata.target() != RMCP_UNSENT_TARGET || *metadata.level() != RMCP_UNSENT_LEVEL {
             return true;
         }
-        let mut fields = DrainFields::default();
+        let mut fields = UnsentFields::default();
         event.record(&mut fields);
-        if fields.message.as_deref() != Some(RMCP_DRAIN_MESSAGE) {
+        if !fields
+            .message
+            .as_deref()
+            .is_some_and(|message| RMCP_UNSENT_MESSAGES.contains(&message))
+        {
             return true;
         }
         if let Some(dispatch) = self.dispatch.get().and_then(WeakDispatch::upgrade)
@@ -408,12 +417,12 @@ where
 
 /// The message and `error` of an rmcp event.
 #[derive(Default)]
-struct DrainFields {
+struct UnsentFields {
     message: Option<String>,
     error: Option<String>,
 }
 
-impl DrainFields {
+impl UnsentFields {
     fn keep(&mut self, field: &Field, text: impl FnOnce() -> String) {
         match field.name() {
             "message" => self.message = Some(text()),
@@ -423,7 +432,7 @@ impl DrainFields {
     }
 }
 
-impl Visit for DrainFields {
+impl Visit for UnsentFields {
     fn record_str(&mut self, field: &Field, value: &str) {
         self.keep(field, || value.to_owned());
     }
@@ -704,6 +713,7 @@ mod tests {
             let span = tracing::info_span!("serve_inner");
             let _entered = span.enter();
             tracing::error!(target: "rmcp::service", error = %"channel closed", "failed to send pending response during drain");
+            tracing::error!(target: "rmcp::service", error = %"channel closed", "fail to response message");
             tracing::error!(target: "rmcp::service", e = %"broken pipe", "fail to close sink");
             tracing::error!(target: "rmcp::service", error = %"task panicked", "response send task failed during drain");
             tracing::error!(target: "another::crate", error = %"channel closed", "failed to send pending response during drain");
@@ -730,14 +740,14 @@ mod tests {
         }
         for directives in ["info,intentgate::abandoned=debug", "debug"] {
             let lines = logged_as_json(directives, abandoned_and_failed);
-            let mut expected = vec![line("DEBUG", ABANDONED_TARGET, ABANDONED_MESSAGE)];
+            let abandoned = line("DEBUG", ABANDONED_TARGET, ABANDONED_MESSAGE);
+            let mut expected = vec![abandoned.clone(), abandoned];
             expected.extend(others.iter().cloned());
             assert_eq!(summary(&lines), expected, "{directives:?}");
-            assert_eq!(lines[0]["error"], "channel closed");
-            assert_eq!(
-                lines[0]["span"]["name"], "serve_inner",
-                "it keeps rmcp's span"
-            );
+            for debug in &lines[..2] {
+                assert_eq!(debug["error"], "channel closed");
+                assert_eq!(debug["span"]["name"], "serve_inner", "it keeps rmcp's span");
+            }
         }
     }
 
