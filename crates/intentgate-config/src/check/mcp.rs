@@ -7,6 +7,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use intentgate_config_file::at;
+use intentgate_config_file::file::{
+    CallFile, ImportFile, ListFile, LookupFile, UpstreamFile, UpstreamKind,
+};
+use intentgate_config_file::source_map::Segment;
 use intentgate_core::Effect;
 use intentgate_core::placeholder::{self, Format, Piece};
 use intentgate_core::tool::TIMEOUT_MS_MAX;
@@ -19,11 +24,9 @@ use intentgate_mcp_upstream::{McpList, McpLookup, McpServer, McpTool, McpToolCal
 use serde_json::Value;
 
 use super::upstreams::check_url;
-use super::{Checker, names};
+use super::{Checker, names, spec};
 use crate::config::{ImportConfig, McpToolConfig, McpUpstreamConfig};
-use crate::file::{CallFile, ImportFile, ListFile, LookupFile, UpstreamFile, UpstreamKind};
 use crate::limits::*;
-use crate::source_map::{Segment, at};
 
 /// An MCP server's bound on one call when the config names none.
 pub(crate) const MCP_TIMEOUT_MS_DEFAULT: u64 = 30_000;
@@ -450,13 +453,13 @@ impl Checker<'_, '_> {
         };
         let http_call = CallSpec {
             upstream: call.upstream,
-            method,
+            method: spec::method(method),
             path,
             query: call.query,
             headers: call.headers,
             body: call.body,
-            body_format: call.body_format,
-            result: call.result,
+            body_format: spec::body_format(call.body_format),
+            result: spec::result(call.result),
         };
         let lookup = lookup.and_then(|lookup| {
             let base = at!["tools", index, "lookup"];
@@ -479,18 +482,18 @@ impl Checker<'_, '_> {
             };
             Some(LookupSpec {
                 upstream: lookup.upstream,
-                method: lookup.method.unwrap_or(Method::Get),
+                method: lookup.method.map(spec::method).unwrap_or(Method::Get),
                 path,
                 query: lookup.query,
                 headers: lookup.headers,
                 body: lookup.body,
-                body_format: lookup.body_format,
+                body_format: spec::body_format(lookup.body_format),
                 found: lookup.found,
                 not_found_statuses: lookup.not_found_statuses.unwrap_or_else(|| vec![404]),
                 external_id: lookup.external_id,
                 key: lookup.key,
-                match_fields: lookup.match_fields,
-                pages: lookup.pages,
+                match_fields: spec::match_fields(lookup.match_fields),
+                pages: lookup.pages.map(spec::lookup_pages),
             })
         });
         let list = list.and_then(|list| self.http_list(index, label, list));
@@ -530,8 +533,8 @@ impl Checker<'_, '_> {
             next_cursor: list.next_cursor,
             has_more: list.has_more,
             limit_max: list.limit_max,
-            fields: list.fields,
-            match_fields: list.match_fields,
+            fields: spec::list_fields(list.fields),
+            match_fields: spec::match_fields(list.match_fields),
         })
     }
 
@@ -620,8 +623,8 @@ impl Checker<'_, '_> {
                 items: list.items,
                 next_cursor: list.next_cursor,
                 has_more: list.has_more,
-                fields: list.fields,
-                match_fields: list.match_fields,
+                fields: spec::list_fields(list.fields),
+                match_fields: spec::match_fields(list.match_fields),
             },
         })
     }
@@ -689,7 +692,8 @@ impl Checker<'_, '_> {
             &format!("{label}: `lookup.{{field}}` pages through an HTTP listing, and this tool's lookup is a call of an MCP tool"),
             "remove `{field}`; give the lookup tool arguments that narrow its answer to one intent's records",
         );
-        self.lookup_proof(index, label, lookup.key.as_deref(), &lookup.match_fields);
+        let match_fields = spec::match_fields(lookup.match_fields);
+        self.lookup_proof(index, label, lookup.key.as_deref(), &match_fields);
         Some(McpLookup {
             call: McpToolCall {
                 arguments: lookup.arguments,
@@ -698,7 +702,7 @@ impl Checker<'_, '_> {
             found: lookup.found,
             external_id: lookup.external_id,
             key: lookup.key,
-            match_fields: lookup.match_fields,
+            match_fields,
         })
     }
 

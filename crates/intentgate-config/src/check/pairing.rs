@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 
+use intentgate_config_file::at;
+use intentgate_config_file::source_map::Segment;
 use intentgate_core::ArgumentPath;
 use intentgate_core::currency::CurrencySource;
 use intentgate_http::spec::{ListRecords, ListSubject, MatchCompare, MatchField};
@@ -17,7 +19,6 @@ use serde_json::Value;
 use super::Checker;
 use super::tools::pointer_path;
 use crate::limits::MATCH_FIELDS_MAX;
-use crate::source_map::{Segment, at};
 
 /// An example of `match` for the fixes, as the example config's refunds would write it.
 const MATCH_EXAMPLE: &str = "`match: {order_id: {record: /order_id}, amount: {record: /amount}}`";

@@ -15,6 +15,10 @@
 
 use std::collections::HashSet;
 
+use intentgate_config_file::at;
+use intentgate_config_file::file::{ApprovalFile, BeyondName, BudgetFile, BudgetPer};
+use intentgate_config_file::source_map::Segment;
+use intentgate_core::duration::{parse_duration_ms, write_duration};
 use intentgate_core::fingerprint::canonical_arguments;
 use intentgate_core::policy::{
     APPROVAL_DEADLINE_MS_DEFAULT, APPROVAL_DEADLINE_MS_MAX, BUDGET_WINDOW_MS_MAX,
@@ -27,9 +31,6 @@ use intentgate_core::{
 use serde_json::Value;
 
 use super::{Checker, names};
-use crate::file::{ApprovalFile, BeyondName, BudgetFile, BudgetPer};
-use crate::source_map::{Segment, at};
-use intentgate_core::duration::{parse_duration_ms, write_duration};
 
 /// Longest budget name: it is written into answers, events and metric labels.
 const BUDGET_NAME_LENGTH_MAX: usize = 64;

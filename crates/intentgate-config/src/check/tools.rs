@@ -8,6 +8,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use intentgate_config_file::at;
+use intentgate_config_file::env::{self, EnvError};
+use intentgate_config_file::file::{McpListing, ToolFile};
+use intentgate_config_file::source_map::{Segment, segments};
+use intentgate_config_file::{IdempotencyKeyHeader, OwnerConfig};
 use intentgate_core::sensitive::{HASH_KEY_BYTES_MIN, HashKeyError, SensitiveError};
 use intentgate_core::tool::{RETRY_BUDGET_MAX, TIMEOUT_MS_MAX};
 use intentgate_core::{
@@ -23,13 +28,8 @@ use super::mcp::{Forms, placeholders};
 use super::policies::PolicyContext;
 use super::upstreams::without_references;
 use super::{Checker, names};
-use crate::config::{
-    IdempotencyKeyHeader, McpToolConfig, McpUpstreamConfig, OwnerConfig, ToolConfig,
-};
-use crate::env::{self, EnvError};
-use crate::file::{McpListing, ToolFile};
+use crate::config::{McpToolConfig, McpUpstreamConfig, ToolConfig};
 use crate::limits::*;
-use crate::source_map::{Segment, at, segments};
 use crate::{HashKeySource, Secrets};
 
 /// A tool's requests as checked, with their `${NAME}` references resolved.
