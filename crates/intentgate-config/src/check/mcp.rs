@@ -165,97 +165,32 @@ impl Checker<'_, '_> {
             TIMEOUT_MS_MAX,
             "milliseconds",
         );
-        let transport = match (upstream.command, upstream.url) {
-            (Some(command), None) => {
-                if !upstream.headers.is_empty() {
-                    self.push(
-                        &at!["upstreams", name, "headers"],
-                        format!("upstream `{name}`: `headers` go with HTTP requests, and this MCP server runs over stdio (`command`)"),
-                        "remove `headers`; pass a stdio server its secrets in `env`",
-                    );
-                }
-                let command = self
-                    .resolve_or_written(
-                        &at!["upstreams", name, "command"],
-                        &format!("upstreams.{name}.command"),
-                        &command,
-                    )
-                    .map(|(command, _)| command);
-                if command
-                    .as_deref()
-                    .is_some_and(|command| command.trim().is_empty())
-                {
-                    self.push(
-                        &at!["upstreams", name, "command"],
-                        format!("upstream `{name}`: `command` is empty"),
-                        "name the program that runs the server, e.g. `command: npx`",
-                    );
-                }
-                let mut args = Vec::with_capacity(upstream.args.len());
-                for (position, arg) in upstream.args.iter().enumerate() {
-                    let field = format!("upstreams.{name}.args[{position}]");
-                    if let Some(arg) =
-                        self.resolve(&at!["upstreams", name, "args", position], &field, arg)
-                    {
-                        args.push(arg);
-                    }
-                }
-                let mut env = BTreeMap::new();
-                for (key, value) in &upstream.env {
-                    if key.is_empty() || key.contains(['=', '\0']) {
-                        let at = self.map.key(&at!["upstreams", name, "env", key]);
-                        self.errors.push(
-                            at,
-                            format!("`{key}` in `upstreams.{name}.env` is not an environment variable name"),
-                            "use a name without `=`, e.g. `API_KEY`",
-                        );
-                    }
-                    let field = format!("upstreams.{name}.env.{key}");
-                    if let Some(value) =
-                        self.resolve(&at!["upstreams", name, "env", key], &field, value)
-                    {
-                        env.insert(key.clone(), value);
-                    }
-                }
-                McpTransport::Stdio {
-                    command: command?,
-                    args,
-                    env,
-                }
-            }
-            (None, Some(url)) => {
-                self.misplaced(
-                    &base,
-                    &[("args", !upstream.args.is_empty()), ("env", !upstream.env.is_empty())],
-                    &format!("upstream `{name}`: `{{field}}` is for MCP servers the gateway starts (`command`), and this one is reached at `url`"),
-                    "remove `{field}`",
-                );
-                let field = format!("upstreams.{name}.url");
-                let (resolved, unset) =
-                    self.resolve_or_written(&at!["upstreams", name, "url"], &field, &url)?;
-                if let Err(reason) = check_url(&resolved)
-                    && !unset
-                {
-                    self.push(
-                        &at!["upstreams", name, "url"],
-                        format!("`{field}` is not a usable URL: {reason}"),
-                        "write the server's Streamable HTTP endpoint, e.g. `url: http://127.0.0.1:9000/mcp`",
-                    );
-                }
-                let headers =
-                    self.headers(&base, &format!("upstreams.{name}"), upstream.headers, false);
-                McpTransport::Http {
-                    url: resolved,
-                    headers,
-                }
-            }
+        let honours_idempotency_keys = upstream.honours_idempotency_keys;
+        let transport = self.mcp_transport(name, upstream)?;
+        Some(McpUpstreamConfig {
+            server: McpServer {
+                name: name.to_owned(),
+                transport,
+                timeout: Duration::from_millis(timeout_ms),
+            },
+            honours_idempotency_keys,
+            key_window_hours,
+        })
+    }
+
+    /// How the gateway reaches an MCP server: exactly one of `command` and `url`.
+    fn mcp_transport(&mut self, name: &str, upstream: UpstreamFile) -> Option<McpTransport> {
+        let base = at!["upstreams", name];
+        match (upstream.command.clone(), upstream.url.clone()) {
+            (Some(command), None) => self.stdio_transport(name, command, &upstream),
+            (None, Some(url)) => self.http_transport(name, url, upstream),
             (Some(_), Some(_)) => {
                 self.push(
                     &at!["upstreams", name, "url"],
                     format!("upstream `{name}` has both `command` and `url`"),
                     "keep `command:` for a server the gateway starts (stdio), or `url:` for one it reaches over Streamable HTTP",
                 );
-                return None;
+                None
             }
             (None, None) => {
                 self.push(
@@ -263,17 +198,105 @@ impl Checker<'_, '_> {
                     format!("upstream `{name}` (`kind: mcp`) has neither `command` nor `url`"),
                     "add `command:` (and `args:`) for a server the gateway starts over stdio, or `url:` for a Streamable HTTP server",
                 );
-                return None;
+                None
             }
-        };
-        Some(McpUpstreamConfig {
-            server: McpServer {
-                name: name.to_owned(),
-                transport,
-                timeout: Duration::from_millis(timeout_ms),
-            },
-            honours_idempotency_keys: upstream.honours_idempotency_keys,
-            key_window_hours,
+        }
+    }
+
+    /// An MCP server the gateway starts: `command` with `args` and `env`, references
+    /// resolved.
+    fn stdio_transport(
+        &mut self,
+        name: &str,
+        command: String,
+        upstream: &UpstreamFile,
+    ) -> Option<McpTransport> {
+        if !upstream.headers.is_empty() {
+            self.push(
+                &at!["upstreams", name, "headers"],
+                format!("upstream `{name}`: `headers` go with HTTP requests, and this MCP server runs over stdio (`command`)"),
+                "remove `headers`; pass a stdio server its secrets in `env`",
+            );
+        }
+        let command = self
+            .resolve_or_written(
+                &at!["upstreams", name, "command"],
+                &format!("upstreams.{name}.command"),
+                &command,
+            )
+            .map(|(command, _)| command);
+        if command
+            .as_deref()
+            .is_some_and(|command| command.trim().is_empty())
+        {
+            self.push(
+                &at!["upstreams", name, "command"],
+                format!("upstream `{name}`: `command` is empty"),
+                "name the program that runs the server, e.g. `command: npx`",
+            );
+        }
+        let mut args = Vec::with_capacity(upstream.args.len());
+        for (position, arg) in upstream.args.iter().enumerate() {
+            let field = format!("upstreams.{name}.args[{position}]");
+            if let Some(arg) = self.resolve(&at!["upstreams", name, "args", position], &field, arg)
+            {
+                args.push(arg);
+            }
+        }
+        let mut env = BTreeMap::new();
+        for (key, value) in &upstream.env {
+            if key.is_empty() || key.contains(['=', '\0']) {
+                let at = self.map.key(&at!["upstreams", name, "env", key]);
+                self.errors.push(
+                    at,
+                    format!(
+                        "`{key}` in `upstreams.{name}.env` is not an environment variable name"
+                    ),
+                    "use a name without `=`, e.g. `API_KEY`",
+                );
+            }
+            let field = format!("upstreams.{name}.env.{key}");
+            if let Some(value) = self.resolve(&at!["upstreams", name, "env", key], &field, value) {
+                env.insert(key.clone(), value);
+            }
+        }
+        Some(McpTransport::Stdio {
+            command: command?,
+            args,
+            env,
+        })
+    }
+
+    /// An MCP server reached over Streamable HTTP at `url`, with its `headers`.
+    fn http_transport(
+        &mut self,
+        name: &str,
+        url: String,
+        upstream: UpstreamFile,
+    ) -> Option<McpTransport> {
+        let base = at!["upstreams", name];
+        self.misplaced(
+            &base,
+            &[("args", !upstream.args.is_empty()), ("env", !upstream.env.is_empty())],
+            &format!("upstream `{name}`: `{{field}}` is for MCP servers the gateway starts (`command`), and this one is reached at `url`"),
+            "remove `{field}`",
+        );
+        let field = format!("upstreams.{name}.url");
+        let (resolved, unset) =
+            self.resolve_or_written(&at!["upstreams", name, "url"], &field, &url)?;
+        if let Err(reason) = check_url(&resolved)
+            && !unset
+        {
+            self.push(
+                &at!["upstreams", name, "url"],
+                format!("`{field}` is not a usable URL: {reason}"),
+                "write the server's Streamable HTTP endpoint, e.g. `url: http://127.0.0.1:9000/mcp`",
+            );
+        }
+        let headers = self.headers(&base, &format!("upstreams.{name}"), upstream.headers, false);
+        Some(McpTransport::Http {
+            url: resolved,
+            headers,
         })
     }
 
@@ -297,6 +320,43 @@ impl Checker<'_, '_> {
         let Some(tool) = call.tool.clone() else {
             return self.http_forms(index, label, call, lookup, list);
         };
+        self.mcp_call(index, label, effect, &call, &tool, mcp_upstreams, arguments);
+        let lookup = lookup
+            .and_then(|lookup| self.mcp_lookup(index, label, &call.upstream, lookup, arguments));
+        let list = list.and_then(|list| self.mcp_list(index, label, &call.upstream, list));
+        let external_id = call.result.external_id;
+        Forms::Mcp(
+            McpToolConfig {
+                upstream: call.upstream,
+                tool: McpTool {
+                    call: McpToolCall {
+                        tool,
+                        arguments: call.arguments,
+                        idempotency_key_argument: call.idempotency_key_argument,
+                        not_processed: call.not_processed,
+                    },
+                    lookup,
+                },
+                imported: None,
+                list,
+            },
+            external_id,
+        )
+    }
+
+    /// Checks a `call` of an MCP upstream's tool `tool`: no HTTP fields, an MCP upstream,
+    /// and arguments, idempotency key and not-processed texts that can be sent.
+    #[allow(clippy::too_many_arguments)]
+    fn mcp_call(
+        &mut self,
+        index: usize,
+        label: &str,
+        effect: Option<Effect>,
+        call: &CallFile,
+        tool: &str,
+        mcp_upstreams: &BTreeMap<String, McpUpstreamConfig>,
+        arguments: &[String],
+    ) {
         let base = at!["tools", index, "call"];
         self.misplaced(
             &base,
@@ -342,7 +402,7 @@ impl Checker<'_, '_> {
                 fix,
             );
         }
-        self.mcp_tool_name(&at!["tools", index, "call", "tool"], label, &tool);
+        self.mcp_tool_name(&at!["tools", index, "call", "tool"], label, tool);
         self.mcp_arguments(
             &at!["tools", index, "call", "arguments"],
             label,
@@ -374,27 +434,6 @@ impl Checker<'_, '_> {
                 );
             }
         }
-        let lookup = lookup
-            .and_then(|lookup| self.mcp_lookup(index, label, &call.upstream, lookup, arguments));
-        let list = list.and_then(|list| self.mcp_list(index, label, &call.upstream, list));
-        let external_id = call.result.external_id;
-        Forms::Mcp(
-            McpToolConfig {
-                upstream: call.upstream,
-                tool: McpTool {
-                    call: McpToolCall {
-                        tool,
-                        arguments: call.arguments,
-                        idempotency_key_argument: call.idempotency_key_argument,
-                        not_processed: call.not_processed,
-                    },
-                    lookup,
-                },
-                imported: None,
-                list,
-            },
-            external_id,
-        )
     }
 
     fn http_forms(
@@ -461,47 +500,50 @@ impl Checker<'_, '_> {
             body_format: spec::body_format(call.body_format),
             result: spec::result(call.result),
         };
-        let lookup = lookup.and_then(|lookup| {
-            let base = at!["tools", index, "lookup"];
-            self.misplaced(
-                &base,
-                &[
-                    ("tool", lookup.tool.is_some()),
-                    ("arguments", lookup.arguments.is_some()),
-                ],
-                &format!("{label}: `lookup.{{field}}` is for lookups of an MCP call, and this tool's call is an HTTP request"),
-                "remove `{field}`; an HTTP lookup is a `path` with `query`",
-            );
-            let Some(path) = lookup.path else {
-                self.push(
-                    &base,
-                    format!("{label}: `lookup` has no `path`"),
-                    "add `path: /v1/...` (a read-only request that finds the effect)",
-                );
-                return None;
-            };
-            Some(LookupSpec {
-                upstream: lookup.upstream,
-                method: lookup.method.map(spec::method).unwrap_or(Method::Get),
-                path,
-                query: lookup.query,
-                headers: lookup.headers,
-                body: lookup.body,
-                body_format: spec::body_format(lookup.body_format),
-                found: lookup.found,
-                not_found_statuses: lookup.not_found_statuses.unwrap_or_else(|| vec![404]),
-                external_id: lookup.external_id,
-                key: lookup.key,
-                match_fields: spec::match_fields(lookup.match_fields),
-                pages: lookup.pages.map(spec::lookup_pages),
-            })
-        });
+        let lookup = lookup.and_then(|lookup| self.http_lookup(index, label, lookup));
         let list = list.and_then(|list| self.http_list(index, label, list));
         Forms::Http {
             call: Some(http_call),
             lookup,
             list,
         }
+    }
+
+    /// An HTTP tool's `lookup`: a `path` with `query`, not an MCP tool.
+    fn http_lookup(&mut self, index: usize, label: &str, lookup: LookupFile) -> Option<LookupSpec> {
+        let base = at!["tools", index, "lookup"];
+        self.misplaced(
+            &base,
+            &[
+                ("tool", lookup.tool.is_some()),
+                ("arguments", lookup.arguments.is_some()),
+            ],
+            &format!("{label}: `lookup.{{field}}` is for lookups of an MCP call, and this tool's call is an HTTP request"),
+            "remove `{field}`; an HTTP lookup is a `path` with `query`",
+        );
+        let Some(path) = lookup.path else {
+            self.push(
+                &base,
+                format!("{label}: `lookup` has no `path`"),
+                "add `path: /v1/...` (a read-only request that finds the effect)",
+            );
+            return None;
+        };
+        Some(LookupSpec {
+            upstream: lookup.upstream,
+            method: lookup.method.map(spec::method).unwrap_or(Method::Get),
+            path,
+            query: lookup.query,
+            headers: lookup.headers,
+            body: lookup.body,
+            body_format: spec::body_format(lookup.body_format),
+            found: lookup.found,
+            not_found_statuses: lookup.not_found_statuses.unwrap_or_else(|| vec![404]),
+            external_id: lookup.external_id,
+            key: lookup.key,
+            match_fields: spec::match_fields(lookup.match_fields),
+            pages: lookup.pages.map(spec::lookup_pages),
+        })
     }
 
     /// An HTTP tool's `list`: a `path` with `query`, not an MCP tool.
