@@ -9,11 +9,11 @@
 //!    not empty, nested and aliased within the limits of [`limits`].
 //! 2. **Positions** ([`source_map`]): the YAML is read into a tree of positions. This is where
 //!    syntax errors are reported, and where later checks find the line of a field.
-//! 3. **Types** ([`file`]): the YAML is read into the wire types, which refuse unknown fields
+//! 3. **Types** ([`mod@file`]): the YAML is read into the wire types, which refuse unknown fields
 //!    and wrong types. Their JSON Schema is [`schema`]. A tool without an `effect` is
 //!    reported on the tree of positions first, so that it never hides behind a typo.
 //!
-//! `${NAME}` references ([`env`]) are resolved by the checks, where a secret belongs; the
+//! `${NAME}` references ([`mod@env`]) are resolved by the checks, where a secret belongs; the
 //! file's types hold them as written.
 //!
 //! **Architecture invariant:** this crate depends on intentgate-core and on serde, YAML and

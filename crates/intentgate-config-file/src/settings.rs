@@ -3,7 +3,7 @@
 //! intentgate-config checks their values; their shape is here.
 //!
 //! A ledger URL and an owner's webhook can hold credentials, so their `Debug` prints them
-//! through [`RedactedUrl`](crate::redact::RedactedUrl).
+//! through [`RedactedUrl`].
 
 use std::collections::BTreeMap;
 use std::fmt;
