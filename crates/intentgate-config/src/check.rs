@@ -1,8 +1,9 @@
 //! The checks that follow parsing: everything a YAML parser can't know is wrong.
 //!
 //! Each check reports at the line of the offending field and keeps going, so one run shows
-//! every mistake of a file. The order is: tool effects (on the raw tree, so a tool without
-//! one is reported even when the typed parse fails), then, on the typed file, the gateway
+//! every mistake of a file. Tool effects are reported while the file is read (by
+//! intentgate-config-file, on the raw tree, so a tool without one is reported even when the
+//! typed parse fails); the checks here run on the typed file: the gateway
 //! settings, upstreams and owners, then each tool: its definition as the engine checks it
 //! (`ToolDefinition::new`), its input schema, the names it refers to, its approval and
 //! budgets, its request templates and its `${NAME}` references. Templates are checked with the HTTP crate's own parser
@@ -11,45 +12,27 @@
 //! Last, the hash key of sensitive arguments: required when a tool marks one, read from the
 //! environment as the caller of the loader asks ([`HashKeySource`]).
 
+mod auth;
 mod gateway;
 mod mcp;
 mod pairing;
 mod policies;
 mod requests;
+mod spec;
 mod tools;
 mod upstreams;
 
 use std::collections::HashMap;
 
+use intentgate_config_file::at;
+use intentgate_config_file::env::{self, EnvError, Lookup};
+use intentgate_config_file::error::{Errors, UnsetVariable};
+use intentgate_config_file::file::ConfigFile;
+use intentgate_config_file::source_map::{Position, Segment, SourceMap};
 use intentgate_core::{HashKey, ToolDefinition};
 
 use crate::config::Config;
-use crate::env::{self, EnvError, Lookup};
-use crate::error::{Errors, UnsetVariable};
-use crate::file::ConfigFile;
-use crate::source_map::{Position, Segment, SourceMap, at};
 use crate::{HashKeySource, Secrets};
-
-/// Reports every tool that lacks `effect`. Runs on the raw tree, before the typed parse,
-/// because this is the error the gateway exists to catch and it must not hide behind a typo
-/// elsewhere in the file.
-pub(crate) fn tools_have_effects(map: &SourceMap, errors: &mut Errors<'_>) {
-    for index in 0..map.len(&at!["tools"]) {
-        if map.has_value(&at!["tools", index, "effect"]) {
-            continue;
-        }
-        let name = map
-            .text(&at!["tools", index, "name"])
-            .map(|name| format!("tool `{name}`"))
-            .unwrap_or_else(|| format!("tool {}", index + 1));
-        errors.push(
-            map.value(&at!["tools", index]),
-            format!("{name} has no effect, so the gateway can't tell whether a retry is safe"),
-            "add `effect: read`, `idempotent` or `side_effect` (side_effect if calling it twice \
-             would act twice: refunds, charges, emails)",
-        );
-    }
-}
 
 /// What the checks build: the config, the engine's tool definitions (with the hash key
 /// attached), the hash key, and the references left unresolved (with secrets optional).
@@ -166,7 +149,7 @@ pub(crate) struct Checker<'c, 'e> {
     arguments_known: bool,
     /// Every upstream the file declares, with its kind, whether or not it passed its
     /// checks: a request naming a broken upstream is not reported again.
-    declared: HashMap<String, crate::file::UpstreamKind>,
+    declared: HashMap<String, intentgate_config_file::file::UpstreamKind>,
 }
 
 impl Checker<'_, '_> {

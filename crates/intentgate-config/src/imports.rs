@@ -25,7 +25,7 @@ use intentgate_core::{Effect, Executor, Messages, ToolDefinition};
 use intentgate_mcp_upstream::{McpTool, McpToolCall};
 
 use crate::LoadedConfig;
-use crate::config::{McpToolConfig, ToolConfig, UpstreamToolInfo};
+use crate::config::{ImportConfig, McpToolConfig, ToolConfig, UpstreamToolInfo};
 
 /// Retries of a failed call of an imported read or idempotent tool (as a tool entry's
 /// default).
@@ -85,29 +85,78 @@ pub fn expand(
 ) -> Result<Vec<ImportedTool>, ImportErrors> {
     let mut problems = Vec::new();
     check_named_tools(loaded, listed, &mut problems);
-    // Which entry of `tools` calls which upstream tool.
-    let mut entries: BTreeMap<(&str, &str), &str> = BTreeMap::new();
-    for tool in &loaded.config.tools {
-        if let Some(mcp) = &tool.mcp {
-            entries.insert((&mcp.upstream, &mcp.tool.call.tool), &tool.name);
+    let mut expansion = Expansion::new(loaded, problems);
+    for import in &loaded.config.imports {
+        if let Some(tools) = listed.get(&import.upstream) {
+            expansion.import(import, tools);
         }
     }
-    let mut names: BTreeSet<String> = loaded
-        .config
-        .tools
-        .iter()
-        .map(|tool| tool.name.clone())
-        .collect();
-    let mut report = Vec::new();
-    let mut added: Vec<(ToolConfig, ToolDefinition)> = Vec::new();
-    for import in &loaded.config.imports {
-        let Some(tools) = listed.get(&import.upstream) else {
-            continue;
-        };
+    let Expansion {
+        problems,
+        report,
+        added,
+        ..
+    } = expansion;
+    if !problems.is_empty() {
+        return Err(ImportErrors(problems));
+    }
+    for (config, definition) in added {
+        loaded.config.tools.push(config);
+        loaded.tools.push(definition);
+    }
+    Ok(report)
+}
+
+/// What [`expand`] gathers over the imports before anything is added: nothing is added
+/// unless every import can be served.
+struct Expansion<'a> {
+    loaded: &'a LoadedConfig,
+    /// Which entry of `tools` calls which upstream tool: (upstream, upstream tool) to the
+    /// entry's name.
+    entries: BTreeMap<(&'a str, &'a str), &'a str>,
+    /// Every tool name taken: the config's own tools' and those exposed so far.
+    names: BTreeSet<String>,
+    /// Each a message and a fix.
+    problems: Vec<(String, String)>,
+    /// The classification of every upstream tool seen so far.
+    report: Vec<ImportedTool>,
+    /// The exposed tools, to add once no problem was found.
+    added: Vec<(ToolConfig, ToolDefinition)>,
+}
+
+impl<'a> Expansion<'a> {
+    fn new(loaded: &'a LoadedConfig, problems: Vec<(String, String)>) -> Expansion<'a> {
+        let mut entries = BTreeMap::new();
+        for tool in &loaded.config.tools {
+            if let Some(mcp) = &tool.mcp {
+                entries.insert(
+                    (mcp.upstream.as_str(), mcp.tool.call.tool.as_str()),
+                    tool.name.as_str(),
+                );
+            }
+        }
+        let names = loaded
+            .config
+            .tools
+            .iter()
+            .map(|tool| tool.name.clone())
+            .collect();
+        Expansion {
+            loaded,
+            entries,
+            names,
+            problems,
+            report: Vec::new(),
+            added: Vec::new(),
+        }
+    }
+
+    /// Classifies every tool of one import, as its server listed them (`tools`).
+    fn import(&mut self, import: &ImportConfig, tools: &[UpstreamToolInfo]) {
         let at = format!("import of `{}` (line {})", import.upstream, import.line);
         for name in import.effects.keys().chain(&import.exclude) {
             if !tools.iter().any(|tool| &tool.name == name) {
-                problems.push((
+                self.problems.push((
                     format!("{at} names `{name}`, which the server does not list"),
                     format!("remove `{name}`; the server lists {}", listing(tools)),
                 ));
@@ -115,73 +164,10 @@ pub fn expand(
         }
         let mut unclassified = Vec::new();
         for info in tools {
-            let classified = |by, exposed: Option<String>, effect| ImportedTool {
-                upstream: import.upstream.clone(),
-                upstream_tool: info.name.clone(),
-                exposed_as: exposed,
-                effect,
-                by,
-            };
-            if import.exclude.contains(&info.name) {
-                report.push(classified(Classification::Excluded, None, None));
-                continue;
-            }
-            if let Some(entry) = entries.get(&(import.upstream.as_str(), info.name.as_str())) {
-                let effect = loaded
-                    .config
-                    .tools
-                    .iter()
-                    .find(|tool| tool.name == *entry)
-                    .map(|tool| tool.effect);
-                report.push(classified(
-                    Classification::ToolEntry((*entry).to_owned()),
-                    Some((*entry).to_owned()),
-                    effect,
-                ));
-                continue;
-            }
-            let (effect, by) = match import.effects.get(&info.name) {
-                Some(effect) => (*effect, Classification::Effects),
-                None if info.read_only == Some(true) => {
-                    (Effect::Read, Classification::ReadOnlyHint)
-                }
-                None => {
-                    unclassified.push(info.name.clone());
-                    continue;
-                }
-            };
-            let exposed = format!("{}{}", import.prefix, info.name);
-            if !names.insert(exposed.clone()) {
-                problems.push((
-                    format!("{at}: tool `{exposed}` would have the name of another tool"),
-                    format!(
-                        "give the import a `prefix:`, rename the other tool, or add `{}` to `exclude:`",
-                        info.name
-                    ),
-                ));
-                continue;
-            }
-            match imported_tool(
-                loaded,
-                &import.upstream,
-                &exposed,
-                effect,
-                info,
-                import.line,
-            ) {
-                Ok(tool) => added.push(tool),
-                Err(reason) => {
-                    problems.push((
-                        format!("{at}: tool `{}` can't be exposed: {reason}", info.name),
-                        format!("add `{}` to the import's `exclude:`", info.name),
-                    ));
-                    continue;
-                }
-            }
-            report.push(classified(by, Some(exposed), Some(effect)));
+            self.upstream_tool(import, &at, info, &mut unclassified);
         }
         for name in unclassified {
-            problems.push((
+            self.problems.push((
                 format!(
                     "{at}: the server does not mark tool `{name}` read-only, and the config does not say what it does"
                 ),
@@ -193,14 +179,86 @@ pub fn expand(
             ));
         }
     }
-    if !problems.is_empty() {
-        return Err(ImportErrors(problems));
+
+    /// Classifies one upstream tool of `import` (`at` names the import in problems), and
+    /// exposes it when the import classifies it; a tool nothing classifies goes to
+    /// `unclassified`.
+    fn upstream_tool(
+        &mut self,
+        import: &ImportConfig,
+        at: &str,
+        info: &UpstreamToolInfo,
+        unclassified: &mut Vec<String>,
+    ) {
+        let classified = |by, exposed: Option<String>, effect| ImportedTool {
+            upstream: import.upstream.clone(),
+            upstream_tool: info.name.clone(),
+            exposed_as: exposed,
+            effect,
+            by,
+        };
+        if import.exclude.contains(&info.name) {
+            self.report
+                .push(classified(Classification::Excluded, None, None));
+            return;
+        }
+        if let Some(entry) = self
+            .entries
+            .get(&(import.upstream.as_str(), info.name.as_str()))
+        {
+            let effect = self
+                .loaded
+                .config
+                .tools
+                .iter()
+                .find(|tool| tool.name == *entry)
+                .map(|tool| tool.effect);
+            self.report.push(classified(
+                Classification::ToolEntry((*entry).to_owned()),
+                Some((*entry).to_owned()),
+                effect,
+            ));
+            return;
+        }
+        let (effect, by) = match import.effects.get(&info.name) {
+            Some(effect) => (*effect, Classification::Effects),
+            None if info.read_only == Some(true) => (Effect::Read, Classification::ReadOnlyHint),
+            None => {
+                unclassified.push(info.name.clone());
+                return;
+            }
+        };
+        let exposed = format!("{}{}", import.prefix, info.name);
+        if !self.names.insert(exposed.clone()) {
+            self.problems.push((
+                format!("{at}: tool `{exposed}` would have the name of another tool"),
+                format!(
+                    "give the import a `prefix:`, rename the other tool, or add `{}` to `exclude:`",
+                    info.name
+                ),
+            ));
+            return;
+        }
+        match imported_tool(
+            self.loaded,
+            &import.upstream,
+            &exposed,
+            effect,
+            info,
+            import.line,
+        ) {
+            Ok(tool) => self.added.push(tool),
+            Err(reason) => {
+                self.problems.push((
+                    format!("{at}: tool `{}` can't be exposed: {reason}", info.name),
+                    format!("add `{}` to the import's `exclude:`", info.name),
+                ));
+                return;
+            }
+        }
+        self.report
+            .push(classified(by, Some(exposed), Some(effect)));
     }
-    for (config, definition) in added {
-        loaded.config.tools.push(config);
-        loaded.tools.push(definition);
-    }
-    Ok(report)
 }
 
 /// Every MCP call, lookup and list of the config's own tools must name a tool its server

@@ -1,22 +1,21 @@
-//! The intentgate config file: one YAML file that declares the gateway's settings, the
-//! upstream APIs, the owners who hear about problems, and every tool with its effect.
+//! The intentgate config, checked: what the file (read by intentgate-config-file) means to
+//! the gateway. Loading goes through four steps, and every error of every step says where
+//! (file, line, column), what is wrong and what to change:
 //!
-//! Loading goes through four steps, and every error of every step says where (file, line,
-//! column), what is wrong and what to change:
-//!
-//! 1. **Positions** (`source_map`): the YAML is read into a tree of positions. This is where
-//!    syntax errors are reported, and where later checks find the line of a field.
-//! 2. **Types** (`file`): the YAML is read into the wire types, which refuse unknown fields
-//!    and wrong types. Their JSON Schema is [`schema`].
-//! 3. **Checks** (`check`): what a parser can't know. A tool without an effect, a key that
+//! 1. **Reading** (intentgate-config-file's `parse`): bounds, the tree of positions where
+//!    syntax errors are reported, and the typed file whose JSON Schema is [`schema`].
+//! 2. **Checks** (`check`): what a parser can't know. A tool without an effect, a key that
 //!    changes per attempt, an owner or upstream that does not exist, a template placeholder
 //!    that is not an argument, a value out of range. All of them are collected.
-//! 4. **References** (`env`): `${NAME}` and `${NAME:-default}` in upstream `base_url` and
-//!    `headers` values, in tools' request `headers` values and in `gateway.hash_key` (the key
-//!    of the hashes the ledger keeps of `sensitive: true` arguments, read as the caller asks:
-//!    [`HashKeySource`]) are resolved from the environment. Commands that only read the
-//!    file or the ledger load it with [`Secrets::Optional`]: an unset variable is then an
-//!    [`UnsetVariable`] warning instead of an error.
+//! 3. **References** (intentgate-config-file's `env`): `${NAME}` and `${NAME:-default}` in
+//!    upstream `base_url` and `headers` values, in tools' request `headers` values and in
+//!    `gateway.hash_key` (the key of the hashes the ledger keeps of `sensitive: true`
+//!    arguments, read as the caller asks: [`HashKeySource`]) are resolved from the
+//!    environment. Commands that only read the file or the ledger load it with
+//!    [`Secrets::Optional`]: an unset variable is then an [`UnsetVariable`] warning instead
+//!    of an error.
+//! 4. **Building**: the HTTP upstreams' specs, the MCP servers, and the engine's tool
+//!    definitions.
 //!
 //! A config read from a file takes a relative `gateway.ledger` from the file's folder, not
 //! from the working directory: a gateway started elsewhere must find the same ledger, not
@@ -38,30 +37,24 @@
 pub mod auth;
 mod check;
 mod config;
-mod env;
-mod error;
-mod file;
 pub mod imports;
 pub mod limits;
-mod source_map;
 
-use std::io::Read;
 use std::path::Path;
 
+use intentgate_config_file::error::Errors;
+use intentgate_config_file::{Position, read_bounded};
 use intentgate_core::{HashKey, ToolDefinition};
 
 pub use auth::{ApiKeyConfig, AuthConfig, AuthMethods, JwtConfig, TrustedProxyConfig};
 pub use config::{
-    AlertRule, AlertScope, Config, DurabilityMode, GatewayConfig, IdempotencyKeyHeader,
-    ImportConfig, McpToolConfig, McpUpstreamConfig, OwnerConfig, ReconcileConfig, ResolutionConfig,
-    TelemetryConfig, ToolConfig, UpstreamToolInfo,
+    Config, ImportConfig, McpToolConfig, McpUpstreamConfig, ToolConfig, UpstreamToolInfo,
 };
-pub use error::{ConfigError, ConfigErrors, UnsetVariable};
-
-use crate::error::Errors;
-use crate::file::ConfigFile;
-use crate::limits::{CONFIG_ALIASES_MAX, CONFIG_BYTES_MAX, CONFIG_DEPTH_MAX, CONFIG_NODES_MAX};
-use crate::source_map::{Position, SourceMap};
+pub use intentgate_config_file::{
+    AlertRule, AlertScope, ConfigError, ConfigErrors, DurabilityMode, GatewayConfig,
+    IdempotencyKeyHeader, OwnerConfig, ReconcileConfig, ResolutionConfig, TelemetryConfig,
+    UnsetVariable, schema, telemetry_section,
+};
 
 /// A config that passed every check.
 #[derive(Debug, Clone)]
@@ -195,52 +188,8 @@ pub fn load_str_as(
     secrets: Secrets,
 ) -> Result<LoadedConfig, ConfigErrors> {
     let mut errors = Errors::new(source);
-    if text.len() > CONFIG_BYTES_MAX {
-        errors.push(
-            Position::default(),
-            format!(
-                "the file is {} bytes; a config is at most {CONFIG_BYTES_MAX}",
-                text.len()
-            ),
-            "check that this is the config file; split a very large one across gateways",
-        );
+    let Some((map, file)) = intentgate_config_file::parse(text, &mut errors) else {
         return Err(errors.finish());
-    }
-    let has_content = text.lines().any(|line| {
-        let line = line.trim();
-        !line.is_empty() && !line.starts_with('#') && line != "---"
-    });
-    if !has_content {
-        errors.push(
-            Position::default(),
-            "the config file is empty",
-            "add at least a `tools:` list; examples/support-agent.yaml is a complete config",
-        );
-        return Err(errors.finish());
-    }
-    let map = match SourceMap::parse(text, parser_options()) {
-        Ok(map) => map,
-        Err(error) => {
-            errors.parser(&error, text, None);
-            return Err(errors.finish());
-        }
-    };
-    if !map.is_mapping() {
-        errors.push(
-            map.value(&[]),
-            "the config is not a mapping",
-            "write the top-level fields `gateway:`, `upstreams:`, `owners:` and `tools:`, each \
-             at the start of a line; examples/support-agent.yaml is a complete config",
-        );
-        return Err(errors.finish());
-    }
-    check::tools_have_effects(&map, &mut errors);
-    let file: ConfigFile = match serde_saphyr::from_str_with_options(text, parser_options()) {
-        Ok(file) => file,
-        Err(error) => {
-            errors.parser(&error, text, Some(&map));
-            return Err(errors.finish());
-        }
     };
     match check::check(file, &map, env, hash_key, secrets, &mut errors) {
         Some((config, tools, hash_key, unset)) if errors.is_empty() => Ok(LoadedConfig {
@@ -251,90 +200,4 @@ pub fn load_str_as(
         }),
         _ => Err(errors.finish()),
     }
-}
-
-/// The published JSON Schema (draft 2020-12) of the config file, with the doc comments of
-/// its types as titles and descriptions. Editors use it for completion and validation.
-pub fn schema() -> serde_json::Value {
-    file::schema()
-}
-
-/// How every config is parsed: bounded, and strict where YAML is loose.
-fn parser_options() -> serde_saphyr::Options {
-    serde_saphyr::options! {
-        budget: serde_saphyr::budget! {
-            max_depth: CONFIG_DEPTH_MAX,
-            max_nodes: CONFIG_NODES_MAX,
-            max_aliases: CONFIG_ALIASES_MAX,
-            max_documents: 1,
-        },
-        // `yes`, `no`, `on` and `off` stay strings in schemas and bodies, and a boolean
-        // field wants `true` or `false`: the Norway problem has no place in a request body.
-        strict_booleans: true,
-        // Errors are rendered here, with a fix; the parser's snippets would be dropped.
-        with_snippet: false,
-    }
-}
-
-/// Reads at most [`CONFIG_BYTES_MAX`] bytes of UTF-8 text; the error is a message and a fix.
-fn read_bounded(path: &Path) -> Result<String, (String, String)> {
-    let file = std::fs::File::open(path).map_err(|error| {
-        (
-            format!("can't open the config file: {error}"),
-            "check the path".to_owned(),
-        )
-    })?;
-    let mut bytes = Vec::new();
-    let limit = CONFIG_BYTES_MAX as u64 + 1;
-    file.take(limit).read_to_end(&mut bytes).map_err(|error| {
-        (
-            format!("can't read the config file: {error}"),
-            "check that the path is a readable file".to_owned(),
-        )
-    })?;
-    if bytes.len() > CONFIG_BYTES_MAX {
-        return Err((
-            format!("the file is larger than {CONFIG_BYTES_MAX} bytes"),
-            "check that this is the config file; split a very large one across gateways".to_owned(),
-        ));
-    }
-    String::from_utf8(bytes).map_err(|error| {
-        (
-            format!(
-                "the file is not UTF-8 text (invalid byte at offset {})",
-                error.utf8_error().valid_up_to()
-            ),
-            "save the file as UTF-8".to_owned(),
-        )
-    })
-}
-
-/// The `telemetry:` section of the config at `path`, its `${NAME}` references resolved from
-/// the process environment; the default (off) when the file has none. Read on its own, before
-/// logging starts: a file that can't be read or parsed is also the default here, since the
-/// whole file is checked later and its errors reported in full then. A header whose
-/// reference can't be resolved is an error that names it.
-pub fn telemetry_section(path: &Path) -> Result<TelemetryConfig, String> {
-    /// Only the section; every other key is left to the full check.
-    #[derive(serde::Deserialize)]
-    struct Section {
-        #[serde(default)]
-        telemetry: TelemetryConfig,
-    }
-    let Ok(text) = read_bounded(path) else {
-        return Ok(TelemetryConfig::default());
-    };
-    let Ok(section) = serde_saphyr::from_str_with_options::<Section>(&text, parser_options())
-    else {
-        return Ok(TelemetryConfig::default());
-    };
-    let mut telemetry = section.telemetry;
-    let lookup = |name: &str| std::env::var(name).ok();
-    for (name, value) in &mut telemetry.headers {
-        *value = env::resolve(value, &lookup).map_err(|error| {
-            let (message, fix) = error.describe(&format!("telemetry.headers.{name}"));
-            format!("{}: {message}; {fix}", path.display())
-        })?;
-    }
-    Ok(telemetry)
 }

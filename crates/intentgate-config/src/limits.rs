@@ -1,19 +1,11 @@
-//! Named limits of the config file and of the values in it. A config is written by an
+//! Named limits of the values in a config file, checked after it is read (the file's own
+//! limits, its size and nesting, are intentgate-config-file's). A config is written by an
 //! operator, but it may also be generated, templated or fetched, so nothing in it is allowed
-//! to grow without bound: not the file, not its nesting, not the number of errors reported.
+//! to grow without bound.
 
-/// Largest config file. A support agent's 14 tools take about 20 KiB; 1 MiB leaves room for
-/// hundreds of tools with long schemas, and keeps a wrong path (a log file, a binary) from
-/// being read into memory whole.
-pub const CONFIG_BYTES_MAX: usize = 1024 * 1024;
-/// Deepest nesting of mappings and sequences. Input schemas and body templates nest a few
-/// levels; anything deeper is a mistake or an attack on the parser's stack.
-pub const CONFIG_DEPTH_MAX: usize = 32;
-/// Most YAML nodes (scalars, mappings, sequences) in one file: generous for 1 MiB of config.
-pub const CONFIG_NODES_MAX: usize = 200_000;
-/// Most aliases (`*name`). Anchors are handy for shared schemas; thousands of aliases are an
-/// expansion bomb.
-pub const CONFIG_ALIASES_MAX: usize = 1_000;
+// The file's own limits too, so that every limit of a config has one place to be looked up.
+pub use intentgate_config_file::limits::*;
+
 /// Most business fields a list's `match` pairs records by. An effect is identified by a few
 /// (an order and an amount); more is a record copied whole, not a pairing.
 pub const MATCH_FIELDS_MAX: usize = 8;
@@ -26,13 +18,6 @@ pub const DESCRIPTION_LENGTH_MAX: usize = 4096;
 pub const MESSAGE_LENGTH_MAX: usize = 2048;
 /// Longest `once_per` noun ("order", "customer and amount"), in characters.
 pub const ONCE_PER_LENGTH_MAX: usize = 64;
-/// Longest value of one `${NAME}` reference, in bytes. Servers refuse header values past
-/// about 8 KiB, so a longer value is a wrong variable, not a credential.
-pub const ENV_VALUE_BYTES_MAX: usize = 8 * 1024;
-/// Most errors reported for one file. After a hundred, the rest are noise (and a broken
-/// generator could otherwise print millions of lines).
-pub const ERRORS_MAX: usize = 100;
-
 /// Longest retention of intents, in days. Ten years is past any audit requirement.
 pub const RETENTION_DAYS_MAX: u32 = 3650;
 /// Smallest HTTP request body limit: a tool call with small arguments must fit.

@@ -330,115 +330,40 @@ fn tokenize(text: &str) -> Result<Vec<Token>, ConditionError> {
     while index < characters.len() {
         let character = characters[index];
         let start = index;
-        let single = |kind| Token {
-            kind,
-            offset: start,
-        };
-        match character {
+        // The token, and the index of the character after it.
+        let (kind, next) = match character {
             ' ' | '\t' | '\n' | '\r' => {
                 index += 1;
                 continue;
             }
-            '(' => tokens.push(single(Kind::OpenParen)),
-            ')' => tokens.push(single(Kind::CloseParen)),
-            '[' => tokens.push(single(Kind::OpenBracket)),
-            ']' => tokens.push(single(Kind::CloseBracket)),
-            ',' => tokens.push(single(Kind::Comma)),
+            '(' => (Kind::OpenParen, start + 1),
+            ')' => (Kind::CloseParen, start + 1),
+            '[' => (Kind::OpenBracket, start + 1),
+            ']' => (Kind::CloseBracket, start + 1),
+            ',' => (Kind::Comma, start + 1),
             '.' if !characters.get(index + 1).is_some_and(char::is_ascii_digit) => {
-                tokens.push(single(Kind::Dot))
+                (Kind::Dot, start + 1)
             }
             '=' | '!' | '<' | '>' => {
-                let next = characters.get(index + 1).copied();
-                let (operator, width) = match (character, next) {
-                    ('=', Some('=')) => (Operator::Equal, 2),
-                    ('!', Some('=')) => (Operator::NotEqual, 2),
-                    ('<', Some('=')) => (Operator::LessOrEqual, 2),
-                    ('>', Some('=')) => (Operator::GreaterOrEqual, 2),
-                    ('<', _) => (Operator::Less, 1),
-                    ('>', _) => (Operator::Greater, 1),
-                    ('=', _) => {
-                        return Err(ConditionError {
-                            offset: start,
-                            message: "`=` alone is not a comparison".to_owned(),
-                            fix: "write `==` to compare for equality".to_owned(),
-                        });
-                    }
-                    _ => {
-                        return Err(ConditionError {
-                            offset: start,
-                            message: "`!` alone is not an operator".to_owned(),
-                            fix: "write `!=` for \"not equal\", or `not` before a condition"
-                                .to_owned(),
-                        });
-                    }
-                };
-                tokens.push(single(Kind::Operator(operator)));
-                index += width;
-                continue;
+                let (operator, width) = operator_at(&characters, start)?;
+                (Kind::Operator(operator), start + width)
             }
             '"' | '\'' => {
-                let mut value = String::new();
-                index += 1;
-                loop {
-                    match characters.get(index) {
-                        None => {
-                            return Err(ConditionError {
-                                offset: start,
-                                message: "a string is never closed".to_owned(),
-                                fix: format!("end the string with {character}"),
-                            });
-                        }
-                        Some('\\') => {
-                            match characters.get(index + 1) {
-                                Some(escaped @ ('\\' | '"' | '\'')) => value.push(*escaped),
-                                _ => {
-                                    return Err(ConditionError {
-                                        offset: index,
-                                        message: "only \\\\, \\\" and \\' may follow a backslash"
-                                            .to_owned(),
-                                        fix: "write the character itself, or quote the string \
-                                              with the other quote mark"
-                                            .to_owned(),
-                                    });
-                                }
-                            }
-                            index += 2;
-                        }
-                        Some(closing) if *closing == character => break,
-                        Some(other) => {
-                            value.push(*other);
-                            index += 1;
-                        }
-                    }
-                }
-                tokens.push(single(Kind::Text(value)));
+                let (value, closing) = quoted_at(&characters, start)?;
+                (Kind::Text(value), closing + 1)
             }
             '-' | '+' | '0'..='9' | '.' => {
-                let mut end = index + 1;
-                while end < characters.len()
-                    && (characters[end].is_ascii_digit()
-                        || matches!(characters[end], '.' | 'e' | 'E')
-                        || (matches!(characters[end], '-' | '+')
-                            && matches!(characters[end - 1], 'e' | 'E')))
-                {
-                    end += 1;
-                }
-                let number: String = characters[index..end].iter().collect();
-                tokens.push(single(Kind::Number(number)));
-                index = end;
-                continue;
+                let end = number_end(&characters, start);
+                (Kind::Number(characters[start..end].iter().collect()), end)
             }
             character if character.is_alphabetic() || character == '_' => {
-                let mut end = index + 1;
+                let mut end = start + 1;
                 while end < characters.len()
                     && (characters[end].is_alphanumeric() || characters[end] == '_')
                 {
                     end += 1;
                 }
-                let name: String = characters[index..end].iter().collect();
-                tokens.push(single(Kind::Name(name)));
-                index = end;
-                continue;
+                (Kind::Name(characters[start..end].iter().collect()), end)
             }
             other => {
                 return Err(ConditionError {
@@ -449,10 +374,91 @@ fn tokenize(text: &str) -> Result<Vec<Token>, ConditionError> {
                         .to_owned(),
                 });
             }
-        }
-        index += 1;
+        };
+        tokens.push(Token {
+            kind,
+            offset: start,
+        });
+        index = next;
     }
     Ok(tokens)
+}
+
+/// The comparison operator that starts at `start` (one of `=`, `!`, `<`, `>`), and how many
+/// characters it takes.
+fn operator_at(characters: &[char], start: usize) -> Result<(Operator, usize), ConditionError> {
+    let next = characters.get(start + 1).copied();
+    match (characters[start], next) {
+        ('=', Some('=')) => Ok((Operator::Equal, 2)),
+        ('!', Some('=')) => Ok((Operator::NotEqual, 2)),
+        ('<', Some('=')) => Ok((Operator::LessOrEqual, 2)),
+        ('>', Some('=')) => Ok((Operator::GreaterOrEqual, 2)),
+        ('<', _) => Ok((Operator::Less, 1)),
+        ('>', _) => Ok((Operator::Greater, 1)),
+        ('=', _) => Err(ConditionError {
+            offset: start,
+            message: "`=` alone is not a comparison".to_owned(),
+            fix: "write `==` to compare for equality".to_owned(),
+        }),
+        _ => Err(ConditionError {
+            offset: start,
+            message: "`!` alone is not an operator".to_owned(),
+            fix: "write `!=` for \"not equal\", or `not` before a condition".to_owned(),
+        }),
+    }
+}
+
+/// The string quoted from `start` (its quote mark) with its escapes undone, and the index of
+/// its closing quote mark.
+fn quoted_at(characters: &[char], start: usize) -> Result<(String, usize), ConditionError> {
+    let quote = characters[start];
+    let mut value = String::new();
+    let mut index = start + 1;
+    loop {
+        match characters.get(index) {
+            None => {
+                return Err(ConditionError {
+                    offset: start,
+                    message: "a string is never closed".to_owned(),
+                    fix: format!("end the string with {quote}"),
+                });
+            }
+            Some('\\') => {
+                match characters.get(index + 1) {
+                    Some(escaped @ ('\\' | '"' | '\'')) => value.push(*escaped),
+                    _ => {
+                        return Err(ConditionError {
+                            offset: index,
+                            message: "only \\\\, \\\" and \\' may follow a backslash".to_owned(),
+                            fix: "write the character itself, or quote the string with the \
+                                  other quote mark"
+                                .to_owned(),
+                        });
+                    }
+                }
+                index += 2;
+            }
+            Some(closing) if *closing == quote => return Ok((value, index)),
+            Some(other) => {
+                value.push(*other);
+                index += 1;
+            }
+        }
+    }
+}
+
+/// The index after the number that starts at `start`: digits, `.`, and an exponent with its
+/// sign. Whether it is a number is for the parser to say.
+fn number_end(characters: &[char], start: usize) -> usize {
+    let mut end = start + 1;
+    while end < characters.len()
+        && (characters[end].is_ascii_digit()
+            || matches!(characters[end], '.' | 'e' | 'E')
+            || (matches!(characters[end], '-' | '+') && matches!(characters[end - 1], 'e' | 'E')))
+    {
+        end += 1;
+    }
+    end
 }
 
 struct Parser<'a> {

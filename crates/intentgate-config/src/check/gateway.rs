@@ -3,13 +3,15 @@
 
 use std::collections::BTreeMap;
 
+use intentgate_config_file::at;
+use intentgate_config_file::{
+    AlertRule, GatewayConfig, OwnerConfig, ReconcileConfig, ResolutionConfig,
+};
 use intentgate_core::Effect;
 
 use super::Checker;
 use super::upstreams::check_url;
-use crate::config::{AlertRule, GatewayConfig, OwnerConfig, ReconcileConfig, ResolutionConfig};
 use crate::limits::*;
-use crate::source_map::at;
 
 impl Checker<'_, '_> {
     pub(super) fn gateway(&mut self, gateway: &GatewayConfig) {

@@ -7,6 +7,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use intentgate_config_file::at;
+use intentgate_config_file::file::{
+    CallFile, ImportFile, ListFile, LookupFile, UpstreamFile, UpstreamKind,
+};
+use intentgate_config_file::source_map::Segment;
 use intentgate_core::Effect;
 use intentgate_core::placeholder::{self, Format, Piece};
 use intentgate_core::tool::TIMEOUT_MS_MAX;
@@ -19,11 +24,9 @@ use intentgate_mcp_upstream::{McpList, McpLookup, McpServer, McpTool, McpToolCal
 use serde_json::Value;
 
 use super::upstreams::check_url;
-use super::{Checker, names};
+use super::{Checker, names, spec};
 use crate::config::{ImportConfig, McpToolConfig, McpUpstreamConfig};
-use crate::file::{CallFile, ImportFile, ListFile, LookupFile, UpstreamFile, UpstreamKind};
 use crate::limits::*;
-use crate::source_map::{Segment, at};
 
 /// An MCP server's bound on one call when the config names none.
 pub(crate) const MCP_TIMEOUT_MS_DEFAULT: u64 = 30_000;
@@ -162,97 +165,32 @@ impl Checker<'_, '_> {
             TIMEOUT_MS_MAX,
             "milliseconds",
         );
-        let transport = match (upstream.command, upstream.url) {
-            (Some(command), None) => {
-                if !upstream.headers.is_empty() {
-                    self.push(
-                        &at!["upstreams", name, "headers"],
-                        format!("upstream `{name}`: `headers` go with HTTP requests, and this MCP server runs over stdio (`command`)"),
-                        "remove `headers`; pass a stdio server its secrets in `env`",
-                    );
-                }
-                let command = self
-                    .resolve_or_written(
-                        &at!["upstreams", name, "command"],
-                        &format!("upstreams.{name}.command"),
-                        &command,
-                    )
-                    .map(|(command, _)| command);
-                if command
-                    .as_deref()
-                    .is_some_and(|command| command.trim().is_empty())
-                {
-                    self.push(
-                        &at!["upstreams", name, "command"],
-                        format!("upstream `{name}`: `command` is empty"),
-                        "name the program that runs the server, e.g. `command: npx`",
-                    );
-                }
-                let mut args = Vec::with_capacity(upstream.args.len());
-                for (position, arg) in upstream.args.iter().enumerate() {
-                    let field = format!("upstreams.{name}.args[{position}]");
-                    if let Some(arg) =
-                        self.resolve(&at!["upstreams", name, "args", position], &field, arg)
-                    {
-                        args.push(arg);
-                    }
-                }
-                let mut env = BTreeMap::new();
-                for (key, value) in &upstream.env {
-                    if key.is_empty() || key.contains(['=', '\0']) {
-                        let at = self.map.key(&at!["upstreams", name, "env", key]);
-                        self.errors.push(
-                            at,
-                            format!("`{key}` in `upstreams.{name}.env` is not an environment variable name"),
-                            "use a name without `=`, e.g. `API_KEY`",
-                        );
-                    }
-                    let field = format!("upstreams.{name}.env.{key}");
-                    if let Some(value) =
-                        self.resolve(&at!["upstreams", name, "env", key], &field, value)
-                    {
-                        env.insert(key.clone(), value);
-                    }
-                }
-                McpTransport::Stdio {
-                    command: command?,
-                    args,
-                    env,
-                }
-            }
-            (None, Some(url)) => {
-                self.misplaced(
-                    &base,
-                    &[("args", !upstream.args.is_empty()), ("env", !upstream.env.is_empty())],
-                    &format!("upstream `{name}`: `{{field}}` is for MCP servers the gateway starts (`command`), and this one is reached at `url`"),
-                    "remove `{field}`",
-                );
-                let field = format!("upstreams.{name}.url");
-                let (resolved, unset) =
-                    self.resolve_or_written(&at!["upstreams", name, "url"], &field, &url)?;
-                if let Err(reason) = check_url(&resolved)
-                    && !unset
-                {
-                    self.push(
-                        &at!["upstreams", name, "url"],
-                        format!("`{field}` is not a usable URL: {reason}"),
-                        "write the server's Streamable HTTP endpoint, e.g. `url: http://127.0.0.1:9000/mcp`",
-                    );
-                }
-                let headers =
-                    self.headers(&base, &format!("upstreams.{name}"), upstream.headers, false);
-                McpTransport::Http {
-                    url: resolved,
-                    headers,
-                }
-            }
+        let honours_idempotency_keys = upstream.honours_idempotency_keys;
+        let transport = self.mcp_transport(name, upstream)?;
+        Some(McpUpstreamConfig {
+            server: McpServer {
+                name: name.to_owned(),
+                transport,
+                timeout: Duration::from_millis(timeout_ms),
+            },
+            honours_idempotency_keys,
+            key_window_hours,
+        })
+    }
+
+    /// How the gateway reaches an MCP server: exactly one of `command` and `url`.
+    fn mcp_transport(&mut self, name: &str, upstream: UpstreamFile) -> Option<McpTransport> {
+        let base = at!["upstreams", name];
+        match (upstream.command.clone(), upstream.url.clone()) {
+            (Some(command), None) => self.stdio_transport(name, command, &upstream),
+            (None, Some(url)) => self.http_transport(name, url, upstream),
             (Some(_), Some(_)) => {
                 self.push(
                     &at!["upstreams", name, "url"],
                     format!("upstream `{name}` has both `command` and `url`"),
                     "keep `command:` for a server the gateway starts (stdio), or `url:` for one it reaches over Streamable HTTP",
                 );
-                return None;
+                None
             }
             (None, None) => {
                 self.push(
@@ -260,17 +198,105 @@ impl Checker<'_, '_> {
                     format!("upstream `{name}` (`kind: mcp`) has neither `command` nor `url`"),
                     "add `command:` (and `args:`) for a server the gateway starts over stdio, or `url:` for a Streamable HTTP server",
                 );
-                return None;
+                None
             }
-        };
-        Some(McpUpstreamConfig {
-            server: McpServer {
-                name: name.to_owned(),
-                transport,
-                timeout: Duration::from_millis(timeout_ms),
-            },
-            honours_idempotency_keys: upstream.honours_idempotency_keys,
-            key_window_hours,
+        }
+    }
+
+    /// An MCP server the gateway starts: `command` with `args` and `env`, references
+    /// resolved.
+    fn stdio_transport(
+        &mut self,
+        name: &str,
+        command: String,
+        upstream: &UpstreamFile,
+    ) -> Option<McpTransport> {
+        if !upstream.headers.is_empty() {
+            self.push(
+                &at!["upstreams", name, "headers"],
+                format!("upstream `{name}`: `headers` go with HTTP requests, and this MCP server runs over stdio (`command`)"),
+                "remove `headers`; pass a stdio server its secrets in `env`",
+            );
+        }
+        let command = self
+            .resolve_or_written(
+                &at!["upstreams", name, "command"],
+                &format!("upstreams.{name}.command"),
+                &command,
+            )
+            .map(|(command, _)| command);
+        if command
+            .as_deref()
+            .is_some_and(|command| command.trim().is_empty())
+        {
+            self.push(
+                &at!["upstreams", name, "command"],
+                format!("upstream `{name}`: `command` is empty"),
+                "name the program that runs the server, e.g. `command: npx`",
+            );
+        }
+        let mut args = Vec::with_capacity(upstream.args.len());
+        for (position, arg) in upstream.args.iter().enumerate() {
+            let field = format!("upstreams.{name}.args[{position}]");
+            if let Some(arg) = self.resolve(&at!["upstreams", name, "args", position], &field, arg)
+            {
+                args.push(arg);
+            }
+        }
+        let mut env = BTreeMap::new();
+        for (key, value) in &upstream.env {
+            if key.is_empty() || key.contains(['=', '\0']) {
+                let at = self.map.key(&at!["upstreams", name, "env", key]);
+                self.errors.push(
+                    at,
+                    format!(
+                        "`{key}` in `upstreams.{name}.env` is not an environment variable name"
+                    ),
+                    "use a name without `=`, e.g. `API_KEY`",
+                );
+            }
+            let field = format!("upstreams.{name}.env.{key}");
+            if let Some(value) = self.resolve(&at!["upstreams", name, "env", key], &field, value) {
+                env.insert(key.clone(), value);
+            }
+        }
+        Some(McpTransport::Stdio {
+            command: command?,
+            args,
+            env,
+        })
+    }
+
+    /// An MCP server reached over Streamable HTTP at `url`, with its `headers`.
+    fn http_transport(
+        &mut self,
+        name: &str,
+        url: String,
+        upstream: UpstreamFile,
+    ) -> Option<McpTransport> {
+        let base = at!["upstreams", name];
+        self.misplaced(
+            &base,
+            &[("args", !upstream.args.is_empty()), ("env", !upstream.env.is_empty())],
+            &format!("upstream `{name}`: `{{field}}` is for MCP servers the gateway starts (`command`), and this one is reached at `url`"),
+            "remove `{field}`",
+        );
+        let field = format!("upstreams.{name}.url");
+        let (resolved, unset) =
+            self.resolve_or_written(&at!["upstreams", name, "url"], &field, &url)?;
+        if let Err(reason) = check_url(&resolved)
+            && !unset
+        {
+            self.push(
+                &at!["upstreams", name, "url"],
+                format!("`{field}` is not a usable URL: {reason}"),
+                "write the server's Streamable HTTP endpoint, e.g. `url: http://127.0.0.1:9000/mcp`",
+            );
+        }
+        let headers = self.headers(&base, &format!("upstreams.{name}"), upstream.headers, false);
+        Some(McpTransport::Http {
+            url: resolved,
+            headers,
         })
     }
 
@@ -294,6 +320,43 @@ impl Checker<'_, '_> {
         let Some(tool) = call.tool.clone() else {
             return self.http_forms(index, label, call, lookup, list);
         };
+        self.mcp_call(index, label, effect, &call, &tool, mcp_upstreams, arguments);
+        let lookup = lookup
+            .and_then(|lookup| self.mcp_lookup(index, label, &call.upstream, lookup, arguments));
+        let list = list.and_then(|list| self.mcp_list(index, label, &call.upstream, list));
+        let external_id = call.result.external_id;
+        Forms::Mcp(
+            McpToolConfig {
+                upstream: call.upstream,
+                tool: McpTool {
+                    call: McpToolCall {
+                        tool,
+                        arguments: call.arguments,
+                        idempotency_key_argument: call.idempotency_key_argument,
+                        not_processed: call.not_processed,
+                    },
+                    lookup,
+                },
+                imported: None,
+                list,
+            },
+            external_id,
+        )
+    }
+
+    /// Checks a `call` of an MCP upstream's tool `tool`: no HTTP fields, an MCP upstream,
+    /// and arguments, idempotency key and not-processed texts that can be sent.
+    #[allow(clippy::too_many_arguments)]
+    fn mcp_call(
+        &mut self,
+        index: usize,
+        label: &str,
+        effect: Option<Effect>,
+        call: &CallFile,
+        tool: &str,
+        mcp_upstreams: &BTreeMap<String, McpUpstreamConfig>,
+        arguments: &[String],
+    ) {
         let base = at!["tools", index, "call"];
         self.misplaced(
             &base,
@@ -339,7 +402,7 @@ impl Checker<'_, '_> {
                 fix,
             );
         }
-        self.mcp_tool_name(&at!["tools", index, "call", "tool"], label, &tool);
+        self.mcp_tool_name(&at!["tools", index, "call", "tool"], label, tool);
         self.mcp_arguments(
             &at!["tools", index, "call", "arguments"],
             label,
@@ -371,27 +434,6 @@ impl Checker<'_, '_> {
                 );
             }
         }
-        let lookup = lookup
-            .and_then(|lookup| self.mcp_lookup(index, label, &call.upstream, lookup, arguments));
-        let list = list.and_then(|list| self.mcp_list(index, label, &call.upstream, list));
-        let external_id = call.result.external_id;
-        Forms::Mcp(
-            McpToolConfig {
-                upstream: call.upstream,
-                tool: McpTool {
-                    call: McpToolCall {
-                        tool,
-                        arguments: call.arguments,
-                        idempotency_key_argument: call.idempotency_key_argument,
-                        not_processed: call.not_processed,
-                    },
-                    lookup,
-                },
-                imported: None,
-                list,
-            },
-            external_id,
-        )
     }
 
     fn http_forms(
@@ -450,55 +492,58 @@ impl Checker<'_, '_> {
         };
         let http_call = CallSpec {
             upstream: call.upstream,
-            method,
+            method: spec::method(method),
             path,
             query: call.query,
             headers: call.headers,
             body: call.body,
-            body_format: call.body_format,
-            result: call.result,
+            body_format: spec::body_format(call.body_format),
+            result: spec::result(call.result),
         };
-        let lookup = lookup.and_then(|lookup| {
-            let base = at!["tools", index, "lookup"];
-            self.misplaced(
-                &base,
-                &[
-                    ("tool", lookup.tool.is_some()),
-                    ("arguments", lookup.arguments.is_some()),
-                ],
-                &format!("{label}: `lookup.{{field}}` is for lookups of an MCP call, and this tool's call is an HTTP request"),
-                "remove `{field}`; an HTTP lookup is a `path` with `query`",
-            );
-            let Some(path) = lookup.path else {
-                self.push(
-                    &base,
-                    format!("{label}: `lookup` has no `path`"),
-                    "add `path: /v1/...` (a read-only request that finds the effect)",
-                );
-                return None;
-            };
-            Some(LookupSpec {
-                upstream: lookup.upstream,
-                method: lookup.method.unwrap_or(Method::Get),
-                path,
-                query: lookup.query,
-                headers: lookup.headers,
-                body: lookup.body,
-                body_format: lookup.body_format,
-                found: lookup.found,
-                not_found_statuses: lookup.not_found_statuses.unwrap_or_else(|| vec![404]),
-                external_id: lookup.external_id,
-                key: lookup.key,
-                match_fields: lookup.match_fields,
-                pages: lookup.pages,
-            })
-        });
+        let lookup = lookup.and_then(|lookup| self.http_lookup(index, label, lookup));
         let list = list.and_then(|list| self.http_list(index, label, list));
         Forms::Http {
             call: Some(http_call),
             lookup,
             list,
         }
+    }
+
+    /// An HTTP tool's `lookup`: a `path` with `query`, not an MCP tool.
+    fn http_lookup(&mut self, index: usize, label: &str, lookup: LookupFile) -> Option<LookupSpec> {
+        let base = at!["tools", index, "lookup"];
+        self.misplaced(
+            &base,
+            &[
+                ("tool", lookup.tool.is_some()),
+                ("arguments", lookup.arguments.is_some()),
+            ],
+            &format!("{label}: `lookup.{{field}}` is for lookups of an MCP call, and this tool's call is an HTTP request"),
+            "remove `{field}`; an HTTP lookup is a `path` with `query`",
+        );
+        let Some(path) = lookup.path else {
+            self.push(
+                &base,
+                format!("{label}: `lookup` has no `path`"),
+                "add `path: /v1/...` (a read-only request that finds the effect)",
+            );
+            return None;
+        };
+        Some(LookupSpec {
+            upstream: lookup.upstream,
+            method: lookup.method.map(spec::method).unwrap_or(Method::Get),
+            path,
+            query: lookup.query,
+            headers: lookup.headers,
+            body: lookup.body,
+            body_format: spec::body_format(lookup.body_format),
+            found: lookup.found,
+            not_found_statuses: lookup.not_found_statuses.unwrap_or_else(|| vec![404]),
+            external_id: lookup.external_id,
+            key: lookup.key,
+            match_fields: spec::match_fields(lookup.match_fields),
+            pages: lookup.pages.map(spec::lookup_pages),
+        })
     }
 
     /// An HTTP tool's `list`: a `path` with `query`, not an MCP tool.
@@ -530,8 +575,8 @@ impl Checker<'_, '_> {
             next_cursor: list.next_cursor,
             has_more: list.has_more,
             limit_max: list.limit_max,
-            fields: list.fields,
-            match_fields: list.match_fields,
+            fields: spec::list_fields(list.fields),
+            match_fields: spec::match_fields(list.match_fields),
         })
     }
 
@@ -620,8 +665,8 @@ impl Checker<'_, '_> {
                 items: list.items,
                 next_cursor: list.next_cursor,
                 has_more: list.has_more,
-                fields: list.fields,
-                match_fields: list.match_fields,
+                fields: spec::list_fields(list.fields),
+                match_fields: spec::match_fields(list.match_fields),
             },
         })
     }
@@ -689,7 +734,8 @@ impl Checker<'_, '_> {
             &format!("{label}: `lookup.{{field}}` pages through an HTTP listing, and this tool's lookup is a call of an MCP tool"),
             "remove `{field}`; give the lookup tool arguments that narrow its answer to one intent's records",
         );
-        self.lookup_proof(index, label, lookup.key.as_deref(), &lookup.match_fields);
+        let match_fields = spec::match_fields(lookup.match_fields);
+        self.lookup_proof(index, label, lookup.key.as_deref(), &match_fields);
         Some(McpLookup {
             call: McpToolCall {
                 arguments: lookup.arguments,
@@ -698,7 +744,7 @@ impl Checker<'_, '_> {
             found: lookup.found,
             external_id: lookup.external_id,
             key: lookup.key,
-            match_fields: lookup.match_fields,
+            match_fields,
         })
     }
 

@@ -9,15 +9,16 @@
 
 use std::collections::BTreeMap;
 
+use intentgate_config_file::at;
+use intentgate_config_file::source_map::Segment;
 use intentgate_core::ArgumentPath;
 use intentgate_core::currency::CurrencySource;
-use intentgate_http::spec::{ListRecords, ListSubject, MatchCompare, MatchField};
+use intentgate_http::spec::{ListFields, ListRecords, ListSubject, MatchCompare, MatchField};
 use serde_json::Value;
 
 use super::Checker;
 use super::tools::pointer_path;
 use crate::limits::MATCH_FIELDS_MAX;
-use crate::source_map::{Segment, at};
 
 /// An example of `match` for the fixes, as the example config's refunds would write it.
 const MATCH_EXAMPLE: &str = "`match: {order_id: {record: /order_id}, amount: {record: /amount}}`";
@@ -42,12 +43,35 @@ impl Checker<'_, '_> {
             self.pointer(&at!["tools", index, "list", field], label, pointer);
         }
         self.list_paging(index, label, list);
+        self.list_fields(index, label, &list.fields, input_schema);
+        if let Some(sensitive) = sensitive {
+            self.sensitive_amount(index, label, sensitive, list);
+        }
+        self.list_pairing(index, label, list);
+        self.match_fields(
+            index,
+            "list",
+            label,
+            &mut list.match_fields,
+            input_schema,
+            sensitive,
+        );
+    }
+
+    /// Checks the pointers of a list's `fields` and the currency of its amount.
+    fn list_fields(
+        &mut self,
+        index: usize,
+        label: &str,
+        fields: &ListFields,
+        input_schema: &Value,
+    ) {
         for (field, pointer) in [
-            ("idempotency_key", list.fields.idempotency_key.as_deref()),
-            ("intent_key", list.fields.intent_key.as_deref()),
-            ("external_id", Some(list.fields.external_id.as_str())),
-            ("amount", list.fields.amount.as_deref()),
-            ("amount_argument", list.fields.amount_argument.as_deref()),
+            ("idempotency_key", fields.idempotency_key.as_deref()),
+            ("intent_key", fields.intent_key.as_deref()),
+            ("external_id", Some(fields.external_id.as_str())),
+            ("amount", fields.amount.as_deref()),
+            ("amount_argument", fields.amount_argument.as_deref()),
         ] {
             self.pointer(
                 &at!["tools", index, "list", "fields", field],
@@ -59,10 +83,10 @@ impl Checker<'_, '_> {
             &at!["tools", index, "list", "fields", "amount_minor_units"],
             label,
             "list.fields.amount_minor_units",
-            list.fields.amount_minor_units.as_deref(),
+            fields.amount_minor_units.as_deref(),
             input_schema,
         );
-        match &list.fields.subject {
+        match &fields.subject {
             Some(ListSubject::One(pointer)) => self.pointer(
                 &at!["tools", index, "list", "fields", "subject"],
                 label,
@@ -85,9 +109,11 @@ impl Checker<'_, '_> {
             }
             None => {}
         }
-        if let Some(sensitive) = sensitive {
-            self.sensitive_amount(index, label, sensitive, list);
-        }
+    }
+
+    /// A list pairs provider records with intents one way: by the provider key
+    /// (`fields.idempotency_key`) or by business fields (`match`).
+    fn list_pairing(&mut self, index: usize, label: &str, list: &ListRecords) {
         match (
             list.fields.idempotency_key.is_some(),
             list.match_fields.is_empty(),
@@ -133,14 +159,6 @@ impl Checker<'_, '_> {
             ),
             _ => {}
         }
-        self.match_fields(
-            index,
-            "list",
-            label,
-            &mut list.match_fields,
-            input_schema,
-            sensitive,
-        );
     }
 
     /// A list says how its next page is found: by the cursor a page names (`next_cursor`),
@@ -197,91 +215,113 @@ impl Checker<'_, '_> {
             );
         }
         for (argument, field) in match_fields.iter_mut() {
-            let path: Vec<String> = argument.split('.').map(str::to_owned).collect();
-            let schema = if self.arguments_known {
-                match argument_schema(input_schema, &path) {
-                    Some(schema) => Some(schema),
-                    None => {
-                        self.push_at_match_key(
-                            index,
-                            section,
-                            argument,
-                            format!(
-                                "{label}: `match` names `{argument}`, which is not an argument \
-                                 of the tool"
-                            ),
-                            format!(
-                                "name an argument as a key template does (`order_id`, or \
-                                 `customer.id` for a nested property); the arguments are {}",
-                                super::names(super::tools::argument_names(input_schema))
-                            ),
-                        );
-                        continue;
-                    }
-                }
-            } else {
-                None
-            };
-            if let Some(sensitive) =
-                sensitive.and_then(|paths| paths.iter().find(|marked| marked.overlaps(&path)))
-            {
-                self.push_at_match_key(
-                    index,
-                    section,
-                    argument,
-                    format!(
-                        "{label}: `match` uses sensitive argument `{sensitive}`; the ledger keeps \
-                         only its keyed hash, so the {section} would never find the provider's \
-                         value in it"
-                    ),
-                    "match by arguments that are not sensitive (an order, a reference, an \
-                     amount), or send the provider key (`{idempotency_key}`) with the effect and \
-                     prove records by it (`key:` of a lookup, `fields.idempotency_key` of a list)",
-                );
-            }
-            self.pointer(
-                &at!["tools", index, section, "match", argument, "record"],
+            self.match_field(
+                index,
+                section,
                 label,
-                Some(&field.record),
-            );
-            let types = schema.map(schema_types).unwrap_or_default();
-            let numeric = types
-                .iter()
-                .any(|kind| kind == "number" || kind == "integer");
-            match field.compare {
-                None => {
-                    field.compare = Some(if numeric {
-                        MatchCompare::Decimal
-                    } else {
-                        MatchCompare::Text
-                    });
-                }
-                Some(MatchCompare::Decimal)
-                    if !types.is_empty()
-                        && !numeric
-                        && !types.iter().any(|kind| kind == "string") =>
-                {
-                    self.push(
-                        &at!["tools", index, section, "match", argument, "compare"],
-                        format!(
-                            "{label}: `match.{argument}` compares as a decimal, but the input \
-                             schema types `{argument}` as {}",
-                            types.join(" or ")
-                        ),
-                        "compare numbers (or amounts written as strings) as `decimal`; use \
-                         `compare: text` for anything else",
-                    );
-                }
-                Some(_) => {}
-            }
-            self.minor_units(
-                &at!["tools", index, section, "match", argument, "minor_units"],
-                label,
-                &format!("match.{argument}.minor_units"),
-                field.minor_units.as_deref(),
+                argument,
+                field,
                 input_schema,
+                sensitive,
             );
         }
+    }
+
+    /// Checks one `match` field of a tool's `section`, and sets its comparison when the config
+    /// gives none.
+    #[allow(clippy::too_many_arguments)]
+    fn match_field(
+        &mut self,
+        index: usize,
+        section: &'static str,
+        label: &str,
+        argument: &str,
+        field: &mut MatchField,
+        input_schema: &Value,
+        sensitive: Option<&[ArgumentPath]>,
+    ) {
+        let path: Vec<String> = argument.split('.').map(str::to_owned).collect();
+        let schema = if self.arguments_known {
+            match argument_schema(input_schema, &path) {
+                Some(schema) => Some(schema),
+                None => {
+                    self.push_at_match_key(
+                        index,
+                        section,
+                        argument,
+                        format!(
+                            "{label}: `match` names `{argument}`, which is not an argument \
+                             of the tool"
+                        ),
+                        format!(
+                            "name an argument as a key template does (`order_id`, or \
+                             `customer.id` for a nested property); the arguments are {}",
+                            super::names(super::tools::argument_names(input_schema))
+                        ),
+                    );
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        if let Some(sensitive) =
+            sensitive.and_then(|paths| paths.iter().find(|marked| marked.overlaps(&path)))
+        {
+            self.push_at_match_key(
+                index,
+                section,
+                argument,
+                format!(
+                    "{label}: `match` uses sensitive argument `{sensitive}`; the ledger keeps \
+                     only its keyed hash, so the {section} would never find the provider's \
+                     value in it"
+                ),
+                "match by arguments that are not sensitive (an order, a reference, an \
+                 amount), or send the provider key (`{idempotency_key}`) with the effect and \
+                 prove records by it (`key:` of a lookup, `fields.idempotency_key` of a list)",
+            );
+        }
+        self.pointer(
+            &at!["tools", index, section, "match", argument, "record"],
+            label,
+            Some(&field.record),
+        );
+        let types = schema.map(schema_types).unwrap_or_default();
+        let numeric = types
+            .iter()
+            .any(|kind| kind == "number" || kind == "integer");
+        match field.compare {
+            None => {
+                field.compare = Some(if numeric {
+                    MatchCompare::Decimal
+                } else {
+                    MatchCompare::Text
+                });
+            }
+            Some(MatchCompare::Decimal)
+                if !types.is_empty() && !numeric && !types.iter().any(|kind| kind == "string") =>
+            {
+                self.push(
+                    &at!["tools", index, section, "match", argument, "compare"],
+                    format!(
+                        "{label}: `match.{argument}` compares as a decimal, but the input \
+                         schema types `{argument}` as {}",
+                        types.join(" or ")
+                    ),
+                    "compare numbers (or amounts written as strings) as `decimal`; use \
+                     `compare: text` for anything else",
+                );
+            }
+            Some(_) => {}
+        }
+        self.minor_units(
+            &at!["tools", index, section, "match", argument, "minor_units"],
+            label,
+            &format!("match.{argument}.minor_units"),
+            field.minor_units.as_deref(),
+            input_schema,
+        );
     }
 
     /// A `minor_units` (of a `match` field or of a list's amount) is an ISO 4217 code the

@@ -15,6 +15,10 @@
 
 use std::collections::HashSet;
 
+use intentgate_config_file::at;
+use intentgate_config_file::file::{ApprovalFile, BeyondName, BudgetFile, BudgetPer};
+use intentgate_config_file::source_map::Segment;
+use intentgate_core::duration::{parse_duration_ms, write_duration};
 use intentgate_core::fingerprint::canonical_arguments;
 use intentgate_core::policy::{
     APPROVAL_DEADLINE_MS_DEFAULT, APPROVAL_DEADLINE_MS_MAX, BUDGET_WINDOW_MS_MAX,
@@ -27,9 +31,6 @@ use intentgate_core::{
 use serde_json::Value;
 
 use super::{Checker, names};
-use crate::file::{ApprovalFile, BeyondName, BudgetFile, BudgetPer};
-use crate::source_map::{Segment, at};
-use intentgate_core::duration::{parse_duration_ms, write_duration};
 
 /// Longest budget name: it is written into answers, events and metric labels.
 const BUDGET_NAME_LENGTH_MAX: usize = 64;
@@ -313,28 +314,7 @@ impl Checker<'_, '_> {
                 None => format!("{label}, budget {}", at_index + 1),
             };
             let reported = self.errors.len();
-            match &budget.name {
-                None => self.push(
-                    &base,
-                    format!("{budget_label} has no `name`"),
-                    "add `name: per-order` (1 to 64 lowercase letters, digits, `_` or `-`): \
-                     answers, events and metrics name the budget by it",
-                ),
-                Some(name) if !is_budget_name(name) => self.push(
-                    &at!["tools", index, "budgets", at_index, "name"],
-                    format!(
-                        "{label}: budget name `{name}` is not 1 to {BUDGET_NAME_LENGTH_MAX} \
-                         lowercase letters, digits, `_` or `-`"
-                    ),
-                    "name the budget with a short identifier, e.g. `name: per-order`",
-                ),
-                Some(name) if !seen.insert(name.clone()) => self.push(
-                    &at!["tools", index, "budgets", at_index, "name"],
-                    format!("{label} has two budgets named `{name}`"),
-                    "give each budget its own `name:`: answers and metrics tell them apart by it",
-                ),
-                Some(_) => {}
-            }
+            self.budget_name(index, at_index, label, &budget_label, &budget, &mut seen);
             let scope = self.budget_scope(tool, at_index, &budget_label, &budget);
             let window_ms = match &budget.window {
                 None => {
@@ -390,6 +370,42 @@ impl Checker<'_, '_> {
             });
         }
         checked
+    }
+
+    /// A budget's `name`: there, an identifier, and unique within the tool (`seen` holds the
+    /// names of its earlier budgets).
+    fn budget_name(
+        &mut self,
+        index: usize,
+        at_index: usize,
+        label: &str,
+        budget_label: &str,
+        budget: &BudgetFile,
+        seen: &mut HashSet<String>,
+    ) {
+        let base = at!["tools", index, "budgets", at_index];
+        match &budget.name {
+            None => self.push(
+                &base,
+                format!("{budget_label} has no `name`"),
+                "add `name: per-order` (1 to 64 lowercase letters, digits, `_` or `-`): \
+                 answers, events and metrics name the budget by it",
+            ),
+            Some(name) if !is_budget_name(name) => self.push(
+                &at!["tools", index, "budgets", at_index, "name"],
+                format!(
+                    "{label}: budget name `{name}` is not 1 to {BUDGET_NAME_LENGTH_MAX} \
+                     lowercase letters, digits, `_` or `-`"
+                ),
+                "name the budget with a short identifier, e.g. `name: per-order`",
+            ),
+            Some(name) if !seen.insert(name.clone()) => self.push(
+                &at!["tools", index, "budgets", at_index, "name"],
+                format!("{label} has two budgets named `{name}`"),
+                "give each budget its own `name:`: answers and metrics tell them apart by it",
+            ),
+            Some(_) => {}
+        }
     }
 
     /// What the budget counts per: `per`, and the subject template for `per: subject`.

@@ -5,6 +5,9 @@
 
 use std::collections::BTreeMap;
 
+use intentgate_config_file::at;
+use intentgate_config_file::env;
+use intentgate_config_file::source_map::{Segment, segments};
 use intentgate_http::spec::{
     BodyFormat, CallSpec, ListSpec, LookupPages, LookupSpec, MatchField, Method, UpstreamSpec,
 };
@@ -19,8 +22,6 @@ use serde_json::Value;
 
 use super::tools::pointer_path;
 use super::{Checker, names};
-use crate::env;
-use crate::source_map::{Segment, at, segments};
 
 impl Checker<'_, '_> {
     pub(super) fn call(

@@ -8,6 +8,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use intentgate_config_file::at;
+use intentgate_config_file::env::{self, EnvError};
+use intentgate_config_file::file::{McpListing, ToolFile};
+use intentgate_config_file::source_map::{Segment, segments};
+use intentgate_config_file::{IdempotencyKeyHeader, OwnerConfig};
 use intentgate_core::sensitive::{HASH_KEY_BYTES_MIN, HashKeyError, SensitiveError};
 use intentgate_core::tool::{RETRY_BUDGET_MAX, TIMEOUT_MS_MAX};
 use intentgate_core::{
@@ -23,13 +28,8 @@ use super::mcp::{Forms, placeholders};
 use super::policies::PolicyContext;
 use super::upstreams::without_references;
 use super::{Checker, names};
-use crate::config::{
-    IdempotencyKeyHeader, McpToolConfig, McpUpstreamConfig, OwnerConfig, ToolConfig,
-};
-use crate::env::{self, EnvError};
-use crate::file::{McpListing, ToolFile};
+use crate::config::{McpToolConfig, McpUpstreamConfig, ToolConfig};
 use crate::limits::*;
-use crate::source_map::{Segment, at, segments};
 use crate::{HashKeySource, Secrets};
 
 /// A tool's requests as checked, with their `${NAME}` references resolved.
@@ -233,105 +233,110 @@ impl Checker<'_, '_> {
     /// key window from the call's upstream, not from the tool.
     fn executor(&mut self, index: usize, label: &str, tool: &mut ToolFile) {
         match tool.executor {
-            Executor::Client => {
-                if let Some(effect) = tool.effect
-                    && effect != Effect::SideEffect
-                {
-                    self.push(
-                        &at!["tools", index, "executor"],
-                        format!(
-                            "{label} says `executor: client`, but it is `effect: {}`: only side \
-                             effects are executed by the caller's code through the intent API",
-                            effect.as_str()
-                        ),
-                        "remove `executor: client` and give the tool a `call`, or set \
-                         `effect: side_effect` if calling it twice would act twice",
-                    );
-                    // Whether it should have a `call` depends on which of the two is meant.
-                    return;
-                }
-                let name = &tool.name;
-                let refused = [
-                    (
-                        tool.call.is_some(),
-                        "call",
-                        "the gateway never sends its request: the caller's code performs it \
-                         after `POST /v1/tools/{name}/intents` grants `execute`",
+            Executor::Client => self.client_executor(index, label, tool),
+            Executor::Gateway => self.gateway_executor(index, label, tool),
+        }
+    }
+
+    /// A client tool: a side effect, with no `call`, `lookup` or `list` (dropped once
+    /// reported), and its own key window.
+    fn client_executor(&mut self, index: usize, label: &str, tool: &mut ToolFile) {
+        if let Some(effect) = tool.effect
+            && effect != Effect::SideEffect
+        {
+            self.push(
+                &at!["tools", index, "executor"],
+                format!(
+                    "{label} says `executor: client`, but it is `effect: {}`: only side \
+                     effects are executed by the caller's code through the intent API",
+                    effect.as_str()
+                ),
+                "remove `executor: client` and give the tool a `call`, or set \
+                 `effect: side_effect` if calling it twice would act twice",
+            );
+            // Whether it should have a `call` depends on which of the two is meant.
+            return;
+        }
+        let name = &tool.name;
+        let refused = [
+            (
+                tool.call.is_some(),
+                "call",
+                "the gateway never sends its request: the caller's code performs it \
+                 after `POST /v1/tools/{name}/intents` grants `execute`",
+            ),
+            (
+                tool.lookup.is_some(),
+                "lookup",
+                "the gateway never looks its effects up: the caller's code checks with \
+                 the provider when it is granted `look_up`",
+            ),
+            (
+                tool.list.is_some(),
+                "list",
+                "the gateway never lists its effects: reconciling a client tool's \
+                 effects with the provider is the caller's",
+            ),
+        ];
+        for (present, field, why) in refused {
+            if present {
+                self.push(
+                    &at!["tools", index, field],
+                    format!(
+                        "{label} is executed by the caller's code (`executor: client`), \
+                         so it has no `{field}`: {}",
+                        why.replace("{name}", name)
                     ),
-                    (
-                        tool.lookup.is_some(),
-                        "lookup",
-                        "the gateway never looks its effects up: the caller's code checks with \
-                         the provider when it is granted `look_up`",
+                    format!(
+                        "remove `{field}:` from this tool, or remove `executor: client` \
+                         to have the gateway perform it"
                     ),
-                    (
-                        tool.list.is_some(),
-                        "list",
-                        "the gateway never lists its effects: reconciling a client tool's \
-                         effects with the provider is the caller's",
-                    ),
-                ];
-                for (present, field, why) in refused {
-                    if present {
-                        self.push(
-                            &at!["tools", index, field],
-                            format!(
-                                "{label} is executed by the caller's code (`executor: client`), \
-                                 so it has no `{field}`: {}",
-                                why.replace("{name}", name)
-                            ),
-                            format!(
-                                "remove `{field}:` from this tool, or remove `executor: client` \
-                                 to have the gateway perform it"
-                            ),
-                        );
-                    }
-                }
-                tool.call = None;
-                tool.lookup = None;
-                tool.list = None;
-                if let Some(hours) = tool.key_window_hours {
-                    self.range(
-                        &at!["tools", index, "key_window_hours"],
-                        hours.into(),
-                        1,
-                        KEY_WINDOW_HOURS_MAX.into(),
-                        "hours (the provider's documented key retention; Stripe: 24)",
-                    );
-                }
+                );
             }
-            Executor::Gateway => {
-                if tool.call.is_none() {
-                    self.push(
-                        &at!["tools", index],
-                        format!(
-                            "{label} has no `call`, so the gateway has no request that performs it"
-                        ),
-                        "add `call: {upstream: payments, method: POST, path: /v1/...}` (the \
-                         request the gateway sends), or `executor: client` for a side effect \
-                         that your own code performs through the intent API",
-                    );
-                }
-                if tool.key_window_hours.is_some() {
-                    let upstream = tool
-                        .call
-                        .as_ref()
-                        .map_or("its upstream".to_owned(), |call| {
-                            format!("upstream `{}`", call.upstream)
-                        });
-                    self.push(
-                        &at!["tools", index, "key_window_hours"],
-                        format!(
-                            "{label}: `key_window_hours` is for client tools (`executor: \
-                             client`); the gateway's calls use the key window of their upstream"
-                        ),
-                        format!(
-                            "remove it from the tool, and set `key_window_hours` (with \
-                             `honours_idempotency_keys: true`) on {upstream}"
-                        ),
-                    );
-                }
-            }
+        }
+        tool.call = None;
+        tool.lookup = None;
+        tool.list = None;
+        if let Some(hours) = tool.key_window_hours {
+            self.range(
+                &at!["tools", index, "key_window_hours"],
+                hours.into(),
+                1,
+                KEY_WINDOW_HOURS_MAX.into(),
+                "hours (the provider's documented key retention; Stripe: 24)",
+            );
+        }
+    }
+
+    /// A gateway tool: its `call` is required, and its key window is its upstream's.
+    fn gateway_executor(&mut self, index: usize, label: &str, tool: &ToolFile) {
+        if tool.call.is_none() {
+            self.push(
+                &at!["tools", index],
+                format!("{label} has no `call`, so the gateway has no request that performs it"),
+                "add `call: {upstream: payments, method: POST, path: /v1/...}` (the \
+                 request the gateway sends), or `executor: client` for a side effect \
+                 that your own code performs through the intent API",
+            );
+        }
+        if tool.key_window_hours.is_some() {
+            let upstream = tool
+                .call
+                .as_ref()
+                .map_or("its upstream".to_owned(), |call| {
+                    format!("upstream `{}`", call.upstream)
+                });
+            self.push(
+                &at!["tools", index, "key_window_hours"],
+                format!(
+                    "{label}: `key_window_hours` is for client tools (`executor: \
+                     client`); the gateway's calls use the key window of their upstream"
+                ),
+                format!(
+                    "remove it from the tool, and set `key_window_hours` (with \
+                     `honours_idempotency_keys: true`) on {upstream}"
+                ),
+            );
         }
     }
 

@@ -4,12 +4,13 @@
 
 use std::collections::BTreeMap;
 
+use intentgate_config_file::at;
+use intentgate_config_file::env;
+use intentgate_config_file::source_map::Segment;
 use intentgate_http::spec::UpstreamSpec;
 
 use super::{Checker, names};
-use crate::env;
 use crate::limits::*;
-use crate::source_map::{Segment, at};
 
 impl Checker<'_, '_> {
     pub(super) fn upstreams(

@@ -1,21 +1,21 @@
 //! The config file as written: the types serde reads and the JSON Schema is derived from.
 //!
 //! Field names here are a promise to users. Every struct refuses unknown fields, so a
-//! misspelt field is an error rather than a silently ignored setting. These types differ
-//! from the public [`Config`](crate::Config) in one way: a tool's `effect` is read as
-//! optional, so that a tool without one is reported by name, alongside the file's other
-//! errors, instead of stopping the parse. The published schema still marks it required.
+//! misspelt field is an error rather than a silently ignored setting. A tool's `effect` is
+//! read as optional, so that a tool without one is reported by name, alongside the file's
+//! other errors, instead of stopping the parse (intentgate-config's checked `Config` always
+//! has one). The published schema still marks it required.
 
 use std::collections::BTreeMap;
 
 use intentgate_core::{CallStatus, Effect, Executor};
-use intentgate_http::spec::{BodyFormat, ListFields, LookupPages, MatchField, Method, ResultSpec};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::auth::AuthFile;
-use crate::config::{
+use crate::request::{BodyFormat, ListFields, LookupPages, MatchField, Method, ResultSpec};
+use crate::settings::{
     AlertRule, GatewayConfig, IdempotencyKeyHeader, OwnerConfig, ReconcileConfig, ResolutionConfig,
     TelemetryConfig,
 };
@@ -25,7 +25,7 @@ use crate::config::{
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename = "Config")]
 #[schemars(title = "intentgate config")]
-pub(crate) struct ConfigFile {
+pub struct ConfigFile {
     /// Settings of the gateway process; every field has a default.
     #[serde(default)]
     pub gateway: GatewayConfig,
@@ -62,8 +62,8 @@ pub(crate) struct ConfigFile {
     pub tools: Vec<ToolFile>,
     /// Traces of calls sent to an OpenTelemetry collector (OTLP over HTTP); off unless an
     /// endpoint is set here or in the standard `OTEL_EXPORTER_OTLP_*` variables.
+    // Read before logging starts, by `telemetry_section`; the checks leave it alone.
     #[serde(default)]
-    #[allow(dead_code)] // Read before logging starts, by `telemetry_section`.
     pub telemetry: TelemetryConfig,
 }
 
@@ -91,7 +91,7 @@ pub(crate) struct ConfigFile {
         }
     }
 ]))]
-pub(crate) struct UpstreamFile {
+pub struct UpstreamFile {
     /// `http` (the default) or `mcp`.
     #[serde(default)]
     pub kind: UpstreamKind,
@@ -130,7 +130,7 @@ pub(crate) struct UpstreamFile {
 /// What an upstream speaks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum UpstreamKind {
+pub enum UpstreamKind {
     /// An HTTP API, called with the request templates of each tool's `call`.
     #[default]
     Http,
@@ -141,7 +141,7 @@ pub(crate) enum UpstreamKind {
 /// Every tool of an MCP upstream, exposed through the gateway.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename = "Import")]
-pub(crate) struct ImportFile {
+pub struct ImportFile {
     /// The `kind: mcp` entry of `upstreams` whose tools are exposed.
     pub upstream: String,
     /// Put before every exposed tool's name (`memory_` exposes `read_graph` as
@@ -190,7 +190,7 @@ pub(crate) struct ImportFile {
         }
     }
 ]))]
-pub(crate) struct ToolFile {
+pub struct ToolFile {
     /// The name models call it by: letters, digits, `_`, `-` or `.`.
     pub name: String,
     /// What the tool does, for the model. For a side-effecting tool the gateway appends
@@ -283,7 +283,7 @@ pub(crate) struct ToolFile {
 /// When a side-effecting tool's calls need a person's approval.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename = "Approval")]
-pub(crate) struct ApprovalFile {
+pub struct ApprovalFile {
     /// A condition over the call's arguments (`amount > 100.00`, `currency in ["USD",
     /// "EUR"]`, joined with `and`, `or`, `not`); numbers compare as exact decimals. Absent:
     /// every call needs approval.
@@ -301,7 +301,7 @@ pub(crate) struct ApprovalFile {
 /// periods counted from the Unix epoch: an hourly budget starts again on the hour, UTC.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename = "Budget")]
-pub(crate) struct BudgetFile {
+pub struct BudgetFile {
     /// Named in answers, events and metrics: 1 to 64 lowercase letters, digits, `_` or `-`,
     /// unique within the tool (`per-order`).
     #[schemars(required, regex(pattern = r"^[a-z0-9_-]{1,64}$"))]
@@ -345,7 +345,7 @@ pub(crate) struct BudgetFile {
 /// What a budget is counted per.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum BudgetPer {
+pub enum BudgetPer {
     /// Every call of the tool, whoever makes it.
     Tool,
     /// Each tenant's calls.
@@ -355,7 +355,7 @@ pub(crate) enum BudgetPer {
 }
 
 impl BudgetPer {
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             BudgetPer::Tool => "tool",
             BudgetPer::Tenant => "tenant",
@@ -368,7 +368,7 @@ impl BudgetPer {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[schemars(rename = "Beyond")]
-pub(crate) enum BeyondName {
+pub enum BeyondName {
     /// Refused as `over_budget`; nothing is executed.
     #[default]
     Refuse,
@@ -396,7 +396,7 @@ pub(crate) enum BeyondName {
         ]}
     }
 ]))]
-pub(crate) struct CallFile {
+pub struct CallFile {
     /// The name of an entry of `upstreams`.
     pub upstream: String,
     /// HTTP: the method.
@@ -440,7 +440,7 @@ pub(crate) struct CallFile {
 /// with `tool`, a call of another tool of the call's MCP upstream.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename = "Lookup")]
-pub(crate) struct LookupFile {
+pub struct LookupFile {
     /// Defaults to the call's upstream.
     pub upstream: Option<String>,
     /// HTTP: the method (default GET).
@@ -499,7 +499,7 @@ pub(crate) struct LookupFile {
     {"required": ["next_cursor"], "not": {"required": ["has_more"]}},
     {"required": ["has_more"], "not": {"required": ["next_cursor"]}}
 ]}]))]
-pub(crate) struct ListFile {
+pub struct ListFile {
     /// HTTP: defaults to the call's upstream. MCP: the call's upstream, always.
     pub upstream: Option<String>,
     /// HTTP: the path template.
@@ -541,9 +541,9 @@ pub(crate) struct ListFile {
 }
 
 /// Ten seconds: the p99 of a payment provider's write endpoints is a few seconds.
-pub(crate) const TIMEOUT_MS_DEFAULT: u64 = 10_000;
+pub const TIMEOUT_MS_DEFAULT: u64 = 10_000;
 /// Two retries: enough to ride out a blip without stacking on the other retrying layers.
-pub(crate) const RETRY_BUDGET_DEFAULT: u32 = 2;
+pub const RETRY_BUDGET_DEFAULT: u32 = 2;
 
 fn default_timeout_ms() -> u64 {
     TIMEOUT_MS_DEFAULT
@@ -586,7 +586,7 @@ enum ExecutorName {
 /// Whether MCP `tools/list` shows a tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum McpListing {
+pub enum McpListing {
     /// Listed, and callable by MCP clients (a client tool's call is still refused, with a
     /// message naming the intent API).
     Listed,
@@ -643,7 +643,7 @@ fn messages_schema(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// The published JSON Schema (draft 2020-12) of the config file.
-pub(crate) fn schema() -> Value {
+pub fn schema() -> Value {
     let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
     generator.into_root_schema_for::<ConfigFile>().to_value()
 }

@@ -69,12 +69,12 @@ pub fn segments(path: &[String]) -> Vec<Segment<'_>> {
 }
 
 /// Builds a `[Segment]` path: `at!["tools", index, "key"]`.
+#[macro_export]
 macro_rules! at {
     ($($segment:expr),* $(,)?) => {
         [$($crate::source_map::Segment::from($segment)),*]
     };
 }
-pub(crate) use at;
 
 /// The positions of every node of one YAML document.
 #[derive(Debug)]

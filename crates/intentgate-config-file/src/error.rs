@@ -118,7 +118,7 @@ impl fmt::Display for UnsetVariable {
 }
 
 /// Collects errors for one file, each at a position.
-pub(crate) struct Errors<'a> {
+pub struct Errors<'a> {
     source: &'a str,
     errors: Vec<ConfigError>,
 }
