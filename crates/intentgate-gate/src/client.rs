@@ -343,74 +343,12 @@ impl Gate {
             Settlement::Unknown { reason, .. } => reason.clone(),
             _ => String::new(),
         };
-        let (status, result, external_id, detail) = match settlement {
-            Settlement::Done {
-                result,
-                external_id,
-            } => (
-                IntentStatus::Done,
-                result.map(|result| kept_result(tool, result, &intent.arguments)),
-                external_id,
-                if looked_up {
-                    "the caller's lookup found the effect".to_owned()
-                } else {
-                    "the caller's code confirmed it".to_owned()
-                },
-            ),
-            Settlement::Rejected { reason, result } => {
-                let result = result.unwrap_or_else(|| json!({ "message": reason }));
-                (
-                    IntentStatus::Rejected,
-                    Some(kept_result(tool, result, &intent.arguments)),
-                    None,
-                    format!("the provider refused: {reason}"),
-                )
-            }
-            Settlement::NotExecuted { reason } if held == (Held::Execute { resend: true }) => (
-                IntentStatus::Unknown,
-                None,
-                None,
-                format!(
-                    "re-send not executed ({reason}); the first attempt's outcome is still unknown"
-                ),
-            ),
-            Settlement::NotExecuted { reason } => (
-                IntentStatus::NotExecuted,
-                None,
-                None,
-                format!("not executed: {reason}"),
-            ),
-            Settlement::Unknown {
-                reason,
-                resend_stop: None,
-            } => (
-                IntentStatus::Unknown,
-                None,
-                None,
-                format!("the caller's outcome is unknown: {reason}"),
-            ),
-            // Worded as the call path words an answer it saw itself; the stop first, so
-            // that cutting a long reason to the event log's limit keeps it.
-            Settlement::Unknown {
-                reason,
-                resend_stop: Some(stop),
-            } => (
-                IntentStatus::Unknown,
-                None,
-                None,
-                format!(
-                    "the caller's outcome is unknown; same-key re-sends stopped for good: {}; \
-                     the caller said: {reason}",
-                    stop.describe()
-                ),
-            ),
-            Settlement::NotFound => (
-                IntentStatus::Unknown,
-                None,
-                None,
-                "the caller's lookup found nothing".to_owned(),
-            ),
-        };
+        let Recorded {
+            status,
+            result,
+            external_id,
+            detail,
+        } = recorded(tool, &intent, held, settlement);
         let finish = Finish {
             result,
             external_id,
@@ -590,6 +528,104 @@ impl Gate {
                 .expect("a granted intent holds a lease"),
             duration_ms: millis(self.lease_duration(tool)),
         }
+    }
+}
+
+/// What a settle records: the status, the result and provider id kept, and the event log's
+/// detail.
+struct Recorded {
+    /// The status the intent takes.
+    status: IntentStatus,
+    /// The result repeats are shown, as the ledger keeps it.
+    result: Option<Value>,
+    /// The provider's id of the effect.
+    external_id: Option<String>,
+    /// Why, for the event log.
+    detail: String,
+}
+
+/// What the caller's `settlement` of a lease held for `held` records about `intent`. A
+/// re-send that was not executed leaves the intent `unknown`: the first attempt may have
+/// happened.
+fn recorded(
+    tool: &ToolDefinition,
+    intent: &IntentRecord,
+    held: Held,
+    settlement: Settlement,
+) -> Recorded {
+    let (status, result, external_id, detail) = match settlement {
+        Settlement::Done {
+            result,
+            external_id,
+        } => (
+            IntentStatus::Done,
+            result.map(|result| kept_result(tool, result, &intent.arguments)),
+            external_id,
+            if held == Held::LookUp {
+                "the caller's lookup found the effect".to_owned()
+            } else {
+                "the caller's code confirmed it".to_owned()
+            },
+        ),
+        Settlement::Rejected { reason, result } => {
+            let result = result.unwrap_or_else(|| json!({ "message": reason }));
+            (
+                IntentStatus::Rejected,
+                Some(kept_result(tool, result, &intent.arguments)),
+                None,
+                format!("the provider refused: {reason}"),
+            )
+        }
+        Settlement::NotExecuted { reason } if held == (Held::Execute { resend: true }) => (
+            IntentStatus::Unknown,
+            None,
+            None,
+            format!(
+                "re-send not executed ({reason}); the first attempt's outcome is still unknown"
+            ),
+        ),
+        Settlement::NotExecuted { reason } => (
+            IntentStatus::NotExecuted,
+            None,
+            None,
+            format!("not executed: {reason}"),
+        ),
+        Settlement::Unknown {
+            reason,
+            resend_stop: None,
+        } => (
+            IntentStatus::Unknown,
+            None,
+            None,
+            format!("the caller's outcome is unknown: {reason}"),
+        ),
+        // Worded as the call path words an answer it saw itself; the stop first, so
+        // that cutting a long reason to the event log's limit keeps it.
+        Settlement::Unknown {
+            reason,
+            resend_stop: Some(stop),
+        } => (
+            IntentStatus::Unknown,
+            None,
+            None,
+            format!(
+                "the caller's outcome is unknown; same-key re-sends stopped for good: {}; \
+                 the caller said: {reason}",
+                stop.describe()
+            ),
+        ),
+        Settlement::NotFound => (
+            IntentStatus::Unknown,
+            None,
+            None,
+            "the caller's lookup found nothing".to_owned(),
+        ),
+    };
+    Recorded {
+        status,
+        result,
+        external_id,
+        detail,
     }
 }
 
