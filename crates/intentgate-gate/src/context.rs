@@ -16,7 +16,7 @@ pub struct CallContext {
     /// disagrees is `invalid_arguments`), and for every side effect it is bound, within the
     /// tenant and the tool, to the intent its first call named ([`Ledger::bind_caller_key`](intentgate_ledger::Ledger::bind_caller_key)).
     /// A later call under it that names another intent (another business key, or other
-    /// arguments) is refused with [`GateError::IdempotencyKeyReused`], nothing recorded or
+    /// arguments) is refused with [`GateError::IdempotencyKeyReused`](crate::GateError::IdempotencyKeyReused), nothing recorded or
     /// executed; the same intent under a second key is one intent, as any repeat. Reads and
     /// idempotent tools record no intent and ignore it. At most `CALLER_KEY_LENGTH_MAX`
     /// bytes, not empty: another is `invalid_arguments`.

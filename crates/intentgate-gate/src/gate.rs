@@ -181,7 +181,7 @@ impl Gate {
     /// Every lookup from now on that found a record half an intent's (its provider key with
     /// other business fields, or its fields under another gateway key): nothing was settled,
     /// and the owner must look. Bounded: a receiver more than
-    /// [`LOOKUP_MISMATCH_BUFFER`](crate::LOOKUP_MISMATCH_BUFFER) events behind loses the oldest.
+    /// [`LOOKUP_MISMATCH_BUFFER`] events behind loses the oldest.
     pub fn lookup_mismatches(&self) -> broadcast::Receiver<LookupMismatch> {
         self.lookup_mismatches.subscribe()
     }
@@ -190,7 +190,7 @@ impl Gate {
     /// first used for a request with other parameters (Stripe's 400 `idempotency_error`):
     /// two different requests share a key, the intent stays `unknown` with its re-sends
     /// stopped, and the owner must look. Bounded: a receiver more than
-    /// [`KEY_REUSE_BUFFER`](crate::KEY_REUSE_BUFFER) events behind loses the oldest.
+    /// [`KEY_REUSE_BUFFER`] events behind loses the oldest.
     pub fn key_reuses(&self) -> broadcast::Receiver<KeyReused> {
         self.key_reuses.subscribe()
     }

@@ -26,15 +26,15 @@
 //!
 //! **The schedule.** Each step is due a pause after the intent's last lookup (every attempt
 //! ends with one, and so does every step). Inside the window the pause is the re-send
-//! backoff of the intent's attempt count: [`Resolution::backoff_initial`] after the first
-//! attempt, doubling per attempt up to [`Resolution::backoff_max`]. Outside it the pause is
+//! backoff of the intent's attempt count: [`Resolution::backoff_initial`](crate::Resolution::backoff_initial) after the first
+//! attempt, doubling per attempt up to [`Resolution::backoff_max`](crate::Resolution::backoff_max). Outside it the pause is
 //! the gate's lookup interval for a caller, and for the sweeper a tenth of the intent's age
-//! (between the lookup interval and [`SWEEP_LOOKUP_INTERVAL_MAX`]), so an intent that stays
+//! (between the lookup interval and [`SWEEP_LOOKUP_INTERVAL_MAX`](crate::SWEEP_LOOKUP_INTERVAL_MAX)), so an intent that stays
 //! unknown for days is asked about about once an hour. A step that is not due answers from
 //! the ledger at once: a storm of repeats is never a storm of provider requests.
 //!
 //! **Bounds.** At most one attempt per intent is in flight (the lease). Re-sends are limited
-//! per tool and per process by a token bucket ([`Resolution::resends_per_second`]). The
+//! per tool and per process by a token bucket ([`Resolution::resends_per_second`](crate::Resolution::resends_per_second)). The
 //! sweeper does not start a step that would re-send while the bucket is empty (its lookup
 //! would be wasted); a caller's step whose re-send finds the bucket empty stays a lookup and
 //! the re-send waits for the next step. A `done` or `rejected` intent is never sent again, and a `not_executed` one is only

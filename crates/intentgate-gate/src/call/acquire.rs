@@ -1,5 +1,5 @@
 //! The acquire phase (docs/design.md section 5, steps 5 to 7): the ledger's `begin` takes
-//! the intent's lease and records `in_flight` durably, granting a [`Lease`] (or a lookup
+//! the intent's lease and records `in_flight` durably, granting a [`Lease`](crate::lease::Lease) (or a lookup
 //! lease, or answering: settled, conflicting, held, over budget). While another caller holds
 //! the lease, this one waits for it, bounded, and checks that the holder's process still
 //! runs.
@@ -286,7 +286,7 @@ impl Gate {
 
     /// [`Ledger::begin`](intentgate_ledger::Ledger::begin), timed: the one way the call
     /// path, the resolution of unknown intents, the sweeper and the intent API take a
-    /// [`Lease`] ([`lease::begin`]).
+    /// [`Lease`](crate::lease::Lease) ([`lease::begin`]).
     pub(crate) async fn ledger_begin(&self, request: BeginRequest) -> Result<Begun, LedgerError> {
         let started = Instant::now();
         let begun = lease::begin(self.ledger.as_ref(), request)

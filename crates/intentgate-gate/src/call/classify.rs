@@ -89,7 +89,7 @@ impl Gate {
     }
 
     /// Tells the upstream's health what one request showed: an error that is the operator's
-    /// is counted, logged and reported ([`UpstreamHealth::failed`]); an answer as configured
+    /// is counted, logged and reported ([`UpstreamHealth::failed`](crate::misconfigured::UpstreamHealth::failed)); an answer as configured
     /// (done, or a refusal of the customer's request) clears the tool and upstream.
     pub(crate) fn observe_upstream(
         &self,

@@ -117,7 +117,7 @@ impl Gate {
     /// `in_flight` must be durable before the upstream call; a crash before this commit
     /// leaves the intent `in_flight`, resolved by its lookup). Nobody else can take the
     /// intent while the lease runs, so what the ledger will hold is what this call learned.
-    /// Reads through the ledger wait for the queued write ([`Ledger::finish_queued`]); a
+    /// Reads through the ledger wait for the queued write ([`Ledger::finish_queued`](intentgate_ledger::Ledger::finish_queued)); a
     /// repeat elsewhere waits on the lease until it commits.
     async fn record_queued(
         &self,
