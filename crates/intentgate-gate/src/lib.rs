@@ -8,6 +8,15 @@
 //! `in_flight` durably, call the upstream with the intent's idempotency key, classify what
 //! happened, look the effect up when that is ambiguous, and store the answer that every later
 //! repeat receives. Reads and idempotent tools skip the ledger and are retried within a bound.
+//! Each phase is a submodule of `call`, named for it (`validate`, `key`, `settled`,
+//! `acquire`, `execute`, `classify`, `look_up`, `record`); [`Gate`] itself (`gate`) is the
+//! state they share and depends on none of them.
+//!
+//! **Architecture invariant:** nothing is sent without a durable `in_flight` record and a
+//! held lease. The `lease` module makes it a type: a `Lease` is made only from what the
+//! ledger's `begin` answered, and the one function that sends a side effect's request takes
+//! it and asserts, where the request leaves, that the request is the intent's, the intent
+//! `in_flight` and the lease live by the gate's clock.
 //!
 //! Every gate counts and times what it does ([`Metrics`], in the Prometheus text format),
 //! announces each repeated call for an existing intent ([`Gate::repeated_calls`]), for the
