@@ -39,16 +39,23 @@ use intentgate_core::key::provider_key;
 use intentgate_core::limits::{EVENT_DETAIL_LENGTH_MAX, EXTERNAL_ID_LENGTH_MAX, RESULT_BYTES_MAX};
 use intentgate_core::{CallStatus, Executor, IntentStatus, ResendStop, ToolDefinition};
 use intentgate_ledger::{
-    Begin, BeginRequest, Finish, Finished, IntentId, IntentRecord, LedgerError, Renew, Renewed,
+    BeginRequest, Finish, Finished, IntentId, IntentRecord, LedgerError, Renew, Renewed,
 };
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
 
-use crate::gate::{Acquired, CallContext, Gate, GateError, kept_result};
+use crate::call::Acquired;
+use crate::call::key::one_spelling;
+use crate::call::record::kept_result;
+use crate::context::CallContext;
+use crate::error::GateError;
+use crate::gate::Gate;
+use crate::lease::{Begun, finish_of};
 use crate::metrics::STATUS_LEDGER_UNAVAILABLE;
 use crate::outcome::CallOutcome;
-use crate::resolve::{Driver, UNUSED_LOOKUP_LEASE, millis};
+use crate::resolution::{Driver, millis};
+use crate::resolve::UNUSED_LOOKUP_LEASE;
 
 /// What every lease token starts with, so a leaked one is recognised by secret scanners.
 pub const LEASE_TOKEN_PREFIX: &str = "igl_";
@@ -269,7 +276,7 @@ impl Gate {
             return Err(GateError::NotClientExecuted(name.to_owned()));
         }
         intentgate_core::Tenant::parse(&context.tenant)?;
-        let arguments = crate::gate::one_spelling(arguments);
+        let arguments = one_spelling(arguments);
         let granted = async {
             if let Some(refused) = self.admit(tool, &arguments, context).await? {
                 return Ok(Grant::Answer(refused));
@@ -282,11 +289,12 @@ impl Gate {
                     .await?
                 {
                     Acquired::Answered(outcome) => Grant::Answer(outcome),
-                    Acquired::Execute { intent, .. } => {
-                        Grant::Execute(self.granted_lease(definition, &intent, token, false))
+                    // The lease passes to the caller's code, which proves it with the token.
+                    Acquired::Execute { lease } => {
+                        Grant::Execute(self.granted_lease(definition, lease.intent(), token, false))
                     }
-                    Acquired::Lookup { intent, .. } => {
-                        Grant::LookUp(self.granted_lease(definition, &intent, token, false))
+                    Acquired::Lookup { lease, .. } => {
+                        Grant::LookUp(self.granted_lease(definition, lease.intent(), token, false))
                     }
                 },
             )
@@ -335,81 +343,19 @@ impl Gate {
             Settlement::Unknown { reason, .. } => reason.clone(),
             _ => String::new(),
         };
-        let (status, result, external_id, detail) = match settlement {
-            Settlement::Done {
-                result,
-                external_id,
-            } => (
-                IntentStatus::Done,
-                result.map(|result| kept_result(tool, result, &intent.arguments)),
-                external_id,
-                if looked_up {
-                    "the caller's lookup found the effect".to_owned()
-                } else {
-                    "the caller's code confirmed it".to_owned()
-                },
-            ),
-            Settlement::Rejected { reason, result } => {
-                let result = result.unwrap_or_else(|| json!({ "message": reason }));
-                (
-                    IntentStatus::Rejected,
-                    Some(kept_result(tool, result, &intent.arguments)),
-                    None,
-                    format!("the provider refused: {reason}"),
-                )
-            }
-            Settlement::NotExecuted { reason } if held == (Held::Execute { resend: true }) => (
-                IntentStatus::Unknown,
-                None,
-                None,
-                format!(
-                    "re-send not executed ({reason}); the first attempt's outcome is still unknown"
-                ),
-            ),
-            Settlement::NotExecuted { reason } => (
-                IntentStatus::NotExecuted,
-                None,
-                None,
-                format!("not executed: {reason}"),
-            ),
-            Settlement::Unknown {
-                reason,
-                resend_stop: None,
-            } => (
-                IntentStatus::Unknown,
-                None,
-                None,
-                format!("the caller's outcome is unknown: {reason}"),
-            ),
-            // Worded as the call path words an answer it saw itself; the stop first, so
-            // that cutting a long reason to the event log's limit keeps it.
-            Settlement::Unknown {
-                reason,
-                resend_stop: Some(stop),
-            } => (
-                IntentStatus::Unknown,
-                None,
-                None,
-                format!(
-                    "the caller's outcome is unknown; same-key re-sends stopped for good: {}; \
-                     the caller said: {reason}",
-                    stop.describe()
-                ),
-            ),
-            Settlement::NotFound => (
-                IntentStatus::Unknown,
-                None,
-                None,
-                "the caller's lookup found nothing".to_owned(),
-            ),
-        };
+        let Recorded {
+            status,
+            result,
+            external_id,
+            detail,
+        } = recorded(tool, &intent, held, settlement);
         let finish = Finish {
             result,
             external_id,
             looked_up,
             lease_required: true,
             resend_stopped: stop,
-            ..self.finish(&intent, &owner, status, resolved_by, detail)
+            ..finish_of(&intent, &owner, now_ms, status, resolved_by, detail)
         };
         let recorded = match self.ledger_finish(finish).await? {
             Finished::Recorded(recorded) => recorded,
@@ -518,7 +464,7 @@ impl Gate {
             key: intent.key.clone(),
             fingerprint: intent.fingerprint.clone(),
             arguments: intent.arguments.clone(),
-            lease_owner: owner.clone(),
+            lease_owner: owner,
             lease_expires_ms: now_ms + millis(self.lease_duration(tool)),
             now_ms,
             count_call: false,
@@ -531,16 +477,17 @@ impl Gate {
         match self.ledger_begin(begin).await? {
             // The owner says re-send, whichever attempt `begin` started: a not-executed
             // settle of it then leaves the intent unknown, the safe side.
-            Begin::Execute(next) => {
+            Begun::Execute(lease) => {
+                let next = lease.intent();
                 tracing::debug!(tool = %tool.name, key = %next.key, attempt = next.attempt, "granting a re-send of an unknown intent with its provider key");
-                Ok(Grant::Execute(self.granted_lease(tool, &next, token, true)))
+                Ok(Grant::Execute(self.granted_lease(tool, next, token, true)))
             }
             // Another re-send's lease ran out in between: that attempt needs its own lookup,
             // by a later grant.
-            Begin::Lookup(next) => {
+            Begun::Lookup(lease) => {
+                let next = lease.intent().clone();
                 self.release_unused(
-                    &next,
-                    &owner,
+                    lease,
                     IntentStatus::Unknown,
                     RESOLVED_BY_LOOKUP,
                     UNUSED_LOOKUP_LEASE,
@@ -552,11 +499,11 @@ impl Gate {
                 })?;
                 pending(self, &next)
             }
-            Begin::Settled(next)
-            | Begin::Busy(next)
-            | Begin::Conflict(next)
-            | Begin::Held(next, _) => pending(self, &next),
-            Begin::OverBudget { .. } => unreachable!("a re-send asks for an existing intent"),
+            Begun::Settled(next)
+            | Begun::Busy(next)
+            | Begun::Conflict(next)
+            | Begun::Held(next, _) => pending(self, &next),
+            Begun::OverBudget { .. } => unreachable!("a re-send asks for an existing intent"),
         }
     }
 
@@ -581,6 +528,104 @@ impl Gate {
                 .expect("a granted intent holds a lease"),
             duration_ms: millis(self.lease_duration(tool)),
         }
+    }
+}
+
+/// What a settle records: the status, the result and provider id kept, and the event log's
+/// detail.
+struct Recorded {
+    /// The status the intent takes.
+    status: IntentStatus,
+    /// The result repeats are shown, as the ledger keeps it.
+    result: Option<Value>,
+    /// The provider's id of the effect.
+    external_id: Option<String>,
+    /// Why, for the event log.
+    detail: String,
+}
+
+/// What the caller's `settlement` of a lease held for `held` records about `intent`. A
+/// re-send that was not executed leaves the intent `unknown`: the first attempt may have
+/// happened.
+fn recorded(
+    tool: &ToolDefinition,
+    intent: &IntentRecord,
+    held: Held,
+    settlement: Settlement,
+) -> Recorded {
+    let (status, result, external_id, detail) = match settlement {
+        Settlement::Done {
+            result,
+            external_id,
+        } => (
+            IntentStatus::Done,
+            result.map(|result| kept_result(tool, result, &intent.arguments)),
+            external_id,
+            if held == Held::LookUp {
+                "the caller's lookup found the effect".to_owned()
+            } else {
+                "the caller's code confirmed it".to_owned()
+            },
+        ),
+        Settlement::Rejected { reason, result } => {
+            let result = result.unwrap_or_else(|| json!({ "message": reason }));
+            (
+                IntentStatus::Rejected,
+                Some(kept_result(tool, result, &intent.arguments)),
+                None,
+                format!("the provider refused: {reason}"),
+            )
+        }
+        Settlement::NotExecuted { reason } if held == (Held::Execute { resend: true }) => (
+            IntentStatus::Unknown,
+            None,
+            None,
+            format!(
+                "re-send not executed ({reason}); the first attempt's outcome is still unknown"
+            ),
+        ),
+        Settlement::NotExecuted { reason } => (
+            IntentStatus::NotExecuted,
+            None,
+            None,
+            format!("not executed: {reason}"),
+        ),
+        Settlement::Unknown {
+            reason,
+            resend_stop: None,
+        } => (
+            IntentStatus::Unknown,
+            None,
+            None,
+            format!("the caller's outcome is unknown: {reason}"),
+        ),
+        // Worded as the call path words an answer it saw itself; the stop first, so
+        // that cutting a long reason to the event log's limit keeps it.
+        Settlement::Unknown {
+            reason,
+            resend_stop: Some(stop),
+        } => (
+            IntentStatus::Unknown,
+            None,
+            None,
+            format!(
+                "the caller's outcome is unknown; same-key re-sends stopped for good: {}; \
+                 the caller said: {reason}",
+                stop.describe()
+            ),
+        ),
+        Settlement::NotFound => (
+            IntentStatus::Unknown,
+            None,
+            None,
+            "the caller's lookup found nothing".to_owned(),
+        ),
+    };
+    Recorded {
+        status,
+        result,
+        external_id,
+        detail,
     }
 }
 

@@ -52,7 +52,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::{Metric, Registry};
+use prometheus_client::registry::Registry;
 use tokio::sync::broadcast;
 
 /// Repeated-call events a receiver may fall behind before it loses the oldest. A retry storm
@@ -244,12 +244,6 @@ struct ToolRuleLabels {
     rule: String,
 }
 
-/// Registers `metric` under `name` and gives it back, to be kept and updated.
-fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
-    registry.register(name, help, metric.clone());
-    metric
-}
-
 type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
 
 fn upstream_histogram() -> Histogram {
@@ -307,121 +301,31 @@ impl Metrics {
     /// Every family registered, no series yet. Names are given without `_total`: the
     /// encoder adds it to counters.
     pub fn new() -> Metrics {
-        let mut registry = Registry::default();
-        // Registered in the order written, which is the order `encode` prints them in.
-        let metrics = Metrics {
-            calls: registered(
-                &mut registry,
-                "intentgate_calls",
-                "Outcomes of tool calls, by tool and status",
-                Family::default(),
-            ),
-            repeated_calls: registered(
-                &mut registry,
-                "intentgate_repeated_calls",
-                "Calls for an intent that already existed (duplicate calls)",
-                Family::default(),
-            ),
-            upstream_duration: registered(
-                &mut registry,
-                "intentgate_upstream_request_duration_seconds",
-                "Duration of one upstream request (execute or lookup), timeout included",
-                Family::new_with_constructor(upstream_histogram),
-            ),
-            ledger_duration: registered(
-                &mut registry,
-                "intentgate_ledger_operation_duration_seconds",
-                "Duration of the call path's ledger operations (begin, finish, get)",
-                Family::new_with_constructor(ledger_histogram),
-            ),
-            lease_waits: registered(
-                &mut registry,
-                "intentgate_lease_waits",
-                "Calls that found the intent's lease held and waited for its holder",
-                Family::default(),
-            ),
-            lease_wait_duration: registered(
-                &mut registry,
-                "intentgate_lease_wait_seconds",
-                "Time one call spent waiting for another's lease, in all",
-                Family::new_with_constructor(lease_wait_histogram),
-            ),
-            intents_unknown: registered(
-                &mut registry,
-                "intentgate_intents_unknown",
-                "Attempts and lookups that left an intent unknown",
-                Family::default(),
-            ),
-            lookups: registered(
-                &mut registry,
-                "intentgate_lookups",
-                "Lookups of side effects, by tool and what they concluded",
-                Family::default(),
-            ),
-            upstream_errors: registered(
-                &mut registry,
-                "intentgate_upstream_errors",
-                "Upstream requests not processed because the gateway is misconfigured, by tool, upstream and kind",
-                Family::default(),
-            ),
-            resends_stopped: registered(
-                &mut registry,
-                "intentgate_resends_stopped",
-                "Attempts whose answer stopped their intent's same-key re-sends for good, by tool and reason",
-                Family::default(),
-            ),
-            approvals: registered(
-                &mut registry,
-                "intentgate_approvals",
-                "Intents held for approval, and what became of them (event: held, approved, denied, expired)",
-                Family::default(),
-            ),
-            over_budget: registered(
-                &mut registry,
-                "intentgate_over_budget",
-                "New intents refused because they went beyond a budget, by tool and budget",
-                Family::default(),
-            ),
-            intents: registered(
-                &mut registry,
-                "intentgate_intents",
-                "Intents in the ledger, by tool and status",
-                Family::default(),
-            ),
+        let mut metrics = Metrics {
+            registry: Registry::default(),
+            calls: Family::default(),
+            repeated_calls: Family::default(),
+            upstream_duration: Family::new_with_constructor(upstream_histogram),
+            ledger_duration: Family::new_with_constructor(ledger_histogram),
+            lease_waits: Family::default(),
+            lease_wait_duration: Family::new_with_constructor(lease_wait_histogram),
+            intents_unknown: Family::default(),
+            lookups: Family::default(),
+            upstream_errors: Family::default(),
+            resends_stopped: Family::default(),
+            approvals: Family::default(),
+            over_budget: Family::default(),
+            intents: Family::default(),
             intents_seen: Mutex::default(),
-            reconcile_mismatches: registered(
-                &mut registry,
-                "intentgate_reconcile_mismatches",
-                "Mismatches between the ledger and the provider found by reconciliation",
-                Family::default(),
-            ),
-            alerts_fired: registered(
-                &mut registry,
-                "intentgate_alerts_fired",
-                "Duplicate-call alerts fired, by tool and rule",
-                Family::default(),
-            ),
-            repeated_call_events_dropped: registered(
-                &mut registry,
-                "intentgate_repeated_call_events_dropped",
-                "Repeated-call events evicted before every receiver saw them",
-                Counter::default(),
-            ),
-            connections_open: registered(
-                &mut registry,
-                "intentgate_connections_open",
-                "HTTP connections the server holds open",
-                Gauge::default(),
-            ),
-            connections_dropped: registered(
-                &mut registry,
-                "intentgate_connections_dropped",
-                "Connections the server closed on its own: no request head or body in time, idle, over a connection limit, or closed to make room",
-                Family::default(),
-            ),
-            registry,
+            reconcile_mismatches: Family::default(),
+            alerts_fired: Family::default(),
+            repeated_call_events_dropped: Counter::default(),
+            connections_open: Gauge::default(),
+            connections_dropped: Family::default(),
         };
-        let mut metrics = metrics;
+        // Registered in the order written, which is the order `encode` prints them in.
+        metrics.register_call_path();
+        metrics.register_operations();
         // One count per process, whichever gate's registry is scraped.
         metrics.registry.register(
             "intentgate_trace_spans_dropped",
@@ -434,6 +338,94 @@ impl Metrics {
             });
         }
         metrics
+    }
+
+    /// The families of the call path: calls, upstream requests, ledger operations, leases,
+    /// lookups and upstream errors.
+    fn register_call_path(&mut self) {
+        self.registry.register(
+            "intentgate_calls",
+            "Outcomes of tool calls, by tool and status",
+            self.calls.clone(),
+        );
+        self.registry.register(
+            "intentgate_repeated_calls",
+            "Calls for an intent that already existed (duplicate calls)",
+            self.repeated_calls.clone(),
+        );
+        self.registry.register(
+            "intentgate_upstream_request_duration_seconds",
+            "Duration of one upstream request (execute or lookup), timeout included",
+            self.upstream_duration.clone(),
+        );
+        self.registry.register(
+            "intentgate_ledger_operation_duration_seconds",
+            "Duration of the call path's ledger operations (begin, finish, get)",
+            self.ledger_duration.clone(),
+        );
+        self.registry.register(
+            "intentgate_lease_waits",
+            "Calls that found the intent's lease held and waited for its holder",
+            self.lease_waits.clone(),
+        );
+        self.registry.register(
+            "intentgate_lease_wait_seconds",
+            "Time one call spent waiting for another's lease, in all",
+            self.lease_wait_duration.clone(),
+        );
+        self.registry.register(
+            "intentgate_intents_unknown",
+            "Attempts and lookups that left an intent unknown",
+            self.intents_unknown.clone(),
+        );
+        self.registry.register(
+            "intentgate_lookups",
+            "Lookups of side effects, by tool and what they concluded",
+            self.lookups.clone(),
+        );
+        self.registry
+            .register("intentgate_upstream_errors", "Upstream requests not processed because the gateway is misconfigured, by tool, upstream and kind", self.upstream_errors.clone());
+        self.registry
+            .register("intentgate_resends_stopped", "Attempts whose answer stopped their intent's same-key re-sends for good, by tool and reason", self.resends_stopped.clone());
+    }
+
+    /// The families of the operations around it: approvals, budgets, the ledger's intents,
+    /// reconciliation, alerts and connections.
+    fn register_operations(&mut self) {
+        self.registry
+            .register("intentgate_approvals", "Intents held for approval, and what became of them (event: held, approved, denied, expired)", self.approvals.clone());
+        self.registry.register(
+            "intentgate_over_budget",
+            "New intents refused because they went beyond a budget, by tool and budget",
+            self.over_budget.clone(),
+        );
+        self.registry.register(
+            "intentgate_intents",
+            "Intents in the ledger, by tool and status",
+            self.intents.clone(),
+        );
+        self.registry.register(
+            "intentgate_reconcile_mismatches",
+            "Mismatches between the ledger and the provider found by reconciliation",
+            self.reconcile_mismatches.clone(),
+        );
+        self.registry.register(
+            "intentgate_alerts_fired",
+            "Duplicate-call alerts fired, by tool and rule",
+            self.alerts_fired.clone(),
+        );
+        self.registry.register(
+            "intentgate_repeated_call_events_dropped",
+            "Repeated-call events evicted before every receiver saw them",
+            self.repeated_call_events_dropped.clone(),
+        );
+        self.registry.register(
+            "intentgate_connections_open",
+            "HTTP connections the server holds open",
+            self.connections_open.clone(),
+        );
+        self.registry
+            .register("intentgate_connections_dropped", "Connections the server closed on its own: no request head or body in time, idle, over a connection limit, or closed to make room", self.connections_dropped.clone());
     }
 
     /// Every family in the Prometheus text exposition format, version 0.0.4 (served as

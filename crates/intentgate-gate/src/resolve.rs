@@ -26,45 +26,31 @@
 //!
 //! **The schedule.** Each step is due a pause after the intent's last lookup (every attempt
 //! ends with one, and so does every step). Inside the window the pause is the re-send
-//! backoff of the intent's attempt count: [`Resolution::backoff_initial`] after the first
-//! attempt, doubling per attempt up to [`Resolution::backoff_max`]. Outside it the pause is
+//! backoff of the intent's attempt count: [`Resolution::backoff_initial`](crate::Resolution::backoff_initial) after the first
+//! attempt, doubling per attempt up to [`Resolution::backoff_max`](crate::Resolution::backoff_max). Outside it the pause is
 //! the gate's lookup interval for a caller, and for the sweeper a tenth of the intent's age
-//! (between the lookup interval and [`SWEEP_LOOKUP_INTERVAL_MAX`]), so an intent that stays
+//! (between the lookup interval and [`SWEEP_LOOKUP_INTERVAL_MAX`](crate::SWEEP_LOOKUP_INTERVAL_MAX)), so an intent that stays
 //! unknown for days is asked about about once an hour. A step that is not due answers from
 //! the ledger at once: a storm of repeats is never a storm of provider requests.
 //!
 //! **Bounds.** At most one attempt per intent is in flight (the lease). Re-sends are limited
-//! per tool and per process by a token bucket ([`Resolution::resends_per_second`]). The
+//! per tool and per process by a token bucket ([`Resolution::resends_per_second`](crate::Resolution::resends_per_second)). The
 //! sweeper does not start a step that would re-send while the bucket is empty (its lookup
 //! would be wasted); a caller's step whose re-send finds the bucket empty stays a lookup and
 //! the re-send waits for the next step. A `done` or `rejected` intent is never sent again, and a `not_executed` one is only
 //! started again by a new call, never by a step.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
-
 use intentgate_core::{CallStatus, IntentStatus, ToolDefinition};
-use intentgate_ledger::{Begin, BeginRequest, IntentRecord};
+use intentgate_ledger::{BeginRequest, IntentRecord};
 use serde_json::Value;
 
-use crate::gate::{Attempt, Gate, GateError, Looked};
+use crate::call::execute::Attempt;
+use crate::call::look_up::Looked;
+use crate::error::GateError;
+use crate::gate::Gate;
+use crate::lease::{Begun, Lease};
 use crate::outcome::CallOutcome;
-
-/// First pause between an unknown attempt and the next step (lookup, then re-send).
-pub const RESEND_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
-/// Longest pause between two steps of one intent inside the provider's key window.
-pub const RESEND_BACKOFF_MAX: Duration = Duration::from_secs(5 * 60);
-/// Most same-key re-sends one process starts per second for one tool, by default.
-pub const RESENDS_PER_SECOND: u32 = 50;
-/// The part of an unknown intent's age the sweeper waits between two of its lookups once
-/// it can't be re-sent: one tenth, so an intent a minute old is asked about again within
-/// seconds, one a day old about once an hour. Never less than the gate's lookup interval.
-pub const SWEEP_LOOKUP_AGE_FRACTION: u32 = 10;
-/// Longest wait between two sweeper lookups of one unknown intent that can't be re-sent.
-/// Hourly reconciliation catches up with the provider's records anyway; an hour keeps an
-/// intent that stays unknown (they are kept until resolved) to 24 lookups a day.
-pub const SWEEP_LOOKUP_INTERVAL_MAX: Duration = Duration::from_secs(60 * 60);
+use crate::resolution::{Driver, millis};
 
 /// The event log's reason when a driver gives back an attempt `begin` started on a
 /// not-executed intent it did not ask to start.
@@ -73,66 +59,16 @@ pub(crate) const UNASKED_ATTEMPT: &str =
 /// The event log's reason when a driver gives back a lookup lease without looking up.
 pub(crate) const UNUSED_LOOKUP_LEASE: &str = "lookup lease released unused";
 
-/// How unknown intents are driven forward: the re-send backoff and its rate limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Resolution {
-    /// Pause after an intent's first unknown attempt before its next step.
-    pub backoff_initial: Duration,
-    /// The pause doubles per attempt up to this.
-    pub backoff_max: Duration,
-    /// Most re-sends one process starts per second for one tool (a burst of as many is
-    /// allowed). Zero turns re-sends off: unknown intents are only looked up.
-    pub resends_per_second: u32,
-}
-
-impl Default for Resolution {
-    fn default() -> Resolution {
-        Resolution {
-            backoff_initial: RESEND_BACKOFF_INITIAL,
-            backoff_max: RESEND_BACKOFF_MAX,
-            resends_per_second: RESENDS_PER_SECOND,
-        }
-    }
-}
-
-impl Resolution {
-    /// The pause after attempt number `attempt` before the next step:
-    /// `backoff_initial * 2^(attempt - 1)`, at most `backoff_max`.
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let doublings = attempt.saturating_sub(1).min(31);
-        self.backoff_initial
-            .saturating_mul(1 << doublings)
-            .min(self.backoff_max)
-    }
-}
-
-/// Who drives a step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Driver {
-    /// A repeat call, with the caller's own arguments.
-    Caller,
-    /// The sweeper, with the ledger's copy of the arguments (sensitive ones as hashes).
-    Sweeper,
-}
-
-impl Driver {
-    /// Who settles the intent when the step finds or confirms the effect.
-    fn resolved_by(self) -> &'static str {
-        match self {
-            Driver::Caller => "lookup",
-            Driver::Sweeper => "sweeper",
-        }
-    }
-}
-
 /// What one step needs besides the intent: what to send, and the `begin` that took the
 /// lookup lease (the re-send asks again with it).
 pub(crate) struct StepRequest<'a> {
+    /// The arguments to send: the caller's, or for the sweeper the ledger's copy.
     pub arguments: &'a Value,
     /// The application's intent id, for a tool whose key uses one.
     pub intent_id: Option<&'a str>,
-    pub owner: &'a str,
+    /// Who drives the step.
     pub driver: Driver,
+    /// The `begin` that took the lookup lease, which the re-send asks again.
     pub begin: &'a BeginRequest,
 }
 
@@ -143,6 +79,7 @@ pub(crate) struct Step {
     pub outcome: CallOutcome,
     /// What the lookup found.
     pub looked: Looked,
+    /// Whether the step re-sent.
     pub resend: Resend,
 }
 
@@ -160,121 +97,22 @@ pub(crate) enum Resend {
     Sent,
 }
 
-/// A token bucket of re-sends per tool: `rate` tokens a second, at most `rate` saved up.
-/// Counted in thousandths of a token against the gate's clock, so a simulation replays it.
-#[derive(Default)]
-pub(crate) struct ResendBudget {
-    buckets: Mutex<HashMap<String, Bucket>>,
-}
-
-struct Bucket {
-    milli_tokens: u64,
-    refilled_ms: i64,
-}
-
-impl ResendBudget {
-    /// Takes one re-send of `tool` at `now_ms`; false when the bucket is empty.
-    pub(crate) fn take(&self, tool: &str, rate: u32, now_ms: i64) -> bool {
-        self.with_bucket(tool, rate, now_ms, true)
-    }
-
-    /// True when [`ResendBudget::take`] would succeed now; takes nothing.
-    pub(crate) fn available(&self, tool: &str, rate: u32, now_ms: i64) -> bool {
-        self.with_bucket(tool, rate, now_ms, false)
-    }
-
-    fn with_bucket(&self, tool: &str, rate: u32, now_ms: i64, take: bool) -> bool {
-        if rate == 0 {
-            return false;
-        }
-        let full = u64::from(rate) * 1000;
-        let mut buckets = self.buckets.lock().expect("resend budget lock");
-        let bucket = buckets.entry(tool.to_owned()).or_insert(Bucket {
-            milli_tokens: full,
-            refilled_ms: now_ms,
-        });
-        let elapsed_ms = u64::try_from(now_ms.saturating_sub(bucket.refilled_ms)).unwrap_or(0);
-        bucket.milli_tokens = bucket
-            .milli_tokens
-            .saturating_add(elapsed_ms.saturating_mul(u64::from(rate)))
-            .min(full);
-        bucket.refilled_ms = bucket.refilled_ms.max(now_ms);
-        if bucket.milli_tokens < 1000 {
-            return false;
-        }
-        if take {
-            bucket.milli_tokens -= 1000;
-        }
-        true
-    }
-}
-
 impl Gate {
-    /// True when `driver` could re-send `record` at `now_ms`, as far as the tool and the
-    /// intent decide: never once its re-sends stopped (the provider answers its key the same
-    /// way every time: [`IntentRecord::resend_stopped`]), else inside the key window for a
-    /// whole attempt, and for the sweeper only without sensitive arguments (it holds their
-    /// hashes, not their values).
-    pub(crate) fn resend_possible(
-        &self,
-        tool: &ToolDefinition,
-        record: &IntentRecord,
-        now_ms: i64,
-        driver: Driver,
-    ) -> bool {
-        if record.resend_stopped.is_some() {
-            return false;
-        }
-        let attempt = self.lease_duration(tool);
-        let first_seen_ms = record.first_seen_ms;
-        match driver {
-            Driver::Caller => tool.within_resend_window(first_seen_ms, now_ms, attempt),
-            Driver::Sweeper => tool.may_resend(first_seen_ms, now_ms, attempt),
-        }
-    }
-
-    /// The least time between two steps of `record` for `driver` (see the module
-    /// documentation): the re-send backoff inside the key window, else the lookup interval.
-    pub(crate) fn step_interval_ms(
-        &self,
-        tool: &ToolDefinition,
-        record: &IntentRecord,
-        now_ms: i64,
-        driver: Driver,
-    ) -> i64 {
-        let resolution = &self.options.resolution;
-        if resolution.resends_per_second > 0 && self.resend_possible(tool, record, now_ms, driver) {
-            return millis(resolution.backoff(record.attempt));
-        }
-        let floor_ms = millis(self.options.lookup_interval);
-        match driver {
-            Driver::Caller => floor_ms,
-            Driver::Sweeper => {
-                let ceiling_ms = millis(SWEEP_LOOKUP_INTERVAL_MAX).max(floor_ms);
-                let age_ms = now_ms.saturating_sub(record.first_seen_ms).max(0);
-                (age_ms / i64::from(SWEEP_LOOKUP_AGE_FRACTION)).clamp(floor_ms, ceiling_ms)
-            }
-        }
-    }
-
-    /// One step of an `unknown` intent whose lookup lease `driver` holds: look it up, and
+    /// One step of an `unknown` intent whose lookup `lease` `driver` holds: look it up, and
     /// when nothing is found and the tool allows it now, re-send it with its provider key.
     /// `Err` only when the ledger failed on the re-send's `begin` (nothing was re-sent).
     pub(crate) async fn advance_unknown(
         &self,
         tool: &ToolDefinition,
         request: StepRequest<'_>,
-        intent: IntentRecord,
+        lease: Lease,
     ) -> Result<Step, GateError> {
-        let looked_up_attempt = intent.attempt;
-        let looked_up = intent.clone();
         let (outcome, looked) = self
             .look_up_unknown(
                 tool,
                 request.arguments,
                 request.intent_id,
-                intent,
-                request.owner,
+                &lease,
                 request.driver.resolved_by(),
             )
             .await;
@@ -286,25 +124,58 @@ impl Gate {
         if looked != Looked::NotFound || outcome.status != CallStatus::PendingUnknown {
             return Ok(step(outcome, Resend::NotTried));
         }
-
+        let looked_up = lease.intent();
         let now_ms = self.clock.now_ms();
-        let template = tool
-            .key
-            .as_ref()
-            .expect("side-effecting tools have a key (checked at load)");
-        // Without the application's intent id the request could differ from the first one.
-        let allowed = self.resend_possible(tool, &looked_up, now_ms, request.driver)
-            && (request.intent_id.is_some() || !template.uses_intent_id())
-            && !self.is_disabled(&tool.name).await?;
-        if !allowed {
+        if !self
+            .resend_allowed(tool, &request, looked_up, now_ms)
+            .await?
+        {
             return Ok(step(outcome, Resend::NotTried));
         }
         let rate = self.options.resolution.resends_per_second;
         if !self.resend_budget.take(&tool.name, rate, now_ms) {
             return Ok(step(outcome, Resend::Deferred));
         }
+        let (outcome, resend) = self.resend(tool, &request, &lease, now_ms).await?;
+        Ok(step(outcome, resend))
+    }
+
+    /// True when `looked_up`, found nowhere, may be re-sent now by the step's driver: inside
+    /// the tool's window, with the application's intent id its request needs (without it
+    /// the request could differ from the first one), and the tool switched on.
+    async fn resend_allowed(
+        &self,
+        tool: &ToolDefinition,
+        request: &StepRequest<'_>,
+        looked_up: &IntentRecord,
+        now_ms: i64,
+    ) -> Result<bool, GateError> {
+        let template = tool
+            .key
+            .as_ref()
+            .expect("side-effecting tools have a key (checked at load)");
+        Ok(
+            self.resend_possible(tool, looked_up, now_ms, request.driver)
+                && (request.intent_id.is_some() || !template.uses_intent_id())
+                && !self.is_disabled(&tool.name).await?,
+        )
+    }
+
+    /// The re-send of a step: `begin` again under the same owner, for the attempt after the
+    /// one looked up, and that attempt under its new lease. Another driver may have moved the
+    /// intent in between (`Resend::Raced`); then nothing is sent, unless `begin` started a
+    /// caller's attempt of an intent that went `not_executed`, which a caller runs as any
+    /// call does and the sweeper gives back.
+    async fn resend(
+        &self,
+        tool: &ToolDefinition,
+        request: &StepRequest<'_>,
+        lookup_lease: &Lease,
+        now_ms: i64,
+    ) -> Result<(CallOutcome, Resend), GateError> {
+        let looked_up_attempt = lookup_lease.intent().attempt;
         let begin = BeginRequest {
-            lease_owner: request.owner.to_owned(),
+            lease_owner: lookup_lease.owner().to_owned(),
             lease_expires_ms: now_ms + millis(self.lease_duration(tool)),
             now_ms,
             count_call: false,
@@ -312,86 +183,68 @@ impl Gate {
             expect_new: false,
             ..request.begin.clone()
         };
-        let intent = match self.ledger_begin(begin).await? {
+        let lease = match self.ledger_begin(begin).await? {
             // The attempt after the one looked up: the re-send.
-            Begin::Execute(intent) if intent.attempt == looked_up_attempt + 1 => intent,
+            Begun::Execute(lease) if lease.intent().attempt == looked_up_attempt + 1 => lease,
             // It went not executed meanwhile and `begin` started a new attempt: a caller's
             // to make, as any call of a not-executed intent; the sweeper gives it back.
-            Begin::Execute(intent) => {
-                return match request.driver {
+            Begun::Execute(lease) => {
+                let outcome = match request.driver {
                     Driver::Caller => {
-                        let outcome = self
-                            .execute(
-                                tool,
-                                request.arguments,
-                                request.intent_id,
-                                intent,
-                                request.owner,
-                                Attempt::Call,
-                            )
-                            .await;
-                        Ok(step(outcome, Resend::Raced))
+                        self.execute(
+                            tool,
+                            request.arguments,
+                            request.intent_id,
+                            lease,
+                            Attempt::Call,
+                        )
+                        .await
                     }
                     Driver::Sweeper => {
+                        let answer = self.answer_from(tool, lease.intent());
                         self.release_unused(
-                            &intent,
-                            request.owner,
+                            lease,
                             IntentStatus::NotExecuted,
                             "sweeper",
                             UNASKED_ATTEMPT,
                         )
                         .await?;
-                        Ok(step(self.answer_from(tool, &intent), Resend::Raced))
+                        answer
                     }
                 };
+                return Ok((outcome, Resend::Raced));
             }
             // A re-send by another driver ran out its lease in between: that attempt needs
             // its own lookup first, by a later step.
-            Begin::Lookup(intent) => {
+            Begun::Lookup(lease) => {
+                let answer = self.answer_from(tool, lease.intent());
                 self.release_unused(
-                    &intent,
-                    request.owner,
+                    lease,
                     IntentStatus::Unknown,
                     request.driver.resolved_by(),
                     UNUSED_LOOKUP_LEASE,
                 )
                 .await?;
-                return Ok(step(self.answer_from(tool, &intent), Resend::Raced));
+                return Ok((answer, Resend::Raced));
             }
-            Begin::Settled(intent) | Begin::Busy(intent) | Begin::Held(intent, _) => {
-                return Ok(step(self.answer_from(tool, &intent), Resend::Raced));
+            Begun::Settled(intent) | Begun::Busy(intent) | Begun::Held(intent, _) => {
+                return Ok((self.answer_from(tool, &intent), Resend::Raced));
             }
-            Begin::Conflict(_) | Begin::OverBudget { .. } => {
+            Begun::Conflict(_) | Begun::OverBudget { .. } => {
                 unreachable!("a step asks for an existing intent with its own fingerprint")
             }
         };
-        tracing::debug!(tool = %tool.name, key = %intent.key, attempt = intent.attempt, driver = ?request.driver, "re-sending an unknown intent with its provider key");
+        tracing::debug!(tool = %tool.name, key = %lease.intent().key, attempt = lease.intent().attempt, driver = ?request.driver, "re-sending an unknown intent with its provider key");
         let outcome = self
             .execute(
                 tool,
                 request.arguments,
                 request.intent_id,
-                intent,
-                request.owner,
+                lease,
                 Attempt::Resend,
             )
             .await;
-        Ok(step(outcome, Resend::Sent))
-    }
-
-    /// Gives back a lease `begin` granted without sending anything: the intent keeps
-    /// `status`, the one it had, and the event log says why.
-    pub(crate) async fn release_unused(
-        &self,
-        intent: &IntentRecord,
-        owner: &str,
-        status: IntentStatus,
-        by: &'static str,
-        detail: &str,
-    ) -> Result<(), GateError> {
-        let finish = self.finish(intent, owner, status, by, detail.to_owned());
-        self.ledger_finish(finish).await?;
-        Ok(())
+        Ok((outcome, Resend::Sent))
     }
 }
 
@@ -543,11 +396,6 @@ idempotency keys), so it is never re-sent"
             resends,
         })
     }
-}
-
-/// A duration as the ledger's milliseconds.
-pub(crate) fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

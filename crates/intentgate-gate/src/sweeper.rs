@@ -46,11 +46,16 @@
 use futures_util::StreamExt;
 use intentgate_core::key::KeyTemplate;
 use intentgate_core::{CallStatus, Effect, Executor, IntentStatus, ToolDefinition};
-use intentgate_ledger::{Begin, BeginRequest, IntentRecord};
+use intentgate_ledger::{BeginRequest, IntentRecord};
 use tracing::Instrument;
 
-use crate::gate::{Gate, GateError, Looked};
-use crate::resolve::{Driver, Resend, SWEEPER_ROLE, StepRequest, UNASKED_ATTEMPT, millis};
+use crate::approval::ApprovalSweep;
+use crate::call::look_up::Looked;
+use crate::error::GateError;
+use crate::gate::Gate;
+use crate::lease::{Begun, Lease};
+use crate::resolution::{Driver, millis};
+use crate::resolve::{Resend, SWEEPER_ROLE, Step, StepRequest, UNASKED_ATTEMPT};
 use crate::trace;
 
 /// The event log's reason when the sweeper gives back the lookup lease of a client-executed
@@ -103,7 +108,7 @@ pub struct SweepReport {
     pub next_due_ms: Option<i64>,
     /// Requests for approval settled at their deadline, and approved intents started
     /// ([`Gate::sweep_approvals`]); not counted in `examined`.
-    pub approvals: crate::approval::ApprovalSweep,
+    pub approvals: ApprovalSweep,
 }
 
 impl SweepReport {
@@ -245,6 +250,9 @@ impl Gate {
         report
     }
 
+    /// One intent the ledger listed: skipped when its tool is not this gate's side effect or
+    /// its next step is not due (or would re-send with the tool's budget spent), otherwise
+    /// its lookup lease taken ([`Gate::sweep_lease`]) and one step of its resolution run.
     async fn sweep_one(
         &self,
         record: IntentRecord,
@@ -264,28 +272,7 @@ impl Gate {
             return self.sweep_client_intent(tool, record, now_ms, report).await;
         }
         let interval_ms = self.step_interval_ms(tool, &record, now_ms, Driver::Sweeper);
-        // Not due yet: answered without a ledger write.
-        if record.status == IntentStatus::Unknown
-            && let Some(due_ms) = record
-                .last_lookup_ms
-                .map(|last| last.saturating_add(interval_ms))
-                .filter(|due_ms| *due_ms > now_ms)
-        {
-            report.not_due += 1;
-            report.next_due_ms = Some(due_ms);
-            return Ok(());
-        }
-        // A step that would end in a re-send waits while the tool's re-send budget is spent:
-        // its lookup would only be repeated by the step that re-sends.
-        let rate = self.options.resolution.resends_per_second;
-        if record.status == IntentStatus::Unknown
-            && rate > 0
-            && self.resend_possible(tool, &record, now_ms, Driver::Sweeper)
-            && !self.resend_budget.available(&tool.name, rate, now_ms)
-        {
-            report.not_due += 1;
-            report.resends_deferred += 1;
-            report.next_due_ms = Some(now_ms + 1_000 / i64::from(rate));
+        if self.not_due(tool, &record, now_ms, interval_ms, report) {
             return Ok(());
         }
         let template = tool
@@ -295,54 +282,94 @@ impl Gate {
         let intent_id = recovered_intent_id(template, &record);
         let owner = self.lease_owner(SWEEPER_ROLE);
         let begin = self.sweep_request(&record, &owner, now_ms, interval_ms, tool);
-        let intent = match self.ledger_begin(begin.clone()).await? {
-            Begin::Lookup(intent) => intent,
-            Begin::Busy(_) => {
-                report.skipped_busy += 1;
-                return Ok(());
-            }
-            Begin::Settled(intent) => {
-                match intent.status {
-                    IntentStatus::Unknown if intent.lease_live(now_ms) => report.skipped_busy += 1,
-                    IntentStatus::Unknown => report.not_due += 1,
-                    _ => report.settled_otherwise += 1,
-                }
-                return Ok(());
-            }
-            // Between the listing and this `begin` a caller settled the intent as not
-            // executed, and `begin` started a new attempt for us. The sweeper starts no such
-            // attempt: give it back untouched, nothing sent.
-            Begin::Execute(intent) => {
-                self.release_unused(
-                    &intent,
-                    &owner,
-                    IntentStatus::NotExecuted,
-                    "sweeper",
-                    UNASKED_ATTEMPT,
-                )
-                .await?;
-                report.settled_otherwise += 1;
-                return Ok(());
-            }
-            // Only an intent that is neither in flight nor unknown is held: settled meanwhile.
-            Begin::Held(..) => {
-                report.settled_otherwise += 1;
-                return Ok(());
-            }
-            Begin::Conflict(_) | Begin::OverBudget { .. } => {
-                unreachable!("the sweeper asks for an existing intent with its own fingerprint")
-            }
+        let Some(lease) = self.sweep_lease(begin.clone(), now_ms, report).await? else {
+            return Ok(());
         };
-
         report.looked_up += 1;
         let request = StepRequest {
             arguments: &record.arguments,
             intent_id: intent_id.as_deref(),
-            owner: &owner,
             driver: Driver::Sweeper,
             begin: &begin,
         };
-        let step = self.advance_unknown(tool, request, intent).await?;
+        let step = self.advance_unknown(tool, request, lease).await?;
+        self.count_step(&step, report);
+        Ok(())
+    }
+
+    /// True, counted in `report`, when `record`'s next step is not due at `now_ms`: an
+    /// `unknown` intent looked up less than `interval_ms` ago (answered without a ledger
+    /// write), or one whose step would end in a re-send while the tool's re-send budget is
+    /// spent (its lookup would only be repeated by the step that re-sends).
+    fn not_due(
+        &self,
+        tool: &ToolDefinition,
+        record: &IntentRecord,
+        now_ms: i64,
+        interval_ms: i64,
+        report: &mut SweepReport,
+    ) -> bool {
+        if record.status != IntentStatus::Unknown {
+            return false;
+        }
+        if let Some(due_ms) = record
+            .last_lookup_ms
+            .map(|last| last.saturating_add(interval_ms))
+            .filter(|due_ms| *due_ms > now_ms)
+        {
+            report.not_due += 1;
+            report.next_due_ms = Some(due_ms);
+            return true;
+        }
+        let rate = self.options.resolution.resends_per_second;
+        if rate > 0
+            && self.resend_possible(tool, record, now_ms, Driver::Sweeper)
+            && !self.resend_budget.available(&tool.name, rate, now_ms)
+        {
+            report.not_due += 1;
+            report.resends_deferred += 1;
+            report.next_due_ms = Some(now_ms + 1_000 / i64::from(rate));
+            return true;
+        }
+        false
+    }
+
+    /// The sweeper's `begin`: the lookup lease of the intent, or `None`, counted in
+    /// `report`, when a live caller, another process's sweeper or a settlement got there
+    /// first.
+    async fn sweep_lease(
+        &self,
+        begin: BeginRequest,
+        now_ms: i64,
+        report: &mut SweepReport,
+    ) -> Result<Option<Lease>, GateError> {
+        match self.ledger_begin(begin).await? {
+            Begun::Lookup(lease) => return Ok(Some(lease)),
+            Begun::Busy(_) => report.skipped_busy += 1,
+            Begun::Settled(intent) => match intent.status {
+                IntentStatus::Unknown if intent.lease_live(now_ms) => report.skipped_busy += 1,
+                IntentStatus::Unknown => report.not_due += 1,
+                _ => report.settled_otherwise += 1,
+            },
+            // Between the listing and this `begin` a caller settled the intent as not
+            // executed, and `begin` started a new attempt for us. The sweeper starts no such
+            // attempt: give it back untouched, nothing sent.
+            Begun::Execute(lease) => {
+                self.release_unused(lease, IntentStatus::NotExecuted, "sweeper", UNASKED_ATTEMPT)
+                    .await?;
+                report.settled_otherwise += 1;
+            }
+            // Only an intent that is neither in flight nor unknown is held: settled meanwhile.
+            Begun::Held(..) => report.settled_otherwise += 1,
+            Begun::Conflict(_) | Begun::OverBudget { .. } => {
+                unreachable!("the sweeper asks for an existing intent with its own fingerprint")
+            }
+        }
+        Ok(None)
+    }
+
+    /// Counts what one step did in `report`.
+    fn count_step(&self, step: &Step, report: &mut SweepReport) {
         // A mismatch is a lookup that could not conclude, as a failed one.
         report.lookup_failed += u32::from(matches!(step.looked, Looked::Failed | Looked::Mismatch));
         match step.resend {
@@ -361,7 +388,6 @@ impl Gate {
             }
             _ => report.settled_otherwise += 1,
         }
-        Ok(())
     }
 
     /// An intent of a client-executed tool: the gateway can neither look it up nor re-send
@@ -383,35 +409,23 @@ impl Gate {
         let owner = self.lease_owner(SWEEPER_ROLE);
         let begin = self.sweep_request(&record, &owner, now_ms, i64::MAX, tool);
         match self.ledger_begin(begin).await? {
-            Begin::Lookup(intent) => {
-                self.release_unused(
-                    &intent,
-                    &owner,
-                    IntentStatus::Unknown,
-                    "sweeper",
-                    CLIENT_LOOKUP_LEASE,
-                )
-                .await?;
+            Begun::Lookup(lease) => {
+                self.release_unused(lease, IntentStatus::Unknown, "sweeper", CLIENT_LOOKUP_LEASE)
+                    .await?;
                 report.still_unknown += 1;
             }
-            Begin::Busy(_) => report.skipped_busy += 1,
-            Begin::Settled(intent) if intent.status == IntentStatus::Unknown => {
+            Begun::Busy(_) => report.skipped_busy += 1,
+            Begun::Settled(intent) if intent.status == IntentStatus::Unknown => {
                 report.still_unknown += 1
             }
-            Begin::Settled(_) => report.settled_otherwise += 1,
-            Begin::Execute(intent) => {
-                self.release_unused(
-                    &intent,
-                    &owner,
-                    IntentStatus::NotExecuted,
-                    "sweeper",
-                    UNASKED_ATTEMPT,
-                )
-                .await?;
+            Begun::Settled(_) => report.settled_otherwise += 1,
+            Begun::Execute(lease) => {
+                self.release_unused(lease, IntentStatus::NotExecuted, "sweeper", UNASKED_ATTEMPT)
+                    .await?;
                 report.settled_otherwise += 1;
             }
-            Begin::Held(..) => report.settled_otherwise += 1,
-            Begin::Conflict(_) | Begin::OverBudget { .. } => {
+            Begun::Held(..) => report.settled_otherwise += 1,
+            Begun::Conflict(_) | Begun::OverBudget { .. } => {
                 unreachable!("the sweeper asks for an existing intent with its own fingerprint")
             }
         }

@@ -197,6 +197,12 @@ pub fn set_attribute(
     }
 }
 
+/// Records what the gateway decided about the current call (`execute`, `conflict`,
+/// `answer_from_ledger`, ...) on its exported span.
+pub(crate) fn set_decision(decision: &'static str) {
+    set_attribute(&tracing::Span::current(), "intentgate.decision", decision);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

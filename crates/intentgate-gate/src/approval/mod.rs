@@ -1,7 +1,8 @@
 //! Approval and budgets on the call path (docs/design.md section 13).
 //!
 //! A side-effecting tool's policies ([`ToolPolicies`]) are turned, per call, into what the
-//! ledger's `begin` needs ([`CallPolicies`]): whether the approval policy holds the call, and
+//! ledger's `begin` needs ([`CallPolicies`](intentgate_ledger::CallPolicies), the `policy`
+//! submodule): whether the approval policy holds the call, and
 //! the bucket, window and amount each budget counts it in. The ledger decides and counts in
 //! the transaction that creates the intent, so every replica sees the same totals and a
 //! repeat never counts twice. A tool without policies builds nothing here and its `begin`
@@ -9,7 +10,8 @@
 //!
 //! An approver's decision ([`Gate::decide`]) is recorded by the ledger; an approved intent
 //! is then executed by the gateway itself ([`Gate::execute_approved`]), through the same call
-//! path as any call (its key, lease, lookup and classification), in a task of its own so that
+//! path as any call (`Gate::call_approved`, in the `call` module: its key, lease, lookup and
+//! classification), in a task of its own so that
 //! an approver who goes away does not cut it short. What a crash or a switched-off tool
 //! leaves approved but not started, the sweeper starts ([`Gate::sweep_approvals`]), as it
 //! settles the requests nobody answered by their deadline.
@@ -20,35 +22,25 @@
 
 use std::sync::Arc;
 
-use intentgate_core::{BeyondBudget, CallStatus, Executor, ToolDefinition, ToolPolicies};
+use intentgate_core::{Executor, ToolPolicies};
 use intentgate_ledger::{
-    Approval, ApprovalFilter, ApprovalState, BudgetCharge, CallPolicies, Decide, Decided, Hold,
-    IntentId, IntentRecord,
+    Approval, ApprovalFilter, ApprovalState, BudgetCharge, Decide, Decided, IntentId, IntentRecord,
 };
-use serde::Serialize;
 use tokio::sync::broadcast;
 
-use crate::gate::{CallContext, Gate, GateError};
+use crate::context::CallContext;
+use crate::error::GateError;
+use crate::gate::Gate;
 use crate::outcome::CallOutcome;
 
-/// How many held-intent notices wait for a slow receiver before the oldest is dropped.
-pub const HELD_NOTICE_BUFFER: usize = 256;
+pub(crate) mod notice;
+pub(crate) mod policy;
+
+use self::notice::HeldNotice;
+use self::policy::charges;
 
 /// Most approved intents, and most overdue requests, one sweep takes.
 pub const APPROVALS_PER_SWEEP: u32 = 100;
-
-/// A call held for approval, announced once when it is held ([`Gate::held_intents`]): the
-/// tool's owner is told, with a link to the intent.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HeldNotice {
-    pub tool: String,
-    pub owner: Option<String>,
-    pub intent: IntentId,
-    pub tenant: String,
-    pub requested_by: String,
-    pub held_by: String,
-    pub deadline_ms: i64,
-}
 
 /// What [`Gate::decide`] did.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,96 +62,10 @@ pub struct ApprovalSweep {
     pub executed: u32,
 }
 
-/// A held-notice channel with no receiver yet.
-pub(crate) fn held_channel() -> broadcast::Sender<HeldNotice> {
-    broadcast::channel(HELD_NOTICE_BUFFER).0
-}
-
 impl Gate {
     /// Held-intent notices, one per intent held, for the owners' notices.
     pub fn held_intents(&self) -> broadcast::Receiver<HeldNotice> {
         self.held.subscribe()
-    }
-
-    /// What `tool`'s policies ask of the `begin` of this call: `Ok(None)` for a tool without
-    /// any. An argument a budget needs and can't read (a subject that can't be rendered, an
-    /// amount that is not an exact number) is the caller's mistake, the text of an
-    /// `invalid_arguments` answer.
-    pub(crate) fn call_policies(
-        &self,
-        tool: &ToolDefinition,
-        arguments: &serde_json::Value,
-        context: &CallContext,
-        intent_id: Option<&str>,
-        now_ms: i64,
-    ) -> Result<Option<CallPolicies>, String> {
-        let Some(policies) = &tool.policies else {
-            return Ok(None);
-        };
-        let hold = policies.approval.as_ref().and_then(|approval| {
-            approval.requires(&context.tenant, arguments).then(|| Hold {
-                held_by: match &approval.when {
-                    Some(condition) => format!("approval policy ({condition})"),
-                    None => "approval policy".to_owned(),
-                },
-                deadline_ms: now_ms.saturating_add(approval.deadline_ms as i64),
-            })
-        });
-        let budgets = charges(policies, &context.tenant, arguments, now_ms)?;
-        // A call its approval policy lets through, of a tool without budgets, asks nothing
-        // of the ledger's policies: its `begin` is a plain one (on PostgreSQL, one round
-        // trip). An intent already held is still answered as held: `begin` reads the
-        // approval of every `pending` intent.
-        if hold.is_none() && budgets.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(CallPolicies {
-            hold,
-            requested_by: context.caller.clone(),
-            intent_id: intent_id.map(str::to_owned),
-            budgets,
-        }))
-    }
-
-    /// The answer to a call whose intent is held: `awaiting_approval`, naming what held it.
-    /// The call that asked announces it ([`Gate::held_intents`]) and counts it.
-    pub(crate) fn held(
-        &self,
-        tool: &ToolDefinition,
-        intent: &IntentRecord,
-        approval: &Approval,
-        asked_now: bool,
-    ) -> CallOutcome {
-        if asked_now {
-            self.metrics.approval(&tool.name, "held");
-            tracing::info!(
-                tool = %tool.name,
-                intent = intent.id,
-                held_by = %approval.held_by,
-                "call held for approval; nothing executed"
-            );
-            // No receiver (no owners' notices configured) is not an error.
-            let _ = self.held.send(HeldNotice {
-                tool: tool.name.clone(),
-                owner: tool.owner.clone(),
-                intent: intent.id,
-                tenant: intent.tenant.clone(),
-                requested_by: approval.requested_by.clone(),
-                held_by: approval.held_by.clone(),
-                deadline_ms: approval.deadline_ms,
-            });
-        }
-        let mut outcome = self.outcome(tool, CallStatus::AwaitingApproval, &approval.held_by);
-        outcome.intent_key = Some(intent.key.clone());
-        outcome
-    }
-
-    /// The answer to a new intent beyond a budget that refuses: `over_budget`, nothing
-    /// recorded or executed.
-    pub(crate) fn over_budget(&self, tool: &ToolDefinition, budget: &str) -> CallOutcome {
-        self.metrics.over_budget(&tool.name, budget);
-        tracing::warn!(tool = %tool.name, budget, "call refused: beyond its budget; nothing executed");
-        self.outcome(tool, CallStatus::OverBudget, &format!("budget `{budget}`"))
     }
 
     /// Records an approver's decision on the held intent `id` and, for an approval the
@@ -340,57 +246,6 @@ fn decided_name(decided: &Decided) -> &'static str {
         Decided::OwnRequest(..) => "own_request",
         Decided::NotAwaiting(..) => "not_awaiting",
     }
-}
-
-/// The approver's reason, for an intent a person denied (the ledger's rejection
-/// `{"denied": reason, "by": actor}`); `None` for any other intent.
-pub(crate) fn denial_reason(intent: &IntentRecord) -> Option<String> {
-    if intent.status != intentgate_core::IntentStatus::Rejected
-        || intent.resolved_by.as_deref() != Some(intentgate_ledger::DENIED_BY)
-    {
-        return None;
-    }
-    let result = intent.result.as_ref()?;
-    let reason = result.get("denied")?.as_str()?;
-    Some(match result.get("by").and_then(serde_json::Value::as_str) {
-        Some(by) => format!("{reason}, said {by}"),
-        None => reason.to_owned(),
-    })
-}
-
-/// The budget charges of a call: each budget's bucket, window and amount.
-fn charges(
-    policies: &ToolPolicies,
-    tenant: &str,
-    arguments: &serde_json::Value,
-    now_ms: i64,
-) -> Result<Vec<BudgetCharge>, String> {
-    policies
-        .budgets
-        .iter()
-        .map(|budget| {
-            let bucket = budget
-                .bucket(tenant, arguments)
-                .map_err(|error| error.to_string())?;
-            let units = budget.units(arguments).map_err(|error| error.to_string())?;
-            let window_start_ms = budget.window_start_ms(now_ms);
-            Ok(BudgetCharge {
-                budget: budget.name.clone(),
-                bucket,
-                window_start_ms,
-                window_end_ms: window_start_ms.saturating_add(budget.window_ms as i64),
-                units,
-                count_max: budget.count_max,
-                units_max: budget.units_max(),
-                hold_deadline_ms: match budget.beyond {
-                    BeyondBudget::Refuse => None,
-                    BeyondBudget::Approval { deadline_ms } => {
-                        Some(now_ms.saturating_add(deadline_ms as i64))
-                    }
-                },
-            })
-        })
-        .collect()
 }
 
 /// The charges of an approved intent: those its kept arguments can be read for.
