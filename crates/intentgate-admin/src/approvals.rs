@@ -587,10 +587,7 @@ fn gate_problem(error: GateError) -> Problem {
         GateError::Ledger(error) => body::ledger_problem(error),
         other => {
             tracing::error!(error = %other, "a decision on a held intent failed in the gate");
-            Problem::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "Internal error",
+            Problem::internal(
                 "the gateway failed to carry out the decision; see its log, and read the intent \
 (GET /v1/admin/approvals?state=closed) before deciding again",
             )

@@ -143,11 +143,9 @@ pub(crate) async fn set(
     }
     let request: SetFlag = body::json(request, SET_FLAG_SHAPE)?;
     let Some(enabled) = request.enabled else {
-        return Err(unprocessable(
-            "invalid-body",
-            "Missing enabled",
-            format!("say whether the tool is on: the body must be {SET_FLAG_SHAPE}"),
-        ));
+        return Err(Problem::invalid_body(format!(
+            "say whether the tool is on: the body must be {SET_FLAG_SHAPE}"
+        )));
     };
     let reason = request.reason.unwrap_or_default().trim().to_owned();
     if !enabled && reason.is_empty() {
@@ -214,9 +212,7 @@ pub(crate) fn actor(
         (None, None) => default.to_owned(),
     };
     if actor.is_empty() {
-        return Err(unprocessable(
-            "invalid-body",
-            "Empty actor",
+        return Err(Problem::invalid_body(
             "the actor (who makes the change) must not be empty; leave it out to use the \
 default"
                 .to_owned(),

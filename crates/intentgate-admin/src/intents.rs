@@ -639,11 +639,9 @@ pub(crate) async fn resolve(
             ));
         }
         None => {
-            return Err(unprocessable(
-                "invalid-body",
-                "Missing status",
-                format!("the body must be {RESOLVE_SHAPE}"),
-            ));
+            return Err(Problem::invalid_body(format!(
+                "the body must be {RESOLVE_SHAPE}"
+            )));
         }
     };
     let asked = ManualResolution {

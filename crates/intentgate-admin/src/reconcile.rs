@@ -79,14 +79,10 @@ GET /v1/admin/reconciliations still lists the runs stored in the ledger",
     };
     let request: ReconcileBody = body::json(request, RECONCILE_SHAPE)?;
     let Some(since) = request.since else {
-        return Err(unprocessable(
-            "invalid-body",
-            "Missing since",
-            format!(
-                "say how far back to reconcile (30s, 15m, 1h, 2d): the body must be \
+        return Err(Problem::invalid_body(format!(
+            "say how far back to reconcile (30s, 15m, 1h, 2d): the body must be \
 {RECONCILE_SHAPE}"
-            ),
-        ));
+        )));
     };
     let since = parse_duration(&since)
         .map_err(|detail| unprocessable("invalid-duration", "Invalid duration", detail))?;
@@ -129,10 +125,7 @@ GET /v1/admin/reconciliations still lists the runs stored in the ledger",
         }
         Err(error) => {
             tracing::error!(%error, "bug: the reconciliation task failed");
-            Err(Problem::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "Internal error",
+            Err(Problem::internal(
                 "the reconciliation failed inside the gateway; see its log",
             ))
         }

@@ -28,21 +28,21 @@ use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use intentgate_core::{Executor, Principal, ResendStop, Scope};
-use intentgate_gate::{CallContext, GateError, Grant, GrantedLease, SettleError, Settlement};
+use intentgate_gate::{CallContext, Grant, GrantedLease, SettleError, Settlement};
 use intentgate_ledger::IntentId;
-use serde::de::DeserializeOwned;
+use intentgate_wire::schema::string_enum;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::Instrument;
 use utoipa::ToSchema;
 use utoipa::openapi::RefOr;
-use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::schema::Schema;
 
-use crate::AppState;
-use crate::idempotency_key;
+use crate::idempotency_key::{self, CallHeaders};
 use crate::problem::Problem;
-use crate::routes::{CallHeaders, ledger_unavailable, overloaded, principal_with, unknown_tool};
+use crate::routes::{adopt_callers_trace, principal_with};
 use crate::wire::{IntentView, Outcome, ProblemBody};
+use crate::{AppState, body};
 
 /// The body of `POST /v1/tools/{name}/intents`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -146,14 +146,9 @@ pub struct SettleRequest {
 
 /// The words `resend_stop` takes, as the core lists them.
 fn resend_stop_schema() -> impl Into<RefOr<Schema>> {
-    Schema::Object(
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .enum_values(Some(ResendStop::ALL.map(ResendStop::as_str)))
-            .description(Some(
-                "Why same-key re-sends stop for good (`unknown` on an `execute` grant only).",
-            ))
-            .build(),
+    string_enum(
+        ResendStop::ALL.map(ResendStop::as_str),
+        "Why same-key re-sends stop for good (`unknown` on an `execute` grant only).",
     )
 }
 
@@ -369,7 +364,7 @@ pub(crate) async fn grant(
         url.scheme = "http",
         http.response.status_code = tracing::field::Empty
     );
-    crate::routes::adopt_callers_trace(&span, &headers);
+    adopt_callers_trace(&span, &headers);
     let response = respond(
         grant_inner(state, name, caller, headers, body)
             .instrument(span.clone())
@@ -389,17 +384,17 @@ async fn grant_inner(
     let caller = principal_with(caller, Scope::Call)?;
     let body = read_body(&state, body)?;
     let Some(tool) = state.gate.tool(&name) else {
-        return Err(unknown_tool(&name));
+        return Err(Problem::unknown_tool(&name));
     };
     if tool.executor != Executor::Client {
-        return Err(not_client_executed(&name));
+        return Err(Problem::not_client_executed(&name));
     }
     let keys = idempotency_key::call_keys(
         &headers,
         tool,
         state.options.idempotency_key_required.contains(&name),
     )?;
-    let request: GrantRequest = parse(&body, "{\"arguments\": {...}}")?;
+    let request: GrantRequest = body::parse(&body, "{\"arguments\": {...}}")?;
     let context = CallContext {
         tenant: caller.tenant.as_str().to_owned(),
         intent_id: keys.intent_id,
@@ -411,39 +406,9 @@ async fn grant_inner(
         gate.grant(&name, request.arguments, &context).await
     })
     .await?;
-    match granted {
-        Ok(grant) => Ok(Json(GrantResponse::from(grant)).into_response()),
-        // The Idempotency-Key names another intent: the draft's 422, as for a call.
-        Err(GateError::IdempotencyKeyReused {
-            caller_key,
-            first_intent_key,
-            intent_key,
-            differing_fields,
-        }) => Err(idempotency_key::reused(
-            &caller_key,
-            &first_intent_key,
-            &intent_key,
-            &differing_fields,
-        )),
-        Err(GateError::UnknownTool(name)) => Err(unknown_tool(&name)),
-        Err(GateError::NotClientExecuted(name)) => Err(not_client_executed(&name)),
-        Err(GateError::InvalidTenant(error)) => Err(Problem::new(
-            StatusCode::BAD_REQUEST,
-            "bad-tenant",
-            "Invalid tenant",
-            format!("{error}; nothing was recorded or granted"),
-        )),
-        Err(GateError::Ledger(error)) => {
-            tracing::error!(%error, "the ledger failed during a grant");
-            Err(ledger_unavailable("nothing was granted"))
-        }
-        Err(error) => {
-            tracing::error!(%error, "gate error during a grant");
-            Err(internal(
-                "the grant failed inside the gateway; nothing was granted",
-            ))
-        }
-    }
+    // The Idempotency-Key naming another intent is the draft's 422, as for a call.
+    let grant = granted.map_err(|error| Problem::refused_by_gate(error, "grant", "granted"))?;
+    Ok(Json(GrantResponse::from(grant)).into_response())
 }
 
 /// `POST /v1/intents/{id}/settle` and `POST /v1/intents/{id}/renew`, served as `POST
@@ -510,7 +475,7 @@ pub(crate) async fn act_on_intent(
          content_type = "application/problem+json"),
         (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
          content_type = "application/problem+json"),
-        (status = 422, description = "A body of the wrong shape (`bad-request-body`), a field \
+        (status = 422, description = "A body of the wrong shape (`invalid-body`), a field \
                                       the outcome does not take (`bad-settlement`), a \
                                       `resend_stop` that is not one of its words \
                                       (`unknown-resend-stop`), a `result` over 64 KiB \
@@ -534,7 +499,8 @@ pub(crate) async fn settle(
     let caller = principal_with(caller, Scope::Call)?;
     let id = intent_id(id)?;
     let body = read_body(&state, body)?;
-    let request: SettleRequest = parse(&body, "{\"lease\": \"igl_...\", \"outcome\": \"done\"}")?;
+    let request: SettleRequest =
+        body::parse(&body, "{\"lease\": \"igl_...\", \"outcome\": \"done\"}")?;
     let (token, settlement) = request.settlement()?;
     let gate = state.gate.clone();
     let tenant = caller.tenant.as_str().to_owned();
@@ -577,7 +543,7 @@ pub(crate) async fn settle(
          content_type = "application/problem+json"),
         (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
          content_type = "application/problem+json"),
-        (status = 422, description = "A body of the wrong shape (`bad-request-body`).", body = ProblemBody,
+        (status = 422, description = "A body of the wrong shape (`invalid-body`).", body = ProblemBody,
          content_type = "application/problem+json"),
         (status = 503, description = "At the concurrency limit, or the ledger is unavailable. \
                                       `Retry-After` says when to retry.",
@@ -594,7 +560,7 @@ pub(crate) async fn renew(
     let caller = principal_with(caller, Scope::Call)?;
     let id = intent_id(id)?;
     let body = read_body(&state, body)?;
-    let request: RenewRequest = parse(&body, "{\"lease\": \"igl_...\"}")?;
+    let request: RenewRequest = body::parse(&body, "{\"lease\": \"igl_...\"}")?;
     let gate = state.gate.clone();
     let tenant = caller.tenant.as_str().to_owned();
     let renewed = in_task(&state, async move {
@@ -655,7 +621,7 @@ async fn get_intent_by_id_inner(
         Ok(_) => Err(unknown_intent(id)),
         Err(error) => {
             tracing::error!(%error, "ledger read failed");
-            Err(ledger_unavailable("the intent could not be read"))
+            Err(Problem::ledger_unavailable("the intent could not be read"))
         }
     }
 }
@@ -666,37 +632,13 @@ fn respond(result: Result<Response, Problem>) -> Response {
 
 /// The body, or 413 over the limit (or the rejection's own problem).
 fn read_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, Problem> {
-    body.map_err(|rejection| {
-        Problem::unreadable_body(
-            rejection,
-            format!(
-                "the body is over {} bytes; intent API bodies should be small",
-                state.options.body_limit_bytes
-            ),
-        )
-    })
-}
-
-/// The body as `T`: 400 when it is not JSON, 422 when it is JSON of another shape (a field
-/// missing, unknown or of the wrong type), saying the shape (`example`).
-fn parse<T: DeserializeOwned>(body: &[u8], example: &str) -> Result<T, Problem> {
-    serde_json::from_slice(body).map_err(|error| {
-        if error.is_data() {
-            Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "bad-request-body",
-                "Body of the wrong shape",
-                format!("{error}; the body must be {example}"),
-            )
-        } else {
-            Problem::new(
-                StatusCode::BAD_REQUEST,
-                "malformed-json",
-                "Malformed JSON",
-                format!("the body is not JSON: {error}"),
-            )
-        }
-    })
+    body::read(
+        body,
+        format!(
+            "the body is over {} bytes; intent API bodies should be small",
+            state.options.body_limit_bytes
+        ),
+    )
 }
 
 /// An intent id from the path: one that is not a number names no intent.
@@ -724,7 +666,7 @@ async fn in_task<T: Send + 'static>(
         .calls
         .clone()
         .try_acquire_owned()
-        .map_err(|_| overloaded())?;
+        .map_err(|_| Problem::overloaded())?;
     // In the request's span, so that the work's trace continues the caller's.
     let task = tokio::spawn(
         async move {
@@ -736,28 +678,8 @@ async fn in_task<T: Send + 'static>(
     );
     task.await.map_err(|error| {
         tracing::error!(%error, "bug: an intent API task failed");
-        internal("the request failed inside the gateway")
+        Problem::internal("the request failed inside the gateway")
     })
-}
-
-fn internal(detail: &str) -> Problem {
-    Problem::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "internal",
-        "Internal error",
-        detail,
-    )
-}
-
-fn not_client_executed(name: &str) -> Problem {
-    Problem::new(
-        StatusCode::CONFLICT,
-        "not-client-executed",
-        "Tool executed by the gateway",
-        format!(
-            "tool `{name}` is executed by the gateway itself: call it with POST /v1/tools/{name}/call"
-        ),
-    )
 }
 
 fn unknown_intent(id: IntentId) -> Problem {
@@ -803,12 +725,12 @@ fn settle_problem(id: IntentId, error: SettleError) -> Problem {
         ),
         SettleError::Ledger(error) => {
             tracing::error!(%error, intent = id, "the ledger failed during a settle or renew");
-            ledger_unavailable("the lease may not have been recorded")
+            Problem::ledger_unavailable("the lease may not have been recorded")
         }
         SettleError::Randomness(error) => {
             tracing::error!(%error, intent = id, "no randomness for a re-send grant");
             let mut problem =
-                ledger_unavailable("the settle was recorded, but no re-send was granted");
+                Problem::ledger_unavailable("the settle was recorded, but no re-send was granted");
             problem.kind = "unavailable";
             problem.title = "Try again";
             problem

@@ -20,6 +20,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use utoipa::openapi::OpenApi as Document;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -104,6 +105,16 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
         .route("/v1/intents/{tool}/{*key}", post(intent_api::act_on_intent));
     router.get_openapi_mut().merge(IntentsById::openapi());
     router
+}
+
+/// The API's routes (the one list is [`routes`]), with the fallback and the body limit.
+pub(crate) fn router(state: Arc<AppState>) -> axum::Router {
+    let body_limit = state.options.body_limit_bytes;
+    let (routes, _document) = routes().split_for_parts();
+    routes
+        .fallback(handlers::not_found)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
 }
 
 /// The document of the API alone, as served by a server without `openapi_extra`.
