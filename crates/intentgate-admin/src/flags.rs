@@ -13,7 +13,6 @@ use axum::{Extension, Json};
 use intentgate_core::limits::{ACTOR_LENGTH_MAX, EVENT_DETAIL_LENGTH_MAX};
 use intentgate_ledger::ToolFlag;
 use intentgate_server::Problem;
-use intentgate_server::wire::ProblemBody;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -116,12 +115,9 @@ const SET_FLAG_SHAPE: &str = r#"{"enabled": false, "reason": "why", "actor": "wh
     request_body(content = SetFlag, content_type = "application/json"),
     responses(
         (status = 200, description = "The flag as stored.", body = FlagView),
-        (status = 400, description = "A body that is not JSON, or has unknown fields.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 404, description = "No such tool in this gateway's config.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 422, description = "No `enabled`, no reason to switch a tool off, or a value too long.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "A body that is not JSON, or has unknown fields."),
+        (status = 404, description = "No such tool in this gateway's config."),
+        (status = 422, description = "No `enabled`, no reason to switch a tool off, or a value too long."),
     ),
 )]
 pub(crate) async fn set(

@@ -41,7 +41,7 @@ use utoipa::openapi::schema::Schema;
 use crate::idempotency_key::{self, CallHeaders};
 use crate::problem::Problem;
 use crate::routes::{adopt_callers_trace, principal_with};
-use crate::wire::{IntentView, Outcome, ProblemBody};
+use crate::wire::{IntentView, Outcome};
 use crate::{AppState, body};
 
 /// The body of `POST /v1/tools/{name}/intents`.
@@ -318,33 +318,19 @@ impl From<&GrantedLease> for Lease {
          body = GrantResponse),
         (status = 400, description = "Malformed JSON, an unreadable header, a malformed \
                                       `Idempotency-Key`, one missing where required, or one \
-                                      that disagrees with the `Intent-Id`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      that disagrees with the `Intent-Id`."),
+        (status = 401, description = "No valid credential."),
         (status = 403, description = "No `call` scope, a foreign `Origin` or a non-loopback \
-                                      `Host`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 404, description = "No such tool.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `Host`."),
+        (status = 404, description = "No such tool."),
         (status = 409, description = "`not-client-executed`: the gateway executes this tool; \
-                                      call it with `POST /v1/tools/{name}/call`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 413, description = "The body is over `gateway.body_limit_bytes`.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      call it with `POST /v1/tools/{name}/call`."),
+        (status = 413, description = "The body is over `gateway.body_limit_bytes`."),
+        (status = 415, description = "The body is not `application/json`."),
         (status = 422, description = "The body is not `{\"arguments\": {...}}`, or another \
-                                      payload was sent under the same `Idempotency-Key`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      payload was sent under the same `Idempotency-Key`."),
         (status = 503, description = "At the concurrency limit, or the ledger is unavailable; \
-                                      nothing was granted. `Retry-After` says when to retry.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      nothing was granted. `Retry-After` says when to retry."),
     ),
 )]
 pub(crate) async fn grant(
@@ -454,40 +440,26 @@ pub(crate) async fn act_on_intent(
     responses(
         (status = 200, description = "Settled: `answer`, or a re-send's `execute` grant.",
          body = GrantResponse),
-        (status = 400, description = "Malformed JSON.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
+        (status = 400, description = "Malformed JSON."),
+        (status = 401, description = "No valid credential."),
         (status = 403, description = "No `call` scope, a foreign `Origin` or a non-loopback \
-                                      `Host`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `Host`."),
         (status = 404, description = "`unknown-intent`: no intent of a client-executed tool \
-                                      with this id in the caller's tenant.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      with this id in the caller's tenant."),
         (status = 409, description = "`lease-lost`: this lease does not hold the intent now \
                                       (expired, settled, or another caller's); nothing was \
-                                      changed.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 413, description = "The body is over `gateway.body_limit_bytes`.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      changed."),
+        (status = 413, description = "The body is over `gateway.body_limit_bytes`."),
+        (status = 415, description = "The body is not `application/json`."),
         (status = 422, description = "A body of the wrong shape (`invalid-body`), a field \
                                       the outcome does not take (`bad-settlement`), a \
                                       `resend_stop` that is not one of its words \
                                       (`unknown-resend-stop`), a `result` over 64 KiB \
                                       (`too-large`), or an outcome the grant does not allow \
                                       (`outcome-not-allowed`, e.g. `resend_stop` on a \
-                                      `look_up` grant); nothing was changed.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `look_up` grant); nothing was changed."),
         (status = 503, description = "At the concurrency limit, or the ledger is unavailable. \
-                                      `Retry-After` says when to retry.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `Retry-After` says when to retry."),
     ),
 )]
 pub(crate) async fn settle(
@@ -523,32 +495,19 @@ pub(crate) async fn settle(
     request_body(content = RenewRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The renewed lease.", body = RenewResponse),
-        (status = 400, description = "Malformed JSON.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
+        (status = 400, description = "Malformed JSON."),
+        (status = 401, description = "No valid credential."),
         (status = 403, description = "No `call` scope, a foreign `Origin` or a non-loopback \
-                                      `Host`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `Host`."),
         (status = 404, description = "`unknown-intent`: no intent of a client-executed tool \
-                                      with this id in the caller's tenant.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      with this id in the caller's tenant."),
         (status = 409, description = "`lease-lost`: this lease does not hold the intent now \
-                                      (expired and taken, or settled); nothing was changed.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 413, description = "The body is over `gateway.body_limit_bytes`.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 422, description = "A body of the wrong shape (`invalid-body`).", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      (expired and taken, or settled); nothing was changed."),
+        (status = 413, description = "The body is over `gateway.body_limit_bytes`."),
+        (status = 415, description = "The body is not `application/json`."),
+        (status = 422, description = "A body of the wrong shape (`invalid-body`)."),
         (status = 503, description = "At the concurrency limit, or the ledger is unavailable. \
-                                      `Retry-After` says when to retry.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `Retry-After` says when to retry."),
     ),
 )]
 pub(crate) async fn renew(
@@ -585,18 +544,12 @@ pub(crate) async fn renew(
     params(("id" = i64, Path, description = "The intent's id, as a grant gave it.")),
     responses(
         (status = 200, description = "The intent.", body = IntentView),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
+        (status = 401, description = "No valid credential."),
         (status = 403, description = "No `intents:read` scope, a foreign `Origin` or a \
-                                      non-loopback `Host`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      non-loopback `Host`."),
         (status = 404, description = "`unknown-intent`: no intent with this id in the \
-                                      caller's tenant (another tenant's is not found either).",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 503, description = "The ledger is unavailable.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      caller's tenant (another tenant's is not found either)."),
+        (status = 503, description = "The ledger is unavailable."),
     ),
 )]
 pub(crate) async fn get_intent_by_id(

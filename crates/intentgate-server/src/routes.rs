@@ -21,9 +21,7 @@ use utoipa::IntoParams;
 
 use crate::idempotency_key::{self, CallHeaders};
 use crate::problem::Problem;
-use crate::wire::{
-    CallRequest, Degraded, IntentView, Outcome, ProblemBody, Readiness, ToolList, ToolView,
-};
+use crate::wire::{CallRequest, Degraded, IntentView, Outcome, Readiness, ToolList, ToolView};
 use crate::{AppState, body};
 
 /// How long `/readyz` waits for the ledger to answer a read, and `/metrics` for its intent
@@ -53,8 +51,7 @@ pub(crate) async fn healthz() -> &'static str {
          tools whose requests to an upstream have all failed lately because the gateway is \
          misconfigured (a wrong credential, a route that does not exist, an upstream it can't \
          reach); the gateway stays ready, since its other tools work.", body = Readiness),
-        (status = 503, description = "The ledger failed a read or did not answer in time.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 503, description = "The ledger failed a read or did not answer in time."),
     ),
 )]
 pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
@@ -197,10 +194,8 @@ pub(crate) fn principal_with(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Every tool, sorted by name.", body = ToolList),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 403, description = "A foreign `Origin` or a non-loopback `Host`.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, description = "No valid credential."),
+        (status = 403, description = "A foreign `Origin` or a non-loopback `Host`."),
     ),
 )]
 pub(crate) async fn list_tools(
@@ -229,25 +224,17 @@ pub(crate) async fn list_tools(
         (status = 200, description = "The call's outcome, whatever it was.", body = Outcome),
         (status = 400, description = "Malformed JSON, an unreadable header, a malformed \
                                       `Idempotency-Key`, one missing where required, or one \
-                                      that disagrees with the `Intent-Id`.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      that disagrees with the `Intent-Id`."),
+        (status = 401, description = "No valid credential."),
         (status = 403, description = "No `call` scope, a foreign `Origin` or a non-loopback \
-                                      `Host`.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 404, description = "No such tool.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 413, description = "The body is over `gateway.body_limit_bytes`.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `Host`."),
+        (status = 404, description = "No such tool."),
+        (status = 413, description = "The body is over `gateway.body_limit_bytes`."),
+        (status = 415, description = "The body is not `application/json`."),
         (status = 422, description = "The body is not `{\"arguments\": {...}}`, or another \
-                                      payload was sent under the same `Idempotency-Key`.",
-         body = ProblemBody, content_type = "application/problem+json"),
+                                      payload was sent under the same `Idempotency-Key`."),
         (status = 503, description = "At the concurrency limit, or the ledger is unavailable; \
-                                      nothing was executed. `Retry-After` says when to retry.",
-         body = ProblemBody, content_type = "application/problem+json"),
+                                      nothing was executed. `Retry-After` says when to retry."),
     ),
 )]
 pub(crate) async fn call_tool(
@@ -384,17 +371,12 @@ pub(crate) struct IntentQuery {
     ),
     responses(
         (status = 200, description = "The intent.", body = IntentView),
-        (status = 400, description = "An unknown query parameter or an invalid tenant.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
+        (status = 400, description = "An unknown query parameter or an invalid tenant."),
+        (status = 401, description = "No valid credential."),
         (status = 403, description = "No `intents:read` scope (or `admin`, for `tenant`), a \
-                                      foreign `Origin` or a non-loopback `Host`.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 404, description = "No such intent in the tenant.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 503, description = "The ledger is unavailable.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      foreign `Origin` or a non-loopback `Host`."),
+        (status = 404, description = "No such intent in the tenant."),
+        (status = 503, description = "The ledger is unavailable."),
     ),
 )]
 pub(crate) async fn get_intent(
