@@ -29,11 +29,13 @@
 //! bare value instead (`Idempotency-Key: 8e03978e-...`), so a value that does not begin with
 //! a quote is taken as it is, when it is visible ASCII without quotes or backslashes.
 //! `"abc"` and `abc` name the same key.
+//!
+//! The headers a call and a grant read are described here for the OpenAPI document
+//! ([`CallHeaders`]) and read as text here ([`header_text`]).
 
 use axum::http::{HeaderMap, StatusCode};
 use intentgate_core::limits::{CALLER_KEY_LENGTH_MAX, INTENT_ID_LENGTH_MAX};
 use intentgate_core::{Effect, ToolDefinition};
-
 use utoipa::IntoParams;
 
 use crate::problem::Problem;
@@ -42,6 +44,7 @@ use crate::problem::Problem;
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// The header that carries the application's intent id.
 pub const INTENT_ID_HEADER: &str = "intent-id";
+
 /// The headers a call reads (as text, with `header_text` and `idempotency_key`), described
 /// for the OpenAPI document.
 #[derive(IntoParams)]
