@@ -18,7 +18,6 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use intentgate_ledger::{IntentFilter, IntentRecord, Ledger, LedgerError, Order};
 use intentgate_server::Problem;
-use intentgate_server::wire::ProblemBody;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::IntoParams;
@@ -79,8 +78,7 @@ struct Bucket {
          \"stopped_early\", \"tools\": [{\"tool\", \"intents\", \"calls\", \"repeats\", \
          \"statuses\": {status: count}, \"buckets\": [{\"calls\", \"repeats\"}...]}...]}`.",
          body = Object),
-        (status = 400, description = "An unknown query parameter or an invalid or out-of-range `since`.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "An unknown query parameter or an invalid or out-of-range `since`."),
     ),
 )]
 pub(crate) async fn show(

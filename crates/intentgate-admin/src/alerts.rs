@@ -10,7 +10,6 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use intentgate_server::Problem;
-use intentgate_server::wire::ProblemBody;
 use serde_json::{Value, json};
 
 use crate::AdminState;
@@ -30,8 +29,7 @@ pub trait AlertLog: Send + Sync {
     responses(
         (status = 200, description = "`{\"alerts\": [notice...]}`, each notice an object with at \
          least `at_ms`, `kind`, `tool`, `severity`, `summary` and `details`.", body = Object),
-        (status = 501, description = "This gateway keeps no log of its notices.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 501, description = "This gateway keeps no log of its notices."),
     ),
 )]
 pub(crate) async fn list(State(state): State<Arc<AdminState>>) -> Result<Json<Value>, Problem> {

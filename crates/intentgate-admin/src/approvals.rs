@@ -28,7 +28,6 @@ use intentgate_ledger::{
     Approval, ApprovalFilter, ApprovalState, Decided, Decision, HeldIntent, IntentId, IntentRecord,
 };
 use intentgate_server::Problem;
-use intentgate_server::wire::ProblemBody;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
@@ -96,11 +95,9 @@ fn present(value: Option<String>) -> Option<String> {
          `decided_ms`, `reason`, `console_url`, `events` (oldest first, the newest 100), \
          `events_omitted` and `decidable` (`{now: bool, reason}`: whether this caller may decide \
          on it now, and why not).", body = Object),
-        (status = 400, description = "An unknown query parameter or a value out of range; the detail names what is accepted.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "An unknown query parameter or a value out of range; the detail names what is accepted."),
         (status = 403, description = "A credential with neither the `approve` nor the `admin` scope \
-         (`missing-scope`), or an approver asking for another tenant's (`other-tenant`).",
-         body = ProblemBody, content_type = "application/problem+json"),
+         (`missing-scope`), or an approver asking for another tenant's (`other-tenant`)."),
     ),
 )]
 pub(crate) async fn list(
@@ -306,22 +303,16 @@ const DENY_SHAPE: &str = r#"{"reason": "why it is denied (the model reads it)"}"
          call the gateway made (its `status`: `done`, `rejected`, `unknown`, ...), or null when the \
          intent runs at its next call (sensitive arguments, a client-executed tool, a tool switched \
          off).", body = Object),
-        (status = 400, description = "An id that is not a number, or a body that is not JSON.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "An id that is not a number, or a body that is not JSON."),
         (status = 403, description = "Not an approver (`approve-scope-required`: the admin token and \
          credentials without the `approve` scope can't decide), an intent of another tenant \
-         (`other-tenant`), or the approver is the caller that asked (`own-request`).",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 404, description = "No such intent.",
-         body = ProblemBody, content_type = "application/problem+json"),
+         (`other-tenant`), or the approver is the caller that asked (`own-request`)."),
+        (status = 404, description = "No such intent."),
         (status = 409, description = "Not awaiting a decision (`not-awaiting`: decided already, \
          expired, or never held), or its deadline had passed (`expired`: the request is now \
-         expired and the intent not_executed).",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 422, description = "A body of the wrong shape, or a reason over 1024 bytes.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 501, description = "This admin API is served without a gate, which decides.",
-         body = ProblemBody, content_type = "application/problem+json"),
+         expired and the intent not_executed)."),
+        (status = 422, description = "A body of the wrong shape, or a reason over 1024 bytes."),
+        (status = 501, description = "This admin API is served without a gate, which decides."),
     ),
 )]
 pub(crate) async fn approve(
@@ -345,21 +336,15 @@ pub(crate) async fn approve(
     responses(
         (status = 200, description = "`{\"decision\": \"denied\", \"approval\": held, \"intent\": intent, \
          \"outcome\": null, \"runs\": \"never\"}`: the intent is `rejected`.", body = Object),
-        (status = 400, description = "An id that is not a number, or a body that is not JSON.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "An id that is not a number, or a body that is not JSON."),
         (status = 403, description = "Not an approver (`approve-scope-required`), an intent of \
-         another tenant (`other-tenant`), or the approver is the caller that asked (`own-request`).",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 404, description = "No such intent.",
-         body = ProblemBody, content_type = "application/problem+json"),
+         another tenant (`other-tenant`), or the approver is the caller that asked (`own-request`)."),
+        (status = 404, description = "No such intent."),
         (status = 409, description = "Not awaiting a decision (`not-awaiting`), or its deadline \
-         had passed (`expired`).",
-         body = ProblemBody, content_type = "application/problem+json"),
+         had passed (`expired`)."),
         (status = 422, description = "A body of the wrong shape, or no reason (`reason-required`), or \
-         a reason over 1024 bytes.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 501, description = "This admin API is served without a gate, which decides.",
-         body = ProblemBody, content_type = "application/problem+json"),
+         a reason over 1024 bytes."),
+        (status = 501, description = "This admin API is served without a gate, which decides."),
     ),
 )]
 pub(crate) async fn deny(
@@ -587,10 +572,7 @@ fn gate_problem(error: GateError) -> Problem {
         GateError::Ledger(error) => body::ledger_problem(error),
         other => {
             tracing::error!(error = %other, "a decision on a held intent failed in the gate");
-            Problem::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "Internal error",
+            Problem::internal(
                 "the gateway failed to carry out the decision; see its log, and read the intent \
 (GET /v1/admin/approvals?state=closed) before deciding again",
             )

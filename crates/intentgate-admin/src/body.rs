@@ -12,35 +12,19 @@ use serde::de::DeserializeOwned;
 
 use crate::BODY_LIMIT_BYTES;
 
-/// A JSON body of type `T`: 413 over the limit, 400 when it is not JSON, 422 when it is JSON
-/// of the wrong shape (a missing or unknown field, a wrong type).
+/// A JSON body of type `T`, read as every route of the API reads one
+/// (`intentgate_server::body`): 413 over the limit, 400 when it is not JSON, 422
+/// `invalid-body` when it is JSON of the wrong shape (a missing or unknown field, a wrong
+/// type).
 pub(crate) fn json<T: DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
     shape: &str,
 ) -> Result<T, Problem> {
-    let body = body.map_err(|rejection| {
-        Problem::unreadable_body(
-            rejection,
-            format!("an admin request body is at most {BODY_LIMIT_BYTES} bytes"),
-        )
-    })?;
-    serde_json::from_slice(&body).map_err(|error| {
-        if error.is_data() {
-            Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid-body",
-                "Invalid request body",
-                format!("{error}; the body must be {shape}"),
-            )
-        } else {
-            Problem::new(
-                StatusCode::BAD_REQUEST,
-                "malformed-json",
-                "Malformed JSON",
-                format!("the body is not JSON ({error}); it must be {shape}"),
-            )
-        }
-    })
+    intentgate_server::body::json(
+        body,
+        format!("an admin request body is at most {BODY_LIMIT_BYTES} bytes"),
+        shape,
+    )
 }
 
 /// The query string as `T`; an unknown or repeated parameter is a 400 (a misspelt filter
@@ -115,22 +99,14 @@ pub(crate) fn ledger_problem(error: LedgerError) -> Problem {
         ),
         LedgerError::Corrupt(_) => {
             tracing::error!(%error, "the admin API read a corrupt ledger row");
-            Problem::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "Internal error",
+            Problem::internal(
                 "the ledger holds a row this version can't read; see the gateway's log",
             )
         }
         // Storage, Open, Closed, and whatever a later version adds: an operating error.
         _ => {
             tracing::error!(%error, "the admin API's ledger operation failed");
-            Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ledger-unavailable",
-                "The intent ledger is unavailable",
-                "nothing was changed; try again shortly",
-            )
+            Problem::ledger_unavailable("nothing was changed")
         }
     }
 }

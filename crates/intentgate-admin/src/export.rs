@@ -21,8 +21,9 @@ use serde::Deserialize;
 use utoipa::openapi::RefOr;
 use utoipa::{IntoParams, IntoResponses};
 
+use intentgate_server::openapi::problem_response;
+
 use crate::body::{self, bad_request};
-use crate::openapi::problem_response;
 use crate::reconcile::unknown_run;
 use crate::{AdminState, MISMATCHES_LIMIT_MAX};
 

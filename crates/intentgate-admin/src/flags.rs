@@ -13,7 +13,6 @@ use axum::{Extension, Json};
 use intentgate_core::limits::{ACTOR_LENGTH_MAX, EVENT_DETAIL_LENGTH_MAX};
 use intentgate_ledger::ToolFlag;
 use intentgate_server::Problem;
-use intentgate_server::wire::ProblemBody;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -116,12 +115,9 @@ const SET_FLAG_SHAPE: &str = r#"{"enabled": false, "reason": "why", "actor": "wh
     request_body(content = SetFlag, content_type = "application/json"),
     responses(
         (status = 200, description = "The flag as stored.", body = FlagView),
-        (status = 400, description = "A body that is not JSON, or has unknown fields.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 404, description = "No such tool in this gateway's config.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 422, description = "No `enabled`, no reason to switch a tool off, or a value too long.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "A body that is not JSON, or has unknown fields."),
+        (status = 404, description = "No such tool in this gateway's config."),
+        (status = 422, description = "No `enabled`, no reason to switch a tool off, or a value too long."),
     ),
 )]
 pub(crate) async fn set(
@@ -143,11 +139,9 @@ pub(crate) async fn set(
     }
     let request: SetFlag = body::json(request, SET_FLAG_SHAPE)?;
     let Some(enabled) = request.enabled else {
-        return Err(unprocessable(
-            "invalid-body",
-            "Missing enabled",
-            format!("say whether the tool is on: the body must be {SET_FLAG_SHAPE}"),
-        ));
+        return Err(Problem::invalid_body(format!(
+            "say whether the tool is on: the body must be {SET_FLAG_SHAPE}"
+        )));
     };
     let reason = request.reason.unwrap_or_default().trim().to_owned();
     if !enabled && reason.is_empty() {
@@ -214,9 +208,7 @@ pub(crate) fn actor(
         (None, None) => default.to_owned(),
     };
     if actor.is_empty() {
-        return Err(unprocessable(
-            "invalid-body",
-            "Empty actor",
+        return Err(Problem::invalid_body(
             "the actor (who makes the change) must not be empty; leave it out to use the \
 default"
                 .to_owned(),

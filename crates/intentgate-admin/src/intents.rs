@@ -19,7 +19,6 @@ use intentgate_core::IntentStatus;
 use intentgate_gate::{LeaseHolder, Resends};
 use intentgate_ledger::{Erase, Event, IntentFilter, IntentRecord, LedgerError, Order};
 use intentgate_server::Problem;
-use intentgate_server::wire::ProblemBody;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
@@ -96,8 +95,7 @@ fn status_names() -> String {
         (status = 200, description = "A page of intents: `{\"intents\": [intent...], \"next_cursor\": id or null}`; \
          with `q`, also `scanned` (intents read) and `scan_stopped` (the scan stopped at its limit \
          before the end: `next_cursor` goes on from there).", body = Object),
-        (status = 400, description = "An unknown query parameter or a value out of range; the detail names what is accepted.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "An unknown query parameter or a value out of range; the detail names what is accepted."),
     ),
 )]
 pub(crate) async fn list(
@@ -341,10 +339,8 @@ async fn read(state: &AdminState, id: &str) -> Result<IntentRecord, Problem> {
          \"events_omitted\": number, \"amount\", \"unknown_since_ms\", \"last_error\", \"lease\", \
          \"sweeper\", \"resolvable\"}`: the events oldest first (the newest 1000); the other fields as \
          `GET /v1/admin/unknown` describes them (null where they don't apply).", body = Object),
-        (status = 400, description = "An id that is not a number.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 404, description = "No such intent.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "An id that is not a number."),
+        (status = 404, description = "No such intent."),
     ),
 )]
 pub(crate) async fn show(
@@ -605,16 +601,12 @@ const RESOLVE_SHAPE: &str = r#"{"status": "done" or "not_executed", "external_id
     request_body(content = ResolveBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The intent as resolved.", body = Object),
-        (status = 400, description = "An id that is not a number, or a body that is not JSON.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 404, description = "No such intent.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "An id that is not a number, or a body that is not JSON."),
+        (status = 404, description = "No such intent."),
         (status = 409, description = "The intent can't be resolved now: settled (`not-resolvable`), or a call \
          or the sweeper holds its lease (`lease-held`: the detail names the holder and the lease's end, \
-         and `Retry-After` says in how many seconds to try again).",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 422, description = "A body of the wrong shape, a status an operator can't set, or a missing reason.",
-         body = ProblemBody, content_type = "application/problem+json"),
+         and `Retry-After` says in how many seconds to try again)."),
+        (status = 422, description = "A body of the wrong shape, a status an operator can't set, or a missing reason."),
     ),
 )]
 pub(crate) async fn resolve(
@@ -639,11 +631,9 @@ pub(crate) async fn resolve(
             ));
         }
         None => {
-            return Err(unprocessable(
-                "invalid-body",
-                "Missing status",
-                format!("the body must be {RESOLVE_SHAPE}"),
-            ));
+            return Err(Problem::invalid_body(format!(
+                "the body must be {RESOLVE_SHAPE}"
+            )));
         }
     };
     let asked = ManualResolution {
@@ -727,14 +717,10 @@ const REOPEN_SHAPE: &str =
     request_body(content = ReopenBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The intent as reopened (`not_executed`).", body = Object),
-        (status = 400, description = "An id that is not a number, or a body that is not JSON.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 404, description = "No such intent.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 409, description = "The intent is not rejected (done, unknown, not_executed, ...).",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 422, description = "A body of the wrong shape, or a missing reason.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "An id that is not a number, or a body that is not JSON."),
+        (status = 404, description = "No such intent."),
+        (status = 409, description = "The intent is not rejected (done, unknown, not_executed, ...)."),
+        (status = 422, description = "A body of the wrong shape, or a missing reason."),
     ),
 )]
 pub(crate) async fn reopen(
@@ -814,12 +800,9 @@ const ERASE_SHAPE: &str = r#"{"tenant": "whose data", "tool": "only this tool (o
     responses(
         (status = 200, description = "What was erased: `{\"erased\": {\"intents\": n, \"events\": n, \
          \"mismatches\": n}}`.", body = Object),
-        (status = 400, description = "A body that is not JSON.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 409, description = "A call holds one of the intents, or one is not settled and `force` is not set; the detail says what was erased before.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 422, description = "A body of the wrong shape, or no tenant, reason or actor.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "A body that is not JSON."),
+        (status = 409, description = "A call holds one of the intents, or one is not settled and `force` is not set; the detail says what was erased before."),
+        (status = 422, description = "A body of the wrong shape, or no tenant, reason or actor."),
     ),
 )]
 pub(crate) async fn erase(

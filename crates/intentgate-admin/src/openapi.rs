@@ -12,11 +12,11 @@
 
 use std::sync::Arc;
 
-use intentgate_server::openapi::BEARER_SCHEME;
+use intentgate_server::openapi::{BEARER_SCHEME, problem_bodies, problem_response};
 use intentgate_server::wire::ProblemBody;
 use utoipa::OpenApi;
+use utoipa::openapi::OpenApi as Document;
 use utoipa::openapi::security::SecurityRequirement;
-use utoipa::openapi::{ContentBuilder, OpenApi as Document, Ref, RefOr, Response, ResponseBuilder};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -24,9 +24,6 @@ use crate::{AdminState, activity, alerts, approvals, export, flags, intents, rec
 
 /// The tag of every admin operation.
 pub const ADMIN_TAG: &str = "admin";
-
-/// The media type of every error answer (RFC 9457).
-const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
 /// The answers any admin operation may give before (or beside) its own: the credential
 /// check, the browser edge and the ledger.
@@ -97,21 +94,6 @@ pub(crate) fn approval_routes() -> OpenApiRouter<Arc<AdminState>> {
         .routes(routes!(approvals::deny))
 }
 
-/// An answer of `application/problem+json` ([`ProblemBody`]), for `description`.
-pub(crate) fn problem_response(description: &str) -> RefOr<Response> {
-    RefOr::T(
-        ResponseBuilder::new()
-            .description(description)
-            .content(
-                PROBLEM_CONTENT_TYPE,
-                ContentBuilder::new()
-                    .schema(Some(Ref::from_schema_name("ProblemBody")))
-                    .build(),
-            )
-            .build(),
-    )
-}
-
 /// The admin API's operations as an OpenAPI document fragment, for the server to merge into
 /// its own (`ServerOptions::openapi_extra`). Each operation carries the `admin` tag, the
 /// `bearer` security requirement and the refusals every admin route may answer.
@@ -140,6 +122,7 @@ pub fn openapi() -> Document {
             }
         }
     }
+    problem_bodies(&mut document);
     document
 }
 

@@ -14,7 +14,6 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use intentgate_core::text::cut;
 use intentgate_server::Problem;
-use intentgate_server::wire::ProblemBody;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
@@ -51,16 +50,11 @@ const RECONCILE_SHAPE: &str = r#"{"since": "1h", "actor": "who (optional)"}"#;
     responses(
         (status = 200, description = "The run's report, as `intentgate reconcile --json` prints it.",
          body = Object),
-        (status = 400, description = "A body that is not JSON.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 409, description = "A reconciliation is already running.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 422, description = "A body of the wrong shape, or no `since` or an invalid one.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 500, description = "The reconciliation failed; the detail says why.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 501, description = "This gateway has no reconciler.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "A body that is not JSON."),
+        (status = 409, description = "A reconciliation is already running."),
+        (status = 422, description = "A body of the wrong shape, or no `since` or an invalid one."),
+        (status = 500, description = "The reconciliation failed; the detail says why."),
+        (status = 501, description = "This gateway has no reconciler."),
     ),
 )]
 pub(crate) async fn run(
@@ -79,14 +73,10 @@ GET /v1/admin/reconciliations still lists the runs stored in the ledger",
     };
     let request: ReconcileBody = body::json(request, RECONCILE_SHAPE)?;
     let Some(since) = request.since else {
-        return Err(unprocessable(
-            "invalid-body",
-            "Missing since",
-            format!(
-                "say how far back to reconcile (30s, 15m, 1h, 2d): the body must be \
+        return Err(Problem::invalid_body(format!(
+            "say how far back to reconcile (30s, 15m, 1h, 2d): the body must be \
 {RECONCILE_SHAPE}"
-            ),
-        ));
+        )));
     };
     let since = parse_duration(&since)
         .map_err(|detail| unprocessable("invalid-duration", "Invalid duration", detail))?;
@@ -129,10 +119,7 @@ GET /v1/admin/reconciliations still lists the runs stored in the ledger",
         }
         Err(error) => {
             tracing::error!(%error, "bug: the reconciliation task failed");
-            Err(Problem::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "Internal error",
+            Err(Problem::internal(
                 "the reconciliation failed inside the gateway; see its log",
             ))
         }
@@ -156,8 +143,7 @@ pub(crate) struct LimitQuery {
     params(LimitQuery),
     responses(
         (status = 200, description = "`{\"reconciliations\": [run...]}`.", body = Object),
-        (status = 400, description = "An unknown query parameter or a `limit` out of range.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "An unknown query parameter or a `limit` out of range."),
     ),
 )]
 pub(crate) async fn list(
@@ -184,10 +170,8 @@ pub(crate) async fn list(
         (status = 200, description = "`{\"reconciliation\": run, \"mismatches\": [mismatch...], \
          \"mismatches_not_shown\": number}`; a mismatch that names an intent carries its `amount` \
          (the arguments its tool's key writes as decimals; for the first 500 such, else null).", body = Object),
-        (status = 400, description = "An id that is not a number, an unknown query parameter or a `limit` out of range.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 404, description = "No such run.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 400, description = "An id that is not a number, an unknown query parameter or a `limit` out of range."),
+        (status = 404, description = "No such run."),
     ),
 )]
 pub(crate) async fn show(

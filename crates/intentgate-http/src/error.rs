@@ -68,7 +68,7 @@ pub enum HttpError {
     #[error("could not build the HTTP client: {0}")]
     Client(String),
     /// A list was asked for more records per page than the limit.
-    #[error("a list page of {0} records is outside 1..={max}", max = crate::list::LIST_PAGE_RECORDS_MAX)]
+    #[error("a list page of {0} records is outside 1..={max}", max = crate::spec::LIST_PAGE_RECORDS_MAX)]
     BadPageLimit(u32),
     /// The listing would go on past the page limit; the provider's cursor may loop.
     #[error("the listing went past {0} pages; the provider's cursor may loop")]
@@ -85,4 +85,17 @@ pub enum HttpError {
     /// A list page is not what the list spec says it is.
     #[error("the list page is unusable: {0}")]
     ListPage(String),
+}
+
+/// A JSON pointer (RFC 6901) is empty or starts with `/`.
+pub(crate) fn check_pointer(context: &str, field: &str, pointer: &str) -> Result<(), HttpError> {
+    if pointer.is_empty() || pointer.starts_with('/') {
+        Ok(())
+    } else {
+        Err(HttpError::BadPointer {
+            context: context.to_owned(),
+            field: field.to_owned(),
+            pointer: pointer.to_owned(),
+        })
+    }
 }

@@ -19,19 +19,16 @@ use std::time::Duration;
 use reqwest::Client;
 use serde_json::{Value, json};
 
-use crate::error::HttpError;
+use crate::error::{HttpError, check_pointer};
 use crate::request::{Body, CompiledUpstream, Exchange, RequestParts, RequestTemplate, exchange};
+pub use crate::spec::LIST_PAGE_RECORDS_MAX;
 use crate::spec::{ListRecords, ListSpec, ListSubject, Method, UpstreamSpec};
 use crate::template::{Absent, GatewayValues, Template, Values};
-use crate::upstream::check_pointer;
 
 /// The placeholders a list template may use.
 pub const LIST_PLACEHOLDERS: [&str; 6] = [
     "since_ms", "until_ms", "since_s", "until_s", "limit", "cursor",
 ];
-/// Most records asked for per page. Providers cap pages at 100 to 1000; this bounds the
-/// memory of one page even for a provider that honours any limit.
-pub const LIST_PAGE_RECORDS_MAX: u32 = 10_000;
 /// Largest page body read: 10,000 records of about 2 KiB each, with room to spare. A larger
 /// page is refused rather than held in memory.
 pub const LIST_PAGE_BYTES_MAX: usize = 32 * 1024 * 1024;

@@ -22,6 +22,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Most records asked for per page. Providers cap pages at 100 to 1000; this bounds the
+/// memory of one page even for a provider that honours any limit.
+pub const LIST_PAGE_RECORDS_MAX: u32 = 10_000;
+
 /// HTTP methods a tool may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]

@@ -27,7 +27,7 @@ use intentgate_gate::{LookupOutcome, Upstream, UpstreamCall};
 use reqwest::Client;
 use serde_json::{Value, json};
 
-use crate::error::HttpError;
+use crate::error::{HttpError, check_pointer};
 use crate::list::{RecordPager, list_records_with};
 use crate::request::{
     Body, CompiledUpstream, Exchange, NOT_BUILT_STATUS, RESPONSE_BODY_BYTES_MAX, RequestParts,
@@ -718,19 +718,6 @@ fn known_upstream(
         Err(HttpError::UnknownUpstream {
             context: request.context.clone(),
             upstream: request.upstream.clone(),
-        })
-    }
-}
-
-/// A JSON pointer (RFC 6901) is empty or starts with `/`.
-pub(crate) fn check_pointer(context: &str, field: &str, pointer: &str) -> Result<(), HttpError> {
-    if pointer.is_empty() || pointer.starts_with('/') {
-        Ok(())
-    } else {
-        Err(HttpError::BadPointer {
-            context: context.to_owned(),
-            field: field.to_owned(),
-            pointer: pointer.to_owned(),
         })
     }
 }

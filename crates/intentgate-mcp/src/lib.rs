@@ -5,7 +5,8 @@
 //!
 //! - `tools/list` publishes each tool with its input schema, its published description (a
 //!   side-effecting tool's ends with the once-per-intent sentence), annotations derived
-//!   from its effect (`tools.rs`) and an `outputSchema` for the outcome object. A tool
+//!   from its effect (`tools.rs`) and an `outputSchema` for the outcome object (the schema of
+//!   `intentgate_wire::Outcome`, the type the HTTP API answers too). A tool
 //!   switched off with the kill switch stays listed, its description starting with
 //!   [`SWITCHED_OFF_SENTENCE`]. The service reads the flags from the ledger every
 //!   [`FLAG_POLL`] (`flags.rs`) and, when a tool is switched off or on, sends
@@ -13,7 +14,8 @@
 //!   `tools.listChanged`); clients of the stateless HTTP endpoint, which has no standing
 //!   connection, see the change at their next `tools/list`.
 //! - `tools/call` runs [`Gate::call`]. Every outcome of docs/design.md section 6 is a tool result:
-//!   `structuredContent` holds the outcome object and a text block holds the same JSON;
+//!   `structuredContent` holds the outcome object (`intentgate_wire::Outcome`) and a text
+//!   block holds the same JSON;
 //!   `isError` is set only where the model must act differently (`rejected`, `conflict`,
 //!   `invalid_arguments`). Unknown tools and malformed calls are JSON-RPC errors (invalid
 //!   params; a request the SDK can't parse gets the SDK's error); a ledger that failed
@@ -50,9 +52,12 @@ use std::time::Duration;
 
 pub use flags::{FLAG_POLL, PeerRegistration};
 pub use http::{HttpOptions, LOOPBACK_HOSTS, MCP_PATH, http_router};
+/// The `outputSchema` of every tool: the JSON Schema of the outcome, generated from the
+/// type the HTTP API answers too.
+pub use intentgate_wire::outcome_schema;
 pub use service::{INTENT_ID_META_KEY, McpService, PERMIT_WAIT, PROTOCOL_VERSIONS};
 pub use stdio::{StdioError, serve_stdio};
-pub use tools::{SWITCHED_OFF_SENTENCE, ToolHints, outcome_schema};
+pub use tools::{SWITCHED_OFF_SENTENCE, ToolHints};
 
 #[cfg(doc)]
 use intentgate_gate::Gate;

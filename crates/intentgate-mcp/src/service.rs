@@ -9,6 +9,7 @@ use intentgate_core::limits::INTENT_ID_LENGTH_MAX;
 use intentgate_core::{Executor, Principal};
 use intentgate_gate::trace;
 use intentgate_gate::{CallContext, CallOutcome, Gate, GateError};
+use intentgate_wire::Outcome;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProtocolVersion, RequestMetaObject,
@@ -22,7 +23,7 @@ use tracing::Instrument;
 
 use crate::McpOptions;
 use crate::flags::{FlagWatch, PeerRegistration};
-use crate::tools::{ToolHints, listing, outcome_schema, switched_off};
+use crate::tools::{ToolHints, listing, switched_off};
 
 /// The `_meta` key of a `tools/call` request that carries the application's intent id
 /// (docs/design.md section 4), for tools whose key uses `{intent_id}`: defined once, in the core, since
@@ -87,7 +88,7 @@ impl McpService {
             options.concurrency_limit > 0,
             "the config check refuses a concurrency limit of 0"
         );
-        let output_schema = Arc::new(outcome_schema());
+        let output_schema = Arc::new(intentgate_wire::outcome_schema());
         // A client-executed tool is listed only when its config asks (`mcp: listed`).
         let tools = gate
             .tools()
@@ -255,7 +256,7 @@ impl McpService {
 /// An outcome as a tool result: the object as `structuredContent` and as text (for
 /// clients that read only text), `isError` where the model must act differently.
 pub(crate) fn tool_result(outcome: &CallOutcome) -> CallToolResult {
-    let object = outcome.to_json();
+    let object = Value::Object(Outcome::from(outcome).to_object());
     if outcome.status.needs_model_action() {
         CallToolResult::structured_error(object)
     } else {

@@ -1,9 +1,10 @@
 //! How a tool is published over MCP: its schema, description, annotations and the schema
-//! of what a call returns.
+//! of what a call returns (`intentgate_wire::outcome_schema`, with an imported tool's
+//! upstream output schema applied to `result`).
 
 use std::sync::Arc;
 
-use intentgate_core::{CallStatus, Effect, OutcomeReason, ToolDefinition};
+use intentgate_core::{Effect, ToolDefinition};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
@@ -67,55 +68,6 @@ fn outcome_schema_with(outcome: &JsonObject, upstream: &Value) -> JsonObject {
     schema
 }
 
-/// The JSON Schema of the outcome object (`intentgate_gate::CallOutcome`), published as
-/// every tool's `outputSchema`. Clients validate `structuredContent` against it, so it
-/// must accept every outcome the gate can return: a test serialises outcomes and checks.
-pub fn outcome_schema() -> JsonObject {
-    let statuses: Vec<&str> = CallStatus::ALL
-        .iter()
-        .map(|status| status.as_str())
-        .collect();
-    let reasons: Vec<&str> = OutcomeReason::ALL
-        .iter()
-        .map(|reason| reason.as_str())
-        .collect();
-    let schema = json!({
-        "type": "object",
-        "properties": {
-            "status": {
-                "type": "string",
-                "enum": statuses,
-                "description": "What happened: done, already_done, pending_unknown, rejected, not_executed, conflict, disabled or invalid_arguments."
-            },
-            "reason": {
-                "type": "string",
-                "enum": reasons,
-                "description": "Why it ended so, where the status alone would mislead: misconfigured (not_executed because the gateway is misconfigured; a person will follow up, trying again will not help); missing_intent_id (invalid_arguments because the tool needs the application's intent id, sent in the request's _meta under \"intentgate/intent_id\", and the call had none; nothing was done, only the application can fix it, do not retry)."
-            },
-            "message": {"type": "string", "description": "What to do next, for the model."},
-            "tool": {"type": "string"},
-            "intent_key": {"type": "string", "description": "The intent's key (side-effecting tools)."},
-            "result": {"description": "The provider's result (done, already_done), its rejection (rejected), or the data read."},
-            "external_id": {"type": "string", "description": "The provider's id for the effect."},
-            "differing_fields": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "For conflict: the arguments that differ from the stored intent."
-            },
-            "errors": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "For invalid_arguments: what is wrong, one entry per problem."
-            }
-        },
-        "required": ["status", "message", "tool"]
-    });
-    match schema {
-        Value::Object(schema) => schema,
-        _ => unreachable!("a JSON object literal"),
-    }
-}
-
 /// One tool as `tools/list` publishes it.
 pub(crate) fn listing(
     definition: &ToolDefinition,
@@ -172,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_switched_off_tool_keeps_everything_but_the_start_of_its_description() {
-        let schema = Arc::new(outcome_schema());
+        let schema = Arc::new(intentgate_wire::outcome_schema());
         let definition = ToolDefinition::new(
             "refund_order",
             "Refund an order.",
@@ -239,54 +191,5 @@ mod tests {
             (refund.destructive_hint, refund.open_world_hint),
             (Some(true), Some(true))
         );
-    }
-
-    #[test]
-    fn the_outcome_schema_accepts_every_outcome_the_gate_returns() {
-        let schema = Value::Object(outcome_schema());
-        let validator = jsonschema::validator_for(&schema).unwrap();
-        let properties = schema["properties"].as_object().unwrap();
-        for status in CallStatus::ALL {
-            // Every optional field set, so that a field added to CallOutcome without
-            // a place in the schema fails here.
-            let outcome = intentgate_gate::CallOutcome {
-                status,
-                reason: Some(OutcomeReason::Misconfigured),
-                message: "m".into(),
-                tool: "refund_order".into(),
-                intent_key: Some("refund:1:49.00".into()),
-                result: Some(json!({"id": "re_1"})),
-                external_id: Some("re_1".into()),
-                differing_fields: vec!["amount".into()],
-                errors: vec!["bad".into()],
-            }
-            .to_json();
-            for field in outcome.as_object().unwrap().keys() {
-                assert!(
-                    properties.contains_key(field),
-                    "{field} is not in the schema"
-                );
-            }
-            assert!(validator.is_valid(&outcome), "{outcome}");
-        }
-        let bare = json!({"status": "done", "message": "m", "tool": "get_order", "result": [1, 2]});
-        assert!(validator.is_valid(&bare));
-        assert!(!validator.is_valid(&json!({"status": "maybe", "message": "m", "tool": "t"})));
-    }
-
-    #[test]
-    fn the_outcome_schema_lists_every_status() {
-        let schema = outcome_schema();
-        let statuses = &schema["properties"]["status"]["enum"];
-        assert_eq!(statuses.as_array().unwrap().len(), CallStatus::ALL.len());
-        for status in CallStatus::ALL {
-            assert!(
-                statuses
-                    .as_array()
-                    .unwrap()
-                    .contains(&json!(status.as_str())),
-                "{status}"
-            );
-        }
     }
 }

@@ -214,52 +214,18 @@ impl Connection {
         });
         let (app, peer, request_watch) = (self.app.clone(), self.peer, watch.clone());
         let body_read_timeout = self.limits.body_read_timeout;
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
+        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             let busy = Busy::start(request_watch.clone());
-            let watch = request_watch.clone();
-            // A body still to come has until `expiry`; one that is already whole has nothing
-            // to wait for.
-            let (request, expiry) = if request.body().is_end_stream() {
-                (request.map(axum::body::Body::new), None)
-            } else {
-                let body = watch.body_started();
-                let expiry = Instant::now() + body_read_timeout;
-                let request = request.map(|inner| {
-                    axum::body::Body::new(WatchedBody {
-                        inner,
-                        watch: watch.clone(),
-                        body,
-                    })
-                });
-                (request, Some((body, expiry)))
-            };
-            let mut app = app.clone();
-            async move {
-                let call = app.call(request);
-                let response = match expiry {
-                    None => call.await,
-                    Some((body, at)) => {
-                        let expired = async {
-                            tokio::time::sleep_until(at).await;
-                            if !watch.body_expired(body) {
-                                // The body was in on time; the handler runs as long as it needs.
-                                std::future::pending::<()>().await;
-                            }
-                        };
-                        tokio::select! {
-                            response = call => response,
-                            // Dropping the handler is safe: none acts on a partial body.
-                            () = expired => Ok(body_timeout_answer(body_read_timeout)),
-                        }
-                    }
-                };
-                let response = match response {
-                    Ok(response) => response,
-                    Err(never) => match never {},
-                };
-                Ok::<_, Infallible>(response.map(|body| Tracked { body, _busy: busy }))
-            }
+            let (request, expiry) =
+                watched_request(request, peer, &request_watch, body_read_timeout);
+            answer(
+                app.clone(),
+                request,
+                expiry,
+                request_watch.clone(),
+                body_read_timeout,
+                busy,
+            )
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
         // The timeouts are this module's own (see `Watch`): hyper's header timer would also
@@ -311,6 +277,67 @@ impl Connection {
             }
         }
     }
+}
+
+/// `request` as the router reads it: with the peer's address, and a body still to come
+/// watched, with the instant it must be in by (`None` for a body that is already whole,
+/// which has nothing to wait for).
+fn watched_request(
+    mut request: hyper::Request<Incoming>,
+    peer: SocketAddr,
+    watch: &Arc<Watch>,
+    body_read_timeout: Duration,
+) -> (axum::extract::Request, Option<(u64, Instant)>) {
+    request.extensions_mut().insert(ConnectInfo(peer));
+    if request.body().is_end_stream() {
+        return (request.map(axum::body::Body::new), None);
+    }
+    let body = watch.body_started();
+    let expiry = Instant::now() + body_read_timeout;
+    let request = request.map(|inner| {
+        axum::body::Body::new(WatchedBody {
+            inner,
+            watch: watch.clone(),
+            body,
+        })
+    });
+    (request, Some((body, expiry)))
+}
+
+/// The router's answer to `request`, or a 408 when its body (`expiry`: its id and the
+/// instant it must be in by) did not arrive in time. The answer's body holds `busy` until
+/// it is written, so shutdown waits for it.
+async fn answer(
+    mut app: axum::Router,
+    request: axum::extract::Request,
+    expiry: Option<(u64, Instant)>,
+    watch: Arc<Watch>,
+    body_read_timeout: Duration,
+    busy: Busy,
+) -> Result<hyper::Response<Tracked>, Infallible> {
+    let call = app.call(request);
+    let response = match expiry {
+        None => call.await,
+        Some((body, at)) => {
+            let expired = async {
+                tokio::time::sleep_until(at).await;
+                if !watch.body_expired(body) {
+                    // The body was in on time; the handler runs as long as it needs.
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                response = call => response,
+                // Dropping the handler is safe: none acts on a partial body.
+                () = expired => Ok(body_timeout_answer(body_read_timeout)),
+            }
+        }
+    };
+    let response = match response {
+        Ok(response) => response,
+        Err(never) => match never {},
+    };
+    Ok(response.map(|body| Tracked { body, _busy: busy }))
 }
 
 /// Keeps `intentgate_connections_open` right however the connection's task ends (closed,

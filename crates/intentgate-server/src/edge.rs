@@ -14,7 +14,7 @@
 //! checks besides. A DNS-rebinding page that passes it (its own name in both) carries no
 //! credential of this server: the console's cookie belongs to the real host name.
 //!
-//! Authentication. The [`Authenticator`] turns the credential into a [`Principal`] that is
+//! Authentication. The [`Authenticator`] turns the credential into a [`Principal`](intentgate_core::Principal) that is
 //! inserted into the request's extensions; handlers and MCP read the tenant only from it.
 //! `/healthz`, `/readyz`, `/metrics`, `/openapi.json` and the OAuth protected-resource metadata need no
 //! credential (they carry no caller data). The admin API keeps its own token and the console
@@ -29,14 +29,12 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use intentgate_core::{Principal, Scope};
+use intentgate_core::Scope;
 
 use crate::auth::{AuthFailure, Authenticator};
 use crate::problem::Problem;
 
-/// Where the OAuth protected-resource metadata (RFC 9728) is served; the resource's own path
-/// follows it (`/.well-known/oauth-protected-resource/mcp`).
-pub const RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+pub use crate::auth::RESOURCE_METADATA_PATH;
 /// The `Host` names a loopback listener accepts (with or without a port).
 pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
 /// Where the MCP endpoint is mounted; it needs the `call` scope.
@@ -298,7 +296,7 @@ pub async fn authenticate(
             if let Access::Principal(Some(scope)) = access
                 && !principal.may(scope)
             {
-                return missing_scope(&principal, scope).into_response();
+                return Problem::missing_scope(&principal, scope).into_response();
             }
             request.extensions_mut().insert(principal);
             next.run(request).await
@@ -306,24 +304,6 @@ pub async fn authenticate(
         (Err(_), Access::Admin) => next.run(request).await,
         (Err(failure), _) => refused(&authenticator, failure),
     }
-}
-
-/// The 403 for a principal without the scope a route needs.
-pub fn missing_scope(principal: &Principal, scope: Scope) -> Problem {
-    Problem::new(
-        StatusCode::FORBIDDEN,
-        "missing-scope",
-        "Missing scope",
-        format!(
-            "this needs the `{scope}` scope; the credential of `{}` has {}",
-            principal.subject,
-            if principal.scopes.is_empty() {
-                "none".to_owned()
-            } else {
-                format!("`{}`", principal.scopes)
-            }
-        ),
-    )
 }
 
 fn refused(authenticator: &Authenticator, failure: AuthFailure) -> Response {

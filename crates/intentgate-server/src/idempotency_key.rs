@@ -29,16 +29,58 @@
 //! bare value instead (`Idempotency-Key: 8e03978e-...`), so a value that does not begin with
 //! a quote is taken as it is, when it is visible ASCII without quotes or backslashes.
 //! `"abc"` and `abc` name the same key.
+//!
+//! The headers a call and a grant read are described here for the OpenAPI document
+//! ([`CallHeaders`]) and read as text here ([`header_text`]).
 
 use axum::http::{HeaderMap, StatusCode};
 use intentgate_core::limits::{CALLER_KEY_LENGTH_MAX, INTENT_ID_LENGTH_MAX};
 use intentgate_core::{Effect, ToolDefinition};
+use utoipa::IntoParams;
 
 use crate::problem::Problem;
-use crate::routes::{INTENT_ID_HEADER, header_text};
 
 /// The header's name (header names are case-insensitive; `http` keeps them lowercase).
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+/// The header that carries the application's intent id.
+pub const INTENT_ID_HEADER: &str = "intent-id";
+
+/// The headers a call reads (as text, with `header_text` and `idempotency_key`), described
+/// for the OpenAPI document.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // Read from the `HeaderMap`; this type only describes them.
+pub struct CallHeaders {
+    /// The caller's key for this operation (IETF draft semantics), for a side effect. It never
+    /// replaces the tool's business key: the same business intent under two keys is one
+    /// intent, and a key is bound, within the caller's tenant and the tool, to the intent its
+    /// first call named, so another payload under it is a 422 and nothing is executed. For a
+    /// key that uses `{intent_id}` it is the intent id (an `Intent-Id` that disagrees is a
+    /// 400). Required where the tool says `idempotency_key: required`.
+    #[param(rename = "Idempotency-Key", required = false)]
+    idempotency_key: String,
+    /// The application's intent id, for keys that use `{intent_id}`.
+    #[param(rename = "Intent-Id", required = false)]
+    intent_id: String,
+}
+
+/// A header's value as trimmed text; 400 when it is not visible ASCII.
+pub fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, Problem> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => value
+            .to_str()
+            .map(|text| Some(text.trim().to_owned()))
+            .map_err(|_| {
+                Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad-header",
+                    "Unreadable header",
+                    format!("the {name} header must be visible ASCII"),
+                )
+            }),
+    }
+}
 
 /// The keys of a call of `tool` that go into its `CallContext`: the application's intent id
 /// (`Intent-Id`) and the caller's own key for the operation (`Idempotency-Key`, for a side
@@ -215,48 +257,6 @@ pub fn required(tool: &str) -> Problem {
         "Idempotency-Key header required",
         format!(
             "tool `{tool}` requires an Idempotency-Key header: send `Idempotency-Key: \"<key>\"` with a key unique to this operation (a UUID), and the same key when you repeat it; nothing was recorded or executed"
-        ),
-    )
-}
-
-/// The same key with another payload (`GateError::IdempotencyKeyReused`): the draft's 422,
-/// naming the intent the key was first used for, the one these arguments name when it is
-/// another, and the arguments that differ from the first intent's, as the `conflict` outcome
-/// does.
-pub fn reused(
-    key: &str,
-    first_intent_key: &str,
-    intent_key: &str,
-    differing_fields: &[String],
-) -> Problem {
-    let fields = if differing_fields.is_empty() {
-        "the arguments".to_owned()
-    } else {
-        differing_fields
-            .iter()
-            .map(|field| format!("`{field}`"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let intents = if first_intent_key == intent_key {
-        format!(
-            "intent `{}` with other arguments",
-            first_intent_key.escape_default()
-        )
-    } else {
-        format!(
-            "intent `{}`, and these arguments name intent `{}`",
-            first_intent_key.escape_default(),
-            intent_key.escape_default()
-        )
-    };
-    Problem::new(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "idempotency-key-reused",
-        "Idempotency-Key reused with another payload",
-        format!(
-            "the Idempotency-Key `{}` was first used for {intents} (differing: {fields}); nothing was executed. Repeat the first call's arguments to get its answer, or send a new key for a new operation",
-            key.escape_default()
         ),
     )
 }

@@ -28,21 +28,21 @@ use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use intentgate_core::{Executor, Principal, ResendStop, Scope};
-use intentgate_gate::{CallContext, GateError, Grant, GrantedLease, SettleError, Settlement};
+use intentgate_gate::{CallContext, Grant, GrantedLease, SettleError, Settlement};
 use intentgate_ledger::IntentId;
-use serde::de::DeserializeOwned;
+use intentgate_wire::schema::string_enum;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::Instrument;
 use utoipa::ToSchema;
 use utoipa::openapi::RefOr;
-use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::schema::Schema;
 
-use crate::AppState;
-use crate::idempotency_key;
+use crate::idempotency_key::{self, CallHeaders};
 use crate::problem::Problem;
-use crate::routes::{CallHeaders, ledger_unavailable, overloaded, principal_with, unknown_tool};
-use crate::wire::{IntentView, Outcome, ProblemBody};
+use crate::routes::{adopt_callers_trace, principal_with};
+use crate::wire::{IntentView, Outcome};
+use crate::{AppState, body};
 
 /// The body of `POST /v1/tools/{name}/intents`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -146,14 +146,9 @@ pub struct SettleRequest {
 
 /// The words `resend_stop` takes, as the core lists them.
 fn resend_stop_schema() -> impl Into<RefOr<Schema>> {
-    Schema::Object(
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .enum_values(Some(ResendStop::ALL.map(ResendStop::as_str)))
-            .description(Some(
-                "Why same-key re-sends stop for good (`unknown` on an `execute` grant only).",
-            ))
-            .build(),
+    string_enum(
+        ResendStop::ALL.map(ResendStop::as_str),
+        "Why same-key re-sends stop for good (`unknown` on an `execute` grant only).",
     )
 }
 
@@ -323,33 +318,19 @@ impl From<&GrantedLease> for Lease {
          body = GrantResponse),
         (status = 400, description = "Malformed JSON, an unreadable header, a malformed \
                                       `Idempotency-Key`, one missing where required, or one \
-                                      that disagrees with the `Intent-Id`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      that disagrees with the `Intent-Id`."),
+        (status = 401, description = "No valid credential."),
         (status = 403, description = "No `call` scope, a foreign `Origin` or a non-loopback \
-                                      `Host`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 404, description = "No such tool.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `Host`."),
+        (status = 404, description = "No such tool."),
         (status = 409, description = "`not-client-executed`: the gateway executes this tool; \
-                                      call it with `POST /v1/tools/{name}/call`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 413, description = "The body is over `gateway.body_limit_bytes`.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      call it with `POST /v1/tools/{name}/call`."),
+        (status = 413, description = "The body is over `gateway.body_limit_bytes`."),
+        (status = 415, description = "The body is not `application/json`."),
         (status = 422, description = "The body is not `{\"arguments\": {...}}`, or another \
-                                      payload was sent under the same `Idempotency-Key`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      payload was sent under the same `Idempotency-Key`."),
         (status = 503, description = "At the concurrency limit, or the ledger is unavailable; \
-                                      nothing was granted. `Retry-After` says when to retry.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      nothing was granted. `Retry-After` says when to retry."),
     ),
 )]
 pub(crate) async fn grant(
@@ -369,7 +350,7 @@ pub(crate) async fn grant(
         url.scheme = "http",
         http.response.status_code = tracing::field::Empty
     );
-    crate::routes::adopt_callers_trace(&span, &headers);
+    adopt_callers_trace(&span, &headers);
     let response = respond(
         grant_inner(state, name, caller, headers, body)
             .instrument(span.clone())
@@ -389,17 +370,17 @@ async fn grant_inner(
     let caller = principal_with(caller, Scope::Call)?;
     let body = read_body(&state, body)?;
     let Some(tool) = state.gate.tool(&name) else {
-        return Err(unknown_tool(&name));
+        return Err(Problem::unknown_tool(&name));
     };
     if tool.executor != Executor::Client {
-        return Err(not_client_executed(&name));
+        return Err(Problem::not_client_executed(&name));
     }
     let keys = idempotency_key::call_keys(
         &headers,
         tool,
         state.options.idempotency_key_required.contains(&name),
     )?;
-    let request: GrantRequest = parse(&body, "{\"arguments\": {...}}")?;
+    let request: GrantRequest = body::parse(&body, "{\"arguments\": {...}}")?;
     let context = CallContext {
         tenant: caller.tenant.as_str().to_owned(),
         intent_id: keys.intent_id,
@@ -411,39 +392,9 @@ async fn grant_inner(
         gate.grant(&name, request.arguments, &context).await
     })
     .await?;
-    match granted {
-        Ok(grant) => Ok(Json(GrantResponse::from(grant)).into_response()),
-        // The Idempotency-Key names another intent: the draft's 422, as for a call.
-        Err(GateError::IdempotencyKeyReused {
-            caller_key,
-            first_intent_key,
-            intent_key,
-            differing_fields,
-        }) => Err(idempotency_key::reused(
-            &caller_key,
-            &first_intent_key,
-            &intent_key,
-            &differing_fields,
-        )),
-        Err(GateError::UnknownTool(name)) => Err(unknown_tool(&name)),
-        Err(GateError::NotClientExecuted(name)) => Err(not_client_executed(&name)),
-        Err(GateError::InvalidTenant(error)) => Err(Problem::new(
-            StatusCode::BAD_REQUEST,
-            "bad-tenant",
-            "Invalid tenant",
-            format!("{error}; nothing was recorded or granted"),
-        )),
-        Err(GateError::Ledger(error)) => {
-            tracing::error!(%error, "the ledger failed during a grant");
-            Err(ledger_unavailable("nothing was granted"))
-        }
-        Err(error) => {
-            tracing::error!(%error, "gate error during a grant");
-            Err(internal(
-                "the grant failed inside the gateway; nothing was granted",
-            ))
-        }
-    }
+    // The Idempotency-Key naming another intent is the draft's 422, as for a call.
+    let grant = granted.map_err(|error| Problem::refused_by_gate(error, "grant", "granted"))?;
+    Ok(Json(GrantResponse::from(grant)).into_response())
 }
 
 /// `POST /v1/intents/{id}/settle` and `POST /v1/intents/{id}/renew`, served as `POST
@@ -489,40 +440,26 @@ pub(crate) async fn act_on_intent(
     responses(
         (status = 200, description = "Settled: `answer`, or a re-send's `execute` grant.",
          body = GrantResponse),
-        (status = 400, description = "Malformed JSON.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
+        (status = 400, description = "Malformed JSON."),
+        (status = 401, description = "No valid credential."),
         (status = 403, description = "No `call` scope, a foreign `Origin` or a non-loopback \
-                                      `Host`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `Host`."),
         (status = 404, description = "`unknown-intent`: no intent of a client-executed tool \
-                                      with this id in the caller's tenant.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      with this id in the caller's tenant."),
         (status = 409, description = "`lease-lost`: this lease does not hold the intent now \
                                       (expired, settled, or another caller's); nothing was \
-                                      changed.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 413, description = "The body is over `gateway.body_limit_bytes`.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 422, description = "A body of the wrong shape (`bad-request-body`), a field \
+                                      changed."),
+        (status = 413, description = "The body is over `gateway.body_limit_bytes`."),
+        (status = 415, description = "The body is not `application/json`."),
+        (status = 422, description = "A body of the wrong shape (`invalid-body`), a field \
                                       the outcome does not take (`bad-settlement`), a \
                                       `resend_stop` that is not one of its words \
                                       (`unknown-resend-stop`), a `result` over 64 KiB \
                                       (`too-large`), or an outcome the grant does not allow \
                                       (`outcome-not-allowed`, e.g. `resend_stop` on a \
-                                      `look_up` grant); nothing was changed.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `look_up` grant); nothing was changed."),
         (status = 503, description = "At the concurrency limit, or the ledger is unavailable. \
-                                      `Retry-After` says when to retry.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `Retry-After` says when to retry."),
     ),
 )]
 pub(crate) async fn settle(
@@ -534,7 +471,8 @@ pub(crate) async fn settle(
     let caller = principal_with(caller, Scope::Call)?;
     let id = intent_id(id)?;
     let body = read_body(&state, body)?;
-    let request: SettleRequest = parse(&body, "{\"lease\": \"igl_...\", \"outcome\": \"done\"}")?;
+    let request: SettleRequest =
+        body::parse(&body, "{\"lease\": \"igl_...\", \"outcome\": \"done\"}")?;
     let (token, settlement) = request.settlement()?;
     let gate = state.gate.clone();
     let tenant = caller.tenant.as_str().to_owned();
@@ -557,32 +495,19 @@ pub(crate) async fn settle(
     request_body(content = RenewRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The renewed lease.", body = RenewResponse),
-        (status = 400, description = "Malformed JSON.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
+        (status = 400, description = "Malformed JSON."),
+        (status = 401, description = "No valid credential."),
         (status = 403, description = "No `call` scope, a foreign `Origin` or a non-loopback \
-                                      `Host`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `Host`."),
         (status = 404, description = "`unknown-intent`: no intent of a client-executed tool \
-                                      with this id in the caller's tenant.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      with this id in the caller's tenant."),
         (status = 409, description = "`lease-lost`: this lease does not hold the intent now \
-                                      (expired and taken, or settled); nothing was changed.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 413, description = "The body is over `gateway.body_limit_bytes`.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 422, description = "A body of the wrong shape (`bad-request-body`).", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      (expired and taken, or settled); nothing was changed."),
+        (status = 413, description = "The body is over `gateway.body_limit_bytes`."),
+        (status = 415, description = "The body is not `application/json`."),
+        (status = 422, description = "A body of the wrong shape (`invalid-body`)."),
         (status = 503, description = "At the concurrency limit, or the ledger is unavailable. \
-                                      `Retry-After` says when to retry.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `Retry-After` says when to retry."),
     ),
 )]
 pub(crate) async fn renew(
@@ -594,7 +519,7 @@ pub(crate) async fn renew(
     let caller = principal_with(caller, Scope::Call)?;
     let id = intent_id(id)?;
     let body = read_body(&state, body)?;
-    let request: RenewRequest = parse(&body, "{\"lease\": \"igl_...\"}")?;
+    let request: RenewRequest = body::parse(&body, "{\"lease\": \"igl_...\"}")?;
     let gate = state.gate.clone();
     let tenant = caller.tenant.as_str().to_owned();
     let renewed = in_task(&state, async move {
@@ -619,18 +544,12 @@ pub(crate) async fn renew(
     params(("id" = i64, Path, description = "The intent's id, as a grant gave it.")),
     responses(
         (status = 200, description = "The intent.", body = IntentView),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
+        (status = 401, description = "No valid credential."),
         (status = 403, description = "No `intents:read` scope, a foreign `Origin` or a \
-                                      non-loopback `Host`.",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      non-loopback `Host`."),
         (status = 404, description = "`unknown-intent`: no intent with this id in the \
-                                      caller's tenant (another tenant's is not found either).",
-         body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 503, description = "The ledger is unavailable.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      caller's tenant (another tenant's is not found either)."),
+        (status = 503, description = "The ledger is unavailable."),
     ),
 )]
 pub(crate) async fn get_intent_by_id(
@@ -655,7 +574,7 @@ async fn get_intent_by_id_inner(
         Ok(_) => Err(unknown_intent(id)),
         Err(error) => {
             tracing::error!(%error, "ledger read failed");
-            Err(ledger_unavailable("the intent could not be read"))
+            Err(Problem::ledger_unavailable("the intent could not be read"))
         }
     }
 }
@@ -666,37 +585,13 @@ fn respond(result: Result<Response, Problem>) -> Response {
 
 /// The body, or 413 over the limit (or the rejection's own problem).
 fn read_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, Problem> {
-    body.map_err(|rejection| {
-        Problem::unreadable_body(
-            rejection,
-            format!(
-                "the body is over {} bytes; intent API bodies should be small",
-                state.options.body_limit_bytes
-            ),
-        )
-    })
-}
-
-/// The body as `T`: 400 when it is not JSON, 422 when it is JSON of another shape (a field
-/// missing, unknown or of the wrong type), saying the shape (`example`).
-fn parse<T: DeserializeOwned>(body: &[u8], example: &str) -> Result<T, Problem> {
-    serde_json::from_slice(body).map_err(|error| {
-        if error.is_data() {
-            Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "bad-request-body",
-                "Body of the wrong shape",
-                format!("{error}; the body must be {example}"),
-            )
-        } else {
-            Problem::new(
-                StatusCode::BAD_REQUEST,
-                "malformed-json",
-                "Malformed JSON",
-                format!("the body is not JSON: {error}"),
-            )
-        }
-    })
+    body::read(
+        body,
+        format!(
+            "the body is over {} bytes; intent API bodies should be small",
+            state.options.body_limit_bytes
+        ),
+    )
 }
 
 /// An intent id from the path: one that is not a number names no intent.
@@ -724,7 +619,7 @@ async fn in_task<T: Send + 'static>(
         .calls
         .clone()
         .try_acquire_owned()
-        .map_err(|_| overloaded())?;
+        .map_err(|_| Problem::overloaded())?;
     // In the request's span, so that the work's trace continues the caller's.
     let task = tokio::spawn(
         async move {
@@ -736,28 +631,8 @@ async fn in_task<T: Send + 'static>(
     );
     task.await.map_err(|error| {
         tracing::error!(%error, "bug: an intent API task failed");
-        internal("the request failed inside the gateway")
+        Problem::internal("the request failed inside the gateway")
     })
-}
-
-fn internal(detail: &str) -> Problem {
-    Problem::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "internal",
-        "Internal error",
-        detail,
-    )
-}
-
-fn not_client_executed(name: &str) -> Problem {
-    Problem::new(
-        StatusCode::CONFLICT,
-        "not-client-executed",
-        "Tool executed by the gateway",
-        format!(
-            "tool `{name}` is executed by the gateway itself: call it with POST /v1/tools/{name}/call"
-        ),
-    )
 }
 
 fn unknown_intent(id: IntentId) -> Problem {
@@ -803,12 +678,12 @@ fn settle_problem(id: IntentId, error: SettleError) -> Problem {
         ),
         SettleError::Ledger(error) => {
             tracing::error!(%error, intent = id, "the ledger failed during a settle or renew");
-            ledger_unavailable("the lease may not have been recorded")
+            Problem::ledger_unavailable("the lease may not have been recorded")
         }
         SettleError::Randomness(error) => {
             tracing::error!(%error, intent = id, "no randomness for a re-send grant");
             let mut problem =
-                ledger_unavailable("the settle was recorded, but no re-send was granted");
+                Problem::ledger_unavailable("the settle was recorded, but no re-send was granted");
             problem.kind = "unavailable";
             problem.title = "Try again";
             problem

@@ -36,6 +36,7 @@
 //! resolves it.
 
 pub mod auth;
+pub mod body;
 mod connection;
 pub mod edge;
 mod idempotency_key;
@@ -180,7 +181,7 @@ pub(crate) struct AppState {
 /// socket. `Host` names are not checked (that needs to know the listener's address).
 pub fn router(gate: Arc<Gate>, options: ServerOptions) -> axum::Router {
     with_edge(
-        routes::router(state(gate, options.clone())),
+        openapi::router(state(gate, options.clone())),
         &options,
         false,
     )
@@ -249,7 +250,7 @@ pub async fn run_with(
 ) -> std::io::Result<()> {
     let loopback = listener.local_addr()?.ip().is_loopback();
     let state = state(gate, options.clone());
-    let app = routes::router(state.clone());
+    let app = openapi::router(state.clone());
     let app = match extra {
         Some(extra) => app.merge(extra),
         None => app,

@@ -11,6 +11,10 @@
 //! Three routes of the intent API are the exception, for a reason of axum's router: see
 //! [`routes`].
 //!
+//! Every error answer is `application/problem+json` ([`ProblemBody`]): an annotation names
+//! only its status and what it means there, and [`problem_bodies`] gives each 4xx and 5xx
+//! of the document that body, once, rather than every annotation repeating it.
+//!
 //! Routes served beside the API (the admin API, mounted by `intentgate serve`) describe
 //! themselves: their operations come in as `ServerOptions::openapi_extra` and are merged
 //! into the document ([`document_with`]). The document describes the API, not the
@@ -20,9 +24,12 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-use utoipa::openapi::OpenApi as Document;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{
+    Content, ContentBuilder, OpenApi as Document, Ref, RefOr, Response, ResponseBuilder,
+};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -30,11 +37,14 @@ use utoipa_axum::routes;
 use crate::AppState;
 use crate::intent_api;
 use crate::routes as handlers;
+use crate::wire::ProblemBody;
 
 /// Where the document is served.
 pub const OPENAPI_PATH: &str = "/openapi.json";
 /// The name of the security scheme of every route that needs a credential.
 pub const BEARER_SCHEME: &str = "bearer";
+/// The media type of every error answer (RFC 9457).
+pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
 /// The document's title, version and security schemes; the paths come from [`routes`].
 #[derive(OpenApi)]
@@ -46,6 +56,7 @@ pub const BEARER_SCHEME: &str = "bearer";
                        the caller's own code executes (the intent API). Errors are \
                        `application/problem+json` (RFC 9457).",
     ),
+    components(schemas(ProblemBody)),
     modifiers(&SecuritySchemes),
 )]
 struct ApiDoc;
@@ -106,6 +117,64 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<AppState>> {
     router
 }
 
+/// The API's routes (the one list is [`routes`]), with the fallback and the body limit.
+pub(crate) fn router(state: Arc<AppState>) -> axum::Router {
+    let body_limit = state.options.body_limit_bytes;
+    let (routes, _document) = routes().split_for_parts();
+    routes
+        .fallback(handlers::not_found)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+/// The content of an error answer: [`ProblemBody`] as `application/problem+json`.
+fn problem_content() -> Content {
+    ContentBuilder::new()
+        .schema(Some(Ref::from_schema_name("ProblemBody")))
+        .build()
+}
+
+/// An answer of `application/problem+json` ([`ProblemBody`]), for `description`: for
+/// responses built in code rather than annotated.
+pub fn problem_response(description: &str) -> RefOr<Response> {
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(description)
+            .content(PROBLEM_CONTENT_TYPE, problem_content())
+            .build(),
+    )
+}
+
+/// Gives every 4xx and 5xx answer of `document` that declares no body the problem body:
+/// the one place the error answers' content is declared. `document` must hold the
+/// `ProblemBody` schema (the API's does, and so does the admin API's).
+pub fn problem_bodies(document: &mut Document) {
+    for item in document.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.options,
+            &mut item.head,
+            &mut item.patch,
+            &mut item.trace,
+        ];
+        for operation in operations.into_iter().flatten() {
+            for (status, response) in operation.responses.responses.iter_mut() {
+                let is_error = matches!(status.as_bytes().first(), Some(b'4' | b'5'));
+                if let (true, RefOr::T(response)) = (is_error, response)
+                    && response.content.is_empty()
+                {
+                    response
+                        .content
+                        .insert(PROBLEM_CONTENT_TYPE.to_owned(), problem_content());
+                }
+            }
+        }
+    }
+}
+
 /// The document of the API alone, as served by a server without `openapi_extra`.
 pub fn document() -> Document {
     document_with(None)
@@ -121,6 +190,7 @@ pub fn document_with(extra: Option<&Document>) -> Document {
     if let Some(extra) = extra {
         document.merge(extra.clone());
     }
+    problem_bodies(&mut document);
     let paths = std::mem::take(&mut document.paths.paths);
     document.paths.paths = paths
         .into_iter()

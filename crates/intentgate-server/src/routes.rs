@@ -1,5 +1,6 @@
 //! The handlers, one per route. Each carries its `#[utoipa::path]`, and `openapi.rs` lists
-//! them: that list is both the router and the OpenAPI document.
+//! them: that list is both the router and the OpenAPI document. The problems they share are
+//! built in `problem.rs`; the headers a call reads, in `idempotency_key.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,43 +8,26 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use intentgate_core::{Principal, Scope, Tenant};
 use intentgate_gate::trace;
-use intentgate_gate::{CallContext, GateError};
+use intentgate_gate::{CallContext, CallOutcome};
 use serde::Deserialize;
 use serde_json::Value;
 use tracing::Instrument;
 use utoipa::IntoParams;
 
-use crate::AppState;
-use crate::idempotency_key;
+use crate::idempotency_key::{self, CallHeaders};
 use crate::problem::Problem;
-use crate::wire::{
-    CallRequest, Degraded, IntentView, Outcome, ProblemBody, Readiness, ToolList, ToolView,
-};
+use crate::wire::{CallRequest, Degraded, IntentView, Outcome, Readiness, ToolList, ToolView};
+use crate::{AppState, body};
 
-/// The header that carries the application's intent id.
-pub const INTENT_ID_HEADER: &str = "intent-id";
-/// Seconds an overloaded caller is asked to wait.
-const OVERLOADED_RETRY_AFTER_SECONDS: u64 = 1;
 /// How long `/readyz` waits for the ledger to answer a read, and `/metrics` for its intent
 /// counts: a healthy ledger answers in milliseconds, and a load balancer's probe or a
 /// Prometheus scrape usually gives up after a few seconds.
 pub const LEDGER_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The API's routes (the one list is `openapi::routes`), with the fallback and the body
-/// limit.
-pub fn router(state: Arc<AppState>) -> axum::Router {
-    let body_limit = state.options.body_limit_bytes;
-    let (routes, _document) = crate::openapi::routes().split_for_parts();
-    routes
-        .fallback(not_found)
-        .layer(DefaultBodyLimit::max(body_limit))
-        .with_state(state)
-}
 
 /// Liveness: answers at once, touches nothing.
 #[utoipa::path(
@@ -67,8 +51,7 @@ pub(crate) async fn healthz() -> &'static str {
          tools whose requests to an upstream have all failed lately because the gateway is \
          misconfigured (a wrong credential, a route that does not exist, an upstream it can't \
          reach); the gateway stays ready, since its other tools work.", body = Readiness),
-        (status = 503, description = "The ledger failed a read or did not answer in time.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 503, description = "The ledger failed a read or did not answer in time."),
     ),
 )]
 pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
@@ -147,40 +130,6 @@ pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     response
 }
 
-/// 503 for a request refused at the concurrency limit: nothing was executed.
-pub(crate) fn overloaded() -> Problem {
-    let mut problem = Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "overloaded",
-        "Too many calls at once",
-        "the gateway is at its concurrency limit; nothing was executed, try again shortly",
-    );
-    problem.retry_after_seconds = Some(OVERLOADED_RETRY_AFTER_SECONDS);
-    problem
-}
-
-/// 503 for a ledger that failed: `what` says what did not happen.
-pub(crate) fn ledger_unavailable(what: &str) -> Problem {
-    let mut problem = Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "ledger-unavailable",
-        "The intent ledger is unavailable",
-        format!("{what}; try again shortly"),
-    );
-    problem.retry_after_seconds = Some(OVERLOADED_RETRY_AFTER_SECONDS);
-    problem
-}
-
-/// 404 for a tool name the gateway does not serve.
-pub(crate) fn unknown_tool(name: &str) -> Problem {
-    Problem::new(
-        StatusCode::NOT_FOUND,
-        "unknown-tool",
-        "Unknown tool",
-        format!("no tool named `{name}`; GET /v1/tools lists the tools"),
-    )
-}
-
 /// This document: the HTTP API in OpenAPI 3.1. Served without a credential: it describes
 /// the API, not the configured tools.
 #[utoipa::path(
@@ -199,7 +148,7 @@ pub(crate) async fn openapi_document(State(state): State<Arc<AppState>>) -> Resp
     response
 }
 
-async fn not_found() -> Problem {
+pub(crate) async fn not_found() -> Problem {
     Problem::new(
         StatusCode::NOT_FOUND,
         "not-found",
@@ -232,7 +181,7 @@ pub(crate) fn principal_with(
     if principal.may(scope) {
         Ok(principal)
     } else {
-        Err(crate::edge::missing_scope(&principal, scope))
+        Err(Problem::missing_scope(&principal, scope))
     }
 }
 
@@ -245,10 +194,8 @@ pub(crate) fn principal_with(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Every tool, sorted by name.", body = ToolList),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 403, description = "A foreign `Origin` or a non-loopback `Host`.",
-         body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, description = "No valid credential."),
+        (status = 403, description = "A foreign `Origin` or a non-loopback `Host`."),
     ),
 )]
 pub(crate) async fn list_tools(
@@ -258,42 +205,6 @@ pub(crate) async fn list_tools(
     principal(caller)?;
     let tools = state.gate.tools().into_iter().map(ToolView::of).collect();
     Ok(Json(ToolList { tools }))
-}
-
-pub(crate) fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, Problem> {
-    match headers.get(name) {
-        None => Ok(None),
-        Some(value) => value
-            .to_str()
-            .map(|text| Some(text.trim().to_owned()))
-            .map_err(|_| {
-                Problem::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad-header",
-                    "Unreadable header",
-                    format!("the {name} header must be visible ASCII"),
-                )
-            }),
-    }
-}
-
-/// The headers a call reads (as text, with `header_text` and `idempotency_key`), described
-/// for the OpenAPI document.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Header)]
-#[allow(dead_code)] // Read from the `HeaderMap`; this type only describes them.
-pub(crate) struct CallHeaders {
-    /// The caller's key for this operation (IETF draft semantics), for a side effect. It never
-    /// replaces the tool's business key: the same business intent under two keys is one
-    /// intent, and a key is bound, within the caller's tenant and the tool, to the intent its
-    /// first call named, so another payload under it is a 422 and nothing is executed. For a
-    /// key that uses `{intent_id}` it is the intent id (an `Intent-Id` that disagrees is a
-    /// 400). Required where the tool says `idempotency_key: required`.
-    #[param(rename = "Idempotency-Key", required = false)]
-    idempotency_key: String,
-    /// The application's intent id, for keys that use `{intent_id}`.
-    #[param(rename = "Intent-Id", required = false)]
-    intent_id: String,
 }
 
 /// Calls a tool through the gate. Whatever the outcome (`done`, `pending_unknown`,
@@ -313,25 +224,17 @@ pub(crate) struct CallHeaders {
         (status = 200, description = "The call's outcome, whatever it was.", body = Outcome),
         (status = 400, description = "Malformed JSON, an unreadable header, a malformed \
                                       `Idempotency-Key`, one missing where required, or one \
-                                      that disagrees with the `Intent-Id`.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      that disagrees with the `Intent-Id`."),
+        (status = 401, description = "No valid credential."),
         (status = 403, description = "No `call` scope, a foreign `Origin` or a non-loopback \
-                                      `Host`.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 404, description = "No such tool.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 413, description = "The body is over `gateway.body_limit_bytes`.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not `application/json`.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      `Host`."),
+        (status = 404, description = "No such tool."),
+        (status = 413, description = "The body is over `gateway.body_limit_bytes`."),
+        (status = 415, description = "The body is not `application/json`."),
         (status = 422, description = "The body is not `{\"arguments\": {...}}`, or another \
-                                      payload was sent under the same `Idempotency-Key`.",
-         body = ProblemBody, content_type = "application/problem+json"),
+                                      payload was sent under the same `Idempotency-Key`."),
         (status = 503, description = "At the concurrency limit, or the ledger is unavailable; \
-                                      nothing was executed. `Retry-After` says when to retry.",
-         body = ProblemBody, content_type = "application/problem+json"),
+                                      nothing was executed. `Retry-After` says when to retry."),
     ),
 )]
 pub(crate) async fn call_tool(
@@ -376,6 +279,9 @@ pub(crate) fn adopt_callers_trace(span: &tracing::Span, headers: &HeaderMap) {
     }
 }
 
+/// The shape of a call's body, as problems name it.
+const CALL_SHAPE: &str = "{\"arguments\": {...}}";
+
 async fn call_tool_inner(
     state: Arc<AppState>,
     name: String,
@@ -383,22 +289,15 @@ async fn call_tool_inner(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
-    let body = body.map_err(|rejection| {
-        Problem::unreadable_body(
-            rejection,
-            format!(
-                "the body is over {} bytes; tool arguments should be small",
-                state.options.body_limit_bytes
-            ),
-        )
-    })?;
+    let body = body::read(
+        body,
+        format!(
+            "the body is over {} bytes; tool arguments should be small",
+            state.options.body_limit_bytes
+        ),
+    )?;
     let Some(tool) = state.gate.tool(&name) else {
-        return Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            "unknown-tool",
-            "Unknown tool",
-            format!("no tool named `{name}`; GET /v1/tools lists the tools"),
-        ));
+        return Err(Problem::unknown_tool(&name));
     };
     // Checked on every tool, so a client's malformed key is caught whatever it calls; only
     // a side effect has an intent for it to name.
@@ -407,58 +306,31 @@ async fn call_tool_inner(
         tool,
         state.options.idempotency_key_required.contains(&name),
     )?;
-    let request: Value = serde_json::from_slice(&body).map_err(|error| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "malformed-json",
-            "Malformed JSON",
-            format!("the body is not JSON: {error}"),
-        )
-    })?;
-    let arguments = match request {
-        Value::Object(object) if !object.contains_key("arguments") => {
-            return Err(Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "missing-arguments",
-                "Missing arguments",
-                "the body must be {\"arguments\": {...}}",
-            ));
-        }
-        // Read as the documented `CallRequest`: an unknown field is refused, not ignored.
-        request @ Value::Object(_) => {
-            let request: CallRequest = serde_json::from_value(request).map_err(|error| {
-                Problem::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "unknown-field",
-                    "Unknown field",
-                    format!(
-                        "{error}; the body must be {{\"arguments\": {{...}}}} and nothing else"
-                    ),
-                )
-            })?;
-            request.arguments
-        }
-        _ => {
-            return Err(Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "missing-arguments",
-                "Missing arguments",
-                "the body must be a JSON object: {\"arguments\": {...}}",
-            ));
-        }
-    };
+    // Read as the documented `CallRequest`: an unknown field is refused, not ignored.
+    let request: CallRequest = body::parse(&body, CALL_SHAPE)?;
     let context = CallContext {
         tenant: caller.tenant.as_str().to_owned(),
         intent_id: keys.intent_id,
         explicit_key: keys.caller_key,
         caller: caller.subject.clone(),
     };
+    let outcome = run_call(&state, name, request.arguments, context).await?;
+    Ok(Json(Outcome::from(&outcome)).into_response())
+}
+
+/// Runs the call in its own task holding a concurrency permit, so a client that goes away
+/// does not cancel it; 503 at the concurrency limit. The gate's refusals are problems.
+async fn run_call(
+    state: &AppState,
+    name: String,
+    arguments: Value,
+    context: CallContext,
+) -> Result<CallOutcome, Problem> {
     let permit = state
         .calls
         .clone()
         .try_acquire_owned()
-        .map_err(|_| overloaded())?;
-    // The call runs in its own task: a client that goes away does not cancel it.
+        .map_err(|_| Problem::overloaded())?;
     let gate = state.gate.clone();
     // In the request's span, so that the call's trace continues the caller's.
     let task = tokio::spawn(
@@ -471,69 +343,10 @@ async fn call_tool_inner(
     );
     let outcome = task.await.map_err(|error| {
         tracing::error!(%error, "bug: a call task failed");
-        Problem::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "Internal error",
-            "the call failed inside the gateway",
-        )
+        Problem::internal("the call failed inside the gateway")
     })?;
-    match outcome {
-        Ok(outcome) => Ok(Json(Outcome::from(&outcome)).into_response()),
-        // The Idempotency-Key names another intent: the draft's 422, not an outcome.
-        Err(GateError::IdempotencyKeyReused {
-            caller_key,
-            first_intent_key,
-            intent_key,
-            differing_fields,
-        }) => Err(idempotency_key::reused(
-            &caller_key,
-            &first_intent_key,
-            &intent_key,
-            &differing_fields,
-        )),
-        Err(GateError::UnknownTool(name)) => Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            "unknown-tool",
-            "Unknown tool",
-            format!("no tool named `{name}`; GET /v1/tools lists the tools"),
-        )),
-        Err(GateError::InvalidTenant(error)) => Err(Problem::new(
-            StatusCode::BAD_REQUEST,
-            "bad-tenant",
-            "Invalid tenant",
-            format!("{error}; nothing was recorded or executed"),
-        )),
-        Err(GateError::ClientExecuted(name)) => Err(Problem::new(
-            StatusCode::CONFLICT,
-            "client-executed",
-            "Tool executed by the caller",
-            format!(
-                "tool `{name}` is executed by the caller's own code: ask for a grant with \
-                 POST /v1/tools/{name}/intents (see the intent API), then settle what happened"
-            ),
-        )),
-        Err(GateError::Ledger(error)) => {
-            tracing::error!(%error, "the ledger failed before the upstream call");
-            let mut problem = Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ledger-unavailable",
-                "The intent ledger is unavailable",
-                "nothing was executed; try again shortly",
-            );
-            problem.retry_after_seconds = Some(OVERLOADED_RETRY_AFTER_SECONDS);
-            Err(problem)
-        }
-        Err(error) => {
-            tracing::error!(%error, "gate error");
-            Err(Problem::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "Internal error",
-                "the call failed inside the gateway",
-            ))
-        }
-    }
+    // The Idempotency-Key naming another intent is the draft's 422, not an outcome.
+    Ok(outcome?)
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -558,17 +371,12 @@ pub(crate) struct IntentQuery {
     ),
     responses(
         (status = 200, description = "The intent.", body = IntentView),
-        (status = 400, description = "An unknown query parameter or an invalid tenant.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 401, description = "No valid credential.", body = ProblemBody,
-         content_type = "application/problem+json"),
+        (status = 400, description = "An unknown query parameter or an invalid tenant."),
+        (status = 401, description = "No valid credential."),
         (status = 403, description = "No `intents:read` scope (or `admin`, for `tenant`), a \
-                                      foreign `Origin` or a non-loopback `Host`.",
-         body = ProblemBody, content_type = "application/problem+json"),
-        (status = 404, description = "No such intent in the tenant.", body = ProblemBody,
-         content_type = "application/problem+json"),
-        (status = 503, description = "The ledger is unavailable.", body = ProblemBody,
-         content_type = "application/problem+json"),
+                                      foreign `Origin` or a non-loopback `Host`."),
+        (status = 404, description = "No such intent in the tenant."),
+        (status = 503, description = "The ledger is unavailable."),
     ),
 )]
 pub(crate) async fn get_intent(
@@ -606,7 +414,7 @@ async fn get_intent_inner(
         None => caller.tenant.clone(),
         Some(named) => {
             if !caller.may(Scope::Admin) {
-                return Err(crate::edge::missing_scope(&caller, Scope::Admin));
+                return Err(Problem::missing_scope(&caller, Scope::Admin));
             }
             Tenant::parse(&named).map_err(|error| {
                 Problem::new(
@@ -628,12 +436,7 @@ async fn get_intent_inner(
         )),
         Err(error) => {
             tracing::error!(%error, "ledger read failed");
-            Err(Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ledger-unavailable",
-                "The intent ledger is unavailable",
-                "try again shortly",
-            ))
+            Err(Problem::ledger_unavailable("the intent could not be read"))
         }
     }
 }

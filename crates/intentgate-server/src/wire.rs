@@ -1,22 +1,27 @@
 //! The bodies the HTTP API sends and reads, as types: what is serialised here is a promise to
 //! callers, and the OpenAPI document (`openapi.rs`) is generated from these same types.
 //!
-//! The engine's types (`CallOutcome`, `IntentRecord`, the core's enums) carry no schema: the
-//! core depends on no schema library. The bodies here mirror them field for field, and the
-//! enums are published with their values taken from the core's own lists, so a status added
-//! there appears in the document without anyone writing it down.
+//! The engine's types (`IntentRecord`, the core's enums) carry no schema: the core depends on
+//! no schema library. The bodies here mirror them field for field, and the enums are
+//! published with their values taken from the core's own lists (`intentgate_wire::schema`),
+//! so a status added there appears in the document without anyone writing it down. The
+//! outcome of a call is `intentgate_wire::Outcome`, shared with MCP.
 
 use intentgate_core::{
-    CallStatus, Effect, Executor, IntentStatus, Misconfiguration, OutcomeReason, ResendStop,
-    ToolDefinition,
+    Effect, Executor, IntentStatus, Misconfiguration, ResendStop, ToolDefinition,
 };
-use intentgate_gate::{CallOutcome, DegradedUpstream};
+use intentgate_gate::DegradedUpstream;
 use intentgate_ledger::IntentRecord;
+/// What a call did, the one outcome type of the edge: the HTTP API answers it, MCP returns
+/// it, and both publish its schema.
+pub use intentgate_wire::Outcome;
+use intentgate_wire::schema::{
+    effect_schema, executor_schema, intent_status_schema, misconfiguration_schema,
+    resend_stop_schema,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
-use utoipa::openapi::RefOr;
-use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 
 /// An error, as `application/problem+json` (RFC 9457).
 #[derive(Debug, Serialize, ToSchema)]
@@ -138,60 +143,6 @@ pub struct CallRequest {
     pub arguments: Value,
 }
 
-/// What a call did: always a 200, whatever the status; the status and message tell the
-/// model what happened and what to do next. The fields serialise in the gate's order
-/// (`intentgate_gate::CallOutcome`): `status` first, then `reason` and `message`, then what
-/// the call returned.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Outcome {
-    #[schema(schema_with = call_status_schema)]
-    pub status: CallStatus,
-    /// Why it ended so, where the status alone would mislead: `misconfigured` (a
-    /// `not_executed` that trying again won't fix until a person fixes the gateway), or
-    /// `missing_intent_id` (an `invalid_arguments` because the tool's key uses the
-    /// application's intent id, header `Intent-Id`, and the call sent none: nothing was
-    /// done, and only the application can fix it).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = outcome_reason_schema)]
-    pub reason: Option<OutcomeReason>,
-    /// What to do next, for the model.
-    pub message: String,
-    /// The provider's result (done, already_done), its rejection (rejected), or the data
-    /// read: any JSON.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Value>)]
-    pub result: Option<Value>,
-    /// The provider's id for the effect.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub external_id: Option<String>,
-    /// For `conflict`: the arguments that differ from the stored intent.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub differing_fields: Vec<String>,
-    /// For `invalid_arguments`: what is wrong, one entry per problem.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<String>,
-    pub tool: String,
-    /// The intent's key (side-effecting tools).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub intent_key: Option<String>,
-}
-
-impl From<&CallOutcome> for Outcome {
-    fn from(outcome: &CallOutcome) -> Outcome {
-        Outcome {
-            status: outcome.status,
-            reason: outcome.reason,
-            message: outcome.message.clone(),
-            tool: outcome.tool.clone(),
-            intent_key: outcome.intent_key.clone(),
-            result: outcome.result.clone(),
-            external_id: outcome.external_id.clone(),
-            differing_fields: outcome.differing_fields.clone(),
-            errors: outcome.errors.clone(),
-        }
-    }
-}
-
 /// An intent as `GET /v1/intents/{tool}/{key}` shows it: no lease owners (internal).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct IntentView {
@@ -241,107 +192,6 @@ impl From<&IntentRecord> for IntentView {
             call_count: intent.call_count,
             first_seen_ms: intent.first_seen_ms,
             last_seen_ms: intent.last_seen_ms,
-        }
-    }
-}
-
-/// A string schema whose values are `values`.
-fn string_enum(values: impl IntoIterator<Item = &'static str>, description: &str) -> Schema {
-    Schema::Object(
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .enum_values(Some(values))
-            .description(Some(description))
-            .build(),
-    )
-}
-
-fn call_status_schema() -> impl Into<RefOr<Schema>> {
-    string_enum(
-        CallStatus::ALL.iter().map(|status| status.as_str()),
-        "What happened, for the model.",
-    )
-}
-
-fn outcome_reason_schema() -> impl Into<RefOr<Schema>> {
-    string_enum(
-        OutcomeReason::ALL.iter().map(|reason| reason.as_str()),
-        "Why the call ended with its status, where the status alone would mislead.",
-    )
-}
-
-fn resend_stop_schema() -> impl Into<RefOr<Schema>> {
-    string_enum(
-        ResendStop::ALL.map(ResendStop::as_str),
-        "Why same-key re-sends of the intent stopped for good.",
-    )
-}
-
-fn misconfiguration_schema() -> impl Into<RefOr<Schema>> {
-    string_enum(
-        Misconfiguration::ALL.iter().map(|kind| kind.as_str()),
-        "Which of the operator's errors it was.",
-    )
-}
-
-fn intent_status_schema() -> impl Into<RefOr<Schema>> {
-    string_enum(
-        IntentStatus::ALL.iter().map(|status| status.as_str()),
-        "Where the intent is in its life.",
-    )
-}
-
-fn effect_schema() -> impl Into<RefOr<Schema>> {
-    string_enum(
-        [Effect::Read, Effect::Idempotent, Effect::SideEffect].map(Effect::as_str),
-        "What calling the tool does to the world.",
-    )
-}
-
-fn executor_schema() -> impl Into<RefOr<Schema>> {
-    string_enum(
-        [Executor::Gateway, Executor::Client].map(Executor::as_str),
-        "Who performs the tool.",
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_outcome_body_serialises_exactly_as_the_gates_outcome() {
-        let full = CallOutcome {
-            status: CallStatus::Conflict,
-            reason: Some(OutcomeReason::Misconfigured),
-            message: "m".into(),
-            tool: "refund_order".into(),
-            intent_key: Some("refund:1:49.00".into()),
-            result: Some(serde_json::json!({"id": "re_1", "amount": 49.00})),
-            external_id: Some("re_1".into()),
-            differing_fields: vec!["amount".into()],
-            errors: vec!["bad".into()],
-        };
-        let bare = CallOutcome {
-            status: CallStatus::Done,
-            reason: None,
-            message: "m".into(),
-            tool: "get_order".into(),
-            intent_key: None,
-            result: None,
-            external_id: None,
-            differing_fields: Vec::new(),
-            errors: Vec::new(),
-        };
-        for outcome in [full, bare] {
-            assert_eq!(
-                serde_json::to_value(Outcome::from(&outcome)).unwrap(),
-                outcome.to_json()
-            );
-            // The same members in the same order, `status` first.
-            let text = serde_json::to_string(&Outcome::from(&outcome)).unwrap();
-            assert_eq!(text, outcome.to_json().to_string());
-            assert!(text.starts_with(r#"{"status":"#), "{text}");
         }
     }
 }

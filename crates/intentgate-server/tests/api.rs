@@ -118,13 +118,13 @@ async fn malformed_requests_are_problems_that_say_what_is_wrong() {
             "/v1/tools/refund_order/call",
             json!({"args": {}}).to_string(),
             422,
-            "missing-arguments",
+            "invalid-body",
         ),
         (
             "/v1/tools/refund_order/call",
             json!([1, 2]).to_string(),
             422,
-            "missing-arguments",
+            "invalid-body",
         ),
         (
             "/v1/tools/refund_order/call",

@@ -282,14 +282,14 @@ async fn every_problem_of_a_grant_says_what_to_do() {
     assert_problem(
         &post(&server, path, ACME, json!({})).await,
         422,
-        "bad-request-body",
+        "invalid-body",
         &["arguments"],
     );
     let extra = json!({"arguments": {"order_id": "1", "amount": 5}, "tenant": "globex"});
     assert_problem(
         &post(&server, path, ACME, extra).await,
         422,
-        "bad-request-body",
+        "invalid-body",
         &["tenant"],
     );
     // Arguments that fail the schema are an outcome, as for a call.
@@ -341,14 +341,14 @@ async fn every_problem_of_a_settle_changes_nothing() {
     assert_problem(
         &post(&server, &path, ACME, odd).await,
         422,
-        "bad-request-body",
+        "invalid-body",
         &["maybe"],
     );
     let no_lease = json!({"outcome": "done"});
     assert_problem(
         &post(&server, &path, ACME, no_lease).await,
         422,
-        "bad-request-body",
+        "invalid-body",
         &["lease"],
     );
     let bad_id = post(
@@ -672,7 +672,7 @@ async fn an_unknown_settle_can_stop_re_sends_and_the_intent_shows_why() {
     assert_problem(
         &post(&server, &path, ACME, not_a_word).await,
         422,
-        "bad-request-body",
+        "invalid-body",
         &["expected a string"],
     );
     for outcome in ["done", "rejected", "not_executed"] {

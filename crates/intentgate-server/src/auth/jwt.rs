@@ -160,10 +160,7 @@ impl JwtVerifier {
         let resource = reqwest::Url::parse(self.options.resource.as_ref()?).ok()?;
         let path = resource.path().trim_end_matches('/');
         let mut url = resource.clone();
-        url.set_path(&format!(
-            "{}{path}",
-            super::super::edge::RESOURCE_METADATA_PATH
-        ));
+        url.set_path(&format!("{}{path}", super::RESOURCE_METADATA_PATH));
         url.set_query(None);
         url.set_fragment(None);
         Some(url.to_string())

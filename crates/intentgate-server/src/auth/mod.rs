@@ -27,6 +27,11 @@ use std::sync::Arc;
 use axum::http::HeaderMap;
 use intentgate_core::{Principal, Scope, Scopes, Tenant};
 
+/// Where the OAuth protected-resource metadata (RFC 9728) is served; the resource's own path
+/// follows it (`/.well-known/oauth-protected-resource/mcp`). The edge serves it, and a JWT
+/// challenge names it.
+pub const RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+
 pub use api_keys::{ApiKey, ApiKeyError};
 pub use jwt::{JwksSource, JwtError, JwtOptions};
 pub use proxy::TrustedProxyOptions;

@@ -1,0 +1,87 @@
+//! Request bodies read as JSON, the same way on every route of the API and of the admin API:
+//! 413 over the route's limit, 400 `malformed-json` when the body is not JSON, and 422
+//! `invalid-body` when it is JSON of the wrong shape (a field missing, unknown or of the
+//! wrong type), the detail naming what is wrong and the shape the route reads.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::problem::Problem;
+
+/// The body as `T`: [`read`], then [`parse`].
+pub fn json<T: DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    too_large: impl Into<String>,
+    shape: &str,
+) -> Result<T, Problem> {
+    let body = read(body, too_large)?;
+    parse(&body, shape)
+}
+
+/// The body's bytes, or 413 saying `too_large` when it is over the limit (or the
+/// rejection's own problem).
+pub fn read(
+    body: Result<Bytes, BytesRejection>,
+    too_large: impl Into<String>,
+) -> Result<Bytes, Problem> {
+    body.map_err(|rejection| Problem::unreadable_body(rejection, too_large))
+}
+
+/// `body` as `T`: 400 when it is not JSON, 422 when it is JSON of another shape, saying the
+/// shape (`shape`, written as an example: `{"arguments": {...}}`).
+pub fn parse<T: DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, Problem> {
+    let value: Value = serde_json::from_slice(body).map_err(|error| {
+        Problem::malformed_json(format!(
+            "the body is not JSON ({error}); it must be {shape}"
+        ))
+    })?;
+    // Every body is an object: serde would read a struct from an array too, by position.
+    if !value.is_object() {
+        return Err(Problem::invalid_body(format!(
+            "the body must be a JSON object: {shape}"
+        )));
+    }
+    serde_json::from_value(value)
+        .map_err(|error| Problem::invalid_body(format!("{error}; the body must be {shape}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)] // Only parsed.
+    struct Call {
+        arguments: Value,
+    }
+
+    const SHAPE: &str = "{\"arguments\": {...}}";
+
+    #[test]
+    fn not_json_is_400_and_every_wrong_shape_is_one_422_kind() {
+        let problem = parse::<Call>(b"{\"arguments\":", SHAPE).unwrap_err();
+        assert_eq!(
+            (problem.status, problem.kind),
+            (StatusCode::BAD_REQUEST, "malformed-json")
+        );
+        for (body, says) in [
+            ("{}", "missing field `arguments`"),
+            ("{\"args\": {}}", "unknown field `args`"),
+            ("[1, 2]", "a JSON object"),
+            ("[{}]", "a JSON object"),
+        ] {
+            let problem = parse::<Call>(body.as_bytes(), SHAPE).unwrap_err();
+            assert_eq!(problem.status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+            assert_eq!(problem.kind, "invalid-body", "{body}");
+            assert!(problem.detail.contains(says), "{}", problem.detail);
+            assert!(problem.detail.ends_with(SHAPE), "{}", problem.detail);
+        }
+        assert!(parse::<Call>(b"{\"arguments\": {}}", SHAPE).is_ok());
+    }
+}
