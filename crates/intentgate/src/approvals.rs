@@ -26,7 +26,7 @@ use crate::cli::{
     ApprovalStateArgument, ApprovalsArgs, ApprovalsCommand, ApprovalsDecideArgs, ApprovalsFormat,
     ApprovalsListArgs, IntentsLedgerArgs,
 };
-use crate::time::utc;
+use intentgate_terminal::time::utc;
 
 /// Widest column of the text table; longer values (keys, arguments) are cut with `…`.
 const COLUMN_WIDTH_MAX: usize = 60;
@@ -132,7 +132,7 @@ fn table(held: &[HeldIntent]) -> String {
             printable(&intent.arguments.to_string()),
         ]);
     }
-    crate::table::render(rows, &[])
+    intentgate_terminal::table::render(rows, &[])
 }
 
 fn decision(approval: &Approval) -> String {

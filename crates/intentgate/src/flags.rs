@@ -177,7 +177,7 @@ fn rows(tools: &[&str], flags: Vec<ToolFlag>) -> Vec<Row> {
             updated_ms: flag.as_ref().map(|flag| flag.updated_ms),
             updated_at: flag
                 .as_ref()
-                .map(|flag| crate::time::utc_rfc3339(flag.updated_ms)),
+                .map(|flag| intentgate_terminal::time::utc_rfc3339(flag.updated_ms)),
         }
     };
     let mut rows: Vec<Row> = tools
@@ -212,7 +212,7 @@ fn table(rows: &[Row]) -> String {
         })
         .collect();
     let header = header.map(str::to_owned);
-    crate::table::render(std::iter::once(header).chain(cells), &[])
+    intentgate_terminal::table::render(std::iter::once(header).chain(cells), &[])
 }
 
 /// A reason on one line of the table: whitespace runs as single spaces, cut at

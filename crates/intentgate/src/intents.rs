@@ -31,7 +31,7 @@ use crate::cli::{
     IntentsArgs, IntentsCommand, IntentsEraseArgs, IntentsFormat, IntentsLedgerArgs,
     IntentsListArgs, IntentsReopenArgs, IntentsResolveArgs, IntentsShowArgs,
 };
-use crate::time::utc;
+use intentgate_terminal::time::utc;
 
 /// Intents read from the ledger at once while listing: a page in memory at a time.
 const PAGE_LIMIT: u32 = 1000;
@@ -463,7 +463,7 @@ fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     };
     let header: Vec<String> = header.iter().map(|title| (*title).to_owned()).collect();
     let rows = std::iter::once(header).chain(rows.iter().map(|row| cells(row)));
-    out.push_str(&crate::table::render(rows, &[]));
+    out.push_str(&intentgate_terminal::table::render(rows, &[]));
 }
 
 /// `text` cut to `width` characters, the last one `…` when cut.

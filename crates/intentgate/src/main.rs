@@ -1,29 +1,24 @@
-//! The `intentgate` command: parses the command line, sets up logging (`logs.rs`) and runs
+//! The `intentgate` command: parses the command line, sets up logging and traces
+//! (`intentgate_runtime::logs`, `intentgate_runtime::telemetry`) and runs
 //! one command.
 //!
 //! Kept thin on purpose: each command lives in its own module and receives its parsed
 //! arguments; errors travel as `anyhow` errors, are printed here with their causes, and end
 //! the process with a non-zero status.
-
 mod approvals;
 mod audit;
 mod auth;
-mod bench;
 mod cli;
 mod config_command;
 mod demo;
 mod faults;
 mod flags;
 mod intents;
-mod logs;
 mod mcp;
 mod mock_provider;
 mod reconcile;
 mod serve;
 mod smoke;
-mod table;
-mod telemetry;
-mod time;
 
 use std::process::ExitCode;
 
@@ -47,7 +42,9 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(message) = logs::init(tracing.as_ref().map(|tracing| tracing.tracer.clone())) {
+    if let Err(message) =
+        intentgate_runtime::logs::init(tracing.as_ref().map(|tracing| tracing.tracer.clone()))
+    {
         eprintln!("error: {message}");
         return ExitCode::FAILURE;
     }
@@ -58,7 +55,7 @@ async fn main() -> ExitCode {
         Command::MockProvider(arguments) => mock_provider::run(arguments).await,
         Command::Config(arguments) => config_command::run(arguments),
         Command::Auth(arguments) => auth::run(arguments),
-        Command::Bench(arguments) => bench::run(arguments).await,
+        Command::Bench(arguments) => intentgate_bench::run(arguments).await,
         Command::Flags(arguments) => flags::run(arguments).await,
         Command::Intents(arguments) => intents::run(arguments).await,
         Command::Approvals(arguments) => approvals::run(arguments).await,
@@ -68,7 +65,7 @@ async fn main() -> ExitCode {
     };
     if tracing.is_some() {
         // The last spans (the shutdown's own) are sent before the process ends.
-        tokio::task::block_in_place(telemetry::shutdown);
+        tokio::task::block_in_place(intentgate_runtime::telemetry::shutdown);
     }
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -86,18 +83,20 @@ async fn main() -> ExitCode {
     }
 }
 
-/// Starts exporting traces when a collector is named (`telemetry.rs`): by the standard
+/// Starts exporting traces when a collector is named (`intentgate_runtime::telemetry`): by the standard
 /// `OTEL_*` variables, or for `serve` and `mcp` by the config's `telemetry:` section. A
 /// config that can't be read here is left to the command, which reports it in full.
-fn start_traces(command: &Command) -> Result<Option<telemetry::Tracing>, String> {
+fn start_traces(
+    command: &Command,
+) -> Result<Option<intentgate_runtime::telemetry::Tracing>, String> {
     let section = match command {
         Command::Serve(arguments) => intentgate_config::telemetry_section(&arguments.config)?,
         Command::Mcp(arguments) => intentgate_config::telemetry_section(&arguments.config)?,
         _ => intentgate_config::TelemetryConfig::default(),
     };
     let env = |name: &str| std::env::var(name).ok();
-    match telemetry::settings(&env, &section)? {
-        Some(settings) => telemetry::start(&settings).map(Some),
+    match intentgate_runtime::telemetry::settings(&env, &section)? {
+        Some(settings) => intentgate_runtime::telemetry::start(&settings).map(Some),
         None => Ok(None),
     }
 }

@@ -115,8 +115,8 @@ pub fn text(report: &Report) -> String {
             .map(|id| format!("run {id} "))
             .unwrap_or_default(),
         report.actor,
-        crate::time::utc(report.since_ms),
-        crate::time::utc(report.until_ms),
+        intentgate_terminal::time::utc(report.since_ms),
+        intentgate_terminal::time::utc(report.until_ms),
         (report.until_ms - report.since_ms) / 1000
     );
     let _ = writeln!(

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+use clap::Args;
 use intentgate_core::CallStatus;
 use intentgate_gate::SystemClock;
 use intentgate_ledger::{Ledger, SqliteLedger, SqliteOptions};
@@ -38,14 +39,63 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::table::{self, Align};
+use intentgate_terminal::table::{self, Align};
 
-use super::ledger::{CONCURRENT_CALLERS, PostgresLedger};
-use super::{
-    LoopbackServer, TargetCheck, cores, existing_folder, measure_fsync, microseconds, percentile,
-    progress, rounded, scratch_folder, target_cells,
+use crate::ledger::{CONCURRENT_CALLERS, PostgresLedger};
+use crate::loopback::LoopbackServer;
+use crate::measure::{
+    TargetCheck, cores, existing_folder, measure_fsync, microseconds, percentile, progress,
+    rounded, scratch_folder, target_cells,
 };
-use crate::cli::{DurabilityArgument, GatewayBenchArgs};
+use intentgate_terminal::DurabilityArgument;
+
+/// `intentgate bench gateway`.
+#[derive(Debug, Args)]
+pub struct GatewayBenchArgs {
+    /// The folder the ledger goes in (in a temporary folder inside it). Pick a folder on the
+    /// disk that will hold the real ledger: under strict durability its fsyncs are measured.
+    #[arg(long, env = "INTENTGATE_BENCH_DIR", default_value = ".")]
+    pub dir: PathBuf,
+
+    // The help is built at run time so that it states the limit's actual value.
+    #[arg(
+        long,
+        default_value_t = CALLS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(CALLS_MAX)),
+        help = format!(
+            "Measured calls of each kind (1 to {CALLS_MAX}): new refunds through the gateway, \
+direct refunds, refunds through the forwarding proxy, repeated refunds and health checks"
+        )
+    )]
+    pub calls: u32,
+
+    /// What a ledger write promises before the upstream call: `strict` fsyncs it (survives a
+    /// power loss), `relaxed` does not (survives a crash of the process).
+    #[arg(long, env = "INTENTGATE_DURABILITY", value_enum, default_value_t = DurabilityArgument::Strict)]
+    pub durability: DurabilityArgument,
+
+    /// Serve a PostgreSQL ledger instead (postgres://user@host:port/database), in fresh
+    /// schemas dropped afterwards. The same series then also run over a strict SQLite ledger
+    /// in --dir, the baseline of PostgreSQL's target.
+    #[arg(long, value_name = "URL")]
+    pub ledger: Option<String>,
+
+    // The help is built at run time so that it states the limit's actual value.
+    #[arg(
+        long,
+        default_value_t = CONCURRENT_CALLS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(CALLS_MAX)),
+        help = format!(
+            "New refunds made by {CONCURRENT_CALLERS} concurrent callers through the gateway \
+(1 to {CALLS_MAX}), and as many through the ledger alone"
+        )
+    )]
+    pub concurrent_calls: u32,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Default measured calls of each kind: a stable p50 and a meaningful p99 in a few seconds
 /// under relaxed durability, well under a minute under strict (one fsync per new call).
@@ -67,7 +117,7 @@ const WARM_UP_CALLS: u32 = 50;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The example config, embedded so that the benchmark needs no files.
-const EXAMPLE_CONFIG: &str = include_str!("../../../../examples/support-agent.yaml");
+const EXAMPLE_CONFIG: &str = include_str!("../../../examples/support-agent.yaml");
 /// Where the embedded config comes from, for its error messages.
 const EXAMPLE_CONFIG_SOURCE: &str = "examples/support-agent.yaml";
 /// The environment variable the example config takes the provider's base URL from.
@@ -200,7 +250,7 @@ impl Store {
             }
             Store::Postgres(url) => {
                 let (ledger, postgres) =
-                    super::ledger::fresh_postgres(url, durability.into()).await?;
+                    crate::ledger::fresh_postgres(url, durability.into()).await?;
                 Ok(OpenLedger {
                     ledger,
                     postgres: Some(postgres),
@@ -267,7 +317,7 @@ async fn measure_store(
     let mock = MockServer::start(provider)
         .await
         .context("starting the mock provider on a loopback port")?;
-    let served = match super::proxy::start(&mock.url()).await {
+    let served = match crate::proxy::start(&mock.url()).await {
         Ok(proxy) => {
             let urls = Urls {
                 provider: mock.url(),
@@ -316,7 +366,7 @@ async fn measure_store(
                  ledger alone ..."
             ));
             let ledger = store.open(durability, "ledger-only").await?;
-            let rate = super::ledger::concurrent_rate(ledger.ledger.clone(), calls).await;
+            let rate = crate::ledger::concurrent_rate(ledger.ledger.clone(), calls).await;
             ledger.close().await?;
             concurrent.ledger_only_per_second = rate?;
             Some(concurrent)
