@@ -5,15 +5,12 @@
 //! Kept thin on purpose: each command lives in its own module and receives its parsed
 //! arguments; errors travel as `anyhow` errors, are printed here with their causes, and end
 //! the process with a non-zero status.
-mod approvals;
 mod audit;
 mod auth;
 mod cli;
 mod config_command;
 mod demo;
 mod faults;
-mod flags;
-mod intents;
 mod mcp;
 mod mock_provider;
 mod reconcile;
@@ -56,9 +53,9 @@ async fn main() -> ExitCode {
         Command::Config(arguments) => config_command::run(arguments),
         Command::Auth(arguments) => auth::run(arguments),
         Command::Bench(arguments) => intentgate_bench::run(arguments).await,
-        Command::Flags(arguments) => flags::run(arguments).await,
-        Command::Intents(arguments) => intents::run(arguments).await,
-        Command::Approvals(arguments) => approvals::run(arguments).await,
+        Command::Flags(arguments) => intentgate_ledger_cli::flags::run(arguments).await,
+        Command::Intents(arguments) => intentgate_ledger_cli::intents::run(arguments).await,
+        Command::Approvals(arguments) => intentgate_ledger_cli::approvals::run(arguments).await,
         Command::Reconcile(arguments) => reconcile::run(arguments).await,
         Command::Audit(arguments) => audit::run(arguments).await,
         Command::Smoke(arguments) => smoke::run(arguments).await,
@@ -69,8 +66,10 @@ async fn main() -> ExitCode {
     }
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) if error.is::<Exit>() => {
-            let exit = error.downcast::<Exit>().expect("checked above");
+        Err(error) if error.is::<intentgate_terminal::Exit>() => {
+            let exit = error
+                .downcast::<intentgate_terminal::Exit>()
+                .expect("checked above");
             eprintln!("{}", exit.message);
             ExitCode::from(exit.status)
         }
@@ -100,26 +99,3 @@ fn start_traces(
         None => Ok(None),
     }
 }
-
-/// A command's verdict that is not a failure of the command itself (`reconcile` found a
-/// critical mismatch): printed as it is, with its own exit status, so that scripts can tell
-/// "the check ran and failed" from "the check could not run" (status 1).
-#[derive(Debug)]
-pub struct Exit {
-    pub status: u8,
-    pub message: String,
-}
-
-impl Exit {
-    pub fn new(status: u8, message: String) -> Exit {
-        Exit { status, message }
-    }
-}
-
-impl std::fmt::Display for Exit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Exit {}

@@ -85,7 +85,7 @@ pub async fn run(arguments: ReconcileArgs) -> anyhow::Result<()> {
         }
     }
     if report.critical > 0 {
-        return Err(crate::Exit::new(
+        return Err(intentgate_terminal::Exit::new(
             EXIT_CRITICAL,
             format!(
                 "{} critical mismatch(es): a customer was affected twice or told something untrue; see the report",
@@ -95,7 +95,7 @@ pub async fn run(arguments: ReconcileArgs) -> anyhow::Result<()> {
         .into());
     }
     if report.has_errors() {
-        return Err(crate::Exit::new(
+        return Err(intentgate_terminal::Exit::new(
             EXIT_INCOMPLETE,
             "some tools could not be reconciled; see the report's errors".to_owned(),
         )
