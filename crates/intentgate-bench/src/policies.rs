@@ -627,11 +627,29 @@ impl Report {
                 "",
             ),
         ];
+        let mut text = self.heading();
+        text.push_str(&table::render(
+            rows,
+            &[
+                Align::Left,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Left,
+                Align::Left,
+            ],
+        ));
+        text
+    }
+
+    /// The lines above the table: what was measured, over which ledger, and what was checked.
+    fn heading(&self) -> String {
         let store = match self.ledger {
             "postgresql" => format!("a PostgreSQL ledger at {}", self.ledger_location),
             _ => format!("a SQLite ledger in {}", self.dir),
         };
-        let mut text = format!(
+        format!(
             "intentgate bench policies: three side-effecting refund tools through one gate \
              (Gate::call, in process, an upstream that answers at once), over {store}, \
              durability {} ({} cores)\n\
@@ -646,20 +664,7 @@ impl Report {
             self.warm_up_rounds,
             self.intents_done,
             self.budget_counts,
-        );
-        text.push_str(&table::render(
-            rows,
-            &[
-                Align::Left,
-                Align::Right,
-                Align::Right,
-                Align::Right,
-                Align::Right,
-                Align::Left,
-                Align::Left,
-            ],
-        ));
-        text
+        )
     }
 }
 
