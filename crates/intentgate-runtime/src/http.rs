@@ -18,6 +18,7 @@ use intentgate_gate::Gate;
 use intentgate_mcp::{HttpOptions, LOOPBACK_HOSTS, McpService};
 use intentgate_ops::{Notifier, Reconciler};
 use intentgate_server::ServerOptions;
+use intentgate_server::auth::Authenticator;
 use tokio::net::TcpListener;
 
 use crate::tasks::{AdminReconciler, Background};
@@ -43,23 +44,52 @@ impl Gateway {
     /// Raises the open-file limit and fits the connection limit under it, binds the
     /// listener, builds the authenticator and the routes, and starts the background tasks.
     pub async fn bind(self) -> Result<HttpGateway, Error> {
-        let gateway = &self.loaded.config.gateway;
-        let connection_limit = match open_files::raise_open_file_limit() {
-            Some(limit) => {
-                let fitted = open_files::fit_connection_limit(gateway.connection_limit, limit)
-                    .map_err(Error::OpenFiles)?;
-                if let Some(warning) = &fitted.warning {
-                    tracing::warn!(target: "intentgate::startup", "{warning}");
-                }
-                fitted.connections
-            }
-            None => gateway.connection_limit as usize,
+        let connection_limit = self.connection_limit()?;
+        let (listener, address) = self.listen().await?;
+        let authenticator = crate::auth::authenticator(&self.loaded.config, address)?;
+        let mut options = self.server_options(authenticator, connection_limit);
+        let mut background = self.start_background();
+        // Owners hear about duplicate-call alerts, upstream errors that are the operator's,
+        // lookup mismatches and reconciliation mismatches.
+        let notifier = Arc::new(Notifier::new(self.loaded.config.owners.clone()));
+        self.start_notices(&mut background, &notifier);
+        let reconciler = self.start_reconciler(&mut background, &notifier)?;
+        self.log_start("");
+        let (mcp, mcp_routes) = self.mcp_routes(address);
+        let admin_routes = self.admin_routes(&mut options, reconciler, notifier);
+        Ok(HttpGateway {
+            listener,
+            address,
+            gate: self.gate,
+            options,
+            mcp,
+            routes: mcp_routes.merge(admin_routes),
+            background,
+        })
+    }
+
+    /// The connection limit in force: the config's, fitted under the open-file limit once
+    /// that is raised as far as the system allows.
+    fn connection_limit(&self) -> Result<usize, Error> {
+        let configured = self.loaded.config.gateway.connection_limit;
+        let Some(limit) = open_files::raise_open_file_limit() else {
+            return Ok(configured as usize);
         };
+        let fitted =
+            open_files::fit_connection_limit(configured, limit).map_err(Error::OpenFiles)?;
+        if let Some(warning) = &fitted.warning {
+            tracing::warn!(target: "intentgate::startup", "{warning}");
+        }
+        Ok(fitted.connections)
+    }
+
+    /// Binds the listener on `--listen`, or the config's `gateway.listen`.
+    async fn listen(&self) -> Result<(TcpListener, SocketAddr), Error> {
         let listen = self
             .options
             .listen
             .clone()
-            .unwrap_or_else(|| gateway.listen.to_string());
+            .unwrap_or_else(|| self.loaded.config.gateway.listen.to_string());
         let listener = TcpListener::bind(&listen)
             .await
             .map_err(|source| Error::Listen {
@@ -67,8 +97,17 @@ impl Gateway {
                 source,
             })?;
         let address = listener.local_addr().map_err(Error::LocalAddress)?;
-        let authenticator = crate::auth::authenticator(&self.loaded.config, address)?;
-        let mut options = ServerOptions {
+        Ok((listener, address))
+    }
+
+    /// The HTTP server's limits, timeouts and checks from the config's `gateway` section.
+    fn server_options(
+        &self,
+        authenticator: Authenticator,
+        connection_limit: usize,
+    ) -> ServerOptions {
+        let gateway = &self.loaded.config.gateway;
+        ServerOptions {
             body_limit_bytes: gateway.body_limit_bytes as usize,
             concurrency_limit: gateway.concurrency_limit as usize,
             shutdown_grace: Duration::from_millis(gateway.shutdown_grace_ms),
@@ -91,34 +130,44 @@ impl Gateway {
                 .filter(|tool| tool.idempotency_key == IdempotencyKeyHeader::Required)
                 .map(|tool| tool.name.clone())
                 .collect(),
-            // Set below, once it is known whether the admin API is on.
+            // Set by `admin_routes`, once it is known whether the admin API is on.
             openapi_extra: None,
-        };
-        let mut background = self.start_background();
-        // Owners hear about duplicate-call alerts, upstream errors that are the operator's,
-        // lookup mismatches and reconciliation mismatches.
-        let notifier = Arc::new(Notifier::new(self.loaded.config.owners.clone()));
-        background.add(crate::start_alerts(&self.loaded, &self.gate, &notifier));
+        }
+    }
+
+    /// Starts the tasks that tell the owners through `notifier`: duplicate-call alerts,
+    /// upstream errors, lookup mismatches, key reuse and held intents.
+    fn start_notices(&self, background: &mut Background, notifier: &Arc<Notifier>) {
+        background.add(crate::start_alerts(&self.loaded, &self.gate, notifier));
         background.add(Some(crate::start_upstream_notices(
             &self.loaded,
             &self.gate,
-            &notifier,
+            notifier,
         )));
         background.add(Some(crate::start_lookup_notices(
             &self.loaded,
             &self.gate,
-            &notifier,
+            notifier,
         )));
         background.add(Some(crate::start_key_reuse_notices(
             &self.loaded,
             &self.gate,
-            &notifier,
+            notifier,
         )));
         background.add(Some(crate::start_held_notices(
             &self.loaded,
             &self.gate,
-            &notifier,
+            notifier,
         )));
+    }
+
+    /// The reconciler the admin API runs on demand, and on the config's schedule when it has
+    /// one (`reconcile.every_seconds`).
+    fn start_reconciler(
+        &self,
+        background: &mut Background,
+        notifier: &Arc<Notifier>,
+    ) -> Result<Arc<Reconciler>, Error> {
         let reconciler = Arc::new(
             Reconciler::new(
                 &self.loaded,
@@ -136,24 +185,38 @@ impl Gateway {
                 self.loaded.config.reconcile.clone(),
             ));
         }
-        self.log_start("");
-        // MCP over Streamable HTTP, through the same gate. A loopback server accepts only
-        // loopback Host names (DNS-rebinding protection); a routable one any name.
+        Ok(reconciler)
+    }
+
+    /// MCP over Streamable HTTP, through the same gate. A loopback server accepts only
+    /// loopback Host names (DNS-rebinding protection); a routable one any name.
+    fn mcp_routes(&self, address: SocketAddr) -> (McpService, axum::Router) {
         let mcp = crate::stdio::mcp_service(&self.loaded, self.gate.clone());
         let allowed_hosts = if address.ip().is_loopback() {
             LOOPBACK_HOSTS.map(String::from).to_vec()
         } else {
             Vec::new()
         };
-        let mcp_routes = intentgate_mcp::http_router(
+        let routes = intentgate_mcp::http_router(
             mcp.clone(),
             HttpOptions {
-                body_limit_bytes: gateway.body_limit_bytes as usize,
+                body_limit_bytes: self.loaded.config.gateway.body_limit_bytes as usize,
                 allowed_hosts,
             },
         );
-        // The admin API (flags, intents, reconciliation) under /v1/admin/, over the same
-        // ledger. With credentials, a key or token with the `admin` scope reaches it.
+        (mcp, routes)
+    }
+
+    /// The admin API (flags, intents, reconciliation) under /v1/admin/, over the same
+    /// ledger, and the console at /console. With credentials, a key or token with the
+    /// `admin` scope reaches it. Documents the admin API in `options` when it is on, and says
+    /// whether it is.
+    fn admin_routes(
+        &self,
+        options: &mut ServerOptions,
+        reconciler: Arc<Reconciler>,
+        notifier: Arc<Notifier>,
+    ) -> axum::Router {
         let token = admin_token(&self.options).map(str::to_owned);
         let admin_scope = !options.authenticator.is_none();
         let admin_on = token.is_some() || admin_scope;
@@ -171,20 +234,23 @@ impl Gateway {
                 failure_limit: FailureLimit::default(),
                 admin_scope,
                 // Checked when the config loaded: every entry is an address or a network.
-                trusted_proxies: gateway
+                trusted_proxies: self
+                    .loaded
+                    .config
+                    .gateway
                     .trusted_proxies
                     .iter()
                     .filter_map(|proxy| intentgate_config::auth::parse_network(proxy))
                     .collect(),
             },
             Some(Arc::new(AdminReconciler(reconciler))),
-            Some(Arc::new(NoticeLog(notifier.clone()))),
+            Some(Arc::new(NoticeLog(notifier))),
         )
         .with_gate(self.gate.clone());
         // The console at /console: its pages, and the admin API with its session cookie
         // accepted (with the CSRF checks of a browser's changes).
         let console = intentgate_console::Console::new(admin);
-        let admin_routes = console.admin_router().merge(console.router());
+        let routes = console.admin_router().merge(console.router());
         if admin_on {
             // `/openapi.json` documents the admin API only where it is served.
             options.openapi_extra = Some(intentgate_admin::openapi());
@@ -200,15 +266,7 @@ impl Gateway {
                 intentgate_admin::TOKEN_ENV
             );
         }
-        Ok(HttpGateway {
-            listener,
-            address,
-            gate: self.gate,
-            options,
-            mcp,
-            routes: mcp_routes.merge(admin_routes),
-            background,
-        })
+        routes
     }
 }
 

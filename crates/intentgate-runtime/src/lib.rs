@@ -23,15 +23,20 @@
 //! ```
 //!
 //! The few pieces the other commands share (loading a config, a throwaway hash key, a gate
-//! over a config) are here too, so that a config becomes a `Gate` in one place.
+//! over a config) are here too, so that a config becomes a `Gate` in one place; and so are
+//! the process's logging ([`logs`]: the format, the filter, fields callers can't forge) and
+//! its traces ([`telemetry`]: OTLP export when a collector is named), which every command
+//! sets up before it runs.
 
 mod auth;
 mod error;
 mod http;
+pub mod logs;
 mod mcp;
 mod open_files;
 mod stdio;
 mod tasks;
+pub mod telemetry;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

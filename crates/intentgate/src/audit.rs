@@ -30,7 +30,7 @@ pub async fn run(arguments: AuditArgs) -> anyhow::Result<()> {
         .filter(|finding| finding.severity == Severity::Error)
         .count();
     if errors > 0 {
-        return Err(crate::Exit::new(
+        return Err(intentgate_terminal::Exit::new(
             EXIT_FINDINGS,
             format!("audit: {errors} error-level finding(s)"),
         )

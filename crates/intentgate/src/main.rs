@@ -1,29 +1,21 @@
-//! The `intentgate` command: parses the command line, sets up logging (`logs.rs`) and runs
+//! The `intentgate` command: parses the command line, sets up logging and traces
+//! (`intentgate_runtime::logs`, `intentgate_runtime::telemetry`) and runs
 //! one command.
 //!
 //! Kept thin on purpose: each command lives in its own module and receives its parsed
 //! arguments; errors travel as `anyhow` errors, are printed here with their causes, and end
 //! the process with a non-zero status.
-
-mod approvals;
 mod audit;
 mod auth;
-mod bench;
 mod cli;
 mod config_command;
 mod demo;
 mod faults;
-mod flags;
-mod intents;
-mod logs;
 mod mcp;
 mod mock_provider;
 mod reconcile;
 mod serve;
 mod smoke;
-mod table;
-mod telemetry;
-mod time;
 
 use std::process::ExitCode;
 
@@ -47,7 +39,9 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(message) = logs::init(tracing.as_ref().map(|tracing| tracing.tracer.clone())) {
+    if let Err(message) =
+        intentgate_runtime::logs::init(tracing.as_ref().map(|tracing| tracing.tracer.clone()))
+    {
         eprintln!("error: {message}");
         return ExitCode::FAILURE;
     }
@@ -58,22 +52,24 @@ async fn main() -> ExitCode {
         Command::MockProvider(arguments) => mock_provider::run(arguments).await,
         Command::Config(arguments) => config_command::run(arguments),
         Command::Auth(arguments) => auth::run(arguments),
-        Command::Bench(arguments) => bench::run(arguments).await,
-        Command::Flags(arguments) => flags::run(arguments).await,
-        Command::Intents(arguments) => intents::run(arguments).await,
-        Command::Approvals(arguments) => approvals::run(arguments).await,
+        Command::Bench(arguments) => intentgate_bench::run(arguments).await,
+        Command::Flags(arguments) => intentgate_ledger_cli::flags::run(arguments).await,
+        Command::Intents(arguments) => intentgate_ledger_cli::intents::run(arguments).await,
+        Command::Approvals(arguments) => intentgate_ledger_cli::approvals::run(arguments).await,
         Command::Reconcile(arguments) => reconcile::run(arguments).await,
         Command::Audit(arguments) => audit::run(arguments).await,
         Command::Smoke(arguments) => smoke::run(arguments).await,
     };
     if tracing.is_some() {
         // The last spans (the shutdown's own) are sent before the process ends.
-        tokio::task::block_in_place(telemetry::shutdown);
+        tokio::task::block_in_place(intentgate_runtime::telemetry::shutdown);
     }
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) if error.is::<Exit>() => {
-            let exit = error.downcast::<Exit>().expect("checked above");
+        Err(error) if error.is::<intentgate_terminal::Exit>() => {
+            let exit = error
+                .downcast::<intentgate_terminal::Exit>()
+                .expect("checked above");
             eprintln!("{}", exit.message);
             ExitCode::from(exit.status)
         }
@@ -86,41 +82,20 @@ async fn main() -> ExitCode {
     }
 }
 
-/// Starts exporting traces when a collector is named (`telemetry.rs`): by the standard
+/// Starts exporting traces when a collector is named (`intentgate_runtime::telemetry`): by the standard
 /// `OTEL_*` variables, or for `serve` and `mcp` by the config's `telemetry:` section. A
 /// config that can't be read here is left to the command, which reports it in full.
-fn start_traces(command: &Command) -> Result<Option<telemetry::Tracing>, String> {
+fn start_traces(
+    command: &Command,
+) -> Result<Option<intentgate_runtime::telemetry::Tracing>, String> {
     let section = match command {
         Command::Serve(arguments) => intentgate_config::telemetry_section(&arguments.config)?,
         Command::Mcp(arguments) => intentgate_config::telemetry_section(&arguments.config)?,
         _ => intentgate_config::TelemetryConfig::default(),
     };
     let env = |name: &str| std::env::var(name).ok();
-    match telemetry::settings(&env, &section)? {
-        Some(settings) => telemetry::start(&settings).map(Some),
+    match intentgate_runtime::telemetry::settings(&env, &section)? {
+        Some(settings) => intentgate_runtime::telemetry::start(&settings).map(Some),
         None => Ok(None),
     }
 }
-
-/// A command's verdict that is not a failure of the command itself (`reconcile` found a
-/// critical mismatch): printed as it is, with its own exit status, so that scripts can tell
-/// "the check ran and failed" from "the check could not run" (status 1).
-#[derive(Debug)]
-pub struct Exit {
-    pub status: u8,
-    pub message: String,
-}
-
-impl Exit {
-    pub fn new(status: u8, message: String) -> Exit {
-        Exit { status, message }
-    }
-}
-
-impl std::fmt::Display for Exit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Exit {}

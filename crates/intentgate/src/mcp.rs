@@ -26,6 +26,6 @@ pub async fn run(arguments: McpArgs) -> anyhow::Result<()> {
     // that read at exit: a stopped server would hang until its client writes or closes.
     let _ = std::io::Write::flush(&mut std::io::stdout());
     // `exit` skips what `main` does at the end: the last spans are sent here.
-    tokio::task::block_in_place(crate::telemetry::shutdown);
+    tokio::task::block_in_place(intentgate_runtime::telemetry::shutdown);
     std::process::exit(0)
 }

@@ -85,7 +85,7 @@ pub async fn run(arguments: ReconcileArgs) -> anyhow::Result<()> {
         }
     }
     if report.critical > 0 {
-        return Err(crate::Exit::new(
+        return Err(intentgate_terminal::Exit::new(
             EXIT_CRITICAL,
             format!(
                 "{} critical mismatch(es): a customer was affected twice or told something untrue; see the report",
@@ -95,7 +95,7 @@ pub async fn run(arguments: ReconcileArgs) -> anyhow::Result<()> {
         .into());
     }
     if report.has_errors() {
-        return Err(crate::Exit::new(
+        return Err(intentgate_terminal::Exit::new(
             EXIT_INCOMPLETE,
             "some tools could not be reconciled; see the report's errors".to_owned(),
         )
@@ -115,8 +115,8 @@ pub fn text(report: &Report) -> String {
             .map(|id| format!("run {id} "))
             .unwrap_or_default(),
         report.actor,
-        crate::time::utc(report.since_ms),
-        crate::time::utc(report.until_ms),
+        intentgate_terminal::time::utc(report.since_ms),
+        intentgate_terminal::time::utc(report.until_ms),
         (report.until_ms - report.since_ms) / 1000
     );
     let _ = writeln!(

@@ -22,7 +22,7 @@ pub async fn run(arguments: SmokeArgs) -> anyhow::Result<()> {
     }
     let failed = report.tools_failed();
     if failed > 0 {
-        return Err(crate::Exit::new(
+        return Err(intentgate_terminal::Exit::new(
             EXIT_FAILED,
             format!(
                 "smoke failed: {failed} of {} side-effecting tools failed a check; do not deploy this config",

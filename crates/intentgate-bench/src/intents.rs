@@ -19,13 +19,14 @@
 //! must be `execute`, every settle `done`, the ledger must hold one `done` intent per intent
 //! made, and the upstream must never be asked for anything; otherwise the run fails.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use async_trait::async_trait;
+use clap::Args;
 use intentgate_core::{
     CallStatus, Effect, Executor, IntentStatus, ToolDefinition, UpstreamObservation, fingerprint,
 };
@@ -41,10 +42,40 @@ use reqwest::header::CONTENT_TYPE;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::gateway::GatewayServer;
-use super::{cores, existing_folder, microseconds, percentile, progress, rounded, scratch_folder};
-use crate::cli::{DurabilityArgument, IntentsBenchArgs};
-use crate::table::{self, Align};
+use crate::gateway::GatewayServer;
+use crate::measure::{
+    cores, existing_folder, microseconds, percentile, progress, rounded, scratch_folder,
+};
+use intentgate_terminal::DurabilityArgument;
+use intentgate_terminal::table::{self, Align};
+
+/// `intentgate bench intents`.
+#[derive(Debug, Args)]
+pub struct IntentsBenchArgs {
+    /// The folder the ledger goes in (in a temporary folder inside it). Pick a folder on the
+    /// disk that will hold the real ledger: under strict durability its fsyncs are measured.
+    #[arg(long, env = "INTENTGATE_BENCH_DIR", default_value = ".")]
+    pub dir: PathBuf,
+
+    #[arg(
+        long,
+        default_value_t = ROUNDS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(ROUNDS_MAX)),
+        help = format!(
+            "Measured rounds (1 to {ROUNDS_MAX}), each making one new intent per series"
+        )
+    )]
+    pub rounds: u32,
+
+    /// What a ledger write promises: `strict` fsyncs it (survives a power loss), `relaxed`
+    /// does not (survives a crash of the process).
+    #[arg(long, env = "INTENTGATE_DURABILITY", value_enum, default_value_t = DurabilityArgument::Strict)]
+    pub durability: DurabilityArgument,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Default measured rounds: a stable p50 and a meaningful p99 in well under a minute under
 /// strict durability (each round makes three intents, each with an fsync).

@@ -10,13 +10,14 @@
 //! `done`, the upstream must see exactly one request per call, and the ledger must hold
 //! exactly one `done` intent per call; anything else ends the run with an error.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use async_trait::async_trait;
+use clap::Args;
 use intentgate_core::{CallStatus, Effect, IntentStatus, ToolDefinition, UpstreamObservation};
 use intentgate_gate::{
     CallContext, Gate, GateOptions, LookupOutcome, SystemClock, Upstream, UpstreamCall,
@@ -27,13 +28,48 @@ use intentgate_ledger::{IntentId, Ledger, SqliteLedger, SqliteOptions};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::table::{self, Align};
+use intentgate_terminal::table::{self, Align};
 
-use super::{
+use crate::measure::{
     TargetCheck, cores, existing_folder, measure_fsync, microseconds, percentile, progress,
     rounded, scratch_folder, target_cells,
 };
-use crate::cli::{DurabilityArgument, LedgerBenchArgs};
+use intentgate_terminal::DurabilityArgument;
+
+/// `intentgate bench ledger`.
+#[derive(Debug, Args)]
+pub struct LedgerBenchArgs {
+    /// The folder to measure in: the ledger and the fsync probe go in a temporary folder
+    /// inside it. Pick a folder on the disk that will hold the real ledger.
+    #[arg(long, env = "INTENTGATE_BENCH_DIR", default_value = ".")]
+    pub dir: PathBuf,
+
+    // The help is built at run time so that it states the limits' actual values.
+    #[arg(
+        long,
+        default_value_t = INTENTS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(INTENTS_MAX)),
+        help = format!(
+            "New intents per concurrency level (1 to {INTENTS_MAX}). The 1-caller level makes \
+at most {SEQUENTIAL_INTENTS_MAX} of them, since under strict durability each costs an fsync"
+        )
+    )]
+    pub intents: u32,
+
+    /// What a ledger write promises before the upstream call: `strict` fsyncs it (survives a
+    /// power loss), `relaxed` does not (survives a crash of the process).
+    #[arg(long, env = "INTENTGATE_DURABILITY", value_enum, default_value_t = DurabilityArgument::Strict)]
+    pub durability: DurabilityArgument,
+
+    /// Measure a PostgreSQL ledger instead (postgres://user@host:port/database): in a fresh
+    /// schema named for the run, dropped afterwards. The fsync probe still runs in --dir.
+    #[arg(long, value_name = "URL")]
+    pub ledger: Option<String>,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Default new intents per concurrency level: enough for a stable figure at 64 callers in
 /// a few seconds.

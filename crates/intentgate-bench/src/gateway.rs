@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+use clap::Args;
 use intentgate_core::CallStatus;
 use intentgate_gate::SystemClock;
 use intentgate_ledger::{Ledger, SqliteLedger, SqliteOptions};
@@ -38,14 +39,63 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::table::{self, Align};
+use intentgate_terminal::table::{self, Align};
 
-use super::ledger::{CONCURRENT_CALLERS, PostgresLedger};
-use super::{
-    LoopbackServer, TargetCheck, cores, existing_folder, measure_fsync, microseconds, percentile,
-    progress, rounded, scratch_folder, target_cells,
+use crate::ledger::{CONCURRENT_CALLERS, PostgresLedger};
+use crate::loopback::LoopbackServer;
+use crate::measure::{
+    TargetCheck, cores, existing_folder, measure_fsync, microseconds, percentile, progress,
+    rounded, scratch_folder, target_cells,
 };
-use crate::cli::{DurabilityArgument, GatewayBenchArgs};
+use intentgate_terminal::DurabilityArgument;
+
+/// `intentgate bench gateway`.
+#[derive(Debug, Args)]
+pub struct GatewayBenchArgs {
+    /// The folder the ledger goes in (in a temporary folder inside it). Pick a folder on the
+    /// disk that will hold the real ledger: under strict durability its fsyncs are measured.
+    #[arg(long, env = "INTENTGATE_BENCH_DIR", default_value = ".")]
+    pub dir: PathBuf,
+
+    // The help is built at run time so that it states the limit's actual value.
+    #[arg(
+        long,
+        default_value_t = CALLS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(CALLS_MAX)),
+        help = format!(
+            "Measured calls of each kind (1 to {CALLS_MAX}): new refunds through the gateway, \
+direct refunds, refunds through the forwarding proxy, repeated refunds and health checks"
+        )
+    )]
+    pub calls: u32,
+
+    /// What a ledger write promises before the upstream call: `strict` fsyncs it (survives a
+    /// power loss), `relaxed` does not (survives a crash of the process).
+    #[arg(long, env = "INTENTGATE_DURABILITY", value_enum, default_value_t = DurabilityArgument::Strict)]
+    pub durability: DurabilityArgument,
+
+    /// Serve a PostgreSQL ledger instead (postgres://user@host:port/database), in fresh
+    /// schemas dropped afterwards. The same series then also run over a strict SQLite ledger
+    /// in --dir, the baseline of PostgreSQL's target.
+    #[arg(long, value_name = "URL")]
+    pub ledger: Option<String>,
+
+    // The help is built at run time so that it states the limit's actual value.
+    #[arg(
+        long,
+        default_value_t = CONCURRENT_CALLS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(CALLS_MAX)),
+        help = format!(
+            "New refunds made by {CONCURRENT_CALLERS} concurrent callers through the gateway \
+(1 to {CALLS_MAX}), and as many through the ledger alone"
+        )
+    )]
+    pub concurrent_calls: u32,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Default measured calls of each kind: a stable p50 and a meaningful p99 in a few seconds
 /// under relaxed durability, well under a minute under strict (one fsync per new call).
@@ -67,7 +117,7 @@ const WARM_UP_CALLS: u32 = 50;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The example config, embedded so that the benchmark needs no files.
-const EXAMPLE_CONFIG: &str = include_str!("../../../../examples/support-agent.yaml");
+const EXAMPLE_CONFIG: &str = include_str!("../../../examples/support-agent.yaml");
 /// Where the embedded config comes from, for its error messages.
 const EXAMPLE_CONFIG_SOURCE: &str = "examples/support-agent.yaml";
 /// The environment variable the example config takes the provider's base URL from.
@@ -200,7 +250,7 @@ impl Store {
             }
             Store::Postgres(url) => {
                 let (ledger, postgres) =
-                    super::ledger::fresh_postgres(url, durability.into()).await?;
+                    crate::ledger::fresh_postgres(url, durability.into()).await?;
                 Ok(OpenLedger {
                     ledger,
                     postgres: Some(postgres),
@@ -267,7 +317,7 @@ async fn measure_store(
     let mock = MockServer::start(provider)
         .await
         .context("starting the mock provider on a loopback port")?;
-    let served = match super::proxy::start(&mock.url()).await {
+    let served = match crate::proxy::start(&mock.url()).await {
         Ok(proxy) => {
             let urls = Urls {
                 provider: mock.url(),
@@ -316,7 +366,7 @@ async fn measure_store(
                  ledger alone ..."
             ));
             let ledger = store.open(durability, "ledger-only").await?;
-            let rate = super::ledger::concurrent_rate(ledger.ledger.clone(), calls).await;
+            let rate = crate::ledger::concurrent_rate(ledger.ledger.clone(), calls).await;
             ledger.close().await?;
             concurrent.ledger_only_per_second = rate?;
             Some(concurrent)
@@ -1001,81 +1051,19 @@ impl Report {
         let (already_done_p50_us, already_done_p99_us) = p50_p99_us(&measured.already_done);
         let (healthz_p50_us, healthz_p99_us) = p50_p99_us(&measured.healthz);
         let ratio_already_done_p50 = already_done_p50_us / healthz_p50_us;
-        let overhead_p50_us = measured.overhead_p50_us();
-        let overhead_p99_us = gateway_call_p99_us - direct_call_p50_us;
-        let sqlite_strict_overhead_p50_us = sqlite_strict.map(Measured::overhead_p50_us);
-        let mut targets = Vec::new();
-        match (sqlite_strict_overhead_p50_us, durability) {
-            (Some(sqlite_strict_us), _) => {
-                let limit = TARGET_OVERHEAD_OVER_SQLITE_STRICT_POSTGRES * sqlite_strict_us;
-                targets.push(TargetCheck {
-                    field: "overhead_call_p50_us",
-                    target: format!(
-                        "at most {TARGET_OVERHEAD_OVER_SQLITE_STRICT_POSTGRES} x SQLite strict's \
-                         = {limit:.0} us"
-                    ),
-                    met: overhead_p50_us <= limit,
-                });
-            }
-            (None, DurabilityArgument::Strict) => {
-                let limit = healthz_p50_us + fsync_p50_us + TARGET_OVERHEAD_MARGIN_US;
-                targets.push(TargetCheck {
-                    field: "overhead_call_p50_us",
-                    target: format!(
-                        "at most healthz + fsync + {TARGET_OVERHEAD_MARGIN_US} us = {limit:.0} us"
-                    ),
-                    met: overhead_p50_us <= limit,
-                });
-                let limit = TARGET_OVERHEAD_P99_OVER_P50_STRICT * overhead_p50_us;
-                targets.push(TargetCheck {
-                    field: "overhead_call_p99_us",
-                    target: format!(
-                        "at most {TARGET_OVERHEAD_P99_OVER_P50_STRICT} x p50 = {limit:.0} us"
-                    ),
-                    met: overhead_p99_us <= limit,
-                });
-            }
-            (None, DurabilityArgument::Relaxed) => {
-                let limit = healthz_p50_us + TARGET_OVERHEAD_MARGIN_US;
-                targets.push(TargetCheck {
-                    field: "overhead_call_p50_us",
-                    target: format!(
-                        "at most healthz + {TARGET_OVERHEAD_MARGIN_US} us = {limit:.0} us"
-                    ),
-                    met: overhead_p50_us <= limit,
-                });
-                targets.push(TargetCheck {
-                    field: "overhead_call_p99_us",
-                    target: format!("under {TARGET_OVERHEAD_P99_RELAXED_US} us"),
-                    met: overhead_p99_us < TARGET_OVERHEAD_P99_RELAXED_US,
-                });
-            }
-        }
+        let overhead = Overhead {
+            p50_us: measured.overhead_p50_us(),
+            p99_us: gateway_call_p99_us - direct_call_p50_us,
+            sqlite_strict_p50_us: sqlite_strict.map(Measured::overhead_p50_us),
+        };
+        let mut targets = overhead.targets(durability, healthz_p50_us, fsync_p50_us);
         targets.push(TargetCheck {
             field: "ratio_already_done_p50",
             target: format!("at most {TARGET_RATIO_ALREADY_DONE_P50}"),
             met: ratio_already_done_p50 <= TARGET_RATIO_ALREADY_DONE_P50,
         });
-        let (
-            concurrent_calls,
-            concurrent_per_second,
-            concurrent_p50_us,
-            concurrent_p99_us,
-            ledger_only,
-        ) = match &run.concurrent {
-            Some(concurrent) => {
-                let (p50_us, p99_us) = p50_p99_us(&concurrent.latencies);
-                (
-                    concurrent.calls,
-                    f64::from(concurrent.calls) / concurrent.elapsed.as_secs_f64(),
-                    p50_us,
-                    p99_us,
-                    concurrent.ledger_only_per_second,
-                )
-            }
-            None => (0, 0.0, 0.0, 0.0, 0.0),
-        };
-        let ratio_ledger_only = ledger_only / concurrent_per_second;
+        let concurrent = ConcurrentFigures::of(run.concurrent.as_ref());
+        let ratio_ledger_only = concurrent.ledger_only_per_second / concurrent.per_second;
         if run.concurrent.is_some() {
             targets.push(TargetCheck {
                 field: "ratio_ledger_only_to_concurrent",
@@ -1095,8 +1083,8 @@ impl Report {
             direct_call_p50_us: rounded(direct_call_p50_us, 1),
             direct_call_p99_us: rounded(direct_call_p99_us, 1),
             ratio_call_p50: rounded(gateway_call_p50_us / direct_call_p50_us, 3),
-            overhead_call_p50_us: rounded(overhead_p50_us, 1),
-            overhead_call_p99_us: rounded(overhead_p99_us, 1),
+            overhead_call_p50_us: rounded(overhead.p50_us, 1),
+            overhead_call_p99_us: rounded(overhead.p99_us, 1),
             proxy_call_p50_us: rounded(proxy_call_p50_us, 1),
             proxy_call_p99_us: rounded(proxy_call_p99_us, 1),
             overhead_proxy_p50_us: rounded(proxy_call_p50_us - direct_call_p50_us, 1),
@@ -1111,16 +1099,18 @@ impl Report {
             direct_calls: run.direct_calls,
             proxied_calls: run.proxied_calls,
             provider_refunds: run.provider_refunds,
-            sqlite_strict_overhead_call_p50_us: sqlite_strict_overhead_p50_us
+            sqlite_strict_overhead_call_p50_us: overhead
+                .sqlite_strict_p50_us
                 .map(|us| rounded(us, 1)),
-            ratio_overhead_to_sqlite_strict: sqlite_strict_overhead_p50_us
-                .map(|us| rounded(overhead_p50_us / us, 3)),
+            ratio_overhead_to_sqlite_strict: overhead
+                .sqlite_strict_p50_us
+                .map(|us| rounded(overhead.p50_us / us, 3)),
             concurrent_callers: CONCURRENT_CALLERS,
-            concurrent_calls,
-            concurrent_calls_per_second: rounded(concurrent_per_second, 1),
-            concurrent_call_p50_us: rounded(concurrent_p50_us, 1),
-            concurrent_call_p99_us: rounded(concurrent_p99_us, 1),
-            ledger_only_intents_per_second: rounded(ledger_only, 1),
+            concurrent_calls: concurrent.calls,
+            concurrent_calls_per_second: rounded(concurrent.per_second, 1),
+            concurrent_call_p50_us: rounded(concurrent.p50_us, 1),
+            concurrent_call_p99_us: rounded(concurrent.p99_us, 1),
+            ledger_only_intents_per_second: rounded(concurrent.ledger_only_per_second, 1),
             ratio_ledger_only_to_concurrent: if run.concurrent.is_some() {
                 rounded(ratio_ledger_only, 2)
             } else {
@@ -1131,154 +1121,27 @@ impl Report {
         }
     }
 
-    /// The human report: one row per measure, with its design target where one applies.
+    /// The human report: what was run, then one row per measure, with its design target
+    /// where one applies, then where a new call's time goes.
     fn table(&self) -> String {
-        let target = |field: &str| target_cells(&self.targets, field);
-        let series = |label: &str, p50_us: f64, p99_us: f64| {
-            [
-                label.to_owned(),
-                format!("{p50_us:.1} us"),
-                format!("{p99_us:.1} us"),
-                String::new(),
-                String::new(),
-            ]
-        };
-        let (already_done_target, already_done_met) = target("ratio_already_done_p50");
-        let (overhead_p50_target, overhead_p50_met) = target("overhead_call_p50_us");
-        let (overhead_p99_target, overhead_p99_met) = target("overhead_call_p99_us");
-        let rows = [
-            [
-                "measure".to_owned(),
-                "p50".to_owned(),
-                "p99".to_owned(),
-                "target".to_owned(),
-                "met".to_owned(),
-            ],
-            series(
-                "new refund through the gateway (done)",
-                self.gateway_call_p50_us,
-                self.gateway_call_p99_us,
-            ),
-            series(
-                "same refund sent directly to the provider",
-                self.direct_call_p50_us,
-                self.direct_call_p99_us,
-            ),
-            [
-                "  gateway / direct".to_owned(),
-                format!("{:.2}", self.ratio_call_p50),
-                String::new(),
-                String::new(),
-                String::new(),
-            ],
-            [
-                "  gateway - direct p50 (overhead)".to_owned(),
-                format!("{:.1} us", self.overhead_call_p50_us),
-                String::new(),
-                overhead_p50_target,
-                overhead_p50_met,
-            ],
-            [
-                "  gateway p99 - direct p50 (overhead p99)".to_owned(),
-                String::new(),
-                format!("{:.1} us", self.overhead_call_p99_us),
-                overhead_p99_target,
-                overhead_p99_met,
-            ],
-            series(
-                "same refund through a bare forwarding proxy",
-                self.proxy_call_p50_us,
-                self.proxy_call_p99_us,
-            ),
-            [
-                "  proxy - direct p50 (any HTTP hop)".to_owned(),
-                format!("{:.1} us", self.overhead_proxy_p50_us),
-                String::new(),
-                String::new(),
-                String::new(),
-            ],
-            [
-                "  gateway - proxy p50 (intentgate beyond the hop)".to_owned(),
-                format!("{:.1} us", self.overhead_beyond_proxy_p50_us),
-                String::new(),
-                String::new(),
-                String::new(),
-            ],
-            [
-                "one fsync of this disk".to_owned(),
-                format!("{:.1} us", self.fsync_p50_us),
-                String::new(),
-                String::new(),
-                String::new(),
-            ],
-            series(
-                "repeated refund from the ledger (already_done)",
-                self.already_done_p50_us,
-                self.already_done_p99_us,
-            ),
-            series(
-                "GET /healthz (bare HTTP round trip)",
-                self.healthz_p50_us,
-                self.healthz_p99_us,
-            ),
-            [
-                "  already_done / healthz".to_owned(),
-                format!("{:.2}", self.ratio_already_done_p50),
-                String::new(),
-                already_done_target,
-                already_done_met,
-            ],
-        ];
-        let mut rows = rows.to_vec();
-        if let (Some(baseline_us), Some(ratio)) = (
-            self.sqlite_strict_overhead_call_p50_us,
-            self.ratio_overhead_to_sqlite_strict,
-        ) {
-            rows.push([
-                "overhead p50 over SQLite strict (same run)".to_owned(),
-                format!("{baseline_us:.1} us"),
-                String::new(),
-                String::new(),
-                String::new(),
-            ]);
-            rows.push([
-                "  this ledger / SQLite strict".to_owned(),
-                format!("{ratio:.2}"),
-                String::new(),
-                String::new(),
-                String::new(),
-            ]);
+        let mut rows = self.call_rows();
+        rows.extend(self.sqlite_strict_rows());
+        rows.extend(self.concurrent_rows());
+        let mut text = self.heading();
+        text.push_str(&table::render(
+            rows,
+            &[Align::Left, Align::Right, Align::Right],
+        ));
+        if let Some(breakdown) = &self.breakdown {
+            text.push('\n');
+            text.push_str(&breakdown.table());
         }
-        if self.concurrent_calls > 0 {
-            let (ratio_target, ratio_met) = target("ratio_ledger_only_to_concurrent");
-            rows.push(series(
-                &format!("new refund, {} concurrent callers", self.concurrent_callers),
-                self.concurrent_call_p50_us,
-                self.concurrent_call_p99_us,
-            ));
-            rows.push([
-                "  new refunds per second through the gateway".to_owned(),
-                format!("{:.0}", self.concurrent_calls_per_second),
-                String::new(),
-                String::new(),
-                String::new(),
-            ]);
-            rows.push([
-                "  new intents per second, ledger alone".to_owned(),
-                format!("{:.0}", self.ledger_only_intents_per_second),
-                String::new(),
-                String::new(),
-                String::new(),
-            ]);
-            rows.push([
-                "  ledger alone / through the gateway".to_owned(),
-                format!("{:.2}", self.ratio_ledger_only_to_concurrent),
-                String::new(),
-                ratio_target,
-                ratio_met,
-            ]);
-        }
-        let mut text = format!(
+        text
+    }
+
+    /// The lines above the table: what was measured, where, and what was checked.
+    fn heading(&self) -> String {
+        format!(
             "intentgate bench gateway: the HTTP server with examples/support-agent.yaml, {} \
              ledger, durability {}, in {} ({} cores), against the mock provider (no faults, \
              no latency) on loopback\n\
@@ -1296,30 +1159,282 @@ impl Report {
             self.intents,
             self.direct_calls,
             self.proxied_calls,
-        );
-        text.push_str(&table::render(
-            rows,
-            &[Align::Left, Align::Right, Align::Right],
-        ));
-        if let Some(breakdown) = &self.breakdown {
-            let row = |label: &str, us: f64| [label.to_owned(), format!("{us:.1} us")];
-            let rows = [
-                ["phase of a new call (means)".to_owned(), "time".to_owned()],
-                row("HTTP round trip (healthz)", breakdown.http_round_trip_us),
-                row("ledger get", breakdown.ledger_get_us),
-                row("ledger begin (in_flight)", breakdown.ledger_begin_us),
-                row("upstream request", breakdown.upstream_request_us),
-                row("the rest of the gateway", breakdown.gateway_other_us),
-                row("whole call", breakdown.call_mean_us),
-                row(
-                    "ledger finish (after the answer)",
-                    breakdown.ledger_finish_us,
+        )
+    }
+
+    /// The header, then the paired series of one call at a time: new, direct and proxied
+    /// refunds, the fsync, repeated refunds and health checks.
+    fn call_rows(&self) -> Vec<Row> {
+        let target = |field: &str| target_cells(&self.targets, field);
+        let (already_done_target, already_done_met) = target("ratio_already_done_p50");
+        let (overhead_p50_target, overhead_p50_met) = target("overhead_call_p50_us");
+        let (overhead_p99_target, overhead_p99_met) = target("overhead_call_p99_us");
+        vec![
+            [
+                "measure".to_owned(),
+                "p50".to_owned(),
+                "p99".to_owned(),
+                "target".to_owned(),
+                "met".to_owned(),
+            ],
+            series_row(
+                "new refund through the gateway (done)",
+                self.gateway_call_p50_us,
+                self.gateway_call_p99_us,
+            ),
+            series_row(
+                "same refund sent directly to the provider",
+                self.direct_call_p50_us,
+                self.direct_call_p99_us,
+            ),
+            figure_row("  gateway / direct", format!("{:.2}", self.ratio_call_p50)),
+            [
+                "  gateway - direct p50 (overhead)".to_owned(),
+                format!("{:.1} us", self.overhead_call_p50_us),
+                String::new(),
+                overhead_p50_target,
+                overhead_p50_met,
+            ],
+            [
+                "  gateway p99 - direct p50 (overhead p99)".to_owned(),
+                String::new(),
+                format!("{:.1} us", self.overhead_call_p99_us),
+                overhead_p99_target,
+                overhead_p99_met,
+            ],
+            series_row(
+                "same refund through a bare forwarding proxy",
+                self.proxy_call_p50_us,
+                self.proxy_call_p99_us,
+            ),
+            figure_row(
+                "  proxy - direct p50 (any HTTP hop)",
+                format!("{:.1} us", self.overhead_proxy_p50_us),
+            ),
+            figure_row(
+                "  gateway - proxy p50 (intentgate beyond the hop)",
+                format!("{:.1} us", self.overhead_beyond_proxy_p50_us),
+            ),
+            figure_row(
+                "one fsync of this disk",
+                format!("{:.1} us", self.fsync_p50_us),
+            ),
+            series_row(
+                "repeated refund from the ledger (already_done)",
+                self.already_done_p50_us,
+                self.already_done_p99_us,
+            ),
+            series_row(
+                "GET /healthz (bare HTTP round trip)",
+                self.healthz_p50_us,
+                self.healthz_p99_us,
+            ),
+            [
+                "  already_done / healthz".to_owned(),
+                format!("{:.2}", self.ratio_already_done_p50),
+                String::new(),
+                already_done_target,
+                already_done_met,
+            ],
+        ]
+    }
+
+    /// PostgreSQL only: the overhead over a strict SQLite ledger in the same run.
+    fn sqlite_strict_rows(&self) -> Vec<Row> {
+        match (
+            self.sqlite_strict_overhead_call_p50_us,
+            self.ratio_overhead_to_sqlite_strict,
+        ) {
+            (Some(baseline_us), Some(ratio)) => vec![
+                figure_row(
+                    "overhead p50 over SQLite strict (same run)",
+                    format!("{baseline_us:.1} us"),
                 ),
-            ];
-            text.push('\n');
-            text.push_str(&table::render(rows, &[Align::Left, Align::Right]));
+                figure_row("  this ledger / SQLite strict", format!("{ratio:.2}")),
+            ],
+            _ => Vec::new(),
         }
-        text
+    }
+
+    /// The concurrent callers' series and rates, against the ledger alone; none when the run
+    /// made no concurrent calls.
+    fn concurrent_rows(&self) -> Vec<Row> {
+        if self.concurrent_calls == 0 {
+            return Vec::new();
+        }
+        let (ratio_target, ratio_met) =
+            target_cells(&self.targets, "ratio_ledger_only_to_concurrent");
+        vec![
+            series_row(
+                &format!("new refund, {} concurrent callers", self.concurrent_callers),
+                self.concurrent_call_p50_us,
+                self.concurrent_call_p99_us,
+            ),
+            figure_row(
+                "  new refunds per second through the gateway",
+                format!("{:.0}", self.concurrent_calls_per_second),
+            ),
+            figure_row(
+                "  new intents per second, ledger alone",
+                format!("{:.0}", self.ledger_only_intents_per_second),
+            ),
+            [
+                "  ledger alone / through the gateway".to_owned(),
+                format!("{:.2}", self.ratio_ledger_only_to_concurrent),
+                String::new(),
+                ratio_target,
+                ratio_met,
+            ],
+        ]
+    }
+}
+
+/// A row of the report's main table: measure, p50, p99, target, met.
+type Row = [String; 5];
+
+/// A series' p50 and p99, with no target.
+fn series_row(label: &str, p50_us: f64, p99_us: f64) -> Row {
+    [
+        label.to_owned(),
+        format!("{p50_us:.1} us"),
+        format!("{p99_us:.1} us"),
+        String::new(),
+        String::new(),
+    ]
+}
+
+/// One figure in the p50 column, with no target.
+fn figure_row(label: &str, figure: String) -> Row {
+    [
+        label.to_owned(),
+        figure,
+        String::new(),
+        String::new(),
+        String::new(),
+    ]
+}
+
+/// What the gateway adds to a new call, and PostgreSQL's baseline.
+struct Overhead {
+    /// Gateway p50 minus direct p50.
+    p50_us: f64,
+    /// Gateway p99 minus direct p50.
+    p99_us: f64,
+    /// The overhead p50 of the same series over a strict SQLite ledger: only when the run
+    /// served PostgreSQL.
+    sqlite_strict_p50_us: Option<f64>,
+}
+
+impl Overhead {
+    /// The design targets on the overhead: PostgreSQL's is relative to SQLite strict's in
+    /// the same run; SQLite's allow a health check's round trip (and, strict, one fsync) plus
+    /// a margin.
+    fn targets(
+        &self,
+        durability: DurabilityArgument,
+        healthz_p50_us: f64,
+        fsync_p50_us: f64,
+    ) -> Vec<TargetCheck> {
+        match (self.sqlite_strict_p50_us, durability) {
+            (Some(sqlite_strict_us), _) => {
+                let limit = TARGET_OVERHEAD_OVER_SQLITE_STRICT_POSTGRES * sqlite_strict_us;
+                vec![TargetCheck {
+                    field: "overhead_call_p50_us",
+                    target: format!(
+                        "at most {TARGET_OVERHEAD_OVER_SQLITE_STRICT_POSTGRES} x SQLite strict's \
+                         = {limit:.0} us"
+                    ),
+                    met: self.p50_us <= limit,
+                }]
+            }
+            (None, DurabilityArgument::Strict) => {
+                let limit = healthz_p50_us + fsync_p50_us + TARGET_OVERHEAD_MARGIN_US;
+                let limit_p99 = TARGET_OVERHEAD_P99_OVER_P50_STRICT * self.p50_us;
+                vec![
+                    TargetCheck {
+                        field: "overhead_call_p50_us",
+                        target: format!(
+                            "at most healthz + fsync + {TARGET_OVERHEAD_MARGIN_US} us = {limit:.0} us"
+                        ),
+                        met: self.p50_us <= limit,
+                    },
+                    TargetCheck {
+                        field: "overhead_call_p99_us",
+                        target: format!(
+                            "at most {TARGET_OVERHEAD_P99_OVER_P50_STRICT} x p50 = {limit_p99:.0} us"
+                        ),
+                        met: self.p99_us <= limit_p99,
+                    },
+                ]
+            }
+            (None, DurabilityArgument::Relaxed) => {
+                let limit = healthz_p50_us + TARGET_OVERHEAD_MARGIN_US;
+                vec![
+                    TargetCheck {
+                        field: "overhead_call_p50_us",
+                        target: format!(
+                            "at most healthz + {TARGET_OVERHEAD_MARGIN_US} us = {limit:.0} us"
+                        ),
+                        met: self.p50_us <= limit,
+                    },
+                    TargetCheck {
+                        field: "overhead_call_p99_us",
+                        target: format!("under {TARGET_OVERHEAD_P99_RELAXED_US} us"),
+                        met: self.p99_us < TARGET_OVERHEAD_P99_RELAXED_US,
+                    },
+                ]
+            }
+        }
+    }
+}
+
+/// The concurrent series' figures; zeros when the run made none.
+struct ConcurrentFigures {
+    calls: u32,
+    per_second: f64,
+    p50_us: f64,
+    p99_us: f64,
+    /// New intents per second through the ledger alone, at as many callers.
+    ledger_only_per_second: f64,
+}
+
+impl ConcurrentFigures {
+    fn of(concurrent: Option<&Concurrent>) -> ConcurrentFigures {
+        let Some(concurrent) = concurrent else {
+            return ConcurrentFigures {
+                calls: 0,
+                per_second: 0.0,
+                p50_us: 0.0,
+                p99_us: 0.0,
+                ledger_only_per_second: 0.0,
+            };
+        };
+        let (p50_us, p99_us) = p50_p99_us(&concurrent.latencies);
+        ConcurrentFigures {
+            calls: concurrent.calls,
+            per_second: f64::from(concurrent.calls) / concurrent.elapsed.as_secs_f64(),
+            p50_us,
+            p99_us,
+            ledger_only_per_second: concurrent.ledger_only_per_second,
+        }
+    }
+}
+
+impl Breakdown {
+    /// Where a new call's time goes, as a table of its own.
+    fn table(&self) -> String {
+        let row = |label: &str, us: f64| [label.to_owned(), format!("{us:.1} us")];
+        let rows = [
+            ["phase of a new call (means)".to_owned(), "time".to_owned()],
+            row("HTTP round trip (healthz)", self.http_round_trip_us),
+            row("ledger get", self.ledger_get_us),
+            row("ledger begin (in_flight)", self.ledger_begin_us),
+            row("upstream request", self.upstream_request_us),
+            row("the rest of the gateway", self.gateway_other_us),
+            row("whole call", self.call_mean_us),
+            row("ledger finish (after the answer)", self.ledger_finish_us),
+        ];
+        table::render(rows, &[Align::Left, Align::Right])
     }
 }
 

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use clap::{Args, Subcommand, ValueEnum};
 use intentgate_core::text::printable;
 use intentgate_gate::{Clock, SystemClock};
 use intentgate_ledger::{
@@ -21,12 +22,124 @@ use intentgate_ledger::{
 };
 use serde_json::json;
 
-use crate::Exit;
-use crate::cli::{
-    ApprovalStateArgument, ApprovalsArgs, ApprovalsCommand, ApprovalsDecideArgs, ApprovalsFormat,
-    ApprovalsListArgs, IntentsLedgerArgs,
-};
-use crate::time::utc;
+use intentgate_terminal::Exit;
+use intentgate_terminal::time::utc;
+
+use crate::location::{IntentsLedgerArgs, open as open_location};
+
+/// `intentgate approvals`.
+#[derive(Debug, Args)]
+pub struct ApprovalsArgs {
+    #[command(subcommand)]
+    pub command: ApprovalsCommand,
+}
+
+/// What to do with intents held for approval (docs/design.md section 13). Each works on the
+/// ledger directly, whether or not a gateway is running.
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// List held intents, newest first: id, tenant, tool, who asked, when (UTC), the
+    /// deadline, the decision, what held it and the exact arguments.
+    #[command(
+        long_about = "List the intents held for approval, newest first: id, tenant, tool, who \
+asked, when and the deadline (UTC), the decision, what held it (the approval policy, or a \
+budget) and the exact arguments as the ledger keeps them (sensitive ones as their keyed \
+hashes, `hmac-sha256:...`).
+
+--state open (the default) lists the requests nobody has decided yet, approved those approved \
+whose intent has not started yet, closed those decided or expired."
+    )]
+    List(ApprovalsListArgs),
+    /// Approve a held intent, as --actor; the running gateway's sweeper then starts it.
+    #[command(
+        long_about = "Approve one held intent, recorded in the ledger under --actor \
+(with --reason, if given) in the intent's event log.
+
+Refused (exit status 1, saying why): when --actor is the subject that asked for the intent \
+(nobody approves their own request), when the request is no longer open (decided already, or \
+never held), and when its deadline has passed (the request is then settled: expired, the intent \
+not_executed, and a new call of it is held again).
+
+Unlike the admin API (POST /v1/admin/approvals/ID/approve) and the console, this command does \
+not execute the intent and does not count it against the tool's budgets: it works on the \
+ledger alone, without the gateway's gate. The running gateway's sweeper starts an approved \
+intent within its sweep interval (or the intent's next call does), and it is not counted \
+against the budgets that would have counted it had it been approved through the gateway. \
+The command checks no scope and no tenant: whoever can open the ledger can decide. Prefer the \
+admin API or the console, where only a credential with the `approve` scope of the intent's \
+tenant decides."
+    )]
+    Approve(ApprovalsDecideArgs),
+    /// Deny a held intent with --reason, as --actor: it is settled rejected.
+    #[command(
+        long_about = "Deny one held intent, recorded in the ledger under --actor with \
+--reason (required) in the intent's event log. The intent is settled rejected, and every call \
+of it, from any layer, is answered rejected with the reason, also for a tool that retries \
+rejections.
+
+Refused (exit status 1, saying why): when --actor is the subject that asked, when the request \
+is no longer open, and when its deadline has passed (the request is then settled expired)."
+    )]
+    Deny(ApprovalsDecideArgs),
+}
+
+/// Which held intents `approvals list` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ApprovalStateArgument {
+    /// Nobody has decided yet.
+    Open,
+    /// Approved, its attempt not started yet.
+    Approved,
+    /// Decided or expired.
+    Closed,
+}
+
+/// `intentgate approvals list`.
+#[derive(Debug, Args)]
+pub struct ApprovalsListArgs {
+    /// Which requests: open, approved or closed.
+    #[arg(long, value_enum, default_value_t = ApprovalStateArgument::Open)]
+    pub state: ApprovalStateArgument,
+    /// Only this tool's held intents.
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// Only this tenant's held intents.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Most held intents listed.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: u32,
+    /// `text` (a table) or `json` (one object per line).
+    #[arg(long, value_enum, default_value_t = ApprovalsFormat::Text)]
+    pub format: ApprovalsFormat,
+    #[command(flatten)]
+    pub location: IntentsLedgerArgs,
+}
+
+/// `intentgate approvals approve` and `intentgate approvals deny`.
+#[derive(Debug, Args)]
+pub struct ApprovalsDecideArgs {
+    /// The held intent's id (the first column of `approvals list`).
+    pub id: i64,
+    /// Who decides, as the event log records it: never the subject that asked.
+    #[arg(long)]
+    pub actor: String,
+    /// Why: optional for an approval, required for a denial (the model that asked reads
+    /// it). At most 1024 bytes.
+    #[arg(long)]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub location: IntentsLedgerArgs,
+}
+
+/// How `approvals list` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ApprovalsFormat {
+    /// A table.
+    Text,
+    /// JSON: one object per line.
+    Json,
+}
 
 /// Widest column of the text table; longer values (keys, arguments) are cut with `…`.
 const COLUMN_WIDTH_MAX: usize = 60;
@@ -42,7 +155,7 @@ pub async fn run(arguments: ApprovalsArgs) -> anyhow::Result<()> {
 /// Opens the ledger named by `--ledger`, or by the config's `gateway.ledger`, as
 /// `intentgate intents` does. A SQLite file must exist already.
 async fn open(location: &IntentsLedgerArgs) -> anyhow::Result<Arc<dyn Ledger>> {
-    Ok(crate::intents::open(location).await?.0)
+    Ok(open_location(location).await?.0)
 }
 
 async fn list(arguments: ApprovalsListArgs) -> anyhow::Result<()> {
@@ -132,7 +245,7 @@ fn table(held: &[HeldIntent]) -> String {
             printable(&intent.arguments.to_string()),
         ]);
     }
-    crate::table::render(rows, &[])
+    intentgate_terminal::table::render(rows, &[])
 }
 
 fn decision(approval: &Approval) -> String {

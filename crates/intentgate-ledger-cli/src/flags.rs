@@ -8,20 +8,123 @@
 //! `--ledger` is given, the ledger.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use clap::{Args, Subcommand, ValueEnum};
 use intentgate_config::{HashKeySource, LoadedConfig};
 use intentgate_core::limits::{ACTOR_LENGTH_MAX, EVENT_DETAIL_LENGTH_MAX};
 use intentgate_gate::{Clock, SystemClock};
 use intentgate_ledger::{Durability, Ledger, ToolFlag};
 use serde::Serialize;
 
-use crate::cli::{
-    FlagsArgs, FlagsCommand, FlagsDisableArgs, FlagsEnableArgs, FlagsFormat, FlagsLedgerArgs,
-    FlagsListArgs,
-};
 use intentgate_runtime::load_reading;
+
+/// `intentgate flags`.
+#[derive(Debug, Args)]
+pub struct FlagsArgs {
+    #[command(subcommand)]
+    pub command: FlagsCommand,
+}
+
+/// What to do with the kill-switch flags. Each works on the ledger directly, whether or
+/// not a gateway is running.
+#[derive(Debug, Subcommand)]
+pub enum FlagsCommand {
+    /// List every tool of the config as on or off, with the reason, who and when.
+    #[command(
+        long_about = "List every tool of the config as on or off, with the reason, who \
+switched it and when (UTC), as stored in the ledger. Flags stored for tools that are no longer \
+in the config are listed too, marked as such. A switch is honoured by every gateway sharing \
+the ledger within a second."
+    )]
+    List(FlagsListArgs),
+    /// Switch a tool off: every gateway sharing the ledger answers its calls with status
+    /// `disabled` within a second.
+    #[command(long_about = "Switch a tool off (the kill switch).
+
+The flag is written to the ledger, so it is honoured by every gateway sharing the ledger within a \
+second (`intentgate serve` replicas and `intentgate mcp`), whether or not one is running now: \
+calls to the tool do nothing and return status `disabled` (the model is told a person will \
+follow up), while the agent keeps running. MCP clients connected over stdio are told that the \
+tool list changed. `intentgate flags enable TOOL` switches it back on.")]
+    Disable(FlagsDisableArgs),
+    /// Switch a tool back on: every gateway sharing the ledger runs its calls again within
+    /// a second.
+    #[command(long_about = "Switch a tool back on.
+
+The flag is written to the ledger, so it is honoured by every gateway sharing the ledger within a \
+second (`intentgate serve` replicas and `intentgate mcp`): calls to the tool run again. \
+MCP clients connected over stdio are told that the tool list changed.")]
+    Enable(FlagsEnableArgs),
+}
+
+/// Where the flags live: the config names the tools and, unless --ledger is given, the
+/// ledger and its durability.
+#[derive(Debug, Args)]
+pub struct FlagsLedgerArgs {
+    /// The tool config (YAML) of the gateways: its tool names, and its `gateway.ledger`.
+    /// Its upstreams' secrets (`${NAME}`) need not be set: flags call no upstream.
+    #[arg(long, env = "INTENTGATE_CONFIG")]
+    pub config: PathBuf,
+    /// The ledger (overrides `gateway.ledger`): a SQLite file, or a PostgreSQL URL. The
+    /// one every gateway of the deployment uses. A relative path is read from the working
+    /// directory (a relative `gateway.ledger`, from the config file's folder); the absolute
+    /// one is printed on stderr.
+    #[arg(long, env = "INTENTGATE_LEDGER")]
+    pub ledger: Option<String>,
+}
+
+/// `intentgate flags list`.
+#[derive(Debug, Args)]
+pub struct FlagsListArgs {
+    #[command(flatten)]
+    pub location: FlagsLedgerArgs,
+    /// `text` (a table) or `json` (one object).
+    #[arg(long, value_enum, default_value_t = FlagsFormat::Text)]
+    pub format: FlagsFormat,
+}
+
+/// `intentgate flags disable`.
+#[derive(Debug, Args)]
+pub struct FlagsDisableArgs {
+    /// The tool to switch off, as named in the config.
+    pub tool: String,
+    /// Why it is switched off, for whoever reads the list next (stored in the ledger and
+    /// its event log).
+    #[arg(long)]
+    pub reason: String,
+    /// Who switches it off.
+    #[arg(long, env = "USER", default_value = "cli")]
+    pub actor: String,
+    #[command(flatten)]
+    pub location: FlagsLedgerArgs,
+}
+
+/// `intentgate flags enable`.
+#[derive(Debug, Args)]
+pub struct FlagsEnableArgs {
+    /// The tool to switch back on, as named in the config.
+    pub tool: String,
+    /// Why it is switched back on (stored in the ledger and its event log).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Who switches it on.
+    #[arg(long, env = "USER", default_value = "cli")]
+    pub actor: String,
+    #[command(flatten)]
+    pub location: FlagsLedgerArgs,
+}
+
+/// How `flags list` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FlagsFormat {
+    /// A table.
+    Text,
+    /// One JSON object.
+    Json,
+}
 
 /// Most characters of a reason shown in the text table; `--format json` shows all of it.
 const REASON_SHOWN_MAX: usize = 80;
@@ -177,7 +280,7 @@ fn rows(tools: &[&str], flags: Vec<ToolFlag>) -> Vec<Row> {
             updated_ms: flag.as_ref().map(|flag| flag.updated_ms),
             updated_at: flag
                 .as_ref()
-                .map(|flag| crate::time::utc_rfc3339(flag.updated_ms)),
+                .map(|flag| intentgate_terminal::time::utc_rfc3339(flag.updated_ms)),
         }
     };
     let mut rows: Vec<Row> = tools
@@ -212,7 +315,7 @@ fn table(rows: &[Row]) -> String {
         })
         .collect();
     let header = header.map(str::to_owned);
-    crate::table::render(std::iter::once(header).chain(cells), &[])
+    intentgate_terminal::table::render(std::iter::once(header).chain(cells), &[])
 }
 
 /// A reason on one line of the table: whitespace runs as single spaces, cut at

@@ -6,9 +6,10 @@ use std::fmt::Write as _;
 use intentgate_mock::MockProvider;
 use serde::Serialize;
 
-use super::agent::Served;
-use super::incident::Incident;
-use crate::table::{self, Align};
+use crate::agent::Served;
+use crate::incident::Incident;
+use crate::summary::summary;
+use intentgate_terminal::table::{self, Align};
 
 /// What one run did to the provider and what the agents were told.
 #[derive(Debug, Serialize)]
@@ -212,17 +213,6 @@ impl Report {
         );
         out
     }
-}
-
-/// Statuses with their counts, the most frequent first: `done 424, awaiting_approval 212`.
-pub(super) fn summary(statuses: &BTreeMap<String, usize>) -> String {
-    let mut entries: Vec<(&String, &usize)> = statuses.iter().collect();
-    entries.sort_by(|x, y| y.1.cmp(x.1).then(x.0.cmp(y.0)));
-    entries
-        .iter()
-        .map(|(status, count)| format!("{status} {count}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 #[cfg(test)]

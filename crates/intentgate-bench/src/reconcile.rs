@@ -12,12 +12,13 @@
 //! intents through the same ledger query. Peak memory is the process's peak resident set
 //! during the run (reset before it, Linux only).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail, ensure};
 use async_trait::async_trait;
+use clap::Args;
 use intentgate_core::IntentStatus;
 use intentgate_http::ListedRecord;
 use intentgate_ledger::{
@@ -28,9 +29,30 @@ use intentgate_ops::{MismatchKind, ReconcileOptions, RecordSource, reconcile_too
 use serde::Serialize;
 use serde_json::json;
 
-use super::{existing_folder, progress, scratch_folder};
-use crate::cli::ReconcileBenchArgs;
-use crate::table::{self, Align};
+use crate::measure::{existing_folder, progress, scratch_folder};
+
+use intentgate_terminal::table::{self, Align};
+
+/// `intentgate bench reconcile`.
+#[derive(Debug, Args)]
+pub struct ReconcileBenchArgs {
+    /// The folder the ledger goes in (in a temporary folder inside it).
+    #[arg(long, env = "INTENTGATE_BENCH_DIR", default_value = ".")]
+    pub dir: PathBuf,
+
+    // The help is built at run time so that it states the limits' actual values.
+    #[arg(
+        long,
+        default_value_t = INTENTS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(i64::from(INTENTS_MIN)..=i64::from(INTENTS_MAX)),
+        help = format!("Intents in the window ({INTENTS_MIN} to {INTENTS_MAX})")
+    )]
+    pub intents: u32,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Default intents (and about as many provider records): the design target's size.
 pub const INTENTS_DEFAULT: u32 = 1_000_000;

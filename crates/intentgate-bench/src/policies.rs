@@ -22,13 +22,14 @@
 //! the budgets must have counted every call of `refund_budget` and nothing of the other two
 //! tools; otherwise the run fails.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use async_trait::async_trait;
+use clap::Args;
 use intentgate_core::{
     ApprovalPolicy, BeyondBudget, Budget, BudgetScope, CallStatus, Condition, Decimal, Effect,
     IntentStatus, ToolDefinition, ToolPolicies, UpstreamObservation,
@@ -40,13 +41,46 @@ use intentgate_ledger::{Ledger, SqliteLedger, SqliteOptions};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::ledger::{PostgresLedger, fresh_postgres};
-use super::{
+use crate::ledger::{PostgresLedger, fresh_postgres};
+use crate::measure::{
     TargetCheck, cores, existing_folder, microseconds, percentile, progress, rounded,
     scratch_folder, target_cells,
 };
-use crate::cli::{DurabilityArgument, PoliciesBenchArgs};
-use crate::table::{self, Align};
+use intentgate_terminal::DurabilityArgument;
+use intentgate_terminal::table::{self, Align};
+
+/// `intentgate bench policies`.
+#[derive(Debug, Args)]
+pub struct PoliciesBenchArgs {
+    /// The folder the ledger goes in (in a temporary folder inside it).
+    #[arg(long, env = "INTENTGATE_BENCH_DIR", default_value = ".")]
+    pub dir: PathBuf,
+
+    #[arg(
+        long,
+        default_value_t = ROUNDS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(ROUNDS_MAX)),
+        help = format!(
+            "Measured rounds (1 to {ROUNDS_MAX}), each making one new refund per series"
+        )
+    )]
+    pub rounds: u32,
+
+    /// What a ledger write promises: `strict` fsyncs it (survives a power loss), `relaxed`
+    /// does not (survives a crash of the process). Relaxed by default here: an fsync costs
+    /// far more than what the policies add, and its noise would hide the difference.
+    #[arg(long, env = "INTENTGATE_DURABILITY", value_enum, default_value_t = DurabilityArgument::Relaxed)]
+    pub durability: DurabilityArgument,
+
+    /// Measure a PostgreSQL ledger instead (postgres://user@host:port/database): in a fresh
+    /// schema named for the run, dropped afterwards.
+    #[arg(long, value_name = "URL")]
+    pub ledger: Option<String>,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Default measured rounds: a stable p50 and a meaningful p99 in well under a minute under
 /// relaxed durability (each round makes three new intents).
@@ -593,11 +627,29 @@ impl Report {
                 "",
             ),
         ];
+        let mut text = self.heading();
+        text.push_str(&table::render(
+            rows,
+            &[
+                Align::Left,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Left,
+                Align::Left,
+            ],
+        ));
+        text
+    }
+
+    /// The lines above the table: what was measured, over which ledger, and what was checked.
+    fn heading(&self) -> String {
         let store = match self.ledger {
             "postgresql" => format!("a PostgreSQL ledger at {}", self.ledger_location),
             _ => format!("a SQLite ledger in {}", self.dir),
         };
-        let mut text = format!(
+        format!(
             "intentgate bench policies: three side-effecting refund tools through one gate \
              (Gate::call, in process, an upstream that answers at once), over {store}, \
              durability {} ({} cores)\n\
@@ -612,20 +664,7 @@ impl Report {
             self.warm_up_rounds,
             self.intents_done,
             self.budget_counts,
-        );
-        text.push_str(&table::render(
-            rows,
-            &[
-                Align::Left,
-                Align::Right,
-                Align::Right,
-                Align::Right,
-                Align::Right,
-                Align::Left,
-                Align::Left,
-            ],
-        ));
-        text
+        )
     }
 }
 

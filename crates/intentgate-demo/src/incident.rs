@@ -28,9 +28,10 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use super::AGENTS_AT_ONCE;
-use super::agent::{self, Customer};
-use crate::table::{self, Align};
+use intentgate_terminal::table::{self, Align};
+
+use crate::agent::{self, AGENTS_AT_ONCE, Customer};
+use crate::summary::summary;
 
 /// The incident's tool and budget, embedded so the demo needs no files.
 const INCIDENT_CONFIG: &str = include_str!("incident.yaml");
@@ -147,7 +148,7 @@ async fn replay(
     let hash_key = HashKeySource::EnvironmentOrEphemeral(intentgate_runtime::ephemeral_hash_key()?);
     let mut loaded = intentgate_config::load_str_with(
         INCIDENT_CONFIG,
-        "crates/intentgate/src/demo/incident.yaml",
+        "crates/intentgate-demo/src/incident.yaml",
         &|_| None,
         &hash_key,
     )
@@ -329,16 +330,8 @@ impl Incident {
             &[Align::Left, Align::Right, Align::Right],
         ));
         let _ = writeln!(out, "\nwhat the agent was told:");
-        let _ = writeln!(
-            out,
-            "  without budget: {}",
-            super::report::summary(&a.statuses)
-        );
-        let _ = writeln!(
-            out,
-            "  with budget:    {}",
-            super::report::summary(&b.statuses)
-        );
+        let _ = writeln!(out, "  without budget: {}", summary(&a.statuses));
+        let _ = writeln!(out, "  with budget:    {}", summary(&b.statuses));
         let _ = writeln!(
             out,
             "\nthe budget held back {} refunds: each order's second refund was recorded and held, \

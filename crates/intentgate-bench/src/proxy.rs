@@ -14,7 +14,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
-use super::LoopbackServer;
+use crate::loopback::LoopbackServer;
 
 /// The request headers forwarded: those a refund carries to the provider. Others (the
 /// client's `Host`, `Connection`) belong to the hop, not the request.

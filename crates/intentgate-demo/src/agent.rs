@@ -18,6 +18,8 @@ const MODEL_RETRIES: usize = 1;
 const ASKS_AGAIN_PER_THOUSAND: u32 = 400;
 /// How long a returning customer takes to ask again (scaled).
 const RETURN_AFTER: Duration = Duration::from_millis(150);
+/// Customers served at once, as an agent fleet would.
+pub const AGENTS_AT_ONCE: usize = 64;
 
 /// One customer with one refund to get.
 #[derive(Debug, Clone)]

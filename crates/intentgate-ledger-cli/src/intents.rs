@@ -12,9 +12,9 @@
 //! hashes (`hmac-sha256:...`).
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use anyhow::{Context, anyhow, bail};
+use clap::{Args, Subcommand, ValueEnum};
 use intentgate_admin::{
     ManualReopen, ManualResolution, Unresolvable, check_erase, check_reopenable, check_resolvable,
     erase_all,
@@ -23,15 +23,256 @@ use intentgate_core::IntentStatus;
 use intentgate_core::text::printable;
 use intentgate_gate::{Clock, SystemClock};
 use intentgate_ledger::{
-    Durability, Erase, Event, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order,
+    Erase, Event, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order,
 };
 use serde_json::json;
 
-use crate::cli::{
-    IntentsArgs, IntentsCommand, IntentsEraseArgs, IntentsFormat, IntentsLedgerArgs,
-    IntentsListArgs, IntentsReopenArgs, IntentsResolveArgs, IntentsShowArgs,
-};
-use crate::time::utc;
+use intentgate_terminal::time::utc;
+
+use crate::location::{IntentsLedgerArgs, open};
+
+/// `intentgate intents`.
+#[derive(Debug, Args)]
+pub struct IntentsArgs {
+    #[command(subcommand)]
+    pub command: IntentsCommand,
+}
+
+/// What to do with intents. Each works on the ledger directly, whether or not a gateway is
+/// running.
+#[derive(Debug, Subcommand)]
+pub enum IntentsCommand {
+    /// List intents, newest first: id, tenant, tool, key, status, calls, attempts, when
+    /// first seen (UTC) and the provider's external id.
+    List(IntentsListArgs),
+    /// Show one intent and its event log.
+    Show(IntentsShowArgs),
+    /// Resolve an intent by hand: `done` with the provider's external id, or `not_executed`.
+    #[command(
+        long_about = "Resolve an intent by hand: `done` with the provider's external id \
+(the effect happened), or `not_executed` (it certainly did not).
+
+Only an intent whose outcome is unknown (or left in_flight with an expired lease) can be \
+resolved; a done or otherwise settled intent can't be changed. Check the provider first (its \
+dashboard, or a lookup by the intent key). The change is written to the intent's event log with \
+--actor and --reason, and every repeat of the call then gets the resolved answer: `done` \
+replays the external id as already_done, `not_executed` lets the next call try again. A \
+rejected intent is not resolved but reopened (`intentgate intents reopen`)."
+    )]
+    Resolve(IntentsResolveArgs),
+    /// Reopen a rejected intent whose refusal was the gateway's own error (a wrong API key,
+    /// a wrong route): it becomes `not_executed`, and the next call executes it.
+    #[command(
+        long_about = "Reopen a rejected intent whose stored refusal was wrong: the provider \
+refused the gateway, not the customer's request (a wrong or expired API key answered 401, a \
+key without a permission 403, a misconfigured route 404), and every repeat of the call has been \
+answered with that refusal since.
+
+Fix the gateway's config first (and restart it), then reopen: the intent becomes not_executed, \
+its stored refusal is dropped and its provider idempotency key moves to a new epoch (`#2`, as \
+a retry of a rejection does: the refused attempt did nothing, and a provider that stored its \
+refusal under the old key would replay it). The next call of the tool with the same arguments \
+then executes it, once. Only a rejected intent can be reopened; an unknown one is resolved \
+(`intentgate intents resolve`), a done one is final.
+
+The intent is named by its tool and key, as `intentgate intents list --status rejected` and the \
+gateway's log lines show them, within --tenant. The change is written to the intent's event \
+log (kind `reopen`) with --actor and --reason.
+
+Since calls that fail because the gateway is misconfigured now end not_executed rather than \
+rejected, this is for refusals stored before that, or by an older gateway."
+    )]
+    Reopen(IntentsReopenArgs),
+    /// Erase a tenant's intents (or one tool's, or one key's) on request, with their events.
+    #[command(
+        long_about = "Erase a tenant's intents (or one tool's, or one intent key's) on request, \
+with their event log and the reconciliation mismatches that name them: for a customer who \
+leaves, or a data-protection request.
+
+Settled intents (done, rejected, not_executed) are erased. An intent that is not settled \
+(pending, in flight, unknown) may have had its effect; once erased the gateway forgets it, and \
+a repeat of its call would execute again: such intents are refused unless --force is given \
+(resolve them first with `intentgate intents resolve`). An intent a call holds right now is \
+never erased. A repeat of an erased intent's call is a new intent, so erase only what no agent \
+will ask for again.
+
+The erasure is written to the ledger's event log (kind `erased`: tenant, tool, counts, actor \
+and reason, never what was erased) and to this command's log (stderr). Keep personal data out \
+of --reason. SQLite overwrites deleted rows and truncates its WAL when it can; PostgreSQL keeps \
+deleted rows until VACUUM reclaims them."
+    )]
+    Erase(IntentsEraseArgs),
+}
+
+/// `intentgate intents list`.
+#[derive(Debug, Args)]
+pub struct IntentsListArgs {
+    /// Only this tool's intents.
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// Only intents in this status.
+    #[arg(long, value_enum)]
+    pub status: Option<StatusArgument>,
+    /// Only this tenant's intents.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only the intent with this key.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Most intents listed.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub limit: u32,
+    /// Oldest first instead of newest first.
+    #[arg(long)]
+    pub oldest: bool,
+    /// `text` (a table) or `json` (one object per line).
+    #[arg(long, value_enum, default_value_t = IntentsFormat::Text)]
+    pub format: IntentsFormat,
+    #[command(flatten)]
+    pub location: IntentsLedgerArgs,
+}
+
+/// `intentgate intents show`.
+#[derive(Debug, Args)]
+pub struct IntentsShowArgs {
+    /// The intent's id (the first column of `intents list`).
+    pub id: i64,
+    /// `text` or `json` (one object: the intent and its events).
+    #[arg(long, value_enum, default_value_t = IntentsFormat::Text)]
+    pub format: IntentsFormat,
+    #[command(flatten)]
+    pub location: IntentsLedgerArgs,
+}
+
+/// `intentgate intents resolve`.
+#[derive(Debug, Args)]
+pub struct IntentsResolveArgs {
+    /// The intent's id (the first column of `intents list`).
+    pub id: i64,
+    /// What happened: `done` (needs --external-id) or `not_executed`.
+    #[arg(long, value_enum)]
+    pub status: ManualStatusArgument,
+    /// The provider's id for the effect (the refund's or charge's id); required for `done`.
+    #[arg(long)]
+    pub external_id: Option<String>,
+    /// Why: what the provider or the customer showed. Written to the event log.
+    #[arg(long)]
+    pub reason: String,
+    /// Who resolves it (written to the event log).
+    #[arg(long, env = "USER", default_value = "cli")]
+    pub actor: String,
+    #[command(flatten)]
+    pub location: IntentsLedgerArgs,
+}
+
+/// `intentgate intents reopen`.
+#[derive(Debug, Args)]
+pub struct IntentsReopenArgs {
+    /// The intent's tool (the TOOL column of `intents list`).
+    pub tool: String,
+    /// The intent's key (the KEY column of `intents list`).
+    pub key: String,
+    /// The intent's tenant.
+    #[arg(long, default_value = "default")]
+    pub tenant: String,
+    /// Why the stored refusal was wrong (the misconfiguration, and that it is fixed).
+    /// Written to the event log.
+    #[arg(long)]
+    pub reason: String,
+    /// Who reopens it (written to the event log).
+    #[arg(long, env = "USER", default_value = "cli")]
+    pub actor: String,
+    #[command(flatten)]
+    pub location: IntentsLedgerArgs,
+}
+
+/// `intentgate intents erase`.
+#[derive(Debug, Args)]
+pub struct IntentsEraseArgs {
+    /// Whose data: the tenant's intents.
+    #[arg(long)]
+    pub tenant: String,
+    /// Only this tool's intents of the tenant.
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// Only the intent with this key (as `intents list` shows it); needs --tool.
+    #[arg(long, requires = "tool")]
+    pub key: Option<String>,
+    /// Why: the request this answers. Kept in the event log, so name no personal data.
+    #[arg(long)]
+    pub reason: String,
+    /// Who asks for it (written to the event log).
+    #[arg(long, env = "USER", default_value = "cli")]
+    pub actor: String,
+    /// Also erase intents that are not settled (pending, in flight with an expired lease,
+    /// unknown), whose effect may have happened.
+    #[arg(long)]
+    pub force: bool,
+    /// `text` (one line) or `json` (one object with the counts).
+    #[arg(long, value_enum, default_value_t = IntentsFormat::Text)]
+    pub format: IntentsFormat,
+    #[command(flatten)]
+    pub location: IntentsLedgerArgs,
+}
+
+/// An intent status as a flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusArgument {
+    #[value(name = "pending")]
+    Pending,
+    #[value(name = "in_flight")]
+    InFlight,
+    #[value(name = "done")]
+    Done,
+    #[value(name = "rejected")]
+    Rejected,
+    #[value(name = "not_executed")]
+    NotExecuted,
+    #[value(name = "unknown")]
+    Unknown,
+}
+
+impl From<StatusArgument> for IntentStatus {
+    fn from(argument: StatusArgument) -> IntentStatus {
+        match argument {
+            StatusArgument::Pending => IntentStatus::Pending,
+            StatusArgument::InFlight => IntentStatus::InFlight,
+            StatusArgument::Done => IntentStatus::Done,
+            StatusArgument::Rejected => IntentStatus::Rejected,
+            StatusArgument::NotExecuted => IntentStatus::NotExecuted,
+            StatusArgument::Unknown => IntentStatus::Unknown,
+        }
+    }
+}
+
+/// The statuses an operator may set by hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ManualStatusArgument {
+    /// The effect happened at the provider.
+    #[value(name = "done")]
+    Done,
+    /// The effect certainly did not happen.
+    #[value(name = "not_executed")]
+    NotExecuted,
+}
+
+impl From<ManualStatusArgument> for IntentStatus {
+    fn from(argument: ManualStatusArgument) -> IntentStatus {
+        match argument {
+            ManualStatusArgument::Done => IntentStatus::Done,
+            ManualStatusArgument::NotExecuted => IntentStatus::NotExecuted,
+        }
+    }
+}
+
+/// How `intents list` and `intents show` print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IntentsFormat {
+    /// A table.
+    Text,
+    /// JSON: one object per line.
+    Json,
+}
 
 /// Intents read from the ledger at once while listing: a page in memory at a time.
 const PAGE_LIMIT: u32 = 1000;
@@ -46,48 +287,6 @@ pub async fn run(arguments: IntentsArgs) -> anyhow::Result<()> {
         IntentsCommand::Reopen(arguments) => reopen(arguments).await,
         IntentsCommand::Erase(arguments) => erase(arguments).await,
     }
-}
-
-/// Opens the ledger named by `--ledger`, or by the config's `gateway.ledger`. A SQLite file
-/// must exist already: a mistyped path must not create an empty ledger and list nothing.
-pub(crate) async fn open(
-    location: &IntentsLedgerArgs,
-) -> anyhow::Result<(Arc<dyn Ledger>, String)> {
-    let (ledger_location, durability) = match (&location.ledger, &location.config) {
-        (Some(ledger), _) => (
-            intentgate_runtime::ledger_location(Some(ledger), ledger),
-            Durability::Strict,
-        ),
-        (None, Some(config)) => {
-            // Only its ledger is read: no hash key and no upstream secret needed.
-            let loaded = intentgate_runtime::load_reading(
-                config,
-                &intentgate_config::HashKeySource::NotNeeded,
-            )?;
-            let gateway = &loaded.config.gateway;
-            (
-                intentgate_runtime::ledger_location(None, &gateway.ledger),
-                intentgate_runtime::durability(gateway.durability),
-            )
-        }
-        (None, None) => bail!(
-            "say which ledger: --config FILE (its gateway.ledger) or --ledger PATH_OR_URL, \
-or set INTENTGATE_CONFIG or INTENTGATE_LEDGER"
-        ),
-    };
-    let shown = intentgate_ledger::display_location(&ledger_location);
-    // On stderr, so that the listing on stdout stays what a script reads.
-    eprintln!("ledger: {shown}");
-    if !intentgate_ledger::Location::parse(&ledger_location).exists() {
-        bail!(
-            "there is no ledger at {shown}: give the path of the gateway's ledger file \
-(gateway.ledger of its config, or its --ledger)"
-        );
-    }
-    let ledger = intentgate_ledger::open(&ledger_location, durability)
-        .await
-        .with_context(|| format!("opening the intent ledger at {shown}"))?;
-    Ok((ledger, shown))
 }
 
 async fn list(arguments: IntentsListArgs) -> anyhow::Result<()> {
@@ -463,7 +662,7 @@ fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     };
     let header: Vec<String> = header.iter().map(|title| (*title).to_owned()).collect();
     let rows = std::iter::once(header).chain(rows.iter().map(|row| cells(row)));
-    out.push_str(&crate::table::render(rows, &[]));
+    out.push_str(&intentgate_terminal::table::render(rows, &[]));
 }
 
 /// `text` cut to `width` characters, the last one `…` when cut.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::json;
 
-use super::agent::{Customer, Tool, ToolResult};
+use crate::agent::{Customer, Tool, ToolResult};
 
 /// Attempts of one request by the HTTP client (the OpenAI and Anthropic SDKs retry twice).
 const HTTP_ATTEMPTS: usize = 3;

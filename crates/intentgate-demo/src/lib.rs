@@ -22,18 +22,23 @@
 //!
 //! Last, the runaway-refund incident: an agent told to "retry refunds that may have failed"
 //! refunds 212 customers twice under new intent ids, which no key can stop, replayed without
-//! and then with a per-order budget ([`incident`]).
+//! and then with a per-order budget (`incident.rs`).
+//!
+//! The binary's `demo` command wraps [`DemoArgs`], reads the fault plan `--faults` names and
+//! calls [`run`]; the README's first command is this one.
 
 mod agent;
 mod incident;
 mod naive;
 mod report;
+mod summary;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use intentgate_config::HashKeySource;
 use intentgate_core::IntentStatus;
@@ -45,20 +50,17 @@ use intentgate_ops::reconcile::{PROVIDER_PAGE, Pairing, ToolToReconcile};
 use intentgate_ops::{Mismatch, ReconcileOptions, reconcile_tool};
 use tokio::sync::Semaphore;
 
-use crate::cli::{DemoArgs, DemoProvider};
-use agent::{Agent, Customer, Tool};
+use agent::{AGENTS_AT_ONCE, Agent, Customer, Tool};
 pub use report::{Amounts, Report, Run};
 
 /// The example config, embedded so the demo needs no files.
-const EXAMPLE_CONFIG: &str = include_str!("../../../../examples/support-agent.yaml");
+const EXAMPLE_CONFIG: &str = include_str!("../../../examples/support-agent.yaml");
 /// The Stripe example, embedded the same way, for `--provider stripe`.
-const STRIPE_CONFIG: &str = include_str!("../../../../examples/stripe.yaml");
+const STRIPE_CONFIG: &str = include_str!("../../../examples/stripe.yaml");
 /// The secret the Stripe example reads; the mock takes any.
 const STRIPE_DUMMY_SECRET: &str = "sk_test_intentgate_demo";
 /// Everything slow is scaled by this: a 4.8 s p95 becomes 48 ms, a 10 s timeout 100 ms.
 const TIME_SCALE: f64 = 0.01;
-/// Customers served at once, as an agent fleet would.
-const AGENTS_AT_ONCE: usize = 64;
 /// The window reconciled after the run: far more than the run takes.
 const RECONCILE_WINDOW_MS: i64 = 60 * 60 * 1000;
 /// Sweeps after the provider recovers, [`RECOVERY_PAUSE`] apart: five scaled minutes, for
@@ -69,7 +71,42 @@ const RECOVERY_PAUSE: Duration = Duration::from_secs(30);
 /// Intents one sweep takes: every one the demo makes.
 const SWEEP_LIMIT: u32 = 10_000;
 
-pub async fn run(arguments: DemoArgs) -> anyhow::Result<()> {
+/// `intentgate demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Customers, each wanting one refund.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=20_000))]
+    pub customers: u32,
+    /// Seed of the customers, the agents' retries and the provider's faults.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Fault plan of the mock provider: `stormy` (every fault shape, often), `none`, or a
+    /// JSON file with the fields of `PUT /admin/faults`.
+    #[arg(long, default_value = "stormy")]
+    pub faults: String,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Which API the storm runs against: `mock` (the mock's own API, with the tools of
+    /// examples/support-agent.yaml) or `stripe` (the mock in Stripe's dialect, with the tools
+    /// of examples/stripe.yaml: form bodies, refunds of payment intents in cents, Stripe's
+    /// lists and key layer).
+    #[arg(long, value_enum, default_value_t = DemoProvider::Mock)]
+    pub provider: DemoProvider,
+}
+
+/// The API `demo` runs its storm against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DemoProvider {
+    /// The mock's own JSON API and examples/support-agent.yaml.
+    Mock,
+    /// The mock in Stripe's dialect and examples/stripe.yaml.
+    Stripe,
+}
+
+/// Runs the demo with the fault plan `arguments.faults` names (`plan`), and prints its
+/// report on stdout: a table, or one JSON object with `--json`.
+pub async fn run(arguments: DemoArgs, plan: HttpFaultPlan) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let started = Instant::now();
     let customers = agent::customers(arguments.seed, arguments.customers as usize);
@@ -87,9 +124,9 @@ pub async fn run(arguments: DemoArgs) -> anyhow::Result<()> {
     };
 
     progress.set_message("naive wrapper");
-    let naive = run_naive(&arguments, &customers, &progress).await?;
+    let naive = run_naive(&arguments, &plan, &customers, &progress).await?;
     progress.set_message("intentgate");
-    let gated = run_intentgate(&arguments, &customers, &progress).await?;
+    let gated = run_intentgate(&arguments, &plan, &customers, &progress).await?;
     progress.set_message("runaway agent");
     let incident = incident::run(arguments.seed, &progress).await?;
     progress.finish_and_clear();
@@ -113,8 +150,8 @@ pub async fn run(arguments: DemoArgs) -> anyhow::Result<()> {
 }
 
 /// The mock provider with the demo's plan, on a loopback port.
-async fn start_provider(arguments: &DemoArgs) -> anyhow::Result<MockServer> {
-    let mut plan = crate::faults::plan(&arguments.faults)?;
+async fn start_provider(arguments: &DemoArgs, plan: &HttpFaultPlan) -> anyhow::Result<MockServer> {
+    let mut plan = plan.clone();
     plan.seed = arguments.seed;
     plan.latency_scale *= TIME_SCALE;
     plan.retry_after_ms = scale(Duration::from_millis(plan.retry_after_ms)).as_millis() as u64;
@@ -161,10 +198,11 @@ async fn serve_customers(
 
 async fn run_naive(
     arguments: &DemoArgs,
+    plan: &HttpFaultPlan,
     customers: &[Customer],
     progress: &ProgressBar,
 ) -> anyhow::Result<Run> {
-    let server = start_provider(arguments).await?;
+    let server = start_provider(arguments, plan).await?;
     let stripe = arguments.provider == DemoProvider::Stripe;
     let tool: Arc<dyn Tool> = Arc::new(naive::NaiveRefund::new(
         &server.url(),
@@ -187,10 +225,11 @@ async fn run_naive(
 
 async fn run_intentgate(
     arguments: &DemoArgs,
+    plan: &HttpFaultPlan,
     customers: &[Customer],
     progress: &ProgressBar,
 ) -> anyhow::Result<Run> {
-    let server = start_provider(arguments).await?;
+    let server = start_provider(arguments, plan).await?;
     let url = server.url();
     let stripe = arguments.provider == DemoProvider::Stripe;
     // The example's only variables: the provider's address, and Stripe's secret.

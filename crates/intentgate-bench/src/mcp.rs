@@ -23,11 +23,12 @@
 //! must hold one `done` intent per call through the gateway; otherwise the run fails.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+use clap::Args;
 use intentgate_core::{CallStatus, Effect, IntentStatus, ToolDefinition};
 use intentgate_gate::{CallContext, Gate, GateOptions, SystemClock};
 use intentgate_ledger::{Ledger, SqliteLedger, SqliteOptions};
@@ -52,13 +53,41 @@ use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::gateway::GatewayServer;
-use super::{
-    LoopbackServer, cores, existing_folder, microseconds, percentile, progress, rounded,
-    scratch_folder,
+use crate::gateway::GatewayServer;
+use crate::loopback::LoopbackServer;
+use crate::measure::{
+    cores, existing_folder, microseconds, percentile, progress, rounded, scratch_folder,
 };
-use crate::cli::{DurabilityArgument, McpBenchArgs};
-use crate::table::{self, Align};
+use intentgate_terminal::DurabilityArgument;
+use intentgate_terminal::table::{self, Align};
+
+/// `intentgate bench mcp`.
+#[derive(Debug, Args)]
+pub struct McpBenchArgs {
+    /// The folder the ledger goes in (in a temporary folder inside it). Pick a folder on the
+    /// disk that will hold the real ledger: under strict durability its fsyncs are measured.
+    #[arg(long, env = "INTENTGATE_BENCH_DIR", default_value = ".")]
+    pub dir: PathBuf,
+
+    #[arg(
+        long,
+        default_value_t = ROUNDS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(ROUNDS_MAX)),
+        help = format!(
+            "Measured rounds (1 to {ROUNDS_MAX}), each making one new refund per series"
+        )
+    )]
+    pub rounds: u32,
+
+    /// What a ledger write promises before the upstream call: `strict` fsyncs it (survives a
+    /// power loss), `relaxed` does not (survives a crash of the process).
+    #[arg(long, env = "INTENTGATE_DURABILITY", value_enum, default_value_t = DurabilityArgument::Strict)]
+    pub durability: DurabilityArgument,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Default measured rounds: a stable p50 and a meaningful p99 in well under a minute under
 /// strict durability (each round makes three intents, each with an fsync).
