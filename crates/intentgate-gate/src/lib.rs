@@ -15,8 +15,8 @@
 //! **Architecture invariant:** nothing is sent without a durable `in_flight` record and a
 //! held lease. The `lease` module makes it a type: a `Lease` is made only from what the
 //! ledger's `begin` answered, and the one function that sends a side effect's request takes
-//! it and asserts, where the request leaves, that the request is the intent's, the intent
-//! `in_flight` and the lease live by the gate's clock.
+//! it and asserts, where the request leaves, that the request is the intent's and the intent
+//! `in_flight`; a lease that ran out by the gate's clock meanwhile sends nothing.
 //!
 //! Every gate counts and times what it does ([`Metrics`], in the Prometheus text format),
 //! announces each repeated call for an existing intent ([`Gate::repeated_calls`]), for the

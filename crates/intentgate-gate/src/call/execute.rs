@@ -119,13 +119,28 @@ impl Gate {
 
     /// Sends one attempt of the lease's intent: the one way a side effect's request leaves.
     /// Asserts first that it may ([`Lease::check_send`]): this intent's request, the intent
-    /// durably `in_flight`, the lease live by the gate's clock.
+    /// durably `in_flight`. A lease that ran out meanwhile (the process stalled) sends
+    /// nothing: the attempt is `NotSent`, which records `not_executed` if the intent is still
+    /// this attempt's, and is superseded if another caller took it over.
     pub(crate) async fn send_attempt(
         &self,
         lease: &Lease,
         call: UpstreamCall<'_>,
     ) -> (UpstreamObservation, RequestFacts) {
-        lease.check_send(&call, self.clock.now_ms());
+        lease.check_send(&call);
+        if !lease.live_at(self.clock.now_ms()) {
+            tracing::warn!(
+                tool = %call.tool.name,
+                key = call.intent_key.unwrap_or_default(),
+                "the lease ran out before the request left (the process stalled); nothing was sent"
+            );
+            return (
+                UpstreamObservation::NotSent {
+                    reason: "the gateway's lease ran out before the request left".to_owned(),
+                },
+                RequestFacts::default(),
+            );
+        }
         self.request(call).await
     }
 
