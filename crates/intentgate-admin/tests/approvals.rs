@@ -8,15 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use intentgate_admin::{Admin, AdminOptions, FailureLimit};
-use intentgate_core::policy::{ApprovalPolicy, ToolPolicies};
-use intentgate_core::{CallStatus, IntentStatus, Scope, Scopes, Tenant, ToolDefinition};
+use intentgate_core::{CallStatus, IntentStatus, Scope, Scopes, Tenant};
 use intentgate_gate::{CallContext, CallOutcome, SystemClock};
 use intentgate_ledger::Ledger;
 use intentgate_mock::FaultPlan;
 use intentgate_server::auth::{ActFor, ApiKey};
 use intentgate_server::{AuthOptions, Authenticator, ServerOptions};
-use intentgate_test_support::http::client;
-use intentgate_test_support::{Harness, refund, refund_tool};
+use intentgate_test_support::http::{client, content_type};
+use intentgate_test_support::{Harness, refund, refund_needing_approval};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::oneshot;
@@ -56,20 +55,6 @@ fn api_key(name: &str, key: &str, tenant: &str, scopes: &[Scope]) -> ApiKey {
         scopes: Scopes::from_iter(scopes.iter().copied()),
         act_for: ActFor::Own,
     }
-}
-
-/// `refund_order` whose every refund waits for an approver, for `deadline` at most.
-fn refund_needing_approval(deadline: Duration) -> ToolDefinition {
-    let mut tool = refund_tool();
-    tool.policies = Some(ToolPolicies {
-        approval: Some(ApprovalPolicy {
-            when: None,
-            tenants: None,
-            deadline_ms: deadline.as_millis() as u64,
-        }),
-        budgets: vec![],
-    });
-    tool
 }
 
 /// A gateway whose `refund_order` needs approval within `deadline`, with the admin token and
@@ -183,11 +168,7 @@ impl Server {
         }
         let response = request.send().await.unwrap();
         let status = response.status().as_u16();
-        let content_type = response
-            .headers()
-            .get("content-type")
-            .map(|value| value.to_str().unwrap().to_owned())
-            .unwrap_or_default();
+        let content_type = content_type(&response);
         let body = response.json().await.unwrap_or(Value::Null);
         Answer {
             status,

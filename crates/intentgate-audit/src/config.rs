@@ -13,7 +13,7 @@
 
 use intentgate_config::{ConfigErrors, LoadedConfig, ToolConfig};
 use intentgate_core::key::looks_per_attempt;
-use intentgate_core::{Effect, Executor};
+use intentgate_core::{Effect, Executor, ToolDefinition};
 use serde_json::Value;
 
 use super::{Finding, Severity};
@@ -84,192 +84,234 @@ pub fn check(loaded: &LoadedConfig, text: &str, file: &str, findings: &mut Vec<F
             )
             .tool(&tool.name),
         );
-        if tool.effect != Effect::SideEffect {
-            continue;
+        if tool.effect == Effect::SideEffect {
+            side_effect_findings(loaded, tool, definition, at, text, file, findings);
         }
-        if tool.executor == Executor::Client {
-            findings.push(
-                Finding::new(
-                    Severity::Note,
-                    "client-executed",
-                    file,
-                    at,
-                    format!(
-                        "`{}` is executed by the caller's code through the intent API \
-                         (`executor: client`): the gateway keeps its intents, key and leases, \
-                         but finding an effect after an unknown outcome (when granted \
-                         `look_up`) and reconciling with the provider's records are the \
-                         caller's, since the gateway can reach nothing of it",
-                        tool.name
-                    ),
-                    None,
-                )
-                .tool(&tool.name),
-            );
-        }
-        let mcp_lookup = tool
-            .mcp
-            .as_ref()
-            .is_some_and(|mcp| mcp.tool.lookup.is_some());
-        if tool.executor == Executor::Gateway && tool.lookup.is_none() && !mcp_lookup {
-            findings.push(
-                Finding::new(
-                    Severity::Error,
-                    "no-lookup",
-                    file,
-                    at,
-                    format!(
-                        "side-effecting tool `{}` has no `lookup`: after a timeout or a dropped \
-                         connection the gateway can't ask whether the effect happened, so the \
-                         intent stays unknown until a person resolves it",
-                        tool.name
-                    ),
-                    Some(
-                        "add a `lookup:` request that finds the effect and proves it is this \
-                         intent's by the provider key the gateway sent (`key`, where a record \
-                         carries `{idempotency_key}`) and by its business fields (`match`), \
-                         e.g. `lookup: {path: /v1/refunds, query: {idempotency_key: \
-                         \"{idempotency_key}\"}, found: /data, key: /idempotency_key, match: \
-                         {order_id: {record: /order_id}, amount: {record: /amount}}}`; where the \
-                         provider does not keep the idempotency header's value, send \
-                         `metadata: {idempotency_key: \"{idempotency_key}\"}` in the call's body \
-                         and use `key: /metadata/idempotency_key`"
-                            .to_owned(),
-                    ),
-                )
-                .tool(&tool.name),
-            );
-        }
-        if tool.owner.is_none() {
-            findings.push(
-                Finding::new(
-                    Severity::Warning,
-                    "no-owner",
-                    file,
-                    at,
-                    format!(
-                        "side-effecting tool `{}` has no `owner`: nobody hears about its {}",
-                        tool.name,
-                        match tool.executor {
-                            Executor::Gateway => {
-                                "reconciliation mismatches and duplicate-call alerts"
-                            }
-                            // Its reconciliation is the caller's.
-                            Executor::Client => "duplicate-call alerts",
+    }
+}
+
+/// The findings of one side-effecting tool, `at` its line and column: who executes it, how
+/// its unknown outcomes are settled, who hears about it, how it is reconciled, its key and
+/// sensitive arguments, and what its description tells the model.
+fn side_effect_findings(
+    loaded: &LoadedConfig,
+    tool: &ToolConfig,
+    definition: &ToolDefinition,
+    at: (u64, u64),
+    text: &str,
+    file: &str,
+    findings: &mut Vec<Finding>,
+) {
+    if tool.executor == Executor::Client {
+        findings.push(
+            Finding::new(
+                Severity::Note,
+                "client-executed",
+                file,
+                at,
+                format!(
+                    "`{}` is executed by the caller's code through the intent API \
+                     (`executor: client`): the gateway keeps its intents, key and leases, \
+                     but finding an effect after an unknown outcome (when granted \
+                     `look_up`) and reconciling with the provider's records are the \
+                     caller's, since the gateway can reach nothing of it",
+                    tool.name
+                ),
+                None,
+            )
+            .tool(&tool.name),
+        );
+    }
+    lookup_finding(tool, at, file, findings);
+    owner_finding(tool, at, file, findings);
+    list_findings(tool, at, file, findings);
+    key_not_sent(loaded, tool, text, file, findings);
+    key_arguments(tool, text, file, findings);
+    sensitive_arguments(loaded, tool, definition, at, file, findings);
+    description_finding(tool, definition, at, file, findings);
+}
+
+/// `no-lookup`: a tool the gateway executes with no way to ask whether its effect happened.
+fn lookup_finding(tool: &ToolConfig, at: (u64, u64), file: &str, findings: &mut Vec<Finding>) {
+    let mcp_lookup = tool
+        .mcp
+        .as_ref()
+        .is_some_and(|mcp| mcp.tool.lookup.is_some());
+    if tool.executor == Executor::Gateway && tool.lookup.is_none() && !mcp_lookup {
+        findings.push(
+            Finding::new(
+                Severity::Error,
+                "no-lookup",
+                file,
+                at,
+                format!(
+                    "side-effecting tool `{}` has no `lookup`: after a timeout or a dropped \
+                     connection the gateway can't ask whether the effect happened, so the \
+                     intent stays unknown until a person resolves it",
+                    tool.name
+                ),
+                Some(
+                    "add a `lookup:` request that finds the effect and proves it is this \
+                     intent's by the provider key the gateway sent (`key`, where a record \
+                     carries `{idempotency_key}`) and by its business fields (`match`), \
+                     e.g. `lookup: {path: /v1/refunds, query: {idempotency_key: \
+                     \"{idempotency_key}\"}, found: /data, key: /idempotency_key, match: \
+                     {order_id: {record: /order_id}, amount: {record: /amount}}}`; where the \
+                     provider does not keep the idempotency header's value, send \
+                     `metadata: {idempotency_key: \"{idempotency_key}\"}` in the call's body \
+                     and use `key: /metadata/idempotency_key`"
+                        .to_owned(),
+                ),
+            )
+            .tool(&tool.name),
+        );
+    }
+}
+
+/// `no-owner`: a tool whose alerts reach nobody.
+fn owner_finding(tool: &ToolConfig, at: (u64, u64), file: &str, findings: &mut Vec<Finding>) {
+    if tool.owner.is_none() {
+        findings.push(
+            Finding::new(
+                Severity::Warning,
+                "no-owner",
+                file,
+                at,
+                format!(
+                    "side-effecting tool `{}` has no `owner`: nobody hears about its {}",
+                    tool.name,
+                    match tool.executor {
+                        Executor::Gateway => {
+                            "reconciliation mismatches and duplicate-call alerts"
                         }
-                    ),
-                    Some(
-                        "add `owner: NAME` naming an entry of `owners:` (with a webhook, or \
-                         `log: true`)"
-                            .to_owned(),
-                    ),
-                )
-                .tool(&tool.name),
-            );
-        }
-        let records = tool.list_records();
-        if let Some(mcp) = tool.mcp.as_ref().filter(|_| records.is_none()) {
-            findings.push(
-                Finding::new(
-                    Severity::Warning,
-                    "no-list",
-                    file,
-                    at,
-                    format!(
-                        "side-effecting tool `{}` has no `list`: reconciliation can't compare \
-                         the ledger with the records of MCP upstream `{}`, so effects made \
-                         around the gateway go unnoticed (its unknown intents are still settled \
-                         by its lookup)",
-                        tool.name, mcp.upstream
-                    ),
-                    Some(
-                        "add a `list:` that calls a read-only tool of the same server a page at \
-                         a time (`tool`, `arguments` with {since_ms}, {until_ms} or {since_s}, \
-                         {until_s}, {cursor} and {limit}, `items`, `next_cursor` or `has_more`, \
-                         `fields`)"
-                            .to_owned(),
-                    ),
-                )
-                .tool(&tool.name),
-            );
-        } else if tool.executor == Executor::Gateway && records.is_none() {
-            findings.push(
-                Finding::new(
-                    Severity::Warning,
-                    "no-list",
-                    file,
-                    at,
-                    format!(
-                        "side-effecting tool `{}` has no `list`: reconciliation can't compare \
-                         the ledger with the provider's records, so effects made around the \
-                         gateway go unnoticed",
-                        tool.name
-                    ),
-                    Some(
-                        "add a `list:` request that pages through the provider's records over \
-                         a window (`path`, `query` with {since_ms}, {until_ms} or {since_s}, \
-                         {until_s} in Unix seconds, {cursor} and {limit}, `items`, \
-                         `next_cursor` or `has_more`, `fields`), pairing records with \
-                         intents by the provider key the gateway sent \
-                         (`fields.idempotency_key`) or, for a provider that keeps no key, by \
-                         business fields (`match: {order_id: {record: /order_id}, amount: \
-                         {record: /amount}}`)"
-                            .to_owned(),
-                    ),
-                )
-                .tool(&tool.name),
-            );
-        }
-        if let Some(list) = records
-            .as_ref()
-            .filter(|list| !list.match_fields.is_empty())
-        {
-            let fields: Vec<&str> = list.match_fields.keys().map(String::as_str).collect();
-            findings.push(
-                Finding::new(
-                    Severity::Note,
-                    "reconcile-by-fields",
-                    file,
-                    at,
-                    format!(
-                        "`{}`: reconciliation pairs provider records with intents by {} (the \
-                         provider keeps no provider key): it counts records per set of values, so \
-                         a record beyond the intents with those values is a duplicate, but which \
-                         of two alike intents a record belongs to, and whether a record is a \
-                         late re-send of an intent first seen before the window or a bypass, \
-                         can't be told",
-                        tool.name,
-                        fields.join(", ")
-                    ),
-                    None,
-                )
-                .tool(&tool.name),
-            );
-        }
-        key_not_sent(loaded, tool, text, file, findings);
-        key_arguments(tool, text, file, findings);
-        sensitive_arguments(loaded, tool, definition, at, file, findings);
-        let published = definition.published_description();
-        if !has_once_per_sentence(&published) {
-            findings.push(
-                Finding::new(
-                    Severity::Warning,
-                    "missing-once-per-sentence",
-                    file,
-                    at,
-                    format!(
-                        "the description of side-effecting tool `{}` does not tell the model \
-                         that one call per intent is enough",
-                        tool.name
-                    ),
-                    Some(format!(
-                        "end the description with \"{}\"",
-                        definition.once_per_sentence()
-                    )),
-                )
-                .tool(&tool.name),
-            );
-        }
+                        // Its reconciliation is the caller's.
+                        Executor::Client => "duplicate-call alerts",
+                    }
+                ),
+                Some(
+                    "add `owner: NAME` naming an entry of `owners:` (with a webhook, or \
+                     `log: true`)"
+                        .to_owned(),
+                ),
+            )
+            .tool(&tool.name),
+        );
+    }
+}
+
+/// `no-list` (reconciliation can't see the provider's records) and `reconcile-by-fields`
+/// (it sees them, but pairs them by business fields, which tells alike intents apart poorly).
+fn list_findings(tool: &ToolConfig, at: (u64, u64), file: &str, findings: &mut Vec<Finding>) {
+    let records = tool.list_records();
+    if let Some(mcp) = tool.mcp.as_ref().filter(|_| records.is_none()) {
+        findings.push(
+            Finding::new(
+                Severity::Warning,
+                "no-list",
+                file,
+                at,
+                format!(
+                    "side-effecting tool `{}` has no `list`: reconciliation can't compare \
+                     the ledger with the records of MCP upstream `{}`, so effects made \
+                     around the gateway go unnoticed (its unknown intents are still settled \
+                     by its lookup)",
+                    tool.name, mcp.upstream
+                ),
+                Some(
+                    "add a `list:` that calls a read-only tool of the same server a page at \
+                     a time (`tool`, `arguments` with {since_ms}, {until_ms} or {since_s}, \
+                     {until_s}, {cursor} and {limit}, `items`, `next_cursor` or `has_more`, \
+                     `fields`)"
+                        .to_owned(),
+                ),
+            )
+            .tool(&tool.name),
+        );
+    } else if tool.executor == Executor::Gateway && records.is_none() {
+        findings.push(
+            Finding::new(
+                Severity::Warning,
+                "no-list",
+                file,
+                at,
+                format!(
+                    "side-effecting tool `{}` has no `list`: reconciliation can't compare \
+                     the ledger with the provider's records, so effects made around the \
+                     gateway go unnoticed",
+                    tool.name
+                ),
+                Some(
+                    "add a `list:` request that pages through the provider's records over \
+                     a window (`path`, `query` with {since_ms}, {until_ms} or {since_s}, \
+                     {until_s} in Unix seconds, {cursor} and {limit}, `items`, \
+                     `next_cursor` or `has_more`, `fields`), pairing records with \
+                     intents by the provider key the gateway sent \
+                     (`fields.idempotency_key`) or, for a provider that keeps no key, by \
+                     business fields (`match: {order_id: {record: /order_id}, amount: \
+                     {record: /amount}}`)"
+                        .to_owned(),
+                ),
+            )
+            .tool(&tool.name),
+        );
+    }
+    if let Some(list) = records
+        .as_ref()
+        .filter(|list| !list.match_fields.is_empty())
+    {
+        let fields: Vec<&str> = list.match_fields.keys().map(String::as_str).collect();
+        findings.push(
+            Finding::new(
+                Severity::Note,
+                "reconcile-by-fields",
+                file,
+                at,
+                format!(
+                    "`{}`: reconciliation pairs provider records with intents by {} (the \
+                     provider keeps no provider key): it counts records per set of values, so \
+                     a record beyond the intents with those values is a duplicate, but which \
+                     of two alike intents a record belongs to, and whether a record is a \
+                     late re-send of an intent first seen before the window or a bypass, \
+                     can't be told",
+                    tool.name,
+                    fields.join(", ")
+                ),
+                None,
+            )
+            .tool(&tool.name),
+        );
+    }
+}
+
+/// `missing-once-per-sentence`: the published description does not tell the model that one
+/// call per intent is enough.
+fn description_finding(
+    tool: &ToolConfig,
+    definition: &ToolDefinition,
+    at: (u64, u64),
+    file: &str,
+    findings: &mut Vec<Finding>,
+) {
+    let published = definition.published_description();
+    if !has_once_per_sentence(&published) {
+        findings.push(
+            Finding::new(
+                Severity::Warning,
+                "missing-once-per-sentence",
+                file,
+                at,
+                format!(
+                    "the description of side-effecting tool `{}` does not tell the model \
+                     that one call per intent is enough",
+                    tool.name
+                ),
+                Some(format!(
+                    "end the description with \"{}\"",
+                    definition.once_per_sentence()
+                )),
+            )
+            .tool(&tool.name),
+        );
     }
 }
 

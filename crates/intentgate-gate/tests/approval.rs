@@ -13,7 +13,7 @@ use intentgate_core::{CallStatus, IntentStatus, OutcomeReason, ToolDefinition};
 use intentgate_gate::{CallContext, CallOutcome, Clock, Grant, SystemClock};
 use intentgate_ledger::{Decided, Ledger, ToolFlag};
 use intentgate_mock::FaultPlan;
-use intentgate_test_support::{Harness, refund, refund_tool};
+use intentgate_test_support::{Harness, client_tool, refund, refund_tool};
 use serde_json::{Value, json};
 
 /// `refund_order` whose refunds over 100.00 need approval, within `deadline`.
@@ -363,9 +363,9 @@ async fn held_approved_denied_and_over_budget_intents_are_counted_in_the_metrics
 #[tokio::test]
 async fn a_client_executed_tool_is_granted_nothing_while_held_and_its_approved_intent_runs_at_the_next_grant()
  {
-    let mut tool = refund_over_100_needs_approval(Duration::from_secs(3600));
-    tool.executor = intentgate_core::Executor::Client;
-    let h = harness(tool);
+    let h = harness(client_tool(refund_over_100_needs_approval(
+        Duration::from_secs(3600),
+    )));
     let context = CallContext {
         caller: "agent-7".to_owned(),
         ..CallContext::default()

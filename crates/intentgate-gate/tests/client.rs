@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use intentgate_core::key::provider_key;
 use intentgate_core::limits::RESULT_BYTES_MAX;
-use intentgate_core::{CallStatus, Executor, IntentStatus, ResendStop, ToolDefinition};
+use intentgate_core::{CallStatus, IntentStatus, ResendStop, ToolDefinition};
 use intentgate_gate::{
     CallContext, Clock, GateError, GateOptions, Grant, GrantedLease, LEASE_MARGIN, LOOKUP_INTERVAL,
     Resolution, SettleError, Settlement,
 };
 use intentgate_ledger::{IntentRecord, Ledger, ToolFlag};
-use intentgate_test_support::{Harness, HarnessOptions, refund, refund_tool};
+use intentgate_test_support::{
+    Harness, HarnessOptions, client_tool, refund, refund_tool, wait_until,
+};
 use serde_json::{Value, json};
 
 const T0: i64 = 1_760_000_000_000;
@@ -35,14 +37,6 @@ impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.0.load(Ordering::SeqCst)
     }
-}
-
-/// `refund_order`, executed by the caller's code; with a resend window when given.
-fn client_tool(resend_window: Option<Duration>) -> ToolDefinition {
-    let mut tool = refund_tool();
-    tool.executor = Executor::Client;
-    tool.resend_window = resend_window;
-    tool
 }
 
 struct Client {
@@ -66,7 +60,14 @@ impl Client {
                 },
                 ..GateOptions::default()
             },
-            ..HarnessOptions::new(vec![client_tool(resend_window), refund_tool_named_call()])
+            ..HarnessOptions::new(vec![
+                // `refund_order`, executed by the caller's code; with a resend window when given.
+                ToolDefinition {
+                    resend_window,
+                    ..client_tool(refund_tool())
+                },
+                refund_tool_named_call(),
+            ])
         });
         Client { h, clock }
     }
@@ -210,7 +211,14 @@ async fn a_repeat_while_the_lease_is_held_waits_and_gets_the_answer_after_the_se
         let c = c.clone();
         tokio::spawn(async move { c.grant().await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The repeat has been counted, so it has met the held lease.
+    assert!(
+        wait_until(Duration::from_secs(5), || async {
+            c.intent().await.call_count == 2
+        })
+        .await,
+        "the repeat reached the ledger"
+    );
     assert!(!waiter.is_finished(), "the repeat waits for the holder");
     answer(c.settle(&lease, done()).await.unwrap());
     let repeat = answer(waiter.await.unwrap());
@@ -627,7 +635,14 @@ async fn of_many_concurrent_granters_of_one_intent_exactly_one_executes() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The holder's grant has come back (the others are waiting for its lease).
+    assert!(
+        wait_until(Duration::from_secs(5), || async {
+            tasks.iter().any(|task| task.is_finished())
+        })
+        .await,
+        "no granter was answered"
+    );
     let mut waiting = Vec::new();
     let mut leases = Vec::new();
     for task in tasks {

@@ -10,7 +10,7 @@ use intentgate_ledger::{BeginRequest, Ledger, ToolFlag};
 use intentgate_mock::{FaultPlan, Scripted, Shape};
 use intentgate_test_support::{
     Harness, call, default_gate, refund, refund_schema, refund_tool, refund_tool_with,
-    send_email_tool,
+    send_email_tool, wait_until,
 };
 use serde_json::json;
 
@@ -239,7 +239,14 @@ async fn a_409_key_in_use_is_looked_up() {
         };
         provider.execute(call).await
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The outside attempt holds the key at the provider (its answer is 3 s away).
+    assert!(
+        wait_until(Duration::from_secs(2), || async {
+            h.provider.requests() == 1
+        })
+        .await,
+        "the outside attempt reached the provider"
+    );
     h.provider.set_plan(FaultPlan::none());
     let outcome = h.call("refund_order", refund("8812", json!(49))).await;
     // The provider answered 409; the lookup found the effect of the other attempt.

@@ -862,16 +862,7 @@ pub fn begin_existing(
 ) -> Result<Plan<Begin>, LedgerError> {
     let mut writes = Vec::new();
     if request.count_call {
-        intent.call_count += 1;
-        intent.last_seen_ms = intent.last_seen_ms.max(request.now_ms);
-        let detail = format!("repeat call {}", intent.call_count);
-        writes.push(Write::Counts(intent.clone()));
-        writes.push(Write::Event(NewEvent::about(
-            &intent,
-            request.now_ms,
-            "call",
-            &detail,
-        )));
+        count_repeat_call(&mut writes, &mut intent, request.now_ms);
     }
     if intent.fingerprint != request.fingerprint {
         writes.push(Write::Event(NewEvent::about(
@@ -893,45 +884,11 @@ pub fn begin_existing(
     let may_resend = request.resend_unknown
         && intent.status == IntentStatus::Unknown
         && intent.resend_stopped.is_none();
-    if intent.status == IntentStatus::InFlight && !lease_live {
-        // The holder crashed, overran its lease, or its process is gone: whatever it did is
-        // unknown now.
-        let detail = match (owner, gone) {
-            (Some(owner), Some(gone)) => {
-                format!("{} while in flight", owner_gone_detail(owner, gone))
-            }
-            _ => "lease expired while in flight".to_owned(),
-        };
-        let mut next = intent.clone();
-        next.status = IntentStatus::Unknown;
-        next.lease_owner = None;
-        next.lease_expires_ms = None;
-        next.updated_ms = request.now_ms;
-        intent = transition(&mut writes, &intent, next, request.now_ms, None, &detail)?;
-    } else if let (Some(owner), Some(gone)) = (owner, gone) {
-        // A lookup lease (or a pending one) of a gone owner: free it, so that every later
-        // reader, the sweeper's `stale` among them, sees it free without asking again.
-        let mut next = intent.clone();
-        next.lease_owner = None;
-        next.lease_expires_ms = None;
-        next.updated_ms = request.now_ms;
-        let detail = format!("{}; its lease is released", owner_gone_detail(owner, gone));
-        intent = transition(&mut writes, &intent, next, request.now_ms, None, &detail)?;
-    }
+    let intent = release_dead_lease(&mut writes, intent, request.now_ms, lease_live, owner, gone)?;
     match intent.status {
         IntentStatus::InFlight => Ok(Plan::new(writes, Begin::Busy(intent))),
         IntentStatus::Pending if lease_live => Ok(Plan::new(writes, Begin::Busy(intent))),
-        IntentStatus::Pending => match approval {
-            Some(approval) if approval.decision.is_none() => {
-                if approval.awaiting(request.now_ms) {
-                    return Ok(Plan::new(writes, Begin::Held(intent, approval)));
-                }
-                let (intent, approval) = expire(&mut writes, intent, approval, request.now_ms)?;
-                begin_not_executed(writes, intent, request, Some(&approval))
-            }
-            // Approved, or never held: its first attempt.
-            _ => start_attempt(writes, intent, request, false),
-        },
+        IntentStatus::Pending => begin_pending(writes, intent, request, approval),
         IntentStatus::NotExecuted => begin_not_executed(writes, intent, request, approval.as_ref()),
         // Denied by a person: settled for good, whatever the tool does with rejections.
         IntentStatus::Rejected if intent.resolved_by.as_deref() == Some(DENIED_BY) => {
@@ -949,29 +906,110 @@ pub fn begin_existing(
         // The same request with the same provider key (the epoch does not move): a provider
         // that honours keys replays the first attempt's answer if that one committed.
         IntentStatus::Unknown if may_resend => start_attempt(writes, intent, request, false),
-        IntentStatus::Unknown => {
-            let lookup_due = intent.last_lookup_ms.is_none_or(|last| {
-                request.now_ms.saturating_sub(last) >= request.lookup_interval_ms
-            });
-            if !lookup_due {
-                return Ok(Plan::new(writes, Begin::Settled(intent)));
-            }
-            let mut next = intent.clone();
-            next.lease_owner = Some(request.lease_owner.clone());
-            next.lease_expires_ms = Some(request.lease_expires_ms);
-            next.last_lookup_ms = Some(request.now_ms);
-            next.updated_ms = request.now_ms;
-            let next = transition(
-                &mut writes,
-                &intent,
-                next,
-                request.now_ms,
-                None,
-                "lease taken for a lookup",
-            )?;
-            Ok(Plan::new(writes, Begin::Lookup(next)))
-        }
+        IntentStatus::Unknown => begin_lookup(writes, intent, request),
     }
+}
+
+/// A repeat call of an existing intent: counted, with its event.
+fn count_repeat_call(writes: &mut Vec<Write>, intent: &mut IntentRecord, now_ms: i64) {
+    intent.call_count += 1;
+    intent.last_seen_ms = intent.last_seen_ms.max(now_ms);
+    let detail = format!("repeat call {}", intent.call_count);
+    writes.push(Write::Counts(intent.clone()));
+    writes.push(Write::Event(NewEvent::about(
+        intent, now_ms, "call", &detail,
+    )));
+}
+
+/// Frees a lease that is no longer held: an in-flight intent whose lease is not live (its
+/// holder crashed, overran it, or its process is `gone`) becomes unknown; any other lease of
+/// a gone `owner` is released, so that every later reader, the sweeper's `stale` among
+/// them, sees it free without asking again. Otherwise the intent as it is.
+fn release_dead_lease(
+    writes: &mut Vec<Write>,
+    intent: IntentRecord,
+    now_ms: i64,
+    lease_live: bool,
+    owner: Option<&ProcessRecord>,
+    gone: Option<OwnerGone>,
+) -> Result<IntentRecord, LedgerError> {
+    if intent.status == IntentStatus::InFlight && !lease_live {
+        // The holder crashed, overran its lease, or its process is gone: whatever it did is
+        // unknown now.
+        let detail = match (owner, gone) {
+            (Some(owner), Some(gone)) => {
+                format!("{} while in flight", owner_gone_detail(owner, gone))
+            }
+            _ => "lease expired while in flight".to_owned(),
+        };
+        let mut next = intent.clone();
+        next.status = IntentStatus::Unknown;
+        next.lease_owner = None;
+        next.lease_expires_ms = None;
+        next.updated_ms = now_ms;
+        transition(writes, &intent, next, now_ms, None, &detail)
+    } else if let (Some(owner), Some(gone)) = (owner, gone) {
+        // A lookup lease (or a pending one) of a gone owner.
+        let mut next = intent.clone();
+        next.lease_owner = None;
+        next.lease_expires_ms = None;
+        next.updated_ms = now_ms;
+        let detail = format!("{}; its lease is released", owner_gone_detail(owner, gone));
+        transition(writes, &intent, next, now_ms, None, &detail)
+    } else {
+        Ok(intent)
+    }
+}
+
+/// `begin` on a pending intent with no live lease: held while its open `approval` awaits a
+/// decision, settled `not_executed` once its deadline passed; approved or never held, its
+/// first attempt.
+fn begin_pending(
+    mut writes: Vec<Write>,
+    intent: IntentRecord,
+    request: &BeginRequest,
+    approval: Option<Approval>,
+) -> Result<Plan<Begin>, LedgerError> {
+    match approval {
+        Some(approval) if approval.decision.is_none() => {
+            if approval.awaiting(request.now_ms) {
+                return Ok(Plan::new(writes, Begin::Held(intent, approval)));
+            }
+            let (intent, approval) = expire(&mut writes, intent, approval, request.now_ms)?;
+            begin_not_executed(writes, intent, request, Some(&approval))
+        }
+        // Approved, or never held: its first attempt.
+        _ => start_attempt(writes, intent, request, false),
+    }
+}
+
+/// `begin` on an unknown intent nobody leases and that is not re-sent: a lease for a
+/// lookup once `lookup_interval_ms` has passed since the last one, else its state as it is.
+fn begin_lookup(
+    mut writes: Vec<Write>,
+    intent: IntentRecord,
+    request: &BeginRequest,
+) -> Result<Plan<Begin>, LedgerError> {
+    let lookup_due = intent
+        .last_lookup_ms
+        .is_none_or(|last| request.now_ms.saturating_sub(last) >= request.lookup_interval_ms);
+    if !lookup_due {
+        return Ok(Plan::new(writes, Begin::Settled(intent)));
+    }
+    let mut next = intent.clone();
+    next.lease_owner = Some(request.lease_owner.clone());
+    next.lease_expires_ms = Some(request.lease_expires_ms);
+    next.last_lookup_ms = Some(request.now_ms);
+    next.updated_ms = request.now_ms;
+    let next = transition(
+        &mut writes,
+        &intent,
+        next,
+        request.now_ms,
+        None,
+        "lease taken for a lookup",
+    )?;
+    Ok(Plan::new(writes, Begin::Lookup(next)))
 }
 
 /// What `finish` checks before it reads anything: it records an outcome, never a start.

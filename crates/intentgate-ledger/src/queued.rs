@@ -134,6 +134,8 @@ impl Queued {
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+    use std::task::{Context, Waker};
     use std::time::Duration;
 
     use super::*;
@@ -172,11 +174,15 @@ mod tests {
     async fn drain_waits_for_the_finishes_queued_before_it() {
         let queued = Arc::new(Queued::default());
         let first = queued.open(1);
-        let waiting = tokio::spawn({
+        let mut waiting = Box::pin({
             let queued = queued.clone();
             async move { queued.drain().await }
         });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Its first poll begins the read: it takes the number of the next finish to be
+        // queued, so the one opened below comes after it, whenever the task is scheduled.
+        let mut context = Context::from_waker(Waker::noop());
+        assert!(waiting.as_mut().poll(&mut context).is_pending());
+        let waiting = tokio::spawn(waiting);
         let later = queued.open(2);
         assert!(!waiting.is_finished(), "the first finish is still open");
         drop(first);

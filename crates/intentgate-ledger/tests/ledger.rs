@@ -19,7 +19,9 @@
 #![cfg(any(feature = "sqlite", feature = "postgres"))]
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use intentgate_core::limits::{
@@ -4416,10 +4418,27 @@ async fn budget_race(ledgers: &[Arc<dyn Ledger>]) {
     );
 }
 
+/// Spawns `waiting` after polling it once, so that it has begun (a waiter on an intent has
+/// registered) before the test goes on, whenever the runtime gets to the task: a wait for a
+/// change begins with no other await before it registers.
+fn spawn_begun<T: Send + 'static>(
+    waiting: impl Future<Output = T> + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    let mut waiting = Box::pin(waiting);
+    match waiting
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(output) => tokio::spawn(async move { output }),
+        Poll::Pending => tokio::spawn(waiting),
+    }
+}
+
 /// A caller waiting on a held intent is woken by the decision.
 async fn a_waiter_on_a_held_intent_is_woken_by_the_decision(ledger: Arc<dyn Ledger>) {
     let (intent, _) = held(ledger.begin(held_request("order-1", T0)).await);
-    let waiting = tokio::spawn({
+    // The waiter registers before the decision.
+    let waiting = spawn_begun({
         let ledger = ledger.clone();
         async move {
             let started = Instant::now();
@@ -4429,8 +4448,6 @@ async fn a_waiter_on_a_held_intent_is_woken_by_the_decision(ledger: Arc<dyn Ledg
             started.elapsed()
         }
     });
-    // Let the waiter register before the decision.
-    tokio::time::sleep(Duration::from_millis(5)).await;
     let decided = ledger
         .decide(decision(&intent, true, APPROVER, "", T0 + 1))
         .await
@@ -5827,11 +5844,10 @@ mod postgres {
         let scratch = Scratch::new(&url);
         let (holder, other, intent) = started_beside_a_slow_replica(&scratch, WAIT_POLL).await;
         assert_eq!(intent.call_count, 1);
-        let waiter = tokio::spawn({
+        let waiter = spawn_begun({
             let other = other.clone();
             async move { other.wait_for_change(intent.id, WAIT_POLL).await }
         });
-        tokio::time::sleep(Duration::from_millis(300)).await;
 
         let done = finish(&intent, "owner-a", IntentStatus::Done, T0 + 10);
         expect!(Finished::Recorded, holder.finish(done).await.unwrap());
@@ -5860,13 +5876,14 @@ mod postgres {
         let busy = waiting.begin(request("order-1", "owner-b", T0 + 1)).await;
         expect!(Begin::Busy, busy.unwrap());
 
-        let waiter = tokio::spawn({
+        let waiter = spawn_begun({
             let waiting = waiting.clone();
             async move {
                 waiting.wait_for_change(intent.id, WAIT_POLL).await;
                 Instant::now()
             }
         });
+        // Nothing changes meanwhile: a waiter woken now was woken by nothing.
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(
             !waiter.is_finished(),

@@ -14,7 +14,8 @@ use intentgate_mcp::{
 };
 use intentgate_mock::{FakeProvider, FaultPlan};
 use intentgate_test_support::{
-    HarnessOptions, TempLedger, default_gate, get_order_tool, refund_tool_with,
+    HarnessOptions, TempLedger, client_tool, default_gate, get_order_tool, refund_tool_with,
+    wait_until,
 };
 use rmcp::ServiceExt;
 use rmcp::model::{
@@ -572,8 +573,14 @@ async fn a_client_that_disconnects_mid_call_leaves_a_settled_intent() {
         .send_request_with_option(request, PeerRequestOptions::no_options())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    // The client goes away with its call in flight.
+    // The client goes away with its call in flight at the provider (300 ms from its answer).
+    assert!(
+        wait_until(Duration::from_secs(5), || async {
+            h.provider.requests() == 1
+        })
+        .await,
+        "the call reached the provider"
+    );
     drop(handle);
     client.cancel().await.unwrap();
     assert_eq!(h.service.drain().await, 0, "the call ran to its end");
@@ -744,29 +751,33 @@ async fn the_flag_watcher_stops_when_the_service_is_dropped() {
         "a clone still holds the service"
     );
     drop(copy);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The watcher task sees the last clone go at its next poll, and ends.
+    wait_until(Duration::from_secs(5), || async {
+        watched.upgrade().is_none()
+    })
+    .await;
     assert!(
         watched.upgrade().is_none(),
         "the watcher task ended and let go of the gate"
     );
 }
 
-/// A side effect the application's own code executes (`executor: client`), listed over MCP
-/// or not.
-fn client_tool(name: &str, listed: bool) -> ToolDefinition {
-    let mut tool = refund_tool();
-    tool.name = name.to_owned();
-    tool.executor = intentgate_core::Executor::Client;
-    tool.listed_over_mcp = listed;
-    tool
+/// `refund_order` named `name`, executed by the application's own code (`executor:
+/// client`), listed over MCP or not.
+fn client_refund_tool(name: &str, listed: bool) -> ToolDefinition {
+    ToolDefinition {
+        name: name.to_owned(),
+        listed_over_mcp: listed,
+        ..client_tool(refund_tool())
+    }
 }
 
 #[tokio::test]
 async fn client_executed_tools_are_listed_only_when_asked_and_never_called() {
     let fixture = intentgate_test_support::Harness::build(HarnessOptions::new(vec![
         refund_tool(),
-        client_tool("refund_order_sdk", false),
-        client_tool("refund_order_listed_sdk", true),
+        client_refund_tool("refund_order_sdk", false),
+        client_refund_tool("refund_order_listed_sdk", true),
     ]));
     let service = McpService::new(
         fixture.gate.clone(),

@@ -566,105 +566,22 @@ impl Model {
         {
             return decision;
         }
-        let (shape, commit) = match self.script.pop_front() {
-            Some(scripted) => (scripted.shape, scripted.commit),
-            None => {
-                let shape = draw_shape(&mut self.rng, &self.plan.faults);
-                (
-                    shape,
-                    self.rng.chance(self.plan.faults.commit_when_ambiguous),
-                )
-            }
-        };
+        let (shape, commit) = self.next_shape();
         let latency = self.plan.latency.draw(&mut self.rng);
-        let retry_after_ms = Some(self.plan.faults.retry_after.as_millis() as u64);
+        if let Some(decision) = self.refused_before_keys(shape, latency) {
+            return decision;
+        }
+        let parameters = fingerprint(request.parameters).as_str().to_owned();
+        if let Some(key) = request.idempotency_key
+            && let Some(decision) = self.answered_by_key(key, &parameters, shape, latency, now_ms)
+        {
+            return decision;
+        }
         let decided = |reply| Decision {
             reply,
             latency,
             replayed: false,
         };
-        // Shapes that never reach the idempotency layer.
-        match shape {
-            Shape::NotSent => {
-                return Decision {
-                    reply: UpstreamObservation::NotSent {
-                        reason: "connection refused".into(),
-                    },
-                    latency: Duration::ZERO,
-                    replayed: false,
-                };
-            }
-            Shape::RateLimited => {
-                return decided(response(
-                    429,
-                    retry_after_ms,
-                    error_body("rate_limit_error", "Too many requests; retry later."),
-                ));
-            }
-            Shape::Unavailable => {
-                return decided(response(
-                    503,
-                    retry_after_ms,
-                    error_body(
-                        "api_error",
-                        "The service is down for maintenance; retry later.",
-                    ),
-                ));
-            }
-            _ => {}
-        }
-        let parameters = fingerprint(request.parameters).as_str().to_owned();
-        if let Some(key) = request.idempotency_key {
-            let window_ms = KEY_WINDOW.as_millis() as i64;
-            match self
-                .keys
-                .get(key)
-                .filter(|entry| now_ms - entry.created_ms < window_ms)
-            {
-                Some(entry) => {
-                    if entry.parameters != parameters {
-                        return decided(response(
-                            400,
-                            None,
-                            error_body(
-                                "idempotency_error",
-                                "Keys for idempotent requests can only be used with the same parameters they were first used with.",
-                            ),
-                        ));
-                    }
-                    if entry.busy_until_ms > now_ms {
-                        return decided(response(
-                            409,
-                            None,
-                            error_body(
-                                "idempotency_error",
-                                "A request with this idempotency key is in progress.",
-                            ),
-                        ));
-                    }
-                    if let Some(stored) = &entry.response {
-                        // Replayed: no new effect, though the way back can still fail.
-                        let replay = match stored {
-                            Stored::Effect(index) => {
-                                response(200, None, self.effects[*index].object.clone())
-                            }
-                            Stored::Response(status, body) => response(*status, None, body.clone()),
-                        };
-                        return Decision {
-                            replayed: true,
-                            ..decided(transport(shape, replay))
-                        };
-                    }
-                }
-                None => {
-                    if self.key_order.len() >= KEYS_MAX {
-                        return decided(full(format!(
-                            "The provider remembers at most {KEYS_MAX} idempotency keys within its key window; reset it or move its clock."
-                        )));
-                    }
-                }
-            }
-        }
         let committed = match shape {
             Shape::Ok => true,
             Shape::Reject => false,
@@ -688,10 +605,7 @@ impl Model {
                 error_body("api_error", "An internal error occurred."),
             ));
         }
-        let answer = stored.as_ref().map(|stored| match stored {
-            Stored::Effect(index) => response(200, None, self.effects[*index].object.clone()),
-            Stored::Response(status, body) => response(*status, None, body.clone()),
-        });
+        let answer = stored.as_ref().map(|stored| self.stored_response(stored));
         if let Some(key) = request.idempotency_key {
             self.keys.insert(
                 key.to_owned(),
@@ -706,6 +620,119 @@ impl Model {
         }
         let observation = answer.unwrap_or(UpstreamObservation::Timeout);
         decided(transport(shape, observation))
+    }
+
+    /// The next request's shape and whether an ambiguous one commits: scripted, or drawn.
+    fn next_shape(&mut self) -> (Shape, bool) {
+        match self.script.pop_front() {
+            Some(scripted) => (scripted.shape, scripted.commit),
+            None => {
+                let shape = draw_shape(&mut self.rng, &self.plan.faults);
+                (
+                    shape,
+                    self.rng.chance(self.plan.faults.commit_when_ambiguous),
+                )
+            }
+        }
+    }
+
+    /// The answer of the shapes that never reach the idempotency layer: not sent, rate
+    /// limited, unavailable; `None` for the others.
+    fn refused_before_keys(&self, shape: Shape, latency: Duration) -> Option<Decision> {
+        let retry_after_ms = Some(self.plan.faults.retry_after.as_millis() as u64);
+        let reply = match shape {
+            Shape::NotSent => {
+                return Some(Decision {
+                    reply: UpstreamObservation::NotSent {
+                        reason: "connection refused".into(),
+                    },
+                    latency: Duration::ZERO,
+                    replayed: false,
+                });
+            }
+            Shape::RateLimited => response(
+                429,
+                retry_after_ms,
+                error_body("rate_limit_error", "Too many requests; retry later."),
+            ),
+            Shape::Unavailable => response(
+                503,
+                retry_after_ms,
+                error_body(
+                    "api_error",
+                    "The service is down for maintenance; retry later.",
+                ),
+            ),
+            _ => return None,
+        };
+        Some(Decision {
+            reply,
+            latency,
+            replayed: false,
+        })
+    }
+
+    /// The idempotency layer's answer for a key it remembers within its window: refused for
+    /// other parameters or while the first request runs, else the stored answer replayed.
+    /// For a new key, refused when the provider remembers too many. `None`: process anew.
+    fn answered_by_key(
+        &self,
+        key: &str,
+        parameters: &str,
+        shape: Shape,
+        latency: Duration,
+        now_ms: i64,
+    ) -> Option<Decision> {
+        let decided = |reply| Decision {
+            reply,
+            latency,
+            replayed: false,
+        };
+        let window_ms = KEY_WINDOW.as_millis() as i64;
+        let Some(entry) = self
+            .keys
+            .get(key)
+            .filter(|entry| now_ms - entry.created_ms < window_ms)
+        else {
+            return (self.key_order.len() >= KEYS_MAX).then(|| {
+                decided(full(format!(
+                    "The provider remembers at most {KEYS_MAX} idempotency keys within its key window; reset it or move its clock."
+                )))
+            });
+        };
+        if entry.parameters != parameters {
+            return Some(decided(response(
+                400,
+                None,
+                error_body(
+                    "idempotency_error",
+                    "Keys for idempotent requests can only be used with the same parameters they were first used with.",
+                ),
+            )));
+        }
+        if entry.busy_until_ms > now_ms {
+            return Some(decided(response(
+                409,
+                None,
+                error_body(
+                    "idempotency_error",
+                    "A request with this idempotency key is in progress.",
+                ),
+            )));
+        }
+        // Replayed: no new effect, though the way back can still fail.
+        entry.response.as_ref().map(|stored| Decision {
+            replayed: true,
+            ..decided(transport(shape, self.stored_response(stored)))
+        })
+    }
+
+    /// The provider's answer stored for a key: the effect's object, or a refusal.
+    fn stored_response(&self, stored: &Stored) -> UpstreamObservation {
+        match stored {
+            Stored::Effect(index) => response(200, None, self.effects[*index].object.clone()),
+            Stored::Response(status, body) => response(*status, None, body.clone()),
+        }
     }
 
     /// The `first_timeouts_per_key` fault for one request with this key: a timeout that did

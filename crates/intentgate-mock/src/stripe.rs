@@ -148,76 +148,12 @@ pub fn normalise_refund(
         "expand",
     ];
     only_known(fields, &ALLOWED, "A refund")?;
-    let payment_intent = prefixed(fields, "payment_intent", "pi_")?;
-    let charge = prefixed(fields, "charge", "ch_")?;
-    let (payment_intent, charge) = match (payment_intent, charge) {
-        (Some(_), Some(_)) => {
-            return Err(InvalidRequest::new(
-                "charge",
-                "Invalid charge: give payment_intent or charge, not both.",
-            ));
-        }
-        (None, None) => {
-            return Err(InvalidRequest::new(
-                "payment_intent",
-                "Missing required param: payment_intent (or charge).",
-            ));
-        }
-        (Some(payment_intent), None) => {
-            let charge = format!("ch_{}", &payment_intent["pi_".len()..]);
-            (Value::String(payment_intent), charge)
-        }
-        (None, Some(charge)) => (Value::Null, charge),
-    };
+    let (payment_intent, charge) = refunded_payment(fields)?;
     let amount = minor_units(fields.get("amount"))?;
-    let currency = match text(fields, "currency")? {
-        None => "usd".to_owned(),
-        Some(code) if code.len() == 3 && code.bytes().all(|b| b.is_ascii_alphabetic()) => {
-            code.to_ascii_lowercase()
-        }
-        Some(code) => {
-            return Err(InvalidRequest::new(
-                "currency",
-                format!("Invalid currency: `{code}` is not a three-letter ISO code."),
-            ));
-        }
-    };
-    let reason = match text(fields, "reason")? {
-        None => Value::Null,
-        Some(reason) if REFUND_REASONS.contains(&reason.as_str()) => Value::String(reason),
-        Some(reason) => {
-            return Err(InvalidRequest::new(
-                "reason",
-                format!(
-                    "Invalid reason: `{reason}`; it must be one of {}.",
-                    REFUND_REASONS.join(", ")
-                ),
-            ));
-        }
-    };
+    let currency = currency(fields, Some("usd"))?;
+    let reason = refund_reason(fields)?;
     let metadata = stripe_metadata(fields)?;
-    let wants_charge = match fields.get("expand") {
-        None => false,
-        Some(Value::Array(items)) => {
-            for item in items {
-                if item.as_str() != Some("charge") {
-                    return Err(InvalidRequest::new(
-                        "expand",
-                        format!(
-                            "Invalid expand: {item} can't be expanded here; a refund expands charge."
-                        ),
-                    ));
-                }
-            }
-            !items.is_empty()
-        }
-        Some(_) => {
-            return Err(InvalidRequest::new(
-                "expand",
-                "Invalid expand: must be an array (`expand[]=charge`).",
-            ));
-        }
-    };
+    let wants_charge = refund_expands_charge(fields)?;
     let intent_key = metadata
         .get("intent_key")
         .and_then(Value::as_str)
@@ -249,6 +185,84 @@ pub fn normalise_refund(
         },
         wants_charge,
     ))
+}
+
+/// What a refund refunds: its `payment_intent` (a value or null) and the charge, given as
+/// `charge` or, for `pi_X`, `ch_X`; exactly one of the two is given.
+fn refunded_payment(fields: &Map<String, Value>) -> Result<(Value, String), InvalidRequest> {
+    let payment_intent = prefixed(fields, "payment_intent", "pi_")?;
+    let charge = prefixed(fields, "charge", "ch_")?;
+    match (payment_intent, charge) {
+        (Some(_), Some(_)) => Err(InvalidRequest::new(
+            "charge",
+            "Invalid charge: give payment_intent or charge, not both.",
+        )),
+        (None, None) => Err(InvalidRequest::new(
+            "payment_intent",
+            "Missing required param: payment_intent (or charge).",
+        )),
+        (Some(payment_intent), None) => {
+            let charge = format!("ch_{}", &payment_intent["pi_".len()..]);
+            Ok((Value::String(payment_intent), charge))
+        }
+        (None, Some(charge)) => Ok((Value::Null, charge)),
+    }
+}
+
+/// A three-letter ISO `currency`, lowercased; absent, `default` (or refused as missing
+/// without one).
+fn currency(fields: &Map<String, Value>, default: Option<&str>) -> Result<String, InvalidRequest> {
+    match text(fields, "currency")? {
+        None => default
+            .map(str::to_owned)
+            .ok_or_else(|| InvalidRequest::new("currency", "Missing required param: currency.")),
+        Some(code) if code.len() == 3 && code.bytes().all(|b| b.is_ascii_alphabetic()) => {
+            Ok(code.to_ascii_lowercase())
+        }
+        Some(code) => Err(InvalidRequest::new(
+            "currency",
+            format!("Invalid currency: `{code}` is not a three-letter ISO code."),
+        )),
+    }
+}
+
+/// A refund's optional `reason`, one of Stripe's.
+fn refund_reason(fields: &Map<String, Value>) -> Result<Value, InvalidRequest> {
+    match text(fields, "reason")? {
+        None => Ok(Value::Null),
+        Some(reason) if REFUND_REASONS.contains(&reason.as_str()) => Ok(Value::String(reason)),
+        Some(reason) => Err(InvalidRequest::new(
+            "reason",
+            format!(
+                "Invalid reason: `{reason}`; it must be one of {}.",
+                REFUND_REASONS.join(", ")
+            ),
+        )),
+    }
+}
+
+/// Whether a refund's `expand[]` asks for its charge, the one thing a refund expands.
+fn refund_expands_charge(fields: &Map<String, Value>) -> Result<bool, InvalidRequest> {
+    match fields.get("expand") {
+        None => Ok(false),
+        Some(Value::Array(items)) => {
+            for item in items {
+                if item.as_str() != Some("charge") {
+                    return Err(InvalidRequest::new(
+                        "expand",
+                        format!(
+                            "Invalid expand: {item} can't be expanded here; a refund expands charge."
+                        ),
+                    ));
+                }
+            }
+            Ok(!items.is_empty())
+        }
+        Some(_) => Err(InvalidRequest::new(
+            "expand",
+            "Invalid expand: must be an array (`expand[]=charge`).",
+        )),
+    }
 }
 
 /// Refuses a parameter not in `allowed`, as Stripe does, naming what `what` takes.
@@ -403,20 +417,7 @@ pub fn list_query(
                 filter.field = Some(("customer", id.clone()));
             }
             (_, Value::String(empty)) if empty.is_empty() => {}
-            ("limit", Value::String(text)) => {
-                limit = text
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|limit| (1..=STRIPE_LIST_LIMIT_MAX).contains(limit))
-                    .ok_or_else(|| {
-                        InvalidRequest::new(
-                            "limit",
-                            format!(
-                                "Invalid limit: `{text}`; it must be an integer from 1 to {STRIPE_LIST_LIMIT_MAX}."
-                            ),
-                        )
-                    })?;
-            }
+            ("limit", Value::String(text)) => limit = list_limit(text)?,
             ("starting_after", Value::String(id)) => {
                 filter.after_sequence = kind.sequence_of(id).ok_or_else(|| {
                     InvalidRequest::new(
@@ -430,51 +431,9 @@ pub fn list_query(
                 bound_from(&mut filter, at.saturating_mul(1000));
                 bound_before(&mut filter, at.saturating_add(1).saturating_mul(1000));
             }
-            ("created", Value::Object(bounds)) => {
-                for (operator, seconds) in bounds {
-                    let name = format!("created[{operator}]");
-                    let Value::String(seconds) = seconds else {
-                        return Err(InvalidRequest::new(
-                            &name,
-                            format!("Invalid {name}: must be a single value."),
-                        ));
-                    };
-                    if seconds.is_empty() {
-                        continue;
-                    }
-                    let at = seconds_of(&name, seconds)?;
-                    // `created` is whole seconds of the effect's millisecond stamp, so a
-                    // bound in seconds is one in milliseconds.
-                    match operator.as_str() {
-                        "gte" => bound_from(&mut filter, at.saturating_mul(1000)),
-                        "gt" => bound_from(&mut filter, at.saturating_add(1).saturating_mul(1000)),
-                        "lt" => bound_before(&mut filter, at.saturating_mul(1000)),
-                        "lte" => {
-                            bound_before(&mut filter, at.saturating_add(1).saturating_mul(1000))
-                        }
-                        _ => {
-                            return Err(InvalidRequest::new(
-                                &name,
-                                format!(
-                                    "Received unknown parameter: {name}. created takes gte, gt, lt and lte."
-                                ),
-                            ));
-                        }
-                    }
-                }
-            }
+            ("created", Value::Object(bounds)) => created_bounds(&mut filter, bounds)?,
             ("expand", Value::Array(items)) if kind == EffectKind::Refund => {
-                for item in items {
-                    if item.as_str() != Some("data.charge") {
-                        return Err(InvalidRequest::new(
-                            "expand",
-                            format!(
-                                "Invalid expand: {item} can't be expanded here; a list of refunds expands data.charge."
-                            ),
-                        ));
-                    }
-                }
-                wants_charge = !items.is_empty();
+                wants_charge = list_expands_charge(items)?;
             }
             _ => {
                 return Err(InvalidRequest::new(
@@ -498,6 +457,75 @@ pub fn list_query(
         limit,
         wants_charge,
     })
+}
+
+/// A list's `limit`: an integer from 1 to `STRIPE_LIST_LIMIT_MAX`.
+fn list_limit(text: &str) -> Result<usize, InvalidRequest> {
+    text.parse::<usize>()
+        .ok()
+        .filter(|limit| (1..=STRIPE_LIST_LIMIT_MAX).contains(limit))
+        .ok_or_else(|| {
+            InvalidRequest::new(
+                "limit",
+                format!(
+                    "Invalid limit: `{text}`; it must be an integer from 1 to {STRIPE_LIST_LIMIT_MAX}."
+                ),
+            )
+        })
+}
+
+/// Narrows `filter`'s window by `created[gte|gt|lt|lte]`, each in Unix seconds (an empty
+/// one counts as absent).
+fn created_bounds(
+    filter: &mut ListFilter,
+    bounds: &Map<String, Value>,
+) -> Result<(), InvalidRequest> {
+    for (operator, seconds) in bounds {
+        let name = format!("created[{operator}]");
+        let Value::String(seconds) = seconds else {
+            return Err(InvalidRequest::new(
+                &name,
+                format!("Invalid {name}: must be a single value."),
+            ));
+        };
+        if seconds.is_empty() {
+            continue;
+        }
+        let at = seconds_of(&name, seconds)?;
+        // `created` is whole seconds of the effect's millisecond stamp, so a
+        // bound in seconds is one in milliseconds.
+        match operator.as_str() {
+            "gte" => bound_from(filter, at.saturating_mul(1000)),
+            "gt" => bound_from(filter, at.saturating_add(1).saturating_mul(1000)),
+            "lt" => bound_before(filter, at.saturating_mul(1000)),
+            "lte" => bound_before(filter, at.saturating_add(1).saturating_mul(1000)),
+            _ => {
+                return Err(InvalidRequest::new(
+                    &name,
+                    format!(
+                        "Received unknown parameter: {name}. created takes gte, gt, lt and lte."
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether a list of refunds' `expand[]` asks for each refund's charge (`data.charge`, the
+/// one thing it expands).
+fn list_expands_charge(items: &[Value]) -> Result<bool, InvalidRequest> {
+    for item in items {
+        if item.as_str() != Some("data.charge") {
+            return Err(InvalidRequest::new(
+                "expand",
+                format!(
+                    "Invalid expand: {item} can't be expanded here; a list of refunds expands data.charge."
+                ),
+            ));
+        }
+    }
+    Ok(!items.is_empty())
 }
 
 fn seconds_of(name: &str, text: &str) -> Result<i64, InvalidRequest> {
@@ -561,75 +589,12 @@ pub fn normalise_payment_intent(
     ];
     only_known(fields, &ALLOWED, "A PaymentIntent")?;
     let amount = minor_units(fields.get("amount"))?;
-    let currency = match text(fields, "currency")? {
-        None => {
-            return Err(InvalidRequest::new(
-                "currency",
-                "Missing required param: currency.",
-            ));
-        }
-        Some(code) if code.len() == 3 && code.bytes().all(|b| b.is_ascii_alphabetic()) => {
-            code.to_ascii_lowercase()
-        }
-        Some(code) => {
-            return Err(InvalidRequest::new(
-                "currency",
-                format!("Invalid currency: `{code}` is not a three-letter ISO code."),
-            ));
-        }
-    };
+    let currency = currency(fields, None)?;
     let customer = prefixed(fields, "customer", "cus_")?;
     let payment_method = prefixed(fields, "payment_method", "pm_")?;
-    let types = match fields.get("payment_method_types") {
-        None => vec![Value::String("card".into())],
-        Some(Value::Array(items)) => {
-            for item in items {
-                if !item
-                    .as_str()
-                    .is_some_and(|name| PAYMENT_METHOD_TYPES.contains(&name))
-                {
-                    return Err(InvalidRequest::new(
-                        "payment_method_types",
-                        format!(
-                            "Invalid payment_method_types: {item}; this provider takes {}.",
-                            PAYMENT_METHOD_TYPES.join(", ")
-                        ),
-                    ));
-                }
-            }
-            items.clone()
-        }
-        Some(_) => {
-            return Err(InvalidRequest::new(
-                "payment_method_types",
-                "Invalid payment_method_types: must be an array (`payment_method_types[]=card`).",
-            ));
-        }
-    };
-    let confirm = flag(fields, "confirm")?;
-    let off_session = flag(fields, "off_session")?;
-    if off_session && !confirm {
-        return Err(InvalidRequest::new(
-            "off_session",
-            "Invalid off_session: it can only be used with confirm=true.",
-        ));
-    }
-    if confirm && payment_method.is_none() {
-        return Err(InvalidRequest::new(
-            "payment_method",
-            "You cannot confirm this PaymentIntent because it's missing a payment method.",
-        ));
-    }
-    let capture_method = match text(fields, "capture_method")? {
-        None => "automatic".to_owned(),
-        Some(method) if method == "automatic" || method == "manual" => method,
-        Some(method) => {
-            return Err(InvalidRequest::new(
-                "capture_method",
-                format!("Invalid capture_method: `{method}`; it must be automatic or manual."),
-            ));
-        }
-    };
+    let types = payment_method_types(fields)?;
+    let (confirm, off_session) = confirmation(fields, payment_method.as_deref())?;
+    let capture_method = capture_method(fields)?;
     let description = text(fields, "description")?;
     let metadata = stripe_metadata(fields)?;
     let status = match (confirm, capture_method.as_str(), &payment_method) {
@@ -676,6 +641,69 @@ pub fn normalise_payment_intent(
         object,
         intent_key,
     })
+}
+
+/// A PaymentIntent's `payment_method_types[]`: cards only, and cards when absent.
+fn payment_method_types(fields: &Map<String, Value>) -> Result<Vec<Value>, InvalidRequest> {
+    match fields.get("payment_method_types") {
+        None => Ok(vec![Value::String("card".into())]),
+        Some(Value::Array(items)) => {
+            for item in items {
+                if !item
+                    .as_str()
+                    .is_some_and(|name| PAYMENT_METHOD_TYPES.contains(&name))
+                {
+                    return Err(InvalidRequest::new(
+                        "payment_method_types",
+                        format!(
+                            "Invalid payment_method_types: {item}; this provider takes {}.",
+                            PAYMENT_METHOD_TYPES.join(", ")
+                        ),
+                    ));
+                }
+            }
+            Ok(items.clone())
+        }
+        Some(_) => Err(InvalidRequest::new(
+            "payment_method_types",
+            "Invalid payment_method_types: must be an array (`payment_method_types[]=card`).",
+        )),
+    }
+}
+
+/// A PaymentIntent's `confirm` and `off_session`: off session only when confirmed, and
+/// confirmed only with a payment method.
+fn confirmation(
+    fields: &Map<String, Value>,
+    payment_method: Option<&str>,
+) -> Result<(bool, bool), InvalidRequest> {
+    let confirm = flag(fields, "confirm")?;
+    let off_session = flag(fields, "off_session")?;
+    if off_session && !confirm {
+        return Err(InvalidRequest::new(
+            "off_session",
+            "Invalid off_session: it can only be used with confirm=true.",
+        ));
+    }
+    if confirm && payment_method.is_none() {
+        return Err(InvalidRequest::new(
+            "payment_method",
+            "You cannot confirm this PaymentIntent because it's missing a payment method.",
+        ));
+    }
+    Ok((confirm, off_session))
+}
+
+/// A PaymentIntent's `capture_method`: `automatic` (when absent) or `manual`.
+fn capture_method(fields: &Map<String, Value>) -> Result<String, InvalidRequest> {
+    match text(fields, "capture_method")? {
+        None => Ok("automatic".to_owned()),
+        Some(method) if method == "automatic" || method == "manual" => Ok(method),
+        Some(method) => Err(InvalidRequest::new(
+            "capture_method",
+            format!("Invalid capture_method: `{method}`; it must be automatic or manual."),
+        )),
+    }
 }
 
 /// The charge of a PaymentIntent made here: `pi_000007` charged `ch_000007` once it

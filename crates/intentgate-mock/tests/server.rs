@@ -250,7 +250,15 @@ async fn a_concurrent_request_with_the_same_key_gets_409() {
         let mock = mock.clone();
         async move { mock.refund("k1", "o1", json!(5)).await }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The first request has reached the provider, which holds its answer for 800 ms.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while mock.provider().stats().requests == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first request reached the provider"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     mock.provider().set_plan(quiet()).unwrap();
     let concurrent = mock.refund("k1", "o1", json!(5)).await;
     assert_eq!(concurrent.status(), Some(409), "{concurrent:?}");

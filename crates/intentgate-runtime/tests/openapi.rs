@@ -9,6 +9,7 @@ mod common;
 
 use common::open_example;
 use intentgate_mock::{HttpFaultPlan, MockOptions, MockProvider, MockServer};
+use intentgate_test_support::http::answer;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -80,16 +81,7 @@ impl Serving {
         if method != reqwest::Method::GET {
             request = request.json(&json!({"unknown_field": true}));
         }
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        let content_type = response
-            .headers()
-            .get("content-type")
-            .map(|value| value.to_str().unwrap().to_owned())
-            .unwrap_or_default();
-        let text = response.text().await.unwrap();
-        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        (status, content_type, body)
+        answer(request.send().await.unwrap()).await
     }
 }
 

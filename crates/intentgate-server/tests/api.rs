@@ -7,8 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Server, client, refund_tool};
+use intentgate_core::{IntentStatus, ToolDefinition};
+use intentgate_ledger::Ledger;
 use intentgate_mock::FaultPlan;
 use intentgate_server::ServerOptions;
+use intentgate_test_support::{client_tool, wait_until};
 use serde_json::{Value, json};
 
 async fn start(plan: FaultPlan, options: ServerOptions) -> Server {
@@ -184,10 +187,11 @@ async fn the_tool_list_publishes_the_once_per_intent_sentence() {
 #[tokio::test]
 async fn the_tool_list_says_who_executes_each_tool() {
     // A client tool is listed over HTTP whether or not MCP lists it.
-    let mut sdk = refund_tool();
-    sdk.name = "refund_order_sdk".to_owned();
-    sdk.executor = intentgate_core::Executor::Client;
-    sdk.listed_over_mcp = false;
+    let sdk = ToolDefinition {
+        name: "refund_order_sdk".to_owned(),
+        listed_over_mcp: false,
+        ..client_tool(refund_tool())
+    };
     let server = common::start(
         vec![refund_tool(), sdk],
         FaultPlan::none(),
@@ -233,7 +237,19 @@ async fn a_client_that_disconnects_mid_call_does_not_lose_the_intent() {
         sent.is_err(),
         "the client gave up before the provider answered"
     );
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // The abandoned call runs to its end, 500 ms after it reached the provider.
+    assert!(
+        wait_until(Duration::from_secs(5), || async {
+            server
+                .ledger()
+                .get("default", "refund_order", "refund:7:10.00")
+                .await
+                .unwrap()
+                .is_some_and(|intent| intent.status == IntentStatus::Done)
+        })
+        .await,
+        "the abandoned call was recorded"
+    );
     let (_, _, again) = server.call(json!({"order_id": "7", "amount": 10})).await;
     assert_eq!(
         again["status"], "already_done",
@@ -257,7 +273,14 @@ async fn shutdown_lets_a_running_call_finish() {
             .unwrap();
         read(response).await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The call is in flight at the provider when the server is told to stop.
+    assert!(
+        wait_until(Duration::from_secs(5), || async {
+            server.provider.requests() == 1
+        })
+        .await,
+        "the call reached the provider"
+    );
     server.stop.take().unwrap().send(()).unwrap();
     let (status, _, outcome) = running.await.unwrap();
     assert_eq!((status, outcome["status"].as_str()), (200, Some("done")));
@@ -282,7 +305,14 @@ async fn calls_beyond_the_concurrency_limit_are_refused_before_anything_runs() {
         let server = server.clone();
         tokio::spawn(async move { server.call(json!({"order_id": "1", "amount": 1})).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The first call holds the only slot: it is at the provider.
+    assert!(
+        wait_until(Duration::from_secs(5), || async {
+            server.provider.requests() == 1
+        })
+        .await,
+        "the first call reached the provider"
+    );
     let response = server
         .client
         .post(format!("{}/v1/tools/refund_order/call", server.base))

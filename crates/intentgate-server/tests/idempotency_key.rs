@@ -16,6 +16,7 @@ use intentgate_mock::{FaultPlan, Scripted, Shape};
 use intentgate_server::ServerOptions;
 use intentgate_server::auth::{ActFor, ApiKey, AuthOptions, Authenticator};
 use intentgate_test_support::get_order_tool;
+use intentgate_test_support::http::content_type;
 use serde_json::{Value, json};
 
 /// A status, a content type and a JSON body.
@@ -44,11 +45,7 @@ impl Server {
         }
         let response = request.send().await.unwrap();
         let status = response.status().as_u16();
-        let content_type = response
-            .headers()
-            .get("content-type")
-            .map(|value| value.to_str().unwrap().to_owned())
-            .unwrap_or_default();
+        let content_type = content_type(&response);
         (
             status,
             content_type,
@@ -380,11 +377,7 @@ async fn a_key_that_uses_an_intent_id_takes_the_header_as_its_intent_id() {
         async move {
             let response = request.send().await.unwrap();
             let status = response.status().as_u16();
-            let content_type = response
-                .headers()
-                .get("content-type")
-                .map(|value| value.to_str().unwrap().to_owned())
-                .unwrap_or_default();
+            let content_type = content_type(&response);
             (
                 status,
                 content_type,

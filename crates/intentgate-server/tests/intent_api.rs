@@ -8,11 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Server, start};
-use intentgate_core::{Executor, Scope, Scopes, Tenant, ToolDefinition};
+use intentgate_core::{Scope, Scopes, Tenant, ToolDefinition};
+use intentgate_ledger::Ledger;
 use intentgate_mock::FaultPlan;
 use intentgate_server::ServerOptions;
 use intentgate_server::auth::{ActFor, ApiKey, AuthOptions, Authenticator};
-use intentgate_test_support::{refund_schema, refund_tool_with};
+use intentgate_test_support::client_tool;
+use intentgate_test_support::http::answer;
+use intentgate_test_support::wait_until;
 use serde_json::{Value, json};
 
 /// An API key of acme with every scope.
@@ -26,16 +29,6 @@ const ACME_CALLER: &str = "key-of-acme-caller";
 
 /// Status, content type and JSON body of an answer.
 type Answer = (u16, String, Value);
-
-/// `refund_order`, executed by the caller's code, with a 5 s timeout.
-fn client_tool() -> ToolDefinition {
-    let mut tool = refund_tool_with(
-        refund_schema(json!({"type": "number"})),
-        Duration::from_secs(5),
-    );
-    tool.executor = Executor::Client;
-    tool
-}
 
 /// A gateway-executed side effect beside it.
 fn gateway_tool() -> ToolDefinition {
@@ -78,23 +71,11 @@ async fn start_server() -> Server {
         ..ServerOptions::default()
     };
     start(
-        vec![client_tool(), gateway_tool()],
+        vec![client_tool(common::refund_tool()), gateway_tool()],
         FaultPlan::none(),
         options,
     )
     .await
-}
-
-async fn answer(response: reqwest::Response) -> Answer {
-    let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .map(|value| value.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let text = response.text().await.unwrap();
-    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    (status, content_type, body)
 }
 
 /// `POST {path}` with `body` as JSON text, as the holder of `key`.
@@ -459,8 +440,19 @@ async fn of_concurrent_granters_over_http_one_executes_and_the_others_get_its_an
         .collect();
     let first = answers.recv().await.unwrap();
     assert_eq!(first["action"], "execute", "{first}");
-    // The others wait for the holder; give them time to be counted.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The others wait for the holder: every granter has been counted.
+    assert!(
+        wait_until(Duration::from_secs(5), || async {
+            server
+                .ledger()
+                .get("acme", "refund_order", "refund:5:49.00")
+                .await
+                .unwrap()
+                .is_some_and(|intent| intent.call_count == GRANTERS as u64)
+        })
+        .await,
+        "every granter reached the ledger"
+    );
     assert!(
         answers.try_recv().is_err(),
         "nobody else was granted or answered"

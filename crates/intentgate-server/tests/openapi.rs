@@ -6,13 +6,11 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{Server, refund_tool};
-use intentgate_core::{Executor, ToolDefinition};
+use intentgate_core::ToolDefinition;
 use intentgate_mock::FaultPlan;
 use intentgate_server::ServerOptions;
-use intentgate_test_support::{refund_schema, refund_tool_with};
+use intentgate_test_support::client_tool;
 use reqwest::Method;
 use serde_json::{Map, Value, json};
 
@@ -24,21 +22,16 @@ const METHODS: [&str; 8] = [
 /// The client-executed tool: `refund_order`'s twin, which the caller's code performs.
 const CLIENT_TOOL: &str = "refund_order_sdk";
 
-/// [`CLIENT_TOOL`], with a 5 s timeout.
-fn client_tool() -> ToolDefinition {
-    let mut tool = refund_tool_with(
-        refund_schema(json!({"type": "number"})),
-        Duration::from_secs(5),
-    );
-    tool.name = CLIENT_TOOL.to_owned();
-    tool.executor = Executor::Client;
-    tool
-}
-
 /// A server of `refund_order` (executed by the gateway) and [`CLIENT_TOOL`].
 async fn start() -> Server {
     common::start(
-        vec![refund_tool(), client_tool()],
+        vec![
+            refund_tool(),
+            ToolDefinition {
+                name: CLIENT_TOOL.to_owned(),
+                ..client_tool(refund_tool())
+            },
+        ],
         FaultPlan::none(),
         ServerOptions::default(),
     )

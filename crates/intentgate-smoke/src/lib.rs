@@ -51,7 +51,7 @@ use intentgate_gate::{
     UpstreamCall,
 };
 use intentgate_http::HttpUpstream;
-use intentgate_http::spec::{Method, UpstreamSpec};
+use intentgate_http::spec::{CallSpec, Method, UpstreamSpec};
 use intentgate_ledger::{Ledger, ToolFlag};
 use intentgate_mock::{
     Dialect, HttpFaultPlan, MockOptions, MockProvider, MockServer, Scripted, Shape,
@@ -466,8 +466,10 @@ struct Smoke {
 }
 
 impl Smoke {
+    /// The smoke test of one tool: the effect with its answer lost, the repeats, the count
+    /// of effects at the provider, the lookup and the kill switch, in that order.
     async fn check(&mut self, config: &ToolConfig) -> ToolResult {
-        let mut result = ToolResult::new(&config.name);
+        let result = ToolResult::new(&config.name);
         let Some(definition) = self.gate.tool(&config.name).cloned() else {
             return result.could_not_start("the gate did not load this tool".to_owned());
         };
@@ -475,24 +477,8 @@ impl Smoke {
         let Some(request) = &config.call else {
             return result.could_not_start(client_tool_skipped(&config.name));
         };
-        if let Target::Mock(server) = &self.target {
-            let dialect = server.provider().dialect();
-            let served = mock_side_effects(dialect);
-            if !(request.method == Method::Post && served.contains(&request.path.as_str())) {
-                let other = match dialect {
-                    Dialect::Json if MOCK_STRIPE_SIDE_EFFECTS.contains(&request.path.as_str()) => {
-                        " (in its Stripe dialect it serves that path: `--mock-dialect stripe`)"
-                    }
-                    _ => "",
-                };
-                return result.could_not_start(format!(
-                    "the built-in mock provider does not serve {} {} (it serves POST {}){other}; \
-run `intentgate smoke --live` with the upstream pointed at a sandbox of this tool's API",
-                    format!("{:?}", request.method).to_uppercase(),
-                    request.path,
-                    served.join(", POST ")
-                ));
-            }
+        if let Err(reason) = self.mock_serves(request) {
+            return result.could_not_start(reason);
         }
         let arguments = match arguments::generate(&definition.input_schema, 1, &self.tag) {
             Ok(arguments) => arguments,
@@ -502,164 +488,50 @@ run `intentgate smoke --live` with the upstream pointed at a sandbox of this too
                 ));
             }
         };
-        let context = self.context(&definition, 1);
+        let intent = Intent {
+            definition: &definition,
+            arguments: &arguments,
+            context: &self.context(&definition, 1),
+        };
+        match self.check_effect(config, &intent, result).await {
+            Ok(result) => result.finish(),
+            Err(result) => result,
+        }
+    }
 
+    /// Steps 1 to 5 of [`Smoke::check`] for an intent with valid arguments; `Err` holds a
+    /// result that could not start.
+    async fn check_effect(
+        &self,
+        config: &ToolConfig,
+        intent: &Intent<'_>,
+        mut result: ToolResult,
+    ) -> Result<ToolResult, ToolResult> {
         // 1. The effect, with its answer lost after the provider committed.
-        let (requests_before, cuts_before) =
-            (self.target.side_effect_requests(), self.target.cuts());
-        self.target.inject(config);
-        let first = self.call(&definition, &arguments, &context).await;
-        let injected = match self.target {
-            Target::Mock(_) => self.target.side_effect_requests() > requests_before,
-            Target::Live { .. } => self.target.cuts() > cuts_before,
-        };
-        if !injected {
-            self.target.withdraw();
-        }
-        let first = match first {
+        let (first, injected) = match self
+            .call_with_answer_lost(config, intent, &mut result)
+            .await
+        {
             Ok(first) => first,
-            Err(error) => return result.could_not_start(error),
+            Err(reason) => return Err(result.could_not_start(reason)),
         };
-        if first.status == CallStatus::InvalidArguments {
-            return result.could_not_start(format!(
-                "the generated arguments {arguments} do not match the input schema: {}",
-                first.errors.join("; ")
-            ));
-        }
-        if !injected {
-            result.reasons.push(format!(
-                "the ambiguous failure was not injected: the first call answered {} without \
-sending a side-effecting request through {}",
-                first.status.as_str(),
-                match self.target {
-                    Target::Mock(_) => "the mock provider",
-                    Target::Live { .. } => "the proxy (does the call use the configured upstream?)",
-                }
-            ));
-        }
         result.intent_key = first.intent_key.clone();
-        let mut answers = vec![first];
 
         // 2. Asked again: one after another, then at once.
-        for _ in 0..REPEATS_SEQUENTIAL {
-            answers.push(match self.call(&definition, &arguments, &context).await {
-                Ok(outcome) => outcome,
-                Err(error) => return result.could_not_start(error),
-            });
-        }
-        let mut running = tokio::task::JoinSet::new();
-        for _ in 0..REPEATS_CONCURRENT {
-            let (gate, definition, arguments, context) = (
-                self.gate.clone(),
-                definition.clone(),
-                arguments.clone(),
-                context.clone(),
-            );
-            running.spawn(async move { call(&gate, &definition, &arguments, &context).await });
-        }
-        while let Some(joined) = running.join_next().await {
-            match joined {
-                Ok(Ok(outcome)) => answers.push(outcome),
-                Ok(Err(error)) => return result.could_not_start(error),
-                Err(error) => return result.could_not_start(format!("a call panicked: {error}")),
-            }
-        }
-        result.answers = answers
-            .iter()
-            .map(|answer| answer.status.as_str().to_owned())
-            .collect();
-        let settled = answers
-            .iter()
-            .all(|answer| matches!(answer.status, CallStatus::Done | CallStatus::AlreadyDone));
-        let executed = answers
-            .iter()
-            .filter(|answer| answer.status == CallStatus::Done)
-            .count();
-        result.repeats_answered = Step::of(settled && executed <= 1 && injected);
-        if !settled {
-            let unknown = answers
-                .iter()
-                .any(|answer| answer.status == CallStatus::PendingUnknown);
-            if unknown && config.lookup.is_none() {
-                result.reasons.push(format!(
-                    "{} has no `lookup`: after an ambiguous failure the gateway can't find out \
-whether the effect happened, so the intent stays unknown (pending_unknown) until someone \
-resolves it. Add a `lookup:` block to the tool: a read-only request that finds the effect and \
-proves it is this intent's by the provider key the gateway sent (`{{idempotency_key}}`) and \
-by the business fields, e.g. `lookup: {{method: GET, path: /v1/refunds, query: \
-{{idempotency_key: \"{{idempotency_key}}\"}}, found: /data, key: /idempotency_key, match: \
-{{order_id: {{record: /order_id}}, amount: {{record: /amount}}}}, external_id: /id}}` (where \
-the provider does not keep the Idempotency-Key header, send `{{idempotency_key}}` in the \
-body's metadata and point `key:` there)",
-                    config.name
-                ));
-            } else {
-                let first = &answers[0];
-                result.reasons.push(format!(
-                    "expected every answer to be done or already_done; got {} (first answer: {})",
-                    result.answers.join(", "),
-                    first.message
-                ));
-            }
-        } else if executed > 1 {
-            result.reasons.push(format!(
-                "{executed} calls answered done: the effect was executed more than once"
-            ));
-        }
+        let answers = match self.call_again(intent, first).await {
+            Ok(answers) => answers,
+            Err(reason) => return Err(result.could_not_start(reason)),
+        };
+        judge_repeats(config, &answers, injected, &mut result);
 
         // 3. Exactly one effect at the provider.
-        let counter = Counter::of(&self.target, config);
-        result.effects_counted_by = Some(counter);
-        if counter == Counter::Lookup {
-            result.notes.push(format!(
-                "{} has no `list`, so its effects were counted with its `lookup`, which finds \
-one record at most: \"effect once\" shows the effect happened, not that it happened only once \
-(a duplicate would go unseen). Add a `list:` block (the provider's records over a window, \
-paired with intents by the provider key, `fields.idempotency_key`, or by business fields with \
-`match`) to count every record; reconciliation needs it too",
-                config.name
-            ));
-        }
-        match &result.intent_key {
-            Some(key) => match self
-                .count_effects(
-                    config,
-                    &Asked {
-                        definition: &definition,
-                        arguments: &arguments,
-                        context: &context,
-                        key,
-                    },
-                )
-                .await
-            {
-                Ok(count) => {
-                    result.effects = Some(count);
-                    result.effect_once = Step::of(count == 1);
-                    if count != 1 {
-                        result.reasons.push(format!(
-                            "the provider holds {count} effects for intent {key}; expected exactly 1"
-                        ));
-                    }
-                }
-                Err(error) => {
-                    result.effect_once = Step::Fail;
-                    result.reasons.push(error);
-                }
-            },
-            None => {
-                result.effect_once = Step::Fail;
-                result
-                    .reasons
-                    .push("the gate answered without an intent key".to_owned());
-            }
-        }
+        self.check_effect_once(config, intent, &mut result).await;
 
         // 4. The lookup: each intent's finds its own effect, never another's.
         if let Some(lookup) = &config.lookup {
-            let checked = self.check_lookup(&definition, lookup).await;
+            let checked = self.check_lookup(intent.definition, lookup).await;
             result.lookup_finds_own = Step::of(checked.problems.is_empty());
-            let fixes = checked.fixes(config, lookup, &definition, &self.upstreams);
+            let fixes = checked.fixes(config, lookup, intent.definition, &self.upstreams);
             result.notes.extend(checked.notes);
             result.reasons.extend(
                 checked
@@ -674,7 +546,7 @@ paired with intents by the provider key, `fields.idempotency_key`, or by busines
 
         // 5. The kill switch.
         match self
-            .kill_switch(config, &definition, &arguments, &context)
+            .kill_switch(config, intent.definition, intent.arguments, intent.context)
             .await
         {
             Ok(()) => result.kill_switch = Step::Pass,
@@ -683,7 +555,164 @@ paired with intents by the provider key, `fields.idempotency_key`, or by busines
                 result.reasons.push(format!("kill switch: {error}"));
             }
         }
-        result.finish()
+        Ok(result)
+    }
+
+    /// Whether the built-in mock (when it is the target) serves the tool's request; `Err`
+    /// says what it serves instead and how to test the tool live.
+    fn mock_serves(&self, request: &CallSpec) -> Result<(), String> {
+        let Target::Mock(server) = &self.target else {
+            return Ok(());
+        };
+        let dialect = server.provider().dialect();
+        let served = mock_side_effects(dialect);
+        if request.method == Method::Post && served.contains(&request.path.as_str()) {
+            return Ok(());
+        }
+        let other = match dialect {
+            Dialect::Json if MOCK_STRIPE_SIDE_EFFECTS.contains(&request.path.as_str()) => {
+                " (in its Stripe dialect it serves that path: `--mock-dialect stripe`)"
+            }
+            _ => "",
+        };
+        Err(format!(
+            "the built-in mock provider does not serve {} {} (it serves POST {}){other}; \
+run `intentgate smoke --live` with the upstream pointed at a sandbox of this tool's API",
+            format!("{:?}", request.method).to_uppercase(),
+            request.path,
+            served.join(", POST ")
+        ))
+    }
+
+    /// The first call, with the target told to lose its answer after the provider commits:
+    /// its outcome, and whether the failure was injected (a reason in `result` if not).
+    async fn call_with_answer_lost(
+        &self,
+        config: &ToolConfig,
+        intent: &Intent<'_>,
+        result: &mut ToolResult,
+    ) -> Result<(CallOutcome, bool), String> {
+        let (requests_before, cuts_before) =
+            (self.target.side_effect_requests(), self.target.cuts());
+        self.target.inject(config);
+        let first = self
+            .call(intent.definition, intent.arguments, intent.context)
+            .await;
+        let injected = match self.target {
+            Target::Mock(_) => self.target.side_effect_requests() > requests_before,
+            Target::Live { .. } => self.target.cuts() > cuts_before,
+        };
+        if !injected {
+            self.target.withdraw();
+        }
+        let first = first?;
+        if first.status == CallStatus::InvalidArguments {
+            return Err(format!(
+                "the generated arguments {} do not match the input schema: {}",
+                intent.arguments,
+                first.errors.join("; ")
+            ));
+        }
+        if !injected {
+            result.reasons.push(format!(
+                "the ambiguous failure was not injected: the first call answered {} without \
+sending a side-effecting request through {}",
+                first.status.as_str(),
+                match self.target {
+                    Target::Mock(_) => "the mock provider",
+                    Target::Live { .. } => "the proxy (does the call use the configured upstream?)",
+                }
+            ));
+        }
+        Ok((first, injected))
+    }
+
+    /// The first answer and those of the repeats: `REPEATS_SEQUENTIAL` one after another,
+    /// then `REPEATS_CONCURRENT` at once.
+    async fn call_again(
+        &self,
+        intent: &Intent<'_>,
+        first: CallOutcome,
+    ) -> Result<Vec<CallOutcome>, String> {
+        let mut answers = vec![first];
+        for _ in 0..REPEATS_SEQUENTIAL {
+            answers.push(
+                self.call(intent.definition, intent.arguments, intent.context)
+                    .await?,
+            );
+        }
+        let mut running = tokio::task::JoinSet::new();
+        for _ in 0..REPEATS_CONCURRENT {
+            let (gate, definition, arguments, context) = (
+                self.gate.clone(),
+                intent.definition.clone(),
+                intent.arguments.clone(),
+                intent.context.clone(),
+            );
+            running.spawn(async move { call(&gate, &definition, &arguments, &context).await });
+        }
+        while let Some(joined) = running.join_next().await {
+            match joined {
+                Ok(outcome) => answers.push(outcome?),
+                Err(error) => return Err(format!("a call panicked: {error}")),
+            }
+        }
+        Ok(answers)
+    }
+
+    /// Step 3: the provider holds exactly one effect for the intent, counted by the tool's
+    /// `list` (or, without one, its `lookup`, which the notes say).
+    async fn check_effect_once(
+        &self,
+        config: &ToolConfig,
+        intent: &Intent<'_>,
+        result: &mut ToolResult,
+    ) {
+        let counter = Counter::of(&self.target, config);
+        result.effects_counted_by = Some(counter);
+        if counter == Counter::Lookup {
+            result.notes.push(format!(
+                "{} has no `list`, so its effects were counted with its `lookup`, which finds \
+one record at most: \"effect once\" shows the effect happened, not that it happened only once \
+(a duplicate would go unseen). Add a `list:` block (the provider's records over a window, \
+paired with intents by the provider key, `fields.idempotency_key`, or by business fields with \
+`match`) to count every record; reconciliation needs it too",
+                config.name
+            ));
+        }
+        let Some(key) = result.intent_key.clone() else {
+            result.effect_once = Step::Fail;
+            result
+                .reasons
+                .push("the gate answered without an intent key".to_owned());
+            return;
+        };
+        match self
+            .count_effects(
+                config,
+                &Asked {
+                    definition: intent.definition,
+                    arguments: intent.arguments,
+                    context: intent.context,
+                    key: &key,
+                },
+            )
+            .await
+        {
+            Ok(count) => {
+                result.effects = Some(count);
+                result.effect_once = Step::of(count == 1);
+                if count != 1 {
+                    result.reasons.push(format!(
+                        "the provider holds {count} effects for intent {key}; expected exactly 1"
+                    ));
+                }
+            }
+            Err(error) => {
+                result.effect_once = Step::Fail;
+                result.reasons.push(error);
+            }
+        }
     }
 
     /// The call context of a variant: its own intent id where the key uses one, the same
@@ -886,6 +915,66 @@ run's window; can't count them all"
             .await
             .map_err(|error| format!("storing the flag of {tool}: {error}"))
     }
+}
+
+/// Step 2's verdict: every answer is done or already_done, at most one of them done, after
+/// an injected failure; otherwise why not (for a tool left unknown without a `lookup`, what
+/// to add).
+fn judge_repeats(
+    config: &ToolConfig,
+    answers: &[CallOutcome],
+    injected: bool,
+    result: &mut ToolResult,
+) {
+    result.answers = answers
+        .iter()
+        .map(|answer| answer.status.as_str().to_owned())
+        .collect();
+    let settled = answers
+        .iter()
+        .all(|answer| matches!(answer.status, CallStatus::Done | CallStatus::AlreadyDone));
+    let executed = answers
+        .iter()
+        .filter(|answer| answer.status == CallStatus::Done)
+        .count();
+    result.repeats_answered = Step::of(settled && executed <= 1 && injected);
+    if !settled {
+        let unknown = answers
+            .iter()
+            .any(|answer| answer.status == CallStatus::PendingUnknown);
+        if unknown && config.lookup.is_none() {
+            result.reasons.push(format!(
+                "{} has no `lookup`: after an ambiguous failure the gateway can't find out \
+whether the effect happened, so the intent stays unknown (pending_unknown) until someone \
+resolves it. Add a `lookup:` block to the tool: a read-only request that finds the effect and \
+proves it is this intent's by the provider key the gateway sent (`{{idempotency_key}}`) and \
+by the business fields, e.g. `lookup: {{method: GET, path: /v1/refunds, query: \
+{{idempotency_key: \"{{idempotency_key}}\"}}, found: /data, key: /idempotency_key, match: \
+{{order_id: {{record: /order_id}}, amount: {{record: /amount}}}}, external_id: /id}}` (where \
+the provider does not keep the Idempotency-Key header, send `{{idempotency_key}}` in the \
+body's metadata and point `key:` there)",
+                config.name
+            ));
+        } else {
+            let first = &answers[0];
+            result.reasons.push(format!(
+                "expected every answer to be done or already_done; got {} (first answer: {})",
+                result.answers.join(", "),
+                first.message
+            ));
+        }
+    } else if executed > 1 {
+        result.reasons.push(format!(
+            "{executed} calls answered done: the effect was executed more than once"
+        ));
+    }
+}
+
+/// One intent of the smoke test, before it is asked for: its tool, arguments and context.
+struct Intent<'a> {
+    definition: &'a ToolDefinition,
+    arguments: &'a Value,
+    context: &'a CallContext,
 }
 
 /// One intent as the smoke test asked for it: enough to find its effects at the provider.

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use intentgate_config::ToolConfig;
 use intentgate_core::key::provider_key;
-use intentgate_core::{CallStatus, ToolDefinition};
+use intentgate_core::{CallStatus, KeyTemplate, ToolDefinition};
 use intentgate_gate::{CallContext, LookupOutcome, Upstream, UpstreamCall};
 use intentgate_http::spec::{LookupSpec, UpstreamSpec};
 use serde_json::Value;
@@ -36,6 +36,12 @@ struct Probe {
     label: String,
     arguments: Value,
     context: CallContext,
+}
+
+/// The intents of the check: those whose effects it makes, and those it never executes.
+struct Probes {
+    to_make: Vec<Probe>,
+    never: Vec<Probe>,
 }
 
 /// An intent whose effect the check made: its key and the provider's id its call answered.
@@ -102,7 +108,8 @@ impl LookupCheck {
 }
 
 impl Smoke {
-    /// The lookup check of the tool `definition`'s `lookup`.
+    /// The lookup check of the tool `definition`'s `lookup`: make the probes' effects, then
+    /// ask the lookup of each made intent and of each never-executed one.
     pub(crate) async fn check_lookup(
         &self,
         definition: &ToolDefinition,
@@ -116,6 +123,35 @@ impl Smoke {
             );
             return check;
         };
+        let Some(Probes { to_make, never }) = self.probes(definition, template, &mut check) else {
+            return check;
+        };
+        let made = self.make_effects(definition, to_make, &mut check).await;
+        if made.len() < 2 && check.problems.is_empty() {
+            check.notes.push(
+                "the lookup check made one intent only (no key argument can take another value), \
+                 so whether the lookup tells intents apart was not checked"
+                    .to_owned(),
+            );
+        }
+        let bound = lookup_bound(definition, lookup);
+        self.check_own_effects_found(definition, lookup, &made, bound, &mut check)
+            .await;
+        self.check_never_executed_not_found(definition, lookup, &made, never, bound, &mut check)
+            .await;
+        check
+    }
+
+    /// The intents of the check: the first one, one per key argument with another value, and
+    /// (when the key has the intent id) one under another intent id; each with a
+    /// never-executed twin where the schema allows a third value. `None` when no valid
+    /// arguments can be made at all (the problem is in `check`).
+    fn probes(
+        &self,
+        definition: &ToolDefinition,
+        template: &KeyTemplate,
+        check: &mut LookupCheck,
+    ) -> Option<Probes> {
         let schema = &definition.input_schema;
         let first = match arguments::generate(schema, LOOKUP_FIRST_VARIANT, &self.tag) {
             Ok(first) => first,
@@ -124,7 +160,7 @@ impl Smoke {
                     Kind::Other,
                     format!("can't make valid arguments from the input schema: {error}"),
                 );
-                return check;
+                return None;
             }
         };
         let validator = intentgate_gate::schema::validator(schema).ok();
@@ -197,12 +233,21 @@ impl Smoke {
             never.push(Probe {
                 label: "a never-executed intent with the same arguments and another intent id"
                     .to_owned(),
-                arguments: first.clone(),
+                arguments: first,
                 context: self.context(definition, LOOKUP_NEVER_VARIANT),
             });
         }
+        Some(Probes { to_make, never })
+    }
 
-        // The effects, one per intent.
+    /// The effects, one per intent: each call must answer done with its intent key and the
+    /// provider's id, or there is nothing to look up for it.
+    async fn make_effects(
+        &self,
+        definition: &ToolDefinition,
+        to_make: Vec<Probe>,
+        check: &mut LookupCheck,
+    ) -> Vec<Made> {
         let mut made: Vec<Made> = Vec::new();
         for probe in to_make {
             let outcome = match self
@@ -250,17 +295,19 @@ impl Smoke {
                 external_id,
             });
         }
-        if made.len() < 2 && check.problems.is_empty() {
-            check.notes.push(
-                "the lookup check made one intent only (no key argument can take another value), \
-                 so whether the lookup tells intents apart was not checked"
-                    .to_owned(),
-            );
-        }
-        let bound = lookup_bound(definition, lookup);
+        made
+    }
 
-        // Each intent's lookup finds its own effect.
-        for intent in &made {
+    /// Each made intent's lookup finds its own effect, by the id its call answered.
+    async fn check_own_effects_found(
+        &self,
+        definition: &ToolDefinition,
+        lookup: &LookupSpec,
+        made: &[Made],
+        bound: Duration,
+        check: &mut LookupCheck,
+    ) {
+        for intent in made {
             let outcome = self
                 .look_up(
                     definition,
@@ -277,7 +324,7 @@ impl Smoke {
                     ..
                 } if id == intent.external_id => {}
                 LookupOutcome::Found { external_id, .. } => {
-                    let (kind, found) = describe_found(external_id.as_deref(), &made, lookup);
+                    let (kind, found) = describe_found(external_id.as_deref(), made, lookup);
                     check.problem(
                         kind,
                         format!(
@@ -314,8 +361,18 @@ impl Smoke {
                 ),
             }
         }
+    }
 
-        // A never-executed intent's lookup finds nothing.
+    /// A never-executed intent's lookup finds nothing: a found record is somebody else's.
+    async fn check_never_executed_not_found(
+        &self,
+        definition: &ToolDefinition,
+        lookup: &LookupSpec,
+        made: &[Made],
+        never: Vec<Probe>,
+        bound: Duration,
+        check: &mut LookupCheck,
+    ) {
         for probe in never {
             let key =
                 match definition.render_key(&probe.arguments, probe.context.intent_id.as_deref()) {
@@ -340,7 +397,7 @@ impl Smoke {
             {
                 LookupOutcome::NotFound => {}
                 LookupOutcome::Found { external_id, .. } => {
-                    let (_, found) = describe_found(external_id.as_deref(), &made, lookup);
+                    let (_, found) = describe_found(external_id.as_deref(), made, lookup);
                     check.problem(
                         Kind::Wrong,
                         format!(
@@ -364,9 +421,7 @@ impl Smoke {
                 ),
             }
         }
-        check
     }
-
     /// The tool's lookup for one intent, as the gate sends it: the intent's provider key
     /// (smoke's intents are its tenant's, in their first epoch), intent key, intent id and
     /// arguments.

@@ -1,5 +1,5 @@
-//! Talking to a gateway's HTTP API from a test: a client, and a tool call that must be
-//! answered 200.
+//! Talking to a gateway's HTTP API from a test: a client, a tool call that must be
+//! answered 200, and an answer read as its status, content type and body.
 
 use std::time::Duration;
 
@@ -15,6 +15,25 @@ pub fn client(timeout: Option<Duration>) -> reqwest::Client {
         None => builder,
     };
     builder.build().unwrap()
+}
+
+/// An answer's content type, empty when it has none.
+pub fn content_type(response: &reqwest::Response) -> String {
+    response
+        .headers()
+        .get("content-type")
+        .map(|value| value.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// An answer's status, content type and body: JSON, or else its text as a JSON string (so a
+/// test can show what a route answered that was not JSON).
+pub async fn answer(response: reqwest::Response) -> (u16, String, Value) {
+    let status = response.status().as_u16();
+    let content_type = content_type(&response);
+    let text = response.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, content_type, body)
 }
 
 /// The outcome of `request`, a call of `tool` with `arguments` to `POST

@@ -1,9 +1,11 @@
 //! The tools the tests call: `refund_order`, the side-effecting tool every layer is tested
-//! with, and `get_order`, a read beside it.
+//! with, `get_order`, a read beside it, `refund_order` held for approval, and any tool made
+//! client-executed (`client_tool`).
 
 use std::time::Duration;
 
-use intentgate_core::{Effect, ToolDefinition};
+use intentgate_core::policy::{ApprovalPolicy, ToolPolicies};
+use intentgate_core::{Effect, Executor, ToolDefinition};
 use serde_json::{Value, json};
 
 /// The intent key of `refund_order`: the order and the amount to the cent, so a retry of the
@@ -43,6 +45,30 @@ pub fn refund_tool_with(schema: Value, timeout: Duration) -> ToolDefinition {
         2,
     )
     .unwrap()
+}
+
+/// `tool`, executed by the caller's own code through the intent API (`executor: client`):
+/// the gateway keeps its intents, key and leases, and sends no request for it.
+pub fn client_tool(tool: ToolDefinition) -> ToolDefinition {
+    ToolDefinition {
+        executor: Executor::Client,
+        ..tool
+    }
+}
+
+/// `refund_order` whose every refund waits for an approver, for `deadline` at most.
+pub fn refund_needing_approval(deadline: Duration) -> ToolDefinition {
+    ToolDefinition {
+        policies: Some(ToolPolicies {
+            approval: Some(ApprovalPolicy {
+                when: None,
+                tenants: None,
+                deadline_ms: deadline.as_millis() as u64,
+            }),
+            budgets: vec![],
+        }),
+        ..refund_tool()
+    }
 }
 
 /// `get_order`: a read of one order, with `timeout` and 2 retries.

@@ -8,27 +8,21 @@ use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
-use intentgate_core::policy::{ApprovalPolicy, ToolPolicies};
 use intentgate_core::{CallStatus, IntentStatus};
 use intentgate_gate::{CallContext, SystemClock};
 use intentgate_ledger::{Decision, Ledger};
 use intentgate_mock::FaultPlan;
-use intentgate_test_support::{Harness, refund, refund_tool};
+use intentgate_test_support::{Harness, refund, refund_needing_approval};
 use serde_json::Value;
 use support::{intentgate, success};
 
 /// A gate whose `refund_order` holds every call for approval within `deadline`.
 fn harness(deadline: Duration) -> Harness {
-    let mut tool = refund_tool();
-    tool.policies = Some(ToolPolicies {
-        approval: Some(ApprovalPolicy {
-            when: None,
-            tenants: None,
-            deadline_ms: deadline.as_millis() as u64,
-        }),
-        budgets: vec![],
-    });
-    Harness::with_tools(FaultPlan::none(), vec![tool], Arc::new(SystemClock))
+    Harness::with_tools(
+        FaultPlan::none(),
+        vec![refund_needing_approval(deadline)],
+        Arc::new(SystemClock),
+    )
 }
 
 /// A refund `agent-7` asked for, held: its intent id.

@@ -7,6 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use intentgate_test_support::wait_until;
 use serde_json::{Value, json};
 use support::{
     EXAMPLE_CONFIG, Running, example_config, get_json, intentgate, mock_provider, serve,
@@ -204,7 +205,14 @@ async fn a_409_from_another_attempt_holding_the_key_is_looked_up() {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The other attempt's refund is committed at the provider, its answer 3 s away.
+    assert!(
+        wait_until(Duration::from_secs(5), || async {
+            stack.effects().await["by_order"]["o409"] == 1
+        })
+        .await,
+        "the other attempt reached the provider"
+    );
     stack.faults(json!({})).await;
     let outcome = stack.call("refund_order", refund("o409", 10.0)).await;
     assert_eq!(

@@ -197,95 +197,15 @@ impl PostgresLedger {
     /// the schema if absent, applies any missing migrations and starts listening for
     /// changes. Errors name the host and port, never the password.
     pub async fn connect(url: &str, options: PostgresOptions) -> Result<PostgresLedger> {
-        let mut config: Config = url.parse().map_err(|error| LedgerError::Open {
-            path: redacted(url),
-            reason: format!(
-                "{}; write it as postgres://user@host:port/database",
-                describe(&error)
-            ),
-        })?;
-        let target = Target::of(&config);
-        let open_error = |reason: String| LedgerError::Open {
-            path: format!("PostgreSQL at {target}"),
-            reason,
-        };
-        let schema = options.schema.clone();
-        check_schema_name(&schema).map_err(open_error)?;
-        if !(1..=POOL_SIZE_MAX).contains(&options.pool_size) {
-            return Err(open_error(format!(
-                "the pool size is {}; it must be 1 to {POOL_SIZE_MAX}",
-                options.pool_size
-            )));
-        }
-        let synchronous_commit = match options.durability {
-            Durability::Strict => "on",
-            Durability::Relaxed => "off",
-        };
-        // Session settings, sent with the startup message (no extra round trip).
-        let settings = format!(
-            "-c search_path={schema} -c synchronous_commit={synchronous_commit} \
-             -c statement_timeout={STATEMENT_TIMEOUT_MS} \
-             -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
-        );
-        let settings = match config.get_options() {
-            Some(given) if !given.trim().is_empty() => format!("{given} {settings}"),
-            _ => settings,
-        };
-        config.options(settings);
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            // Says which ledger a connection serves, in pg_stat_activity.
-            config.application_name(format!("intentgate:{schema}"));
-        }
-
-        let unreachable = |reason: String| {
-            open_error(format!(
-                "{reason}; check that the server is running and reachable (pg_isready -h {} -p {})",
-                target.host, target.port
-            ))
-        };
-        let mut first = tokio::time::timeout(2 * CONNECT_TIMEOUT, Session::connect(&config))
-            .await
-            .map_err(|_| unreachable(format!("no answer in {} s", 2 * CONNECT_TIMEOUT.as_secs())))?
-            .map_err(|error| unreachable(describe(&error)))?;
-        schema::migrate(&mut first.client, &schema)
-            .await
-            .map_err(|failure| match failure {
-                Failure::Ledger(error) => error,
-                Failure::Postgres(error) => open_error(format!(
-                    "can't set up the schema `{schema}`: {}; check that the user may create \
-                     schemas and tables in this database",
-                    describe(&error)
-                )),
-            })?;
+        let (config, target) = connection_config(url, &options)?;
+        let schema = options.schema;
+        let first = open_schema(&config, &target, &schema).await?;
         let pool = Pool::new(config.clone(), options.pool_size);
         pool.put(first);
 
         let waiters = Arc::new(Waiters::default());
         let channel = format!("{schema}_changes");
-        let (listening, listened) = oneshot::channel();
-        let listener = listener::spawn(
-            config,
-            channel.clone(),
-            target.clone(),
-            waiters.clone(),
-            listening,
-        );
-        let listened = tokio::time::timeout(LISTEN_TIMEOUT, listened).await;
-        let refused = match listened {
-            Ok(Ok(Ok(()))) => None,
-            Ok(Ok(Err(reason))) => Some(reason),
-            Ok(Err(_)) => Some("the listener stopped".to_owned()),
-            Err(_) => Some(format!("no answer in {} s", LISTEN_TIMEOUT.as_secs())),
-        };
-        if let Some(reason) = refused {
-            listener.abort();
-            return Err(open_error(format!(
-                "can't listen for notifications on channel {channel}: {reason}"
-            )));
-        }
+        let listener = listen(config, &channel, &target, &waiters).await?;
         Ok(PostgresLedger {
             shared: Arc::new(Shared {
                 pool,
@@ -523,6 +443,126 @@ async fn roll_back(session: &mut Session) -> bool {
         }
         Err(_) => false,
     }
+}
+
+/// The error of a ledger that could not be opened at `target`.
+fn open_error(target: &Target, reason: String) -> LedgerError {
+    LedgerError::Open {
+        path: format!("PostgreSQL at {target}"),
+        reason,
+    }
+}
+
+/// The connection settings of `url` with the ledger's own: its schema as the search path,
+/// the durability's `synchronous_commit`, the statement and idle timeouts, a connect
+/// timeout and an application name where the URL gives none. Refuses a bad URL, schema
+/// name or pool size.
+fn connection_config(url: &str, options: &PostgresOptions) -> Result<(Config, Target)> {
+    let mut config: Config = url.parse().map_err(|error| LedgerError::Open {
+        path: redacted(url),
+        reason: format!(
+            "{}; write it as postgres://user@host:port/database",
+            describe(&error)
+        ),
+    })?;
+    let target = Target::of(&config);
+    let schema = &options.schema;
+    check_schema_name(schema).map_err(|reason| open_error(&target, reason))?;
+    if !(1..=POOL_SIZE_MAX).contains(&options.pool_size) {
+        return Err(open_error(
+            &target,
+            format!(
+                "the pool size is {}; it must be 1 to {POOL_SIZE_MAX}",
+                options.pool_size
+            ),
+        ));
+    }
+    let synchronous_commit = match options.durability {
+        Durability::Strict => "on",
+        Durability::Relaxed => "off",
+    };
+    // Session settings, sent with the startup message (no extra round trip).
+    let settings = format!(
+        "-c search_path={schema} -c synchronous_commit={synchronous_commit} \
+         -c statement_timeout={STATEMENT_TIMEOUT_MS} \
+         -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+    );
+    let settings = match config.get_options() {
+        Some(given) if !given.trim().is_empty() => format!("{given} {settings}"),
+        _ => settings,
+    };
+    config.options(settings);
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        // Says which ledger a connection serves, in pg_stat_activity.
+        config.application_name(format!("intentgate:{schema}"));
+    }
+    Ok((config, target))
+}
+
+/// The first connection, with the schema created and migrated on it: the pool's first.
+async fn open_schema(config: &Config, target: &Target, schema: &str) -> Result<Session> {
+    let unreachable = |reason: String| {
+        open_error(
+            target,
+            format!(
+                "{reason}; check that the server is running and reachable (pg_isready -h {} -p {})",
+                target.host, target.port
+            ),
+        )
+    };
+    let mut first = tokio::time::timeout(2 * CONNECT_TIMEOUT, Session::connect(config))
+        .await
+        .map_err(|_| unreachable(format!("no answer in {} s", 2 * CONNECT_TIMEOUT.as_secs())))?
+        .map_err(|error| unreachable(describe(&error)))?;
+    schema::migrate(&mut first.client, schema)
+        .await
+        .map_err(|failure| match failure {
+            Failure::Ledger(error) => error,
+            Failure::Postgres(error) => open_error(
+                target,
+                format!(
+                    "can't set up the schema `{schema}`: {}; check that the user may create \
+                     schemas and tables in this database",
+                    describe(&error)
+                ),
+            ),
+        })?;
+    Ok(first)
+}
+
+/// Starts the listener of `channel`, which wakes `waiters`, and waits until it listens.
+async fn listen(
+    config: Config,
+    channel: &str,
+    target: &Target,
+    waiters: &Arc<Waiters>,
+) -> Result<JoinHandle<()>> {
+    let (listening, listened) = oneshot::channel();
+    let listener = listener::spawn(
+        config,
+        channel.to_owned(),
+        target.clone(),
+        waiters.clone(),
+        listening,
+    );
+    let listened = tokio::time::timeout(LISTEN_TIMEOUT, listened).await;
+    let refused = match listened {
+        Ok(Ok(Ok(()))) => None,
+        Ok(Ok(Err(reason))) => Some(reason),
+        Ok(Err(_)) => Some("the listener stopped".to_owned()),
+        Err(_) => Some(format!("no answer in {} s", LISTEN_TIMEOUT.as_secs())),
+    };
+    if let Some(reason) = refused {
+        listener.abort();
+        return Err(open_error(
+            target,
+            format!("can't listen for notifications on channel {channel}: {reason}"),
+        ));
+    }
+    Ok(listener)
 }
 
 /// True when `error` means the connection is gone (closed, reset, or ended by the server),

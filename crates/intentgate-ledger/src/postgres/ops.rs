@@ -14,8 +14,8 @@ use std::pin::Pin;
 
 use futures_util::future::join_all;
 use intentgate_core::{IntentStatus, ResendStop};
-use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row, Statement};
 
 use super::pool::Session;
 use super::{Attempt, Failure, is_connection_lost};
@@ -483,25 +483,7 @@ pub async fn commit(
         // The operation committed what it wrote itself (a new intent's `begin`).
         return Ok(());
     }
-    // Prepared before anything is sent (from the cache, after the first time), so that
-    // nothing below waits for a round trip and the statements leave in order.
-    let update_counts = session.statement(UPDATE_COUNTS).await?;
-    let update_intent = session.statement(UPDATE_INTENT).await?;
-    let insert_event = session.statement(INSERT_EVENT).await?;
-    let notify_statement = session.statement(NOTIFY).await?;
-    // Only the plans of held intents and budgets write these: a tool without policies
-    // prepares nothing more.
-    let upsert_approval = match writes
-        .iter()
-        .any(|write| matches!(write, Write::Approval(_)))
-    {
-        true => Some(session.statement(UPSERT_APPROVAL).await?),
-        false => None,
-    };
-    let count_budget = match writes.iter().any(|write| matches!(write, Write::Budget(_))) {
-        true => Some(session.statement(COUNT_BUDGET).await?),
-        false => None,
-    };
+    let statements = CommitStatements::prepare(session, writes).await?;
     let begin = session.take_pending_begin();
     let client = &session.client;
     let mut sent: Vec<Sent<'_>> = Vec::with_capacity(writes.len() + 3);
@@ -511,9 +493,75 @@ pub async fn commit(
         }));
     }
     for write in writes {
-        sent.push(match write {
+        sent.push(statements.send(client, write));
+    }
+    if let Some((channel, id)) = notify {
+        let statement = &statements.notify;
+        sent.push(Box::pin(async move {
+            let id = id.to_string();
+            client.execute(statement, &[&channel, &id]).await
+        }));
+    }
+    sent.push(Box::pin(async move {
+        client.batch_execute("COMMIT").await.map(|()| 0)
+    }));
+
+    // tokio-postgres sends a statement when it is first polled, and pipelines what is
+    // polled together. `join_all` polls its futures in the order given (a plan's handful of
+    // statements is far below its cut-over to `FuturesOrdered`, whose queue also runs new
+    // futures in order), so the statements leave in order, in one round trip.
+    let answers = join_all(sent).await;
+    committed(session, writes, answers, usize::from(begin.is_some()))?;
+    session.transaction_ended();
+    Ok(())
+}
+
+/// The statements of [`commit`]'s pipeline, prepared before anything is sent (from the
+/// session's cache, after the first time), so that nothing in the pipeline waits for a
+/// round trip and the statements leave in order.
+struct CommitStatements {
+    update_counts: Statement,
+    update_intent: Statement,
+    insert_event: Statement,
+    notify: Statement,
+    /// Only the plans of held intents and budgets write these: a tool without policies
+    /// prepares nothing more.
+    upsert_approval: Option<Statement>,
+    count_budget: Option<Statement>,
+}
+
+impl CommitStatements {
+    async fn prepare(session: &mut Session, writes: &[Write]) -> Result<CommitStatements, Attempt> {
+        let update_counts = session.statement(UPDATE_COUNTS).await?;
+        let update_intent = session.statement(UPDATE_INTENT).await?;
+        let insert_event = session.statement(INSERT_EVENT).await?;
+        let notify = session.statement(NOTIFY).await?;
+        let upsert_approval = match writes
+            .iter()
+            .any(|write| matches!(write, Write::Approval(_)))
+        {
+            true => Some(session.statement(UPSERT_APPROVAL).await?),
+            false => None,
+        };
+        let count_budget = match writes.iter().any(|write| matches!(write, Write::Budget(_))) {
+            true => Some(session.statement(COUNT_BUDGET).await?),
+            false => None,
+        };
+        Ok(CommitStatements {
+            update_counts,
+            update_intent,
+            insert_event,
+            notify,
+            upsert_approval,
+            count_budget,
+        })
+    }
+
+    /// The statement of one write, sent when first polled.
+    fn send<'a>(&'a self, client: &'a Client, write: &'a Write) -> Sent<'a> {
+        match write {
             Write::Counts(intent) => {
-                let statement = &update_counts;
+                let statement = &self.update_counts;
                 Box::pin(async move {
                     let call_count = intent.call_count as i64;
                     let parameters: [&(dyn ToSql + Sync); 3] =
@@ -522,7 +570,7 @@ pub async fn commit(
                 })
             }
             Write::Intent(stored) => {
-                let statement = &update_intent;
+                let statement = &self.update_intent;
                 Box::pin(async move {
                     let intent = &stored.intent;
                     let (status, attempt, epoch, call_count) = (
@@ -552,7 +600,7 @@ pub async fn commit(
                 })
             }
             Write::Event(event) => {
-                let statement = &insert_event;
+                let statement = &self.insert_event;
                 Box::pin(async move {
                     let columns = EventColumns::of(event);
                     let mut parameters: Vec<&(dyn ToSql + Sync)> = vec![&event.intent_id];
@@ -561,7 +609,10 @@ pub async fn commit(
                 })
             }
             Write::Approval(approval) => {
-                let statement = upsert_approval.as_ref().expect("prepared for approvals");
+                let statement = self
+                    .upsert_approval
+                    .as_ref()
+                    .expect("prepared for approvals");
                 Box::pin(async move {
                     let decision = approval.decision.map(Decision::as_str);
                     let parameters: [&(dyn ToSql + Sync); 12] = [
@@ -582,7 +633,7 @@ pub async fn commit(
                 })
             }
             Write::Budget(count) => {
-                let statement = count_budget.as_ref().expect("prepared for budgets");
+                let statement = self.count_budget.as_ref().expect("prepared for budgets");
                 Box::pin(async move {
                     let parameters: [&(dyn ToSql + Sync); 6] = [
                         &count.tool,
@@ -595,24 +646,20 @@ pub async fn commit(
                     client.execute(statement, &parameters).await
                 })
             }
-        });
+        }
     }
-    if let Some((channel, id)) = notify {
-        let statement = &notify_statement;
-        sent.push(Box::pin(async move {
-            let id = id.to_string();
-            client.execute(statement, &[&channel, &id]).await
-        }));
-    }
-    sent.push(Box::pin(async move {
-        client.batch_execute("COMMIT").await.map(|()| 0)
-    }));
+}
 
-    // tokio-postgres sends a statement when it is first polled, and pipelines what is
-    // polled together. `join_all` polls its futures in the order given (a plan's handful of
-    // statements is far below its cut-over to `FuturesOrdered`, whose queue also runs new
-    // futures in order), so the statements leave in order, in one round trip.
-    let answers = join_all(sent).await;
+/// Reads the pipeline's answers, the writes' from `writes_offset` on (after the `BEGIN`'s,
+/// when it was sent): a lost connection is an attempt that may have committed, a refused
+/// statement one that rolled back; an intent written while locked must have been there to
+/// write.
+fn committed(
+    session: &mut Session,
+    writes: &[Write],
+    answers: Vec<Result<u64, tokio_postgres::Error>>,
+    writes_offset: usize,
+) -> Result<(), Attempt> {
     let lost = answers.iter().position(|answer| {
         answer
             .as_ref()
@@ -636,15 +683,13 @@ pub async fn commit(
         session.transaction_ended();
         return Err(error.into());
     }
-    let offset = usize::from(begin.is_some());
-    for (write, answer) in writes.iter().zip(&answers[offset..]) {
+    for (write, answer) in writes.iter().zip(&answers[writes_offset..]) {
         if let (Write::Counts(intent) | Write::Intent(StoredIntent { intent, .. }), Ok(changed)) =
             (write, answer)
         {
             assert_eq!(*changed, 1, "intent {} vanished while locked", intent.id);
         }
     }
-    session.transaction_ended();
     Ok(())
 }
 

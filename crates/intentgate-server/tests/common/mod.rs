@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use intentgate_core::ToolDefinition;
+use intentgate_ledger::SqliteLedger;
 use intentgate_mock::{FakeProvider, FaultPlan};
 use intentgate_server::ServerOptions;
 pub use intentgate_test_support::http::client;
@@ -27,6 +28,11 @@ pub struct Server {
 }
 
 impl Server {
+    /// The ledger the server writes.
+    pub fn ledger(&self) -> &Arc<SqliteLedger> {
+        &self._fixture.ledger
+    }
+
     /// Stops the server and waits until it has.
     pub async fn stop(mut self) {
         self.stop.take().unwrap().send(()).unwrap();
