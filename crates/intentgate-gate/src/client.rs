@@ -502,7 +502,7 @@ impl Gate {
             Begun::Settled(next)
             | Begun::Busy(next)
             | Begun::Conflict(next)
-            | Begun::Held(next, _) => pending(self, &next),
+            | Begun::Held(next, ..) => pending(self, &next),
             Begun::OverBudget { .. } => unreachable!("a re-send asks for an existing intent"),
         }
     }

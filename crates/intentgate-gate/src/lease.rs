@@ -19,7 +19,9 @@
 
 use intentgate_core::IntentStatus;
 use intentgate_core::key::provider_key;
-use intentgate_ledger::{Approval, Begin, BeginRequest, Finish, IntentRecord, Ledger, LedgerError};
+use intentgate_ledger::{
+    Approval, ApprovalRequest, Begin, BeginRequest, Finish, IntentRecord, Ledger, LedgerError,
+};
 use serde_json::Value;
 
 use crate::upstream::UpstreamCall;
@@ -185,8 +187,8 @@ pub(crate) enum Begun {
     Settled(IntentRecord),
     /// The key exists with another fingerprint: nothing executes.
     Conflict(IntentRecord),
-    /// The intent is `pending`, waiting for an approver.
-    Held(IntentRecord, Approval),
+    /// The intent is `pending`, waiting for an approver; whether this `begin` asked.
+    Held(IntentRecord, Approval, ApprovalRequest),
     /// A new intent beyond the budget named here: nothing was written.
     OverBudget { budget: String },
 }
@@ -204,7 +206,7 @@ impl Begun {
             Begin::Busy(intent) => Begun::Busy(intent),
             Begin::Settled(intent) => Begun::Settled(intent),
             Begin::Conflict(intent) => Begun::Conflict(intent),
-            Begin::Held(intent, approval) => Begun::Held(intent, approval),
+            Begin::Held(intent, approval, request) => Begun::Held(intent, approval, request),
             Begin::OverBudget { budget } => Begun::OverBudget { budget },
         }
     }
@@ -216,7 +218,7 @@ impl Begun {
             Begun::Busy(intent)
             | Begun::Settled(intent)
             | Begun::Conflict(intent)
-            | Begun::Held(intent, _) => Some(intent),
+            | Begun::Held(intent, ..) => Some(intent),
             Begun::OverBudget { .. } => None,
         }
     }

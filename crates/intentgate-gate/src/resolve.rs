@@ -227,7 +227,7 @@ impl Gate {
                 .await?;
                 return Ok((answer, Resend::Raced));
             }
-            Begun::Settled(intent) | Begun::Busy(intent) | Begun::Held(intent, _) => {
+            Begun::Settled(intent) | Begun::Busy(intent) | Begun::Held(intent, ..) => {
                 return Ok((self.answer_from(tool, &intent), Resend::Raced));
             }
             Begun::Conflict(_) | Begun::OverBudget { .. } => {

@@ -349,11 +349,23 @@ pub enum Begin {
     Settled(IntentRecord),
     /// The key exists with another fingerprint: nothing executes.
     Conflict(IntentRecord),
-    /// The intent is `pending`, waiting for an approver ([`CallPolicies`]).
-    Held(IntentRecord, Approval),
+    /// The intent is `pending`, waiting for an approver ([`CallPolicies`]), and whether
+    /// this `begin` made the request for approval or found it open.
+    Held(IntentRecord, Approval, ApprovalRequest),
     /// A new intent beyond the budget named here, which refuses such calls: nothing was
     /// written.
     OverBudget { budget: String },
+}
+
+/// Who asked for the approval that holds an intent ([`Begin::Held`]): the request that
+/// made it is announced and counted once, and every repeat (however close in time, from
+/// whichever caller) finds it open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalRequest {
+    /// This `begin` made the request (a new intent held, or a lapsed one held again).
+    Made,
+    /// The request was already open.
+    Open,
 }
 
 /// What an attempt learned, for [`Ledger::finish`].

@@ -31,12 +31,13 @@ use crate::record::{
     StoredMismatch, ToolFlag,
 };
 use crate::{
-    BUDGET_BUCKET_LENGTH_MAX, BUDGET_NAME_LENGTH_MAX, Begin, BeginRequest, Bound, BudgetCharge,
-    CallPolicies, CallerKey, DENIED_BY, Decide, Decided, Erase, Erased, Erasure, Finish, Finished,
-    HELD_BY_LENGTH_MAX, HeldIntent, Hold, LedgerError, MISMATCH_DETAIL_LENGTH_MAX,
-    MISMATCH_EXTERNAL_IDS_BYTES_MAX, MISMATCH_EXTERNAL_IDS_MAX, MISMATCH_KIND_LENGTH_MAX,
-    MISMATCH_SEVERITIES, MISMATCH_SUBJECT_LENGTH_MAX, RECONCILIATION_MISMATCHES_STORED_MAX,
-    RECONCILIATION_SUMMARY_BYTES_MAX, Renew, Renewed, Resolve, SUMMARY_MISMATCHES_NOT_STORED,
+    ApprovalRequest, BUDGET_BUCKET_LENGTH_MAX, BUDGET_NAME_LENGTH_MAX, Begin, BeginRequest, Bound,
+    BudgetCharge, CallPolicies, CallerKey, DENIED_BY, Decide, Decided, Erase, Erased, Erasure,
+    Finish, Finished, HELD_BY_LENGTH_MAX, HeldIntent, Hold, LedgerError,
+    MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_BYTES_MAX, MISMATCH_EXTERNAL_IDS_MAX,
+    MISMATCH_KIND_LENGTH_MAX, MISMATCH_SEVERITIES, MISMATCH_SUBJECT_LENGTH_MAX,
+    RECONCILIATION_MISMATCHES_STORED_MAX, RECONCILIATION_SUMMARY_BYTES_MAX, Renew, Renewed,
+    Resolve, SUMMARY_MISMATCHES_NOT_STORED,
 };
 
 /// The writes an operation makes, in order, and what it answers once they are committed.
@@ -465,7 +466,7 @@ impl Fresh {
                     ..approval
                 };
                 writes.push(Write::Approval(approval.clone()));
-                Begin::Held(intent, approval)
+                Begin::Held(intent, approval, ApprovalRequest::Made)
             }
             None => Begin::Execute(intent),
         };
@@ -679,7 +680,10 @@ fn hold_again(
         request.now_ms,
     )));
     writes.push(Write::Approval(approval.clone()));
-    Ok(Plan::new(writes, Begin::Held(next, approval)))
+    Ok(Plan::new(
+        writes,
+        Begin::Held(next, approval, ApprovalRequest::Made),
+    ))
 }
 
 /// Whether `begin` must read the approval of `intent` before it decides: a `pending` intent
@@ -973,7 +977,10 @@ fn begin_pending(
     match approval {
         Some(approval) if approval.decision.is_none() => {
             if approval.awaiting(request.now_ms) {
-                return Ok(Plan::new(writes, Begin::Held(intent, approval)));
+                return Ok(Plan::new(
+                    writes,
+                    Begin::Held(intent, approval, ApprovalRequest::Open),
+                ));
             }
             let (intent, approval) = expire(&mut writes, intent, approval, request.now_ms)?;
             begin_not_executed(writes, intent, request, Some(&approval))
@@ -1723,7 +1730,7 @@ mod tests {
     {
         let asked = request(hold(NOW + 10), vec![charge("full", 1, Some(NOW + 5))]);
         let plan = inserted(begin_new_call(&asked, &[used(1)]).unwrap());
-        let Begin::Held(intent, approval) = &plan.outcome else {
+        let Begin::Held(intent, approval, ApprovalRequest::Made) = &plan.outcome else {
             panic!("not held: {:?}", plan.outcome);
         };
         assert_eq!((intent.id, intent.status), (7, IntentStatus::Pending));
@@ -1784,7 +1791,7 @@ mod tests {
         let asked = request(hold(NOW + 10), Vec::new());
         let intent = held_intent(IntentStatus::Pending);
         let plan = begin_existing(intent, &asked, None, Some(open_approval(NOW))).unwrap();
-        let Begin::Held(again, approval) = plan.outcome else {
+        let Begin::Held(again, approval, ApprovalRequest::Made) = plan.outcome else {
             panic!("not held: {:?}", plan.outcome);
         };
         assert_eq!(again.status, IntentStatus::Pending);

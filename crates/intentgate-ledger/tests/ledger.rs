@@ -30,14 +30,14 @@ use intentgate_core::limits::{
 };
 use intentgate_core::{IllegalTransition, IntentStatus, ResendStop, fingerprint};
 use intentgate_ledger::{
-    APPROVALS_PAGE_MAX, Approval, ApprovalFilter, ApprovalState, BUDGET_BUCKET_LENGTH_MAX, Begin,
-    BeginRequest, Bound, BudgetCharge, BudgetUsageRow, CallPolicies, CallerKey, DENIED_BY, Decide,
-    Decided, Decision, Erase, Erased, Erasure, Event, Finish, Finished, HeldIntent, Hold,
-    INSTANCE_LENGTH_MAX, IntentFilter, IntentId, IntentRecord, Ledger, LedgerError,
-    MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_MAX, MISMATCH_SUBJECT_LENGTH_MAX, Order,
-    PROCESSES_ENDED_KEPT_MAX, ProcessEnd, ProcessRecord, ProcessRegistration,
-    RECONCILIATION_MISMATCHES_STORED_MAX, ReconciliationRun, Renew, Renewed, Resolve,
-    SUMMARY_MISMATCHES_NOT_STORED, StatusCount, StoredMismatch, ToolFlag,
+    APPROVALS_PAGE_MAX, Approval, ApprovalFilter, ApprovalRequest, ApprovalState,
+    BUDGET_BUCKET_LENGTH_MAX, Begin, BeginRequest, Bound, BudgetCharge, BudgetUsageRow,
+    CallPolicies, CallerKey, DENIED_BY, Decide, Decided, Decision, Erase, Erased, Erasure, Event,
+    Finish, Finished, HeldIntent, Hold, INSTANCE_LENGTH_MAX, IntentFilter, IntentId, IntentRecord,
+    Ledger, LedgerError, MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_MAX,
+    MISMATCH_SUBJECT_LENGTH_MAX, Order, PROCESSES_ENDED_KEPT_MAX, ProcessEnd, ProcessRecord,
+    ProcessRegistration, RECONCILIATION_MISMATCHES_STORED_MAX, ReconciliationRun, Renew, Renewed,
+    Resolve, SUMMARY_MISMATCHES_NOT_STORED, StatusCount, StoredMismatch, ToolFlag,
 };
 use serde_json::{Value, json};
 
@@ -3498,8 +3498,15 @@ fn budgeted(key: &str, budgets: Vec<BudgetCharge>, now_ms: i64) -> BeginRequest 
 
 /// Unwraps [`Begin::Held`], or fails showing what came instead.
 fn held(begun: Result<Begin, LedgerError>) -> (IntentRecord, Approval) {
+    let (intent, approval, _) = held_asking(begun);
+    (intent, approval)
+}
+
+/// Unwraps [`Begin::Held`] with whether that `begin` made the request, or fails showing
+/// what came instead.
+fn held_asking(begun: Result<Begin, LedgerError>) -> (IntentRecord, Approval, ApprovalRequest) {
     match begun.expect("begin") {
-        Begin::Held(intent, approval) => (intent, approval),
+        Begin::Held(intent, approval, request) => (intent, approval, request),
         other => panic!("expected Held, got {other:?}"),
     }
 }
@@ -3818,6 +3825,31 @@ async fn the_subject_that_asked_may_not_decide_its_own_request(ledger: &dyn Ledg
         .await
         .unwrap();
     assert_eq!(decided, Decided::NotAwaiting(plain, None));
+}
+
+/// Only the `begin` that made a request says so: a repeat finds it open, even one in the same
+/// millisecond from the same subject, which the request's own fields can't tell apart. (The
+/// gate announces and counts a held intent once, on the call that made its request.)
+async fn only_the_begin_that_made_an_approval_request_says_it_asked(ledger: &dyn Ledger) {
+    let (first, _, asked) = held_asking(ledger.begin(held_request("order-1", T0)).await);
+    assert_eq!(asked, ApprovalRequest::Made);
+    let (again, _, asked) = held_asking(ledger.begin(held_request("order-1", T0)).await);
+    assert_eq!((again.id, again.call_count), (first.id, 2));
+    assert_eq!(
+        asked,
+        ApprovalRequest::Open,
+        "a repeat in the same millisecond"
+    );
+    let (_, _, asked) = held_asking(
+        ledger
+            .begin(held_request("order-1", T0 + DEADLINE_MS))
+            .await,
+    );
+    assert_eq!(
+        asked,
+        ApprovalRequest::Made,
+        "held again after its request lapsed"
+    );
 }
 
 async fn a_held_intent_past_its_deadline_is_settled_not_executed_and_held_again_when_asked(
@@ -4519,6 +4551,7 @@ macro_rules! behaviours {
             a_denied_intent_is_rejected_with_the_reason_even_for_a_tool_that_retries,
             the_subject_that_asked_may_not_decide_its_own_request,
             a_held_intent_past_its_deadline_is_settled_not_executed_and_held_again_when_asked,
+            only_the_begin_that_made_an_approval_request_says_it_asked,
             expire_approvals_settles_the_held_intents_past_their_deadline_oldest_first,
             a_count_budget_refuses_new_intents_beyond_it_and_a_repeat_never_counts_twice,
             an_amount_budget_counts_units_and_refuses_the_intent_that_would_pass_it,

@@ -7,7 +7,9 @@
 use std::time::{Duration, Instant};
 
 use intentgate_core::{CallStatus, ToolDefinition};
-use intentgate_ledger::{BeginRequest, IntentRecord, LedgerError, ProcessEnd, instance_of};
+use intentgate_ledger::{
+    ApprovalRequest, BeginRequest, IntentRecord, LedgerError, ProcessEnd, instance_of,
+};
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -180,8 +182,9 @@ impl Gate {
 
     /// What the last `begin` decided, for the call path: the lease to act under, or the
     /// answer. A repeat's trace is linked to the call that executed the intent, and the
-    /// decision is recorded on the call's span. `asker` is the caller of a counted call: the
-    /// one that may have asked for the approval that holds its intent.
+    /// decision is recorded on the call's span. `counted` is true for a counted call (not the
+    /// execution of an approved intent): the one that may have asked for the approval that
+    /// holds its intent.
     pub(crate) async fn acquired(
         &self,
         tool: &ToolDefinition,
@@ -189,7 +192,7 @@ impl Gate {
         begun: Begun,
         request: BeginRequest,
         keyed: Keyed<'_>,
-        asker: Option<&str>,
+        counted: bool,
     ) -> Acquired {
         if let Some(intent) = begun.intent().filter(|intent| intent.call_count > 1) {
             // A repeat: its trace points at the call that executed the intent.
@@ -208,11 +211,9 @@ impl Gate {
             }
             // Still held when the wait ran out: answer from the ledger as it stands.
             Begun::Busy(intent) => Acquired::Answered(self.answer_from(tool, &intent)),
-            Begun::Held(intent, approval) => {
-                // The call that asked: its request is the one the ledger stored.
-                let asked_now = asker.is_some_and(|caller| {
-                    approval.requested_ms == request.now_ms && approval.requested_by == caller
-                });
+            Begun::Held(intent, approval, asked) => {
+                // The call that asked: its `begin` made the request the ledger stored.
+                let asked_now = counted && asked == ApprovalRequest::Made;
                 Acquired::Answered(self.held(tool, &intent, &approval, asked_now))
             }
             Begun::OverBudget { budget } => Acquired::Answered(self.over_budget(tool, &budget)),

@@ -276,14 +276,7 @@ impl Gate {
         };
         let (begun, request) = self.acquire(tool, request).await?;
         Ok(self
-            .acquired(
-                tool,
-                &call_span,
-                begun,
-                request,
-                keyed,
-                count_call.then_some(context.caller.as_str()),
-            )
+            .acquired(tool, &call_span, begun, request, keyed, count_call)
             .await)
     }
 }
