@@ -32,6 +32,11 @@ BINARY = pathlib.Path(os.environ.get("INTENTGATE_BIN", REPOSITORY / "target" / "
 #: The repository's example config, whose `refund_order_sdk` is client-executed.
 EXAMPLE_CONFIG = REPOSITORY / "examples" / "support-agent.yaml"
 
+#: The package's examples (`examples/*.py`), run by the tests as a user runs them.
+EXAMPLES = REPOSITORY / "clients" / "python" / "examples"
+#: The hash key the gateway runs `EXAMPLE_CONFIG` with in the tests.
+EXAMPLE_HASH_KEY = "0123456789abcdef0123456789abcdef-python-examples"
+
 #: The refund tool's lease, in milliseconds: short, so an expired lease costs the kill and
 #: expiry tests about a second and a half. The decorator renews it while the body runs.
 LEASE_MS = 1500
@@ -40,6 +45,9 @@ TIMEOUT_HOLD_MS = 1500
 #: The body's HTTP timeout for the provider: shorter than the hold, so a held request is a
 #: client timeout (ambiguous), as with a real provider's p99.
 PROVIDER_TIMEOUT_SECONDS = 0.5
+#: The statuses below 500 after which a provider SDK's HTTP client sends a request again
+#: (a 409 while the key is being processed, a 429), with `refund_tool(http_retries=...)`.
+HTTP_RETRY_STATUSES = frozenset({409, 429})
 #: Longest wait for a process to print where it listens, or to stop, or for an admin call.
 PROCESS_WAIT_SECONDS = 15
 
@@ -148,6 +156,25 @@ class Gateway:
         self.process.stop()
 
 
+def run_example(script: str, args: list[str], gateway: Gateway, mock: Mock) -> str:
+    """Runs `examples/<script>` with `args` against `gateway` and `mock` as a user would
+    (its working directory the repository); answers what it printed, failing on an exit
+    status other than 0."""
+    # No traces of the OpenAI Agents SDK leave the machine (the example turns them off too).
+    env = {**os.environ, "INTENTGATE_URL": gateway.url, "INTENTGATE_MOCK_URL": mock.url, "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    env.pop("INTENTGATE_API_KEY", None)
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        cwd=REPOSITORY,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_WAIT_SECONDS * 4,
+    )
+    assert run.returncode == 0, f"{script} exited with {run.returncode}:\n{run.stdout}\n{run.stderr}"
+    return run.stdout
+
+
 def with_api_keys(config: str, keys: list[tuple[str, str, str, str]]) -> str:
     """`config` with `auth: none` replaced by API keys, one per `(name, key, tenant, scopes)`
     (scopes as YAML list items, `call, intents:read`)."""
@@ -167,9 +194,27 @@ class RateLimited(Exception):
     """The provider refused before processing anything (429, or 503 with Retry-After)."""
 
 
-def refund_tool(client: intentgate.Client, mock_url: str) -> Any:
-    """The refund tool the tests run: `refund_order(order_id, amount)` through `client`."""
+def refund_tool(client: intentgate.Client, mock_url: str, *, http_retries: int = 0) -> Any:
+    """The refund tool the tests run: `refund_order(order_id, amount)` through `client`.
+
+    With `http_retries`, the body's HTTP client re-sends a refund whose request failed (a
+    transport error, a 409, 429 or 5xx) that many times with the same key before the body
+    reports the failure, as provider SDKs do on their own (`stripe.max_network_retries`)."""
     provider = httpx.Client(base_url=mock_url, timeout=PROVIDER_TIMEOUT_SECONDS)
+
+    def send(idempotency_key: str, body: dict[str, Any]) -> httpx.Response:
+        """`POST /v1/refunds`, sent again up to `http_retries` times after a failure."""
+        for attempt in range(http_retries + 1):
+            last = attempt == http_retries
+            try:
+                response = provider.post("/v1/refunds", json=body, headers={"Idempotency-Key": idempotency_key})
+            except httpx.TransportError:
+                if last:
+                    raise
+                continue
+            if last or not (response.status_code in HTTP_RETRY_STATUSES or response.status_code >= 500):
+                return response
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def find_refund(order_id: str, amount: Decimal, idempotency_key: str) -> dict[str, Any] | None:
         """The refund made under this key, or None."""
@@ -187,11 +232,7 @@ def refund_tool(client: intentgate.Client, mock_url: str) -> Any:
     )
     def refund_order(order_id: str, amount: Decimal, *, idempotency_key: str) -> dict[str, Any]:
         """Refund part or all of an order. Safe to call once per order."""
-        response = provider.post(
-            "/v1/refunds",
-            json={"order_id": order_id, "amount": str(amount), "metadata": {"intent_key": idempotency_key}},
-            headers={"Idempotency-Key": idempotency_key},
-        )
+        response = send(idempotency_key, {"order_id": order_id, "amount": str(amount), "metadata": {"intent_key": idempotency_key}})
         if response.status_code == 402:
             raise Declined(response.json()["error"]["message"])
         if response.status_code == 429 or (response.status_code == 503 and "retry-after" in response.headers):

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.models.function import FunctionModel
 
 from processes import EXAMPLE_CONFIG, REPOSITORY, Gateway, Mock
 
@@ -56,7 +58,7 @@ def test_the_readmes_tool_is_the_examples_as_configured() -> None:
 
 def test_the_readmes_code_runs_against_the_example(tmp_path: pathlib.Path, mock: Mock, monkeypatch: pytest.MonkeyPatch) -> None:
     code = [(section, text) for section, text in blocks("python") if section not in REFERENCE_SECTIONS]
-    assert len(code) >= 2, "the refund tool and the framework's ToolNode"
+    assert len(code) >= 4, "the refund tool and the frameworks' tools"
     folder = tmp_path / "example"
     folder.mkdir()
     env = {"INTENTGATE_MOCK_URL": mock.url, "INTENTGATE_HASH_KEY": HASH_KEY}
@@ -92,3 +94,17 @@ def test_the_readmes_code_runs_against_the_example(tmp_path: pathlib.Path, mock:
     (shown,) = node.tools_by_name.values()
     assert shown.name == "refund_order"
     assert set(shown.args) == {"order_id", "amount"}
+    # So were the OpenAI Agents SDK and Pydantic AI, under the gateway's name of the tool.
+    (function_tool,) = namespace["support_agent"].tools
+    assert function_tool.name == "refund_order_sdk"
+    assert set(function_tool.params_json_schema["properties"]) == {"order_id", "amount"}
+    listed: list[Any] = []
+
+    def model(history: list[Any], info: Any) -> ModelResponse:
+        listed.extend(info.function_tools)
+        return ModelResponse(parts=[TextPart("Nothing to do.")])
+
+    namespace["refund_agent"].run_sync("Hello", model=FunctionModel(model))
+    (pydantic_tool,) = listed
+    assert pydantic_tool.name == "refund_order_sdk"
+    assert set(pydantic_tool.parameters_json_schema["properties"]) == {"order_id", "amount"}
