@@ -261,9 +261,14 @@ impl Messages {
     }
 }
 
+/// Fills a template in. A provider's reason usually ends its own sentence ("Your card was
+/// declined."); where the template closes the sentence after `{details}` too, the reason's
+/// full stop is dropped so the model doesn't read "declined.. Explain".
 fn fill(template: &str, tool: &str, details: &str) -> String {
+    let closed = details.trim_end().trim_end_matches('.');
     template
         .replace("{tool}", tool)
+        .replace("{details}.", &format!("{closed}."))
         .replace("{details}", details)
 }
 
@@ -293,6 +298,22 @@ mod tests {
             "",
         );
         assert!(text.contains("Do not retry refund_order"), "{text}");
+    }
+
+    // Found with the OpenAI Agents SDK: a provider's "Your card was declined." came out as
+    // "declined.. Explain the reason".
+    #[test]
+    fn a_reason_that_ends_its_sentence_is_not_closed_twice() {
+        let messages = Messages::default();
+        let text = messages.render(
+            CallStatus::Rejected,
+            Effect::SideEffect,
+            "refund_order",
+            "Your card was declined.",
+        );
+        assert!(text.contains("Your card was declined. Explain"), "{text}");
+        let text = messages.render(CallStatus::Conflict, Effect::SideEffect, "t", "amount.");
+        assert!(text.contains("(amount.)"), "{text}");
     }
 
     // Found by a new user: the defaults were written for customer support, so a knowledge
