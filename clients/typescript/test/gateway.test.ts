@@ -11,7 +11,7 @@ import path from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, test } from "node:test";
 
-import { Client, GatewayUnreachable, IntentGateError, LeaseLost, type Outcome } from "../src/index.js";
+import { Client, GatewayUnreachable, IntentGateError, LeaseLost, type Outcome } from "intentgate";
 import {
   AMOUNT,
   LEASE_MS,

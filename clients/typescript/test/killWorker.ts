@@ -5,7 +5,7 @@
  * Usage: node build/test/killWorker.js GATEWAY_URL MOCK_URL ORDER_ID AMOUNT
  */
 
-import { Client } from "../src/index.js";
+import { Client } from "intentgate";
 import { PROCESS_WAIT_MS, type RefundArgs } from "./processes.js";
 
 const [gatewayUrl, mockUrl, orderId, amount] = process.argv.slice(2) as [string, string, string, string];

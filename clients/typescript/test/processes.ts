@@ -16,7 +16,7 @@ import { createInterface } from "node:readline";
 import type { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
 
-import { Client, type EffectContext, type SideEffectFunction } from "../src/index.js";
+import { Client, type EffectContext, type SideEffectFunction } from "intentgate";
 
 /** The package's folder (`clients/typescript`), from `build/test/` or `test/`. */
 export const PACKAGE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
