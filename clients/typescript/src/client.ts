@@ -175,7 +175,7 @@ export class Client {
    * arguments only and answers the outcome the model should read. See the package's README
    * for each branch, and `SideEffectOptions` for how errors are classified.
    */
-  sideEffect<A extends Record<string, unknown>, R>(
+  sideEffect<A extends object, R>(
     tool: string,
     options: SideEffectOptions<A, R>,
     body: (args: A, effect: EffectContext) => R | Promise<R>,

@@ -127,7 +127,7 @@ function asList(classes: ErrorClasses | undefined): readonly ErrorClass[] {
 }
 
 /** A function wrapped by `Client.sideEffect`, and how its outcomes map. */
-export class SideEffect<A extends Record<string, unknown>, R> {
+export class SideEffect<A extends object, R> {
   readonly #rejected: readonly ErrorClass[];
   readonly #notProcessed: readonly ErrorClass[];
   readonly #ambiguous: readonly ErrorClass[];

@@ -32,9 +32,12 @@ export const RECOVERY_MS = 45_000;
 
 /**
  * The faults of the storm, in parts per thousand. Every ambiguous shape commits, so a
- * stored 500 is replayed as a 500 and only the lookup can settle its intent.
+ * stored 500 is replayed as a 500 and only the lookup can settle its intent. Besides, the
+ * first request of every intent is lost (a timeout that did not commit): every intent goes
+ * through the lookup (not found) and a same-key re-send while its other calls wait.
  */
 export const FAULTS = {
+  first_timeouts_per_key: 1,
   timeout: 150,
   dropped: 100,
   server_error: 150,
