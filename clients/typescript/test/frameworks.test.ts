@@ -104,7 +104,6 @@ class ScriptedAgentsModel implements Model {
     };
   }
 
-  // eslint-disable-next-line require-yield
   async *getStreamedResponse(): AsyncIterable<never> {
     throw new Error("the scripted model does not stream");
   }
