@@ -155,6 +155,46 @@ describe("against the gateway", () => {
     assert.equal((await parts.mock.effects()).by_intent_key[sent.key], 1);
   });
 
+  // Without renewals the body would wait for ever: the timeout fails the test instead.
+  test("a call longer than its lease keeps it by renewing, and settles done", { timeout: 60_000 }, async () => {
+    // The gateway's answers as the wrapper receives them: the first lease's expiry, and
+    // each renewal. The body holds until a renewal arrives after that expiry, so it runs
+    // past the lease it was granted with.
+    let firstExpiryMs: number | undefined;
+    let renewalsAfterExpiry: () => void = () => {};
+    const pastExpiry = new Promise<void>((resolve) => {
+      renewalsAfterExpiry = resolve;
+    });
+    const watching: typeof fetch = async (input, init) => {
+      const response = await fetch(input, init);
+      const url = String(input);
+      if (url.endsWith("/intents") && firstExpiryMs === undefined) {
+        const grant = (await response.clone().json()) as { lease?: { expires_at_ms: number } };
+        firstExpiryMs = grant.lease?.expires_at_ms;
+      }
+      if (url.endsWith("/renew") && response.ok && firstExpiryMs !== undefined && Date.now() > firstExpiryMs) {
+        renewalsAfterExpiry();
+      }
+      return response;
+    };
+    const slowClient = new Client({ baseUrl: parts.gateway.url, timeoutMs: 30_000, fetch: watching });
+    const slow = slowClient.sideEffect<RefundArgs, Refund>("refund_order", { externalId: "id" }, async ({ order_id, amount }, { idempotencyKey }) => {
+      await pastExpiry;
+      const response = await fetch(`${parts.mock.url}/v1/refunds`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "idempotency-key": idempotencyKey },
+        body: JSON.stringify({ order_id, amount, metadata: { intent_key: idempotencyKey } }),
+      });
+      return (await response.json()) as Refund;
+    });
+    const outcome = await slow({ order_id: "slow-1", amount: AMOUNT });
+    assert.equal(outcome.status, "done", JSON.stringify(outcome));
+    assert.ok(firstExpiryMs !== undefined && Date.now() > firstExpiryMs);
+    const again = await refundTool(client, parts.mock.url)({ order_id: "slow-1", amount: AMOUNT });
+    assert.equal(again.status, "already_done", JSON.stringify(again));
+    assert.equal((await parts.mock.effects()).by_intent_key[providerKey("slow-1")], 1);
+  });
+
   test("a settle after the lease expired is refused and changes nothing", async () => {
     const grant = await client.grant("refund_order", { order_id: "late-1", amount: "3.00" });
     assert.equal(grant.action, "execute", JSON.stringify(grant));
