@@ -363,3 +363,19 @@ describe("the client", () => {
     assert.match(refused?.detail ?? "", /the tools are refund_order/);
   });
 });
+
+describe("types", () => {
+  test("the wrapped function keeps the body's argument type, without the key", () => {
+    const { refund } = tool(() => ({}));
+    const typed: (args: Args) => Promise<Outcome> = refund;
+    // Compiled, not run: tsc fails the build if these calls type-check.
+    const misuses = [
+      // @ts-expect-error an amount is a decimal string, not a number
+      () => refund({ order_id: "o-1", amount: 5 }),
+      // @ts-expect-error the key comes from the gateway, not the caller
+      () => refund(ARGS, { idempotencyKey: "mine" }),
+    ];
+    assert.equal(typed, refund);
+    assert.equal(misuses.length, 2);
+  });
+});
