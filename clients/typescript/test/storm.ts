@@ -23,7 +23,7 @@ export const LAYERS = { user: 2, http: 2, model: 2, framework: 2 } as const;
 /** Calls of the wrapped function per intent: the product of the layers. */
 export const CALLS_PER_INTENT = LAYERS.user * LAYERS.http * LAYERS.model * LAYERS.framework;
 /** Intents per storm. */
-export const INTENTS = 6;
+export const INTENTS = 10;
 /**
  * How long the intents get to be settled once the faults stop (lookups of one intent are
  * at most one per 5 s, so a few rounds).
