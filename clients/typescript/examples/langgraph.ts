@@ -5,7 +5,7 @@
  * answers `already_done` with the first refund.
  */
 
-import { type AIMessage, ToolMessage } from "@langchain/core/messages";
+import { ToolMessage } from "@langchain/core/messages";
 import { tool } from "@langchain/core/tools";
 import { END, MessagesAnnotation, type RetryPolicy, START, StateGraph } from "@langchain/langgraph";
 import { ToolNode } from "@langchain/langgraph/prebuilt";
@@ -55,4 +55,3 @@ export function outcomesOf(messages: readonly unknown[]): Outcome[] {
     .map((message) => JSON.parse(String(message.content)) as Outcome);
 }
 
-export type { AIMessage };
