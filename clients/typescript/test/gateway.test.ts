@@ -57,6 +57,9 @@ describe("against the gateway", () => {
     assert.deepEqual((await parts.mock.effects()).by_intent_key[providerKey("once-1")], 1);
     // The wrapped function keeps the body's name.
     assert.equal(refundOrder.name, "refundOrder");
+    const [listed] = await client.tools();
+    assert.equal(listed?.name, "refund_order");
+    assert.equal(listed?.executor, "client");
   });
 
   test("a declined refund is rejected, and a rate limit is not_executed then runs on the next call", async () => {
