@@ -36,7 +36,7 @@ use postgres_pair::{Pair, Replication};
 use proxy::Proxy;
 use serde_json::{Value, json};
 use support::{
-    Running, Schema, database_url, example_config, mock_provider, set_faults, with_setting,
+    Running, Schema, Webhook, database_url, example_config, mock_provider, set_faults, with_setting,
 };
 
 /// Longest an HTTP client waits for one answer: longer than the slowest honest answer (a
@@ -53,10 +53,16 @@ const CALLS_PER_INTENT: usize = 12;
 const PROBE_EVERY: Duration = Duration::from_millis(100);
 
 /// The config every scenario starts from: the example's, with `timeout_ms` on every tool
-/// and lookup, `retry_budget` retries of not-processed answers, and a reconciliation that
-/// looks at everything at once (no settle time, no grace for unknown intents).
-fn config(folder: &Path, timeout_ms: u64, retry_budget: u64) -> PathBuf {
+/// and lookup, `retry_budget` retries of not-processed answers, the payments team's notices
+/// posted to `webhook` too, and a reconciliation that looks at everything at once (no
+/// settle time, no grace for unknown intents).
+fn config(folder: &Path, timeout_ms: u64, retry_budget: u64, webhook: &str) -> PathBuf {
     example_config(folder, |text| {
+        assert!(text.contains("payments-team: {log: true}"));
+        let text = text.replace(
+            "payments-team: {log: true}",
+            &format!("payments-team: {{log: true, webhook: \"{webhook}\"}}"),
+        );
         let text = with_setting(&text, "timeout_ms", timeout_ms);
         let text = with_setting(&text, "retry_budget", retry_budget);
         format!("{text}\nreconcile: {{settle_seconds: 0, unknown_grace_seconds: 0}}\n")
@@ -102,14 +108,17 @@ struct Fleet {
     http: Mutex<BTreeMap<String, u64>>,
     /// Answers that were neither a 200 nor a 503, for the failure message.
     problems: Mutex<Vec<String>>,
+    /// Where the payments team's notices arrive (duplicate-call alerts, reconciliation).
+    webhook: Webhook,
     folder: tempfile::TempDir,
 }
 
 impl Fleet {
     /// The mock (quiet) and a config with `timeout_ms` and `retry_budget`; no replica yet.
-    fn new(name: &str, timeout_ms: u64, retry_budget: u64) -> Fleet {
+    async fn new(name: &str, timeout_ms: u64, retry_budget: u64) -> Fleet {
         let folder = tempfile::tempdir().unwrap();
-        let config = config(folder.path(), timeout_ms, retry_budget);
+        let webhook = Webhook::start().await;
+        let config = config(folder.path(), timeout_ms, retry_budget, &webhook.url);
         Fleet {
             mock: mock_provider(),
             replicas: Vec::new(),
@@ -121,6 +130,7 @@ impl Fleet {
             ),
             http: Mutex::default(),
             problems: Mutex::default(),
+            webhook,
             folder,
         }
     }
@@ -144,6 +154,16 @@ impl Fleet {
                 });
         self.replicas.push(replica);
         self.replicas.len() - 1
+    }
+
+    /// The owner's notices received so far, by kind.
+    fn notices(&self) -> BTreeMap<String, u64> {
+        let mut kinds = BTreeMap::new();
+        for (_, notice) in self.webhook.notices() {
+            let kind = notice["kind"].as_str().unwrap_or("unnamed").to_owned();
+            *kinds.entry(kind).or_insert(0) += 1;
+        }
+        kinds
     }
 
     fn log_tail(&self) -> String {
@@ -569,7 +589,7 @@ async fn failover(name: &str, mode: Replication, seed: u64) {
     };
     let pair = Pair::start(bin, mode).await;
     let ledger = pair.url();
-    let mut fleet = Fleet::new(name, FAILOVER_TIMEOUT_MS, 1);
+    let mut fleet = Fleet::new(name, FAILOVER_TIMEOUT_MS, 1).await;
     let mock_url = fleet.mock.url.clone();
     for _ in 0..3 {
         fleet.add_replica(&ledger, &mock_url, None);
@@ -696,13 +716,15 @@ async fn failover(name: &str, mode: Replication, seed: u64) {
         false,
     );
 
+    let notices = fleet.notices();
     println!(
         "{name}: intents {}, calls {}, effects per intent {:?}, answers {:?}, http {:?}, \
          group b with effects before the failover {} ({b_done} done answers), standby held back {lag:?}, \
          promoted in {promoted_in:?}, replicas ready again {recovered_in:?} after the \
          failover began, settled {settled_in:?} after the storm, records lost {} \
          ({records_lost:?}), reported by reconciliation {} ({reconciled:?}), found again {:?}, \
-         /readyz not ready {:?} times (ready {:?}) saying {:?}, calls metric {metric:?}",
+         /readyz not ready {:?} times (ready {:?}) saying {:?}, calls metric {metric:?}, \
+         owner's notices {notices:?}",
         all.len(),
         answers.len(),
         effects_per_intent(&all, &effects),
@@ -724,6 +746,23 @@ async fn failover(name: &str, mode: Replication, seed: u64) {
     assert!(
         !answers.iter().any(|(_, answer)| answer == "gave_up"),
         "{name}: calls found no replica to serve them for {CALL_MAX:?}"
+    );
+    // The owner was told: reconciliation's notice counts each of them.
+    let reconciliation_notice = fleet
+        .webhook
+        .notices()
+        .into_iter()
+        .rev()
+        .find(|(_, notice)| notice["kind"] == "reconciliation");
+    let notified = reconciliation_notice
+        .as_ref()
+        .and_then(|(_, notice)| notice["details"]["counts"]["no_intent"].as_u64())
+        .unwrap_or(0);
+    assert_eq!(
+        notified as usize,
+        records_lost.len(),
+        "{name}: the owner's notice does not count every effect whose record was lost: \
+         {reconciliation_notice:?}"
     );
     assert!(
         unreported.is_empty(),
@@ -836,7 +875,7 @@ async fn a_replica_cut_off_from_its_database_answers_honestly_and_recovers() {
         format!("{before}@{}/{rest}", proxy.host_port())
     };
 
-    let mut fleet = Fleet::new(name, PARTITION_TIMEOUT_MS, 1);
+    let mut fleet = Fleet::new(name, PARTITION_TIMEOUT_MS, 1).await;
     let mock_url = fleet.mock.url.clone();
     // Replica 0 reaches the database through the proxy; replica 1 directly.
     let cut = fleet.add_replica(&proxied_url, &mock_url, Some(&schema.name));
@@ -969,12 +1008,14 @@ async fn a_replica_cut_off_from_its_database_answers_honestly_and_recovers() {
     );
 
     let during_answers = count(answers_during.iter().map(|(_, answer, _)| answer));
+    let notices = fleet.notices();
     println!(
         "{name}: intents {}, calls {}, effects per intent {:?}, in flight when cut {:?}, \
          during the partition {during_answers:?} (slowest {slowest:?}), on the other replica \
          {:?}, after the heal {:?}, partition {partition_lasted:?}, ready again \
          {ready_in:?} after the heal, settled {:?} after the heal, /readyz not ready {:?} \
-         times (ready {:?}) saying {:?}, calls metric {metric:?}",
+         times (ready {:?}) saying {:?}, calls metric {metric:?}, owner's notices \
+         {notices:?}",
         all.len(),
         answers.len(),
         effects_per_intent(&all, &effects),
@@ -1045,7 +1086,7 @@ const PROVIDER_PARTITION: Duration = Duration::from_secs(15);
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn calls_cut_off_from_the_provider_end_unknown_and_settle_once_after_the_heal() {
     let name = "partition gateway <-> provider";
-    let mut fleet = Fleet::new(name, PARTITION_TIMEOUT_MS, 1);
+    let mut fleet = Fleet::new(name, PARTITION_TIMEOUT_MS, 1).await;
     let mock_address = fleet
         .mock
         .url
@@ -1141,11 +1182,13 @@ async fn calls_cut_off_from_the_provider_end_unknown_and_settle_once_after_the_h
         false,
     );
 
+    let notices = fleet.notices();
     println!(
         "{name}: intents {}, calls {}, effects per intent {:?}, answers during the partition \
          {:?}, repeats during it {:?}, ledger during it {:?}, after the heal {:?}, partition \
          {partition_lasted:?}, settled {settled_in:?} after the heal with no call, /readyz \
-         not ready {:?} times (ready {:?}), calls metric during {metric_during:?}, after \
+         not ready {:?} times (ready {:?}), owner's notices {notices:?}, calls metric during \
+         {metric_during:?}, after \
          {metric:?}",
         all.len(),
         answers.len(),
