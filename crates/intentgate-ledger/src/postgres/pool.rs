@@ -256,16 +256,33 @@ impl Pool {
         };
         let session = match reused {
             Some(session) => session,
-            None => Session::connect(&self.config).await.map_err(|error| {
-                LedgerError::Storage(format!(
-                    "can't connect to PostgreSQL at {}: {}; check that the server is running and \
-                     reachable (pg_isready -h {} -p {})",
-                    self.target,
-                    describe(&error),
-                    self.target.host,
-                    self.target.port
-                ))
-            })?,
+            None => {
+                let limit = connect_limit(&self.config);
+                tokio::time::timeout(limit, Session::connect(&self.config))
+                    .await
+                    .map_err(|_| {
+                        LedgerError::Storage(format!(
+                            "PostgreSQL at {} did not complete a new connection within {} ms \
+                             (no answer to the connection or to its startup); check that the \
+                             server is up and that the network to it passes packets \
+                             (pg_isready -h {} -p {})",
+                            self.target,
+                            limit.as_millis(),
+                            self.target.host,
+                            self.target.port
+                        ))
+                    })?
+                    .map_err(|error| {
+                        LedgerError::Storage(format!(
+                            "can't connect to PostgreSQL at {}: {}; check that the server is \
+                             running and reachable (pg_isready -h {} -p {})",
+                            self.target,
+                            describe(&error),
+                            self.target.host,
+                            self.target.port
+                        ))
+                    })?
+            }
         };
         Ok(Checkout {
             pool: self,
@@ -306,6 +323,17 @@ impl Drop for Checkout<'_> {
     }
 }
 
+/// Longest wait for a new connection: the TCP connect, which `connect_timeout` bounds, and
+/// then the startup handshake, which it does not. Without this bound a server that accepted
+/// the connection and then went silent (a network partition, a hung server) held the
+/// caller, and its permit of the pool, for as long as the silence lasted.
+fn connect_limit(config: &Config) -> Duration {
+    2 * config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(CONNECT_TIMEOUT)
+}
+
 /// Runs `statement`, after `begin` if there is one, in one round trip.
 async fn after_begin<T>(
     client: &Client,
@@ -339,4 +367,38 @@ pub fn describe(error: &tokio_postgres::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: a new connection to a server that completes the TCP connect and then
+    /// never answers (a partition that began after the connect, a hung server) waited for
+    /// as long as the silence lasted, since `connect_timeout` only bounds the TCP connect;
+    /// a call on a gateway cut off from its database hung with it. It now fails within
+    /// twice the connect timeout.
+    #[tokio::test]
+    async fn a_new_connection_to_a_silent_server_fails_within_its_limit() {
+        // The kernel completes connections to a listening socket nobody accepts from, and
+        // nothing is ever sent back.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let mut config: Config = format!("postgres://postgres@127.0.0.1:{port}/test")
+            .parse()
+            .unwrap();
+        config.connect_timeout(Duration::from_millis(100));
+        let pool = Pool::new(config, 1);
+        let checkout = tokio::time::timeout(Duration::from_secs(10), pool.checkout())
+            .await
+            .expect("the checkout ends by itself");
+        let Err(LedgerError::Storage(message)) = checkout else {
+            panic!("a silent server gives no connection");
+        };
+        assert!(
+            message.contains("did not complete a new connection within 200 ms"),
+            "{message}"
+        );
+        drop(silent);
+    }
 }
