@@ -78,6 +78,7 @@ fn documents() -> Vec<PathBuf> {
     let mut files = vec![
         root.join("README.md"),
         root.join("clients/python/README.md"),
+        root.join("clients/typescript/README.md"),
     ];
     let mut folders = vec![root.join("docs")];
     while let Some(folder) = folders.pop() {
@@ -389,7 +390,12 @@ fn broken_links(markdown: &str, folder: &Path) -> Vec<String> {
 #[test]
 fn every_relative_link_in_the_readmes_names_a_file() {
     let root = repository();
-    for document in ["README.md", "ARCHITECTURE.md", "clients/python/README.md"] {
+    for document in [
+        "README.md",
+        "ARCHITECTURE.md",
+        "clients/python/README.md",
+        "clients/typescript/README.md",
+    ] {
         let path = root.join(document);
         let markdown = std::fs::read_to_string(&path).unwrap();
         let broken = broken_links(&markdown, path.parent().unwrap());
