@@ -4689,6 +4689,27 @@ mod sqlite {
         }
     }
 
+    /// The trace of a call still in flight is kept without writing its intent's wide row,
+    /// and goes with the intent when it is erased.
+    #[tokio::test]
+    async fn a_begun_intents_trace_is_kept_while_it_stays_begun() {
+        let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        let ledger = open(&path, GROUPED);
+        let intent = started(&ledger, "traced-1", "owner-a", T0).await;
+        ledger
+            .record_trace(intent.id, trace.to_owned())
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger.trace_of(intent.id).await.unwrap().as_deref(),
+            Some(trace)
+        );
+        assert_eq!(rows_in(&path, "intents_begun"), 1, "still begun");
+        assert_eq!(rows_in(&path, "intents"), 0);
+    }
+
     /// Another process on the same file (the CLI beside the gateway) sees an intent begun
     /// and not yet moved: by its key, by its id and in a list; and the begin's own process
     /// settles it after the other moved it.

@@ -56,8 +56,9 @@ use crate::{
 };
 use checkpoint::Checkpointer;
 
-/// The page size of a new ledger file, in bytes. A new intent's commit writes one page of
-/// each b-tree it touches (the row, its indexes, its event: about ten), so smaller pages
+/// The page size of a new ledger file, in bytes. A commit writes one page of each b-tree it
+/// touches (a new intent's wide row, its indexes and its events: about ten, once moved from
+/// the two of its narrow row), so smaller pages
 /// make each commit's WAL frames fewer bytes to write and, under strict durability, to
 /// fsync: 2 KiB pages made a new intent about 10% faster and 64 callers about a quarter
 /// faster than SQLite's default 4 KiB (`bench ledger`, strict). Not smaller: an index entry

@@ -1205,10 +1205,12 @@ pub fn record_trace(
     id: IntentId,
     traceparent: &str,
 ) -> Result<(), LedgerError> {
-    move_begun(connection, id)?;
+    // A begun intent stays begun: its trace needs no wide row.
     connection
         .prepare_cached(
-            "INSERT INTO intent_traces (intent_id, traceparent) SELECT id, ?2 FROM intents WHERE id = ?1 \
+            "INSERT INTO intent_traces (intent_id, traceparent) \
+             SELECT id, ?2 FROM intents WHERE id = ?1 \
+             UNION ALL SELECT id, ?2 FROM intents_begun WHERE id = ?1 \
              ON CONFLICT (intent_id) DO UPDATE SET traceparent = excluded.traceparent",
         )?
         .execute(params![id, traceparent])?;
