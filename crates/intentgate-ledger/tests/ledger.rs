@@ -4633,6 +4633,116 @@ mod sqlite {
 
     behaviours!(on_each_mode, on_grouped);
 
+    /// How many rows `table` of the file holds, read by a connection of its own.
+    fn rows_in(path: &Path, table: &str) -> i64 {
+        let connection = rusqlite::Connection::open(path).unwrap();
+        connection
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+                row.get(0)
+            })
+            .unwrap()
+    }
+
+    /// A new intent's begin writes only its narrow row, which a crash (the ledger dropped
+    /// with the call in flight, nothing else written) leaves as the one record of it; the
+    /// next open moves it to the wide row with the events of its creation, so the console,
+    /// the counts and the sweeper see it as they saw an intent begun before.
+    #[tokio::test]
+    async fn an_intent_begun_before_a_crash_is_whole_after_the_next_open() {
+        for options in [GROUPED, INLINE] {
+            let folder = tempfile::tempdir().unwrap();
+            let path = folder.path().join("ledger.db");
+            let ledger = open(&path, options);
+            let intent = started(&ledger, "order-1", "owner-a", T0).await;
+            // Read back as written, before it was moved.
+            assert_eq!(read(&ledger, &intent).await, intent);
+            drop(ledger);
+            assert_eq!(rows_in(&path, "intents_begun"), 1, "{options:?}");
+            assert_eq!(rows_in(&path, "intents"), 0, "{options:?}");
+            assert_eq!(rows_in(&path, "events"), 0, "{options:?}");
+
+            let reopened = open(&path, options);
+            assert_eq!(rows_in(&path, "intents_begun"), 0, "{options:?}");
+            assert_eq!(all_intents(&reopened).await, std::slice::from_ref(&intent));
+            let log = events(&reopened, &intent).await;
+            let kinds: Vec<(&str, Option<&str>)> = log
+                .iter()
+                .map(|event| (event.kind.as_str(), event.to_status.as_deref()))
+                .collect();
+            assert_eq!(
+                kinds,
+                [
+                    ("created", Some("pending")),
+                    ("transition", Some("in_flight"))
+                ],
+                "{log:?}"
+            );
+            assert!(log.iter().all(|event| event.intent_id == Some(intent.id)));
+            let stale = reopened
+                .stale(IntentStatus::InFlight, T0 + LEASE_MS + 1, 10, &[])
+                .await
+                .unwrap();
+            assert_eq!(ids(&stale), [intent.id], "{options:?}");
+            // Ids go on after it.
+            let next = started(&reopened, "order-2", "owner-a", T0 + 1).await;
+            assert!(next.id > intent.id, "{} after {}", next.id, intent.id);
+        }
+    }
+
+    /// The trace of a call still in flight is kept without writing its intent's wide row,
+    /// and goes with the intent when it is erased.
+    #[tokio::test]
+    async fn a_begun_intents_trace_is_kept_while_it_stays_begun() {
+        let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        let ledger = open(&path, GROUPED);
+        let intent = started(&ledger, "traced-1", "owner-a", T0).await;
+        ledger
+            .record_trace(intent.id, trace.to_owned())
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger.trace_of(intent.id).await.unwrap().as_deref(),
+            Some(trace)
+        );
+        assert_eq!(rows_in(&path, "intents_begun"), 1, "still begun");
+        assert_eq!(rows_in(&path, "intents"), 0);
+    }
+
+    /// Another process on the same file (the CLI beside the gateway) sees an intent begun
+    /// and not yet moved: by its key, by its id and in a list; and the begin's own process
+    /// settles it after the other moved it.
+    #[tokio::test]
+    async fn another_process_sees_an_intent_begun_and_not_yet_moved() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("ledger.db");
+        let gateway = open(&path, GROUPED);
+        let intent = started(&gateway, "order-1", "owner-a", T0).await;
+        let beside = open(&path, GROUPED);
+        let second = started(&gateway, "order-2", "owner-a", T0 + 1).await;
+        assert_eq!(rows_in(&path, "intents_begun"), 1, "the second is begun");
+        let by_key = beside.get(TENANT, TOOL, "order-2").await.unwrap();
+        assert_eq!(by_key, Some(second.clone()));
+        assert_eq!(read(&beside, &second).await, second);
+        let busy = beside.begin(request("order-2", "owner-b", T0 + 2)).await;
+        expect!(Begin::Busy, busy.unwrap());
+        assert_eq!(
+            ids(&all_intents(&beside).await),
+            [intent.id, second.id],
+            "listed"
+        );
+        let finished = gateway
+            .finish(finish(&second, "owner-a", IntentStatus::Done, T0 + 3))
+            .await
+            .unwrap();
+        assert_eq!(
+            expect!(Finished::Recorded, finished).status,
+            IntentStatus::Done
+        );
+        assert_eq!(read(&beside, &second).await.status, IntentStatus::Done);
+    }
+
     /// The ledger holds every call's arguments and results, and its file, WAL and shared
     /// memory were created with mode 0644: every user of the machine could read them.
     #[cfg(unix)]
@@ -5274,7 +5384,8 @@ mod sqlite {
         let connection = rusqlite::Connection::open(&path).unwrap();
         connection
             .execute_batch(
-                "DROP TABLE approvals;
+                "DROP TABLE intents_begun;
+                 DROP TABLE approvals;
                  DROP TABLE budget_usage;
                  ALTER TABLE intents DROP COLUMN resend_stopped;
                  DELETE FROM schema_migrations WHERE version >= 6;",
@@ -5290,7 +5401,7 @@ mod sqlite {
         assert_eq!(versions(&path), [1, 2, 3, 4, 5]);
 
         let ledger = open(&path, GROUPED);
-        assert_eq!(versions(&path), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(versions(&path), [1, 2, 3, 4, 5, 6, 7, 8]);
         let read_back = read(&ledger, &before).await;
         assert_eq!(read_back, before);
         assert_eq!(read_back.resend_stopped, None);

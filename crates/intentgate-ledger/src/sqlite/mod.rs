@@ -17,6 +17,11 @@
 //! transaction each. The deterministic simulation uses it, so that a seed fixes the order
 //! of every ledger operation.
 //!
+//! A new intent's `begin` writes a narrow row of its own (`intents_begun`), moved to the
+//! wide `intents` row and the event log by the intent's next write (its finish, usually,
+//! grouped with the others queued), by a read of many intents, or when the ledger is next
+//! opened, after a crash (`ops.rs`).
+//!
 //! A new ledger file, its WAL and its shared memory are readable by their owner only
 //! (`file.rs`); opening one that others may read logs a warning with the fix.
 
@@ -51,8 +56,9 @@ use crate::{
 };
 use checkpoint::Checkpointer;
 
-/// The page size of a new ledger file, in bytes. A new intent's commit writes one page of
-/// each b-tree it touches (the row, its indexes, its event: about ten), so smaller pages
+/// The page size of a new ledger file, in bytes. A commit writes one page of each b-tree it
+/// touches (a new intent's wide row, its indexes and its events: about ten, once moved from
+/// the two of its narrow row), so smaller pages
 /// make each commit's WAL frames fewer bytes to write and, under strict durability, to
 /// fsync: 2 KiB pages made a new intent about 10% faster and 64 callers about a quarter
 /// faster than SQLite's default 4 KiB (`bench ledger`, strict). Not smaller: an index entry
@@ -217,6 +223,14 @@ impl SqliteLedger {
             )));
         }
         schema::migrate(&mut connection).map_err(|error| open_error(error.to_string()))?;
+        let moved =
+            move_all_begun(&mut connection).map_err(|error| open_error(error.to_string()))?;
+        if moved > 0 {
+            tracing::info!(
+                moved,
+                "moved the intents begun before the ledger was opened to the intents table"
+            );
+        }
         // Deleted rows (retention, erasure) and the old versions of updated ones are
         // overwritten with zeros rather than left in free pages of the file.
         connection
@@ -359,6 +373,18 @@ impl SqliteLedger {
         Ok(())
     }
 
+    /// Moves every begun intent to `intents`, when there is one, before a read of many intents
+    /// (which reads `intents` only). A write of the writer's, grouped with the others.
+    async fn move_begun(&self) -> Result<()> {
+        if self.read(ops::any_begun)? {
+            self.write(Waiter::Background, false, None, |connection| {
+                ops::move_all_begun(connection).map(drop)
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Reads one intent with `read`, after its queued finish when the intent read is one.
     async fn read_settled(
         &self,
@@ -452,6 +478,17 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection> {
     connection.busy_timeout(BUSY_TIMEOUT)?;
     connection.set_prepared_statement_cache_capacity(64);
     Ok(connection)
+}
+
+/// Moves what the last process using the file left begun (it crashed, or is still running:
+/// either way the rows move as its own writes would move them) to `intents`, in one
+/// transaction.
+fn move_all_begun(connection: &mut Connection) -> Result<u64> {
+    let transaction =
+        connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let moved = ops::move_all_begun(&transaction)?;
+    transaction.commit()?;
+    Ok(moved)
 }
 
 /// Runs `work` in a savepoint of the open transaction, rolled back alone when it fails.
@@ -725,16 +762,19 @@ impl Ledger for SqliteLedger {
         limit: u32,
         skip_tools: &[String],
     ) -> Result<Vec<IntentRecord>> {
+        self.move_begun().await?;
         self.read(|connection| ops::stale(connection, status, now_ms, limit, skip_tools))
     }
 
     async fn list(&self, after_id: IntentId, limit: u32) -> Result<Vec<IntentRecord>> {
         self.queued.drain().await;
+        self.move_begun().await?;
         self.read(|connection| ops::list(connection, after_id, limit))
     }
 
     async fn events(&self, id: IntentId) -> Result<Vec<Event>> {
         self.queued.settle(id).await;
+        self.move_begun().await?;
         self.read(|connection| ops::events(connection, id))
     }
 
@@ -789,6 +829,7 @@ impl Ledger for SqliteLedger {
         limit: u32,
     ) -> Result<Vec<HeldIntent>> {
         self.queued.drain().await;
+        self.move_begun().await?;
         self.read(|connection| ops::approvals(connection, filter, before, limit))
     }
 
@@ -836,11 +877,13 @@ impl Ledger for SqliteLedger {
         limit: u32,
     ) -> Result<Vec<IntentRecord>> {
         self.queued.drain().await;
+        self.move_begun().await?;
         self.read(|connection| ops::intents(connection, filter, order, cursor, limit))
     }
 
     async fn status_counts(&self) -> Result<Vec<StatusCount>> {
         self.queued.drain().await;
+        self.move_begun().await?;
         self.read(ops::status_counts)
     }
 

@@ -1,6 +1,13 @@
 //! The body of every ledger operation, run inside one SQLite transaction (a savepoint of a
 //! grouped commit). Each reads the intent, asks [`crate::plan`] what to do (which checks
 //! every status change with the core state machine) and applies the writes it returns.
+//!
+//! A new intent's `begin` writes only its row of `intents_begun` (schema migration 8): the
+//! write that must be durable before the request leaves touches two small b-trees instead
+//! of the ten of a row of `intents` and its events. Every other write of an intent first
+//! moves it to `intents` ([`move_begun`]), in its own transaction, so that the plans always
+//! start from the wide row; a read of one intent looks in both tables, and a read of many
+//! is made after [`move_all_begun`].
 
 use intentgate_core::{IntentStatus, ResendStop};
 use rusqlite::types::ToSqlOutput;
@@ -9,8 +16,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 use intentgate_core::policy::BudgetUsage;
 
 use crate::plan::{
-    self, BudgetCount, MismatchRow, NewCall, NewEvent, NewIntent, Plan, StoredIntent, StoredRun,
-    Write,
+    self, BudgetCount, Fresh, MismatchRow, NewCall, NewEvent, Plan, StoredIntent, StoredRun, Write,
 };
 use crate::process::{PROCESSES_ENDED_KEPT_MAX, ProcessEnd, ProcessRecord, ProcessRegistration};
 use crate::query::{self, Dialect, Parameter, Query};
@@ -76,6 +82,14 @@ fn read_intent(row: &Row<'_>) -> rusqlite::Result<IntentRecord> {
     })
 }
 
+/// The columns of `intents_begun` read as an intent, in the order of [`INTENT_COLUMNS`]: a
+/// begun intent has no result, external id, resolver, lookup or stop yet.
+const BEGUN_COLUMNS: &str = "id, tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
+     lease_owner, lease_expires_ms, NULL, NULL, NULL, call_count, first_seen_ms, last_seen_ms, \
+     updated_ms, NULL, NULL";
+
+/// The intent of a key: in `intents`, else begun and not yet moved. One statement, so one
+/// snapshot: a move made meanwhile by another connection can't hide the intent from both.
 pub fn get(
     connection: &Connection,
     tenant: &str,
@@ -83,7 +97,10 @@ pub fn get(
     key: &str,
 ) -> Result<Option<IntentRecord>, LedgerError> {
     let sql = format!(
-        "SELECT {INTENT_COLUMNS} FROM intents WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3"
+        "SELECT {INTENT_COLUMNS} FROM intents WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3 \
+         UNION ALL \
+         SELECT {BEGUN_COLUMNS} FROM intents_begun WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3 \
+         LIMIT 1"
     );
     Ok(connection
         .prepare_cached(&sql)?
@@ -91,15 +108,100 @@ pub fn get(
         .optional()?)
 }
 
+/// The intent `id`: in `intents`, else begun and not yet moved (one snapshot, as [`get`]).
 pub fn get_by_id(
     connection: &Connection,
     id: IntentId,
 ) -> Result<Option<IntentRecord>, LedgerError> {
-    let sql = format!("SELECT {INTENT_COLUMNS} FROM intents WHERE id = ?1");
+    let sql = format!(
+        "SELECT {INTENT_COLUMNS} FROM intents WHERE id = ?1 \
+         UNION ALL SELECT {BEGUN_COLUMNS} FROM intents_begun WHERE id = ?1 LIMIT 1"
+    );
     Ok(connection
         .prepare_cached(&sql)?
         .query_row(params![id], read_intent)
         .optional()?)
+}
+
+/// Moves the begun intents whose ids are between `?1` and `?2` to `intents`, and the events
+/// of their creation to the log, in id order (each intent's events in the order logged),
+/// then deletes them from `intents_begun`. Each row keeps the id it was begun with.
+const MOVE_BEGUN: [&str; 3] = [
+    "INSERT INTO intents (id, tenant, tool, intent_key, fingerprint, arguments, status, attempt, \
+     epoch, lease_owner, lease_expires_ms, call_count, first_seen_ms, last_seen_ms, updated_ms) \
+     SELECT id, tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
+     lease_owner, lease_expires_ms, call_count, first_seen_ms, last_seen_ms, updated_ms \
+     FROM intents_begun WHERE id BETWEEN ?1 AND ?2 ORDER BY id",
+    "INSERT INTO events (intent_id, tenant, tool, at_ms, kind, from_status, to_status, attempt, \
+     actor, detail) \
+     SELECT begun.id, begun.tenant, begun.tool, json_extract(event.value, '$.at_ms'), \
+     json_extract(event.value, '$.kind'), json_extract(event.value, '$.from_status'), \
+     json_extract(event.value, '$.to_status'), json_extract(event.value, '$.attempt'), \
+     json_extract(event.value, '$.actor'), json_extract(event.value, '$.detail') \
+     FROM intents_begun AS begun, json_each(begun.events) AS event \
+     WHERE begun.id BETWEEN ?1 AND ?2 ORDER BY begun.id, event.key",
+    "DELETE FROM intents_begun WHERE id BETWEEN ?1 AND ?2",
+];
+
+/// Moves the ids `first..=last` of `intents_begun` to `intents`; returns how many.
+fn move_begun_ids(
+    connection: &Connection,
+    first: IntentId,
+    last: IntentId,
+) -> Result<u64, LedgerError> {
+    let [intents, events, delete] = MOVE_BEGUN;
+    let moved = connection
+        .prepare_cached(intents)?
+        .execute(params![first, last])?;
+    if moved == 0 {
+        return Ok(0);
+    }
+    connection
+        .prepare_cached(events)?
+        .execute(params![first, last])?;
+    let deleted = connection
+        .prepare_cached(delete)?
+        .execute(params![first, last])?;
+    assert_eq!(moved, deleted, "every begun intent moved is deleted");
+    Ok(moved as u64)
+}
+
+/// Moves the intent `id` to `intents` if it is still begun there; returns whether it was.
+/// Every write of an intent starts here, so that it finds the intent's wide row.
+pub fn move_begun(connection: &Connection, id: IntentId) -> Result<bool, LedgerError> {
+    Ok(move_begun_ids(connection, id, id)? == 1)
+}
+
+/// Moves every begun intent to `intents` (before a read or a write of many intents, and at
+/// open: what a crash left begun); returns how many.
+pub fn move_all_begun(connection: &Connection) -> Result<u64, LedgerError> {
+    move_begun_ids(connection, IntentId::MIN, IntentId::MAX)
+}
+
+/// Whether any intent is begun and not yet moved to `intents`.
+pub fn any_begun(connection: &Connection) -> Result<bool, LedgerError> {
+    Ok(connection
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM intents_begun)")?
+        .query_row([], |row| row.get(0))?)
+}
+
+/// Moves the key's intent to `intents` if it is still begun there.
+fn move_begun_key(
+    connection: &Connection,
+    tenant: &str,
+    tool: &str,
+    key: &str,
+) -> Result<(), LedgerError> {
+    let begun: Option<IntentId> = connection
+        .prepare_cached(
+            "SELECT id FROM intents_begun WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3",
+        )?
+        .query_row(params![tenant, tool, key], |row| row.get(0))
+        .optional()?;
+    if let Some(id) = begun {
+        move_begun(connection, id)?;
+    }
+    Ok(())
 }
 
 /// The binding of caller key `binding.caller_key` in its tenant and tool, if there is one.
@@ -150,7 +252,9 @@ pub fn bind_caller_key(connection: &Connection, binding: &CallerKey) -> Result<B
     Ok(plan::bound(stored, binding))
 }
 
+/// The intent `id` for a write: moved to `intents` first if it is still begun.
 fn must_get(connection: &Connection, id: IntentId) -> Result<IntentRecord, LedgerError> {
+    move_begun(connection, id)?;
     get_by_id(connection, id)?.ok_or(LedgerError::NotFound(id))
 }
 
@@ -401,14 +505,36 @@ fn apply<T>(connection: &Connection, plan: Plan<T>) -> Result<T, LedgerError> {
 }
 
 /// Inserts a new intent's row as it stands (a [`plan::Fresh`] row: `in_flight` with its
-/// lease, or `pending` when held); returns the id it was given.
-fn insert(connection: &Connection, row: &NewIntent) -> Result<IntentId, LedgerError> {
+/// lease, or `pending` when held) into `intents_begun`, with the events of its creation as
+/// JSON; returns the id it was given: one more than the greatest of both tables (so never
+/// one a row of `intents` has).
+fn insert(connection: &Connection, fresh: &Fresh) -> Result<IntentId, LedgerError> {
+    let row = &fresh.row;
     let intent = &row.intent;
+    let events: Vec<serde_json::Value> = fresh
+        .events()
+        .iter()
+        .map(|event| {
+            serde_json::json!({
+                "at_ms": event.at_ms,
+                "kind": event.kind,
+                "from_status": event.from_status.map(IntentStatus::as_str),
+                "to_status": event.to_status.map(IntentStatus::as_str),
+                "attempt": event.attempt,
+                "actor": event.actor,
+                "detail": event.detail,
+            })
+        })
+        .collect();
+    let events = serde_json::Value::Array(events).to_string();
     connection
         .prepare_cached(
-            "INSERT INTO intents (tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
-             lease_owner, lease_expires_ms, call_count, first_seen_ms, last_seen_ms, updated_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+            "INSERT INTO intents_begun (id, tenant, tool, intent_key, fingerprint, arguments, status, \
+             attempt, epoch, lease_owner, lease_expires_ms, call_count, first_seen_ms, last_seen_ms, \
+             updated_ms, events) \
+             VALUES (max(coalesce((SELECT max(id) FROM intents), 0), \
+             coalesce((SELECT max(id) FROM intents_begun), 0)) + 1, \
+             ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
         )?
         .execute(params![
             intent.tenant,
@@ -425,6 +551,7 @@ fn insert(connection: &Connection, row: &NewIntent) -> Result<IntentId, LedgerEr
             intent.first_seen_ms,
             intent.last_seen_ms,
             intent.updated_ms,
+            events,
         ])?;
     Ok(connection.last_insert_rowid())
 }
@@ -434,6 +561,7 @@ fn insert(connection: &Connection, row: &NewIntent) -> Result<IntentId, LedgerEr
 /// budgets' counts and inserted as begun, unless a budget refuses it.
 pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, LedgerError> {
     plan::check_begin(request)?;
+    move_begun_key(connection, &request.tenant, &request.tool, &request.key)?;
     let plan = match get(connection, &request.tenant, &request.tool, &request.key)? {
         Some(intent) => {
             let owner = match plan::owner_to_check(&intent, request.now_ms) {
@@ -455,8 +583,12 @@ pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, L
             match plan::begin_new_call(request, &used)? {
                 NewCall::Refused(outcome) => Plan::outcome(outcome),
                 NewCall::Insert(fresh) => {
-                    let id = insert(connection, &fresh.row)?;
-                    fresh.inserted(id)
+                    let id = insert(connection, &fresh)?;
+                    let mut plan = fresh.inserted(id);
+                    // Logged from the begun row when it is moved to `intents`.
+                    plan.writes
+                        .retain(|write| !matches!(write, Write::Event(_)));
+                    plan
                 }
             }
         }
@@ -612,6 +744,8 @@ pub fn tool_flags(connection: &Connection) -> Result<Vec<ToolFlag>, LedgerError>
 }
 
 pub fn purge(connection: &Connection, before_ms: i64) -> Result<u64, LedgerError> {
+    // A caller key is kept while its intent is in `intents`.
+    move_all_begun(connection)?;
     connection.execute(
         "DELETE FROM reconciliation_mismatches WHERE run_id IN \
          (SELECT id FROM reconciliation_runs WHERE finished_ms < ?1)",
@@ -782,6 +916,8 @@ fn erase_rows(connection: &Connection, query: &Query) -> Result<u64, LedgerError
 
 pub fn erase(connection: &Connection, erase: &Erase) -> Result<Erasure, LedgerError> {
     let queries = query::erase_queries(erase, Dialect::Sqlite)?;
+    // The queries find intents in `intents` only.
+    move_all_begun(connection)?;
     // The single writer runs this whole: nothing changes between the checks and the deletes.
     let busy = erase_ids(connection, &queries.busy)?;
     let unsettled = erase_ids(connection, &queries.unsettled)?;
@@ -1001,6 +1137,8 @@ pub fn bulk_insert(
     connection: &Connection,
     intents: Vec<IntentRecord>,
 ) -> Result<u64, LedgerError> {
+    // The ids given below follow those of `intents`, which must hold every begun one.
+    move_all_begun(connection)?;
     // The greatest id bounds the rows (a purge only lowers their count); cheap to read.
     let rows: i64 =
         connection.query_row("SELECT coalesce(max(id), 0) FROM intents", [], |row| {
@@ -1067,9 +1205,12 @@ pub fn record_trace(
     id: IntentId,
     traceparent: &str,
 ) -> Result<(), LedgerError> {
+    // A begun intent stays begun: its trace needs no wide row.
     connection
         .prepare_cached(
-            "INSERT INTO intent_traces (intent_id, traceparent) SELECT id, ?2 FROM intents WHERE id = ?1 \
+            "INSERT INTO intent_traces (intent_id, traceparent) \
+             SELECT id, ?2 FROM intents WHERE id = ?1 \
+             UNION ALL SELECT id, ?2 FROM intents_begun WHERE id = ?1 \
              ON CONFLICT (intent_id) DO UPDATE SET traceparent = excluded.traceparent",
         )?
         .execute(params![id, traceparent])?;

@@ -208,6 +208,40 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX budget_usage_by_window_end ON budget_usage (window_end_ms);
     "#,
+    // 8: the record a new intent's `begin` writes, and nothing else (docs/design.md
+    // section 7: only the `in_flight` record must be on disk before the request leaves).
+    //
+    // A row of `intents` costs a page in each of its eight b-trees, and its events two more:
+    // about ten WAL frames, all fsynced under strict durability before the request leaves.
+    // A new intent is written here instead, in two small b-trees (the table, kept to the
+    // intents begun and not yet moved, and its key): the intent's columns, the id it was
+    // given (beyond every id of both tables) and the events of its creation, as a JSON
+    // array. The writer moves it to `intents` and `events` later, in the transaction of
+    // the next write of that intent (its finish, usually: a call that settles fast has its
+    // wide row written once, already settled) or of a read of many intents, which moves
+    // every one; opening the ledger moves what a crash left here. Readers of one intent
+    // look here after `intents`.
+    r#"
+    CREATE TABLE intents_begun (
+        id INTEGER PRIMARY KEY,
+        tenant TEXT NOT NULL CHECK (length(tenant) BETWEEN 1 AND 128),
+        tool TEXT NOT NULL CHECK (length(tool) BETWEEN 1 AND 128),
+        intent_key TEXT NOT NULL CHECK (length(intent_key) BETWEEN 1 AND 512),
+        fingerprint TEXT NOT NULL CHECK (length(fingerprint) = 64),
+        arguments TEXT NOT NULL CHECK (length(arguments) <= 65536),
+        status TEXT NOT NULL CHECK (status IN ('pending', 'in_flight')),
+        attempt INTEGER NOT NULL CHECK (attempt >= 0),
+        epoch INTEGER NOT NULL CHECK (epoch >= 1),
+        lease_owner TEXT CHECK (length(lease_owner) <= 128),
+        lease_expires_ms INTEGER,
+        call_count INTEGER NOT NULL CHECK (call_count >= 0),
+        first_seen_ms INTEGER NOT NULL,
+        last_seen_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL,
+        events TEXT NOT NULL CHECK (json_valid(events) AND length(events) <= 16384),
+        UNIQUE (tenant, tool, intent_key)
+    ) STRICT;
+    "#,
 ];
 
 /// Applies the migrations this file lacks ([`migrations::pending`]), in one transaction.

@@ -361,3 +361,105 @@ async fn a_new_ledger_has_small_pages_and_an_existing_file_keeps_its_own() {
     drop(ledger);
     assert_eq!(page_size(&path), 4096);
 }
+
+/// The WAL frames each commit of an inline ledger appends, in commit order, read by a WAL
+/// hook on the write connection (which also stops SQLite's own checkpoints, so the WAL only
+/// grows and the difference between two commits is what the later one wrote).
+fn frames_per_commit(ledger: &SqliteLedger) -> Arc<Mutex<Vec<i32>>> {
+    let Engine::Inline { writer } = &ledger.engine else {
+        panic!("an inline ledger");
+    };
+    let frames = Arc::new(Mutex::new(Vec::new()));
+    let hook = frames.clone();
+    let last = std::sync::atomic::AtomicI32::new(0);
+    writer
+        .lock()
+        .unwrap()
+        .connection
+        .wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages: i32| {
+            let before = last.swap(pages, Ordering::Relaxed);
+            hook.lock().unwrap().push(pages - before);
+            Ok(())
+        }))
+        .unwrap();
+    frames
+}
+
+/// Frames a new intent's `begin` and its `finish` append to the WAL over a run of new
+/// intents (the median of each, and the mean), on a ledger that already holds a thousand
+/// intents, so that its b-trees have more than one level.
+async fn frames_of_new_intents(durability: Durability) -> Frames {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = SqliteLedger::open(
+        folder.path().join("ledger.sqlite3"),
+        SqliteOptions::inline(durability),
+    )
+    .expect("open");
+    for index in 0..1_000 {
+        let intent = execute(&ledger, &format!("warm-{index:05}")).await;
+        ledger.finish(done(&intent)).await.expect("finish");
+    }
+    let frames = frames_per_commit(&ledger);
+    // The first commit after the hook is set counts the frames before it: one to skip.
+    let intent = execute(&ledger, "order-first").await;
+    ledger.finish(done(&intent)).await.expect("finish");
+    frames.lock().unwrap().clear();
+    let (mut begins, mut finishes) = (Vec::new(), Vec::new());
+    for index in 0..100 {
+        let intent = execute(&ledger, &format!("order-{index:05}")).await;
+        let begun = frames.lock().unwrap().drain(..).collect::<Vec<_>>();
+        ledger.finish(done(&intent)).await.expect("finish");
+        let finished = frames.lock().unwrap().drain(..).collect::<Vec<_>>();
+        assert_eq!((begun.len(), finished.len()), (1, 1), "one commit each");
+        begins.push(begun[0]);
+        finishes.push(finished[0]);
+    }
+    Frames::of(begins, finishes)
+}
+
+/// WAL frames per commit over a run: medians and means.
+#[derive(Debug)]
+struct Frames {
+    begin_median: i32,
+    begin_mean: f64,
+    finish_median: i32,
+    finish_mean: f64,
+}
+
+impl Frames {
+    fn of(mut begins: Vec<i32>, mut finishes: Vec<i32>) -> Frames {
+        let mean = |frames: &[i32]| {
+            frames.iter().map(|&n| f64::from(n)).sum::<f64>() / frames.len() as f64
+        };
+        let (begin_mean, finish_mean) = (mean(&begins), mean(&finishes));
+        begins.sort_unstable();
+        finishes.sort_unstable();
+        Frames {
+            begin_median: begins[begins.len() / 2],
+            begin_mean,
+            finish_median: finishes[finishes.len() / 2],
+            finish_mean,
+        }
+    }
+}
+
+/// The durable write a new intent needs before its request leaves is small: its `begin`
+/// appends few WAL frames, and the rest of its record comes with its `finish`.
+#[tokio::test(flavor = "current_thread")]
+async fn a_new_intent_writes_few_wal_frames_before_its_request_leaves() {
+    for durability in [Durability::Strict, Durability::Relaxed] {
+        let frames = frames_of_new_intents(durability).await;
+        // Printed for the record (`cargo test ... -- --nocapture`).
+        eprintln!("{durability:?}: {frames:?}");
+        // Its narrow row and that row's key (the wide row, its seven indexes and two event
+        // b-trees took 13 frames at the median).
+        assert_eq!(frames.begin_median, 2, "{durability:?}: {frames:?}");
+        assert!(frames.begin_mean < 3.0, "{durability:?}: {frames:?}");
+        // The wide row, its indexes and its events come with the finish, in one commit
+        // that is not fsynced on its own.
+        assert!(
+            frames.finish_median >= 10 && frames.finish_mean >= 10.0,
+            "{durability:?}: {frames:?}"
+        );
+    }
+}
