@@ -69,6 +69,9 @@ pub struct Gate {
     pub(crate) held: broadcast::Sender<HeldNotice>,
     /// Same-key re-sends left this second, per tool ([`crate::Resolution::resends_per_second`]).
     pub(crate) resend_budget: ResendBudget,
+    /// Settled intents as last read, to answer their repeats without a read while the
+    /// ledger says nothing settled has changed.
+    pub(crate) settled: crate::call::settled::SettledCache,
 }
 
 /// The kill-switch flags as last read from the ledger.
@@ -128,6 +131,7 @@ impl Gate {
             lookup_mismatches: broadcast::channel(LOOKUP_MISMATCH_BUFFER).0,
             key_reuses: broadcast::channel(KEY_REUSE_BUFFER).0,
             held: held_channel(),
+            settled: crate::call::settled::SettledCache::default(),
             resend_budget: ResendBudget::default(),
         })
     }

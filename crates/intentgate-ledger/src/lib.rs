@@ -725,6 +725,16 @@ ledger_trait! {
         /// Reads an intent by its scope and key.
         async fn get(&self, tenant: &str, tool: &str, key: &str) -> Result<Option<IntentRecord>>;
 
+        /// A number that stays the same for as long as no settled intent (`done`, or
+        /// `rejected` for a tool that never retries a rejection) can have changed or gone, in
+        /// this process or any other: such an intent, read with the epoch taken before the
+        /// read, may be answered again without a read while the epoch is unchanged. Only an
+        /// erasure, a purge or a resolution changes one (a repeat's count aside); this
+        /// ledger's own make the epoch move once they have committed, another process's by
+        /// the next call. `None` when the store can't tell for less than a read (PostgreSQL,
+        /// for now; a SQLite ledger whose writer is busy, or inline): the caller reads.
+        async fn settled_epoch(&self) -> Option<u64>;
+
         /// Reads an intent by id.
         async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>>;
 

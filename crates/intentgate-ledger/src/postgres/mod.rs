@@ -687,6 +687,12 @@ impl Ledger for PostgresLedger {
         .await
     }
 
+    async fn settled_epoch(&self) -> Option<u64> {
+        // A settled repeat is read on every call: another replica's erasure must take effect
+        // at once, and nothing here tells of it yet without a round trip.
+        None
+    }
+
     async fn get(&self, tenant: &str, tool: &str, key: &str) -> Result<Option<IntentRecord>> {
         let input = (tenant, tool, key);
         self.read_settled(&input, |session, (tenant, tool, key)| {

@@ -27,6 +27,7 @@
 
 mod checkpoint;
 mod file;
+mod freshness;
 mod ops;
 mod schema;
 
@@ -55,6 +56,7 @@ use crate::{
     StoredMismatch, ToolFlag,
 };
 use checkpoint::Checkpointer;
+use freshness::Freshness;
 
 /// The page size of a new ledger file, in bytes. A commit writes one page of each b-tree it
 /// touches (a new intent's wide row, its indexes and its events: about ten, once moved from
@@ -182,6 +184,8 @@ pub struct SqliteLedger {
     /// Finishes queued by `finish_queued` and not yet committed, which reads wait for.
     queued: Arc<QueuedFinishes>,
     counts: Arc<CommitCounts>,
+    /// What [`Ledger::settled_epoch`] answers from (`freshness.rs`).
+    freshness: Freshness,
 }
 
 impl SqliteLedger {
@@ -270,6 +274,7 @@ impl SqliteLedger {
             waiters: Arc::default(),
             queued: Arc::default(),
             counts,
+            freshness: Freshness::default(),
         })
     }
 
@@ -750,6 +755,15 @@ impl Ledger for SqliteLedger {
             .await
     }
 
+    async fn settled_epoch(&self) -> Option<u64> {
+        match &self.engine {
+            Engine::Grouped { writer, .. } => self.freshness.epoch(writer),
+            // Inline is for the simulation and tools: every read goes to the file, so that
+            // a seed fixes the ledger operations as before.
+            Engine::Inline { .. } => None,
+        }
+    }
+
     async fn get_by_id(&self, id: IntentId) -> Result<Option<IntentRecord>> {
         self.read_settled(|connection| ops::get_by_id(connection, id))
             .await
@@ -783,10 +797,13 @@ impl Ledger for SqliteLedger {
         // After a finish of the intent still queued (the writer may hold it, taken off the
         // queue, while this would commit on the caller's thread).
         self.queued.settle(id).await;
-        self.write(Waiter::Call, true, Some(id), move |connection| {
-            ops::resolve(connection, &resolve)
-        })
-        .await
+        let resolved = self
+            .write(Waiter::Call, true, Some(id), move |connection| {
+                ops::resolve(connection, &resolve)
+            })
+            .await;
+        self.freshness.changed();
+        resolved
     }
 
     async fn record_disabled_call(&self, tenant: &str, tool: &str, now_ms: i64) -> Result<()> {
@@ -850,10 +867,13 @@ impl Ledger for SqliteLedger {
     }
 
     async fn purge(&self, before_ms: i64) -> Result<u64> {
-        self.write(Waiter::Background, false, None, move |connection| {
-            ops::purge(connection, before_ms)
-        })
-        .await
+        let purged = self
+            .write(Waiter::Background, false, None, move |connection| {
+                ops::purge(connection, before_ms)
+            })
+            .await;
+        self.freshness.changed();
+        purged
     }
 
     async fn erase(&self, erase: &Erase) -> Result<Erasure> {
@@ -862,7 +882,9 @@ impl Ledger for SqliteLedger {
             .write(Waiter::Background, true, None, move |connection| {
                 ops::erase(connection, &request)
             })
-            .await?;
+            .await;
+        self.freshness.changed();
+        let erasure = erasure?;
         if let Erasure::Erased(Erased { more: false, .. }) = &erasure {
             self.truncate_wal();
         }

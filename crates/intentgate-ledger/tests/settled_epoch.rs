@@ -1,0 +1,121 @@
+//! `Ledger::settled_epoch` of the SQLite store: what lets the gateway answer a settled
+//! repeat without reading it again. It must move whenever a settled intent may have changed
+//! (this ledger's erasure or purge, any commit of another connection to the file, as another
+//! process's would be), and stay put for this ledger's own new intents and counted repeats,
+//! or a gateway under load would never answer from memory.
+#![cfg(feature = "sqlite")]
+
+use intentgate_core::{IntentStatus, fingerprint};
+use intentgate_ledger::{
+    Begin, BeginRequest, Durability, Erase, Finish, Finished, IntentRecord, Ledger, SqliteLedger,
+    SqliteOptions,
+};
+use serde_json::json;
+
+const TENANT: &str = "acme";
+const TOOL: &str = "refund";
+const T0: i64 = 1_760_000_000_000;
+
+/// A new intent for `key`, begun and settled `done` at once.
+async fn settled(ledger: &dyn Ledger, key: &str) -> IntentRecord {
+    let arguments = json!({ "order": key, "amount": "49.00" });
+    let request = BeginRequest {
+        tenant: TENANT.into(),
+        tool: TOOL.into(),
+        key: key.into(),
+        fingerprint: fingerprint(&arguments).as_str().to_owned(),
+        arguments,
+        lease_owner: "owner".into(),
+        lease_expires_ms: T0 + 30_000,
+        now_ms: T0,
+        count_call: true,
+        retry_rejected: false,
+        lookup_interval_ms: 60_000,
+        resend_unknown: false,
+        expect_new: false,
+        policies: None,
+    };
+    let Begin::Execute(intent) = ledger.begin(request).await.unwrap() else {
+        panic!("a new key did not start");
+    };
+    let finish = Finish {
+        id: intent.id,
+        lease_owner: "owner".into(),
+        attempt: intent.attempt,
+        now_ms: T0,
+        status: IntentStatus::Done,
+        result: Some(json!({"id": "re_1"})),
+        external_id: None,
+        resolved_by: "upstream",
+        looked_up: false,
+        detail: String::new(),
+        lease_required: false,
+        resend_stopped: None,
+    };
+    let Finished::Recorded(intent) = ledger.finish(finish).await.unwrap() else {
+        panic!("the finish was not recorded");
+    };
+    intent
+}
+
+/// The epoch once the writer is idle: it answers `None` while the writer holds its
+/// connection, which it still does for a moment after answering a write.
+async fn epoch(ledger: &SqliteLedger) -> u64 {
+    loop {
+        if let Some(epoch) = ledger.settled_epoch().await {
+            return epoch;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn the_epoch_moves_for_changes_to_settled_intents_and_other_connections_commits() {
+    let folder = tempfile::tempdir().unwrap();
+    let path = folder.path().join("ledger.db");
+    let grouped = SqliteOptions {
+        durability: Durability::Relaxed,
+        inline: false,
+    };
+    let ledger = SqliteLedger::open(&path, grouped).unwrap();
+    let first = epoch(&ledger).await;
+
+    // Its own new intents and the counts of repeats change no settled answer.
+    let done = settled(&ledger, "refund:1").await;
+    ledger.record_call(done.id, T0 + 1).await.unwrap();
+    settled(&ledger, "refund:2").await;
+    assert_eq!(epoch(&ledger).await, first);
+
+    // Another connection's commit, as another process's: the epoch moves, then holds.
+    let other = SqliteLedger::open(&path, SqliteOptions::inline(Durability::Relaxed)).unwrap();
+    other.record_call(done.id, T0 + 2).await.unwrap();
+    let after_other = epoch(&ledger).await;
+    assert_ne!(after_other, first);
+    assert_eq!(epoch(&ledger).await, after_other);
+
+    // Its own erasure and purge move it.
+    let erase = Erase {
+        tenant: TENANT.into(),
+        tool: Some(TOOL.into()),
+        key: Some("refund:1".into()),
+        force: false,
+        actor: "dpo@example.com".into(),
+        reason: "erasure request 77".into(),
+        now_ms: T0 + 3,
+    };
+    ledger.erase(&erase).await.unwrap();
+    let after_erasure = epoch(&ledger).await;
+    assert_ne!(after_erasure, after_other);
+    ledger.purge(T0 + 10).await.unwrap();
+    assert_ne!(epoch(&ledger).await, after_erasure);
+    assert!(
+        ledger
+            .get(TENANT, TOOL, "refund:2")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // An inline ledger, the simulation's, never tells: its callers read every time.
+    assert_eq!(other.settled_epoch().await, None);
+}
