@@ -7,6 +7,12 @@
 //! exactly one of them gets the lease. The lease itself is a column with an expiry, as in
 //! SQLite: no transaction is ever held open across the upstream call.
 //!
+//! The finish of an intent this ledger just began skips the locked read: it is decided from
+//! the row as `begin` wrote it ([`known`]) and written by one statement guarded by the row's
+//! version, in one round trip; a row changed meanwhile refuses the guard and the finish reads
+//! and locks as any other write. Queued finishes are committed in groups, one transaction
+//! and one round trip per group ([`grouped`]).
+//!
 //! Under [`Durability::Strict`] the `in_flight` write of `begin` commits with
 //! `synchronous_commit = on` (flushed before it returns); the later writes of a call commit
 //! with it off, since recovery of an `in_flight` intent goes through the lookup, and the

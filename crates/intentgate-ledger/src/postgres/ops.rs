@@ -5,7 +5,9 @@
 //! `begin` expected to find no intent (`BeginRequest::expect_new`) sends the `BEGIN`, the
 //! insert of the new row, its events and the `COMMIT` at once ([`insert_fresh`]), and locks
 //! the row, in a transaction of its own, only when the key was taken meanwhile: one round
-//! trip for a new intent.
+//! trip for a new intent. The finish of an intent this ledger just began sends the guarded
+//! write of its row and events with the `BEGIN` and the `COMMIT` ([`finish_known`],
+//! [`write_known`]): one round trip, for one finish or a group of them.
 //! Because the row is locked until the commit, replicas that work on one intent at once
 //! take turns, and each decides from what the previous one committed.
 
