@@ -923,7 +923,19 @@ async fn begin_new_with_policies(
     for charge in charges {
         used.push(budget_used(session, &request.tool, charge).await?);
     }
-    match plan::begin_new_call(request, &used)? {
+    begin_new_counted(session, request, &used).await
+}
+
+/// `begin` on a key found with no intent, for a tool with policies, once its budgets'
+/// windows are locked and `used` holds what each counted: refused, or inserted as the plan
+/// says. A key inserted by another replica meanwhile is locked and decided as an existing
+/// intent.
+async fn begin_new_counted(
+    session: &mut Session,
+    request: &BeginRequest,
+    used: &[BudgetUsage],
+) -> Result<Plan<Begun>, Failure> {
+    match plan::begin_new_call(request, used)? {
         NewCall::Refused(outcome) => Ok(Plan::outcome(Begun::unversioned(outcome))),
         NewCall::Insert(fresh) => match insert(session, &fresh.row).await? {
             // The rest of the plan writes other tables: the row stays at this version.
@@ -944,12 +956,93 @@ async fn begin_new_with_policies(
     }
 }
 
+/// The reads of a call with budgets whose key the caller found no intent for
+/// (`expect_new`), sent at once with the transaction's pending `BEGIN`: the key's intent,
+/// locked, the advisory locks of the budgets' windows ([`LOCK_BUDGETS`]) and what each
+/// window counted, in one round trip instead of two plus one per budget. The windows are
+/// locked even when the key turns out to exist (a replica inserted it meanwhile): they are
+/// held until this short transaction ends, and taken in the same order as always.
+async fn read_new_call(
+    session: &mut Session,
+    request: &BeginRequest,
+    charges: &[BudgetCharge],
+) -> Result<(Option<IntentRecord>, Vec<BudgetUsage>), Failure> {
+    let by_key = session.statement(BY_KEY_LOCKED).await?;
+    let lock = session.statement(LOCK_BUDGETS).await?;
+    let used = session.statement(BUDGET_USED).await?;
+    let windows: Vec<String> = charges
+        .iter()
+        .map(|charge| {
+            format!(
+                "{}\u{1f}{}\u{1f}{}\u{1f}{}",
+                request.tool, charge.budget, charge.bucket, charge.window_start_ms
+            )
+        })
+        .collect();
+    let begin = session.take_pending_begin();
+    let client = &session.client;
+    let mut sent: Vec<Answered<'_>> = Vec::with_capacity(charges.len() + 3);
+    if let Some(begin) = begin {
+        sent.push(Box::pin(async move {
+            client.batch_execute(begin).await.map(|()| None)
+        }));
+    }
+    let (by_key, lock, used, windows) = (&by_key, &lock, &used, &windows);
+    sent.push(Box::pin(async move {
+        let parameters: [&(dyn ToSql + Sync); 3] = [&request.tenant, &request.tool, &request.key];
+        client.query_opt(by_key, &parameters).await
+    }));
+    sent.push(Box::pin(async move {
+        let parameters: [&(dyn ToSql + Sync); 2] = [&BUDGET_LOCK_CLASS, windows];
+        client.execute(lock, &parameters).await.map(|_| None)
+    }));
+    for charge in charges {
+        sent.push(Box::pin(async move {
+            let parameters: [&(dyn ToSql + Sync); 4] = [
+                &request.tool,
+                &charge.budget,
+                &charge.bucket,
+                &charge.window_start_ms,
+            ];
+            client.query_opt(used, &parameters).await
+        }));
+    }
+    // Sent in order, in one round trip, as in `commit`.
+    let answers = join_all(sent).await;
+    let mut rows = Vec::with_capacity(answers.len());
+    for answer in answers {
+        // The transaction stays open: `run` rolls it back on an error.
+        rows.push(answer?);
+    }
+    let first = usize::from(begin.is_some());
+    let intent = rows[first].as_ref().map(read_intent).transpose()?;
+    let counted = rows[first + 2..]
+        .iter()
+        .map(|row| match row {
+            Some(row) => Ok(plan::budget_usage(row.try_get(0)?, row.try_get(1)?)),
+            None => Ok(BudgetUsage::default()),
+        })
+        .collect::<Result<Vec<_>, Failure>>()?;
+    Ok((intent, counted))
+}
+
 /// Locks the key's intent and decides from it; a key not found is inserted as begun. When
 /// the caller's read found no intent just before (`expect_new`), the insert goes first:
 /// one round trip less for a new intent. A call with policies always reads first: a new
-/// intent is decided from its budgets' counts before anything is inserted.
+/// intent is decided from its budgets' counts before anything is inserted; with budgets,
+/// the key and the budgets are read together ([`read_new_call`]).
 pub async fn begin(session: &mut Session, request: &BeginRequest) -> Result<Plan<Begun>, Failure> {
     plan::check_begin(request)?;
+    let charges = plan::charges(request);
+    if request.expect_new && !charges.is_empty() {
+        let (found, used) = read_new_call(session, request, charges).await?;
+        return match found {
+            Some(intent) => Ok(Begun::unversioned_plan(
+                begin_existing(session, intent, request).await?,
+            )),
+            None => begin_new_counted(session, request, &used).await,
+        };
+    }
     let insert_first = request.expect_new && request.policies.is_none();
     if !insert_first && let Some(intent) = lock_by_key(session, request).await? {
         return Ok(Begun::unversioned_plan(

@@ -449,3 +449,49 @@ async fn a_group_commits_around_a_row_that_changed() {
         ]
     );
 }
+
+/// A new call counted by two budgets: its key and both windows are read (and the windows
+/// locked) in one round trip, then the insert, then the commit of its events and counts.
+#[tokio::test]
+async fn a_new_call_with_budgets_reads_its_key_and_windows_in_one_round_trip() {
+    let Some(url) = database_url() else { return };
+    let counted = Counted::open(&url).await;
+    let charge = |budget: &str| crate::BudgetCharge {
+        budget: budget.into(),
+        bucket: "acme".into(),
+        window_start_ms: 0,
+        window_end_ms: 3_600_000,
+        units: 4_900,
+        count_max: Some(100),
+        units_max: None,
+        hold_deadline_ms: None,
+    };
+    let budgeted = |key: &str| BeginRequest {
+        policies: Some(crate::CallPolicies {
+            hold: None,
+            requested_by: "agent".into(),
+            intent_id: None,
+            budgets: vec![charge("per-hour"), charge("per-tenant")],
+        }),
+        ..new_call(key, "me", 10)
+    };
+    // Prepares the statements.
+    executing(counted.ledger.begin(budgeted("warm")).await.unwrap());
+
+    let (begun, trips) = counted
+        .count(counted.ledger.begin(budgeted("order-4")))
+        .await;
+    let intent = executing(begun.unwrap());
+    let usage = counted.ledger.budget_usage("refund", 10).await.unwrap();
+    counted.close().await;
+    assert_eq!(trips, 3);
+    assert_eq!(intent.status, IntentStatus::InFlight);
+    let counts: Vec<(String, u64)> = usage
+        .iter()
+        .map(|row| (row.budget.clone(), row.count))
+        .collect();
+    assert_eq!(
+        counts,
+        [("per-hour".to_owned(), 2), ("per-tenant".to_owned(), 2)]
+    );
+}
