@@ -7,6 +7,12 @@
 //! exactly one of them gets the lease. The lease itself is a column with an expiry, as in
 //! SQLite: no transaction is ever held open across the upstream call.
 //!
+//! The finish of an intent this ledger just began skips the locked read: it is decided from
+//! the row as `begin` wrote it ([`known`]) and written by one statement guarded by the row's
+//! version, in one round trip; a row changed meanwhile refuses the guard and the finish reads
+//! and locks as any other write. Queued finishes are committed in groups, one transaction
+//! and one round trip per group ([`grouped`]).
+//!
 //! Under [`Durability::Strict`] the `in_flight` write of `begin` commits with
 //! `synchronous_commit = on` (flushed before it returns); the later writes of a call commit
 //! with it off, since recovery of an `in_flight` intent goes through the lookup, and the
@@ -21,9 +27,13 @@
 //! each connection's `search_path`, so that several ledgers (or test runs) can share a
 //! database without seeing each other.
 
+mod grouped;
+mod known;
 mod listener;
 mod ops;
 mod pool;
+#[cfg(test)]
+mod round_trips;
 mod schema;
 
 use std::future::Future;
@@ -32,11 +42,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::future::join_all;
 use intentgate_core::IntentStatus;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_postgres::Config;
 
+use self::grouped::{Entry, Grouped};
+use self::known::KnownIntents;
+use self::ops::KnownFinish;
 use self::pool::{CONNECT_TIMEOUT, Pool, Session, Target, describe};
 use crate::Result;
 use crate::location::redacted;
@@ -182,6 +196,10 @@ pub struct Shared {
     waiters: Arc<Waiters>,
     /// Finishes queued by `finish_queued` and not yet committed, which reads wait for.
     queued: Arc<Queued>,
+    /// The intents this ledger just began, as it wrote them, for their finish.
+    known: KnownIntents,
+    /// Queued finishes waiting for their group's commit.
+    grouped: Grouped,
 }
 
 impl std::ops::Deref for PostgresLedger {
@@ -215,6 +233,8 @@ impl PostgresLedger {
                 wait_poll: options.wait_poll,
                 waiters,
                 queued: Arc::default(),
+                known: KnownIntents::default(),
+                grouped: Grouped::default(),
             }),
             listener,
         })
@@ -270,11 +290,93 @@ impl PostgresLedger {
 
 impl Shared {
     /// Stores an attempt's outcome (`Ledger::finish`), waking whoever waits on the intent.
+    /// An intent this ledger just began, still as it wrote it, is finished in one round
+    /// trip ([`known`]); any other is read and locked first.
     async fn finish(&self, finish: &Finish) -> Result<Finished> {
+        if let Some(known) = self.known.take(finish.id) {
+            let input = (&known, finish, self.channel.as_str());
+            let finished = self
+                .run(
+                    write(false, Some(finish.id)),
+                    &input,
+                    |session, &(known, finish, channel)| {
+                        Box::pin(ops::finish_known(session, known, finish, channel))
+                    },
+                )
+                .await?;
+            if let Some(finished) = finished {
+                return Ok(finished);
+            }
+        }
         self.run(write(false, Some(finish.id)), finish, |session, finish| {
             Box::pin(ops::finish(session, finish))
         })
         .await
+    }
+
+    /// Commits queued finishes, group after group, until none waits ([`grouped`]).
+    async fn write_queued(self: Arc<Shared>) {
+        while let Some(group) = self.grouped.next_group() {
+            self.finish_group(group).await;
+        }
+    }
+
+    /// Commits one group of queued finishes: those of intents known as this ledger wrote
+    /// them in one transaction, one round trip; the rest (a row changed meanwhile, an
+    /// intent not known, a statement refused) each alone, reading and locking its row.
+    async fn finish_group(&self, group: Vec<Entry>) {
+        let mut decided = Vec::with_capacity(group.len());
+        let mut known = Vec::with_capacity(group.len());
+        let mut alone = Vec::new();
+        for entry in group {
+            let finish = &entry.finish;
+            let checked = plan::check_finish(finish).is_ok();
+            match self
+                .known
+                .take(finish.id)
+                .filter(|_| checked)
+                .and_then(|intent| KnownFinish::decide(intent, finish))
+            {
+                Some(finish) => {
+                    decided.push(finish);
+                    known.push(entry);
+                }
+                None => alone.push(entry),
+            }
+        }
+        if !decided.is_empty() {
+            let input = (decided, self.channel.as_str());
+            let written = self
+                .run(write(false, None), &input, |session, (decided, channel)| {
+                    Box::pin(ops::write_known(session, decided, channel))
+                })
+                .await;
+            match written {
+                Ok(Some(outcomes)) => {
+                    for (entry, outcome) in known.into_iter().zip(outcomes) {
+                        match outcome {
+                            Some(finished) => {
+                                self.waiters.notify(entry.finish.id);
+                                entry.answer(Ok(finished));
+                            }
+                            None => alone.push(entry),
+                        }
+                    }
+                }
+                Ok(None) => alone.extend(known),
+                // Lost while committing: whether the group committed is unknown.
+                Err(error) => {
+                    for entry in known {
+                        entry.answer(Err(error.clone()));
+                    }
+                }
+            }
+        }
+        join_all(alone.into_iter().map(|entry| async move {
+            let finished = self.finish(&entry.finish).await;
+            entry.answer(finished);
+        }))
+        .await;
     }
 
     /// Runs `work` on a pooled connection, in a transaction for writes. A connection found
@@ -620,10 +722,15 @@ fn write(durable: bool, notify: Option<IntentId>) -> Mode {
 #[async_trait]
 impl Ledger for PostgresLedger {
     async fn begin(&self, request: BeginRequest) -> Result<Begin> {
-        self.run(write(true, None), &request, |session, request| {
-            Box::pin(ops::begin(session, request))
-        })
-        .await
+        let begun = self
+            .run(write(true, None), &request, |session, request| {
+                Box::pin(ops::begin(session, request))
+            })
+            .await?;
+        if let (Begin::Execute(intent), Some(version)) = (&begun.outcome, begun.version) {
+            self.known.remember(intent.clone(), version);
+        }
+        Ok(begun.outcome)
     }
 
     async fn finish(&self, finish: Finish) -> Result<Finished> {
@@ -633,12 +740,16 @@ impl Ledger for PostgresLedger {
     async fn finish_queued(&self, finish: Finish) -> Result<QueuedFinish> {
         let ticket = self.queued.open(finish.id);
         let (answer, answered) = oneshot::channel();
-        let shared = self.shared.clone();
-        // On a connection of its own: the caller answers meanwhile.
-        tokio::spawn(async move {
-            let _ = answer.send(shared.finish(&finish).await);
-            drop(ticket);
-        });
+        let entry = Entry {
+            finish,
+            answer,
+            ticket,
+        };
+        // Committed with the other finishes queued meanwhile, by a task of its own: the
+        // caller answers meanwhile.
+        if self.grouped.push(entry) {
+            tokio::spawn(self.shared.clone().write_queued());
+        }
         Ok(QueuedFinish::new(answered))
     }
 

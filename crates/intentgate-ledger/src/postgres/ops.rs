@@ -5,7 +5,9 @@
 //! `begin` expected to find no intent (`BeginRequest::expect_new`) sends the `BEGIN`, the
 //! insert of the new row, its events and the `COMMIT` at once ([`insert_fresh`]), and locks
 //! the row, in a transaction of its own, only when the key was taken meanwhile: one round
-//! trip for a new intent.
+//! trip for a new intent. The finish of an intent this ledger just began sends the guarded
+//! write of its row and events with the `BEGIN` and the `COMMIT` ([`finish_known`],
+//! [`write_known`]): one round trip, for one finish or a group of them.
 //! Because the row is locked until the commit, replicas that work on one intent at once
 //! take turns, and each decides from what the previous one committed.
 
@@ -17,6 +19,7 @@ use intentgate_core::{IntentStatus, ResendStop};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 
+use super::known::Known;
 use super::pool::Session;
 use super::{Attempt, Failure, is_connection_lost};
 use intentgate_core::policy::BudgetUsage;
@@ -112,7 +115,7 @@ const LIST: &str = concat!(
 const INSERT_INTENT: &str = "INSERT INTO intents (tenant, tool, intent_key, fingerprint, arguments, \
      status, attempt, epoch, lease_owner, lease_expires_ms, call_count, first_seen_ms, last_seen_ms, \
      updated_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
-     ON CONFLICT (tenant, tool, intent_key) DO NOTHING RETURNING id";
+     ON CONFLICT (tenant, tool, intent_key) DO NOTHING RETURNING id, xmin::text::bigint";
 /// A new intent's event, in the pipeline just after the insert of its row: the row's id is
 /// the identity's value this session drew last, and the event is logged only if that row
 /// exists (a key taken meanwhile draws a value and inserts nothing). The value is read once,
@@ -126,6 +129,25 @@ const INSERT_FRESH_EVENT: &str = "INSERT INTO events (intent_id, tenant, tool, a
 const UPDATE_INTENT: &str = "UPDATE intents SET status = $2, attempt = $3, epoch = $4, lease_owner = $5, \
      lease_expires_ms = $6, result = $7, external_id = $8, resolved_by = $9, call_count = $10, \
      last_seen_ms = $11, updated_ms = $12, last_lookup_ms = $13, resend_stopped = $14 WHERE id = $1";
+/// A plan's write of one intent and its events in one statement, guarded by the version of
+/// the row it was decided from (`xmin`: the transaction that last wrote it): the update
+/// applies only to the row still as it was, and the events are appended only with it, in
+/// the order given. Returns the row's new version, or no row when it had changed (or is
+/// gone): then nothing was written. Under a concurrent writer the update waits for it and
+/// checks the guard against what it committed.
+const UPDATE_INTENT_GUARDED: &str = "WITH changed AS (UPDATE intents SET status = $2, attempt = $3, \
+     epoch = $4, lease_owner = $5, lease_expires_ms = $6, result = $7, external_id = $8, \
+     resolved_by = $9, call_count = $10, last_seen_ms = $11, updated_ms = $12, \
+     last_lookup_ms = $13, resend_stopped = $14 WHERE id = $1 AND xmin::text::bigint = $15 \
+     RETURNING id, xmin::text::bigint AS version), \
+     logged AS (INSERT INTO events (intent_id, tenant, tool, at_ms, kind, from_status, \
+     to_status, attempt, actor, detail) SELECT changed.id, event.tenant, event.tool, \
+     event.at_ms, event.kind, event.from_status, event.to_status, event.attempt, event.actor, \
+     event.detail FROM changed, unnest($16::text[], $17::text[], $18::bigint[], $19::text[], \
+     $20::text[], $21::text[], $22::bigint[], $23::text[], $24::text[]) WITH ORDINALITY \
+     AS event (tenant, tool, at_ms, kind, from_status, to_status, attempt, actor, detail, \
+     position) ORDER BY event.position) \
+     SELECT version FROM changed";
 const UPDATE_COUNTS: &str = "UPDATE intents SET call_count = $2, last_seen_ms = $3 WHERE id = $1";
 const INSERT_EVENT: &str = "INSERT INTO events (intent_id, tenant, tool, at_ms, kind, from_status, \
      to_status, attempt, actor, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
@@ -733,14 +755,14 @@ type Answered<'a> =
     Pin<Box<dyn Future<Output = Result<Option<Row>, tokio_postgres::Error>> + Send + 'a>>;
 
 /// Sends `begin` (the transaction's pending `BEGIN`), the insert of a new intent's row, its
-/// events and `COMMIT` at once: one round trip. Returns the row's id, or `None` when the key
-/// exists (committed by another transaction meanwhile): then nothing was written. Either
-/// way the transaction is over.
+/// events and `COMMIT` at once: one round trip. Returns the row's id and version, or `None`
+/// when the key exists (committed by another transaction meanwhile): then nothing was
+/// written. Either way the transaction is over.
 async fn insert_fresh(
     session: &mut Session,
     fresh: &plan::Fresh,
     begin: Option<&'static str>,
-) -> Result<Option<IntentId>, Failure> {
+) -> Result<Option<(IntentId, i64)>, Failure> {
     assert!(
         fresh.events_only(),
         "only a call without policies inserts first"
@@ -817,15 +839,20 @@ async fn insert_fresh(
             Err(error) => return Err(error.into()),
         }
     }
-    inserted
-        .map(|row| row.try_get(0))
-        .transpose()
-        .map_err(Failure::from)
+    inserted.as_ref().map(inserted_row).transpose()
 }
 
-/// Inserts a new intent's row (a [`plan::Fresh`] row); its id, or `None` when the key
-/// exists (committed by another transaction meanwhile).
-async fn insert(session: &mut Session, row: &NewIntent) -> Result<Option<IntentId>, Failure> {
+/// The id and version of a row [`INSERT_INTENT`] inserted.
+fn inserted_row(row: &Row) -> Result<(IntentId, i64), Failure> {
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+/// Inserts a new intent's row (a [`plan::Fresh`] row); its id and version, or `None` when
+/// the key exists (committed by another transaction meanwhile).
+async fn insert(
+    session: &mut Session,
+    row: &NewIntent,
+) -> Result<Option<(IntentId, i64)>, Failure> {
     let intent = &row.intent;
     let (attempt, epoch, call_count) = (
         i64::from(intent.attempt),
@@ -853,10 +880,7 @@ async fn insert(session: &mut Session, row: &NewIntent) -> Result<Option<IntentI
             ],
         )
         .await?;
-    inserted
-        .map(|row| row.try_get(0))
-        .transpose()
-        .map_err(Failure::from)
+    inserted.as_ref().map(inserted_row).transpose()
 }
 
 /// `begin` on an intent that existed, locked: reads the process of its live lease's owner
@@ -890,7 +914,7 @@ async fn begin_existing(
 async fn begin_new_with_policies(
     session: &mut Session,
     request: &BeginRequest,
-) -> Result<Plan<Begin>, Failure> {
+) -> Result<Plan<Begun>, Failure> {
     let charges = plan::charges(request);
     if !charges.is_empty() {
         lock_budgets(session, &request.tool, charges).await?;
@@ -899,10 +923,23 @@ async fn begin_new_with_policies(
     for charge in charges {
         used.push(budget_used(session, &request.tool, charge).await?);
     }
-    match plan::begin_new_call(request, &used)? {
-        NewCall::Refused(outcome) => Ok(Plan::outcome(outcome)),
+    begin_new_counted(session, request, &used).await
+}
+
+/// `begin` on a key found with no intent, for a tool with policies, once its budgets'
+/// windows are locked and `used` holds what each counted: refused, or inserted as the plan
+/// says. A key inserted by another replica meanwhile is locked and decided as an existing
+/// intent.
+async fn begin_new_counted(
+    session: &mut Session,
+    request: &BeginRequest,
+    used: &[BudgetUsage],
+) -> Result<Plan<Begun>, Failure> {
+    match plan::begin_new_call(request, used)? {
+        NewCall::Refused(outcome) => Ok(Plan::outcome(Begun::unversioned(outcome))),
         NewCall::Insert(fresh) => match insert(session, &fresh.row).await? {
-            Some(id) => Ok(fresh.inserted(id)),
+            // The rest of the plan writes other tables: the row stays at this version.
+            Some((id, version)) => Ok(Begun::versioned(fresh.inserted(id), version)),
             None => {
                 let intent = lock_by_key(session, request).await?.ok_or_else(|| {
                     Failure::Ledger(LedgerError::Storage(
@@ -911,21 +948,106 @@ async fn begin_new_with_policies(
                             .to_owned(),
                     ))
                 })?;
-                begin_existing(session, intent, request).await
+                Ok(Begun::unversioned_plan(
+                    begin_existing(session, intent, request).await?,
+                ))
             }
         },
     }
 }
 
+/// The reads of a call with budgets whose key the caller found no intent for
+/// (`expect_new`), sent at once with the transaction's pending `BEGIN`: the key's intent,
+/// locked, the advisory locks of the budgets' windows ([`LOCK_BUDGETS`]) and what each
+/// window counted, in one round trip instead of two plus one per budget. The windows are
+/// locked even when the key turns out to exist (a replica inserted it meanwhile): they are
+/// held until this short transaction ends, and taken in the same order as always.
+async fn read_new_call(
+    session: &mut Session,
+    request: &BeginRequest,
+    charges: &[BudgetCharge],
+) -> Result<(Option<IntentRecord>, Vec<BudgetUsage>), Failure> {
+    let by_key = session.statement(BY_KEY_LOCKED).await?;
+    let lock = session.statement(LOCK_BUDGETS).await?;
+    let used = session.statement(BUDGET_USED).await?;
+    let windows: Vec<String> = charges
+        .iter()
+        .map(|charge| {
+            format!(
+                "{}\u{1f}{}\u{1f}{}\u{1f}{}",
+                request.tool, charge.budget, charge.bucket, charge.window_start_ms
+            )
+        })
+        .collect();
+    let begin = session.take_pending_begin();
+    let client = &session.client;
+    let mut sent: Vec<Answered<'_>> = Vec::with_capacity(charges.len() + 3);
+    if let Some(begin) = begin {
+        sent.push(Box::pin(async move {
+            client.batch_execute(begin).await.map(|()| None)
+        }));
+    }
+    let (by_key, lock, used, windows) = (&by_key, &lock, &used, &windows);
+    sent.push(Box::pin(async move {
+        let parameters: [&(dyn ToSql + Sync); 3] = [&request.tenant, &request.tool, &request.key];
+        client.query_opt(by_key, &parameters).await
+    }));
+    sent.push(Box::pin(async move {
+        let parameters: [&(dyn ToSql + Sync); 2] = [&BUDGET_LOCK_CLASS, windows];
+        client.execute(lock, &parameters).await.map(|_| None)
+    }));
+    for charge in charges {
+        sent.push(Box::pin(async move {
+            let parameters: [&(dyn ToSql + Sync); 4] = [
+                &request.tool,
+                &charge.budget,
+                &charge.bucket,
+                &charge.window_start_ms,
+            ];
+            client.query_opt(used, &parameters).await
+        }));
+    }
+    // Sent in order, in one round trip, as in `commit`.
+    let answers = join_all(sent).await;
+    let mut rows = Vec::with_capacity(answers.len());
+    for answer in answers {
+        // The transaction stays open: `run` rolls it back on an error.
+        rows.push(answer?);
+    }
+    let first = usize::from(begin.is_some());
+    let intent = rows[first].as_ref().map(read_intent).transpose()?;
+    let counted = rows[first + 2..]
+        .iter()
+        .map(|row| match row {
+            Some(row) => Ok(plan::budget_usage(row.try_get(0)?, row.try_get(1)?)),
+            None => Ok(BudgetUsage::default()),
+        })
+        .collect::<Result<Vec<_>, Failure>>()?;
+    Ok((intent, counted))
+}
+
 /// Locks the key's intent and decides from it; a key not found is inserted as begun. When
 /// the caller's read found no intent just before (`expect_new`), the insert goes first:
 /// one round trip less for a new intent. A call with policies always reads first: a new
-/// intent is decided from its budgets' counts before anything is inserted.
-pub async fn begin(session: &mut Session, request: &BeginRequest) -> Result<Plan<Begin>, Failure> {
+/// intent is decided from its budgets' counts before anything is inserted; with budgets,
+/// the key and the budgets are read together ([`read_new_call`]).
+pub async fn begin(session: &mut Session, request: &BeginRequest) -> Result<Plan<Begun>, Failure> {
     plan::check_begin(request)?;
+    let charges = plan::charges(request);
+    if request.expect_new && !charges.is_empty() {
+        let (found, used) = read_new_call(session, request, charges).await?;
+        return match found {
+            Some(intent) => Ok(Begun::unversioned_plan(
+                begin_existing(session, intent, request).await?,
+            )),
+            None => begin_new_counted(session, request, &used).await,
+        };
+    }
     let insert_first = request.expect_new && request.policies.is_none();
     if !insert_first && let Some(intent) = lock_by_key(session, request).await? {
-        return begin_existing(session, intent, request).await;
+        return Ok(Begun::unversioned_plan(
+            begin_existing(session, intent, request).await?,
+        ));
     }
     if request.policies.is_some() {
         return begin_new_with_policies(session, request).await;
@@ -933,15 +1055,21 @@ pub async fn begin(session: &mut Session, request: &BeginRequest) -> Result<Plan
     let fresh = plan::begin_fresh(request)?;
     if insert_first {
         let begin = session.take_pending_begin();
-        if let Some(id) = insert_fresh(session, &fresh, begin).await? {
+        if let Some((id, version)) = insert_fresh(session, &fresh, begin).await? {
             let Plan { outcome, .. } = fresh.inserted(id);
             // Committed with its events: nothing is left to write.
-            return Ok(Plan::new(Vec::new(), outcome));
+            return Ok(Plan::new(
+                Vec::new(),
+                Begun {
+                    outcome,
+                    version: Some(version),
+                },
+            ));
         }
         // That transaction wrote nothing and is over: decide in another.
         session.begin_with_next_statement(begin.unwrap_or("BEGIN"));
-    } else if let Some(id) = insert(session, &fresh.row).await? {
-        return Ok(fresh.inserted(id));
+    } else if let Some((id, version)) = insert(session, &fresh.row).await? {
+        return Ok(Begun::versioned(fresh.inserted(id), version));
     }
     // Another replica inserted it after our read, and has committed (the insert waited
     // for it): lock its row and decide from what it wrote.
@@ -950,7 +1078,46 @@ pub async fn begin(session: &mut Session, request: &BeginRequest) -> Result<Plan
             "the intent was created and deleted by others during this call; try again".to_owned(),
         ))
     })?;
-    begin_existing(session, intent, request).await
+    Ok(Begun::unversioned_plan(
+        begin_existing(session, intent, request).await?,
+    ))
+}
+
+/// What `begin` answers, and the version of the intent's row it left when it inserted the
+/// row (and wrote nothing more to it), so that its finish may skip the read
+/// ([`super::known`]).
+#[derive(Debug)]
+pub struct Begun {
+    pub outcome: Begin,
+    pub version: Option<i64>,
+}
+
+impl Begun {
+    fn unversioned(outcome: Begin) -> Begun {
+        Begun {
+            outcome,
+            version: None,
+        }
+    }
+
+    fn unversioned_plan(plan: Plan<Begin>) -> Plan<Begun> {
+        Plan {
+            writes: plan.writes,
+            outcome: Begun::unversioned(plan.outcome),
+            watched: plan.watched,
+        }
+    }
+
+    fn versioned(plan: Plan<Begin>, version: i64) -> Plan<Begun> {
+        Plan {
+            writes: plan.writes,
+            outcome: Begun {
+                outcome: plan.outcome,
+                version: Some(version),
+            },
+            watched: plan.watched,
+        }
+    }
 }
 
 fn read_process(row: &Row) -> Result<ProcessRecord, Failure> {
@@ -1028,6 +1195,247 @@ pub async fn finish(session: &mut Session, finish: &Finish) -> Result<Plan<Finis
     plan::check_finish(finish)?;
     let intent = lock_by_id(session, finish.id).await?;
     Ok(plan::finish(intent, finish)?)
+}
+
+/// A finish decided from the intent as this ledger last wrote it ([`super::known`]) instead
+/// of a locked read, ready for [`write_known`].
+pub struct KnownFinish {
+    plan: Plan<Finished>,
+    /// The version of the row the plan was decided from.
+    version: i64,
+    id: IntentId,
+}
+
+impl KnownFinish {
+    /// Decides `finish` from `known`; `None` when the known record can't decide alone: a
+    /// refused or superseded finish, or one that writes nothing (the row as it stands may
+    /// say otherwise), or a plan that writes more than the intent and its events. The
+    /// caller then reads, locks and decides as [`finish`] does.
+    pub fn decide(known: Known, finish: &Finish) -> Option<KnownFinish> {
+        let id = known.intent.id;
+        let plan = plan::finish(known.intent, finish).ok()?;
+        Guarded::of(&plan.writes, id, known.version)?;
+        Some(KnownFinish {
+            plan,
+            version: known.version,
+            id,
+        })
+    }
+}
+
+/// `finish` decided from the known intent (`Ledger::finish` of an intent this ledger just
+/// began): [`write_known`] of that one finish. `None` when it was not decided or not written
+/// (the row had changed): then the caller reads, locks and decides as [`finish`] does.
+pub async fn finish_known(
+    session: &mut Session,
+    known: &Known,
+    finish: &Finish,
+    notify: &str,
+) -> Result<Plan<Option<Finished>>, Failure> {
+    plan::check_finish(finish)?;
+    let Some(decided) = KnownFinish::decide(known.clone(), finish) else {
+        // Nothing was sent: there is no transaction to end on the server.
+        session.transaction_ended();
+        let mut plan = Plan::outcome(None);
+        plan.watched = false;
+        return Ok(plan);
+    };
+    let Plan { outcome, .. } = write_known(session, std::slice::from_ref(&decided), notify).await?;
+    let mut plan = Plan::outcome(outcome.and_then(|mut outcome| outcome.pop().flatten()));
+    plan.watched = false;
+    Ok(plan)
+}
+
+/// Writes `finishes` in the open transaction and commits it: the transaction's pending
+/// `BEGIN`, each one's guarded write of its intent and events ([`UPDATE_INTENT_GUARDED`]),
+/// the notifications on channel `notify` of those whose plan is watched, and `COMMIT`, all at
+/// once: one round trip, however many finishes. Answers each one's outcome, or `None` for a
+/// row that had changed since it was known (nothing of it was written). A statement the
+/// server refused rolls back every finish of the group: then the answer is `None`, and each
+/// finish is to be run alone, which tells its own error. The transaction is over either way.
+pub async fn write_known(
+    session: &mut Session,
+    finishes: &[KnownFinish],
+    notify: &str,
+) -> Result<Plan<Option<Vec<Option<Finished>>>>, Failure> {
+    let statement = session.statement(UPDATE_INTENT_GUARDED).await?;
+    let notify_statement = session.statement(NOTIFY).await?;
+    let guarded: Vec<Guarded<'_>> = finishes
+        .iter()
+        .map(|finish| {
+            Guarded::of(&finish.plan.writes, finish.id, finish.version)
+                .expect("a known finish writes its intent and events")
+        })
+        .collect();
+    let parameters: Vec<[&(dyn ToSql + Sync); 24]> =
+        guarded.iter().map(Guarded::parameters).collect();
+    let ids: Vec<String> = finishes
+        .iter()
+        .map(|finish| finish.id.to_string())
+        .collect();
+    let begin = session.take_pending_begin();
+    let client = &session.client;
+    let mut sent: Vec<Answered<'_>> = Vec::with_capacity(2 * finishes.len() + 2);
+    if let Some(begin) = begin {
+        sent.push(Box::pin(async move {
+            client.batch_execute(begin).await.map(|()| None)
+        }));
+    }
+    for parameters in &parameters {
+        let statement = &statement;
+        sent.push(Box::pin(async move {
+            client.query_opt(statement, parameters).await
+        }));
+    }
+    for (finish, id) in finishes.iter().zip(&ids) {
+        if finish.plan.watched {
+            let statement = &notify_statement;
+            sent.push(Box::pin(async move {
+                let parameters: [&(dyn ToSql + Sync); 2] = [&notify, id];
+                client.execute(statement, &parameters).await.map(|_| None)
+            }));
+        }
+    }
+    sent.push(Box::pin(async move {
+        client.batch_execute("COMMIT").await.map(|()| None)
+    }));
+    // Sent in order, in one round trip, as in `commit`.
+    let answers = join_all(sent).await;
+    session.transaction_ended();
+    let first = usize::from(begin.is_some());
+    let mut applied = Vec::with_capacity(finishes.len());
+    for (index, answer) in answers.into_iter().enumerate() {
+        match answer {
+            Ok(row) if (first..first + finishes.len()).contains(&index) => {
+                applied.push(row.is_some())
+            }
+            Ok(_) => {}
+            Err(error) if is_connection_lost(&error, session) => {
+                return Err(Failure::Ledger(LedgerError::Storage(format!(
+                    "lost the connection to PostgreSQL while committing {} finish(es) ({}); \
+                     whether the commit took effect is unknown (an intent is then in flight \
+                     and resolved by its lookup); check that the server is up and reachable",
+                    finishes.len(),
+                    super::describe(&error)
+                ))));
+            }
+            // The server refused a statement: the COMMIT rolled everything back.
+            Err(_) => {
+                let mut plan = Plan::outcome(None);
+                plan.watched = false;
+                return Ok(plan);
+            }
+        }
+    }
+    let outcomes = finishes
+        .iter()
+        .zip(applied)
+        .map(|(finish, applied)| applied.then(|| finish.plan.outcome.clone()))
+        .collect();
+    let outcomes = Some(outcomes);
+    let mut plan = Plan::outcome(outcomes);
+    // Sent above, or not due.
+    plan.watched = false;
+    Ok(plan)
+}
+
+/// The write of a [`KnownFinish`]'s plan as [`UPDATE_INTENT_GUARDED`] binds it: the plan
+/// must write the known intent's row first, then only its events.
+struct Guarded<'a> {
+    stored: &'a StoredIntent,
+    version: i64,
+    status: &'static str,
+    attempt: i64,
+    epoch: i64,
+    call_count: i64,
+    resend_stopped: Option<&'static str>,
+    tenants: Vec<&'a str>,
+    tools: Vec<&'a str>,
+    at_ms: Vec<i64>,
+    kinds: Vec<&'static str>,
+    from: Vec<Option<&'static str>>,
+    to: Vec<Option<&'static str>>,
+    attempts: Vec<Option<i64>>,
+    actors: Vec<Option<&'a str>>,
+    details: Vec<Option<&'a str>>,
+}
+
+impl<'a> Guarded<'a> {
+    /// The plan's `writes` guarded by `version`, if they are the intent `id`'s row and then
+    /// only its events.
+    fn of(writes: &'a [Write], id: IntentId, version: i64) -> Option<Guarded<'a>> {
+        let (Write::Intent(stored), events) = writes.split_first()? else {
+            return None;
+        };
+        if stored.intent.id != id {
+            return None;
+        }
+        let events: Vec<&NewEvent> = events
+            .iter()
+            .map(|write| match write {
+                Write::Event(event) if event.intent_id == Some(id) => Some(event),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        let intent = &stored.intent;
+        Some(Guarded {
+            stored,
+            version,
+            status: intent.status.as_str(),
+            attempt: i64::from(intent.attempt),
+            epoch: i64::from(intent.epoch),
+            call_count: intent.call_count as i64,
+            resend_stopped: intent.resend_stopped.map(ResendStop::as_str),
+            tenants: events.iter().map(|event| event.tenant.as_str()).collect(),
+            tools: events.iter().map(|event| event.tool.as_str()).collect(),
+            at_ms: events.iter().map(|event| event.at_ms).collect(),
+            kinds: events.iter().map(|event| event.kind).collect(),
+            from: events
+                .iter()
+                .map(|event| event.from_status.map(IntentStatus::as_str))
+                .collect(),
+            to: events
+                .iter()
+                .map(|event| event.to_status.map(IntentStatus::as_str))
+                .collect(),
+            attempts: events
+                .iter()
+                .map(|event| event.attempt.map(i64::from))
+                .collect(),
+            actors: events.iter().map(|event| event.actor.as_deref()).collect(),
+            details: events.iter().map(|event| event.detail.as_deref()).collect(),
+        })
+    }
+
+    fn parameters(&self) -> [&(dyn ToSql + Sync); 24] {
+        let intent = &self.stored.intent;
+        [
+            &intent.id,
+            &self.status,
+            &self.attempt,
+            &self.epoch,
+            &intent.lease_owner,
+            &intent.lease_expires_ms,
+            &self.stored.result,
+            &intent.external_id,
+            &intent.resolved_by,
+            &self.call_count,
+            &intent.last_seen_ms,
+            &intent.updated_ms,
+            &intent.last_lookup_ms,
+            &self.resend_stopped,
+            &self.version,
+            &self.tenants,
+            &self.tools,
+            &self.at_ms,
+            &self.kinds,
+            &self.from,
+            &self.to,
+            &self.attempts,
+            &self.actors,
+            &self.details,
+        ]
+    }
 }
 
 pub async fn renew(session: &mut Session, renew: &Renew) -> Result<Plan<Renewed>, Failure> {
