@@ -97,7 +97,11 @@ async fn start(setup: Setup) -> Server {
         None,
         None,
     );
-    let console = Console::new(admin);
+    let console = Console::new(
+        admin,
+        harness.ledger.clone(),
+        b"the credentials of this test",
+    );
     let options = ServerOptions {
         authenticator: Arc::new(Authenticator::new(auth).unwrap()),
         ..ServerOptions::default()
