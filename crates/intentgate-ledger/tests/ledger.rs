@@ -5287,6 +5287,8 @@ mod sqlite {
             .execute_batch(
                 "DROP TABLE approvals;
                  DROP TABLE budget_usage;
+                 DROP TABLE console_sessions;
+                 DROP TABLE alerts;
                  ALTER TABLE intents DROP COLUMN resend_stopped;
                  DELETE FROM schema_migrations WHERE version >= 6;",
             )
@@ -5301,7 +5303,7 @@ mod sqlite {
         assert_eq!(versions(&path), [1, 2, 3, 4, 5]);
 
         let ledger = open(&path, GROUPED);
-        assert_eq!(versions(&path), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(versions(&path), [1, 2, 3, 4, 5, 6, 7, 8]);
         let read_back = read(&ledger, &before).await;
         assert_eq!(read_back, before);
         assert_eq!(read_back.resend_stopped, None);
@@ -5711,6 +5713,8 @@ mod postgres {
             .batch_execute(&format!(
                 "DROP TABLE \"{schema}\".approvals;
                  DROP TABLE \"{schema}\".budget_usage;
+                 DROP TABLE \"{schema}\".console_sessions;
+                 DROP TABLE \"{schema}\".alerts;
                  ALTER TABLE \"{schema}\".intents DROP COLUMN resend_stopped;
                  DELETE FROM \"{schema}\".schema_migrations WHERE version >= 6;"
             ))
@@ -5726,7 +5730,7 @@ mod postgres {
         assert_eq!(versions().await, [1, 2, 3, 4, 5]);
 
         let ledger = scratch.connect(scratch.options()).await;
-        assert_eq!(versions().await, [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(versions().await, [1, 2, 3, 4, 5, 6, 7, 8]);
         let read_back = read(&ledger, &before).await;
         assert_eq!(read_back, before);
         assert_eq!(read_back.resend_stopped, None);
