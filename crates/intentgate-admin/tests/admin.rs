@@ -1902,11 +1902,12 @@ async fn a_runs_mismatches_are_exported_as_csv_with_formulas_shown_as_text() {
 /// An alert log with one notice.
 struct OneAlert;
 
+#[async_trait::async_trait]
 impl AlertLog for OneAlert {
-    fn recent(&self) -> Vec<Value> {
-        vec![
+    async fn recent(&self, _limit: u32) -> Result<Vec<Value>, intentgate_ledger::LedgerError> {
+        Ok(vec![
             json!({"at_ms": 1, "kind": "duplicate_calls", "tool": "refund_order", "severity": "warning", "summary": "called 5 more times", "details": {"intent_id": 7}}),
-        ]
+        ])
     }
 }
 

@@ -11,7 +11,6 @@
 //! on its own should another fail.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -21,7 +20,7 @@ use intentgate_admin::ConsoleUser;
 use intentgate_server::Problem;
 
 use crate::Shared;
-use crate::session::{Session, same_secret};
+use crate::session::{Session, now_ms, same_secret};
 
 /// The session cookie. The `__Host-` prefix makes browsers refuse it unless it is `Secure`,
 /// has `Path=/` and no `Domain`, so no sibling host name can set or shadow it.
@@ -46,11 +45,33 @@ pub(crate) fn session_cookie(headers: &HeaderMap) -> Option<&str> {
         })
 }
 
-/// The live session of the request's cookie.
-pub(crate) fn session_of(shared: &Shared, headers: &HeaderMap) -> Option<(String, Session)> {
-    let id = session_cookie(headers)?;
-    let session = shared.sessions.find(id, Instant::now())?;
-    Some((id.to_owned(), session))
+/// The live session of the request's cookie: `Ok(None)` without one; an error (a 503 to
+/// answer) when the ledger could not be read.
+pub(crate) async fn session_of(
+    shared: &Shared,
+    headers: &HeaderMap,
+) -> Result<Option<(String, Session)>, Problem> {
+    let Some(id) = session_cookie(headers) else {
+        return Ok(None);
+    };
+    match shared.sessions.find(id, now_ms()).await {
+        Ok(found) => Ok(found.map(|session| (id.to_owned(), session))),
+        Err(error) => {
+            tracing::error!(%error, "the console session could not be read from the ledger");
+            Err(ledger_unavailable())
+        }
+    }
+}
+
+/// The answer when the ledger that keeps the sessions could not be reached.
+pub(crate) fn ledger_unavailable() -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ledger-unavailable",
+        "Sessions can't be read",
+        "the ledger that keeps the console's sessions could not be reached; try again, and \
+see the gateway's log",
+    )
 }
 
 /// True for the methods that change nothing.
@@ -121,8 +142,10 @@ pub(crate) async fn admin_session(
     if request.headers().contains_key(header::AUTHORIZATION) {
         return next.run(request).await;
     }
-    let Some((_, session)) = session_of(&shared, request.headers()) else {
-        return next.run(request).await;
+    let session = match session_of(&shared, request.headers()).await {
+        Ok(Some((_, session))) => session,
+        Ok(None) => return next.run(request).await,
+        Err(problem) => return private(problem.into_response()),
     };
     if !is_safe(request.method())
         && let Err(problem) = check_change(request.headers(), &session)

@@ -19,7 +19,8 @@
 //!
 //! Sign-in takes the credentials the admin API takes (its token, or a credential with the
 //! `admin` scope), checked by [`Admin::sign_in`] with the same count of wrong tokens.
-//! Sessions (`session.rs`) live on the server; the browser holds a random id in a
+//! Sessions (`session.rs`) live in the ledger, shared by every replica on it and kept over
+//! a restart; the browser holds a random token in a
 //! `__Host-` cookie that is `Secure`, `HttpOnly` and `SameSite=Strict`, so no script can
 //! read it and no other site's page can make the browser send it. Browsers keep `Secure`
 //! cookies over plain HTTP only from `localhost` and `127.0.0.1`: elsewhere serve the
@@ -29,8 +30,8 @@
 //! that allows only this server's own scripts and styles (no inline code, no framing), no
 //! sniffing, no referrer, no caching of pages and data.
 //!
-//! **API boundary:** the crate knows the admin API ([`Admin`]) and the server's edge rules;
-//! it reads no ledger and no config.
+//! **API boundary:** the crate knows the admin API ([`Admin`]), the server's edge rules and
+//! the ledger's console sessions; it reads no intent and no config.
 
 mod guard;
 mod pages;
@@ -41,9 +42,10 @@ use std::sync::Arc;
 
 use axum::routing::{get, post};
 use intentgate_admin::Admin;
+use intentgate_ledger::Ledger;
 
 pub use guard::{CSRF_HEADER, SESSION_COOKIE};
-pub use session::{SESSION_IDLE_MAX, SESSION_LIFETIME_MAX, SESSIONS_MAX, Session, Sessions};
+pub use session::{SESSION_IDLE_MAX, SESSION_LIFETIME_MAX, Session, SessionError, Sessions};
 
 /// Where the console is served (the edge lets its own origin in there).
 pub const CONSOLE_PATH: &str = intentgate_server::edge::CONSOLE_PATH;
@@ -61,12 +63,15 @@ pub struct Console {
 }
 
 impl Console {
-    /// A console over `admin`, with no one signed in.
-    pub fn new(admin: Admin) -> Console {
+    /// A console over `admin`, its sessions kept in `ledger` (shared by every replica on
+    /// it) and valid where the gateway accepts the admin credentials that `credentials`
+    /// describes: any text that changes when one of them does (a key revoked, the admin
+    /// token rotated), which ends every session made before.
+    pub fn new(admin: Admin, ledger: Arc<dyn Ledger>, credentials: &[u8]) -> Console {
         Console {
             shared: Arc::new(Shared {
                 admin,
-                sessions: Sessions::new(),
+                sessions: Sessions::new(ledger, credentials),
             }),
         }
     }

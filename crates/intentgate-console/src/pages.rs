@@ -57,8 +57,9 @@ frame-ancestors 'none'; base-uri 'none'; object-src 'none'";
 /// `GET /console` and every page under it: the console with a live session, the sign-in
 /// form without.
 pub(crate) async fn page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    match session_of(&shared, &headers) {
-        Some((_, session)) => Html(
+    match session_of(&shared, &headers).await {
+        Err(problem) => problem.into_response(),
+        Ok(Some((_, session))) => Html(
             APP_HTML
                 .replace("{{csrf}}", &escape(&session.csrf))
                 .replace("{{actor}}", &escape(&session.actor))
@@ -73,7 +74,7 @@ pub(crate) async fn page(State(shared): State<Arc<Shared>>, headers: HeaderMap) 
                 ),
         )
         .into_response(),
-        None => Html(SIGN_IN_HTML).into_response(),
+        Ok(None) => Html(SIGN_IN_HTML).into_response(),
     }
 }
 

@@ -1,30 +1,37 @@
-//! Console sessions, kept on the server: a random id (the cookie's value) maps to who signed
-//! in, a CSRF token, and two expiries.
+//! Console sessions, kept in the ledger: the SHA-256 of a random token (the cookie's value)
+//! maps to who signed in, a CSRF token, and two expiries.
 //!
-//! The browser holds only the id, in a `Secure`, `HttpOnly`, `SameSite=Strict` cookie; the
-//! table holds the SHA-256 of each id, so a lookup's timing says nothing about how much of a
-//! guessed id was right, and a memory dump holds no usable cookie. A session ends at sign-out,
-//! after [`SESSION_IDLE_MAX`] without a request, or [`SESSION_LIFETIME_MAX`] after sign-in,
-//! whichever comes first. The table is bounded ([`SESSIONS_MAX`]); when full, a new sign-in
-//! pushes out the session that has been idle longest. Sessions live in the memory of one
-//! process: a restart signs everyone out, and behind a load balancer each replica knows only
-//! the sessions signed in on it.
+//! The browser holds only the token, in a `Secure`, `HttpOnly`, `SameSite=Strict` cookie;
+//! the ledger holds the SHA-256 of each token, so a copy of the ledger (a backup, a
+//! replica's disk) holds no usable cookie, and a lookup's timing says nothing about how much
+//! of a guessed token was right. A session ends at sign-out, after [`SESSION_IDLE_MAX`]
+//! without a request, or [`SESSION_LIFETIME_MAX`] after sign-in, whichever comes first; the
+//! ledger checks both on every read. Every replica on one ledger shares the sessions: a
+//! sign-in on one is honoured by all, a sign-out on one is refused by all from the next
+//! request, and a restart signs nobody out. The ledger bounds them
+//! ([`intentgate_ledger::CONSOLE_SESSIONS_MAX`]): when full, a new sign-in ends the session
+//! idle longest.
+//!
+//! A session is bound to the credentials the gateway accepted when it was made: each row
+//! holds a digest of the session's token and of a description of every admin credential
+//! the gateway accepts (the admin token and the `auth:` section). A gateway whose
+//! credentials differ (a key revoked, the admin token rotated) finds a different digest and
+//! ends the session, so no stored session outlives the credential it was made with. The
+//! digest mixes in the session's token, which the ledger never holds, so the stored value
+//! gives no way to test guesses of the admin token.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use intentgate_admin::Approver;
+use intentgate_ledger::{ConsoleSession, Ledger, LedgerError};
 use sha2::{Digest, Sha256};
 
-/// Most sessions at once. A handful of operators sign in; 256 leaves room for many browsers
-/// each, and bounds the table (about 300 bytes a session) however often someone signs in.
-pub const SESSIONS_MAX: usize = 256;
 /// A session unused this long ends: a laptop left open stops being signed in.
 pub const SESSION_IDLE_MAX: Duration = Duration::from_secs(60 * 60);
 /// A session ends this long after sign-in, however active: a shift.
 pub const SESSION_LIFETIME_MAX: Duration = Duration::from_secs(12 * 60 * 60);
-/// Random bytes of a session id and of a CSRF token: 256 bits, beyond guessing.
+/// Random bytes of a session token and of a CSRF token: 256 bits, beyond guessing.
 const SECRET_BYTES: usize = 32;
 
 /// A live session, as the console and the admin API see it.
@@ -39,115 +46,133 @@ pub struct Session {
     pub approver: Option<Approver>,
 }
 
-struct Entry {
-    session: Session,
-    created: Instant,
-    last_used: Instant,
-}
-
-impl Entry {
-    fn live(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.last_used) < SESSION_IDLE_MAX
-            && now.saturating_duration_since(self.created) < SESSION_LIFETIME_MAX
-    }
-}
-
-/// The table of live sessions.
-#[derive(Default)]
+/// The console's sessions, in the ledger.
 pub struct Sessions {
-    entries: Mutex<HashMap<[u8; 32], Entry>>,
+    ledger: Arc<dyn Ledger>,
+    /// SHA-256 of the description of the credentials this gateway accepts.
+    credentials: [u8; 32],
 }
 
-/// Why no session could be made.
+/// Why no session could be made or read.
 #[derive(Debug, thiserror::Error)]
-#[error("no random bytes for a session id: {0}")]
-pub struct NoRandomness(String);
+pub enum SessionError {
+    #[error("no random bytes for a session token: {0}")]
+    NoRandomness(String),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
 
 impl Sessions {
-    pub fn new() -> Sessions {
-        Sessions::default()
+    /// The sessions kept in `ledger`, valid where the gateway accepts the admin credentials
+    /// that `credentials` describes (any text that changes when one of them does).
+    pub fn new(ledger: Arc<dyn Ledger>, credentials: &[u8]) -> Sessions {
+        Sessions {
+            ledger,
+            credentials: Sha256::digest(credentials).into(),
+        }
     }
 
-    /// Starts a session for `actor` (who decides as `approver`, if anyone); returns its id
-    /// (the cookie's value, shown once) and the session.
-    pub fn create(
+    /// Starts a session for `actor` (who decides as `approver`, if anyone) at `now_ms`;
+    /// returns its token (the cookie's value, shown once) and the session.
+    pub async fn create(
         &self,
         actor: String,
         approver: Option<Approver>,
-        now: Instant,
-    ) -> Result<(String, Session), NoRandomness> {
-        let id = secret()?;
+        now_ms: i64,
+    ) -> Result<(String, Session), SessionError> {
+        let token = secret()?;
         let session = Session {
             actor,
             csrf: secret()?,
             approver,
         };
-        let mut entries = self.lock();
-        entries.retain(|_, entry| entry.live(now));
-        if entries.len() >= SESSIONS_MAX
-            && let Some(idlest) = entries
-                .iter()
-                .min_by_key(|(_, entry)| entry.last_used)
-                .map(|(digest, _)| *digest)
-        {
-            entries.remove(&idlest);
+        let stored = ConsoleSession {
+            token_digest: hex(&digest(&token)),
+            actor: session.actor.clone(),
+            csrf: session.csrf.clone(),
+            approver_subject: session.approver.as_ref().map(|a| a.subject.clone()),
+            approver_tenant: session.approver.as_ref().map(|a| a.tenant.clone()),
+            credentials: hex(&self.binding(&token)),
+            created_ms: now_ms,
+            last_used_ms: now_ms,
+            idle_ms: millis(SESSION_IDLE_MAX),
+            expires_ms: now_ms.saturating_add(millis(SESSION_LIFETIME_MAX)),
+        };
+        self.ledger.create_console_session(&stored).await?;
+        Ok((token, session))
+    }
+
+    /// The live session of `token`, marked used at `now_ms`; `None` for an unknown or ended
+    /// one, or one made under credentials this gateway no longer accepts (which is ended).
+    pub async fn find(&self, token: &str, now_ms: i64) -> Result<Option<Session>, LedgerError> {
+        let token_digest = hex(&digest(token));
+        let Some(stored) = self.ledger.console_session(&token_digest, now_ms).await? else {
+            return Ok(None);
+        };
+        if !same_secret(&stored.credentials, &hex(&self.binding(token))) {
+            tracing::info!(
+                actor = %stored.actor,
+                "console session ended: it was made under admin credentials this gateway no longer accepts"
+            );
+            self.ledger.end_console_session(&token_digest).await?;
+            return Ok(None);
         }
-        entries.insert(
-            digest(&id),
-            Entry {
-                session: session.clone(),
-                created: now,
-                last_used: now,
-            },
-        );
-        Ok((id, session))
+        let approver = match (stored.approver_subject, stored.approver_tenant) {
+            (Some(subject), Some(tenant)) => Some(Approver { subject, tenant }),
+            _ => None,
+        };
+        Ok(Some(Session {
+            actor: stored.actor,
+            csrf: stored.csrf,
+            approver,
+        }))
     }
 
-    /// The live session of `id`, marked used at `now`; `None` for an unknown or ended one
-    /// (which is forgotten).
-    pub fn find(&self, id: &str, now: Instant) -> Option<Session> {
-        let key = digest(id);
-        let mut entries = self.lock();
-        let entry = entries.get_mut(&key)?;
-        if !entry.live(now) {
-            entries.remove(&key);
-            return None;
-        }
-        entry.last_used = now;
-        Some(entry.session.clone())
+    /// Ends the session of `token`, if there is one, on every replica.
+    pub async fn remove(&self, token: &str) -> Result<(), LedgerError> {
+        self.ledger
+            .end_console_session(&hex(&digest(token)))
+            .await
+            .map(|_| ())
     }
 
-    /// Ends the session of `id`, if there is one.
-    pub fn remove(&self, id: &str) {
-        self.lock().remove(&digest(id));
+    /// What binds a session to this gateway's credentials: the digest of its token and of
+    /// their description.
+    fn binding(&self, token: &str) -> [u8; 32] {
+        let mut hasher = Sha256::new();
+        hasher.update(b"intentgate console session binding\n");
+        hasher.update(token.as_bytes());
+        hasher.update(b"\n");
+        hasher.update(self.credentials);
+        hasher.finalize().into()
     }
+}
 
-    /// Sessions in the table (live or not yet swept).
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
+/// Milliseconds since the Unix epoch, by the system clock.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
+        })
+}
 
-    /// True when no session is kept.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Entry>> {
-        // A panic while holding the lock leaves a consistent map (every change is one call).
-        self.entries
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn digest(id: &str) -> [u8; 32] {
     Sha256::digest(id.as_bytes()).into()
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 /// [`SECRET_BYTES`] random bytes from the operating system, as lowercase hex.
-fn secret() -> Result<String, NoRandomness> {
+fn secret() -> Result<String, SessionError> {
     let mut bytes = [0u8; SECRET_BYTES];
-    getrandom::fill(&mut bytes).map_err(|error| NoRandomness(error.to_string()))?;
+    getrandom::fill(&mut bytes).map_err(|error| SessionError::NoRandomness(error.to_string()))?;
     Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
 }
 
@@ -165,65 +190,6 @@ pub fn same_secret(left: &str, right: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_session_is_found_by_its_id_only_and_ends_at_sign_out() {
-        let sessions = Sessions::new();
-        let now = Instant::now();
-        let (id, session) = sessions
-            .create("console:ops".to_owned(), None, now)
-            .unwrap();
-        assert_eq!(id.len(), 64);
-        assert_eq!(session.csrf.len(), 64);
-        assert_ne!(id, session.csrf);
-        assert_eq!(sessions.find(&id, now), Some(session));
-        assert_eq!(sessions.find(&session_like(&id), now), None);
-        sessions.remove(&id);
-        assert_eq!(sessions.find(&id, now), None);
-    }
-
-    /// The id with its last character changed.
-    fn session_like(id: &str) -> String {
-        let mut other = id[..id.len() - 1].to_owned();
-        other.push(if id.ends_with('0') { '1' } else { '0' });
-        other
-    }
-
-    #[test]
-    fn a_session_ends_when_idle_and_after_its_lifetime_however_active() {
-        let sessions = Sessions::new();
-        let start = Instant::now();
-        let (idle, _) = sessions.create("a".to_owned(), None, start).unwrap();
-        assert!(sessions.find(&idle, start + SESSION_IDLE_MAX).is_none());
-        let (busy, _) = sessions.create("b".to_owned(), None, start).unwrap();
-        let step = SESSION_IDLE_MAX / 2;
-        let mut now = start;
-        while now + step < start + SESSION_LIFETIME_MAX {
-            now += step;
-            assert!(sessions.find(&busy, now).is_some());
-        }
-        assert!(sessions.find(&busy, start + SESSION_LIFETIME_MAX).is_none());
-    }
-
-    #[test]
-    fn a_full_table_pushes_out_the_idlest_session() {
-        let sessions = Sessions::new();
-        let start = Instant::now();
-        let (first, _) = sessions.create("first".to_owned(), None, start).unwrap();
-        let mut ids = Vec::new();
-        for index in 1..SESSIONS_MAX {
-            let at = start + Duration::from_millis(index as u64);
-            ids.push(sessions.create(format!("s{index}"), None, at).unwrap().0);
-        }
-        let later = start + Duration::from_secs(1);
-        // Used again: now the second session is the idlest.
-        assert!(sessions.find(&first, later).is_some());
-        let (newest, _) = sessions.create("newest".to_owned(), None, later).unwrap();
-        assert_eq!(sessions.len(), SESSIONS_MAX);
-        assert!(sessions.find(&first, later).is_some());
-        assert!(sessions.find(&newest, later).is_some());
-        assert!(sessions.find(&ids[0], later).is_none());
-    }
 
     #[test]
     fn secrets_compare_equal_only_when_equal() {

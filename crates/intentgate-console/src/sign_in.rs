@@ -10,7 +10,6 @@
 //! ([`Approver`]), whose decisions on held intents are recorded under its own subject.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::Json;
 use axum::extract::{Request, State};
@@ -23,8 +22,10 @@ use intentgate_server::Problem;
 use serde_json::json;
 
 use crate::Shared;
-use crate::guard::{SESSION_COOKIE, check_change, check_same_origin, private, session_of};
-use crate::session::SESSION_LIFETIME_MAX;
+use crate::guard::{
+    SESSION_COOKIE, check_change, check_same_origin, ledger_unavailable, private, session_of,
+};
+use crate::session::{SESSION_LIFETIME_MAX, SessionError, now_ms};
 
 /// Prefix of the actor a console user's changes are recorded under.
 const ACTOR_PREFIX: &str = "console:";
@@ -58,17 +59,27 @@ pub(crate) async fn sign_in(State(shared): State<Arc<Shared>>, request: Request)
     let approver = Approver::of_request(&request);
     let (id, _) = match shared
         .sessions
-        .create(actor.clone(), approver.clone(), Instant::now())
+        .create(actor.clone(), approver.clone(), now_ms())
+        .await
     {
         Ok(created) => created,
         Err(error) => {
             tracing::error!(%error, "no console session could be made");
+            let detail = match error {
+                SessionError::NoRandomness(_) => {
+                    "the gateway could not draw random bytes for a session token; see its log"
+                }
+                SessionError::Ledger(_) => {
+                    "the ledger that keeps the console's sessions could not store this one; try \
+again, and see the gateway's log"
+                }
+            };
             return private(
                 Problem::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "no-session",
                     "No session could be made",
-                    "the gateway could not draw random bytes for a session id; see its log",
+                    detail,
                 )
                 .into_response(),
             );
@@ -94,12 +105,20 @@ pub(crate) async fn sign_in(State(shared): State<Arc<Shared>>, request: Request)
 }
 
 pub(crate) async fn sign_out(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    if let Some((id, session)) = session_of(&shared, request.headers()) {
+    let found = match session_of(&shared, request.headers()).await {
+        Ok(found) => found,
+        Err(problem) => return private(problem.into_response()),
+    };
+    if let Some((id, session)) = found {
         // Signing someone out is a change too: a page of another site must not do it.
         if let Err(problem) = check_change(request.headers(), &session) {
             return private(problem.into_response());
         }
-        shared.sessions.remove(&id);
+        // Deleted from the ledger: every replica refuses the cookie from now on.
+        if let Err(error) = shared.sessions.remove(&id).await {
+            tracing::error!(%error, "the console session could not be ended in the ledger");
+            return private(ledger_unavailable().into_response());
+        }
         tracing::info!(actor = %session.actor, "signed out of the console");
     }
     let mut response = StatusCode::NO_CONTENT.into_response();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use intentgate_admin::{Admin, AdminOptions, FailureLimit};
 use intentgate_console::{CSRF_HEADER, Console, SESSION_COOKIE};
 use intentgate_core::{Scope, Scopes, Tenant};
+use intentgate_ledger::Ledger;
 use intentgate_mock::FaultPlan;
 use intentgate_server::auth::{ActFor, ApiKey};
 use intentgate_server::{AuthOptions, Authenticator, ServerOptions};
@@ -26,10 +27,15 @@ const CALL_KEY: &str = "igk_call_key_for_the_console_tests_01234";
 const TENANT_B_KEY: &str = "igk_tenant_b_call_key_for_the_console_01";
 const REFUND_FLAG: &str = "/v1/admin/flags/refund_order";
 
+/// What the test servers describe as the admin credentials they accept.
+const CREDENTIALS: &[u8] = b"the credentials of this test";
+
 struct Server {
     base: String,
     client: reqwest::Client,
     harness: Harness,
+    /// The ledger that keeps the sessions (the harness's, or another server's).
+    ledger: Arc<dyn Ledger>,
     stop: Option<oneshot::Sender<()>>,
 }
 
@@ -52,7 +58,14 @@ enum Setup {
 }
 
 async fn start(setup: Setup) -> Server {
+    start_on(setup, None, CREDENTIALS).await
+}
+
+/// A server whose admin API and sessions use `shared` (another server's ledger: a replica of
+/// it) when given, and that accepts the admin credentials `credentials` describes.
+async fn start_on(setup: Setup, shared: Option<Arc<dyn Ledger>>, credentials: &[u8]) -> Server {
     let harness = Harness::new(FaultPlan::none());
+    let ledger = shared.unwrap_or_else(|| harness.ledger.clone());
     let (token, admin_scope, auth) = match setup {
         Setup::Token => (Some(TOKEN.to_owned()), false, AuthOptions::default()),
         Setup::AdminOff => (None, false, AuthOptions::default()),
@@ -85,7 +98,7 @@ async fn start(setup: Setup) -> Server {
         ),
     };
     let admin = Admin::new(
-        harness.ledger.clone(),
+        ledger.clone(),
         AdminOptions {
             token,
             tools: vec!["refund_order".to_owned(), "get_order".to_owned()],
@@ -97,7 +110,7 @@ async fn start(setup: Setup) -> Server {
         None,
         None,
     );
-    let console = Console::new(admin);
+    let console = Console::new(admin, ledger.clone(), credentials);
     let options = ServerOptions {
         authenticator: Arc::new(Authenticator::new(auth).unwrap()),
         ..ServerOptions::default()
@@ -118,6 +131,7 @@ async fn start(setup: Setup) -> Server {
         base,
         client: client(None),
         harness,
+        ledger,
         stop: Some(stop),
     }
 }
@@ -210,7 +224,6 @@ impl Server {
 
     /// Whether the ledger has `refund_order` on (no stored flag, or an enabled one).
     async fn refund_enabled(&self) -> bool {
-        use intentgate_ledger::Ledger;
         let flags = self.harness.ledger.tool_flags().await.unwrap();
         !flags
             .iter()
@@ -750,4 +763,60 @@ async fn a_rejected_intent_is_reopened_from_the_console_under_its_user() {
         server.harness.intent("refund:8812:49.00").await.status,
         IntentStatus::Done
     );
+}
+
+/// Sessions live in the ledger: a sign-in on one replica is honoured by another and by a
+/// server started afterwards on the same ledger (a restart), and a sign-out on one is
+/// refused by the others from their next request.
+#[tokio::test]
+async fn a_session_made_on_one_replica_works_on_the_others_until_signed_out_on_any() {
+    let a = start(Setup::Token).await;
+    let b = start_on(Setup::Token, Some(a.ledger.clone()), CREDENTIALS).await;
+    let browser = a.sign_in(TOKEN).await;
+    assert!(!is_sign_in_form(
+        &b.page("/console/", Some(&browser.cookie)).await
+    ));
+    let flags = b.get("/v1/admin/flags", Some(&browser.cookie)).await;
+    assert_eq!(flags.status(), StatusCode::OK);
+    let started_later = start_on(Setup::Token, Some(a.ledger.clone()), CREDENTIALS).await;
+    assert!(!is_sign_in_form(
+        &started_later.page("/console/", Some(&browser.cookie)).await
+    ));
+    let signed_out = b
+        .client
+        .delete(format!("{}/console/session", b.base))
+        .header("cookie", &browser.cookie)
+        .header("origin", b.origin())
+        .header(CSRF_HEADER, &browser.csrf)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_out.status(), StatusCode::NO_CONTENT);
+    for server in [&a, &started_later] {
+        assert!(is_sign_in_form(
+            &server.page("/console/", Some(&browser.cookie)).await
+        ));
+        let refused = server.get("/v1/admin/flags", Some(&browser.cookie)).await;
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    }
+}
+
+/// A session is bound to the admin credentials the gateway accepted when it was made: a
+/// gateway started with others (a key revoked, the token rotated) ends it, for every replica.
+#[tokio::test]
+async fn a_gateway_with_other_admin_credentials_ends_the_sessions_made_before() {
+    let a = start(Setup::Token).await;
+    let browser = a.sign_in(TOKEN).await;
+    let rotated = start_on(
+        Setup::Token,
+        Some(a.ledger.clone()),
+        b"the credentials without the revoked key",
+    )
+    .await;
+    assert!(is_sign_in_form(
+        &rotated.page("/console/", Some(&browser.cookie)).await
+    ));
+    assert!(is_sign_in_form(
+        &a.page("/console/", Some(&browser.cookie)).await
+    ));
 }

@@ -49,6 +49,7 @@
 //! text they write by the limits in `intentgate_core::limits`; callers pass the clock in
 //! (`now_ms`), so the ledger never reads it.
 
+mod console;
 mod error;
 mod location;
 // What the stores share: with none built (a crate that only speaks the trait), nothing.
@@ -78,6 +79,12 @@ use intentgate_core::{IntentStatus, ResendStop};
 use serde::Serialize;
 use serde_json::Value;
 
+pub use console::{
+    ALERT_DETAILS_BYTES_MAX, ALERT_KIND_LENGTH_MAX, ALERT_OWNER_LENGTH_MAX, ALERT_SEVERITIES,
+    ALERT_SUMMARY_LENGTH_MAX, ALERTS_KEPT_MAX, ALERTS_PAGE_MAX, CONSOLE_SESSIONS_MAX,
+    ConsoleSession, DIGEST_HEX_LENGTH, SESSION_ACTOR_LENGTH_MAX, SESSION_CSRF_LENGTH_MAX,
+    StoredAlert,
+};
 pub use error::LedgerError;
 pub use location::Location;
 #[cfg(feature = "postgres")]
@@ -805,15 +812,17 @@ ledger_trait! {
         /// seen), the processes that ended, or last heartbeaten, before `before_ms`, and the
         /// ended ones beyond the latest [`PROCESSES_ENDED_KEPT_MAX`], the approvals of the
         /// intents it deletes, and the budget counts of windows that ended at or before
-        /// `before_ms`. A held (`pending`) intent is never purged. Returns how many intents
-        /// were deleted.
+        /// `before_ms`. A held (`pending`) intent is never purged. Also deletes the console
+        /// sessions that ended (idle or past their end) before `before_ms` and the notices of
+        /// the history sent before `before_ms`. Returns how many intents were deleted.
         async fn purge(&self, before_ms: i64) -> Result<u64>;
 
         /// Deletes what [`Erase`] selects (at most [`ERASE_BATCH_MAX`] intents per call, with
         /// their events, approvals and the caller keys bound to them; the tenant's reconciliation
         /// mismatches, for a whole tenant or tool its refused-call events, and, in the call that
-        /// erases the last selected intent, the selection's caller keys bound to no intent), in
-        /// one transaction, and appends an `erased` event (tenant,
+        /// erases the last selected intent, the selection's caller keys bound to no intent; the
+        /// notices of the history about the selection's tenant, tool or intent), in one
+        /// transaction, and appends an `erased` event (tenant,
         /// tool, counts, actor and reason; no key, argument or result) that retention keeps.
         /// Refuses, writing nothing, while any selected intent is held by a call, or is not
         /// settled and `force` is not set. Refused too (an error): an empty reason or actor, a
@@ -894,6 +903,36 @@ ledger_trait! {
 
         /// A registered process by its instance, running or ended (until purged).
         async fn process(&self, instance: &str) -> Result<Option<ProcessRecord>>;
+
+        /// Stores a new console session. Sessions that have ended by `session.created_ms` are
+        /// deleted first, and, when [`CONSOLE_SESSIONS_MAX`] are still kept, the ones idle
+        /// longest until there is room. Refused (nothing written): a digest that is not
+        /// [`DIGEST_HEX_LENGTH`] lowercase hex digits, an empty or over-long actor or CSRF
+        /// token, half an approver, an expiry that ends before it starts.
+        async fn create_console_session(&self, session: &ConsoleSession) -> Result<()>;
+
+        /// The session whose token has the SHA-256 `token_digest`, if it is live at `now_ms`
+        /// (used within its idle time, before its end), marked used at `now_ms`; `None` for an
+        /// unknown session or one that has ended (which is deleted).
+        async fn console_session(
+            &self,
+            token_digest: &str,
+            now_ms: i64,
+        ) -> Result<Option<ConsoleSession>>;
+
+        /// Ends the session whose token has the SHA-256 `token_digest`: deletes it, so that
+        /// every replica refuses it from then on. False when there was none.
+        async fn end_console_session(&self, token_digest: &str) -> Result<bool>;
+
+        /// Adds a notice to the history, and deletes the oldest beyond [`ALERTS_KEPT_MAX`];
+        /// returns its id (`alert.id` is ignored). Refused (nothing written): a kind, owner,
+        /// tool, tenant, summary or details over its limit, an empty kind, owner or details, a
+        /// severity not in [`ALERT_SEVERITIES`].
+        async fn record_alert(&self, alert: &StoredAlert) -> Result<i64>;
+
+        /// The latest notices of the history, newest first, at most `limit` (cut to
+        /// [`ALERTS_PAGE_MAX`]).
+        async fn alerts(&self, limit: u32) -> Result<Vec<StoredAlert>>;
 
         /// Waits until the intent may have changed, or `timeout` passes. Spurious wake-ups are
         /// allowed: callers read the intent again afterwards.

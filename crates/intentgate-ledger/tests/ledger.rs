@@ -41,6 +41,10 @@ use intentgate_ledger::{
 };
 use serde_json::{Value, json};
 
+#[path = "ledger/console.rs"]
+mod console;
+use console::*;
+
 const TENANT: &str = "acme";
 const TOOL: &str = "refund";
 /// A second tenant and tool, for filters to tell apart.
@@ -4561,6 +4565,13 @@ macro_rules! behaviours {
             purge_deletes_ended_budget_windows_and_the_approvals_of_purged_intents,
             erase_deletes_the_approvals_of_the_erased_intents,
             policies_the_schema_cannot_store_are_refused_and_nothing_is_written,
+            a_console_session_is_found_by_its_digest_and_ended_at_sign_out,
+            a_console_session_ends_when_idle_and_past_its_end_however_active,
+            a_full_session_table_ends_the_idlest_session,
+            sessions_and_alerts_the_schema_cannot_store_are_refused,
+            alerts_are_listed_newest_first_and_the_oldest_go_past_the_cap,
+            purge_deletes_ended_sessions_and_old_alerts,
+            erase_deletes_the_alerts_about_the_erased_tenant_tool_or_intent,
         );
         behaviours!(@each $shared, #[tokio::test(flavor = "multi_thread", worker_threads = 8)],
             concurrent_begins_on_distinct_keys_all_commit,
@@ -5387,6 +5398,8 @@ mod sqlite {
                 "DROP TABLE intents_begun;
                  DROP TABLE approvals;
                  DROP TABLE budget_usage;
+                 DROP TABLE console_sessions;
+                 DROP TABLE alerts;
                  ALTER TABLE intents DROP COLUMN resend_stopped;
                  DELETE FROM schema_migrations WHERE version >= 6;",
             )
@@ -5401,7 +5414,7 @@ mod sqlite {
         assert_eq!(versions(&path), [1, 2, 3, 4, 5]);
 
         let ledger = open(&path, GROUPED);
-        assert_eq!(versions(&path), [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(versions(&path), [1, 2, 3, 4, 5, 6, 7, 8, 9]);
         let read_back = read(&ledger, &before).await;
         assert_eq!(read_back, before);
         assert_eq!(read_back.resend_stopped, None);
@@ -5811,6 +5824,8 @@ mod postgres {
             .batch_execute(&format!(
                 "DROP TABLE \"{schema}\".approvals;
                  DROP TABLE \"{schema}\".budget_usage;
+                 DROP TABLE \"{schema}\".console_sessions;
+                 DROP TABLE \"{schema}\".alerts;
                  ALTER TABLE \"{schema}\".intents DROP COLUMN resend_stopped;
                  DELETE FROM \"{schema}\".schema_migrations WHERE version >= 6;"
             ))
@@ -5826,7 +5841,7 @@ mod postgres {
         assert_eq!(versions().await, [1, 2, 3, 4, 5]);
 
         let ledger = scratch.connect(scratch.options()).await;
-        assert_eq!(versions().await, [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(versions().await, [1, 2, 3, 4, 5, 6, 7, 8]);
         let read_back = read(&ledger, &before).await;
         assert_eq!(read_back, before);
         assert_eq!(read_back.resend_stopped, None);

@@ -16,7 +16,8 @@
 //!   used with other parameters (two requests share a key), told to the tool's owner at once.
 //! - [`held`]: calls held for approval, told to the tool's owner with a link to decide.
 //! - [`notify`]: routes all of them to the tool's owner: a log line, and a webhook posted in
-//!   the background.
+//!   the background; and keeps each in the ledger's history of notices (`history.rs`),
+//!   which every replica lists.
 //!
 //! **API boundary:** this crate knows the ledger, the config's owners and list specs, and
 //! the gate's metrics and events; it serves nothing. The binary runs it from `serve` (hourly
@@ -24,6 +25,7 @@
 
 pub mod alerts;
 pub mod held;
+mod history;
 pub mod key_reuses;
 pub mod lookup_mismatches;
 pub mod notify;

@@ -10,8 +10,10 @@
 //! few times with backoff, then given up with an error log naming the owner, never the URL
 //! (chat webhooks carry their credential in the URL).
 //!
-//! The last [`RECENT_NOTICES_MAX`] notices are kept in memory ([`Notifier::recent`]), for
-//! the admin API's `GET /v1/admin/alerts` and the console.
+//! Every notice sent is kept for the admin API's `GET /v1/admin/alerts` and the console
+//! ([`Notifier::history`]): in the ledger, shared by every replica and kept over a restart,
+//! once [`Notifier::with_history`] gave it one (`history.rs`); otherwise the last
+//! [`RECENT_NOTICES_MAX`] in this process's memory ([`Notifier::recent`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -25,6 +27,8 @@ use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::Severity;
+use crate::history::History;
+use intentgate_ledger::{Ledger, LedgerError};
 
 /// Webhook notices waiting to be posted. A notice is at most a few hundred KiB (mismatch
 /// lists are capped), so a full queue holds tens of MiB at worst; past it, alerting has
@@ -69,8 +73,10 @@ pub struct Notifier {
     queue: mpsc::Sender<Delivery>,
     worker: Mutex<Option<JoinHandle<()>>>,
     stats: Arc<Stats>,
-    /// The latest notices with the time they were sent, oldest first.
+    /// The latest notices with the time they were sent, oldest first (without a history).
     recent: std::sync::Mutex<VecDeque<Value>>,
+    /// The ledger's history of notices, where they are kept when there is one.
+    history: Option<History>,
 }
 
 #[derive(Default)]
@@ -114,6 +120,24 @@ impl Notifier {
             worker: Mutex::new(Some(worker)),
             stats,
             recent: std::sync::Mutex::new(VecDeque::with_capacity(RECENT_NOTICES_MAX)),
+            history: None,
+        }
+    }
+
+    /// Keeps the notices in `ledger`'s history, where every replica on it lists them,
+    /// instead of this process's memory. Call inside a tokio runtime.
+    pub fn with_history(mut self, ledger: Arc<dyn Ledger>) -> Notifier {
+        self.history = Some(History::start(ledger));
+        self
+    }
+
+    /// The latest notices, newest first, at most `limit`: from the ledger's history when
+    /// there is one, else [`Notifier::recent`]. Each has `at_ms`, `kind`, `tool`, `owner`,
+    /// `severity`, `summary` and `details` (and its `id` in the history).
+    pub async fn history(&self, limit: u32) -> Result<Vec<Value>, LedgerError> {
+        match &self.history {
+            Some(history) => history.list(limit).await,
+            None => Ok(self.recent().into_iter().take(limit as usize).collect()),
         }
     }
 
@@ -133,6 +157,10 @@ impl Notifier {
             .map_or(0, |elapsed| {
                 i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
             });
+        if let Some(history) = &self.history {
+            history.keep(at_ms, owner, notice);
+            return;
+        }
         let kept = json!({
             "at_ms": at_ms,
             "kind": notice.kind,
@@ -274,9 +302,20 @@ impl Notifier {
             queue,
             worker,
             stats,
+            history,
             ..
         } = self;
         drop(queue);
+        if let Some(history) = history
+            && tokio::time::timeout(WEBHOOK_DRAIN_TIMEOUT, history.close())
+                .await
+                .is_err()
+        {
+            tracing::error!(
+                "notices still queued for the ledger's history after {WEBHOOK_DRAIN_TIMEOUT:?}; \
+not all of them were kept"
+            );
+        }
         if let Some(worker) = worker.lock().await.take()
             && tokio::time::timeout(WEBHOOK_DRAIN_TIMEOUT, worker)
                 .await

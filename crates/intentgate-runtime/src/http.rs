@@ -51,7 +51,10 @@ impl Gateway {
         let mut background = self.start_background();
         // Owners hear about duplicate-call alerts, upstream errors that are the operator's,
         // lookup mismatches and reconciliation mismatches.
-        let notifier = Arc::new(Notifier::new(self.loaded.config.owners.clone()));
+        // The notices are kept in the ledger's history, which every replica lists.
+        let notifier = Arc::new(
+            Notifier::new(self.loaded.config.owners.clone()).with_history(self.ledger.clone()),
+        );
         self.start_notices(&mut background, &notifier);
         let reconciler = self.start_reconciler(&mut background, &notifier)?;
         self.log_start("");
@@ -218,6 +221,7 @@ impl Gateway {
         notifier: Arc<Notifier>,
     ) -> axum::Router {
         let token = admin_token(&self.options).map(str::to_owned);
+        let credentials = console_credentials(token.as_deref(), &self.loaded.config.auth);
         let admin_scope = !options.authenticator.is_none();
         let admin_on = token.is_some() || admin_scope;
         let admin = Admin::new(
@@ -249,7 +253,7 @@ impl Gateway {
         .with_gate(self.gate.clone());
         // The console at /console: its pages, and the admin API with its session cookie
         // accepted (with the CSRF checks of a browser's changes).
-        let console = intentgate_console::Console::new(admin);
+        let console = intentgate_console::Console::new(admin, self.ledger.clone(), &credentials);
         let routes = console.admin_router().merge(console.router());
         if admin_on {
             // `/openapi.json` documents the admin API only where it is served.
@@ -270,12 +274,26 @@ impl Gateway {
     }
 }
 
-/// The notices the notifier sent lately, for the admin API's alerts.
+/// What the console's sessions are bound to: every admin credential this gateway accepts
+/// (the admin token's SHA-256, and the `auth:` section with its keys' digests, tenants and
+/// scopes). A gateway started with other credentials (a key revoked, the token rotated)
+/// describes them differently, and ends the sessions made before.
+fn console_credentials(token: Option<&str>, auth: &intentgate_config::AuthConfig) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let token: Option<[u8; 32]> = token.map(|token| Sha256::digest(token.as_bytes()).into());
+    format!("admin token: {token:?}\nauth: {auth:?}").into_bytes()
+}
+
+/// The notices the notifier sent lately (the ledger's history), for the admin API's alerts.
 struct NoticeLog(Arc<Notifier>);
 
+#[async_trait::async_trait]
 impl AlertLog for NoticeLog {
-    fn recent(&self) -> Vec<serde_json::Value> {
-        self.0.recent()
+    async fn recent(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<serde_json::Value>, intentgate_ledger::LedgerError> {
+        self.0.history(limit).await
     }
 }
 

@@ -26,7 +26,10 @@ impl Gateway {
     /// then waits (bounded by the grace period) for the calls still running.
     pub async fn serve_stdio(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
         let mut background = self.start_background();
-        let notifier = Arc::new(Notifier::new(self.loaded.config.owners.clone()));
+        // Kept in the ledger's history, which the HTTP replicas on the same ledger list.
+        let notifier = Arc::new(
+            Notifier::new(self.loaded.config.owners.clone()).with_history(self.ledger.clone()),
+        );
         background.add(crate::start_alerts(&self.loaded, &self.gate, &notifier));
         background.add(Some(crate::start_upstream_notices(
             &self.loaded,

@@ -38,7 +38,9 @@ pub async fn run(arguments: ReconcileArgs) -> anyhow::Result<()> {
     )
     .await
     .context("opening the intent ledger")?;
-    let notifier = Arc::new(Notifier::new(loaded.config.owners.clone()));
+    // Its notices join the ledger's history, which the console of every replica lists.
+    let notifier =
+        Arc::new(Notifier::new(loaded.config.owners.clone()).with_history(ledger.clone()));
     // The MCP servers are started only when a tool lists its records through one.
     let mcp = if loaded
         .config

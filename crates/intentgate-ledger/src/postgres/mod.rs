@@ -35,6 +35,7 @@ mod pool;
 #[cfg(test)]
 mod round_trips;
 mod schema;
+mod sessions;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -969,7 +970,11 @@ impl Ledger for PostgresLedger {
     async fn purge(&self, before_ms: i64) -> Result<u64> {
         self.queued.drain().await;
         self.run(write(false, None), &before_ms, |session, &before_ms| {
-            Box::pin(ops::purge(session, before_ms))
+            Box::pin(async move {
+                let purged = ops::purge(session, before_ms).await?;
+                sessions::purge(session, before_ms).await?;
+                Ok(purged)
+            })
         })
         .await
     }
@@ -977,7 +982,13 @@ impl Ledger for PostgresLedger {
     async fn erase(&self, erase: &Erase) -> Result<Erasure> {
         self.queued.drain().await;
         self.run(write(true, None), erase, |session, erase| {
-            Box::pin(ops::erase(session, erase))
+            Box::pin(async move {
+                let erasure = ops::erase(session, erase).await?;
+                if let Erasure::Erased(_) = &erasure.outcome {
+                    sessions::erase(session, erase).await?;
+                }
+                Ok(erasure)
+            })
         })
         .await
     }
@@ -1090,6 +1101,54 @@ impl Ledger for PostgresLedger {
     async fn process(&self, instance: &str) -> Result<Option<ProcessRecord>> {
         self.run(Mode::Read, instance, |session, instance| {
             Box::pin(async move { Ok(Plan::outcome(ops::process(session, instance).await?)) })
+        })
+        .await
+    }
+
+    async fn create_console_session(&self, stored: &crate::ConsoleSession) -> Result<()> {
+        crate::console::check_session(stored)?;
+        self.run(write(true, None), stored, |session, stored| {
+            Box::pin(sessions::create_session(session, stored))
+        })
+        .await
+    }
+
+    async fn console_session(
+        &self,
+        token_digest: &str,
+        now_ms: i64,
+    ) -> Result<Option<crate::ConsoleSession>> {
+        crate::console::check_token_digest(token_digest)?;
+        let input = (token_digest, now_ms);
+        self.run(
+            write(false, None),
+            &input,
+            |session, &(token_digest, now_ms)| {
+                Box::pin(sessions::use_session(session, token_digest, now_ms))
+            },
+        )
+        .await
+    }
+
+    async fn end_console_session(&self, token_digest: &str) -> Result<bool> {
+        crate::console::check_token_digest(token_digest)?;
+        self.run(write(true, None), token_digest, |session, token_digest| {
+            Box::pin(sessions::end_session(session, token_digest))
+        })
+        .await
+    }
+
+    async fn record_alert(&self, alert: &crate::StoredAlert) -> Result<i64> {
+        crate::console::check_alert(alert)?;
+        self.run(write(false, None), alert, |session, alert| {
+            Box::pin(sessions::record_alert(session, alert))
+        })
+        .await
+    }
+
+    async fn alerts(&self, limit: u32) -> Result<Vec<crate::StoredAlert>> {
+        self.run(Mode::Read, &limit, |session, &limit| {
+            Box::pin(async move { Ok(Plan::outcome(sessions::alerts(session, limit).await?)) })
         })
         .await
     }

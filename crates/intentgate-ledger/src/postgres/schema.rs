@@ -221,6 +221,42 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX budget_usage_by_window_end ON budget_usage (window_end_ms);
     "#,
+    // 8: console sessions and the history of owners' notices, shared by every replica
+    // (`crate::console`). console_sessions: one row per signed-in browser, keyed by the
+    // SHA-256 of its token (never the token); ended ones are deleted when read, at the next
+    // sign-in and by the purge. alerts: the notices sent to tools' owners, oldest deleted
+    // past a cap; the purge deletes by alerts_by_at, an erasure by alerts_by_tenant.
+    r#"
+    CREATE TABLE console_sessions (
+        token_digest TEXT PRIMARY KEY CHECK (length(token_digest) = 64),
+        actor TEXT NOT NULL CHECK (length(actor) BETWEEN 1 AND 256),
+        csrf TEXT NOT NULL CHECK (length(csrf) BETWEEN 1 AND 128),
+        approver_subject TEXT CHECK (length(approver_subject) BETWEEN 1 AND 256),
+        approver_tenant TEXT CHECK (length(approver_tenant) BETWEEN 1 AND 128),
+        credentials TEXT NOT NULL CHECK (length(credentials) = 64),
+        created_ms BIGINT NOT NULL,
+        last_used_ms BIGINT NOT NULL,
+        idle_ms BIGINT NOT NULL CHECK (idle_ms > 0),
+        expires_ms BIGINT NOT NULL CHECK (expires_ms > created_ms),
+        CHECK ((approver_subject IS NULL) = (approver_tenant IS NULL))
+    );
+    CREATE INDEX console_sessions_by_last_used ON console_sessions (last_used_ms);
+
+    CREATE TABLE alerts (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        at_ms BIGINT NOT NULL,
+        kind TEXT NOT NULL CHECK (length(kind) BETWEEN 1 AND 64),
+        tool TEXT NOT NULL CHECK (length(tool) <= 128),
+        owner TEXT NOT NULL CHECK (length(owner) BETWEEN 1 AND 128),
+        severity TEXT NOT NULL CHECK (severity IN ('info', 'warning', 'critical')),
+        tenant TEXT CHECK (length(tenant) BETWEEN 1 AND 128),
+        intent_key TEXT CHECK (length(intent_key) BETWEEN 1 AND 512),
+        summary TEXT NOT NULL CHECK (length(summary) <= 4096),
+        details TEXT NOT NULL CHECK (length(details) BETWEEN 1 AND 65536)
+    );
+    CREATE INDEX alerts_by_at ON alerts (at_ms);
+    CREATE INDEX alerts_by_tenant ON alerts (tenant, tool, intent_key);
+    "#,
 ];
 
 /// The first key of the migration's advisory lock ("ig" in ASCII), so that it does not

@@ -30,6 +30,7 @@ mod file;
 mod freshness;
 mod ops;
 mod schema;
+mod sessions;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -869,7 +870,9 @@ impl Ledger for SqliteLedger {
     async fn purge(&self, before_ms: i64) -> Result<u64> {
         let purged = self
             .write(Waiter::Background, false, None, move |connection| {
-                ops::purge(connection, before_ms)
+                let purged = ops::purge(connection, before_ms)?;
+                sessions::purge(connection, before_ms)?;
+                Ok(purged)
             })
             .await;
         self.freshness.changed();
@@ -880,7 +883,11 @@ impl Ledger for SqliteLedger {
         let request = erase.clone();
         let erasure = self
             .write(Waiter::Background, true, None, move |connection| {
-                ops::erase(connection, &request)
+                let erasure = ops::erase(connection, &request)?;
+                if let Erasure::Erased(_) = &erasure {
+                    sessions::erase(connection, &request)?;
+                }
+                Ok(erasure)
             })
             .await;
         self.freshness.changed();
@@ -963,6 +970,50 @@ impl Ledger for SqliteLedger {
 
     async fn process(&self, instance: &str) -> Result<Option<ProcessRecord>> {
         self.read(|connection| ops::process(connection, instance))
+    }
+
+    async fn create_console_session(&self, session: &crate::ConsoleSession) -> Result<()> {
+        crate::console::check_session(session)?;
+        let session = session.clone();
+        self.write(Waiter::Call, true, None, move |connection| {
+            sessions::create_session(connection, &session)
+        })
+        .await
+    }
+
+    async fn console_session(
+        &self,
+        token_digest: &str,
+        now_ms: i64,
+    ) -> Result<Option<crate::ConsoleSession>> {
+        crate::console::check_token_digest(token_digest)?;
+        let token_digest = token_digest.to_owned();
+        self.write(Waiter::Call, false, None, move |connection| {
+            sessions::use_session(connection, &token_digest, now_ms)
+        })
+        .await
+    }
+
+    async fn end_console_session(&self, token_digest: &str) -> Result<bool> {
+        crate::console::check_token_digest(token_digest)?;
+        let token_digest = token_digest.to_owned();
+        self.write(Waiter::Call, true, None, move |connection| {
+            sessions::end_session(connection, &token_digest)
+        })
+        .await
+    }
+
+    async fn record_alert(&self, alert: &crate::StoredAlert) -> Result<i64> {
+        crate::console::check_alert(alert)?;
+        let alert = alert.clone();
+        self.write(Waiter::Background, false, None, move |connection| {
+            sessions::record_alert(connection, &alert)
+        })
+        .await
+    }
+
+    async fn alerts(&self, limit: u32) -> Result<Vec<crate::StoredAlert>> {
+        self.read(|connection| sessions::alerts(connection, limit))
     }
 
     async fn wait_for_change(&self, id: IntentId, timeout: Duration) {
