@@ -23,6 +23,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod disk;
 mod postgres_pair;
 mod proxy;
 
