@@ -199,7 +199,8 @@ async fn a_full_disk_under_the_sqlite_ledger_sends_nothing_unrecorded_and_recove
 
     // Group r: a storm after the disk was freed.
     let group_r = orders("r", DISK_GROUP);
-    answers.extend(fleet.storm(&group_r, together).await);
+    let answers_r = fleet.storm(&group_r, together).await;
+    answers.extend(answers_r.clone());
     stop_probe.store(true, Ordering::SeqCst);
     let readiness = probe.await.unwrap();
 
@@ -253,7 +254,7 @@ async fn a_full_disk_under_the_sqlite_ledger_sends_nothing_unrecorded_and_recove
          {metric_while_full:?}, served again {served_again_in:?} after the disk was freed, \
          settled {settled_in:?} after the last storm, last seen not ready \
          {not_ready_after_freed:?} after the disk was freed, /readyz at the end {ready_after}, recovered {recovered_in:?} after the \
-         disk was freed, answers after {:?}, /readyz not ready {:?} times (ready {:?}) saying \
+         disk was freed, storm after the disk was freed {:?}, answers after {:?}, /readyz not ready {:?} times (ready {:?}) saying \
          {:?}, log lines naming the full disk {} (first {:?}), calls metric {metric:?}, owner's \
          notices {notices:?}",
         all.len(),
@@ -261,6 +262,7 @@ async fn a_full_disk_under_the_sqlite_ledger_sends_nothing_unrecorded_and_recove
         effects_per_intent(&all, &effects),
         count(answers_m.iter().map(|(_, answer)| answer)),
         count(answers_f.iter().map(|(_, answer)| answer)),
+        count(answers_r.iter().map(|(_, answer)| answer)),
         count(answers_after.iter().map(|(_, answer)| answer)),
         readiness.not_ready,
         readiness.ready,

@@ -24,6 +24,7 @@
 mod support;
 
 mod disk;
+mod downgrade;
 mod postgres_pair;
 mod proxy;
 
