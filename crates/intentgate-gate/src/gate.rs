@@ -72,6 +72,23 @@ pub struct Gate {
     /// Settled intents as last read, to answer their repeats without a read while the
     /// ledger says nothing settled has changed.
     pub(crate) settled: crate::call::settled::SettledCache,
+    /// The last call the ledger failed before anything was sent, unless a call has been
+    /// served since: what `/readyz` reports while reads still work (a full disk).
+    pub(crate) ledger_failure: Mutex<Option<LedgerFailure>>,
+}
+
+/// How long a call the ledger failed keeps `/readyz` not ready when no call is served after
+/// it: long enough for a load balancer's probe to see it, short enough that the traffic the
+/// probe holds back comes again to find out whether the ledger writes again.
+pub const LEDGER_FAILURE_NOT_READY_MS: i64 = 5_000;
+
+/// A call the ledger failed before anything was sent, as `/readyz` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerFailure {
+    /// When (the gate's clock, milliseconds).
+    pub at_ms: i64,
+    /// The ledger's error, as the log has it.
+    pub error: String,
 }
 
 /// The kill-switch flags as last read from the ledger.
@@ -133,6 +150,7 @@ impl Gate {
             held: held_channel(),
             settled: crate::call::settled::SettledCache::default(),
             resend_budget: ResendBudget::default(),
+            ledger_failure: Mutex::default(),
         })
     }
 
@@ -204,6 +222,33 @@ impl Gate {
     /// `/readyz` reports.
     pub fn degraded_upstreams(&self) -> Vec<DegradedUpstream> {
         self.upstream_health.degraded()
+    }
+
+    /// The last call the ledger failed before anything was sent, if no call has been served
+    /// since and it is less than [`LEDGER_FAILURE_NOT_READY_MS`] old: reads may still work
+    /// (a full disk fails writes only), so `/readyz` reports this too.
+    pub fn recent_ledger_failure(&self) -> Option<LedgerFailure> {
+        let failure = self.ledger_failure.lock().unwrap().clone()?;
+        (self.clock.now_ms() - failure.at_ms < LEDGER_FAILURE_NOT_READY_MS).then_some(failure)
+    }
+
+    /// Notes how a call ended for [`Gate::recent_ledger_failure`]: a ledger error before
+    /// anything was sent is remembered, an outcome forgets it.
+    pub(crate) fn note_ledger(&self, failed: Option<&intentgate_ledger::LedgerError>) {
+        let mut last = self.ledger_failure.lock().unwrap();
+        match failed {
+            Some(error) => {
+                *last = Some(LedgerFailure {
+                    at_ms: self.clock.now_ms(),
+                    error: error.to_string(),
+                });
+            }
+            None => {
+                if last.is_some() {
+                    *last = None;
+                }
+            }
+        }
     }
 
     /// A lease owner id unique across replicas and calls: `{instance}/{n}`, or

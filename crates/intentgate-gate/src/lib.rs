@@ -66,7 +66,7 @@ pub use client::{Grant, GrantedLease, LEASE_TOKEN_PREFIX, LeaseToken, SettleErro
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use context::CallContext;
 pub use error::GateError;
-pub use gate::Gate;
+pub use gate::{Gate, LEDGER_FAILURE_NOT_READY_MS, LedgerFailure};
 pub use metrics::{ConnectionDrop, Metrics, REPEATED_CALL_BUFFER, RepeatedCall};
 pub use misconfigured::{
     DEGRADED_UPSTREAMS_MAX, DegradedUpstream, PROVIDER_TEXT_MAX, UNNAMED_UPSTREAM,

@@ -3,7 +3,7 @@
 //! | route | what it does |
 //! |---|---|
 //! | `GET /healthz` | liveness: answers at once, touches nothing |
-//! | `GET /readyz` | readiness: `{"ready": true}` when the ledger answers a read within 2 s, else 503; with `degraded` (upstream, tool, kind, status, cause, `since_ms`) for the tools whose requests to an upstream all failed lately because the gateway is misconfigured |
+//! | `GET /readyz` | readiness: `{"ready": true}` when the ledger answers a read within 2 s, else 503; 503 too for 5 s after the ledger failed to record a call, unless a call was recorded since; with `degraded` (upstream, tool, kind, status, cause, `since_ms`) for the tools whose requests to an upstream all failed lately because the gateway is misconfigured |
 //! | `GET /metrics` | the gate's metrics, Prometheus text format (`intentgate_gate::Metrics`) |
 //! | `GET /v1/tools` | the tools, with their published descriptions and input schemas |
 //! | `POST /v1/tools/{name}/call` | calls a tool through the [`Gate`]; body `{"arguments": {...}}` |

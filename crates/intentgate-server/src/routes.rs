@@ -51,21 +51,33 @@ pub(crate) async fn healthz() -> &'static str {
          tools whose requests to an upstream have all failed lately because the gateway is \
          misconfigured (a wrong credential, a route that does not exist, an upstream it can't \
          reach); the gateway stays ready, since its other tools work.", body = Readiness),
-        (status = 503, description = "The ledger failed a read or did not answer in time."),
+        (status = 503, description = "The ledger failed a read or did not answer in time, or \
+         failed to record a call in the last 5 s with no call recorded since (a full disk fails \
+         writes while reads still work)."),
     ),
 )]
 pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     let detail = match tokio::time::timeout(LEDGER_CHECK_TIMEOUT, state.gate.ledger().tool_flags())
         .await
     {
-        Ok(Ok(_)) => {
-            let degraded = state.gate.degraded_upstreams();
-            return Json(Readiness {
-                ready: true,
-                degraded: degraded.iter().map(Degraded::from).collect(),
-            })
-            .into_response();
-        }
+        Ok(Ok(_)) => match state.gate.recent_ledger_failure() {
+            // Reads work, writes do not (a full disk): no new call can be recorded.
+            Some(failure) => {
+                tracing::warn!(error = %failure.error, "not ready: the ledger failed to record a call");
+                "the intent ledger answers reads but failed to record a call (a write failed, \
+                 as on a full disk; the log says why); calls are answered 503 with nothing \
+                 executed until it records one again"
+                    .to_owned()
+            }
+            None => {
+                let degraded = state.gate.degraded_upstreams();
+                return Json(Readiness {
+                    ready: true,
+                    degraded: degraded.iter().map(Degraded::from).collect(),
+                })
+                .into_response();
+            }
+        },
         Ok(Err(error)) => {
             tracing::warn!(%error, "not ready: the ledger failed a read");
             "the intent ledger failed a read; no call can be served until it answers".to_owned()

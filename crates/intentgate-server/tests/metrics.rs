@@ -207,3 +207,50 @@ async fn readyz_is_503_when_the_ledger_fails_its_read() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn readyz_is_503_while_the_ledger_reads_but_fails_to_record_calls() {
+    let server = start().await;
+    // Writes of new intents fail while every read still works, as on a full disk.
+    let connection = rusqlite::Connection::open(&server.ledger_path).unwrap();
+    connection
+        .execute_batch(
+            "CREATE TRIGGER no_room BEFORE INSERT ON intents \
+             BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+        )
+        .unwrap();
+    let refused = server
+        .client
+        .post(format!("{}/v1/tools/refund_order/call", server.base))
+        .json(&json!({"arguments": {"order_id": "8812", "amount": 49}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 503);
+    let (status, content_type, body) = server.get("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(content_type, "application/problem+json");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("failed to record a call") && detail.contains("nothing executed"),
+        "says why the gateway can't serve: {detail}"
+    );
+    let text = server.scrape().await;
+    assert_eq!(
+        sample(
+            &text,
+            r#"intentgate_calls_total{tool="refund_order",status="ledger_unavailable"}"#
+        ),
+        Some(1.0)
+    );
+
+    // Room again: the next call is recorded, and the gateway is ready at once.
+    connection.execute_batch("DROP TRIGGER no_room").unwrap();
+    let served = server
+        .call("refund_order", json!({"order_id": "8812", "amount": 49}))
+        .await;
+    assert_eq!(served["status"], "done");
+    let (status, _, body) = server.get("/readyz").await;
+    assert_eq!((status, body), (200, json!({"ready": true})));
+    server.stop().await;
+}

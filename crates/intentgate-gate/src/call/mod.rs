@@ -124,10 +124,21 @@ impl Gate {
         intentgate_core::Tenant::parse(&context.tenant)?;
         let result = self.call_tool(tool, arguments, context).await;
         match &result {
-            Ok(outcome) => self.metrics.call(&tool.definition.name, outcome.status),
-            Err(GateError::Ledger(_)) => self
-                .metrics
-                .call_status(&tool.definition.name, STATUS_LEDGER_UNAVAILABLE),
+            Ok(outcome) => {
+                self.metrics.call(&tool.definition.name, outcome.status);
+                // A side effect answered `done` had its outcome written: the ledger writes
+                // again. (A repeat answered from a read proves nothing of its writes.)
+                if tool.definition.effect == Effect::SideEffect
+                    && outcome.status == intentgate_core::CallStatus::Done
+                {
+                    self.note_ledger(None);
+                }
+            }
+            Err(GateError::Ledger(error)) => {
+                self.metrics
+                    .call_status(&tool.definition.name, STATUS_LEDGER_UNAVAILABLE);
+                self.note_ledger(Some(error));
+            }
             Err(_) => {}
         }
         result
