@@ -27,6 +27,10 @@ pub enum LedgerError {
     /// A row the store can't read back (edited by hand, or written by a newer version).
     #[error("corrupt ledger row: {0}")]
     Corrupt(String),
+    /// The ledger's schema is newer than this program knows (a downgrade after a newer
+    /// release migrated it): nothing was read or written; says both versions.
+    #[error("{0}")]
+    NewerSchema(String),
     /// A value the ledger can't store as given (an inconsistent record, a value outside its
     /// set, an empty name); says which and why. Nothing was written.
     #[error("{field} {reason}")]

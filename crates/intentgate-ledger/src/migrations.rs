@@ -21,7 +21,7 @@ pub fn pending<'a>(
 ) -> Result<impl Iterator<Item = (i64, &'a str)> + use<'a>, LedgerError> {
     let known = migrations.len() as i64;
     if applied > known {
-        return Err(LedgerError::Corrupt(format!(
+        return Err(LedgerError::NewerSchema(format!(
             "{whose_schema} version {applied}, this intentgate knows up to {known}: upgrade \
              intentgate"
         )));
@@ -56,7 +56,7 @@ mod tests {
 
     #[test]
     fn a_schema_newer_than_this_program_is_refused() {
-        let Err(LedgerError::Corrupt(reason)) = pending(MIGRATIONS, 3, "the ledger has schema")
+        let Err(LedgerError::NewerSchema(reason)) = pending(MIGRATIONS, 3, "the ledger has schema")
         else {
             panic!("a newer schema was accepted");
         };

@@ -81,6 +81,11 @@ async fn a_ledger_migrated_past_this_version_is_refused_naming_both_versions() {
         line.is_some(),
         "{name}: the refusal does not name both versions ({expected:?}): {said}"
     );
+    // A newer schema is not a corrupt one: the operator is told to upgrade, not to repair.
+    assert!(
+        line.is_some_and(|line| !line.contains("corrupt")),
+        "{name}: a newer schema is reported as corruption: {said}"
+    );
 
     // Back on the schema it knows (the newer migration rolled back), it serves again, and the
     // intent recorded before is still there.
