@@ -211,12 +211,15 @@ async fn readyz_is_503_when_the_ledger_fails_its_read() {
 #[tokio::test]
 async fn readyz_is_503_while_the_ledger_reads_but_fails_to_record_calls() {
     let server = start().await;
-    // Writes of new intents fail while every read still works, as on a full disk.
+    // Writes of new intents fail while every read still works, as on a full disk: both the
+    // narrow row a new intent's begin writes and the wide row it is moved to.
     let connection = rusqlite::Connection::open(&server.ledger_path).unwrap();
     connection
         .execute_batch(
-            "CREATE TRIGGER no_room BEFORE INSERT ON intents \
-             BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+            "CREATE TRIGGER no_room BEFORE INSERT ON intents_begun \
+             BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;
+             CREATE TRIGGER no_room_wide BEFORE INSERT ON intents \
+             BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;",
         )
         .unwrap();
     let refused = server
@@ -245,7 +248,9 @@ async fn readyz_is_503_while_the_ledger_reads_but_fails_to_record_calls() {
     );
 
     // Room again: the next call is recorded, and the gateway is ready at once.
-    connection.execute_batch("DROP TRIGGER no_room").unwrap();
+    connection
+        .execute_batch("DROP TRIGGER no_room; DROP TRIGGER no_room_wide;")
+        .unwrap();
     let served = server
         .call("refund_order", json!({"order_id": "8812", "amount": 49}))
         .await;
