@@ -23,7 +23,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-mod disk;
 mod downgrade;
 mod postgres_pair;
 mod proxy;
