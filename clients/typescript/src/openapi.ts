@@ -588,7 +588,7 @@ export interface operations {
                     "application/json": components["schemas"]["Readiness"];
                 };
             };
-            /** @description The ledger failed a read or did not answer in time. */
+            /** @description The ledger failed a read or did not answer in time, or failed to record a call in the last 5 s with no call recorded since (a full disk fails writes while reads still work). */
             503: {
                 headers: {
                     [name: string]: unknown;
