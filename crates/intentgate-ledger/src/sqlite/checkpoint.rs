@@ -22,13 +22,21 @@
 //! between: the frames left to copy are the few the thread had not reached, and the next
 //! write starts the WAL over. One batch in thousands waits for that, rather than one in a
 //! hundred for a whole checkpoint.
+//!
+//! A checkpoint that fails (a full disk: copying frames may grow the database file) is tried
+//! again every [`CHECKPOINT_RETRY`] until one runs, without waiting for the WAL to grow by
+//! another [`CHECKPOINT_PAGES`]. Otherwise, once the disk had room again, the WAL would keep
+//! growing into it and fill it again before the next wake-up, and the ledger would stay
+//! unable to write with space to spare.
 
 use std::ffi::c_int;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rusqlite::Connection;
 use rusqlite::hooks::Wal;
@@ -43,6 +51,8 @@ pub const CHECKPOINT_PAGES: c_int = 1_000;
 pub const CHECKPOINT_PAGES_INLINE: i32 = 8 * CHECKPOINT_PAGES;
 /// Most checkpoints the thread runs per wake-up while each leaves fewer frames behind.
 pub const CHECKPOINT_PASSES_MAX: u32 = 4;
+/// Pause before the thread tries a failed checkpoint again on its own.
+pub const CHECKPOINT_RETRY: Duration = Duration::from_millis(500);
 
 /// The checkpoint thread, until [`Checkpointer::stop`].
 pub struct Checkpointer {
@@ -89,7 +99,14 @@ impl Checkpointer {
             .name("intentgate-ledger-checkpoint".into())
             .spawn({
                 let (stopping, checkpoints) = (stopping.clone(), checkpoints.clone());
-                move || run(connection, woken, &stopping, &checkpoints)
+                move || {
+                    run(
+                        || connection.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE),
+                        woken,
+                        &stopping,
+                        &checkpoints,
+                    )
+                }
             })
             .map_err(|error| {
                 LedgerError::Storage(format!("can't start the checkpoint thread: {error}"))
@@ -162,17 +179,29 @@ fn on_commit(pages: c_int, growth: &WalGrowth, wake: &SyncSender<()>) {
     }
 }
 
-/// The checkpoint thread's loop: one `PASSIVE` checkpoint per wake-up, until stopped.
+/// The checkpoint thread's loop: `PASSIVE` checkpoints (`checkpoint`, answering the WAL's
+/// frames and those copied) per wake-up, until stopped; after one that failed, again every
+/// [`CHECKPOINT_RETRY`] until one runs.
 fn run(
-    connection: Connection,
+    mut checkpoint: impl FnMut() -> rusqlite::Result<(c_int, c_int)>,
     woken: Receiver<()>,
     stopping: &AtomicBool,
     checkpoints: &AtomicU64,
 ) {
-    while woken.recv().is_ok() && !stopping.load(Ordering::Acquire) {
+    let mut failed = false;
+    loop {
+        let wake = if failed {
+            woken.recv_timeout(CHECKPOINT_RETRY)
+        } else {
+            woken.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        };
+        if wake == Err(RecvTimeoutError::Disconnected) || stopping.load(Ordering::Acquire) {
+            return;
+        }
+        failed = false;
         let mut left_before = c_int::MAX;
         for _ in 0..CHECKPOINT_PASSES_MAX {
-            let checkpointed = connection.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE);
+            let checkpointed = checkpoint();
             checkpoints.fetch_add(1, Ordering::Relaxed);
             match checkpointed {
                 // Every frame copied: the next write starts the WAL over.
@@ -183,9 +212,11 @@ fn run(
                 }
                 Ok(_) => break,
                 Err(error) => {
-                    // Busy (an erasure truncating the WAL) or failing: the next wake-up tries
-                    // again, and the writer checkpoints itself if the WAL keeps growing.
-                    tracing::debug!(%error, "a background WAL checkpoint did not run");
+                    // Failing (a full disk) or busy (an erasure truncating the WAL): tried
+                    // again shortly, and the writer checkpoints itself if the WAL keeps
+                    // growing meanwhile.
+                    tracing::debug!(%error, "a background WAL checkpoint did not run; trying again shortly");
+                    failed = true;
                     break;
                 }
             }
@@ -193,5 +224,64 @@ fn run(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    use super::*;
+
+    /// A checkpoint that failed is tried again by the thread itself, with no commit waking
+    /// it: a disk that has room again gets its WAL started over before the WAL refills it.
+    #[test]
+    fn a_failed_checkpoint_is_tried_again_without_a_wake_up() {
+        let attempts = Arc::new(Mutex::new(Vec::<Instant>::new()));
+        let (wake, woken) = sync_channel(1);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let checkpoints = Arc::new(AtomicU64::new(0));
+        let thread = std::thread::spawn({
+            let (attempts, stopping, checkpoints) =
+                (attempts.clone(), stopping.clone(), checkpoints.clone());
+            move || {
+                let checkpoint = || {
+                    let mut attempts = attempts.lock().unwrap();
+                    attempts.push(Instant::now());
+                    // The first two fail as on a full disk; the third copies every frame.
+                    match attempts.len() {
+                        1 | 2 => Err(rusqlite::Error::SqliteFailure(
+                            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                            None,
+                        )),
+                        _ => Ok((1_200, 1_200)),
+                    }
+                };
+                run(checkpoint, woken, &stopping, &checkpoints)
+            }
+        });
+        wake.send(()).unwrap();
+        let deadline = Instant::now() + 20 * CHECKPOINT_RETRY;
+        while attempts.lock().unwrap().len() < 3 && Instant::now() < deadline {
+            std::thread::sleep(CHECKPOINT_RETRY / 10);
+        }
+        // Settled: nothing failed last, so the thread waits for a wake-up again.
+        std::thread::sleep(3 * CHECKPOINT_RETRY);
+        stopping.store(true, Ordering::Release);
+        wake.send(()).unwrap();
+        thread.join().unwrap();
+        let attempts = attempts.lock().unwrap();
+        assert_eq!(
+            attempts.len(),
+            3,
+            "one wake-up, two failed checkpoints: the thread should have tried twice more on \
+             its own and then stopped trying"
+        );
+        assert!(
+            attempts[2] - attempts[1] >= CHECKPOINT_RETRY,
+            "tried again before the pause"
+        );
+        assert_eq!(checkpoints.load(Ordering::Relaxed), 3);
     }
 }
