@@ -1,17 +1,18 @@
 //! A rolling upgrade under a retry storm: three replicas of the previous release (the commit
 //! named in `previous-release`, built by `.ci/previous-release` and given as
-//! `INTENTGATE_PREVIOUS_BIN`) serve a PostgreSQL ledger; mid-storm each is stopped
-//! gracefully and replaced by the binary under test, one at a time. The first new one
+//! `INTENTGATE_PREVIOUS_BIN`) serve one ledger, a PostgreSQL schema or a SQLite file shared
+//! by processes on this host; mid-storm each is stopped gracefully and replaced by the
+//! binary under test, one at a time. The first new one
 //! migrates the schema while the two old ones still serve; the storm goes on across every
 //! replacement. Then the promises are checked as in every scenario, and what an old binary
 //! does once the schema is past it: one still running keeps serving, one started anew is
 //! refused.
 //!
-//! Needs `DATABASE_URL` and `INTENTGATE_PREVIOUS_BIN`; without either the scenario prints why
-//! it is skipped, and with `CI=true` it fails instead.
+//! Needs `INTENTGATE_PREVIOUS_BIN`, and `DATABASE_URL` on PostgreSQL; without them a scenario
+//! prints why it is skipped, and with `CI=true` it fails instead.
 
 use std::fs::OpenOptions;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -132,20 +133,56 @@ impl Fleet {
     }
 }
 
-/// The highest migration recorded in `schema` and when it was applied (ms since the epoch).
-async fn schema_version(url: &str, schema: &str) -> (i64, i64) {
-    let database = connect(url).await;
-    let row = database
-        .query_one(
-            &format!(
-                "SELECT version, applied_ms FROM \"{schema}\".schema_migrations \
-                 ORDER BY version DESC LIMIT 1"
-            ),
-            &[],
-        )
-        .await
-        .unwrap();
-    (row.get(0), row.get(1))
+/// The ledger the replicas share.
+enum Shared {
+    /// A schema of the test's own in the database at the URL.
+    Postgres { url: String, schema: Schema },
+    /// One SQLite file, the replicas processes on this host.
+    Sqlite { path: PathBuf },
+}
+
+impl Shared {
+    /// What `--ledger` names.
+    fn ledger(&self) -> String {
+        match self {
+            Shared::Postgres { url, .. } => url.clone(),
+            Shared::Sqlite { path } => path.to_str().unwrap().to_owned(),
+        }
+    }
+
+    fn schema(&self) -> Option<&str> {
+        match self {
+            Shared::Postgres { schema, .. } => Some(&schema.name),
+            Shared::Sqlite { .. } => None,
+        }
+    }
+
+    /// The highest migration recorded and when it was applied (ms since the epoch).
+    async fn version(&self) -> (i64, i64) {
+        const LATEST: &str =
+            "SELECT version, applied_ms FROM schema_migrations ORDER BY version DESC LIMIT 1";
+        match self {
+            Shared::Postgres { url, schema } => {
+                let database = connect(url).await;
+                database
+                    .batch_execute(&format!("SET search_path TO \"{}\"", schema.name))
+                    .await
+                    .unwrap();
+                let row = database.query_one(LATEST, &[]).await.unwrap();
+                (row.get(0), row.get(1))
+            }
+            Shared::Sqlite { path } => {
+                let database = rusqlite::Connection::open_with_flags(
+                    path,
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+                )
+                .unwrap();
+                database
+                    .query_row(LATEST, [], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .unwrap()
+            }
+        }
+    }
 }
 
 fn now_ms() -> i64 {
@@ -165,28 +202,41 @@ struct Replacement {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_rolling_upgrade_under_a_retry_storm_keeps_every_promise() {
-    let name = "rolling upgrade";
+async fn a_rolling_upgrade_on_postgresql_under_a_retry_storm_keeps_every_promise() {
+    let name = "rolling upgrade on PostgreSQL";
     let Some(url) = database_url(name) else {
         return;
     };
     let Some(previous) = previous_binary(name) else {
         return;
     };
-    let commit = previous_release();
     let schema = Schema::fresh(&url, "faults_upgrade");
-    let mut fleet = Fleet::new(name, UPGRADE_TIMEOUT_MS, 1).await;
+    let fleet = Fleet::new(name, UPGRADE_TIMEOUT_MS, 1).await;
+    rolling_upgrade(name, fleet, &previous, Shared::Postgres { url, schema }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rolling_upgrade_on_one_sqlite_file_under_a_retry_storm_keeps_every_promise() {
+    let name = "rolling upgrade on SQLite";
+    let Some(previous) = previous_binary(name) else {
+        return;
+    };
+    let fleet = Fleet::new(name, UPGRADE_TIMEOUT_MS, 1).await;
+    let path = fleet.folder.path().join("ledger.db");
+    rolling_upgrade(name, fleet, &previous, Shared::Sqlite { path }).await;
+}
+
+/// The scenario on `shared`: three replicas of `previous` replaced one by one by this build
+/// while the storm goes on (see the module's comment).
+async fn rolling_upgrade(name: &str, mut fleet: Fleet, previous: &Path, shared: Shared) {
+    let commit = previous_release();
+    let ledger = shared.ledger();
     let mock_url = fleet.mock.url.clone();
     for _ in 0..REPLICAS {
-        let replica = fleet.start_replica(
-            Some(previous.as_path()),
-            &url,
-            &mock_url,
-            Some(&schema.name),
-        );
+        let replica = fleet.start_replica(Some(previous), &ledger, &mock_url, shared.schema());
         fleet.replicas.get_mut().unwrap().push(replica);
     }
-    let (version_before, _) = schema_version(&url, &schema.name).await;
+    let (version_before, _) = shared.version().await;
     let fleet = Arc::new(fleet);
     let mut faults: Value = serde_json::from_str(FAILOVER_FAULTS).unwrap();
     faults["seed"] = json!(17);
@@ -210,14 +260,14 @@ async fn a_rolling_upgrade_under_a_retry_storm_keeps_every_promise() {
         let started = Instant::now();
         let started_ms = now_ms();
         let replica = {
-            let (fleet, url, mock_url, schema) = (
+            let (fleet, ledger, mock_url, schema) = (
                 fleet.clone(),
-                url.clone(),
+                ledger.clone(),
                 mock_url.clone(),
-                schema.name.clone(),
+                shared.schema().map(str::to_owned),
             );
             tokio::task::spawn_blocking(move || {
-                fleet.start_replica(None, &url, &mock_url, Some(&schema))
+                fleet.start_replica(None, &ledger, &mock_url, schema.as_deref())
             })
             .await
             .unwrap()
@@ -229,7 +279,7 @@ async fn a_rolling_upgrade_under_a_retry_storm_keeps_every_promise() {
             ready_in,
         });
         if index == 0 {
-            let (version, applied_ms) = schema_version(&url, &schema.name).await;
+            let (version, applied_ms) = shared.version().await;
             migration = Some((version, applied_ms - started_ms));
             // The old replicas still running serve new intents on the migrated schema: an
             // outcome, not a 503 (the provider's faults still apply).
@@ -244,14 +294,15 @@ async fn a_rolling_upgrade_under_a_retry_storm_keeps_every_promise() {
                 .append(true)
                 .open(&log)
                 .unwrap();
+            let mut env = vec![("INTENTGATE_MOCK_URL", mock_url.as_str())];
+            if let Some(schema) = shared.schema() {
+                env.push(("INTENTGATE_LEDGER_SCHEMA", schema));
+            }
             let refused = support::try_serve_binary_with_stderr(
-                Some(previous.as_path()),
+                Some(previous),
                 fleet.config.to_str().unwrap(),
-                &url,
-                &[
-                    ("INTENTGATE_MOCK_URL", mock_url.as_str()),
-                    ("INTENTGATE_LEDGER_SCHEMA", schema.name.as_str()),
-                ],
+                &ledger,
+                &env,
                 stderr,
             );
             let said = std::fs::read_to_string(&log).unwrap_or_default();
@@ -313,7 +364,7 @@ async fn a_rolling_upgrade_under_a_retry_storm_keeps_every_promise() {
          started, old replicas after the migration answered {old_after_migration:?}, an old \
          replica started after it {} saying {old_said:?}, storm ended {storm_ended_after:?} \
          after the first stop, settled {settled_in:?} after the storm, /readyz not ready {:?} \
-         times (ready {:?}) saying {:?}, calls metric {metric:?}, owner's notices {:?}",
+         times (ready {:?}) saying {:?}, calls metric of the new replicas {metric:?}, owner's notices {:?}",
         everything.len(),
         answers.len(),
         effects_per_intent(&everything, &effects),
@@ -359,7 +410,9 @@ async fn a_rolling_upgrade_under_a_retry_storm_keeps_every_promise() {
          version: {old_said:?}"
     );
     drop(fleet);
-    schema.remove();
+    if let Shared::Postgres { schema, .. } = shared {
+        schema.remove();
+    }
 }
 
 #[test]
