@@ -31,6 +31,11 @@ pub enum LedgerError {
     /// release migrated it): nothing was read or written; says both versions.
     #[error("{0}")]
     NewerSchema(String),
+    /// A migration this program must run is refused while processes of an older release
+    /// that would go wrong on the migrated schema still run on the ledger: nothing was
+    /// written; says which processes and what to do.
+    #[error("{0}")]
+    MigrationRefused(String),
     /// A value the ledger can't store as given (an inconsistent record, a value outside its
     /// set, an empty name); says which and why. Nothing was written.
     #[error("{field} {reason}")]

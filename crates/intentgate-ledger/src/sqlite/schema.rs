@@ -285,7 +285,60 @@ const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
-/// Applies the migrations this file lacks ([`migrations::pending`]), in one transaction.
+/// The migration that made the process registry (`processes`): a process of a release
+/// before it never registers.
+const PROCESS_REGISTRY: i64 = 3;
+/// The narrow begin: from this migration on a new intent's row is in `intents_begun` until
+/// it is moved, and a release before it looks for a key in `intents` only. Such a process,
+/// still running on a ledger migrated past it, would find no intent for a key a newer
+/// process has begun and begin a second one (and send its request again).
+const NARROW_BEGIN: i64 = 8;
+/// Most processes a refused migration names.
+const REFUSAL_NAMES_MAX: i64 = 5;
+
+/// Refuses to migrate a ledger at `applied` past [`NARROW_BEGIN`] while a registered process
+/// still runs on it (not ended, heartbeating within its silence): on a ledger that has not
+/// reached that migration, every such process is of a release before it. Processes of
+/// releases before [`PROCESS_REGISTRY`] can't be seen; nothing else is refused.
+fn refuse_under_older_processes(
+    transaction: &rusqlite::Transaction<'_>,
+    applied: i64,
+) -> Result<(), LedgerError> {
+    if !(PROCESS_REGISTRY..NARROW_BEGIN).contains(&applied) {
+        return Ok(());
+    }
+    let mut statement = transaction.prepare(
+        "SELECT instance, pid, host FROM processes \
+         WHERE ended IS NULL \
+           AND CAST(unixepoch('subsec') * 1000 AS INTEGER) - heartbeat_ms <= silent_after_ms \
+         ORDER BY started_ms LIMIT ?1",
+    )?;
+    let running: Vec<String> = statement
+        .query_map(params![REFUSAL_NAMES_MAX], |row| {
+            Ok(format!(
+                "{} (pid {} on {})",
+                row.get::<_, String>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, String>(2)?
+            ))
+        })?
+        .collect::<Result<_, _>>()?;
+    if running.is_empty() {
+        return Ok(());
+    }
+    Err(LedgerError::MigrationRefused(format!(
+        "the ledger has schema version {applied} and processes of an older intentgate still \
+         run on it: {}; migrating it to version {NARROW_BEGIN} (a new intent's begin in its own \
+         table) while they run would let them begin a second intent for a key this one has \
+         begun: stop them (or wait until their heartbeats are older than their silence), then \
+         start this intentgate again",
+        running.join(", ")
+    )))
+}
+
+/// Applies the migrations this file lacks ([`migrations::pending`]), in one transaction;
+/// refuses the narrow begin's while older processes run on the ledger
+/// ([`refuse_under_older_processes`]).
 pub fn migrate(connection: &mut Connection) -> Result<(), LedgerError> {
     let transaction =
         connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -294,6 +347,7 @@ pub fn migrate(connection: &mut Connection) -> Result<(), LedgerError> {
              version INTEGER PRIMARY KEY, applied_ms INTEGER NOT NULL) STRICT;",
     )?;
     let applied: i64 = transaction.query_row(migrations::APPLIED, [], |row| row.get(0))?;
+    refuse_under_older_processes(&transaction, applied)?;
     for (version, sql) in migrations::pending(MIGRATIONS, applied, "the ledger has schema")? {
         transaction.execute_batch(sql)?;
         transaction.execute(
@@ -303,4 +357,95 @@ pub fn migrate(connection: &mut Connection) -> Result<(), LedgerError> {
     }
     transaction.commit()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ledger at schema `version`, as a release that knew up to it left it.
+    fn ledger_at(version: usize) -> Connection {
+        let connection = Connection::open_in_memory().unwrap();
+        connection
+            .execute_batch(
+                "CREATE TABLE schema_migrations (
+                     version INTEGER PRIMARY KEY, applied_ms INTEGER NOT NULL) STRICT;",
+            )
+            .unwrap();
+        for (index, sql) in MIGRATIONS[..version].iter().enumerate() {
+            connection.execute_batch(sql).unwrap();
+            connection
+                .execute(
+                    "INSERT INTO schema_migrations (version, applied_ms) VALUES (?1, 0)",
+                    params![index as i64 + 1],
+                )
+                .unwrap();
+        }
+        connection
+    }
+
+    /// Registers `instance` as a process whose last heartbeat was `silent_ms` ago, silent
+    /// after 30 s, ended as `ended` when given.
+    fn register(connection: &Connection, instance: &str, silent_ms: i64, ended: Option<&str>) {
+        connection
+            .execute(
+                "INSERT INTO processes (instance, host, pid_scope, pid, started_ms, heartbeat_ms, \
+                 silent_after_ms, ended, ended_ms) VALUES (?1, 'host-a', '', 4242, 0, \
+                 CAST(unixepoch('subsec') * 1000 AS INTEGER) - ?2, 30000, ?3, \
+                 CASE WHEN ?3 IS NULL THEN NULL ELSE 0 END)",
+                params![instance, silent_ms, ended],
+            )
+            .unwrap();
+    }
+
+    fn applied(connection: &Connection) -> i64 {
+        connection
+            .query_row(migrations::APPLIED, [], |row| row.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn the_narrow_begin_is_not_migrated_to_while_an_older_process_runs_on_the_ledger() {
+        let mut connection = ledger_at(7);
+        register(&connection, "old-replica", 1_000, None);
+        let Err(LedgerError::MigrationRefused(reason)) = migrate(&mut connection) else {
+            panic!("the narrow begin was migrated to under a running older process");
+        };
+        assert!(
+            reason.contains("old-replica (pid 4242 on host-a)") && reason.contains("version 7"),
+            "the refusal does not name the process and the version: {reason}"
+        );
+        assert_eq!(
+            applied(&connection),
+            7,
+            "a refused migration wrote something"
+        );
+
+        // Once it has stopped, the migration runs.
+        connection
+            .execute(
+                "UPDATE processes SET ended = 'stopped', ended_ms = 1 WHERE instance = 'old-replica'",
+                [],
+            )
+            .unwrap();
+        migrate(&mut connection).unwrap();
+        assert_eq!(applied(&connection), MIGRATIONS.len() as i64);
+    }
+
+    #[test]
+    fn a_silent_or_ended_older_process_does_not_hold_the_migration_back() {
+        let mut connection = ledger_at(7);
+        register(&connection, "crashed", 60_000, None);
+        register(&connection, "stopped", 0, Some("stopped"));
+        migrate(&mut connection).unwrap();
+        assert_eq!(applied(&connection), MIGRATIONS.len() as i64);
+    }
+
+    #[test]
+    fn processes_on_a_ledger_past_the_narrow_begin_do_not_hold_later_migrations_back() {
+        let mut connection = ledger_at(NARROW_BEGIN as usize);
+        register(&connection, "replica-at-8", 1_000, None);
+        migrate(&mut connection).unwrap();
+        assert_eq!(applied(&connection), MIGRATIONS.len() as i64);
+    }
 }

@@ -23,7 +23,7 @@ async fn a_ledger_migrated_past_this_version_is_refused_naming_both_versions() {
     let replica = fleet.add_replica(&url, &mock_url, Some(&schema.name));
     let first = fleet.try_call(replica, "d1").await;
     assert_eq!(first, "done", "{name}: the first call was not served");
-    fleet.replicas.clear();
+    fleet.replicas.get_mut().unwrap().clear();
 
     // A newer version migrates the ledger one step past this one.
     let database = connect(&url).await;

@@ -11,14 +11,17 @@
 //!   then healed.
 //! - **A partition between the gateway and the provider**, longer than every call and lookup
 //!   timeout, then healed.
+//! - **A rolling upgrade** ([`upgrade`]): replicas of the previous release replaced one at a
+//!   time by this build mid-storm, the first running the migration while old ones serve.
 //!
 //! Each scenario checks the provider's effect log against the ledger and against every answer
 //! given, and prints its figures: intents, calls, effects per intent, answers by status, time
 //! to recover, and what the operator saw (`/readyz`, the calls metric, reconciliation).
 //!
 //! The failover scenarios need the PostgreSQL server programs (`INTENTGATE_PG_BIN`, or the
-//! newest `/usr/lib/postgresql/VERSION/bin`), the database partition needs `DATABASE_URL`;
-//! without them they print why they are skipped, and with `CI=true` they fail instead.
+//! newest `/usr/lib/postgresql/VERSION/bin`), the database partition needs `DATABASE_URL`,
+//! the rolling upgrade that and `INTENTGATE_PREVIOUS_BIN`; without them they print why they
+//! are skipped, and with `CI=true` they fail instead.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -26,11 +29,12 @@ mod support;
 mod downgrade;
 mod postgres_pair;
 mod proxy;
+mod upgrade;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use postgres_pair::{Pair, Replication};
@@ -103,7 +107,8 @@ type Answer = String;
 /// The mock provider and the gateway replicas in front of it, and what the clients saw.
 struct Fleet {
     mock: Running,
-    replicas: Vec<Running>,
+    /// The replicas, in the order added; one is replaced in place during a rolling upgrade.
+    replicas: RwLock<Vec<Running>>,
     client: reqwest::Client,
     config: PathBuf,
     log: PathBuf,
@@ -124,7 +129,7 @@ impl Fleet {
         let config = config(folder.path(), timeout_ms, retry_budget, &webhook.url);
         Fleet {
             mock: mock_provider(),
-            replicas: Vec::new(),
+            replicas: RwLock::default(),
             client: intentgate_test_support::http::client(Some(CLIENT_TIMEOUT)),
             config,
             log: std::env::var_os("FAULTS_LOGS").map_or_else(
@@ -141,6 +146,21 @@ impl Fleet {
     /// One more replica on `ledger`, calling the provider at `provider` (the mock, or a proxy
     /// in front of it), with `schema` when given.
     fn add_replica(&mut self, ledger: &str, provider: &str, schema: Option<&str>) -> usize {
+        let replica = self.start_replica(None, ledger, provider, schema);
+        let replicas = self.replicas.get_mut().unwrap();
+        replicas.push(replica);
+        replicas.len() - 1
+    }
+
+    /// A replica as [`Fleet::add_replica`] starts it, of `binary` (another build of
+    /// `intentgate`) when given, not yet in the fleet.
+    fn start_replica(
+        &self,
+        binary: Option<&Path>,
+        ledger: &str,
+        provider: &str,
+        schema: Option<&str>,
+    ) -> Running {
         let mut env = vec![("INTENTGATE_MOCK_URL", provider), ("RUST_LOG", "info")];
         if let Some(schema) = schema {
             env.push(("INTENTGATE_LEDGER_SCHEMA", schema));
@@ -150,13 +170,20 @@ impl Fleet {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let replica =
-            support::try_serve_with_stderr(self.config.to_str().unwrap(), ledger, &env, log)
-                .unwrap_or_else(|problem| {
-                    panic!("{problem}; the replicas' log:\n{}", self.log_tail())
-                });
-        self.replicas.push(replica);
-        self.replicas.len() - 1
+        support::try_serve_binary_with_stderr(
+            binary,
+            self.config.to_str().unwrap(),
+            ledger,
+            &env,
+            log,
+        )
+        .unwrap_or_else(|problem| panic!("{problem}; the replicas' log:\n{}", self.log_tail()))
+    }
+
+    /// Every replica's URL, in order.
+    fn urls(&self) -> Vec<String> {
+        let replicas = self.replicas.read().unwrap();
+        replicas.iter().map(|replica| replica.url.clone()).collect()
     }
 
     /// The owner's notices received so far, by kind.
@@ -175,8 +202,9 @@ impl Fleet {
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
-    fn url(&self, replica: usize) -> &str {
-        &self.replicas[replica % self.replicas.len()].url
+    fn url(&self, replica: usize) -> String {
+        let replicas = self.replicas.read().unwrap();
+        replicas[replica % replicas.len()].url.clone()
     }
 
     async fn faults(&self, plan: Value) {
@@ -347,13 +375,8 @@ impl Fleet {
     /// that answer.
     async fn calls_metric(&self) -> BTreeMap<String, u64> {
         let mut counts = BTreeMap::new();
-        for replica in &self.replicas {
-            let Ok(response) = self
-                .client
-                .get(format!("{}/metrics", replica.url))
-                .send()
-                .await
-            else {
+        for url in self.urls() {
+            let Ok(response) = self.client.get(format!("{url}/metrics")).send().await else {
                 continue;
             };
             let text = response.text().await.unwrap_or_default();
@@ -438,8 +461,8 @@ fn probe_readiness(
         let mut seen = Readiness::default();
         let probe = intentgate_test_support::http::client(Some(Duration::from_secs(5)));
         while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-            for (index, replica) in fleet.replicas.iter().enumerate() {
-                let answer = probe.get(format!("{}/readyz", replica.url)).send().await;
+            for (index, url) in fleet.urls().into_iter().enumerate() {
+                let answer = probe.get(format!("{url}/readyz")).send().await;
                 match answer {
                     Ok(response) if response.status().is_success() => {
                         *seen.ready.entry(index).or_insert(0) += 1;

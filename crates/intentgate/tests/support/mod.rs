@@ -127,7 +127,17 @@ pub fn try_start_with_stderr(
     env: &[(&str, &str)],
     stderr: impl Into<Stdio>,
 ) -> Result<Running, String> {
-    let mut command = intentgate();
+    try_start_command(intentgate(), args, env, stderr)
+}
+
+/// [`try_start_with_stderr`] of `command` (the built binary, or another build of
+/// `intentgate` with the same cleaned environment).
+fn try_start_command(
+    mut command: Command,
+    args: &[&str],
+    env: &[(&str, &str)],
+    stderr: impl Into<Stdio>,
+) -> Result<Running, String> {
     command.args(args).stdout(Stdio::piped()).stderr(stderr);
     for (name, value) in env {
         command.env(name, value);
@@ -195,7 +205,28 @@ pub fn try_serve_with_stderr(
     env: &[(&str, &str)],
     stderr: impl Into<Stdio>,
 ) -> Result<Running, String> {
-    try_start_with_stderr(
+    try_serve_binary_with_stderr(None, config, ledger, env, stderr)
+}
+
+/// [`try_serve_with_stderr`] with `binary`, another build of `intentgate` (a previous
+/// release), when given; the built binary otherwise.
+pub fn try_serve_binary_with_stderr(
+    binary: Option<&Path>,
+    config: &str,
+    ledger: &str,
+    env: &[(&str, &str)],
+    stderr: impl Into<Stdio>,
+) -> Result<Running, String> {
+    let command = match binary {
+        Some(binary) => {
+            let mut command = Command::new(binary);
+            without_settings_from_the_environment(&mut command);
+            command
+        }
+        None => intentgate(),
+    };
+    try_start_command(
+        command,
         &[
             "serve",
             "--config",
