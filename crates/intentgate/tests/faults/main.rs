@@ -11,6 +11,9 @@
 //!   then healed.
 //! - **A partition between the gateway and the provider**, longer than every call and lookup
 //!   timeout, then healed.
+//! - **A failing fsync under the SQLite ledger** ([`fsync`]): a shim loaded into the replica
+//!   makes the ledger's syncs fail with EIO mid-storm, then succeed again; the replica is
+//!   then killed and restarted on the same file.
 //!
 //! Each scenario checks the provider's effect log against the ledger and against every answer
 //! given, and prints its figures: intents, calls, effects per intent, answers by status, time
@@ -24,6 +27,7 @@
 mod support;
 
 mod downgrade;
+mod fsync;
 mod postgres_pair;
 mod proxy;
 
@@ -141,10 +145,22 @@ impl Fleet {
     /// One more replica on `ledger`, calling the provider at `provider` (the mock, or a proxy
     /// in front of it), with `schema` when given.
     fn add_replica(&mut self, ledger: &str, provider: &str, schema: Option<&str>) -> usize {
+        self.add_replica_with_env(ledger, provider, schema, &[])
+    }
+
+    /// [`Fleet::add_replica`], with `extra` added to the replica's environment.
+    fn add_replica_with_env(
+        &mut self,
+        ledger: &str,
+        provider: &str,
+        schema: Option<&str>,
+        extra: &[(&str, &str)],
+    ) -> usize {
         let mut env = vec![("INTENTGATE_MOCK_URL", provider), ("RUST_LOG", "info")];
         if let Some(schema) = schema {
             env.push(("INTENTGATE_LEDGER_SCHEMA", schema));
         }
+        env.extend_from_slice(extra);
         let log = OpenOptions::new()
             .create(true)
             .append(true)
