@@ -365,6 +365,10 @@ async fn a_failing_fsync_under_the_sqlite_ledger_sends_nothing_unrecorded_and_lo
             >= FAILING_PROBES as u64,
         "{name}: the calls metric did not count the refusals: {metric_while_failing:?}"
     );
+    assert!(
+        readiness.not_ready.get(&0).copied().unwrap_or(0) > 0,
+        "{name}: the operator's probe never saw /readyz not ready while syncs failed"
+    );
     assert_eq!(
         ready_status_while_failing, 503,
         "{name}: /readyz said ready while every sync failed: {ready_body_while_failing}"
