@@ -75,6 +75,10 @@ pub struct Gate {
     /// The last call the ledger failed before anything was sent, unless a call has been
     /// served since: what `/readyz` reports while reads still work (a full disk).
     pub(crate) ledger_failure: Mutex<Option<LedgerFailure>>,
+    /// Calls the ledger failed before anything was sent, since the start: a call reads it
+    /// when it starts, and its outcome clears [`Gate::ledger_failure`] only when no failure
+    /// was noted since.
+    pub(crate) ledger_failures_noted: AtomicU64,
 }
 
 /// How long a call the ledger failed keeps `/readyz` not ready when no call is served after
@@ -151,6 +155,7 @@ impl Gate {
             settled: crate::call::settled::SettledCache::default(),
             resend_budget: ResendBudget::default(),
             ledger_failure: Mutex::default(),
+            ledger_failures_noted: AtomicU64::new(0),
         })
     }
 
@@ -232,19 +237,37 @@ impl Gate {
         (self.clock.now_ms() - failure.at_ms < LEDGER_FAILURE_NOT_READY_MS).then_some(failure)
     }
 
+    /// How many calls the ledger has failed so far: what a call reads as it starts, to pass
+    /// to [`Gate::note_ledger`] when it ends.
+    pub(crate) fn ledger_failures_noted(&self) -> u64 {
+        self.ledger_failures_noted.load(Ordering::SeqCst)
+    }
+
     /// Notes how a call ended for [`Gate::recent_ledger_failure`]: a ledger error before
-    /// anything was sent is remembered, an outcome forgets it.
-    pub(crate) fn note_ledger(&self, failed: Option<&intentgate_ledger::LedgerError>) {
+    /// anything was sent is remembered; an outcome forgets it, unless a failure was noted
+    /// after the call started (`noted_at_start`, from [`Gate::ledger_failures_noted`]).
+    ///
+    /// A call that started before the failure wrote its `begin` before it, and its outcome
+    /// may be written when a `begin` is not: a failing fsync fails the commits that sync
+    /// (every `begin`, under strict durability) while those that don't (outcomes) succeed.
+    /// Such an outcome says nothing of whether new calls can be recorded again, and
+    /// `/readyz` would turn ready between two refused calls.
+    pub(crate) fn note_ledger(
+        &self,
+        failed: Option<&intentgate_ledger::LedgerError>,
+        noted_at_start: u64,
+    ) {
         let mut last = self.ledger_failure.lock().unwrap();
         match failed {
             Some(error) => {
+                self.ledger_failures_noted.fetch_add(1, Ordering::SeqCst);
                 *last = Some(LedgerFailure {
                     at_ms: self.clock.now_ms(),
                     error: error.to_string(),
                 });
             }
             None => {
-                if last.is_some() {
+                if last.is_some() && self.ledger_failures_noted() == noted_at_start {
                     *last = None;
                 }
             }

@@ -61,6 +61,61 @@ pub enum LedgerError {
 #[cfg(feature = "sqlite")]
 impl From<rusqlite::Error> for LedgerError {
     fn from(error: rusqlite::Error) -> LedgerError {
-        LedgerError::Storage(error.to_string())
+        match io_failure(&error) {
+            Some(what) => LedgerError::Storage(format!("{error}: {what}")),
+            None => LedgerError::Storage(error.to_string()),
+        }
+    }
+}
+
+/// What the operating system refused, for SQLite's I/O errors, whose message alone ("disk
+/// I/O error") does not say whether a read, a write or a sync failed, nor where to look.
+#[cfg(feature = "sqlite")]
+fn io_failure(error: &rusqlite::Error) -> Option<&'static str> {
+    use rusqlite::ffi;
+    let rusqlite::Error::SqliteFailure(failure, _) = error else {
+        return None;
+    };
+    match failure.extended_code {
+        ffi::SQLITE_IOERR_FSYNC | ffi::SQLITE_IOERR_DIR_FSYNC => Some(
+            "the ledger's file could not be synced to disk (fsync failed, SQLITE_IOERR_FSYNC); \
+             what was being committed is not recorded; check the disk and the kernel log \
+             (dmesg)",
+        ),
+        ffi::SQLITE_IOERR_WRITE => Some(
+            "writing the ledger's file failed (SQLITE_IOERR_WRITE); check the disk and the \
+             kernel log (dmesg)",
+        ),
+        ffi::SQLITE_IOERR_READ | ffi::SQLITE_IOERR_SHORT_READ => Some(
+            "reading the ledger's file failed (SQLITE_IOERR_READ); check the disk and the \
+             kernel log (dmesg)",
+        ),
+        _ => None,
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::LedgerError;
+    use rusqlite::ffi;
+
+    #[test]
+    fn a_failed_fsync_is_named_as_such_with_where_to_look() {
+        let failed = rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_IOERR_FSYNC), None);
+        let message = LedgerError::from(failed).to_string();
+        assert!(message.contains("disk I/O error"), "{message}");
+        assert!(message.contains("fsync failed"), "{message}");
+        assert!(message.contains("dmesg"), "{message}");
+    }
+
+    #[test]
+    fn an_error_that_is_not_about_io_keeps_sqlites_message_alone() {
+        let busy = rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_BUSY), None);
+        let sqlites = busy.to_string();
+        assert!(sqlites.contains("database is locked"), "{sqlites}");
+        assert_eq!(
+            LedgerError::from(busy).to_string(),
+            format!("ledger storage error: {sqlites}")
+        );
     }
 }

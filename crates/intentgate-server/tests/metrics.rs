@@ -259,3 +259,67 @@ async fn readyz_is_503_while_the_ledger_reads_but_fails_to_record_calls() {
     assert_eq!((status, body), (200, json!({"ready": true})));
     server.stop().await;
 }
+
+/// Regression: a call begun before the ledger failed, answered `done` after it, made
+/// `/readyz` ready again while every new call was still refused. A failing fsync fails the
+/// commits that sync (each `begin`) while an outcome, committed without one, is written: the
+/// probe saw ready through a fault suite's three seconds of failed fsyncs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_stays_503_when_only_a_call_begun_before_the_ledger_failed_is_served() {
+    let provider_latency = Duration::from_millis(600);
+    let server = common::start(
+        vec![refund_tool(), get_order_tool(Duration::from_secs(5))],
+        FaultPlan {
+            latency_min: provider_latency,
+            latency_max: provider_latency,
+            ..FaultPlan::none()
+        },
+        ServerOptions::default(),
+    )
+    .await;
+    let (client, base) = (server.client.clone(), server.base.clone());
+    let begun_before = tokio::spawn(async move {
+        call_tool(
+            &client,
+            &base,
+            "refund_order",
+            json!({"order_id": "8812", "amount": 49}),
+        )
+        .await
+    });
+    // Its `begin` is written and its request is at the provider; then new intents can't be
+    // written.
+    tokio::time::sleep(provider_latency / 3).await;
+    let connection = rusqlite::Connection::open(&server.ledger_path).unwrap();
+    connection
+        .execute_batch(
+            "CREATE TRIGGER no_room BEFORE INSERT ON intents_begun \
+             BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;",
+        )
+        .unwrap();
+    let refused = server
+        .client
+        .post(format!("{}/v1/tools/refund_order/call", server.base))
+        .json(&json!({"arguments": {"order_id": "9913", "amount": 12}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 503);
+    let served = begun_before.await.unwrap();
+    assert_eq!(served["status"], "done", "{served}");
+    let (status, _, body) = server.get("/readyz").await;
+    assert_eq!(
+        status, 503,
+        "a call begun before the failure made /readyz ready: {body}"
+    );
+
+    // A call begun after the failure is served: ready again.
+    connection.execute_batch("DROP TRIGGER no_room;").unwrap();
+    let again = server
+        .call("refund_order", json!({"order_id": "9913", "amount": 12}))
+        .await;
+    assert_eq!(again["status"], "done");
+    let (status, _, body) = server.get("/readyz").await;
+    assert_eq!((status, body), (200, json!({"ready": true})));
+    server.stop().await;
+}

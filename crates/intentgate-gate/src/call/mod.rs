@@ -122,22 +122,24 @@ impl Gate {
         // Checked before the ledger sees it: a malformed tenant is the caller's mistake, not
         // a ledger outage (the schema's length check would fail the write).
         intentgate_core::Tenant::parse(&context.tenant)?;
+        let failures_noted = self.ledger_failures_noted();
         let result = self.call_tool(tool, arguments, context).await;
         match &result {
             Ok(outcome) => {
                 self.metrics.call(&tool.definition.name, outcome.status);
-                // A side effect answered `done` had its outcome written: the ledger writes
-                // again. (A repeat answered from a read proves nothing of its writes.)
+                // A side effect answered `done` had its `begin` written: the ledger writes
+                // again, if that was after the failure. (A repeat answered from a read proves
+                // nothing of its writes.)
                 if tool.definition.effect == Effect::SideEffect
                     && outcome.status == intentgate_core::CallStatus::Done
                 {
-                    self.note_ledger(None);
+                    self.note_ledger(None, failures_noted);
                 }
             }
             Err(GateError::Ledger(error)) => {
                 self.metrics
                     .call_status(&tool.definition.name, STATUS_LEDGER_UNAVAILABLE);
-                self.note_ledger(Some(error));
+                self.note_ledger(Some(error), failures_noted);
             }
             Err(_) => {}
         }

@@ -603,11 +603,18 @@ impl Writer {
             let _ = run_cached(connection, "ROLLBACK");
             Ok(())
         } else {
-            let committed = run_cached(connection, "COMMIT");
-            if committed.is_err() {
+            let committed = connection
+                .prepare_cached("COMMIT")
+                .and_then(|mut commit| commit.execute([]).map(drop));
+            if let Err(error) = &committed {
                 let _ = run_cached(connection, "ROLLBACK");
+                if failed_on_io(error) {
+                    forget_failed_commit(connection);
+                    // It left `synchronous` off.
+                    self.synchronous_full = None;
+                }
             }
-            committed
+            committed.map_err(LedgerError::from)
         };
         self.counts.commits.fetch_add(1, Ordering::Relaxed);
         if full {
@@ -622,6 +629,51 @@ impl Writer {
         if let Some(checkpointer) = &self.checkpointer {
             checkpointer.catch_up(&self.connection);
         }
+    }
+}
+
+/// Whether a statement failed on an I/O error of the ledger's files (`SQLITE_IOERR_*`: a
+/// failed write, read or fsync).
+fn failed_on_io(error: &rusqlite::Error) -> bool {
+    matches!(
+        error,
+        rusqlite::Error::SqliteFailure(failure, _)
+            if failure.code == rusqlite::ErrorCode::SystemIoFailure
+    )
+}
+
+/// Makes a commit that failed on an I/O error impossible to find again when the ledger is
+/// next opened, by committing a write of one page at once, without a sync, in its place.
+///
+/// A commit whose fsync failed has written its pages to the WAL file, ending with the frame
+/// that marks it committed: only the sync failed. SQLite answers the error and forgets that
+/// transaction (its WAL index never pointed at those frames), and the next commit writes its
+/// own frames over them. But a process killed before its next commit leaves them in the
+/// file, and the next process to open the ledger rebuilds the WAL index from the file and
+/// finds the transaction committed. A `begin` answered "nothing was executed" would then be
+/// `in_flight` after the restart, and the sweeper would send it, although its caller was
+/// told it did not happen. The overwriting commit needs no sync: its first frame takes the
+/// place of the failed transaction's first frame, and the failed frames after it no longer
+/// match the WAL's running checksum, so a rebuild stops there. It rewrites the header field
+/// `user_version` (unused by the ledger) with the value it has. Should the kernel lose the
+/// pages of the WAL as well (a machine crash), nothing the ledger did after the failed sync
+/// can be counted on; this is about the process that dies and the one that reopens the file.
+fn forget_failed_commit(connection: &Connection) {
+    let overwrite = || -> rusqlite::Result<()> {
+        let version: i64 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        connection.execute_batch(&format!(
+            "PRAGMA synchronous = OFF; BEGIN IMMEDIATE; PRAGMA user_version = {version}; COMMIT"
+        ))
+    };
+    if let Err(error) = overwrite() {
+        let _ = connection.execute_batch("ROLLBACK");
+        tracing::warn!(
+            error = %LedgerError::from(error),
+            "a commit failed on an I/O error and its pages in the WAL could not be overwritten; \
+             should the gateway stop before its next commit, the failed commit's writes may be \
+             found when the ledger is next opened (intents answered 503 may then be in flight \
+             and be sent by the sweeper)"
+        );
     }
 }
 

@@ -13,6 +13,9 @@
 //!   timeout, then healed.
 //! - **A rolling upgrade** ([`upgrade`]): replicas of the previous release replaced one at a
 //!   time by this build mid-storm, the first running the migration while old ones serve.
+//! - **A failing fsync under the SQLite ledger** ([`fsync`]): a shim loaded into the replica
+//!   makes the ledger's syncs fail with EIO mid-storm, then succeed again; the replica is
+//!   then killed and restarted on the same file.
 //!
 //! Each scenario checks the provider's effect log against the ledger and against every answer
 //! given, and prints its figures: intents, calls, effects per intent, answers by status, time
@@ -27,6 +30,7 @@
 mod support;
 
 mod downgrade;
+mod fsync;
 mod postgres_pair;
 mod proxy;
 mod upgrade;
@@ -146,13 +150,24 @@ impl Fleet {
     /// One more replica on `ledger`, calling the provider at `provider` (the mock, or a proxy
     /// in front of it), with `schema` when given.
     fn add_replica(&mut self, ledger: &str, provider: &str, schema: Option<&str>) -> usize {
-        let replica = self.start_replica(None, ledger, provider, schema);
+        self.add_replica_with_env(ledger, provider, schema, &[])
+    }
+
+    /// [`Fleet::add_replica`], with `extra` added to the replica's environment.
+    fn add_replica_with_env(
+        &mut self,
+        ledger: &str,
+        provider: &str,
+        schema: Option<&str>,
+        extra: &[(&str, &str)],
+    ) -> usize {
+        let replica = self.start_replica(None, ledger, provider, schema, extra);
         let replicas = self.replicas.get_mut().unwrap();
         replicas.push(replica);
         replicas.len() - 1
     }
 
-    /// A replica as [`Fleet::add_replica`] starts it, of `binary` (another build of
+    /// A replica as [`Fleet::add_replica_with_env`] starts it, of `binary` (another build of
     /// `intentgate`) when given, not yet in the fleet.
     fn start_replica(
         &self,
@@ -160,11 +175,13 @@ impl Fleet {
         ledger: &str,
         provider: &str,
         schema: Option<&str>,
+        extra: &[(&str, &str)],
     ) -> Running {
         let mut env = vec![("INTENTGATE_MOCK_URL", provider), ("RUST_LOG", "info")];
         if let Some(schema) = schema {
             env.push(("INTENTGATE_LEDGER_SCHEMA", schema));
         }
+        env.extend_from_slice(extra);
         let log = OpenOptions::new()
             .create(true)
             .append(true)

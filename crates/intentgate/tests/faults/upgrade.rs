@@ -233,7 +233,7 @@ async fn rolling_upgrade(name: &str, mut fleet: Fleet, previous: &Path, shared: 
     let ledger = shared.ledger();
     let mock_url = fleet.mock.url.clone();
     for _ in 0..REPLICAS {
-        let replica = fleet.start_replica(Some(previous), &ledger, &mock_url, shared.schema());
+        let replica = fleet.start_replica(Some(previous), &ledger, &mock_url, shared.schema(), &[]);
         fleet.replicas.get_mut().unwrap().push(replica);
     }
     let (version_before, _) = shared.version().await;
@@ -267,7 +267,7 @@ async fn rolling_upgrade(name: &str, mut fleet: Fleet, previous: &Path, shared: 
                 shared.schema().map(str::to_owned),
             );
             tokio::task::spawn_blocking(move || {
-                fleet.start_replica(None, &ledger, &mock_url, schema.as_deref())
+                fleet.start_replica(None, &ledger, &mock_url, schema.as_deref(), &[])
             })
             .await
             .unwrap()
