@@ -276,8 +276,8 @@ async fn a_failing_fsync_under_the_sqlite_ledger_sends_nothing_unrecorded_and_lo
     // caller was told it happened is still there, done, with its one effect.
     let mut fleet =
         Arc::try_unwrap(fleet).unwrap_or_else(|_| panic!("{name}: a task still holds the fleet"));
-    fleet.replicas[0].kill();
-    fleet.replicas.clear();
+    fleet.replicas.get_mut().unwrap()[0].kill();
+    fleet.replicas.get_mut().unwrap().clear();
     shim.add_replica(&mut fleet);
     let acknowledged: Vec<String> = all
         .iter()
@@ -411,9 +411,9 @@ async fn a_begin_whose_fsync_failed_is_not_found_nor_sent_after_a_restart() {
     shim.fail();
     let refused = fleet.try_call(0, "refused").await;
     // Killed at once, before any later commit of its own can take the failed one's place.
-    fleet.replicas[0].kill();
+    fleet.replicas.get_mut().unwrap()[0].kill();
     shim.heal();
-    fleet.replicas.clear();
+    fleet.replicas.get_mut().unwrap().clear();
     shim.add_replica(&mut fleet);
     let found_at_restart = fleet.status(0, "refused").await;
     tokio::time::sleep(WATCHED_AFTER_RESTART).await;
