@@ -23,11 +23,17 @@
 //! write starts the WAL over. One batch in thousands waits for that, rather than one in a
 //! hundred for a whole checkpoint.
 //!
-//! A checkpoint that fails (a full disk: copying frames may grow the database file) is tried
-//! again every [`CHECKPOINT_RETRY`] until one runs, without waiting for the WAL to grow by
-//! another [`CHECKPOINT_PAGES`]. Otherwise, once the disk had room again, the WAL would keep
-//! growing into it and fill it again before the next wake-up, and the ledger would stay
-//! unable to write with space to spare.
+//! **A full disk.** SQLite starts the WAL over only when the write after a checkpoint that
+//! copied every frame finds no reader inside the WAL; a reader of the pool there at that
+//! moment (under load, often) lets the WAL grow on, to the next wake-up 1,000 pages later.
+//! On a disk with less room than that, the WAL fills it, every write fails, and with no
+//! commit nothing would wake the thread again: the ledger would stay unable to write for
+//! good, even once space was freed. So a batch that fails while the WAL is past
+//! [`CHECKPOINT_PAGES`] wakes the thread ([`Checkpointer::after_failure`]): its checkpoint
+//! copies the frames (into pages the file mostly has already), and a later write starts the
+//! WAL over, writing into the file's own space again. A checkpoint that fails (copying frames
+//! may grow the database file, which a full disk refuses) is tried again every
+//! [`CHECKPOINT_RETRY`] until one runs.
 
 use std::ffi::c_int;
 use std::path::Path;
@@ -52,7 +58,10 @@ pub const CHECKPOINT_PAGES_INLINE: i32 = 8 * CHECKPOINT_PAGES;
 /// Most checkpoints the thread runs per wake-up while each leaves fewer frames behind.
 pub const CHECKPOINT_PASSES_MAX: u32 = 4;
 /// Pause before the thread tries a failed checkpoint again on its own.
-pub const CHECKPOINT_RETRY: Duration = Duration::from_millis(500);
+pub const CHECKPOINT_RETRY: Duration = Duration::from_millis(50);
+/// Pause after a checkpoint that copied every frame before the thread checks that the WAL
+/// started over.
+pub const RESTART_CHECK: Duration = Duration::from_millis(100);
 
 /// The checkpoint thread, until [`Checkpointer::stop`].
 pub struct Checkpointer {
@@ -63,6 +72,10 @@ pub struct Checkpointer {
     checkpoints: Arc<AtomicU64>,
     /// Pages in the WAL after the writer's last commit.
     wal_pages: Arc<AtomicI32>,
+    /// What the writer's WAL hook keeps between commits.
+    growth: Arc<WalGrowth>,
+    /// Set after a failed write: the next checkpoint truncates the WAL.
+    truncate: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -86,38 +99,55 @@ impl Checkpointer {
         let (wake, woken) = sync_channel(1);
         let stopping = Arc::new(AtomicBool::new(false));
         let checkpoints = Arc::new(AtomicU64::new(0));
-        let growth = WalGrowth::default();
+        let growth = Arc::new(WalGrowth::default());
         let wal_pages = growth.pages.clone();
-        let hook_wake = wake.clone();
-        writer.wal_hook(Some(move |_: &mut Wal, pages: c_int| {
-            on_commit(pages, &growth, &hook_wake);
-            // Never an error: the commit has happened, and an error here would report it
-            // as failed.
-            Ok(())
-        }))?;
+        let truncate = Arc::new(AtomicBool::new(false));
         let thread = std::thread::Builder::new()
             .name("intentgate-ledger-checkpoint".into())
             .spawn({
                 let (stopping, checkpoints) = (stopping.clone(), checkpoints.clone());
+                let (wal_pages, truncate) = (wal_pages.clone(), truncate.clone());
                 move || {
-                    run(
-                        || connection.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE),
+                    let signals = Signals {
                         woken,
-                        &stopping,
-                        &checkpoints,
+                        stopping: &stopping,
+                        checkpoints: &checkpoints,
+                        wal_pages: &wal_pages,
+                        truncate: &truncate,
+                    };
+                    run(
+                        |mode| connection.wal_checkpoint_v2(None::<&str>, mode),
+                        signals,
                     )
                 }
             })
             .map_err(|error| {
                 LedgerError::Storage(format!("can't start the checkpoint thread: {error}"))
             })?;
-        Ok(Checkpointer {
+        let checkpointer = Checkpointer {
             wake,
             stopping,
             checkpoints,
             wal_pages,
+            growth,
+            truncate,
             thread: Some(thread),
-        })
+        };
+        checkpointer.hook(writer)?;
+        Ok(checkpointer)
+    }
+
+    /// Sets the WAL hook of `writer` that wakes the thread (again, on a write connection
+    /// opened anew).
+    pub fn hook(&self, writer: &mut Connection) -> Result<()> {
+        let (growth, wake) = (self.growth.clone(), self.wake.clone());
+        writer.wal_hook(Some(move |_: &mut Wal, pages: c_int| {
+            on_commit(pages, &growth, &wake);
+            // Never an error: the commit has happened, and an error here would report it
+            // as failed.
+            Ok(())
+        }))?;
+        Ok(())
     }
 
     /// Checkpoints the thread has run so far.
@@ -130,6 +160,17 @@ impl Checkpointer {
     #[cfg(test)]
     pub fn wal_pages(&self) -> i32 {
         self.wal_pages.load(Ordering::Relaxed)
+    }
+
+    /// After a batch of the writer failed: wakes the thread when the WAL is past
+    /// [`CHECKPOINT_PAGES`], since a WAL that filled the disk fails every write and no commit
+    /// would wake it (see the module's note on a full disk).
+    pub fn after_failure(&self) {
+        if self.wal_pages.load(Ordering::Relaxed) >= CHECKPOINT_PAGES {
+            self.truncate.store(true, Ordering::Release);
+            // Full: a wake-up is already pending.
+            let _ = self.wake.try_send(());
+        }
     }
 
     /// Checkpoints on `writer` (the connection whose hook was set) when the WAL has outgrown
@@ -179,49 +220,85 @@ fn on_commit(pages: c_int, growth: &WalGrowth, wake: &SyncSender<()>) {
     }
 }
 
-/// The checkpoint thread's loop: `PASSIVE` checkpoints (`checkpoint`, answering the WAL's
-/// frames and those copied) per wake-up, until stopped; after one that failed, again every
-/// [`CHECKPOINT_RETRY`] until one runs.
-fn run(
-    mut checkpoint: impl FnMut() -> rusqlite::Result<(c_int, c_int)>,
+/// What the checkpoint thread waits on and reports to.
+struct Signals<'a> {
     woken: Receiver<()>,
-    stopping: &AtomicBool,
-    checkpoints: &AtomicU64,
+    stopping: &'a AtomicBool,
+    checkpoints: &'a AtomicU64,
+    /// Pages in the WAL after the writer's last commit.
+    wal_pages: &'a AtomicI32,
+    /// Set after a failed write: truncate the WAL.
+    truncate: &'a AtomicBool,
+}
+
+/// The checkpoint thread's loop, until stopped: per wake-up, `PASSIVE` checkpoints
+/// (`checkpoint(mode)` answers the WAL's frames and those copied) while each leaves fewer
+/// frames behind. After one that copied every frame, when the WAL has not started over
+/// [`RESTART_CHECK`] later (a reader was inside it at the next write), a `RESTART`
+/// checkpoint, which waits for the readers to leave, so that the next write starts it over.
+/// After a failed write, a `TRUNCATE` checkpoint, which gives the WAL's space back to the
+/// disk; after a checkpoint that failed, the same again every [`CHECKPOINT_RETRY`] until one
+/// runs.
+fn run(
+    mut checkpoint: impl FnMut(CheckpointMode) -> rusqlite::Result<(c_int, c_int)>,
+    signals: Signals<'_>,
 ) {
+    let mut counted = |mode| {
+        let checkpointed = checkpoint(mode);
+        signals.checkpoints.fetch_add(1, Ordering::Relaxed);
+        if let Err(error) = &checkpointed {
+            // Failing (a full disk) or busy (an erasure truncating the WAL): tried again
+            // shortly, and the writer checkpoints itself if the WAL keeps growing meanwhile.
+            tracing::debug!(%error, "a WAL checkpoint did not run; trying again shortly");
+        }
+        checkpointed
+    };
     let mut failed = false;
     loop {
         let wake = if failed {
-            woken.recv_timeout(CHECKPOINT_RETRY)
+            signals.woken.recv_timeout(CHECKPOINT_RETRY)
         } else {
-            woken.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            signals
+                .woken
+                .recv()
+                .map_err(|_| RecvTimeoutError::Disconnected)
         };
-        if wake == Err(RecvTimeoutError::Disconnected) || stopping.load(Ordering::Acquire) {
+        if wake == Err(RecvTimeoutError::Disconnected) || signals.stopping.load(Ordering::Acquire) {
             return;
         }
-        failed = false;
+        if signals.truncate.swap(false, Ordering::AcqRel) || failed {
+            failed = counted(CheckpointMode::TRUNCATE).is_err();
+            continue;
+        }
         let mut left_before = c_int::MAX;
+        let mut complete_at = None;
         for _ in 0..CHECKPOINT_PASSES_MAX {
-            let checkpointed = checkpoint();
-            checkpoints.fetch_add(1, Ordering::Relaxed);
-            match checkpointed {
+            match counted(CheckpointMode::PASSIVE) {
                 // Every frame copied: the next write starts the WAL over.
-                Ok((pages, copied)) if copied >= pages => break,
+                Ok((pages, copied)) if copied >= pages => {
+                    complete_at = Some(pages);
+                    break;
+                }
                 // Frames written during the pass are left: copy them while they shrink.
                 Ok((pages, copied)) if pages - copied < left_before => {
                     left_before = pages - copied;
                 }
                 Ok(_) => break,
-                Err(error) => {
-                    // Failing (a full disk) or busy (an erasure truncating the WAL): tried
-                    // again shortly, and the writer checkpoints itself if the WAL keeps
-                    // growing meanwhile.
-                    tracing::debug!(%error, "a background WAL checkpoint did not run; trying again shortly");
+                Err(_) => {
                     failed = true;
                     break;
                 }
             }
-            if stopping.load(Ordering::Acquire) {
+            if signals.stopping.load(Ordering::Acquire) {
                 return;
+            }
+        }
+        if let Some(pages) = complete_at {
+            std::thread::sleep(RESTART_CHECK);
+            if signals.wal_pages.load(Ordering::Relaxed) >= pages
+                && !signals.stopping.load(Ordering::Acquire)
+            {
+                failed = counted(CheckpointMode::RESTART).is_err();
             }
         }
     }
@@ -246,7 +323,7 @@ mod tests {
             let (attempts, stopping, checkpoints) =
                 (attempts.clone(), stopping.clone(), checkpoints.clone());
             move || {
-                let checkpoint = || {
+                let checkpoint = |_mode| {
                     let mut attempts = attempts.lock().unwrap();
                     attempts.push(Instant::now());
                     // The first two fail as on a full disk; the third copies every frame.
@@ -258,7 +335,15 @@ mod tests {
                         _ => Ok((1_200, 1_200)),
                     }
                 };
-                run(checkpoint, woken, &stopping, &checkpoints)
+                let (wal_pages, truncate) = (AtomicI32::new(0), AtomicBool::new(false));
+                let signals = Signals {
+                    woken,
+                    stopping: &stopping,
+                    checkpoints: &checkpoints,
+                    wal_pages: &wal_pages,
+                    truncate: &truncate,
+                };
+                run(checkpoint, signals)
             }
         });
         wake.send(()).unwrap();

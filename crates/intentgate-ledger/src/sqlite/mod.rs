@@ -144,6 +144,8 @@ struct Queued {
 /// The write connection, with the `synchronous` setting it was last given.
 struct Writer {
     connection: Connection,
+    /// The ledger's file, to open the connection again.
+    path: PathBuf,
     synchronous_full: Option<bool>,
     counts: Arc<CommitCounts>,
     /// The checkpoint thread, when checkpoints are off the writes (not inline).
@@ -244,12 +246,12 @@ impl SqliteLedger {
         let counts = Arc::new(CommitCounts::default());
         let engine = if options.inline {
             Engine::Inline {
-                writer: Mutex::new(Writer::new(connection, counts.clone())),
+                writer: Mutex::new(Writer::new(connection, path.clone(), counts.clone())),
             }
         } else {
             let checkpointer = Checkpointer::start(&path, &mut connection)
                 .map_err(|error| open_error(error.to_string()))?;
-            let mut writer = Writer::new(connection, counts.clone());
+            let mut writer = Writer::new(connection, path.clone(), counts.clone());
             writer.checkpointer = Some(checkpointer);
             let writer = Arc::new(Mutex::new(writer));
             let (queue, receiver) = mpsc::channel(WRITE_QUEUE_MAX);
@@ -555,18 +557,64 @@ fn commit_if_idle(
 }
 
 impl Writer {
-    fn new(connection: Connection, counts: Arc<CommitCounts>) -> Writer {
+    fn new(connection: Connection, path: PathBuf, counts: Arc<CommitCounts>) -> Writer {
         Writer {
             connection,
+            path,
             synchronous_full: None,
             counts,
             checkpointer: None,
         }
     }
 
+    /// After a batch failed: wakes the checkpoint thread (a WAL that filled the disk fails
+    /// every write, and no commit would wake it), and opens the write connection again if
+    /// it fails a read. A full disk or an I/O error can leave a connection failing every
+    /// statement with that error after the disk has room or works again (SQLite keeps it in
+    /// an error state while anything on it still holds a page); a new connection starts
+    /// clean.
+    fn recover(&mut self) {
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.after_failure();
+        }
+        let read = self
+            .connection
+            .prepare_cached("SELECT count(*) FROM sqlite_schema")
+            .and_then(|mut statement| statement.query_row([], |row| row.get::<_, i64>(0)));
+        let Err(error) = read else {
+            return;
+        };
+        match self.reopen() {
+            Ok(()) => tracing::warn!(
+                error = %LedgerError::from(error),
+                "the ledger's write connection failed a read after a failed write; it was \
+                 opened again"
+            ),
+            Err(reopen) => tracing::error!(
+                error = %LedgerError::from(error),
+                %reopen,
+                "the ledger's write connection failed a read after a failed write, and could \
+                 not be opened again; the next failed write tries again"
+            ),
+        }
+    }
+
+    /// Replaces the write connection with a new one, set up as at open.
+    fn reopen(&mut self) -> Result<()> {
+        let mut connection = open_connection(&self.path, false)?;
+        connection.pragma_update(None, "secure_delete", "ON")?;
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.hook(&mut connection)?;
+        }
+        self.connection = connection;
+        self.synchronous_full = None;
+        Ok(())
+    }
+
     /// Runs a batch in one transaction and answers every job once the commit is known.
     fn commit(&mut self, batch: Vec<Queued>, strict: bool) {
-        let fail_all = |batch: Vec<Queued>, error: LedgerError| {
+        let fail_all = |writer: &mut Writer, batch: Vec<Queued>, error: LedgerError| {
+            writer.recover();
             for queued in batch {
                 ((queued.job)(Err(error.clone()), Scope::Savepoint).completion)(Err(error.clone()));
             }
@@ -582,12 +630,12 @@ impl Writer {
             };
             match run_cached(&self.connection, pragma) {
                 Ok(()) => self.synchronous_full = Some(full),
-                Err(error) => return fail_all(batch, error),
+                Err(error) => return fail_all(self, batch, error),
             }
         }
         let connection = &self.connection;
         if let Err(error) = run_cached(connection, "BEGIN IMMEDIATE") {
-            return fail_all(batch, error);
+            return fail_all(self, batch, error);
         }
         let scope = if batch.len() == 1 {
             Scope::Transaction
@@ -596,7 +644,16 @@ impl Writer {
         };
         let ran: Vec<Ran> = batch
             .into_iter()
-            .map(|queued| (queued.job)(Ok(connection), scope))
+            .map(|queued| {
+                // SQLite rolls back the whole transaction on some errors (a full disk, an I/O
+                // error) of one write: the writes after it would each commit on their own,
+                // outside the batch, and then be answered as failed with the batch.
+                if connection.is_autocommit() {
+                    (queued.job)(Err(rolled_back()), scope)
+                } else {
+                    (queued.job)(Ok(connection), scope)
+                }
+            })
             .collect();
         let committed = if scope == Scope::Transaction && !ran[0].succeeded {
             // The one write failed and answers its own error; nothing is left to commit.
@@ -623,8 +680,12 @@ impl Writer {
         self.counts
             .writes
             .fetch_add(ran.len() as u64, Ordering::Relaxed);
+        let failed = committed.is_err() || ran.iter().any(|ran| !ran.succeeded);
         for ran in ran {
             (ran.completion)(committed.clone());
+        }
+        if failed {
+            self.recover();
         }
         if let Some(checkpointer) = &self.checkpointer {
             checkpointer.catch_up(&self.connection);
@@ -675,6 +736,16 @@ fn forget_failed_commit(connection: &Connection) {
              and be sent by the sweeper)"
         );
     }
+}
+
+/// The error of the writes of a batch whose transaction an earlier write's failure rolled
+/// back: nothing of them was written.
+fn rolled_back() -> LedgerError {
+    LedgerError::Storage(
+        "the write was not made: an earlier write of its batch failed and SQLite rolled back \
+         the whole transaction (the log says why)"
+            .to_owned(),
+    )
 }
 
 /// Runs one statement that returns no rows, prepared once per connection.

@@ -463,3 +463,132 @@ async fn a_new_intent_writes_few_wal_frames_before_its_request_leaves() {
         );
     }
 }
+
+/// A WAL that a reader kept from starting over outgrows the threshold and, on a small disk,
+/// fills it: then every write fails and no commit wakes the checkpoint thread. A failed
+/// write wakes it instead, and once its checkpoint has copied the frames the next write
+/// starts the WAL over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_wakes_the_checkpoint_thread_when_the_wal_is_long() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Relaxed);
+    let Engine::Grouped { writer, .. } = &ledger.engine else {
+        panic!("a served ledger groups its writes");
+    };
+    // Checkpoints run so far, and the WAL's pages after the last commit.
+    let checkpoints = || {
+        let writer = writer.lock().unwrap();
+        let checkpointer = writer.checkpointer.as_ref().unwrap();
+        (checkpointer.checkpoints(), checkpointer.wal_pages())
+    };
+    // A reader inside a read transaction from the start: checkpoints can't copy past its
+    // snapshot, and the WAL can't start over.
+    let reader = open_connection(&ledger.path, true).unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    let _: i64 = reader
+        .query_row("SELECT count(*) FROM intents", [], |row| row.get(0))
+        .unwrap();
+    let mut index = 0;
+    while checkpoints().0 == 0 || checkpoints().1 < checkpoint::CHECKPOINT_PAGES {
+        let intent = execute(&ledger, &format!("order-{index}")).await;
+        ledger.finish(done(&intent)).await.expect("finish");
+        index += 1;
+        assert!(index < 20_000, "the WAL never passed the threshold");
+    }
+    // The thread's wake-up at the threshold is spent (with nothing copied). The reader goes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    reader.execute_batch("COMMIT").unwrap();
+    drop(reader);
+    let (spent, pages) = checkpoints();
+
+    // A write that fails: a finish of an intent that does not exist.
+    let missing = IntentRecord {
+        id: 999_999,
+        ..execute(&ledger, "order-last").await
+    };
+    assert!(ledger.finish(done(&missing)).await.is_err());
+    let mut waited = Duration::ZERO;
+    while checkpoints().0 == spent && waited < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += Duration::from_millis(20);
+    }
+    assert!(
+        checkpoints().0 > spent,
+        "the failed write did not wake the checkpoint thread (WAL of {pages} pages, \
+         {spent} checkpoints before)"
+    );
+    // The frames copied, the next write starts the WAL over.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let intent = execute(&ledger, "order-after").await;
+    ledger.finish(done(&intent)).await.expect("finish");
+    assert!(
+        checkpoints().1 < pages,
+        "the WAL did not start over after the checkpoint: {} pages, {pages} before",
+        checkpoints().1
+    );
+}
+
+/// A write whose failure makes SQLite roll back the batch's whole transaction (a full disk,
+/// an I/O error) must not leave the writes after it to commit one by one outside the batch,
+/// answered as failed while they are in the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writes_after_one_that_rolled_back_the_batch_are_not_made() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Strict);
+    let Engine::Grouped { writer, .. } = &ledger.engine else {
+        panic!("a served ledger groups its writes");
+    };
+    // The first write ends the transaction as SQLite does after such an error.
+    let (first, first_answer) = ledger.job(false, None, None, |connection| {
+        connection.execute_batch("ROLLBACK")?;
+        Err::<(), _>(LedgerError::Storage("database or disk is full".to_owned()))
+    });
+    let (second, second_answer) = ledger.job(false, None, None, |connection| {
+        connection.execute_batch("CREATE TABLE written_after (a)")?;
+        Ok(())
+    });
+    writer.lock().unwrap().commit(vec![first, second], true);
+    assert!(first_answer.await.unwrap().is_err());
+    let second = second_answer.await.unwrap();
+    assert!(second.is_err(), "the second write was answered as made");
+    let made: bool = ledger
+        .read(|connection| {
+            Ok(connection.query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE name = 'written_after')",
+                [],
+                |row| row.get(0),
+            )?)
+        })
+        .unwrap();
+    assert!(
+        !made,
+        "the write after the one that rolled back the batch committed on its own: {second:?}"
+    );
+}
+
+/// A write connection left failing every statement (as SQLite can leave one after a full
+/// disk or an I/O error) is opened again after the next failed write, so that the ledger
+/// writes again without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_connection_that_fails_its_reads_is_opened_again_after_a_failed_write() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Strict);
+    let Engine::Grouped { writer, .. } = &ledger.engine else {
+        panic!("a served ledger groups its writes");
+    };
+    // Stands in for a connection stuck in an error state: every statement fails.
+    let broken = folder.path().join("not-a-ledger.db");
+    std::fs::write(&broken, vec![0x5Au8; 8192]).unwrap();
+    writer.lock().unwrap().connection = open_connection(&broken, false).unwrap();
+
+    let failed = ledger.begin(request("order-1")).await;
+    assert!(
+        failed.is_err(),
+        "a write on the broken connection succeeded"
+    );
+    // The failed write replaced the connection: the next one is made, in the ledger's file.
+    let intent = execute(&ledger, "order-2").await;
+    ledger.finish(done(&intent)).await.expect("finish");
+    let read = ledger.get_by_id(intent.id).await.unwrap().unwrap();
+    assert_eq!(read.status, IntentStatus::Done);
+}

@@ -29,6 +29,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod disk;
 mod downgrade;
 mod fsync;
 mod postgres_pair;
