@@ -495,8 +495,16 @@ async fn a_failed_write_wakes_the_checkpoint_thread_when_the_wal_is_long() {
         index += 1;
         assert!(index < 20_000, "the WAL never passed the threshold");
     }
-    // The thread's wake-up at the threshold is spent (with nothing copied). The reader goes.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The thread's wake-up at the threshold is spent (with nothing copied) once its count
+    // stops moving. The reader goes.
+    let mut last = checkpoints().0;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if checkpoints().0 == last {
+            break;
+        }
+        last = checkpoints().0;
+    }
     reader.execute_batch("COMMIT").unwrap();
     drop(reader);
     let (spent, pages) = checkpoints();
@@ -517,10 +525,15 @@ async fn a_failed_write_wakes_the_checkpoint_thread_when_the_wal_is_long() {
         "the failed write did not wake the checkpoint thread (WAL of {pages} pages, \
          {spent} checkpoints before)"
     );
-    // The frames copied, the next write starts the WAL over.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let intent = execute(&ledger, "order-after").await;
-    ledger.finish(done(&intent)).await.expect("finish");
+    // The frames copied, a next write starts the WAL over.
+    for attempt in 0..100 {
+        let intent = execute(&ledger, &format!("order-after-{attempt}")).await;
+        ledger.finish(done(&intent)).await.expect("finish");
+        if checkpoints().1 < pages {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(
         checkpoints().1 < pages,
         "the WAL did not start over after the checkpoint: {} pages, {pages} before",
