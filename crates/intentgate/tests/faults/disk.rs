@@ -8,14 +8,14 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use super::{
-    Answer, CALLS_PER_INTENT, Fleet, check_promises, count, effects_per_intent, orders,
-    probe_readiness, together,
+    Answer, CALLS_PER_INTENT, Fleet, Recovery, check_promises, count, effects_per_intent, orders,
+    probe_readiness, recover, together,
 };
 
 /// Size of the filesystem the ledger lives on: room for the schema, the WAL and a few
@@ -179,47 +179,29 @@ async fn a_full_disk_under_the_sqlite_ledger_sends_nothing_unrecorded_and_recove
     // The disk is freed: how long until a fresh call is served again.
     std::fs::remove_file(&filler).unwrap();
     let freed_at = Instant::now();
-    let mut recovery_probes = 0;
-    let (_, served_again_in) = super::support::until(
-        Duration::from_secs(30),
-        Duration::from_millis(50),
-        async || {
-            recovery_probes += 1;
-            let order = format!("g{recovery_probes}");
-            match fleet.try_call(0, &order).await.as_str() {
-                "done" => Ok(()),
-                answer => Err(format!(
-                    "{name}: 30 s after the disk was freed a fresh call answers {answer}"
-                )),
-            }
-        },
+    let group_f: Vec<String> = answers_f.iter().map(|(order, _)| order.clone()).collect();
+    let Recovery {
+        served_again_in,
+        all,
+        answers_r,
+        answers_after,
+        statuses,
+        effects,
+        settled_in,
+        recovered_in,
+        readiness,
+        ready_after,
+    } = recover(
+        &fleet,
+        name,
+        "the disk was freed",
+        freed_at,
+        vec![group_a, group_m, group_f],
+        DISK_GROUP,
+        (stop_probe, probe),
     )
     .await;
-    let group_g = orders("g", recovery_probes + 1)[1..].to_vec();
-
-    // Group r: a storm after the disk was freed.
-    let group_r = orders("r", DISK_GROUP);
-    answers.extend(fleet.storm(&group_r, together).await);
-    stop_probe.store(true, Ordering::SeqCst);
-    let readiness = probe.await.unwrap();
-
-    // Every intent is asked once more, and settles.
-    let group_f: Vec<String> = answers_f.iter().map(|(order, _)| order.clone()).collect();
-    let all: Vec<String> = [group_a, group_m, group_f, group_g, group_r].concat();
-    let mut answers_after = Vec::new();
-    for order in &all {
-        answers_after.push((order.clone(), fleet.call(0, order).await));
-    }
-    let (statuses, effects, settled_in) = fleet.settle(0, &all, false).await;
-    let recovered_in = freed_at.elapsed();
-    let ready_after = fleet
-        .client
-        .get(format!("{}/readyz", fleet.url(0)))
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16();
+    answers.extend(answers_r);
     let not_ready_after_freed = readiness
         .last_not_ready
         .get(&0)

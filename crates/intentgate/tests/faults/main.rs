@@ -457,6 +457,98 @@ impl Fleet {
     }
 }
 
+/// What one replica did once a fault under its ledger had ended ([`recover`]).
+struct Recovery {
+    /// From the fault's end until a fresh call was served.
+    served_again_in: Duration,
+    /// Every intent: the groups of before the end, the fresh calls (g), the storm after (r).
+    all: Vec<String>,
+    /// Every call of group r's storm.
+    answers_r: Vec<(String, Answer)>,
+    /// Every intent asked once more.
+    answers_after: Vec<(String, Answer)>,
+    statuses: BTreeMap<String, String>,
+    effects: BTreeMap<String, u64>,
+    /// From the storm after until every intent settled.
+    settled_in: Duration,
+    /// From the fault's end until every intent settled.
+    recovered_in: Duration,
+    /// What the operator's probe saw, stopped after the storm.
+    readiness: Readiness,
+    /// `/readyz` at the end.
+    ready_after: u16,
+}
+
+/// After a fault under replica 0's ledger ended at `ended_at` (`what_ended` for messages):
+/// fresh calls until one is served (group g, for 30 s at most), a storm of `group_size`
+/// intents (group r), the readiness `probe` stopped, then every intent (`before`'s, g's and
+/// r's) asked once more and settled.
+async fn recover(
+    fleet: &Arc<Fleet>,
+    name: &str,
+    what_ended: &str,
+    ended_at: Instant,
+    before: Vec<Vec<String>>,
+    group_size: usize,
+    (stop_probe, probe): (
+        Arc<std::sync::atomic::AtomicBool>,
+        tokio::task::JoinHandle<Readiness>,
+    ),
+) -> Recovery {
+    let mut recovery_probes = 0;
+    let (_, served_again_in) = support::until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        async || {
+            recovery_probes += 1;
+            let order = format!("g{recovery_probes}");
+            match fleet.try_call(0, &order).await.as_str() {
+                "done" => Ok(()),
+                answer => Err(format!(
+                    "{name}: 30 s after {what_ended} a fresh call answers {answer}"
+                )),
+            }
+        },
+    )
+    .await;
+    let group_g = orders("g", recovery_probes + 1)[1..].to_vec();
+
+    // Group r: a storm after the fault.
+    let group_r = orders("r", group_size);
+    let answers_r = fleet.storm(&group_r, together).await;
+    stop_probe.store(true, std::sync::atomic::Ordering::SeqCst);
+    let readiness = probe.await.unwrap();
+
+    // Every intent is asked once more, and settles.
+    let all: Vec<String> = [before, vec![group_g, group_r]].concat().concat();
+    let mut answers_after = Vec::new();
+    for order in &all {
+        answers_after.push((order.clone(), fleet.call(0, order).await));
+    }
+    let (statuses, effects, settled_in) = fleet.settle(0, &all, false).await;
+    let recovered_in = ended_at.elapsed();
+    let ready_after = fleet
+        .client
+        .get(format!("{}/readyz", fleet.url(0)))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    Recovery {
+        served_again_in,
+        all,
+        answers_r,
+        answers_after,
+        statuses,
+        effects,
+        settled_in,
+        recovered_in,
+        readiness,
+        ready_after,
+    }
+}
+
 /// What the operator's probe saw of `/readyz`, per replica, over a fault.
 #[derive(Default, Debug)]
 struct Readiness {
