@@ -70,9 +70,7 @@ pub struct Checkpointer {
     /// Checkpoints the thread has run (read by tests).
     #[cfg_attr(not(test), allow(dead_code))]
     checkpoints: Arc<AtomicU64>,
-    /// Pages in the WAL after the writer's last commit.
-    wal_pages: Arc<AtomicI32>,
-    /// What the writer's WAL hook keeps between commits.
+    /// What the writer's WAL hook keeps between commits (the WAL's pages among it).
     growth: Arc<WalGrowth>,
     /// Set after a failed write: the next checkpoint truncates the WAL.
     truncate: Arc<AtomicBool>,
@@ -128,7 +126,6 @@ impl Checkpointer {
             wake,
             stopping,
             checkpoints,
-            wal_pages,
             growth,
             truncate,
             thread: Some(thread),
@@ -159,14 +156,14 @@ impl Checkpointer {
     /// Pages in the WAL after the writer's last commit.
     #[cfg(test)]
     pub fn wal_pages(&self) -> i32 {
-        self.wal_pages.load(Ordering::Relaxed)
+        self.growth.pages.load(Ordering::Relaxed)
     }
 
     /// After a batch of the writer failed: wakes the thread when the WAL is past
     /// [`CHECKPOINT_PAGES`], since a WAL that filled the disk fails every write and no commit
     /// would wake it (see the module's note on a full disk).
     pub fn after_failure(&self) {
-        if self.wal_pages.load(Ordering::Relaxed) >= CHECKPOINT_PAGES {
+        if self.growth.pages.load(Ordering::Relaxed) >= CHECKPOINT_PAGES {
             self.truncate.store(true, Ordering::Release);
             // Full: a wake-up is already pending.
             let _ = self.wake.try_send(());
@@ -176,7 +173,7 @@ impl Checkpointer {
     /// Checkpoints on `writer` (the connection whose hook was set) when the WAL has outgrown
     /// the thread. Call between batches, outside any transaction.
     pub fn catch_up(&self, writer: &Connection) {
-        if self.wal_pages.load(Ordering::Relaxed) < CHECKPOINT_PAGES_INLINE {
+        if self.growth.pages.load(Ordering::Relaxed) < CHECKPOINT_PAGES_INLINE {
             return;
         }
         match writer.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE) {
@@ -186,7 +183,7 @@ impl Checkpointer {
                     copied,
                     "the writer checkpointed the WAL the checkpoint thread had not caught up with"
                 );
-                self.wal_pages.store(0, Ordering::Relaxed);
+                self.growth.pages.store(0, Ordering::Relaxed);
             }
             Err(error) => tracing::debug!(%error, "the writer's WAL checkpoint did not run"),
         }
