@@ -4,10 +4,10 @@
 //!
 //! A new intent's `begin` writes only its row of `intents_begun` (schema migration 8): the
 //! write that must be durable before the request leaves touches two small b-trees instead
-//! of the ten of a row of `intents` and its events. Every other write of an intent first
-//! moves it to `intents` ([`move_begun`]), in its own transaction, so that the plans always
-//! start from the wide row; a read of one intent looks in both tables, and a read of many
-//! is made after [`move_all_begun`].
+//! of the ten of a row of `intents` and its events. The next write of the intent moves it to
+//! `intents` in its own transaction ([`apply_to`]), writing the wide row once, as that write
+//! leaves it; a read of one intent looks in both tables, and a read of many is made after
+//! [`move_all_begun`].
 
 use intentgate_core::{IntentStatus, ResendStop};
 use rusqlite::types::ToSqlOutput;
@@ -88,6 +88,25 @@ const BEGUN_COLUMNS: &str = "id, tenant, tool, intent_key, fingerprint, argument
      lease_owner, lease_expires_ms, NULL, NULL, NULL, call_count, first_seen_ms, last_seen_ms, \
      updated_ms, NULL, NULL";
 
+/// Which table holds an intent read for a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// `intents`: its wide row.
+    Wide,
+    /// `intents_begun`: begun and not yet moved.
+    Begun,
+}
+
+/// An intent read with the table it was found in (the column after [`INTENT_COLUMNS`]).
+fn read_held(row: &Row<'_>) -> rusqlite::Result<(IntentRecord, Held)> {
+    let held = if row.get::<_, bool>(INTENT_COLUMN_COUNT)? {
+        Held::Begun
+    } else {
+        Held::Wide
+    };
+    Ok((read_intent(row)?, held))
+}
+
 /// The intent of a key: in `intents`, else begun and not yet moved. One statement, so one
 /// snapshot: a move made meanwhile by another connection can't hide the intent from both.
 pub fn get(
@@ -96,15 +115,25 @@ pub fn get(
     tool: &str,
     key: &str,
 ) -> Result<Option<IntentRecord>, LedgerError> {
+    Ok(get_held(connection, tenant, tool, key)?.map(|(intent, _)| intent))
+}
+
+/// [`get`], with the table the intent was found in.
+fn get_held(
+    connection: &Connection,
+    tenant: &str,
+    tool: &str,
+    key: &str,
+) -> Result<Option<(IntentRecord, Held)>, LedgerError> {
     let sql = format!(
-        "SELECT {INTENT_COLUMNS} FROM intents WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3 \
+        "SELECT {INTENT_COLUMNS}, 0 FROM intents WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3 \
          UNION ALL \
-         SELECT {BEGUN_COLUMNS} FROM intents_begun WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3 \
+         SELECT {BEGUN_COLUMNS}, 1 FROM intents_begun WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3 \
          LIMIT 1"
     );
     Ok(connection
         .prepare_cached(&sql)?
-        .query_row(params![tenant, tool, key], read_intent)
+        .query_row(params![tenant, tool, key], read_held)
         .optional()?)
 }
 
@@ -113,13 +142,21 @@ pub fn get_by_id(
     connection: &Connection,
     id: IntentId,
 ) -> Result<Option<IntentRecord>, LedgerError> {
+    Ok(get_by_id_held(connection, id)?.map(|(intent, _)| intent))
+}
+
+/// [`get_by_id`], with the table the intent was found in.
+fn get_by_id_held(
+    connection: &Connection,
+    id: IntentId,
+) -> Result<Option<(IntentRecord, Held)>, LedgerError> {
     let sql = format!(
-        "SELECT {INTENT_COLUMNS} FROM intents WHERE id = ?1 \
-         UNION ALL SELECT {BEGUN_COLUMNS} FROM intents_begun WHERE id = ?1 LIMIT 1"
+        "SELECT {INTENT_COLUMNS}, 0 FROM intents WHERE id = ?1 \
+         UNION ALL SELECT {BEGUN_COLUMNS}, 1 FROM intents_begun WHERE id = ?1 LIMIT 1"
     );
     Ok(connection
         .prepare_cached(&sql)?
-        .query_row(params![id], read_intent)
+        .query_row(params![id], read_held)
         .optional()?)
 }
 
@@ -166,12 +203,6 @@ fn move_begun_ids(
     Ok(moved as u64)
 }
 
-/// Moves the intent `id` to `intents` if it is still begun there; returns whether it was.
-/// Every write of an intent starts here, so that it finds the intent's wide row.
-pub fn move_begun(connection: &Connection, id: IntentId) -> Result<bool, LedgerError> {
-    Ok(move_begun_ids(connection, id, id)? == 1)
-}
-
 /// Moves every begun intent to `intents` (before a read or a write of many intents, and at
 /// open: what a crash left begun); returns how many.
 pub fn move_all_begun(connection: &Connection) -> Result<u64, LedgerError> {
@@ -183,25 +214,6 @@ pub fn any_begun(connection: &Connection) -> Result<bool, LedgerError> {
     Ok(connection
         .prepare_cached("SELECT EXISTS (SELECT 1 FROM intents_begun)")?
         .query_row([], |row| row.get(0))?)
-}
-
-/// Moves the key's intent to `intents` if it is still begun there.
-fn move_begun_key(
-    connection: &Connection,
-    tenant: &str,
-    tool: &str,
-    key: &str,
-) -> Result<(), LedgerError> {
-    let begun: Option<IntentId> = connection
-        .prepare_cached(
-            "SELECT id FROM intents_begun WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3",
-        )?
-        .query_row(params![tenant, tool, key], |row| row.get(0))
-        .optional()?;
-    if let Some(id) = begun {
-        move_begun(connection, id)?;
-    }
-    Ok(())
 }
 
 /// The binding of caller key `binding.caller_key` in its tenant and tool, if there is one.
@@ -252,10 +264,10 @@ pub fn bind_caller_key(connection: &Connection, binding: &CallerKey) -> Result<B
     Ok(plan::bound(stored, binding))
 }
 
-/// The intent `id` for a write: moved to `intents` first if it is still begun.
-fn must_get(connection: &Connection, id: IntentId) -> Result<IntentRecord, LedgerError> {
-    move_begun(connection, id)?;
-    get_by_id(connection, id)?.ok_or(LedgerError::NotFound(id))
+/// The intent `id` for a write, and the table it is in: a begun intent is moved by the
+/// plan's first write of it ([`apply_to`]).
+fn must_get(connection: &Connection, id: IntentId) -> Result<(IntentRecord, Held), LedgerError> {
+    get_by_id_held(connection, id)?.ok_or(LedgerError::NotFound(id))
 }
 
 /// The columns of an approval, in the order [`read_approval`] reads them.
@@ -426,82 +438,210 @@ pub fn events(connection: &Connection, id: IntentId) -> Result<Vec<Event>, Ledge
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// Appends one row to the event log.
+const APPEND_EVENT: &str = "INSERT INTO events (intent_id, tenant, tool, at_ms, kind, \
+     from_status, to_status, attempt, actor, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+
 fn append_event(connection: &Connection, event: &NewEvent) -> Result<(), LedgerError> {
-    connection
-        .prepare_cached(
-            "INSERT INTO events (intent_id, tenant, tool, at_ms, kind, from_status, to_status, attempt, actor, detail) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )?
-        .execute(params![
-            event.intent_id,
-            event.tenant,
-            event.tool,
-            event.at_ms,
-            event.kind,
-            event.from_status.map(IntentStatus::as_str),
-            event.to_status.map(IntentStatus::as_str),
-            event.attempt,
-            event.actor,
-            event.detail,
-        ])?;
+    connection.prepare_cached(APPEND_EVENT)?.execute(params![
+        event.intent_id,
+        event.tenant,
+        event.tool,
+        event.at_ms,
+        event.kind,
+        event.from_status.map(IntentStatus::as_str),
+        event.to_status.map(IntentStatus::as_str),
+        event.attempt,
+        event.actor,
+        event.detail,
+    ])?;
     Ok(())
 }
 
 /// Stores every mutable column of an intent.
 fn update(connection: &Connection, stored: &StoredIntent) -> Result<(), LedgerError> {
-    let intent = &stored.intent;
-    let changed = connection
-        .prepare_cached(
-            "UPDATE intents SET status = ?2, attempt = ?3, epoch = ?4, lease_owner = ?5, lease_expires_ms = ?6, \
-             result = ?7, external_id = ?8, resolved_by = ?9, call_count = ?10, last_seen_ms = ?11, updated_ms = ?12, \
-             last_lookup_ms = ?13, resend_stopped = ?14 WHERE id = ?1",
-        )?
-        .execute(params![
-            intent.id,
-            intent.status.as_str(),
-            intent.attempt,
-            intent.epoch,
-            intent.lease_owner,
-            intent.lease_expires_ms,
-            stored.result,
-            intent.external_id,
-            intent.resolved_by,
-            intent.call_count as i64,
-            intent.last_seen_ms,
-            intent.updated_ms,
-            intent.last_lookup_ms,
-            intent.resend_stopped.map(ResendStop::as_str),
-        ])?;
+    let mut statement = connection.prepare_cached(
+        "UPDATE intents SET status = ?2, attempt = ?3, epoch = ?4, lease_owner = ?5, lease_expires_ms = ?6, \
+         result = ?7, external_id = ?8, resolved_by = ?9, call_count = ?10, last_seen_ms = ?11, updated_ms = ?12, \
+         last_lookup_ms = ?13, resend_stopped = ?14 WHERE id = ?1",
+    )?;
+    let changed = execute_mutable(&mut statement, &stored.intent, stored.result.as_deref())?;
     assert_eq!(
         changed, 1,
         "intent {} vanished inside its own transaction",
-        intent.id
+        stored.intent.id
     );
     Ok(())
+}
+
+/// Runs `statement` with the intent's id as `?1` and its mutable columns as `?2` to `?14`,
+/// in the order [`update`] and [`insert_moved`] name them; `result` is the stored result's
+/// JSON text.
+fn execute_mutable(
+    statement: &mut rusqlite::CachedStatement<'_>,
+    intent: &IntentRecord,
+    result: Option<&str>,
+) -> rusqlite::Result<usize> {
+    statement.execute(params![
+        intent.id,
+        intent.status.as_str(),
+        intent.attempt,
+        intent.epoch,
+        intent.lease_owner,
+        intent.lease_expires_ms,
+        result,
+        intent.external_id,
+        intent.resolved_by,
+        intent.call_count as i64,
+        intent.last_seen_ms,
+        intent.updated_ms,
+        intent.last_lookup_ms,
+        intent.resend_stopped.map(ResendStop::as_str),
+    ])
 }
 
 /// Applies a plan's writes in order and returns its outcome.
 fn apply<T>(connection: &Connection, plan: Plan<T>) -> Result<T, LedgerError> {
     for write in &plan.writes {
-        match write {
-            Write::Counts(intent) => {
-                connection
-                    .prepare_cached(
-                        "UPDATE intents SET call_count = ?2, last_seen_ms = ?3 WHERE id = ?1",
-                    )?
-                    .execute(params![
-                        intent.id,
-                        intent.call_count as i64,
-                        intent.last_seen_ms
-                    ])?;
-            }
-            Write::Intent(stored) => update(connection, stored)?,
-            Write::Event(event) => append_event(connection, event)?,
-            Write::Approval(approval) => upsert_approval(connection, approval)?,
-            Write::Budget(count) => count_budget(connection, count)?,
-        }
+        apply_one(connection, write)?;
     }
     Ok(plan.outcome)
+}
+
+/// Applies a plan's writes to an intent found as `held`. The first write of a begun intent
+/// moves it to `intents`: the events of its creation go to the log, and its wide row is
+/// inserted as that write leaves it (not moved as begun and then updated, which would write
+/// its row and indexes twice), in place of its begun row. A plan that writes nothing of the
+/// intent leaves it begun.
+fn apply_to<T>(connection: &Connection, held: Held, plan: Plan<T>) -> Result<T, LedgerError> {
+    if held == Held::Wide {
+        return apply(connection, plan);
+    }
+    let mut moved = false;
+    for write in &plan.writes {
+        let (id, row) = match write {
+            Write::Counts(intent) => (Some(intent.id), Some((intent, None))),
+            Write::Intent(stored) => (
+                Some(stored.intent.id),
+                Some((&stored.intent, stored.result.as_deref())),
+            ),
+            Write::Event(event) => (event.intent_id, None),
+            Write::Approval(_) | Write::Budget(_) => (None, None),
+        };
+        if let (Some(id), false) = (id, moved) {
+            moved = true;
+            move_begun_as(connection, id, row)?;
+            if row.is_some() {
+                continue;
+            }
+        }
+        apply_one(connection, write)?;
+    }
+    Ok(plan.outcome)
+}
+
+fn apply_one(connection: &Connection, write: &Write) -> Result<(), LedgerError> {
+    match write {
+        Write::Counts(intent) => {
+            connection
+                .prepare_cached(
+                    "UPDATE intents SET call_count = ?2, last_seen_ms = ?3 WHERE id = ?1",
+                )?
+                .execute(params![
+                    intent.id,
+                    intent.call_count as i64,
+                    intent.last_seen_ms
+                ])?;
+        }
+        Write::Intent(stored) => update(connection, stored)?,
+        Write::Event(event) => append_event(connection, event)?,
+        Write::Approval(approval) => upsert_approval(connection, approval)?,
+        Write::Budget(count) => count_budget(connection, count)?,
+    }
+    Ok(())
+}
+
+/// Moves the begun intent `id` to `intents`: the events of its creation to the log, then its
+/// wide row, as begun or, given `row` (the intent and its result's JSON text), with that
+/// row's mutable columns; then deletes its begun row.
+fn move_begun_as(
+    connection: &Connection,
+    id: IntentId,
+    row: Option<(&IntentRecord, Option<&str>)>,
+) -> Result<(), LedgerError> {
+    let [as_begun, _, delete] = MOVE_BEGUN;
+    log_begun_events(connection, id)?;
+    let inserted = match row {
+        None => connection
+            .prepare_cached(as_begun)?
+            .execute(params![id, id])?,
+        Some((intent, result)) => {
+            assert_eq!(intent.id, id, "a plan writes its own intent");
+            let mut statement = connection.prepare_cached(
+                "INSERT INTO intents (id, status, attempt, epoch, lease_owner, lease_expires_ms, \
+                 result, external_id, resolved_by, call_count, last_seen_ms, updated_ms, \
+                 last_lookup_ms, resend_stopped, tenant, tool, intent_key, fingerprint, arguments, \
+                 first_seen_ms) \
+                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, tenant, tool, \
+                 intent_key, fingerprint, arguments, first_seen_ms FROM intents_begun WHERE id = ?1",
+            )?;
+            // A count write's intent has no result yet: it was begun.
+            let result = result
+                .map(str::to_owned)
+                .or_else(|| intent.result.as_ref().map(serde_json::Value::to_string));
+            execute_mutable(&mut statement, intent, result.as_deref())?
+        }
+    };
+    let deleted = connection
+        .prepare_cached(delete)?
+        .execute(params![id, id])?;
+    assert_eq!(
+        (inserted, deleted),
+        (1, 1),
+        "begun intent {id} moved inside its own transaction"
+    );
+    Ok(())
+}
+
+/// One event of a begun intent's creation, as [`insert`] keeps it in `intents_begun.events`.
+#[derive(serde::Deserialize)]
+struct BegunEvent {
+    at_ms: i64,
+    kind: String,
+    from_status: Option<String>,
+    to_status: Option<String>,
+    attempt: Option<u32>,
+    actor: Option<String>,
+    detail: Option<String>,
+}
+
+/// Appends the events of the begun intent `id`'s creation to the log, in the order logged
+/// (what the second statement of [`MOVE_BEGUN`] does for many intents, without SQLite's JSON
+/// functions, which parse the array once per field).
+fn log_begun_events(connection: &Connection, id: IntentId) -> Result<(), LedgerError> {
+    let (tenant, tool, events): (String, String, String) = connection
+        .prepare_cached("SELECT tenant, tool, events FROM intents_begun WHERE id = ?1")?
+        .query_row(params![id], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })?;
+    let events: Vec<BegunEvent> = serde_json::from_str(&events)
+        .map_err(|error| LedgerError::Corrupt(format!("begun intent {id}'s events: {error}")))?;
+    let mut statement = connection.prepare_cached(APPEND_EVENT)?;
+    for event in events {
+        statement.execute(params![
+            id,
+            tenant,
+            tool,
+            event.at_ms,
+            event.kind,
+            event.from_status,
+            event.to_status,
+            event.attempt,
+            event.actor,
+            event.detail,
+        ])?;
+    }
+    Ok(())
 }
 
 /// Inserts a new intent's row as it stands (a [`plan::Fresh`] row: `in_flight` with its
@@ -561,9 +701,8 @@ fn insert(connection: &Connection, fresh: &Fresh) -> Result<IntentId, LedgerErro
 /// budgets' counts and inserted as begun, unless a budget refuses it.
 pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, LedgerError> {
     plan::check_begin(request)?;
-    move_begun_key(connection, &request.tenant, &request.tool, &request.key)?;
-    let plan = match get(connection, &request.tenant, &request.tool, &request.key)? {
-        Some(intent) => {
+    let (held, plan) = match get_held(connection, &request.tenant, &request.tool, &request.key)? {
+        Some((intent, held)) => {
             let owner = match plan::owner_to_check(&intent, request.now_ms) {
                 Some(instance) => process(connection, instance)?,
                 None => None,
@@ -573,9 +712,12 @@ pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, L
             } else {
                 None
             };
-            plan::begin_existing(intent, request, owner.as_ref(), approval)?
+            (
+                held,
+                plan::begin_existing(intent, request, owner.as_ref(), approval)?,
+            )
         }
-        None => {
+        None => (Held::Wide, {
             let used = plan::charges(request)
                 .iter()
                 .map(|charge| budget_used(connection, &request.tool, charge))
@@ -591,17 +733,17 @@ pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, L
                     plan
                 }
             }
-        }
+        }),
     };
-    apply(connection, plan)
+    apply_to(connection, held, plan)
 }
 
 /// `Ledger::decide` on the intent and its approval.
 pub fn decide(connection: &Connection, decide: &Decide) -> Result<Decided, LedgerError> {
     plan::check_decide(decide)?;
-    let intent = must_get(connection, decide.id)?;
+    let (intent, held) = must_get(connection, decide.id)?;
     let approval = approval(connection, decide.id)?;
-    apply(connection, plan::decide(intent, approval, decide)?)
+    apply_to(connection, held, plan::decide(intent, approval, decide)?)
 }
 
 /// The open approvals due at `now_ms`, oldest deadline first, from
@@ -623,10 +765,11 @@ pub fn expire_approvals(
         .collect::<Result<_, _>>()?;
     let mut expired = Vec::with_capacity(due.len());
     for id in due {
-        let intent = must_get(connection, id)?;
+        let (intent, held) = must_get(connection, id)?;
         let approval = approval(connection, id)?;
-        expired.extend(apply(
+        expired.extend(apply_to(
             connection,
+            held,
             plan::expire_approval(intent, approval, now_ms)?,
         )?);
     }
@@ -687,24 +830,24 @@ pub fn budget_usage(
 
 pub fn finish(connection: &Connection, finish: &Finish) -> Result<Finished, LedgerError> {
     plan::check_finish(finish)?;
-    let intent = must_get(connection, finish.id)?;
-    apply(connection, plan::finish(intent, finish)?)
+    let (intent, held) = must_get(connection, finish.id)?;
+    apply_to(connection, held, plan::finish(intent, finish)?)
 }
 
 pub fn renew(connection: &Connection, renew: &Renew) -> Result<Renewed, LedgerError> {
-    let intent = must_get(connection, renew.id)?;
-    apply(connection, plan::renew(intent, renew)?)
+    let (intent, held) = must_get(connection, renew.id)?;
+    apply_to(connection, held, plan::renew(intent, renew)?)
 }
 
 pub fn record_call(connection: &Connection, id: IntentId, now_ms: i64) -> Result<(), LedgerError> {
-    let intent = must_get(connection, id)?;
-    apply(connection, plan::record_call(intent, now_ms))
+    let (intent, held) = must_get(connection, id)?;
+    apply_to(connection, held, plan::record_call(intent, now_ms))
 }
 
 pub fn resolve(connection: &Connection, resolve: &Resolve) -> Result<IntentRecord, LedgerError> {
     plan::check_resolve(resolve)?;
-    let intent = must_get(connection, resolve.id)?;
-    apply(connection, plan::resolve(intent, resolve)?)
+    let (intent, held) = must_get(connection, resolve.id)?;
+    apply_to(connection, held, plan::resolve(intent, resolve)?)
 }
 
 pub fn record_disabled_call(

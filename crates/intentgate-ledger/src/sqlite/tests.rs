@@ -605,3 +605,75 @@ async fn a_write_connection_that_fails_its_reads_is_opened_again_after_a_failed_
     let read = ledger.get_by_id(intent.id).await.unwrap().unwrap();
     assert_eq!(read.status, IntentStatus::Done);
 }
+
+/// What a ledger holds of one intent after `writes`: its row, and its events without their
+/// ids (which count every event of the file).
+async fn after_writes(moved_first: bool, writes: &[&str]) -> (IntentRecord, Vec<Event>) {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Relaxed);
+    let intent = execute(&ledger, "order-1").await;
+    for write in writes {
+        if moved_first {
+            // A read of many intents moves every begun one to `intents` first.
+            ledger.list(IntentId::MIN, 10).await.expect("list");
+        }
+        match *write {
+            "repeat" => {
+                let repeat = BeginRequest {
+                    now_ms: NOW_MS + 5,
+                    ..request("order-1")
+                };
+                ledger.begin(repeat).await.expect("repeat");
+            }
+            "renew" => {
+                let renew = Renew {
+                    id: intent.id,
+                    lease_owner: OWNER.into(),
+                    attempt: intent.attempt,
+                    lease_expires_ms: NOW_MS + 120_000,
+                    now_ms: NOW_MS + 10,
+                };
+                ledger.renew(renew).await.expect("renew");
+            }
+            "finish" => {
+                ledger.finish(done(&intent)).await.expect("finish");
+            }
+            other => panic!("no write {other}"),
+        }
+    }
+    let record = ledger
+        .get_by_id(intent.id)
+        .await
+        .unwrap()
+        .expect("the intent");
+    let events = ledger
+        .events(intent.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|event| Event { id: 0, ..event })
+        .collect();
+    (record, events)
+}
+
+/// A write of an intent still in its narrow begun row inserts its wide row as that write
+/// leaves it, instead of moving the row and then changing it: the row and the event log
+/// must come out as they do when the intent was moved before the write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_of_a_begun_intent_leaves_what_a_write_after_its_move_leaves() {
+    for writes in [
+        &["finish"][..],
+        &["repeat", "finish"],
+        &["renew", "finish"],
+        &["renew", "repeat", "finish"],
+    ] {
+        let direct = after_writes(false, writes).await;
+        let moved = after_writes(true, writes).await;
+        assert_eq!(direct, moved, "after {writes:?}");
+        assert!(
+            direct.1.len() >= 2 + writes.len(),
+            "the creation's events and one per write at least, after {writes:?}: {:?}",
+            direct.1
+        );
+    }
+}
