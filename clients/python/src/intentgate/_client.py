@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, cast
 
@@ -25,6 +26,7 @@ except ImportError:  # pragma: no cover - exercised where opentelemetry is not i
     _propagate = None  # type: ignore[assignment]
 
 from intentgate import _json
+from intentgate._connections import Connections, stdlib_usable
 from intentgate._errors import IntentGateError, LeaseLost, TooManyRounds, error_from_response
 from intentgate._intent_id import current_intent_id
 from intentgate._side_effect import (
@@ -116,12 +118,17 @@ def _settle_body(
 
 def _parse(response: httpx.Response) -> Any:
     """The parsed body of `response`; raises `IntentGateError` for a 4xx or 5xx."""
+    return _parse_answer(response.status_code, response.content)
+
+
+def _parse_answer(status: int, content: bytes) -> Any:
+    """The parsed body of an answer; raises `IntentGateError` for a 4xx or 5xx."""
     try:
-        body = _json.loads(response.content) if response.content else None
+        body = _json.loads(content) if content else None
     except ValueError:
-        body = response.text
-    if response.status_code >= 400:
-        raise error_from_response(response.status_code, body)
+        body = content.decode("utf-8", errors="replace")
+    if status >= 400:
+        raise error_from_response(status, body)
     return body
 
 
@@ -134,7 +141,10 @@ class Client:
 
     `api_key` is sent as `Authorization: Bearer <key>` (leave it out for a gateway with
     `auth: none`). `timeout` is the HTTP timeout in seconds (see `DEFAULT_TIMEOUT_SECONDS`).
-    `transport` replaces httpx's (tests pass an `httpx.MockTransport`). The client is
+    `transport` replaces httpx's (tests pass an `httpx.MockTransport`). Without one, requests
+    go over kept-alive connections of the standard library's `http.client` (a fraction of
+    httpx's cost per request), unless a proxy from the environment applies to the gateway,
+    which httpx then uses; failures are httpx's exceptions either way. The client is
     thread-safe; close it with `close()` or use it with `with`.
     """
 
@@ -146,13 +156,21 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._http = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=_headers(api_key), timeout=timeout, transport=transport
-        )
+        base_url = base_url.rstrip("/")
+        self._renewals = _Renewals(self)
+        self._connections: Connections | None = None
+        self._http: httpx.Client | None = None
+        if transport is None and stdlib_usable(base_url):
+            self._connections = Connections(base_url, _headers(api_key), timeout)
+        else:
+            self._http = httpx.Client(base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport)
 
     def close(self) -> None:
         """Closes the connections."""
-        self._http.close()
+        if self._connections is not None:
+            self._connections.close()
+        if self._http is not None:
+            self._http.close()
 
     def __enter__(self) -> Client:
         return self
@@ -162,7 +180,11 @@ class Client:
 
     def _request(self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None) -> Any:
         content = None if body is None else _json.dumps(body)
-        return _parse(self._http.request(method, path, content=content, headers=_with_trace_context(headers)))
+        headers = _with_trace_context(headers)
+        if self._connections is not None:
+            return _parse_answer(*self._connections.request(method, path, content, headers))
+        assert self._http is not None
+        return _parse(self._http.request(method, path, content=content, headers=headers))
 
     def tools(self) -> list[dict[str, Any]]:
         """`GET /v1/tools`: the tools the caller may use, with `executor` for each."""
@@ -301,7 +323,7 @@ class Client:
 
     def _execute(self, effect: SideEffect, call: Call, grant: dict[str, Any]) -> dict[str, Any]:
         key = grant["idempotency_key"]
-        renewer = _Renewer(self, grant["intent_id"], grant["lease"])
+        renewer = self._renewals.start(grant["intent_id"], grant["lease"])
         try:
             value = effect.function(*call.args, **call.kwargs, **{KEY_PARAMETER: key})
         except Exception as error:
@@ -360,31 +382,77 @@ class Client:
         raise AssertionError("unreachable")
 
 
-class _Renewer:
-    """Renews a lease from a thread while a body runs. A lost lease stops it; a failed
-    renewal is tried again at the next interval."""
+class _Lease:
+    """One lease renewed by `_Renewals` while its body runs."""
 
-    def __init__(self, client: Client, intent_id: int | str, lease: Mapping[str, Any]) -> None:
-        self._client = client
-        self._intent_id = intent_id
-        self._lease = lease
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"intentgate-renew-{intent_id}", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        lease = self._lease
-        while not self._stopped.wait(renew_interval_seconds(lease)):
-            try:
-                lease = self._client.renew(self._intent_id, lease["token"])["lease"]
-            except LeaseLost:
-                return
-            except (httpx.HTTPError, IntentGateError, KeyError, TypeError):
-                continue
+    def __init__(self, renewals: _Renewals, intent_id: int | str, lease: Mapping[str, Any]) -> None:
+        self.renewals = renewals
+        self.intent_id = intent_id
+        self.lease = lease
+        self.due = time.monotonic() + renew_interval_seconds(lease)
+        self.stopped = False
 
     def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join()
+        """Stops renewing; returns once no renewal of this lease is in flight."""
+        self.renewals.stop(self)
+
+
+class _Renewals:
+    """Renews the leases of a client's running bodies, from one thread started at the first
+    lease (a thread per call would cost more than a short call's whole exchange). A lost
+    lease is dropped; a failed renewal is tried again at the next interval."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._leases: set[_Lease] = set()
+        self._renewing: _Lease | None = None
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def start(self, intent_id: int | str, lease: Mapping[str, Any]) -> _Lease:
+        entry = _Lease(self, intent_id, lease)
+        with self._changed:
+            self._leases.add(entry)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="intentgate-renewals", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+        return entry
+
+    def stop(self, entry: _Lease) -> None:
+        with self._changed:
+            entry.stopped = True
+            self._leases.discard(entry)
+            while self._renewing is entry:
+                self._changed.wait()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                entry = self._next_due()
+                self._renewing = entry
+            try:
+                entry.lease = self._client.renew(entry.intent_id, entry.lease["token"])["lease"]
+            except LeaseLost:
+                entry.stopped = True
+            except (httpx.HTTPError, IntentGateError, KeyError, TypeError):
+                pass
+            with self._changed:
+                self._renewing = None
+                if entry.stopped:
+                    self._leases.discard(entry)
+                else:
+                    entry.due = time.monotonic() + renew_interval_seconds(entry.lease)
+                self._changed.notify_all()
+
+    def _next_due(self) -> _Lease:
+        """Waits (holding `_changed`) until a lease is due, and answers it."""
+        while True:
+            now = time.monotonic()
+            first = min(self._leases, key=lambda entry: entry.due, default=None)
+            if first is not None and first.due <= now:
+                return first
+            self._changed.wait(None if first is None else first.due - now)
 
 
 class AsyncClient:
@@ -580,7 +648,7 @@ class AsyncClient:
         raise AssertionError("unreachable")
 
     async def _renew(self, intent_id: int | str, lease: Mapping[str, Any]) -> None:
-        """Renews `lease` until cancelled or lost (see `_Renewer`)."""
+        """Renews `lease` until cancelled or lost (see `_Renewals`)."""
         while True:
             await asyncio.sleep(renew_interval_seconds(lease))
             try:
