@@ -53,6 +53,7 @@ use crate::error::GateError;
 use crate::gate::Gate;
 use crate::lease::{Begun, finish_of};
 use crate::metrics::STATUS_LEDGER_UNAVAILABLE;
+use crate::options::QUEUED_FINISH_MIN_LEASE;
 use crate::outcome::CallOutcome;
 use crate::resolution::{Driver, millis};
 use crate::resolve::UNUSED_LOOKUP_LEASE;
@@ -357,9 +358,22 @@ impl Gate {
             resend_stopped: stop,
             ..finish_of(&intent, &owner, now_ms, status, resolved_by, detail)
         };
-        let recorded = match self.ledger_finish(finish).await? {
-            Finished::Recorded(recorded) => recorded,
-            Finished::Superseded(now) => return Err(SettleError::LeaseLost(Box::new(now))),
+        // The final outcome of an `in_flight` intent's attempt, under a lease with time left,
+        // is answered once its write is queued, as the call path answers its own attempt's
+        // (`Gate::queue_finish`): nobody else can change the intent before it commits, reads
+        // of an `in_flight` intent wait for its queued finish, and a crash before the commit
+        // leaves it `in_flight`, settled by the lookup of the next grant after the lease.
+        let lease_left_ms = intent.lease_expires_ms.unwrap_or(now_ms) - now_ms;
+        let recorded = if intent.status == IntentStatus::InFlight
+            && status != IntentStatus::Unknown
+            && lease_left_ms >= millis(QUEUED_FINISH_MIN_LEASE)
+        {
+            self.queue_finish(&tool.name, &intent, finish).await?
+        } else {
+            match self.ledger_finish(finish).await? {
+                Finished::Recorded(recorded) => recorded,
+                Finished::Superseded(now) => return Err(SettleError::LeaseLost(Box::new(now))),
+            }
         };
         if let Some(stop) = stop {
             // Counted once recorded: a settle that lost its lease stopped nothing.

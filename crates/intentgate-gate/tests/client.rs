@@ -863,3 +863,46 @@ async fn a_stop_is_refused_on_a_look_up_grant_and_without_the_lease() {
     assert_eq!(c.intent().await.resend_stopped, None);
     assert_eq!(resends_stopped(&c, ResendStop::ReplayedServerError), None);
 }
+
+/// A settle of an attempt's outcome is answered once its write is queued, as the call
+/// path's own outcome is: with the ledger file locked by another writer the settle still
+/// answers `done` at once, and a read of the intent waits for the commit instead of showing
+/// it `in_flight`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_is_answered_before_its_write_commits_and_reads_wait_for_the_commit() {
+    let c = Client::new(None);
+    let lease = execute(c.grant().await);
+    let blocker = rusqlite::Connection::open(c.h.ledger_path()).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+    let settled = tokio::time::timeout(Duration::from_secs(3), c.settle(&lease, done()))
+        .await
+        .expect("answered while its write waits for the lock")
+        .unwrap();
+    let outcome = answer(settled);
+    assert_eq!(outcome.status, CallStatus::Done);
+    assert_eq!(outcome.external_id.as_deref(), Some("re_1"));
+
+    let read = tokio::spawn({
+        let ledger = c.h.ledger.clone();
+        async move { ledger.get_by_id(lease.intent_id).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !read.is_finished(),
+        "a read made after the answer waits for the settle's commit"
+    );
+    blocker.execute_batch("ROLLBACK").unwrap();
+    let intent = tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .expect("the read ends once the commit lands")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(intent.status, IntentStatus::Done);
+    assert_eq!(intent.resolved_by.as_deref(), Some("client"));
+    // Every repeat gets what the settle was told.
+    let again = answer(c.grant().await);
+    assert_eq!(again.status, CallStatus::AlreadyDone);
+    assert_eq!(again.result, outcome.result);
+}

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use intentgate_core::limits::RESULT_BYTES_MAX;
 use intentgate_core::{CallStatus, IntentStatus, ToolDefinition, UpstreamObservation};
-use intentgate_ledger::{Finish, Finished, LedgerError};
+use intentgate_ledger::{Finish, Finished, IntentRecord, LedgerError};
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -131,22 +131,41 @@ impl Gate {
             return self.record(tool, finish).await;
         }
         let learned = finish.status;
+        match self.queue_finish(&tool.name, intent, finish.clone()).await {
+            Ok(settled) => self.recorded_answer(tool, &settled, learned),
+            Err(error) => self.unrecorded_answer(tool, intent.id, &error, finish),
+        }
+    }
+
+    /// Queues `finish` of `intent` ([`Ledger::finish_queued`](intentgate_ledger::Ledger::finish_queued))
+    /// and answers the intent as the ledger will hold it once committed, without waiting for
+    /// the commit; a task logs what the commit found. The caller holds the intent's lease
+    /// for [`QUEUED_FINISH_MIN_LEASE`] or more, so nobody else can change it meanwhile.
+    pub(crate) async fn queue_finish(
+        &self,
+        tool: &str,
+        intent: &IntentRecord,
+        finish: Finish,
+    ) -> Result<IntentRecord, LedgerError> {
         let started = Instant::now();
         let settle = settle_span(&finish);
-        let queued = match self
+        let queued = self
             .ledger
             .finish_queued(finish.clone())
             .instrument(settle.clone())
-            .await
-        {
-            Ok(queued) => queued,
-            Err(error) => return self.unrecorded_answer(tool, intent.id, &error, finish),
-        };
+            .await?;
+        // As the ledger's finish will leave it (`plan::finish` of the ledger crate).
         let mut settled = intent.clone();
-        settled.status = learned;
-        settled.result = finish.result;
-        settled.external_id = finish.external_id;
-        let (metrics, tool_name, id) = (self.metrics.clone(), tool.name.clone(), intent.id);
+        settled.status = finish.status;
+        settled.lease_owner = None;
+        settled.lease_expires_ms = None;
+        settled.updated_ms = finish.now_ms;
+        if matches!(finish.status, IntentStatus::Done | IntentStatus::Rejected) {
+            settled.result = finish.result;
+            settled.external_id = finish.external_id;
+            settled.resolved_by = Some(finish.resolved_by.to_owned());
+        }
+        let (metrics, tool_name, id) = (self.metrics.clone(), tool.to_owned(), intent.id);
         tokio::spawn(
             async move {
                 match queued.await {
@@ -165,7 +184,7 @@ impl Gate {
             }
             .instrument(settle),
         );
-        self.recorded_answer(tool, &settled, learned)
+        Ok(settled)
     }
 
     /// Gives back a lease `begin` granted without sending anything: the intent keeps
