@@ -476,11 +476,18 @@ async fn of_concurrent_granters_over_http_one_executes_and_the_others_get_its_an
 async fn a_broken_ledger_is_503_for_grants_and_settles() {
     let server = start_server().await;
     let granted = ok(grant(&server, ACME, "6").await);
+    let executed = ok(grant(&server, ACME, "8").await);
     let connection = rusqlite::Connection::open(&server.ledger_path).unwrap();
     connection.execute_batch("DROP TABLE events").unwrap();
-    let settle = json!({"lease": token(&granted), "outcome": "done"});
+    let settle = json!({"lease": token(&granted), "outcome": "unknown", "reason": "timeout"});
     let settled = post(&server, &settle_path(&granted), ACME, settle).await;
     assert_problem(&settled, 503, "ledger-unavailable", &[]);
+    // A final outcome under a live lease is answered once queued, with what the caller's
+    // code learned, as the gateway's own calls are; its failed write leaves the intent
+    // `in_flight`, for the lookup after the lease.
+    let settle = json!({"lease": token(&executed), "outcome": "done"});
+    let answered = ok(post(&server, &settle_path(&executed), ACME, settle).await);
+    assert_eq!(answered["outcome"]["status"], "done", "{answered}");
     connection.execute_batch("DROP TABLE tool_flags").unwrap();
     // The gate's cached flags are trusted for a while; past it, the grant reads them.
     tokio::time::sleep(intentgate_gate::FLAG_REFRESH_FOR_TESTS).await;

@@ -585,10 +585,11 @@ fn move_begun_as(
                  SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, tenant, tool, \
                  intent_key, fingerprint, arguments, first_seen_ms FROM intents_begun WHERE id = ?1",
             )?;
-            // A count write's intent has no result yet: it was begun.
-            let result = result
-                .map(str::to_owned)
-                .or_else(|| intent.result.as_ref().map(serde_json::Value::to_string));
+            // A count write carries no result's text (a begun intent has no result yet).
+            let result = match result {
+                Some(text) => Some(std::borrow::Cow::Borrowed(text)),
+                None => intent.result.as_ref().map(|value| value.to_string().into()),
+            };
             execute_mutable(&mut statement, intent, result.as_deref())?
         }
     };
