@@ -163,3 +163,24 @@ def test_a_proxy_from_the_environment_is_used(servers: list[Server], monkeypatch
     with intentgate.Client("http://gateway.test:8080") as client:
         assert client.tools() == []
     assert proxy.requests == ["GET http://gateway.test:8080/v1/tools HTTP/1.1"]
+
+
+def test_an_https_gateway_is_reached_through_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
+    # httpx's certificate authorities (certifi's, or SSL_CERT_FILE) are what a deployment
+    # reaching its gateway over TLS counts on: those requests stay with httpx.
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(str(request.url))
+        return httpx.Response(200, json={"tools": []})
+
+    real_client = httpx.Client
+
+    def client_with_mock(**options: object) -> httpx.Client:
+        assert options.get("transport") is None
+        return real_client(**{**options, "transport": httpx.MockTransport(handler)})  # type: ignore[arg-type]
+
+    monkeypatch.setattr(httpx, "Client", client_with_mock)
+    with intentgate.Client("https://gateway.test") as client:
+        assert client.tools() == []
+    assert sent == ["https://gateway.test/v1/tools"]

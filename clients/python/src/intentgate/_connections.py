@@ -1,5 +1,6 @@
 """The blocking client's HTTP: kept-alive connections of the standard library's
-`http.client`, used when no httpx transport is given and no proxy applies to the gateway.
+`http.client`, used for a plain-`http` gateway when no httpx transport is given and no
+proxy applies to it.
 
 A grant and a settle are two requests around every decorated call, so what a request costs
 the caller's process is most of what the client adds to the call: through httpx's `Client`
@@ -26,10 +27,12 @@ IDLE_MAX = 16
 
 
 def stdlib_usable(base_url: str) -> bool:
-    """Whether `base_url` can be reached without httpx: `http` or `https`, and no proxy
-    from the environment applies to its host (httpx would use that proxy)."""
+    """Whether `base_url` is reached without httpx: plain `http` (a gateway beside the
+    agent, where the per-request cost shows), and no proxy from the environment applies to
+    its host (httpx would use that proxy). `https` stays with httpx, whose certificate
+    authorities (certifi's, or `SSL_CERT_FILE`) a deployment may count on."""
     parts = urlsplit(base_url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if parts.scheme != "http" or not parts.hostname:
         return False
     proxies = urllib.request.getproxies()
     if not (proxies.get(parts.scheme) or proxies.get("all")):
@@ -43,7 +46,6 @@ class Connections:
 
     def __init__(self, base_url: str, headers: Mapping[str, str], timeout: float) -> None:
         parts = urlsplit(base_url)
-        self._https = parts.scheme == "https"
         self._host = parts.hostname or ""
         self._port = parts.port
         self._prefix = parts.path.rstrip("/")
@@ -103,8 +105,7 @@ class Connections:
         connection.close()
 
     def _open(self) -> http.client.HTTPConnection:
-        kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        connection = kind(self._host, self._port, timeout=self._timeout)
+        connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
         try:
             connection.connect()
         except socket.timeout as error:
