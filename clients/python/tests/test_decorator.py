@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 import time
 from decimal import Decimal
 from typing import Any
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 import intentgate
+import intentgate._client
 from fake_gateway import KEY, LEASE_TOKEN, FakeGateway, answer, execute, lease_lost, look_up, problem
 
 
@@ -270,6 +272,45 @@ def test_the_lease_is_renewed_while_a_slow_body_runs(gateway: FakeGateway) -> No
     assert gateway.requests[1][1] == "/v1/intents/42/renew"
     # No renewal after the settle: the renewer stops before it.
     assert gateway.requests[-1][0] == "settle"
+
+
+def renewal_threads(besides: list[threading.Thread]) -> list[threading.Thread]:
+    """The renewal threads alive now, other than `besides` (those of earlier tests' clients)."""
+    return [
+        thread for thread in threading.enumerate() if thread.name == "intentgate-renewals" and thread not in besides
+    ]
+
+
+def test_the_renewal_thread_ends_when_idle_and_at_close(gateway: FakeGateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One thread per client renews every lease; it must not outlive its use, or an
+    # application making a client per request would gather threads.
+    monkeypatch.setattr(intentgate._client, "RENEWALS_IDLE_SECONDS", 0.2)
+    earlier = renewal_threads([])
+    for order in ("o-1", "o-2"):
+        client = intentgate.Client("http://gateway.test", transport=gateway.transport())
+        gateway.grants.append(execute(duration_ms=150))
+        gateway.settles.append(answer("done"))
+
+        @client.side_effect("refund_order")
+        def slow(order_id: str, *, idempotency_key: str) -> str:
+            time.sleep(0.12)
+            return "re_000001"
+
+        assert slow(order)["status"] == "done"
+        assert len(renewal_threads(earlier)) == 1
+        time.sleep(0.5)
+        assert renewal_threads(earlier) == [], "ended after the idle time"
+    # Started again by the next lease, ended by close().
+    monkeypatch.setattr(intentgate._client, "RENEWALS_IDLE_SECONDS", 60.0)
+    gateway.grants.append(execute(duration_ms=150))
+    gateway.settles.append(answer("done"))
+    assert slow("o-3")["status"] == "done"
+    assert len(renewal_threads(earlier)) == 1
+    client.close()
+    deadline = time.monotonic() + 5
+    while renewal_threads(earlier) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert renewal_threads(earlier) == [], "ended by close()"
 
 
 def test_a_lost_lease_stops_renewing_and_the_settle_learns_the_answer(gateway: FakeGateway) -> None:

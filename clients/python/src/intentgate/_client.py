@@ -166,7 +166,8 @@ class Client:
             self._http = httpx.Client(base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport)
 
     def close(self) -> None:
-        """Closes the connections."""
+        """Closes the connections, and ends the thread that renews leases."""
+        self._renewals.close()
         if self._connections is not None:
             self._connections.close()
         if self._http is not None:
@@ -397,10 +398,16 @@ class _Lease:
         self.renewals.stop(self)
 
 
+#: How long the renewal thread waits for a new lease once none is left, before it ends (the
+#: next lease starts it again).
+RENEWALS_IDLE_SECONDS = 30.0
+
+
 class _Renewals:
     """Renews the leases of a client's running bodies, from one thread started at the first
-    lease (a thread per call would cost more than a short call's whole exchange). A lost
-    lease is dropped; a failed renewal is tried again at the next interval."""
+    lease (a thread per call would cost more than a short call's whole exchange) and ended
+    after `RENEWALS_IDLE_SECONDS` without a lease, or by `close()`. A lost lease is dropped;
+    a failed renewal is tried again at the next interval."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -408,11 +415,15 @@ class _Renewals:
         self._renewing: _Lease | None = None
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     def start(self, intent_id: int | str, lease: Mapping[str, Any]) -> _Lease:
         entry = _Lease(self, intent_id, lease)
         with self._changed:
             self._leases.add(entry)
+            # A lease after `close()` is renewed all the same, by the thread still ending or
+            # a new one.
+            self._closed = False
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="intentgate-renewals", daemon=True)
                 self._thread.start()
@@ -426,10 +437,19 @@ class _Renewals:
             while self._renewing is entry:
                 self._changed.wait()
 
+    def close(self) -> None:
+        """Ends the thread (at once, or after the renewal it is sending)."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
     def _run(self) -> None:
         while True:
             with self._changed:
                 entry = self._next_due()
+                if entry is None:
+                    self._thread = None
+                    return
                 self._renewing = entry
             try:
                 entry.lease = self._client.renew(entry.intent_id, entry.lease["token"])["lease"]
@@ -445,14 +465,24 @@ class _Renewals:
                     entry.due = time.monotonic() + renew_interval_seconds(entry.lease)
                 self._changed.notify_all()
 
-    def _next_due(self) -> _Lease:
-        """Waits (holding `_changed`) until a lease is due, and answers it."""
-        while True:
+    def _next_due(self) -> _Lease | None:
+        """Waits (holding `_changed`) until a lease is due and answers it; None once closed,
+        or after `RENEWALS_IDLE_SECONDS` without a lease."""
+        idle_since = time.monotonic()
+        while not self._closed:
             now = time.monotonic()
             first = min(self._leases, key=lambda entry: entry.due, default=None)
-            if first is not None and first.due <= now:
+            if first is None:
+                left = idle_since + RENEWALS_IDLE_SECONDS - now
+                if left <= 0:
+                    return None
+                self._changed.wait(left)
+                continue
+            idle_since = now
+            if first.due <= now:
                 return first
-            self._changed.wait(None if first is None else first.due - now)
+            self._changed.wait(first.due - now)
+        return None
 
 
 class AsyncClient:
