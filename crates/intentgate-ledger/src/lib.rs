@@ -706,7 +706,10 @@ ledger_trait! {
         /// without writing when that owner holds no such lease at `renew.now_ms`.
         async fn renew(&self, renew: Renew) -> Result<Renewed>;
 
-        /// Counts a repeated call answered from a read (the already-done fast path).
+        /// Counts a repeated call answered from a read (the already-done fast path), once
+        /// committed: not durable on its own, and shared with other counts where the store
+        /// groups them (PostgreSQL: those of 5 ms, `postgres/repeats.rs`).
+        /// [`LedgerError::NotFound`] when the intent is gone.
         async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()>;
 
         /// Keeps the W3C `traceparent` of the span that executed the intent `id`'s latest
@@ -738,8 +741,9 @@ ledger_trait! {
         /// read, may be answered again without a read while the epoch is unchanged. Only an
         /// erasure, a purge or a resolution changes one (a repeat's count aside); this
         /// ledger's own make the epoch move once they have committed, another process's by
-        /// the next call. `None` when the store can't tell for less than a read (PostgreSQL,
-        /// for now; a SQLite ledger whose writer is busy, or inline): the caller reads.
+        /// the next call (SQLite) or once its notification arrives (PostgreSQL). `None` when
+        /// the store can't tell for less than a read (a PostgreSQL ledger not listening for
+        /// notifications; a SQLite ledger whose writer is busy, or inline): the caller reads.
         async fn settled_epoch(&self) -> Option<u64>;
 
         /// Reads an intent by id.

@@ -5822,7 +5822,8 @@ mod postgres {
         let schema = &scratch.schema;
         outside
             .batch_execute(&format!(
-                "DROP TABLE \"{schema}\".approvals;
+                "DROP FUNCTION \"{schema}\".intents_settled_changed() CASCADE;
+                 DROP TABLE \"{schema}\".approvals;
                  DROP TABLE \"{schema}\".budget_usage;
                  DROP TABLE \"{schema}\".console_sessions;
                  DROP TABLE \"{schema}\".alerts;
@@ -5841,7 +5842,7 @@ mod postgres {
         assert_eq!(versions().await, [1, 2, 3, 4, 5]);
 
         let ledger = scratch.connect(scratch.options()).await;
-        assert_eq!(versions().await, [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(versions().await, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
         let read_back = read(&ledger, &before).await;
         assert_eq!(read_back, before);
         assert_eq!(read_back.resend_stopped, None);
@@ -6087,6 +6088,164 @@ mod postgres {
         };
         other.set_tool_flag(on.clone()).await.unwrap();
         assert_eq!(one.tool_flags().await.unwrap(), [on]);
+    }
+
+    /// A connection outside the ledger listening on `channel`, and what it hears.
+    async fn listening(
+        url: &str,
+        channel: &str,
+    ) -> (
+        tokio_postgres::Client,
+        tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) {
+        let (client, mut connection) = tokio_postgres::connect(url, NoTls)
+            .await
+            .expect("connect to DATABASE_URL");
+        let (heard, hearing) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(Ok(message)) =
+                std::future::poll_fn(|context| connection.poll_message(context)).await
+            {
+                if let tokio_postgres::AsyncMessage::Notification(notification) = message {
+                    let _ = heard.send(notification.payload().to_owned());
+                }
+            }
+        });
+        client
+            .batch_execute(&format!("LISTEN \"{channel}\""))
+            .await
+            .unwrap();
+        (client, hearing)
+    }
+
+    /// The next payload heard, within a deadline.
+    async fn heard(hearing: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
+        tokio::time::timeout(Duration::from_secs(30), hearing.recv())
+            .await
+            .expect("a notification within 30 s")
+            .expect("the listening connection is open")
+    }
+
+    /// Runs `statement` (its schema as `{schema}`) on intent `id` outside the ledger, and
+    /// checks that it notified nothing: the next notification heard is a mark sent after it
+    /// (notifications arrive in the order their transactions committed).
+    async fn unheard(
+        outside: &tokio_postgres::Client,
+        scratch: &Scratch,
+        statement: &str,
+        id: IntentId,
+        hearing: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) {
+        let statement = statement.replace("{schema}", &scratch.schema);
+        assert_eq!(outside.execute(&statement, &[&id]).await.unwrap(), 1);
+        let channel = format!("{}_settled", scratch.schema);
+        outside
+            .execute("SELECT pg_notify($1, 'mark')", &[&channel])
+            .await
+            .unwrap();
+        assert_eq!(heard(hearing).await, "mark", "{statement} notified");
+    }
+
+    /// `ledger`'s settled epoch once it is known and differs from `from`, within a deadline:
+    /// another process's change arrives as a notification, a moment after its commit.
+    async fn epoch_after(ledger: &PostgresLedger, from: Option<u64>) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match ledger.settled_epoch().await {
+                Some(epoch) if Some(epoch) != from => return epoch,
+                _ => assert!(
+                    Instant::now() < deadline,
+                    "the settled epoch stayed {from:?} for 30 s"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// What lets a replica answer repeats from memory (`Ledger::settled_epoch`): the schema's
+    /// triggers notify every change to a settled intent, and every deletion of one, by
+    /// whichever process or statement makes it, and nothing else; the other replicas hear it.
+    ///
+    /// How it broke before: PostgreSQL had no epoch (every repeat read), and a version that
+    /// notified only from its own erasures would miss the CLI of an older version and SQL
+    /// typed by hand.
+    #[tokio::test]
+    async fn changes_to_settled_intents_are_notified_to_every_replica_and_counts_are_not() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let one = scratch.connect(scratch.options()).await;
+        let other = scratch.connect(scratch.options()).await;
+        let channel = format!("{}_settled", scratch.schema);
+        let (outside, mut hearing) = listening(&url, &channel).await;
+        let first = epoch_after(&one, None).await;
+
+        // New intents, their finishes and the counts of repeats are not changes.
+        let done = settled(&other, "order-1", IntentStatus::Done, T0).await;
+        let rejected = settled(&other, "order-2", IntentStatus::Rejected, T0).await;
+        let in_flight = started(&other, "order-3", "owner-c", T0).await;
+        other.record_call(done.id, T0 + 1).await.unwrap();
+        let count = "UPDATE \"{schema}\".intents SET call_count = call_count + 1 WHERE id = $1";
+        unheard(&outside, &scratch, count, rejected.id, &mut hearing).await;
+        let marked = epoch_after(&one, Some(first)).await;
+        assert_eq!(marked, first + 2, "one notification, the mark, moved it");
+
+        // Another replica's erasure of a settled intent reaches this one.
+        let erase = Erase {
+            tenant: TENANT.into(),
+            tool: Some(TOOL.into()),
+            key: Some("order-1".into()),
+            force: false,
+            actor: "dpo@example.com".into(),
+            reason: "erasure request 77".into(),
+            now_ms: T0 + 2,
+        };
+        expect!(Erasure::Erased, other.erase(&erase).await.unwrap());
+        assert_eq!(heard(&mut hearing).await, "");
+        let erased = epoch_after(&one, Some(marked)).await;
+
+        // A settled intent changed by hand, and one deleted by hand.
+        for statement in [
+            "UPDATE \"{schema}\".intents SET result = '{\"id\": \"re_9\"}' WHERE id = $1",
+            "DELETE FROM \"{schema}\".intents WHERE id = $1",
+        ] {
+            let statement = statement.replace("{schema}", &scratch.schema);
+            let changed = outside.execute(&statement, &[&rejected.id]).await.unwrap();
+            assert_eq!(changed, 1, "{statement}");
+            assert_eq!(heard(&mut hearing).await, "", "{statement}");
+        }
+        let by_hand = epoch_after(&one, Some(erased)).await;
+        assert!(by_hand > erased);
+
+        // Deleting an intent that never settled is no change to a settled answer either.
+        let delete = "DELETE FROM \"{schema}\".intents WHERE id = $1";
+        unheard(&outside, &scratch, delete, in_flight.id, &mut hearing).await;
+    }
+
+    /// A replica whose listener lost its connection can't tell what it missed: its epoch is
+    /// unknown until it listens again, and then a new one, so nothing kept under the old
+    /// epoch is answered again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_listener_that_reconnects_starts_a_new_settled_epoch() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let ledger = scratch.connect(scratch.options()).await;
+        let before = epoch_after(&ledger, None).await;
+        let outside = scratch.outside().await;
+        let terminated: i64 = outside
+            .query_one(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity \
+                 WHERE application_name = $1 AND query LIKE 'LISTEN%') AS ended",
+                &[&format!("intentgate:{}", scratch.schema)],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            terminated, 1,
+            "the ledger's listening connection was not found"
+        );
+        let after = epoch_after(&ledger, Some(before)).await;
+        assert_ne!(after, before);
     }
 
     /// The server ended every connection of the ledger (a restart, a failover, an

@@ -1,12 +1,16 @@
-//! Repeats of a settled intent through the real processes: `intentgate serve` over a SQLite
-//! ledger answers them from memory while nothing settled has changed, and an erasure made
-//! by another process (`intentgate intents erase` on the same file) takes effect at the
-//! next repeat, which no longer finds the erased intent.
+//! Repeats of a settled intent through the real processes: `intentgate serve` answers them
+//! from memory while nothing settled has changed, and an erasure made by another process
+//! (`intentgate intents erase` on the same ledger) takes effect at the next repeat, which no
+//! longer finds the erased intent: on a SQLite file (the other process's commit is seen on
+//! the file) and on PostgreSQL (the schema's triggers notify it).
 
 mod support;
 
 use serde_json::{Value, json};
-use support::{Stack, call, intentgate, stack, success};
+use support::{
+    Running, Schema, call, client, database_url, example_config, intentgate, mock_provider, serve,
+    stack, success,
+};
 
 const KEY: &str = "refund:8812:49.00";
 /// Repeats made until one is answered without reading the ledger.
@@ -16,11 +20,21 @@ fn refund() -> Value {
     json!({"order_id": "8812", "amount": 49, "reason": "requested_by_customer"})
 }
 
+/// A gateway and what another process needs to reach its ledger.
+struct Served<'a> {
+    gateway: &'a Running,
+    client: &'a reqwest::Client,
+    /// `--ledger` of the gateway: a file or a URL.
+    ledger: &'a str,
+    /// The environment the ledger's location needs (its PostgreSQL schema).
+    env: &'a [(&'a str, &'a str)],
+}
+
 /// The ledger reads by key the gateway has made so far (its `get` histogram's count).
-async fn ledger_gets(stack: &Stack) -> f64 {
-    let text = stack
+async fn ledger_gets(served: &Served<'_>) -> f64 {
+    let text = served
         .client
-        .get(format!("{}/metrics", stack.gateway.url))
+        .get(format!("{}/metrics", served.gateway.url))
         .send()
         .await
         .unwrap()
@@ -34,28 +48,25 @@ async fn ledger_gets(stack: &Stack) -> f64 {
     .unwrap_or(0.0)
 }
 
-async fn refund_status(stack: &Stack) -> Value {
-    let outcome = call(&stack.client, &stack.gateway.url, "refund_order", refund()).await;
+async fn refund_status(served: &Served<'_>) -> Value {
+    let outcome = call(served.client, &served.gateway.url, "refund_order", refund()).await;
     outcome["status"].clone()
 }
 
-/// How it broke before the check existed: a gateway that kept settled answers in memory with
-/// nothing to tell it of another process's writes went on answering `already_done` for an
-/// intent the CLI had erased from the file.
-#[tokio::test]
-async fn an_erasure_by_another_process_takes_effect_at_the_next_repeat() {
-    let stack = stack(|text| text);
-    let ledger = stack.folder.path().join("ledger.db");
-    assert_eq!(refund_status(&stack).await, "done");
+/// Settles the refund, shows a repeat answered without a read, erases the intent with the
+/// CLI and shows the next call finds it gone.
+async fn an_erasure_by_another_process_takes_effect(served: &Served<'_>) {
+    assert_eq!(refund_status(served).await, "done");
     // The first repeat reads the settled intent; the next ones are answered without a read,
-    // unless the ledger's writer is busy just then (committing the count of the repeat
-    // before, say), when the gateway reads rather than wait: one of a few must be.
-    assert_eq!(refund_status(&stack).await, "already_done");
+    // unless the ledger can't tell just then whether anything changed (a SQLite writer
+    // committing the count of the repeat before, say), when the gateway reads rather than
+    // wait: one of a few must be.
+    assert_eq!(refund_status(served).await, "already_done");
     let mut answered_from_memory = false;
     for _ in 0..REPEATS_MAX {
-        let gets = ledger_gets(&stack).await;
-        assert_eq!(refund_status(&stack).await, "already_done");
-        if ledger_gets(&stack).await == gets {
+        let gets = ledger_gets(served).await;
+        assert_eq!(refund_status(served).await, "already_done");
+        if ledger_gets(served).await == gets {
             answered_from_memory = true;
             break;
         }
@@ -64,7 +75,7 @@ async fn an_erasure_by_another_process_takes_effect_at_the_next_repeat() {
         answered_from_memory,
         "{REPEATS_MAX} repeats of a settled intent nobody changed each read the ledger"
     );
-    let gets = ledger_gets(&stack).await;
+    let gets = ledger_gets(served).await;
 
     let erased = intentgate()
         .args(["intents", "erase", "--tenant", "default", "--tool"])
@@ -75,16 +86,75 @@ async fn an_erasure_by_another_process_takes_effect_at_the_next_repeat() {
             "--reason",
             "erasure request 12",
         ])
-        .args(["--actor", "dpo", "--ledger"])
-        .arg(&ledger)
+        .args(["--actor", "dpo", "--ledger", served.ledger])
+        .envs(served.env.iter().copied())
         .output()
         .expect("intentgate runs");
     let printed = success(&erased);
     assert!(printed.contains("1 intents"), "{printed}");
 
     // The intent is gone: the call is a new one, made again (the provider's idempotency key
-    // makes it no second refund), not a repeat of what was erased.
-    assert_eq!(refund_status(&stack).await, "done");
-    assert!(ledger_gets(&stack).await > gets);
-    assert_eq!(refund_status(&stack).await, "already_done");
+    // makes it no second refund), not a repeat of what was erased. On PostgreSQL the
+    // erasure reaches the gateway as a notification, a moment after the CLI's commit: a
+    // repeat answered in that moment is one a read just before the erasure would have
+    // answered, so wait for the new call, with a deadline.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match refund_status(served).await.as_str() {
+            Some("done") => break,
+            Some("already_done") if !served.env.is_empty() => assert!(
+                std::time::Instant::now() < deadline,
+                "the erasure did not reach the gateway in 30 s"
+            ),
+            other => panic!("after the erasure the call answered {other:?}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(ledger_gets(served).await > gets);
+    assert_eq!(refund_status(served).await, "already_done");
+}
+
+/// How it broke before the check existed: a gateway that kept settled answers in memory with
+/// nothing to tell it of another process's writes went on answering `already_done` for an
+/// intent the CLI had erased from the file.
+#[tokio::test]
+async fn an_erasure_by_another_process_takes_effect_at_the_next_repeat() {
+    let stack = stack(|text| text);
+    let ledger = stack.folder.path().join("ledger.db");
+    let served = Served {
+        gateway: &stack.gateway,
+        client: &stack.client,
+        ledger: ledger.to_str().unwrap(),
+        env: &[],
+    };
+    an_erasure_by_another_process_takes_effect(&served).await;
+}
+
+/// The same on PostgreSQL, where the gateway used to read every repeat: it now answers them
+/// from memory, and the CLI's erasure reaches it through the schema's notification.
+#[tokio::test]
+async fn on_postgresql_an_erasure_by_another_process_reaches_the_gateway() {
+    let test = "repeats_erasure";
+    let Some(url) = database_url(test) else {
+        return;
+    };
+    let schema = Schema::fresh(&url, test);
+    let folder = tempfile::tempdir().unwrap();
+    let config = example_config(folder.path(), |text| text);
+    let mock = mock_provider();
+    let env = [("INTENTGATE_LEDGER_SCHEMA", schema.name.as_str())];
+    let gateway = serve(
+        config.to_str().unwrap(),
+        &url,
+        &[env[0], ("INTENTGATE_MOCK_URL", &mock.url)],
+    );
+    let served = Served {
+        gateway: &gateway,
+        client: &client(),
+        ledger: &url,
+        env: &env,
+    };
+    an_erasure_by_another_process_takes_effect(&served).await;
+    drop(gateway);
+    schema.remove();
 }

@@ -37,36 +37,50 @@ impl Entry {
     }
 }
 
-/// The queued finishes not yet taken by a writer.
-#[derive(Default)]
-pub struct Grouped {
-    state: Mutex<State>,
+/// Writes queued for a writer task (finishes here, repeats' counts in `repeats.rs`) and not
+/// yet taken by it.
+pub struct Queue<E> {
+    state: Mutex<State<E>>,
 }
 
-#[derive(Default)]
-struct State {
-    waiting: Vec<Entry>,
+impl<E> Default for Queue<E> {
+    fn default() -> Queue<E> {
+        Queue {
+            state: Mutex::new(State {
+                waiting: Vec::new(),
+                writing: false,
+            }),
+        }
+    }
+}
+
+/// The queued finishes.
+pub type Grouped = Queue<Entry>;
+
+struct State<E> {
+    waiting: Vec<E>,
     /// A writer task is running; it takes what waits before it stops.
     writing: bool,
 }
 
-impl Grouped {
+impl<E> Queue<E> {
     /// Queues `entry`. True when no writer runs: the caller starts one.
-    pub fn push(&self, entry: Entry) -> bool {
-        let mut state = self.state.lock().expect("grouped finishes lock");
+    pub fn push(&self, entry: E) -> bool {
+        let mut state = self.state.lock().expect("write queue lock");
         state.waiting.push(entry);
         !std::mem::replace(&mut state.writing, true)
     }
 
-    /// The writer's next group, oldest first; `None` when nothing waits, and then the
-    /// writer stops (in the same step, so that a finish queued after it starts another).
-    pub fn next_group(&self) -> Option<Vec<Entry>> {
-        let mut state = self.state.lock().expect("grouped finishes lock");
+    /// The writer's next group of at most `max`, oldest first; `None` when nothing waits,
+    /// and then the writer stops (in the same step, so that an entry queued after it starts
+    /// another).
+    pub fn next_group(&self, max: usize) -> Option<Vec<E>> {
+        let mut state = self.state.lock().expect("write queue lock");
         if state.waiting.is_empty() {
             state.writing = false;
             return None;
         }
-        let taken = state.waiting.len().min(GROUP_MAX);
+        let taken = state.waiting.len().min(max);
         Some(state.waiting.drain(..taken).collect())
     }
 }

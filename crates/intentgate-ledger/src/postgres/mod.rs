@@ -21,7 +21,9 @@
 //! `synchronous_commit` off for the whole session.
 //!
 //! A caller waiting on a lease held by another replica is woken by `LISTEN`/`NOTIFY`
-//! ([`listener`]), and polls every [`WAIT_POLL`] in case a notification was missed.
+//! ([`listener`]), and polls every [`WAIT_POLL`] in case a notification was missed. The
+//! same listener hears the schema's triggers tell of settled intents changed or gone, by
+//! any process, which is what lets the gate answer repeats from memory.
 //!
 //! All tables live in one schema ([`PostgresOptions::schema`], created if absent), named in
 //! each connection's `search_path`, so that several ledgers (or test runs) can share a
@@ -32,6 +34,7 @@ mod known;
 mod listener;
 mod ops;
 mod pool;
+mod repeats;
 #[cfg(test)]
 mod round_trips;
 mod schema;
@@ -49,10 +52,12 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_postgres::Config;
 
-use self::grouped::{Entry, Grouped};
+use self::grouped::{Entry, GROUP_MAX, Grouped, Queue};
 use self::known::KnownIntents;
+use self::listener::{Channels, SettledEpoch};
 use self::ops::KnownFinish;
 use self::pool::{CONNECT_TIMEOUT, Pool, Session, Target, describe};
+use self::repeats::{REPEATS_GROUP_MAX, REPEATS_LINGER, Repeat};
 use crate::Result;
 use crate::location::redacted;
 use crate::plan::{self, Plan};
@@ -195,12 +200,16 @@ pub struct Shared {
     durability: Durability,
     wait_poll: Duration,
     waiters: Arc<Waiters>,
+    /// What [`Ledger::settled_epoch`] answers ([`listener`]).
+    settled: Arc<SettledEpoch>,
     /// Finishes queued by `finish_queued` and not yet committed, which reads wait for.
     queued: Arc<Queued>,
     /// The intents this ledger just began, as it wrote them, for their finish.
     known: KnownIntents,
     /// Queued finishes waiting for their group's commit.
     grouped: Grouped,
+    /// Repeats' counts waiting for their group's commit ([`repeats`]).
+    repeats: Queue<Repeat>,
 }
 
 impl std::ops::Deref for PostgresLedger {
@@ -223,8 +232,13 @@ impl PostgresLedger {
         pool.put(first);
 
         let waiters = Arc::new(Waiters::default());
-        let channel = format!("{schema}_changes");
-        let listener = listen(config, &channel, &target, &waiters).await?;
+        let settled = Arc::new(SettledEpoch::default());
+        let channels = Channels {
+            changes: format!("{schema}_changes"),
+            settled: format!("{schema}_settled"),
+        };
+        let channel = channels.changes.clone();
+        let listener = listen(config, channels, &target, &waiters, &settled).await?;
         Ok(PostgresLedger {
             shared: Arc::new(Shared {
                 pool,
@@ -233,9 +247,11 @@ impl PostgresLedger {
                 durability: options.durability,
                 wait_poll: options.wait_poll,
                 waiters,
+                settled,
                 queued: Arc::default(),
                 known: KnownIntents::default(),
                 grouped: Grouped::default(),
+                repeats: Queue::default(),
             }),
             listener,
         })
@@ -315,9 +331,37 @@ impl Shared {
         .await
     }
 
+    /// Commits the counts of repeats, a group per [`REPEATS_LINGER`], until none waits
+    /// ([`repeats`]).
+    async fn count_repeats(self: Arc<Shared>) {
+        loop {
+            tokio::time::sleep(REPEATS_LINGER).await;
+            let Some(group) = self.repeats.next_group(REPEATS_GROUP_MAX) else {
+                return;
+            };
+            let calls: Vec<(IntentId, i64)> = group
+                .iter()
+                .map(|repeat| (repeat.id, repeat.now_ms))
+                .collect();
+            let counted = self
+                .run(write(false, None), &calls, |session, calls| {
+                    Box::pin(ops::record_calls(session, calls))
+                })
+                .await;
+            for repeat in group {
+                let answer = match &counted {
+                    Ok(gone) if gone.contains(&repeat.id) => Err(LedgerError::NotFound(repeat.id)),
+                    Ok(_) => Ok(()),
+                    Err(error) => Err(error.clone()),
+                };
+                let _ = repeat.answer.send(answer);
+            }
+        }
+    }
+
     /// Commits queued finishes, group after group, until none waits ([`grouped`]).
     async fn write_queued(self: Arc<Shared>) {
-        while let Some(group) = self.grouped.next_group() {
+        while let Some(group) = self.grouped.next_group(GROUP_MAX) {
             self.finish_group(group).await;
         }
     }
@@ -636,19 +680,23 @@ async fn open_schema(config: &Config, target: &Target, schema: &str) -> Result<S
     Ok(first)
 }
 
-/// Starts the listener of `channel`, which wakes `waiters`, and waits until it listens.
+/// Starts the listener of `channels`, which wakes `waiters` and moves `settled`, and waits
+/// until it listens.
 async fn listen(
     config: Config,
-    channel: &str,
+    channels: Channels,
     target: &Target,
     waiters: &Arc<Waiters>,
+    settled: &Arc<SettledEpoch>,
 ) -> Result<JoinHandle<()>> {
     let (listening, listened) = oneshot::channel();
+    let channel = channels.changes.clone();
     let listener = listener::spawn(
         config,
-        channel.to_owned(),
+        channels,
         target.clone(),
         waiters.clone(),
+        settled.clone(),
         listening,
     );
     let listened = tokio::time::timeout(LISTEN_TIMEOUT, listened).await;
@@ -766,12 +814,16 @@ impl Ledger for PostgresLedger {
     }
 
     async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()> {
-        self.run(
-            write(false, None),
-            &(id, now_ms),
-            |session, &(id, now_ms)| Box::pin(ops::record_call(session, id, now_ms)),
-        )
-        .await
+        let (answer, answered) = oneshot::channel();
+        let repeat = Repeat { id, now_ms, answer };
+        if self.repeats.push(repeat) {
+            tokio::spawn(self.shared.clone().count_repeats());
+        }
+        answered.await.unwrap_or_else(|_| {
+            Err(LedgerError::Storage(
+                "the repeat's count was dropped before it was written".into(),
+            ))
+        })
     }
 
     async fn record_trace(&self, id: IntentId, traceparent: String) -> Result<()> {
@@ -800,9 +852,9 @@ impl Ledger for PostgresLedger {
     }
 
     async fn settled_epoch(&self) -> Option<u64> {
-        // A settled repeat is read on every call: another replica's erasure must take effect
-        // at once, and nothing here tells of it yet without a round trip.
-        None
+        // Another process's change arrives as a notification (`listener.rs`); this ledger's
+        // own move the epoch once committed, below.
+        self.settled.current()
     }
 
     async fn get(&self, tenant: &str, tool: &str, key: &str) -> Result<Option<IntentRecord>> {
@@ -867,12 +919,16 @@ impl Ledger for PostgresLedger {
     async fn resolve(&self, resolve: Resolve) -> Result<IntentRecord> {
         // After a finish of the intent still queued, as the single writer orders SQLite's.
         self.queued.settle(resolve.id).await;
-        self.run(
-            write(true, Some(resolve.id)),
-            &resolve,
-            |session, resolve| Box::pin(ops::resolve(session, resolve)),
-        )
-        .await
+        let resolved = self
+            .run(
+                write(true, Some(resolve.id)),
+                &resolve,
+                |session, resolve| Box::pin(ops::resolve(session, resolve)),
+            )
+            .await;
+        // At once here; the trigger's notification tells the other processes.
+        self.settled.changed();
+        resolved
     }
 
     async fn record_disabled_call(&self, tenant: &str, tool: &str, now_ms: i64) -> Result<()> {
@@ -969,28 +1025,34 @@ impl Ledger for PostgresLedger {
 
     async fn purge(&self, before_ms: i64) -> Result<u64> {
         self.queued.drain().await;
-        self.run(write(false, None), &before_ms, |session, &before_ms| {
-            Box::pin(async move {
-                let purged = ops::purge(session, before_ms).await?;
-                sessions::purge(session, before_ms).await?;
-                Ok(purged)
+        let purged = self
+            .run(write(false, None), &before_ms, |session, &before_ms| {
+                Box::pin(async move {
+                    let purged = ops::purge(session, before_ms).await?;
+                    sessions::purge(session, before_ms).await?;
+                    Ok(purged)
+                })
             })
-        })
-        .await
+            .await;
+        self.settled.changed();
+        purged
     }
 
     async fn erase(&self, erase: &Erase) -> Result<Erasure> {
         self.queued.drain().await;
-        self.run(write(true, None), erase, |session, erase| {
-            Box::pin(async move {
-                let erasure = ops::erase(session, erase).await?;
-                if let Erasure::Erased(_) = &erasure.outcome {
-                    sessions::erase(session, erase).await?;
-                }
-                Ok(erasure)
+        let erasure = self
+            .run(write(true, None), erase, |session, erase| {
+                Box::pin(async move {
+                    let erasure = ops::erase(session, erase).await?;
+                    if let Erasure::Erased(_) = &erasure.outcome {
+                        sessions::erase(session, erase).await?;
+                    }
+                    Ok(erasure)
+                })
             })
-        })
-        .await
+            .await;
+        self.settled.changed();
+        erasure
     }
 
     async fn intents(

@@ -257,6 +257,43 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX alerts_by_at ON alerts (at_ms);
     CREATE INDEX alerts_by_tenant ON alerts (tenant, tool, intent_key);
     "#,
+    // 9: what lets a replica answer repeats of settled intents from memory
+    // (`listener.rs`): every change to a settled intent (done or rejected) other than a
+    // repeat's count, and every deletion of one, notifies the channel `<schema>_settled`,
+    // whichever process or statement makes it (an older intentgate, the CLI, SQL typed by
+    // hand). The payload is empty, so a purge deleting many settled intents in one
+    // transaction sends one notification (PostgreSQL delivers identical ones once). A new
+    // column the answer to a repeat is built from belongs in the update trigger's condition.
+    r#"
+    CREATE FUNCTION intents_settled_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify(TG_TABLE_SCHEMA || '_settled', '');
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER intents_settled_updated AFTER UPDATE ON intents
+        FOR EACH ROW WHEN (OLD.status IN ('done', 'rejected') AND (
+            NEW.status IS DISTINCT FROM OLD.status
+            OR NEW.result IS DISTINCT FROM OLD.result
+            OR NEW.external_id IS DISTINCT FROM OLD.external_id
+            OR NEW.resolved_by IS DISTINCT FROM OLD.resolved_by
+            OR NEW.arguments IS DISTINCT FROM OLD.arguments
+            OR NEW.fingerprint IS DISTINCT FROM OLD.fingerprint
+            OR NEW.intent_key IS DISTINCT FROM OLD.intent_key
+            OR NEW.tenant IS DISTINCT FROM OLD.tenant
+            OR NEW.tool IS DISTINCT FROM OLD.tool
+            OR NEW.attempt IS DISTINCT FROM OLD.attempt
+            OR NEW.epoch IS DISTINCT FROM OLD.epoch
+            OR NEW.lease_owner IS DISTINCT FROM OLD.lease_owner
+            OR NEW.lease_expires_ms IS DISTINCT FROM OLD.lease_expires_ms
+            OR NEW.resend_stopped IS DISTINCT FROM OLD.resend_stopped))
+        EXECUTE FUNCTION intents_settled_changed();
+    CREATE TRIGGER intents_settled_deleted AFTER DELETE ON intents
+        FOR EACH ROW WHEN (OLD.status IN ('done', 'rejected'))
+        EXECUTE FUNCTION intents_settled_changed();
+    CREATE TRIGGER intents_truncated AFTER TRUNCATE ON intents
+        FOR EACH STATEMENT EXECUTE FUNCTION intents_settled_changed();
+    "#,
 ];
 
 /// The first key of the migration's advisory lock ("ig" in ASCII), so that it does not
