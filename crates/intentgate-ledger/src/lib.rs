@@ -65,6 +65,8 @@ mod query;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod queued;
 mod record;
+#[cfg(feature = "postgres")]
+mod repeats;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -708,7 +710,7 @@ ledger_trait! {
 
         /// Counts a repeated call answered from a read (the already-done fast path), once
         /// committed: not durable on its own, and shared with other counts where the store
-        /// groups them (PostgreSQL: those of 5 ms, `postgres/repeats.rs`).
+        /// groups them (PostgreSQL: those of 5 ms, `repeats.rs`).
         /// [`LedgerError::NotFound`] when the intent is gone.
         async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()>;
 

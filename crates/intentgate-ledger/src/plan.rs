@@ -1132,6 +1132,26 @@ pub fn record_call(mut intent: IntentRecord, now_ms: i64) -> Plan<()> {
     Plan::new(vec![Write::Counts(intent), Write::Event(event)], ())
 }
 
+/// [`record_call`] for each of an intent's repeats, at each `now_ms` in order, as one plan:
+/// the count they leave, written once, then the event of each repeat, as one by one.
+#[cfg(feature = "postgres")]
+pub fn record_calls(intent: IntentRecord, calls: &[i64]) -> Plan<()> {
+    let mut counted = intent;
+    let mut events = Vec::with_capacity(calls.len());
+    for &now_ms in calls {
+        for write in record_call(counted.clone(), now_ms).writes {
+            match write {
+                Write::Counts(intent) => counted = intent,
+                event => events.push(event),
+            }
+        }
+    }
+    let mut writes = Vec::with_capacity(events.len() + 1);
+    writes.push(Write::Counts(counted));
+    writes.extend(events);
+    Plan::new(writes, ())
+}
+
 /// What `resolve` checks before it reads anything.
 pub fn check_resolve(resolve: &Resolve) -> Result<(), LedgerError> {
     check_length("actor", &resolve.actor, ACTOR_LENGTH_MAX)

@@ -9,11 +9,10 @@
 //! intent this ledger does not know, is run alone afterwards, reading and locking its row.
 //! The writer stops when nothing waits, and the next finish queued starts another.
 
-use std::sync::Mutex;
-
 use tokio::sync::oneshot;
 
 use crate::queued::Ticket;
+use crate::repeats::Queue;
 use crate::{Finish, Finished, Result};
 
 /// Most finishes committed in one transaction. Each is a small guarded update and its
@@ -37,50 +36,5 @@ impl Entry {
     }
 }
 
-/// Writes queued for a writer task (finishes here, repeats' counts in `repeats.rs`) and not
-/// yet taken by it.
-pub struct Queue<E> {
-    state: Mutex<State<E>>,
-}
-
-impl<E> Default for Queue<E> {
-    fn default() -> Queue<E> {
-        Queue {
-            state: Mutex::new(State {
-                waiting: Vec::new(),
-                writing: false,
-            }),
-        }
-    }
-}
-
 /// The queued finishes.
 pub type Grouped = Queue<Entry>;
-
-struct State<E> {
-    waiting: Vec<E>,
-    /// A writer task is running; it takes what waits before it stops.
-    writing: bool,
-}
-
-impl<E> Queue<E> {
-    /// Queues `entry`. True when no writer runs: the caller starts one.
-    pub fn push(&self, entry: E) -> bool {
-        let mut state = self.state.lock().expect("write queue lock");
-        state.waiting.push(entry);
-        !std::mem::replace(&mut state.writing, true)
-    }
-
-    /// The writer's next group of at most `max`, oldest first; `None` when nothing waits,
-    /// and then the writer stops (in the same step, so that an entry queued after it starts
-    /// another).
-    pub fn next_group(&self, max: usize) -> Option<Vec<E>> {
-        let mut state = self.state.lock().expect("write queue lock");
-        if state.waiting.is_empty() {
-            state.writing = false;
-            return None;
-        }
-        let taken = state.waiting.len().min(max);
-        Some(state.waiting.drain(..taken).collect())
-    }
-}

@@ -34,7 +34,6 @@ mod known;
 mod listener;
 mod ops;
 mod pool;
-mod repeats;
 #[cfg(test)]
 mod round_trips;
 mod schema;
@@ -52,16 +51,16 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_postgres::Config;
 
-use self::grouped::{Entry, GROUP_MAX, Grouped, Queue};
+use self::grouped::{Entry, GROUP_MAX, Grouped};
 use self::known::KnownIntents;
 use self::listener::{Channels, SettledEpoch};
 use self::ops::KnownFinish;
 use self::pool::{CONNECT_TIMEOUT, Pool, Session, Target, describe};
-use self::repeats::{REPEATS_GROUP_MAX, REPEATS_LINGER, Repeat};
 use crate::Result;
 use crate::location::redacted;
 use crate::plan::{self, Plan};
 use crate::queued::Queued;
+use crate::repeats::{self, Queue, REPEATS_GROUP_MAX, REPEATS_LINGER, Repeat, Writing};
 use crate::waiters::Waiters;
 use crate::{
     Approval, ApprovalFilter, Begin, BeginRequest, Bound, BudgetUsageRow, CallerKey, Decide,
@@ -208,7 +207,7 @@ pub struct Shared {
     known: KnownIntents,
     /// Queued finishes waiting for their group's commit.
     grouped: Grouped,
-    /// Repeats' counts waiting for their group's commit ([`repeats`]).
+    /// Repeats' counts waiting for their group's commit (`repeats.rs`).
     repeats: Queue<Repeat>,
 }
 
@@ -332,30 +331,21 @@ impl Shared {
     }
 
     /// Commits the counts of repeats, a group per [`REPEATS_LINGER`], until none waits
-    /// ([`repeats`]).
+    /// (`repeats.rs`).
     async fn count_repeats(self: Arc<Shared>) {
+        let mut writing = Writing::new(&self.repeats);
         loop {
             tokio::time::sleep(REPEATS_LINGER).await;
-            let Some(group) = self.repeats.next_group(REPEATS_GROUP_MAX) else {
+            let Some(group) = writing.next_group(REPEATS_GROUP_MAX) else {
                 return;
             };
-            let calls: Vec<(IntentId, i64)> = group
-                .iter()
-                .map(|repeat| (repeat.id, repeat.now_ms))
-                .collect();
+            let calls = repeats::calls(&group);
             let counted = self
                 .run(write(false, None), &calls, |session, calls| {
                     Box::pin(ops::record_calls(session, calls))
                 })
                 .await;
-            for repeat in group {
-                let answer = match &counted {
-                    Ok(gone) if gone.contains(&repeat.id) => Err(LedgerError::NotFound(repeat.id)),
-                    Ok(_) => Ok(()),
-                    Err(error) => Err(error.clone()),
-                };
-                let _ = repeat.answer.send(answer);
-            }
+            repeats::answer(group, &counted);
         }
     }
 
@@ -819,11 +809,7 @@ impl Ledger for PostgresLedger {
         if self.repeats.push(repeat) {
             tokio::spawn(self.shared.clone().count_repeats());
         }
-        answered.await.unwrap_or_else(|_| {
-            Err(LedgerError::Storage(
-                "the repeat's count was dropped before it was written".into(),
-            ))
-        })
+        answered.await.unwrap_or_else(|_| Err(repeats::dropped()))
     }
 
     async fn record_trace(&self, id: IntentId, traceparent: String) -> Result<()> {

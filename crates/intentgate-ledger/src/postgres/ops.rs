@@ -1443,45 +1443,23 @@ pub async fn renew(session: &mut Session, renew: &Renew) -> Result<Plan<Renewed>
     Ok(plan::renew(intent, renew)?)
 }
 
-/// Counts repeats, each `(id, now_ms)` as `plan::record_call` would, in order, in one
-/// transaction: each intent locked once (in id order, as every replica locks them), its
-/// count written once, one event per repeat. Answers the ids of intents gone meanwhile,
-/// whose repeats count for nothing.
+/// Counts repeats, each `(id, now_ms)` as `plan::record_call` would, in one transaction:
+/// each intent locked once, in id order, and its count written once
+/// (`plan::record_calls`). Answers the ids of intents gone meanwhile, whose repeats count
+/// for nothing.
 pub async fn record_calls(
     session: &mut Session,
     calls: &[(IntentId, i64)],
 ) -> Result<Plan<Vec<IntentId>>, Failure> {
-    let mut ids: Vec<IntentId> = calls.iter().map(|&(id, _)| id).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let mut intents = std::collections::HashMap::with_capacity(ids.len());
+    let mut writes = Vec::new();
     let mut gone = Vec::new();
-    for id in ids {
+    for (id, calls) in crate::repeats::by_intent(calls) {
         match lock_by_id(session, id).await {
-            Ok(intent) => {
-                intents.insert(id, intent);
-            }
+            Ok(intent) => writes.extend(plan::record_calls(intent, &calls).writes),
             Err(Failure::Ledger(LedgerError::NotFound(_))) => gone.push(id),
             Err(failure) => return Err(failure),
         }
     }
-    let mut writes = Vec::with_capacity(calls.len() + intents.len());
-    for &(id, now_ms) in calls {
-        let Some(intent) = intents.remove(&id) else {
-            continue;
-        };
-        let mut counted = None;
-        for write in plan::record_call(intent, now_ms).writes {
-            match write {
-                Write::Counts(intent) => counted = Some(intent),
-                event => writes.push(event),
-            }
-        }
-        intents.insert(id, counted.expect("a repeat's plan writes its count"));
-    }
-    let mut counted: Vec<IntentRecord> = intents.into_values().collect();
-    counted.sort_unstable_by_key(|intent| intent.id);
-    writes.extend(counted.into_iter().map(Write::Counts));
     Ok(Plan::new(writes, gone))
 }
 
