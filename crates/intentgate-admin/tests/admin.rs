@@ -1707,13 +1707,8 @@ async fn activity_counts_calls_repeats_and_statuses_per_tool_over_the_window() {
     let stormed = admin
         .done("acme", "refund_order", "refund:1:10.00", "re_1")
         .await;
-    for _ in 0..4 {
-        admin
-            .ledger
-            .record_call(stormed.id, now_ms())
-            .await
-            .unwrap();
-    }
+    let repeats = (0..4).map(|_| (stormed.id, now_ms())).collect();
+    admin.ledger.record_calls(repeats).await.unwrap();
     admin
         .done("acme", "refund_order", "refund:2:10.00", "re_2")
         .await;

@@ -72,6 +72,8 @@ pub struct Gate {
     /// Settled intents as last read, to answer their repeats without a read while the
     /// ledger says nothing settled has changed.
     pub(crate) settled: crate::call::settled::SettledCache,
+    /// The counts of repeats answered without a write, until they are written together.
+    pub(crate) repeat_counts: crate::call::settled::RepeatCounts,
     /// The last call the ledger failed before anything was sent, unless a call has been
     /// served since: what `/readyz` reports while reads still work (a full disk).
     pub(crate) ledger_failure: Mutex<Option<LedgerFailure>>,
@@ -153,6 +155,7 @@ impl Gate {
             key_reuses: broadcast::channel(KEY_REUSE_BUFFER).0,
             held: held_channel(),
             settled: crate::call::settled::SettledCache::default(),
+            repeat_counts: crate::call::settled::RepeatCounts::default(),
             resend_budget: ResendBudget::default(),
             ledger_failure: Mutex::default(),
             ledger_failures_noted: AtomicU64::new(0),

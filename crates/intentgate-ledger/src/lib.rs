@@ -62,11 +62,10 @@ pub mod postgres;
 mod process;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod query;
+pub mod queue;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod queued;
 mod record;
-#[cfg(feature = "postgres")]
-mod repeats;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -708,11 +707,11 @@ ledger_trait! {
         /// without writing when that owner holds no such lease at `renew.now_ms`.
         async fn renew(&self, renew: Renew) -> Result<Renewed>;
 
-        /// Counts a repeated call answered from a read (the already-done fast path), once
-        /// committed: not durable on its own, and shared with other counts where the store
-        /// groups them (PostgreSQL: those of 5 ms, `repeats.rs`).
-        /// [`LedgerError::NotFound`] when the intent is gone.
-        async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()>;
+        /// Counts repeated calls answered from a read or from memory (the already-done fast
+        /// path), each `(intent, now_ms)` as one call more and a `call` event, all in one
+        /// transaction: not durable on its own (a later commit's sync makes it so). Answers
+        /// the ids of intents gone meanwhile (erased, purged), whose calls count for nothing.
+        async fn record_calls(&self, calls: Vec<(IntentId, i64)>) -> Result<Vec<IntentId>>;
 
         /// Keeps the W3C `traceparent` of the span that executed the intent `id`'s latest
         /// attempt (only while traces are on), so that the trace of a repeat or a re-send

@@ -12,6 +12,8 @@
 //! **Invariant:** no I/O and no clock. Everything comes in as arguments, so these functions
 //! are as deterministic as the state machine they call.
 
+use std::collections::BTreeMap;
+
 use intentgate_core::IntentStatus;
 use intentgate_core::limits::{
     ACTOR_LENGTH_MAX, ARGUMENTS_BYTES_MAX, CALLER_KEY_LENGTH_MAX, EVENT_DETAIL_LENGTH_MAX,
@@ -1120,7 +1122,8 @@ pub fn renew(intent: IntentRecord, renew: &Renew) -> Result<Plan<Renewed>, Ledge
     Ok(Plan::new(writes, Renewed::Renewed(next)))
 }
 
-/// `record_call` on the intent as read (and locked) in the operation's transaction.
+/// One repeated call of `intent` at `now_ms` (`Ledger::record_calls`), on the intent as
+/// read (and locked) in the operation's transaction.
 pub fn record_call(mut intent: IntentRecord, now_ms: i64) -> Plan<()> {
     intent.call_count += 1;
     intent.last_seen_ms = intent.last_seen_ms.max(now_ms);
@@ -1132,19 +1135,30 @@ pub fn record_call(mut intent: IntentRecord, now_ms: i64) -> Plan<()> {
     Plan::new(vec![Write::Counts(intent), Write::Event(event)], ())
 }
 
+/// `calls` (`(intent, now_ms)`) by intent, in id order (the order every writer locks them
+/// in), each intent's in the order made.
+pub fn calls_by_intent(calls: &[(IntentId, i64)]) -> BTreeMap<IntentId, Vec<i64>> {
+    let mut by_intent: BTreeMap<IntentId, Vec<i64>> = BTreeMap::new();
+    for &(id, now_ms) in calls {
+        by_intent.entry(id).or_default().push(now_ms);
+    }
+    by_intent
+}
+
 /// [`record_call`] for each of an intent's repeats, at each `now_ms` in order, as one plan:
 /// the count they leave, written once, then the event of each repeat, as one by one.
-#[cfg(feature = "postgres")]
 pub fn record_calls(intent: IntentRecord, calls: &[i64]) -> Plan<()> {
     let mut counted = intent;
     let mut events = Vec::with_capacity(calls.len());
     for &now_ms in calls {
-        for write in record_call(counted.clone(), now_ms).writes {
+        let mut next = None;
+        for write in record_call(counted, now_ms).writes {
             match write {
-                Write::Counts(intent) => counted = intent,
+                Write::Counts(intent) => next = Some(intent),
                 event => events.push(event),
             }
         }
+        counted = next.expect("record_call writes the intent's counts");
     }
     let mut writes = Vec::with_capacity(events.len() + 1);
     writes.push(Write::Counts(counted));

@@ -841,7 +841,8 @@ async fn every_call_and_transition_is_logged_oldest_first(ledger: &dyn Ledger) {
     expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
     let repeat = ledger.begin(request("order-1", "owner-d", T0 + 4)).await;
     expect!(Begin::Settled, repeat.unwrap());
-    ledger.record_call(intent.id, T0 + 5).await.unwrap();
+    let counted = ledger.record_calls(vec![(intent.id, T0 + 5)]).await;
+    assert_eq!(counted, Ok(vec![]));
 
     let log = events(ledger, &intent).await;
     let summary: Vec<_> = log
@@ -882,8 +883,24 @@ async fn every_call_and_transition_is_logged_oldest_first(ledger: &dyn Ledger) {
     assert_eq!(settling.detail.as_deref(), Some("owner-a learned done"));
 
     assert_eq!(ledger.events(intent.id + 1_000).await.unwrap(), []);
-    let missing = ledger.record_call(intent.id + 1_000, T0 + 6).await;
-    assert_eq!(missing, Err(LedgerError::NotFound(intent.id + 1_000)));
+    let missing = intent.id + 1_000;
+    let counted = ledger
+        .record_calls(vec![(missing, T0 + 6), (intent.id, T0 + 6)])
+        .await;
+    assert_eq!(
+        counted,
+        Ok(vec![missing]),
+        "the gone intent answered, the other counted"
+    );
+    assert_eq!(
+        ledger
+            .get_by_id(intent.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .call_count,
+        6
+    );
 }
 
 async fn an_operator_resolves_an_unknown_intent_and_illegal_resolutions_are_refused(
@@ -6183,7 +6200,7 @@ mod postgres {
         let done = settled(&other, "order-1", IntentStatus::Done, T0).await;
         let rejected = settled(&other, "order-2", IntentStatus::Rejected, T0).await;
         let in_flight = started(&other, "order-3", "owner-c", T0).await;
-        other.record_call(done.id, T0 + 1).await.unwrap();
+        other.record_calls(vec![(done.id, T0 + 1)]).await.unwrap();
         let count = "UPDATE \"{schema}\".intents SET call_count = call_count + 1 WHERE id = $1";
         unheard(&outside, &scratch, count, rejected.id, &mut hearing).await;
         let marked = epoch_after(&one, Some(first)).await;

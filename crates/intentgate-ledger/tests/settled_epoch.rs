@@ -82,13 +82,13 @@ async fn the_epoch_moves_for_changes_to_settled_intents_and_other_connections_co
 
     // Its own new intents and the counts of repeats change no settled answer.
     let done = settled(&ledger, "refund:1").await;
-    ledger.record_call(done.id, T0 + 1).await.unwrap();
+    ledger.record_calls(vec![(done.id, T0 + 1)]).await.unwrap();
     settled(&ledger, "refund:2").await;
     assert_eq!(epoch(&ledger).await, first);
 
     // Another connection's commit, as another process's: the epoch moves, then holds.
     let other = SqliteLedger::open(&path, SqliteOptions::inline(Durability::Relaxed)).unwrap();
-    other.record_call(done.id, T0 + 2).await.unwrap();
+    other.record_calls(vec![(done.id, T0 + 2)]).await.unwrap();
     let after_other = epoch(&ledger).await;
     assert_ne!(after_other, first);
     assert_eq!(epoch(&ledger).await, after_other);

@@ -52,6 +52,10 @@ pub const SUMMARY_EXAMPLES_MAX: usize = 5;
 /// Longest a rule's later alerts wait to be summed up in the log: a rule's window may be a
 /// day long, and an operator reading the log should not wait that long for the count.
 pub const SUMMARY_EVERY_MAX: Duration = Duration::from_secs(60);
+/// How long the engine rests after taking the repeated calls that wait, before it takes
+/// more. Rules are judged by each call's own time, so nothing fires differently; the rest
+/// only spares a stream of repeats a wake-up of this task per repeat.
+pub const REPEATS_TAKEN_EVERY: Duration = Duration::from_millis(5);
 
 /// A rule that fired.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -258,29 +262,65 @@ impl AlertEngine {
                     continue;
                 }
             };
-            let call = match received {
-                Ok(call) => call,
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::warn!(
-                        missed,
-                        "the alert engine fell behind and missed repeated calls; thresholds may fire late"
-                    );
-                    continue;
-                }
-                Err(broadcast::error::RecvError::Closed) => return,
-            };
-            for alert in self.observe(&call) {
-                let owner = self.owner(&alert.tool);
-                let notice = fire(&alert, &ledger, &metrics).await;
-                notifier.post(owner, &notice);
-                let now = Instant::now();
-                // A window that ended while calls kept this loop busy is written first.
-                log.write_due(now, &notifier);
-                if log.opens_window(&alert, owner, now) {
-                    notifier.log(owner, &notice);
+            if !self.take(received, log, &notifier, &ledger, &metrics).await {
+                return;
+            }
+            // The calls that came meanwhile, then a rest (`REPEATS_TAKEN_EVERY`).
+            while let Some(received) = waiting(repeats.try_recv()) {
+                if !self.take(received, log, &notifier, &ledger, &metrics).await {
+                    return;
                 }
             }
+            tokio::time::sleep(REPEATS_TAKEN_EVERY).await;
         }
+    }
+
+    /// Observes one received repeated call, firing what it fires; false once the gate is
+    /// gone.
+    async fn take(
+        &mut self,
+        received: Result<RepeatedCall, broadcast::error::RecvError>,
+        log: &mut AlertLog,
+        notifier: &Arc<Notifier>,
+        ledger: &Arc<dyn Ledger>,
+        metrics: &Arc<Metrics>,
+    ) -> bool {
+        let call = match received {
+            Ok(call) => call,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    missed,
+                    "the alert engine fell behind and missed repeated calls; thresholds may fire late"
+                );
+                return true;
+            }
+            Err(broadcast::error::RecvError::Closed) => return false,
+        };
+        for alert in self.observe(&call) {
+            let owner = self.owner(&alert.tool);
+            let notice = fire(&alert, ledger, metrics).await;
+            notifier.post(owner, &notice);
+            let now = Instant::now();
+            // A window that ended while calls kept this loop busy is written first.
+            log.write_due(now, notifier);
+            if log.opens_window(&alert, owner, now) {
+                notifier.log(owner, &notice);
+            }
+        }
+        true
+    }
+}
+
+/// What `try_recv` answered, as `recv` would have; `None` when nothing waits.
+fn waiting(
+    received: Result<RepeatedCall, broadcast::error::TryRecvError>,
+) -> Option<Result<RepeatedCall, broadcast::error::RecvError>> {
+    use broadcast::error::{RecvError, TryRecvError};
+    match received {
+        Ok(call) => Some(Ok(call)),
+        Err(TryRecvError::Empty) => None,
+        Err(TryRecvError::Lagged(missed)) => Some(Err(RecvError::Lagged(missed))),
+        Err(TryRecvError::Closed) => Some(Err(RecvError::Closed)),
     }
 }
 

@@ -8,25 +8,100 @@
 //! was read, and answers a repeat from memory while the epoch is the same. An erasure,
 //! purge or resolution, by this process or another on the same ledger, moves the epoch, so
 //! the next repeat reads again and finds the intent as it now is.
+//!
+//! Each repeat still counts as a call in the ledger (its count, last-seen time and a `call`
+//! event), written after the answer and not per repeat: counts wait up to
+//! [`REPEATS_LINGER`] in a queue ([`RepeatCounts`]) and one task commits them together, so
+//! that a stream of repeats wakes no other thread or task per repeat (which, on two cores,
+//! cost the answers more than the write itself).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use intentgate_core::{Fingerprint, IntentStatus, ToolDefinition};
-use intentgate_ledger::IntentRecord;
+use intentgate_ledger::queue::{Queue, Writing};
+use intentgate_ledger::{IntentId, IntentRecord, Ledger};
 use tracing::Instrument;
 
 use crate::call::key::Keyed;
 use crate::error::GateError;
 use crate::gate::Gate;
-use crate::metrics::LedgerOperation;
+use crate::metrics::{LedgerOperation, Metrics};
 use crate::outcome::CallOutcome;
 use crate::trace;
 
 /// Most settled intents a gate keeps in memory. Bounds the memory (an intent's arguments
 /// and result are at most a few KiB each); a repeat of one left out is read, as before.
 pub(crate) const SETTLED_CACHED_MAX: usize = 4_096;
+
+/// How long a repeat's count waits for others to share its write. Long enough for a steady
+/// stream of repeats to share one commit among dozens, short next to anything that reads
+/// counts (the console, an audit).
+pub(crate) const REPEATS_LINGER: Duration = Duration::from_millis(5);
+/// Most counts written in one transaction.
+pub(crate) const REPEATS_GROUP_MAX: usize = 1_024;
+/// Most counts waiting for their write: past it (a ledger that stopped taking writes for a
+/// while, under a storm of repeats), a repeat is still answered, but not counted.
+pub(crate) const REPEATS_WAITING_MAX: usize = 65_536;
+
+/// The counts of repeats answered without a write, waiting to be written together.
+#[derive(Default)]
+pub(crate) struct RepeatCounts {
+    queue: Arc<Queue<(IntentId, i64)>>,
+    /// Some count was left out since the last write, and that was logged.
+    dropping: Arc<AtomicBool>,
+}
+
+impl RepeatCounts {
+    /// Queues the count of a repeat of `id` at `now_ms`; the first one queued while no
+    /// writer runs starts the task that writes them.
+    fn push(&self, gate: &Gate, id: IntentId, now_ms: i64) {
+        if self.queue.waiting() >= REPEATS_WAITING_MAX {
+            if !self.dropping.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    waiting = REPEATS_WAITING_MAX,
+                    "repeated calls are answered but no longer counted: their counts wait for a ledger that does not take them"
+                );
+            }
+            return;
+        }
+        if self.queue.push((id, now_ms)) {
+            tokio::spawn(write_counts(
+                gate.ledger.clone(),
+                gate.metrics.clone(),
+                self.queue.clone(),
+                self.dropping.clone(),
+            ));
+        }
+    }
+}
+
+/// Writes the queued counts, a group per [`REPEATS_LINGER`], until none waits.
+async fn write_counts(
+    ledger: Arc<dyn Ledger>,
+    metrics: Arc<Metrics>,
+    queue: Arc<Queue<(IntentId, i64)>>,
+    dropping: Arc<AtomicBool>,
+) {
+    let mut writing = Writing::new(&queue);
+    loop {
+        tokio::time::sleep(REPEATS_LINGER).await;
+        let Some(group) = writing.next_group(REPEATS_GROUP_MAX) else {
+            return;
+        };
+        dropping.store(false, Ordering::Relaxed);
+        let repeats = group.len();
+        let started = Instant::now();
+        // An intent erased or purged since its repeat was answered counts for nothing.
+        let counted = ledger.record_calls(group).await;
+        metrics.ledger_operation(LedgerOperation::RecordCalls, started.elapsed());
+        if let Err(error) = counted {
+            tracing::warn!(repeats, %error, "could not count repeated calls");
+        }
+    }
+}
 
 /// Settled intents by (tenant, tool, key), each with the ledger epoch it was read under.
 #[derive(Default)]
@@ -177,17 +252,9 @@ impl Gate {
             .await;
         // The count the write below will make, unless another repeat's write lands first.
         self.repeated_call(tool, &intent, intent.call_count + 1);
-        // Counting the call is bookkeeping: the answer does not wait for its commit.
-        let ledger = self.ledger.clone();
-        let (id, now_ms, tool_name) = (intent.id, self.clock.now_ms(), tool.name.clone());
-        tokio::spawn(
-            async move {
-                if let Err(error) = ledger.record_call(id, now_ms).await {
-                    tracing::warn!(tool = %tool_name, intent = id, %error, "could not count a repeated call");
-                }
-            }
-            .in_current_span(),
-        );
+        // Counting the call is bookkeeping: the answer does not wait for its write.
+        self.repeat_counts
+            .push(self, intent.id, self.clock.now_ms());
         self.answer_from(tool, &intent)
     }
 }

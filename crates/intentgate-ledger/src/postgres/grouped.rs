@@ -11,8 +11,8 @@
 
 use tokio::sync::oneshot;
 
+use crate::queue::Queue;
 use crate::queued::Ticket;
-use crate::repeats::Queue;
 use crate::{Finish, Finished, Result};
 
 /// Most finishes committed in one transaction. Each is a small guarded update and its

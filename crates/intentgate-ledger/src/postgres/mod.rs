@@ -59,8 +59,8 @@ use self::pool::{CONNECT_TIMEOUT, Pool, Session, Target, describe};
 use crate::Result;
 use crate::location::redacted;
 use crate::plan::{self, Plan};
+use crate::queue::Writing;
 use crate::queued::Queued;
-use crate::repeats::{self, Queue, REPEATS_GROUP_MAX, REPEATS_LINGER, Repeat, Writing};
 use crate::waiters::Waiters;
 use crate::{
     Approval, ApprovalFilter, Begin, BeginRequest, Bound, BudgetUsageRow, CallerKey, Decide,
@@ -207,8 +207,6 @@ pub struct Shared {
     known: KnownIntents,
     /// Queued finishes waiting for their group's commit.
     grouped: Grouped,
-    /// Repeats' counts waiting for their group's commit (`repeats.rs`).
-    repeats: Queue<Repeat>,
 }
 
 impl std::ops::Deref for PostgresLedger {
@@ -250,7 +248,6 @@ impl PostgresLedger {
                 queued: Arc::default(),
                 known: KnownIntents::default(),
                 grouped: Grouped::default(),
-                repeats: Queue::default(),
             }),
             listener,
         })
@@ -330,28 +327,10 @@ impl Shared {
         .await
     }
 
-    /// Commits the counts of repeats, a group per [`REPEATS_LINGER`], until none waits
-    /// (`repeats.rs`).
-    async fn count_repeats(self: Arc<Shared>) {
-        let mut writing = Writing::new(&self.repeats);
-        loop {
-            tokio::time::sleep(REPEATS_LINGER).await;
-            let Some(group) = writing.next_group(REPEATS_GROUP_MAX) else {
-                return;
-            };
-            let calls = repeats::calls(&group);
-            let counted = self
-                .run(write(false, None), &calls, |session, calls| {
-                    Box::pin(ops::record_calls(session, calls))
-                })
-                .await;
-            repeats::answer(group, &counted);
-        }
-    }
-
     /// Commits queued finishes, group after group, until none waits ([`grouped`]).
     async fn write_queued(self: Arc<Shared>) {
-        while let Some(group) = self.grouped.next_group(GROUP_MAX) {
+        let mut writing = Writing::new(&self.grouped);
+        while let Some(group) = writing.next_group(GROUP_MAX) {
             self.finish_group(group).await;
         }
     }
@@ -803,13 +782,11 @@ impl Ledger for PostgresLedger {
         .await
     }
 
-    async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()> {
-        let (answer, answered) = oneshot::channel();
-        let repeat = Repeat { id, now_ms, answer };
-        if self.repeats.push(repeat) {
-            tokio::spawn(self.shared.clone().count_repeats());
-        }
-        answered.await.unwrap_or_else(|_| Err(repeats::dropped()))
+    async fn record_calls(&self, calls: Vec<(IntentId, i64)>) -> Result<Vec<IntentId>> {
+        self.run(write(false, None), &calls, |session, calls| {
+            Box::pin(ops::record_calls(session, calls))
+        })
+        .await
     }
 
     async fn record_trace(&self, id: IntentId, traceparent: String) -> Result<()> {

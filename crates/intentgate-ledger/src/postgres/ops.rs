@@ -1453,7 +1453,7 @@ pub async fn record_calls(
 ) -> Result<Plan<Vec<IntentId>>, Failure> {
     let mut writes = Vec::new();
     let mut gone = Vec::new();
-    for (id, calls) in crate::repeats::by_intent(calls) {
+    for (id, calls) in plan::calls_by_intent(calls) {
         match lock_by_id(session, id).await {
             Ok(intent) => writes.extend(plan::record_calls(intent, &calls).writes),
             Err(Failure::Ledger(LedgerError::NotFound(_))) => gone.push(id),

@@ -840,9 +840,9 @@ impl Ledger for SqliteLedger {
         .await
     }
 
-    async fn record_call(&self, id: IntentId, now_ms: i64) -> Result<()> {
+    async fn record_calls(&self, calls: Vec<(IntentId, i64)>) -> Result<Vec<IntentId>> {
         self.write(Waiter::Background, false, None, move |connection| {
-            ops::record_call(connection, id, now_ms)
+            ops::record_calls(connection, &calls)
         })
         .await
     }

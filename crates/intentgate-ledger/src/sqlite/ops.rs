@@ -840,9 +840,22 @@ pub fn renew(connection: &Connection, renew: &Renew) -> Result<Renewed, LedgerEr
     apply_to(connection, held, plan::renew(intent, renew)?)
 }
 
-pub fn record_call(connection: &Connection, id: IntentId, now_ms: i64) -> Result<(), LedgerError> {
-    let (intent, held) = must_get(connection, id)?;
-    apply_to(connection, held, plan::record_call(intent, now_ms))
+/// Counts repeats, each `(id, now_ms)` as `plan::record_call` would: each intent read once
+/// and its count written once (`plan::record_calls`). Answers the ids of intents gone
+/// meanwhile, whose repeats count for nothing.
+pub fn record_calls(
+    connection: &Connection,
+    calls: &[(IntentId, i64)],
+) -> Result<Vec<IntentId>, LedgerError> {
+    let mut gone = Vec::new();
+    for (id, calls) in plan::calls_by_intent(calls) {
+        match must_get(connection, id) {
+            Ok((intent, held)) => apply_to(connection, held, plan::record_calls(intent, &calls))?,
+            Err(LedgerError::NotFound(_)) => gone.push(id),
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(gone)
 }
 
 pub fn resolve(connection: &Connection, resolve: &Resolve) -> Result<IntentRecord, LedgerError> {

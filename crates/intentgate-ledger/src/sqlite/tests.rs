@@ -228,7 +228,10 @@ async fn a_lone_call_write_commits_on_its_callers_thread_and_bookkeeping_on_the_
     let ledger = open(&folder, Durability::Relaxed);
     let threads = commit_threads(&ledger);
     let intent = execute(&ledger, "order-1").await;
-    ledger.record_call(intent.id, NOW_MS + 2).await.unwrap();
+    ledger
+        .record_calls(vec![(intent.id, NOW_MS + 2)])
+        .await
+        .unwrap();
     let threads = threads.lock().unwrap().clone();
     assert_eq!(threads.len(), 2);
     assert_ne!(

@@ -1,40 +1,14 @@
-//! Repeats answered from memory, counted in groups.
+//! A write queue and its one writer task, for writes committed in groups: a PostgreSQL
+//! ledger's queued finishes (`postgres/grouped.rs`), and the gate's counts of repeats
+//! answered from memory.
 //!
-//! A repeat of a settled intent answered without a read still counts the call: the intent's
-//! count and last-seen time, and a `call` event. Alone, each count on PostgreSQL is a
-//! transaction of two round trips (lock the row, then write), which for repeats arriving
-//! one after another costs the server and this process more than answering them did, and
-//! competes with the next answers for the same cores. So counts wait here for up to
-//! [`REPEATS_LINGER`] and are committed together, one transaction per group, each intent
-//! locked once however often it was repeated ([`crate::plan::record_calls`]). Counting is
-//! bookkeeping: the answer never waits for it, and the count is not durable on its own
-//! either way. (SQLite's writer commits each count as it comes: grouping them there
-//! measured no gain.)
+//! Whoever queues the first entry while no writer runs starts one; the writer takes what
+//! waits, a group at a time, and stops in the same step that finds the queue empty, so an
+//! entry queued after that starts the next writer.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::Duration;
 
-use tokio::sync::oneshot;
-
-use crate::{IntentId, LedgerError, Result};
-
-/// How long a count waits for others to share its transaction. Long enough for a steady
-/// stream of repeats to share one commit among dozens, short next to anything that reads
-/// counts (the console, alerts' history, an audit).
-pub const REPEATS_LINGER: Duration = Duration::from_millis(5);
-/// Most repeats counted in one transaction: bounds one pipeline and its row locks.
-pub const REPEATS_GROUP_MAX: usize = 1_024;
-
-/// One repeat to count, and where to answer once its group committed.
-pub struct Repeat {
-    pub id: IntentId,
-    pub now_ms: i64,
-    pub answer: oneshot::Sender<Result<()>>,
-}
-
-/// Writes queued for a writer task and not yet taken by it: repeats' counts, and on
-/// PostgreSQL queued finishes (`postgres/grouped.rs`).
+/// Writes queued for a writer task and not yet taken by it.
 pub struct Queue<E> {
     state: Mutex<State<E>>,
 }
@@ -62,6 +36,11 @@ impl<E> Queue<E> {
         let mut state = self.state.lock().expect("write queue lock");
         state.waiting.push(entry);
         !std::mem::replace(&mut state.writing, true)
+    }
+
+    /// How many entries wait for a writer.
+    pub fn waiting(&self) -> usize {
+        self.state.lock().expect("write queue lock").waiting.len()
     }
 
     /// The writer's next group of at most `max`, oldest first; `None` when nothing waits,
@@ -110,42 +89,6 @@ impl<E> Drop for Writing<'_, E> {
             state.writing = false;
         }
     }
-}
-
-/// Answers each repeat of `group` from its group's commit: `gone` holds the intents that
-/// were no longer there.
-pub fn answer(group: Vec<Repeat>, counted: &Result<Vec<IntentId>>) {
-    for repeat in group {
-        let answer = match counted {
-            Ok(gone) if gone.contains(&repeat.id) => Err(LedgerError::NotFound(repeat.id)),
-            Ok(_) => Ok(()),
-            Err(error) => Err(error.clone()),
-        };
-        let _ = repeat.answer.send(answer);
-    }
-}
-
-/// `calls` (`(intent, now_ms)`) by intent, in id order (the order every writer locks them
-/// in), each intent's in the order made.
-pub fn by_intent(calls: &[(IntentId, i64)]) -> BTreeMap<IntentId, Vec<i64>> {
-    let mut by_intent: BTreeMap<IntentId, Vec<i64>> = BTreeMap::new();
-    for &(id, now_ms) in calls {
-        by_intent.entry(id).or_default().push(now_ms);
-    }
-    by_intent
-}
-
-/// The repeats of `group` as `(intent, now_ms)`, in order.
-pub fn calls(group: &[Repeat]) -> Vec<(IntentId, i64)> {
-    group
-        .iter()
-        .map(|repeat| (repeat.id, repeat.now_ms))
-        .collect()
-}
-
-/// What a caller whose count was dropped unwritten (the ledger closing) is answered.
-pub fn dropped() -> LedgerError {
-    LedgerError::Storage("the repeat's count was dropped before it was written".into())
 }
 
 #[cfg(test)]
