@@ -119,3 +119,40 @@ async fn the_epoch_moves_for_changes_to_settled_intents_and_other_connections_co
     // An inline ledger, the simulation's, never tells: its callers read every time.
     assert_eq!(other.settled_epoch().await, None);
 }
+
+/// Another connection's commit made just before one of the ledger's own, with no look at
+/// the epoch in between, still moves it: the ledger's writer accounts only for the commit
+/// it makes itself.
+///
+/// How it would go wrong: a ledger that noted where the file's commits stood after its own
+/// commit would take the other connection's along with it as its own, and keep answering
+/// the intent that connection erased.
+#[tokio::test]
+async fn another_connections_commit_just_before_the_ledgers_own_moves_the_epoch() {
+    let folder = tempfile::tempdir().unwrap();
+    let path = folder.path().join("ledger.db");
+    let grouped = SqliteOptions {
+        durability: Durability::Relaxed,
+        inline: false,
+    };
+    let ledger = SqliteLedger::open(&path, grouped).unwrap();
+    let done = settled(&ledger, "refund:1").await;
+    let before = epoch(&ledger).await;
+
+    let other = SqliteLedger::open(&path, SqliteOptions::inline(Durability::Relaxed)).unwrap();
+    let erase = Erase {
+        tenant: TENANT.into(),
+        tool: Some(TOOL.into()),
+        key: Some("refund:1".into()),
+        force: false,
+        actor: "dpo@example.com".into(),
+        reason: "erasure request 78".into(),
+        now_ms: T0 + 1,
+    };
+    other.erase(&erase).await.unwrap();
+    // The ledger's own writes, before anyone asks it for the epoch.
+    settled(&ledger, "refund:2").await;
+    ledger.record_calls(vec![(done.id, T0 + 2)]).await.unwrap();
+
+    assert_ne!(epoch(&ledger).await, before, "the erasure went unseen");
+}

@@ -150,6 +150,8 @@ struct Writer {
     counts: Arc<CommitCounts>,
     /// The checkpoint thread, when checkpoints are off the writes (not inline).
     checkpointer: Option<Checkpointer>,
+    /// Told of each commit, when the ledger answers `settled_epoch` (not inline).
+    freshness: Option<Arc<Freshness>>,
 }
 
 /// What the writer has committed since the ledger was opened.
@@ -188,7 +190,7 @@ pub struct SqliteLedger {
     queued: Arc<QueuedFinishes>,
     counts: Arc<CommitCounts>,
     /// What [`Ledger::settled_epoch`] answers from (`freshness.rs`).
-    freshness: Freshness,
+    freshness: Arc<Freshness>,
 }
 
 impl SqliteLedger {
@@ -244,6 +246,7 @@ impl SqliteLedger {
             .pragma_update(None, "secure_delete", "ON")
             .map_err(|error| open_error(error.to_string()))?;
         let counts = Arc::new(CommitCounts::default());
+        let freshness = Arc::new(Freshness::default());
         let engine = if options.inline {
             Engine::Inline {
                 writer: Mutex::new(Writer::new(connection, path.clone(), counts.clone())),
@@ -253,6 +256,7 @@ impl SqliteLedger {
                 .map_err(|error| open_error(error.to_string()))?;
             let mut writer = Writer::new(connection, path.clone(), counts.clone());
             writer.checkpointer = Some(checkpointer);
+            writer.freshness = Some(freshness.clone());
             let writer = Arc::new(Mutex::new(writer));
             let (queue, receiver) = mpsc::channel(WRITE_QUEUE_MAX);
             let strict = options.durability == Durability::Strict;
@@ -277,7 +281,7 @@ impl SqliteLedger {
             waiters: Arc::default(),
             queued: Arc::default(),
             counts,
-            freshness: Freshness::default(),
+            freshness,
         })
     }
 
@@ -564,6 +568,7 @@ impl Writer {
             synchronous_full: None,
             counts,
             checkpointer: None,
+            freshness: None,
         }
     }
 
@@ -637,6 +642,12 @@ impl Writer {
         if let Err(error) = run_cached(connection, "BEGIN IMMEDIATE") {
             return fail_all(self, batch, error);
         }
+        // The commit counter holds still from here to the commit: what it moved by since the
+        // last look was another connection's.
+        let counter = self
+            .freshness
+            .as_ref()
+            .and_then(|freshness| freshness.before_own_commit(connection));
         let scope = if batch.len() == 1 {
             Scope::Transaction
         } else {
@@ -670,6 +681,11 @@ impl Writer {
                     // It left `synchronous` off.
                     self.synchronous_full = None;
                 }
+            }
+            if committed.is_ok()
+                && let Some(freshness) = &self.freshness
+            {
+                freshness.committed(counter);
             }
             committed.map_err(LedgerError::from)
         };
