@@ -58,6 +58,19 @@ async fn settled(ledger: &dyn Ledger, key: &str) -> IntentRecord {
     intent
 }
 
+/// An operator's erasure of the intent `key` at `now_ms`.
+fn erasure(key: &str, now_ms: i64) -> Erase {
+    Erase {
+        tenant: TENANT.into(),
+        tool: Some(TOOL.into()),
+        key: Some(key.into()),
+        force: false,
+        actor: "dpo@example.com".into(),
+        reason: "erasure request 77".into(),
+        now_ms,
+    }
+}
+
 /// The epoch once the writer is idle: it answers `None` while the writer holds its
 /// connection, which it still does for a moment after answering a write.
 async fn epoch(ledger: &SqliteLedger) -> u64 {
@@ -94,15 +107,7 @@ async fn the_epoch_moves_for_changes_to_settled_intents_and_other_connections_co
     assert_eq!(epoch(&ledger).await, after_other);
 
     // Its own erasure and purge move it.
-    let erase = Erase {
-        tenant: TENANT.into(),
-        tool: Some(TOOL.into()),
-        key: Some("refund:1".into()),
-        force: false,
-        actor: "dpo@example.com".into(),
-        reason: "erasure request 77".into(),
-        now_ms: T0 + 3,
-    };
+    let erase = erasure("refund:1", T0 + 3);
     ledger.erase(&erase).await.unwrap();
     let after_erasure = epoch(&ledger).await;
     assert_ne!(after_erasure, after_other);
@@ -140,15 +145,7 @@ async fn another_connections_commit_just_before_the_ledgers_own_moves_the_epoch(
     let before = epoch(&ledger).await;
 
     let other = SqliteLedger::open(&path, SqliteOptions::inline(Durability::Relaxed)).unwrap();
-    let erase = Erase {
-        tenant: TENANT.into(),
-        tool: Some(TOOL.into()),
-        key: Some("refund:1".into()),
-        force: false,
-        actor: "dpo@example.com".into(),
-        reason: "erasure request 78".into(),
-        now_ms: T0 + 1,
-    };
+    let erase = erasure("refund:1", T0 + 1);
     other.erase(&erase).await.unwrap();
     // The ledger's own writes, before anyone asks it for the epoch.
     settled(&ledger, "refund:2").await;
