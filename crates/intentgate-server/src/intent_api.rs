@@ -269,7 +269,7 @@ impl From<Grant> for GrantResponse {
     fn from(grant: Grant) -> GrantResponse {
         match grant {
             Grant::Answer(outcome) => GrantResponse::Answer {
-                outcome: Outcome::from(&outcome),
+                outcome: Outcome::from(outcome),
             },
             Grant::Execute(lease) => GrantResponse::Execute(LeaseGrant::from(lease)),
             Grant::LookUp(lease) => GrantResponse::LookUp(LeaseGrant::from(lease)),

@@ -327,7 +327,7 @@ async fn call_tool_inner(
         caller: caller.subject.clone(),
     };
     let outcome = run_call(&state, name, request.arguments, context).await?;
-    Ok(Json(Outcome::from(&outcome)).into_response())
+    Ok(Json(Outcome::from(outcome)).into_response())
 }
 
 /// Runs the call in its own task holding a concurrency permit, so a client that goes away

@@ -61,6 +61,23 @@ impl From<&CallOutcome> for Outcome {
     }
 }
 
+/// The outcome, its fields moved rather than copied (a repeat's result can be a few KiB).
+impl From<CallOutcome> for Outcome {
+    fn from(outcome: CallOutcome) -> Outcome {
+        Outcome {
+            status: outcome.status,
+            reason: outcome.reason,
+            message: outcome.message,
+            tool: outcome.tool,
+            intent_key: outcome.intent_key,
+            result: outcome.result,
+            external_id: outcome.external_id,
+            differing_fields: outcome.differing_fields,
+            errors: outcome.errors,
+        }
+    }
+}
+
 impl Outcome {
     /// The outcome as a JSON object, its members in the declared order (serde_json's
     /// `preserve_order`, on for the workspace): what MCP sends as `structuredContent`.

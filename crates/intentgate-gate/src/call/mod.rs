@@ -266,12 +266,14 @@ impl Gate {
             .look_up_settled(tool, &context.tenant, &mut keyed)
             .await?
         {
-            Read::Settled(intent) => {
+            Read::Settled(intent, call_count) => {
                 // A settled repeat under a caller key: the key must name this intent too.
                 self.bind_caller_key(tool, context, &keyed).await?;
-                return Ok(Acquired::Answered(self.answer_settled(tool, intent).await));
+                return Ok(Acquired::Answered(
+                    self.answer_settled(tool, intent, call_count).await,
+                ));
             }
-            Read::Open(read) => read,
+            Read::Open(read) => read.map(|intent| *intent),
         };
         if let Some(refused) = self.check_buildable(tool, arguments, context, &keyed) {
             return Ok(Acquired::Answered(refused));

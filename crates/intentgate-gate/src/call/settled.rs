@@ -16,6 +16,7 @@
 //! cost the answers more than the write itself).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -104,37 +105,64 @@ async fn write_counts(
 }
 
 /// Settled intents by (tenant, tool, key), each with the ledger epoch it was read under.
+/// Looked up by the hash of the three, without building a key, and shared with the answers
+/// rather than copied (a result can be a few KiB).
 #[derive(Default)]
 pub(crate) struct SettledCache {
-    entries: Mutex<HashMap<(String, String, String), Cached>>,
+    entries: Mutex<HashMap<u64, Cached>>,
+    hasher: RandomState,
 }
 
 struct Cached {
     epoch: u64,
-    intent: IntentRecord,
+    /// The intent as read.
+    intent: Arc<IntentRecord>,
+    /// Its count once the repeats answered from here so far are counted.
+    call_count: u64,
 }
 
 impl SettledCache {
-    /// The intent kept for the key under `epoch`, counted as called once more; `None` when
-    /// none is kept, or it was kept under another epoch (then it is dropped).
-    fn get(&self, tenant: &str, tool: &str, key: &str, epoch: u64) -> Option<IntentRecord> {
+    fn scope(&self, tenant: &str, tool: &str, key: &str) -> u64 {
+        self.hasher.hash_one((tenant, tool, key))
+    }
+
+    /// The intent kept for the key under `epoch` and its count before this repeat, which is
+    /// counted; `None` when none is kept, or it was kept under another epoch (then it is
+    /// dropped).
+    fn get(
+        &self,
+        tenant: &str,
+        tool: &str,
+        key: &str,
+        epoch: u64,
+    ) -> Option<(Arc<IntentRecord>, u64)> {
         let mut entries = self.entries.lock().ok()?;
-        let scope = (tenant.to_owned(), tool.to_owned(), key.to_owned());
+        let scope = self.scope(tenant, tool, key);
         let cached = entries.get_mut(&scope)?;
+        let intent = &cached.intent;
+        // Another scope of the same hash: not this one's.
+        if (
+            intent.tenant.as_str(),
+            intent.tool.as_str(),
+            intent.key.as_str(),
+        ) != (tenant, tool, key)
+        {
+            return None;
+        }
         if cached.epoch != epoch {
             entries.remove(&scope);
             return None;
         }
-        let intent = cached.intent.clone();
+        let call_count = cached.call_count;
         // The count the repeat's own write makes in the ledger, so that the next repeat
         // answered from here counts on from it.
-        cached.intent.call_count += 1;
-        Some(intent)
+        cached.call_count += 1;
+        Some((cached.intent.clone(), call_count))
     }
 
     /// Keeps `intent`, read under `epoch` (taken before the read) for a repeat it answers.
     /// When full, first drops what another epoch made stale, then any one intent.
-    fn put(&self, epoch: u64, intent: &IntentRecord) {
+    fn put(&self, epoch: u64, intent: &Arc<IntentRecord>) {
         let Ok(mut entries) = self.entries.lock() else {
             return;
         };
@@ -142,23 +170,18 @@ impl SettledCache {
             entries.retain(|_, cached| cached.epoch == epoch);
         }
         if entries.len() >= SETTLED_CACHED_MAX
-            && let Some(scope) = entries.keys().next().cloned()
+            && let Some(scope) = entries.keys().next().copied()
         {
             entries.remove(&scope);
         }
-        let scope = (
-            intent.tenant.clone(),
-            intent.tool.clone(),
-            intent.key.clone(),
-        );
-        let mut kept = intent.clone();
-        // The count once the repeat answered from this read has been counted.
-        kept.call_count += 1;
+        let scope = self.scope(&intent.tenant, &intent.tool, &intent.key);
         entries.insert(
             scope,
             Cached {
                 epoch,
-                intent: kept,
+                intent: intent.clone(),
+                // The count once the repeat answered from this read has been counted.
+                call_count: intent.call_count + 1,
             },
         );
     }
@@ -166,20 +189,23 @@ impl SettledCache {
 
 /// What the call path's first read found.
 pub(crate) enum Read {
-    /// A settled repeat, to be answered from the read ([`Gate::answer_settled`]).
-    Settled(IntentRecord),
-    /// Anything else: the intent as read, if it exists, for `begin` to decide on.
-    Open(Option<IntentRecord>),
+    /// A settled repeat, to be answered from the intent as read ([`Gate::answer_settled`]),
+    /// with its count before this call.
+    Settled(Arc<IntentRecord>, u64),
+    /// Anything else: the intent as read, if it exists, for `begin` to decide on (boxed:
+    /// a new intent, the common case, has none).
+    Open(Option<Box<IntentRecord>>),
 }
 
-/// `intent`, as read for a call whose fingerprint is `fingerprint`: settled when it is done,
-/// or rejected for good, and has this call's fingerprint. A fingerprint of the older form
-/// (see [`Gate::look_up_settled`]) becomes the call's when the stored arguments have it now.
-fn settled_or_open(
+/// Whether `intent`, as read for a call whose fingerprint is `fingerprint`, is settled for
+/// it: done, or rejected for good, with this call's fingerprint. A fingerprint of the older
+/// form (see [`Gate::look_up_settled`]) becomes the call's when the stored arguments have it
+/// now.
+fn settled_for(
     tool: &ToolDefinition,
     fingerprint: &mut Fingerprint,
-    intent: IntentRecord,
-) -> Read {
+    intent: &IntentRecord,
+) -> bool {
     if intent.fingerprint != fingerprint.as_str()
         && tool.fingerprint(&intent.arguments) == *fingerprint
     {
@@ -187,10 +213,7 @@ fn settled_or_open(
     }
     let settled = intent.status == IntentStatus::Done
         || (intent.status == IntentStatus::Rejected && !tool.retry_rejected);
-    if intent.fingerprint != fingerprint.as_str() || !settled {
-        return Read::Open(Some(intent));
-    }
-    Read::Settled(intent)
+    intent.fingerprint == fingerprint.as_str() && settled
 }
 
 impl Gate {
@@ -213,10 +236,10 @@ impl Gate {
         // Taken before the read: a change in between leaves the read under an older epoch.
         let epoch = self.ledger.settled_epoch().await;
         if let Some(epoch) = epoch
-            && let Some(intent) = self.settled.get(tenant, &tool.name, key, epoch)
-            && let Read::Settled(intent) = settled_or_open(tool, fingerprint, intent)
+            && let Some((intent, call_count)) = self.settled.get(tenant, &tool.name, key, epoch)
+            && settled_for(tool, fingerprint, &intent)
         {
-            return Ok(Read::Settled(intent));
+            return Ok(Read::Settled(intent, call_count));
         }
         let started = Instant::now();
         let read = self
@@ -233,11 +256,15 @@ impl Gate {
         let Some(intent) = read? else {
             return Ok(Read::Open(None));
         };
-        let read = settled_or_open(tool, fingerprint, intent);
-        if let (Some(epoch), Read::Settled(intent)) = (epoch, &read) {
-            self.settled.put(epoch, intent);
+        if !settled_for(tool, fingerprint, &intent) {
+            return Ok(Read::Open(Some(Box::new(intent))));
         }
-        Ok(read)
+        let call_count = intent.call_count;
+        let intent = Arc::new(intent);
+        if let Some(epoch) = epoch {
+            self.settled.put(epoch, &intent);
+        }
+        Ok(Read::Settled(intent, call_count))
     }
 
     /// The answer to a settled repeat, from the intent as read; the call is still counted,
@@ -245,13 +272,14 @@ impl Gate {
     pub(crate) async fn answer_settled(
         &self,
         tool: &ToolDefinition,
-        intent: IntentRecord,
+        intent: Arc<IntentRecord>,
+        call_count: u64,
     ) -> CallOutcome {
         trace::set_decision("answer_from_ledger");
         self.link_to_executing(&tracing::Span::current(), intent.id)
             .await;
         // The count the write below will make, unless another repeat's write lands first.
-        self.repeated_call(tool, &intent, intent.call_count + 1);
+        self.repeated_call(tool, &intent, call_count + 1);
         // Counting the call is bookkeeping: the answer does not wait for its write.
         self.repeat_counts
             .push(self, intent.id, self.clock.now_ms());
