@@ -265,10 +265,13 @@ impl Messages {
 /// declined."); where the template closes the sentence after `{details}` too, the reason's
 /// full stop is dropped so the model doesn't read "declined.. Explain".
 fn fill(template: &str, tool: &str, details: &str) -> String {
+    let text = template.replace("{tool}", tool);
+    // Most messages name no details: they are answered without the two passes below.
+    if !text.contains("{details}") {
+        return text;
+    }
     let closed = details.trim_end().trim_end_matches('.');
-    template
-        .replace("{tool}", tool)
-        .replace("{details}.", &format!("{closed}."))
+    text.replace("{details}.", &format!("{closed}."))
         .replace("{details}", details)
 }
 

@@ -10,23 +10,27 @@ use serde_json::Value;
 
 use crate::problem::Problem;
 
-/// The body as `T`: [`read`], then [`parse`].
+/// The body as `T`, or 413 saying `too_large` over the limit; then [`parse`].
 pub fn json<T: DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
     too_large: impl Into<String>,
     shape: &str,
 ) -> Result<T, Problem> {
-    let body = read(body, too_large)?;
+    let body = body.map_err(|rejection| Problem::unreadable_body(rejection, too_large))?;
     parse(&body, shape)
 }
 
-/// The body's bytes, or 413 saying `too_large` when it is over the limit (or the
-/// rejection's own problem).
+/// The body's bytes, or 413 when it is over `limit_bytes`, with `advice` (or the
+/// rejection's own problem). The message is only written for a refused body.
 pub fn read(
     body: Result<Bytes, BytesRejection>,
-    too_large: impl Into<String>,
+    limit_bytes: usize,
+    advice: &str,
 ) -> Result<Bytes, Problem> {
-    body.map_err(|rejection| Problem::unreadable_body(rejection, too_large))
+    body.map_err(|rejection| {
+        let too_large = format!("the body is over {limit_bytes} bytes; {advice}");
+        Problem::unreadable_body(rejection, too_large)
+    })
 }
 
 /// `body` as `T`: 400 when it is not JSON, 422 when it is JSON of another shape, saying the

@@ -587,10 +587,8 @@ fn respond(result: Result<Response, Problem>) -> Response {
 fn read_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, Problem> {
     body::read(
         body,
-        format!(
-            "the body is over {} bytes; intent API bodies should be small",
-            state.options.body_limit_bytes
-        ),
+        state.options.body_limit_bytes,
+        "intent API bodies should be small",
     )
 }
 

@@ -303,10 +303,8 @@ async fn call_tool_inner(
 ) -> Result<Response, Problem> {
     let body = body::read(
         body,
-        format!(
-            "the body is over {} bytes; tool arguments should be small",
-            state.options.body_limit_bytes
-        ),
+        state.options.body_limit_bytes,
+        "tool arguments should be small",
     )?;
     let Some(tool) = state.gate.tool(&name) else {
         return Err(Problem::unknown_tool(&name));

@@ -60,12 +60,15 @@ impl Gate {
             }
         };
         call_span.record("key", key.as_str());
-        // The key holds argument values: exported only as its hash.
-        trace::set_attribute(
-            &call_span,
-            "intentgate.key_hash",
-            trace::key_hash(&context.tenant, key.as_str()),
-        );
+        // The key holds argument values: exported only as its hash (computed only when
+        // traces are exported).
+        if trace::enabled() {
+            trace::set_attribute(
+                &call_span,
+                "intentgate.key_hash",
+                trace::key_hash(&context.tenant, key.as_str()),
+            );
+        }
         // The ledger keeps sensitive values as keyed hashes only, and the fingerprint is of
         // that form too: a plain SHA-256 over the clear values would let anyone holding the
         // ledger test guesses (an address book) against it. Equal values still hash alike,
