@@ -58,6 +58,16 @@ async fn settled(ledger: &dyn Ledger, key: &str) -> IntentRecord {
     intent
 }
 
+/// The ledger at `path` as `intentgate serve` opens it: its writes grouped by the writer
+/// thread, which is what answers the epoch.
+fn served(path: &std::path::Path) -> SqliteLedger {
+    let grouped = SqliteOptions {
+        durability: Durability::Relaxed,
+        inline: false,
+    };
+    SqliteLedger::open(path, grouped).unwrap()
+}
+
 /// An operator's erasure of the intent `key` at `now_ms`.
 fn erasure(key: &str, now_ms: i64) -> Erase {
     Erase {
@@ -86,11 +96,7 @@ async fn epoch(ledger: &SqliteLedger) -> u64 {
 async fn the_epoch_moves_for_changes_to_settled_intents_and_other_connections_commits() {
     let folder = tempfile::tempdir().unwrap();
     let path = folder.path().join("ledger.db");
-    let grouped = SqliteOptions {
-        durability: Durability::Relaxed,
-        inline: false,
-    };
-    let ledger = SqliteLedger::open(&path, grouped).unwrap();
+    let ledger = served(&path);
     let first = epoch(&ledger).await;
 
     // Its own new intents and the counts of repeats change no settled answer.
@@ -136,11 +142,7 @@ async fn the_epoch_moves_for_changes_to_settled_intents_and_other_connections_co
 async fn another_connections_commit_just_before_the_ledgers_own_moves_the_epoch() {
     let folder = tempfile::tempdir().unwrap();
     let path = folder.path().join("ledger.db");
-    let grouped = SqliteOptions {
-        durability: Durability::Relaxed,
-        inline: false,
-    };
-    let ledger = SqliteLedger::open(&path, grouped).unwrap();
+    let ledger = served(&path);
     let done = settled(&ledger, "refund:1").await;
     let before = epoch(&ledger).await;
 
