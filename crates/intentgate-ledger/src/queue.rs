@@ -38,9 +38,15 @@ impl<E> Queue<E> {
         !std::mem::replace(&mut state.writing, true)
     }
 
-    /// How many entries wait for a writer.
-    pub fn waiting(&self) -> usize {
-        self.state.lock().expect("write queue lock").waiting.len()
+    /// Queues `entry` unless `max` entries wait already (a writer that stopped taking
+    /// them), in one hold of the lock: `None` when full, else as [`Queue::push`].
+    pub fn push_within(&self, entry: E, max: usize) -> Option<bool> {
+        let mut state = self.state.lock().expect("write queue lock");
+        if state.waiting.len() >= max {
+            return None;
+        }
+        state.waiting.push(entry);
+        Some(!std::mem::replace(&mut state.writing, true))
     }
 
     /// The writer's next group of at most `max`, oldest first; `None` when nothing waits,
@@ -115,5 +121,22 @@ mod tests {
         drop(writing);
         assert!(queue.push(4), "a writer that ran dry stopped");
         assert!(!queue.push(5));
+    }
+
+    #[test]
+    fn a_bounded_push_refuses_an_entry_beyond_its_bound_and_keeps_what_waits() {
+        let queue = Queue::default();
+        assert_eq!(
+            queue.push_within(1, 2),
+            Some(true),
+            "the first starts a writer"
+        );
+        assert_eq!(queue.push_within(2, 2), Some(false));
+        assert_eq!(queue.push_within(3, 2), None, "two wait: full");
+        let mut writing = Writing::new(&queue);
+        assert_eq!(writing.next_group(10), Some(vec![1, 2]));
+        assert_eq!(queue.push_within(4, 2), Some(false), "taken: room again");
+        assert_eq!(writing.next_group(10), Some(vec![4]));
+        assert_eq!(writing.next_group(10), None);
     }
 }

@@ -59,22 +59,24 @@ impl RepeatCounts {
     /// Queues the count of a repeat of `id` at `now_ms`; the first one queued while no
     /// writer runs starts the task that writes them.
     fn push(&self, gate: &Gate, id: IntentId, now_ms: i64) {
-        if self.queue.waiting() >= REPEATS_WAITING_MAX {
-            if !self.dropping.swap(true, Ordering::Relaxed) {
-                tracing::warn!(
-                    waiting = REPEATS_WAITING_MAX,
-                    "repeated calls are answered but no longer counted: their counts wait for a ledger that does not take them"
-                );
+        match self.queue.push_within((id, now_ms), REPEATS_WAITING_MAX) {
+            Some(true) => {
+                tokio::spawn(write_counts(
+                    gate.ledger.clone(),
+                    gate.metrics.clone(),
+                    self.queue.clone(),
+                    self.dropping.clone(),
+                ));
             }
-            return;
-        }
-        if self.queue.push((id, now_ms)) {
-            tokio::spawn(write_counts(
-                gate.ledger.clone(),
-                gate.metrics.clone(),
-                self.queue.clone(),
-                self.dropping.clone(),
-            ));
+            Some(false) => {}
+            None => {
+                if !self.dropping.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        waiting = REPEATS_WAITING_MAX,
+                        "repeated calls are answered but no longer counted: their counts wait for a ledger that does not take them"
+                    );
+                }
+            }
         }
     }
 }

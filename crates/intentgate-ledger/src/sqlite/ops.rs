@@ -9,6 +9,8 @@
 //! leaves it; a read of one intent looks in both tables, and a read of many is made after
 //! [`move_all_begun`].
 
+use std::borrow::Cow;
+
 use intentgate_core::{IntentStatus, ResendStop};
 use rusqlite::types::ToSqlOutput;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
@@ -587,7 +589,7 @@ fn move_begun_as(
             )?;
             // A count write carries no result's text (a begun intent has no result yet).
             let result = match result {
-                Some(text) => Some(std::borrow::Cow::Borrowed(text)),
+                Some(text) => Some(Cow::Borrowed(text)),
                 None => intent.result.as_ref().map(|value| value.to_string().into()),
             };
             execute_mutable(&mut statement, intent, result.as_deref())?
@@ -604,16 +606,40 @@ fn move_begun_as(
     Ok(())
 }
 
-/// One event of a begun intent's creation, as [`insert`] keeps it in `intents_begun.events`.
-#[derive(serde::Deserialize)]
-struct BegunEvent {
+/// One event of a begun intent's creation, as [`insert`] keeps it in `intents_begun.events`:
+/// a JSON object of these fields. Written and read as this struct, not through
+/// `serde_json::Value`, whose maps would be built and dropped for every event of every new
+/// intent on the writer's thread. Text is borrowed where the JSON holds it unescaped.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct BegunEvent<'a> {
     at_ms: i64,
-    kind: String,
-    from_status: Option<String>,
-    to_status: Option<String>,
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    from_status: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    to_status: Option<Cow<'a, str>>,
     attempt: Option<u32>,
-    actor: Option<String>,
-    detail: Option<String>,
+    #[serde(borrow)]
+    actor: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    detail: Option<Cow<'a, str>>,
+}
+
+impl<'a> From<&'a NewEvent> for BegunEvent<'a> {
+    fn from(event: &'a NewEvent) -> BegunEvent<'a> {
+        BegunEvent {
+            at_ms: event.at_ms,
+            kind: Cow::Borrowed(event.kind),
+            from_status: event
+                .from_status
+                .map(|status| Cow::Borrowed(status.as_str())),
+            to_status: event.to_status.map(|status| Cow::Borrowed(status.as_str())),
+            attempt: event.attempt,
+            actor: event.actor.as_deref().map(Cow::Borrowed),
+            detail: event.detail.as_deref().map(Cow::Borrowed),
+        }
+    }
 }
 
 /// Appends the events of the begun intent `id`'s creation to the log, in the order logged
@@ -652,22 +678,8 @@ fn log_begun_events(connection: &Connection, id: IntentId) -> Result<(), LedgerE
 fn insert(connection: &Connection, fresh: &Fresh) -> Result<IntentId, LedgerError> {
     let row = &fresh.row;
     let intent = &row.intent;
-    let events: Vec<serde_json::Value> = fresh
-        .events()
-        .iter()
-        .map(|event| {
-            serde_json::json!({
-                "at_ms": event.at_ms,
-                "kind": event.kind,
-                "from_status": event.from_status.map(IntentStatus::as_str),
-                "to_status": event.to_status.map(IntentStatus::as_str),
-                "attempt": event.attempt,
-                "actor": event.actor,
-                "detail": event.detail,
-            })
-        })
-        .collect();
-    let events = serde_json::Value::Array(events).to_string();
+    let events: Vec<BegunEvent<'_>> = fresh.events().iter().map(BegunEvent::from).collect();
+    let events = serde_json::to_string(&events).expect("events serialize to JSON");
     connection
         .prepare_cached(
             "INSERT INTO intents_begun (id, tenant, tool, intent_key, fingerprint, arguments, status, \
@@ -1403,6 +1415,45 @@ mod tests {
         let mut connection = Connection::open_in_memory().unwrap();
         super::super::schema::migrate(&mut connection).unwrap();
         connection
+    }
+
+    /// A begun intent's events are kept as JSON objects with the fields the ledger always
+    /// wrote (rows a crash left begun by an earlier build, whose fields came in another
+    /// order, must still move), and text that JSON escapes reads back whole.
+    #[test]
+    fn begun_events_keep_their_json_form_and_escaped_text() {
+        let event = NewEvent {
+            intent_id: None,
+            tenant: "acme".into(),
+            tool: "refund_order".into(),
+            at_ms: 7,
+            kind: "attempt",
+            from_status: Some(IntentStatus::Pending),
+            to_status: Some(IntentStatus::InFlight),
+            attempt: Some(1),
+            actor: None,
+            detail: Some("a \"quoted\" line\nand a tab\t".into()),
+        };
+        let json = serde_json::to_string(&[BegunEvent::from(&event)]).unwrap();
+        assert_eq!(
+            json,
+            r#"[{"at_ms":7,"kind":"attempt","from_status":"pending","to_status":"in_flight","attempt":1,"actor":null,"detail":"a \"quoted\" line\nand a tab\t"}]"#
+        );
+        let read: Vec<BegunEvent<'_>> = serde_json::from_str(&json).unwrap();
+        assert_eq!(read.len(), 1);
+        assert_eq!(read[0].detail.as_deref(), event.detail.as_deref());
+        assert_eq!(read[0].to_status.as_deref(), Some("in_flight"));
+        assert_eq!(read[0].actor, None);
+        let earlier = r#"[{"actor":"sweeper","at_ms":5,"attempt":null,"detail":null,"from_status":null,"kind":"created","to_status":"pending"}]"#;
+        let read: Vec<BegunEvent<'_>> = serde_json::from_str(earlier).unwrap();
+        assert_eq!(
+            (
+                read[0].kind.as_ref(),
+                read[0].actor.as_deref(),
+                read[0].attempt
+            ),
+            ("created", Some("sweeper"), None)
+        );
     }
 
     fn page_plan(
