@@ -20,7 +20,8 @@ use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 /// `text` in Unicode's composed normal form (NFC), borrowed when it is already.
 pub fn nfc(text: &str) -> Cow<'_, str> {
-    if is_nfc_quick(text.chars()) == IsNormalized::Yes {
+    // ASCII text is in every normal form; most arguments are.
+    if text.is_ascii() || is_nfc_quick(text.chars()) == IsNormalized::Yes {
         return Cow::Borrowed(text);
     }
     let composed: String = text.nfc().collect();
@@ -33,20 +34,23 @@ pub fn nfc(text: &str) -> Cow<'_, str> {
 
 /// `value` with every string value in NFC ([`nfc`]); member names are kept as written (the
 /// input schema names them). Numbers, booleans and nulls are untouched.
-pub fn nfc_strings(value: Value) -> Value {
+pub fn nfc_strings(mut value: Value) -> Value {
+    compose_strings(&mut value);
+    value
+}
+
+/// [`nfc_strings`] in place: only a string that changes is replaced, and no array or map
+/// is built again.
+fn compose_strings(value: &mut Value) {
     match value {
-        Value::String(text) => match nfc(&text) {
-            Cow::Borrowed(_) => Value::String(text),
-            Cow::Owned(composed) => Value::String(composed),
-        },
-        Value::Array(items) => Value::Array(items.into_iter().map(nfc_strings).collect()),
-        Value::Object(members) => Value::Object(
-            members
-                .into_iter()
-                .map(|(name, member)| (name, nfc_strings(member)))
-                .collect(),
-        ),
-        other => other,
+        Value::String(text) => {
+            if let Cow::Owned(composed) = nfc(text) {
+                *text = composed;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(compose_strings),
+        Value::Object(members) => members.values_mut().for_each(compose_strings),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
     }
 }
 
@@ -89,7 +93,8 @@ pub fn hidden_character(text: &str) -> Option<char> {
 /// space), with that other text: what NFKC would turn it into. NFC keeps these, and folding
 /// them would change the meaning of some (`²` is not `2`), so a key refuses them instead.
 pub fn compatibility_character(text: &str) -> Option<(char, String)> {
-    text.chars().find_map(|c| {
+    // No ASCII character has a compatibility decomposition.
+    text.chars().filter(|c| !c.is_ascii()).find_map(|c| {
         let mut one = [0u8; 4];
         let one = c.encode_utf8(&mut one);
         let folded: String = one.nfkc().collect();
@@ -188,6 +193,22 @@ mod tests {
         );
         // Composed or not, an accent is no compatibility form; nor is other script.
         assert_eq!(compatibility_character("café cafe\u{301} 注文 ١٢"), None);
+    }
+
+    /// The fast paths of [`nfc`] and [`compatibility_character`] skip ASCII: no ASCII
+    /// character changes under NFC or NFKC.
+    #[test]
+    fn ascii_is_in_every_normal_form() {
+        for byte in 0u8..=0x7f {
+            let one = char::from(byte).to_string();
+            assert_eq!(one.nfc().collect::<String>(), one, "{byte:#x}");
+            assert_eq!(one.nfkc().collect::<String>(), one, "{byte:#x}");
+        }
+        let nested = serde_json::json!({"a": [{"b": "cafe\u{301}"}, "x"], "c": true});
+        assert_eq!(
+            nfc_strings(nested),
+            serde_json::json!({"a": [{"b": "caf\u{e9}"}, "x"], "c": true})
+        );
     }
 
     #[test]
