@@ -549,10 +549,14 @@ impl GatewayServer {
         })
     }
 
-    /// Stops accepting, lets the server finish (bounded) and waits for it; the gate and its
-    /// ledger are closed once this returns `Ok`.
+    /// Stops accepting, lets the server finish (bounded) and waits for it, then for the
+    /// writes the gate made after its answers (the repeats' counts, the queued finishes), as
+    /// `intentgate serve` does on its way out: the ledger may be dropped once this returns.
     pub(super) async fn stop(self) -> anyhow::Result<()> {
-        self.server.stop().await
+        let stopped = self.server.stop().await;
+        self.gate.drain_repeat_counts().await;
+        self.gate.ledger().drain_queued().await;
+        stopped
     }
 }
 

@@ -49,6 +49,12 @@ impl<E> Queue<E> {
         Some(!std::mem::replace(&mut state.writing, true))
     }
 
+    /// Nothing waits and no writer runs: every entry queued so far was written (or failed).
+    pub fn idle(&self) -> bool {
+        let state = self.state.lock().expect("write queue lock");
+        state.waiting.is_empty() && !state.writing
+    }
+
     /// The writer's next group of at most `max`, oldest first; `None` when nothing waits,
     /// and then the writer stops (in the same step, so that an entry queued after it starts
     /// another).
@@ -136,7 +142,10 @@ mod tests {
         let mut writing = Writing::new(&queue);
         assert_eq!(writing.next_group(10), Some(vec![1, 2]));
         assert_eq!(queue.push_within(4, 2), Some(false), "taken: room again");
+        assert!(!queue.idle(), "one waits");
         assert_eq!(writing.next_group(10), Some(vec![4]));
+        assert!(!queue.idle(), "its writer has not stopped yet");
         assert_eq!(writing.next_group(10), None);
+        assert!(queue.idle());
     }
 }

@@ -6327,6 +6327,26 @@ mod postgres {
         assert_eq!(done.status, IntentStatus::Done);
     }
 
+    /// A benchmark drops its schema as soon as its last call is answered: the finishes
+    /// queued after those answers commit first, rather than fail on tables that are gone.
+    #[tokio::test]
+    async fn destroy_waits_for_the_finishes_queued_before_it() {
+        let Some(url) = database_url() else { return };
+        let scratch = Scratch::new(&url);
+        let ledger = scratch.connect(scratch.options()).await;
+        let mut queued = Vec::new();
+        for order in ["order-1", "order-2", "order-3"] {
+            let intent = started(&ledger, order, "owner-a", T0).await;
+            let done = finish(&intent, "owner-a", IntentStatus::Done, T0 + 1);
+            queued.push(ledger.finish_queued(done).await.unwrap());
+        }
+        ledger.destroy().await.unwrap();
+        for finished in queued {
+            let recorded = expect!(Finished::Recorded, finished.await.unwrap());
+            assert_eq!(recorded.status, IntentStatus::Done);
+        }
+    }
+
     /// A server-side failure is a storage error that names the server and says what to
     /// check; the password of the URL appears nowhere.
     #[tokio::test]

@@ -318,10 +318,9 @@ impl HttpGateway {
             background,
             ..
         } = self;
-        let ledger = gate.ledger().clone();
-        let instance = gate.options().instance.clone();
         let served =
-            intentgate_server::run_with(listener, gate, options, Some(routes), shutdown).await;
+            intentgate_server::run_with(listener, gate.clone(), options, Some(routes), shutdown)
+                .await;
         if served.is_ok() {
             let still_running = mcp.drain().await;
             if still_running > 0 {
@@ -332,7 +331,7 @@ impl HttpGateway {
             }
         }
         drop(background);
-        crate::tasks::stop(ledger.as_ref(), &instance).await;
+        crate::tasks::stop(&gate).await;
         served.map_err(Error::Http)
     }
 }

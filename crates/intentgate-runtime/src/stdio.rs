@@ -55,7 +55,7 @@ impl Gateway {
         let service = mcp_service(&self.loaded, self.gate.clone());
         let served = intentgate_mcp::serve_stdio(service, shutdown).await;
         drop(background);
-        crate::tasks::stop(self.ledger.as_ref(), &self.gate.options().instance).await;
+        crate::tasks::stop(&self.gate).await;
         served.map_err(Error::Stdio)
     }
 }

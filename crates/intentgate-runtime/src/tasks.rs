@@ -123,11 +123,14 @@ pub async fn heartbeat_forever(ledger: Arc<dyn Ledger>, instance: String) {
 }
 
 /// Marks this gateway process stopped, on its clean shutdown (its background tasks, the
-/// heartbeat among them, already stopped), once the outcomes its calls queued have
-/// committed: its leases are freed only then. Logged, not fatal: unmarked, its silence frees
-/// its leases a few seconds later.
-pub async fn stop(ledger: &dyn Ledger, instance: &str) {
+/// heartbeat among them, already stopped), once the outcomes its calls queued and the
+/// counts of the repeats it answered have committed: its leases are freed only then.
+/// Logged, not fatal: unmarked, its silence frees its leases a few seconds later.
+pub async fn stop(gate: &Gate) {
+    let ledger = gate.ledger().as_ref();
+    let instance = gate.options().instance.as_str();
     let stopped = tokio::time::timeout(SILENT_AFTER, async {
+        gate.drain_repeat_counts().await;
         ledger.drain_queued().await;
         ledger
             .end_process(instance, ProcessEnd::Stopped, SystemClock.now_ms())

@@ -81,6 +81,17 @@ impl RepeatCounts {
     }
 }
 
+impl Gate {
+    /// Waits until every repeat counted so far has its count written (or its write failed):
+    /// a gateway calls it on its clean shutdown, before its runtime stops the task that
+    /// writes them.
+    pub async fn drain_repeat_counts(&self) {
+        while !self.repeat_counts.queue.idle() {
+            tokio::time::sleep(REPEATS_LINGER).await;
+        }
+    }
+}
+
 /// Writes the queued counts, a group per [`REPEATS_LINGER`], until none waits.
 async fn write_counts(
     ledger: Arc<dyn Ledger>,

@@ -267,9 +267,11 @@ impl PostgresLedger {
         format!("{} (schema {})", self.pool.target, self.schema)
     }
 
-    /// Drops the ledger's schema with every table and row in it. For benchmarks and tests
+    /// Drops the ledger's schema with every table and row in it, once the finishes queued
+    /// so far have committed (which would fail on a dropped schema). For benchmarks and tests
     /// that made a schema of their own; the ledger can't be used afterwards.
     pub async fn destroy(&self) -> Result<()> {
+        self.queued.drain().await;
         let statement = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema);
         let mut checkout = self.pool.checkout().await?;
         checkout
