@@ -120,10 +120,11 @@ async fn write_counts(
 /// Settled intents by (tenant, tool, key), each with the ledger epoch it was read under.
 /// Looked up by the hash of the three, without building a key, and shared with the answers
 /// rather than copied (a result can be a few KiB).
+/// The hasher is a parameter only so that a test can make every scope hash alike.
 #[derive(Default)]
-pub(crate) struct SettledCache {
+pub(crate) struct SettledCache<S = RandomState> {
     entries: Mutex<HashMap<u64, Cached>>,
-    hasher: RandomState,
+    hasher: S,
 }
 
 struct Cached {
@@ -134,7 +135,7 @@ struct Cached {
     call_count: u64,
 }
 
-impl SettledCache {
+impl<S: BuildHasher> SettledCache<S> {
     fn scope(&self, tenant: &str, tool: &str, key: &str) -> u64 {
         self.hasher.hash_one((tenant, tool, key))
     }
@@ -297,5 +298,82 @@ impl Gate {
         self.repeat_counts
             .push(self, intent.id, self.clock.now_ms());
         self.answer_from(tool, &intent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::{BuildHasherDefault, Hasher};
+
+    use intentgate_core::IntentStatus;
+    use serde_json::json;
+
+    use super::*;
+
+    /// Hashes everything to 0: every scope collides with every other.
+    #[derive(Default)]
+    struct Colliding;
+
+    impl Hasher for Colliding {
+        fn finish(&self) -> u64 {
+            0
+        }
+
+        fn write(&mut self, _bytes: &[u8]) {}
+    }
+
+    fn done(id: IntentId, tenant: &str, key: &str) -> Arc<IntentRecord> {
+        Arc::new(IntentRecord {
+            id,
+            tenant: tenant.to_owned(),
+            tool: "refund_order".to_owned(),
+            key: key.to_owned(),
+            fingerprint: "0".repeat(64),
+            arguments: json!({}),
+            status: IntentStatus::Done,
+            attempt: 1,
+            epoch: 1,
+            lease_owner: None,
+            lease_expires_ms: None,
+            result: Some(json!({"id": format!("re_{id}")})),
+            external_id: Some(format!("re_{id}")),
+            resolved_by: None,
+            call_count: 1,
+            first_seen_ms: 0,
+            last_seen_ms: 0,
+            updated_ms: 0,
+            last_lookup_ms: None,
+            resend_stopped: None,
+        })
+    }
+
+    /// Two scopes whose hashes collide share a slot: a repeat of one is never answered with
+    /// the other's record (another tenant's refund, another order's), only read again.
+    #[test]
+    fn a_scope_whose_hash_collides_with_a_kept_one_is_a_miss() {
+        let cache = SettledCache::<BuildHasherDefault<Colliding>>::default();
+        cache.put(7, &done(1, "acme", "refund:8812:49.00"));
+        assert_eq!(
+            cache.get("globex", "refund_order", "refund:8812:49.00", 7),
+            None
+        );
+        assert_eq!(
+            cache.get("acme", "refund_order", "refund:9001:49.00", 7),
+            None
+        );
+        let (kept, _) = cache
+            .get("acme", "refund_order", "refund:8812:49.00", 7)
+            .expect("its own scope is kept");
+        assert_eq!(kept.id, 1);
+
+        cache.put(7, &done(2, "globex", "refund:8812:49.00"));
+        assert_eq!(
+            cache.get("acme", "refund_order", "refund:8812:49.00", 7),
+            None
+        );
+        let (kept, _) = cache
+            .get("globex", "refund_order", "refund:8812:49.00", 7)
+            .expect("the scope kept last");
+        assert_eq!(kept.id, 2);
     }
 }
