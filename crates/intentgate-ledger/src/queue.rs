@@ -33,9 +33,8 @@ struct State<E> {
 impl<E> Queue<E> {
     /// Queues `entry`. True when no writer runs: the caller starts one.
     pub fn push(&self, entry: E) -> bool {
-        let mut state = self.state.lock().expect("write queue lock");
-        state.waiting.push(entry);
-        !std::mem::replace(&mut state.writing, true)
+        self.push_within(entry, usize::MAX)
+            .expect("no queue holds usize::MAX entries")
     }
 
     /// Queues `entry` unless `max` entries wait already (a writer that stopped taking
