@@ -858,6 +858,7 @@ async fn alternating(
 struct Phases {
     ledger_get_us: f64,
     ledger_begin_us: f64,
+    ledger_create_us: f64,
     ledger_finish_us: f64,
     upstream_request_us: f64,
 }
@@ -887,6 +888,7 @@ impl Phases {
         Phases {
             ledger_get_us: mean(ledger, "operation=\"get\""),
             ledger_begin_us: mean(ledger, "operation=\"begin\""),
+            ledger_create_us: mean(ledger, "operation=\"create\""),
             ledger_finish_us: mean(ledger, "operation=\"finish\""),
             upstream_request_us: mean(
                 "intentgate_upstream_request_duration_seconds",
@@ -912,12 +914,17 @@ struct Breakdown {
     /// `begin`: the writer thread's queue, the insert, and the commit (with its fsync under
     /// strict durability).
     ledger_begin_us: f64,
+    /// `create`: on a ledger where a read is a round trip of its own (PostgreSQL), what a
+    /// new call runs instead of `get` and `begin` (the insert and its commit, with the read
+    /// of a key found taken, in one round trip); 0 where it never ran.
+    ledger_create_us: f64,
     /// The request to the provider, its answer included (what the direct call also pays).
     upstream_request_us: f64,
     /// `finish`: the outcome stored, without an fsync of its own. Queued, and committed
     /// after the call is answered: not part of the call's time, so not subtracted below.
     ledger_finish_us: f64,
-    /// The mean call less the round trip, `get`, `begin` and the upstream request.
+    /// The mean call less the round trip, `get` and `begin` (or `create` where it ran) and
+    /// the upstream request.
     gateway_other_us: f64,
     /// One fsync of the ledger's disk (p50), to compare with `ledger_begin_us`.
     fsync_p50_us: f64,
@@ -934,16 +941,20 @@ impl Breakdown {
         };
         let call_mean_us = mean(&measured.gateway_call);
         let http_round_trip_us = mean(&measured.healthz);
-        let gateway_other_us = call_mean_us
-            - http_round_trip_us
-            - phases.ledger_get_us
-            - phases.ledger_begin_us
-            - phases.upstream_request_us;
+        // A new call runs `create` where the gate creates first, else `get` and `begin`.
+        let ledger_before_us = if phases.ledger_create_us > 0.0 {
+            phases.ledger_create_us
+        } else {
+            phases.ledger_get_us + phases.ledger_begin_us
+        };
+        let gateway_other_us =
+            call_mean_us - http_round_trip_us - ledger_before_us - phases.upstream_request_us;
         Breakdown {
             call_mean_us: rounded(call_mean_us, 1),
             http_round_trip_us: rounded(http_round_trip_us, 1),
             ledger_get_us: rounded(phases.ledger_get_us, 1),
             ledger_begin_us: rounded(phases.ledger_begin_us, 1),
+            ledger_create_us: rounded(phases.ledger_create_us, 1),
             upstream_request_us: rounded(phases.upstream_request_us, 1),
             ledger_finish_us: rounded(phases.ledger_finish_us, 1),
             gateway_other_us: rounded(gateway_other_us, 1),
@@ -1433,6 +1444,10 @@ impl Breakdown {
             row("HTTP round trip (healthz)", self.http_round_trip_us),
             row("ledger get", self.ledger_get_us),
             row("ledger begin (in_flight)", self.ledger_begin_us),
+            row(
+                "ledger create (get and begin in one)",
+                self.ledger_create_us,
+            ),
             row("upstream request", self.upstream_request_us),
             row("the rest of the gateway", self.gateway_other_us),
             row("whole call", self.call_mean_us),

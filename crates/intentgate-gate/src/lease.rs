@@ -20,7 +20,8 @@
 use intentgate_core::IntentStatus;
 use intentgate_core::key::provider_key;
 use intentgate_ledger::{
-    Approval, ApprovalRequest, Begin, BeginRequest, Finish, IntentRecord, Ledger, LedgerError,
+    Approval, ApprovalRequest, Begin, BeginRequest, Created, Finish, IntentRecord, Ledger,
+    LedgerError,
 };
 use serde_json::Value;
 
@@ -237,7 +238,7 @@ impl Begun {
     }
 }
 
-/// [`Ledger::begin`]: the one way a [`Lease`] is made.
+/// [`Ledger::begin`]: one of the two ways a [`Lease`] is made.
 pub(crate) async fn begin(
     ledger: &dyn Ledger,
     request: BeginRequest,
@@ -245,6 +246,28 @@ pub(crate) async fn begin(
     let owner = request.lease_owner.clone();
     let begin = ledger.begin(request).await?;
     Ok(Begun::from_ledger(begin, &owner))
+}
+
+/// What [`create`] answered: as the ledger's [`Created`], a granted lease made a [`Lease`].
+// One answer per call, matched at once: a box would save nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Create {
+    Begun(Begun),
+    /// The key's intent, as found: nothing was decided.
+    Found(IntentRecord),
+}
+
+/// [`Ledger::create`]: the other way a [`Lease`] is made, for a key not read first.
+pub(crate) async fn create(
+    ledger: &dyn Ledger,
+    request: BeginRequest,
+) -> Result<Create, LedgerError> {
+    let owner = request.lease_owner.clone();
+    Ok(match ledger.create(request).await? {
+        Created::Begun(begin) => Create::Begun(Begun::from_ledger(begin, &owner)),
+        Created::Found(intent) => Create::Found(intent),
+    })
 }
 
 /// What `owner` records about its attempt or lookup of `intent` at `now_ms` (see

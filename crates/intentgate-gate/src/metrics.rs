@@ -11,7 +11,7 @@
 //! | `intentgate_calls_total` | counter | `tool`, `status` | every outcome of `Gate::call` by its status (`done`, `already_done`, `rejected`, ...), or `ledger_unavailable` when the ledger failed before anything was sent; for a client-executed tool, every grant answered at once and every settle's answer, so one grant and its settle count once |
 //! | `intentgate_repeated_calls_total` | counter | `tool` | calls for an intent that already existed (the "duplicate calls" of docs/design.md section 8) |
 //! | `intentgate_upstream_request_duration_seconds` | histogram | `tool`, `request` | one upstream request, `request` = `execute` (side effects, reads, idempotent calls, re-sends) or `lookup`; the tool's timeout included |
-//! | `intentgate_ledger_operation_duration_seconds` | histogram | `operation` | the ledger operations of the call path: `begin`, `finish`, `get` (the fast path's read), `record_calls` (the counts of repeats answered without a write, written together after the answers) |
+//! | `intentgate_ledger_operation_duration_seconds` | histogram | `operation` | the ledger operations of the call path: `begin`, `create` (a new key's insert, or the read of a key found taken, in one round trip: on PostgreSQL, instead of `get` and `begin`), `finish`, `get` (the fast path's read), `record_calls` (the counts of repeats answered without a write, written together after the answers) |
 //! | `intentgate_lease_waits_total` | counter | `tool` | calls that found the intent's lease held and waited for its holder |
 //! | `intentgate_lease_wait_seconds` | histogram | `tool` | how long each of those calls waited, in all |
 //! | `intentgate_intents_unknown_total` | counter | `tool` | attempts and lookups that left an intent `unknown` |
@@ -160,6 +160,7 @@ impl UpstreamRequest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LedgerOperation {
     Begin,
+    Create,
     Finish,
     Get,
     RecordCalls,
@@ -169,6 +170,7 @@ impl LedgerOperation {
     fn as_str(self) -> &'static str {
         match self {
             LedgerOperation::Begin => "begin",
+            LedgerOperation::Create => "create",
             LedgerOperation::Finish => "finish",
             LedgerOperation::Get => "get",
             LedgerOperation::RecordCalls => "record_calls",

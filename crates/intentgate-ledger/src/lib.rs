@@ -365,6 +365,43 @@ pub enum Begin {
     OverBudget { budget: String },
 }
 
+/// What [`Ledger::create`] did.
+// One answer per call, as [`Begin`]: a box would save nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    /// `begin` decided: the key had no intent and this one is new (its lease is this
+    /// caller's: [`Begin::Execute`]), or another caller created it meanwhile and `begin`
+    /// decided from what it wrote, as for any existing intent.
+    Begun(Begin),
+    /// The key had an intent: nothing was decided or written. The caller decides from it as
+    /// from a read (a settled repeat is answered from it, anything else asks `begin`).
+    Found(IntentRecord),
+}
+
+/// [`Ledger::create`] as a read and then, when the key has no intent, a `begin`: what a
+/// store whose reads are cheap does (SQLite reads on a connection of its own, sparing the
+/// writer).
+pub async fn read_then_begin<L: Ledger + ?Sized>(
+    ledger: &L,
+    request: BeginRequest,
+) -> Result<Created> {
+    match ledger
+        .get(&request.tenant, &request.tool, &request.key)
+        .await?
+    {
+        Some(intent) => Ok(Created::Found(intent)),
+        None => Ok(Created::Begun(
+            ledger
+                .begin(BeginRequest {
+                    expect_new: true,
+                    ..request
+                })
+                .await?,
+        )),
+    }
+}
+
 /// Who asked for the approval that holds an intent ([`Begin::Held`]): the request that
 /// made it is announced and counted once, and every repeat (however close in time, from
 /// whichever caller) finds it open.
@@ -682,6 +719,21 @@ ledger_trait! {
         /// When it returns [`Begin::Execute`], `in_flight` is durable (per the store's
         /// [`Durability`]) before it returns.
         async fn begin(&self, request: BeginRequest) -> Result<Begin>;
+
+        /// Creates the intent of `request`'s key when the key has none, as
+        /// [`Ledger::begin`] would, or answers [`Created::Found`] with the key's intent,
+        /// deciding and writing nothing: the call path's first step for a key it has not
+        /// read. PostgreSQL sends the insert, its commit and the read of a key found taken in
+        /// one round trip, where a read and then a `begin` take two
+        /// ([`Ledger::creates_in_one_round_trip`]); SQLite reads, then begins
+        /// ([`read_then_begin`]). Never used with `request.policies` by the gateway: a call
+        /// with policies is read first.
+        async fn create(&self, request: BeginRequest) -> Result<Created>;
+
+        /// True when [`Ledger::create`] of a new key costs one round trip where a read and a
+        /// `begin` would cost two (PostgreSQL): the gateway then creates first instead of
+        /// reading first. False where a read is local and cheaper than a write (SQLite).
+        async fn creates_in_one_round_trip(&self) -> bool;
 
         /// Records what an attempt (or a lookup) learned and releases the lease.
         async fn finish(&self, finish: Finish) -> Result<Finished>;

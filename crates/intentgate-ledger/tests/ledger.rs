@@ -32,9 +32,9 @@ use intentgate_core::{IllegalTransition, IntentStatus, ResendStop, fingerprint};
 use intentgate_ledger::{
     APPROVALS_PAGE_MAX, Approval, ApprovalFilter, ApprovalRequest, ApprovalState,
     BUDGET_BUCKET_LENGTH_MAX, Begin, BeginRequest, Bound, BudgetCharge, BudgetUsageRow,
-    CallPolicies, CallerKey, DENIED_BY, Decide, Decided, Decision, Erase, Erased, Erasure, Event,
-    Finish, Finished, HeldIntent, Hold, INSTANCE_LENGTH_MAX, IntentFilter, IntentId, IntentRecord,
-    Ledger, LedgerError, MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_MAX,
+    CallPolicies, CallerKey, Created, DENIED_BY, Decide, Decided, Decision, Erase, Erased, Erasure,
+    Event, Finish, Finished, HeldIntent, Hold, INSTANCE_LENGTH_MAX, IntentFilter, IntentId,
+    IntentRecord, Ledger, LedgerError, MISMATCH_DETAIL_LENGTH_MAX, MISMATCH_EXTERNAL_IDS_MAX,
     MISMATCH_SUBJECT_LENGTH_MAX, Order, PROCESSES_ENDED_KEPT_MAX, ProcessEnd, ProcessRecord,
     ProcessRegistration, RECONCILIATION_MISMATCHES_STORED_MAX, ReconciliationRun, Renew, Renewed,
     Resolve, SUMMARY_MISMATCHES_NOT_STORED, StatusCount, StoredMismatch, ToolFlag,
@@ -237,6 +237,75 @@ async fn a_begin_expecting_a_new_key_decides_the_same_when_the_key_exists(ledger
     for drawn in 1..=2 {
         assert_eq!(ledger.events(intent.id + drawn).await.unwrap(), []);
     }
+}
+
+/// `create` begins a key that has no intent, as `begin` does, and finds one that has:
+/// answered as it is stored, with nothing decided or written (no call counted, no event, no
+/// lease taken), in flight or settled, under this tenant and tool only.
+async fn create_begins_a_new_key_and_finds_a_taken_one_writing_nothing(ledger: &dyn Ledger) {
+    let intent = match ledger
+        .create(request("order-1", "owner-a", T0))
+        .await
+        .unwrap()
+    {
+        Created::Begun(begun) => expect!(Begin::Execute, begun),
+        found => panic!("a new key is begun, got {found:?}"),
+    };
+    assert_eq!(
+        (intent.status, intent.attempt, intent.call_count),
+        (IntentStatus::InFlight, 1, 1)
+    );
+    assert_eq!(intent.lease_owner.as_deref(), Some("owner-a"));
+    assert_eq!(read(ledger, &intent).await, intent);
+    let logged = events(ledger, &intent).await.len();
+    assert_eq!(logged, 2, "created, then in flight");
+
+    let in_flight = expect!(
+        Created::Found,
+        ledger
+            .create(request("order-1", "owner-b", T0 + 1))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        in_flight, intent,
+        "found as stored: not counted, not leased"
+    );
+    assert_eq!(read(ledger, &intent).await, intent);
+
+    let done = finish(&intent, "owner-a", IntentStatus::Done, T0 + 2);
+    expect!(Finished::Recorded, ledger.finish(done).await.unwrap());
+    let settled = read(ledger, &intent).await;
+    let found = expect!(
+        Created::Found,
+        ledger
+            .create(request("order-1", "owner-c", T0 + 3))
+            .await
+            .unwrap()
+    );
+    assert_eq!(found, settled);
+    assert_eq!(read(ledger, &intent).await, settled);
+    assert_eq!(
+        events(ledger, &intent).await.len(),
+        logged + 1,
+        "only the finish"
+    );
+
+    // The same key under another tenant is another intent, created.
+    let other = match ledger
+        .create(BeginRequest {
+            tenant: OTHER_TENANT.into(),
+            ..request("order-1", "owner-d", T0 + 4)
+        })
+        .await
+        .unwrap()
+    {
+        Created::Begun(begun) => expect!(Begin::Execute, begun),
+        found => panic!("another tenant's key is new, got {found:?}"),
+    };
+    assert_ne!(other.id, intent.id);
+    assert_eq!(other.tenant, OTHER_TENANT);
+    assert_eq!(all_intents(ledger).await.len(), 2);
 }
 
 async fn a_second_caller_is_busy_while_the_lease_lives(ledger: &dyn Ledger) {
@@ -4526,6 +4595,7 @@ macro_rules! behaviours {
             an_erasure_without_a_reason_or_a_key_without_a_tool_is_refused,
             a_new_key_starts_its_first_attempt_in_flight,
             a_begin_expecting_a_new_key_decides_the_same_when_the_key_exists,
+            create_begins_a_new_key_and_finds_a_taken_one_writing_nothing,
             a_second_caller_is_busy_while_the_lease_lives,
             the_lease_holder_settles_the_intent_and_later_calls_get_it,
             a_finish_without_the_lease_or_from_an_old_attempt_writes_nothing,

@@ -97,7 +97,18 @@ impl Gate {
     pub(crate) async fn acquire(
         &self,
         tool: &ToolDefinition,
+        request: BeginRequest,
+    ) -> Result<(Begun, BeginRequest), LedgerError> {
+        self.acquire_from(tool, request, None).await
+    }
+
+    /// [`Gate::acquire`] after a first `begin` that answered `first`, if one did (a
+    /// `create` that began: [`Gate::ledger_create`]).
+    pub(crate) async fn acquire_from(
+        &self,
+        tool: &ToolDefinition,
         mut request: BeginRequest,
+        mut first: Option<Begun>,
     ) -> Result<(Begun, BeginRequest), LedgerError> {
         let mut wait = Wait {
             until_ms: request.now_ms + (tool.timeout + WAIT_MARGIN).as_millis() as i64,
@@ -106,9 +117,12 @@ impl Gate {
             waited: None,
         };
         let begun = loop {
-            let begun = match self.ledger_begin(request.clone()).await {
-                Ok(begun) => begun,
-                Err(error) => break Err(error),
+            let begun = match first.take() {
+                Some(begun) => begun,
+                None => match self.ledger_begin(request.clone()).await {
+                    Ok(begun) => begun,
+                    Err(error) => break Err(error),
+                },
             };
             if request.count_call
                 && let Some(intent) = begun.intent()
@@ -283,6 +297,25 @@ impl Gate {
             call_count,
             at_ms: self.clock.now_ms(),
         });
+    }
+
+    /// [`Ledger::create`](intentgate_ledger::Ledger::create), timed: the first step of a
+    /// call whose key the gate did not read first ([`lease::create`]).
+    pub(crate) async fn ledger_create(
+        &self,
+        request: BeginRequest,
+    ) -> Result<lease::Create, LedgerError> {
+        let started = Instant::now();
+        let created = lease::create(self.ledger.as_ref(), request)
+            .instrument(crate::phase!(
+                "ledger.create",
+                db.operation.name = "create",
+                db.collection.name = "intents"
+            ))
+            .await;
+        self.metrics
+            .ledger_operation(LedgerOperation::Create, started.elapsed());
+        created
     }
 
     /// [`Ledger::begin`](intentgate_ledger::Ledger::begin), timed: the one way the call

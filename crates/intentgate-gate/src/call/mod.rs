@@ -25,14 +25,16 @@ pub(crate) mod settled;
 pub(crate) mod validate;
 
 use intentgate_core::{CallStatus, Effect, Executor, ToolDefinition};
-use intentgate_ledger::BeginRequest;
+use std::sync::Arc;
+
+use intentgate_ledger::{BeginRequest, IntentRecord};
 use serde_json::Value;
 use tracing::Instrument;
 
 use crate::context::CallContext;
 use crate::error::GateError;
 use crate::gate::{Gate, Tool};
-use crate::lease::Lease;
+use crate::lease::{self, Lease};
 use crate::metrics::STATUS_LEDGER_UNAVAILABLE;
 use crate::outcome::CallOutcome;
 use crate::resolution::Driver;
@@ -40,8 +42,8 @@ use crate::resolve::StepRequest;
 use crate::trace;
 
 use self::execute::Attempt;
-use self::key::{call_intent_id, one_spelling};
-use self::settled::Read;
+use self::key::{Keyed, call_intent_id, one_spelling};
+use self::settled::{Kept, Read};
 
 /// What the phases before the lease decided ([`Gate::acquire_intent`]).
 pub(crate) enum Acquired {
@@ -249,6 +251,10 @@ impl Gate {
     /// be built (for a tool the gateway sends), the caller key's binding, and acquire under
     /// `owner`: the lease with `in_flight` durable, or a lookup lease, or the answer of a
     /// settled, conflicting, held or busy intent.
+    ///
+    /// On a ledger where a read costs a round trip of its own (PostgreSQL), a call that the
+    /// settled cache doesn't answer, without policies or a caller key, creates first
+    /// instead ([`Gate::create_first`]): a new intent then costs one round trip, not two.
     pub(crate) async fn acquire_intent(
         &self,
         tool: &ToolDefinition,
@@ -262,16 +268,42 @@ impl Gate {
             Ok(keyed) => keyed,
             Err(refused) => return Ok(Acquired::Answered(*refused)),
         };
-        let read = match self
-            .look_up_settled(tool, &context.tenant, &mut keyed)
-            .await?
-        {
+        let epoch = match self.cached_settled(tool, &context.tenant, &mut keyed).await {
+            Kept::Settled(intent, call_count) => {
+                return self
+                    .settled_repeat(tool, context, &keyed, intent, call_count)
+                    .await;
+            }
+            Kept::Miss(epoch) => epoch,
+        };
+        let read = if self.creates_first(tool, arguments, context, &keyed).await {
+            let request = match self.begin_request(tool, arguments, context, &keyed, None, owner) {
+                Ok(request) => BeginRequest {
+                    count_call,
+                    ..request
+                },
+                Err(refused) => return Ok(Acquired::Answered(*refused)),
+            };
+            match self.ledger_create(request.clone()).await? {
+                lease::Create::Begun(begun) => {
+                    let (begun, request) = self.acquire_from(tool, request, Some(begun)).await?;
+                    return Ok(self
+                        .acquired(tool, &call_span, begun, request, keyed, count_call)
+                        .await);
+                }
+                lease::Create::Found(intent) => {
+                    self.settled_read(tool, &mut keyed, epoch, Some(intent))
+                }
+            }
+        } else {
+            self.look_up_settled(tool, &context.tenant, &mut keyed, epoch)
+                .await?
+        };
+        let read = match read {
             Read::Settled(intent, call_count) => {
-                // A settled repeat under a caller key: the key must name this intent too.
-                self.bind_caller_key(tool, context, &keyed).await?;
-                return Ok(Acquired::Answered(
-                    self.answer_settled(tool, intent, call_count).await,
-                ));
+                return self
+                    .settled_repeat(tool, context, &keyed, intent, call_count)
+                    .await;
             }
             Read::Open(read) => read.map(|intent| *intent),
         };
@@ -293,5 +325,44 @@ impl Gate {
         Ok(self
             .acquired(tool, &call_span, begun, request, keyed, count_call)
             .await)
+    }
+
+    /// Whether this call creates its intent before reading the key: only where that saves
+    /// a round trip ([`Ledger::creates_in_one_round_trip`]), and only where the order can't
+    /// change the answer: a tool without policies (whose arguments a settled repeat
+    /// doesn't read), a call without a caller key (bound with the fingerprint a read may
+    /// correct), and a request the gateway can build (a settled repeat is answered even
+    /// when it no longer could be: such a call reads first, as before).
+    ///
+    /// [`Ledger::creates_in_one_round_trip`]: intentgate_ledger::Ledger::creates_in_one_round_trip
+    async fn creates_first(
+        &self,
+        tool: &ToolDefinition,
+        arguments: &Value,
+        context: &CallContext,
+        keyed: &Keyed<'_>,
+    ) -> bool {
+        tool.policies.is_none()
+            && context.explicit_key.is_none()
+            && self.ledger.creates_in_one_round_trip().await
+            && self
+                .check_buildable(tool, arguments, context, keyed)
+                .is_none()
+    }
+
+    /// The answer to a settled repeat found in the cache or by a read: a caller key must
+    /// name this intent too.
+    async fn settled_repeat(
+        &self,
+        tool: &ToolDefinition,
+        context: &CallContext,
+        keyed: &Keyed<'_>,
+        intent: Arc<IntentRecord>,
+        call_count: u64,
+    ) -> Result<Acquired, GateError> {
+        self.bind_caller_key(tool, context, keyed).await?;
+        Ok(Acquired::Answered(
+            self.answer_settled(tool, intent, call_count).await,
+        ))
     }
 }

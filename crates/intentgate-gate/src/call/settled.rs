@@ -230,22 +230,25 @@ fn settled_for(
     intent.fingerprint == fingerprint.as_str() && settled
 }
 
+/// What the settled cache holds for a call's key.
+pub(crate) enum Kept {
+    /// A settled repeat, answered from memory, with its count before this call.
+    Settled(Arc<IntentRecord>, u64),
+    /// Nothing for this key: what a read finds may be kept under this epoch (taken before
+    /// the read), when the ledger gives one.
+    Miss(Option<u64>),
+}
+
 impl Gate {
-    /// Look up: a repeat of a settled intent (done, or rejected for good) is found by a read,
-    /// to be answered from it ([`Gate::answer_settled`]) without a durable write. Any other
-    /// call goes on with the intent as read, if it exists.
-    ///
-    /// An intent recorded before fingerprints gave each value its one spelling has the
-    /// older form (of `"20.00"` as written, say). When its stored arguments fingerprint as
-    /// this call's do now, it is the same intent: `keyed`'s fingerprint becomes the stored one, so
-    /// this read, the caller key's binding and the ledger's `begin` all find them equal, and
-    /// a repeat across the upgrade is answered rather than called a conflict.
-    pub(crate) async fn look_up_settled(
+    /// A repeat of a settled intent (done, or rejected for good) the gate read before and
+    /// nothing can have changed since (the ledger's settled epoch is the same): answered
+    /// from memory.
+    pub(crate) async fn cached_settled(
         &self,
         tool: &ToolDefinition,
         tenant: &str,
         keyed: &mut Keyed<'_>,
-    ) -> Result<Read, GateError> {
+    ) -> Kept {
         let (key, fingerprint) = (keyed.key.as_str(), &mut keyed.fingerprint);
         // Taken before the read: a change in between leaves the read under an older epoch.
         let epoch = self.ledger.settled_epoch().await;
@@ -253,12 +256,26 @@ impl Gate {
             && let Some((intent, call_count)) = self.settled.get(tenant, &tool.name, key, epoch)
             && settled_for(tool, fingerprint, &intent)
         {
-            return Ok(Read::Settled(intent, call_count));
+            return Kept::Settled(intent, call_count);
         }
+        Kept::Miss(epoch)
+    }
+
+    /// Look up: a repeat of a settled intent (done, or rejected for good) is found by a read,
+    /// to be answered from it ([`Gate::answer_settled`]) without a durable write. Any other
+    /// call goes on with the intent as read, if it exists. `epoch` is what
+    /// [`Gate::cached_settled`] missed under.
+    pub(crate) async fn look_up_settled(
+        &self,
+        tool: &ToolDefinition,
+        tenant: &str,
+        keyed: &mut Keyed<'_>,
+        epoch: Option<u64>,
+    ) -> Result<Read, GateError> {
         let started = Instant::now();
         let read = self
             .ledger
-            .get(tenant, &tool.name, key)
+            .get(tenant, &tool.name, &keyed.key)
             .instrument(crate::phase!(
                 "ledger.get",
                 db.operation.name = "get",
@@ -267,18 +284,37 @@ impl Gate {
             .await;
         self.metrics
             .ledger_operation(LedgerOperation::Get, started.elapsed());
-        let Some(intent) = read? else {
-            return Ok(Read::Open(None));
+        Ok(self.settled_read(tool, keyed, epoch, read?))
+    }
+
+    /// What a read of the key found (by [`Gate::look_up_settled`], or a `create` that found
+    /// the key taken): a settled repeat, kept for the next under `epoch`, or the intent for
+    /// `begin` to decide on.
+    ///
+    /// An intent recorded before fingerprints gave each value its one spelling has the
+    /// older form (of `"20.00"` as written, say). When its stored arguments fingerprint as
+    /// this call's do now, it is the same intent: `keyed`'s fingerprint becomes the stored one, so
+    /// this read, the caller key's binding and the ledger's `begin` all find them equal, and
+    /// a repeat across the upgrade is answered rather than called a conflict.
+    pub(crate) fn settled_read(
+        &self,
+        tool: &ToolDefinition,
+        keyed: &mut Keyed<'_>,
+        epoch: Option<u64>,
+        read: Option<IntentRecord>,
+    ) -> Read {
+        let Some(intent) = read else {
+            return Read::Open(None);
         };
-        if !settled_for(tool, fingerprint, &intent) {
-            return Ok(Read::Open(Some(Box::new(intent))));
+        if !settled_for(tool, &mut keyed.fingerprint, &intent) {
+            return Read::Open(Some(Box::new(intent)));
         }
         let call_count = intent.call_count;
         let intent = Arc::new(intent);
         if let Some(epoch) = epoch {
             self.settled.put(epoch, &intent);
         }
-        Ok(Read::Settled(intent, call_count))
+        Read::Settled(intent, call_count)
     }
 
     /// The answer to a settled repeat, from the intent as read; the call is still counted,

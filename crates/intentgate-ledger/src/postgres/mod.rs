@@ -63,8 +63,8 @@ use crate::queue::Writing;
 use crate::queued::Queued;
 use crate::waiters::Waiters;
 use crate::{
-    Approval, ApprovalFilter, Begin, BeginRequest, Bound, BudgetUsageRow, CallerKey, Decide,
-    Decided, Durability, Erase, Erasure, Event, Finish, Finished, HeldIntent, IntentFilter,
+    Approval, ApprovalFilter, Begin, BeginRequest, Bound, BudgetUsageRow, CallerKey, Created,
+    Decide, Decided, Durability, Erase, Erasure, Event, Finish, Finished, HeldIntent, IntentFilter,
     IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
     ProcessRegistration, QueuedFinish, ReconciliationRun, Renew, Renewed, Resolve, StatusCount,
     StoredMismatch, ToolFlag,
@@ -286,6 +286,15 @@ impl PostgresLedger {
     }
 
     /// Reads one intent with `read`, after its queued finish when the intent read is one.
+    /// What a `begin` answers; an intent it inserted and wrote nothing more to is
+    /// remembered, so that its finish may skip the read ([`known`]).
+    fn began(&self, begun: ops::Begun) -> Begin {
+        if let (Begin::Execute(intent), Some(version)) = (&begun.outcome, begun.version) {
+            self.known.remember(intent.clone(), version);
+        }
+        begun.outcome
+    }
+
     async fn read_settled<I: Sync + ?Sized>(
         &self,
         input: &I,
@@ -747,10 +756,33 @@ impl Ledger for PostgresLedger {
                 Box::pin(ops::begin(session, request))
             })
             .await?;
-        if let (Begin::Execute(intent), Some(version)) = (&begun.outcome, begun.version) {
-            self.known.remember(intent.clone(), version);
+        Ok(self.began(begun))
+    }
+
+    async fn create(&self, request: BeginRequest) -> Result<Created> {
+        if request.policies.is_some() {
+            return crate::read_then_begin(self, request).await;
         }
-        Ok(begun.outcome)
+        let closed = self.queued.closed();
+        let created = self
+            .run(write(true, None), &request, |session, request| {
+                Box::pin(ops::create(session, request))
+            })
+            .await?;
+        match created {
+            ops::Create::Begun(begun) => Ok(Created::Begun(self.began(begun))),
+            // Found in flight while a finish of it queued here has not committed: read
+            // again once it has, as `get` does.
+            ops::Create::Found(intent) if self.queued.stale(&intent, closed) => {
+                self.queued.settle(intent.id).await;
+                crate::read_then_begin(self, request).await
+            }
+            ops::Create::Found(intent) => Ok(Created::Found(intent)),
+        }
+    }
+
+    async fn creates_in_one_round_trip(&self) -> bool {
+        true
     }
 
     async fn finish(&self, finish: Finish) -> Result<Finished> {

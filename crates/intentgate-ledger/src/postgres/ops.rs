@@ -126,6 +126,17 @@ const INSERT_FRESH_EVENT: &str = "INSERT INTO events (intent_id, tenant, tool, a
      SELECT intent.id, $1::text, $2::text, $3::bigint, $4::text, $5::text, $6::text, \
      $7::bigint, $8::text, $9::text FROM intents AS intent \
      WHERE intent.id = (SELECT currval(pg_get_serial_sequence('intents', 'id')))";
+/// The key's intent unless it is the row this session inserted last: sent right after the
+/// `COMMIT` of a new intent's insert ([`insert_fresh`]), it finds nothing when the insert
+/// succeeded, and the intent that took the key when the insert found it taken (committed:
+/// the insert waited for it, so this later statement's snapshot holds it). The value drawn
+/// last is read once, in a subquery, as in [`INSERT_FRESH_EVENT`].
+const BY_KEY_TAKEN: &str = concat!(
+    "SELECT ",
+    intent_columns!(),
+    " FROM intents WHERE tenant = $1 AND tool = $2 AND intent_key = $3 \
+     AND id <> (SELECT currval(pg_get_serial_sequence('intents', 'id')))"
+);
 const UPDATE_INTENT: &str = "UPDATE intents SET status = $2, attempt = $3, epoch = $4, lease_owner = $5, \
      lease_expires_ms = $6, result = $7, external_id = $8, resolved_by = $9, call_count = $10, \
      last_seen_ms = $11, updated_ms = $12, last_lookup_ms = $13, resend_stopped = $14 WHERE id = $1";
@@ -754,15 +765,28 @@ impl EventColumns<'_> {
 type Answered<'a> =
     Pin<Box<dyn Future<Output = Result<Option<Row>, tokio_postgres::Error>> + Send + 'a>>;
 
+/// What [`insert_fresh`] did.
+// One answer per insert, matched at once: a box would save nothing.
+#[allow(clippy::large_enum_variant)]
+enum Inserted {
+    /// The new row, by id and version.
+    Row(IntentId, i64),
+    /// The key exists (committed by another transaction, which the insert waited for):
+    /// nothing was written. The intent that holds it, when the key's read was asked for and
+    /// found it (an erasure may delete it in between).
+    Taken(Option<IntentRecord>),
+}
+
 /// Sends `begin` (the transaction's pending `BEGIN`), the insert of a new intent's row, its
-/// events and `COMMIT` at once: one round trip. Returns the row's id and version, or `None`
-/// when the key exists (committed by another transaction meanwhile): then nothing was
-/// written. Either way the transaction is over.
+/// events and `COMMIT` at once, and, when `read_taken`, the read of the intent that holds
+/// the key if the insert found it taken ([`BY_KEY_TAKEN`]): one round trip. Either way the
+/// transaction is over.
 async fn insert_fresh(
     session: &mut Session,
     fresh: &plan::Fresh,
     begin: Option<&'static str>,
-) -> Result<Option<(IntentId, i64)>, Failure> {
+    read_taken: bool,
+) -> Result<Inserted, Failure> {
     assert!(
         fresh.events_only(),
         "only a call without policies inserts first"
@@ -770,6 +794,10 @@ async fn insert_fresh(
     // Prepared before anything is sent, so that the statements leave in order.
     let insert_intent = session.statement(INSERT_INTENT).await?;
     let insert_event = session.statement(INSERT_FRESH_EVENT).await?;
+    let by_key_taken = match read_taken {
+        true => Some(session.statement(BY_KEY_TAKEN).await?),
+        false => None,
+    };
     let intent = &fresh.row.intent;
     let (attempt, epoch, call_count) = (
         i64::from(intent.attempt),
@@ -818,13 +846,22 @@ async fn insert_fresh(
     sent.push(Box::pin(async move {
         client.batch_execute("COMMIT").await.map(|()| None)
     }));
+    if let Some(statement) = &by_key_taken {
+        sent.push(Box::pin(async move {
+            let parameters: [&(dyn ToSql + Sync); 3] = [&intent.tenant, &intent.tool, &intent.key];
+            client.query_opt(statement, &parameters).await
+        }));
+    }
     // Sent in order, in one round trip, as in `commit`.
     let answers = join_all(sent).await;
     session.transaction_ended();
-    let mut inserted = None;
+    let inserted_at = usize::from(begin.is_some());
+    let taken_at = answers.len() - 1;
+    let (mut inserted, mut taken) = (None, None);
     for (index, answer) in answers.into_iter().enumerate() {
         match answer {
-            Ok(row) if index == usize::from(begin.is_some()) => inserted = row,
+            Ok(row) if index == inserted_at => inserted = row,
+            Ok(row) if read_taken && index == taken_at => taken = row,
             Ok(_) => {}
             Err(error) if is_connection_lost(&error, session) => {
                 // The COMMIT may have reached the server: not an operation to run again.
@@ -839,7 +876,15 @@ async fn insert_fresh(
             Err(error) => return Err(error.into()),
         }
     }
-    inserted.as_ref().map(inserted_row).transpose()
+    match inserted {
+        Some(row) => {
+            let (id, version) = inserted_row(&row)?;
+            Ok(Inserted::Row(id, version))
+        }
+        None => Ok(Inserted::Taken(
+            taken.as_ref().map(read_intent).transpose()?,
+        )),
+    }
 }
 
 /// The id and version of a row [`INSERT_INTENT`] inserted.
@@ -1055,7 +1100,7 @@ pub async fn begin(session: &mut Session, request: &BeginRequest) -> Result<Plan
     let fresh = plan::begin_fresh(request)?;
     if insert_first {
         let begin = session.take_pending_begin();
-        if let Some((id, version)) = insert_fresh(session, &fresh, begin).await? {
+        if let Inserted::Row(id, version) = insert_fresh(session, &fresh, begin, false).await? {
             let Plan { outcome, .. } = fresh.inserted(id);
             // Committed with its events: nothing is left to write.
             return Ok(Plan::new(
@@ -1081,6 +1126,56 @@ pub async fn begin(session: &mut Session, request: &BeginRequest) -> Result<Plan
     Ok(Begun::unversioned_plan(
         begin_existing(session, intent, request).await?,
     ))
+}
+
+/// What [`create`] did: as [`crate::Created`], with the version of a row it inserted.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Create {
+    Begun(Begun),
+    Found(IntentRecord),
+}
+
+/// [`Ledger::create`](crate::Ledger::create) of a call without policies: the insert of a new
+/// intent with its events and the `COMMIT`, and the read of the key's intent should the key
+/// be taken, sent together ([`insert_fresh`]): one round trip, whether the key was new or
+/// not. A key found taken whose intent is gone by the read (erased in between) is begun in
+/// a transaction of its own, as `begin` would.
+pub async fn create(
+    session: &mut Session,
+    request: &BeginRequest,
+) -> Result<Plan<Create>, Failure> {
+    plan::check_begin(request)?;
+    assert!(
+        request.policies.is_none(),
+        "a call with policies reads before it creates"
+    );
+    let fresh = plan::begin_fresh(request)?;
+    let pending = session.take_pending_begin();
+    match insert_fresh(session, &fresh, pending, true).await? {
+        Inserted::Row(id, version) => {
+            let Plan { outcome, .. } = fresh.inserted(id);
+            // Committed with its events: nothing is left to write.
+            Ok(Plan::outcome(Create::Begun(Begun {
+                outcome,
+                version: Some(version),
+            })))
+        }
+        Inserted::Taken(Some(intent)) => Ok(Plan::outcome(Create::Found(intent))),
+        Inserted::Taken(None) => {
+            session.begin_with_next_statement(pending.unwrap_or("BEGIN"));
+            let Plan {
+                writes,
+                outcome,
+                watched,
+            } = begin(session, request).await?;
+            Ok(Plan {
+                writes,
+                outcome: Create::Begun(outcome),
+                watched,
+            })
+        }
+    }
 }
 
 /// What `begin` answers, and the version of the intent's row it left when it inserted the

@@ -21,7 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_postgres::config::Host;
 
 use super::{PostgresLedger, PostgresOptions};
-use crate::{Begin, BeginRequest, Finish, Finished, IntentId, IntentRecord, Ledger};
+use crate::{Begin, BeginRequest, Created, Finish, Finished, IntentId, IntentRecord, Ledger};
 
 /// The database's URL, or `None` when the tests are skipped.
 fn database_url() -> Option<String> {
@@ -278,6 +278,55 @@ async fn a_new_intents_begin_and_its_finish_take_one_round_trip_each() {
             ("transition", Some("done")),
         ]
     );
+}
+
+/// `create`, what the gateway's call path runs on PostgreSQL instead of a read and then a
+/// `begin`, takes one round trip for a new key (the insert and its commit) and one for a key
+/// taken (the insert that found it, and the read of the intent that holds it), and a new
+/// intent it created finishes in one more, as one `begin` made.
+#[tokio::test]
+async fn create_takes_one_round_trip_for_a_new_key_and_for_a_taken_one() {
+    let Some(url) = database_url() else { return };
+    let counted = Counted::open(&url).await;
+    warm_up(&counted).await;
+    // The statement that reads a taken key, prepared.
+    counted
+        .ledger
+        .create(new_call("warm", "me", 3))
+        .await
+        .unwrap();
+
+    let (created, create_trips) = counted
+        .count(counted.ledger.create(new_call("order-3", "me", 10)))
+        .await;
+    let intent = match created.unwrap() {
+        Created::Begun(begun) => executing(begun),
+        found => panic!("a new key is begun, got {found:?}"),
+    };
+    let (found, found_trips) = counted
+        .count(counted.ledger.create(new_call("order-3", "you", 15)))
+        .await;
+    let (finished, finish_trips) = counted
+        .count(counted.ledger.finish(done(&intent, "me", 20)))
+        .await;
+    let (settled, settled_trips) = counted
+        .count(counted.ledger.create(new_call("order-3", "they", 25)))
+        .await;
+    let stored = counted
+        .ledger
+        .get("acme", "refund", "order-3")
+        .await
+        .unwrap()
+        .unwrap();
+    counted.close().await;
+    assert_eq!(
+        (create_trips, found_trips, finish_trips, settled_trips),
+        (1, 1, 1, 1)
+    );
+    assert_eq!(found.unwrap(), Created::Found(intent.clone()));
+    assert_eq!(finished.unwrap(), Finished::Recorded(stored.clone()));
+    assert_eq!(settled.unwrap(), Created::Found(stored.clone()));
+    assert_eq!((stored.status, stored.call_count), (IntentStatus::Done, 1));
 }
 
 /// The finish skips its read only while the row is as `begin` left it: a repeat counted

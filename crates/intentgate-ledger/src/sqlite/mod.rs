@@ -50,9 +50,9 @@ use crate::plan;
 use crate::queued::{Queued as QueuedFinishes, Ticket};
 use crate::waiters::Waiters;
 use crate::{
-    Approval, ApprovalFilter, Begin, BeginRequest, Bound, BudgetUsageRow, CallerKey, Decide,
-    Decided, Durability, Erase, Erased, Erasure, Event, Finish, Finished, HeldIntent, IntentFilter,
-    IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
+    Approval, ApprovalFilter, Begin, BeginRequest, Bound, BudgetUsageRow, CallerKey, Created,
+    Decide, Decided, Durability, Erase, Erased, Erasure, Event, Finish, Finished, HeldIntent,
+    IntentFilter, IntentId, IntentRecord, Ledger, LedgerError, Order, ProcessEnd, ProcessRecord,
     ProcessRegistration, QueuedFinish, ReconciliationRun, Renew, Renewed, Resolve, StatusCount,
     StoredMismatch, ToolFlag,
 };
@@ -797,6 +797,14 @@ impl Ledger for SqliteLedger {
             ops::begin(connection, &request)
         })
         .await
+    }
+
+    async fn create(&self, request: BeginRequest) -> Result<Created> {
+        crate::read_then_begin(self, request).await
+    }
+
+    async fn creates_in_one_round_trip(&self) -> bool {
+        false
     }
 
     async fn finish(&self, finish: Finish) -> Result<Finished> {
