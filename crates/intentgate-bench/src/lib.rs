@@ -98,8 +98,9 @@ run.
 
 Then it measures one fsync of the ledger's disk (the strict target's allowance) and splits a \
 new call's mean into its phases from the gate's own histograms: the HTTP round trip, the \
-ledger's get and begin, the upstream request, and the rest of the gateway; the ledger's \
-finish, committed after the call is answered, is shown apart.
+ledger's get and begin (on PostgreSQL its create, which does both in one round trip), the \
+upstream request, and the rest of the gateway; the ledger's finish, committed after the call \
+is answered, is shown apart.
 
 It checks that every new call returned `done`, every repeat `already_done`, every direct or \
 proxied call succeeded, and that the provider holds exactly one refund per intent and per \
