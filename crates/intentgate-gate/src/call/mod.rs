@@ -24,9 +24,9 @@ pub(crate) mod record;
 pub(crate) mod settled;
 pub(crate) mod validate;
 
-use intentgate_core::{CallStatus, Effect, Executor, ToolDefinition};
 use std::sync::Arc;
 
+use intentgate_core::{CallStatus, Effect, Executor, ToolDefinition};
 use intentgate_ledger::{BeginRequest, IntentRecord};
 use serde_json::Value;
 use tracing::Instrument;
@@ -254,7 +254,7 @@ impl Gate {
     ///
     /// On a ledger where a read costs a round trip of its own (PostgreSQL), a call that the
     /// settled cache doesn't answer, without policies or a caller key, creates first
-    /// instead ([`Gate::create_first`]): a new intent then costs one round trip, not two.
+    /// instead ([`Gate::creates_first`]): a new intent then costs one round trip, not two.
     pub(crate) async fn acquire_intent(
         &self,
         tool: &ToolDefinition,
@@ -276,7 +276,9 @@ impl Gate {
             }
             Kept::Miss(epoch) => epoch,
         };
-        let read = if self.creates_first(tool, arguments, context, &keyed).await {
+        // Creating first checks first that the request can be built.
+        let creates_first = self.creates_first(tool, arguments, context, &keyed).await;
+        let read = if creates_first {
             let request = match self.begin_request(tool, arguments, context, &keyed, None, owner) {
                 Ok(request) => BeginRequest {
                     count_call,
@@ -307,7 +309,9 @@ impl Gate {
             }
             Read::Open(read) => read.map(|intent| *intent),
         };
-        if let Some(refused) = self.check_buildable(tool, arguments, context, &keyed) {
+        if !creates_first
+            && let Some(refused) = self.check_buildable(tool, arguments, context, &keyed)
+        {
             return Ok(Acquired::Answered(refused));
         }
         // Bound once the call may become an intent: a call refused above (bad arguments, a
