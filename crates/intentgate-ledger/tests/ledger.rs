@@ -5909,7 +5909,9 @@ mod postgres {
         let schema = &scratch.schema;
         outside
             .batch_execute(&format!(
-                "DROP FUNCTION \"{schema}\".intents_settled_changed() CASCADE;
+                "DROP INDEX \"{schema}\".intents_by_key;
+                 ALTER TABLE \"{schema}\".intents ADD UNIQUE (tenant, tool, intent_key);
+                 DROP FUNCTION \"{schema}\".intents_settled_changed() CASCADE;
                  DROP TABLE \"{schema}\".approvals;
                  DROP TABLE \"{schema}\".budget_usage;
                  DROP TABLE \"{schema}\".console_sessions;
@@ -5929,7 +5931,20 @@ mod postgres {
         assert_eq!(versions().await, [1, 2, 3, 4, 5]);
 
         let ledger = scratch.connect(scratch.options()).await;
-        assert_eq!(versions().await, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(versions().await, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        // Migration 10 made the key's unique index again, in place of the constraint's.
+        let key_indexes: Vec<String> = outside
+            .query(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'intents' \
+                 AND indexdef LIKE 'CREATE UNIQUE INDEX % (tenant, tool, intent_key)'",
+                &[schema],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(key_indexes, ["intents_by_key"]);
         let read_back = read(&ledger, &before).await;
         assert_eq!(read_back, before);
         assert_eq!(read_back.resend_stopped, None);

@@ -2040,20 +2040,26 @@ mod tests {
     use super::*;
     use crate::postgres::{PostgresLedger, PostgresOptions};
 
-    /// The read of a key found taken, sent with every new intent's insert, finds the key by
-    /// its unique index, never by scanning the table.
-    #[tokio::test]
-    async fn a_key_found_taken_is_read_by_its_unique_index() {
-        let url = match std::env::var("DATABASE_URL") {
-            Ok(url) if !url.trim().is_empty() => url,
+    /// `DATABASE_URL`, or `None` (the test is skipped, and says so) where it is unset;
+    /// required under `CI=true`.
+    fn test_url() -> Option<String> {
+        match std::env::var("DATABASE_URL") {
+            Ok(url) if !url.trim().is_empty() => Some(url),
             _ if std::env::var("CI").as_deref() == Ok("true") => {
                 panic!("DATABASE_URL is not set and CI=true: CI must run the PostgreSQL tests")
             }
             _ => {
                 eprintln!("skipped: DATABASE_URL is not set; set it to a PostgreSQL URL");
-                return;
+                None
             }
-        };
+        }
+    }
+
+    /// The read of a key found taken, sent with every new intent's insert, finds the key by
+    /// its unique index, never by scanning the table.
+    #[tokio::test]
+    async fn a_key_found_taken_is_read_by_its_unique_index() {
+        let Some(url) = test_url() else { return };
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()
@@ -2090,5 +2096,76 @@ mod tests {
         let plan = plan.join("\n");
         assert!(plan.contains("Index"), "{plan}");
         assert!(!plan.contains("Seq Scan"), "{plan}");
+    }
+
+    /// A lookup by key is planned once per connection for every key (the generic plan of a
+    /// prepared statement), often while the table is young: before its first ANALYZE, and
+    /// after an ANALYZE of a few rows. Either way the plan must read the key's own index,
+    /// not every intent of the tool nor the whole table, since it is kept as the table grows.
+    #[tokio::test]
+    async fn a_key_lookup_is_planned_on_the_key_index_while_the_table_is_young() {
+        let Some(url) = test_url() else { return };
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let options = PostgresOptions {
+            schema: format!("young_{}_{nanos}", std::process::id()),
+            ..PostgresOptions::default()
+        };
+        let ledger = PostgresLedger::connect(&url, options.clone())
+            .await
+            .unwrap();
+        // A connection with the ledger's own settings.
+        let (config, _) = crate::postgres::connection_config(&url, &options).unwrap();
+        let (client, connection) = config.connect(NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+            .batch_execute(
+                "INSERT INTO intents (tenant, tool, intent_key, fingerprint, arguments, status, \
+                 attempt, epoch, call_count, first_seen_ms, last_seen_ms, updated_ms) \
+                 SELECT 'acme', 'refund', 'order-' || n, repeat('f', 64), '{}', 'done', 1, 1, 1, \
+                 n, n, n FROM generate_series(1, 3) AS n; \
+                 SET plan_cache_mode = force_generic_plan",
+            )
+            .await
+            .unwrap();
+        let mut plans = Vec::new();
+        for young in ["before the first ANALYZE", "after an ANALYZE of three rows"] {
+            if young.starts_with("after") {
+                client.batch_execute("ANALYZE intents").await.unwrap();
+            }
+            for (name, sql) in [
+                ("by_key", BY_KEY),
+                ("by_key_locked", BY_KEY_LOCKED),
+                ("by_key_taken", BY_KEY_TAKEN),
+            ] {
+                let explained = client
+                    .simple_query(&format!(
+                        "DEALLOCATE ALL; PREPARE {name} (text, text, text) AS {sql}; \
+                         EXPLAIN EXECUTE {name} ('acme', 'refund', 'order-2')"
+                    ))
+                    .await
+                    .unwrap();
+                let plan: Vec<&str> = explained
+                    .iter()
+                    .filter_map(|message| match message {
+                        tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0),
+                        _ => None,
+                    })
+                    .collect();
+                plans.push((young, name, plan.join("\n")));
+            }
+        }
+        ledger.destroy().await.unwrap();
+        for (young, name, plan) in plans {
+            assert!(
+                plan.contains("Index Scan using intents_by_key on intents")
+                    && plan.contains(
+                        "Index Cond: ((tenant = $1) AND (tool = $2) AND (intent_key = $3))"
+                    ),
+                "{name}, {young}, is planned on another index than the key's:\n{plan}"
+            );
+        }
     }
 }

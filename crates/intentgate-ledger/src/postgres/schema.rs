@@ -294,6 +294,22 @@ const MIGRATIONS: &[&str] = &[
     CREATE TRIGGER intents_truncated AFTER TRUNCATE ON intents
         FOR EACH STATEMENT EXECUTE FUNCTION intents_settled_changed();
     "#,
+    // 10: the key's unique index made again, after every other index of `intents`.
+    //
+    // The ledger's statements are prepared, and PostgreSQL plans a prepared statement once
+    // for every key (its generic plan, from the sixth execution on a connection) with the
+    // table as it is then. Before the table's first ANALYZE, a lookup by key finds every
+    // index that starts with `tool` as cheap as the key's own, and of equally cheap indexes
+    // the planner keeps the one made last: it was `intents_by_tool_status`, which reads every
+    // intent of the tool on each lookup, and goes on doing so as the table grows, until an
+    // ANALYZE makes the plan again. Made last, the key's index is the one kept (checked by
+    // `a_key_lookup_is_planned_on_the_key_index_while_the_table_is_young`). Same columns,
+    // so `ON CONFLICT (tenant, tool, intent_key)` finds it as it found the constraint, in
+    // this release and in older ones.
+    r#"
+    CREATE UNIQUE INDEX intents_by_key ON intents (tenant, tool, intent_key);
+    ALTER TABLE intents DROP CONSTRAINT intents_tenant_tool_intent_key_key;
+    "#,
 ];
 
 /// The first key of the migration's advisory lock ("ig" in ASCII), so that it does not
