@@ -5478,7 +5478,7 @@ mod sqlite {
             };
             expect!(Finished::Recorded, ledger.finish(unknown).await.unwrap())
         };
-        // Back to version 5, as an older intentgate left it.
+        // Back to version 5, as an older intentgate left it: migrations 11 to 6 undone.
         let connection = rusqlite::Connection::open(&path).unwrap();
         connection
             .execute_batch(
@@ -5857,6 +5857,65 @@ mod postgres {
             .unwrap()
             .get(0);
         assert_eq!(columns, 0, "every text column has a CHECK");
+
+        // Each limit holds, for every column of the two tables written on every call.
+        outside
+            .batch_execute(&format!(
+                "INSERT INTO \"{schema}\".intents (tenant, tool, intent_key, fingerprint, \
+                 arguments, status, attempt, epoch, call_count, first_seen_ms, last_seen_ms, \
+                 updated_ms) VALUES ('t', 'tool', 'k', repeat('a', 64), '{{}}', 'pending', 0, 1, \
+                 1, 0, 0, 0)"
+            ))
+            .await
+            .unwrap();
+        let event = |columns: &str, values: &str| {
+            format!(
+                "INSERT INTO \"{schema}\".events (tenant, tool, at_ms, kind{columns}) \
+                 VALUES ('t', 'tool', 0, 'created'{values})"
+            )
+        };
+        let over = [
+            format!("UPDATE \"{schema}\".intents SET tenant = ''"),
+            format!("UPDATE \"{schema}\".intents SET tool = repeat('t', 129)"),
+            format!("UPDATE \"{schema}\".intents SET fingerprint = 'short'"),
+            format!("UPDATE \"{schema}\".intents SET arguments = repeat('a', 65537)"),
+            format!("UPDATE \"{schema}\".intents SET status = 'maybe'"),
+            format!("UPDATE \"{schema}\".intents SET attempt = -1"),
+            format!("UPDATE \"{schema}\".intents SET epoch = 0"),
+            format!("UPDATE \"{schema}\".intents SET lease_owner = repeat('o', 129)"),
+            format!("UPDATE \"{schema}\".intents SET result = repeat('r', 65537)"),
+            format!("UPDATE \"{schema}\".intents SET external_id = repeat('e', 257)"),
+            format!("UPDATE \"{schema}\".intents SET resolved_by = repeat('r', 257)"),
+            format!("UPDATE \"{schema}\".intents SET call_count = -1"),
+            format!("UPDATE \"{schema}\".intents SET resend_stopped = ''"),
+            event(", detail", ", repeat('d', 4097)"),
+            event(", actor", ", repeat('a', 257)"),
+            event(", from_status", ", repeat('s', 17)"),
+            event(", attempt", ", 4294967296"),
+            event("", "").replace("'created'", "repeat('k', 33)"),
+        ];
+        for statement in over {
+            let refused = outside.batch_execute(&statement).await;
+            assert_eq!(
+                refused.err().and_then(|error| error.code().cloned()),
+                Some(tokio_postgres::error::SqlState::CHECK_VIOLATION),
+                "{statement}"
+            );
+        }
+        // In one CHECK per table, a function's call: PostgreSQL reads every CHECK of a table
+        // from its text again for each statement that writes it.
+        let checks: i64 = outside
+            .query_one(
+                "SELECT count(*) FROM pg_constraint k \
+                 JOIN pg_class c ON c.oid = k.conrelid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname IN ('intents', 'events') AND k.contype = 'c'",
+                &[schema],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(checks, 2, "intents and events have one CHECK each");
     }
 
     #[tokio::test]
@@ -5904,12 +5963,39 @@ mod postgres {
             };
             expect!(Finished::Recorded, ledger.finish(unknown).await.unwrap())
         };
-        // Back to version 5, as an older intentgate left it.
+        // Back to version 5, as an older intentgate left it: migrations 11 to 6 undone.
         let outside = scratch.outside().await;
         let schema = &scratch.schema;
         outside
             .batch_execute(&format!(
-                "DROP INDEX \"{schema}\".intents_by_key;
+                "DROP FUNCTION \"{schema}\".intent_bounded CASCADE;
+                 DROP FUNCTION \"{schema}\".event_bounded CASCADE;
+                 ALTER TABLE \"{schema}\".intents
+                     ADD CONSTRAINT intents_tenant_check CHECK (octet_length(tenant) BETWEEN 1 AND 128),
+                     ADD CONSTRAINT intents_tool_check CHECK (octet_length(tool) BETWEEN 1 AND 128),
+                     ADD CONSTRAINT intents_intent_key_check
+                         CHECK (octet_length(intent_key) BETWEEN 1 AND 512),
+                     ADD CONSTRAINT intents_fingerprint_check CHECK (octet_length(fingerprint) = 64),
+                     ADD CONSTRAINT intents_arguments_check CHECK (octet_length(arguments) <= 65536),
+                     ADD CONSTRAINT intents_status_check CHECK (status IN
+                         ('pending', 'in_flight', 'done', 'rejected', 'not_executed', 'unknown')),
+                     ADD CONSTRAINT intents_attempt_check CHECK (attempt BETWEEN 0 AND 4294967295),
+                     ADD CONSTRAINT intents_epoch_check CHECK (epoch BETWEEN 1 AND 4294967295),
+                     ADD CONSTRAINT intents_lease_owner_check CHECK (octet_length(lease_owner) <= 128),
+                     ADD CONSTRAINT intents_result_check CHECK (octet_length(result) <= 65536),
+                     ADD CONSTRAINT intents_external_id_check CHECK (octet_length(external_id) <= 256),
+                     ADD CONSTRAINT intents_resolved_by_check CHECK (octet_length(resolved_by) <= 256),
+                     ADD CONSTRAINT intents_call_count_check CHECK (call_count >= 0);
+                 ALTER TABLE \"{schema}\".events
+                     ADD CONSTRAINT events_tenant_check CHECK (octet_length(tenant) <= 128),
+                     ADD CONSTRAINT events_tool_check CHECK (octet_length(tool) <= 128),
+                     ADD CONSTRAINT events_kind_check CHECK (octet_length(kind) <= 32),
+                     ADD CONSTRAINT events_from_status_check CHECK (octet_length(from_status) <= 16),
+                     ADD CONSTRAINT events_to_status_check CHECK (octet_length(to_status) <= 16),
+                     ADD CONSTRAINT events_attempt_check CHECK (attempt BETWEEN 0 AND 4294967295),
+                     ADD CONSTRAINT events_actor_check CHECK (octet_length(actor) <= 256),
+                     ADD CONSTRAINT events_detail_check CHECK (octet_length(detail) <= 4096);
+                 DROP INDEX \"{schema}\".intents_by_key;
                  ALTER TABLE \"{schema}\".intents ADD UNIQUE (tenant, tool, intent_key);
                  DROP FUNCTION \"{schema}\".intents_settled_changed() CASCADE;
                  DROP TABLE \"{schema}\".approvals;
@@ -5931,7 +6017,7 @@ mod postgres {
         assert_eq!(versions().await, [1, 2, 3, 4, 5]);
 
         let ledger = scratch.connect(scratch.options()).await;
-        assert_eq!(versions().await, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(versions().await, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
         // Migration 10 made the key's unique index again, in place of the constraint's.
         let key_indexes: Vec<String> = outside
             .query(

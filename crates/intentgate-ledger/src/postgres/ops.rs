@@ -2159,11 +2159,15 @@ mod tests {
         }
         ledger.destroy().await.unwrap();
         for (young, name, plan) in plans {
+            // The key's three columns are the index's condition, not a filter of its rows.
+            let on_the_key = plan.lines().any(|line| {
+                line.trim_start().starts_with("Index Cond:")
+                    && ["tenant", "tool", "intent_key"]
+                        .iter()
+                        .all(|column| line.contains(column))
+            });
             assert!(
-                plan.contains("Index Scan using intents_by_key on intents")
-                    && plan.contains(
-                        "Index Cond: ((tenant = $1) AND (tool = $2) AND (intent_key = $3))"
-                    ),
+                plan.contains("Index Scan using intents_by_key on intents") && on_the_key,
                 "{name}, {young}, is planned on another index than the key's:\n{plan}"
             );
         }
