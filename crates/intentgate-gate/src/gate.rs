@@ -53,6 +53,8 @@ pub struct Gate {
     /// The kill-switch flags as last read from the ledger, trusted for
     /// [`FLAG_REFRESH`](crate::FLAG_REFRESH).
     pub(crate) flags: Mutex<FlagCache>,
+    /// Held by the one caller re-reading the flags; the others wait for its read.
+    pub(crate) flag_refresh: tokio::sync::Mutex<()>,
     /// What this gate counts and times, in the Prometheus text format.
     pub(crate) metrics: Arc<Metrics>,
     /// Calls for intents that already existed, for the duplicate-call alerts.
@@ -148,6 +150,7 @@ impl Gate {
             options,
             lease_owner_sequence: AtomicU64::new(0),
             flags: Mutex::default(),
+            flag_refresh: tokio::sync::Mutex::default(),
             metrics: Arc::new(Metrics::new()),
             repeated_calls: RepeatedCalls::new(),
             upstream_health: UpstreamHealth::new(),

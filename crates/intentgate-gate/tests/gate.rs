@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use intentgate_core::{CallStatus, IntentStatus, ToolDefinition};
-use intentgate_gate::{CallContext, Clock, GateError, TokioClock};
-use intentgate_ledger::{BeginRequest, Ledger, ToolFlag};
-use intentgate_mock::{FaultPlan, Scripted, Shape};
+use intentgate_gate::{CallContext, Clock, GateError, SystemClock, TokioClock};
+use intentgate_ledger::{BeginRequest, CountingLedger, Ledger, ToolFlag};
+use intentgate_mock::{FakeProvider, FaultPlan, Scripted, Shape};
 use intentgate_test_support::{
     Harness, call, default_gate, refund, refund_schema, refund_tool, refund_tool_with,
     send_email_tool, wait_until,
@@ -675,6 +675,33 @@ async fn a_switched_off_tool_is_disabled_and_executes_nothing() {
             .status,
         CallStatus::Done
     );
+}
+
+#[tokio::test]
+async fn concurrent_callers_that_find_the_kill_switch_flags_stale_read_them_once() {
+    let temp = intentgate_test_support::TempLedger::new();
+    let ledger = Arc::new(CountingLedger::new(temp.ledger.clone()));
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let provider = Arc::new(FakeProvider::new(1, FaultPlan::none(), clock.clone()));
+    let gate = Arc::new(default_gate(
+        vec![refund_tool()],
+        ledger.clone(),
+        provider,
+        clock,
+    ));
+    let callers: Vec<_> = (0..64)
+        .map(|order| {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                call(&gate, "refund_order", refund(&order.to_string(), json!(49))).await
+            })
+        })
+        .collect();
+    for caller in callers {
+        assert_eq!(caller.await.unwrap().status, CallStatus::Done);
+    }
+    // Each call yielded at its ledger calls: all 64 found the flags unread at once.
+    assert_eq!(ledger.calls("tool_flags"), 1);
 }
 
 #[tokio::test]

@@ -709,7 +709,51 @@ macro_rules! ledger_trait {
                 }
             )*
         }
+
+        #[async_trait]
+        impl<L: Ledger> Ledger for CountingLedger<L> {
+            $(
+                async fn $operation(&self $(, $argument: $type)*) $(-> $output)? {
+                    self.count(stringify!($operation));
+                    tokio::task::yield_now().await;
+                    self.inner.$operation($($argument),*).await
+                }
+            )*
+        }
     };
+}
+
+/// A ledger that counts the calls of each operation, then hands them to the ledger inside
+/// after yielding to the runtime once, so that concurrent callers interleave at every call
+/// as they would over a networked store: for tests that prove an operation is asked for only
+/// as often as it should be.
+pub struct CountingLedger<L> {
+    inner: L,
+    calls: std::sync::Mutex<std::collections::HashMap<&'static str, u64>>,
+}
+
+impl<L: Ledger> CountingLedger<L> {
+    pub fn new(inner: L) -> CountingLedger<L> {
+        CountingLedger {
+            inner,
+            calls: Default::default(),
+        }
+    }
+
+    /// How many times `operation` (a [`Ledger`] method's name, as `"tool_flags"`) was called.
+    pub fn calls(&self, operation: &str) -> u64 {
+        let calls = self.calls.lock().expect("call counts lock");
+        calls.get(operation).copied().unwrap_or(0)
+    }
+
+    fn count(&self, operation: &'static str) {
+        *self
+            .calls
+            .lock()
+            .expect("call counts lock")
+            .entry(operation)
+            .or_default() += 1;
+    }
 }
 
 ledger_trait! {

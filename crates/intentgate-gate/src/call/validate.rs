@@ -149,21 +149,22 @@ impl Gate {
     }
 
     /// `read` over the flags by tool (true: switched off), re-read from the ledger when the
-    /// cached copy is older than [`FLAG_REFRESH`].
+    /// cached copy is older than [`FLAG_REFRESH`]. One caller re-reads at a time: the others
+    /// that find the copy stale wait for its read and use it, rather than each reading the
+    /// same flags (64 concurrent callers made 64 reads every refresh).
     async fn with_flags<T>(
         &self,
         read: impl Fn(&HashMap<String, bool>) -> T,
     ) -> Result<T, GateError> {
-        let now_ms = self.clock.now_ms();
-        {
-            let cache = self.flags.lock().expect("flag cache lock");
-            if cache
-                .read_ms
-                .is_some_and(|read| now_ms - read < FLAG_REFRESH.as_millis() as i64)
-            {
-                return Ok(read(&cache.disabled));
-            }
+        if let Some(fresh) = self.fresh_flags(&read) {
+            return Ok(fresh);
         }
+        let _refreshing = self.flag_refresh.lock().await;
+        // Read meanwhile by the caller this one waited for.
+        if let Some(fresh) = self.fresh_flags(&read) {
+            return Ok(fresh);
+        }
+        let now_ms = self.clock.now_ms();
         let flags = self.ledger.tool_flags().await?;
         let mut cache = self.flags.lock().expect("flag cache lock");
         cache.read_ms = Some(now_ms);
@@ -172,5 +173,16 @@ impl Gate {
             .map(|flag| (flag.tool, !flag.enabled))
             .collect();
         Ok(read(&cache.disabled))
+    }
+
+    /// `read` over the cached flags, unless they are older than [`FLAG_REFRESH`] (a read's
+    /// time is taken before it starts, so no copy is trusted for longer).
+    fn fresh_flags<T>(&self, read: &impl Fn(&HashMap<String, bool>) -> T) -> Option<T> {
+        let now_ms = self.clock.now_ms();
+        let cache = self.flags.lock().expect("flag cache lock");
+        cache
+            .read_ms
+            .is_some_and(|read| now_ms - read < FLAG_REFRESH.as_millis() as i64)
+            .then(|| read(&cache.disabled))
     }
 }
