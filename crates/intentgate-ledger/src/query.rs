@@ -73,7 +73,8 @@ impl Parameters {
 ///   `intents_by_tool` (tool, id, first_seen_ms) from the cursor on, and stops after
 ///   `limit` rows (PostgreSQL walks the primary key instead when its statistics say the
 ///   tool is much of the table: the same order, no sort either); with a `tool` and a `key`,
-///   `intents_by_tool_key` (one row per tenant). The window's conditions are written
+///   the key's index (one row per tenant: PostgreSQL's `intents_by_tool_key`, in id order;
+///   SQLite's unique `intents_by_key`, then sorted). The window's conditions are written
 ///   `+first_seen_ms`, which no index can serve: else a planner may pick
 ///   `intents_by_tool_first_seen`, whose order is the time's, and sort the whole rest of
 ///   the window for every page.
@@ -147,7 +148,7 @@ pub fn intents_query(
                 Order::Newest => format!("id < {cursor}"),
             });
         }
-        // With a key the page is a few rows from `intents_by_tool_key` already.
+        // With a key the page is a few rows from the key's index already.
         (None, Some(tool), Some(from), Some(until)) if filter.key.is_none() => {
             let window = format!(
                 "FROM intents WHERE tool = {tool} AND first_seen_ms >= {from} AND first_seen_ms < {until}"
@@ -164,9 +165,17 @@ pub fn intents_query(
         sql.push_str(" WHERE ");
         sql.push_str(&conditions.join(" AND "));
     }
-    sql.push_str(match order {
-        Order::Oldest => " ORDER BY id",
-        Order::Newest => " ORDER BY id DESC",
+    // A key's few rows (one per tenant at most) are sorted: ordered by `id + 0`, which no
+    // index serves, SQLite reads them from the key's unique index rather than walking every
+    // intent of the tool in id order to spare the sort.
+    let by_id = match (&filter.key, dialect) {
+        #[cfg(feature = "sqlite")]
+        (Some(_), Dialect::Sqlite) => "id + 0",
+        _ => "id",
+    };
+    sql.push_str(&match order {
+        Order::Oldest => format!(" ORDER BY {by_id}"),
+        Order::Newest => format!(" ORDER BY {by_id} DESC"),
     });
     sql.push_str(&format!(" LIMIT {limit}"));
     Some(Query {

@@ -5478,16 +5478,51 @@ mod sqlite {
             };
             expect!(Finished::Recorded, ledger.finish(unknown).await.unwrap())
         };
-        // Back to version 5, as an older intentgate left it: migrations 11 to 6 undone.
+        // Back to version 5, as an older intentgate left it: migrations 10 to 6 undone (10's
+        // table made again as migrations 1 and 2 made it, with its rows).
         let connection = rusqlite::Connection::open(&path).unwrap();
         connection
             .execute_batch(
-                "DROP TABLE intents_begun;
+                "CREATE TABLE intents_as_made (
+                     id INTEGER PRIMARY KEY,
+                     tenant TEXT NOT NULL CHECK (length(tenant) BETWEEN 1 AND 128),
+                     tool TEXT NOT NULL CHECK (length(tool) BETWEEN 1 AND 128),
+                     intent_key TEXT NOT NULL CHECK (length(intent_key) BETWEEN 1 AND 512),
+                     fingerprint TEXT NOT NULL CHECK (length(fingerprint) = 64),
+                     arguments TEXT NOT NULL CHECK (length(arguments) <= 65536),
+                     status TEXT NOT NULL CHECK (status IN ('pending', 'in_flight', 'done',
+                         'rejected', 'not_executed', 'unknown')),
+                     attempt INTEGER NOT NULL CHECK (attempt >= 0),
+                     epoch INTEGER NOT NULL CHECK (epoch >= 1),
+                     lease_owner TEXT CHECK (length(lease_owner) <= 128),
+                     lease_expires_ms INTEGER,
+                     result TEXT CHECK (length(result) <= 65536),
+                     external_id TEXT CHECK (length(external_id) <= 256),
+                     resolved_by TEXT CHECK (length(resolved_by) <= 256),
+                     call_count INTEGER NOT NULL CHECK (call_count >= 0),
+                     first_seen_ms INTEGER NOT NULL,
+                     last_seen_ms INTEGER NOT NULL,
+                     updated_ms INTEGER NOT NULL,
+                     last_lookup_ms INTEGER,
+                     UNIQUE (tenant, tool, intent_key)
+                 ) STRICT;
+                 INSERT INTO intents_as_made SELECT id, tenant, tool, intent_key, fingerprint,
+                     arguments, status, attempt, epoch, lease_owner, lease_expires_ms, result,
+                     external_id, resolved_by, call_count, first_seen_ms, last_seen_ms,
+                     updated_ms, last_lookup_ms FROM intents;
+                 DROP TABLE intents;
+                 ALTER TABLE intents_as_made RENAME TO intents;
+                 CREATE INDEX intents_by_status ON intents (status, updated_ms);
+                 CREATE INDEX intents_by_last_seen ON intents (last_seen_ms);
+                 CREATE INDEX intents_by_tool ON intents (tool, id, first_seen_ms);
+                 CREATE INDEX intents_by_tool_first_seen ON intents (tool, first_seen_ms);
+                 CREATE INDEX intents_by_tool_key ON intents (tool, intent_key);
+                 CREATE INDEX intents_by_tool_status ON intents (tool, status);
+                 DROP TABLE intents_begun;
                  DROP TABLE approvals;
                  DROP TABLE budget_usage;
                  DROP TABLE console_sessions;
                  DROP TABLE alerts;
-                 ALTER TABLE intents DROP COLUMN resend_stopped;
                  DELETE FROM schema_migrations WHERE version >= 6;",
             )
             .unwrap();
@@ -5501,7 +5536,23 @@ mod sqlite {
         assert_eq!(versions(&path), [1, 2, 3, 4, 5]);
 
         let ledger = open(&path, GROUPED);
-        assert_eq!(versions(&path), [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(versions(&path), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        let indexes: Vec<String> = intent_indexes(&path)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(
+            indexes,
+            [
+                "intents_by_key",
+                "intents_by_last_seen",
+                "intents_by_status",
+                "intents_by_tenant",
+                "intents_by_tool",
+                "intents_by_tool_first_seen",
+                "intents_by_tool_status"
+            ]
+        );
         let read_back = read(&ledger, &before).await;
         assert_eq!(read_back, before);
         assert_eq!(read_back.resend_stopped, None);
@@ -5529,6 +5580,20 @@ mod sqlite {
             "SELECT id, resend_stopped FROM intents WHERE resend_stopped IS NOT NULL",
         );
         assert_eq!(stored, [(before.id, "key_reused".to_owned())]);
+
+        // The remade table still holds one intent per key.
+        let duplicate = rusqlite::Connection::open(&path).unwrap().execute(
+            "INSERT INTO intents (tenant, tool, intent_key, fingerprint, arguments, status, \
+             attempt, epoch, call_count, first_seen_ms, last_seen_ms, updated_ms) \
+             SELECT tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, \
+             call_count, first_seen_ms, last_seen_ms, updated_ms FROM intents WHERE id = ?1",
+            [before.id],
+        );
+        let refusal = duplicate.expect_err("a second intent of a key was stored");
+        assert!(
+            refusal.to_string().contains("UNIQUE constraint failed"),
+            "{refusal}"
+        );
     }
 
     /// The migration versions recorded in the file, with their times.

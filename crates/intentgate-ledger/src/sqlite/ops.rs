@@ -1300,7 +1300,7 @@ pub fn reconciliation_mismatches(
 /// again afterwards, in the same transaction: SQLite builds an index from sorted entries
 /// far faster than it inserts them one by one (a million intents: about 13 s instead of
 /// 17 s on a slow machine). The indexes are read back from the schema, so they come back
-/// exactly as the migrations made them; the UNIQUE key's index stays, so a duplicate key is
+/// exactly as the migrations made them; the key's unique index stays, so a duplicate key is
 /// refused as it is inserted.
 pub fn bulk_insert(
     connection: &Connection,
@@ -1316,7 +1316,9 @@ pub fn bulk_insert(
     let rebuilt: Vec<(String, String)> = if (rows as u64) < intents.len() as u64 {
         let mut statement = connection.prepare(
             "SELECT name, sql FROM sqlite_master \
-             WHERE type = 'index' AND tbl_name = 'intents' AND sql IS NOT NULL ORDER BY name",
+             WHERE type = 'index' AND tbl_name = 'intents' AND sql IS NOT NULL \
+             AND name NOT IN (SELECT name FROM pragma_index_list('intents') WHERE \"unique\") \
+             ORDER BY name",
         )?;
         let indexes = statement
             .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
@@ -1514,7 +1516,48 @@ mod tests {
         }
     }
 
-    /// Reconciliation looks a provider record's key up across tenants.
+    /// A call's key is read from the one unique index of keys (which starts with the tool,
+    /// so it also serves a key across tenants), and a tenant's erasure walks the tenant's
+    /// intents in id order without sorting.
+    #[test]
+    fn a_key_is_read_from_its_unique_index_and_a_tenant_is_erased_along_its_own() {
+        let connection = migrated();
+        let key = Parameter::Text("order-1".into());
+        let (tenant, tool) = (
+            Parameter::Text("acme".into()),
+            Parameter::Text("refund".into()),
+        );
+        let lookup = plan_of(
+            &connection,
+            "SELECT id FROM intents WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3",
+            &[tenant, tool, key],
+        );
+        assert!(
+            lookup.contains(
+                "USING COVERING INDEX intents_by_key (tool=? AND intent_key=? AND tenant=?)"
+            ),
+            "{lookup}"
+        );
+        let erase = Erase {
+            tenant: "acme".into(),
+            tool: None,
+            key: None,
+            force: true,
+            actor: "ops".into(),
+            reason: "the customer asked".into(),
+            now_ms: 1,
+        };
+        let batch = query::erase_queries(&erase, Dialect::Sqlite).unwrap().batch;
+        let plan = plan_of(&connection, &batch.sql, &batch.parameters);
+        assert!(
+            plan.contains("USING COVERING INDEX intents_by_tenant (tenant=?)"),
+            "{plan}"
+        );
+        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+    }
+
+    /// Reconciliation looks a provider record's key up across tenants: a few rows (one per
+    /// tenant at most), sorted into id order.
     #[test]
     fn a_key_of_one_tool_is_found_from_an_index_across_tenants() {
         let connection = migrated();
@@ -1525,10 +1568,9 @@ mod tests {
         };
         let plan = page_plan(&connection, &key, Order::Oldest, None);
         assert!(
-            plan.contains("USING INDEX intents_by_tool_key (tool=? AND intent_key=?)"),
+            plan.contains("USING INDEX intents_by_key (tool=? AND intent_key=?)"),
             "{plan}"
         );
-        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
     }
 
     /// Every page of approvals walks an index in the page's order, newest intent first,

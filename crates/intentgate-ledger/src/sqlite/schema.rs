@@ -283,6 +283,52 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX alerts_by_at ON alerts (at_ms);
     CREATE INDEX alerts_by_tenant ON alerts (tenant, tool, intent_key);
     "#,
+    // 10: one index of the key instead of two. A key's place in an index is as good as
+    // random, so each new intent dirtied a page of both `UNIQUE (tenant, tool, intent_key)`
+    // and `intents_by_tool_key` (tool, intent_key) in its commit: of the 5.3 WAL frames a new
+    // intent cost at 64 concurrent callers, 3.2 were those two indexes' (docs/internals.md,
+    // "Where a new intent's frames go"). The key's unique index now starts with the tool
+    // (`intents_by_key`, tool, intent_key, tenant), so it also finds a key across tenants;
+    // erasing a tenant's intents walks `intents_by_tenant` (its rows in id order), which a
+    // ledger's few tenants append to rather than scatter. A UNIQUE constraint can't be
+    // dropped in SQLite: the table is made again with its rows (ids kept), and the unique
+    // index built after the copy, from sorted entries.
+    r#"
+    CREATE TABLE intents_keyed (
+        id INTEGER PRIMARY KEY,
+        tenant TEXT NOT NULL CHECK (length(tenant) BETWEEN 1 AND 128),
+        tool TEXT NOT NULL CHECK (length(tool) BETWEEN 1 AND 128),
+        intent_key TEXT NOT NULL CHECK (length(intent_key) BETWEEN 1 AND 512),
+        fingerprint TEXT NOT NULL CHECK (length(fingerprint) = 64),
+        arguments TEXT NOT NULL CHECK (length(arguments) <= 65536),
+        status TEXT NOT NULL CHECK (status IN
+            ('pending', 'in_flight', 'done', 'rejected', 'not_executed', 'unknown')),
+        attempt INTEGER NOT NULL CHECK (attempt >= 0),
+        epoch INTEGER NOT NULL CHECK (epoch >= 1),
+        lease_owner TEXT CHECK (length(lease_owner) <= 128),
+        lease_expires_ms INTEGER,
+        result TEXT CHECK (length(result) <= 65536),
+        external_id TEXT CHECK (length(external_id) <= 256),
+        resolved_by TEXT CHECK (length(resolved_by) <= 256),
+        call_count INTEGER NOT NULL CHECK (call_count >= 0),
+        first_seen_ms INTEGER NOT NULL,
+        last_seen_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL,
+        last_lookup_ms INTEGER,
+        resend_stopped TEXT CHECK (length(resend_stopped) BETWEEN 1 AND 32)
+    ) STRICT;
+    INSERT INTO intents_keyed (id, tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, lease_owner, lease_expires_ms, result, external_id, resolved_by, call_count, first_seen_ms, last_seen_ms, updated_ms, last_lookup_ms, resend_stopped)
+        SELECT id, tenant, tool, intent_key, fingerprint, arguments, status, attempt, epoch, lease_owner, lease_expires_ms, result, external_id, resolved_by, call_count, first_seen_ms, last_seen_ms, updated_ms, last_lookup_ms, resend_stopped FROM intents;
+    DROP TABLE intents;
+    ALTER TABLE intents_keyed RENAME TO intents;
+    CREATE UNIQUE INDEX intents_by_key ON intents (tool, intent_key, tenant);
+    CREATE INDEX intents_by_tenant ON intents (tenant);
+    CREATE INDEX intents_by_status ON intents (status, updated_ms);
+    CREATE INDEX intents_by_last_seen ON intents (last_seen_ms);
+    CREATE INDEX intents_by_tool ON intents (tool, id, first_seen_ms);
+    CREATE INDEX intents_by_tool_first_seen ON intents (tool, first_seen_ms);
+    CREATE INDEX intents_by_tool_status ON intents (tool, status);
+    "#,
 ];
 
 /// The migration that made the process registry (`processes`): a process of a release
