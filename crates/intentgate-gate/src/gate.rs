@@ -54,7 +54,10 @@ pub struct Gate {
     /// [`FLAG_REFRESH`](crate::FLAG_REFRESH).
     pub(crate) flags: Mutex<FlagCache>,
     /// Held by the one caller re-reading the flags; the others wait for its read.
-    pub(crate) flag_refresh: tokio::sync::Mutex<()>,
+    pub(crate) flag_refresh: tokio::sync::Mutex<FlagRefresh>,
+    /// Reads of the flags begun, failed or not: a caller that waited for the refresh and
+    /// finds it moved, the copy still stale, shares the error of the read it waited for.
+    pub(crate) flag_reads: AtomicU64,
     /// What this gate counts and times, in the Prometheus text format.
     pub(crate) metrics: Arc<Metrics>,
     /// Calls for intents that already existed, for the duplicate-call alerts.
@@ -97,6 +100,13 @@ pub struct LedgerFailure {
     pub at_ms: i64,
     /// The ledger's error, as the log has it.
     pub error: String,
+}
+
+/// The last read of the kill-switch flags, held while one is made.
+#[derive(Default)]
+pub(crate) struct FlagRefresh {
+    /// Its error, when it failed.
+    pub(crate) failed: Option<intentgate_ledger::LedgerError>,
 }
 
 /// The kill-switch flags as last read from the ledger.
@@ -151,6 +161,7 @@ impl Gate {
             lease_owner_sequence: AtomicU64::new(0),
             flags: Mutex::default(),
             flag_refresh: tokio::sync::Mutex::default(),
+            flag_reads: AtomicU64::new(0),
             metrics: Arc::new(Metrics::new()),
             repeated_calls: RepeatedCalls::new(),
             upstream_health: UpstreamHealth::new(),

@@ -705,6 +705,49 @@ async fn concurrent_callers_that_find_the_kill_switch_flags_stale_read_them_once
 }
 
 #[tokio::test]
+async fn a_failed_read_of_the_kill_switch_flags_fails_the_callers_that_waited_for_it() {
+    let temp = intentgate_test_support::TempLedger::new();
+    // The flags' table gone: every read of them fails.
+    rusqlite::Connection::open(&temp.path)
+        .unwrap()
+        .execute_batch("DROP TABLE tool_flags")
+        .unwrap();
+    let ledger = Arc::new(CountingLedger::new(temp.ledger.clone()));
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let provider = Arc::new(FakeProvider::new(1, FaultPlan::none(), clock.clone()));
+    let gate = Arc::new(default_gate(
+        vec![refund_tool()],
+        ledger.clone(),
+        provider.clone(),
+        clock,
+    ));
+    let callers: Vec<_> = (0..64)
+        .map(|order| {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                gate.call(
+                    "refund_order",
+                    refund(&order.to_string(), json!(49)),
+                    &CallContext::default(),
+                )
+                .await
+            })
+        })
+        .collect();
+    for caller in callers {
+        let error = caller
+            .await
+            .unwrap()
+            .expect_err("a call went on without the flags");
+        assert!(matches!(error, GateError::Ledger(_)), "{error:?}");
+    }
+    // One read failed; the 63 callers waiting for it were told so, not each made to try in
+    // turn (behind a ledger that times out, the last would wait 64 timeouts).
+    assert_eq!(ledger.calls("tool_flags"), 1);
+    assert_eq!(provider.requests(), 0);
+}
+
+#[tokio::test]
 async fn reads_are_retried_without_the_ledger() {
     let h = Harness::new(FaultPlan::none());
     h.provider.script([

@@ -4,6 +4,7 @@
 //! tool's call is counted) and sends nothing.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering;
 
 use intentgate_core::key::provider_key;
 use intentgate_core::{CallStatus, Executor, KeyError, OutcomeReason, ToolDefinition};
@@ -151,7 +152,9 @@ impl Gate {
     /// `read` over the flags by tool (true: switched off), re-read from the ledger when the
     /// cached copy is older than [`FLAG_REFRESH`]. One caller re-reads at a time: the others
     /// that find the copy stale wait for its read and use it, rather than each reading the
-    /// same flags (64 concurrent callers made 64 reads every refresh).
+    /// same flags (64 concurrent callers made 64 reads every refresh). A read that fails
+    /// fails the callers that waited for it too: each trying again in turn would make the
+    /// last wait for every failure before its own (a ledger that times out, 64 times over).
     async fn with_flags<T>(
         &self,
         read: impl Fn(&HashMap<String, bool>) -> T,
@@ -159,13 +162,28 @@ impl Gate {
         if let Some(fresh) = self.fresh_flags(&read) {
             return Ok(fresh);
         }
-        let _refreshing = self.flag_refresh.lock().await;
+        let reads_before = self.flag_reads.load(Ordering::Acquire);
+        let mut refresh = self.flag_refresh.lock().await;
         // Read meanwhile by the caller this one waited for.
         if let Some(fresh) = self.fresh_flags(&read) {
             return Ok(fresh);
         }
+        if self.flag_reads.load(Ordering::Acquire) != reads_before
+            && let Some(error) = &refresh.failed
+        {
+            return Err(error.clone().into());
+        }
         let now_ms = self.clock.now_ms();
-        let flags = self.ledger.tool_flags().await?;
+        let flags = self.ledger.tool_flags().await;
+        self.flag_reads.fetch_add(1, Ordering::Release);
+        let flags = match flags {
+            Ok(flags) => flags,
+            Err(error) => {
+                refresh.failed = Some(error.clone());
+                return Err(error.into());
+            }
+        };
+        refresh.failed = None;
         let mut cache = self.flags.lock().expect("flag cache lock");
         cache.read_ms = Some(now_ms);
         cache.disabled = flags
