@@ -677,31 +677,60 @@ async fn a_switched_off_tool_is_disabled_and_executes_nothing() {
     );
 }
 
+/// A gate over `temp`'s ledger behind a [`CountingLedger`], with the fake provider; and 64
+/// refunds of distinct orders called through it at once, each answered as it came.
+struct Counted {
+    gate: Arc<intentgate_gate::Gate>,
+    ledger: Arc<CountingLedger<Arc<intentgate_ledger::SqliteLedger>>>,
+    provider: Arc<FakeProvider>,
+}
+
+impl Counted {
+    fn over(temp: &intentgate_test_support::TempLedger) -> Counted {
+        let ledger = Arc::new(CountingLedger::new(temp.ledger.clone()));
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let provider = Arc::new(FakeProvider::new(1, FaultPlan::none(), clock.clone()));
+        let gate = Arc::new(default_gate(
+            vec![refund_tool()],
+            ledger.clone(),
+            provider.clone(),
+            clock,
+        ));
+        Counted {
+            gate,
+            ledger,
+            provider,
+        }
+    }
+
+    async fn refunds_at_once(&self) -> Vec<Result<intentgate_gate::CallOutcome, GateError>> {
+        let callers: Vec<_> = (0..64)
+            .map(|order| {
+                let gate = self.gate.clone();
+                tokio::spawn(async move {
+                    let arguments = refund(&order.to_string(), json!(49));
+                    gate.call("refund_order", arguments, &CallContext::default())
+                        .await
+                })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for caller in callers {
+            outcomes.push(caller.await.unwrap());
+        }
+        outcomes
+    }
+}
+
 #[tokio::test]
 async fn concurrent_callers_that_find_the_kill_switch_flags_stale_read_them_once() {
     let temp = intentgate_test_support::TempLedger::new();
-    let ledger = Arc::new(CountingLedger::new(temp.ledger.clone()));
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let provider = Arc::new(FakeProvider::new(1, FaultPlan::none(), clock.clone()));
-    let gate = Arc::new(default_gate(
-        vec![refund_tool()],
-        ledger.clone(),
-        provider,
-        clock,
-    ));
-    let callers: Vec<_> = (0..64)
-        .map(|order| {
-            let gate = gate.clone();
-            tokio::spawn(async move {
-                call(&gate, "refund_order", refund(&order.to_string(), json!(49))).await
-            })
-        })
-        .collect();
-    for caller in callers {
-        assert_eq!(caller.await.unwrap().status, CallStatus::Done);
+    let counted = Counted::over(&temp);
+    for outcome in counted.refunds_at_once().await {
+        assert_eq!(outcome.unwrap().status, CallStatus::Done);
     }
     // Each call yielded at its ledger calls: all 64 found the flags unread at once.
-    assert_eq!(ledger.calls("tool_flags"), 1);
+    assert_eq!(counted.ledger.calls("tool_flags"), 1);
 }
 
 #[tokio::test]
@@ -712,39 +741,15 @@ async fn a_failed_read_of_the_kill_switch_flags_fails_the_callers_that_waited_fo
         .unwrap()
         .execute_batch("DROP TABLE tool_flags")
         .unwrap();
-    let ledger = Arc::new(CountingLedger::new(temp.ledger.clone()));
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let provider = Arc::new(FakeProvider::new(1, FaultPlan::none(), clock.clone()));
-    let gate = Arc::new(default_gate(
-        vec![refund_tool()],
-        ledger.clone(),
-        provider.clone(),
-        clock,
-    ));
-    let callers: Vec<_> = (0..64)
-        .map(|order| {
-            let gate = gate.clone();
-            tokio::spawn(async move {
-                gate.call(
-                    "refund_order",
-                    refund(&order.to_string(), json!(49)),
-                    &CallContext::default(),
-                )
-                .await
-            })
-        })
-        .collect();
-    for caller in callers {
-        let error = caller
-            .await
-            .unwrap()
-            .expect_err("a call went on without the flags");
+    let counted = Counted::over(&temp);
+    for outcome in counted.refunds_at_once().await {
+        let error = outcome.expect_err("a call went on without the flags");
         assert!(matches!(error, GateError::Ledger(_)), "{error:?}");
     }
     // One read failed; the 63 callers waiting for it were told so, not each made to try in
     // turn (behind a ledger that times out, the last would wait 64 timeouts).
-    assert_eq!(ledger.calls("tool_flags"), 1);
-    assert_eq!(provider.requests(), 0);
+    assert_eq!(counted.ledger.calls("tool_flags"), 1);
+    assert_eq!(counted.provider.requests(), 0);
 }
 
 #[tokio::test]

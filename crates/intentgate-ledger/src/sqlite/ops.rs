@@ -10,6 +10,7 @@
 //! [`move_all_begun`].
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
 use intentgate_core::{IntentStatus, ResendStop};
 use rusqlite::types::ToSqlOutput;
@@ -120,6 +121,17 @@ pub fn get(
     Ok(get_held(connection, tenant, tool, key)?.map(|(intent, _)| intent))
 }
 
+/// The intent of (tenant, tool, key) as `?1`, `?2`, `?3`, then 0 when it is in `intents`, 1
+/// when in `intents_begun`. Built once: a call's lookup runs it on every new call.
+static BY_KEY: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {INTENT_COLUMNS}, 0 FROM intents WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3 \
+         UNION ALL \
+         SELECT {BEGUN_COLUMNS}, 1 FROM intents_begun WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3 \
+         LIMIT 1"
+    )
+});
+
 /// [`get`], with the table the intent was found in.
 fn get_held(
     connection: &Connection,
@@ -127,14 +139,8 @@ fn get_held(
     tool: &str,
     key: &str,
 ) -> Result<Option<(IntentRecord, Held)>, LedgerError> {
-    let sql = format!(
-        "SELECT {INTENT_COLUMNS}, 0 FROM intents WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3 \
-         UNION ALL \
-         SELECT {BEGUN_COLUMNS}, 1 FROM intents_begun WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3 \
-         LIMIT 1"
-    );
     Ok(connection
-        .prepare_cached(&sql)?
+        .prepare_cached(&BY_KEY)?
         .query_row(params![tenant, tool, key], read_held)
         .optional()?)
 }
@@ -1527,14 +1533,10 @@ mod tests {
             Parameter::Text("acme".into()),
             Parameter::Text("refund".into()),
         );
-        let lookup = plan_of(
-            &connection,
-            "SELECT id FROM intents WHERE tenant = ?1 AND tool = ?2 AND intent_key = ?3",
-            &[tenant, tool, key],
-        );
+        let lookup = plan_of(&connection, &BY_KEY, &[tenant, tool, key]);
         assert!(
             lookup.contains(
-                "USING COVERING INDEX intents_by_key (tool=? AND intent_key=? AND tenant=?)"
+                "SEARCH intents USING INDEX intents_by_key (tool=? AND intent_key=? AND tenant=?)"
             ),
             "{lookup}"
         );
