@@ -1,6 +1,8 @@
-"""The blocking client's own connections (`http.client`, kept alive), against servers on
-loopback sockets that misbehave as real ones do: one that closes a kept-alive connection,
-one that drops a request unanswered, one that is down, and a proxy from the environment."""
+"""The blocking client's own connections (HTTP/1.1 on plain sockets, kept alive), against
+servers on loopback sockets that misbehave as real ones do: one that closes a kept-alive
+connection, one that drops a request unanswered, one that is down, one that answers in
+pieces, in chunks, without a length or with a broken head, and a proxy from the
+environment; and requests whose path or headers would smuggle another line."""
 
 from __future__ import annotations
 
@@ -184,3 +186,142 @@ def test_an_https_gateway_is_reached_through_httpx(monkeypatch: pytest.MonkeyPat
     with intentgate.Client("https://gateway.test") as client:
         assert client.tools() == []
     assert sent == ["https://gateway.test/v1/tools"]
+
+
+def serving(servers: list[Server], answers: list[bytes]) -> Server:
+    """A server that answers each request on a connection with the next of `answers`, as
+    raw bytes sent one byte at a time (an answer that arrives in as many pieces as it can),
+    and closes the connection after the last."""
+
+    def serve(server: Server, connection: socket.socket) -> None:
+        for raw in answers:
+            if not server.read_request(connection):
+                return
+            for index in range(len(raw)):
+                connection.sendall(raw[index : index + 1])
+        connection.close()
+
+    server = Server(serve)
+    servers.append(server)
+    return server
+
+
+def test_answers_are_read_whatever_pieces_they_arrive_in(servers: list[Server]) -> None:
+    body = json.dumps({"tools": [{"name": "refund"}]}).encode()
+    server = serving(
+        servers,
+        [
+            # A length, headers in any case, a repeated header, an interim 100 first.
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            + b"X-Note: a\r\nX-Note: b\r\nCONTENT-LENGTH: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body,
+            # Chunks, an extension on one, and a trailer.
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;ext=1\r\n"
+            + body[:5]
+            + b"\r\n"
+            + f"{len(body) - 5:x}".encode()
+            + b"\r\n"
+            + body[5:]
+            + b"\r\n0\r\nx-trailer: t\r\n\r\n",
+            # Neither: the body runs to the end of the connection, which can't be used again.
+            b"HTTP/1.1 200 OK\r\n\r\n" + body,
+        ],
+    )
+    client = intentgate.Client(server.url)
+    for _ in range(3):
+        assert client.tools() == [{"name": "refund"}]
+    # The three answers came on one kept-alive connection.
+    assert server.connections == 1
+    client.close()
+
+
+def test_an_answer_without_a_body_leaves_the_connection_usable(servers: list[Server]) -> None:
+    server = serving(
+        servers,
+        [
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: " + str(len(TOOLS)).encode() + b"\r\n\r\n" + TOOLS,
+        ],
+    )
+    client = intentgate.Client(server.url)
+    assert client._request("POST", "/v1/nothing") is None
+    assert client.tools() == []
+    assert server.connections == 1
+    # The POST without a body said so.
+    assert server.headers[0]["content-length"] == "0"
+    client.close()
+
+
+def test_an_answer_that_asks_to_close_is_not_kept(servers: list[Server]) -> None:
+    def serve(server: Server, connection: socket.socket) -> None:
+        while server.read_request(connection):
+            connection.sendall(
+                b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: "
+                + str(len(TOOLS)).encode()
+                + b"\r\n\r\n"
+                + TOOLS
+            )
+
+    server = Server(serve)
+    servers.append(server)
+    with intentgate.Client(server.url) as client:
+        for _ in range(2):
+            assert client.tools() == []
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"SMTP ready\r\n\r\n",
+        b"HTTP/1.1 2000 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 70_000 + b"\r\n\r\n",
+    ],
+    ids=["not-http", "status", "header", "negative-length", "cut-body", "coding", "chunk-size", "huge-head"],
+)
+def test_a_malformed_answer_is_a_transport_error(servers: list[Server], raw: bytes) -> None:
+    # Whatever came back, the request was sent: an ambiguous transport error, never an answer
+    # made up from half of one.
+    def serve(server: Server, connection: socket.socket) -> None:
+        if server.read_request(connection):
+            connection.sendall(raw)
+        connection.close()
+
+    server = Server(serve)
+    servers.append(server)
+    with pytest.raises(httpx.RemoteProtocolError, match="the exchange with the gateway failed"):
+        intentgate.Client(server.url).settle(42, "lease-1", "done")
+
+
+@pytest.mark.parametrize(
+    ("intent_id", "headers"),
+    [
+        ("42 HTTP/1.1\r\nx-evil: 1\r\n\r\nGET /admin", None),
+        ("42/../../admin\x00", None),
+        (42, {"traceparent": "00-a\r\nauthorization: Bearer stolen"}),
+        (42, {"bad name": "x"}),
+        (42, {"intent-id": "caf\u00e9\u2603"}),
+    ],
+    ids=["path-line-break", "path-nul", "header-line-break", "header-name", "header-not-latin-1"],
+)
+def test_a_request_that_would_smuggle_another_line_is_refused_unsent(
+    servers: list[Server], intent_id: object, headers: dict[str, str] | None
+) -> None:
+    def serve(server: Server, connection: socket.socket) -> None:
+        while server.read_request(connection):
+            answer(connection)
+
+    server = Server(serve)
+    servers.append(server)
+    client = intentgate.Client(server.url)
+    with pytest.raises(ValueError, match="nothing was sent"):
+        client._request("GET", f"/v1/intents/{intent_id}", headers=headers)
+    assert server.requests == []
+    client.close()

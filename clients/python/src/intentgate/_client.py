@@ -142,8 +142,8 @@ class Client:
     `api_key` is sent as `Authorization: Bearer <key>` (leave it out for a gateway with
     `auth: none`). `timeout` is the HTTP timeout in seconds (see `DEFAULT_TIMEOUT_SECONDS`).
     `transport` replaces httpx's (tests pass an `httpx.MockTransport`). Without one, requests
-    go over kept-alive connections of the standard library's `http.client` (a fraction of
-    httpx's cost per request), unless a proxy from the environment applies to the gateway,
+    go over kept-alive HTTP/1.1 connections of the client's own (a fraction of httpx's cost
+    per request, and of the standard library's `http.client`), unless a proxy from the environment applies to the gateway,
     which httpx then uses; failures are httpx's exceptions either way. The client is
     thread-safe; close it with `close()` or use it with `with`.
     """
