@@ -214,11 +214,12 @@ impl McpService {
             .expect("the call semaphore is never closed");
         // The call runs in its own task: a client that cancels the request or drops its
         // response stream stops waiting, but never turns an upstream call in flight into
-        // a lost one. The intent keeps its state in the ledger either way.
+        // a lost one. The intent keeps its state in the ledger either way. The gate's future
+        // is boxed: it is about 15 KiB, copied whole by every move of what holds it.
         let gate = self.inner.gate.clone();
         let task = tokio::spawn(
             async move {
-                let outcome = gate.call(&name, arguments, &context).await;
+                let outcome = Box::pin(gate.call(&name, arguments, &context)).await;
                 drop(permit);
                 outcome
             }

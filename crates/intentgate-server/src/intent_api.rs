@@ -18,7 +18,6 @@
 //! derive `ToSchema`, and the handlers carry their `#[utoipa::path]`, so the OpenAPI document
 //! describes them from the same types (`openapi.rs` says how the routes by id are listed).
 
-use std::future::Future;
 use std::sync::Arc;
 
 use axum::Json;
@@ -388,10 +387,11 @@ async fn grant_inner(
         caller: caller.subject.clone(),
     };
     let gate = state.gate.clone();
-    let granted = in_task(&state, async move {
-        gate.grant(&name, request.arguments, &context).await
-    })
-    .await?;
+    let granted = state
+        .in_task(Box::pin(async move {
+            gate.grant(&name, request.arguments, &context).await
+        }))
+        .await?;
     // The Idempotency-Key naming another intent is the draft's 422, as for a call.
     let grant = granted.map_err(|error| Problem::refused_by_gate(error, "grant", "granted"))?;
     Ok(Json(GrantResponse::from(grant)).into_response())
@@ -476,10 +476,11 @@ pub(crate) async fn settle(
     let (token, settlement) = request.settlement()?;
     let gate = state.gate.clone();
     let tenant = caller.tenant.as_str().to_owned();
-    let settled = in_task(&state, async move {
-        gate.settle(&tenant, id, &token, settlement).await
-    })
-    .await?;
+    let settled = state
+        .in_task(Box::pin(async move {
+            gate.settle(&tenant, id, &token, settlement).await
+        }))
+        .await?;
     let grant = settled.map_err(|error| settle_problem(id, error))?;
     Ok(Json(GrantResponse::from(grant)).into_response())
 }
@@ -522,10 +523,11 @@ pub(crate) async fn renew(
     let request: RenewRequest = body::parse(&body, "{\"lease\": \"igl_...\"}")?;
     let gate = state.gate.clone();
     let tenant = caller.tenant.as_str().to_owned();
-    let renewed = in_task(&state, async move {
-        gate.renew(&tenant, id, &request.lease).await
-    })
-    .await?;
+    let renewed = state
+        .in_task(Box::pin(async move {
+            gate.renew(&tenant, id, &request.lease).await
+        }))
+        .await?;
     let granted = renewed.map_err(|error| settle_problem(id, error))?;
     let response = RenewResponse {
         lease: Lease::from(&granted),
@@ -605,32 +607,6 @@ fn intent_id(text: &str) -> Result<IntentId, Problem> {
                 format!("`{text}` is not an intent id: ids are the positive numbers grants answer"),
             )
         })
-}
-
-/// `work` in its own task holding a concurrency permit: a client that goes away does not
-/// cancel it half-way through a ledger write. 503 at the concurrency limit.
-async fn in_task<T: Send + 'static>(
-    state: &AppState,
-    work: impl Future<Output = T> + Send + 'static,
-) -> Result<T, Problem> {
-    let permit = state
-        .calls
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| Problem::overloaded())?;
-    // In the request's span, so that the work's trace continues the caller's.
-    let task = tokio::spawn(
-        async move {
-            let output = work.await;
-            drop(permit);
-            output
-        }
-        .in_current_span(),
-    );
-    task.await.map_err(|error| {
-        tracing::error!(%error, "bug: an intent API task failed");
-        Problem::internal("the request failed inside the gateway")
-    })
 }
 
 fn unknown_intent(id: IntentId) -> Problem {

@@ -48,12 +48,14 @@ pub mod wire;
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use intentgate_gate::Gate;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tracing::Instrument;
 
 pub use auth::{AuthOptions, Authenticator};
 pub use edge::BrowserOptions;
@@ -216,6 +218,40 @@ fn with_edge(app: axum::Router, options: &ServerOptions, loopback: bool) -> axum
         ))
 }
 
+/// What a request runs in a task of its own: the gate's work for it, boxed.
+pub(crate) type Work<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+impl AppState {
+    /// Runs `work` in a task of its own holding a concurrency permit, so that a client that
+    /// goes away does not cancel it half-way through a ledger write; 503 at the concurrency
+    /// limit.
+    ///
+    /// `work` comes boxed: the gate's futures are several KiB (a call's about 15), and every
+    /// move of a future copies all of it. Unboxed, each layer between the handler and the
+    /// task (the handler's own future, its span, the task's cell, the task's first poll)
+    /// copied it again: about half a megabyte of `memmove` per grant and settle.
+    pub(crate) async fn in_task<T: Send + 'static>(&self, work: Work<T>) -> Result<T, Problem> {
+        let permit = self
+            .calls
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Problem::overloaded())?;
+        // In the request's span, so that the work's trace continues the caller's.
+        let task = tokio::spawn(
+            async move {
+                let output = work.await;
+                drop(permit);
+                output
+            }
+            .in_current_span(),
+        );
+        task.await.map_err(|error| {
+            tracing::error!(%error, "bug: a request's task failed");
+            Problem::internal("the request failed inside the gateway")
+        })
+    }
+}
+
 fn state(gate: Arc<Gate>, options: ServerOptions) -> Arc<AppState> {
     let calls = Arc::new(Semaphore::new(options.concurrency_limit));
     let openapi_json = openapi::document_json(options.openapi_extra.as_ref());
@@ -308,5 +344,71 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'stat
     #[cfg(not(unix))]
     async {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::Extension;
+    use axum::body::Bytes;
+    use axum::extract::{Path, State};
+    use axum::http::HeaderMap;
+    use intentgate_core::Principal;
+    use intentgate_mock::FaultPlan;
+    use intentgate_test_support::Harness;
+
+    use super::{ServerOptions, intent_api, routes, state};
+
+    /// Most bytes a handler's future may hold. The gate's futures are about 15 KiB; a
+    /// handler holding one inline is copied whole by each layer that moves it.
+    const HANDLER_FUTURE_MAX: usize = 2 * 1024;
+
+    /// The handlers that run the gate hold its work boxed ([`super::AppState::in_task`]),
+    /// so that moving them between the connection, the router and the task copies a few
+    /// hundred bytes rather than the gate's whole future.
+    #[tokio::test]
+    async fn handlers_that_run_the_gate_hold_its_work_boxed() {
+        let fixture = Harness::new(FaultPlan::none());
+        let state = state(fixture.gate.clone(), ServerOptions::default());
+        let caller = || None::<Extension<Principal>>;
+        let sizes = [
+            (
+                "grant",
+                size_of_val(&intent_api::grant(
+                    State(state.clone()),
+                    Path("refund_order".to_owned()),
+                    caller(),
+                    HeaderMap::new(),
+                    Ok(Bytes::new()),
+                )),
+            ),
+            (
+                "settle or renew",
+                size_of_val(&intent_api::act_on_intent(
+                    State(state.clone()),
+                    Path(("1".to_owned(), "settle".to_owned())),
+                    caller(),
+                    Ok(Bytes::new()),
+                )),
+            ),
+            (
+                "call",
+                size_of_val(&routes::call_tool(
+                    State(Arc::clone(&state)),
+                    Path("refund_order".to_owned()),
+                    caller(),
+                    HeaderMap::new(),
+                    Ok(Bytes::new()),
+                )),
+            ),
+        ];
+        for (handler, size) in sizes {
+            assert!(
+                size <= HANDLER_FUTURE_MAX,
+                "the {handler} handler's future is {size} bytes (at most {HANDLER_FUTURE_MAX})"
+            );
+        }
     }
 }

@@ -328,33 +328,19 @@ async fn call_tool_inner(
     Ok(Json(Outcome::from(outcome)).into_response())
 }
 
-/// Runs the call in its own task holding a concurrency permit, so a client that goes away
-/// does not cancel it; 503 at the concurrency limit. The gate's refusals are problems.
+/// Runs the call in its own task ([`AppState::in_task`]). The gate's refusals are problems.
 async fn run_call(
     state: &AppState,
     name: String,
     arguments: Value,
     context: CallContext,
 ) -> Result<CallOutcome, Problem> {
-    let permit = state
-        .calls
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| Problem::overloaded())?;
     let gate = state.gate.clone();
-    // In the request's span, so that the call's trace continues the caller's.
-    let task = tokio::spawn(
-        async move {
-            let outcome = gate.call(&name, arguments, &context).await;
-            drop(permit);
-            outcome
-        }
-        .in_current_span(),
-    );
-    let outcome = task.await.map_err(|error| {
-        tracing::error!(%error, "bug: a call task failed");
-        Problem::internal("the call failed inside the gateway")
-    })?;
+    let outcome = state
+        .in_task(Box::pin(async move {
+            gate.call(&name, arguments, &context).await
+        }))
+        .await?;
     // The Idempotency-Key naming another intent is the draft's 422, not an outcome.
     Ok(outcome?)
 }
