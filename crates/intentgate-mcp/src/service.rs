@@ -215,7 +215,7 @@ impl McpService {
         // The call runs in its own task: a client that cancels the request or drops its
         // response stream stops waiting, but never turns an upstream call in flight into
         // a lost one. The intent keeps its state in the ledger either way. The gate's future
-        // is boxed: it is about 15 KiB, copied whole by every move of what holds it.
+        // is boxed: it is several KiB, copied whole by every move of what holds it.
         let gate = self.inner.gate.clone();
         let task = tokio::spawn(
             async move {

@@ -226,10 +226,10 @@ impl AppState {
     /// goes away does not cancel it half-way through a ledger write; 503 at the concurrency
     /// limit.
     ///
-    /// `work` comes boxed: the gate's futures are several KiB (a call's about 15), and every
-    /// move of a future copies all of it. Unboxed, each layer between the handler and the
-    /// task (the handler's own future, its span, the task's cell, the task's first poll)
-    /// copied it again: about half a megabyte of `memmove` per grant and settle.
+    /// `work` comes boxed: the gate's futures are several KiB (a grant's about 15 in a release
+    /// build), and every move of a future copies all of it. Unboxed, each layer between the
+    /// handler and the task (the handler's own future, its span, the task's cell, the task's
+    /// first poll) copied it again: about half a megabyte of `memmove` per grant and settle.
     pub(crate) async fn in_task<T: Send + 'static>(&self, work: Work<T>) -> Result<T, Problem> {
         let permit = self
             .calls
@@ -361,8 +361,8 @@ mod tests {
 
     use super::{ServerOptions, intent_api, routes, state};
 
-    /// Most bytes a handler's future may hold. The gate's futures are about 15 KiB; a
-    /// handler holding one inline is copied whole by each layer that moves it.
+    /// Most bytes a handler's future may hold. The gate's futures are several KiB; a handler
+    /// holding one inline is copied whole by each layer that moves it.
     const HANDLER_FUTURE_MAX: usize = 2 * 1024;
 
     /// The handlers that run the gate hold its work boxed ([`super::AppState::in_task`]),
