@@ -325,3 +325,18 @@ def test_a_request_that_would_smuggle_another_line_is_refused_unsent(
         client._request("GET", f"/v1/intents/{intent_id}", headers=headers)
     assert server.requests == []
     client.close()
+
+
+def test_an_api_key_with_a_line_break_is_refused_without_quoting_it(servers: list[Server]) -> None:
+    # A key read from a file keeps its line break: the error names the header, never the key.
+    def serve(server: Server, connection: socket.socket) -> None:
+        while server.read_request(connection):
+            answer(connection)
+
+    server = Server(serve)
+    servers.append(server)
+    with intentgate.Client(server.url, api_key="igk_secret_material\n") as client:
+        with pytest.raises(ValueError, match="'authorization'.*nothing was sent") as raised:
+            client.tools()
+    assert "secret_material" not in str(raised.value)
+    assert server.requests == []

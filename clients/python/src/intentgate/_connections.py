@@ -123,10 +123,12 @@ class Connections:
             merged["content-length"] = str(len(content or b""))
         lines = [f"{method} {path} HTTP/1.1"]
         for name, value in merged.items():
+            # The value is not quoted back: it may be a credential (an API key read from a
+            # file with its line break).
             if not _HEADER_NAME.fullmatch(name) or _HEADER_VALUE_FORBIDDEN.search(value):
                 raise ValueError(
-                    f"can't send the header {name!r}: {value!r}: a name must be a token and a value "
-                    "must hold no line break or NUL; nothing was sent"
+                    f"can't send the header {name!r}: a name must be a token and a value must hold "
+                    "no line break or NUL; nothing was sent"
                 )
             lines.append(f"{name}: {value}")
         try:
