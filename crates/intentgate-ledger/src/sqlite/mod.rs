@@ -4,10 +4,12 @@
 //! write waiting in its queue (up to [`BATCH_MAX`]), runs each in its own savepoint inside
 //! one transaction, commits once and only then answers each caller. Under concurrency one
 //! fsync covers a whole batch, so throughput is not bound to one fsync per call. A batch
-//! is fsynced (`synchronous = FULL`) only when it holds a write that must be durable before
-//! the upstream call (the `in_flight` write, under [`Durability::Strict`]); other batches
-//! commit without their own fsync (`NORMAL`), and the next durable commit covers them, as
-//! the WAL is written in order.
+//! is fsynced only when it holds a write that must be durable before the upstream call (the
+//! `in_flight` write, under [`Durability::Strict`]); other batches commit without their own
+//! fsync (`NORMAL`), and the next durable commit covers them, as the WAL is written in order.
+//! The writer thread leaves a strict batch's fsync to a thread of its own and takes the next
+//! batch meanwhile (`syncer.rs`); a write committed on its caller's thread is fsynced inside
+//! its commit (`synchronous = FULL`).
 //!
 //! Reads run on a small pool of read connections, which WAL lets proceed beside the writer,
 //! and WAL checkpoints on a thread of their own (`checkpoint.rs`), so that no commit carries
@@ -31,6 +33,7 @@ mod freshness;
 mod ops;
 mod schema;
 mod sessions;
+mod syncer;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -58,6 +61,7 @@ use crate::{
 };
 use checkpoint::Checkpointer;
 use freshness::Freshness;
+use syncer::{Group, Syncer, Undo, Waiting, Wal};
 
 /// The page size of a new ledger file, in bytes. A commit writes one page of each b-tree it
 /// touches (a new intent's wide row, its indexes and its events: about ten, once moved from
@@ -130,14 +134,34 @@ enum Waiter {
     Background,
 }
 
-/// What a write did: whether its work succeeded, and what to answer once the commit is known.
+/// What a write did: whether its work succeeded, what to answer once the commit is known,
+/// and, for a durable write fsynced beside the writer, how to undo it should that fsync fail.
 struct Ran {
     succeeded: bool,
     completion: Completion,
+    undo: Option<Undo>,
+}
+
+/// What a write needs of the disk before it is answered, under strict durability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Durable {
+    /// Nothing: the next fsync covers it.
+    No,
+    /// An fsync, which may follow the commit on the syncer's thread: should it fail, the
+    /// write's undo is committed before its caller learns so (a `begin`).
+    Undoable,
+    /// An fsync inside its commit (`synchronous = FULL`).
+    Yes,
+}
+
+impl Durable {
+    fn of(durable: bool) -> Durable {
+        if durable { Durable::Yes } else { Durable::No }
+    }
 }
 
 struct Queued {
-    durable: bool,
+    durable: Durable,
     job: Job,
 }
 
@@ -159,7 +183,8 @@ struct Writer {
 pub struct CommitCounts {
     /// Transactions committed (or rolled back after a failed write), each answering a batch.
     pub commits: AtomicU64,
-    /// Those of them committed with `synchronous = FULL`: fsynced before anyone was answered.
+    /// Those of them fsynced before their durable writes were answered (committed with
+    /// `synchronous = FULL`, or fsynced by the syncer thread after the commit).
     pub durable_commits: AtomicU64,
     /// Writes answered, over all batches.
     pub writes: AtomicU64,
@@ -191,6 +216,9 @@ pub struct SqliteLedger {
     counts: Arc<CommitCounts>,
     /// What [`Ledger::settled_epoch`] answers from (`freshness.rs`).
     freshness: Arc<Freshness>,
+    /// What a test does to the fsyncs beside the writer.
+    #[cfg(test)]
+    sync_hooks: Arc<syncer::TestHooks>,
 }
 
 impl SqliteLedger {
@@ -247,6 +275,8 @@ impl SqliteLedger {
             .map_err(|error| open_error(error.to_string()))?;
         let counts = Arc::new(CommitCounts::default());
         let freshness = Arc::new(Freshness::default());
+        #[cfg(test)]
+        let sync_hooks = Arc::<syncer::TestHooks>::default();
         let engine = if options.inline {
             Engine::Inline {
                 writer: Mutex::new(Writer::new(connection, path.clone(), counts.clone())),
@@ -258,13 +288,31 @@ impl SqliteLedger {
             writer.checkpointer = Some(checkpointer);
             writer.freshness = Some(freshness.clone());
             let writer = Arc::new(Mutex::new(writer));
-            let (queue, receiver) = mpsc::channel(WRITE_QUEUE_MAX);
             let strict = options.durability == Durability::Strict;
+            let beside = if strict {
+                let syncer = Syncer::start(
+                    &path,
+                    Arc::downgrade(&writer),
+                    counts.clone(),
+                    #[cfg(test)]
+                    sync_hooks.clone(),
+                )
+                .map_err(|error| open_error(error.to_string()))?;
+                let wal = Wal::new(
+                    &path,
+                    #[cfg(test)]
+                    sync_hooks.clone(),
+                );
+                Some(Beside { syncer, wal })
+            } else {
+                None
+            };
+            let (queue, receiver) = mpsc::channel(WRITE_QUEUE_MAX);
             let thread = std::thread::Builder::new()
                 .name("intentgate-ledger-writer".into())
                 .spawn({
-                    let writer = writer.clone();
-                    move || write_loop(&writer, receiver, strict)
+                    let (writer, counts) = (writer.clone(), counts.clone());
+                    move || write_loop(&writer, receiver, strict, beside, &counts)
                 })
                 .map_err(|error| open_error(format!("can't start the writer thread: {error}")))?;
             Engine::Grouped {
@@ -282,6 +330,8 @@ impl SqliteLedger {
             queued: Arc::default(),
             counts,
             freshness,
+            #[cfg(test)]
+            sync_hooks,
         })
     }
 
@@ -326,19 +376,21 @@ impl SqliteLedger {
         notify: Option<IntentId>,
         work: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let (queued, answered) = self.job(durable, notify, None, work);
+        let (queued, answered) = self.job(Durable::of(durable), notify, None, work, |_| None);
         self.dispatch(waiter, queued).await?;
         answered.await.map_err(|_| LedgerError::Closed)?
     }
 
     /// A write of `work` for the writer, and where its answer will arrive once committed.
     /// `ticket`, the registration of a queued finish, is dropped only after the answer.
+    /// `undo_of` tells from the write's result how to undo it (`Durable::Undoable`).
     fn job<T: Send + 'static>(
         &self,
-        durable: bool,
+        durable: Durable,
         notify: Option<IntentId>,
         ticket: Option<Ticket>,
         work: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+        undo_of: impl FnOnce(&T) -> Option<Undo> + Send + 'static,
     ) -> (Queued, oneshot::Receiver<Result<T>>) {
         let (answer, answered) = oneshot::channel();
         let waiters = self.waiters.clone();
@@ -349,6 +401,7 @@ impl SqliteLedger {
             });
             Ran {
                 succeeded: result.is_ok(),
+                undo: result.as_ref().ok().and_then(undo_of),
                 completion: Box::new(move |committed| {
                     let outcome = committed.and(result);
                     if let (Ok(_), Some(id)) = (&outcome, notify) {
@@ -369,7 +422,7 @@ impl SqliteLedger {
         match &self.engine {
             Engine::Inline { writer } => {
                 let mut writer = writer.lock().map_err(|_| LedgerError::Closed)?;
-                writer.commit(vec![queued], strict);
+                writer.commit(vec![queued], strict, false);
             }
             Engine::Grouped { writer, queue, .. } => {
                 let queue = queue.as_ref().ok_or(LedgerError::Closed)?;
@@ -553,7 +606,7 @@ fn commit_if_idle(
     }
     match writer.try_lock() {
         Ok(mut writer) => {
-            writer.commit(vec![queued], strict);
+            writer.commit(vec![queued], strict, false);
             None
         }
         Err(_) => Some(queued),
@@ -616,15 +669,20 @@ impl Writer {
         Ok(())
     }
 
-    /// Runs a batch in one transaction and answers every job once the commit is known.
-    fn commit(&mut self, batch: Vec<Queued>, strict: bool) {
+    /// Runs a batch in one transaction and answers every job once the commit is known. A
+    /// strict batch committed `beside` (by the writer thread) whose durable writes can all be
+    /// undone commits without an fsync: those writes are returned unanswered, for the fsync
+    /// beside the writer (`syncer.rs`). Any other strict batch is fsynced inside its commit.
+    fn commit(&mut self, batch: Vec<Queued>, strict: bool, beside: bool) -> Group {
         let fail_all = |writer: &mut Writer, batch: Vec<Queued>, error: LedgerError| {
             writer.recover();
             for queued in batch {
                 ((queued.job)(Err(error.clone()), Scope::Savepoint).completion)(Err(error.clone()));
             }
         };
-        let full = strict && batch.iter().any(|queued| queued.durable);
+        let durable = strict && batch.iter().any(|queued| queued.durable != Durable::No);
+        let beside = durable && beside && batch.iter().all(|queued| queued.durable != Durable::Yes);
+        let full = durable && !beside;
         if self.synchronous_full != Some(full) {
             // Cached: under strict durability a new call's `begin` and `finish` switch it
             // back and forth, so it runs twice per call.
@@ -635,12 +693,16 @@ impl Writer {
             };
             match run_cached(&self.connection, pragma) {
                 Ok(()) => self.synchronous_full = Some(full),
-                Err(error) => return fail_all(self, batch, error),
+                Err(error) => {
+                    fail_all(self, batch, error);
+                    return Group::new();
+                }
             }
         }
         let connection = &self.connection;
         if let Err(error) = run_cached(connection, "BEGIN IMMEDIATE") {
-            return fail_all(self, batch, error);
+            fail_all(self, batch, error);
+            return Group::new();
         }
         // The commit counter holds still from here to the commit: what it moved by since the
         // last look was another connection's.
@@ -653,20 +715,21 @@ impl Writer {
         } else {
             Scope::Savepoint
         };
-        let ran: Vec<Ran> = batch
+        let ran: Vec<(Durable, Ran)> = batch
             .into_iter()
             .map(|queued| {
                 // SQLite rolls back the whole transaction on some errors (a full disk, an I/O
                 // error) of one write: the writes after it would each commit on their own,
                 // outside the batch, and then be answered as failed with the batch.
-                if connection.is_autocommit() {
+                let ran = if connection.is_autocommit() {
                     (queued.job)(Err(rolled_back()), scope)
                 } else {
                     (queued.job)(Ok(connection), scope)
-                }
+                };
+                (queued.durable, ran)
             })
             .collect();
-        let committed = if scope == Scope::Transaction && !ran[0].succeeded {
+        let committed = if scope == Scope::Transaction && !ran[0].1.succeeded {
             // The one write failed and answers its own error; nothing is left to commit.
             let _ = run_cached(connection, "ROLLBACK");
             Ok(())
@@ -696,9 +759,17 @@ impl Writer {
         self.counts
             .writes
             .fetch_add(ran.len() as u64, Ordering::Relaxed);
-        let failed = committed.is_err() || ran.iter().any(|ran| !ran.succeeded);
-        for ran in ran {
-            (ran.completion)(committed.clone());
+        let failed = committed.is_err() || ran.iter().any(|(_, ran)| !ran.succeeded);
+        let mut unsynced = Vec::new();
+        for (durable, ran) in ran {
+            if beside && committed.is_ok() && ran.succeeded && durable != Durable::No {
+                unsynced.push(Waiting {
+                    completion: ran.completion,
+                    undo: ran.undo,
+                });
+            } else {
+                (ran.completion)(committed.clone());
+            }
         }
         if failed {
             self.recover();
@@ -706,7 +777,41 @@ impl Writer {
         if let Some(checkpointer) = &self.checkpointer {
             checkpointer.catch_up(&self.connection);
         }
+        unsynced
     }
+}
+
+/// Who records an attempt undone after its fsync failed, in its intent's `resolved_by`.
+pub const UNDONE_BY: &str = "ledger";
+
+/// How to undo the attempt a `begin` granted (`intent`, as begun) after the fsync meant to
+/// make it durable failed: its caller is told nothing was sent, so the attempt is recorded as
+/// such (`status`), unless another write has changed the intent since.
+fn undo_attempt(intent: &IntentRecord, status: IntentStatus) -> Undo {
+    let finish = Finish {
+        id: intent.id,
+        lease_owner: intent.lease_owner.clone().unwrap_or_default(),
+        attempt: intent.attempt,
+        now_ms: intent.updated_ms,
+        status,
+        result: None,
+        external_id: None,
+        resolved_by: UNDONE_BY,
+        looked_up: false,
+        detail: "the fsync of its begin failed; nothing was sent".to_owned(),
+        lease_required: false,
+        resend_stopped: None,
+    };
+    Box::new(move |connection| {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(finish.now_ms, |since| since.as_millis() as i64);
+        let finish = Finish {
+            now_ms: now_ms.max(finish.now_ms),
+            ..finish
+        };
+        ops::finish(connection, &finish).map(drop)
+    })
 }
 
 /// Whether a statement failed on an I/O error of the ledger's files (`SQLITE_IOERR_*`: a
@@ -770,13 +875,28 @@ fn run_cached(connection: &Connection, sql: &str) -> Result<()> {
     Ok(())
 }
 
+/// What the writer thread has for the fsyncs of its strict batches (strict only): the syncer
+/// thread, and the WAL file, should that thread be gone.
+struct Beside {
+    syncer: Syncer,
+    wal: Wal,
+}
+
 /// The writer thread: takes the first queued write, then, holding the connection, every
-/// write queued meanwhile (up to [`BATCH_MAX`]), and commits them together.
-fn write_loop(writer: &Mutex<Writer>, mut receiver: mpsc::Receiver<Queued>, strict: bool) {
+/// write queued meanwhile (up to [`BATCH_MAX`]), and commits them together. A strict batch's
+/// durable writes, committed without an fsync, are handed to the syncer thread, which answers
+/// them after its fsync while this thread commits the next batch (`syncer.rs`).
+fn write_loop(
+    writer: &Mutex<Writer>,
+    mut receiver: mpsc::Receiver<Queued>,
+    strict: bool,
+    mut beside: Option<Beside>,
+    counts: &CommitCounts,
+) {
     while let Some(first) = receiver.blocking_recv() {
         // Poisoned only by a panic outside the writes (which are caught): stop, and the
         // callers learn that the ledger is closed.
-        let Ok(mut writer) = writer.lock() else {
+        let Ok(mut connection) = writer.lock() else {
             return;
         };
         let mut batch = vec![first];
@@ -786,17 +906,44 @@ fn write_loop(writer: &Mutex<Writer>, mut receiver: mpsc::Receiver<Queued>, stri
                 Err(_) => break,
             }
         }
-        writer.commit(batch, strict);
+        let unsynced = connection.commit(batch, strict, beside.is_some());
+        let Some(Beside { syncer, wal }) = beside.as_mut() else {
+            continue;
+        };
+        if unsynced.is_empty() {
+            continue;
+        }
+        // Should the syncer thread be gone (it panicked), this thread fsyncs instead.
+        if let Err(unsynced) = syncer.hand(unsynced) {
+            syncer::settle(wal, vec![unsynced], counts, |queued| {
+                connection.commit(vec![queued], false, false);
+            });
+        }
     }
 }
 
 #[async_trait]
 impl Ledger for SqliteLedger {
     async fn begin(&self, request: BeginRequest) -> Result<Begin> {
-        self.write(Waiter::Call, true, None, move |connection| {
-            ops::begin(connection, &request)
-        })
-        .await
+        // Should the fsync beside the writer fail, the attempt this begin granted is
+        // recorded as never sent (unknown again, for a re-send of an unknown intent).
+        let undone = if request.resend_unknown {
+            IntentStatus::Unknown
+        } else {
+            IntentStatus::NotExecuted
+        };
+        let (queued, answered) = self.job(
+            Durable::Undoable,
+            None,
+            None,
+            move |connection| ops::begin(connection, &request),
+            move |begun| match begun {
+                Begin::Execute(intent) => Some(undo_attempt(intent, undone)),
+                _ => None,
+            },
+        );
+        self.dispatch(Waiter::Call, queued).await?;
+        answered.await.map_err(|_| LedgerError::Closed)?
     }
 
     async fn create(&self, request: BeginRequest) -> Result<Created> {
@@ -818,9 +965,13 @@ impl Ledger for SqliteLedger {
     async fn finish_queued(&self, finish: Finish) -> Result<QueuedFinish> {
         let id = finish.id;
         let ticket = self.queued.open(id);
-        let (queued, answered) = self.job(false, Some(id), Some(ticket), move |connection| {
-            ops::finish(connection, &finish)
-        });
+        let (queued, answered) = self.job(
+            Durable::No,
+            Some(id),
+            Some(ticket),
+            move |connection| ops::finish(connection, &finish),
+            |_| None,
+        );
         match &self.engine {
             Engine::Inline { .. } => self.dispatch(Waiter::Call, queued).await?,
             Engine::Grouped { writer, queue, .. } => {
@@ -845,7 +996,7 @@ impl Ledger for SqliteLedger {
                     if let Some(queued) = queued
                         && let Ok(mut writer) = writer.lock()
                     {
-                        writer.commit(vec![queued], strict);
+                        writer.commit(vec![queued], strict, false);
                     }
                 });
             }

@@ -197,6 +197,134 @@ async fn writes_queued_while_the_writer_is_busy_share_one_commit() {
     );
 }
 
+/// Polls `done` every few milliseconds for up to ten seconds; whether it came true.
+fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..2_000 {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    done()
+}
+
+/// Queues a `begin` of each of `keys` for the writer thread (the connection held meanwhile,
+/// so that none commits on its caller's thread), then lets the writer go; the callers.
+fn begins_queued_for_the_writer(
+    ledger: &Arc<SqliteLedger>,
+    keys: &[String],
+) -> Vec<tokio::task::JoinHandle<Result<Begin>>> {
+    let Engine::Grouped { writer, queue, .. } = &ledger.engine else {
+        panic!("a served ledger groups its writes");
+    };
+    let queue = queue.as_ref().unwrap();
+    let queued_before = queue.max_capacity() - queue.capacity();
+    let busy = writer.lock().unwrap();
+    let callers: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            let (ledger, key) = (ledger.clone(), key.clone());
+            tokio::spawn(async move { ledger.begin(request(&key)).await })
+        })
+        .collect();
+    // The writer thread may have taken the first and wait for the connection with it.
+    assert!(
+        eventually(|| queue.max_capacity() - queue.capacity() + 1 >= queued_before + keys.len()),
+        "the callers queued"
+    );
+    drop(busy);
+    callers
+}
+
+fn syncer_hooks(ledger: &SqliteLedger) -> Arc<syncer::TestHooks> {
+    ledger.sync_hooks.clone()
+}
+
+/// Strict durability under load: the writer thread commits batches of begins without an
+/// fsync, and they are answered only after the syncer thread's fsync; the writer commits the
+/// next batch meanwhile, and a call committed after them all is answered first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The held lock stops the fsyncs, on a thread of their own, not this task's.
+#[allow(clippy::await_holding_lock)]
+async fn strict_batches_are_answered_after_the_fsync_beside_the_writer_not_before() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(open(&folder, Durability::Strict));
+    let hooks = syncer_hooks(&ledger);
+    let before = counted(&ledger);
+    let held = hooks.hold.lock().unwrap();
+    // More than one batch: the first leaves writes queued behind it.
+    let keys: Vec<String> = (0..BATCH_MAX + 44)
+        .map(|index| format!("order-{index}"))
+        .collect();
+    let callers = begins_queued_for_the_writer(&ledger, &keys);
+    assert!(
+        eventually(|| counted(&ledger).0 >= before.0 + 2),
+        "the writer did not commit the second batch while the first one's fsync waited"
+    );
+    assert!(hooks.begun.load(Ordering::SeqCst) >= 1, "no fsync began");
+    let committed = counted(&ledger);
+    assert_eq!(committed.1, before.1, "nothing counted durable yet");
+    assert!(
+        callers.iter().all(|caller| !caller.is_finished()),
+        "a begin was answered before its fsync"
+    );
+    let lone = execute(&ledger, "order-lone").await;
+    assert_eq!(lone.status, IntentStatus::InFlight);
+    assert!(callers.iter().all(|caller| !caller.is_finished()));
+    drop(held);
+    for caller in callers {
+        let begun = caller.await.unwrap().expect("begin");
+        assert!(matches!(begun, Begin::Execute(_)), "{begun:?}");
+    }
+    let after = counted(&ledger);
+    assert!(after.1 >= committed.1 + 2, "the batches counted durable");
+    let threads = hooks.synced_on.lock().unwrap().clone();
+    assert!(
+        !threads.is_empty() && threads.iter().all(|name| name == "intentgate-ledger-sync"),
+        "the fsyncs beside the writer ran on {threads:?}"
+    );
+}
+
+/// A failed fsync beside the writer: every begin of the batch is answered with the error,
+/// and the attempt each granted is recorded as never sent, so that nothing finds it in
+/// flight (the sweeper would look it up and send it). The same key then executes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_beside_the_writer_undoes_the_attempts_it_was_to_make_durable() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(open(&folder, Durability::Strict));
+    let hooks = syncer_hooks(&ledger);
+    hooks.fail.store(true, Ordering::SeqCst);
+    let keys: Vec<String> = (0..4).map(|index| format!("order-{index}")).collect();
+    let callers = begins_queued_for_the_writer(&ledger, &keys);
+    for caller in callers {
+        let error = caller
+            .await
+            .unwrap()
+            .expect_err("a begin whose fsync failed");
+        assert!(error.to_string().contains("fsync failed"), "{error}");
+    }
+    hooks.fail.store(false, Ordering::SeqCst);
+    for key in &keys {
+        let intent = ledger
+            .get(TENANT, TOOL, key)
+            .await
+            .unwrap()
+            .expect("the intent");
+        assert_eq!(intent.status, IntentStatus::NotExecuted, "{key}");
+        assert_eq!(intent.resolved_by, None, "{key}");
+        assert_eq!(intent.lease_owner, None, "{key}");
+        let events = ledger.events(intent.id).await.unwrap();
+        assert!(
+            events
+                .iter()
+                .any(|event| event.actor.as_deref() == Some(UNDONE_BY)),
+            "{key}: {events:?}"
+        );
+    }
+    let again = execute(&ledger, "order-0").await;
+    assert_eq!(again.attempt, 2, "the key executes again");
+}
+
 /// The thread of each commit, in order, as the commit hook sees it.
 fn commit_threads(ledger: &SqliteLedger) -> Arc<Mutex<Vec<Option<String>>>> {
     let Engine::Grouped { writer, .. } = &ledger.engine else {
@@ -555,15 +683,30 @@ async fn the_writes_after_one_that_rolled_back_the_batch_are_not_made() {
         panic!("a served ledger groups its writes");
     };
     // The first write ends the transaction as SQLite does after such an error.
-    let (first, first_answer) = ledger.job(false, None, None, |connection| {
-        connection.execute_batch("ROLLBACK")?;
-        Err::<(), _>(LedgerError::Storage("database or disk is full".to_owned()))
-    });
-    let (second, second_answer) = ledger.job(false, None, None, |connection| {
-        connection.execute_batch("CREATE TABLE written_after (a)")?;
-        Ok(())
-    });
-    writer.lock().unwrap().commit(vec![first, second], true);
+    let (first, first_answer) = ledger.job(
+        Durable::No,
+        None,
+        None,
+        |connection| {
+            connection.execute_batch("ROLLBACK")?;
+            Err::<(), _>(LedgerError::Storage("database or disk is full".to_owned()))
+        },
+        |_| None,
+    );
+    let (second, second_answer) = ledger.job(
+        Durable::No,
+        None,
+        None,
+        |connection| {
+            connection.execute_batch("CREATE TABLE written_after (a)")?;
+            Ok(())
+        },
+        |_| None,
+    );
+    writer
+        .lock()
+        .unwrap()
+        .commit(vec![first, second], true, false);
     assert!(first_answer.await.unwrap().is_err());
     let second = second_answer.await.unwrap();
     assert!(second.is_err(), "the second write was answered as made");

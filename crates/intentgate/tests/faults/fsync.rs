@@ -9,7 +9,8 @@
 //! failed and successful ones, so that it can't pass with a shim the ledger never calls.
 //!
 //! A second test kills the replica right after a `begin` whose fsync failed, before any
-//! later commit, and checks that the restarted replica neither finds nor sends that intent.
+//! later commit, and checks that the restarted replica neither sends that intent nor finds
+//! it in flight.
 //!
 //! Without `cc` both print why they are skipped; with `CI=true` they fail instead.
 
@@ -413,10 +414,14 @@ async fn a_begin_whose_fsync_failed_is_not_found_nor_sent_after_a_restart() {
         "{name}: a call whose begin could not be synced was not refused"
     );
     assert!(failed > 0, "{name}: the shim failed no sync");
-    assert_eq!(
-        (found_at_restart.as_str(), found_later.as_str()),
-        ("missing", "missing"),
-        "{name}: the intent answered \"nothing was executed\" came back after the restart"
+    // Missing when SQLite's own commit failed on the fsync (a lone call commits on its
+    // caller's thread), recorded as never sent when the fsync that failed followed the commit
+    // (a call the writer thread committed, the ledger being busy): never in flight.
+    let never_sent = |status: &str| matches!(status, "missing" | "not_executed");
+    assert!(
+        never_sent(&found_at_restart) && never_sent(&found_later),
+        "{name}: the intent answered \"nothing was executed\" came back after the restart \
+         ({found_at_restart}, then {found_later})"
     );
     assert_eq!(
         effects.get("refused"),
