@@ -876,7 +876,7 @@ fn run_cached(connection: &Connection, sql: &str) -> Result<()> {
 }
 
 /// What the writer thread has for the fsyncs of its strict batches (strict only): the syncer
-/// thread, and the WAL file, should that thread be gone.
+/// thread, and the WAL file for the fsyncs it makes itself.
 struct Beside {
     syncer: Syncer,
     wal: Wal,
@@ -884,8 +884,10 @@ struct Beside {
 
 /// The writer thread: takes the first queued write, then, holding the connection, every
 /// write queued meanwhile (up to [`BATCH_MAX`]), and commits them together. A strict batch's
-/// durable writes, committed without an fsync, are handed to the syncer thread, which answers
-/// them after its fsync while this thread commits the next batch (`syncer.rs`).
+/// durable writes, committed without an fsync, are handed to the syncer thread when more
+/// writes are queued, which answers them after its fsync while this thread commits the next
+/// batch; else this thread fsyncs and answers them, still holding the connection
+/// (`syncer.rs`).
 fn write_loop(
     writer: &Mutex<Writer>,
     mut receiver: mpsc::Receiver<Queued>,
@@ -913,12 +915,18 @@ fn write_loop(
         if unsynced.is_empty() {
             continue;
         }
-        // Should the syncer thread be gone (it panicked), this thread fsyncs instead.
-        if let Err(unsynced) = syncer.hand(unsynced) {
-            syncer::settle(wal, vec![unsynced], counts, |queued| {
-                connection.commit(vec![queued], false, false);
-            });
-        }
+        let unsynced = if receiver.is_empty() {
+            unsynced
+        } else {
+            match syncer.hand(unsynced) {
+                Ok(()) => continue,
+                // The syncer thread is gone (it panicked): this thread fsyncs instead.
+                Err(unsynced) => unsynced,
+            }
+        };
+        syncer::settle(wal, vec![unsynced], counts, |queued| {
+            connection.commit(vec![queued], false, false);
+        });
     }
 }
 

@@ -5,17 +5,19 @@
 //! such commit, and under load the next batch would wait behind it: measured on two cores,
 //! strict durability made a quarter fewer new intents per second than relaxed. A batch the
 //! writer thread commits is therefore committed with `NORMAL` (its frames written, no fsync)
-//! and its durable writes handed here with their answers; the writer takes the next batch at
-//! once. This thread fsyncs the WAL file once for every batch handed to it meanwhile, then
-//! answers their callers. Each caller is answered after an fsync that began after its commit,
-//! and the WAL is written in order, so that fsync covers everything committed before it.
+//! and its durable writes wait for an fsync of the WAL file that begins after the commit (the
+//! WAL is written in order, so that fsync covers everything committed before it). While more
+//! writes are queued, the writer hands them, with their answers, to this thread and commits
+//! the next batch at once; this thread fsyncs once for every batch handed to it meanwhile,
+//! then answers their callers. When nothing is queued, the writer fsyncs and answers them
+//! itself, still holding the connection, as a commit with `synchronous = FULL` would: what
+//! arrives meanwhile queues up for the next batch.
 //!
-//! The writer hands over even when nothing else is queued: under load, the callers of a batch
-//! wait for its fsync and queue nothing meanwhile, while the finishes of the batch before are
-//! on their way; a writer that fsynced such a batch itself would hold them back (tried: in
-//! `bench ledger`, strict, 64 callers, it gained 6% over the writer before, in seven pairs of
-//! runs, against 15% in six for this one). The hop costs a lone caller whose `begin` found the
-//! writer busy (a `finish` of its own still committing) some tens of microseconds.
+//! Handing every batch over, queue or not, was tried and measured: new intents per second in
+//! `bench ledger` (64 callers, strict) rose by 15% over the writer before, but calls through
+//! `serve` (`bench gateway`, 64 callers) fell by 14%, the writer committing many small
+//! batches on cores the HTTP server needs. Handing over only behind a queue kept the second
+//! level and gained 6% on the first (docs/benchmarks.md).
 //!
 //! The commit is visible to readers before it is on disk. Nobody is told it happened before
 //! the fsync: a repeat of the same key asks `begin`, whose own answer waits for a later fsync.

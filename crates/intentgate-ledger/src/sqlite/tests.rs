@@ -241,11 +241,10 @@ fn syncer_hooks(ledger: &SqliteLedger) -> Arc<syncer::TestHooks> {
 }
 
 /// Strict durability under load: the writer thread commits batches of begins without an
-/// fsync, and they are answered only after the syncer thread's fsync; the writer commits the
-/// next batch meanwhile, and a call committed after them all is answered first.
+/// fsync, and they are answered only after an fsync beside it. With more writes queued, the
+/// syncer thread makes it and the writer commits the next batch meanwhile; the last batch's
+/// the writer thread makes itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-// The held lock stops the fsyncs, on a thread of their own, not this task's.
-#[allow(clippy::await_holding_lock)]
 async fn strict_batches_are_answered_after_the_fsync_beside_the_writer_not_before() {
     let folder = tempfile::tempdir().unwrap();
     let ledger = Arc::new(open(&folder, Durability::Strict));
@@ -268,9 +267,6 @@ async fn strict_batches_are_answered_after_the_fsync_beside_the_writer_not_befor
         callers.iter().all(|caller| !caller.is_finished()),
         "a begin was answered before its fsync"
     );
-    let lone = execute(&ledger, "order-lone").await;
-    assert_eq!(lone.status, IntentStatus::InFlight);
-    assert!(callers.iter().all(|caller| !caller.is_finished()));
     drop(held);
     for caller in callers {
         let begun = caller.await.unwrap().expect("begin");
@@ -279,10 +275,12 @@ async fn strict_batches_are_answered_after_the_fsync_beside_the_writer_not_befor
     let after = counted(&ledger);
     assert!(after.1 >= committed.1 + 2, "the batches counted durable");
     let threads = hooks.synced_on.lock().unwrap().clone();
-    assert!(
-        !threads.is_empty() && threads.iter().all(|name| name == "intentgate-ledger-sync"),
-        "the fsyncs beside the writer ran on {threads:?}"
-    );
+    for thread in ["intentgate-ledger-sync", WRITER_THREAD] {
+        assert!(
+            threads.iter().any(|name| name == thread),
+            "no fsync on {thread}: {threads:?}"
+        );
+    }
 }
 
 /// A failed fsync beside the writer: every begin of the batch is answered with the error,
