@@ -781,7 +781,7 @@ impl Writer {
     }
 }
 
-/// Who records an attempt undone after its fsync failed, in its intent's `resolved_by`.
+/// Who undid an attempt whose fsync failed, as the actor of that change's event.
 pub const UNDONE_BY: &str = "ledger";
 
 /// How to undo the attempt a `begin` granted (`intent`, as begun) after the fsync meant to
