@@ -165,6 +165,13 @@ struct Queued {
     job: Job,
 }
 
+impl Queued {
+    /// Answers this write with `error`, unmade: its transaction could not begin.
+    fn fail(self, error: LedgerError) {
+        ((self.job)(Err(error.clone()), Scope::Savepoint).completion)(Err(error));
+    }
+}
+
 /// The write connection, with the `synchronous` setting it was last given.
 struct Writer {
     connection: Connection,
@@ -677,7 +684,7 @@ impl Writer {
         let fail_all = |writer: &mut Writer, batch: Vec<Queued>, error: LedgerError| {
             writer.recover();
             for queued in batch {
-                ((queued.job)(Err(error.clone()), Scope::Savepoint).completion)(Err(error.clone()));
+                queued.fail(error.clone());
             }
         };
         let durable = strict && batch.iter().any(|queued| queued.durable != Durable::No);
@@ -788,27 +795,25 @@ pub const UNDONE_BY: &str = "ledger";
 /// make it durable failed: its caller is told nothing was sent, so the attempt is recorded as
 /// such (`status`), unless another write has changed the intent since.
 fn undo_attempt(intent: &IntentRecord, status: IntentStatus) -> Undo {
-    let finish = Finish {
-        id: intent.id,
-        lease_owner: intent.lease_owner.clone().unwrap_or_default(),
-        attempt: intent.attempt,
-        now_ms: intent.updated_ms,
-        status,
-        result: None,
-        external_id: None,
-        resolved_by: UNDONE_BY,
-        looked_up: false,
-        detail: "the fsync of its begin failed; nothing was sent".to_owned(),
-        lease_required: false,
-        resend_stopped: None,
-    };
+    let (id, attempt, begun_ms) = (intent.id, intent.attempt, intent.updated_ms);
+    let lease_owner = intent.lease_owner.clone().unwrap_or_default();
     Box::new(move |connection| {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(finish.now_ms, |since| since.as_millis() as i64);
+            .map_or(begun_ms, |since| since.as_millis() as i64);
         let finish = Finish {
-            now_ms: now_ms.max(finish.now_ms),
-            ..finish
+            id,
+            lease_owner,
+            attempt,
+            now_ms: now_ms.max(begun_ms),
+            status,
+            result: None,
+            external_id: None,
+            resolved_by: UNDONE_BY,
+            looked_up: false,
+            detail: "the fsync of its begin failed; nothing was sent".to_owned(),
+            lease_required: false,
+            resend_stopped: None,
         };
         ops::finish(connection, &finish).map(drop)
     })
@@ -934,7 +939,9 @@ fn write_loop(
 impl Ledger for SqliteLedger {
     async fn begin(&self, request: BeginRequest) -> Result<Begin> {
         // Should the fsync beside the writer fail, the attempt this begin granted is
-        // recorded as never sent (unknown again, for a re-send of an unknown intent).
+        // recorded as never sent (unknown again, for a re-send of an unknown intent). Only
+        // strict durability fsyncs beside the writer: no undo to make otherwise.
+        let strict = self.durability == Durability::Strict;
         let undone = if request.resend_unknown {
             IntentStatus::Unknown
         } else {
@@ -946,7 +953,7 @@ impl Ledger for SqliteLedger {
             None,
             move |connection| ops::begin(connection, &request),
             move |begun| match begun {
-                Begin::Execute(intent) => Some(undo_attempt(intent, undone)),
+                Begin::Execute(intent) if strict => Some(undo_attempt(intent, undone)),
                 _ => None,
             },
         );

@@ -131,17 +131,10 @@ fn sync_loop(
                     writer.commit(vec![queued], false, false);
                 }
                 // The writer is gone: so is the connection the undos would need.
-                _ => closed(queued),
+                _ => queued.fail(LedgerError::Closed),
             }
         });
     }
-}
-
-/// Answers `queued` as a write the ledger, closed, could not make.
-fn closed(queued: Queued) {
-    ((queued.job)(Err(LedgerError::Closed), Scope::Transaction).completion)(Err(
-        LedgerError::Closed,
-    ));
 }
 
 /// Fsyncs the WAL for `groups` (batches committed before the call), then answers them; should
@@ -227,8 +220,6 @@ pub(super) struct TestHooks {
     pub hold: Mutex<()>,
     /// While set, every fsync fails with EIO without syncing.
     pub fail: std::sync::atomic::AtomicBool,
-    /// Fsyncs begun so far.
-    pub begun: std::sync::atomic::AtomicU64,
     /// The thread of each fsync begun, in order.
     pub synced_on: Mutex<Vec<String>>,
 }
@@ -259,7 +250,6 @@ impl Wal {
         {
             let thread = std::thread::current().name().unwrap_or_default().to_owned();
             self.hooks.synced_on.lock().unwrap().push(thread);
-            self.hooks.begun.fetch_add(1, Ordering::SeqCst);
             let _held = self.hooks.hold.lock();
             if self.hooks.fail.load(Ordering::SeqCst) {
                 return Err(io::Error::from_raw_os_error(5));
