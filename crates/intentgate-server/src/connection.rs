@@ -40,8 +40,9 @@ use std::convert::Infallible;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -233,6 +234,7 @@ impl Connection {
         builder.keep_alive(true).header_read_timeout(None);
         let connection = builder.serve_connection(io, service);
         let mut connection = std::pin::pin!(connection);
+        let wake = SelfWake::new();
         let mut shutting_down = false;
         loop {
             if watch.is_evicted() {
@@ -248,7 +250,9 @@ impl Connection {
                 }
             };
             tokio::select! {
-                result = connection.as_mut() => {
+                served = Watched::new(connection.as_mut(), &watch, &wake) => {
+                    // `None`: serving moved the deadline; the loop takes the new one.
+                    let Some(result) = served else { continue };
                     if let Err(error) = result {
                         tracing::debug!(%error, "connection ended with an error");
                     }
@@ -273,6 +277,153 @@ impl Connection {
                 _ = self.stopping.wait_for(|stop| *stop), if !shutting_down => {
                     shutting_down = true;
                     connection.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+/// A poll of the connection (reading, handling, writing) that tells its task whether the
+/// deadline moved meanwhile: `Some` with the connection's end, or `None` when the poll
+/// changed the [`Watch`] (bytes arrived, a request started or ended, a body came in).
+///
+/// Serving wakes the connection's task from inside its own poll: the [`Watch`] changes
+/// with every request (a head arriving, a request starting, its answer written), and hyper
+/// wakes the connection when the handler takes the request body from it. The runtime
+/// requeues a task woken while it runs as one that yielded, behind the others, and wakes
+/// another worker thread to take it: on a small machine that cost more than answering
+/// the request. So the connection is polled with a waker of its own ([`SelfWake`]): a wake
+/// during the poll polls it again at once, and the task's loop takes a moved deadline as
+/// soon as the poll returns. Only wakes from elsewhere (a request's task finishing, bytes
+/// arriving, an eviction) go through the runtime.
+struct Watched<'a, F> {
+    connection: Pin<&'a mut F>,
+    watch: &'a Watch,
+    wake: &'a SelfWake,
+}
+
+impl<'a, F: Future> Watched<'a, F> {
+    fn new(connection: Pin<&'a mut F>, watch: &'a Watch, wake: &'a SelfWake) -> Watched<'a, F> {
+        Watched {
+            connection,
+            watch,
+            wake,
+        }
+    }
+}
+
+impl<F: Future> Future for Watched<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Self::Output> {
+        let (wake, waker) = (&self.wake.shared, &self.wake.waker);
+        wake.register(context.waker());
+        let mut inner = Context::from_waker(waker);
+        self.watch.polling(true);
+        let (mut polled, mut settled) = (Poll::Pending, false);
+        for _ in 0..SELF_WAKES_MAX {
+            wake.state.store(POLLING, Ordering::Release);
+            polled = self.connection.as_mut().poll(&mut inner);
+            if polled.is_ready() {
+                break;
+            }
+            if wake.settle() {
+                settled = true;
+                break;
+            }
+        }
+        if !settled {
+            wake.state.store(IDLE, Ordering::Release);
+        }
+        let moved = self.watch.polling(false);
+        match polled {
+            Poll::Ready(output) => Poll::Ready(Some(output)),
+            Poll::Pending if moved => Poll::Ready(None),
+            Poll::Pending if settled => Poll::Pending,
+            // Woken at every one of its polls: the runtime schedules it after the others.
+            Poll::Pending => {
+                context.waker().wake_by_ref();
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// Polls of a connection in a row, each woken during the one before, after which its task
+/// goes back to the runtime's queue (so one connection can't hold a worker thread).
+const SELF_WAKES_MAX: usize = 16;
+
+const IDLE: u8 = 0;
+const POLLING: u8 = 1;
+const WOKEN_WHILE_POLLING: u8 = 2;
+
+/// The waker a connection is polled with ([`Watched`]), made once per connection.
+struct SelfWake {
+    shared: Arc<WakeState>,
+    waker: Waker,
+}
+
+impl SelfWake {
+    fn new() -> SelfWake {
+        let shared = Arc::new(WakeState {
+            state: AtomicU8::new(IDLE),
+            task: Mutex::new(None),
+        });
+        let waker = Waker::from(shared.clone());
+        SelfWake { shared, waker }
+    }
+}
+
+/// What [`SelfWake`]'s waker does: a wake while the connection is being polled is noted
+/// for the poll to run again; any other wakes the task through the runtime's waker.
+struct WakeState {
+    state: AtomicU8,
+    task: Mutex<Option<Waker>>,
+}
+
+impl WakeState {
+    /// Keeps the runtime's waker of the task about to poll.
+    fn register(&self, waker: &Waker) {
+        let mut task = self
+            .task
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match task.as_mut() {
+            Some(held) if held.will_wake(waker) => {}
+            _ => *task = Some(waker.clone()),
+        }
+    }
+
+    /// After a poll that returned pending: true if nothing woke the connection during it.
+    fn settle(&self) -> bool {
+        self.state
+            .compare_exchange(POLLING, IDLE, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+impl Wake for WakeState {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        match self.state.compare_exchange(
+            POLLING,
+            WOKEN_WHILE_POLLING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // The poll in progress runs again.
+            Ok(_) => {}
+            Err(WOKEN_WHILE_POLLING) => {}
+            Err(_) => {
+                let task = self
+                    .task
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                if let Some(task) = task.as_ref() {
+                    task.wake_by_ref();
                 }
             }
         }
@@ -388,6 +539,11 @@ struct WatchState {
     body_timed_out: Option<Instant>,
     /// Chosen to be closed to make room for a new connection.
     evicted: bool,
+    /// The connection's task is polling the connection ([`Watched`]): a change made now is
+    /// seen by the task when the poll returns, without waking it.
+    polling: bool,
+    /// A change was made during the current poll.
+    moved: bool,
 }
 
 /// A connection's state as the timers see it, shared by its stream (bytes arriving), its
@@ -409,6 +565,8 @@ impl Watch {
                 bodies: 0,
                 body_timed_out: None,
                 evicted: false,
+                polling: false,
+                moved: false,
             }),
             changed: Notify::new(),
         }
@@ -422,12 +580,27 @@ impl Watch {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Applies `change`, which says whether it moved the deadline; the connection's task
+    /// learns of a move when its poll of the connection returns ([`Watched`]) if it is
+    /// polling, else through [`Watch::changed`].
     fn update<T>(&self, change: impl FnOnce(&mut WatchState) -> (bool, T)) -> T {
-        let (changed, value) = change(&mut self.lock());
-        if changed {
+        let mut state = self.lock();
+        let (changed, value) = change(&mut state);
+        let notify = changed && !state.polling;
+        state.moved |= changed && state.polling;
+        drop(state);
+        if notify {
             self.changed.notify_one();
         }
         value
+    }
+
+    /// The connection's task starts (`true`) or ends (`false`) a poll of the connection;
+    /// on ending, whether the deadline moved during the poll.
+    fn polling(&self, polling: bool) -> bool {
+        let mut state = self.lock();
+        state.polling = polling;
+        std::mem::take(&mut state.moved)
     }
 
     /// Bytes arrived: on an idle kept-alive connection they start a request head.
@@ -867,6 +1040,98 @@ mod tests {
         assert_eq!(length, body.len());
         let problem: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(problem["status"], 503);
+    }
+
+    /// What serving changes (a request starting here) is reported by the poll that made it,
+    /// not notified: a notification would wake the connection's task from inside its own
+    /// poll. What another task changes (an eviction) is notified.
+    #[test]
+    fn changes_made_while_the_connection_is_polled_do_not_wake_its_task() {
+        let watch = Watch::new(Instant::now());
+        let mut context = Context::from_waker(std::task::Waker::noop());
+        let mut changed = std::pin::pin!(watch.changed.notified());
+        assert!(changed.as_mut().poll(&mut context).is_pending());
+        let wake = SelfWake::new();
+        let mut idle = std::pin::pin!(std::future::pending::<()>());
+        let mut watched = std::pin::pin!(Watched::new(idle.as_mut(), &watch, &wake));
+        assert_eq!(watched.as_mut().poll(&mut context), Poll::Pending);
+        let mut serving = std::pin::pin!(std::future::poll_fn(|_| {
+            watch.request_started();
+            Poll::<()>::Pending
+        }));
+        let mut watched = std::pin::pin!(Watched::new(serving.as_mut(), &watch, &wake));
+        assert_eq!(
+            watched.as_mut().poll(&mut context),
+            Poll::Ready(None),
+            "the poll says the deadline moved"
+        );
+        assert!(
+            changed.as_mut().poll(&mut context).is_pending(),
+            "and nothing was notified"
+        );
+        watch.evict();
+        assert!(changed.as_mut().poll(&mut context).is_ready());
+    }
+
+    /// Counts the wakes the runtime would get.
+    #[derive(Default)]
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Wakes {
+        fn count(&self) -> usize {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    /// hyper wakes the connection from inside its poll when the handler takes the request
+    /// body; the runtime would requeue it behind other tasks and wake another thread.
+    #[test]
+    fn a_connection_woken_during_its_own_poll_is_polled_again_at_once() {
+        let watch = Watch::new(Instant::now());
+        let wake = SelfWake::new();
+        let runtime = Arc::new(Wakes::default());
+        let runtime_waker = Waker::from(runtime.clone());
+        let mut context = Context::from_waker(&runtime_waker);
+        let (polls, held) = (std::cell::Cell::new(0), std::cell::RefCell::new(None));
+        let mut connection = std::pin::pin!(std::future::poll_fn(|inner: &mut Context<'_>| {
+            polls.set(polls.get() + 1);
+            if polls.get() <= 3 {
+                inner.waker().wake_by_ref();
+            }
+            *held.borrow_mut() = Some(inner.waker().clone());
+            Poll::<()>::Pending
+        }));
+        let mut watched = std::pin::pin!(Watched::new(connection.as_mut(), &watch, &wake));
+        assert_eq!(watched.as_mut().poll(&mut context), Poll::Pending);
+        assert_eq!(polls.get(), 4, "polled again after each of its three wakes");
+        assert_eq!(runtime.count(), 0, "none of them reached the runtime");
+        // A wake from elsewhere (a request's task done, bytes in) goes to the runtime.
+        held.borrow().as_ref().unwrap().wake_by_ref();
+        assert_eq!(runtime.count(), 1);
+
+        let polls = std::cell::Cell::new(0);
+        let mut restless = std::pin::pin!(std::future::poll_fn(|inner: &mut Context<'_>| {
+            polls.set(polls.get() + 1);
+            inner.waker().wake_by_ref();
+            Poll::<()>::Pending
+        }));
+        let runtime = Arc::new(Wakes::default());
+        let runtime_waker = Waker::from(runtime.clone());
+        let mut context = Context::from_waker(&runtime_waker);
+        let mut watched = std::pin::pin!(Watched::new(restless.as_mut(), &watch, &wake));
+        assert_eq!(watched.as_mut().poll(&mut context), Poll::Pending);
+        assert_eq!(polls.get(), SELF_WAKES_MAX);
+        assert_eq!(
+            runtime.count(),
+            1,
+            "one that never settles goes back to the runtime"
+        );
     }
 
     #[tokio::test(start_paused = true)]

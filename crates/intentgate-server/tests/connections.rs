@@ -187,6 +187,36 @@ async fn a_kept_alive_connection_is_closed_after_the_idle_timeout_not_the_header
     server.stop().await;
 }
 
+/// The header timeout starts again with the first byte of the next request on a kept-alive
+/// connection: a half-sent second head is closed at the header timeout, not the idle one.
+#[tokio::test]
+async fn a_half_sent_head_on_a_kept_alive_connection_is_closed_at_the_header_timeout() {
+    let server = start(ServerOptions {
+        header_read_timeout: Duration::from_millis(300),
+        // Longer than SAFETY: a connection left to this one fails the test.
+        idle_timeout: Duration::from_secs(60),
+        ..ServerOptions::default()
+    })
+    .await;
+    let mut stream = connect(&server).await;
+    stream.write_all(HEALTHZ).await.unwrap();
+    assert_eq!(read_response(&mut stream).await.1, "ok");
+    // Past the first head's timer: only the idle timer runs when the second head begins.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    assert!(read_until_closed(&mut stream).await.is_empty());
+    assert_eq!(
+        server
+            .metric(r#"intentgate_connections_dropped_total{reason="header_timeout"}"#)
+            .await,
+        1
+    );
+    server.stop().await;
+}
+
 /// Past the limit, with every connection handling a request (none to close instead), a
 /// connection is answered 503 and closed; once connections close, new ones are served again.
 #[tokio::test]
