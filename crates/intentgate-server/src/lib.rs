@@ -48,8 +48,10 @@ pub mod wire;
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use intentgate_gate::Gate;
@@ -222,20 +224,36 @@ fn with_edge(app: axum::Router, options: &ServerOptions, loopback: bool) -> axum
 pub(crate) type Work<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 impl AppState {
-    /// Runs `work` in a task of its own holding a concurrency permit, so that a client that
-    /// goes away does not cancel it half-way through a ledger write; 503 at the concurrency
-    /// limit.
+    /// Runs `work` holding a concurrency permit, so that a client that goes away does not
+    /// cancel it half-way through a ledger write; 503 at the concurrency limit.
+    ///
+    /// `work` is polled once here first: most of it finishes without waiting (a repeat
+    /// answered from memory, a write committed on this thread, a settle answered once its
+    /// finish is queued) and then needs no task of its own, whose spawning and wake-up
+    /// back cost more than such a request. Work that waits moves, after that first poll
+    /// and before this handler can be dropped, to a task of its own that finishes it.
     ///
     /// `work` comes boxed: the gate's futures are several KiB (a grant's about 15 in a release
     /// build), and every move of a future copies all of it. Unboxed, each layer between the
     /// handler and the task (the handler's own future, its span, the task's cell, the task's
     /// first poll) copied it again: about half a megabyte of `memmove` per grant and settle.
-    pub(crate) async fn in_task<T: Send + 'static>(&self, work: Work<T>) -> Result<T, Problem> {
+    pub(crate) async fn in_task<T: Send + 'static>(&self, mut work: Work<T>) -> Result<T, Problem> {
         let permit = self
             .calls
             .clone()
             .try_acquire_owned()
             .map_err(|_| Problem::overloaded())?;
+        let first = std::future::poll_fn(|context| {
+            Poll::Ready(catch_unwind(AssertUnwindSafe(|| {
+                work.as_mut().poll(context)
+            })))
+        })
+        .await;
+        match first {
+            Ok(Poll::Ready(output)) => return Ok(output),
+            Ok(Poll::Pending) => {}
+            Err(_) => return Err(request_failed("the request's work panicked")),
+        }
         // In the request's span, so that the work's trace continues the caller's.
         let task = tokio::spawn(
             async move {
@@ -245,11 +263,16 @@ impl AppState {
             }
             .in_current_span(),
         );
-        task.await.map_err(|error| {
-            tracing::error!(%error, "bug: a request's task failed");
-            Problem::internal("the request failed inside the gateway")
-        })
+        task.await
+            .map_err(|error| request_failed(&error.to_string()))
     }
+}
+
+/// The answer to a request whose work failed inside the gateway (a panic): logged as the
+/// bug it is.
+fn request_failed(error: &str) -> Problem {
+    tracing::error!(%error, "bug: a request's task failed");
+    Problem::internal("the request failed inside the gateway")
 }
 
 fn state(gate: Arc<Gate>, options: ServerOptions) -> Arc<AppState> {
@@ -360,6 +383,71 @@ mod tests {
     use intentgate_test_support::Harness;
 
     use super::{ServerOptions, intent_api, routes, state};
+
+    /// Work that finishes at its first poll (a repeat answered from memory) runs on the
+    /// request's own task: no task spawned, none to wake back.
+    #[tokio::test]
+    async fn work_that_does_not_wait_is_done_without_a_task_of_its_own() {
+        let fixture = Harness::new(FaultPlan::none());
+        let state = state(fixture.gate.clone(), ServerOptions::default());
+        let handler = tokio::spawn(async move {
+            let ran_on = state
+                .in_task(Box::pin(async { tokio::task::id() }))
+                .await
+                .unwrap();
+            (tokio::task::id(), ran_on)
+        });
+        let (handler, ran_on) = handler.await.unwrap();
+        assert_eq!(ran_on, handler);
+    }
+
+    /// Work that waits is finished by a task of its own even when the request's handler is
+    /// dropped right after the first poll (its client went away): a ledger write is never
+    /// cancelled half-way.
+    #[tokio::test]
+    async fn work_that_waits_is_finished_after_its_handler_is_dropped() {
+        let fixture = Harness::new(FaultPlan::none());
+        let state = state(fixture.gate.clone(), ServerOptions::default());
+        let (resume, resumed) = tokio::sync::oneshot::channel::<()>();
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        let work = Box::pin(async move {
+            resumed.await.unwrap();
+            done.send(()).unwrap();
+        });
+        let mut handler = Box::pin(state.in_task(work));
+        let first = poll_once(handler.as_mut()).await;
+        assert!(first.is_none(), "the work waits for `resume`");
+        drop(handler);
+        resume.send(()).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), finished)
+            .await
+            .expect("the work was dropped with its handler")
+            .unwrap();
+    }
+
+    /// A panic in the work's first poll is the same 500 as one in its task, not a
+    /// connection dropped without an answer.
+    #[tokio::test]
+    async fn a_panic_in_the_first_poll_is_answered_500() {
+        let fixture = Harness::new(FaultPlan::none());
+        let state = state(fixture.gate.clone(), ServerOptions::default());
+        let failed = state
+            .in_task::<()>(Box::pin(async { panic!("a bug in the gate") }))
+            .await
+            .unwrap_err();
+        assert_eq!(failed.status, axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    /// Polls `future` once: its output, or `None` if it is pending.
+    async fn poll_once<F: std::future::Future>(
+        mut future: std::pin::Pin<&mut F>,
+    ) -> Option<F::Output> {
+        std::future::poll_fn(|context| match future.as_mut().poll(context) {
+            std::task::Poll::Ready(output) => std::task::Poll::Ready(Some(output)),
+            std::task::Poll::Pending => std::task::Poll::Ready(None),
+        })
+        .await
+    }
 
     /// Most bytes a handler's future may hold. The gate's futures are several KiB; a handler
     /// holding one inline is copied whole by each layer that moves it.

@@ -328,7 +328,8 @@ async fn call_tool_inner(
     Ok(Json(Outcome::from(outcome)).into_response())
 }
 
-/// Runs the call in its own task ([`AppState::in_task`]). The gate's refusals are problems.
+/// Runs the call so that a client going away can't cancel it ([`AppState::in_task`]). The
+/// gate's refusals are problems.
 async fn run_call(
     state: &AppState,
     name: String,
