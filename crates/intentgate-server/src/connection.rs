@@ -331,6 +331,11 @@ impl<F: Future> Future for Watched<'_, F> {
                 settled = true;
                 break;
             }
+            if !tokio::task::coop::has_budget_remaining() {
+                // What woke it was a resource refusing this task for its budget: only the
+                // runtime gives it a new one.
+                break;
+            }
         }
         if !settled {
             wake.state.store(IDLE, Ordering::Release);
@@ -350,7 +355,9 @@ impl<F: Future> Future for Watched<'_, F> {
 }
 
 /// Polls of a connection in a row, each woken during the one before, after which its task
-/// goes back to the runtime's queue (so one connection can't hold a worker thread).
+/// goes back to the runtime's queue (so one connection can't hold a worker thread). It goes
+/// back at once when the task has used up its budget of work per poll (tokio's cooperative
+/// scheduling), which only the runtime renews.
 const SELF_WAKES_MAX: usize = 16;
 
 const IDLE: u8 = 0;
@@ -1132,6 +1139,38 @@ mod tests {
             1,
             "one that never settles goes back to the runtime"
         );
+    }
+
+    /// A connection woken because its task used up its budget (a resource refused it) is
+    /// not polled again in vain: it goes back to the runtime, which renews the budget.
+    #[tokio::test]
+    async fn a_connection_out_of_budget_goes_back_to_the_runtime_at_once() {
+        let watch = Watch::new(Instant::now());
+        let wake = SelfWake::new();
+        let runtime = Arc::new(Wakes::default());
+        let runtime_waker = Waker::from(runtime.clone());
+        let polls = std::cell::Cell::new(0);
+        std::future::poll_fn(|task| {
+            for _ in 0..10_000 {
+                if !tokio::task::coop::has_budget_remaining() {
+                    break;
+                }
+                let _ = std::pin::pin!(tokio::task::coop::consume_budget()).poll(task);
+            }
+            assert!(!tokio::task::coop::has_budget_remaining());
+            let mut restless = std::pin::pin!(std::future::poll_fn(|inner: &mut Context<'_>| {
+                polls.set(polls.get() + 1);
+                inner.waker().wake_by_ref();
+                Poll::<()>::Pending
+            }));
+            let mut watched = std::pin::pin!(Watched::new(restless.as_mut(), &watch, &wake));
+            let mut context = Context::from_waker(&runtime_waker);
+            assert_eq!(watched.as_mut().poll(&mut context), Poll::Pending);
+            Poll::Ready(())
+        })
+        .await;
+        assert_eq!(polls.get(), 1);
+        assert_eq!(runtime.count(), 1);
     }
 
     #[tokio::test(start_paused = true)]
