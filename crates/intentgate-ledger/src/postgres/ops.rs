@@ -2055,6 +2055,18 @@ mod tests {
         }
     }
 
+    /// A connection of its own to the server at `url`.
+    async fn connect(url: &str) -> tokio_postgres::Client {
+        let (client, connection) = url
+            .parse::<tokio_postgres::Config>()
+            .unwrap()
+            .connect(NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    }
+
     /// The options of a ledger in a schema of its own, named `prefix`, the process and the
     /// time, so that concurrent tests and runs never share one.
     fn scratch_options(prefix: &str) -> PostgresOptions {
@@ -2068,6 +2080,64 @@ mod tests {
         }
     }
 
+    /// A migration that PostgreSQL ends to break a deadlock with another session (a
+    /// replica's write during a rolling upgrade) is tried again: the replica starts.
+    #[tokio::test]
+    async fn a_migration_ended_by_a_deadlock_is_tried_again() {
+        let Some(url) = test_url() else { return };
+        let options = scratch_options("deadlock");
+        let schema = options.schema.clone();
+        let ledger = PostgresLedger::connect(&url, options).await.unwrap();
+        let (mut other, watcher, mut starting) = (
+            connect(&url).await,
+            connect(&url).await,
+            connect(&url).await,
+        );
+        // Another session holds the migrations' table...
+        let held = other.transaction().await.unwrap();
+        held.batch_execute(&format!(
+            "LOCK TABLE \"{schema}\".schema_migrations IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await
+        .unwrap();
+        // ...while a starting replica's migration takes the advisory lock and waits for it.
+        let migrating = schema.clone();
+        let migration = tokio::spawn(async move {
+            crate::postgres::schema::migrate(&mut starting, &migrating).await
+        });
+        let waiting = "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = 'schema_migrations' AND NOT l.granted";
+        while watcher
+            .query_one(waiting, &[&schema])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 0
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // The other session now waits for the advisory lock: a deadlock, which PostgreSQL
+        // breaks by ending the migration (whose wait began first).
+        held.execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+            &[&crate::postgres::schema::MIGRATION_LOCK_CLASS, &schema],
+        )
+        .await
+        .unwrap();
+        held.commit().await.unwrap();
+        let migrated = tokio::time::timeout(std::time::Duration::from_secs(30), migration)
+            .await
+            .expect("the migration is tried again and ends")
+            .unwrap();
+        assert!(migrated.is_ok(), "{:?}", migrated.err());
+        drop(ledger);
+        watcher
+            .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+    }
+
     /// The read of a key found taken, sent with every new intent's insert, finds the key by
     /// its unique index, never by scanning the table.
     #[tokio::test]
@@ -2076,13 +2146,7 @@ mod tests {
         let options = scratch_options("plan");
         let schema = options.schema.clone();
         let ledger = PostgresLedger::connect(&url, options).await.unwrap();
-        let (client, connection) = url
-            .parse::<tokio_postgres::Config>()
-            .unwrap()
-            .connect(NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
+        let client = connect(&url).await;
         client
             .batch_execute(&format!("SET search_path TO \"{schema}\""))
             .await

@@ -10,7 +10,10 @@
 //! transaction under a transaction-level advisory lock keyed by the schema's name, so one
 //! replica migrates and the others then find the work done.
 
+use std::time::Duration;
+
 use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
 
 use super::Failure;
 use crate::migrations;
@@ -389,12 +392,46 @@ const MIGRATIONS: &[&str] = &[
 /// The first key of the migration's advisory lock ("ig" in ASCII), so that it does not
 /// collide with another application's locks on the same database; the second key is a
 /// hash of the schema's name.
-const MIGRATION_LOCK_CLASS: i32 = 0x6967;
+pub(super) const MIGRATION_LOCK_CLASS: i32 = 0x6967;
+
+/// Times a migration is tried when PostgreSQL ends it to break a deadlock.
+const MIGRATE_ATTEMPTS: u32 = 5;
+
+/// The pause before the second try; each further one waits as much longer.
+const MIGRATE_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Creates the schema if absent and applies the migrations it lacks
 /// ([`migrations::pending`]), in one transaction. `schema` has been checked to be a plain
 /// identifier.
+///
+/// A migration takes locks on tables other replicas are writing (during a rolling upgrade
+/// the replicas of the previous release still serve), and a replica's write may hold one of
+/// them while it waits for another the migration holds. PostgreSQL breaks such a deadlock
+/// by ending one of the two transactions; when it ends the migration's, nothing of it was
+/// applied, and it is tried again, up to [`MIGRATE_ATTEMPTS`] times.
 pub async fn migrate(client: &mut Client, schema: &str) -> Result<(), Failure> {
+    let mut attempt = 1;
+    loop {
+        match migrate_once(client, schema).await {
+            Err(Failure::Postgres(error))
+                if attempt < MIGRATE_ATTEMPTS
+                    && error.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) =>
+            {
+                tracing::warn!(
+                    schema,
+                    attempt,
+                    "the ledger's migration was ended to break a deadlock with another \
+                     session's write; trying it again"
+                );
+                tokio::time::sleep(MIGRATE_RETRY_PAUSE * attempt).await;
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
+async fn migrate_once(client: &mut Client, schema: &str) -> Result<(), Failure> {
     let transaction = client.transaction().await?;
     transaction
         .execute(
