@@ -18,7 +18,6 @@
 //! did before, so a ledger's older fingerprints still match them.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -46,10 +45,12 @@ pub fn fingerprint(arguments: &Value) -> Fingerprint {
     let mut canonical = String::new();
     write_canonical(&mut canonical, arguments);
     let digest = Sha256::digest(canonical.as_bytes());
-    let mut hex = String::with_capacity(64);
-    for byte in digest.iter() {
-        write!(hex, "{byte:02x}").expect("writing to a String can't fail");
-    }
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let hex: String = digest
+        .iter()
+        .flat_map(|byte| [byte >> 4, byte & 0xf])
+        .map(|nibble| char::from(DIGITS[usize::from(nibble)]))
+        .collect();
     Fingerprint(hex)
 }
 
@@ -67,12 +68,9 @@ const SCHEMA_DEPTH_MAX: usize = 16;
 /// decimal text where the schema declares a decimal as that number (see the module
 /// comment). Borrowed when nothing changes.
 pub fn canonical_arguments<'a>(schema: &Value, arguments: &'a Value) -> Cow<'a, Value> {
-    let mut changed = false;
-    let canonical = canonical_value(schema, schema, arguments, &mut changed);
-    if changed {
-        Cow::Owned(canonical)
-    } else {
-        Cow::Borrowed(arguments)
+    match canonical_value(schema, schema, arguments) {
+        Some(canonical) => Cow::Owned(canonical),
+        None => Cow::Borrowed(arguments),
     }
 }
 
@@ -82,49 +80,66 @@ static ANY_SCHEMA: Value = Value::Bool(true);
 /// Most schema nodes [`alternatives`] returns for one node, however its branches multiply.
 const ALTERNATIVES_MAX: usize = 64;
 
-fn canonical_value(root: &Value, node: &Value, value: &Value, changed: &mut bool) -> Value {
+/// `value` in its one spelling under the schema `node` (of the document `root`), or `None`
+/// when it already is: nothing is built or copied for arguments already canonical, the
+/// common case.
+fn canonical_value(root: &Value, node: &Value, value: &Value) -> Option<Value> {
     let nodes = alternatives(root, node);
     match value {
         Value::String(text) => {
             if nodes.iter().any(|node| declares_decimal(node))
                 && let Some(number) = decimal_number(text)
             {
-                *changed = true;
-                return Value::Number(number);
+                return Some(Value::Number(number));
             }
-            let composed = crate::text::nfc(text);
-            if let Cow::Owned(composed) = composed {
-                *changed = true;
-                return Value::String(composed);
+            match crate::text::nfc(text) {
+                Cow::Owned(composed) => Some(Value::String(composed)),
+                Cow::Borrowed(_) => None,
             }
-            value.clone()
         }
-        Value::Object(members) => Value::Object(
-            members
-                .iter()
-                .map(|(name, member)| {
-                    let schema = nodes
-                        .iter()
-                        .find_map(|node| member_schema(node, name))
-                        .unwrap_or(&ANY_SCHEMA);
-                    (name.clone(), canonical_value(root, schema, member, changed))
-                })
-                .collect(),
-        ),
+        Value::Object(members) => {
+            let canonical = members.iter().map(|(name, member)| {
+                let schema = nodes
+                    .iter()
+                    .find_map(|node| member_schema(node, name))
+                    .unwrap_or(&ANY_SCHEMA);
+                canonical_value(root, schema, member)
+            });
+            rebuilt(canonical, || members.values())
+                .map(|values| Value::Object(members.keys().cloned().zip(values).collect()))
+        }
         Value::Array(items) => {
             let schema = nodes
                 .iter()
                 .find_map(|node| node.get("items").filter(|items| items.is_object()))
                 .unwrap_or(&ANY_SCHEMA);
-            Value::Array(
-                items
-                    .iter()
-                    .map(|item| canonical_value(root, schema, item, changed))
-                    .collect(),
-            )
+            let canonical = items.iter().map(|item| canonical_value(root, schema, item));
+            rebuilt(canonical, || items.iter()).map(Value::Array)
         }
-        other => other.clone(),
+        _ => None,
     }
+}
+
+/// The values of a collection once one of them changed: each `canonical` one that changed,
+/// else a copy of the original (the collection's values, in order, from `originals`) in its
+/// place; `None` when none changed.
+fn rebuilt<'v, I: Iterator<Item = &'v Value>>(
+    canonical: impl Iterator<Item = Option<Value>>,
+    originals: impl Fn() -> I,
+) -> Option<Vec<Value>> {
+    let mut values: Option<Vec<Value>> = None;
+    for (index, (canonical, original)) in canonical.zip(originals()).enumerate() {
+        match (canonical, &mut values) {
+            (None, None) => {}
+            (Some(changed), None) => {
+                let mut rebuilt: Vec<Value> = originals().take(index).cloned().collect();
+                rebuilt.push(changed);
+                values = Some(rebuilt);
+            }
+            (changed, Some(rebuilt)) => rebuilt.push(changed.unwrap_or_else(|| original.clone())),
+        }
+    }
+    values
 }
 
 /// `node` and the schemas it stands for: the targets of its local `$ref`s and the branches
@@ -218,7 +233,7 @@ pub fn write_canonical(out: &mut String, value: &Value) {
                 if index > 0 {
                     out.push(',');
                 }
-                out.push_str(&Value::String(name.clone()).to_string());
+                push_json_string(out, name);
                 out.push(':');
                 write_canonical(out, &map[name]);
             }
@@ -235,7 +250,26 @@ pub fn write_canonical(out: &mut String, value: &Value) {
             out.push(']');
         }
         Value::Number(number) => out.push_str(&canonical_number(number.as_str())),
-        other => out.push_str(&other.to_string()),
+        Value::String(text) => push_json_string(out, text),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Null => out.push_str("null"),
+    }
+}
+
+/// Writes `text` as a JSON string, as `serde_json` writes it: as it is between quotes when
+/// nothing in it needs escaping (no quote, backslash or control character), else escaped by
+/// `serde_json` itself.
+fn push_json_string(out: &mut String, text: &str) {
+    if text
+        .bytes()
+        .any(|byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+    {
+        out.push_str(&serde_json::to_string(text).expect("a string serializes to JSON"));
+    } else {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
     }
 }
 
@@ -314,6 +348,84 @@ mod tests {
         );
         assert_eq!(a, b);
         assert_eq!(a.as_str().len(), 64);
+    }
+
+    /// Fingerprints are stored with every intent and compared with every later call's: the
+    /// canonical text and digest of these arguments, as every release before wrote them, must
+    /// never change (escaped and non-ASCII names and strings, numbers in several spellings,
+    /// nesting, decimals a schema declares, strings it does not).
+    #[test]
+    fn fingerprints_are_the_ones_stored_by_earlier_releases() {
+        let schema = json!({"type": "object", "properties": {
+            "amount": {"type": "number"},
+            "items": {"type": "array", "items": {"type": "object", "properties": {
+                "price": {"type": "string", "pattern": "^[0-9]+\\.[0-9]{2}$"}}}}}});
+        let cases = [
+            (json!({}), json!({})),
+            (json!({"order_id": "8812", "amount": 49}), json!({})),
+            (
+                json!({"a\"b": "q\"u\\o\nte\t\u{1}\u{7f}", "é": "cafe\u{301}", "z": "日本 🎉"}),
+                json!({}),
+            ),
+            (
+                json!({"n": [0, -0.0, 1.50, 1e3, -12.340, 123456789012345678901234567890u128, 0.1]}),
+                json!({}),
+            ),
+            (
+                json!({"t": true, "f": false, "nil": null, "e": [], "o": {}}),
+                json!({}),
+            ),
+            (
+                json!({"amount": "20.00", "items": [{"price": "3.50", "name": "Cafe\u{301}"}]}),
+                schema.clone(),
+            ),
+            (json!({"amount": 20, "items": [{"price": 3.5}]}), schema),
+        ];
+        let found: Vec<(String, String)> = cases
+            .iter()
+            .map(|(arguments, schema)| {
+                let canonical_arguments = canonical_arguments(schema, arguments);
+                (
+                    canonical(&canonical_arguments),
+                    fingerprint_for(schema, arguments).as_str().to_owned(),
+                )
+            })
+            .collect();
+        let stored = [
+            (
+                "{}",
+                "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+            ),
+            (
+                "{\"amount\":49,\"order_id\":\"8812\"}",
+                "d821341c5d707a43300df209da9a13fce95e090e46e8ae648a1bde1a7f3d673e",
+            ),
+            (
+                "{\"a\\\"b\":\"q\\\"u\\\\o\\nte\\t\\u0001\u{7f}\",\"z\":\"日本 🎉\",\"é\":\"café\"}",
+                "a60e0370c863d1c5b115593f50d6a22d63716fb07996d53c05acb4daface6e92",
+            ),
+            (
+                "{\"n\":[0,0,1.5,1000,-12.34,123456789012345678901234567890,0.1]}",
+                "6558eb2abf974202e197717d95ddae53b51c74bfeaf8f1cbfd8302d5fc25e815",
+            ),
+            (
+                "{\"e\":[],\"f\":false,\"nil\":null,\"o\":{},\"t\":true}",
+                "97afb26076ac57e14c57ea1e32550a6d4f6a336b3ff879f69b48cb44607e0665",
+            ),
+            (
+                "{\"amount\":20,\"items\":[{\"name\":\"Café\",\"price\":3.5}]}",
+                "a003f9b2a351e40c431fb1a2731e5e8137562f36ab22ab90a67cbd86cf332321",
+            ),
+            (
+                "{\"amount\":20,\"items\":[{\"price\":3.5}]}",
+                "b4d8cd96adab67149d956cacd634480c3a1291f8271152d4d69c4198a5087d05",
+            ),
+        ];
+        let stored: Vec<(String, String)> = stored
+            .iter()
+            .map(|(text, digest)| (text.to_string(), digest.to_string()))
+            .collect();
+        assert_eq!(found, stored);
     }
 
     #[test]
