@@ -218,6 +218,22 @@ async fn a_stream_of_repeats_is_counted_in_a_few_writes_and_every_repeat_counts(
         writes >= 1.0 && writes <= linger_periods.min((REPEATS / 2) as f64),
         "{REPEATS} repeats counted in {writes} writes over {elapsed:?}"
     );
+    // The ledger was asked for the key twice: by the first call, which created the intent,
+    // and by the first repeat, which found it settled; the others were answered from memory.
+    let metrics = h.gate.metrics().encode();
+    let asked = ["get", "create", "begin"].map(|operation| {
+        sample(
+            &metrics,
+            &format!(
+                r#"intentgate_ledger_operation_duration_seconds_count{{operation="{operation}"}}"#
+            ),
+        )
+    });
+    assert_eq!(
+        asked.iter().sum::<f64>(),
+        2.0,
+        "get, create, begin: {asked:?}"
+    );
 }
 
 /// A gateway stopping cleanly waits for the counts of the repeats it answered, which its

@@ -769,14 +769,17 @@ ledger_trait! {
         /// deciding and writing nothing: the call path's first step for a key it has not
         /// read. PostgreSQL sends the insert, its commit and the read of a key found taken in
         /// one round trip, where a read and then a `begin` take two
-        /// ([`Ledger::creates_in_one_round_trip`]); SQLite reads, then begins
-        /// ([`read_then_begin`]). Never used with `request.policies` by the gateway: a call
-        /// with policies is read first.
+        /// ([`Ledger::creates_in_one_round_trip`]); SQLite reads the key in the writer's
+        /// transaction and inserts there when it has no intent (one trip to the writer, where
+        /// a read on a connection of its own and then a `begin` would make two); a store
+        /// without a cheaper way reads, then begins ([`read_then_begin`]). Never used with
+        /// `request.policies` by the gateway: a call with policies is read first.
         async fn create(&self, request: BeginRequest) -> Result<Created>;
 
         /// True when [`Ledger::create`] of a new key costs one round trip where a read and a
-        /// `begin` would cost two (PostgreSQL): the gateway then creates first instead of
-        /// reading first. False where a read is local and cheaper than a write (SQLite).
+        /// `begin` would cost two (PostgreSQL's to the server, SQLite's to the writer): the
+        /// gateway then creates first instead of reading first. False for a store whose
+        /// `create` is [`read_then_begin`].
         async fn creates_in_one_round_trip(&self) -> bool;
 
         /// Records what an attempt (or a lookup) learned and releases the lease.

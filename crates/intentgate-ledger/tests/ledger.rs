@@ -1864,10 +1864,10 @@ async fn a_waiter_sees_the_lease_holder_finish_promptly(ledger: Arc<dyn Ledger>)
 
 /// A finish queued with `finish_queued` returns before it commits, and every read made
 /// through the ledger after it returns sees it: a read of the intent (by key, by id, its
-/// events) and a read of many (a filtered page, the status counts). Each round reads right
-/// after queueing, racing the commit.
+/// events, the intent `create` finds) and a read of many (a filtered page, the status
+/// counts). Each round reads right after queueing, racing the commit.
 async fn a_queued_finish_is_seen_by_every_read_made_after_it(ledger: Arc<dyn Ledger>) {
-    const ROUNDS: usize = 25;
+    const ROUNDS: usize = 30;
     for round in 0..ROUNDS {
         let key = format!("order-{round}");
         let intent = started(&*ledger, &key, "owner-a", T0).await;
@@ -1876,7 +1876,7 @@ async fn a_queued_finish_is_seen_by_every_read_made_after_it(ledger: Arc<dyn Led
             .finish_queued(finish(&intent, "owner-a", IntentStatus::Done, T0 + 10))
             .await
             .expect("queued");
-        let seen = match round % 5 {
+        let seen = match round % 6 {
             0 => {
                 ledger
                     .get(TENANT, TOOL, &key)
@@ -1898,6 +1898,13 @@ async fn a_queued_finish_is_seen_by_every_read_made_after_it(ledger: Arc<dyn Led
                     .await
                     .unwrap();
                 page.iter().find(|found| found.id == id).unwrap().status
+            }
+            4 => {
+                let created = ledger
+                    .create(request(&key, "owner-b", T0 + 11))
+                    .await
+                    .unwrap();
+                expect!(Created::Found, created).status
             }
             _ => {
                 let counts = ledger.status_counts().await.unwrap();

@@ -7,8 +7,8 @@
 
 use intentgate_core::{IntentStatus, fingerprint};
 use intentgate_ledger::{
-    Begin, BeginRequest, Durability, Erase, Finish, Finished, IntentRecord, Ledger, SqliteLedger,
-    SqliteOptions,
+    Begin, BeginRequest, Created, Durability, Erase, Finish, Finished, IntentRecord, Ledger,
+    SqliteLedger, SqliteOptions,
 };
 use serde_json::json;
 
@@ -16,10 +16,10 @@ const TENANT: &str = "acme";
 const TOOL: &str = "refund";
 const T0: i64 = 1_760_000_000_000;
 
-/// A new intent for `key`, begun and settled `done` at once.
-async fn settled(ledger: &dyn Ledger, key: &str) -> IntentRecord {
+/// A new call of `key`, as the gateway asks for it.
+fn request(key: &str) -> BeginRequest {
     let arguments = json!({ "order": key, "amount": "49.00" });
-    let request = BeginRequest {
+    BeginRequest {
         tenant: TENANT.into(),
         tool: TOOL.into(),
         key: key.into(),
@@ -34,8 +34,12 @@ async fn settled(ledger: &dyn Ledger, key: &str) -> IntentRecord {
         resend_unknown: false,
         expect_new: false,
         policies: None,
-    };
-    let Begin::Execute(intent) = ledger.begin(request).await.unwrap() else {
+    }
+}
+
+/// A new intent for `key`, begun and settled `done` at once.
+async fn settled(ledger: &dyn Ledger, key: &str) -> IntentRecord {
+    let Begin::Execute(intent) = ledger.begin(request(key)).await.unwrap() else {
         panic!("a new key did not start");
     };
     let finish = Finish {
@@ -154,4 +158,33 @@ async fn another_connections_commit_just_before_the_ledgers_own_moves_the_epoch(
     ledger.record_calls(vec![(done.id, T0 + 2)]).await.unwrap();
 
     assert_ne!(epoch(&ledger).await, before, "the erasure went unseen");
+}
+
+/// A `create` that finds its key taken writes nothing and leaves the epoch where it was: the
+/// gateway creates first for a key it does not keep in memory, and keeps a settled intent
+/// found that way for the next repeat, under this epoch.
+///
+/// How it went wrong: the writer took each commit of its own for one the file's commit
+/// counter moved by, but a commit that wrote nothing leaves the counter where it was; the
+/// next check then saw another counter than it expected and moved the epoch, and every
+/// repeat missed what the one before had kept.
+#[tokio::test]
+async fn a_create_that_finds_its_key_taken_leaves_the_epoch_where_it_was() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = served(&folder.path().join("ledger.db"));
+    let done = settled(&ledger, "refund:1").await;
+    let before = epoch(&ledger).await;
+    for round in 0..3 {
+        let Created::Found(found) = ledger.create(request("refund:1")).await.unwrap() else {
+            panic!("a taken key was created again");
+        };
+        assert_eq!(found.id, done.id);
+        assert_eq!(epoch(&ledger).await, before, "round {round}");
+    }
+    // A create that writes still holds it: a new intent changes no settled answer.
+    let Created::Begun(Begin::Execute(_)) = ledger.create(request("refund:2")).await.unwrap()
+    else {
+        panic!("a new key was not begun");
+    };
+    assert_eq!(epoch(&ledger).await, before);
 }

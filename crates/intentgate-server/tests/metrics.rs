@@ -107,9 +107,16 @@ async fn metrics_count_a_refund_its_repeat_and_a_read_exactly() {
         !text.contains(r#"request="lookup""#),
         "nothing was ambiguous: {text}"
     );
-    // The first call and its repeat each read the ledger (the fast path); only the first
-    // began and finished an attempt.
-    for (operation, count) in [("get", 2.0), ("begin", 1.0), ("finish", 1.0)] {
+    // The first call created its intent (the key read and the intent inserted in one trip to
+    // the writer); its repeat, not yet kept in memory, found it the same way and wrote
+    // nothing. Only the first finished an attempt; nothing read or began apart.
+    for operation in ["get", "begin"] {
+        let series = format!(
+            r#"intentgate_ledger_operation_duration_seconds_count{{operation="{operation}"}}"#
+        );
+        assert_eq!(sample::<f64>(&text, &series), None, "{series}\n{text}");
+    }
+    for (operation, count) in [("create", 2.0), ("finish", 1.0)] {
         let series = format!(
             r#"intentgate_ledger_operation_duration_seconds_count{{operation="{operation}"}}"#
         );

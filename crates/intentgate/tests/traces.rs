@@ -140,8 +140,8 @@ async fn a_call_is_one_trace_under_the_callers_span_down_to_the_upstream_request
         "validate",
         "kill_switch",
         "key_and_fingerprint",
-        "ledger.get",
-        "ledger.begin",
+        // A new intent's read and insert, in one trip to the ledger's writer.
+        "ledger.create",
         "upstream.request",
         "classify",
         "settle",
@@ -700,7 +700,7 @@ async fn a_grant_of_the_intent_api_continues_the_callers_trace() {
     assert!(
         spans
             .iter()
-            .any(|span| span.name == "ledger.begin" && span.parent_span_id == granted.span_id),
+            .any(|span| span.name == "ledger.create" && span.parent_span_id == granted.span_id),
         "{spans:#?}"
     );
 }

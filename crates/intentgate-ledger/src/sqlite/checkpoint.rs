@@ -84,6 +84,8 @@ struct WalGrowth {
     pages: Arc<AtomicI32>,
     /// Pages in the WAL when the thread was last woken; 0 once the WAL has started over.
     woken_at: AtomicI32,
+    /// The writer's commits that wrote to the WAL (SQLite calls the hook only for those).
+    commits: AtomicU64,
 }
 
 impl Checkpointer {
@@ -147,6 +149,12 @@ impl Checkpointer {
         Ok(())
     }
 
+    /// The writer's commits so far that wrote to the WAL: one that wrote nothing (every write
+    /// of its transaction read, or found nothing to change) leaves it as it was.
+    pub fn commits_written(&self) -> u64 {
+        self.growth.commits.load(Ordering::Relaxed)
+    }
+
     /// Checkpoints the thread has run so far.
     #[cfg(test)]
     pub fn checkpoints(&self) -> u64 {
@@ -200,9 +208,11 @@ impl Checkpointer {
     }
 }
 
-/// The WAL hook: runs after every commit of the writer, with the pages the WAL now holds.
+/// The WAL hook: runs after every commit of the writer that wrote to the WAL, with the pages
+/// the WAL now holds.
 /// Wakes the thread each time the WAL has grown by [`CHECKPOINT_PAGES`].
 fn on_commit(pages: c_int, growth: &WalGrowth, wake: &SyncSender<()>) {
+    growth.commits.fetch_add(1, Ordering::Relaxed);
     growth.pages.store(pages, Ordering::Relaxed);
     let mut woken_at = growth.woken_at.load(Ordering::Relaxed);
     if pages < woken_at {

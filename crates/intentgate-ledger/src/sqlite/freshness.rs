@@ -14,10 +14,12 @@
 //! 65 us beyond a bare HTTP round trip. The ledger knows the counter as it last saw it:
 //! after each check, and after each of its own commits, whose writer reads it once the
 //! transaction holds the write lock (so that a commit of another process just before is
-//! seen, and bumps) and adds the one its own commit makes. A different counter at the next
-//! check is another connection's commit. Anything it can't account for (a commit of the
-//! ledger's own outside the writer, a transaction that wrote nothing) also reads as a
-//! change: a bump is never wrong, only a read more.
+//! seen, and bumps) and adds the one its own commit makes, when it wrote anything (the WAL
+//! hook tells: SQLite calls it only for a commit that wrote frames; a transaction whose
+//! writes only read, such as a `create` that finds its key taken, moves nothing). A different
+//! counter at the next check is another connection's commit. Anything it can't account for
+//! (a commit of the ledger's own outside the writer) also reads as a change: a bump is never
+//! wrong, only a read more.
 //!
 //! The counter needs the write connection, which the writer holds while it commits a batch:
 //! the check never waits for it, and answers "can't tell" instead, so the caller reads.
@@ -76,10 +78,14 @@ impl Freshness {
     }
 
     /// After the writer's commit, begun when the counter was `before`: its own commit is the
-    /// one the counter moved by.
-    pub(super) fn committed(&self, before: Option<u32>) {
+    /// one the counter moved by, unless `wrote` says that it wrote nothing (then the counter
+    /// did not move). Unknown (`None`), it is taken to have written: a commit that did not
+    /// then reads as a change at the next check, a read more, never a change missed, unless
+    /// another connection commits exactly once in between.
+    pub(super) fn committed(&self, before: Option<u32>, wrote: Option<bool>) {
         if let (Some(before), Ok(mut seen)) = (before, self.commits_seen.lock()) {
-            *seen = Some(before.wrapping_add(1));
+            let own = u32::from(wrote != Some(false));
+            *seen = Some(before.wrapping_add(own));
         }
     }
 

@@ -736,6 +736,12 @@ impl Writer {
                 (queued.durable, ran)
             })
             .collect();
+        // The WAL hook counts the commits that wrote something: one that did not leaves the
+        // file's commit counter where it was.
+        let written_before = self
+            .checkpointer
+            .as_ref()
+            .map(Checkpointer::commits_written);
         let committed = if scope == Scope::Transaction && !ran[0].1.succeeded {
             // The one write failed and answers its own error; nothing is left to commit.
             let _ = run_cached(connection, "ROLLBACK");
@@ -755,7 +761,10 @@ impl Writer {
             if committed.is_ok()
                 && let Some(freshness) = &self.freshness
             {
-                freshness.committed(counter);
+                let wrote = written_before
+                    .zip(self.checkpointer.as_ref())
+                    .map(|(before, checkpointer)| checkpointer.commits_written() != before);
+                freshness.committed(counter, wrote);
             }
             committed.map_err(LedgerError::from)
         };
@@ -785,6 +794,16 @@ impl Writer {
             checkpointer.catch_up(&self.connection);
         }
         unsynced
+    }
+}
+
+/// What an attempt granted by `request` is recorded as should its fsync fail: never sent, or
+/// `unknown` again for a re-send of an unknown intent.
+fn undone_status(request: &BeginRequest) -> IntentStatus {
+    if request.resend_unknown {
+        IntentStatus::Unknown
+    } else {
+        IntentStatus::NotExecuted
     }
 }
 
@@ -942,11 +961,7 @@ impl Ledger for SqliteLedger {
         // recorded as never sent (unknown again, for a re-send of an unknown intent). Only
         // strict durability fsyncs beside the writer: no undo to make otherwise.
         let strict = self.durability == Durability::Strict;
-        let undone = if request.resend_unknown {
-            IntentStatus::Unknown
-        } else {
-            IntentStatus::NotExecuted
-        };
+        let undone = undone_status(&request);
         let (queued, answered) = self.job(
             Durable::Undoable,
             None,
@@ -962,11 +977,43 @@ impl Ledger for SqliteLedger {
     }
 
     async fn create(&self, request: BeginRequest) -> Result<Created> {
-        crate::read_then_begin(self, request).await
+        // One trip to the writer, where a read and then a `begin` would make two: the read
+        // on a connection of its own, then the writer's transaction, which reads the key
+        // again. A new intent's attempt is undone as `begin`'s is should the fsync beside the
+        // writer fail; an intent found was not written and has nothing to undo.
+        if request.policies.is_some() {
+            return crate::read_then_begin(self, request).await;
+        }
+        let strict = self.durability == Durability::Strict;
+        let undone = undone_status(&request);
+        let closed = self.queued.closed();
+        let (queued, answered) = self.job(
+            Durable::Undoable,
+            None,
+            None,
+            // The request comes back, for a read after a queued finish.
+            move |connection| ops::create(connection, &request).map(|created| (created, request)),
+            move |(created, _)| match created {
+                Created::Begun(Begin::Execute(intent)) if strict => {
+                    Some(undo_attempt(intent, undone))
+                }
+                _ => None,
+            },
+        );
+        self.dispatch(Waiter::Call, queued).await?;
+        match answered.await.map_err(|_| LedgerError::Closed)?? {
+            // Found in flight while a finish of it queued here has not committed: read
+            // again once it has, as `get` does.
+            (Created::Found(intent), request) if self.queued.stale(&intent, closed) => {
+                self.queued.settle(intent.id).await;
+                crate::read_then_begin(self, request).await
+            }
+            (created, _) => Ok(created),
+        }
     }
 
     async fn creates_in_one_round_trip(&self) -> bool {
-        false
+        true
     }
 
     async fn finish(&self, finish: Finish) -> Result<Finished> {

@@ -29,8 +29,8 @@ use crate::record::{
 };
 use crate::{
     APPROVALS_PAGE_MAX, ApprovalFilter, Begin, BeginRequest, Bound, BudgetCharge, CallerKey,
-    Decide, Decided, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish, Finished, HeldIntent,
-    IntentFilter, LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX,
+    Created, Decide, Decided, ERASE_BATCH_MAX, Erase, Erased, Erasure, Finish, Finished,
+    HeldIntent, IntentFilter, LedgerError, Order, RECONCILIATION_MISMATCHES_STORED_MAX,
     RECONCILIATIONS_PAGE_MAX, Renew, Renewed, Resolve,
 };
 
@@ -736,25 +736,40 @@ pub fn begin(connection: &Connection, request: &BeginRequest) -> Result<Begin, L
                 plan::begin_existing(intent, request, owner.as_ref(), approval)?,
             )
         }
-        None => (Held::Wide, {
-            let used = plan::charges(request)
-                .iter()
-                .map(|charge| budget_used(connection, &request.tool, charge))
-                .collect::<Result<Vec<_>, _>>()?;
-            match plan::begin_new_call(request, &used)? {
-                NewCall::Refused(outcome) => Plan::outcome(outcome),
-                NewCall::Insert(fresh) => {
-                    let id = insert(connection, &fresh)?;
-                    let mut plan = fresh.inserted(id);
-                    // Logged from the begun row when it is moved to `intents`.
-                    plan.writes
-                        .retain(|write| !matches!(write, Write::Event(_)));
-                    plan
-                }
-            }
-        }),
+        None => return begin_new(connection, request),
     };
     apply_to(connection, held, plan)
+}
+
+/// [`begin`] of a key found without an intent: decided from its budgets' counts and
+/// inserted as begun, unless a budget refuses it.
+fn begin_new(connection: &Connection, request: &BeginRequest) -> Result<Begin, LedgerError> {
+    let used = plan::charges(request)
+        .iter()
+        .map(|charge| budget_used(connection, &request.tool, charge))
+        .collect::<Result<Vec<_>, _>>()?;
+    let plan = match plan::begin_new_call(request, &used)? {
+        NewCall::Refused(outcome) => Plan::outcome(outcome),
+        NewCall::Insert(fresh) => {
+            let id = insert(connection, &fresh)?;
+            let mut plan = fresh.inserted(id);
+            // Logged from the begun row when it is moved to `intents`.
+            plan.writes
+                .retain(|write| !matches!(write, Write::Event(_)));
+            plan
+        }
+    };
+    apply(connection, plan)
+}
+
+/// `Ledger::create`: the key's intent as found, deciding and writing nothing, or, for a key
+/// without one, [`begin`]'s new intent, in the same transaction (the key read once).
+pub fn create(connection: &Connection, request: &BeginRequest) -> Result<Created, LedgerError> {
+    plan::check_begin(request)?;
+    match get(connection, &request.tenant, &request.tool, &request.key)? {
+        Some(intent) => Ok(Created::Found(intent)),
+        None => begin_new(connection, request).map(Created::Begun),
+    }
 }
 
 /// `Ledger::decide` on the intent and its approval.
