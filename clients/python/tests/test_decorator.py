@@ -274,6 +274,45 @@ def test_the_lease_is_renewed_while_a_slow_body_runs(gateway: FakeGateway) -> No
     assert gateway.requests[-1][0] == "settle"
 
 
+def test_a_call_wakes_the_renewal_thread_only_for_a_lease_due_before_its_next_look(gateway: FakeGateway) -> None:
+    # Woken for every call, the thread cost a short call a thread switch and the GIL handed
+    # back and forth: more than the rest of the decorator's own work.
+    client = intentgate.Client("http://gateway.test", transport=gateway.transport())
+    changed = client._renewals._changed
+    wakes = 0
+    notify = changed.notify
+
+    def counted(n: int = 1) -> None:
+        nonlocal wakes
+        wakes += 1
+        notify(n)
+
+    changed.notify = counted  # type: ignore[method-assign]
+
+    @client.side_effect("refund_order")
+    def quick(order_id: str, *, idempotency_key: str) -> str:
+        return "re_000001"
+
+    for order in range(20):
+        gateway.grants.append(execute())  # a 30 s lease: renewed after 10 s
+        gateway.settles.append(answer("done"))
+        assert quick(f"o-{order}")["status"] == "done"
+    assert wakes == 0
+
+    # A lease due before the thread looks again wakes it, and is renewed in time.
+    gateway.grants.append(execute(duration_ms=150))  # renewed every 50 ms
+    gateway.settles.append(answer("done"))
+
+    @client.side_effect("refund_order")
+    def slow(order_id: str, *, idempotency_key: str) -> str:
+        time.sleep(0.2)
+        return "re_000001"
+
+    assert slow("o-slow")["status"] == "done"
+    assert wakes >= 1
+    assert len(gateway.sent("renew")) >= 2
+
+
 def renewal_threads(besides: list[threading.Thread]) -> list[threading.Thread]:
     """The renewal threads alive now, other than `besides` (those of earlier tests' clients)."""
     return [

@@ -402,6 +402,12 @@ class _Lease:
 #: next lease starts it again).
 RENEWALS_IDLE_SECONDS = 30.0
 
+#: Longest the renewal thread sleeps between looks at its leases. A lease started later than
+#: that before its renewal is due (any of a few seconds or more) is found at the next look,
+#: without waking the thread: waking it for every call cost a short call a thread switch and
+#: the GIL handed back and forth, more than the rest of the decorator's own work.
+RENEWALS_LOOK_SECONDS = 1.0
+
 
 class _Renewals:
     """Renews the leases of a client's running bodies, from one thread started at the first
@@ -416,6 +422,8 @@ class _Renewals:
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: When the thread looks at its leases next, unless woken (`time.monotonic()`).
+        self._next_look = 0.0
 
     def start(self, intent_id: int | str, lease: Mapping[str, Any]) -> _Lease:
         entry = _Lease(self, intent_id, lease)
@@ -427,7 +435,8 @@ class _Renewals:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="intentgate-renewals", daemon=True)
                 self._thread.start()
-            self._changed.notify()
+            elif entry.due < self._next_look:
+                self._changed.notify()
         return entry
 
     def stop(self, entry: _Lease) -> None:
@@ -476,13 +485,22 @@ class _Renewals:
                 left = idle_since + RENEWALS_IDLE_SECONDS - now
                 if left <= 0:
                     return None
-                self._changed.wait(left)
+                self._sleep(now, left)
                 continue
             idle_since = now
             if first.due <= now:
                 return first
-            self._changed.wait(first.due - now)
+            self._sleep(now, first.due - now)
         return None
+
+    def _sleep(self, now: float, seconds: float) -> None:
+        """Waits (holding `_changed`) up to `seconds`, at most `RENEWALS_LOOK_SECONDS`, or
+        until woken by a lease due sooner or by `close()`."""
+        seconds = min(seconds, RENEWALS_LOOK_SECONDS)
+        self._next_look = now + seconds
+        self._changed.wait(seconds)
+        # Woken early or not, a lease started from now on before the next look wakes it.
+        self._next_look = 0.0
 
 
 class AsyncClient:

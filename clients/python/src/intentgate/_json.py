@@ -18,6 +18,10 @@ from typing import Any
 __all__ = ["dumps", "loads", "to_json_value"]
 
 
+#: The types a value keeps as it is (exactly these: a subclass goes through `to_json_value`).
+_KEPT = frozenset({str, int, bool, type(None)})
+
+
 def to_json_value(value: Any, path: str = "$") -> Any:
     """`value` as plain JSON types (dict, list, str, int, bool, None), `Decimal`s as
     strings. Raises `TypeError` naming the place of a `float` or of any other type JSON
@@ -40,22 +44,40 @@ def to_json_value(value: Any, path: str = "$") -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"{path} has a key {key!r} that is not a string")
-            result[key] = to_json_value(item, f"{path}.{key}")
+            # A plain string, integer, boolean or None is kept as it is, without naming its
+            # place (only an error needs it).
+            result[key] = item if type(item) in _KEPT else to_json_value(item, f"{path}.{key}")
         return result
     if isinstance(value, (list, tuple)):
-        return [to_json_value(item, f"{path}[{index}]") for index, item in enumerate(value)]
+        return [
+            item if type(item) in _KEPT else to_json_value(item, f"{path}[{index}]")
+            for index, item in enumerate(value)
+        ]
     raise TypeError(f"{path} is a {type(value).__name__}, which JSON can't carry")
+
+
+#: One encoder and one decoder for every request: `json.dumps` and `json.loads` given options
+#: build a new one (and its scanner) on every call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def dumps(value: Any) -> bytes:
     """The JSON text of `value` (see `to_json_value`), UTF-8 encoded."""
-    return json.dumps(to_json_value(value), separators=(",", ":"), ensure_ascii=False).encode()
+    return _ENCODER.encode(to_json_value(value)).encode()
 
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"the answer holds {name}, which is not JSON")
 
 
+_DECODER = json.JSONDecoder(parse_float=decimal.Decimal, parse_constant=_refuse_constant)
+
+
 def loads(text: str | bytes) -> Any:
-    """Parses JSON, reading every number with a fraction or an exponent as `Decimal`."""
-    return json.loads(text, parse_float=decimal.Decimal, parse_constant=_refuse_constant)
+    """Parses JSON, reading every number with a fraction or an exponent as `Decimal`; bytes
+    and a leading byte order mark as `json.loads` takes them."""
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    elif text.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _DECODER.decode(text)
