@@ -797,13 +797,22 @@ impl Writer {
     }
 }
 
-/// What an attempt granted by `request` is recorded as should its fsync fail: never sent, or
-/// `unknown` again for a re-send of an unknown intent.
-fn undone_status(request: &BeginRequest) -> IntentStatus {
-    if request.resend_unknown {
+/// How to undo the attempt a `begin` of `request` granted, should the fsync beside the writer
+/// that was to make it durable fail: recorded as never sent (`unknown` again, for a re-send of
+/// an unknown intent). Only strict durability fsyncs beside the writer: nothing to undo
+/// otherwise, nor for a `begin` that granted no attempt.
+fn undo_of_begin(
+    strict: bool,
+    request: &BeginRequest,
+) -> impl FnOnce(&Begin) -> Option<Undo> + Send + use<> {
+    let undone = if request.resend_unknown {
         IntentStatus::Unknown
     } else {
         IntentStatus::NotExecuted
+    };
+    move |begun| match begun {
+        Begin::Execute(intent) if strict => Some(undo_attempt(intent, undone)),
+        _ => None,
     }
 }
 
@@ -957,20 +966,13 @@ fn write_loop(
 #[async_trait]
 impl Ledger for SqliteLedger {
     async fn begin(&self, request: BeginRequest) -> Result<Begin> {
-        // Should the fsync beside the writer fail, the attempt this begin granted is
-        // recorded as never sent (unknown again, for a re-send of an unknown intent). Only
-        // strict durability fsyncs beside the writer: no undo to make otherwise.
-        let strict = self.durability == Durability::Strict;
-        let undone = undone_status(&request);
+        let undo = undo_of_begin(self.durability == Durability::Strict, &request);
         let (queued, answered) = self.job(
             Durable::Undoable,
             None,
             None,
             move |connection| ops::begin(connection, &request),
-            move |begun| match begun {
-                Begin::Execute(intent) if strict => Some(undo_attempt(intent, undone)),
-                _ => None,
-            },
+            undo,
         );
         self.dispatch(Waiter::Call, queued).await?;
         answered.await.map_err(|_| LedgerError::Closed)?
@@ -984,8 +986,7 @@ impl Ledger for SqliteLedger {
         if request.policies.is_some() {
             return crate::read_then_begin(self, request).await;
         }
-        let strict = self.durability == Durability::Strict;
-        let undone = undone_status(&request);
+        let undo = undo_of_begin(self.durability == Durability::Strict, &request);
         let closed = self.queued.closed();
         let (queued, answered) = self.job(
             Durable::Undoable,
@@ -994,10 +995,8 @@ impl Ledger for SqliteLedger {
             // The request comes back, for a read after a queued finish.
             move |connection| ops::create(connection, &request).map(|created| (created, request)),
             move |(created, _)| match created {
-                Created::Begun(Begin::Execute(intent)) if strict => {
-                    Some(undo_attempt(intent, undone))
-                }
-                _ => None,
+                Created::Begun(begun) => undo(begun),
+                Created::Found(_) => None,
             },
         );
         self.dispatch(Waiter::Call, queued).await?;

@@ -214,6 +214,35 @@ fn begins_queued_for_the_writer(
     ledger: &Arc<SqliteLedger>,
     keys: &[String],
 ) -> Vec<tokio::task::JoinHandle<Result<Begin>>> {
+    queued_for_the_writer(ledger, keys, |ledger, key| async move {
+        ledger.begin(request(&key)).await
+    })
+}
+
+/// [`begins_queued_for_the_writer`], each new key created as the gateway creates it
+/// (`Ledger::create`), answered with the `begin` the create made.
+fn creates_queued_for_the_writer(
+    ledger: &Arc<SqliteLedger>,
+    keys: &[String],
+) -> Vec<tokio::task::JoinHandle<Result<Begin>>> {
+    queued_for_the_writer(ledger, keys, |ledger, key| async move {
+        match ledger.create(request(&key)).await? {
+            Created::Begun(begun) => Ok(begun),
+            Created::Found(intent) => panic!("a new key was found taken: {intent:?}"),
+        }
+    })
+}
+
+/// Queues `write` of each of `keys` for the writer thread, the connection held meanwhile;
+/// the callers.
+fn queued_for_the_writer<F>(
+    ledger: &Arc<SqliteLedger>,
+    keys: &[String],
+    write: impl Fn(Arc<SqliteLedger>, String) -> F,
+) -> Vec<tokio::task::JoinHandle<Result<Begin>>>
+where
+    F: std::future::Future<Output = Result<Begin>> + Send + 'static,
+{
     let Engine::Grouped { writer, queue, .. } = &ledger.engine else {
         panic!("a served ledger groups its writes");
     };
@@ -222,10 +251,7 @@ fn begins_queued_for_the_writer(
     let busy = writer.lock().unwrap();
     let callers: Vec<_> = keys
         .iter()
-        .map(|key| {
-            let (ledger, key) = (ledger.clone(), key.clone());
-            tokio::spawn(async move { ledger.begin(request(&key)).await })
-        })
+        .map(|key| tokio::spawn(write(ledger.clone(), key.clone())))
         .collect();
     // The writer thread may have taken the first and wait for the connection with it.
     assert!(
@@ -291,12 +317,22 @@ async fn strict_batches_are_answered_after_the_fsync_beside_the_writer_not_befor
 /// flight (the sweeper would look it up and send it). The same key then executes again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_fsync_beside_the_writer_undoes_the_attempts_it_was_to_make_durable() {
+    for queue in [begins_queued_for_the_writer, creates_queued_for_the_writer] {
+        attempts_undone_after_a_failed_fsync(queue).await;
+    }
+}
+
+/// The writes `queue` makes (a `begin` of each key, or a `create`), whose fsync beside the
+/// writer fails.
+async fn attempts_undone_after_a_failed_fsync(
+    queue: fn(&Arc<SqliteLedger>, &[String]) -> Vec<tokio::task::JoinHandle<Result<Begin>>>,
+) {
     let folder = tempfile::tempdir().unwrap();
     let ledger = Arc::new(open(&folder, Durability::Strict));
     let hooks = syncer_hooks(&ledger);
     hooks.fail.store(true, Ordering::SeqCst);
     let keys: Vec<String> = (0..4).map(|index| format!("order-{index}")).collect();
-    let callers = begins_queued_for_the_writer(&ledger, &keys);
+    let callers = queue(&ledger, &keys);
     for caller in callers {
         let error = caller
             .await
