@@ -208,12 +208,12 @@ fn eventually(mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
+/// The callers of writes queued for the writer, each answered with a `begin`.
+type Callers = Vec<tokio::task::JoinHandle<Result<Begin>>>;
+
 /// Queues a `begin` of each of `keys` for the writer thread (the connection held meanwhile,
 /// so that none commits on its caller's thread), then lets the writer go; the callers.
-fn begins_queued_for_the_writer(
-    ledger: &Arc<SqliteLedger>,
-    keys: &[String],
-) -> Vec<tokio::task::JoinHandle<Result<Begin>>> {
+fn begins_queued_for_the_writer(ledger: &Arc<SqliteLedger>, keys: &[String]) -> Callers {
     queued_for_the_writer(ledger, keys, |ledger, key| async move {
         ledger.begin(request(&key)).await
     })
@@ -221,10 +221,7 @@ fn begins_queued_for_the_writer(
 
 /// [`begins_queued_for_the_writer`], each new key created as the gateway creates it
 /// (`Ledger::create`), answered with the `begin` the create made.
-fn creates_queued_for_the_writer(
-    ledger: &Arc<SqliteLedger>,
-    keys: &[String],
-) -> Vec<tokio::task::JoinHandle<Result<Begin>>> {
+fn creates_queued_for_the_writer(ledger: &Arc<SqliteLedger>, keys: &[String]) -> Callers {
     queued_for_the_writer(ledger, keys, |ledger, key| async move {
         match ledger.create(request(&key)).await? {
             Created::Begun(begun) => Ok(begun),
@@ -239,7 +236,7 @@ fn queued_for_the_writer<F>(
     ledger: &Arc<SqliteLedger>,
     keys: &[String],
     write: impl Fn(Arc<SqliteLedger>, String) -> F,
-) -> Vec<tokio::task::JoinHandle<Result<Begin>>>
+) -> Callers
 where
     F: std::future::Future<Output = Result<Begin>> + Send + 'static,
 {
@@ -324,9 +321,7 @@ async fn a_failed_fsync_beside_the_writer_undoes_the_attempts_it_was_to_make_dur
 
 /// The writes `queue` makes (a `begin` of each key, or a `create`), whose fsync beside the
 /// writer fails.
-async fn attempts_undone_after_a_failed_fsync(
-    queue: fn(&Arc<SqliteLedger>, &[String]) -> Vec<tokio::task::JoinHandle<Result<Begin>>>,
-) {
+async fn attempts_undone_after_a_failed_fsync(queue: fn(&Arc<SqliteLedger>, &[String]) -> Callers) {
     let folder = tempfile::tempdir().unwrap();
     let ledger = Arc::new(open(&folder, Durability::Strict));
     let hooks = syncer_hooks(&ledger);
