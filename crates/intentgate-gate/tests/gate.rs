@@ -1063,3 +1063,20 @@ async fn a_result_too_large_to_store_still_settles_the_intent() {
     assert_eq!(intent.status, IntentStatus::Done);
     assert_eq!(intent.result.unwrap()["truncated"], true);
 }
+
+/// A call answered once its outcome is queued has the outcome's write timed when it commits
+/// (`QueuedFinish::then`, run where the write completes): by the time every queued finish is
+/// done, the `finish` phase holds its one sample.
+#[tokio::test]
+async fn a_queued_outcome_is_timed_and_counted_when_its_write_commits() {
+    let h = Harness::new(FaultPlan::none());
+    let first = h.call("refund_order", refund("8812", json!(49))).await;
+    assert_eq!(first.status, CallStatus::Done);
+    h.ledger.drain_queued().await;
+    let text = h.gate.metrics().encode();
+    let finishes = intentgate_test_support::metrics::sample(
+        &text,
+        r#"intentgate_ledger_operation_duration_seconds_count{operation="finish"}"#,
+    );
+    assert_eq!(finishes, Some(1.0), "{text}");
+}

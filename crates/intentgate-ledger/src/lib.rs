@@ -65,6 +65,7 @@ mod query;
 pub mod queue;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod queued;
+mod queued_finish;
 mod record;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
@@ -94,6 +95,7 @@ pub use process::{
     HOST_LENGTH_MAX, INSTANCE_LENGTH_MAX, PID_SCOPE_LENGTH_MAX, PROCESSES_ENDED_KEPT_MAX,
     ProcessEnd, ProcessRecord, ProcessRegistration, instance_of,
 };
+pub use queued_finish::QueuedFinish;
 pub use record::{
     Approval, BudgetUsageRow, Decision, Event, IntentId, IntentRecord, ReconciliationRun,
     StatusCount, StoredMismatch, ToolFlag,
@@ -441,32 +443,6 @@ pub struct Finish {
     /// Same-key re-sends of the intent stop for good, for this reason: the attempt's answer
     /// is one the provider will give every re-send. Kept once set (`None` changes nothing).
     pub resend_stopped: Option<ResendStop>,
-}
-
-/// A finish queued by [`Ledger::finish_queued`]: resolves to what [`Ledger::finish`] would
-/// have answered, once the write has committed (or failed). Dropping it leaves the write
-/// queued.
-pub struct QueuedFinish(tokio::sync::oneshot::Receiver<Result<Finished>>);
-
-impl QueuedFinish {
-    /// A finish that will resolve to what `answer` receives.
-    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
-    pub(crate) fn new(answer: tokio::sync::oneshot::Receiver<Result<Finished>>) -> QueuedFinish {
-        QueuedFinish(answer)
-    }
-}
-
-impl std::future::Future for QueuedFinish {
-    type Output = Result<Finished>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<Finished>> {
-        std::pin::Pin::new(&mut self.0)
-            .poll(context)
-            .map(|answer| answer.unwrap_or(Err(LedgerError::Closed)))
-    }
 }
 
 /// What [`Ledger::finish`] did.

@@ -165,25 +165,25 @@ impl Gate {
             settled.external_id = finish.external_id;
             settled.resolved_by = Some(finish.resolved_by.to_owned());
         }
+        // What the commit found is logged where it completes (the ledger's writer): no
+        // task of its own, whose spawn would wake another worker on the call's path.
         let (metrics, tool_name, id) = (self.metrics.clone(), tool.to_owned(), intent.id);
-        tokio::spawn(
-            async move {
-                match queued.await {
-                    Ok(Finished::Recorded(intent)) if intent.status == IntentStatus::Unknown => {
-                        metrics.intent_left_unknown(&tool_name)
-                    }
-                    Ok(Finished::Recorded(_)) => {}
-                    Ok(Finished::Superseded(intent)) => {
-                        tracing::warn!(tool = %tool_name, key = %intent.key, status = %intent.status, "a queued outcome was superseded; the ledger keeps the later one")
-                    }
-                    Err(error) => {
-                        tracing::error!(tool = %tool_name, intent = id, %error, "could not record the outcome; the intent stays in flight until looked up")
-                    }
+        queued.then(move |finished| {
+            let _settle = settle.enter();
+            match finished {
+                Ok(Finished::Recorded(intent)) if intent.status == IntentStatus::Unknown => {
+                    metrics.intent_left_unknown(&tool_name)
                 }
-                metrics.ledger_operation(LedgerOperation::Finish, started.elapsed());
+                Ok(Finished::Recorded(_)) => {}
+                Ok(Finished::Superseded(intent)) => {
+                    tracing::warn!(tool = %tool_name, key = %intent.key, status = %intent.status, "a queued outcome was superseded; the ledger keeps the later one")
+                }
+                Err(error) => {
+                    tracing::error!(tool = %tool_name, intent = id, %error, "could not record the outcome; the intent stays in flight until looked up")
+                }
             }
-            .instrument(settle),
-        );
+            metrics.ledger_operation(LedgerOperation::Finish, started.elapsed());
+        });
         Ok(settled)
     }
 

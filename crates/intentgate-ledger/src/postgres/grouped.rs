@@ -9,10 +9,9 @@
 //! intent this ledger does not know, is run alone afterwards, reading and locking its row.
 //! The writer stops when nothing waits, and the next finish queued starts another.
 
-use tokio::sync::oneshot;
-
 use crate::queue::Queue;
 use crate::queued::Ticket;
+use crate::queued_finish::FinishAnswer;
 use crate::{Finish, Finished, Result};
 
 /// Most finishes committed in one transaction. Each is a small guarded update and its
@@ -23,7 +22,7 @@ pub const GROUP_MAX: usize = 128;
 /// that wait for queued finishes (kept until answered).
 pub struct Entry {
     pub finish: Finish,
-    pub answer: oneshot::Sender<Result<Finished>>,
+    pub answer: FinishAnswer,
     pub ticket: Ticket,
 }
 
@@ -31,7 +30,7 @@ impl Entry {
     /// Answers the caller, and closes the finish for the reads waiting on it.
     pub fn answer(self, result: Result<Finished>) {
         let Entry { answer, ticket, .. } = self;
-        let _ = answer.send(result);
+        answer.send(result);
         drop(ticket);
     }
 }

@@ -61,6 +61,7 @@ use crate::location::redacted;
 use crate::plan::{self, Plan};
 use crate::queue::Writing;
 use crate::queued::Queued;
+use crate::queued_finish::queued_finish;
 use crate::waiters::Waiters;
 use crate::{
     Approval, ApprovalFilter, Begin, BeginRequest, Bound, BudgetUsageRow, CallerKey, Created,
@@ -798,7 +799,7 @@ impl Ledger for PostgresLedger {
 
     async fn finish_queued(&self, finish: Finish) -> Result<QueuedFinish> {
         let ticket = self.queued.open(finish.id);
-        let (answer, answered) = oneshot::channel();
+        let (answer, answered) = queued_finish();
         let entry = Entry {
             finish,
             answer,
@@ -809,7 +810,7 @@ impl Ledger for PostgresLedger {
         if self.grouped.push(entry) {
             tokio::spawn(self.shared.clone().write_queued());
         }
-        Ok(QueuedFinish::new(answered))
+        Ok(answered)
     }
 
     async fn drain_queued(&self) {

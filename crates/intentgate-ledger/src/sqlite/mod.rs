@@ -51,6 +51,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::Result;
 use crate::plan;
 use crate::queued::{Queued as QueuedFinishes, Ticket};
+use crate::queued_finish::queued_finish;
 use crate::waiters::Waiters;
 use crate::{
     Approval, ApprovalFilter, Begin, BeginRequest, Bound, BudgetUsageRow, CallerKey, Created,
@@ -400,6 +401,22 @@ impl SqliteLedger {
         undo_of: impl FnOnce(&T) -> Option<Undo> + Send + 'static,
     ) -> (Queued, oneshot::Receiver<Result<T>>) {
         let (answer, answered) = oneshot::channel();
+        let queued = self.job_answered(durable, notify, ticket, work, undo_of, move |outcome| {
+            let _ = answer.send(outcome);
+        });
+        (queued, answered)
+    }
+
+    /// [`SqliteLedger::job`], answered by `answer` (run where the write completes).
+    fn job_answered<T: Send + 'static>(
+        &self,
+        durable: Durable,
+        notify: Option<IntentId>,
+        ticket: Option<Ticket>,
+        work: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+        undo_of: impl FnOnce(&T) -> Option<Undo> + Send + 'static,
+        answer: impl FnOnce(Result<T>) + Send + 'static,
+    ) -> Queued {
         let waiters = self.waiters.clone();
         let job: Job = Box::new(move |connection, scope| {
             let result = connection.and_then(|connection| match scope {
@@ -414,12 +431,12 @@ impl SqliteLedger {
                     if let (Ok(_), Some(id)) = (&outcome, notify) {
                         waiters.notify(id);
                     }
-                    let _ = answer.send(outcome);
+                    answer(outcome);
                     drop(ticket);
                 }),
             }
         });
-        (Queued { durable, job }, answered)
+        Queued { durable, job }
     }
 
     /// Commits `queued` now when the engine is inline, or hands it to the writer: on the
@@ -1026,12 +1043,14 @@ impl Ledger for SqliteLedger {
     async fn finish_queued(&self, finish: Finish) -> Result<QueuedFinish> {
         let id = finish.id;
         let ticket = self.queued.open(id);
-        let (queued, answered) = self.job(
+        let (answer, answered) = queued_finish();
+        let queued = self.job_answered(
             Durable::No,
             Some(id),
             Some(ticket),
             move |connection| ops::finish(connection, &finish),
             |_| None,
+            move |outcome| answer.send(outcome),
         );
         match &self.engine {
             Engine::Inline { .. } => self.dispatch(Waiter::Call, queued).await?,
@@ -1062,7 +1081,7 @@ impl Ledger for SqliteLedger {
                 });
             }
         }
-        Ok(QueuedFinish::new(answered))
+        Ok(answered)
     }
 
     async fn drain_queued(&self) {
