@@ -285,8 +285,10 @@ pub struct EraseQueries {
     pub unbound_caller_keys: Query,
 }
 
-/// The statuses of intents whose effect may have happened although nothing says so.
-const UNSETTLED: &str = "status IN ('pending', 'in_flight', 'unknown')";
+/// The statuses of intents whose effect may have happened although nothing says so; also the
+/// condition of SQLite's partial index `intents_by_status`, which a query must hold as it is
+/// written here to be served by it.
+pub(crate) const UNSETTLED: &str = "status IN ('pending', 'in_flight', 'unknown')";
 
 /// Which of an erasure's intents a statement selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

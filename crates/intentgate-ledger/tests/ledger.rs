@@ -5543,7 +5543,7 @@ mod sqlite {
         assert_eq!(versions(&path), [1, 2, 3, 4, 5]);
 
         let ledger = open(&path, GROUPED);
-        assert_eq!(versions(&path), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(versions(&path), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
         let indexes: Vec<String> = intent_indexes(&path)
             .into_iter()
             .map(|(name, _)| name)

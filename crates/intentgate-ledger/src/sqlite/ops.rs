@@ -153,17 +153,23 @@ pub fn get_by_id(
     Ok(get_by_id_held(connection, id)?.map(|(intent, _)| intent))
 }
 
+/// The intent `?1`, then 0 when it is in `intents`, 1 when in `intents_begun`. The begun
+/// table first: what asks for an intent by id is mostly the finish or the settle of an
+/// attempt just begun. Built once.
+static BY_ID: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {BEGUN_COLUMNS}, 1 FROM intents_begun WHERE id = ?1 \
+         UNION ALL SELECT {INTENT_COLUMNS}, 0 FROM intents WHERE id = ?1 LIMIT 1"
+    )
+});
+
 /// [`get_by_id`], with the table the intent was found in.
 fn get_by_id_held(
     connection: &Connection,
     id: IntentId,
 ) -> Result<Option<(IntentRecord, Held)>, LedgerError> {
-    let sql = format!(
-        "SELECT {INTENT_COLUMNS}, 0 FROM intents WHERE id = ?1 \
-         UNION ALL SELECT {BEGUN_COLUMNS}, 1 FROM intents_begun WHERE id = ?1 LIMIT 1"
-    );
     Ok(connection
-        .prepare_cached(&sql)?
+        .prepare_cached(&BY_ID)?
         .query_row(params![id], read_held)
         .optional()?)
 }
@@ -389,27 +395,38 @@ pub fn stale(
     limit: u32,
     skip_tools: &[String],
 ) -> Result<Vec<IntentRecord>, LedgerError> {
-    // One placeholder per skipped tool, after the three fixed ones.
-    let skipped = if skip_tools.is_empty() {
-        String::new()
-    } else {
-        let placeholders: Vec<String> = (0..skip_tools.len())
-            .map(|index| format!("?{}", index + 4))
-            .collect();
-        format!("AND tool NOT IN ({}) ", placeholders.join(", "))
-    };
-    let sql = format!(
-        "SELECT {INTENT_COLUMNS} FROM intents WHERE status = ?1 \
-         AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?2 OR {OWNER_GONE}) \
-         {skipped}ORDER BY updated_ms, id LIMIT ?3"
-    );
-    let mut statement = connection.prepare_cached(&sql)?;
+    let mut statement = connection.prepare_cached(&stale_sql(status, skip_tools.len()))?;
     let fixed: [&dyn rusqlite::ToSql; 3] = [&status.as_str(), &now_ms, &limit];
     let parameters = fixed
         .into_iter()
         .chain(skip_tools.iter().map(|tool| tool as &dyn rusqlite::ToSql));
     let rows = statement.query_map(params_from_iter(parameters), read_intent)?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The statement of [`stale`]: `?1` the status, `?2` now, `?3` the limit, then one
+/// placeholder per skipped tool.
+fn stale_sql(status: IntentStatus, skipped_tools: usize) -> String {
+    let skipped = if skipped_tools == 0 {
+        String::new()
+    } else {
+        let placeholders: Vec<String> = (0..skipped_tools)
+            .map(|index| format!("?{}", index + 4))
+            .collect();
+        format!("AND tool NOT IN ({}) ", placeholders.join(", "))
+    };
+    // The condition of the partial index `intents_by_status`, which holds the unsettled
+    // intents only (a settled one has no lease, so is never stale).
+    let unsettled = if status.is_settled() {
+        String::new()
+    } else {
+        format!("AND {} ", query::UNSETTLED)
+    };
+    format!(
+        "SELECT {INTENT_COLUMNS} FROM intents WHERE status = ?1 {unsettled}\
+         AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?2 OR {OWNER_GONE}) \
+         {skipped}ORDER BY updated_ms, id LIMIT ?3"
+    )
 }
 
 pub fn list(
@@ -945,7 +962,6 @@ pub fn purge(connection: &Connection, before_ms: i64) -> Result<u64, LedgerError
         "DELETE FROM reconciliation_runs WHERE finished_ms < ?1",
         params![before_ms],
     )?;
-    const SETTLED: &str = "status IN ('done', 'rejected', 'not_executed') AND last_seen_ms < ?1";
     connection.execute(
         &format!("DELETE FROM events WHERE intent_id IN (SELECT id FROM intents WHERE {SETTLED})"),
         params![before_ms],
@@ -974,6 +990,9 @@ pub fn purge(connection: &Connection, before_ms: i64) -> Result<u64, LedgerError
     connection.execute(PURGE_CALLER_KEYS, params![before_ms])?;
     Ok(purged)
 }
+
+/// The intents the purge deletes: settled, and last seen before the cutoff (`?1`).
+const SETTLED: &str = "status IN ('done', 'rejected', 'not_executed') AND last_seen_ms < ?1";
 
 /// The budget counts of windows that ended at or before the cutoff (`?1`; a window's end is
 /// exclusive), from `budget_usage_by_window_end`.
@@ -1571,6 +1590,45 @@ mod tests {
             "{plan}"
         );
         assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+    }
+
+    /// The sweeper reads the intents of an unsettled status from `intents_by_status`, which
+    /// holds those only (migration 11), in its order (nothing sorted); the purge of settled
+    /// intents walks `intents_by_last_seen`.
+    #[test]
+    fn stale_intents_are_read_from_the_partial_index_of_the_unsettled_ones() {
+        let connection = migrated();
+        for status in [
+            IntentStatus::Pending,
+            IntentStatus::InFlight,
+            IntentStatus::Unknown,
+        ] {
+            for skipped in [0, 2] {
+                let parameters: Vec<Parameter> = [
+                    Parameter::Text(status.as_str().into()),
+                    Parameter::Integer(1),
+                    Parameter::Integer(10),
+                ]
+                .into_iter()
+                .chain((0..skipped).map(|tool| Parameter::Text(format!("tool-{tool}"))))
+                .collect();
+                let plan = plan_of(&connection, &stale_sql(status, skipped), &parameters);
+                assert!(
+                    plan.contains("SEARCH intents USING INDEX intents_by_status (status=?)"),
+                    "{status}: {plan}"
+                );
+                assert!(!plan.contains("TEMP B-TREE"), "{status}: {plan}");
+            }
+        }
+        let purge = plan_of(
+            &connection,
+            &format!("SELECT id FROM intents WHERE {SETTLED}"),
+            &[Parameter::Integer(1)],
+        );
+        assert!(
+            purge.contains("USING INDEX intents_by_last_seen (last_seen_ms<?)"),
+            "{purge}"
+        );
     }
 
     /// Reconciliation looks a provider record's key up across tenants: a few rows (one per
