@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use intentgate_admin::Approver;
+use intentgate_core::hex::lower_hex;
 use intentgate_ledger::{ConsoleSession, Ledger, LedgerError};
 use sha2::{Digest, Sha256};
 
@@ -87,12 +88,12 @@ impl Sessions {
             approver,
         };
         let stored = ConsoleSession {
-            token_digest: hex(&digest(&token)),
+            token_digest: lower_hex(&digest(&token)),
             actor: session.actor.clone(),
             csrf: session.csrf.clone(),
             approver_subject: session.approver.as_ref().map(|a| a.subject.clone()),
             approver_tenant: session.approver.as_ref().map(|a| a.tenant.clone()),
-            credentials: hex(&self.binding(&token)),
+            credentials: lower_hex(&self.binding(&token)),
             created_ms: now_ms,
             last_used_ms: now_ms,
             idle_ms: millis(SESSION_IDLE_MAX),
@@ -105,11 +106,11 @@ impl Sessions {
     /// The live session of `token`, marked used at `now_ms`; `None` for an unknown or ended
     /// one, or one made under credentials this gateway no longer accepts (which is ended).
     pub async fn find(&self, token: &str, now_ms: i64) -> Result<Option<Session>, LedgerError> {
-        let token_digest = hex(&digest(token));
+        let token_digest = lower_hex(&digest(token));
         let Some(stored) = self.ledger.console_session(&token_digest, now_ms).await? else {
             return Ok(None);
         };
-        if !same_secret(&stored.credentials, &hex(&self.binding(token))) {
+        if !same_secret(&stored.credentials, &lower_hex(&self.binding(token))) {
             tracing::info!(
                 actor = %stored.actor,
                 "console session ended: it was made under admin credentials this gateway no longer accepts"
@@ -131,7 +132,7 @@ impl Sessions {
     /// Ends the session of `token`, if there is one, on every replica.
     pub async fn remove(&self, token: &str) -> Result<(), LedgerError> {
         self.ledger
-            .end_console_session(&hex(&digest(token)))
+            .end_console_session(&lower_hex(&digest(token)))
             .await
             .map(|_| ())
     }
@@ -165,15 +166,11 @@ fn digest(id: &str) -> [u8; 32] {
     Sha256::digest(id.as_bytes()).into()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
 /// [`SECRET_BYTES`] random bytes from the operating system, as lowercase hex.
 fn secret() -> Result<String, SessionError> {
     let mut bytes = [0u8; SECRET_BYTES];
     getrandom::fill(&mut bytes).map_err(|error| SessionError::NoRandomness(error.to_string()))?;
-    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
+    Ok(lower_hex(&bytes))
 }
 
 /// True when the two texts are equal, comparing every byte whatever the first difference

@@ -44,14 +44,7 @@ impl Fingerprint {
 pub fn fingerprint(arguments: &Value) -> Fingerprint {
     let mut canonical = String::new();
     write_canonical(&mut canonical, arguments);
-    let digest = Sha256::digest(canonical.as_bytes());
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let hex: String = digest
-        .iter()
-        .flat_map(|byte| [byte >> 4, byte & 0xf])
-        .map(|nibble| char::from(DIGITS[usize::from(nibble)]))
-        .collect();
-    Fingerprint(hex)
+    Fingerprint(crate::hex::lower_hex(&Sha256::digest(canonical.as_bytes())))
 }
 
 /// Fingerprints a call's arguments under the tool's input schema: [`fingerprint`] of their

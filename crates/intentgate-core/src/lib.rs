@@ -16,6 +16,7 @@ pub mod decimal;
 pub mod duration;
 pub mod effect;
 pub mod fingerprint;
+pub mod hex;
 pub mod intent;
 pub mod key;
 pub mod limits;

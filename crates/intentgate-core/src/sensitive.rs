@@ -27,7 +27,6 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use hmac::{Hmac, KeyInit, Mac};
@@ -132,12 +131,7 @@ impl HashKey {
     fn hex(&self, bytes: &[u8]) -> String {
         let mut mac = Hmac::<Sha256>::clone(&self.mac);
         mac.update(bytes);
-        let digest = mac.finalize().into_bytes();
-        let mut hex = String::with_capacity(64);
-        for byte in digest.iter() {
-            write!(hex, "{byte:02x}").expect("writing to a String can't fail");
-        }
-        hex
+        crate::hex::lower_hex(&mac.finalize().into_bytes())
     }
 }
 

@@ -35,6 +35,7 @@
 
 use std::fmt;
 
+use intentgate_core::hex::lower_hex;
 use intentgate_core::key::provider_key;
 use intentgate_core::limits::{EVENT_DETAIL_LENGTH_MAX, EXTERNAL_ID_LENGTH_MAX, RESULT_BYTES_MAX};
 use intentgate_core::{CallStatus, Executor, IntentStatus, ResendStop, ToolDefinition};
@@ -83,7 +84,10 @@ impl LeaseToken {
     fn generate() -> Result<LeaseToken, getrandom::Error> {
         let mut bytes = [0u8; LEASE_TOKEN_BYTES];
         getrandom::fill(&mut bytes)?;
-        Ok(LeaseToken(format!("{LEASE_TOKEN_PREFIX}{}", hex(&bytes))))
+        Ok(LeaseToken(format!(
+            "{LEASE_TOKEN_PREFIX}{}",
+            lower_hex(&bytes)
+        )))
     }
 
     /// A token as a caller presented it, unchecked: a wrong one holds no lease.
@@ -103,7 +107,7 @@ impl LeaseToken {
         } else {
             CLIENT_OWNER_PREFIX
         };
-        format!("{prefix}{}", hex(&Sha256::digest(self.0.as_bytes())))
+        format!("{prefix}{}", lower_hex(&Sha256::digest(self.0.as_bytes())))
     }
 }
 
@@ -111,10 +115,6 @@ impl fmt::Debug for LeaseToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "LeaseToken({LEASE_TOKEN_PREFIX}…)")
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// What [`Gate::grant`] (and a settle that leads to a re-send) tells the caller to do.

@@ -32,9 +32,7 @@ fn new_key(arguments: NewKeyArgs) -> anyhow::Result<()> {
     getrandom::fill(&mut random).map_err(|error| {
         anyhow::anyhow!("reading random bytes from the operating system: {error}")
     })?;
-    let key: String = std::iter::once(KEY_PREFIX.to_owned())
-        .chain(random.iter().map(|byte| format!("{byte:02x}")))
-        .collect();
+    let key = format!("{KEY_PREFIX}{}", intentgate_core::hex::lower_hex(&random));
     let digest = ApiKey::digest_hex(&key);
     let scopes: Vec<String> = arguments
         .scopes

@@ -46,10 +46,7 @@ pub enum ApiKeyError {
 impl ApiKey {
     /// The SHA-256 digest of a key, as the config stores it (64 lowercase hex digits).
     pub fn digest_hex(key: &str) -> String {
-        Sha256::digest(key.as_bytes())
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect()
+        intentgate_core::hex::lower_hex(&Sha256::digest(key.as_bytes()))
     }
 
     /// Parses a digest written as 64 hex digits.
