@@ -909,7 +909,9 @@ struct Breakdown {
     call_mean_us: f64,
     /// Mean of `GET /healthz`: the HTTP round trip every call pays.
     http_round_trip_us: f64,
-    /// The read that answers a settled repeat (run before every `begin`).
+    /// The read of a key before `begin` where the gate reads first (a ledger whose `create`
+    /// is no cheaper, a call with policies), and of a repeat kept in memory whose epoch the
+    /// ledger can't confirm at the moment.
     ledger_get_us: f64,
     /// `begin`: the writer thread's queue, the insert, and the commit (with its fsync under
     /// strict durability).

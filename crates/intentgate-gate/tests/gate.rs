@@ -1080,3 +1080,38 @@ async fn a_queued_outcome_is_timed_and_counted_when_its_write_commits() {
     );
     assert_eq!(finishes, Some(1.0), "{text}");
 }
+
+/// A repeat of a settled intent the gate keeps in memory is never created first, even when
+/// it arrives while the writer commits other calls' intents and the ledger can't confirm its
+/// epoch: it is read instead (a read doesn't wait for the writer, a `create` does). Only the
+/// 64 new calls made meanwhile create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeats_kept_in_memory_are_read_not_created_while_the_writer_commits() {
+    let temp = intentgate_test_support::TempLedger::new();
+    let counted = Counted::over(&temp);
+    let repeat = || {
+        let gate = counted.gate.clone();
+        async move {
+            gate.call(
+                "refund_order",
+                refund("repeated", json!(49)),
+                &CallContext::default(),
+            )
+            .await
+            .unwrap()
+            .status
+        }
+    };
+    assert_eq!(repeat().await, CallStatus::Done);
+    // Read once (the create finds it), and kept from then on.
+    assert_eq!(repeat().await, CallStatus::AlreadyDone);
+    let created_before = counted.ledger.calls("create");
+    let repeats: Vec<_> = (0..64).map(|_| tokio::spawn(repeat())).collect();
+    for outcome in counted.refunds_at_once().await {
+        assert_eq!(outcome.unwrap().status, CallStatus::Done);
+    }
+    for repeated in repeats {
+        assert_eq!(repeated.await.unwrap(), CallStatus::AlreadyDone);
+    }
+    assert_eq!(counted.ledger.calls("create") - created_before, 64);
+}

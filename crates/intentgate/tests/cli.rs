@@ -248,10 +248,11 @@ fn bench_gateway(extra: &[&str]) -> Value {
     assert!(p50("direct") < p50("proxy"), "{report}");
     assert!(p50("proxy") < p50("gateway"), "{report}");
     // The phases of a new call, each measured: a `create` (one round trip to PostgreSQL, one
-    // trip to SQLite's writer), no read or `begin` apart.
+    // trip to SQLite's writer), no `begin` apart. (A read may have run: a repeat the gate
+    // keeps in memory reads its key when the ledger can't confirm its epoch.)
     let (ran, never_ran) = (
         ["ledger_create_us"].as_slice(),
-        ["ledger_get_us", "ledger_begin_us"].as_slice(),
+        ["ledger_begin_us"].as_slice(),
     );
     for phase in [
         "http_round_trip_us",

@@ -268,16 +268,21 @@ impl Gate {
             Ok(keyed) => keyed,
             Err(refused) => return Ok(Acquired::Answered(*refused)),
         };
-        let epoch = match self.cached_settled(tool, &context.tenant, &mut keyed).await {
-            Kept::Settled(intent, call_count) => {
-                return self
-                    .settled_repeat(tool, context, &keyed, intent, call_count)
-                    .await;
-            }
-            Kept::Miss(epoch) => epoch,
-        };
-        // Creating first checks first that the request can be built.
-        let creates_first = self.creates_first(tool, arguments, context, &keyed).await;
+        let (epoch, unconfirmed) =
+            match self.cached_settled(tool, &context.tenant, &mut keyed).await {
+                Kept::Settled(intent, call_count) => {
+                    return self
+                        .settled_repeat(tool, context, &keyed, intent, call_count)
+                        .await;
+                }
+                Kept::Miss(epoch) => (epoch, false),
+                Kept::Unconfirmed(epoch) => (epoch, true),
+            };
+        // Creating first checks first that the request can be built. A repeat kept in
+        // memory whose epoch the ledger can't confirm now reads first: most likely settled,
+        // it is answered from a read that does not wait for the writer.
+        let creates_first =
+            !unconfirmed && self.creates_first(tool, arguments, context, &keyed).await;
         let read = if creates_first {
             let request = match self.begin_request(tool, arguments, context, &keyed, None, owner) {
                 Ok(request) => BeginRequest {

@@ -128,7 +128,9 @@ pub(crate) struct SettledCache<S = RandomState> {
 }
 
 struct Cached {
-    epoch: u64,
+    /// The epoch it was read under; `None` when the ledger couldn't tell then: never
+    /// answered from, only a sign that the key's next call is most likely a repeat.
+    epoch: Option<u64>,
     /// The intent as read.
     intent: Arc<IntentRecord>,
     /// Its count once the repeats answered from here so far are counted.
@@ -140,9 +142,27 @@ impl<S: BuildHasher> SettledCache<S> {
         self.hasher.hash_one((tenant, tool, key))
     }
 
+    /// Whether a settled intent of (tenant, tool, key) is kept, under whatever epoch.
+    fn holds(&self, tenant: &str, tool: &str, key: &str) -> bool {
+        let Ok(entries) = self.entries.lock() else {
+            return false;
+        };
+        entries
+            .get(&self.scope(tenant, tool, key))
+            .is_some_and(|cached| {
+                let intent = &cached.intent;
+                (
+                    intent.tenant.as_str(),
+                    intent.tool.as_str(),
+                    intent.key.as_str(),
+                ) == (tenant, tool, key)
+            })
+    }
+
     /// The intent kept for the key under `epoch` and its count before this repeat, which is
-    /// counted; `None` when none is kept, or it was kept under another epoch (then it is
-    /// dropped).
+    /// counted; `None` when none is kept, or it was kept under another epoch (it stays, for
+    /// [`SettledCache::holds`], until a read under the new epoch replaces it or a full cache
+    /// drops it).
     fn get(
         &self,
         tenant: &str,
@@ -160,11 +180,8 @@ impl<S: BuildHasher> SettledCache<S> {
             intent.tool.as_str(),
             intent.key.as_str(),
         ) != (tenant, tool, key)
+            || cached.epoch != Some(epoch)
         {
-            return None;
-        }
-        if cached.epoch != epoch {
-            entries.remove(&scope);
             return None;
         }
         let call_count = cached.call_count;
@@ -174,14 +191,14 @@ impl<S: BuildHasher> SettledCache<S> {
         Some((cached.intent.clone(), call_count))
     }
 
-    /// Keeps `intent`, read under `epoch` (taken before the read) for a repeat it answers.
-    /// When full, first drops what another epoch made stale, then any one intent.
-    fn put(&self, epoch: u64, intent: &Arc<IntentRecord>) {
+    fn put(&self, epoch: Option<u64>, intent: &Arc<IntentRecord>) {
         let Ok(mut entries) = self.entries.lock() else {
             return;
         };
-        if entries.len() >= SETTLED_CACHED_MAX {
-            entries.retain(|_, cached| cached.epoch == epoch);
+        if let Some(epoch) = epoch
+            && entries.len() >= SETTLED_CACHED_MAX
+        {
+            entries.retain(|_, cached| cached.epoch == Some(epoch));
         }
         if entries.len() >= SETTLED_CACHED_MAX
             && let Some(scope) = entries.keys().next().copied()
@@ -237,6 +254,11 @@ pub(crate) enum Kept {
     /// Nothing for this key: what a read finds may be kept under this epoch (taken before
     /// the read), when the ledger gives one.
     Miss(Option<u64>),
+    /// A settled intent of this key kept here, under an older epoch or one the ledger can't
+    /// confirm right now (its writer is committing): most likely a repeat still, so the key
+    /// is read (a read does not wait for the writer), not created first (a `create` does).
+    /// What the read finds may be kept under this epoch.
+    Unconfirmed(Option<u64>),
 }
 
 impl Gate {
@@ -252,11 +274,17 @@ impl Gate {
         let (key, fingerprint) = (keyed.key.as_str(), &mut keyed.fingerprint);
         // Taken before the read: a change in between leaves the read under an older epoch.
         let epoch = self.ledger.settled_epoch().await;
-        if let Some(epoch) = epoch
-            && let Some((intent, call_count)) = self.settled.get(tenant, &tool.name, key, epoch)
-            && settled_for(tool, fingerprint, &intent)
+        if let Some(now) = epoch
+            && let Some((intent, call_count)) = self.settled.get(tenant, &tool.name, key, now)
         {
-            return Kept::Settled(intent, call_count);
+            if settled_for(tool, fingerprint, &intent) {
+                return Kept::Settled(intent, call_count);
+            }
+            return Kept::Miss(epoch);
+        }
+        // Kept under an older epoch, or under one the ledger can't confirm now.
+        if self.settled.holds(tenant, &tool.name, key) {
+            return Kept::Unconfirmed(epoch);
         }
         Kept::Miss(epoch)
     }
@@ -311,9 +339,9 @@ impl Gate {
         }
         let call_count = intent.call_count;
         let intent = Arc::new(intent);
-        if let Some(epoch) = epoch {
-            self.settled.put(epoch, &intent);
-        }
+        // Kept under an epoch the ledger couldn't tell too: never answered from then, it
+        // has the key's next call read rather than create first.
+        self.settled.put(epoch, &intent);
         Read::Settled(intent, call_count)
     }
 
@@ -388,7 +416,7 @@ mod tests {
     #[test]
     fn a_scope_whose_hash_collides_with_a_kept_one_is_a_miss() {
         let cache = SettledCache::<BuildHasherDefault<Colliding>>::default();
-        cache.put(7, &done(1, "acme", "refund:8812:49.00"));
+        cache.put(Some(7), &done(1, "acme", "refund:8812:49.00"));
         assert_eq!(
             cache.get("globex", "refund_order", "refund:8812:49.00", 7),
             None
@@ -402,7 +430,7 @@ mod tests {
             .expect("its own scope is kept");
         assert_eq!(kept.id, 1);
 
-        cache.put(7, &done(2, "globex", "refund:8812:49.00"));
+        cache.put(Some(7), &done(2, "globex", "refund:8812:49.00"));
         assert_eq!(
             cache.get("acme", "refund_order", "refund:8812:49.00", 7),
             None
