@@ -42,7 +42,7 @@ impl Fingerprint {
 
 /// Fingerprints a call's arguments.
 pub fn fingerprint(arguments: &Value) -> Fingerprint {
-    let mut canonical = String::new();
+    let mut canonical = String::with_capacity(256);
     write_canonical(&mut canonical, arguments);
     Fingerprint(crate::hex::lower_hex(&Sha256::digest(canonical.as_bytes())))
 }
@@ -77,7 +77,15 @@ const ALTERNATIVES_MAX: usize = 64;
 /// when it already is: nothing is built or copied for arguments already canonical, the
 /// common case.
 fn canonical_value(root: &Value, node: &Value, value: &Value) -> Option<Value> {
-    let nodes = alternatives(root, node);
+    let branching;
+    let nodes: &[&Value] = if stands_for_others(node) {
+        branching = alternatives(root, node);
+        &branching
+    } else if node.is_object() {
+        std::slice::from_ref(&node)
+    } else {
+        &[]
+    };
     match value {
         Value::String(text) => {
             if nodes.iter().any(|node| declares_decimal(node))
@@ -165,6 +173,16 @@ fn alternatives<'s>(root: &'s Value, node: &'s Value) -> Vec<&'s Value> {
     found
 }
 
+/// True when `node` stands for other schemas too ([`alternatives`]): a `$ref`, `anyOf`,
+/// `oneOf` or `allOf`. Most don't, and are their own one alternative.
+fn stands_for_others(node: &Value) -> bool {
+    node.as_object().is_some_and(|keywords| {
+        keywords
+            .keys()
+            .any(|keyword| matches!(keyword.as_str(), "$ref" | "anyOf" | "oneOf" | "allOf"))
+    })
+}
+
 /// True when one schema node itself says its value is a number: `type` `number` or
 /// `integer` (alone or among others), or `format: decimal`.
 fn declares_decimal(node: &Value) -> bool {
@@ -219,16 +237,16 @@ fn decimal_number(text: &str) -> Option<serde_json::Number> {
 pub fn write_canonical(out: &mut String, value: &Value) {
     match value {
         Value::Object(map) => {
-            let mut names: Vec<&String> = map.keys().collect();
-            names.sort();
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_unstable_by_key(|(name, _)| *name);
             out.push('{');
-            for (index, name) in names.into_iter().enumerate() {
+            for (index, (name, member)) in members.into_iter().enumerate() {
                 if index > 0 {
                     out.push(',');
                 }
                 push_json_string(out, name);
                 out.push(':');
-                write_canonical(out, &map[name]);
+                write_canonical(out, member);
             }
             out.push('}');
         }
@@ -242,7 +260,7 @@ pub fn write_canonical(out: &mut String, value: &Value) {
             }
             out.push(']');
         }
-        Value::Number(number) => out.push_str(&canonical_number(number.as_str())),
+        Value::Number(number) => push_canonical_number(out, number.as_str()),
         Value::String(text) => push_json_string(out, text),
         Value::Bool(true) => out.push_str("true"),
         Value::Bool(false) => out.push_str("false"),
@@ -266,18 +284,20 @@ fn push_json_string(out: &mut String, text: &str) {
     }
 }
 
-/// One text per numeric value: the [`Decimal`] form where it has one (as fingerprints have
+/// Writes the one text of a numeric value: the [`Decimal`] form where it has one (as fingerprints have
 /// always been written), else the [`ExactNumber`] form. Only text that is no number at all,
 /// or whose exponent passes 64 bits (the gate refuses such arguments before fingerprinting),
 /// is kept as it is.
-fn canonical_number(text: &str) -> String {
-    if let Ok(decimal) = Decimal::parse(text) {
-        return decimal.to_string();
-    }
-    match ExactNumber::parse(text) {
-        Ok(number) => number.to_string(),
-        Err(_) => text.to_owned(),
-    }
+fn push_canonical_number(out: &mut String, text: &str) {
+    use std::fmt::Write as _;
+    // Writing to a `String` can't fail.
+    let _ = if let Ok(decimal) = Decimal::parse(text) {
+        write!(out, "{decimal}")
+    } else if let Ok(number) = ExactNumber::parse(text) {
+        write!(out, "{number}")
+    } else {
+        out.write_str(text)
+    };
 }
 
 /// The dotted paths at which two argument objects differ, sorted, for a `conflict` message

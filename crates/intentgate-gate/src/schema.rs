@@ -106,7 +106,7 @@ fn redact_number(message: &str, text: &str) -> String {
 /// `invalid_arguments` rather than guessing.
 pub fn unreadable_numbers(arguments: &Value, sensitive: &[ArgumentPath]) -> Vec<String> {
     let mut errors = Vec::new();
-    collect_unreadable(arguments, &mut String::new(), &mut errors);
+    collect_unreadable(arguments, &mut Vec::new(), &mut errors);
     errors
         .into_iter()
         .map(|(pointer, text, message)| {
@@ -121,41 +121,54 @@ pub fn unreadable_numbers(arguments: &Value, sensitive: &[ArgumentPath]) -> Vec<
         .collect()
 }
 
-/// Collects `(pointer, number text, reason)` of every unreadable number.
-fn collect_unreadable(
-    value: &Value,
-    pointer: &mut String,
+/// Collects `(pointer, number text, reason)` of every unreadable number. `path` is where
+/// `value` sits, written out as a JSON pointer only for a number found unreadable.
+fn collect_unreadable<'v>(
+    value: &'v Value,
+    path: &mut Vec<Step<'v>>,
     errors: &mut Vec<(String, String, String)>,
 ) {
-    let mut within = |key: &str, member: &Value, pointer: &mut String| {
-        let length = pointer.len();
-        pointer.push('/');
-        pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
-        collect_unreadable(member, pointer, errors);
-        pointer.truncate(length);
-    };
     match value {
         Value::Number(number) => {
             if let Err(error) = ExactNumber::parse(number.as_str()) {
-                errors.push((
-                    pointer.clone(),
-                    number.as_str().to_owned(),
-                    error.to_string(),
-                ));
+                errors.push((pointer(path), number.as_str().to_owned(), error.to_string()));
             }
         }
         Value::Array(items) => {
             for (index, item) in items.iter().enumerate() {
-                within(&index.to_string(), item, pointer);
+                path.push(Step::Index(index));
+                collect_unreadable(item, path, errors);
+                path.pop();
             }
         }
         Value::Object(members) => {
             for (key, member) in members {
-                within(key, member, pointer);
+                path.push(Step::Member(key));
+                collect_unreadable(member, path, errors);
+                path.pop();
             }
         }
         Value::Null | Value::Bool(_) | Value::String(_) => {}
     }
+}
+
+/// One step down into a JSON value.
+enum Step<'v> {
+    Member(&'v str),
+    Index(usize),
+}
+
+/// `path` as a JSON pointer (RFC 6901: `~` written `~0`, `/` written `~1`).
+fn pointer(path: &[Step<'_>]) -> String {
+    let mut pointer = String::new();
+    for step in path {
+        pointer.push('/');
+        match step {
+            Step::Member(key) => pointer.push_str(&key.replace('~', "~0").replace('/', "~1")),
+            Step::Index(index) => pointer.push_str(&index.to_string()),
+        }
+    }
+    pointer
 }
 
 /// Which numeric bound a keyword sets.

@@ -142,21 +142,32 @@ impl<S: BuildHasher> SettledCache<S> {
         self.hasher.hash_one((tenant, tool, key))
     }
 
+    /// The entry kept for (tenant, tool, key), under whatever epoch: `None` when none is,
+    /// or the slot of its hash holds another scope's (another tenant's refund, another
+    /// order's), which is never this one's.
+    fn entry<'a>(
+        &self,
+        entries: &'a mut HashMap<u64, Cached>,
+        tenant: &str,
+        tool: &str,
+        key: &str,
+    ) -> Option<&'a mut Cached> {
+        let cached = entries.get_mut(&self.scope(tenant, tool, key))?;
+        let intent = &cached.intent;
+        ((
+            intent.tenant.as_str(),
+            intent.tool.as_str(),
+            intent.key.as_str(),
+        ) == (tenant, tool, key))
+            .then_some(cached)
+    }
+
     /// Whether a settled intent of (tenant, tool, key) is kept, under whatever epoch.
     fn holds(&self, tenant: &str, tool: &str, key: &str) -> bool {
-        let Ok(entries) = self.entries.lock() else {
+        let Ok(mut entries) = self.entries.lock() else {
             return false;
         };
-        entries
-            .get(&self.scope(tenant, tool, key))
-            .is_some_and(|cached| {
-                let intent = &cached.intent;
-                (
-                    intent.tenant.as_str(),
-                    intent.tool.as_str(),
-                    intent.key.as_str(),
-                ) == (tenant, tool, key)
-            })
+        self.entry(&mut entries, tenant, tool, key).is_some()
     }
 
     /// The intent kept for the key under `epoch` and its count before this repeat, which is
@@ -171,19 +182,9 @@ impl<S: BuildHasher> SettledCache<S> {
         epoch: u64,
     ) -> Option<(Arc<IntentRecord>, u64)> {
         let mut entries = self.entries.lock().ok()?;
-        let scope = self.scope(tenant, tool, key);
-        let cached = entries.get_mut(&scope)?;
-        let intent = &cached.intent;
-        // Another scope of the same hash: not this one's.
-        if (
-            intent.tenant.as_str(),
-            intent.tool.as_str(),
-            intent.key.as_str(),
-        ) != (tenant, tool, key)
-            || cached.epoch != Some(epoch)
-        {
-            return None;
-        }
+        let cached = self
+            .entry(&mut entries, tenant, tool, key)
+            .filter(|cached| cached.epoch == Some(epoch))?;
         let call_count = cached.call_count;
         // The count the repeat's own write makes in the ledger, so that the next repeat
         // answered from here counts on from it.

@@ -40,11 +40,15 @@ impl Gate {
         let validate = crate::phase!("validate");
         let validating = validate.enter();
         // The messages go back to the caller: a sensitive argument's value is never quoted.
-        let mut errors: Vec<String> = tool
-            .validator
-            .iter_errors(arguments)
-            .map(|error| crate::schema::error_message(&error, &definition.sensitive))
-            .collect();
+        // Most calls are valid: they are checked without building any error.
+        let mut errors: Vec<String> = if tool.validator.is_valid(arguments) {
+            Vec::new()
+        } else {
+            tool.validator
+                .iter_errors(arguments)
+                .map(|error| crate::schema::error_message(&error, &definition.sensitive))
+                .collect()
+        };
         if errors.is_empty() {
             errors = crate::schema::unreadable_numbers(arguments, &definition.sensitive);
         }
