@@ -21,12 +21,19 @@
 //! (a commit of the ledger's own outside the writer) also reads as a change: a bump is never
 //! wrong, only a read more.
 //!
-//! The counter needs the write connection, which the writer holds while it commits a batch:
-//! the check never waits for it, and answers "can't tell" instead, so the caller reads.
+//! The counter needs the write connection, which the writer holds while it commits a batch.
+//! The check never waits for it. While the writer runs a batch's writes inside a transaction
+//! that holds the file's write lock, taken after its look at the counter, no other
+//! connection can commit (SQLite lets one writer at a time into a WAL file): the epoch is
+//! the one that look confirmed, and the check answers it. From its `COMMIT` on (under strict
+//! durability, its fsync) until the writer lets go of the connection, and from the end of
+//! a write of the batch that failed (SQLite may have rolled the whole transaction back on an
+//! I/O error, which lets go of the lock), it answers "can't tell" instead, so the caller
+//! reads.
 
 use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use rusqlite::{Connection, ffi};
 
@@ -45,6 +52,9 @@ pub(super) struct Freshness {
     /// The WAL index's commit counter as this ledger last knew it; `None` before the first
     /// check.
     commits_seen: Mutex<Option<u32>>,
+    /// The writer is running writes in a transaction that holds the write lock, taken
+    /// after it saw the counter ([`Freshness::writing`]).
+    writing: AtomicBool,
 }
 
 impl Freshness {
@@ -61,11 +71,31 @@ impl Freshness {
     /// A caller takes the epoch before it reads an intent and keeps what it read under that
     /// epoch: a change between the two leaves a newer read under an older epoch, which the
     /// next call finds stale, never the reverse.
+    ///
+    /// While the writer holds the connection, the epoch is told only as long as it runs
+    /// writes under the write lock ([`Freshness::writing`]): no other connection's commit
+    /// can have come since its look at the counter. A caller that reads after this answer
+    /// may find a commit made once the writer let go: the newer read stays under the older
+    /// epoch, as above.
     pub(super) fn epoch(&self, writer: &Mutex<Writer>) -> Option<u64> {
-        let writer = writer.try_lock().ok()?;
+        let Ok(writer) = writer.try_lock() else {
+            return self
+                .writing
+                .load(Ordering::SeqCst)
+                .then(|| self.epoch.load(Ordering::SeqCst));
+        };
         let counter = commit_counter(&writer.connection)?;
         self.saw(counter);
         Some(self.epoch.load(Ordering::SeqCst))
+    }
+
+    /// Called by the writer once [`Freshness::before_own_commit`] has seen the counter
+    /// inside a transaction that holds the write lock: until the answer is dropped, which
+    /// the writer does before its `COMMIT` or `ROLLBACK` and once a write of the batch has
+    /// failed, [`Freshness::epoch`] answers without the connection.
+    pub(super) fn writing(&self) -> Writing<'_> {
+        self.writing.store(true, Ordering::SeqCst);
+        Writing(self)
     }
 
     /// Called by the writer once its transaction holds the write lock, before it writes:
@@ -100,6 +130,16 @@ impl Freshness {
             self.epoch.fetch_add(1, Ordering::SeqCst);
             *seen = Some(counter);
         }
+    }
+}
+
+/// The writer's writes under the write lock ([`Freshness::writing`]); they end when it is
+/// dropped, whatever ends them (a panic too).
+pub(super) struct Writing<'f>(&'f Freshness);
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.writing.store(false, Ordering::SeqCst);
     }
 }
 

@@ -734,6 +734,13 @@ impl Writer {
             .freshness
             .as_ref()
             .and_then(|freshness| freshness.before_own_commit(connection));
+        // No other connection can commit until this transaction ends: the epoch that look
+        // confirmed holds meanwhile.
+        let mut writing = self
+            .freshness
+            .as_ref()
+            .filter(|_| counter.is_some())
+            .map(|freshness| freshness.writing());
         let scope = if batch.len() == 1 {
             Scope::Transaction
         } else {
@@ -750,9 +757,14 @@ impl Writer {
                 } else {
                     (queued.job)(Ok(connection), scope)
                 };
+                if !ran.succeeded {
+                    // It may have been rolled back, and its write lock let go.
+                    writing = None;
+                }
                 (queued.durable, ran)
             })
             .collect();
+        drop(writing);
         // The WAL hook counts the commits that wrote something: one that did not leaves the
         // file's commit counter where it was.
         let written_before = self

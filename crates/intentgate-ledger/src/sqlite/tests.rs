@@ -855,3 +855,122 @@ async fn a_write_of_a_begun_intent_leaves_what_a_write_after_its_move_leaves() {
         );
     }
 }
+
+/// A write for the writer thread that tells `inside` once it runs, inside the writer's
+/// transaction, then waits for `go`, and fails if `fails`; its caller.
+fn waiting_write(
+    ledger: &Arc<SqliteLedger>,
+    fails: bool,
+) -> (
+    std::sync::mpsc::Receiver<()>,
+    std::sync::mpsc::Sender<()>,
+    tokio::task::JoinHandle<Result<()>>,
+) {
+    let (inside, running) = std::sync::mpsc::channel();
+    let (go, waiting) = std::sync::mpsc::channel();
+    let ledger = ledger.clone();
+    let caller = tokio::spawn(async move {
+        ledger
+            .write(Waiter::Background, false, None, move |_| {
+                let _ = inside.send(());
+                let _ = waiting.recv();
+                if fails {
+                    return Err(LedgerError::Storage("a write that fails".into()));
+                }
+                Ok(())
+            })
+            .await
+    });
+    (running, go, caller)
+}
+
+/// Waits, off the runtime's threads, until `running` is told.
+async fn told(running: std::sync::mpsc::Receiver<()>) {
+    tokio::task::spawn_blocking(move || running.recv().unwrap())
+        .await
+        .unwrap();
+}
+
+/// The settled epoch once the writer has let go of its connection.
+async fn idle_epoch(ledger: &SqliteLedger) -> u64 {
+    loop {
+        if let Some(epoch) = ledger.settled_epoch().await {
+            return epoch;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// While the writer runs a batch inside a transaction that holds the file's write lock, no
+/// other connection can commit, so the settled epoch it confirmed when it took the lock is
+/// still told: a repeat arriving then is answered from memory, not read.
+///
+/// How it went wrong: the epoch was told only when the writer's connection was free, so
+/// under a stream of repeats (whose counts the writer commits every few milliseconds) and
+/// new calls, a tenth of the repeats read the ledger again.
+#[tokio::test]
+async fn the_settled_epoch_is_told_while_the_writer_writes_under_the_write_lock() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(open(&folder, Durability::Relaxed));
+    let before = idle_epoch(&ledger).await;
+    let (running, go, caller) = waiting_write(&ledger, false);
+    told(running).await;
+
+    let Engine::Grouped { writer, .. } = &ledger.engine else {
+        panic!("a served ledger groups its writes");
+    };
+    assert!(
+        writer.try_lock().is_err(),
+        "the writer holds its connection"
+    );
+    let other = rusqlite::Connection::open(folder.path().join("ledger.sqlite3")).unwrap();
+    other.busy_timeout(Duration::ZERO).unwrap();
+    assert!(
+        other.execute_batch("BEGIN IMMEDIATE").is_err(),
+        "no other connection can begin a write meanwhile"
+    );
+    assert_eq!(ledger.settled_epoch().await, Some(before));
+
+    go.send(()).unwrap();
+    caller.await.unwrap().unwrap();
+    assert_eq!(
+        idle_epoch(&ledger).await,
+        before,
+        "its own commit moves nothing"
+    );
+}
+
+/// Once a write of the batch has failed, SQLite may have rolled the whole transaction back
+/// and let go of the write lock: another connection could commit, so the epoch is not told
+/// until the writer can look at the counter again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failed_write_in_the_batch_the_settled_epoch_is_not_told() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(open(&folder, Durability::Relaxed));
+    let before = idle_epoch(&ledger).await;
+    let Engine::Grouped { queue, .. } = &ledger.engine else {
+        panic!("a served ledger groups its writes");
+    };
+    let queue = queue.as_ref().unwrap();
+    // The writer busy with a first write while a failing one and a waiting one queue, to
+    // be committed together next.
+    let (running, first_go, first) = waiting_write(&ledger, false);
+    told(running).await;
+    let (_, failing_go, failing) = waiting_write(&ledger, true);
+    failing_go.send(()).unwrap();
+    let (running, last_go, last) = waiting_write(&ledger, false);
+    assert!(
+        eventually(|| queue.max_capacity() - queue.capacity() >= 2),
+        "the two writes queued"
+    );
+    first_go.send(()).unwrap();
+    told(running).await;
+
+    assert_eq!(ledger.settled_epoch().await, None);
+
+    last_go.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    assert!(failing.await.unwrap().is_err());
+    last.await.unwrap().unwrap();
+    assert_eq!(idle_epoch(&ledger).await, before);
+}
