@@ -284,10 +284,10 @@ fn push_json_string(out: &mut String, text: &str) {
     }
 }
 
-/// Writes the one text of a numeric value: the [`Decimal`] form where it has one (as fingerprints have
-/// always been written), else the [`ExactNumber`] form. Only text that is no number at all,
-/// or whose exponent passes 64 bits (the gate refuses such arguments before fingerprinting),
-/// is kept as it is.
+/// Writes the one text of a numeric value: the [`Decimal`] form where it has one (as
+/// fingerprints have always been written), else the [`ExactNumber`] form. Only text that is
+/// no number at all, or whose exponent passes 64 bits (the gate refuses such arguments
+/// before fingerprinting), is kept as it is.
 fn push_canonical_number(out: &mut String, text: &str) {
     use std::fmt::Write as _;
     // Writing to a `String` can't fail.

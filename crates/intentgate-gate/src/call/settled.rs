@@ -192,6 +192,9 @@ impl<S: BuildHasher> SettledCache<S> {
         Some((cached.intent.clone(), call_count))
     }
 
+    /// Keeps `intent`, read under `epoch` (taken before the read; `None` when the ledger
+    /// couldn't tell, which [`SettledCache::get`] never answers from). When full, first
+    /// drops what an older epoch made stale, then any one intent.
     fn put(&self, epoch: Option<u64>, intent: &Arc<IntentRecord>) {
         let Ok(mut entries) = self.entries.lock() else {
             return;
