@@ -38,7 +38,7 @@ mod syncer;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -222,9 +222,8 @@ enum Engine {
         writer: Arc<Mutex<Writer>>,
         queue: Option<mpsc::Sender<Queued>>,
         thread: Option<JoinHandle<()>>,
-        /// How many of the queue's writes are finishes, which nobody waits for: a call
-        /// commits on its own thread past them.
-        finishes: Arc<AtomicUsize>,
+        /// The finishes in the queue, and whether the writer thread holds some.
+        finishes: Arc<Finishes>,
     },
     Inline {
         writer: Mutex<Writer>,
@@ -339,11 +338,12 @@ impl SqliteLedger {
                 None
             };
             let (queue, receiver) = mpsc::channel(WRITE_QUEUE_MAX);
+            let finishes = Arc::<Finishes>::default();
             let hold = Hold {
                 time_us: finish_hold.clone(),
                 queued: queued.clone(),
+                finishes: finishes.clone(),
             };
-            let finishes = Arc::new(AtomicUsize::new(0));
             let thread = std::thread::Builder::new()
                 .name("intentgate-ledger-writer".into())
                 .spawn({
@@ -677,19 +677,21 @@ fn caught<T>(connection: &Connection, work: impl FnOnce(&Connection) -> Result<T
     })
 }
 
-/// Commits `queued` on the caller's thread when the writer is idle: no write is queued for
-/// it (queued finishes, counted in `finishes`, don't count: nobody waits for them) and the
+/// Commits `queued` on the caller's thread when the writer is idle: nothing is queued for it
+/// (or only finishes, while it holds others: they wait for the hold anyway) and the
 /// connection is free. Otherwise gives it back, to be queued: it then joins the writes it
 /// would only have delayed.
 fn commit_if_idle(
     writer: &Mutex<Writer>,
     queue: &mpsc::Sender<Queued>,
-    finishes: &AtomicUsize,
+    finishes: &Finishes,
     queued: Queued,
     strict: bool,
 ) -> Option<Queued> {
     let in_queue = queue.max_capacity() - queue.capacity();
-    if in_queue > finishes.load(Ordering::SeqCst) {
+    let held_only =
+        finishes.held.load(Ordering::SeqCst) && in_queue == finishes.queued.load(Ordering::SeqCst);
+    if in_queue > 0 && !held_only {
         return Some(queued);
     }
     match writer.try_lock() {
@@ -1001,19 +1003,28 @@ fn run_cached(connection: &Connection, sql: &str) -> Result<()> {
     Ok(())
 }
 
+/// The queued finishes as a call's write sees them ([`commit_if_idle`]).
+#[derive(Default)]
+struct Finishes {
+    /// How many of the queue's writes are finishes ([`queue_finish`]).
+    queued: AtomicUsize,
+    /// Whether the writer thread holds finishes ([`Hold::gather`]), its connection free.
+    held: AtomicBool,
+}
+
 /// Queues `queued`, a finish, counted in `finishes`; gives it back when the queue is full
 /// or closed. Wakes nothing: the writer thread takes it when it next looks.
 fn queue_finish(
     queue: &mpsc::Sender<Queued>,
-    finishes: &AtomicUsize,
+    finishes: &Finishes,
     queued: Queued,
 ) -> Option<Queued> {
     // Counted before it can be taken, so that the writer's count down never passes zero.
-    finishes.fetch_add(1, Ordering::SeqCst);
+    finishes.queued.fetch_add(1, Ordering::SeqCst);
     match queue.try_send(queued) {
         Ok(()) => None,
         Err(TrySendError::Full(queued) | TrySendError::Closed(queued)) => {
-            finishes.fetch_sub(1, Ordering::SeqCst);
+            finishes.queued.fetch_sub(1, Ordering::SeqCst);
             Some(queued)
         }
     }
@@ -1022,14 +1033,14 @@ fn queue_finish(
 /// The writer thread's queue, with the count of the finishes in it ([`queue_finish`]).
 struct Inbox {
     receiver: mpsc::Receiver<Queued>,
-    finishes: Arc<AtomicUsize>,
+    finishes: Arc<Finishes>,
 }
 
 impl Inbox {
     /// Notes that `queued` left the queue.
     fn taken(&self, queued: Queued) -> Queued {
         if queued.kind == Kind::Finish {
-            self.finishes.fetch_sub(1, Ordering::SeqCst);
+            self.finishes.queued.fetch_sub(1, Ordering::SeqCst);
         }
         queued
     }
@@ -1078,6 +1089,8 @@ struct Hold {
     time_us: Arc<AtomicU64>,
     /// Whether someone waits for a finish, who must not wait for the hold.
     queued: Arc<QueuedFinishes>,
+    /// Told while the hold lasts.
+    finishes: Arc<Finishes>,
 }
 
 impl Hold {
@@ -1087,6 +1100,13 @@ impl Hold {
     /// it), the batch is full or the ledger is dropped. A queued finish wakes nothing.
     fn gather(&self, inbox: &mut Inbox, batch: &mut Vec<Queued>) {
         let until = Instant::now() + Duration::from_micros(self.time_us.load(Ordering::Relaxed));
+        self.finishes.held.store(true, Ordering::SeqCst);
+        self.hold_until(until, inbox, batch);
+        self.finishes.held.store(false, Ordering::SeqCst);
+    }
+
+    /// [`Hold::gather`]'s wait.
+    fn hold_until(&self, until: Instant, inbox: &mut Inbox, batch: &mut Vec<Queued>) {
         loop {
             if inbox.drain(batch)
                 || batch.len() >= BATCH_MAX

@@ -989,7 +989,7 @@ async fn finish_held(ledger: &SqliteLedger, key: &str) -> (IntentRecord, QueuedF
         panic!("a served ledger groups its writes");
     };
     assert!(
-        eventually(|| finishes.load(Ordering::SeqCst) == 0),
+        eventually(|| finishes.queued.load(Ordering::SeqCst) == 0),
         "the writer thread took the finish"
     );
     // And parked in its hold.
