@@ -958,6 +958,11 @@ async fn after_a_failed_write_in_the_batch_the_settled_epoch_is_not_told() {
     told(running).await;
     let (_, failing_go, failing) = waiting_write(&ledger, true);
     failing_go.send(()).unwrap();
+    // Queued in this order: each caller is a task of its own, which may run late.
+    assert!(
+        eventually(|| queue.max_capacity() - queue.capacity() >= 1),
+        "the failing write queued"
+    );
     let (running, last_go, last) = waiting_write(&ledger, false);
     assert!(
         eventually(|| queue.max_capacity() - queue.capacity() >= 2),
