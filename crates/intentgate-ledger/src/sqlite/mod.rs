@@ -1125,15 +1125,14 @@ impl Hold {
 }
 
 /// The writer thread: takes the first queued write, then, holding the connection, every
-/// write queued meanwhile (up to [`BATCH_MAX`]), and commits them together. A batch of
-/// queued finishes only, whose callers were answered, is held first for up to
+/// write queued meanwhile (up to [`BATCH_MAX`]), and commits them together. A batch that
+/// begins with a queued finish (its caller answered) is held first for up to
 /// [`FINISH_HOLD`] (`hold`), so that the finishes of calls made one after another commit
-/// together; the connection stays free meanwhile, for calls to commit on their own
-/// threads. A strict batch's
-/// durable writes, committed without an fsync, are handed to the syncer thread when more
-/// writes are queued, which answers them after its fsync while this thread commits the next
-/// batch; else this thread fsyncs and answers them, still holding the connection
-/// (`syncer.rs`).
+/// together; the connection stays free meanwhile, for calls to commit on their own threads.
+/// A strict batch's durable writes, committed without an fsync, are handed to the syncer
+/// thread when more writes are queued, which answers them after its fsync while this thread
+/// commits the next batch; else this thread fsyncs and answers them, still holding the
+/// connection (`syncer.rs`).
 fn write_loop(
     writer: &Mutex<Writer>,
     mut inbox: Inbox,
