@@ -924,6 +924,8 @@ struct Breakdown {
     upstream_request_us: f64,
     /// `finish`: the outcome stored, without an fsync of its own. Queued, and committed
     /// after the call is answered: not part of the call's time, so not subtracted below.
+    /// On SQLite it runs from the queueing to the commit, the writer's hold of queued
+    /// finishes (up to 2 ms) included.
     ledger_finish_us: f64,
     /// The mean call less the round trip, `get` and `begin` (or `create` where it ran) and
     /// the upstream request.
@@ -1453,7 +1455,10 @@ impl Breakdown {
             row("upstream request", self.upstream_request_us),
             row("the rest of the gateway", self.gateway_other_us),
             row("whole call", self.call_mean_us),
-            row("ledger finish (after the answer)", self.ledger_finish_us),
+            row(
+                "ledger finish (after the answer, a hold included)",
+                self.ledger_finish_us,
+            ),
         ];
         table::render(rows, &[Align::Left, Align::Right])
     }

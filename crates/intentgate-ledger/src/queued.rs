@@ -14,11 +14,17 @@
 //! - a read of many ([`Queued::drain`]) waits for every finish queued before it.
 //!
 //! Another process reading the same ledger (the CLI on the SQLite file, another replica) may
-//! see the intent `in_flight` for the moment the commit takes, under a lease that is still
-//! live: a repeat there waits on that lease, as it would for a call still running.
+//! see the intent `in_flight` until the commit (a few milliseconds at most, a hold
+//! included), under a lease that is still live: a repeat there waits on that lease, as it
+//! would for a call still running.
+//!
+//! A store that holds its queued finishes a moment to commit them together (SQLite's writer
+//! thread) is told when someone waits for them ([`Queued::on_hurry`], [`Queued::hurry`]):
+//! a waiting read has them committed at once rather than at the end of the hold.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::Notify;
 
@@ -32,6 +38,21 @@ pub struct Queued {
     state: Mutex<State>,
     /// Woken each time a queued finish is done.
     done: Notify,
+    /// Reads (and waits for a lease) under way that a held finish would hold up.
+    hurried: AtomicUsize,
+    /// Tells the store that holds queued finishes to commit them now.
+    on_hurry: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+/// A wait that wants held finishes committed at once, for as long as it lasts.
+pub struct Hurry<'a> {
+    queued: &'a Queued,
+}
+
+impl Drop for Hurry<'_> {
+    fn drop(&mut self) {
+        self.queued.hurried.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 #[derive(Default)]
@@ -66,6 +87,29 @@ impl Drop for Ticket {
 }
 
 impl Queued {
+    /// Sets what [`Queued::hurry`] calls to have held finishes committed now.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub fn on_hurry(&self, hurry: impl Fn() + Send + Sync + 'static) {
+        let _ = self.on_hurry.set(Box::new(hurry));
+    }
+
+    /// Marks a wait under way until the guard is dropped, and asks the store to commit
+    /// what it holds: counted first, so that a finish queued just after is not held either
+    /// ([`Queued::hurried`]).
+    pub fn hurry(&self) -> Hurry<'_> {
+        self.hurried.fetch_add(1, Ordering::SeqCst);
+        if let Some(hurry) = self.on_hurry.get() {
+            hurry();
+        }
+        Hurry { queued: self }
+    }
+
+    /// Whether a wait is under way that held finishes would hold up.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub fn hurried(&self) -> bool {
+        self.hurried.load(Ordering::SeqCst) > 0
+    }
+
     /// Registers a finish of intent `id` about to be queued.
     pub fn open(self: &Arc<Self>, id: IntentId) -> Ticket {
         let mut state = self.state.lock().expect("queued finishes lock");
@@ -86,8 +130,8 @@ impl Queued {
     }
 
     /// Whether a finish of intent `id` is queued and not yet committed.
-    #[cfg(test)]
-    fn is_open(&self, id: IntentId) -> bool {
+    #[cfg_attr(not(any(test, feature = "sqlite")), allow(dead_code))]
+    pub fn is_open(&self, id: IntentId) -> bool {
         self.state.lock().expect("queued finishes lock").is_open(id)
     }
 
@@ -119,6 +163,7 @@ impl Queued {
     /// finish to be queued when the wait began: finishes queued later never hold it up.
     async fn wait_until(&self, done: impl Fn(&State, u64) -> bool) {
         let before = self.state.lock().expect("queued finishes lock").next;
+        let mut hurry = None;
         loop {
             let notified = self.done.notified();
             tokio::pin!(notified);
@@ -127,6 +172,8 @@ impl Queued {
             if done(&self.state.lock().expect("queued finishes lock"), before) {
                 return;
             }
+            // Held finishes are committed at once, and none is held while this waits.
+            hurry.get_or_insert_with(|| self.hurry());
             notified.await;
         }
     }

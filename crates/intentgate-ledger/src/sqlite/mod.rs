@@ -22,7 +22,8 @@
 //! A new intent's `begin` writes a narrow row of its own (`intents_begun`), moved to the
 //! wide `intents` row and the event log by the intent's next write (its finish, usually,
 //! grouped with the others queued), by a read of many intents, or when the ledger is next
-//! opened, after a crash (`ops.rs`).
+//! opened, after a crash (`ops.rs`). Queued finishes, whose callers were answered, are held
+//! by the writer thread for up to [`FINISH_HOLD`] to be committed together ([`Hold`]).
 //!
 //! A new ledger file, its WAL and its shared memory are readable by their owner only
 //! (`file.rs`); opening one that others may read logs a warning with the fix.
@@ -37,10 +38,10 @@ mod syncer;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use intentgate_core::IntentStatus;
@@ -76,6 +77,10 @@ pub const PAGE_SIZE: u32 = 2048;
 /// Most writes committed together. Bounds one transaction's size and the time the first
 /// caller of a batch waits for the last.
 pub const BATCH_MAX: usize = 256;
+/// Longest the writer thread holds a batch of queued finishes (their callers answered) for
+/// more to commit with. Short beside a call's own time through the gateway: calls made one
+/// after another every few hundred microseconds commit their finishes a handful at a time.
+pub const FINISH_HOLD: Duration = Duration::from_millis(2);
 /// Most writes queued for the writer thread; callers beyond it wait (back-pressure).
 pub const WRITE_QUEUE_MAX: usize = 4096;
 /// Read connections kept open for reuse.
@@ -163,7 +168,18 @@ impl Durable {
 
 struct Queued {
     durable: Durable,
+    kind: Kind,
     job: Job,
+}
+
+/// What a queued write is to the writer thread, which holds a batch of finishes a moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A write committed with the next batch.
+    Write,
+    /// A queued finish, whose caller was answered: a batch of nothing else waits up to
+    /// [`FINISH_HOLD`] for more.
+    Finish,
 }
 
 impl Queued {
@@ -206,6 +222,8 @@ enum Engine {
         writer: Arc<Mutex<Writer>>,
         queue: Option<mpsc::Sender<Queued>>,
         thread: Option<JoinHandle<()>>,
+        /// The finishes in the queue, and whether the writer thread holds some.
+        finishes: Arc<Finishes>,
     },
     Inline {
         writer: Mutex<Writer>,
@@ -221,6 +239,8 @@ pub struct SqliteLedger {
     waiters: Arc<Waiters>,
     /// Finishes queued by `finish_queued` and not yet committed, which reads wait for.
     queued: Arc<QueuedFinishes>,
+    /// How long the writer thread holds queued finishes for more, in microseconds.
+    finish_hold: Arc<AtomicU64>,
     counts: Arc<CommitCounts>,
     /// What [`Ledger::settled_epoch`] answers from (`freshness.rs`).
     freshness: Arc<Freshness>,
@@ -283,6 +303,8 @@ impl SqliteLedger {
             .map_err(|error| open_error(error.to_string()))?;
         let counts = Arc::new(CommitCounts::default());
         let freshness = Arc::new(Freshness::default());
+        let queued = Arc::<QueuedFinishes>::default();
+        let finish_hold = Arc::new(AtomicU64::new(FINISH_HOLD.as_micros() as u64));
         #[cfg(test)]
         let sync_hooks = Arc::<syncer::TestHooks>::default();
         let engine = if options.inline {
@@ -316,17 +338,31 @@ impl SqliteLedger {
                 None
             };
             let (queue, receiver) = mpsc::channel(WRITE_QUEUE_MAX);
+            let finishes = Arc::<Finishes>::default();
+            let hold = Hold {
+                time_us: finish_hold.clone(),
+                queued: queued.clone(),
+                finishes: finishes.clone(),
+            };
             let thread = std::thread::Builder::new()
                 .name("intentgate-ledger-writer".into())
                 .spawn({
                     let (writer, counts) = (writer.clone(), counts.clone());
-                    move || write_loop(&writer, receiver, strict, beside, &counts)
+                    let finishes = finishes.clone();
+                    move || {
+                        let inbox = Inbox { receiver, finishes };
+                        write_loop(&writer, inbox, strict, beside, &counts, hold)
+                    }
                 })
                 .map_err(|error| open_error(format!("can't start the writer thread: {error}")))?;
+            // Someone waits for a finish: the writer thread, if it holds one, commits now.
+            let writer_thread = thread.thread().clone();
+            queued.on_hurry(move || writer_thread.unpark());
             Engine::Grouped {
                 writer,
                 queue: Some(queue),
                 thread: Some(thread),
+                finishes,
             }
         };
         Ok(SqliteLedger {
@@ -335,7 +371,8 @@ impl SqliteLedger {
             engine,
             readers: Mutex::new(Vec::new()),
             waiters: Arc::default(),
-            queued: Arc::default(),
+            queued,
+            finish_hold,
             counts,
             freshness,
             #[cfg(test)]
@@ -349,6 +386,14 @@ impl SqliteLedger {
 
     pub fn durability(&self) -> Durability {
         self.durability
+    }
+
+    /// Sets how long the writer thread holds a batch of queued finishes for more to commit
+    /// with ([`FINISH_HOLD`] unless set; zero commits each batch as soon as the writer takes
+    /// it). Nothing that waits for a finish waits for the hold. For tests and benchmarks.
+    pub fn set_finish_hold(&self, hold: Duration) {
+        self.finish_hold
+            .store(hold.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// What the writer has committed so far: how writes were grouped, and which commits
@@ -436,7 +481,11 @@ impl SqliteLedger {
                 }),
             }
         });
-        Queued { durable, job }
+        Queued {
+            durable,
+            kind: Kind::Write,
+            job,
+        }
     }
 
     /// Commits `queued` now when the engine is inline, or hands it to the writer: on the
@@ -448,14 +497,23 @@ impl SqliteLedger {
                 let mut writer = writer.lock().map_err(|_| LedgerError::Closed)?;
                 writer.commit(vec![queued], strict, false);
             }
-            Engine::Grouped { writer, queue, .. } => {
+            Engine::Grouped {
+                writer,
+                queue,
+                thread,
+                finishes,
+            } => {
                 let queue = queue.as_ref().ok_or(LedgerError::Closed)?;
                 let queued = match waiter {
-                    Waiter::Call => commit_if_idle(writer, queue, queued, strict),
+                    Waiter::Call => commit_if_idle(writer, queue, finishes, queued, strict),
                     Waiter::Background => Some(queued),
                 };
                 if let Some(queued) = queued {
                     queue.send(queued).await.map_err(|_| LedgerError::Closed)?;
+                    // A write ends the hold of finishes the writer thread may be in.
+                    if let Some(thread) = thread {
+                        thread.thread().unpark();
+                    }
                 }
             }
         }
@@ -539,11 +597,14 @@ impl Drop for SqliteLedger {
             writer,
             queue,
             thread,
+            ..
         } = &mut self.engine
         {
             // Closing the queue lets the writer finish what is queued, then stop.
             queue.take();
             if let Some(thread) = thread.take() {
+                // Out of a hold of finishes, if it is in one.
+                thread.thread().unpark();
                 let _ = thread.join();
             }
             if let Ok(mut writer) = writer.lock()
@@ -617,15 +678,20 @@ fn caught<T>(connection: &Connection, work: impl FnOnce(&Connection) -> Result<T
 }
 
 /// Commits `queued` on the caller's thread when the writer is idle: nothing is queued for it
-/// and the connection is free. Otherwise gives it back, to be queued: it then joins the
-/// writes it would only have delayed.
+/// (or only finishes, while it holds others: they wait for the hold anyway) and the
+/// connection is free. Otherwise gives it back, to be queued: it then joins the writes it
+/// would only have delayed.
 fn commit_if_idle(
     writer: &Mutex<Writer>,
     queue: &mpsc::Sender<Queued>,
+    finishes: &Finishes,
     queued: Queued,
     strict: bool,
 ) -> Option<Queued> {
-    if queue.capacity() < queue.max_capacity() {
+    let in_queue = queue.max_capacity() - queue.capacity();
+    let held_only =
+        finishes.held.load(Ordering::SeqCst) && in_queue == finishes.queued.load(Ordering::SeqCst);
+    if in_queue > 0 && !held_only {
         return Some(queued);
     }
     match writer.try_lock() {
@@ -937,6 +1003,79 @@ fn run_cached(connection: &Connection, sql: &str) -> Result<()> {
     Ok(())
 }
 
+/// The queued finishes as a call's write sees them ([`commit_if_idle`]).
+#[derive(Default)]
+struct Finishes {
+    /// How many of the queue's writes are finishes ([`queue_finish`]).
+    queued: AtomicUsize,
+    /// Whether the writer thread holds finishes ([`Hold::gather`]), its connection free.
+    held: AtomicBool,
+}
+
+/// Queues `queued`, a finish, counted in `finishes`; gives it back when the queue is full
+/// or closed. Wakes nothing: the writer thread takes it when it next looks.
+fn queue_finish(
+    queue: &mpsc::Sender<Queued>,
+    finishes: &Finishes,
+    queued: Queued,
+) -> Option<Queued> {
+    // Counted before it can be taken, so that the writer's count down never passes zero.
+    finishes.queued.fetch_add(1, Ordering::SeqCst);
+    match queue.try_send(queued) {
+        Ok(()) => None,
+        Err(TrySendError::Full(queued) | TrySendError::Closed(queued)) => {
+            finishes.queued.fetch_sub(1, Ordering::SeqCst);
+            Some(queued)
+        }
+    }
+}
+
+/// The writer thread's queue, with the count of the finishes in it ([`queue_finish`]).
+struct Inbox {
+    receiver: mpsc::Receiver<Queued>,
+    finishes: Arc<Finishes>,
+}
+
+impl Inbox {
+    /// Notes that `queued` left the queue.
+    fn taken(&self, queued: Queued) -> Queued {
+        if queued.kind == Kind::Finish {
+            self.finishes.queued.fetch_sub(1, Ordering::SeqCst);
+        }
+        queued
+    }
+
+    /// The next write, waiting for it; `None` once the queue is closed and empty.
+    fn recv(&mut self) -> Option<Queued> {
+        let queued = self.receiver.blocking_recv()?;
+        Some(self.taken(queued))
+    }
+
+    /// Adds what is queued to `batch`, up to [`BATCH_MAX`]; true when that took a write
+    /// that is not a finish.
+    fn drain(&mut self, batch: &mut Vec<Queued>) -> bool {
+        let mut write = false;
+        while batch.len() < BATCH_MAX {
+            match self.receiver.try_recv() {
+                Ok(queued) => {
+                    write |= queued.kind == Kind::Write;
+                    batch.push(self.taken(queued));
+                }
+                Err(_) => break,
+            }
+        }
+        write
+    }
+
+    fn is_empty(&self) -> bool {
+        self.receiver.is_empty()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.receiver.is_closed()
+    }
+}
+
 /// What the writer thread has for the fsyncs of its strict batches (strict only): the syncer
 /// thread, and the WAL file for the fsyncs it makes itself.
 struct Beside {
@@ -944,32 +1083,76 @@ struct Beside {
     wal: Wal,
 }
 
+/// How the writer thread holds a batch of finishes (`Kind::Finish`) for others.
+struct Hold {
+    /// Longest hold, in microseconds ([`FINISH_HOLD`], [`SqliteLedger::set_finish_hold`]).
+    time_us: Arc<AtomicU64>,
+    /// Whether someone waits for a finish, who must not wait for the hold.
+    queued: Arc<QueuedFinishes>,
+    /// Told while the hold lasts.
+    finishes: Arc<Finishes>,
+}
+
+impl Hold {
+    /// Adds to `batch`, which begins with a finish, what is queued within the hold, parked
+    /// meanwhile: until the hold ends, a write other than a finish is queued (its caller
+    /// unparks this thread), someone waits for a finish (`QueuedFinishes::hurry` unparks
+    /// it), the batch is full or the ledger is dropped. A queued finish wakes nothing.
+    fn gather(&self, inbox: &mut Inbox, batch: &mut Vec<Queued>) {
+        let until = Instant::now() + Duration::from_micros(self.time_us.load(Ordering::Relaxed));
+        self.finishes.held.store(true, Ordering::SeqCst);
+        self.hold_until(until, inbox, batch);
+        self.finishes.held.store(false, Ordering::SeqCst);
+    }
+
+    /// [`Hold::gather`]'s wait.
+    fn hold_until(&self, until: Instant, inbox: &mut Inbox, batch: &mut Vec<Queued>) {
+        loop {
+            if inbox.drain(batch)
+                || batch.len() >= BATCH_MAX
+                || self.queued.hurried()
+                || inbox.is_closed()
+            {
+                return;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::park_timeout(left);
+        }
+    }
+}
+
 /// The writer thread: takes the first queued write, then, holding the connection, every
-/// write queued meanwhile (up to [`BATCH_MAX`]), and commits them together. A strict batch's
-/// durable writes, committed without an fsync, are handed to the syncer thread when more
-/// writes are queued, which answers them after its fsync while this thread commits the next
-/// batch; else this thread fsyncs and answers them, still holding the connection
-/// (`syncer.rs`).
+/// write queued meanwhile (up to [`BATCH_MAX`]), and commits them together. A batch that
+/// begins with a queued finish (its caller answered) is held first for up to
+/// [`FINISH_HOLD`] (`hold`), so that the finishes of calls made one after another commit
+/// together; the connection stays free meanwhile, for calls to commit on their own threads.
+/// A strict batch's durable writes, committed without an fsync, are handed to the syncer
+/// thread when more writes are queued, which answers them after its fsync while this thread
+/// commits the next batch; else this thread fsyncs and answers them, still holding the
+/// connection (`syncer.rs`).
 fn write_loop(
     writer: &Mutex<Writer>,
-    mut receiver: mpsc::Receiver<Queued>,
+    mut inbox: Inbox,
     strict: bool,
     mut beside: Option<Beside>,
     counts: &CommitCounts,
+    hold: Hold,
 ) {
-    while let Some(first) = receiver.blocking_recv() {
+    while let Some(first) = inbox.recv() {
+        let finish = first.kind == Kind::Finish;
+        let mut batch = vec![first];
+        if finish {
+            hold.gather(&mut inbox, &mut batch);
+        }
         // Poisoned only by a panic outside the writes (which are caught): stop, and the
         // callers learn that the ledger is closed.
         let Ok(mut connection) = writer.lock() else {
             return;
         };
-        let mut batch = vec![first];
-        while batch.len() < BATCH_MAX {
-            match receiver.try_recv() {
-                Ok(queued) => batch.push(queued),
-                Err(_) => break,
-            }
-        }
+        inbox.drain(&mut batch);
         let unsynced = connection.commit(batch, strict, beside.is_some());
         let Some(Beside { syncer, wal }) = beside.as_mut() else {
             continue;
@@ -977,7 +1160,7 @@ fn write_loop(
         if unsynced.is_empty() {
             continue;
         }
-        let unsynced = if receiver.is_empty() {
+        let unsynced = if inbox.is_empty() {
             unsynced
         } else {
             match syncer.hand(unsynced) {
@@ -1066,31 +1249,29 @@ impl Ledger for SqliteLedger {
         );
         match &self.engine {
             Engine::Inline { .. } => self.dispatch(Waiter::Call, queued).await?,
-            Engine::Grouped { writer, queue, .. } => {
-                // Weak: a task not yet run must not keep the writer thread from stopping
-                // when the ledger is dropped.
-                let queue = queue.as_ref().ok_or(LedgerError::Closed)?.downgrade();
-                let (writer, strict) = (writer.clone(), self.durability == Durability::Strict);
-                // A task of its own commits it as a call's write is (on its thread when the
-                // writer is idle, else queued), while the caller answers.
-                tokio::spawn(async move {
-                    let queued = match queue.upgrade() {
-                        Some(queue) => commit_if_idle(&writer, &queue, queued, strict)
-                            .and_then(|queued| queue.try_send(queued).err())
-                            .map(|refused| match refused {
-                                TrySendError::Full(queued) | TrySendError::Closed(queued) => queued,
-                            }),
-                        None => Some(queued),
-                    };
-                    // The queue is full or gone (the ledger was dropped meanwhile; its
-                    // connection lives on in `writer`): commit it here, after the batch
-                    // the writer may be committing.
-                    if let Some(queued) = queued
-                        && let Ok(mut writer) = writer.lock()
-                    {
-                        writer.commit(vec![queued], strict, false);
-                    }
-                });
+            Engine::Grouped {
+                writer,
+                queue,
+                finishes,
+                ..
+            } => {
+                let queue = queue.as_ref().ok_or(LedgerError::Closed)?;
+                // For the writer thread, which holds it a moment for others; committed by a
+                // task of its own, after the batch the writer may be committing, when the
+                // queue is full or gone (the ledger was dropped meanwhile; its connection
+                // lives on in `writer`).
+                let queued = Queued {
+                    kind: Kind::Finish,
+                    ..queued
+                };
+                if let Some(queued) = queue_finish(queue, finishes, queued) {
+                    let (writer, strict) = (writer.clone(), self.durability == Durability::Strict);
+                    tokio::spawn(async move {
+                        if let Ok(mut writer) = writer.lock() {
+                            writer.commit(vec![queued], strict, false);
+                        }
+                    });
+                }
             }
         }
         Ok(answered)
@@ -1407,6 +1588,8 @@ impl Ledger for SqliteLedger {
     }
 
     async fn wait_for_change(&self, id: IntentId, timeout: Duration) {
+        // The lease may be held only by a finish the writer holds for others.
+        let _hurry = self.queued.is_open(id).then(|| self.queued.hurry());
         self.waiters.wait(id, timeout.min(WAIT_POLL)).await
     }
 }

@@ -48,7 +48,7 @@ use std::thread::JoinHandle;
 
 use rusqlite::Connection;
 
-use super::{CommitCounts, Completion, Durable, Queued, Ran, Scope, Writer};
+use super::{CommitCounts, Completion, Durable, Kind, Queued, Ran, Scope, Writer};
 use crate::{LedgerError, Result};
 
 /// How to undo a durable write whose fsync failed, on the writer's connection.
@@ -208,6 +208,7 @@ pub(super) fn undo_job(waiting: Vec<Waiting>, error: LedgerError) -> Queued {
     });
     Queued {
         durable: Durable::No,
+        kind: Kind::Write,
         job,
     }
 }

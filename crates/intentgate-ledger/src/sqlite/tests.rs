@@ -979,3 +979,173 @@ async fn after_a_failed_write_in_the_batch_the_settled_epoch_is_not_told() {
     last.await.unwrap().unwrap();
     assert_eq!(idle_epoch(&ledger).await, before);
 }
+
+/// A hold no test may wait for: one that did would time out instead.
+const LONG_HOLD: Duration = Duration::from_secs(120);
+/// What "at once" means to the tests of the hold, on a slow machine.
+const PROMPTLY: Duration = Duration::from_secs(10);
+
+/// An intent begun and its finish queued, then held by the writer thread (on a ledger with
+/// no other finish queued): the intent, and the finish's answer.
+async fn finish_held(ledger: &SqliteLedger, key: &str) -> (IntentRecord, QueuedFinish) {
+    let intent = execute(ledger, key).await;
+    let queued = ledger.finish_queued(done(&intent)).await.expect("queued");
+    let Engine::Grouped { finishes, .. } = &ledger.engine else {
+        panic!("a served ledger groups its writes");
+    };
+    assert!(
+        eventually(|| finishes.queued.load(Ordering::SeqCst) == 0),
+        "the writer thread took the finish"
+    );
+    // And parked in its hold.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    (intent, queued)
+}
+
+/// The answer of a queued finish, which must come without waiting for the hold.
+async fn committed(queued: QueuedFinish) -> Finished {
+    tokio::time::timeout(PROMPTLY, queued)
+        .await
+        .expect("the finish was committed without waiting for the hold")
+        .expect("finish")
+}
+
+/// Finishes queued one after another, their callers answered, are held by the writer
+/// thread and committed together: one transaction for the five, queued 30 ms apart (each
+/// would have had its own, the writer idle in between), not one each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finishes_queued_one_after_another_are_committed_together() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Relaxed);
+    ledger.set_finish_hold(Duration::from_secs(2));
+    let mut intents = Vec::new();
+    for index in 0..5 {
+        intents.push(execute(&ledger, &format!("order-{index}")).await);
+    }
+    let before = counted(&ledger);
+    let mut queued = Vec::new();
+    for intent in &intents {
+        queued.push(ledger.finish_queued(done(intent)).await.expect("queued"));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    for queued in queued {
+        let finished = committed(queued).await;
+        assert_eq!(
+            expect_recorded(finished).status,
+            IntentStatus::Done,
+            "each finish recorded"
+        );
+    }
+    let after = counted(&ledger);
+    assert_eq!(after.2 - before.2, 5, "five writes answered");
+    assert_eq!(after.0 - before.0, 1, "in one commit");
+}
+
+fn expect_recorded(finished: Finished) -> IntentRecord {
+    match finished {
+        Finished::Recorded(intent) => intent,
+        other => panic!("expected the finish recorded, got {other:?}"),
+    }
+}
+
+/// Nothing that waits for a held finish waits for the hold: a read of its intent, a read of
+/// many intents, and a caller waiting for the intent's lease each have it committed at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_or_a_wait_for_a_held_finish_has_it_committed_at_once() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Relaxed);
+    ledger.set_finish_hold(LONG_HOLD);
+
+    let (intent, queued) = finish_held(&ledger, "order-read").await;
+    let read = tokio::time::timeout(PROMPTLY, ledger.get(TENANT, TOOL, "order-read"))
+        .await
+        .expect("the read did not wait for the hold")
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.status, IntentStatus::Done);
+    assert_eq!(read.id, intent.id);
+    committed(queued).await;
+
+    let (intent, queued) = finish_held(&ledger, "order-list").await;
+    let page = tokio::time::timeout(PROMPTLY, ledger.list(0, 100))
+        .await
+        .expect("the read of many did not wait for the hold")
+        .unwrap();
+    let listed = page.iter().find(|found| found.id == intent.id).unwrap();
+    assert_eq!(listed.status, IntentStatus::Done);
+    committed(queued).await;
+
+    // A waiter for the lease, woken by the finish's commit (or by its poll, after which
+    // the finish must have been committed all the same).
+    let (intent, queued) = finish_held(&ledger, "order-lease").await;
+    tokio::time::timeout(PROMPTLY, ledger.wait_for_change(intent.id, PROMPTLY))
+        .await
+        .expect("the wait ends");
+    committed(queued).await;
+}
+
+/// A write queued for the writer thread while it holds finishes ends the hold: a repeat's
+/// count (bookkeeping, always the writer thread's) is committed at once, the held finish
+/// with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_queued_during_a_hold_ends_it() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Relaxed);
+    ledger.set_finish_hold(LONG_HOLD);
+    let (intent, queued) = finish_held(&ledger, "order-1").await;
+    tokio::time::timeout(PROMPTLY, ledger.record_calls(vec![(intent.id, NOW_MS + 2)]))
+        .await
+        .expect("the count did not wait for the hold")
+        .unwrap();
+    committed(queued).await;
+}
+
+/// Finishes waiting in the writer's queue don't send a call's write there: with the writer
+/// holding one finish and two more queued behind it, a new intent's `begin` still commits
+/// on its caller's thread, at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_write_commits_on_its_own_thread_past_queued_finishes() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Relaxed);
+    ledger.set_finish_hold(LONG_HOLD);
+    let mut queued = vec![finish_held(&ledger, "held-0").await.1];
+    for index in 1..3 {
+        let intent = execute(&ledger, &format!("held-{index}")).await;
+        queued.push(ledger.finish_queued(done(&intent)).await.expect("queued"));
+    }
+    let threads = commit_threads(&ledger);
+    tokio::time::timeout(PROMPTLY, execute(&ledger, "order-new"))
+        .await
+        .expect("the begin did not wait for the hold");
+    let threads = threads.lock().unwrap().clone();
+    assert_eq!(threads.len(), 1, "the begin's commit alone: {threads:?}");
+    assert_ne!(threads[0].as_deref(), Some(WRITER_THREAD), "{threads:?}");
+    tokio::time::timeout(PROMPTLY, ledger.drain_queued())
+        .await
+        .expect("drained without waiting for the hold");
+    for queued in queued {
+        committed(queued).await;
+    }
+}
+
+/// Dropping the ledger while its writer holds a finish neither waits for the hold nor loses
+/// the finish: it is committed before the writer stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_finish_is_committed_when_the_ledger_is_dropped() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = open(&folder, Durability::Relaxed);
+    ledger.set_finish_hold(LONG_HOLD);
+    let (intent, queued) = finish_held(&ledger, "order-1").await;
+    let dropped = tokio::task::spawn_blocking(move || drop(ledger));
+    tokio::time::timeout(PROMPTLY, dropped)
+        .await
+        .expect("the drop did not wait for the hold")
+        .unwrap();
+    assert_eq!(
+        expect_recorded(committed(queued).await).status,
+        IntentStatus::Done
+    );
+    let reopened = open(&folder, Durability::Relaxed);
+    let stored = reopened.get_by_id(intent.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, IntentStatus::Done);
+}
