@@ -29,7 +29,8 @@
 //! durability, its fsync) until the writer lets go of the connection, and from the end of
 //! a write of the batch that failed (SQLite may have rolled the whole transaction back on an
 //! I/O error, which lets go of the lock), it answers "can't tell" instead, so the caller
-//! reads.
+//! reads. The writer answers a batch only once it has let go of the connection: a caller it
+//! answers, repeating its call at once, finds the epoch told.
 
 use std::ffi::{c_int, c_void};
 use std::sync::Mutex;

@@ -200,6 +200,10 @@ struct Writer {
     checkpointer: Option<Checkpointer>,
     /// Told of each commit, when the ledger answers `settled_epoch` (not inline).
     freshness: Option<Arc<Freshness>>,
+    /// While set, the writer thread waits once it has committed a batch, holding the
+    /// connection.
+    #[cfg(test)]
+    paused: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What the writer has committed since the ledger was opened.
@@ -712,6 +716,8 @@ impl Writer {
             counts,
             checkpointer: None,
             freshness: None,
+            #[cfg(test)]
+            paused: Arc::default(),
         }
     }
 
@@ -759,11 +765,19 @@ impl Writer {
         Ok(())
     }
 
-    /// Runs a batch in one transaction and answers every job once the commit is known. A
-    /// strict batch committed `beside` (by the writer thread) whose durable writes can all be
-    /// undone commits without an fsync: those writes are returned unanswered, for the fsync
-    /// beside the writer (`syncer.rs`). Any other strict batch is fsynced inside its commit.
+    /// Runs a batch in one transaction and answers every job once the commit is known (see
+    /// [`Writer::commit_unanswered`]).
     fn commit(&mut self, batch: Vec<Queued>, strict: bool, beside: bool) -> Group {
+        self.commit_unanswered(batch, strict, beside).answer()
+    }
+
+    /// Runs a batch in one transaction, to be answered once the commit is known: by
+    /// [`Committed::answer`], which the writer thread calls once it has let go of the
+    /// connection. A strict batch committed `beside` (by the writer thread) whose durable
+    /// writes can all be undone commits without an fsync: those writes are left unanswered,
+    /// for the fsync beside the writer (`syncer.rs`). Any other strict batch is fsynced
+    /// inside its commit. A batch that could not begin is answered at once.
+    fn commit_unanswered(&mut self, batch: Vec<Queued>, strict: bool, beside: bool) -> Committed {
         let fail_all = |writer: &mut Writer, batch: Vec<Queued>, error: LedgerError| {
             writer.recover();
             for queued in batch {
@@ -785,14 +799,14 @@ impl Writer {
                 Ok(()) => self.synchronous_full = Some(full),
                 Err(error) => {
                     fail_all(self, batch, error);
-                    return Group::new();
+                    return Committed::new(Ok(()));
                 }
             }
         }
         let connection = &self.connection;
         if let Err(error) = run_cached(connection, "BEGIN IMMEDIATE") {
             fail_all(self, batch, error);
-            return Group::new();
+            return Committed::new(Ok(()));
         }
         // The commit counter holds still from here to the commit: what it moved by since the
         // last look was another connection's.
@@ -871,15 +885,15 @@ impl Writer {
             .writes
             .fetch_add(ran.len() as u64, Ordering::Relaxed);
         let failed = committed.is_err() || ran.iter().any(|(_, ran)| !ran.succeeded);
-        let mut unsynced = Vec::new();
+        let mut answers = Committed::new(committed.clone());
         for (durable, ran) in ran {
             if beside && committed.is_ok() && ran.succeeded && durable != Durable::No {
-                unsynced.push(Waiting {
+                answers.unsynced.push(Waiting {
                     completion: ran.completion,
                     undo: ran.undo,
                 });
             } else {
-                (ran.completion)(committed.clone());
+                answers.completions.push(ran.completion);
             }
         }
         if failed {
@@ -888,7 +902,41 @@ impl Writer {
         if let Some(checkpointer) = &self.checkpointer {
             checkpointer.catch_up(&self.connection);
         }
-        unsynced
+        answers
+    }
+}
+
+/// A batch committed (or not: `outcome`), its writes not yet answered.
+///
+/// The writer thread answers them once it has let go of the connection, so that a caller it
+/// answers never finds the connection still held by the batch that answered it: a repeat
+/// made right after would otherwise find the settled epoch unconfirmed and read
+/// (`freshness.rs`).
+#[must_use = "the batch's callers wait for their answers"]
+struct Committed {
+    outcome: Result<()>,
+    /// The writes answered with `outcome`.
+    completions: Vec<Completion>,
+    /// The strict batch's durable writes, committed without an fsync: answered after the
+    /// fsync beside the writer.
+    unsynced: Group,
+}
+
+impl Committed {
+    fn new(outcome: Result<()>) -> Committed {
+        Committed {
+            outcome,
+            completions: Vec::new(),
+            unsynced: Group::new(),
+        }
+    }
+
+    /// Answers every write but the unsynced ones, which it gives back.
+    fn answer(self) -> Group {
+        for completion in self.completions {
+            completion(self.outcome.clone());
+        }
+        self.unsynced
     }
 }
 
@@ -1131,8 +1179,8 @@ impl Hold {
 /// together; the connection stays free meanwhile, for calls to commit on their own threads.
 /// A strict batch's durable writes, committed without an fsync, are handed to the syncer
 /// thread when more writes are queued, which answers them after its fsync while this thread
-/// commits the next batch; else this thread fsyncs and answers them, still holding the
-/// connection (`syncer.rs`).
+/// commits the next batch; else this thread fsyncs, still holding the connection
+/// (`syncer.rs`). It answers a batch once it has let go of the connection ([`Committed`]).
 fn write_loop(
     writer: &Mutex<Writer>,
     mut inbox: Inbox,
@@ -1153,25 +1201,50 @@ fn write_loop(
             return;
         };
         inbox.drain(&mut batch);
-        let unsynced = connection.commit(batch, strict, beside.is_some());
+        let committed = connection.commit_unanswered(batch, strict, beside.is_some());
+        // The fsync of a strict batch's durable writes, when nothing else is queued: made
+        // here, holding the connection as a commit with `FULL` would, so that what arrives
+        // meanwhile queues up for the next batch.
+        let synced = match beside.as_mut() {
+            Some(Beside { wal, .. }) if !committed.unsynced.is_empty() && inbox.is_empty() => {
+                Some(wal.sync())
+            }
+            _ => None,
+        };
+        #[cfg(test)]
+        while connection.paused.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(connection);
+        let unsynced = committed.answer();
         let Some(Beside { syncer, wal }) = beside.as_mut() else {
             continue;
         };
         if unsynced.is_empty() {
             continue;
         }
-        let unsynced = if inbox.is_empty() {
-            unsynced
-        } else {
-            match syncer.hand(unsynced) {
+        let (synced, unsynced) = match synced {
+            Some(synced) => (synced, unsynced),
+            // More writes are queued: the syncer thread fsyncs and answers these while this
+            // thread commits them.
+            None => match syncer.hand(unsynced) {
                 Ok(()) => continue,
                 // The syncer thread is gone (it panicked): this thread fsyncs instead.
-                Err(unsynced) => unsynced,
-            }
+                Err(unsynced) => (wal.sync(), unsynced),
+            },
         };
-        syncer::settle(wal, vec![unsynced], counts, |queued| {
-            connection.commit(vec![queued], false, false);
+        syncer::settled(synced, wal, vec![unsynced], counts, |queued| {
+            commit_alone(writer, queued);
         });
+    }
+}
+
+/// Commits `queued` alone on `writer`'s connection, once it is free; fails it when the
+/// writer is gone.
+fn commit_alone(writer: &Mutex<Writer>, queued: Queued) {
+    match writer.lock() {
+        Ok(mut writer) => drop(writer.commit(vec![queued], false, false)),
+        Err(_) => queued.fail(LedgerError::Closed),
     }
 }
 

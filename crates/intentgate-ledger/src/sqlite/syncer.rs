@@ -9,9 +9,9 @@
 //! WAL is written in order, so that fsync covers everything committed before it). While more
 //! writes are queued, the writer hands them, with their answers, to this thread and commits
 //! the next batch at once; this thread fsyncs once for every batch handed to it meanwhile,
-//! then answers their callers. When nothing is queued, the writer fsyncs and answers them
-//! itself, still holding the connection, as a commit with `synchronous = FULL` would: what
-//! arrives meanwhile queues up for the next batch.
+//! then answers their callers. When nothing is queued, the writer fsyncs itself, still
+//! holding the connection, as a commit with `synchronous = FULL` would: what arrives
+//! meanwhile queues up for the next batch. It answers them once it has let go.
 //!
 //! Handing every batch over, queue or not, was tried and measured: new intents per second in
 //! `bench ledger` (64 callers, strict) rose by 15% over the writer before, but calls through
@@ -125,14 +125,10 @@ fn sync_loop(
     while let Ok(first) = receiver.recv() {
         let mut groups = vec![first];
         groups.extend(receiver.try_iter());
-        settle(wal, groups, counts, |queued| {
-            match writer.upgrade().as_deref().map(Mutex::lock) {
-                Some(Ok(mut writer)) => {
-                    writer.commit(vec![queued], false, false);
-                }
-                // The writer is gone: so is the connection the undos would need.
-                _ => queued.fail(LedgerError::Closed),
-            }
+        settle(wal, groups, counts, |queued| match writer.upgrade() {
+            Some(writer) => super::commit_alone(&writer, queued),
+            // The writer is gone: so is the connection the undos would need.
+            None => queued.fail(LedgerError::Closed),
         });
     }
 }
@@ -145,7 +141,19 @@ pub(super) fn settle(
     counts: &CommitCounts,
     commit: impl FnOnce(Queued),
 ) {
-    match wal.sync() {
+    let synced = wal.sync();
+    settled(synced, wal, groups, counts, commit);
+}
+
+/// Answers `groups` after the fsync of `wal` made for them (`synced`), as [`settle`] does.
+pub(super) fn settled(
+    synced: io::Result<()>,
+    wal: &Wal,
+    groups: Vec<Group>,
+    counts: &CommitCounts,
+    commit: impl FnOnce(Queued),
+) {
+    match synced {
         Ok(()) => {
             counts
                 .durable_commits
@@ -246,7 +254,7 @@ impl Wal {
     }
 
     /// Fsyncs the WAL file: everything written to it before the call is on disk after it.
-    fn sync(&mut self) -> io::Result<()> {
+    pub(super) fn sync(&mut self) -> io::Result<()> {
         #[cfg(test)]
         {
             let thread = std::thread::current().name().unwrap_or_default().to_owned();

@@ -980,6 +980,39 @@ async fn after_a_failed_write_in_the_batch_the_settled_epoch_is_not_told() {
     assert_eq!(idle_epoch(&ledger).await, before);
 }
 
+/// The writer thread answers a batch once it has let go of the write connection: a caller it
+/// answers that asks for the settled epoch at once (a repeat made right after a write) finds
+/// it told, not left unconfirmed by the batch that answered it.
+///
+/// How it went wrong: the writer answered each write while it still held the connection, so
+/// the first repeats after a create the writer thread had committed (with a queued finish)
+/// each read the ledger until the writer let go of it, on a busy machine a few milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_the_writer_thread_answers_finds_the_settled_epoch_told() {
+    let folder = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(open(&folder, Durability::Relaxed));
+    let intent = execute(&ledger, "order-1").await;
+    let before = idle_epoch(&ledger).await;
+    let Engine::Grouped { writer, .. } = &ledger.engine else {
+        panic!("a served ledger groups its writes");
+    };
+    // The writer thread waits once it has committed its next batch, holding the connection,
+    // for 200 ms.
+    let paused = writer.lock().unwrap().paused.clone();
+    paused.store(true, Ordering::SeqCst);
+    let resume = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        paused.store(false, Ordering::SeqCst);
+    });
+    // Counted calls always go to the writer thread.
+    ledger
+        .record_calls(vec![(intent.id, NOW_MS + 1)])
+        .await
+        .unwrap();
+    assert_eq!(ledger.settled_epoch().await, Some(before));
+    resume.join().unwrap();
+}
+
 /// A hold no test may wait for: one that did would time out instead.
 const LONG_HOLD: Duration = Duration::from_secs(120);
 /// What "at once" means to the tests of the hold, on a slow machine.
