@@ -799,14 +799,14 @@ impl Writer {
                 Ok(()) => self.synchronous_full = Some(full),
                 Err(error) => {
                     fail_all(self, batch, error);
-                    return Committed::new(Ok(()));
+                    return Committed::answered();
                 }
             }
         }
         let connection = &self.connection;
         if let Err(error) = run_cached(connection, "BEGIN IMMEDIATE") {
             fail_all(self, batch, error);
-            return Committed::new(Ok(()));
+            return Committed::answered();
         }
         // The commit counter holds still from here to the commit: what it moved by since the
         // last look was another connection's.
@@ -929,6 +929,11 @@ impl Committed {
             completions: Vec::new(),
             unsynced: Group::new(),
         }
+    }
+
+    /// A batch whose writes were all answered already (it could not begin).
+    fn answered() -> Committed {
+        Committed::new(Ok(()))
     }
 
     /// Answers every write but the unsynced ones, which it gives back.
